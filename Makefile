@@ -1,0 +1,50 @@
+# tinyrec.h build. `make` builds examples, bench and tests into build/; `make test` runs every suite.
+CC      ?= gcc
+CXX     ?= g++
+OPT     ?= -O2
+WARN    := -Wall -Wextra
+CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 -fopenmp
+CXXFLAGS?= $(OPT) -g $(WARN) -fopenmp
+LDLIBS  := -lm
+BUILD   := build
+
+TEST_SRCS    := $(wildcard tests/test_*.c)
+TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
+HDR          := tinyrec.h $(wildcard parts/*.h)
+
+.PHONY: all test bench demo clean compile-tests
+all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+$(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
+
+$(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# The header as strict C99 and as C++, and two translation units linked together.
+compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu
+$(BUILD)/compile_c99: tests/compile/impl.c tests/compile/user.c $(HDR) | $(BUILD)
+	$(CC) -std=c99 -pedantic $(WARN) -Werror -I. tests/compile/impl.c -o $@ $(LDLIBS)
+$(BUILD)/compile_cpp: tests/compile/impl.cpp $(HDR) | $(BUILD)
+	$(CXX) $(WARN) -Werror -I. tests/compile/impl.cpp -o $@ $(LDLIBS)
+$(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(HDR) | $(BUILD)
+	$(CC) -std=c99 $(WARN) -Werror -fopenmp -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
+
+test: all
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
+	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu
+	@echo "all test suites passed"
+
+bench: $(BUILD)/tinyrec-bench
+	$(BUILD)/tinyrec-bench
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,2 @@
+#define TINYREC_IMPLEMENTATION
+#include "tinyrec.h"
