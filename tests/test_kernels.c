@@ -1,0 +1,343 @@
+/* CPU kernels: every fast kernel against its scalar twin, every backward against finite
+   differences. FD uses central differences in float with h = 1e-2 on O(1) inputs: the truncation
+   error is O(h^2 * f''') ~ 1e-4 and the rounding error ~ 1e-7 * |f| / h ~ 1e-5, so
+   atol 2e-3 + rtol 2e-2 separates a wrong formula (O(1) errors) from noise. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+#include SGEMM_PART
+
+#define FD_H 1e-2f
+#define FD_ATOL 2e-3
+#define FD_RTOL 2e-2
+
+typedef double (*tu_fn)(const float *x, void *user);
+
+/* Central-difference gradient of f at x (n values), perturbing each element in turn. */
+static void tu_fd(tu_fn f, float *x, size_t n, void *user, float *g) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float keep = x[i];
+        double fp, fm;
+        x[i] = keep + FD_H;
+        fp = f(x, user);
+        x[i] = keep - FD_H;
+        fm = f(x, user);
+        x[i] = keep;
+        g[i] = (float)((fp - fm) / (2.0 * FD_H));
+    }
+}
+
+static double tu_wsum(const float *y, const float *w, size_t n) {
+    double s = 0;
+    size_t i;
+    for (i = 0; i < n; i++) s += (double)y[i] * w[i];
+    return s;
+}
+
+/* --- RMSNorm over rows ------------------------------------------------------------------- */
+enum { RR = 5, RD = 37 };
+static float rr_w[RR * RD], rr_add[RR * RD];
+static double rr_loss(const float *x, void *u) {
+    float y[RR * RD], rs[RR];
+    (void)u;
+    tr__rms_rows_fwd_ref(RR, RD, x, rr_add, y, rs, 1e-5f, 1);
+    return tu_wsum(y, rr_w, RR * RD);
+}
+static void test_rms_rows(void **state) {
+    float x[RR * RD], y[RR * RD], y2[RR * RD], rs[RR], rs2[RR], dx[RR * RD], dx2[RR * RD], fd[RR * RD], dsum[RR * RD];
+    tr_ctx *ctx = tu_ctx(2, 1);
+    (void)state;
+    tu_fill(x, RR * RD, 1, 1.5f);
+    tu_fill(rr_add, RR * RD, 2, 1.0f);
+    tu_fill(rr_w, RR * RD, 3, 1.0f);
+    tr__rms_rows_fwd_ref(RR, RD, x, rr_add, y, rs, 1e-5f, 1);
+    tr__rms_rows_bwd_ref(RR, RD, rr_w, y, rs, dx, 1);
+    tu_fd(rr_loss, x, RR * RD, NULL, fd);
+    tu_assert_close("rms_rows bwd vs FD", dx, fd, RR * RD, FD_ATOL, FD_RTOL);
+    /* the gradient w.r.t. `add` equals the one w.r.t. x (it is a residual sum) */
+    memcpy(dsum, dx, sizeof dx);
+    if (ctx->simd == TR__SIMD_AVX512) {
+        tr__rms_rows_fwd(ctx, RR, RD, x, rr_add, y2, rs2, 1e-5f);
+        tu_assert_close("rms_rows fwd avx512 vs ref", y2, y, RR * RD, 1e-6, 1e-5);
+        tu_assert_close("rms_rows rstd avx512 vs ref", rs2, rs, RR, 0, 1e-5);
+        tr__rms_rows_bwd(ctx, RR, RD, rr_w, y, rs, dx2);
+        tu_assert_close("rms_rows bwd avx512 vs ref", dx2, dsum, RR * RD, 1e-6, 1e-5);
+    }
+    tr_ctx_destroy(ctx);
+}
+
+/* --- RMSNorm over the sequence axis (mlp_t) ------------------------------------------------ */
+enum { CB = 2, CS = 7, CD = 70 };
+static float rc_w[CB * CS * CD];
+static double rc_loss(const float *x, void *u) {
+    float y[CB * CS * CD], rs[CB * CD];
+    (void)u;
+    tr__rms_cols_fwd_ref(CB, CS, CD, x, NULL, y, rs, 1e-5f, 1);
+    return tu_wsum(y, rc_w, CB * CS * CD);
+}
+static void test_rms_cols(void **state) {
+    static float x[CB * CS * CD], y[CB * CS * CD], dx[CB * CS * CD], fd[CB * CS * CD], rs[CB * CD], y2[CB * CS * CD], rs2[CB * CD], dx2[CB * CS * CD];
+    size_t b, s, d;
+    (void)state;
+    tu_fill(x, CB * CS * CD, 4, 1.0f);
+    tu_fill(rc_w, CB * CS * CD, 5, 1.0f);
+    tr__rms_cols_fwd_ref(CB, CS, CD, x, NULL, y, rs, 1e-5f, 1);
+    /* each (b, d) column has unit RMS over s */
+    for (b = 0; b < CB; b++)
+        for (d = 0; d < CD; d++) {
+            double ss = 0;
+            for (s = 0; s < CS; s++) ss += (double)y[(b * CS + s) * CD + d] * y[(b * CS + s) * CD + d];
+            assert_true(fabs(ss / CS - 1.0) < 1e-3);
+        }
+    tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
+    tu_fd(rc_loss, x, CB * CS * CD, NULL, fd);
+    tu_assert_close("rms_cols bwd vs FD", dx, fd, CB * CS * CD, FD_ATOL, FD_RTOL);
+    /* 2 threads give the same bits (disjoint tasks, same order inside each) */
+    tr__rms_cols_fwd_ref(CB, CS, CD, x, NULL, y2, rs2, 1e-5f, 2);
+    assert_memory_equal(y, y2, sizeof y);
+    tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx2, 2);
+    assert_memory_equal(dx, dx2, sizeof dx);
+}
+
+/* --- SwiGLU -------------------------------------------------------------------------------- */
+enum { SR = 3, SW = 37 };
+static float sw_w[SR * SW];
+static double sw_loss(const float *g, void *u) {
+    float a[SR * SW];
+    (void)u;
+    tr__swiglu_fwd_ref(SR, SW, g, 2 * SW, a, SW, 1);
+    return tu_wsum(a, sw_w, SR * SW);
+}
+static void test_swiglu(void **state) {
+    float g[SR * 2 * SW], a[SR * SW], a2[SR * SW], dg[SR * 2 * SW], dg2[SR * 2 * SW], fd[SR * 2 * SW];
+    tr_ctx *ctx = tu_ctx(2, 1);
+    (void)state;
+    tu_fill(g, SR * 2 * SW, 6, 4.0f);
+    tu_fill(sw_w, SR * SW, 7, 1.0f);
+    tr__swiglu_fwd_ref(SR, SW, g, 2 * SW, a, SW, 1);
+    tr__swiglu_bwd_ref(SR, SW, g, 2 * SW, sw_w, SW, dg, 1);
+    tu_fd(sw_loss, g, SR * 2 * SW, NULL, fd);
+    tu_assert_close("swiglu bwd vs FD", dg, fd, SR * 2 * SW, FD_ATOL, FD_RTOL);
+    if (ctx->simd == TR__SIMD_AVX512) {
+        /* the vector exp is accurate to a few ulp: rtol 1e-6 */
+        tr__swiglu_fwd(ctx, SR, SW, g, 2 * SW, a2, SW);
+        tu_assert_close("swiglu fwd avx512 vs ref", a2, a, SR * SW, 1e-7, 1e-6);
+        tr__swiglu_bwd(ctx, SR, SW, g, 2 * SW, sw_w, SW, dg2);
+        tu_assert_close("swiglu bwd avx512 vs ref", dg2, dg, SR * 2 * SW, 1e-7, 1e-6);
+    }
+    {   /* extreme inputs stay finite */
+        float big[4] = {-200.0f, 200.0f, 1.0f, 1.0f}, out[2];
+        tr__swiglu_fwd(ctx, 1, 2, big, 4, out, 2);
+        assert_true(isfinite(out[0]) && isfinite(out[1]));
+    }
+    tr_ctx_destroy(ctx);
+}
+
+/* --- RoPE: the backward is the transpose of the forward ------------------------------------- */
+static void test_rope(void **state) {
+    enum { B = 2, S = 5, H = 2, hd = 8, D = H * hd };
+    float qkv[B * S * 3 * D], y[B * S * 3 * D], w[B * S * 3 * D], wt[B * S * 3 * D], c[S * hd], s[S * hd];
+    int p, j;
+    (void)state;
+    for (p = 0; p < S; p++)
+        for (j = 0; j < hd; j++) {
+            double f = pow(10000.0, -2.0 * (j % (hd / 2)) / hd);
+            c[p * hd + j] = (float)cos(p * f), s[p * hd + j] = (float)sin(p * f);
+        }
+    tu_fill(qkv, sizeof qkv / 4, 8, 1.0f);
+    tu_fill(w, sizeof w / 4, 9, 1.0f);
+    memcpy(y, qkv, sizeof y);
+    tr__rope_ref(B * S, S, H, hd, y, c, s, 0, 1);
+    memcpy(wt, w, sizeof w);
+    tr__rope_ref(B * S, S, H, hd, wt, c, s, 1, 1);
+    /* <R x, w> == <x, R^T w> */
+    assert_true(fabs(tu_wsum(y, w, sizeof y / 4) - tu_wsum(qkv, wt, sizeof y / 4)) < 1e-4);
+    /* R^T R = I, and v is untouched */
+    tr__rope_ref(B * S, S, H, hd, y, c, s, 1, 1);
+    tu_assert_close("rope inverse", y, qkv, sizeof y / 4, 1e-6, 1e-6);
+    /* position 0 is the identity */
+    assert_memory_equal(y, qkv, 3 * D * sizeof(float)) ;
+}
+
+/* --- attention ----------------------------------------------------------------------------- */
+enum { AB = 2, AS = 6, AH = 2, AHD = 4, AD = AH * AHD };
+static float at_w[AB * AS * AD];
+static double at_loss(const float *qkv, void *u) {
+    float o[AB * AS * AD], lse[AB * AH * AS], scr[2 * AS];
+    (void)u;
+    tr__attention_fwd_ref(AB, AS, AH, AHD, qkv, o, lse, scr, 1);
+    return tu_wsum(o, at_w, AB * AS * AD);
+}
+static void test_attention(void **state) {
+    float qkv[AB * AS * 3 * AD], o[AB * AS * AD], lse[AB * AH * AS], scr[4 * AS], dqkv[AB * AS * 3 * AD], fd[AB * AS * 3 * AD];
+    int b, h, i, j, c;
+    (void)state;
+    tu_fill(qkv, sizeof qkv / 4, 10, 2.0f);
+    tu_fill(at_w, sizeof at_w / 4, 11, 1.0f);
+    tr__attention_fwd_ref(AB, AS, AH, AHD, qkv, o, lse, scr, 1);
+    /* against a direct double-precision softmax(q k^T / sqrt(hd)) v */
+    for (b = 0; b < AB; b++)
+        for (h = 0; h < AH; h++)
+            for (i = 0; i < AS; i++) {
+                double sc[AS], mx = -1e300, sum = 0;
+                for (j = 0; j < AS; j++) {
+                    double d = 0;
+                    for (c = 0; c < AHD; c++) d += (double)qkv[(b * AS + i) * 3 * AD + h * AHD + c] * qkv[(b * AS + j) * 3 * AD + AD + h * AHD + c];
+                    sc[j] = d / sqrt((double)AHD);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (j = 0; j < AS; j++) sum += exp(sc[j] - mx);
+                for (c = 0; c < AHD; c++) {
+                    double acc = 0;
+                    for (j = 0; j < AS; j++) acc += exp(sc[j] - mx) / sum * qkv[(b * AS + j) * 3 * AD + 2 * AD + h * AHD + c];
+                    assert_true(fabs(acc - o[(b * AS + i) * AD + h * AHD + c]) < 1e-5 + 1e-5 * fabs(acc));
+                }
+                assert_true(fabs(mx + log(sum) - lse[(b * AH + h) * AS + i]) < 1e-5);
+            }
+    tr__attention_bwd_ref(AB, AS, AH, AHD, qkv, o, lse, at_w, dqkv, scr, 2);
+    tu_fd(at_loss, qkv, sizeof qkv / 4, NULL, fd);
+    tu_assert_close("attention bwd vs FD", dqkv, fd, sizeof qkv / 4, FD_ATOL, FD_RTOL);
+}
+
+/* --- losses -------------------------------------------------------------------------------- */
+typedef struct { int V, label; tr_loss_type type; } xent_case;
+static double xent_loss(const float *x, void *u) {
+    xent_case *c = (xent_case *)u;
+    return tr__xent_row(x, c->V, c->label, c->type, NULL, 0);
+}
+static void test_xent(void **state) {
+    float x[11], g[11], fd[11];
+    int type;
+    (void)state;
+    for (type = 0; type < 2; type++) {
+        xent_case c;
+        c.V = 11, c.label = 3, c.type = (tr_loss_type)type;
+        tu_fill(x, 11, 12 + type, 3.0f);
+        x[5] = 0.004f; /* near the stablemax kink */
+        tr__xent_row(x, 11, 3, c.type, g, 1.0);
+        tu_fd(xent_loss, x, 11, &c, fd);
+        tu_assert_close(type ? "softmax CE grad vs FD" : "stablemax CE grad vs FD", g, fd, 11, FD_ATOL, FD_RTOL);
+    }
+    {   /* stablemax by hand: x = [0, 1, -1]: s = [1, 2, 0.5]; -log(2 / 3.5) */
+        float y[3] = {0.0f, 1.0f, -1.0f};
+        assert_true(fabs(tr__xent_row(y, 3, 1, TR_LOSS_STABLEMAX, NULL, 0) - (-log(2.0 / 3.5))) < 1e-12);
+    }
+    {
+        double gq, l = tr__bce_logits(0.3, 1.0, &gq), lp = tr__bce_logits(0.3 + 1e-6, 1.0, NULL), lm = tr__bce_logits(0.3 - 1e-6, 1.0, NULL);
+        assert_true(fabs(l - log1p(exp(-0.3))) < 1e-12);
+        assert_true(fabs(gq - (lp - lm) / 2e-6) < 1e-6);
+        assert_true(isfinite(tr__bce_logits(-1000.0, 1.0, NULL)) && isfinite(tr__bce_logits(1000.0, 0.0, NULL)));
+    }
+}
+
+/* --- optimizers ---------------------------------------------------------------------------- */
+static void test_adam_atan2(void **state) {
+    enum { N = 19 };
+    float p[N], g[N], m[N], v[N], p0[N];
+    int i, step;
+    double pd[N], md[N], vd[N];
+    (void)state;
+    tu_fill(p, N, 14, 1.0f);
+    memset(m, 0, sizeof m), memset(v, 0, sizeof v);
+    for (i = 0; i < N; i++) pd[i] = p[i], md[i] = vd[i] = 0;
+    memcpy(p0, p, sizeof p);
+    for (step = 1; step <= 3; step++) {
+        double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.95, bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+        tu_fill(g, N, 100 + step, 1.0f);
+        g[0] = 0.0f; /* atan2(0, 0) = 0: no NaN without an epsilon */
+        tr__adam_atan2_ref(N, p, g, m, v, (float)lr, (float)wd, (float)b1, (float)b2, (float)bc1, (float)bc2, 2);
+        for (i = 0; i < N; i++) {
+            pd[i] *= 1 - lr * wd;
+            md[i] += (1 - b1) * (g[i] - md[i]);
+            vd[i] += (1 - b2) * ((double)g[i] * g[i] - vd[i]);
+            pd[i] -= lr / bc1 * atan2(md[i], sqrt(vd[i]) / sqrt(bc2));
+        }
+    }
+    for (i = 0; i < N; i++) assert_true(fabs(p[i] - pd[i]) < 1e-6);
+    /* the update is invariant to the gradient scale */
+    {
+        float pa[2] = {1, 1}, pb[2] = {1, 1}, ga[2] = {1e-3f, -2e-3f}, gb[2] = {1e3f, -2e3f}, ma[2] = {0, 0}, va[2] = {0, 0}, mb[2] = {0, 0}, vb[2] = {0, 0};
+        tr__adam_atan2_ref(2, pa, ga, ma, va, 1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f, 1);
+        tr__adam_atan2_ref(2, pb, gb, mb, vb, 1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f, 1);
+        assert_true(fabs(pa[0] - pb[0]) < 1e-6 && fabs(pa[1] - pb[1]) < 1e-6);
+    }
+}
+
+static void test_signsgd_ema(void **state) {
+    float table[4 * 3], before[4 * 3], prow[5 * 3], sum[3], sh[3] = {1, 2, 3}, p[3] = {2, 2, 2};
+    int32_t ids[5] = {2, 0, 2, 2, 0};
+    int order[5], k;
+    (void)state;
+    tu_fill(table, 12, 15, 1.0f);
+    memcpy(before, table, sizeof table);
+    /* row 2 gets +1 +1 -3 = -1 (sign -1) in column 0; row 0: 0.5 - 0.5 = 0 (sign 0) */
+    memset(prow, 0, sizeof prow);
+    prow[0 * 3] = 1, prow[2 * 3] = 1, prow[3 * 3] = -3, prow[1 * 3] = 0.5f, prow[4 * 3] = -0.5f;
+    prow[0 * 3 + 1] = 2;
+    tr__signsgd_rows(table, 3, ids, prow, 5, order, sum, 0.1f, 0.5f);
+    assert_true(fabs(table[2 * 3 + 0] - (before[2 * 3 + 0] * 0.95f + 0.1f)) < 1e-6);
+    assert_true(fabs(table[2 * 3 + 1] - (before[2 * 3 + 1] * 0.95f - 0.1f)) < 1e-6);
+    assert_true(fabs(table[0] - before[0] * 0.95f) < 1e-6);
+    for (k = 0; k < 3; k++) { /* untouched rows do not decay */
+        assert_true(table[1 * 3 + k] == before[1 * 3 + k]);
+        assert_true(table[3 * 3 + k] == before[3 * 3 + k]);
+    }
+    tr__ema_ref(3, sh, p, 0.9f, 1);
+    assert_true(fabs(sh[0] - 1.1f) < 1e-6 && fabs(sh[2] - 2.9f) < 1e-6);
+}
+
+static void test_lr_schedule(void **state) {
+    tr_train_config tc = tr_train_config_default();
+    (void)state;
+    tc.lr_warmup_steps = 10, tc.total_steps = 110, tc.lr_min_ratio = 0.1;
+    assert_true(fabs(tr_lr_schedule(&tc, 1.0, 1) - 0.1) < 1e-12); /* the first step is base / W */
+    assert_true(fabs(tr_lr_schedule(&tc, 1.0, 10) - 1.0) < 1e-12);
+    assert_true(fabs(tr_lr_schedule(&tc, 1.0, 60) - 0.55) < 1e-12);
+    assert_true(fabs(tr_lr_schedule(&tc, 1.0, 110) - 0.1) < 1e-12);
+    tc.lr_min_ratio = 1.0;
+    assert_true(tr_lr_schedule(&tc, 2.0, 500) == 2.0); /* constant after warmup */
+}
+
+/* --- misc base ----------------------------------------------------------------------------- */
+static void test_trunc_normal(void **state) {
+    enum { N = 200000 };
+    static float x[N];
+    tr__rng r = tr__rng_make(42, 0);
+    double s = 0, ss = 0;
+    int i;
+    (void)state;
+    tr__trunc_normal(&r, x, N, 0.5);
+    for (i = 0; i < N; i++) {
+        assert_true(fabs(x[i]) <= 2 * 1.1368472343 * 0.5 + 1e-6);
+        s += x[i], ss += (double)x[i] * x[i];
+    }
+    assert_true(fabs(s / N) < 0.01);
+    assert_true(fabs(sqrt(ss / N) - 0.5) < 0.005); /* the post-truncation std equals std */
+    for (i = 1; i < 20; i++) {
+        double u = -0.99 + i * 0.099;
+        assert_true(fabs(erf(tr__erfinv(u)) - u) < 1e-12);
+    }
+}
+
+static void test_halfs(void **state) {
+    float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-8f, 6.1e-5f, 3.14159f, 1e30f};
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        float b = tr__bf16_to_f32(tr__f32_to_bf16(vals[i])), h = tr__f16_to_f32(tr__f32_to_f16(vals[i]));
+        assert_true(fabs(b - vals[i]) <= fabs(vals[i]) * (1.0 / 256));
+        if (fabs(vals[i]) <= 65504.0f) assert_true(fabs(h - vals[i]) <= fabs(vals[i]) * (1.0 / 2048) + 6e-8);
+        else assert_true(isinf(h));
+    }
+    assert_true(tr__f32_to_bf16(1.00390625f) == 0x3f80); /* ties go to even */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention),   cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
+    };
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}

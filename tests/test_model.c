@@ -1,0 +1,376 @@
+/* The TRM model: parameter counts, config validation, whole-model gradients against finite
+   differences, thread-count independence, determinism, allocation failure, ACT behaviour. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+#include SGEMM_PART
+
+static void tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+    assert_int_equal(tr_model_config_preset(c, "trm-tiny"), TR_OK);
+    c->vocab_size = 6, c->seq_len = 16, c->hidden_size = 16, c->num_heads = 2;
+    c->puzzle_emb_ndim = 24, c->puzzle_emb_len = 2, c->num_puzzle_identifiers = 3;
+    c->H_cycles = 2, c->L_cycles = 2, c->L_layers = 2, c->halt_max_steps = 3;
+    c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
+}
+
+static void tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid) {
+    uint64_t s = seed;
+    int i;
+    for (i = 0; i < B * L; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = 1 + (int)((s >> 33) % (uint64_t)(V - 1));
+        lab[i] = ((s >> 20) % 5 == 0) ? -100 : 1 + (int)((s >> 40) % (uint64_t)(V - 1));
+    }
+    for (i = 0; i < B; i++) pid[i] = i % npid;
+}
+
+static void test_param_counts(void **state) {
+    static const struct { const char *name; size_t n; } want[] = {
+        {"trm-sudoku-mlp", 5028866}, {"trm-sudoku-att", 6828034}, {"trm-maze", 6822914}, {"trm-arc", 6829058}};
+    tr_ctx *ctx = tu_ctx(1, 0);
+    size_t i;
+    (void)state;
+    for (i = 0; i < 4; i++) {
+        tr_model_config c;
+        tr_model *m;
+        assert_int_equal(tr_model_config_preset(&c, want[i].name), TR_OK);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_int_equal(tr_model_num_params(m), want[i].n);
+        tr_model_destroy(m);
+    }
+    assert_int_equal(tr_model_config_preset(&(tr_model_config){0}, "nope"), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+static void test_bad_config(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_model_config c;
+    tr_model *m = NULL;
+    (void)state;
+#define EXPECT_BAD(mutation, needle)                                                       \
+    do {                                                                                   \
+        tr_model_config_preset(&c, "trm-sudoku-att");                                      \
+        mutation;                                                                          \
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_ERR_CONFIG);                     \
+        assert_null(m);                                                                    \
+        if (!strstr(tr_ctx_last_error(ctx), needle)) fail_msg("error '%s' lacks '%s'", tr_ctx_last_error(ctx), needle); \
+    } while (0)
+    EXPECT_BAD(c.num_heads = 7, "num_heads");
+    EXPECT_BAD(c.hidden_size = 0, "hidden_size");
+    EXPECT_BAD(c.hidden_size = -512, "hidden_size");
+    EXPECT_BAD(c.seq_len = 0, "seq_len");
+    EXPECT_BAD(c.L_layers = 0, "L_layers");
+    EXPECT_BAD(c.L_cycles = -1, "L_cycles");
+    EXPECT_BAD(c.vocab_size = 1, "vocab_size");
+    EXPECT_BAD(c.expansion = 0, "expansion");
+    EXPECT_BAD(c.halt_exploration_prob = 1.5, "halt_exploration_prob");
+    EXPECT_BAD(c.puzzle_emb_ndim = 9000, "puzzle_emb_ndim");
+    EXPECT_BAD(c.num_heads = 512 / 3 + 1, "num_heads");
+    EXPECT_BAD(c.rms_norm_eps = -1, "rms_norm_eps");
+    EXPECT_BAD(c.pos_encodings = (tr_pos_encoding)7, "pos_encodings");
+#undef EXPECT_BAD
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* --- whole-model gradient vs finite differences ------------------------------------------- */
+typedef struct {
+    tr_trainer *t;
+    tr_batch batch;
+    float *z_H, *z_L; /* the carry entering the last H cycle, computed with the unperturbed weights */
+} fd_state;
+
+/* The function the reference differentiates: the first T-1 cycles are constants (no_grad),
+   so FD perturbs only the last cycle, which starts from the saved carry. Divided like the
+   gradient (total / B). */
+static double step_loss(fd_state *s) {
+    tr_model *m = s->t->m;
+    tr_carry *c = s->t->carry;
+    size_t n = (size_t)c->B * m->S * m->D;
+    int T = m->cfg.H_cycles;
+    tr_metrics mt;
+    tr_carry_reset(c);
+    tr__carry_refill(m, c, &s->batch);
+    memcpy(c->z_H, s->z_H, n * 4);
+    memcpy(c->z_L, s->z_L, n * 4);
+    m->cfg.H_cycles = 1;
+    assert_int_equal(tr__inner_fwd(m, c, 0, NULL, NULL), TR_OK);
+    m->cfg.H_cycles = T;
+    tr__loss(m, c, (double)c->B, NULL, NULL, &mt);
+    return mt.loss / c->B;
+}
+
+static void save_prefix_carry(fd_state *s) {
+    tr_model *m = s->t->m;
+    tr_carry *c = s->t->carry;
+    size_t n = (size_t)c->B * m->S * m->D;
+    int T = m->cfg.H_cycles;
+    tr_carry_reset(c);
+    tr__carry_refill(m, c, &s->batch);
+    if (T > 1) {
+        m->cfg.H_cycles = T - 1;
+        assert_int_equal(tr__inner_fwd(m, c, 0, NULL, NULL), TR_OK);
+        m->cfg.H_cycles = T;
+    }
+    s->z_H = (float *)malloc(n * 4), s->z_L = (float *)malloc(n * 4);
+    memcpy(s->z_H, c->z_H, n * 4);
+    memcpy(s->z_L, c->z_L, n * 4);
+}
+
+static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+    enum { B = 3 };
+    tr_ctx *ctx = tu_ctx(2, 5);
+    tr_model_config c;
+    tr_model *m;
+    tr_train_config tc = tr_train_config_default();
+    fd_state s;
+    int32_t in[B * 16], lab[B * 16], pid[B];
+    float *g, *prow;
+    int i;
+    tiny_config(&c, mlp_t, pos, loss);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    /* make the heads and the puzzle table non-trivial, as after some training */
+    tu_fill(m->W_q, 2 * (size_t)m->D, 21, 0.3f);
+    tu_fill(m->puzzle_emb, 3 * (size_t)m->Dp, 22, 0.5f);
+    tc.global_batch_size = B;
+    assert_int_equal(tr_trainer_create(m, &tc, &s.t), TR_OK);
+    tiny_batch(B, 16, 6, 99, in, lab, pid, 3);
+    s.batch.inputs = in, s.batch.labels = lab, s.batch.puzzle_identifiers = pid, s.batch.batch_size = B;
+    save_prefix_carry(&s);
+    tr_carry_reset(s.t->carry);
+    assert_int_equal(tr__train_fwd_bwd(s.t, &s.batch, NULL, NULL, NULL), TR_OK);
+    g = (float *)malloc(m->n_params * sizeof(float));
+    prow = (float *)malloc((size_t)B * m->Dp * sizeof(float));
+    memcpy(g, m->grads, m->n_params * sizeof(float));
+    memcpy(prow, s.t->prow, (size_t)B * m->Dp * sizeof(float));
+    for (i = 0; i <= m->n_tensors; i++) {
+        /* directional derivative along the gradient itself (or along the puzzle-row grads for the
+           table, i == n_tensors): f(p + h u) - f(p - h u) / 2h == <g, u> with u = g / |g| */
+        float *data, *gd;
+        size_t n, k;
+        double norm = 0, fp, fm, fd, h = 1e-2;
+        const char *name;
+        float *u;
+        if (i < m->n_tensors) {
+            if (!m->tensors[i].trainable) continue;
+            data = m->tensors[i].data, n = m->tensors[i].numel, gd = g + (data - m->params), name = m->tensors[i].name;
+        } else {
+            int b;
+            data = m->puzzle_emb, n = 3 * (size_t)m->Dp, name = "puzzle_emb.weights";
+            gd = (float *)calloc(n, sizeof(float));
+            for (b = 0; b < B; b++)
+                for (k = 0; k < (size_t)m->Dp; k++) gd[(size_t)pid[b] * m->Dp + k] += prow[(size_t)b * m->Dp + k];
+        }
+        for (k = 0; k < n; k++) norm += (double)gd[k] * gd[k];
+        norm = sqrt(norm);
+        if (norm == 0) fail_msg("%s: zero gradient", name);
+        u = (float *)malloc(n * sizeof(float));
+        for (k = 0; k < n; k++) u[k] = (float)(gd[k] / norm);
+        for (k = 0; k < n; k++) data[k] += (float)h * u[k];
+        fp = step_loss(&s);
+        for (k = 0; k < n; k++) data[k] -= 2 * (float)h * u[k];
+        fm = step_loss(&s);
+        for (k = 0; k < n; k++) data[k] += (float)h * u[k];
+        fd = (fp - fm) / (2 * h);
+        /* curvature over h = 1e-2 and fp32 rounding of the loss (~1e-6 / 2h) bound the error */
+        if (!(fabs(fd - norm) <= 1e-4 + 2e-2 * norm)) fail_msg("%s: |g| = %.6g, directional FD = %.6g", name, norm, fd);
+        free(u);
+        if (i == m->n_tensors) free(gd);
+    }
+    free(g);
+    free(prow);
+    free(s.z_H), free(s.z_L);
+    tr_trainer_destroy(s.t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(1, TR_POS_NONE, TR_LOSS_STABLEMAX); }
+static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
+static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
+
+/* --- training runs: threads, determinism ---------------------------------------------------- */
+static void run_steps(int threads, int mlp_t, int steps, float *params_out, double *losses) {
+    enum { B = 4 };
+    tr_ctx *ctx = tu_ctx(threads, 11);
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = tr_train_config_default();
+    int32_t in[B * 16], lab[B * 16], pid[B];
+    int k;
+    tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    c.halt_exploration_prob = 0.5;
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    for (k = 0; k < steps; k++) {
+        tr_batch b;
+        tr_metrics mt;
+        tiny_batch(B, 16, 6, 1000 + (uint64_t)k, in, lab, pid, 3);
+        b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+        assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
+        losses[k] = mt.loss;
+    }
+    memcpy(params_out, m->params, m->n_params * sizeof(float));
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
+static void test_threads_and_determinism(void **state) {
+    int mlp_t;
+    (void)state;
+    for (mlp_t = 0; mlp_t < 2; mlp_t++) {
+        tr_ctx *ctx = tu_ctx(1, 0);
+        tr_model_config c;
+        tr_model *m;
+        size_t n;
+        float *p1, *p2, *p3;
+        double l1[5], l2[5], l3[5];
+        tiny_config(&c, mlp_t, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        n = m->n_params;
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+        p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4);
+        run_steps(1, mlp_t, 5, p1, l1);
+        run_steps(2, mlp_t, 5, p2, l2);
+        run_steps(2, mlp_t, 5, p3, l3);
+        /* a fixed seed and thread count is bit-identical */
+        assert_memory_equal(p2, p3, n * 4);
+        assert_memory_equal(l2, l3, sizeof l2);
+        /* no kernel reduces across threads, so 1 and 2 threads agree exactly too; the bound
+           below is the reassociation tolerance we would accept otherwise */
+        tu_assert_close("1 vs 2 threads, params after 5 steps", p1, p2, n, 1e-6, 1e-5);
+        assert_memory_equal(p1, p2, n * 4);
+        free(p1), free(p2), free(p3);
+    }
+}
+
+/* --- allocation failure --------------------------------------------------------------------- */
+static void test_alloc_faults(void **state) {
+    tr_ctx *ctx = tu_ctx(2, 0);
+    tr_model_config c;
+    int k, ok = 0;
+    (void)state;
+    tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    for (k = 1; k < 200 && !ok; k++) {
+        tr_model *m = NULL;
+        tr_trainer *t = NULL;
+        tr_train_config tc = tr_train_config_default();
+        tr_status st;
+        int32_t in[2 * 16], lab[2 * 16], pid[2];
+        tr_batch b;
+        tc.global_batch_size = 2;
+        tiny_batch(2, 16, 6, 5, in, lab, pid, 3);
+        b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = 2;
+        tr_ctx_fail_alloc_at(ctx, k);
+        st = tr_model_create(ctx, &c, &m);
+        if (st == TR_OK) st = tr_trainer_create(m, &tc, &t);
+        if (st == TR_OK) st = tr_trainer_step(t, &b, NULL);
+        if (st == TR_OK) ok = 1;
+        else {
+            assert_int_equal(st, TR_ERR_OUT_OF_MEMORY);
+            assert_non_null(strstr(tr_ctx_last_error(ctx), "out of memory"));
+        }
+        tr_trainer_destroy(t);
+        tr_model_destroy(m);
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    }
+    assert_true(ok);
+    assert_true(k > 5); /* several allocations were failed in turn */
+    tr_ctx_fail_alloc_at(ctx, 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* --- ACT ------------------------------------------------------------------------------------ */
+static void test_act_carry(void **state) {
+    enum { B = 4 };
+    tr_ctx *ctx = tu_ctx(2, 3);
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = tr_train_config_default();
+    int32_t in[B * 16], lab[B * 16], pid[B], in2[B * 16], lab2[B * 16], pid2[B], halted[B], steps[B];
+    tr_batch b, b2;
+    tr_carry *ev;
+    tr_step_outputs o;
+    int k, r;
+    (void)state;
+    tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    c.halt_exploration_prob = 0;
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    /* q_halt = +1 for row 0 and 2 (by their puzzle id), -1 for the others */
+    memset(m->W_q, 0, 2 * (size_t)m->D * 4);
+    tc.global_batch_size = B;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    tiny_batch(B, 16, 6, 1, in, lab, pid, 3);
+    tiny_batch(B, 16, 6, 2, in2, lab2, pid2, 3);
+    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+    b2.inputs = in2, b2.labels = lab2, b2.puzzle_identifiers = pid2, b2.batch_size = B;
+    m->b_q[0] = -5;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(t->carry->halted[r], 0); /* q_halt < 0, 1 < M */
+    /* a second batch is ignored by running rows */
+    t->carry->halted[1] = 1;
+    assert_int_equal(tr_trainer_step(t, &b2, NULL), TR_OK);
+    assert_memory_equal(t->carry->inputs + 0 * 16, in + 0 * 16, 16 * 4);
+    assert_memory_equal(t->carry->inputs + 1 * 16, in2 + 1 * 16, 16 * 4);
+    assert_int_equal(t->carry->steps[0], 2);
+    assert_int_equal(t->carry->steps[1], 1);
+    /* halt_max_steps = 3: row 0 halts at its third step */
+    assert_int_equal(tr_trainer_step(t, &b2, NULL), TR_OK);
+    assert_int_equal(t->carry->halted[0], 1);
+    assert_int_equal(t->carry->halted[1], 0);
+    /* q_halt > 0 halts after one step in training... */
+    m->b_q[0] = 5;
+    tr_carry_reset(t->carry);
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(t->carry->halted[r], 1);
+    /* ...but eval ignores it and always runs halt_max_steps */
+    assert_int_equal(tr_carry_create(m, B, &ev), TR_OK);
+    memset(&o, 0, sizeof o);
+    o.halted = halted, o.steps = steps;
+    for (k = 1; k <= 3; k++) {
+        tr_metrics mt;
+        assert_int_equal(tr_model_eval_step(m, ev, &b, &o, &mt), TR_OK);
+        for (r = 0; r < B; r++) assert_int_equal(steps[r], k), assert_int_equal(halted[r], k == 3);
+        assert_true(k < 3 ? mt.count == 0 : mt.count > 0);
+    }
+    /* inference halts on q_halt > 0, or runs exactly --steps */
+    assert_int_equal(tr_model_infer(m, ev, &b, 0, NULL, NULL, &o), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(steps[r], 1);
+    assert_int_equal(tr_model_infer(m, ev, &b, 2, NULL, NULL, &o), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(steps[r], 2);
+    /* bad ids are errors, not crashes */
+    in[5] = 6;
+    assert_int_equal(tr_model_eval_step(m, ev, &b, NULL, NULL), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "inputs[0][5]"));
+    in[5] = 1, pid[2] = 3;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "puzzle_identifiers[2]"));
+    pid[2] = 0, lab[3] = 9;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_ERR_INVALID_ARG);
+    b.batch_size = 3;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_ERR_INVALID_ARG);
+    tr_carry_destroy(ev);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_param_counts),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_grad_mlp_t),
+        cmocka_unit_test(test_grad_attention_rope),
+        cmocka_unit_test(test_grad_attention_learned_softmax),
+        cmocka_unit_test(test_threads_and_determinism),
+        cmocka_unit_test(test_alloc_faults),
+        cmocka_unit_test(test_act_carry),
+    };
+    return cmocka_run_group_tests_name("model", tests, NULL, NULL);
+}

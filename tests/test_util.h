@@ -1,0 +1,47 @@
+/* Shared helpers for the cmocka suites. A suite defines TINYREC_IMPLEMENTATION, then includes
+   this file, which brings in the whole library first (before any system header, so that the
+   library's feature macros take effect) and then cmocka. */
+#ifndef TINYREC_TEST_UTIL_H
+#define TINYREC_TEST_UTIL_H
+#include "tinyrec.h"
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+
+/* Fills with uniform values in [-scale, scale) from a fixed seed. */
+static void tu_fill(float *x, size_t n, uint64_t seed, float scale) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = scale * ((float)(s >> 40) / 8388608.0f - 1.0f);
+    }
+}
+
+/* Asserts |got - ref| <= atol + rtol * |ref| elementwise; prints the worst element on failure. */
+static void tu_assert_close(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol) {
+    size_t i, worst = 0;
+    double worst_excess = -1;
+    for (i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - (double)ref[i]), lim = atol + rtol * fabs((double)ref[i]);
+        if (!(err <= lim) && err - lim > worst_excess) worst_excess = err - lim, worst = i;
+    }
+    if (worst_excess >= 0) {
+        fail_msg("%s: element %zu: got %.9g, want %.9g (atol %g, rtol %g)", what, worst, (double)got[worst], (double)ref[worst], atol, rtol);
+    }
+}
+
+static tr_ctx *tu_ctx(int threads, uint64_t seed) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    cc.num_threads = threads;
+    cc.seed = seed;
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    return ctx;
+}
+#endif
