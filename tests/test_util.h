@@ -14,7 +14,7 @@
 #include <math.h>
 
 /* Fills with uniform values in [-scale, scale) from a fixed seed. */
-static void tu_fill(float *x, size_t n, uint64_t seed, float scale) {
+static inline void tu_fill(float *x, size_t n, uint64_t seed, float scale) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
     size_t i;
     for (i = 0; i < n; i++) {
@@ -24,7 +24,7 @@ static void tu_fill(float *x, size_t n, uint64_t seed, float scale) {
 }
 
 /* Asserts |got - ref| <= atol + rtol * |ref| elementwise; prints the worst element on failure. */
-static void tu_assert_close(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol) {
+static inline void tu_assert_close(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol) {
     size_t i, worst = 0;
     double worst_excess = -1;
     for (i = 0; i < n; i++) {
@@ -36,7 +36,7 @@ static void tu_assert_close(const char *what, const float *got, const float *ref
     }
 }
 
-static tr_ctx *tu_ctx(int threads, uint64_t seed) {
+static inline tr_ctx *tu_ctx(int threads, uint64_t seed) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx = NULL;
     cc.num_threads = threads;

@@ -76,7 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (i = 0; i < n; i++) {
             const tr_st_tensor *t = tr_st_at(f, i);
             size_t ne = tr_st_numel(t);
+            const tr_st_tensor *g = NULL;
             FZ_CHECK(t && tr_st_find(f, t->name) == t);
+            FZ_CHECK(tr_st_get(fz_ctx, f, t->name, t->ndim, t->shape, &g) == TR_OK && g == t);
             FZ_CHECK(ne * tr_dtype_size(t->dtype) == t->nbytes);
             FZ_CHECK((const uint8_t *)t->data >= data && (const uint8_t *)t->data + t->nbytes <= data + size);
             if (t->dtype == TR_F32 || t->dtype == TR_BF16 || t->dtype == TR_F16) {

@@ -1,26 +1,32 @@
 #!/bin/sh
-# Builds the safetensors fuzzer with libFuzzer + ASan + UBSan and runs it for SECONDS (default 60).
-#   tests/fuzz/run.sh 600          # from the repository root (or anywhere)
-# Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-14-dev, or the matching version).
-# New findings are written to build/fuzz/ as crash-*/leak-*/timeout-* files: minimise them, add
-# them to tests/fuzz/corpus_regress/ and fix the reader. The seed corpus is not modified: new
-# coverage goes to build/fuzz/corpus.
+# Builds a fuzzer with libFuzzer + ASan + UBSan and runs it for SECONDS (default 60).
+#   tests/fuzz/run.sh 600              # the safetensors reader (fuzz_safetensors.c)
+#   tests/fuzz/run.sh 300 json         # the JSON reader alone (fuzz_json.c)
+# Works from any directory. Needs clang with libFuzzer (Debian: apt-get install clang
+# libclang-rt-14-dev, or the version matching your clang). Environment: FUZZ_CC (clang),
+# FUZZ_JOBS (parallel workers, default 1), FUZZ_CFLAGS (extra compiler flags).
+# Findings are written to build/fuzz/ as crash-*/leak-*/timeout-*/oom-* files: add each to
+# tests/fuzz/corpus_regress/ (which make test replays) and fix the reader. The committed seed
+# corpus is only read; new coverage accumulates in build/fuzz/corpus-<target>.
 set -eu
-SECONDS_TO_RUN=${1:-60}
+SECS=${1:-60}
+TARGET=${2:-safetensors}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT="$ROOT/build/fuzz"
 CC=${FUZZ_CC:-clang}
 JOBS=${FUZZ_JOBS:-1}
-mkdir -p "$OUT/corpus"
+case "$TARGET" in
+safetensors) SEEDS="$ROOT/tests/fuzz/corpus $ROOT/tests/fuzz/corpus_regress" ;;
+json) SEEDS="$ROOT/tests/fuzz/corpus_json" ;;
+*) echo "usage: $0 SECONDS [safetensors|json]" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT/corpus-$TARGET"
 "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$ROOT/tests/fuzz/fuzz_safetensors.c" -o "$OUT/fuzz_safetensors" -lm
-echo "fuzzing for ${SECONDS_TO_RUN}s (jobs: $JOBS); findings go to $OUT"
+    -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$ROOT/tests/fuzz/fuzz_$TARGET.c" -o "$OUT/fuzz_$TARGET" -lm
+echo "fuzzing $TARGET for ${SECS}s (workers: $JOBS); findings go to $OUT"
 cd "$OUT"
-if [ "$JOBS" -gt 1 ]; then
-    exec ./fuzz_safetensors -max_total_time="$SECONDS_TO_RUN" -dict="$ROOT/tests/fuzz/safetensors.dict" \
-        -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -jobs="$JOBS" -workers="$JOBS" \
-        -artifact_prefix="$OUT/" corpus "$ROOT/tests/fuzz/corpus" "$ROOT/tests/fuzz/corpus_regress"
-fi
-exec ./fuzz_safetensors -max_total_time="$SECONDS_TO_RUN" -dict="$ROOT/tests/fuzz/safetensors.dict" \
-    -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$OUT/" corpus "$ROOT/tests/fuzz/corpus" "$ROOT/tests/fuzz/corpus_regress"
+set -- -max_total_time="$SECS" -dict="$ROOT/tests/fuzz/safetensors.dict" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/"
+if [ "$JOBS" -gt 1 ]; then set -- "$@" -jobs="$JOBS" -workers="$JOBS"; fi
+# shellcheck disable=SC2086 # SEEDS is a list of directories
+exec "./fuzz_$TARGET" "$@" "corpus-$TARGET" $SEEDS

@@ -1,0 +1,298 @@
+/* Parity with the PyTorch twin (tools/torch_reference.py): the fixtures in tests/data hold the
+   weights, 3 training batches, and for each step the input embedding, the carries after every
+   H cycle, logits, q values, halting, losses, metrics and learning rates, plus every gradient of
+   step 1 and the weights, puzzle table and EMA after step 3.
+
+   Tolerances (atol + rtol * |ref|), fp32 against fp32 PyTorch on the same math:
+   - carries and logits: rtol 1e-4, atol carry_atol(step). Both sides round every op in fp32
+     but sum in different orders (blocked GEMM vs PyTorch's); through the 2 * (n+1) * T = 18
+     post-norm block applications of step 1 the worst error is 3.3e-5 absolute on post-norm
+     values whose RMS is 1, so atol is a relative bound on the tensor's scale; a wrong op shows
+     up as O(1) errors.
+   - accuracy metric: the twin sums it in fp32, so 1e-6.
+   - gradients: rtol 1e-3, atol 1e-4 * max|ref| of the tensor (see fx_close_grad).
+   - losses in fp64 from the logits: rtol 1e-5.
+   - weights after 3 steps: atol 2e-5 (AdamATan2 steps are bounded by lr * pi/2 / bc1 and
+     barely depend on the gradient's size, so parameters agree far better than activations:
+     measured worst 8.3e-6 after 3 steps of lr 1e-3). */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+#include "parts/sgemm.h"
+
+typedef struct fx_rec {
+    char name[160];
+    int dtype, ndim;
+    uint64_t dims[8];
+    size_t n;
+    void *data;
+} fx_rec;
+
+typedef struct fx_file {
+    fx_rec *recs;
+    int count;
+} fx_file;
+
+static void fx_load(const char *path, fx_file *f) {
+    FILE *fp = fopen(path, "rb");
+    char magic[8];
+    uint32_t count, i;
+    if (!fp) fail_msg("cannot open %s (run from the repository root)", path);
+    assert_int_equal(fread(magic, 1, 8, fp), 8);
+    assert_memory_equal(magic, "TRFX0001", 8);
+    assert_int_equal(fread(&count, 4, 1, fp), 1);
+    f->count = (int)count;
+    f->recs = (fx_rec *)calloc(count, sizeof(fx_rec));
+    for (i = 0; i < count; i++) {
+        fx_rec *r = &f->recs[i];
+        uint32_t len, dt, nd, d;
+        size_t esz;
+        assert_int_equal(fread(&len, 4, 1, fp), 1);
+        assert_true(len < sizeof r->name);
+        assert_int_equal(fread(r->name, 1, len, fp), len);
+        assert_int_equal(fread(&dt, 4, 1, fp), 1);
+        assert_int_equal(fread(&nd, 4, 1, fp), 1);
+        assert_true(nd <= 8);
+        r->dtype = (int)dt, r->ndim = (int)nd, r->n = 1;
+        for (d = 0; d < nd; d++) {
+            assert_int_equal(fread(&r->dims[d], 8, 1, fp), 1);
+            r->n *= r->dims[d];
+        }
+        esz = dt == 2 ? 8 : 4;
+        r->data = malloc(r->n * esz + 1);
+        assert_int_equal(fread(r->data, esz, r->n, fp), r->n);
+    }
+    fclose(fp);
+}
+
+static void fx_free(fx_file *f) {
+    int i;
+    for (i = 0; i < f->count; i++) free(f->recs[i].data);
+    free(f->recs);
+}
+
+static const fx_rec *fx_get(const fx_file *f, const char *name) {
+    int i;
+    for (i = 0; i < f->count; i++)
+        if (strcmp(f->recs[i].name, name) == 0) return &f->recs[i];
+    return NULL;
+}
+static const fx_rec *fx_need(const fx_file *f, const char *name) {
+    const fx_rec *r = fx_get(f, name);
+    if (!r) fail_msg("fixture lacks record '%s'", name);
+    return r;
+}
+static double fx_num(const fx_file *f, const char *name) {
+    const fx_rec *r = fx_need(f, name);
+    assert_int_equal(r->dtype, 2);
+    return ((const double *)r->data)[0];
+}
+static double fx_cfg(const fx_file *f, const char *field) {
+    char name[128];
+    snprintf(name, sizeof name, "config.%s", field);
+    return fx_num(f, name);
+}
+static void fx_close_f32(const fx_file *f, const char *name, const float *got, size_t n, double atol, double rtol) {
+    const fx_rec *r = fx_need(f, name);
+    assert_int_equal(r->dtype, 0);
+    if (r->n != n) fail_msg("%s: %zu values in the fixture, %zu here", name, r->n, n);
+    if (getenv("PARITY_DEBUG")) {
+        size_t i;
+        double mx = 0, mref = 0;
+        for (i = 0; i < n; i++) {
+            double e = fabs((double)got[i] - ((const float *)r->data)[i]);
+            mx = e > mx ? e : mx;
+            mref = fabs(((const float *)r->data)[i]) > mref ? fabs(((const float *)r->data)[i]) : mref;
+        }
+        fprintf(stderr, "  %-60s max abs err %.3g (max |ref| %.3g)\n", name, mx, mref);
+    }
+    tu_assert_close(name, got, (const float *)r->data, n, atol, rtol);
+}
+/* Gradients: the absolute part scales with the tensor (1e-4 of its largest element), since an
+   element far below the tensor's scale carries the rounding error of the large ones it was
+   summed with. */
+static void fx_close_grad(const fx_file *f, const char *name, const float *got, size_t n) {
+    const fx_rec *r = fx_need(f, name);
+    const float *ref = (const float *)r->data;
+    double mx = 0;
+    size_t i;
+    for (i = 0; i < r->n; i++) mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    fx_close_f32(f, name, got, n, 1e-4 * mx, 1e-3);
+    if (getenv("PARITY_DEBUG")) {
+        size_t flips = 0;
+        double mn = 1e30;
+        for (i = 0; i < n; i++)
+            if ((got[i] > 0) != (ref[i] > 0) && (got[i] != 0 || ref[i] != 0)) flips++, mn = fabs(ref[i]) < mn ? fabs(ref[i]) : mn;
+        fprintf(stderr, "%s: %zu sign flips (smallest |ref| %g), max %g\n", name, flips, flips ? mn : 0, mx);
+    }
+}
+static void fx_close_num(const fx_file *f, const char *name, double got, double atol, double rtol) {
+    double want = fx_num(f, name);
+    if (!(fabs(got - want) <= atol + rtol * fabs(want))) fail_msg("%s: got %.12g, want %.12g", name, got, want);
+}
+static void fx_equal_i32(const fx_file *f, const char *name, const int32_t *got, size_t n) {
+    const fx_rec *r = fx_need(f, name);
+    assert_int_equal(r->dtype, 1);
+    assert_int_equal(r->n, n);
+    if (memcmp(got, r->data, n * 4) != 0) fail_msg("%s differs", name);
+}
+
+/* Carried rows accumulate rounding through every further cycle: measured worst errors on the
+   mlp_t fixture are 3.3e-5, 1.1e-4 and 3.0e-4 at steps 1..3 (x3 per step; the attention
+   fixture stays near 2e-6), so the bound grows x4 per step from 5e-5. */
+static double carry_atol(int step) { return 5e-5 * pow(4.0, step - 1); }
+
+typedef struct {
+    const fx_file *f;
+    int step;
+    size_t n;
+} hook_state;
+
+static void cycle_hook(void *user, int cycle, const float *z_H, const float *z_L) {
+    hook_state *h = (hook_state *)user;
+    char name[128];
+    snprintf(name, sizeof name, "step%d.cycle%d.z_H", h->step, cycle + 1);
+    fx_close_f32(h->f, name, z_H, h->n, carry_atol(h->step), 1e-4);
+    snprintf(name, sizeof name, "step%d.cycle%d.z_L", h->step, cycle + 1);
+    fx_close_f32(h->f, name, z_L, h->n, carry_atol(h->step), 1e-4);
+}
+
+static void run_fixture(const char *path, int threads) {
+    fx_file f;
+    tr_ctx *ctx = tu_ctx(threads, 0);
+    tr_model_config c;
+    tr_train_config tc = tr_train_config_default();
+    tr_model *m;
+    tr_trainer *t;
+    int i, k, B;
+    char name[192];
+    fx_load(path, &f);
+    memset(&c, 0, sizeof c);
+    c.arch = TR_ARCH_TRM;
+    c.vocab_size = (int)fx_cfg(&f, "vocab_size");
+    c.seq_len = (int)fx_cfg(&f, "seq_len");
+    c.hidden_size = (int)fx_cfg(&f, "hidden_size");
+    c.num_heads = (int)fx_cfg(&f, "num_heads");
+    c.expansion = fx_cfg(&f, "expansion");
+    c.L_layers = (int)fx_cfg(&f, "L_layers");
+    c.H_cycles = (int)fx_cfg(&f, "H_cycles");
+    c.L_cycles = (int)fx_cfg(&f, "L_cycles");
+    c.puzzle_emb_ndim = (int)fx_cfg(&f, "puzzle_emb_ndim");
+    c.puzzle_emb_len = (int)fx_cfg(&f, "puzzle_emb_len");
+    c.num_puzzle_identifiers = (int)fx_cfg(&f, "num_puzzle_identifiers");
+    c.pos_encodings = (tr_pos_encoding)(int)fx_cfg(&f, "pos_encodings");
+    c.mlp_t = (int)fx_cfg(&f, "mlp_t");
+    c.rope_theta = fx_cfg(&f, "rope_theta");
+    c.rms_norm_eps = fx_cfg(&f, "rms_norm_eps");
+    c.halt_max_steps = (int)fx_cfg(&f, "halt_max_steps");
+    c.halt_exploration_prob = fx_cfg(&f, "halt_exploration_prob");
+    c.loss_type = (tr_loss_type)(int)fx_cfg(&f, "loss_type");
+    c.no_ACT_continue = 1;
+    tc.lr = fx_cfg(&f, "lr");
+    tc.puzzle_emb_lr = fx_cfg(&f, "puzzle_emb_lr");
+    tc.weight_decay = fx_cfg(&f, "weight_decay");
+    tc.puzzle_emb_weight_decay = fx_cfg(&f, "puzzle_emb_weight_decay");
+    tc.lr_warmup_steps = (long)fx_cfg(&f, "lr_warmup_steps");
+    tc.total_steps = (long)fx_cfg(&f, "total_steps");
+    tc.lr_min_ratio = fx_cfg(&f, "lr_min_ratio");
+    tc.beta1 = fx_cfg(&f, "beta1");
+    tc.beta2 = fx_cfg(&f, "beta2");
+    tc.ema_decay = fx_cfg(&f, "ema_decay");
+    tc.ema = 1;
+    tc.global_batch_size = B = (int)fx_cfg(&f, "batch_size");
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    /* load every tensor the model has, by its reference name */
+    for (i = 0; i < m->n_tensors; i++) {
+        const fx_rec *r = fx_need(&f, m->tensors[i].name);
+        assert_int_equal(r->n, m->tensors[i].numel);
+        memcpy(m->tensors[i].data, r->data, r->n * 4);
+    }
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    for (k = 1; k <= 3; k++) {
+        tr_batch b;
+        tr_metrics mt;
+        hook_state hs;
+        size_t N = (size_t)B * m->S * m->D;
+        int32_t halted_before[64];
+        snprintf(name, sizeof name, "step%d.inputs", k);
+        b.inputs = (const int32_t *)fx_need(&f, name)->data;
+        snprintf(name, sizeof name, "step%d.labels", k);
+        b.labels = (const int32_t *)fx_need(&f, name)->data;
+        snprintf(name, sizeof name, "step%d.puzzle_identifiers", k);
+        b.puzzle_identifiers = (const int32_t *)fx_need(&f, name)->data;
+        b.batch_size = B;
+        memcpy(halted_before, t->carry->halted, (size_t)B * 4);
+        snprintf(name, sizeof name, "step%d.halted_before", k);
+        fx_equal_i32(&f, name, halted_before, (size_t)B);
+        hs.f = &f, hs.step = k, hs.n = N;
+        assert_int_equal(tr__train_fwd_bwd(t, &b, &mt, cycle_hook, &hs), TR_OK);
+        snprintf(name, sizeof name, "step%d.x", k);
+        fx_close_f32(&f, name, t->carry->x, N, 1e-5, 1e-5);
+        snprintf(name, sizeof name, "step%d.logits", k);
+        fx_close_f32(&f, name, t->carry->logits, (size_t)B * m->L * m->V, carry_atol(k), 1e-4);
+        {
+            float qh[64], qc[64];
+            for (i = 0; i < B; i++) qh[i] = t->carry->q[2 * i], qc[i] = t->carry->q[2 * i + 1];
+            snprintf(name, sizeof name, "step%d.q_halt", k);
+            fx_close_f32(&f, name, qh, (size_t)B, carry_atol(k), 1e-4);
+            snprintf(name, sizeof name, "step%d.q_continue", k);
+            fx_close_f32(&f, name, qc, (size_t)B, carry_atol(k), 1e-4);
+        }
+        snprintf(name, sizeof name, "step%d.halted_after", k);
+        fx_equal_i32(&f, name, t->carry->halted, (size_t)B);
+        snprintf(name, sizeof name, "step%d.steps", k);
+        fx_equal_i32(&f, name, t->carry->steps, (size_t)B);
+        snprintf(name, sizeof name, "step%d.lm_loss", k);
+        fx_close_num(&f, name, mt.lm_loss, 1e-7, 1e-5);
+        snprintf(name, sizeof name, "step%d.q_halt_loss", k);
+        fx_close_num(&f, name, mt.q_halt_loss, 1e-7, 1e-5);
+        snprintf(name, sizeof name, "step%d.loss", k);
+        fx_close_num(&f, name, mt.loss, 1e-7, 1e-5);
+#define METRIC(field, tol)                                              \
+        snprintf(name, sizeof name, "step%d.metrics." #field, k);       \
+        fx_close_num(&f, name, mt.field, tol, 0);
+        METRIC(count, 0) METRIC(exact_accuracy, 0) METRIC(q_halt_accuracy, 0) METRIC(steps, 0) METRIC(accuracy, 1e-6)
+#undef METRIC
+        if (k == 1) {
+            for (i = 0; i < m->n_tensors; i++) {
+                if (!m->tensors[i].trainable) continue;
+                snprintf(name, sizeof name, "step1.grad.%s", m->tensors[i].name + strlen("model.inner."));
+                fx_close_grad(&f, name, TR__GRAD(m, m->tensors[i].data), m->tensors[i].numel);
+            }
+            fx_close_grad(&f, "step1.grad.puzzle_emb_rows", t->prow, (size_t)B * m->Dp);
+        }
+        tr__optimizer_update(t);
+        snprintf(name, sizeof name, "step%d.lr", k);
+        fx_close_num(&f, name, tr_lr_schedule(&tc, tc.lr, k), 0, 1e-12);
+        snprintf(name, sizeof name, "step%d.puzzle_emb_lr", k);
+        fx_close_num(&f, name, tr_lr_schedule(&tc, tc.puzzle_emb_lr, k), 0, 1e-12);
+    }
+    for (i = 0; i < m->n_tensors; i++) {
+        const char *bare = m->tensors[i].name + strlen("model.inner.");
+        if (!m->tensors[i].trainable) {
+            if (strcmp(bare, "puzzle_emb.weights") == 0) fx_close_f32(&f, "final.puzzle_emb.weights", m->tensors[i].data, m->tensors[i].numel, 2e-5, 0);
+            continue;
+        }
+        snprintf(name, sizeof name, "final.%s", bare);
+        if (fx_get(&f, name)) fx_close_f32(&f, name, m->tensors[i].data, m->tensors[i].numel, 2e-5, 0);
+        snprintf(name, sizeof name, "final.ema.%s", bare);
+        if (fx_get(&f, name)) fx_close_f32(&f, name, t->ema + (m->tensors[i].data - m->params), m->tensors[i].numel, 2e-5, 0);
+    }
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+    fx_free(&f);
+}
+
+static void test_parity_mlp_t(void **state) { (void)state; run_fixture("tests/data/trm_tiny_mlp.trfx", 2); }
+static void test_parity_attention(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 2); }
+static void test_parity_one_thread(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 1); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parity_mlp_t),
+        cmocka_unit_test(test_parity_attention),
+        cmocka_unit_test(test_parity_one_thread),
+    };
+    return cmocka_run_group_tests_name("parity", tests, NULL, NULL);
+}
