@@ -1,0 +1,201 @@
+/* tinyrec-bench: CPU throughput of the TRM training step, inference steps and SGEMM.
+
+   build/tinyrec-bench [--preset trm-sudoku-mlp] [--batch 64] [--reps 3] [--threads N]
+                       [--peak-gflops 433] [--json] [--skip-train] [--simd scalar|avx2|avx512]
+
+   FLOPs count matmuls only (2 per multiply-add), with the formulas of
+   ../shared/docs/perf-baseline.md: a training step = 70 blocks + 3 heads per sample for
+   T=3, n=6 (42 forward blocks, and twice the 14 blocks of the last H cycle for backward). */
+#define TINYREC_IMPLEMENTATION
+#include "tinyrec.h"
+#include "parts/sgemm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    double ms, per_s, gflops;
+} row;
+
+static double median(double *v, int n) {
+    int i, j;
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* FLOPs of one block per sample (matmuls only). */
+static double block_flops(const tr_model *m) {
+    double S = m->S, D = m->D, I = m->I;
+    if (m->cfg.mlp_t) return 6.0 * S * D * I + 6.0 * D * S * m->It;
+    return 6.0 * S * D * I + 2.0 * S * D * 4.0 * D + 4.0 * S * S * D;
+}
+static double head_flops(const tr_model *m) { return 2.0 * m->L * m->D * m->V + 4.0 * m->D; }
+
+static void fill_batch(int B, const tr_model *m, int32_t *in, int32_t *lab, int32_t *pid, uint64_t seed) {
+    int i;
+    for (i = 0; i < B * m->L; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = 1 + (int)((seed >> 33) % (uint64_t)(m->V - 1));
+        lab[i] = 1 + (int)((seed >> 45) % (uint64_t)(m->V - 1));
+    }
+    for (i = 0; i < B; i++) pid[i] = 0;
+}
+
+int main(int argc, char **argv) {
+    const char *preset = "trm-sudoku-mlp", *simd = NULL;
+    int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0;
+    double peak = 0;
+    row rows[16];
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx;
+    tr_model_config cfg;
+    tr_model *m;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--peak-gflops") && i + 1 < argc) peak = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--simd") && i + 1 < argc) simd = argv[++i];
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
+        else {
+            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--json] [--skip-train]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (B <= 0 || reps <= 0) {
+        fprintf(stderr, "tinyrec-bench: --batch and --reps must be positive\n");
+        return 2;
+    }
+    cc.num_threads = threads;
+    cc.seed = 1;
+    cc.simd = simd;
+    if (tr_ctx_create(&cc, &ctx) != TR_OK) {
+        fprintf(stderr, "tinyrec-bench: cannot create a context (bad --threads or --simd?)\n");
+        return 1;
+    }
+    if (tr_model_config_preset(&cfg, preset) != TR_OK) {
+        fprintf(stderr, "tinyrec-bench: unknown preset '%s'\n", preset);
+        return 2;
+    }
+    if (tr_model_create(ctx, &cfg, &m) != TR_OK) {
+        fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+        return 1;
+    }
+    {
+        double F_blk = block_flops(m), F_h = head_flops(m);
+        int T = cfg.H_cycles, n = cfg.L_cycles, nl = cfg.L_layers;
+        double F_fwd = (double)T * (n + 1) * nl * F_blk + F_h;
+        double F_train = ((double)T * (n + 1) + 2.0 * (n + 1)) * nl * F_blk + 3 * F_h;
+        int32_t *in = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * m->L * 2 + sizeof(int32_t) * B);
+        int32_t *lab = in + (size_t)B * m->L, *pid = lab + (size_t)B * m->L;
+        double t[64];
+        tr_batch bt;
+        fill_batch(B, m, in, lab, pid, 7);
+        bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = B;
+        if (!skip_train) {
+            tr_train_config tc = tr_train_config_default();
+            tr_trainer *tr;
+            tc.global_batch_size = B;
+            if (tr_trainer_create(m, &tc, &tr) != TR_OK) {
+                fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+                return 1;
+            }
+            for (r = 0; r <= reps && r < 64; r++) {
+                double t0 = tr__now();
+                /* every row restarts each step, so every step does the full work */
+                tr_carry_reset(tr->carry);
+                if (tr_trainer_step(tr, &bt, NULL) != TR_OK) {
+                    fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+                    return 1;
+                }
+                if (r) t[r - 1] = tr__now() - t0; /* the first is a warm-up */
+            }
+            {
+                double s = median(t, reps < 64 ? reps : 63);
+                static char nm[64];
+                snprintf(nm, sizeof nm, "train step B=%d", B);
+                rows[nrows].name = nm, rows[nrows].ms = s * 1e3, rows[nrows].per_s = B / s, rows[nrows].gflops = F_train * B / s / 1e9, nrows++;
+            }
+            tr_trainer_destroy(tr);
+        }
+        {
+            int bs[2] = {1, B}, k;
+            static char nm[2][64];
+            for (k = 0; k < 2; k++) {
+                tr_carry *c;
+                tr_batch b1 = bt;
+                b1.batch_size = bs[k];
+                if (tr_carry_create(m, bs[k], &c) != TR_OK) return 1;
+                for (r = 0; r <= reps && r < 64; r++) {
+                    double t0 = tr__now();
+                    if (tr_model_eval_step(m, c, &b1, NULL, NULL) != TR_OK) {
+                        fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+                        return 1;
+                    }
+                    if (r) t[r - 1] = tr__now() - t0;
+                }
+                {
+                    double s = median(t, reps < 64 ? reps : 63);
+                    snprintf(nm[k], sizeof nm[k], "infer sup. step B=%d", bs[k]);
+                    rows[nrows].name = nm[k], rows[nrows].ms = s * 1e3, rows[nrows].per_s = bs[k] / s, rows[nrows].gflops = F_fwd * bs[k] / s / 1e9, nrows++;
+                }
+                tr_carry_destroy(c);
+            }
+        }
+        free(in);
+    }
+    {
+        static const size_t sz[2][3] = {{6208, 512, 3072}, {6208, 1536, 512}};
+        static char nm[2][64];
+        int k;
+        for (k = 0; k < 2; k++) {
+            size_t M = sz[k][0], K = sz[k][1], N = sz[k][2];
+            float *A = (float *)malloc(M * K * 4), *Bm = (float *)malloc(N * K * 4), *C = (float *)malloc(M * N * 4);
+            double t[64];
+            size_t q;
+            for (q = 0; q < M * K; q++) A[q] = (float)((q * 37) % 101) * 0.01f - 0.5f;
+            for (q = 0; q < N * K; q++) Bm[q] = (float)((q * 53) % 97) * 0.01f - 0.5f;
+            for (r = 0; r <= reps + 2 && r < 64; r++) {
+                double t0 = tr__now();
+                tr__sgemm(ctx, 0, 1, M, N, K, A, K, Bm, K, C, N, 0);
+                if (r) t[r - 1] = tr__now() - t0;
+            }
+            {
+                double s = median(t, reps + 2 < 64 ? reps + 2 : 63);
+                snprintf(nm[k], sizeof nm[k], "sgemm %zux%zux%zu (M,K,N)", M, K, N);
+                rows[nrows].name = nm[k], rows[nrows].ms = s * 1e3, rows[nrows].per_s = 0, rows[nrows].gflops = 2.0 * M * N * K / s / 1e9, nrows++;
+            }
+            free(A), free(Bm), free(C);
+        }
+    }
+    if (json) {
+        printf("{\"preset\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"results\": [", preset, tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B);
+        for (i = 0; i < nrows; i++) {
+            printf("%s{\"name\": \"%s\", \"ms\": %.3f, \"per_s\": %.4f, \"gflops\": %.2f", i ? ", " : "", rows[i].name, rows[i].ms, rows[i].per_s, rows[i].gflops);
+            if (peak > 0) printf(", \"frac_peak\": %.4f", rows[i].gflops / peak);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("tinyrec-bench %s: preset %s, %d threads, simd %s\n", tr_version_string(), preset, tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx));
+        printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
+        for (i = 0; i < nrows; i++) {
+            printf("%-34s %12.2f ", rows[i].name, rows[i].ms);
+            if (rows[i].per_s > 0) printf("%14.3f ", rows[i].per_s);
+            else printf("%14s ", "-");
+            printf("%10.1f", rows[i].gflops);
+            if (peak > 0) printf("  %6.1f%%", 100.0 * rows[i].gflops / peak);
+            printf("\n");
+        }
+    }
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+    return 0;
+}

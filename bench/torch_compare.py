@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""Side-by-side: the same TRM config in PyTorch and in tinyrec.h, on this machine, in one run.
+
+    /usr/bin/python3 bench/torch_compare.py [--preset trm-sudoku-mlp] [--batch 64] [--threads 2]
+                                            [--reps 3] [--device cpu|cuda] [--peak-gflops G]
+
+It times, in PyTorch (fp32; on CUDA with TF32 off, plus a bf16 autocast reference line):
+  - one training supervision step (T-1 no-grad cycles, the last with grad, stablemax CE in
+    float64 + 0.5 BCE on q_halt, backward, AdamATan2, EMA) at --batch,
+  - one inference supervision step (no grad) at batch 1 and --batch,
+  - x . W^T GEMMs at (M,K,N) = (6208,512,3072) and (6208,1536,512),
+then runs build/tinyrec-bench --json with the same preset, batch and thread count, and prints
+the ratios (tinyrec / PyTorch throughput). On the CPU it uses the "tuned" PyTorch setup of
+../shared/docs/perf-baseline.md (OpenMP OpenBLAS, no mmap churn), re-executing itself with
+those variables when they are missing. Needs Debian's python3-torch (and libopenblas0-openmp).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+TUNED = {
+    "LD_LIBRARY_PATH": "/usr/lib/x86_64-linux-gnu/openblas-openmp",
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+}
+
+PRESETS = {  # the fields tinyrec's presets use (see tr_model_config_preset)
+    "trm-sudoku-mlp": dict(V=11, L=81, mlp_t=True, rope=False, T=3, n=6),
+    "trm-sudoku-att": dict(V=11, L=81, mlp_t=False, rope=True, T=3, n=6),
+    "trm-maze": dict(V=6, L=900, mlp_t=False, rope=True, T=3, n=4),
+    "trm-arc": dict(V=12, L=900, mlp_t=False, rope=True, T=3, n=4),
+}
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="trm-sudoku-mlp", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--peak-gflops", type=float, default=0.0)
+    ap.add_argument("--bench", default="build/tinyrec-bench")
+    ap.add_argument("--skip-tinyrec", action="store_true")
+    return ap.parse_args()
+
+
+def main():
+    args = parse()
+    if args.device == "cpu" and os.environ.get("TINYREC_TUNED") != "1":
+        env = dict(os.environ, TINYREC_TUNED="1", OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads), **TUNED)
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    dev = torch.device(args.device)
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    p = PRESETS[args.preset]
+    D, H, Lp = 512, 8, 16
+    S, V, L = p["L"] + Lp, p["V"], p["L"]
+    hd = D // H
+
+    def width(d):
+        return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
+
+    I, It = width(D), width(S)
+
+    def lin(o, i):
+        return (torch.randn(o, i, device=dev) / math.sqrt(i)).requires_grad_()
+
+    layers = []
+    for _ in range(2):
+        ly = {"gu": lin(2 * I, D), "down": lin(D, I)}
+        if p["mlp_t"]:
+            ly.update(tgu=lin(2 * It, S), tdown=lin(S, It))
+        else:
+            ly.update(qkv=lin(3 * D, D), o=lin(D, D))
+        layers.append(ly)
+    W_tok, W_lm = lin(V, D), lin(V, D)
+    W_q = torch.zeros(2, D, device=dev, requires_grad=True)
+    b_q = torch.full((2,), -5.0, device=dev, requires_grad=True)
+    params = [W_tok, W_lm, W_q, b_q] + [t for ly in layers for t in ly.values()]
+    puzzle = torch.zeros(1, 512, device=dev)
+    H_init, L_init = torch.randn(D, device=dev), torch.randn(D, device=dev)
+    pos = torch.arange(S, device=dev, dtype=torch.float32)
+    inv = 10000.0 ** (-torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)
+    ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
+    cos, sin = ang.cos(), ang.sin()
+
+    def rms(x):
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)
+
+    def swiglu(x, gu, down):
+        g, u = F.linear(x, gu).chunk(2, -1)
+        return F.linear(F.silu(g) * u, down)
+
+    def rot(x):
+        a, b = x.chunk(2, -1)
+        return torch.cat([-b, a], -1)
+
+    def block(h, ly):
+        if p["mlp_t"]:
+            ht = h.transpose(1, 2)
+            h = rms(ht + swiglu(ht, ly["tgu"], ly["tdown"])).transpose(1, 2)
+        else:
+            B = h.shape[0]
+            qkv = F.linear(h, ly["qkv"]).view(B, S, 3 * H, hd)
+            q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
+            q, k = q * cos[:, None] + rot(q) * sin[:, None], k * cos[:, None] + rot(k) * sin[:, None]
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
+            h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
+        return rms(h + swiglu(h, ly["gu"], ly["down"]))
+
+    def net(z, inj):
+        h = z + inj
+        for ly in layers:
+            h = block(h, ly)
+        return h
+
+    def inner(zH, zL, x, grad):
+        for t in range(p["T"]):
+            ctx = torch.enable_grad() if (grad and t == p["T"] - 1) else torch.no_grad()
+            with ctx:
+                for _ in range(p["n"]):
+                    zL = net(zL, zH + x)
+                zH = net(zH, zL)
+        logits = F.linear(zH[:, Lp:], W_lm)
+        q = F.linear(zH[:, 0], W_q, b_q)
+        return zH.detach(), zL.detach(), logits, q
+
+    def embed(tokens):
+        B = tokens.shape[0]
+        e = torch.cat([puzzle[torch.zeros(B, dtype=torch.long, device=dev)].view(B, 1, D).expand(B, 1, D),
+                       torch.zeros(B, Lp - 1, D, device=dev), W_tok[tokens]], 1)
+        return math.sqrt(D) * e
+
+    def stablemax_ce(logits, labels):
+        x = logits.double()
+        s = torch.where(x < 0, 1 / (1 - x + 1e-30), x + 1)
+        logp = torch.log(s / s.sum(-1, keepdim=True))
+        return -logp.gather(-1, labels[..., None]).squeeze(-1)
+
+    state = {id(t): (torch.zeros_like(t), torch.zeros_like(t)) for t in params}
+    ema = [t.detach().clone() for t in params]
+    step_count = [0]
+
+    def train_step(tokens, labels):
+        B = tokens.shape[0]
+        zH = H_init.expand(B, S, D).clone()
+        zL = L_init.expand(B, S, D).clone()
+        x = embed(tokens)
+        zH, zL, logits, q = inner(zH, zL, x, True)
+        ce = stablemax_ce(logits, labels).mean(-1).sum()
+        correct = (logits.argmax(-1) == labels).all(-1).to(q.dtype)
+        loss = ce + 0.5 * F.binary_cross_entropy_with_logits(q[:, 0], correct, reduction="sum")
+        (loss / B).backward()
+        step_count[0] += 1
+        s = step_count[0]
+        with torch.no_grad():
+            bc1, bc2 = 1 - 0.9 ** s, 1 - 0.95 ** s
+            for i, t in enumerate(params):
+                m, v = state[id(t)]
+                t.mul_(1 - 1e-4 * 1.0)
+                m.lerp_(t.grad, 0.1)
+                v.lerp_(t.grad.square(), 0.05)
+                t.sub_((1e-4 / bc1) * torch.atan2(m, v.sqrt() / math.sqrt(bc2)))
+                t.grad = None
+                ema[i].mul_(0.999).add_(t, alpha=0.001)
+
+    def infer_step(tokens):
+        B = tokens.shape[0]
+        with torch.no_grad():
+            zH = H_init.expand(B, S, D).clone()
+            zL = L_init.expand(B, S, D).clone()
+            inner(zH, zL, embed(tokens), False)
+
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    def timeit(fn, reps):
+        fn()
+        sync()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            ts.append(time.perf_counter() - t0)
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    def gen(B):
+        tok = torch.randint(1, V, (B, L), device=dev)
+        lab = torch.randint(1, V, (B, L), device=dev)
+        return tok, lab
+
+    T, n = p["T"], p["n"]
+    if p["mlp_t"]:
+        F_blk = 6.0 * S * D * I + 6.0 * D * S * It
+    else:
+        F_blk = 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D
+    F_h = 2.0 * L * D * V + 4 * D
+    F_fwd = T * (n + 1) * 2 * F_blk + F_h
+    F_train = (T * (n + 1) + 2 * (n + 1)) * 2 * F_blk + 3 * F_h
+
+    res = {}
+    tok, lab = gen(args.batch)
+    t = timeit(lambda: train_step(tok, lab), args.reps)
+    res["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
+    for B in (1, args.batch):
+        tk, _ = gen(B)
+        t = timeit(lambda: infer_step(tk), args.reps)
+        res["infer%d" % B] = (t, B / t, F_fwd * B / t / 1e9)
+    for (M, K, N) in ((6208, 512, 3072), (6208, 1536, 512)):
+        a = torch.randn(M, K, device=dev)
+        w = torch.randn(N, K, device=dev)
+        t = timeit(lambda: F.linear(a, w), args.reps + 2)
+        res["sgemm%dx%dx%d" % (M, K, N)] = (t, 0.0, 2.0 * M * N * K / t / 1e9)
+    bf16 = {}
+    if args.device == "cuda":
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            t = timeit(lambda: train_step(tok, lab), args.reps)
+        bf16["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
+
+    ours = None
+    if not args.skip_tinyrec:
+        cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps), "--json"]
+        env = {k: v for k, v in os.environ.items() if k not in TUNED}
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        ours = json.loads(out)
+
+    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s)" % (
+        torch.__version__, args.device, args.threads, args.preset, args.batch, ", TF32 off" if args.device == "cuda" else ""))
+    names = [("train", "train step B=%d" % args.batch), ("infer1", "infer sup. step B=1"),
+             ("infer%d" % args.batch, "infer sup. step B=%d" % args.batch),
+             ("sgemm6208x512x3072", "sgemm 6208x512x3072 (M,K,N)"), ("sgemm6208x1536x512", "sgemm 6208x1536x512 (M,K,N)")]
+    peak = args.peak_gflops
+    print("%-30s %12s %12s %10s | %12s %10s | %8s" % ("case", "torch ms", "torch /s", "GFLOP/s", "tinyrec ms", "GFLOP/s", "ratio"))
+    summary = {"torch": {}, "tinyrec": {}, "ratio": {}}
+    for key, label in names:
+        t, per_s, gf = res[key]
+        line = "%-30s %12.2f %12.3f %10.1f" % (label, t * 1e3, per_s, gf)
+        summary["torch"][label] = {"ms": t * 1e3, "per_s": per_s, "gflops": gf}
+        if ours:
+            r = next((x for x in ours["results"] if x["name"] == label), None)
+            if r:
+                ratio = (t * 1e3) / r["ms"]
+                line += " | %12.2f %10.1f | %7.2fx" % (r["ms"], r["gflops"], ratio)
+                summary["tinyrec"][label] = r
+                summary["ratio"][label] = ratio
+        if peak > 0:
+            line += "   (torch %.0f%% of peak)" % (100 * gf / peak)
+        print(line)
+    if bf16:
+        t, per_s, gf = bf16["train"]
+        print("%-30s %12.2f %12.3f %10.1f   (bf16 autocast reference line)" % ("train step bf16", t * 1e3, per_s, gf))
+    print("ratio = PyTorch time / tinyrec time (higher is better for tinyrec)")
+    print("JSON " + json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
