@@ -1037,6 +1037,10 @@ TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, in
     for (i = 0; i < (long)n; i++) shadow[i] = (1.0f - decay) * p[i] + decay * shadow[i];
 }
 
+/* Attention scratch per thread (the scalar kernels use the first S floats). */
+#define TR__ATT_PAD(n) (((n) + 15) & ~(size_t)15)
+TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_PAD((size_t)S) * (size_t)hd + 2 * (size_t)S * hd + 4 * TR__ATT_PAD((size_t)S) + 64; }
+
 /* --- SIMD variants ----------------------------------------------------------------------- */
 #if TR__X86
 /* exp for x in float range via 2^n * p(r), max rel. error ~2 ulp; saturates outside [-87, 88]. */
@@ -1146,6 +1150,141 @@ TR__TARGET_AVX512 static void tr__rms_rows_bwd_avx512(long rows, int D, const fl
         }
     }
 }
+/* AVX-512 attention. Per (batch, head) the K and V slices are copied to the thread's scratch,
+   both row-major and transposed, so that every inner loop runs over contiguous memory: scores
+   and dP vectorise over keys j, outputs and dQ/dK/dV over head features c.
+   Scratch per thread: tr__attention_scratch_floats(S, hd). */
+TR__TARGET_AVX512 static inline __mmask16 tr__mask16(long left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+
+/* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. */
+TR__TARGET_AVX512 static float tr__att_scores512(const float *q, const float *Kt, int S, size_t Sp, int hd, float scale, float *p) {
+    int c;
+    long j;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (j = 0; j < S; j += 16) {
+        __mmask16 k = tr__mask16(S - j);
+        __m512 acc = _mm512_setzero_ps();
+        for (c = 0; c < hd; c++) acc = _mm512_fmadd_ps(_mm512_set1_ps(q[c]), _mm512_loadu_ps(Kt + (size_t)c * Sp + j), acc);
+        acc = _mm512_mul_ps(acc, _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(p + j, k, acc);
+        vmax = _mm512_mask_max_ps(vmax, k, vmax, acc);
+    }
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]; hd a multiple of 16 or masked. */
+TR__TARGET_AVX512 static void tr__att_wsum512(const float *w, const float *M, int S, int hd, float *out, int accumulate) {
+    int c, j;
+    for (c = 0; c < hd; c += 16) {
+        __mmask16 k = tr__mask16(hd - c);
+        __m512 acc = accumulate ? _mm512_maskz_loadu_ps(k, out + c) : _mm512_setzero_ps();
+        for (j = 0; j < S; j++) acc = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), _mm512_maskz_loadu_ps(k, M + (size_t)j * hd + c), acc);
+        _mm512_mask_storeu_ps(out + c, k, acc);
+    }
+}
+
+
+/* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
+TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
+    int j, c;
+    for (j = 0; j < S; j++) {
+        const float *k = qkv + ((size_t)b * S + j) * 3 * D + D + (size_t)h * hd, *v = k + D;
+        memcpy(K + (size_t)j * hd, k, (size_t)hd * sizeof(float));
+        memcpy(V + (size_t)j * hd, v, (size_t)hd * sizeof(float));
+        for (c = 0; c < hd; c++) Kt[(size_t)c * Sp + j] = k[c], Vt[(size_t)c * Sp + j] = v[c];
+    }
+    for (c = 0; c < hd; c++)
+        for (j = S; j < (int)Sp; j++) Kt[(size_t)c * Sp + j] = Vt[(size_t)c * Sp + j] = 0;
+}
+
+TR__TARGET_AVX512 static void tr__attention_fwd_avx512(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
+    long bh;
+    int D = H * hd;
+    size_t Sp = TR__ATT_PAD((size_t)S), per = tr__attention_scratch_floats(S, hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    TR__UNUSED(nthreads);
+    TR__PARALLEL_FOR(nthreads)
+    for (bh = 0; bh < (long)B * H; bh++) {
+        int b = (int)(bh / H), h = (int)(bh % H), i, t = 0;
+        float *K, *Kt, *V, *Vt, *p;
+        long j;
+#if TR__OMP
+        t = omp_get_thread_num();
+#endif
+        K = scratch + (size_t)t * per, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;
+        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
+        for (i = 0; i < S; i++) {
+            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
+            float mx = tr__att_scores512(q, Kt, S, Sp, hd, scale, p), sum, inv;
+            __m512 vs = _mm512_setzero_ps(), vm = _mm512_set1_ps(mx);
+            for (j = 0; j < S; j += 16) {
+                __mmask16 k = tr__mask16(S - j);
+                __m512 e = tr__exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vm));
+                e = _mm512_maskz_mov_ps(k, e);
+                _mm512_mask_storeu_ps(p + j, k, e);
+                vs = _mm512_add_ps(vs, e);
+            }
+            sum = _mm512_reduce_add_ps(vs);
+            inv = 1.0f / sum;
+            for (j = 0; j < S; j++) p[j] *= inv;
+            tr__att_wsum512(p, V, S, hd, o + ((size_t)b * S + i) * D + (size_t)h * hd, 0);
+            lse[((size_t)b * H + h) * S + i] = mx + logf(sum);
+        }
+    }
+}
+
+TR__TARGET_AVX512 static void tr__attention_bwd_avx512(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
+    long bh;
+    int D = H * hd;
+    size_t Sp = TR__ATT_PAD((size_t)S), per = tr__attention_scratch_floats(S, hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    TR__UNUSED(nthreads);
+    TR__PARALLEL_FOR(nthreads)
+    for (bh = 0; bh < (long)B * H; bh++) {
+        int b = (int)(bh / H), h = (int)(bh % H), i, j, c, t = 0;
+        float *K, *Kt, *V, *Vt, *p, *dp, *dK, *dV;
+#if TR__OMP
+        t = omp_get_thread_num();
+#endif
+        K = scratch + (size_t)t * per, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;
+        dK = dp + Sp, dV = dK + (size_t)S * hd;
+        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
+        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));
+        for (i = 0; i < S; i++) {
+            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
+            const float *doi = do_ + ((size_t)b * S + i) * D + (size_t)h * hd;
+            const float *oi = o + ((size_t)b * S + i) * D + (size_t)h * hd;
+            float *dq = dqkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
+            float l = lse[((size_t)b * H + h) * S + i], di = 0;
+            __m512 vl = _mm512_set1_ps(l);
+            for (c = 0; c < hd; c++) di += doi[c] * oi[c];
+            tr__att_scores512(q, Kt, S, Sp, hd, scale, p);
+            tr__att_scores512(doi, Vt, S, Sp, hd, 1.0f, dp); /* dP[j] = dO . V[j] */
+            for (j = 0; j < S; j += 16) {
+                __mmask16 k = tr__mask16(S - j);
+                __m512 pv = tr__exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vl));
+                __m512 ds = _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), _mm512_set1_ps(di)));
+                _mm512_mask_storeu_ps(p + j, k, pv);
+                _mm512_mask_storeu_ps(dp + j, k, _mm512_mul_ps(ds, _mm512_set1_ps(scale)));
+            }
+            tr__att_wsum512(dp, K, S, hd, dq, 0); /* dQ_i = scale * sum_j dS_ij K_j */
+            for (j = 0; j < S; j++) {               /* dK_j += scale dS_ij q_i, dV_j += P_ij dO_i */
+                __m512 a = _mm512_set1_ps(dp[j]), pw = _mm512_set1_ps(p[j]);
+                for (c = 0; c < hd; c += 16) {
+                    __mmask16 k = tr__mask16(hd - c);
+                    float *dk = dK + (size_t)j * hd + c, *dv = dV + (size_t)j * hd + c;
+                    _mm512_mask_storeu_ps(dk, k, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(k, q + c), _mm512_maskz_loadu_ps(k, dk)));
+                    _mm512_mask_storeu_ps(dv, k, _mm512_fmadd_ps(pw, _mm512_maskz_loadu_ps(k, doi + c), _mm512_maskz_loadu_ps(k, dv)));
+                }
+            }
+        }
+        for (j = 0; j < S; j++) {
+            float *dst = dqkv + ((size_t)b * S + j) * 3 * D + (size_t)h * hd;
+            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));
+            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
 #endif
 
 /* Dispatchers: the model calls these; they pick the kernel set of the context. */
@@ -1166,6 +1305,18 @@ TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, cons
     if (ctx->simd == TR__SIMD_AVX512) { tr__rms_rows_fwd_avx512(rows, D, x, add, out, rstd, eps, ctx->num_threads); return; }
 #endif
     tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX512) { tr__attention_fwd_avx512(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads); return; }
+#endif
+    tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
+}
+TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX512) { tr__attention_bwd_avx512(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads); return; }
+#endif
+    tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
 }
 TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
 #if TR__X86
@@ -1547,7 +1698,7 @@ TR__FN size_t tr__block_rec_floats(const tr_model *m) {
 TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
     size_t a = TR__MAX((size_t)m->It * D, S * (size_t)m->I);
-    return (size_t)B * a + TR__MAX((size_t)B * S * D, (size_t)m->It * D) + (size_t)m->ctx->num_threads * S * 2 + 64;
+    return (size_t)B * a + TR__MAX((size_t)B * S * D, (size_t)m->It * D) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -1648,7 +1799,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         st = tr__sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0);
         if (st) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE) tr__rope_ref((long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0, ctx->num_threads);
-        tr__attention_fwd_ref(B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows, ctx->num_threads);
+        tr__attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows);
         st = tr__sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0);
         if (st) return st;
         tr__rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps);
@@ -1701,7 +1852,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         tr__rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1); /* g1 = d(in + proj) */
         if ((st = tr__sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
         if ((st = tr__sgemm(ctx, 0, 0, BS, D, D, g1, D, ly->o, D, g2, D, 0))) return st; /* g2 = d att_o */
-        tr__attention_bwd_ref(B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows, ctx->num_threads);
+        tr__attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows);
         if (m->cfg.pos_encodings == TR_POS_ROPE) tr__rope_ref((long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1, ctx->num_threads);
         if ((st = tr__sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
         memcpy(din, g1, BS * D * sizeof(float));

@@ -199,6 +199,38 @@ static void test_attention(void **state) {
     tu_assert_close("attention bwd vs FD", dqkv, fd, sizeof qkv / 4, FD_ATOL, FD_RTOL);
 }
 
+/* The AVX-512 attention against the scalar one, forward and backward, odd sizes included. */
+static void test_attention_simd(void **state) {
+    static const int shapes[][4] = {{2, 37, 3, 24}, {1, 97, 2, 64}, {3, 5, 1, 16}, {1, 18, 2, 6}};
+    tr_ctx *ctx = tu_ctx(2, 1);
+    size_t k;
+    (void)state;
+    if (ctx->simd != TR__SIMD_AVX512) {
+        tr_ctx_destroy(ctx);
+        skip();
+    }
+    for (k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int B = shapes[k][0], S = shapes[k][1], H = shapes[k][2], hd = shapes[k][3], D = H * hd;
+        size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
+        float *qkv = (float *)malloc(nq * 4), *o1 = (float *)malloc(no * 4), *o2 = (float *)malloc(no * 4);
+        float *l1 = (float *)malloc(nl * 4), *l2 = (float *)malloc(nl * 4), *dout = (float *)malloc(no * 4);
+        float *d1 = (float *)malloc(nq * 4), *d2 = (float *)malloc(nq * 4);
+        float *scr = (float *)malloc(2 * tr__attention_scratch_floats(S, hd) * 4);
+        tu_fill(qkv, nq, 30 + k, 1.5f);
+        tu_fill(dout, no, 40 + k, 1.0f);
+        tr__attention_fwd_ref(B, S, H, hd, qkv, o1, l1, scr, 2);
+        tr__attention_fwd(ctx, B, S, H, hd, qkv, o2, l2, scr);
+        /* a polynomial exp (few ulp) and a different summation order: 1e-5 relative */
+        tu_assert_close("attention fwd avx512 vs ref", o2, o1, no, 1e-6, 1e-5);
+        tu_assert_close("attention lse avx512 vs ref", l2, l1, nl, 1e-6, 1e-5);
+        tr__attention_bwd_ref(B, S, H, hd, qkv, o1, l1, dout, d1, scr, 2);
+        tr__attention_bwd(ctx, B, S, H, hd, qkv, o1, l1, dout, d2, scr);
+        tu_assert_close("attention bwd avx512 vs ref", d2, d1, nq, 1e-5, 1e-4);
+        free(qkv), free(o1), free(o2), free(l1), free(l2), free(dout), free(d1), free(d2), free(scr);
+    }
+    tr_ctx_destroy(ctx);
+}
+
 /* --- losses -------------------------------------------------------------------------------- */
 typedef struct { int V, label; tr_loss_type type; } xent_case;
 static double xent_loss(const float *x, void *u) {
@@ -335,7 +367,7 @@ static void test_halfs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu),
-        cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention),   cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
     };
