@@ -568,7 +568,6 @@ TR__FN void *tr__scratch(tr_ctx *ctx, size_t bytes) {
         ctx->allocator.free(ctx->allocator.user, ctx->scratch);
         ctx->scratch = NULL;
         ctx->scratch_bytes = 0;
-        ctx->live_allocs--;
     }
     ctx->scratch = tr__alloc(ctx, bytes);
     if (ctx->scratch) {
@@ -882,6 +881,14 @@ TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const floa
                 }
             }
     }
+}
+
+/* y = a + b over n floats (y may alias a or b), split across threads. */
+TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+    long i;
+    TR__UNUSED(ctx);
+    TR__PARALLEL_FOR(ctx->num_threads)
+    for (i = 0; i < (long)n; i++) y[i] = a[i] + b[i];
 }
 
 TR__FN float tr__dot(const float *a, const float *b, int n) {
@@ -1865,7 +1872,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
    (rec->blocks[last].out holds the result, and `out` is ignored); otherwise the workspace is
    used and the result is written to `out` (which may alias z). */
 TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
-    size_t n = (size_t)B * m->S * m->D, i;
+    size_t n = (size_t)B * m->S * m->D;
     int l;
     tr_status st;
     float *tmp, *h0;
@@ -1879,7 +1886,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
         tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
         h0 = out;
     }
-    for (i = 0; i < n; i++) h0[i] = z[i] + inj[i];
+    tr__add(m->ctx, n, z, inj, h0);
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = rec ? &rec->blocks[l] : &scratch;
         if (rec) r->in = l ? rec->blocks[l - 1].out : h0;
@@ -2082,7 +2089,7 @@ typedef void (*tr__cycle_hook)(void *user, int cycle, const float *z_H, const fl
 TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
     const tr__module *md = &m->modules[0];
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
-    size_t N = (size_t)B * m->S * m->D, k;
+    size_t N = (size_t)B * m->S * m->D;
     tr_status st;
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
@@ -2090,7 +2097,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
         const float *zl = c->z_L;
-        for (k = 0; k < N; k++) c->inj[k] = c->z_H[k] + c->x[k]; /* the injection is formed first */
+        tr__add(m->ctx, N, c->z_H, c->x, c->inj); /* the injection is formed first */
         for (i = 0; i < n; i++) {
             if (rec) {
                 if ((st = tr__net_fwd(m, md, B, zl, c->inj, NULL, &m->nets[i])) != TR_OK) return st;
@@ -2113,7 +2120,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
 TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB) {
     const tr__module *md = &m->modules[0];
     int n = m->cfg.L_cycles, i;
-    size_t N = (size_t)c->B * m->S * m->D, k;
+    size_t N = (size_t)c->B * m->S * m->D;
     tr_status st;
     float *dzl = bufA, *dh0 = bufB, *t;
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
@@ -2122,7 +2129,7 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
         if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0)) != TR_OK) return st;
-        for (k = 0; k < N; k++) dx[k] += dh0[k];
+        tr__add(m->ctx, N, dx, dh0, dx);
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;
