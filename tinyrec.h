@@ -1048,6 +1048,13 @@ TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, in
 #define TR__ATT_PAD(n) (((n) + 15) & ~(size_t)15)
 TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_PAD((size_t)S) * (size_t)hd + 2 * (size_t)S * hd + 4 * TR__ATT_PAD((size_t)S) + 64; }
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* GCC 12 reports its own AVX-512 intrinsics' undefined-vector idiom as uninitialised (GCC bug
+   105593) once they are inlined into our code under C++ -O2. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 /* --- SIMD variants ----------------------------------------------------------------------- */
 #if TR__X86
 /* exp for x in float range via 2^n * p(r), max rel. error ~2 ulp; saturates outside [-87, 88]. */
@@ -1068,99 +1075,72 @@ TR__TARGET_AVX512 static inline __m512 tr__exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-TR__TARGET_AVX512 static void tr__swiglu_fwd_avx512(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
-    long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
-        const float *gate = g + (size_t)r * g_stride, *up = gate + width;
-        float *o = out + (size_t)r * out_stride;
-        long j = 0;
-        for (; j < width; j += 16) {
-            __mmask16 k = width - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (width - j)) - 1);
-            __m512 x = _mm512_maskz_loadu_ps(k, gate + j), u = _mm512_maskz_loadu_ps(k, up + j);
-            __m512 e = tr__exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-            __m512 s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-            _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(s, u));
-        }
+/* Row kernels (no threading inside: clang does not give OpenMP's outlined bodies the target
+   attribute, so the dispatchers below run the parallel loops and call these per row). */
+TR__TARGET_AVX512 static void tr__swiglu_fwd_row512(long width, const float *gate, float *o) {
+    const float *up = gate + width;
+    long j;
+    for (j = 0; j < width; j += 16) {
+        __mmask16 k = width - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (width - j)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(k, gate + j), u = _mm512_maskz_loadu_ps(k, up + j);
+        __m512 e = tr__exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        __m512 sv = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(sv, u));
     }
 }
 
-TR__TARGET_AVX512 static void tr__swiglu_bwd_avx512(long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg, int nthreads) {
-    long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
-        const float *gate = g + (size_t)r * g_stride, *up = gate + width, *d = da + (size_t)r * da_stride;
-        float *dgate = dg + (size_t)r * g_stride, *dup = dgate + width;
-        long j = 0;
-        const __m512 one = _mm512_set1_ps(1.0f);
-        for (; j < width; j += 16) {
-            __mmask16 k = width - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (width - j)) - 1);
-            __m512 x = _mm512_maskz_loadu_ps(k, gate + j), u = _mm512_maskz_loadu_ps(k, up + j), dv = _mm512_maskz_loadu_ps(k, d + j);
-            __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, tr__exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-            __m512 si = _mm512_mul_ps(x, sg);
-            __m512 dsil = _mm512_mul_ps(sg, _mm512_fmadd_ps(x, _mm512_sub_ps(one, sg), one));
-            _mm512_mask_storeu_ps(dgate + j, k, _mm512_mul_ps(_mm512_mul_ps(dv, u), dsil));
-            _mm512_mask_storeu_ps(dup + j, k, _mm512_mul_ps(dv, si));
-        }
+TR__TARGET_AVX512 static void tr__swiglu_bwd_row512(long width, const float *gate, const float *d, float *dgate) {
+    const float *up = gate + width;
+    float *dup = dgate + width;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    long j;
+    for (j = 0; j < width; j += 16) {
+        __mmask16 k = width - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (width - j)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(k, gate + j), u = _mm512_maskz_loadu_ps(k, up + j), dv = _mm512_maskz_loadu_ps(k, d + j);
+        __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, tr__exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        __m512 si = _mm512_mul_ps(x, sg);
+        __m512 dsil = _mm512_mul_ps(sg, _mm512_fmadd_ps(x, _mm512_sub_ps(one, sg), one));
+        _mm512_mask_storeu_ps(dgate + j, k, _mm512_mul_ps(_mm512_mul_ps(dv, u), dsil));
+        _mm512_mask_storeu_ps(dup + j, k, _mm512_mul_ps(dv, si));
     }
 }
 
-TR__TARGET_AVX512 static void tr__rms_rows_fwd_avx512(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
-    long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * D, *ar = add ? add + (size_t)r * D : NULL;
-        float *o = out + (size_t)r * D;
-        __m512 acc = _mm512_setzero_ps();
-        __m512 inv;
-        float invs;
-        int j;
-        for (j = 0; j < D; j += 16) {
-            __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
-            __m512 v = _mm512_maskz_loadu_ps(k, xr + j);
-            if (ar) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, ar + j));
-            _mm512_mask_storeu_ps(o + j, k, v);
-            acc = _mm512_fmadd_ps(v, v, acc);
-        }
-        invs = (float)(1.0 / sqrt((double)_mm512_reduce_add_ps(acc) / D + eps));
-        rstd[r] = invs;
-        inv = _mm512_set1_ps(invs);
-        for (j = 0; j < D; j += 16) {
-            __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
-            _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, o + j), inv));
-        }
+TR__TARGET_AVX512 static float tr__rms_row_fwd512(int D, const float *xr, const float *ar, float *o, float eps) {
+    __m512 acc = _mm512_setzero_ps(), inv;
+    float invs;
+    int j;
+    for (j = 0; j < D; j += 16) {
+        __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(k, xr + j);
+        if (ar) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, ar + j));
+        _mm512_mask_storeu_ps(o + j, k, v);
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    invs = (float)(1.0 / sqrt((double)_mm512_reduce_add_ps(acc) / D + eps));
+    inv = _mm512_set1_ps(invs);
+    for (j = 0; j < D; j += 16) {
+        __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
+        _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, o + j), inv));
+    }
+    return invs;
+}
+
+TR__TARGET_AVX512 static void tr__rms_row_bwd512(int D, const float *dyr, const float *yr, float rstd, float *o) {
+    __m512 acc = _mm512_setzero_ps(), mean, rs;
+    int j;
+    for (j = 0; j < D; j += 16) {
+        __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, dyr + j), _mm512_maskz_loadu_ps(k, yr + j), acc);
+    }
+    mean = _mm512_set1_ps(_mm512_reduce_add_ps(acc) / (float)D);
+    rs = _mm512_set1_ps(rstd);
+    for (j = 0; j < D; j += 16) {
+        __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
+        __m512 v = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(k, yr + j), mean, _mm512_maskz_loadu_ps(k, dyr + j));
+        _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(v, rs));
     }
 }
 
-TR__TARGET_AVX512 static void tr__rms_rows_bwd_avx512(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
-    long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
-        const float *dyr = dy + (size_t)r * D, *yr = y + (size_t)r * D;
-        float *o = dx + (size_t)r * D;
-        __m512 acc = _mm512_setzero_ps(), mean, rs;
-        int j;
-        for (j = 0; j < D; j += 16) {
-            __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, dyr + j), _mm512_maskz_loadu_ps(k, yr + j), acc);
-        }
-        mean = _mm512_set1_ps(_mm512_reduce_add_ps(acc) / (float)D);
-        rs = _mm512_set1_ps(rstd[r]);
-        for (j = 0; j < D; j += 16) {
-            __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
-            __m512 v = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(k, yr + j), mean, _mm512_maskz_loadu_ps(k, dyr + j));
-            _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(v, rs));
-        }
-    }
-}
-/* AVX-512 attention. Per (batch, head) the K and V slices are copied to the thread's scratch,
-   both row-major and transposed, so that every inner loop runs over contiguous memory: scores
-   and dP vectorise over keys j, outputs and dQ/dK/dV over head features c.
-   Scratch per thread: tr__attention_scratch_floats(S, hd). */
 TR__TARGET_AVX512 static inline __mmask16 tr__mask16(long left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
 /* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. */
@@ -1204,21 +1184,16 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
         for (j = S; j < (int)Sp; j++) Kt[(size_t)c * Sp + j] = Vt[(size_t)c * Sp + j] = 0;
 }
 
-TR__TARGET_AVX512 static void tr__attention_fwd_avx512(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
-    long bh;
+/* One (batch, head) of the forward; `scratch` is this thread's tr__attention_scratch_floats. */
+TR__TARGET_AVX512 static void tr__attention_fwd_bh512(int b, int h, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
     int D = H * hd;
-    size_t Sp = TR__ATT_PAD((size_t)S), per = tr__attention_scratch_floats(S, hd);
+    size_t Sp = TR__ATT_PAD((size_t)S);
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
-        int b = (int)(bh / H), h = (int)(bh % H), i, t = 0;
+    {
+        int i;
         float *K, *Kt, *V, *Vt, *p;
         long j;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
-        K = scratch + (size_t)t * per, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;
+        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;
         tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
         for (i = 0; i < S; i++) {
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
@@ -1240,20 +1215,15 @@ TR__TARGET_AVX512 static void tr__attention_fwd_avx512(int B, int S, int H, int 
     }
 }
 
-TR__TARGET_AVX512 static void tr__attention_bwd_avx512(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
-    long bh;
+/* One (batch, head) of the backward. */
+TR__TARGET_AVX512 static void tr__attention_bwd_bh512(int b, int h, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
     int D = H * hd;
-    size_t Sp = TR__ATT_PAD((size_t)S), per = tr__attention_scratch_floats(S, hd);
+    size_t Sp = TR__ATT_PAD((size_t)S);
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
-        int b = (int)(bh / H), h = (int)(bh % H), i, j, c, t = 0;
+    {
+        int i, j, c;
         float *K, *Kt, *V, *Vt, *p, *dp, *dK, *dV;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
-        K = scratch + (size_t)t * per, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;
+        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;
         dK = dp + Sp, dV = dK + (size_t)S * hd;
         tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
         memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));
@@ -1294,42 +1264,86 @@ TR__TARGET_AVX512 static void tr__attention_bwd_avx512(int B, int S, int H, int 
 }
 #endif
 
-/* Dispatchers: the model calls these; they pick the kernel set of the context. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+/* Dispatchers: the model calls these; they pick the kernel set of the context and run the
+   parallel loops. */
 TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__swiglu_fwd_avx512(rows, width, g, g_stride, out, out_stride, ctx->num_threads); return; }
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long r;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (r = 0; r < rows; r++) tr__swiglu_fwd_row512(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
+        return;
+    }
 #endif
     tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
 }
 TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__swiglu_bwd_avx512(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads); return; }
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long r;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (r = 0; r < rows; r++) tr__swiglu_bwd_row512(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
+        return;
+    }
 #endif
     tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
 }
 TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__rms_rows_fwd_avx512(rows, D, x, add, out, rstd, eps, ctx->num_threads); return; }
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long r;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd512(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
+        return;
+    }
 #endif
     tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
 }
+TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long r;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (r = 0; r < rows; r++) tr__rms_row_bwd512(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
+        return;
+    }
+#endif
+    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+}
+TR__FN int tr__thread_id(void) {
+#if TR__OMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__attention_fwd_avx512(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads); return; }
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long bh;
+        size_t per = tr__attention_scratch_floats(S, hd);
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (bh = 0; bh < (long)B * H; bh++) tr__attention_fwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
+        return;
+    }
 #endif
     tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__attention_bwd_avx512(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads); return; }
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long bh;
+        size_t per = tr__attention_scratch_floats(S, hd);
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (bh = 0; bh < (long)B * H; bh++) tr__attention_bwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
+        return;
+    }
 #endif
     tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
-}
-TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-#if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) { tr__rms_rows_bwd_avx512(rows, D, dy, y, rstd, dx, ctx->num_threads); return; }
-#endif
-    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
 }
 
 /* GEMM (parts/sgemm.h until spliced) */
