@@ -3,8 +3,8 @@ CC      ?= gcc
 CXX     ?= g++
 OPT     ?= -O2
 WARN    := -Wall -Wextra
-CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 -fopenmp
-CXXFLAGS?= $(OPT) -g $(WARN) -fopenmp
+CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 -fopenmp -pthread
+CXXFLAGS?= $(OPT) -g $(WARN) -fopenmp -pthread
 LDLIBS  := -lm
 BUILD   := build
 
@@ -14,7 +14,7 @@ EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
 HDR          := tinyrec.h $(wildcard parts/*.h)
 
-.PHONY: all test bench demo clean compile-tests
+.PHONY: all test bench demo fuzz clean compile-tests
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
 
 $(BUILD):
@@ -36,7 +36,9 @@ $(BUILD)/compile_c99: tests/compile/impl.c tests/compile/user.c $(HDR) | $(BUILD
 $(BUILD)/compile_cpp: tests/compile/impl.cpp $(HDR) | $(BUILD)
 	$(CXX) $(WARN) -Werror -I. tests/compile/impl.cpp -o $@ $(LDLIBS)
 $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(HDR) | $(BUILD)
-	$(CC) -std=c99 $(WARN) -Werror -fopenmp -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
+	$(CC) -std=c99 $(WARN) -Werror -fopenmp -pthread -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
+	$(CXX) $(WARN) -Werror -fopenmp -pthread -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
+	clang -std=c99 $(WARN) -Werror -fopenmp -pthread -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
 
 test: all
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
@@ -45,6 +47,16 @@ test: all
 
 bench: $(BUILD)/tinyrec-bench
 	$(BUILD)/tinyrec-bench
+
+# The README's main job: generate Sudoku, train a small TRM on the CPU, solve held-out puzzles.
+DEMO_ARGS ?=
+demo: $(BUILD)/tinyrec-demo
+	$(BUILD)/tinyrec-demo $(DEMO_ARGS)
+
+# libFuzzer + ASan/UBSan on the safetensors reader (clang). FUZZ_SECONDS=600 for a campaign.
+FUZZ_SECONDS ?= 60
+fuzz:
+	tests/fuzz/run.sh $(FUZZ_SECONDS) safetensors
 
 clean:
 	rm -rf $(BUILD)
