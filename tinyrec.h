@@ -262,6 +262,361 @@ TRDEF double tr_lr_schedule(const tr_train_config *tc, double base_lr, long step
 /* Copies the EMA weights into the model (for evaluation / saving) or swaps them back. */
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t);
 
+/* >>api-io */
+/* Tensor element types a safetensors file may hold (anything else is rejected on open). */
+typedef enum tr_dtype { TR_F32, TR_BF16, TR_F16, TR_I32, TR_I64, TR_U8, TR_BOOL } tr_dtype;
+
+#define TR_ST_MAX_DIMS 8
+#define TR_ST_MAX_HEADER 100000000u /* bytes; the reference implementation's cap */
+
+/* One tensor. For tensors from tr_st_open* every pointer points into the file object and lives
+   until tr_st_close. For tr_st_write the caller fills name, dtype, ndim, shape, data (little-endian
+   bytes, row-major) and nbytes; `source` is ignored. */
+typedef struct tr_st_tensor {
+    const char *name;
+    tr_dtype dtype;
+    int ndim;                        /* 0..TR_ST_MAX_DIMS; 0 is a scalar */
+    int64_t shape[TR_ST_MAX_DIMS];
+    const void *data;                /* not necessarily aligned */
+    size_t nbytes;
+    const char *source;              /* the file it was read from (for error texts), or NULL */
+} tr_st_tensor;
+
+/* An opened file. It owns the bytes (tr_st_open reads the whole file), or borrows them
+   (tr_st_open_memory: they must stay valid until tr_st_close). */
+typedef struct tr_st_file tr_st_file;
+
+TRDEF const char *tr_dtype_name(tr_dtype dtype);  /* "F32", "BF16", ... */
+TRDEF size_t tr_dtype_size(tr_dtype dtype);       /* bytes per element */
+/* Number of elements (1 for a scalar); 0 also when the product would overflow. */
+TRDEF size_t tr_st_numel(const tr_st_tensor *t);
+
+/* Opens and fully validates a file: any inconsistency is TR_ERR_FORMAT with the file and the
+   tensor or field named in tr_ctx_last_error. */
+TRDEF tr_status tr_st_open(tr_ctx *ctx, const char *path, tr_st_file **out);
+/* The same for bytes in memory; `what` names them in error texts (NULL: "<memory>"). */
+TRDEF tr_status tr_st_open_memory(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_st_file **out);
+TRDEF void tr_st_close(tr_st_file *f);
+/* Tensors in header order. */
+TRDEF size_t tr_st_count(const tr_st_file *f);
+TRDEF const tr_st_tensor *tr_st_at(const tr_st_file *f, size_t i);
+/* NULL if there is no tensor of that name. */
+TRDEF const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name);
+/* Looks a tensor up for a model loader: `name`, or failing that "_orig_mod." + name (checkpoints
+   saved from torch.compile'd modules). TR_ERR_NOT_FOUND "missing tensor" if neither exists;
+   TR_ERR_FORMAT if shape is given (ndim entries) and differs. Errors name the file and tensor. */
+TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, int ndim, const int64_t *shape, const tr_st_tensor **out);
+/* The __metadata__ value of key, or NULL if absent. */
+TRDEF const char *tr_st_metadata(const tr_st_file *f, const char *key);
+TRDEF size_t tr_st_metadata_count(const tr_st_file *f);
+TRDEF const char *tr_st_metadata_key(const tr_st_file *f, size_t i);
+/* Converts an F32, BF16 or F16 tensor to f32; count must equal the element count. */
+TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, size_t count);
+/* Converts an I32, I64, U8 or BOOL tensor to int64; count must equal the element count. */
+TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst, size_t count);
+/* Writes the tensors in the given order (header padded with spaces to a multiple of 8), with an
+   optional string->string __metadata__. Atomic: the file is written to `<path>.tmp.<pid>`, synced
+   and renamed over path; on failure the previous file is left intact and TR_ERR_IO is returned. */
+TRDEF tr_status tr_st_write(tr_ctx *ctx, const char *path, const tr_st_tensor *tensors, size_t n,
+                            const char *const *meta_keys, const char *const *meta_values, size_t n_meta);
+/* >>api-io-end */
+
+/* >>api-data */
+
+/* Progress reports from the long-running builders: `stage` names the step ("sudoku: augment"),
+   done/total count its units. Return non-zero to stop: the call then fails with
+   TR_ERR_INTERRUPTED. May be NULL. Called from the calling thread only. */
+typedef int (*tr_progress_fn)(void *user, const char *stage, int64_t done, int64_t total);
+
+/* ---- .npy files ------------------------------------------------------------------------------
+   Format versions 1.0, 2.0 and 3.0; little-endian uint8 ('|u1', '<u1', 'u1'), int32 ('<i4') and
+   int64 ('<i8') in C order (a 1-D array may say fortran_order True). Anything else is refused
+   with TR_ERR_FORMAT / TR_ERR_UNSUPPORTED and a reason that names the file and the header field. */
+typedef enum tr_npy_dtype { TR_NPY_U8 = 1, TR_NPY_I32 = 2, TR_NPY_I64 = 3 } tr_npy_dtype;
+#define TR_NPY_MAX_DIMS 8
+
+typedef struct tr_npy {
+    tr_npy_dtype dtype;
+    int ndim;
+    int64_t shape[TR_NPY_MAX_DIMS];
+    size_t count;       /* elements: the product of shape */
+    size_t itemsize;    /* 1, 4 or 8 */
+    const void *data;   /* count * itemsize bytes (may be unaligned for files not written by numpy) */
+    int version;        /* format major version: 1, 2 or 3 */
+    size_t data_offset; /* bytes before the data in the file */
+    /* private */
+    void *map_;
+    size_t map_len_;
+    void *buf_;
+} tr_npy;
+
+/* Parses a whole .npy file held in memory; out->data points into `bytes` (nothing is copied). */
+TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_npy *out);
+/* Opens a file: memory-mapped when use_mmap (POSIX), else read into memory. Close with tr_npy_close. */
+TRDEF tr_status tr_npy_load(tr_ctx *ctx, const char *path, int use_mmap, tr_npy *out);
+TRDEF void tr_npy_close(tr_ctx *ctx, tr_npy *a);
+/* Element i (flat, C order) as int64. */
+TRDEF int64_t tr_npy_get(const tr_npy *a, size_t i);
+/* Writes an array exactly as numpy.save would (same header bytes), replacing `path` atomically. */
+TRDEF tr_status tr_npy_save(tr_ctx *ctx, const char *path, tr_npy_dtype dtype, int ndim, const int64_t *shape, const void *data);
+
+/* ---- the reference dataset layout -----------------------------------------------------------
+   <dir>/<split>/dataset.json, <dir>/<split>/<set>__{inputs,labels,puzzle_identifiers,
+   puzzle_indices,group_indices}.npy and <dir>/identifiers.json. */
+#define TR_DATASET_MAX_SETS 8
+#define TR_IGNORE_LABEL (-100)
+
+typedef struct tr_dataset_meta {
+    int pad_id;
+    int ignore_label_id;       /* meaningful only when has_ignore_label_id */
+    int has_ignore_label_id;   /* 0: dataset.json says null (no label is ignored) */
+    int blank_identifier_id;
+    int vocab_size;
+    int seq_len;
+    int64_t num_puzzle_identifiers;
+    int64_t total_groups;
+    double mean_puzzle_examples;
+    int64_t total_puzzles;     /* -1 when absent (HRM's files do not have it) */
+    int num_sets;
+    char sets[TR_DATASET_MAX_SETS][64];
+} tr_dataset_meta;
+
+typedef struct tr_dataset_set {
+    char name[64];
+    int64_t num_examples, num_puzzles, num_groups;
+    tr_npy inputs, labels;              /* [num_examples, seq_len] token ids, memory-mapped */
+    const int64_t *puzzle_indices;      /* [num_puzzles + 1] example offsets */
+    const int64_t *group_indices;       /* [num_groups + 1] puzzle offsets */
+    const int32_t *puzzle_identifiers;  /* [num_puzzles] */
+    int64_t max_puzzle_examples;
+} tr_dataset_set;
+
+typedef struct tr_dataset {
+    tr_ctx *ctx;
+    tr_dataset_meta meta;
+    int num_sets;
+    tr_dataset_set sets[TR_DATASET_MAX_SETS];
+    int64_t num_identifiers;   /* entries of identifiers.json; 0 when the file is absent */
+    char **identifiers;        /* identifiers[id] = name, or NULL when absent */
+    int64_t num_examples;      /* over all sets */
+} tr_dataset;
+
+enum {
+    TR_DATASET_NO_MMAP = 1,         /* read the arrays into memory instead of mapping them */
+    TR_DATASET_SKIP_TOKEN_CHECK = 2 /* do not scan every token against the vocabulary */
+};
+
+/* Opens and validates <dir>/<split> ("train" or "test"): every field of dataset.json, every array's
+   dtype and shape, monotone offsets, ids and tokens in range. Errors name the file and field. */
+TRDEF tr_status tr_dataset_open(tr_ctx *ctx, const char *dir, const char *split, int flags, tr_dataset **out);
+TRDEF void tr_dataset_close(tr_dataset *ds);
+/* Example `ex` of set `set` as int32; labels equal to ignore_label_id become TR_IGNORE_LABEL (-100).
+   Either output may be NULL. */
+TRDEF void tr_dataset_example(const tr_dataset *ds, int set, int64_t ex, int32_t *inputs, int32_t *labels);
+TRDEF tr_status tr_dataset_read_meta(tr_ctx *ctx, const char *path, tr_dataset_meta *out);
+TRDEF tr_dataset_meta tr_dataset_meta_default(void);
+
+/* A split under construction, in memory (set "all"): add examples, close puzzles and groups. */
+typedef struct tr_split {
+    int seq_len;
+    int64_t num_examples, num_puzzles, num_groups;
+    uint8_t *inputs, *labels;      /* [num_examples * seq_len] */
+    int32_t *puzzle_identifiers;   /* [num_puzzles] */
+    int32_t *puzzle_indices;       /* [num_puzzles + 1] */
+    int32_t *group_indices;        /* [num_groups + 1] */
+    int64_t cap_examples_, cap_puzzles_, cap_groups_;
+} tr_split;
+
+TRDEF tr_status tr_split_init(tr_ctx *ctx, tr_split *s, int seq_len, int64_t reserve_examples);
+TRDEF void tr_split_free(tr_ctx *ctx, tr_split *s);
+TRDEF tr_status tr_split_add_example(tr_ctx *ctx, tr_split *s, const uint8_t *input, const uint8_t *label);
+TRDEF tr_status tr_split_end_puzzle(tr_ctx *ctx, tr_split *s, int32_t identifier);
+TRDEF tr_status tr_split_end_group(tr_ctx *ctx, tr_split *s);
+/* Writes <dir>/<split>/dataset.json and the five all__*.npy files. meta gives pad/ignore/blank ids,
+   vocab_size, num_puzzle_identifiers and total_puzzles (< 0: the puzzle count; the reference's
+   Sudoku and Maze builders write the group count); seq_len, total_groups and
+   mean_puzzle_examples come from s. */
+TRDEF tr_status tr_split_write(tr_ctx *ctx, const char *dir, const char *split, const tr_split *s, const tr_dataset_meta *meta);
+/* Writes <dir>/identifiers.json: a JSON list of n names. */
+TRDEF tr_status tr_write_identifiers(tr_ctx *ctx, const char *dir, int64_t n, const char *const *names);
+
+/* What a builder wrote. */
+typedef struct tr_build_summary {
+    int64_t examples[2], puzzles[2], groups[2]; /* [0] train, [1] test */
+    int64_t num_identifiers;
+    int64_t rejected;    /* input records dropped (e.g. below min_difficulty) */
+    double seconds;
+} tr_build_summary;
+
+/* ---- Sudoku ---------------------------------------------------------------------------------
+   Grids are 81 bytes, row-major, 0 = blank, 1..9 = digits. Tokens on disk: 0 pad, 1 blank,
+   2..10 digits 1..9 (V = 11, L = 81), one example per puzzle, identifier 0. */
+/* Counts solutions up to `limit` (<= 2 is what uniqueness needs); the first one goes to solution
+   (may be NULL). Returns -1 when the givens already clash. */
+TRDEF int tr_sudoku_solve(const uint8_t grid[81], uint8_t solution[81], int limit);
+/* 1 when s is a complete, valid grid that agrees with every given of q (q may be NULL). */
+TRDEF int tr_sudoku_check(const uint8_t q[81], const uint8_t s[81]);
+/* A random puzzle with a unique solution and exactly `clues` givens (17..81), from the stream (seed, index).
+   Speed on one core: 30 givens ~6k/s, 25 ~1.2k/s, 22 ~50/s, 20 ~0.5/s; below 20 it may take minutes. */
+TRDEF tr_status tr_sudoku_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int clues, uint8_t puzzle[81], uint8_t solution[81]);
+/* The reference augmentation (digit permutation, transpose, band/row and stack/column shuffles),
+   drawn from the stream (seed, index); the same map is applied to the puzzle and the solution. */
+TRDEF void tr_sudoku_augment(uint64_t seed, uint64_t index, const uint8_t q[81], const uint8_t a[81], uint8_t q_out[81], uint8_t a_out[81]);
+
+typedef struct tr_sudoku_set {
+    int64_t count;
+    uint8_t *puzzles;   /* [count * 81] */
+    uint8_t *solutions; /* [count * 81] */
+    int32_t *ratings;   /* [count], -1 when the source has none */
+} tr_sudoku_set;
+/* Reads the reference CSV (header source,question,answer,rating) or plain lines that hold an
+   81-character puzzle ('.' or '0' blank), optionally followed by a separator and its solution.
+   Missing solutions are found by the solver; puzzles with no or several solutions, or a given
+   solution that is wrong, fail with the line number. min_rating < 0 keeps all. */
+TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr_sudoku_set *out, int64_t *rejected);
+TRDEF tr_status tr_sudoku_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int clues, tr_progress_fn progress, void *user, tr_sudoku_set *out);
+TRDEF void tr_sudoku_set_free(tr_ctx *ctx, tr_sudoku_set *s);
+
+typedef struct tr_sudoku_options {
+    const char *train_path, *test_path; /* CSV or plain text; NULL: generate */
+    int64_t generate_train, generate_test; /* puzzles to generate when a path is NULL */
+    int clues;                           /* givens of generated puzzles */
+    int64_t subsample_size;              /* train only; <= 0: all */
+    int min_difficulty;                  /* rating filter; < 0: none */
+    int num_aug;                         /* augmented copies per train puzzle */
+    uint64_t seed;
+    tr_progress_fn progress;
+    void *progress_user;
+} tr_sudoku_options;
+TRDEF tr_sudoku_options tr_sudoku_options_default(void);
+/* Builds the train split (subsample, original + num_aug augmentations per group) and the test split. */
+TRDEF tr_status tr_sudoku_build_splits(tr_ctx *ctx, const tr_sudoku_options *o, tr_split *train, tr_split *test, int64_t *rejected);
+TRDEF tr_status tr_sudoku_build(tr_ctx *ctx, const tr_sudoku_options *o, const char *out_dir, tr_build_summary *summary);
+
+/* ---- Maze -----------------------------------------------------------------------------------
+   Characters "# SGo" (wall, open, start, goal, path) are tokens 1..5, 0 = pad (V = 6, L = n*n). */
+#define TR_MAZE_CHARSET "# SGo"
+/* Finds a shortest path from S to G in an n x n character maze and writes the labelled maze
+   (path cells 'o') to out. Returns the path length in moves, or -1 when G cannot be reached. */
+TRDEF int tr_maze_solve(tr_ctx *ctx, const char *maze, int n, char *out);
+/* A random n x n maze (n >= 5) whose shortest path is longer than min_path moves, from the stream
+   (seed, index); maze/solution are n*n characters of TR_MAZE_CHARSET. Returns the path length. */
+TRDEF tr_status tr_maze_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int n, int min_path, char *maze, char *solution, int *path_len);
+
+typedef struct tr_maze_set {
+    int64_t count;
+    int n;            /* side */
+    char *mazes;      /* [count * n * n] */
+    char *solutions;  /* [count * n * n] */
+} tr_maze_set;
+/* Reads the reference CSV (source,question,answer,rating) or plain lines of n*n characters (maze,
+   then optionally a separator and the solved maze); missing solutions are computed. */
+TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out);
+TRDEF void tr_maze_set_free(tr_ctx *ctx, tr_maze_set *s);
+
+typedef struct tr_maze_options {
+    const char *train_path, *test_path; /* NULL: generate */
+    int64_t generate_train, generate_test;
+    int size;          /* side of generated mazes (30) */
+    int min_path;      /* generated mazes need a shortest path longer than this (110 = "hard") */
+    int64_t subsample_size;
+    int aug;           /* 8 dihedral versions of each train maze */
+    uint64_t seed;
+    tr_progress_fn progress;
+    void *progress_user;
+} tr_maze_options;
+TRDEF tr_maze_options tr_maze_options_default(void);
+TRDEF tr_status tr_maze_build_splits(tr_ctx *ctx, const tr_maze_options *o, tr_split *train, tr_split *test);
+TRDEF tr_status tr_maze_build(tr_ctx *ctx, const tr_maze_options *o, const char *out_dir, tr_build_summary *summary);
+
+/* ---- dihedral transforms and ARC ------------------------------------------------------------
+   Transform ids as the reference (numpy): 0 identity, 1 rot90 (counter-clockwise), 2 rot180,
+   3 rot270, 4 fliplr, 5 flipud, 6 transpose, 7 fliplr(rot90). A grid is h x w bytes, row-major;
+   ids 1, 3, 6, 7 swap h and w. */
+TRDEF int tr_dihedral_inverse_id(int tid);
+TRDEF void tr_dihedral(int tid, const uint8_t *src, int h, int w, uint8_t *dst, int *out_h, int *out_w);
+TRDEF void tr_dihedral_inverse(int tid, const uint8_t *src, int h, int w, uint8_t *dst, int *out_h, int *out_w);
+
+/* ARC: tokens 0 pad, 1 EOS, 2..11 colours 0..9 on a 30x30 canvas (V = 12, L = 900). */
+#define TR_ARC_MAX_GRID 30
+#define TR_ARC_SEP "|||"
+/* An augmented puzzle name "<task>|||t<tid>|||<10 digits>" (the colour map, colour 0 first).
+   A name without the separator is the identity (tid 0, perm 0123456789). base gets the task name. */
+TRDEF tr_status tr_arc_parse_name(tr_ctx *ctx, const char *name, char *base, size_t base_cap, int *tid, uint8_t perm[10]);
+/* The forward augmentation: colour map, then dihedral transform. */
+TRDEF void tr_arc_augment(int tid, const uint8_t perm[10], const uint8_t *grid, int h, int w, uint8_t *out, int *out_h, int *out_w);
+/* Its inverse: inverse dihedral transform, then the inverse colour map (for evaluation). */
+TRDEF void tr_arc_inverse_augment(int tid, const uint8_t perm[10], const uint8_t *grid, int h, int w, uint8_t *out, int *out_h, int *out_w);
+/* The evaluator's crop of a 900-token prediction: the largest top-left rectangle of colour tokens,
+   as colours 0..9. Returns 0 (h = w = 0) when the first cell is not a colour. */
+TRDEF int tr_arc_crop(const int32_t *tokens, uint8_t *grid, int *h, int *w);
+/* Places a grid on the 30x30 canvas at (r, c) with EOS cells, as the reference encodes it. */
+TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]);
+
+typedef struct tr_arc_options {
+    const char *const *input_dirs; /* each: a folder of subset folders (training/, evaluation/) or a subset folder of *.json tasks */
+    int num_input_dirs;
+    const char *const *subsets;    /* subset names to use, in this order; NULL: every subset found */
+    int num_subsets;
+    const char *test_set_name;     /* the subset whose test pairs go to the test split ("evaluation") */
+    uint64_t seed;                 /* 42 */
+    int num_aug;                   /* 1000 */
+    int puzzle_identifiers_start;  /* 1 */
+    tr_progress_fn progress;
+    void *progress_user;
+} tr_arc_options;
+TRDEF tr_arc_options tr_arc_options_default(void);
+/* Builds <out_dir>/{train,test}/..., identifiers.json and test_puzzles.json. */
+TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, tr_build_summary *summary);
+
+/* ---- sampler --------------------------------------------------------------------------------
+   Train mode follows the reference's group sampling: each set pass draws epochs_per_iter random
+   permutations of the groups from the stream (seed, pass number); the batch is filled group by
+   group with one random puzzle of the group and its examples in random order, cut at exactly
+   global_batch_size; the last partial batch is dropped. Train mode never ends: it moves on to the
+   next pass. Test mode walks the examples in order and pads the last batch (inputs pad, labels
+   -100, puzzle id blank); after the last batch of a pass comes one batch with end = 1. With
+   prefetch > 0 a thread prepares that many batches ahead; the batches are the same either way. */
+typedef struct tr_sampler tr_sampler;
+
+typedef struct tr_sampler_config {
+    int test_mode;
+    int global_batch_size;
+    int rank, num_replicas;   /* this process takes rows [rank*local, (rank+1)*local) */
+    int epochs_per_iter;      /* permutations concatenated per pass (reference: eval_interval) */
+    uint64_t seed;
+    int prefetch;             /* batches prepared ahead by a thread; 0: none */
+} tr_sampler_config;
+
+/* Fills the core's tr_batch (inputs, labels, puzzle_identifiers, batch_size); this says where it
+   came from. */
+typedef struct tr_batch_info {
+    int seq_len;
+    int effective_size;   /* global rows that hold real examples (test: fewer in the last batch) */
+    int set_index;
+    int end;              /* test mode: 1 = the pass is over and the batch holds nothing */
+    int64_t pass;         /* train: set passes done before this one (the reference's _iters - 1); test: pass number */
+    int64_t index;        /* batch number within the pass */
+    double epoch;         /* train: epochs done after this batch (fractional) */
+} tr_batch_info;
+
+/* The position of a sampler, enough to resume exactly (save it with a checkpoint). */
+typedef struct tr_sampler_state {
+    uint64_t w[8];
+} tr_sampler_state;
+
+TRDEF tr_sampler_config tr_sampler_config_default(void);
+TRDEF tr_status tr_sampler_create(tr_ctx *ctx, const tr_dataset *ds, const tr_sampler_config *cfg, tr_sampler **out);
+/* The next batch (info may be NULL); its buffers belong to the sampler and stay valid until the
+   next call. The rows are global_batch_size / num_replicas. */
+TRDEF tr_status tr_sampler_next(tr_sampler *s, tr_batch *out, tr_batch_info *info);
+/* The position after the last batch returned by tr_sampler_next. */
+TRDEF void tr_sampler_get_state(const tr_sampler *s, tr_sampler_state *state);
+TRDEF tr_status tr_sampler_set_state(tr_sampler *s, const tr_sampler_state *state);
+/* Test mode: batches per pass (the end marker not counted). Train: an estimate for one pass. */
+TRDEF int64_t tr_sampler_batches_per_pass(const tr_sampler *s);
+TRDEF void tr_sampler_destroy(tr_sampler *s);
+/* >>api-data-end */
 
 #ifdef __cplusplus
 }
@@ -283,6 +638,22 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t);
 #include <float.h>
 #include <limits.h>
 #include <time.h>
+#include <ctype.h>
+#include <errno.h>
+#include <locale.h>
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#define TR__POSIX 1
+#else
+#include <direct.h>
+#define TR__POSIX 0
+#endif
 #if defined(_OPENMP) && !defined(TINYREC_NO_OPENMP)
 #include <omp.h>
 #define TR__OMP 1
@@ -1352,8 +1723,793 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
 }
 
-/* GEMM (parts/sgemm.h until spliced) */
-TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc, int accumulate);
+/* >>sgemm
+   --- single-precision GEMM ------------------------------------------------------------------
+   C[M,N] = (accumulate ? C : 0) + op(A) * op(B), row-major, op() = identity or transpose.
+
+   tr__sgemm_ref  the plain triple loop; the reference the tests compare against.
+   tr__sgemm      blocked and packed in the GotoBLAS/BLIS manner:
+                    1. op(B) is packed once, whole, into KC-deep blocks of NR-wide panels; the
+                       threads share that work (dynamic schedule, then the loop's barrier).
+                    2. C is cut into jobs (MC rows x a range of NR panels; along N only when M
+                       is short) handed out dynamically. A job walks the KC blocks in order:
+                       it packs its MC x KC slab of op(A) into MR-tall panels, then for every
+                       NC-wide column block runs the micro-kernel on each MR x NR tile. The
+                       MR x KC A panel stays in L1 while the KC x NC block of packed B streams
+                       from L2.
+                  The packing routines absorb the transposes and zero-pad the edges; the
+                  micro-kernels mask the edge tiles on store. K is never split between threads
+                  and the KC blocking depends on K alone, so each element of C is summed in the
+                  same order whoever computes it: results are bit-identical for any thread count.
+                  Short products skip the packing: M <= 16 (batch-1 inference) and N <= 8 with
+                  op(A) = A use 4x4 blocks of dot products when op(B) = B^T (or when op(B) is
+                  small enough to transpose), and M <= 16 with op(B) = B streams B's rows
+                  through a 4-row register tile.
+   Micro-kernels: AVX-512 14x32 (28 zmm accumulators; B as two zmm loads, A as broadcasts),
+   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). */
+
+/* Cache blocking (Zen 5: 48 KiB L1d, 1 MiB L2 per core, 32 MiB L3).
+   KC: depth of a packed block; the 14 x KC A panel (28 KiB at 512) stays in L1 and K = 512
+       needs a single pass over C. NC: width of the KC x NC block of packed B that the A panels
+       sweep (512 KiB, L2). MC: rows of op(A) per job (the MC x KC slab, 336 KiB, also in L2). */
+#ifndef TR__SG_KC
+#define TR__SG_KC 512
+#endif
+#ifndef TR__SG_NC
+#define TR__SG_NC 256
+#endif
+#ifndef TR__SG_MC
+#define TR__SG_MC 168
+#endif
+#define TR__SG_SMALL_M 16 /* at most this many rows of C: the unpacked paths */
+#define TR__SG_SMALL_N 8
+
+/* Micro-kernel: C[0:mr, 0:nr] (=|+=) Apanel * Bpanel where Apanel is kc x MR (MR values per k)
+   and Bpanel is kc x NR (NR values per k), both zero-padded to the full tile. */
+typedef void (*tr__sgemm_ukr_fn)(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc);
+/* Packs rows [m0, m0+mc) x depth [k0, k0+kc) of op(A) into ceil(mc/MR) panels of kc x MR. */
+typedef void (*tr__sgemm_pack_a_fn)(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR,
+                                    float *dst);
+/* Packs NR-wide panels [p0, p1) of op(B) (N columns in all), depth [k0, k0+kc), into blk (panel p
+   at blk + p*kc*NR). */
+typedef void (*tr__sgemm_pack_b_fn)(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc,
+                                    size_t NR, float *blk);
+/* out[4*r + c] = sum_k a[r][k] * b[c][k], the 16 sums of a 4x4 block of dot products. */
+typedef void (*tr__sgemm_dot_fn)(size_t K, const float *const *a, const float *const *b, float *out);
+/* C[0:nrows, 0:w] (=|+=) sum_k a(r, k) * B[k, 0:w] with a(r, k) = a[r*sar + k*sak], nrows <= 4,
+   w <= the level's row-chunk width. */
+typedef void (*tr__sgemm_rows_fn)(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb,
+                                  size_t w, float *C, size_t ldc, int acc);
+
+typedef struct tr__sgemm_kern {
+    size_t mr, nr, rw; /* micro-tile, and the width of the rows kernel */
+    tr__sgemm_ukr_fn ukr;
+    tr__sgemm_pack_a_fn pack_a;
+    tr__sgemm_pack_b_fn pack_b;
+    tr__sgemm_dot_fn dot;
+    tr__sgemm_rows_fn rows;
+} tr__sgemm_kern;
+
+/* --- reference ----------------------------------------------------------------------------- */
+TR__FN void tr__sgemm_ref(int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
+                          size_t ldb, float *C, size_t ldc, int accumulate) {
+    size_t i, j, k;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (k = 0; k < K; k++) {
+                float a = transA ? A[k * lda + i] : A[i * lda + k];
+                float b = transB ? B[j * ldb + k] : B[k * ldb + j];
+                s += a * b;
+            }
+            C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;
+        }
+}
+
+/* --- portable packing and kernels (the scalar level) ------------------------------------------ */
+TR__FN void tr__sgemm_pack_a_c(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR,
+                               float *dst) {
+    size_t p, i, k;
+    for (p = 0; p < mc; p += MR) {
+        size_t mr = TR__MIN(MR, mc - p);
+        if (!transA) {
+            for (i = 0; i < mr; i++) {
+                const float *src = A + (m0 + p + i) * lda + k0;
+                for (k = 0; k < kc; k++) dst[k * MR + i] = src[k];
+            }
+            for (; i < MR; i++)
+                for (k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
+        } else {
+            for (k = 0; k < kc; k++) {
+                const float *src = A + (k0 + k) * lda + m0 + p;
+                for (i = 0; i < mr; i++) dst[k * MR + i] = src[i];
+                for (; i < MR; i++) dst[k * MR + i] = 0.0f;
+            }
+        }
+        dst += kc * MR;
+    }
+}
+
+TR__FN void tr__sgemm_pack_b_c(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc,
+                               size_t NR, float *blk) {
+    size_t p, j, k;
+    if (!transB) { /* row by row across the panels: B is read in long contiguous runs */
+        for (k = 0; k < kc; k++) {
+            const float *src = B + (k0 + k) * ldb;
+            for (p = p0; p < p1; p++) {
+                size_t n0 = p * NR, nr = TR__MIN(NR, N - n0);
+                float *d = blk + p * kc * NR + k * NR;
+                for (j = 0; j < nr; j++) d[j] = src[n0 + j];
+                for (; j < NR; j++) d[j] = 0.0f;
+            }
+        }
+        return;
+    }
+    for (p = p0; p < p1; p++) {
+        size_t n0 = p * NR, nr = TR__MIN(NR, N - n0);
+        float *d = blk + p * kc * NR;
+        for (j = 0; j < nr; j++) {
+            const float *src = B + (n0 + j) * ldb + k0;
+            for (k = 0; k < kc; k++) d[k * NR + j] = src[k];
+        }
+        for (; j < NR; j++)
+            for (k = 0; k < kc; k++) d[k * NR + j] = 0.0f;
+    }
+}
+
+#define TR__SG_SMR 4
+#define TR__SG_SNR 16
+TR__FN void tr__sgemm_ukr_c(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    float t[TR__SG_SMR][TR__SG_SNR];
+    size_t i, j, k;
+    for (i = 0; i < TR__SG_SMR; i++)
+        for (j = 0; j < TR__SG_SNR; j++) t[i][j] = 0.0f;
+    for (k = 0; k < kc; k++) {
+        for (i = 0; i < TR__SG_SMR; i++) {
+            float ai = a[i];
+            for (j = 0; j < TR__SG_SNR; j++) t[i][j] += ai * b[j];
+        }
+        a += TR__SG_SMR;
+        b += TR__SG_SNR;
+    }
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
+TR__FN void tr__sgemm_dot_c(size_t K, const float *const *a, const float *const *b, float *out) {
+    size_t r, c, k;
+    for (r = 0; r < 4; r++)
+        for (c = 0; c < 4; c++) {
+            float s = 0.0f;
+            for (k = 0; k < K; k++) s += a[r][k] * b[c][k];
+            out[4 * r + c] = s;
+        }
+}
+
+#define TR__SG_SRW 64
+TR__FN void tr__sgemm_rows_c(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb, size_t w,
+                             float *C, size_t ldc, int acc) {
+    float t[TR__SG_SRW];
+    size_t r, j, k;
+    for (r = 0; r < nrows; r++) {
+        for (j = 0; j < w; j++) t[j] = 0.0f;
+        for (k = 0; k < K; k++) {
+            float ar = a[r * sar + k * sak];
+            const float *b = B + k * ldb;
+            for (j = 0; j < w; j++) t[j] += ar * b[j];
+        }
+        for (j = 0; j < w; j++) C[r * ldc + j] = acc ? C[r * ldc + j] + t[j] : t[j];
+    }
+}
+
+#if TR__X86
+/* GCC 12 in C++ mode flags the deliberately undefined lanes inside its own AVX-512 intrinsics
+   (_mm512_undefined_ps) as uninitialised (GCC bug 105593); the kernels below are silenced. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define TR__SG_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define TR__SG_AVX2 __attribute__((target("avx2,fma")))
+
+/* --- AVX-512 ------------------------------------------------------------------------------------ */
+TR__SG_AVX512 static inline __mmask16 tr__sg_mask16(size_t n) { return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u); }
+
+/* Transposes the nrows x ncols (<= 16 x 16) block at src (row stride lds; rows >= nrows read as
+   zero) into dst: dst[j*ldd + i] = src[i*lds + j] for j < ncols, storing the lanes in smask.
+   Spelled out (no arrays) so that everything stays in registers. */
+#define TR__SG_TLD(i) __m512 r##i = (i) < nrows ? _mm512_maskz_loadu_ps(cm, src + (size_t)(i) * lds) : _mm512_setzero_ps()
+#define TR__SG_TUNP(a, b, lo, hi) __m512 lo = _mm512_unpacklo_ps(a, b), hi = _mm512_unpackhi_ps(a, b)
+#define TR__SG_TUNPD(a, b, lo, hi)                                                                                     \
+    __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))),                         \
+           hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+#define TR__SG_TFIN(a, b, c, d, oa, ob, oc, od)                                                                        \
+    do {                                                                                                                \
+        __m512 x0_ = _mm512_shuffle_f32x4(a, b, 0x88), x1_ = _mm512_shuffle_f32x4(a, b, 0xdd);                          \
+        __m512 y0_ = _mm512_shuffle_f32x4(c, d, 0x88), y1_ = _mm512_shuffle_f32x4(c, d, 0xdd);                          \
+        oa = _mm512_shuffle_f32x4(x0_, y0_, 0x88);                                                                      \
+        ob = _mm512_shuffle_f32x4(x0_, y0_, 0xdd);                                                                      \
+        oc = _mm512_shuffle_f32x4(x1_, y1_, 0x88);                                                                      \
+        od = _mm512_shuffle_f32x4(x1_, y1_, 0xdd);                                                                      \
+    } while (0)
+#define TR__SG_TST(j) \
+    if (j < ncols) _mm512_mask_storeu_ps(dst + (size_t)(j) * ldd, smask, o##j)
+TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd,
+                                                     __mmask16 smask) {
+    __mmask16 cm = tr__sg_mask16(ncols);
+    __m512 o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15;
+    TR__SG_TLD(0); TR__SG_TLD(1); TR__SG_TLD(2); TR__SG_TLD(3); TR__SG_TLD(4); TR__SG_TLD(5); TR__SG_TLD(6); TR__SG_TLD(7);
+    TR__SG_TLD(8); TR__SG_TLD(9); TR__SG_TLD(10); TR__SG_TLD(11); TR__SG_TLD(12); TR__SG_TLD(13); TR__SG_TLD(14); TR__SG_TLD(15);
+    {
+        /* t: pairs of rows interleaved within 128-bit lanes */
+        TR__SG_TUNP(r0, r1, t0, t1); TR__SG_TUNP(r2, r3, t2, t3); TR__SG_TUNP(r4, r5, t4, t5); TR__SG_TUNP(r6, r7, t6, t7);
+        TR__SG_TUNP(r8, r9, t8, t9); TR__SG_TUNP(r10, r11, t10, t11); TR__SG_TUNP(r12, r13, t12, t13);
+        TR__SG_TUNP(r14, r15, t14, t15);
+        {
+            /* u(4g + e), lane l: rows 4g..4g+3 of column 4l + e */
+            TR__SG_TUNPD(t0, t2, u0, u1); TR__SG_TUNPD(t1, t3, u2, u3); TR__SG_TUNPD(t4, t6, u4, u5);
+            TR__SG_TUNPD(t5, t7, u6, u7); TR__SG_TUNPD(t8, t10, u8, u9); TR__SG_TUNPD(t9, t11, u10, u11);
+            TR__SG_TUNPD(t12, t14, u12, u13); TR__SG_TUNPD(t13, t15, u14, u15);
+            TR__SG_TFIN(u0, u4, u8, u12, o0, o8, o4, o12);
+            TR__SG_TFIN(u1, u5, u9, u13, o1, o9, o5, o13);
+            TR__SG_TFIN(u2, u6, u10, u14, o2, o10, o6, o14);
+            TR__SG_TFIN(u3, u7, u11, u15, o3, o11, o7, o15);
+        }
+    }
+    TR__SG_TST(0); TR__SG_TST(1); TR__SG_TST(2); TR__SG_TST(3); TR__SG_TST(4); TR__SG_TST(5); TR__SG_TST(6); TR__SG_TST(7);
+    TR__SG_TST(8); TR__SG_TST(9); TR__SG_TST(10); TR__SG_TST(11); TR__SG_TST(12); TR__SG_TST(13); TR__SG_TST(14); TR__SG_TST(15);
+}
+
+TR__SG_AVX512 TR__FN void tr__sgemm_pack_a_avx512(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc,
+                                                  size_t MR, float *dst) {
+    size_t p, k;
+    __mmask16 sm = tr__sg_mask16(MR);
+    for (p = 0; p < mc; p += MR) {
+        size_t mr = TR__MIN(MR, mc - p);
+        if (!transA) {
+            const float *src = A + (m0 + p) * lda + k0;
+            for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, lda, mr, TR__MIN(16, kc - k), dst + k * MR, MR, sm);
+        } else {
+            __mmask16 lm = tr__sg_mask16(mr);
+            for (k = 0; k < kc; k++) _mm512_mask_storeu_ps(dst + k * MR, sm, _mm512_maskz_loadu_ps(lm, A + (k0 + k) * lda + m0 + p));
+        }
+        dst += kc * MR;
+    }
+}
+
+/* NR == 32 */
+TR__SG_AVX512 TR__FN void tr__sgemm_pack_b_avx512(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0,
+                                                  size_t kc, size_t NR, float *blk) {
+    size_t p, k;
+    TR__UNUSED(NR);
+    if (!transB) {
+        for (k = 0; k < kc; k++) {
+            const float *src = B + (k0 + k) * ldb;
+            for (p = p0; p < p1; p++) {
+                size_t n0 = p * 32, nr = TR__MIN(32, N - n0);
+                float *d = blk + p * kc * 32 + k * 32;
+                if (nr == 32) {
+                    _mm512_store_ps(d, _mm512_loadu_ps(src + n0));
+                    _mm512_store_ps(d + 16, _mm512_loadu_ps(src + n0 + 16));
+                } else {
+                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__sg_mask16(nr), src + n0));
+                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__sg_mask16(nr > 16 ? nr - 16 : 0), src + n0 + 16));
+                }
+            }
+        }
+        return;
+    }
+    for (p = p0; p < p1; p++) {
+        size_t n0 = p * 32, nr = TR__MIN(32, N - n0), h;
+        float *d = blk + p * kc * 32;
+        for (h = 0; h < 2; h++) {
+            size_t rows = nr > 16 * h ? TR__MIN(16, nr - 16 * h) : 0;
+            const float *src = rows ? B + (n0 + 16 * h) * ldb + k0 : B;
+            for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, ldb, rows, TR__MIN(16, kc - k), d + k * 32 + 16 * h, 32, 0xffff);
+        }
+    }
+}
+
+/* 14x32 micro-kernel */
+#define TR__SG_ZROW(i) c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps()
+#define TR__SG_ZFMA(i, ap)                                                                                             \
+    do {                                                                                                                \
+        __m512 av_ = _mm512_set1_ps((ap)[i]);                                                                           \
+        c##i##a = _mm512_fmadd_ps(av_, b0, c##i##a);                                                                    \
+        c##i##b = _mm512_fmadd_ps(av_, b1, c##i##b);                                                                    \
+    } while (0)
+#define TR__SG_ZSTEP(ap, bp)                                                                                           \
+    do {                                                                                                                \
+        b0 = _mm512_load_ps(bp);                                                                                        \
+        b1 = _mm512_load_ps((bp) + 16);                                                                                 \
+        TR__SG_ZFMA(0, ap); TR__SG_ZFMA(1, ap); TR__SG_ZFMA(2, ap); TR__SG_ZFMA(3, ap); TR__SG_ZFMA(4, ap);            \
+        TR__SG_ZFMA(5, ap); TR__SG_ZFMA(6, ap); TR__SG_ZFMA(7, ap); TR__SG_ZFMA(8, ap); TR__SG_ZFMA(9, ap);            \
+        TR__SG_ZFMA(10, ap); TR__SG_ZFMA(11, ap); TR__SG_ZFMA(12, ap); TR__SG_ZFMA(13, ap);                            \
+    } while (0)
+#define TR__SG_ZSTORE(i)                                                                                               \
+    if (i < mr) {                                                                                                       \
+        float *cr_ = c + (size_t)i * ldc;                                                                               \
+        if (acc) {                                                                                                      \
+            c##i##a = _mm512_add_ps(c##i##a, _mm512_maskz_loadu_ps(m0, cr_));                                           \
+            c##i##b = _mm512_add_ps(c##i##b, _mm512_maskz_loadu_ps(m1, cr_ + 16));                                      \
+        }                                                                                                               \
+        _mm512_mask_storeu_ps(cr_, m0, c##i##a);                                                                        \
+        _mm512_mask_storeu_ps(cr_ + 16, m1, c##i##b);                                                                   \
+    }
+
+TR__SG_AVX512 TR__FN void tr__sgemm_ukr_avx512(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,
+                                               size_t nr, int acc) {
+    __m512 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b;
+    __m512 c7a, c7b, c8a, c8b, c9a, c9b, c10a, c10b, c11a, c11b, c12a, c12b, c13a, c13b;
+    __m512 b0, b1;
+    __mmask16 m0 = tr__sg_mask16(nr), m1 = tr__sg_mask16(nr > 16 ? nr - 16 : 0);
+    size_t k, i;
+    for (i = 0; i < mr; i++) { /* C is needed only at the end: its lines arrive during the loop */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
+    TR__SG_ZROW(0); TR__SG_ZROW(1); TR__SG_ZROW(2); TR__SG_ZROW(3); TR__SG_ZROW(4); TR__SG_ZROW(5); TR__SG_ZROW(6);
+    TR__SG_ZROW(7); TR__SG_ZROW(8); TR__SG_ZROW(9); TR__SG_ZROW(10); TR__SG_ZROW(11); TR__SG_ZROW(12); TR__SG_ZROW(13);
+    for (k = 0; k + 4 <= kc; k += 4) {
+        TR__SG_ZSTEP(a, b);
+        TR__SG_ZSTEP(a + 14, b + 32);
+        TR__SG_ZSTEP(a + 28, b + 64);
+        TR__SG_ZSTEP(a + 42, b + 96);
+        a += 56;
+        b += 128;
+    }
+    for (; k < kc; k++) {
+        TR__SG_ZSTEP(a, b);
+        a += 14;
+        b += 32;
+    }
+    TR__SG_ZSTORE(0) TR__SG_ZSTORE(1) TR__SG_ZSTORE(2) TR__SG_ZSTORE(3) TR__SG_ZSTORE(4) TR__SG_ZSTORE(5)
+    TR__SG_ZSTORE(6) TR__SG_ZSTORE(7) TR__SG_ZSTORE(8) TR__SG_ZSTORE(9) TR__SG_ZSTORE(10) TR__SG_ZSTORE(11)
+    TR__SG_ZSTORE(12) TR__SG_ZSTORE(13)
+}
+
+TR__SG_AVX512 TR__FN void tr__sgemm_dot_avx512(size_t K, const float *const *a, const float *const *b, float *out) {
+    __m512 s[16];
+    size_t k, r, c;
+    for (r = 0; r < 16; r++) s[r] = _mm512_setzero_ps();
+    for (k = 0; k < K; k += 16) {
+        __mmask16 m = tr__sg_mask16(K - k);
+        __m512 b0 = _mm512_maskz_loadu_ps(m, b[0] + k), b1 = _mm512_maskz_loadu_ps(m, b[1] + k);
+        __m512 b2 = _mm512_maskz_loadu_ps(m, b[2] + k), b3 = _mm512_maskz_loadu_ps(m, b[3] + k);
+        for (r = 0; r < 4; r++) {
+            __m512 av = _mm512_maskz_loadu_ps(m, a[r] + k);
+            s[4 * r] = _mm512_fmadd_ps(av, b0, s[4 * r]);
+            s[4 * r + 1] = _mm512_fmadd_ps(av, b1, s[4 * r + 1]);
+            s[4 * r + 2] = _mm512_fmadd_ps(av, b2, s[4 * r + 2]);
+            s[4 * r + 3] = _mm512_fmadd_ps(av, b3, s[4 * r + 3]);
+        }
+    }
+    for (c = 0; c < 16; c++) out[c] = _mm512_reduce_add_ps(s[c]);
+}
+
+#define TR__SG_ZRW 64
+TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B,
+                                                size_t ldb, size_t w, float *C, size_t ldc, int acc) {
+    __m512 s[4][4];
+    __mmask16 m[4];
+    const float *ar[4];
+    size_t k, r, q;
+    for (q = 0; q < 4; q++) m[q] = tr__sg_mask16(w > 16 * q ? w - 16 * q : 0);
+    for (r = 0; r < 4; r++) {
+        ar[r] = a + (r < nrows ? r : 0) * sar;
+        for (q = 0; q < 4; q++) s[r][q] = _mm512_setzero_ps();
+    }
+    for (k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m512 b0 = _mm512_maskz_loadu_ps(m[0], b), b1 = _mm512_maskz_loadu_ps(m[1], b + 16);
+        __m512 b2 = _mm512_maskz_loadu_ps(m[2], b + 32), b3 = _mm512_maskz_loadu_ps(m[3], b + 48);
+        for (r = 0; r < 4; r++) {
+            __m512 av = _mm512_set1_ps(ar[r][k * sak]);
+            s[r][0] = _mm512_fmadd_ps(av, b0, s[r][0]);
+            s[r][1] = _mm512_fmadd_ps(av, b1, s[r][1]);
+            s[r][2] = _mm512_fmadd_ps(av, b2, s[r][2]);
+            s[r][3] = _mm512_fmadd_ps(av, b3, s[r][3]);
+        }
+    }
+    for (r = 0; r < nrows; r++)
+        for (q = 0; q < 4; q++) {
+            float *cp = C + r * ldc + 16 * q;
+            __m512 v = s[r][q];
+            if (!m[q]) break;
+            if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[q], cp));
+            _mm512_mask_storeu_ps(cp, m[q], v);
+        }
+}
+
+/* --- AVX2 -------------------------------------------------------------------------------------- */
+#define TR__SG_YFMA(i, ap)                                                                                             \
+    do {                                                                                                                \
+        __m256 av_ = _mm256_broadcast_ss((ap) + i);                                                                     \
+        c##i##a = _mm256_fmadd_ps(av_, b0, c##i##a);                                                                    \
+        c##i##b = _mm256_fmadd_ps(av_, b1, c##i##b);                                                                    \
+    } while (0)
+#define TR__SG_YSTEP(ap, bp)                                                                                           \
+    do {                                                                                                                \
+        b0 = _mm256_load_ps(bp);                                                                                        \
+        b1 = _mm256_load_ps((bp) + 8);                                                                                  \
+        TR__SG_YFMA(0, ap); TR__SG_YFMA(1, ap); TR__SG_YFMA(2, ap);                                                     \
+        TR__SG_YFMA(3, ap); TR__SG_YFMA(4, ap); TR__SG_YFMA(5, ap);                                                     \
+    } while (0)
+#define TR__SG_YSTORE(i)                                                                                               \
+    if (i < mr) {                                                                                                       \
+        float *cr_ = c + (size_t)i * ldc;                                                                               \
+        if (full) {                                                                                                     \
+            if (acc) {                                                                                                  \
+                c##i##a = _mm256_add_ps(c##i##a, _mm256_loadu_ps(cr_));                                                 \
+                c##i##b = _mm256_add_ps(c##i##b, _mm256_loadu_ps(cr_ + 8));                                             \
+            }                                                                                                           \
+            _mm256_storeu_ps(cr_, c##i##a);                                                                             \
+            _mm256_storeu_ps(cr_ + 8, c##i##b);                                                                         \
+        } else {                                                                                                        \
+            if (acc) {                                                                                                  \
+                c##i##a = _mm256_add_ps(c##i##a, _mm256_maskload_ps(cr_, k0));                                          \
+                c##i##b = _mm256_add_ps(c##i##b, _mm256_maskload_ps(cr_ + 8, k1));                                      \
+            }                                                                                                           \
+            _mm256_maskstore_ps(cr_, k0, c##i##a);                                                                      \
+            _mm256_maskstore_ps(cr_ + 8, k1, c##i##b);                                                                  \
+        }                                                                                                               \
+    }
+
+TR__SG_AVX2 static inline __m256i tr__sg_mask8(size_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)TR__MIN(n, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 6x16 micro-kernel */
+TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,
+                                           size_t nr, int acc) {
+    __m256 c0a = _mm256_setzero_ps(), c0b = _mm256_setzero_ps(), c1a = _mm256_setzero_ps(), c1b = _mm256_setzero_ps();
+    __m256 c2a = _mm256_setzero_ps(), c2b = _mm256_setzero_ps(), c3a = _mm256_setzero_ps(), c3b = _mm256_setzero_ps();
+    __m256 c4a = _mm256_setzero_ps(), c4b = _mm256_setzero_ps(), c5a = _mm256_setzero_ps(), c5b = _mm256_setzero_ps();
+    __m256 b0, b1;
+    __m256i k0 = tr__sg_mask8(nr), k1 = tr__sg_mask8(nr > 8 ? nr - 8 : 0);
+    int full = nr >= 16;
+    size_t k;
+    for (k = 0; k < mr; k++) _mm_prefetch((const char *)(c + k * ldc), _MM_HINT_T0);
+    for (k = 0; k + 2 <= kc; k += 2) {
+        TR__SG_YSTEP(a, b);
+        TR__SG_YSTEP(a + 6, b + 16);
+        a += 12;
+        b += 32;
+    }
+    for (; k < kc; k++) {
+        TR__SG_YSTEP(a, b);
+        a += 6;
+        b += 16;
+    }
+    TR__SG_YSTORE(0) TR__SG_YSTORE(1) TR__SG_YSTORE(2) TR__SG_YSTORE(3) TR__SG_YSTORE(4) TR__SG_YSTORE(5)
+}
+
+TR__SG_AVX2 TR__FN void tr__sgemm_dot_avx2(size_t K, const float *const *a, const float *const *b, float *out) {
+    __m256 s[16];
+    size_t k, r, c;
+    for (r = 0; r < 16; r++) s[r] = _mm256_setzero_ps();
+    for (k = 0; k < K; k += 8) {
+        __m256i m = tr__sg_mask8(K - k);
+        __m256 b0 = _mm256_maskload_ps(b[0] + k, m), b1 = _mm256_maskload_ps(b[1] + k, m);
+        __m256 b2 = _mm256_maskload_ps(b[2] + k, m), b3 = _mm256_maskload_ps(b[3] + k, m);
+        for (r = 0; r < 4; r++) {
+            __m256 av = _mm256_maskload_ps(a[r] + k, m);
+            s[4 * r] = _mm256_fmadd_ps(av, b0, s[4 * r]);
+            s[4 * r + 1] = _mm256_fmadd_ps(av, b1, s[4 * r + 1]);
+            s[4 * r + 2] = _mm256_fmadd_ps(av, b2, s[4 * r + 2]);
+            s[4 * r + 3] = _mm256_fmadd_ps(av, b3, s[4 * r + 3]);
+        }
+    }
+    for (c = 0; c < 16; c++) {
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(s[c]), _mm256_extractf128_ps(s[c], 1));
+        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        v = _mm_add_ss(v, _mm_movehdup_ps(v));
+        out[c] = _mm_cvtss_f32(v);
+    }
+}
+
+#define TR__SG_YRW 32
+TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb,
+                                            size_t w, float *C, size_t ldc, int acc) {
+    __m256 s[4][4];
+    __m256i m[4];
+    const float *ar[4];
+    size_t k, r, q;
+    for (q = 0; q < 4; q++) m[q] = tr__sg_mask8(w > 8 * q ? w - 8 * q : 0);
+    for (r = 0; r < 4; r++) {
+        ar[r] = a + (r < nrows ? r : 0) * sar;
+        for (q = 0; q < 4; q++) s[r][q] = _mm256_setzero_ps();
+    }
+    for (k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 b0 = _mm256_maskload_ps(b, m[0]), b1 = _mm256_maskload_ps(b + 8, m[1]);
+        __m256 b2 = _mm256_maskload_ps(b + 16, m[2]), b3 = _mm256_maskload_ps(b + 24, m[3]);
+        for (r = 0; r < 4; r++) {
+            __m256 av = _mm256_broadcast_ss(ar[r] + k * sak);
+            s[r][0] = _mm256_fmadd_ps(av, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(av, b1, s[r][1]);
+            s[r][2] = _mm256_fmadd_ps(av, b2, s[r][2]);
+            s[r][3] = _mm256_fmadd_ps(av, b3, s[r][3]);
+        }
+    }
+    for (r = 0; r < nrows; r++)
+        for (q = 0; q < 4 && 8 * q < w; q++) {
+            float *cp = C + r * ldc + 8 * q;
+            __m256 v = s[r][q];
+            if (acc) v = _mm256_add_ps(v, _mm256_maskload_ps(cp, m[q]));
+            _mm256_maskstore_ps(cp, m[q], v);
+        }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* TR__X86 */
+
+TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
+    tr__sgemm_kern k;
+    k.mr = TR__SG_SMR;
+    k.nr = TR__SG_SNR;
+    k.rw = TR__SG_SRW;
+    k.ukr = tr__sgemm_ukr_c;
+    k.pack_a = tr__sgemm_pack_a_c;
+    k.pack_b = tr__sgemm_pack_b_c;
+    k.dot = tr__sgemm_dot_c;
+    k.rows = tr__sgemm_rows_c;
+#if TR__X86
+    if (simd == TR__SIMD_AVX512) {
+        k.mr = 14;
+        k.nr = 32;
+        k.rw = TR__SG_ZRW;
+        k.ukr = tr__sgemm_ukr_avx512;
+        k.pack_a = tr__sgemm_pack_a_avx512;
+        k.pack_b = tr__sgemm_pack_b_avx512;
+        k.dot = tr__sgemm_dot_avx512;
+        k.rows = tr__sgemm_rows_avx512;
+    } else if (simd == TR__SIMD_AVX2) {
+        k.mr = 6;
+        k.nr = 16;
+        k.rw = TR__SG_YRW;
+        k.ukr = tr__sgemm_ukr_avx2;
+        k.dot = tr__sgemm_dot_avx2;
+        k.rows = tr__sgemm_rows_avx2;
+    }
+#else
+    TR__UNUSED(simd);
+#endif
+    return k;
+}
+
+/* --- the drivers ------------------------------------------------------------------------------- */
+typedef struct tr__sgemm_job {
+    int transA, transB, accumulate;
+    size_t M, N, K;
+    const float *A, *B;
+    size_t lda, ldb, ldc;
+    float *C;
+    tr__sgemm_kern kern;
+    /* packed path */
+    size_t kc_nom;          /* KC block depth (the last block may be shallower) */
+    size_t npan, mcb, nmb;  /* NR panels of op(B); rows per M block, M blocks */
+    size_t pcb, nnb;        /* panels per N range, N ranges */
+    size_t bunit;           /* panels per B-packing work unit */
+    float *bpack, *apack;   /* packed op(B); per-thread A slabs, astride floats apart */
+    size_t astride;
+    /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
+    const float *arow, *brow;
+    size_t astr, bstr;
+} tr__sgemm_job;
+
+/* B-packing unit u: one KC block x bunit panels. */
+TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
+    size_t ngroups = (J->npan + J->bunit - 1) / J->bunit;
+    size_t k0 = (u / ngroups) * J->kc_nom, g = u % ngroups, NR = J->kern.nr;
+    size_t kc = TR__MIN(J->kc_nom, J->K - k0), p0 = g * J->bunit, p1 = TR__MIN(J->npan, p0 + J->bunit);
+    J->kern.pack_b(J->transB, J->B, J->ldb, J->N, p0, p1, k0, kc, NR, J->bpack + k0 * J->npan * NR);
+}
+
+/* Job u: M block u % nmb, N range u / nmb, all of K. */
+TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
+    size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1);
+    size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->M - m0);
+    size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
+    size_t k0, q0, ir, p;
+    tr__sgemm_ukr_fn ukr = J->kern.ukr;
+    for (k0 = 0; k0 < J->K; k0 += J->kc_nom) {
+        size_t kc = TR__MIN(J->kc_nom, J->K - k0);
+        const float *blk = J->bpack + k0 * J->npan * NR;
+        int acc = J->accumulate || k0 > 0;
+        J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, k0, kc, MR, apack);
+        for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
+            size_t q1 = TR__MIN(q0 + ncp, p_hi);
+            for (ir = 0; ir < mc; ir += MR) {
+                const float *ap = apack + ir * kc;
+                size_t mr = TR__MIN(MR, mc - ir);
+                float *crow = J->C + (m0 + ir) * J->ldc;
+                for (p = q0; p < q1; p++)
+                    ukr(kc, ap, blk + p * kc * NR, crow + p * NR, J->ldc, mr, TR__MIN(NR, J->N - p * NR), acc);
+            }
+        }
+    }
+}
+
+/* Dot unit u: a 4x4 block of C. Consecutive units walk the short dimension, so that the four
+   rows of the long operand stay in L1 while the short one is swept. */
+TR__FN void tr__sgemm_dot_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
+    size_t ngj = (J->N + 3) / 4, r, c;
+    size_t i0 = 4 * (J->M > J->N ? u / ngj : u % ngi), j0 = 4 * (J->M > J->N ? u % ngj : u / ngi);
+    const float *ap[4], *bp[4];
+    float out[16];
+    for (r = 0; r < 4; r++) {
+        ap[r] = J->arow + TR__MIN(i0 + r, J->M - 1) * J->astr;
+        bp[r] = J->brow + TR__MIN(j0 + r, J->N - 1) * J->bstr;
+    }
+    J->kern.dot(J->K, ap, bp, out);
+    for (r = 0; r < 4 && i0 + r < J->M; r++)
+        for (c = 0; c < 4 && j0 + c < J->N; c++) {
+            float *cp = J->C + (i0 + r) * J->ldc + j0 + c;
+            *cp = J->accumulate ? *cp + out[4 * r + c] : out[4 * r + c];
+        }
+}
+
+/* Rows unit u: rows 4*(u % ngi), columns rw*(u / ngi), op(B) = B. */
+TR__FN void tr__sgemm_rows_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
+    size_t i0 = 4 * (u % ngi), j0 = J->kern.rw * (u / ngi);
+    size_t sar = J->transA ? 1 : J->lda, sak = J->transA ? J->lda : 1;
+    J->kern.rows(J->K, J->A + i0 * sar, sar, sak, TR__MIN(4, J->M - i0), J->B + j0, J->ldb, TR__MIN(J->kern.rw, J->N - j0),
+                 J->C + i0 * J->ldc + j0, J->ldc, J->accumulate);
+}
+
+/* Threads worth starting for `flops` of work in `units` pieces (about 2 MFLOP per thread at least). */
+TR__FN int tr__sgemm_threads(const tr_ctx *ctx, double flops, size_t units) {
+    int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
+#if TR__OMP
+    if (flops < 2e6 * nt) nt = (int)TR__MAX(1.0, flops / 2e6);
+    if ((size_t)nt > units) nt = (int)TR__MAX(units, 1);
+#else
+    TR__UNUSED(flops);
+    TR__UNUSED(units);
+    nt = 1;
+#endif
+    return nt;
+}
+
+/* The unpacked paths: 4x4 dot blocks (dot != 0) or 4-row streaming of B's rows. */
+TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
+    size_t ngi = (J->M + 3) / 4, ngj = dot ? (J->N + 3) / 4 : (J->N + J->kern.rw - 1) / J->kern.rw, nunits = ngi * ngj;
+    long u;
+    int nt;
+    if (dot) {
+        size_t i, j, k;
+        J->arow = J->A, J->astr = J->lda;
+        J->brow = J->B, J->bstr = J->ldb;
+        if (J->transA || !J->transB) { /* make the one that is not contiguous in k so (it is small) */
+            size_t rows = J->transA ? J->M : J->N, bytes;
+            float *t;
+            if (!tr__size_mul(rows, J->K * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+            t = (float *)tr__scratch(ctx, bytes);
+            if (!t) return TR_ERR_OUT_OF_MEMORY;
+            if (J->transA) {
+                for (k = 0; k < J->K; k++)
+                    for (i = 0; i < J->M; i++) t[i * J->K + k] = J->A[k * J->lda + i];
+                J->arow = t, J->astr = J->K;
+            } else {
+                for (k = 0; k < J->K; k++)
+                    for (j = 0; j < J->N; j++) t[j * J->K + k] = J->B[k * J->ldb + j];
+                J->brow = t, J->bstr = J->K;
+            }
+        }
+    }
+    nt = tr__sgemm_threads(ctx, 2.0 * (double)J->M * (double)J->N * (double)J->K, nunits);
+    TR__UNUSED(nt);
+#if TR__OMP
+    if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (u = 0; u < (long)nunits; u++) {
+            if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
+            else tr__sgemm_rows_unit(J, ngi, (size_t)u);
+        }
+        return TR_OK;
+    }
+#endif
+    for (u = 0; u < (long)nunits; u++) {
+        if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
+        else tr__sgemm_rows_unit(J, ngi, (size_t)u);
+    }
+    return TR_OK;
+}
+
+TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                           const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
+    tr__sgemm_job J;
+    size_t MR, NR, nkb, bfloats, afloats, total, i, njobs, nbunits;
+    int nt;
+    if (M == 0 || N == 0) return TR_OK;
+    if (K == 0) {
+        if (!accumulate)
+            for (i = 0; i < M; i++) memset(C + i * ldc, 0, N * sizeof *C);
+        return TR_OK;
+    }
+    memset(&J, 0, sizeof J);
+    J.transA = transA != 0;
+    J.transB = transB != 0;
+    J.accumulate = accumulate != 0;
+    J.M = M, J.N = N, J.K = K;
+    J.A = A, J.B = B, J.C = C;
+    J.lda = lda, J.ldb = ldb, J.ldc = ldc;
+    J.kern = tr__sgemm_kernels(ctx->simd);
+
+    /* short or narrow: no packing (the choice depends on the shape only, never on threads) */
+    if (M <= TR__SG_SMALL_M) return tr__sgemm_small(ctx, &J, transB);
+    if (N <= TR__SG_SMALL_N && !transA) return tr__sgemm_small(ctx, &J, 1);
+
+    MR = J.kern.mr;
+    NR = J.kern.nr;
+    nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
+    J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
+    J.npan = (N + NR - 1) / NR;
+    /* M blocks of nearly equal height (a multiple of MR) */
+    J.nmb = (M + TR__SG_MC - 1) / TR__SG_MC;
+    J.mcb = ((M + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
+    J.nmb = (M + J.mcb - 1) / J.mcb;
+    /* few M blocks: also cut N so that there are jobs for 2 threads and more (cheap: a job
+       repacks only its A slab) */
+    J.nnb = J.nmb >= 8 ? 1 : TR__MIN(J.npan, (8 + J.nmb - 1) / J.nmb);
+    J.pcb = (J.npan + J.nnb - 1) / J.nnb;
+    J.nnb = (J.npan + J.pcb - 1) / J.pcb;
+    njobs = J.nmb * J.nnb;
+    J.bunit = 8;
+    nbunits = nkb * ((J.npan + J.bunit - 1) / J.bunit);
+    nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K, njobs);
+
+    /* workspace: packed op(B), then one A slab per thread, each 64-byte aligned */
+    {
+        size_t s;
+        if (!tr__size_mul(K, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8)
+            return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+        bfloats = (bfloats + 15) / 16 * 16;
+        afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
+        if (!tr__size_mul(afloats, (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
+            return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+    }
+    J.bpack = (float *)tr__scratch(ctx, total);
+    if (!J.bpack) return TR_ERR_OUT_OF_MEMORY;
+    J.apack = J.bpack + bfloats;
+    J.astride = afloats;
+
+#if TR__OMP
+    if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+        {
+            float *ap = J.apack + (size_t)omp_get_thread_num() * J.astride;
+            long u;
+#pragma omp for schedule(dynamic, 1)
+            for (u = 0; u < (long)nbunits; u++) tr__sgemm_pack_b_unit(&J, (size_t)u);
+            /* (the loop's implicit barrier: op(B) is fully packed past this point) */
+#pragma omp for schedule(dynamic, 1)
+            for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
+        }
+        return TR_OK;
+    }
+#endif
+    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
+    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, i);
+    return TR_OK;
+}
+
+#undef TR__SG_TLD
+#undef TR__SG_TUNP
+#undef TR__SG_TUNPD
+#undef TR__SG_TFIN
+#undef TR__SG_TST
+#undef TR__SG_ZROW
+#undef TR__SG_ZFMA
+#undef TR__SG_ZSTEP
+#undef TR__SG_ZSTORE
+#undef TR__SG_YFMA
+#undef TR__SG_YSTEP
+#undef TR__SG_YSTORE
+/* >>sgemm-end */
 
 /* >>model
    TRM (and, later, HRM) built from one block set. A module is a stack of blocks; TRM has one
@@ -2488,6 +3644,4972 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     }
     return TR_OK;
 }
+
+
+/* parts/json.h - strict JSON reader, string builder, whole-file reads and atomic file writes.
+   A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` + `#include "tinyrec.h"`. */
+
+/* >>json */
+
+/* ---- JSON ----------------------------------------------------------------------------------
+   A strict RFC 8259 reader that builds a tree. Every node, string, key and child array comes
+   from tr__alloc, so allocation faults and leaks are visible to the context's counters. */
+typedef enum tr__json_type { TR__JSON_NULL, TR__JSON_BOOL, TR__JSON_NUMBER, TR__JSON_STRING, TR__JSON_ARRAY, TR__JSON_OBJECT } tr__json_type;
+typedef struct tr__json {
+    tr__json_type type;
+    int boolean;
+    double number;
+    char *string; /* STRING: unescaped UTF-8, NUL-terminated */
+    size_t len;
+    struct tr__json *items; /* ARRAY: items[count]; OBJECT: keys[count] + items[count] */
+    char **keys;
+    size_t count;
+} tr__json;
+
+#define TR__JSON_MAX_DEPTH 64
+
+typedef struct tr__jp {
+    tr_ctx *ctx;
+    const unsigned char *s;
+    size_t len, pos;
+    const char *what;
+} tr__jp;
+
+TR__FN void tr__json_free_contents(tr_ctx *ctx, tr__json *v) {
+    size_t i;
+    switch (v->type) {
+    case TR__JSON_STRING: tr__free(ctx, v->string); break;
+    case TR__JSON_ARRAY:
+    case TR__JSON_OBJECT:
+        for (i = 0; i < v->count; i++) {
+            if (v->keys) tr__free(ctx, v->keys[i]);
+            if (v->items) tr__json_free_contents(ctx, &v->items[i]);
+        }
+        tr__free(ctx, v->items);
+        tr__free(ctx, v->keys);
+        break;
+    default: break;
+    }
+    memset(v, 0, sizeof *v);
+}
+
+TR__FN void tr__json_free(tr_ctx *ctx, tr__json *root) {
+    if (!root) return;
+    tr__json_free_contents(ctx, root);
+    tr__free(ctx, root);
+}
+
+/* NULL if absent or obj not an object. Keys never contain NUL (the parser rejects \u0000 in keys). */
+TR__FN const tr__json *tr__json_get(const tr__json *obj, const char *key) {
+    size_t i;
+    if (!obj || obj->type != TR__JSON_OBJECT || !key) return NULL;
+    for (i = 0; i < obj->count; i++)
+        if (strcmp(obj->keys[i], key) == 0) return &obj->items[i];
+    return NULL;
+}
+
+TR__FN const char *tr__json_type_name(tr__json_type t) {
+    switch (t) {
+    case TR__JSON_NULL: return "null";
+    case TR__JSON_BOOL: return "boolean";
+    case TR__JSON_NUMBER: return "number";
+    case TR__JSON_STRING: return "string";
+    case TR__JSON_ARRAY: return "array";
+    case TR__JSON_OBJECT: return "object";
+    }
+    return "?";
+}
+
+TR__FN tr_status tr__jp_fail(tr__jp *p, const char *msg) {
+    return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON at byte %zu: %s", p->what, p->pos, msg);
+}
+
+TR__FN void tr__jp_ws(tr__jp *p) {
+    while (p->pos < p->len) {
+        unsigned char c = p->s[p->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->pos++;
+    }
+}
+
+/* Grows a node's child arrays (items, and keys for objects) to hold at least `need` entries. */
+TR__FN tr_status tr__jp_grow(tr__jp *p, tr__json *v, size_t *cap, size_t need) {
+    size_t ncap, bytes;
+    tr__json *items;
+    if (need <= *cap) return TR_OK;
+    ncap = *cap ? *cap * 2 : 4;
+    if (ncap < need || !tr__size_mul(ncap, sizeof(tr__json), &bytes) || !tr__size_mul(ncap, sizeof(char *), &bytes))
+        return tr__err(p->ctx, TR_ERR_OVERFLOW, "%s: JSON container too large", p->what);
+    items = (tr__json *)tr__alloc(p->ctx, ncap * sizeof(tr__json));
+    if (!items) return TR_ERR_OUT_OF_MEMORY;
+    if (v->count) memcpy(items, v->items, v->count * sizeof(tr__json));
+    if (v->type == TR__JSON_OBJECT) {
+        char **keys = (char **)tr__alloc(p->ctx, ncap * sizeof(char *));
+        if (!keys) {
+            tr__free(p->ctx, items);
+            return TR_ERR_OUT_OF_MEMORY;
+        }
+        if (v->count) memcpy(keys, v->keys, v->count * sizeof(char *));
+        tr__free(p->ctx, v->keys);
+        v->keys = keys;
+    }
+    tr__free(p->ctx, v->items);
+    v->items = items;
+    *cap = ncap;
+    return TR_OK;
+}
+
+TR__FN int tr__jp_hex4(const unsigned char *s, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned c = s[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is invalid (overlong, surrogate,
+   beyond U+10FFFF, truncated). */
+TR__FN size_t tr__utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k, i;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { k = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { k = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { k = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < k) return 0;
+    for (i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3fu);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return k;
+}
+
+TR__FN size_t tr__utf8_put(char *o, uint32_t cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* Parses a string starting at the opening quote. *out gets a tr__alloc'ed NUL-terminated copy. */
+TR__FN tr_status tr__jp_string(tr__jp *p, char **out, size_t *out_len, int is_key) {
+    size_t start = p->pos + 1, end = start, o = 0;
+    char *buf;
+    *out = NULL;
+    *out_len = 0;
+    /* find the closing quote first, so the buffer can be sized (unescaping never grows text) */
+    for (;;) {
+        if (end >= p->len) {
+            p->pos = end;
+            return tr__jp_fail(p, "unterminated string");
+        }
+        if (p->s[end] == '"') break;
+        if (p->s[end] == '\\') end++;
+        end++;
+    }
+    buf = (char *)tr__alloc(p->ctx, end - start + 1);
+    if (!buf) return TR_ERR_OUT_OF_MEMORY;
+    p->pos = start;
+    while (p->pos < end) {
+        unsigned char c = p->s[p->pos];
+        if (c < 0x20) {
+            tr__free(p->ctx, buf);
+            return tr__jp_fail(p, "control character in string (must be escaped)");
+        }
+        if (c == '\\') {
+            unsigned char e = p->s[p->pos + 1];
+            const char *simple = NULL;
+            switch (e) {
+            case '"': simple = "\""; break;
+            case '\\': simple = "\\"; break;
+            case '/': simple = "/"; break;
+            case 'b': simple = "\b"; break;
+            case 'f': simple = "\f"; break;
+            case 'n': simple = "\n"; break;
+            case 'r': simple = "\r"; break;
+            case 't': simple = "\t"; break;
+            default: break;
+            }
+            if (simple) {
+                buf[o++] = simple[0];
+                p->pos += 2;
+            } else if (e == 'u') {
+                unsigned u, u2;
+                uint32_t cp;
+                if (p->pos + 6 > end || !tr__jp_hex4(p->s + p->pos + 2, &u)) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "bad \\u escape (needs 4 hex digits)");
+                }
+                if (u >= 0xdc00 && u <= 0xdfff) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "lone low surrogate in \\u escape");
+                }
+                if (u >= 0xd800 && u <= 0xdbff) {
+                    if (p->pos + 12 > end || p->s[p->pos + 6] != '\\' || p->s[p->pos + 7] != 'u' ||
+                        !tr__jp_hex4(p->s + p->pos + 8, &u2) || u2 < 0xdc00 || u2 > 0xdfff) {
+                        tr__free(p->ctx, buf);
+                        return tr__jp_fail(p, "high surrogate not followed by a low surrogate \\u escape");
+                    }
+                    cp = 0x10000u + (((uint32_t)u - 0xd800u) << 10) + ((uint32_t)u2 - 0xdc00u);
+                    p->pos += 12;
+                } else {
+                    cp = u;
+                    p->pos += 6;
+                }
+                if (cp == 0 && is_key) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "object key contains \\u0000");
+                }
+                o += tr__utf8_put(buf + o, cp);
+            } else {
+                tr__free(p->ctx, buf);
+                return tr__jp_fail(p, "invalid escape in string");
+            }
+        } else if (c < 0x80) {
+            buf[o++] = (char)c;
+            p->pos++;
+        } else {
+            size_t k = tr__utf8_seq(p->s + p->pos, end - p->pos);
+            if (!k) {
+                tr__free(p->ctx, buf);
+                return tr__jp_fail(p, "invalid UTF-8 in string");
+            }
+            memcpy(buf + o, p->s + p->pos, k);
+            o += k;
+            p->pos += k;
+        }
+    }
+    buf[o] = 0;
+    p->pos = end + 1;
+    *out = buf;
+    *out_len = o;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__jp_number(tr__jp *p, double *out) {
+    size_t st = p->pos, i = p->pos, n;
+    char local[64], *buf = local;
+    char *endp;
+    char dp = '.';
+    const struct lconv *lc;
+    double v;
+    if (i < p->len && p->s[i] == '-') i++;
+    if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+        p->pos = i;
+        return tr__jp_fail(p, "invalid number");
+    }
+    if (p->s[i] == '0') {
+        i++;
+        if (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') {
+            p->pos = i;
+            return tr__jp_fail(p, "leading zero in number");
+        }
+    } else
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    if (i < p->len && p->s[i] == '.') {
+        i++;
+        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+            p->pos = i;
+            return tr__jp_fail(p, "digit expected after decimal point");
+        }
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    }
+    if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
+        i++;
+        if (i < p->len && (p->s[i] == '+' || p->s[i] == '-')) i++;
+        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+            p->pos = i;
+            return tr__jp_fail(p, "digit expected in exponent");
+        }
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    }
+    n = i - st;
+    if (n + 1 > sizeof local) {
+        buf = (char *)tr__alloc(p->ctx, n + 1);
+        if (!buf) return TR_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(buf, p->s + st, n);
+    buf[n] = 0;
+    lc = localeconv(); /* strtod follows the C locale's decimal point */
+    if (lc && lc->decimal_point && lc->decimal_point[0]) dp = lc->decimal_point[0];
+    if (dp != '.') {
+        char *d = strchr(buf, '.');
+        if (d) *d = dp;
+    }
+    v = strtod(buf, &endp);
+    if (buf != local) tr__free(p->ctx, buf);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) return tr__jp_fail(p, "number out of range");
+    p->pos = i;
+    *out = v;
+    return TR_OK;
+}
+
+TR__FN int tr__jp_cmp_keys(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Rejects duplicate keys: pairwise for small objects, sorted for large ones (no quadratic blowup). */
+TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr__json *v, size_t obj_pos) {
+    size_t i, j;
+    const char *dup = NULL;
+    if (v->count <= 8) {
+        for (i = 0; i < v->count && !dup; i++)
+            for (j = i + 1; j < v->count; j++)
+                if (strcmp(v->keys[i], v->keys[j]) == 0) {
+                    dup = v->keys[i];
+                    break;
+                }
+    } else {
+        char **sorted = (char **)tr__alloc(p->ctx, v->count * sizeof(char *));
+        if (!sorted) return TR_ERR_OUT_OF_MEMORY;
+        memcpy(sorted, v->keys, v->count * sizeof(char *));
+        qsort(sorted, v->count, sizeof(char *), tr__jp_cmp_keys);
+        for (i = 1; i < v->count; i++)
+            if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+                dup = sorted[i];
+                break;
+            }
+        tr__free(p->ctx, sorted);
+    }
+    if (dup)
+        return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON: duplicate key \"%.200s\" in the object at byte %zu", p->what, dup, obj_pos);
+    return TR_OK;
+}
+
+TR__FN int tr__jp_lit(tr__jp *p, const char *lit) {
+    size_t n = strlen(lit);
+    if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0) return 0;
+    p->pos += n;
+    return 1;
+}
+
+/* Parses one value into *v (zeroed by the caller). On failure v holds whatever was built so far,
+   consistently, so the caller frees it with tr__json_free_contents. */
+TR__FN tr_status tr__jp_value(tr__jp *p, tr__json *v, int depth) {
+    tr_status st;
+    unsigned char c;
+    tr__jp_ws(p);
+    if (p->pos >= p->len) return tr__jp_fail(p, "unexpected end of input, a value was expected");
+    c = p->s[p->pos];
+    if (c == '{' || c == '[') {
+        size_t cap = 0, obj_pos = p->pos;
+        int is_obj = c == '{';
+        unsigned char close = is_obj ? '}' : ']';
+        if (depth >= TR__JSON_MAX_DEPTH) return tr__jp_fail(p, "nesting deeper than 64 levels");
+        v->type = is_obj ? TR__JSON_OBJECT : TR__JSON_ARRAY;
+        p->pos++;
+        tr__jp_ws(p);
+        if (p->pos < p->len && p->s[p->pos] == close) {
+            p->pos++;
+            return TR_OK;
+        }
+        for (;;) {
+            size_t i = v->count;
+            if ((st = tr__jp_grow(p, v, &cap, i + 1)) != TR_OK) return st;
+            memset(&v->items[i], 0, sizeof v->items[i]);
+            if (is_obj) {
+                size_t klen;
+                v->keys[i] = NULL;
+                tr__jp_ws(p);
+                if (p->pos >= p->len || p->s[p->pos] != '"') return tr__jp_fail(p, "object key (a string) expected");
+                if ((st = tr__jp_string(p, &v->keys[i], &klen, 1)) != TR_OK) return st;
+                v->count = i + 1;
+                tr__jp_ws(p);
+                if (p->pos >= p->len || p->s[p->pos] != ':') return tr__jp_fail(p, "':' expected after object key");
+                p->pos++;
+            } else
+                v->count = i + 1;
+            if ((st = tr__jp_value(p, &v->items[i], depth + 1)) != TR_OK) return st;
+            tr__jp_ws(p);
+            if (p->pos < p->len && p->s[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            if (p->pos < p->len && p->s[p->pos] == close) {
+                p->pos++;
+                break;
+            }
+            return tr__jp_fail(p, is_obj ? "',' or '}' expected in object" : "',' or ']' expected in array");
+        }
+        if (is_obj) return tr__jp_check_dups(p, v, obj_pos);
+        return TR_OK;
+    }
+    if (c == '"') {
+        v->type = TR__JSON_STRING;
+        return tr__jp_string(p, &v->string, &v->len, 0);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        v->type = TR__JSON_NUMBER;
+        return tr__jp_number(p, &v->number);
+    }
+    if (tr__jp_lit(p, "true")) { v->type = TR__JSON_BOOL; v->boolean = 1; return TR_OK; }
+    if (tr__jp_lit(p, "false")) { v->type = TR__JSON_BOOL; v->boolean = 0; return TR_OK; }
+    if (tr__jp_lit(p, "null")) { v->type = TR__JSON_NULL; return TR_OK; }
+    return tr__jp_fail(p, "invalid literal (expected a value: object, array, string, number, true, false or null)");
+}
+
+/* Parses len bytes (need not be NUL-terminated). `what` names the source in error texts
+   ("model.safetensors header"). Strict: depth limit 64, duplicate object keys rejected, no
+   NaN/Infinity, no trailing garbage, control chars in strings rejected, \u escapes incl.
+   surrogate pairs, UTF-8 validated, \u0000 rejected in keys (allowed in values: see len). */
+TR__FN tr_status tr__json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr__json **out) {
+    tr__jp p;
+    tr__json *root;
+    tr_status st;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__json_parse: out is NULL");
+    *out = NULL;
+    if (!text && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__json_parse: text is NULL");
+    p.ctx = ctx;
+    p.s = (const unsigned char *)(text ? text : "");
+    p.len = len;
+    p.pos = 0;
+    p.what = what ? what : "JSON";
+    root = (tr__json *)tr__calloc(ctx, 1, sizeof *root);
+    if (!root) return TR_ERR_OUT_OF_MEMORY;
+    st = tr__jp_value(&p, root, 0);
+    if (st == TR_OK) {
+        tr__jp_ws(&p);
+        if (p.pos != p.len) st = tr__jp_fail(&p, "trailing garbage after the JSON value");
+    }
+    if (st != TR_OK) {
+        tr__json_free(ctx, root);
+        return st;
+    }
+    *out = root;
+    return TR_OK;
+}
+
+/* ---- string builder ------------------------------------------------------------------------
+   data is NULL until the first append, then always NUL-terminated. After an allocation failure
+   `failed` is set and every later call is a no-op; tr__sb_status reports it. */
+typedef struct tr__sb {
+    char *data;
+    size_t len, cap;
+    tr_ctx *ctx;
+    int failed;
+} tr__sb;
+
+TR__FN void tr__sb_init(tr__sb *sb, tr_ctx *ctx) {
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+    sb->ctx = ctx;
+    sb->failed = 0;
+}
+
+TR__FN void tr__sb_free(tr__sb *sb) {
+    if (sb->data) tr__free(sb->ctx, sb->data);
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+}
+
+/* Makes room for `extra` more bytes plus the terminator; 0 on failure (failed set). */
+TR__FN int tr__sb_reserve(tr__sb *sb, size_t extra) {
+    size_t need, ncap;
+    char *nd;
+    if (sb->failed) return 0;
+    if (extra > SIZE_MAX - sb->len - 1) {
+        sb->failed = 1;
+        return 0;
+    }
+    need = sb->len + extra + 1;
+    if (need <= sb->cap) return 1;
+    ncap = sb->cap ? sb->cap : 256;
+    while (ncap < need) ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
+    nd = (char *)tr__alloc(sb->ctx, ncap);
+    if (!nd) {
+        sb->failed = 1;
+        return 0;
+    }
+    if (sb->data) {
+        memcpy(nd, sb->data, sb->len + 1);
+        tr__free(sb->ctx, sb->data);
+    } else
+        nd[0] = 0;
+    sb->data = nd;
+    sb->cap = ncap;
+    return 1;
+}
+
+TR__FN void tr__sb_append(tr__sb *sb, const char *s, size_t n) {
+    if (!tr__sb_reserve(sb, n)) return;
+    if (n) memcpy(sb->data + sb->len, s, n);
+    sb->len += n;
+    sb->data[sb->len] = 0;
+}
+
+TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...) {
+    va_list ap, ap2;
+    int n;
+    char small[256];
+    if (sb->failed) return;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        sb->failed = 1;
+        return;
+    }
+    if ((size_t)n < sizeof small) tr__sb_append(sb, small, (size_t)n);
+    else if (tr__sb_reserve(sb, (size_t)n)) {
+        vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap2);
+        sb->len += (size_t)n;
+    }
+    va_end(ap2);
+}
+
+/* Appends s as a quoted JSON string. s is taken as UTF-8 and passed through byte for byte, except
+   for '"', '\\' and control characters, which are escaped. */
+TR__FN void tr__sb_json_string(tr__sb *sb, const char *s) {
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    size_t run = 0;
+    tr__sb_append(sb, "\"", 1);
+    for (; u[run]; ) {
+        unsigned char c = u[run];
+        if (c == '"' || c == '\\' || c < 0x20) {
+            char esc[8];
+            tr__sb_append(sb, (const char *)u, run);
+            u += run;
+            run = 0;
+            switch (c) {
+            case '"': tr__sb_append(sb, "\\\"", 2); break;
+            case '\\': tr__sb_append(sb, "\\\\", 2); break;
+            case '\n': tr__sb_append(sb, "\\n", 2); break;
+            case '\r': tr__sb_append(sb, "\\r", 2); break;
+            case '\t': tr__sb_append(sb, "\\t", 2); break;
+            case '\b': tr__sb_append(sb, "\\b", 2); break;
+            case '\f': tr__sb_append(sb, "\\f", 2); break;
+            default:
+                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c);
+                tr__sb_append(sb, esc, 6);
+            }
+            u++;
+        } else
+            run++;
+    }
+    tr__sb_append(sb, (const char *)u, run);
+    tr__sb_append(sb, "\"", 1);
+}
+
+/* TR_OK, or TR_ERR_OUT_OF_MEMORY with the reason set. */
+TR__FN tr_status tr__sb_status(tr__sb *sb) {
+    if (!sb->failed) return TR_OK;
+    return tr__err(sb->ctx, TR_ERR_OUT_OF_MEMORY, "out of memory while building text (%zu bytes so far)", sb->len);
+}
+
+/* ---- whole-file reads ----------------------------------------------------------------------
+   *data gets a tr__alloc'ed copy of the file plus a NUL terminator (not counted in *len). Files
+   larger than max_bytes are refused with TR_ERR_FORMAT. */
+TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_bytes, char **data, size_t *len) {
+    FILE *f;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (!data || !len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__read_file: NULL output pointer");
+    *data = NULL;
+    *len = 0;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__read_file: path is NULL");
+    f = fopen(path, "rb");
+    if (!f) return tr__err(ctx, TR_ERR_IO, "cannot open '%s' for reading: %s", path, strerror(errno));
+#if !defined(_WIN32)
+    {
+        struct stat sb;
+        if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0) {
+            if ((uint64_t)sb.st_size > (uint64_t)max_bytes) {
+                fclose(f);
+                return tr__err(ctx, TR_ERR_FORMAT, "'%s' is %llu bytes, more than the %zu-byte limit", path,
+                               (unsigned long long)sb.st_size, max_bytes);
+            }
+            if ((uint64_t)sb.st_size < (uint64_t)(SIZE_MAX - 2)) cap = (size_t)sb.st_size + 2; /* NUL + one byte to see EOF */
+        }
+    }
+#endif
+    if (cap < 4096) cap = 4096;
+    for (;;) {
+        size_t want, got;
+        if (!buf || n + 1 >= cap) {
+            char *nb;
+            size_t ncap = buf ? (cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2) : cap;
+            if (buf && ncap <= cap) {
+                tr__free(ctx, buf);
+                fclose(f);
+                return tr__err(ctx, TR_ERR_OVERFLOW, "'%s' is too large to read", path);
+            }
+            nb = (char *)tr__alloc(ctx, ncap);
+            if (!nb) {
+                tr__free(ctx, buf);
+                fclose(f);
+                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%zu bytes)", path, ncap);
+            }
+            if (buf) {
+                memcpy(nb, buf, n);
+                tr__free(ctx, buf);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        want = cap - 1 - n;
+        got = fread(buf + n, 1, want, f);
+        n += got;
+        if (n > max_bytes) {
+            tr__free(ctx, buf);
+            fclose(f);
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s' is more than the %zu-byte limit", path, max_bytes);
+        }
+        if (got < want) { /* end of file or an error */
+            if (ferror(f)) {
+                int e = errno;
+                tr__free(ctx, buf);
+                fclose(f);
+                return tr__err(ctx, TR_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+            }
+            break;
+        }
+    }
+    fclose(f);
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__read_file(tr_ctx *ctx, const char *path, char **data, size_t *len) {
+    return tr__read_file_capped(ctx, path, SIZE_MAX - 1, data, len);
+}
+
+/* ---- atomic file replacement ---------------------------------------------------------------
+   tr__atomic_begin opens `<path>.tmp.<pid>` in the target's directory; tr__atomic_write appends
+   (errors are sticky: later writes are no-ops and commit reports the first one); tr__atomic_commit
+   fsyncs the file, renames it over `path` and fsyncs the directory. On any failure the temp file
+   is removed, the previous `path` is left untouched, and TR_ERR_IO is returned with the reason.
+   tr__atomic_abort discards an unfinished write.
+
+   Tests inject failures with a tr__io_fault: the write that would take the file past `at_byte`
+   bytes writes only up to there and then fails in the chosen way. */
+typedef enum tr__io_fault_kind {
+    TR__IO_FAULT_NONE = 0,
+    TR__IO_FAULT_SHORT,  /* write() returns a short count, then 0 (no progress) */
+    TR__IO_FAULT_ENOSPC, /* write() returns a short count, then -1 with errno ENOSPC */
+    TR__IO_FAULT_FSYNC,  /* every write succeeds; fsync of the file fails with EIO */
+    TR__IO_FAULT_RENAME  /* every write succeeds; rename fails with EACCES */
+} tr__io_fault_kind;
+typedef struct tr__io_fault {
+    tr__io_fault_kind kind;
+    uint64_t at_byte;
+} tr__io_fault;
+
+typedef struct tr__atomic_file {
+    tr_ctx *ctx;
+    const char *path; /* the caller's string: must outlive the write */
+    char *tmp_path;
+    int fd;
+    uint64_t written;
+    tr_status status; /* first failure, sticky */
+    const tr__io_fault *fault;
+    int faulted;
+    char *dir;        /* the directory to fsync after the rename (in tmp_path's allocation) */
+} tr__atomic_file;
+
+#if !defined(_WIN32)
+TR__FN void tr__atomic_cleanup(tr__atomic_file *af) {
+    if (af->fd >= 0) close(af->fd);
+    af->fd = -1;
+    if (af->tmp_path) {
+        unlink(af->tmp_path);
+        tr__free(af->ctx, af->tmp_path);
+        af->tmp_path = NULL;
+    }
+}
+
+TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
+    size_t n;
+    memset(af, 0, sizeof *af);
+    af->ctx = ctx;
+    af->fd = -1;
+    af->path = path;
+    af->fault = fault;
+    af->status = TR_ERR_IO;
+    if (!path || !path[0]) return tr__err(ctx, TR_ERR_INVALID_ARG, "atomic write: empty path");
+    /* one allocation holds the temp name and the directory name, so that nothing can fail for
+       lack of memory once the rename has happened */
+    n = strlen(path) + 32;
+    af->tmp_path = (char *)tr__alloc(ctx, 2 * n);
+    if (!af->tmp_path) return af->status = TR_ERR_OUT_OF_MEMORY;
+    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    af->dir = af->tmp_path + n;
+    {
+        const char *slash = strrchr(path, '/');
+        size_t dlen = slash ? (size_t)(slash - path) : 1;
+        if (slash && dlen == 0) dlen = 1; /* "/file" */
+        if (slash) memcpy(af->dir, path, dlen);
+        else af->dir[0] = '.';
+        af->dir[dlen] = 0;
+    }
+    af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (af->fd < 0) {
+        int e = errno;
+        tr__free(ctx, af->tmp_path);
+        af->tmp_path = NULL;
+        return tr__err(ctx, TR_ERR_IO, "cannot create temporary file for '%s': %s", path, strerror(e));
+    }
+    af->status = TR_OK;
+    return TR_OK;
+}
+
+/* write(2), or the injected failure. */
+TR__FN long tr__atomic_sys_write(tr__atomic_file *af, const void *data, size_t n) {
+    const tr__io_fault *fl = af->fault;
+    if (fl && (fl->kind == TR__IO_FAULT_SHORT || fl->kind == TR__IO_FAULT_ENOSPC) && af->written + n > fl->at_byte) {
+        size_t allow = af->written >= fl->at_byte ? 0 : (size_t)(fl->at_byte - af->written);
+        if (allow > 0) return (long)write(af->fd, data, allow);
+        af->faulted = 1;
+        if (fl->kind == TR__IO_FAULT_SHORT) return 0;
+        errno = ENOSPC;
+        return -1;
+    }
+    return (long)write(af->fd, data, n);
+}
+
+TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
+    const char *p = (const char *)data;
+    if (af->status != TR_OK) return af->status;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        long w = tr__atomic_sys_write(af, p, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            tr__atomic_cleanup(af);
+            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: %s (the previous file is unchanged)",
+                                        af->path, (unsigned long long)af->written, strerror(e));
+        }
+        if (w == 0) {
+            tr__atomic_cleanup(af);
+            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: short write, no progress (disk full?) (the previous file is unchanged)",
+                                        af->path, (unsigned long long)af->written);
+        }
+        p += w;
+        n -= (size_t)w;
+        af->written += (uint64_t)w;
+    }
+    return TR_OK;
+}
+
+TR__FN void tr__atomic_abort(tr__atomic_file *af) {
+    tr__atomic_cleanup(af);
+    if (af->status == TR_OK) af->status = TR_ERR_IO;
+}
+
+TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) {
+    const tr__io_fault *fl = af->fault;
+    int dfd, e;
+    if (af->status != TR_OK) {
+        tr__atomic_cleanup(af);
+        return af->status;
+    }
+    if ((fl && fl->kind == TR__IO_FAULT_FSYNC) || fsync(af->fd) != 0) {
+        e = (fl && fl->kind == TR__IO_FAULT_FSYNC) ? EIO : errno;
+        tr__atomic_cleanup(af);
+        return af->status = tr__err(af->ctx, TR_ERR_IO, "fsync of the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
+    }
+    if (close(af->fd) != 0) {
+        e = errno;
+        af->fd = -1;
+        tr__atomic_cleanup(af);
+        return af->status = tr__err(af->ctx, TR_ERR_IO, "closing the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
+    }
+    af->fd = -1;
+    if ((fl && fl->kind == TR__IO_FAULT_RENAME) || rename(af->tmp_path, af->path) != 0) {
+        e = (fl && fl->kind == TR__IO_FAULT_RENAME) ? EACCES : errno;
+        af->status = tr__err(af->ctx, TR_ERR_IO, "renaming '%s' over '%s' failed: %s (the previous file is unchanged)", af->tmp_path, af->path, strerror(e));
+        tr__atomic_cleanup(af);
+        return af->status;
+    }
+    /* renamed: there is no temp file to remove any more; make the rename durable by syncing the
+       directory that holds the entry */
+    dfd = open(af->dir, O_RDONLY);
+    if (dfd < 0) {
+        e = errno;
+        af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but opening its directory '%s' to fsync it failed: %s", af->path, af->dir, strerror(e));
+    } else {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+            e = errno;
+            af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but fsync of its directory '%s' failed: %s", af->path, af->dir, strerror(e));
+        }
+        close(dfd);
+    }
+    tr__free(af->ctx, af->tmp_path);
+    af->tmp_path = af->dir = NULL;
+    return af->status;
+}
+#else /* _WIN32: atomic replacement is not implemented yet */
+TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
+    memset(af, 0, sizeof *af);
+    af->ctx = ctx;
+    af->path = path;
+    af->fault = fault;
+    af->fd = -1;
+    af->status = TR_ERR_UNSUPPORTED;
+    return tr__err(ctx, TR_ERR_UNSUPPORTED, "cannot write '%s': atomic file replacement is not implemented on Windows yet", path ? path : "");
+}
+TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
+    TR__UNUSED(data);
+    TR__UNUSED(n);
+    return af->status;
+}
+TR__FN void tr__atomic_abort(tr__atomic_file *af) { TR__UNUSED(af); }
+TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) { return af->status; }
+#endif
+/* >>json-end */
+
+/* parts/safetensors.h - a strict safetensors reader and an atomic writer.
+   A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` + `#include "tinyrec.h"`
+   and parts/json.h (it uses the JSON reader, the string builder and the atomic writer). */
+
+/* >>io */
+struct tr_st_file {
+    tr_ctx *ctx;
+    char *owned;              /* the file's bytes when tr_st_open read them */
+    const unsigned char *bytes;
+    size_t len;
+    char *what;               /* file name for error texts */
+    tr__json *header;         /* tensor names and metadata point into it */
+    tr_st_tensor *tensors;    /* header order */
+    size_t count;
+    size_t *by_name;          /* indices into tensors, sorted by name */
+    const tr__json *meta;     /* the __metadata__ object, or NULL */
+};
+
+static const char *const tr__dtype_names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "BOOL"};
+static const unsigned char tr__dtype_sizes[] = {4, 2, 2, 4, 8, 1, 1};
+#define TR__NUM_DTYPES 7
+
+TRDEF const char *tr_dtype_name(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_names[d] : "?"; }
+TRDEF size_t tr_dtype_size(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_sizes[d] : 0; }
+
+/* Element count with overflow detection: 0 on overflow (*ok = 0), on bad input too. */
+TR__FN size_t tr__st_numel(const tr_st_tensor *t, int *ok) {
+    size_t n = 1;
+    int i;
+    *ok = 1;
+    if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) {
+        *ok = 0;
+        return 0;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0 || (uint64_t)t->shape[i] > (uint64_t)SIZE_MAX || !tr__size_mul(n, (size_t)t->shape[i], &n)) {
+            *ok = 0;
+            return 0;
+        }
+    }
+    return n;
+}
+
+TRDEF size_t tr_st_numel(const tr_st_tensor *t) {
+    int ok;
+    size_t n;
+    if (!t) return 0;
+    n = tr__st_numel(t, &ok);
+    return ok ? n : 0;
+}
+
+/* "[2,3,4]" into buf, for error texts. */
+TR__FN const char *tr__st_shape_str(const tr_st_tensor *t, char *buf, size_t cap) {
+    size_t o = 0;
+    int i;
+    o += (size_t)snprintf(buf, cap, "[");
+    for (i = 0; i < t->ndim && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+TR__FN uint64_t tr__le64(const unsigned char *p) {
+    uint64_t v = 0;
+    int i;
+    for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* A JSON number that is a non-negative integer no larger than 2^53 (exactly representable).
+   0 if it is not. */
+TR__FN int tr__st_json_uint(const tr__json *v, uint64_t *out) {
+    if (!v || v->type != TR__JSON_NUMBER) return 0;
+    if (!(v->number >= 0.0) || v->number > 9007199254740992.0 || floor(v->number) != v->number) return 0;
+    *out = (uint64_t)v->number;
+    return 1;
+}
+
+typedef struct tr__st_span {
+    uint64_t begin, end;
+    size_t idx;
+} tr__st_span;
+
+TR__FN int tr__st_cmp_span(const void *a, const void *b) {
+    const tr__st_span *x = (const tr__st_span *)a, *y = (const tr__st_span *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx ? 1 : 0;
+}
+
+/* qsort has no context argument: sort (name, index) pairs instead. */
+typedef struct tr__st_named {
+    const char *name;
+    size_t idx;
+} tr__st_named;
+TR__FN int tr__st_cmp_named(const void *a, const void *b) {
+    return strcmp(((const tr__st_named *)a)->name, ((const tr__st_named *)b)->name);
+}
+
+/* Validates one tensor entry of the header and fills t (everything except data). */
+TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr__json *e, tr_st_tensor *t,
+                                     tr__st_span *span, uint64_t data_len) {
+    const tr__json *dt, *sh, *off;
+    size_t i, numel = 1, nbytes;
+    int d;
+    uint64_t b, en;
+    char sbuf[200];
+    if (e->type != TR__JSON_OBJECT)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': the entry is a JSON %s, not an object with dtype, shape and data_offsets",
+                       what, name, tr__json_type_name(e->type));
+    for (i = 0; i < e->count; i++)
+        if (strcmp(e->keys[i], "dtype") != 0 && strcmp(e->keys[i], "shape") != 0 && strcmp(e->keys[i], "data_offsets") != 0)
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': unknown field '%.100s' (allowed: dtype, shape, data_offsets)", what, name, e->keys[i]);
+    dt = tr__json_get(e, "dtype");
+    sh = tr__json_get(e, "shape");
+    off = tr__json_get(e, "data_offsets");
+    if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'dtype'", what, name);
+    if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'shape'", what, name);
+    if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'data_offsets'", what, name);
+    /* dtype */
+    if (dt->type != TR__JSON_STRING)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype is a JSON %s, not a string", what, name, tr__json_type_name(dt->type));
+    for (d = 0; d < TR__NUM_DTYPES; d++)
+        if (strcmp(dt->string, tr__dtype_names[d]) == 0 && dt->len == strlen(tr__dtype_names[d])) break;
+    if (d == TR__NUM_DTYPES)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': unsupported dtype '%.40s' (supported: F32, BF16, F16, I32, I64, U8, BOOL)",
+                       what, name, dt->string);
+    t->dtype = (tr_dtype)d;
+    /* shape */
+    if (sh->type != TR__JSON_ARRAY)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape is a JSON %s, not an array", what, name, tr__json_type_name(sh->type));
+    if (sh->count > TR_ST_MAX_DIMS)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape has %zu dimensions, more than the supported %d", what, name, sh->count, TR_ST_MAX_DIMS);
+    t->ndim = (int)sh->count;
+    for (i = 0; i < sh->count; i++) {
+        const tr__json *x = &sh->items[i];
+        uint64_t dim;
+        if (x->type == TR__JSON_NUMBER && x->number < 0)
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is negative (%g)", what, name, i, x->number);
+        if (!tr__st_json_uint(x, &dim))
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer (at most 2^53)", what, name, i);
+        t->shape[i] = (int64_t)dim;
+        if (dim > (uint64_t)SIZE_MAX || !tr__size_mul(numel, (size_t)dim, &numel))
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape %s has too many elements (overflow)", what, name,
+                           tr__st_shape_str(t, sbuf, sizeof sbuf));
+    }
+    if (!tr__size_mul(numel, tr__dtype_sizes[d], &nbytes))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape %s of %s is too large in bytes (overflow)", what, name,
+                       tr__st_shape_str(t, sbuf, sizeof sbuf), tr__dtype_names[d]);
+    /* data_offsets */
+    if (off->type != TR__JSON_ARRAY || off->count != 2)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets must be an array [begin, end]", what, name);
+    if (!tr__st_json_uint(&off->items[0], &b))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets[0] is not a non-negative integer (at most 2^53)", what, name);
+    if (!tr__st_json_uint(&off->items[1], &en))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets[1] is not a non-negative integer (at most 2^53)", what, name);
+    if (en < b)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", what, name,
+                       (unsigned long long)b, (unsigned long long)en);
+    if ((uint64_t)nbytes != en - b)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype %s with shape %s needs %zu bytes, but data_offsets [%llu, %llu] span %llu",
+                       what, name, tr__dtype_names[d], tr__st_shape_str(t, sbuf, sizeof sbuf), nbytes, (unsigned long long)b,
+                       (unsigned long long)en, (unsigned long long)(en - b));
+    if (en > data_len)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
+                       what, name, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+    t->nbytes = nbytes;
+    span->begin = b;
+    span->end = en;
+    return TR_OK;
+}
+
+/* Parses and validates everything; on success f->tensors etc. are filled. */
+TR__FN tr_status tr__st_load(tr_st_file *f) {
+    tr_ctx *ctx = f->ctx;
+    const char *what = f->what;
+    uint64_t hlen, data_len, expect;
+    const unsigned char *data;
+    const tr__json *root;
+    tr__st_span *spans = NULL;
+    tr__st_named *named = NULL;
+    size_t i, k, ntensors;
+    tr_status st;
+    char hwhat[300];
+    if (f->len < 8)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: file is %zu bytes, too short for the 8-byte header length", what, f->len);
+    hlen = tr__le64(f->bytes);
+    if (hlen > TR_ST_MAX_HEADER)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", what, (unsigned long long)hlen, TR_ST_MAX_HEADER);
+    if (hlen > (uint64_t)(f->len - 8))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes follow the length)", what,
+                       (unsigned long long)hlen, f->len - 8);
+    if (hlen < 2)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu is too small for a JSON object", what, (unsigned long long)hlen);
+    if (f->bytes[8] != '{')
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header is not a JSON object (it must start with '{', found byte 0x%02x)", what, f->bytes[8]);
+    snprintf(hwhat, sizeof hwhat, "%.250s header", what);
+    st = tr__json_parse(ctx, (const char *)f->bytes + 8, (size_t)hlen, hwhat, &f->header);
+    if (st != TR_OK) return st;
+    root = f->header;
+    data = f->bytes + 8 + hlen;
+    data_len = (uint64_t)f->len - 8 - hlen;
+    ntensors = 0;
+    for (i = 0; i < root->count; i++) {
+        if (strcmp(root->keys[i], "__metadata__") == 0) {
+            const tr__json *m = &root->items[i];
+            if (m->type != TR__JSON_OBJECT)
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr__json_type_name(m->type));
+            for (k = 0; k < m->count; k++) {
+                if (m->items[k].type != TR__JSON_STRING)
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' is a JSON %s, not a string", what, m->keys[k],
+                                   tr__json_type_name(m->items[k].type));
+                if (strlen(m->items[k].string) != m->items[k].len)
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' contains a NUL character", what, m->keys[k]);
+            }
+            f->meta = m;
+        } else
+            ntensors++;
+    }
+    if (ntensors) {
+        f->tensors = (tr_st_tensor *)tr__calloc(ctx, ntensors, sizeof(tr_st_tensor));
+        spans = (tr__st_span *)tr__calloc(ctx, ntensors, sizeof(tr__st_span));
+        named = (tr__st_named *)tr__calloc(ctx, ntensors, sizeof(tr__st_named));
+        f->by_name = (size_t *)tr__calloc(ctx, ntensors, sizeof(size_t));
+        if (!f->tensors || !spans || !named || !f->by_name) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+    }
+    for (i = 0, k = 0; i < root->count; i++) {
+        tr_st_tensor *t;
+        if (strcmp(root->keys[i], "__metadata__") == 0) continue;
+        t = &f->tensors[k];
+        t->name = root->keys[i];
+        t->source = f->what;
+        st = tr__st_parse_entry(ctx, what, t->name, &root->items[i], t, &spans[k], data_len);
+        if (st != TR_OK) goto done;
+        spans[k].idx = k;
+        t->data = data + spans[k].begin;
+        named[k].name = t->name;
+        named[k].idx = k;
+        k++;
+    }
+    f->count = ntensors;
+    /* the tensors must tile the data section exactly: sorted by offset, no overlap, no gap */
+    if (ntensors) qsort(spans, ntensors, sizeof *spans, tr__st_cmp_span);
+    expect = 0;
+    for (i = 0; i < ntensors; i++) {
+        if (spans[i].begin < expect) {
+            const tr__st_span *prev = &spans[i - 1];
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' (bytes [%llu, %llu)) overlaps tensor '%s' (bytes [%llu, %llu))", what,
+                         f->tensors[spans[i].idx].name, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
+                         f->tensors[prev->idx].name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+            goto done;
+        }
+        if (spans[i].begin > expect) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: gap in the data section: bytes [%llu, %llu) before tensor '%s' belong to no tensor", what,
+                         (unsigned long long)expect, (unsigned long long)spans[i].begin, f->tensors[spans[i].idx].name);
+            goto done;
+        }
+        expect = spans[i].end;
+    }
+    if (expect != data_len) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: data section is %llu bytes but the tensors cover %llu: %llu trailing bytes belong to no tensor", what,
+                     (unsigned long long)data_len, (unsigned long long)expect, (unsigned long long)(data_len - expect));
+        goto done;
+    }
+    /* names are unique (the JSON reader rejects duplicate keys); index them for tr_st_find */
+    if (ntensors) qsort(named, ntensors, sizeof *named, tr__st_cmp_named);
+    for (i = 0; i < ntensors; i++) f->by_name[i] = named[i].idx;
+    st = TR_OK;
+done:
+    tr__free(ctx, spans);
+    tr__free(ctx, named);
+    return st;
+}
+
+TR__FN void tr__st_destroy(tr_st_file *f) {
+    tr_ctx *ctx;
+    if (!f) return;
+    ctx = f->ctx;
+    tr__json_free(ctx, f->header);
+    tr__free(ctx, f->tensors);
+    tr__free(ctx, f->by_name);
+    tr__free(ctx, f->what);
+    tr__free(ctx, f->owned);
+    tr__free(ctx, f);
+}
+
+/* Takes ownership of `owned` (freed on failure too). */
+TR__FN tr_status tr__st_open_bytes(tr_ctx *ctx, const void *bytes, size_t len, char *owned, const char *what, tr_st_file **out) {
+    tr_st_file *f;
+    size_t wl;
+    tr_status st;
+    f = (tr_st_file *)tr__calloc(ctx, 1, sizeof *f);
+    if (!f) {
+        tr__free(ctx, owned);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    f->ctx = ctx;
+    f->owned = owned;
+    f->bytes = (const unsigned char *)bytes;
+    f->len = len;
+    wl = strlen(what);
+    f->what = (char *)tr__alloc(ctx, wl + 1);
+    if (!f->what) {
+        tr__st_destroy(f);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(f->what, what, wl + 1);
+    st = tr__st_load(f);
+    if (st != TR_OK) {
+        tr__st_destroy(f);
+        return st;
+    }
+    *out = f;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_st_open_memory(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_st_file **out) {
+    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: out is NULL") : TR_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!bytes && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: bytes is NULL");
+    return tr__st_open_bytes(ctx, bytes ? bytes : "", len, NULL, what ? what : "<memory>", out);
+}
+
+TRDEF tr_status tr_st_open(tr_ctx *ctx, const char *path, tr_st_file **out) {
+    char *data;
+    size_t len;
+    tr_status st;
+    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: out is NULL") : TR_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: path is NULL");
+    st = tr__read_file(ctx, path, &data, &len);
+    if (st != TR_OK) return st;
+    return tr__st_open_bytes(ctx, data, len, data, path, out);
+}
+
+TRDEF void tr_st_close(tr_st_file *f) { tr__st_destroy(f); }
+TRDEF size_t tr_st_count(const tr_st_file *f) { return f ? f->count : 0; }
+TRDEF const tr_st_tensor *tr_st_at(const tr_st_file *f, size_t i) { return f && i < f->count ? &f->tensors[i] : NULL; }
+
+TRDEF const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name) {
+    size_t lo = 0, hi;
+    if (!f || !name) return NULL;
+    hi = f->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const tr_st_tensor *t = &f->tensors[f->by_name[mid]];
+        int c = strcmp(t->name, name);
+        if (c == 0) return t;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, int ndim, const int64_t *shape, const tr_st_tensor **out) {
+    const tr_st_tensor *t;
+    char buf1[200], buf2[200];
+    int i;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!f || !name || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_get: NULL argument");
+    *out = NULL;
+    t = tr_st_find(f, name);
+    if (!t) {
+        static const char prefix[] = "_orig_mod.";
+        size_t nl = strlen(name);
+        char local[256], *full = local;
+        if (nl + sizeof prefix > sizeof local) {
+            full = (char *)tr__alloc(ctx, nl + sizeof prefix);
+            if (!full) return TR_ERR_OUT_OF_MEMORY;
+        }
+        memcpy(full, prefix, sizeof prefix - 1);
+        memcpy(full + sizeof prefix - 1, name, nl + 1);
+        t = tr_st_find(f, full);
+        if (full != local) tr__free(ctx, full);
+    }
+    if (!t) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor '%s'", f->what, name);
+    if (shape) {
+        int same = t->ndim == ndim;
+        for (i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+        if (!same) {
+            tr_st_tensor want;
+            memset(&want, 0, sizeof want);
+            want.ndim = ndim < 0 ? 0 : ndim > TR_ST_MAX_DIMS ? TR_ST_MAX_DIMS : ndim;
+            for (i = 0; i < want.ndim; i++) want.shape[i] = shape[i];
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", f->what, t->name, tr__st_shape_str(t, buf1, sizeof buf1),
+                           tr__st_shape_str(&want, buf2, sizeof buf2));
+        }
+    }
+    *out = t;
+    return TR_OK;
+}
+
+TRDEF const char *tr_st_metadata(const tr_st_file *f, const char *key) {
+    const tr__json *v;
+    if (!f || !f->meta) return NULL;
+    v = tr__json_get(f->meta, key);
+    return v ? v->string : NULL;
+}
+TRDEF size_t tr_st_metadata_count(const tr_st_file *f) { return f && f->meta ? f->meta->count : 0; }
+TRDEF const char *tr_st_metadata_key(const tr_st_file *f, size_t i) { return f && f->meta && i < f->meta->count ? f->meta->keys[i] : NULL; }
+
+/* Common checks of the read functions: returns the element count or sets the error. */
+TR__FN tr_status tr__st_check_read(tr_ctx *ctx, const tr_st_tensor *t, const void *dst, size_t count, const char *fn) {
+    int ok;
+    size_t n;
+    const char *src = t && t->source ? t->source : "<tensor>";
+    if (!t || (!dst && count)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: NULL tensor or destination", fn);
+    if ((unsigned)t->dtype >= TR__NUM_DTYPES)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' has an invalid dtype %d", fn, src, t->name ? t->name : "?", (int)t->dtype);
+    n = tr__st_numel(t, &ok);
+    if (!ok || !tr__size_mul(n, tr__dtype_sizes[t->dtype], &n) || n != t->nbytes || (!t->data && t->nbytes))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' is inconsistent (shape, dtype and nbytes disagree)", fn, src, t->name ? t->name : "?");
+    n = tr__st_numel(t, &ok);
+    if (count != n)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' has %zu elements, but %zu were asked for", fn, src, t->name ? t->name : "?", n, count);
+    return TR_OK;
+}
+
+TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, size_t count) {
+    const unsigned char *p;
+    size_t i;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_f32")) != TR_OK) return st;
+    p = (const unsigned char *)t->data;
+    switch (t->dtype) {
+    case TR_F32:
+        for (i = 0; i < count; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+            memcpy(&dst[i], &u, 4);
+        }
+        return TR_OK;
+    case TR_BF16:
+        for (i = 0; i < count; i++) dst[i] = tr__bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return TR_OK;
+    case TR_F16:
+        for (i = 0; i < count; i++) dst[i] = tr__f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return TR_OK;
+    default:
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_f32: %s: tensor '%s' is %s, not a floating-point dtype (F32, BF16, F16)",
+                       t->source ? t->source : "<tensor>", t->name ? t->name : "?", tr__dtype_names[t->dtype]);
+    }
+}
+
+TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst, size_t count) {
+    const unsigned char *p;
+    size_t i;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_i64")) != TR_OK) return st;
+    p = (const unsigned char *)t->data;
+    switch (t->dtype) {
+    case TR_I32:
+        for (i = 0; i < count; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+            int32_t s;
+            memcpy(&s, &u, 4);
+            dst[i] = s;
+        }
+        return TR_OK;
+    case TR_I64:
+        for (i = 0; i < count; i++) {
+            uint64_t u = tr__le64(p + 8 * i);
+            memcpy(&dst[i], &u, 8);
+        }
+        return TR_OK;
+    case TR_U8:
+        for (i = 0; i < count; i++) dst[i] = p[i];
+        return TR_OK;
+    case TR_BOOL:
+        for (i = 0; i < count; i++) dst[i] = p[i] != 0;
+        return TR_OK;
+    default:
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_i64: %s: tensor '%s' is %s, not an integer dtype (I32, I64, U8, BOOL)",
+                       t->source ? t->source : "<tensor>", t->name ? t->name : "?", tr__dtype_names[t->dtype]);
+    }
+}
+
+/* Builds the header (without the 8-byte length), padded with spaces to a multiple of 8, laying the
+   tensors out in the given order. Validates the tensors; `what` names the destination. */
+TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_tensor *ts, size_t n, const char *const *mk,
+                                      const char *const *mv, size_t n_meta, tr__sb *sb) {
+    size_t i, j;
+    uint64_t off = 0;
+    tr__st_named *named = NULL;
+    tr_status st = TR_OK;
+    if (n && !ts) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensors is NULL", what);
+    if (n_meta && (!mk || !mv)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata keys or values are NULL", what);
+    for (i = 0; i < n_meta; i++) {
+        if (!mk[i] || !mv[i]) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata entry %zu has a NULL key or value", what, i);
+        for (j = 0; j < i; j++)
+            if (strcmp(mk[i], mk[j]) == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata key '%.100s' appears twice", what, mk[i]);
+    }
+    for (i = 0; i < n; i++) {
+        const tr_st_tensor *t = &ts[i];
+        int ok;
+        size_t numel, nb;
+        if (!t->name) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %zu has no name", what, i);
+        if (strcmp(t->name, "__metadata__") == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: '__metadata__' is reserved, not a tensor name", what);
+        if ((unsigned)t->dtype >= TR__NUM_DTYPES) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d", what, t->name, (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': ndim %d is out of range 0..%d", what, t->name, t->ndim, TR_ST_MAX_DIMS);
+        for (j = 0; j < (size_t)t->ndim; j++)
+            if (t->shape[j] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': shape[%zu] is negative", what, t->name, j);
+        numel = tr__st_numel(t, &ok);
+        if (!ok || !tr__size_mul(numel, tr__dtype_sizes[t->dtype], &nb))
+            return tr__err(ctx, TR_ERR_OVERFLOW, "%s: tensor '%s': size overflows", what, t->name);
+        if (nb != t->nbytes)
+            return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': nbytes is %zu but dtype %s and the shape need %zu", what, t->name,
+                           t->nbytes, tr__dtype_names[t->dtype], nb);
+        if (nb && !t->data) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL", what, t->name);
+    }
+    if (n > 1) { /* unique names */
+        named = (tr__st_named *)tr__calloc(ctx, n, sizeof *named);
+        if (!named) return TR_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < n; i++) {
+            named[i].name = ts[i].name;
+            named[i].idx = i;
+        }
+        qsort(named, n, sizeof *named, tr__st_cmp_named);
+        for (i = 1; i < n; i++)
+            if (strcmp(named[i - 1].name, named[i].name) == 0) {
+                st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor name '%.200s' appears twice", what, named[i].name);
+                break;
+            }
+        tr__free(ctx, named);
+        if (st != TR_OK) return st;
+    }
+    tr__sb_append(sb, "{", 1);
+    if (n_meta) {
+        tr__sb_append(sb, "\"__metadata__\":{", 16);
+        for (i = 0; i < n_meta; i++) {
+            if (i) tr__sb_append(sb, ",", 1);
+            tr__sb_json_string(sb, mk[i]);
+            tr__sb_append(sb, ":", 1);
+            tr__sb_json_string(sb, mv[i]);
+        }
+        tr__sb_append(sb, "}", 1);
+    }
+    for (i = 0; i < n; i++) {
+        const tr_st_tensor *t = &ts[i];
+        int d;
+        if (i || n_meta) tr__sb_append(sb, ",", 1);
+        tr__sb_json_string(sb, t->name);
+        tr__sb_printf(sb, ":{\"dtype\":\"%s\",\"shape\":[", tr__dtype_names[t->dtype]);
+        for (d = 0; d < t->ndim; d++) tr__sb_printf(sb, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+        tr__sb_printf(sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + t->nbytes));
+        off += t->nbytes;
+    }
+    tr__sb_append(sb, "}", 1);
+    while (!sb->failed && sb->len % 8) tr__sb_append(sb, " ", 1);
+    if ((st = tr__sb_status(sb)) != TR_OK) return st;
+    if (sb->len > TR_ST_MAX_HEADER)
+        return tr__err(ctx, TR_ERR_OVERFLOW, "%s: the header would be %zu bytes, more than the %u-byte limit", what, sb->len, TR_ST_MAX_HEADER);
+    return TR_OK;
+}
+
+/* tr_st_write with an optional injected I/O failure (tests). */
+TR__FN tr_status tr__st_write_ex(tr_ctx *ctx, const char *path, const tr_st_tensor *ts, size_t n, const char *const *mk,
+                                  const char *const *mv, size_t n_meta, const tr__io_fault *fault) {
+    tr__sb sb;
+    tr__atomic_file af;
+    unsigned char lenbuf[8];
+    uint64_t hl;
+    size_t i;
+    int b;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_write: path is NULL");
+    tr__sb_init(&sb, ctx);
+    st = tr__st_build_header(ctx, path, ts, n, mk, mv, n_meta, &sb);
+    if (st != TR_OK) {
+        tr__sb_free(&sb);
+        return st;
+    }
+    hl = sb.len;
+    for (b = 0; b < 8; b++) lenbuf[b] = (unsigned char)(hl >> (8 * b));
+    st = tr__atomic_begin(ctx, path, fault, &af);
+    if (st == TR_OK) {
+        tr__atomic_write(&af, lenbuf, 8);
+        tr__atomic_write(&af, sb.data, sb.len);
+        for (i = 0; i < n; i++)
+            if (ts[i].nbytes) tr__atomic_write(&af, ts[i].data, ts[i].nbytes);
+        st = tr__atomic_commit(&af);
+    }
+    tr__sb_free(&sb);
+    return st;
+}
+
+TRDEF tr_status tr_st_write(tr_ctx *ctx, const char *path, const tr_st_tensor *tensors, size_t n, const char *const *meta_keys,
+                            const char *const *meta_values, size_t n_meta) {
+    return tr__st_write_ex(ctx, path, tensors, n, meta_keys, meta_values, n_meta, NULL);
+}
+/* >>io-end */
+
+/* parts/data.h - the data pipeline: .npy files, the reference dataset layout (reader, validator,
+   writer), the Sudoku / Maze / ARC builders with their augmentations, and the batch sampler with
+   its prefetch thread. A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` +
+   `#include "tinyrec.h"` and after parts/json.h. */
+
+/* >>data */
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+/* a + "/" + b (+ "/" + c): tr__alloc'ed, NULL on failure (reason set). */
+TR__FN char *tr__path3(tr_ctx *ctx, const char *a, const char *b, const char *c) {
+    size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = c ? strlen(c) : 0;
+    char *p = (char *)tr__alloc(ctx, la + lb + lc + 3);
+    if (!p) return NULL;
+    memcpy(p, a, la);
+    p[la] = 0;
+    if (b) {
+        if (la && p[la - 1] != '/') strcat(p, "/");
+        strcat(p, b);
+    }
+    if (c) {
+        strcat(p, "/");
+        strcat(p, c);
+    }
+    return p;
+}
+
+TR__FN tr_status tr__mkdir_p(tr_ctx *ctx, const char *path) {
+    char *p;
+    size_t i, n = strlen(path);
+    tr_status st = TR_OK;
+    if (n == 0) return TR_OK;
+    p = (char *)tr__alloc(ctx, n + 1);
+    if (!p) return TR_ERR_OUT_OF_MEMORY;
+    memcpy(p, path, n + 1);
+    for (i = 1; i <= n && st == TR_OK; i++) {
+        if (p[i] == '/' || p[i] == 0) {
+            char save = p[i];
+            int r;
+            p[i] = 0;
+#if TR__POSIX
+            r = mkdir(p, 0755);
+#else
+            r = _mkdir(p);
+#endif
+            if (r != 0 && errno != EEXIST) st = tr__err(ctx, TR_ERR_IO, "cannot create directory '%s': %s", p, strerror(errno));
+            p[i] = save;
+        }
+    }
+    tr__free(ctx, p);
+    return st;
+}
+
+TR__FN tr_status tr__write_whole(tr_ctx *ctx, const char *path, const void *data, size_t n) {
+    tr__atomic_file af;
+    tr_status st = tr__atomic_begin(ctx, path, NULL, &af);
+    if (st != TR_OK) return st;
+    st = tr__atomic_write(&af, data, n);
+    if (st != TR_OK) {
+        tr__atomic_abort(&af);
+        return st;
+    }
+    return tr__atomic_commit(&af);
+}
+
+/* Python's repr() of a float ("1.0", "3.25", "1e-05"): shortest round trip digits. */
+TR__FN void tr__py_float(char *out, size_t cap, double v) {
+    char buf[40], digits[24];
+    int prec, exp10 = 0, nd = 0, i;
+    char *e;
+    if (v != v) { snprintf(out, cap, "NaN"); return; }
+    if (v > DBL_MAX || v < -DBL_MAX) { snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity"); return; }
+    if (v == 0) { snprintf(out, cap, signbit(v) ? "-0.0" : "0.0"); return; }
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    /* buf = [-]d.ddde[+-]xx */
+    e = strchr(buf, 'e');
+    exp10 = atoi(e + 1);
+    for (i = 0; buf + i < e; i++)
+        if (isdigit((unsigned char)buf[i])) digits[nd++] = buf[i];
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = 0;
+    {
+        char res[64];
+        size_t o = 0;
+        if (v < 0) res[o++] = '-';
+        if (exp10 >= 16 || exp10 < -4) {
+            res[o++] = digits[0];
+            if (nd > 1) {
+                res[o++] = '.';
+                for (i = 1; i < nd; i++) res[o++] = digits[i];
+            }
+            snprintf(res + o, sizeof res - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+        } else if (exp10 >= 0) {
+            for (i = 0; i <= exp10; i++) res[o++] = i < nd ? digits[i] : '0';
+            res[o++] = '.';
+            if (nd > exp10 + 1)
+                for (i = exp10 + 1; i < nd; i++) res[o++] = digits[i];
+            else
+                res[o++] = '0';
+            res[o] = 0;
+        } else {
+            res[o++] = '0';
+            res[o++] = '.';
+            for (i = 0; i < -exp10 - 1; i++) res[o++] = '0';
+            for (i = 0; i < nd; i++) res[o++] = digits[i];
+            res[o] = 0;
+        }
+        snprintf(out, cap, "%s", res);
+    }
+}
+
+/* Calls the progress callback; TR_ERR_INTERRUPTED when it asks to stop. */
+TR__FN tr_status tr__progress(tr_ctx *ctx, tr_progress_fn fn, void *user, const char *stage, int64_t done, int64_t total) {
+    if (fn && fn(user, stage, done, total) != 0) return tr__err(ctx, TR_ERR_INTERRUPTED, "%s: stopped by the progress callback at %lld of %lld", stage, (long long)done, (long long)total);
+    return TR_OK;
+}
+
+/* In-place Fisher-Yates shuffle of n int64 / byte values. */
+TR__FN void tr__shuffle_i64(tr__rng *r, int64_t *a, int64_t n) {
+    int64_t i;
+    for (i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)tr__rng_below(r, (uint64_t)i + 1), t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+TR__FN void tr__shuffle_u8(tr__rng *r, uint8_t *a, int n) {
+    int i;
+    for (i = n - 1; i > 0; i--) {
+        int j = (int)tr__rng_below(r, (uint64_t)i + 1);
+        uint8_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* Stream ids that keep the builders' random draws independent of each other. */
+#define TR__STREAM_SUDOKU_GEN 0x5d0c0000ull
+#define TR__STREAM_SUDOKU_AUG 0x5d0c1000ull
+#define TR__STREAM_SUBSAMPLE 0x5ab50000ull
+#define TR__STREAM_MAZE_GEN 0x3a2e0000ull
+#define TR__STREAM_ARC_SHUFFLE 0xa2c00000ull
+#define TR__STREAM_ARC_AUG 0xa2c10000ull
+#define TR__STREAM_ARC_TRANSLATE 0xa2c20000ull
+
+/* ---- .npy ------------------------------------------------------------------------------- */
+static const char *tr__npy_descr[4] = {"", "|u1", "<i4", "<i8"};
+
+TR__FN size_t tr__npy_itemsize(tr_npy_dtype t) { return t == TR_NPY_U8 ? 1 : t == TR_NPY_I32 ? 4 : 8; }
+
+TRDEF int64_t tr_npy_get(const tr_npy *a, size_t i) {
+    const unsigned char *p = (const unsigned char *)a->data;
+    if (a->dtype == TR_NPY_U8) return p[i];
+    if (a->dtype == TR_NPY_I32) {
+        int32_t v;
+        memcpy(&v, p + i * 4, 4);
+        return v;
+    } else {
+        int64_t v;
+        memcpy(&v, p + i * 8, 8);
+        return v;
+    }
+}
+
+typedef struct tr__npyh {
+    const char *s;
+    size_t n, pos;
+} tr__npyh;
+
+TR__FN void tr__npyh_ws(tr__npyh *h) {
+    while (h->pos < h->n && (h->s[h->pos] == ' ' || h->s[h->pos] == '\t' || h->s[h->pos] == '\n' || h->s[h->pos] == '\r')) h->pos++;
+}
+/* A Python string literal in ' or " quotes (no escapes needed by the format). */
+TR__FN int tr__npyh_str(tr__npyh *h, char *out, size_t cap) {
+    char q;
+    size_t k = 0;
+    if (h->pos >= h->n || (h->s[h->pos] != '\'' && h->s[h->pos] != '"')) return 0;
+    q = h->s[h->pos++];
+    while (h->pos < h->n && h->s[h->pos] != q) {
+        if (h->s[h->pos] == '\\' || k + 1 >= cap) return 0;
+        out[k++] = h->s[h->pos++];
+    }
+    if (h->pos >= h->n) return 0;
+    h->pos++;
+    out[k] = 0;
+    return 1;
+}
+
+TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_npy *out) {
+    const unsigned char *b = (const unsigned char *)bytes;
+    size_t hlen, hstart, need;
+    tr__npyh h;
+    int have_descr = 0, have_fo = 0, have_shape = 0, fortran = 0, i;
+    char key[64], descr[64];
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_npy_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!what) what = "npy";
+    if (!bytes && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_npy_parse: bytes is NULL");
+    if (len < 10) return tr__err(ctx, TR_ERR_FORMAT, "'%s': truncated: %zu bytes, too short for a .npy header", what, len);
+    if (memcmp(b, "\x93NUMPY", 6) != 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': bad magic: not a .npy file (expected \\x93NUMPY)", what);
+    if (b[6] < 1 || b[6] > 3 || b[7] != 0) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': format version %d.%d is not supported (1.0, 2.0, 3.0 are)", what, b[6], b[7]);
+    out->version = b[6];
+    if (b[6] == 1) {
+        hlen = (size_t)b[8] | ((size_t)b[9] << 8);
+        hstart = 10;
+    } else {
+        if (len < 12) return tr__err(ctx, TR_ERR_FORMAT, "'%s': truncated header length field", what);
+        hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
+        hstart = 12;
+    }
+    if (hlen > len - hstart) return tr__err(ctx, TR_ERR_FORMAT, "'%s': truncated: the header says %zu bytes, the file has %zu after the length field", what, hlen, len - hstart);
+    out->data_offset = hstart + hlen;
+    h.s = (const char *)b + hstart;
+    h.n = hlen;
+    h.pos = 0;
+    for (i = 0; (size_t)i < hlen; i++)
+        if ((unsigned char)h.s[i] >= 0x80 || (h.s[i] < 0x20 && h.s[i] != '\n' && h.s[i] != '\t' && h.s[i] != '\r'))
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: non-ASCII or control byte at offset %d", what, i);
+    tr__npyh_ws(&h);
+    if (h.pos >= h.n || h.s[h.pos] != '{') return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected a dict starting with '{'", what);
+    h.pos++;
+    for (;;) {
+        tr__npyh_ws(&h);
+        if (h.pos < h.n && h.s[h.pos] == '}') {
+            h.pos++;
+            break;
+        }
+        if (!tr__npyh_str(&h, key, sizeof key)) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected a quoted key at offset %zu", what, h.pos);
+        tr__npyh_ws(&h);
+        if (h.pos >= h.n || h.s[h.pos] != ':') return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ':' after key '%s'", what, key);
+        h.pos++;
+        tr__npyh_ws(&h);
+        if (strcmp(key, "descr") == 0) {
+            if (have_descr++) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: duplicate key 'descr'", what);
+            if (!tr__npyh_str(&h, descr, sizeof descr)) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr': expected a simple dtype string (structured dtypes are not supported)", what);
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (have_fo++) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: duplicate key 'fortran_order'", what);
+            if (h.n - h.pos >= 4 && memcmp(h.s + h.pos, "True", 4) == 0) {
+                fortran = 1;
+                h.pos += 4;
+            } else if (h.n - h.pos >= 5 && memcmp(h.s + h.pos, "False", 5) == 0) {
+                fortran = 0;
+                h.pos += 5;
+            } else
+                return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'fortran_order': expected True or False", what);
+        } else if (strcmp(key, "shape") == 0) {
+            int nd = 0, comma_after_last = 0;
+            if (have_shape++) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: duplicate key 'shape'", what);
+            if (h.pos >= h.n || h.s[h.pos] != '(') return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'shape': expected a tuple", what);
+            h.pos++;
+            for (;;) {
+                int64_t v = 0;
+                int digits = 0;
+                tr__npyh_ws(&h);
+                if (h.pos < h.n && h.s[h.pos] == ')') {
+                    h.pos++;
+                    break;
+                }
+                if (nd == TR_NPY_MAX_DIMS) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'shape': more than %d dimensions", what, TR_NPY_MAX_DIMS);
+                if (nd > 0 && !comma_after_last) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'shape': expected ',' between dimensions", what);
+                while (h.pos < h.n && isdigit((unsigned char)h.s[h.pos])) {
+                    if (v > (INT64_MAX - 9) / 10) return tr__err(ctx, TR_ERR_OVERFLOW, "'%s': header field 'shape': dimension %d is too large", what, nd);
+                    v = v * 10 + (h.s[h.pos++] - '0');
+                    digits++;
+                }
+                if (h.pos < h.n && h.s[h.pos] == 'L') h.pos++; /* Python 2 long suffix */
+                if (!digits) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'shape': dimension %d is not a non-negative integer", what, nd);
+                out->shape[nd++] = v;
+                tr__npyh_ws(&h);
+                comma_after_last = 0;
+                if (h.pos < h.n && h.s[h.pos] == ',') {
+                    h.pos++;
+                    comma_after_last = 1;
+                }
+            }
+            if (nd == 1 && !comma_after_last) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'shape': (n) is not a tuple, expected (n,)", what);
+            out->ndim = nd;
+        } else
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: unexpected key '%s' (only descr, fortran_order, shape)", what, key);
+        tr__npyh_ws(&h);
+        if (h.pos < h.n && h.s[h.pos] == ',') {
+            h.pos++;
+            continue;
+        }
+        tr__npyh_ws(&h);
+        if (h.pos < h.n && h.s[h.pos] == '}') {
+            h.pos++;
+            break;
+        }
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ',' or '}' after the value of '%s'", what, key);
+    }
+    tr__npyh_ws(&h);
+    if (h.pos != h.n) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: unexpected text after the dict", what);
+    if (!have_descr) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: missing key 'descr'", what);
+    if (!have_fo) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: missing key 'fortran_order'", what);
+    if (!have_shape) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: missing key 'shape'", what);
+    if (!strcmp(descr, "|u1") || !strcmp(descr, "<u1") || !strcmp(descr, ">u1") || !strcmp(descr, "u1") || !strcmp(descr, "=u1"))
+        out->dtype = TR_NPY_U8;
+    else if (!strcmp(descr, "<i4"))
+        out->dtype = TR_NPY_I32;
+    else if (!strcmp(descr, "<i8"))
+        out->dtype = TR_NPY_I64;
+    else if (descr[0] == '>')
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is '%s': big-endian data is not supported (use '<')", what, descr);
+    else
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is '%s': only uint8 ('|u1'), int32 ('<i4') and int64 ('<i8') are supported", what, descr);
+    if (fortran && out->ndim > 1) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'fortran_order' is True: only C-order arrays are supported", what);
+    out->itemsize = tr__npy_itemsize(out->dtype);
+    out->count = 1;
+    for (i = 0; i < out->ndim; i++) {
+        if ((uint64_t)out->shape[i] > (uint64_t)SIZE_MAX || !tr__size_mul(out->count, (size_t)out->shape[i], &out->count))
+            return tr__err(ctx, TR_ERR_OVERFLOW, "'%s': header field 'shape': the element count overflows", what);
+    }
+    if (!tr__size_mul(out->count, out->itemsize, &need)) return tr__err(ctx, TR_ERR_OVERFLOW, "'%s': header field 'shape': the byte size overflows", what);
+    if (len - out->data_offset < need)
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': truncated: the shape needs %zu data bytes, the file has %zu", what, need, len - out->data_offset);
+    if (len - out->data_offset > need)
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': %zu trailing bytes after the %zu data bytes the shape describes", what, len - out->data_offset - need, need);
+    out->data = b + out->data_offset;
+    return TR_OK;
+}
+
+TRDEF void tr_npy_close(tr_ctx *ctx, tr_npy *a) {
+    if (!a) return;
+#if TR__POSIX
+    if (a->map_) munmap(a->map_, a->map_len_);
+#endif
+    if (a->buf_) tr__free(ctx, a->buf_);
+    memset(a, 0, sizeof *a);
+}
+
+TRDEF tr_status tr_npy_load(tr_ctx *ctx, const char *path, int use_mmap, tr_npy *out) {
+    tr_status st;
+    if (!out || !path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_npy_load: NULL argument");
+    memset(out, 0, sizeof *out);
+#if TR__POSIX
+    if (use_mmap) {
+        int fd = open(path, O_RDONLY);
+        struct stat sb;
+        void *m;
+        size_t len;
+        if (fd < 0) return tr__err(ctx, TR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            close(fd);
+            return tr__err(ctx, TR_ERR_IO, "'%s' is not a regular file", path);
+        }
+        len = (size_t)sb.st_size;
+        if (len == 0) {
+            close(fd);
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': truncated: the file is empty", path);
+        }
+        m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return tr__err(ctx, TR_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+        st = tr_npy_parse(ctx, m, len, path, out);
+        if (st != TR_OK) {
+            munmap(m, len);
+            memset(out, 0, sizeof *out);
+            return st;
+        }
+        out->map_ = m;
+        out->map_len_ = len;
+        return TR_OK;
+    }
+#else
+    TR__UNUSED(use_mmap);
+#endif
+    {
+        char *buf;
+        size_t len;
+        st = tr__read_file(ctx, path, &buf, &len);
+        if (st != TR_OK) return st;
+        st = tr_npy_parse(ctx, buf, len, path, out);
+        if (st != TR_OK) {
+            tr__free(ctx, buf);
+            memset(out, 0, sizeof *out);
+            return st;
+        }
+        out->buf_ = buf;
+        return TR_OK;
+    }
+}
+
+/* The header numpy.save writes: sorted keys, spare room for growing axis 0, padded to 64 bytes. */
+TR__FN size_t tr__npy_header(char *out, size_t cap, tr_npy_dtype dtype, int ndim, const int64_t *shape) {
+    char dict[512], shp[256];
+    size_t dl, total, pad, o = 0, hlen;
+    int i, version;
+    shp[0] = 0;
+    o = (size_t)snprintf(shp, sizeof shp, "(");
+    for (i = 0; i < ndim; i++) o += (size_t)snprintf(shp + o, sizeof shp - o, i ? ", %lld" : "%lld", (long long)shape[i]);
+    snprintf(shp + o, sizeof shp - o, ndim == 1 ? ",)" : ")");
+    dl = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", tr__npy_descr[dtype], shp);
+    if (dl >= sizeof dict - 24) return 0;
+    if (ndim > 0) {
+        char d0[32];
+        size_t l0 = (size_t)snprintf(d0, sizeof d0, "%lld", (long long)shape[0]);
+        for (; l0 < 21; l0++) dict[dl++] = ' ';
+        dict[dl] = 0;
+    }
+    hlen = dl + 1;
+    version = 1;
+    total = 10 + hlen;
+    pad = 64 - total % 64;
+    if (hlen + pad > 65535) { /* numpy moves to format 2.0 when the header does not fit a u16 */
+        version = 2;
+        pad = 64 - (12 + hlen) % 64;
+    }
+    hlen += pad;
+    if ((version == 1 ? 10 : 12) + hlen > cap) return 0;
+    memcpy(out, "\x93NUMPY", 6);
+    out[6] = (char)version;
+    out[7] = 0;
+    if (version == 1) {
+        out[8] = (char)(hlen & 0xff);
+        out[9] = (char)(hlen >> 8);
+        o = 10;
+    } else {
+        out[8] = (char)(hlen & 0xff);
+        out[9] = (char)((hlen >> 8) & 0xff);
+        out[10] = (char)((hlen >> 16) & 0xff);
+        out[11] = (char)((hlen >> 24) & 0xff);
+        o = 12;
+    }
+    memcpy(out + o, dict, dl);
+    memset(out + o + dl, ' ', pad);
+    out[o + dl + pad] = '\n';
+    return o + hlen;
+}
+
+/* A streaming .npy writer for arrays whose shape is known up front. */
+typedef struct tr__npyw {
+    tr__atomic_file af;
+    uint64_t expect, written;
+    char *buf;
+    size_t used, cap;
+    tr_status st;
+    int open;
+} tr__npyw;
+
+TR__FN tr_status tr__npyw_begin(tr_ctx *ctx, tr__npyw *w, const char *path, tr_npy_dtype dtype, int ndim, const int64_t *shape) {
+    char hdr[1024];
+    size_t hl;
+    int i;
+    memset(w, 0, sizeof *w);
+    w->expect = tr__npy_itemsize(dtype);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "'%s': negative dimension %d", path, i);
+        w->expect *= (uint64_t)shape[i];
+    }
+    hl = tr__npy_header(hdr, sizeof hdr, dtype, ndim, shape);
+    if (!hl) return tr__err(ctx, TR_ERR_INVALID_ARG, "'%s': header too long", path);
+    w->cap = (size_t)1 << 20;
+    w->buf = (char *)tr__alloc(ctx, w->cap);
+    if (!w->buf) return TR_ERR_OUT_OF_MEMORY;
+    w->st = tr__atomic_begin(ctx, path, NULL, &w->af);
+    if (w->st != TR_OK) {
+        tr__free(ctx, w->buf);
+        w->buf = NULL;
+        return w->st;
+    }
+    w->open = 1;
+    w->st = tr__atomic_write(&w->af, hdr, hl);
+    return w->st;
+}
+TR__FN tr_status tr__npyw_write(tr__npyw *w, const void *data, size_t n) {
+    if (w->st != TR_OK) return w->st;
+    w->written += n;
+    if (n >= w->cap) {
+        if (w->used) w->st = tr__atomic_write(&w->af, w->buf, w->used);
+        w->used = 0;
+        if (w->st == TR_OK) w->st = tr__atomic_write(&w->af, data, n);
+        return w->st;
+    }
+    if (w->used + n > w->cap) {
+        w->st = tr__atomic_write(&w->af, w->buf, w->used);
+        w->used = 0;
+    }
+    memcpy(w->buf + w->used, data, n);
+    w->used += n;
+    return w->st;
+}
+/* Commits (when ok and every byte came) or aborts; frees the buffer. */
+TR__FN tr_status tr__npyw_end(tr_ctx *ctx, tr__npyw *w, int ok) {
+    tr_status st = w->st;
+    if (w->open) {
+        if (st == TR_OK && w->used) st = tr__atomic_write(&w->af, w->buf, w->used);
+        if (st == TR_OK && ok && w->written != w->expect)
+            st = tr__err(ctx, TR_ERR_GENERIC, "'%s': internal error: wrote %llu data bytes, the shape needs %llu", w->af.path, (unsigned long long)w->written, (unsigned long long)w->expect);
+        if (st == TR_OK && ok)
+            st = tr__atomic_commit(&w->af);
+        else
+            tr__atomic_abort(&w->af);
+        w->open = 0;
+    }
+    if (w->buf) tr__free(ctx, w->buf);
+    w->buf = NULL;
+    return ok ? st : TR_OK;
+}
+
+TRDEF tr_status tr_npy_save(tr_ctx *ctx, const char *path, tr_npy_dtype dtype, int ndim, const int64_t *shape, const void *data) {
+    tr__npyw w;
+    tr_status st;
+    if (!path || (ndim > 0 && !shape) || ndim < 0 || ndim > TR_NPY_MAX_DIMS || dtype < TR_NPY_U8 || dtype > TR_NPY_I64)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_npy_save: invalid arguments");
+    st = tr__npyw_begin(ctx, &w, path, dtype, ndim, shape);
+    if (st == TR_OK && w.expect) {
+        if (!data) st = tr__err(ctx, TR_ERR_INVALID_ARG, "tr_npy_save '%s': data is NULL", path);
+        else st = tr__npyw_write(&w, data, (size_t)w.expect);
+    }
+    if (st != TR_OK) {
+        tr__npyw_end(ctx, &w, 0);
+        return st;
+    }
+    return tr__npyw_end(ctx, &w, 1);
+}
+
+/* ---- dataset.json ----------------------------------------------------------------------- */
+TRDEF tr_dataset_meta tr_dataset_meta_default(void) {
+    tr_dataset_meta m;
+    memset(&m, 0, sizeof m);
+    m.has_ignore_label_id = 1;
+    m.num_puzzle_identifiers = 1;
+    m.total_puzzles = -1;
+    m.num_sets = 1;
+    strcpy(m.sets[0], "all");
+    return m;
+}
+
+/* An integral JSON number in [lo, hi]. */
+TR__FN tr_status tr__meta_int(tr_ctx *ctx, const char *path, const tr__json *root, const char *key, int optional, int64_t lo, int64_t hi, int64_t *out, int *present) {
+    const tr__json *v = tr__json_get(root, key);
+    if (present) *present = 0;
+    if (!v) {
+        if (optional) return TR_OK;
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' is missing", path, key);
+    }
+    if (v->type != TR__JSON_NUMBER || v->number != floor(v->number))
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' must be an integer", path, key);
+    if (v->number < (double)lo || v->number > (double)hi)
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' is %.17g, outside [%lld, %lld]", path, key, v->number, (long long)lo, (long long)hi);
+    *out = (int64_t)v->number;
+    if (present) *present = 1;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr__json *root, tr_dataset_meta *m) {
+    int64_t v;
+    int present;
+    const tr__json *j;
+    tr_status st;
+    size_t i;
+    memset(m, 0, sizeof *m);
+    if (root->type != TR__JSON_OBJECT) return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON object", path);
+    if ((st = tr__meta_int(ctx, path, root, "vocab_size", 0, 1, INT32_MAX, &v, NULL)) != TR_OK) return st;
+    m->vocab_size = (int)v;
+    if ((st = tr__meta_int(ctx, path, root, "seq_len", 0, 1, INT32_MAX, &v, NULL)) != TR_OK) return st;
+    m->seq_len = (int)v;
+    if ((st = tr__meta_int(ctx, path, root, "pad_id", 0, 0, m->vocab_size - 1, &v, NULL)) != TR_OK) return st;
+    m->pad_id = (int)v;
+    j = tr__json_get(root, "ignore_label_id");
+    if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'ignore_label_id' is missing (use null for none)", path);
+    if (j->type == TR__JSON_NULL) {
+        m->has_ignore_label_id = 0;
+        m->ignore_label_id = 0;
+    } else {
+        if ((st = tr__meta_int(ctx, path, root, "ignore_label_id", 0, INT32_MIN, INT32_MAX, &v, NULL)) != TR_OK) return st;
+        m->has_ignore_label_id = 1;
+        m->ignore_label_id = (int)v;
+    }
+    if ((st = tr__meta_int(ctx, path, root, "num_puzzle_identifiers", 0, 1, INT32_MAX, &v, NULL)) != TR_OK) return st;
+    m->num_puzzle_identifiers = v;
+    if ((st = tr__meta_int(ctx, path, root, "blank_identifier_id", 0, 0, m->num_puzzle_identifiers - 1, &v, NULL)) != TR_OK) return st;
+    m->blank_identifier_id = (int)v;
+    if ((st = tr__meta_int(ctx, path, root, "total_groups", 0, 0, INT64_MAX / 2, &v, NULL)) != TR_OK) return st;
+    m->total_groups = v;
+    if ((st = tr__meta_int(ctx, path, root, "total_puzzles", 1, 0, INT64_MAX / 2, &v, &present)) != TR_OK) return st;
+    m->total_puzzles = present ? v : -1;
+    j = tr__json_get(root, "mean_puzzle_examples");
+    if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' is missing", path);
+    if (j->type != TR__JSON_NUMBER || j->number < 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' must be a non-negative number", path);
+    m->mean_puzzle_examples = j->number;
+    j = tr__json_get(root, "sets");
+    if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' is missing", path);
+    if (j->type != TR__JSON_ARRAY || j->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' must be a non-empty list of names", path);
+    if (j->count > TR_DATASET_MAX_SETS) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': field 'sets' has %zu sets, at most %d are supported", path, j->count, TR_DATASET_MAX_SETS);
+    for (i = 0; i < j->count; i++) {
+        const tr__json *s = &j->items[i];
+        size_t k;
+        if (s->type != TR__JSON_STRING || s->len == 0 || s->len >= sizeof m->sets[0] || strlen(s->string) != s->len)
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] must be a non-empty name of at most 63 bytes", path, i);
+        if (strchr(s->string, '/') || strchr(s->string, '\\') || !strcmp(s->string, ".") || !strcmp(s->string, ".."))
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] '%s' is not a plain file-name prefix", path, i, s->string);
+        for (k = 0; k < i; k++)
+            if (!strcmp(m->sets[k], s->string)) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' names '%s' twice", path, s->string);
+        strcpy(m->sets[i], s->string);
+    }
+    m->num_sets = (int)j->count;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_dataset_read_meta(tr_ctx *ctx, const char *path, tr_dataset_meta *out) {
+    char *text;
+    size_t len;
+    tr__json *root;
+    tr_status st;
+    if (!path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_dataset_read_meta: NULL argument");
+    st = tr__read_file_capped(ctx, path, (size_t)1 << 20, &text, &len);
+    if (st != TR_OK) return st;
+    st = tr__json_parse(ctx, text, len, path, &root);
+    tr__free(ctx, text);
+    if (st != TR_OK) return st;
+    st = tr__meta_from_json(ctx, path, root, out);
+    tr__json_free(ctx, root);
+    return st;
+}
+
+TR__FN tr_status tr__meta_to_json(tr_ctx *ctx, const tr_dataset_meta *m, tr__sb *sb) {
+    char mean[48];
+    int i;
+    tr__sb_init(sb, ctx);
+    tr__py_float(mean, sizeof mean, m->mean_puzzle_examples);
+    tr__sb_printf(sb, "{\"pad_id\": %d, \"ignore_label_id\": ", m->pad_id);
+    if (m->has_ignore_label_id) tr__sb_printf(sb, "%d", m->ignore_label_id);
+    else tr__sb_printf(sb, "null");
+    tr__sb_printf(sb, ", \"blank_identifier_id\": %d, \"vocab_size\": %d, \"seq_len\": %d, \"num_puzzle_identifiers\": %lld, \"total_groups\": %lld, \"mean_puzzle_examples\": %s, ",
+                  m->blank_identifier_id, m->vocab_size, m->seq_len, (long long)m->num_puzzle_identifiers, (long long)m->total_groups, mean);
+    if (m->total_puzzles >= 0) tr__sb_printf(sb, "\"total_puzzles\": %lld, ", (long long)m->total_puzzles);
+    tr__sb_printf(sb, "\"sets\": [");
+    for (i = 0; i < m->num_sets; i++) {
+        if (i) tr__sb_printf(sb, ", ");
+        tr__sb_json_string(sb, m->sets[i]);
+    }
+    tr__sb_printf(sb, "]}");
+    return tr__sb_status(sb);
+}
+
+/* ---- dataset reader --------------------------------------------------------------------- */
+TRDEF void tr_dataset_close(tr_dataset *ds) {
+    int i;
+    tr_ctx *ctx;
+    if (!ds) return;
+    ctx = ds->ctx;
+    for (i = 0; i < TR_DATASET_MAX_SETS; i++) {
+        tr_dataset_set *s = &ds->sets[i];
+        tr_npy_close(ctx, &s->inputs);
+        tr_npy_close(ctx, &s->labels);
+        tr__free(ctx, (void *)s->puzzle_indices);
+        tr__free(ctx, (void *)s->group_indices);
+        tr__free(ctx, (void *)s->puzzle_identifiers);
+    }
+    if (ds->identifiers) {
+        int64_t k;
+        for (k = 0; k < ds->num_identifiers; k++) tr__free(ctx, ds->identifiers[k]);
+        tr__free(ctx, ds->identifiers);
+    }
+    tr__free(ctx, ds);
+}
+
+/* Loads an index array (1-D, int32 or int64) into an int64 copy. */
+TR__FN tr_status tr__load_index(tr_ctx *ctx, const char *path, int flags, const char *field, int64_t **out, int64_t *n) {
+    tr_npy a;
+    tr_status st;
+    size_t i;
+    int64_t *v;
+    *out = NULL;
+    st = tr_npy_load(ctx, path, !(flags & TR_DATASET_NO_MMAP), &a);
+    if (st != TR_OK) return st;
+    if (a.ndim != 1) {
+        tr_npy_close(ctx, &a);
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s must be 1-D, the file has %d dimensions", path, field, a.ndim);
+    }
+    if (a.dtype == TR_NPY_U8) {
+        tr_npy_close(ctx, &a);
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s must be int32 or int64, the file has uint8", path, field);
+    }
+    v = (int64_t *)tr__alloc(ctx, (a.count ? a.count : 1) * sizeof *v);
+    if (!v) {
+        tr_npy_close(ctx, &a);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    if (a.dtype == TR_NPY_I32) {
+        const unsigned char *p = (const unsigned char *)a.data;
+        for (i = 0; i < a.count; i++) {
+            int32_t x;
+            memcpy(&x, p + 4 * i, 4);
+            v[i] = x;
+        }
+    } else
+        memcpy(v, a.data, a.count * 8);
+    *n = (int64_t)a.count;
+    *out = v;
+    tr_npy_close(ctx, &a);
+    return TR_OK;
+}
+
+/* Every token of a [N, L] array in [0, vocab), or equal to `extra` when has_extra. */
+TR__FN tr_status tr__check_tokens(tr_ctx *ctx, const char *path, const char *field, const tr_npy *a, int vocab, int has_extra, int extra) {
+    size_t i;
+    if (a->dtype == TR_NPY_U8) {
+        unsigned char ok[256];
+        const unsigned char *p = (const unsigned char *)a->data;
+        unsigned char bad = 0;
+        for (i = 0; i < 256; i++) ok[i] = (unsigned char)((int)i < vocab || (has_extra && (int)i == extra));
+        for (i = 0; i < a->count; i++) bad |= (unsigned char)!ok[p[i]];
+        if (!bad) return TR_OK;
+    }
+    for (i = 0; i < a->count; i++) {
+        int64_t t = tr_npy_get(a, i);
+        if ((t < 0 || t >= vocab) && !(has_extra && t == extra))
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: token %lld at example %zu position %zu is outside the vocabulary [0, %d)%s", path, field, (long long)t,
+                           i / (size_t)a->shape[1], i % (size_t)a->shape[1], vocab, has_extra ? " and is not ignore_label_id" : "");
+    }
+    return TR_OK;
+}
+
+TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *ds) {
+    char *path = tr__path3(ctx, dir, "identifiers.json", NULL), *text = NULL;
+    size_t len, i;
+    tr__json *root = NULL;
+    tr_status st = TR_OK;
+    FILE *f;
+    if (!path) return TR_ERR_OUT_OF_MEMORY;
+    f = fopen(path, "rb");
+    if (!f) { /* optional */
+        tr__free(ctx, path);
+        return TR_OK;
+    }
+    fclose(f);
+    st = tr__read_file(ctx, path, &text, &len);
+    if (st == TR_OK) st = tr__json_parse(ctx, text, len, path, &root);
+    tr__free(ctx, text);
+    if (st == TR_OK && root->type != TR__JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON list of names", path);
+    if (st == TR_OK && (int64_t)root->count != ds->meta.num_puzzle_identifiers)
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': has %zu names, dataset.json num_puzzle_identifiers is %lld", path, root->count, (long long)ds->meta.num_puzzle_identifiers);
+    if (st == TR_OK) {
+        ds->identifiers = (char **)tr__calloc(ctx, root->count ? root->count : 1, sizeof(char *));
+        if (!ds->identifiers) st = TR_ERR_OUT_OF_MEMORY;
+        else ds->num_identifiers = (int64_t)root->count;
+    }
+    for (i = 0; st == TR_OK && i < root->count; i++) {
+        const tr__json *s = &root->items[i];
+        if (s->type != TR__JSON_STRING) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': entry %zu is not a string", path, i);
+            break;
+        }
+        ds->identifiers[i] = (char *)tr__alloc(ctx, s->len + 1);
+        if (!ds->identifiers[i]) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        memcpy(ds->identifiers[i], s->string, s->len + 1);
+    }
+    tr__json_free(ctx, root);
+    tr__free(ctx, path);
+    return st;
+}
+
+TR__FN tr_status tr__open_set(tr_ctx *ctx, tr_dataset *ds, const char *splitdir, int si, int flags) {
+    tr_dataset_set *s = &ds->sets[si];
+    const tr_dataset_meta *m = &ds->meta;
+    static const char *fields[5] = {"inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices"};
+    char *paths[5] = {NULL, NULL, NULL, NULL, NULL};
+    char fname[128];
+    tr_status st = TR_OK;
+    int64_t n, k, *pid = NULL;
+    int i;
+    strcpy(s->name, m->sets[si]);
+    for (i = 0; i < 5; i++) {
+        snprintf(fname, sizeof fname, "%s__%s.npy", m->sets[si], fields[i]);
+        paths[i] = tr__path3(ctx, splitdir, fname, NULL);
+        if (!paths[i]) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+    }
+    /* inputs and labels: [N, seq_len] */
+    if ((st = tr_npy_load(ctx, paths[0], !(flags & TR_DATASET_NO_MMAP), &s->inputs)) != TR_OK) goto done;
+    if ((st = tr_npy_load(ctx, paths[1], !(flags & TR_DATASET_NO_MMAP), &s->labels)) != TR_OK) goto done;
+    for (i = 0; i < 2; i++) {
+        const tr_npy *a = i ? &s->labels : &s->inputs;
+        if (a->ndim != 2) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': %s must be 2-D [examples, seq_len], the file has %d dimensions", paths[i], fields[i], a->ndim);
+            goto done;
+        }
+        if (a->shape[1] != m->seq_len) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': %s has sequence length %lld, dataset.json seq_len is %d", paths[i], fields[i], (long long)a->shape[1], m->seq_len);
+            goto done;
+        }
+    }
+    if (s->labels.shape[0] != s->inputs.shape[0]) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': labels has %lld examples, inputs has %lld", paths[1], (long long)s->labels.shape[0], (long long)s->inputs.shape[0]);
+        goto done;
+    }
+    s->num_examples = s->inputs.shape[0];
+    /* puzzle_indices: [P+1], starts at 0, non-decreasing, ends at N */
+    if ((st = tr__load_index(ctx, paths[3], flags, "puzzle_indices", &pid, &n)) != TR_OK) goto done;
+    s->puzzle_indices = pid;
+    if (n < 1 || pid[0] != 0) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': puzzle_indices must start with 0", paths[3]);
+        goto done;
+    }
+    s->num_puzzles = n - 1;
+    for (k = 1; k < n; k++) {
+        if (pid[k] < pid[k - 1]) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': puzzle_indices is not monotone: entry %lld (%lld) < entry %lld (%lld)", paths[3], (long long)k, (long long)pid[k], (long long)(k - 1), (long long)pid[k - 1]);
+            goto done;
+        }
+        if (pid[k] - pid[k - 1] > s->max_puzzle_examples) s->max_puzzle_examples = pid[k] - pid[k - 1];
+    }
+    if (pid[n - 1] != s->num_examples) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': puzzle_indices ends at %lld, inputs has %lld examples", paths[3], (long long)pid[n - 1], (long long)s->num_examples);
+        goto done;
+    }
+    /* group_indices: [G+1], starts at 0, strictly increasing, ends at P */
+    {
+        int64_t *g = NULL;
+        if ((st = tr__load_index(ctx, paths[4], flags, "group_indices", &g, &n)) != TR_OK) goto done;
+        s->group_indices = g;
+        if (n < 1 || g[0] != 0) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': group_indices must start with 0", paths[4]);
+            goto done;
+        }
+        for (k = 1; k < n; k++)
+            if (g[k] <= g[k - 1]) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s': group_indices is not strictly increasing: entry %lld (%lld) <= entry %lld (%lld)", paths[4], (long long)k, (long long)g[k], (long long)(k - 1), (long long)g[k - 1]);
+                goto done;
+            }
+        if (g[n - 1] != s->num_puzzles) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': group_indices ends at %lld, puzzle_indices has %lld puzzles", paths[4], (long long)g[n - 1], (long long)s->num_puzzles);
+            goto done;
+        }
+        s->num_groups = n - 1;
+    }
+    /* puzzle_identifiers: [P], each in [0, num_puzzle_identifiers) */
+    {
+        int64_t *ids = NULL;
+        int32_t *ids32;
+        if ((st = tr__load_index(ctx, paths[2], flags, "puzzle_identifiers", &ids, &n)) != TR_OK) goto done;
+        if (n != s->num_puzzles) {
+            tr__free(ctx, ids);
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': puzzle_identifiers has %lld entries, puzzle_indices has %lld puzzles", paths[2], (long long)n, (long long)s->num_puzzles);
+            goto done;
+        }
+        for (k = 0; k < n; k++)
+            if (ids[k] < 0 || ids[k] >= m->num_puzzle_identifiers) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s': puzzle_identifiers[%lld] is %lld, outside [0, num_puzzle_identifiers %lld)", paths[2], (long long)k, (long long)ids[k], (long long)m->num_puzzle_identifiers);
+                tr__free(ctx, ids);
+                goto done;
+            }
+        ids32 = (int32_t *)tr__alloc(ctx, (size_t)(n ? n : 1) * sizeof *ids32);
+        if (!ids32) {
+            tr__free(ctx, ids);
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        for (k = 0; k < n; k++) ids32[k] = (int32_t)ids[k];
+        tr__free(ctx, ids);
+        s->puzzle_identifiers = ids32;
+    }
+    if (!(flags & TR_DATASET_SKIP_TOKEN_CHECK)) {
+        if ((st = tr__check_tokens(ctx, paths[0], "inputs", &s->inputs, m->vocab_size, 0, 0)) != TR_OK) goto done;
+        if ((st = tr__check_tokens(ctx, paths[1], "labels", &s->labels, m->vocab_size, m->has_ignore_label_id, m->ignore_label_id)) != TR_OK) goto done;
+    }
+done:
+    for (i = 0; i < 5; i++) tr__free(ctx, paths[i]);
+    return st;
+}
+
+TRDEF tr_status tr_dataset_open(tr_ctx *ctx, const char *dir, const char *split, int flags, tr_dataset **out) {
+    tr_dataset *ds;
+    char *splitdir = NULL, *metapath = NULL;
+    tr_status st;
+    int i;
+    int64_t groups = 0, puzzles = 0;
+    if (!ctx || !dir || !split || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_dataset_open: NULL argument");
+    *out = NULL;
+    ds = (tr_dataset *)tr__calloc(ctx, 1, sizeof *ds);
+    if (!ds) return TR_ERR_OUT_OF_MEMORY;
+    ds->ctx = ctx;
+    splitdir = tr__path3(ctx, dir, split, NULL);
+    metapath = splitdir ? tr__path3(ctx, splitdir, "dataset.json", NULL) : NULL;
+    if (!metapath) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    if ((st = tr_dataset_read_meta(ctx, metapath, &ds->meta)) != TR_OK) goto fail;
+    ds->num_sets = ds->meta.num_sets;
+    for (i = 0; i < ds->num_sets; i++) {
+        if ((st = tr__open_set(ctx, ds, splitdir, i, flags)) != TR_OK) goto fail;
+        groups += ds->sets[i].num_groups;
+        puzzles += ds->sets[i].num_puzzles;
+        ds->num_examples += ds->sets[i].num_examples;
+    }
+    if (groups != ds->meta.total_groups) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'total_groups' is %lld, the group_indices files hold %lld groups", metapath, (long long)ds->meta.total_groups, (long long)groups);
+        goto fail;
+    }
+    /* the reference Sudoku and Maze builders write the group count here */
+    if (ds->meta.total_puzzles >= 0 && puzzles != ds->meta.total_puzzles && groups != ds->meta.total_puzzles) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'total_puzzles' is %lld, the puzzle_indices files hold %lld puzzles in %lld groups", metapath, (long long)ds->meta.total_puzzles, (long long)puzzles, (long long)groups);
+        goto fail;
+    }
+    if (puzzles > 0) {
+        double mean = (double)ds->num_examples / (double)puzzles, d = fabs(mean - ds->meta.mean_puzzle_examples);
+        if (d > 1e-6 * (mean > 1 ? mean : 1)) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' is %g, the files hold %g examples per puzzle", metapath, ds->meta.mean_puzzle_examples, mean);
+            goto fail;
+        }
+    }
+    if ((st = tr__load_identifiers(ctx, dir, ds)) != TR_OK) goto fail;
+    tr__free(ctx, metapath);
+    tr__free(ctx, splitdir);
+    *out = ds;
+    return TR_OK;
+fail:
+    tr__free(ctx, metapath);
+    tr__free(ctx, splitdir);
+    tr_dataset_close(ds);
+    return st;
+}
+
+TRDEF void tr_dataset_example(const tr_dataset *ds, int set, int64_t ex, int32_t *inputs, int32_t *labels) {
+    const tr_dataset_set *s = &ds->sets[set];
+    size_t L = (size_t)ds->meta.seq_len, base = (size_t)ex * L, j;
+    if (inputs) {
+        if (s->inputs.dtype == TR_NPY_U8) {
+            const uint8_t *p = (const uint8_t *)s->inputs.data + base;
+            for (j = 0; j < L; j++) inputs[j] = p[j];
+        } else
+            for (j = 0; j < L; j++) inputs[j] = (int32_t)tr_npy_get(&s->inputs, base + j);
+    }
+    if (labels) {
+        int ign = ds->meta.has_ignore_label_id, iv = ds->meta.ignore_label_id;
+        if (s->labels.dtype == TR_NPY_U8) {
+            const uint8_t *p = (const uint8_t *)s->labels.data + base;
+            if (ign)
+                for (j = 0; j < L; j++) labels[j] = (int)p[j] == iv ? TR_IGNORE_LABEL : (int32_t)p[j];
+            else
+                for (j = 0; j < L; j++) labels[j] = p[j];
+        } else
+            for (j = 0; j < L; j++) {
+                int32_t v = (int32_t)tr_npy_get(&s->labels, base + j);
+                labels[j] = (ign && v == iv) ? TR_IGNORE_LABEL : v;
+            }
+    }
+}
+
+/* ---- dataset writer --------------------------------------------------------------------- */
+TRDEF tr_status tr_split_init(tr_ctx *ctx, tr_split *s, int seq_len, int64_t reserve) {
+    memset(s, 0, sizeof *s);
+    if (seq_len <= 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_split_init: seq_len %d", seq_len);
+    s->seq_len = seq_len;
+    if (reserve < 16) reserve = 16;
+    s->inputs = (uint8_t *)tr__alloc(ctx, (size_t)reserve * (size_t)seq_len);
+    s->labels = (uint8_t *)tr__alloc(ctx, (size_t)reserve * (size_t)seq_len);
+    s->puzzle_identifiers = (int32_t *)tr__alloc(ctx, (size_t)reserve * 4);
+    s->puzzle_indices = (int32_t *)tr__alloc(ctx, ((size_t)reserve + 1) * 4);
+    s->group_indices = (int32_t *)tr__alloc(ctx, ((size_t)reserve + 1) * 4);
+    if (!s->inputs || !s->labels || !s->puzzle_identifiers || !s->puzzle_indices || !s->group_indices) {
+        tr_split_free(ctx, s);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    s->cap_examples_ = s->cap_puzzles_ = s->cap_groups_ = reserve;
+    s->puzzle_indices[0] = 0;
+    s->group_indices[0] = 0;
+    return TR_OK;
+}
+
+TRDEF void tr_split_free(tr_ctx *ctx, tr_split *s) {
+    if (!s) return;
+    tr__free(ctx, s->inputs);
+    tr__free(ctx, s->labels);
+    tr__free(ctx, s->puzzle_identifiers);
+    tr__free(ctx, s->puzzle_indices);
+    tr__free(ctx, s->group_indices);
+    memset(s, 0, sizeof *s);
+}
+
+/* Grows *p (n used of *cap elements of `elem` bytes, plus `extra` trailing ones) to hold one more. */
+TR__FN tr_status tr__grow(tr_ctx *ctx, void **p, int64_t *cap, int64_t n, size_t elem, int64_t extra) {
+    int64_t ncap;
+    void *np;
+    size_t bytes;
+    if (n < *cap) return TR_OK;
+    ncap = *cap * 2;
+    if (!tr__size_mul((size_t)(ncap + extra), elem, &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "split arrays overflow");
+    np = tr__alloc(ctx, bytes);
+    if (!np) return TR_ERR_OUT_OF_MEMORY;
+    memcpy(np, *p, (size_t)(n + extra) * elem);
+    tr__free(ctx, *p);
+    *p = np;
+    *cap = ncap;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_split_add_example(tr_ctx *ctx, tr_split *s, const uint8_t *input, const uint8_t *label) {
+    tr_status st;
+    int64_t cap = s->cap_examples_;
+    if (s->num_examples >= INT32_MAX) return tr__err(ctx, TR_ERR_OVERFLOW, "a split holds at most %d examples (int32 offsets)", INT32_MAX);
+    if (s->num_examples >= cap) {
+        if ((st = tr__grow(ctx, (void **)&s->inputs, &cap, s->num_examples, (size_t)s->seq_len, 0)) != TR_OK) return st;
+        cap = s->cap_examples_;
+        if ((st = tr__grow(ctx, (void **)&s->labels, &cap, s->num_examples, (size_t)s->seq_len, 0)) != TR_OK) return st;
+        s->cap_examples_ = cap;
+    }
+    memcpy(s->inputs + (size_t)s->num_examples * (size_t)s->seq_len, input, (size_t)s->seq_len);
+    memcpy(s->labels + (size_t)s->num_examples * (size_t)s->seq_len, label, (size_t)s->seq_len);
+    s->num_examples++;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_split_end_puzzle(tr_ctx *ctx, tr_split *s, int32_t identifier) {
+    tr_status st;
+    int64_t cap = s->cap_puzzles_;
+    if (s->num_puzzles >= cap) {
+        if ((st = tr__grow(ctx, (void **)&s->puzzle_identifiers, &cap, s->num_puzzles, 4, 0)) != TR_OK) return st;
+        cap = s->cap_puzzles_;
+        if ((st = tr__grow(ctx, (void **)&s->puzzle_indices, &cap, s->num_puzzles, 4, 1)) != TR_OK) return st;
+        s->cap_puzzles_ = cap;
+    }
+    s->puzzle_identifiers[s->num_puzzles] = identifier;
+    s->puzzle_indices[++s->num_puzzles] = (int32_t)s->num_examples;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_split_end_group(tr_ctx *ctx, tr_split *s) {
+    tr_status st;
+    if (s->num_groups >= s->cap_groups_)
+        if ((st = tr__grow(ctx, (void **)&s->group_indices, &s->cap_groups_, s->num_groups, 4, 1)) != TR_OK) return st;
+    s->group_indices[++s->num_groups] = (int32_t)s->num_puzzles;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__write_meta(tr_ctx *ctx, const char *splitdir, const tr_dataset_meta *m) {
+    tr__sb sb;
+    char *path;
+    tr_status st = tr__meta_to_json(ctx, m, &sb);
+    if (st == TR_OK) {
+        path = tr__path3(ctx, splitdir, "dataset.json", NULL);
+        if (!path) st = TR_ERR_OUT_OF_MEMORY;
+        else {
+            st = tr__write_whole(ctx, path, sb.data, sb.len);
+            tr__free(ctx, path);
+        }
+    }
+    tr__sb_free(&sb);
+    return st;
+}
+
+TRDEF tr_status tr_split_write(tr_ctx *ctx, const char *dir, const char *split, const tr_split *s, const tr_dataset_meta *meta_in) {
+    tr_dataset_meta m;
+    char *splitdir, *path = NULL;
+    tr_status st;
+    int i;
+    static const char *names[5] = {"all__inputs.npy", "all__labels.npy", "all__puzzle_identifiers.npy", "all__puzzle_indices.npy", "all__group_indices.npy"};
+    if (!ctx || !dir || !split || !s || !meta_in) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_split_write: NULL argument");
+    m = *meta_in;
+    m.seq_len = s->seq_len;
+    m.total_groups = s->num_groups;
+    if (m.total_puzzles < 0) m.total_puzzles = s->num_puzzles;
+    m.mean_puzzle_examples = s->num_puzzles ? (double)s->num_examples / (double)s->num_puzzles : 0.0;
+    m.num_sets = 1;
+    strcpy(m.sets[0], "all");
+    splitdir = tr__path3(ctx, dir, split, NULL);
+    if (!splitdir) return TR_ERR_OUT_OF_MEMORY;
+    st = tr__mkdir_p(ctx, splitdir);
+    for (i = 0; i < 5 && st == TR_OK; i++) {
+        int64_t shape[2];
+        path = tr__path3(ctx, splitdir, names[i], NULL);
+        if (!path) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        switch (i) {
+        case 0:
+        case 1:
+            shape[0] = s->num_examples;
+            shape[1] = s->seq_len;
+            st = tr_npy_save(ctx, path, TR_NPY_U8, 2, shape, i ? s->labels : s->inputs);
+            break;
+        case 2:
+            shape[0] = s->num_puzzles;
+            st = tr_npy_save(ctx, path, TR_NPY_I32, 1, shape, s->puzzle_identifiers);
+            break;
+        case 3:
+            shape[0] = s->num_puzzles + 1;
+            st = tr_npy_save(ctx, path, TR_NPY_I32, 1, shape, s->puzzle_indices);
+            break;
+        default:
+            shape[0] = s->num_groups + 1;
+            st = tr_npy_save(ctx, path, TR_NPY_I32, 1, shape, s->group_indices);
+        }
+        tr__free(ctx, path);
+    }
+    if (st == TR_OK) st = tr__write_meta(ctx, splitdir, &m);
+    tr__free(ctx, splitdir);
+    return st;
+}
+
+TRDEF tr_status tr_write_identifiers(tr_ctx *ctx, const char *dir, int64_t n, const char *const *names) {
+    tr__sb sb;
+    int64_t i;
+    char *path;
+    tr_status st;
+    if (!ctx || !dir || (n > 0 && !names)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_write_identifiers: NULL argument");
+    tr__sb_init(&sb, ctx);
+    tr__sb_printf(&sb, "[");
+    for (i = 0; i < n; i++) {
+        if (i) tr__sb_printf(&sb, ", ");
+        tr__sb_json_string(&sb, names[i]);
+    }
+    tr__sb_printf(&sb, "]");
+    st = tr__sb_status(&sb);
+    if (st == TR_OK) st = tr__mkdir_p(ctx, dir);
+    if (st == TR_OK) {
+        path = tr__path3(ctx, dir, "identifiers.json", NULL);
+        if (!path) st = TR_ERR_OUT_OF_MEMORY;
+        else {
+            st = tr__write_whole(ctx, path, sb.data, sb.len);
+            tr__free(ctx, path);
+        }
+    }
+    tr__sb_free(&sb);
+    return st;
+}
+
+/* ---- text sources: mapped files, lines, CSV --------------------------------------------- */
+typedef struct tr__text {
+    const char *data;
+    size_t len;
+    void *map_;
+    char *buf_;
+} tr__text;
+
+TR__FN tr_status tr__text_open(tr_ctx *ctx, const char *path, tr__text *t) {
+    tr_status st;
+    memset(t, 0, sizeof *t);
+#if TR__POSIX
+    {
+        int fd = open(path, O_RDONLY);
+        struct stat sb;
+        if (fd < 0) return tr__err(ctx, TR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+            void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (m != MAP_FAILED) {
+                close(fd);
+                t->map_ = m;
+                t->data = (const char *)m;
+                t->len = (size_t)sb.st_size;
+                return TR_OK;
+            }
+        }
+        close(fd);
+    }
+#endif
+    st = tr__read_file(ctx, path, &t->buf_, &t->len);
+    if (st != TR_OK) return st;
+    t->data = t->buf_;
+    return TR_OK;
+}
+TR__FN void tr__text_close(tr_ctx *ctx, tr__text *t) {
+#if TR__POSIX
+    if (t->map_) munmap(t->map_, t->len);
+#endif
+    if (t->buf_) tr__free(ctx, t->buf_);
+    memset(t, 0, sizeof *t);
+}
+/* The next line (without \r\n) starting at *pos; 0 at the end. */
+TR__FN int tr__text_line(const tr__text *t, size_t *pos, const char **line, size_t *n) {
+    const char *s, *e;
+    if (*pos >= t->len) return 0;
+    s = t->data + *pos;
+    e = (const char *)memchr(s, '\n', t->len - *pos);
+    if (!e) e = t->data + t->len;
+    *line = s;
+    *n = (size_t)(e - s);
+    *pos = (size_t)(e - t->data) + 1;
+    if (*n && s[*n - 1] == '\r') (*n)--;
+    return 1;
+}
+TR__FN int64_t tr__text_count_lines(const tr__text *t) {
+    int64_t n = 1;
+    const char *p = t->data, *end = t->data + t->len;
+    while (p < end && (p = (const char *)memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        n++;
+        p++;
+    }
+    return n;
+}
+
+/* Splits a CSV line into up to max fields (quotes allowed around a field, "" inside is kept as
+   two quotes). Returns the field count, or -1 on an unterminated quote. */
+typedef struct tr__field {
+    const char *s;
+    size_t n;
+} tr__field;
+TR__FN int tr__csv_split(const char *line, size_t n, tr__field *f, int max) {
+    size_t i = 0;
+    int k = 0;
+    for (;;) {
+        const char *s;
+        size_t len;
+        if (i < n && line[i] == '"') {
+            size_t j = i + 1;
+            while (j < n && !(line[j] == '"' && (j + 1 >= n || line[j + 1] != '"'))) j += (line[j] == '"') ? 2 : 1;
+            if (j >= n) return -1;
+            s = line + i + 1;
+            len = j - i - 1;
+            i = j + 1;
+        } else {
+            size_t j = i;
+            while (j < n && line[j] != ',') j++;
+            s = line + i;
+            len = j - i;
+            i = j;
+        }
+        if (k < max) {
+            f[k].s = s;
+            f[k].n = len;
+        }
+        k++;
+        if (i >= n || line[i] != ',') break;
+        i++;
+    }
+    return k;
+}
+
+/* Detects the reference CSV header; sets the column indexes (-1 when absent). */
+TR__FN int tr__csv_header(const char *line, size_t n, int *q, int *a, int *r, int *ncols) {
+    tr__field f[16];
+    int k = tr__csv_split(line, n, f, 16), i;
+    *q = *a = *r = -1;
+    if (k < 1) return 0;
+    for (i = 0; i < k && i < 16; i++) {
+        if (f[i].n == 8 && !memcmp(f[i].s, "question", 8)) *q = i;
+        if (f[i].n == 6 && !memcmp(f[i].s, "answer", 6)) *a = i;
+        if (f[i].n == 6 && !memcmp(f[i].s, "rating", 6)) *r = i;
+    }
+    *ncols = k;
+    return *q >= 0;
+}
+
+/* ---- Sudoku ----------------------------------------------------------------------------- */
+typedef struct tr__sud {
+    uint16_t row[9], col[9], box[9];
+    uint8_t g[81];
+    uint8_t empty[81];
+    int nempty;
+    long nodes, node_limit;
+} tr__sud;
+
+static const uint8_t tr__sud_box[81] = {
+    0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 1, 1, 1, 2, 2, 2,
+    3, 3, 3, 4, 4, 4, 5, 5, 5, 3, 3, 3, 4, 4, 4, 5, 5, 5, 3, 3, 3, 4, 4, 4, 5, 5, 5,
+    6, 6, 6, 7, 7, 7, 8, 8, 8, 6, 6, 6, 7, 7, 7, 8, 8, 8, 6, 6, 6, 7, 7, 7, 8, 8, 8};
+
+TR__FN int tr__popcount9(unsigned m) {
+    int n = 0;
+    while (m) {
+        m &= m - 1;
+        n++;
+    }
+    return n;
+}
+
+/* Loads the givens; 0 when two of them clash. */
+TR__FN int tr__sud_init(tr__sud *s, const uint8_t *grid) {
+    int i;
+    memset(s, 0, sizeof *s);
+    for (i = 0; i < 81; i++) {
+        int v = grid[i];
+        if (v == 0) {
+            s->empty[s->nempty++] = (uint8_t)i;
+        } else {
+            uint16_t bit = (uint16_t)(1u << (v - 1));
+            int r = i / 9, c = i % 9, b = tr__sud_box[i];
+            if ((s->row[r] | s->col[c] | s->box[b]) & bit) return 0;
+            s->row[r] |= bit;
+            s->col[c] |= bit;
+            s->box[b] |= bit;
+            s->g[i] = (uint8_t)v;
+        }
+    }
+    return 1;
+}
+
+/* Depth-first search with the most-constrained cell first; counts solutions up to limit. */
+TR__FN void tr__sud_rec(tr__sud *s, int depth, int limit, uint8_t *sol, int *count, tr__rng *rng) {
+    int i, best = -1, bestn = 10, cell, r, c, b, nd = 0;
+    unsigned mask = 0;
+    uint8_t digits[9];
+    if (depth == s->nempty) {
+        if (*count == 0 && sol) memcpy(sol, s->g, 81);
+        (*count)++;
+        return;
+    }
+    s->nodes++;
+    for (i = depth; i < s->nempty; i++) {
+        int k = s->empty[i];
+        unsigned m = ~(unsigned)(s->row[k / 9] | s->col[k % 9] | s->box[tr__sud_box[k]]) & 0x1ffu;
+        int n = tr__popcount9(m);
+        if (n < bestn) {
+            bestn = n;
+            best = i;
+            mask = m;
+            if (n <= 1) break;
+        }
+    }
+    if (bestn == 0) return;
+    cell = s->empty[best];
+    s->empty[best] = s->empty[depth];
+    s->empty[depth] = (uint8_t)cell;
+    r = cell / 9;
+    c = cell % 9;
+    b = tr__sud_box[cell];
+    for (i = 0; i < 9; i++)
+        if (mask & (1u << i)) digits[nd++] = (uint8_t)i;
+    if (rng && nd > 1) tr__shuffle_u8(rng, digits, nd);
+    for (i = 0; i < nd && *count < limit; i++) {
+        uint16_t bit = (uint16_t)(1u << digits[i]);
+        s->g[cell] = (uint8_t)(digits[i] + 1);
+        s->row[r] |= bit;
+        s->col[c] |= bit;
+        s->box[b] |= bit;
+        tr__sud_rec(s, depth + 1, limit, sol, count, rng);
+        s->row[r] &= (uint16_t)~bit;
+        s->col[c] &= (uint16_t)~bit;
+        s->box[b] &= (uint16_t)~bit;
+    }
+    s->g[cell] = 0;
+}
+
+TRDEF int tr_sudoku_solve(const uint8_t grid[81], uint8_t solution[81], int limit) {
+    tr__sud s;
+    int count = 0, i;
+    for (i = 0; i < 81; i++)
+        if (grid[i] > 9) return -1;
+    if (!tr__sud_init(&s, grid)) return -1;
+    if (limit < 1) limit = 1;
+    tr__sud_rec(&s, 0, limit, solution, &count, NULL);
+    return count;
+}
+
+TRDEF int tr_sudoku_check(const uint8_t q[81], const uint8_t a[81]) {
+    uint16_t row[9] = {0}, col[9] = {0}, box[9] = {0};
+    int i;
+    for (i = 0; i < 81; i++) {
+        int v = a[i];
+        uint16_t bit;
+        if (v < 1 || v > 9) return 0;
+        if (q && q[i] && q[i] != v) return 0;
+        bit = (uint16_t)(1u << (v - 1));
+        if ((row[i / 9] | col[i % 9] | box[tr__sud_box[i]]) & bit) return 0;
+        row[i / 9] |= bit;
+        col[i % 9] |= bit;
+        box[tr__sud_box[i]] |= bit;
+    }
+    return 1;
+}
+
+TR__FN tr__rng tr__rng_kind(uint64_t seed, uint64_t kind, uint64_t index) { return tr__rng_make(seed ^ tr__mix64(kind), index); }
+
+/* One unique-solution puzzle with exactly `clues` givens; 0 when this attempt got stuck. */
+TR__FN int tr__sudoku_gen_once(tr__rng *rng, int clues, uint8_t *puzzle, uint8_t *solution) {
+    uint8_t empty[81], order[81];
+    tr__sud s;
+    int count = 0, i, have = 81, pass;
+    memset(empty, 0, sizeof empty);
+    tr__sud_init(&s, empty);
+    tr__sud_rec(&s, 0, 1, solution, &count, rng);
+    memcpy(puzzle, solution, 81);
+    for (i = 0; i < 81; i++) order[i] = (uint8_t)i;
+    /* greedy removal down to a minimal puzzle, then a random walk among minimal puzzles: put two
+       givens back and remove greedily again, which reaches fewer givens than one greedy pass */
+    for (pass = 0; pass < 400 && have > clues; pass++) {
+        if (pass > 0) {
+            int added = 0, tries = 0;
+            while (added < 2 && tries++ < 200) {
+                int c = (int)tr__rng_below(rng, 81);
+                if (!puzzle[c]) {
+                    puzzle[c] = solution[c];
+                    have++;
+                    added++;
+                }
+            }
+        }
+        tr__shuffle_u8(rng, order, 81);
+        for (i = 0; i < 81 && have > clues; i++) {
+            int c = order[i];
+            uint8_t keep = puzzle[c];
+            if (!keep) continue;
+            puzzle[c] = 0;
+            if (tr_sudoku_solve(puzzle, NULL, 2) == 1) have--;
+            else puzzle[c] = keep;
+        }
+    }
+    return have == clues;
+}
+
+TRDEF tr_status tr_sudoku_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int clues, uint8_t puzzle[81], uint8_t solution[81]) {
+    tr__rng rng;
+    int attempt;
+    if (clues < 17 || clues > 81) return tr__err(ctx, TR_ERR_INVALID_ARG, "sudoku: clues %d is outside 17..81 (no 16-clue puzzle has a unique solution)", clues);
+    rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_GEN, index);
+    for (attempt = 0; attempt < 1000; attempt++)
+        if (tr__sudoku_gen_once(&rng, clues, puzzle, solution)) return TR_OK;
+    return tr__err(ctx, TR_ERR_GENERIC, "sudoku: no %d-clue puzzle found after %d attempts (try more clues)", clues, attempt);
+}
+
+TR__FN void tr__sudoku_augment_rng(tr__rng *rng, const uint8_t *q, const uint8_t *a, uint8_t *qo, uint8_t *ao) {
+    uint8_t map[10], bands[3], stacks[3], inner[3], rowp[9], colp[9], qt[81], at[81];
+    const uint8_t *qs = q, *as = a;
+    int i, j, k, transpose;
+    map[0] = 0;
+    for (i = 1; i < 10; i++) map[i] = (uint8_t)i;
+    tr__shuffle_u8(rng, map + 1, 9);
+    transpose = tr__rng_uniform_d(rng) < 0.5;
+    for (k = 0; k < 2; k++) {
+        uint8_t *perm = k ? colp : rowp, *outer = k ? stacks : bands;
+        for (i = 0; i < 3; i++) outer[i] = (uint8_t)i;
+        tr__shuffle_u8(rng, outer, 3);
+        for (i = 0; i < 3; i++) {
+            for (j = 0; j < 3; j++) inner[j] = (uint8_t)j;
+            tr__shuffle_u8(rng, inner, 3);
+            for (j = 0; j < 3; j++) perm[i * 3 + j] = (uint8_t)(outer[i] * 3 + inner[j]);
+        }
+    }
+    if (transpose) {
+        for (i = 0; i < 9; i++)
+            for (j = 0; j < 9; j++) {
+                qt[i * 9 + j] = q[j * 9 + i];
+                at[i * 9 + j] = a[j * 9 + i];
+            }
+        qs = qt;
+        as = at;
+    }
+    for (i = 0; i < 9; i++)
+        for (j = 0; j < 9; j++) {
+            int src = rowp[i] * 9 + colp[j];
+            qo[i * 9 + j] = map[qs[src]];
+            ao[i * 9 + j] = map[as[src]];
+        }
+}
+
+TRDEF void tr_sudoku_augment(uint64_t seed, uint64_t index, const uint8_t q[81], const uint8_t a[81], uint8_t q_out[81], uint8_t a_out[81]) {
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_AUG, index);
+    tr__sudoku_augment_rng(&rng, q, a, q_out, a_out);
+}
+
+TRDEF void tr_sudoku_set_free(tr_ctx *ctx, tr_sudoku_set *s) {
+    if (!s) return;
+    tr__free(ctx, s->puzzles);
+    tr__free(ctx, s->solutions);
+    tr__free(ctx, s->ratings);
+    memset(s, 0, sizeof *s);
+}
+
+TR__FN tr_status tr__sudoku_set_alloc(tr_ctx *ctx, tr_sudoku_set *s, int64_t n) {
+    memset(s, 0, sizeof *s);
+    if (n < 1) n = 1;
+    s->puzzles = (uint8_t *)tr__alloc(ctx, (size_t)n * 81);
+    s->solutions = (uint8_t *)tr__alloc(ctx, (size_t)n * 81);
+    s->ratings = (int32_t *)tr__alloc(ctx, (size_t)n * 4);
+    if (!s->puzzles || !s->solutions || !s->ratings) {
+        tr_sudoku_set_free(ctx, s);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    return TR_OK;
+}
+
+/* 81 cells of a puzzle ('.'/'0' blank) or a solution; column of the first bad char, or -1. */
+TR__FN int tr__sudoku_parse81(const char *p, size_t n, uint8_t *out, int solution) {
+    int i;
+    if (n != 81) return (int)(n < 81 ? n : 81);
+    for (i = 0; i < 81; i++) {
+        char ch = p[i];
+        if (ch >= '1' && ch <= '9') out[i] = (uint8_t)(ch - '0');
+        else if (!solution && (ch == '.' || ch == '0')) out[i] = 0;
+        else return i;
+    }
+    return -1;
+}
+
+TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr_sudoku_set *out, int64_t *rejected) {
+    tr__text t;
+    tr_status st;
+    size_t pos = 0, n;
+    const char *line;
+    int64_t lineno = 0, cap, nrej = 0, k;
+    int csv = 0, cq = -1, ca = -1, cr = -1, ncols = 0;
+    uint8_t *need_solve = NULL;
+    int64_t *linenos = NULL;
+    if (!ctx || !path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (rejected) *rejected = 0;
+    if ((st = tr__text_open(ctx, path, &t)) != TR_OK) return st;
+    cap = tr__text_count_lines(&t);
+    st = tr__sudoku_set_alloc(ctx, out, cap);
+    if (st == TR_OK) {
+        need_solve = (uint8_t *)tr__calloc(ctx, (size_t)cap, 1);
+        linenos = (int64_t *)tr__alloc(ctx, (size_t)cap * sizeof *linenos);
+        if (!need_solve || !linenos) st = TR_ERR_OUT_OF_MEMORY;
+    }
+    while (st == TR_OK && tr__text_line(&t, &pos, &line, &n)) {
+        uint8_t *q = out->puzzles + out->count * 81, *a = out->solutions + out->count * 81;
+        const char *qs, *as = NULL;
+        size_t qn, an = 0;
+        int bad, rating = -1;
+        lineno++;
+        if (lineno == 1 && tr__csv_header(line, n, &cq, &ca, &cr, &ncols)) {
+            csv = 1;
+            continue;
+        }
+        if (n == 0 || (!csv && (line[0] == '#'))) continue;
+        if (csv) {
+            tr__field f[16];
+            int nf = tr__csv_split(line, n, f, 16);
+            if (nf != ncols) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
+                break;
+            }
+            qs = f[cq].s;
+            qn = f[cq].n;
+            if (ca >= 0 && f[ca].n) {
+                as = f[ca].s;
+                an = f[ca].n;
+            }
+            if (cr >= 0) {
+                char buf[32];
+                char *end;
+                long v;
+                if (f[cr].n == 0 || f[cr].n >= sizeof buf) {
+                    st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer", path, (long long)lineno);
+                    break;
+                }
+                memcpy(buf, f[cr].s, f[cr].n);
+                buf[f[cr].n] = 0;
+                v = strtol(buf, &end, 10);
+                if (*end || v < 0 || v > INT32_MAX) {
+                    st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer: '%s'", path, (long long)lineno, buf);
+                    break;
+                }
+                rating = (int)v;
+            }
+        } else {
+            size_t i = 81;
+            qs = line;
+            qn = n < 81 ? n : 81;
+            while (i < n && (line[i] == ' ' || line[i] == '\t' || line[i] == ',' || line[i] == ';' || line[i] == '|' || line[i] == ':')) i++;
+            if (n > 81 && i == 81) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: expected 81 cells, then optionally a separator and the solution", path, (long long)lineno);
+                break;
+            }
+            if (i < n) {
+                as = line + i;
+                an = n - i;
+                while (an && (as[an - 1] == ' ' || as[an - 1] == '\t')) an--;
+            }
+        }
+        if (min_rating >= 0 && rating >= 0 && rating < min_rating) {
+            nrej++;
+            continue;
+        }
+        bad = tr__sudoku_parse81(qs, qn, q, 0);
+        if (bad >= 0) {
+            st = qn != 81 ? tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'question' has %zu cells, expected 81", path, (long long)lineno, qn)
+                          : tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'question' cell %d is '%c' (expected 1-9, '.' or '0')", path, (long long)lineno, bad, qs[bad]);
+            break;
+        }
+        if (as) {
+            bad = tr__sudoku_parse81(as, an, a, 1);
+            if (bad >= 0) {
+                st = an != 81 ? tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' has %zu cells, expected 81", path, (long long)lineno, an)
+                              : tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' cell %d is '%c' (expected 1-9)", path, (long long)lineno, bad, as[bad]);
+                break;
+            }
+            if (!tr_sudoku_check(q, a)) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' is not a valid solution of the question", path, (long long)lineno);
+                break;
+            }
+        } else
+            need_solve[out->count] = 1;
+        out->ratings[out->count] = rating;
+        linenos[out->count] = lineno;
+        out->count++;
+    }
+    /* solve the puzzles that came without a solution (in parallel), report the first failure */
+    if (st == TR_OK) {
+        int64_t first_bad = -1;
+        int bad_result = 0;
+        int64_t cnt = out->count;
+        int nth = tr_ctx_num_threads(ctx);
+        (void)nth;
+#if TR__OMP
+#pragma omp parallel for schedule(dynamic, 64) num_threads(nth)
+#endif
+        for (k = 0; k < cnt; k++) {
+            if (need_solve[k]) {
+                int r = tr_sudoku_solve(out->puzzles + k * 81, out->solutions + k * 81, 2);
+                need_solve[k] = (uint8_t)(r == 1 ? 0 : r == 0 ? 2 : r == 2 ? 3 : 4);
+            }
+        }
+        for (k = 0; k < cnt; k++)
+            if (need_solve[k]) {
+                first_bad = k;
+                bad_result = need_solve[k];
+                break;
+            }
+        if (first_bad >= 0)
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: the puzzle %s", path, (long long)linenos[first_bad],
+                         bad_result == 2 ? "has no solution" : bad_result == 3 ? "has more than one solution" : "has clashing givens");
+    }
+    if (st == TR_OK && out->count == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': no puzzles", path);
+    tr__free(ctx, need_solve);
+    tr__free(ctx, linenos);
+    tr__text_close(ctx, &t);
+    if (st != TR_OK) {
+        tr_sudoku_set_free(ctx, out);
+        return st;
+    }
+    if (rejected) *rejected = nrej;
+    return TR_OK;
+}
+
+#define TR__GEN_CHUNK 2048
+
+TRDEF tr_status tr_sudoku_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int clues, tr_progress_fn progress, void *user, tr_sudoku_set *out) {
+    tr_status st;
+    int64_t c0;
+    int nth = tr_ctx_num_threads(ctx);
+    if (!ctx || !out || count < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_generate_set: invalid argument");
+    memset(out, 0, sizeof *out);
+    if (clues < 17 || clues > 81) return tr__err(ctx, TR_ERR_INVALID_ARG, "sudoku: clues %d is outside 17..81 (no 16-clue puzzle has a unique solution)", clues);
+    if ((st = tr__sudoku_set_alloc(ctx, out, count)) != TR_OK) return st;
+    (void)nth;
+    for (c0 = 0; c0 < count && st == TR_OK; c0 += TR__GEN_CHUNK) {
+        int64_t c1 = c0 + TR__GEN_CHUNK < count ? c0 + TR__GEN_CHUNK : count, k;
+        int failed = 0;
+#if TR__OMP
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
+#endif
+        for (k = c0; k < c1; k++) {
+            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_GEN, (uint64_t)k);
+            int attempt, ok = 0;
+            for (attempt = 0; attempt < 1000 && !ok; attempt++) ok = tr__sudoku_gen_once(&rng, clues, out->puzzles + k * 81, out->solutions + k * 81);
+            out->ratings[k] = -1;
+            if (!ok) failed = 1;
+        }
+        if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "sudoku: could not reach %d clues (try more clues)", clues);
+        else st = tr__progress(ctx, progress, user, "sudoku: generate", c1, count);
+    }
+    if (st != TR_OK) {
+        tr_sudoku_set_free(ctx, out);
+        return st;
+    }
+    out->count = count;
+    return TR_OK;
+}
+
+TRDEF tr_sudoku_options tr_sudoku_options_default(void) {
+    tr_sudoku_options o;
+    memset(&o, 0, sizeof o);
+    o.generate_train = 1000;
+    o.generate_test = 1000;
+    o.clues = 25;
+    o.min_difficulty = -1;
+    o.seed = 0;
+    return o;
+}
+
+/* Picks k of n indices without replacement, in random order (like numpy's choice). */
+TR__FN tr_status tr__subsample(tr_ctx *ctx, uint64_t seed, int64_t n, int64_t k, int64_t **out) {
+    int64_t *idx = (int64_t *)tr__alloc(ctx, (size_t)(n ? n : 1) * sizeof *idx), i;
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUBSAMPLE, 0);
+    *out = idx;
+    if (!idx) return TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) idx[i] = i;
+    for (i = 0; i < k && i < n; i++) {
+        int64_t j = i + (int64_t)tr__rng_below(&rng, (uint64_t)(n - i)), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    return TR_OK;
+}
+
+/* Fills a split from a Sudoku set: puzzle p becomes group p with 1 + num_aug one-example puzzles. */
+TR__FN tr_status tr__sudoku_fill(tr_ctx *ctx, const tr_sudoku_set *set, const int64_t *pick, int64_t n, int num_aug, uint64_t seed,
+                                 tr_progress_fn progress, void *user, tr_split *s) {
+    int64_t per = 1 + (int64_t)num_aug, total, p0, i;
+    tr_status st;
+    int nth = tr_ctx_num_threads(ctx);
+    (void)nth;
+    if (n > 0 && per > INT32_MAX / n) return tr__err(ctx, TR_ERR_OVERFLOW, "sudoku: %lld puzzles x %lld versions exceed the int32 offsets", (long long)n, (long long)per);
+    total = n * per;
+    if ((st = tr_split_init(ctx, s, 81, total + 1)) != TR_OK) return st;
+    for (p0 = 0; p0 < n && st == TR_OK; p0 += 256) {
+        int64_t p1 = p0 + 256 < n ? p0 + 256 : n, p;
+#if TR__OMP
+#pragma omp parallel for schedule(static) num_threads(nth)
+#endif
+        for (p = p0; p < p1; p++) {
+            int64_t src = pick ? pick[p] : p, a;
+            const uint8_t *q = set->puzzles + src * 81, *sol = set->solutions + src * 81;
+            uint8_t *qo = s->inputs + (size_t)(p * per) * 81, *ao = s->labels + (size_t)(p * per) * 81;
+            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_AUG, (uint64_t)src);
+            int j;
+            for (a = 0; a < per; a++, qo += 81, ao += 81) {
+                if (a == 0) {
+                    memcpy(qo, q, 81);
+                    memcpy(ao, sol, 81);
+                } else
+                    tr__sudoku_augment_rng(&rng, q, sol, qo, ao);
+                for (j = 0; j < 81; j++) {
+                    qo[j] = (uint8_t)(qo[j] + 1);
+                    ao[j] = (uint8_t)(ao[j] + 1);
+                }
+            }
+        }
+        st = tr__progress(ctx, progress, user, num_aug ? "sudoku: augment" : "sudoku: encode", p1, n);
+    }
+    if (st != TR_OK) {
+        tr_split_free(ctx, s);
+        return st;
+    }
+    for (i = 0; i < total; i++) {
+        s->puzzle_identifiers[i] = 0;
+        s->puzzle_indices[i + 1] = (int32_t)(i + 1);
+    }
+    for (i = 0; i < n; i++) s->group_indices[i + 1] = (int32_t)((i + 1) * per);
+    s->num_examples = s->num_puzzles = total;
+    s->num_groups = n;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_sudoku_build_splits(tr_ctx *ctx, const tr_sudoku_options *o, tr_split *train, tr_split *test, int64_t *rejected) {
+    tr_sudoku_set tr_set, te_set;
+    int64_t *pick = NULL, n, rej = 0, r2 = 0;
+    tr_status st;
+    if (!ctx || !o || !train || !test) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_build_splits: NULL argument");
+    memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    memset(&te_set, 0, sizeof te_set);
+    if (o->num_aug < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "sudoku: num_aug %d is negative", o->num_aug);
+    if (o->train_path) st = tr_sudoku_read(ctx, o->train_path, o->min_difficulty, &tr_set, &rej);
+    else st = tr_sudoku_generate_set(ctx, o->seed, o->generate_train, o->clues, o->progress, o->progress_user, &tr_set);
+    if (st != TR_OK) return st;
+    if (o->test_path) st = tr_sudoku_read(ctx, o->test_path, o->min_difficulty, &te_set, &r2);
+    else st = tr_sudoku_generate_set(ctx, tr__mix64(o->seed ^ 0x7e57ull), o->generate_test, o->clues, o->progress, o->progress_user, &te_set);
+    n = tr_set.count;
+    if (st == TR_OK && o->subsample_size > 0 && o->subsample_size < n) {
+        st = tr__subsample(ctx, o->seed, n, o->subsample_size, &pick);
+        n = o->subsample_size;
+    }
+    if (st == TR_OK) st = tr__sudoku_fill(ctx, &tr_set, pick, n, o->num_aug, o->seed, o->progress, o->progress_user, train);
+    if (st == TR_OK) st = tr__sudoku_fill(ctx, &te_set, NULL, te_set.count, 0, o->seed, o->progress, o->progress_user, test);
+    if (st != TR_OK) tr_split_free(ctx, train);
+    tr__free(ctx, pick);
+    tr_sudoku_set_free(ctx, &tr_set);
+    tr_sudoku_set_free(ctx, &te_set);
+    if (rejected) *rejected = rej + r2;
+    return st;
+}
+
+/* Writes both splits and identifiers.json ["<blank>"]. */
+TR__FN tr_status tr__write_splits(tr_ctx *ctx, const char *out_dir, const tr_split *train, const tr_split *test, int vocab, tr_build_summary *sum) {
+    tr_dataset_meta m = tr_dataset_meta_default();
+    const char *blank = "<blank>";
+    tr_status st;
+    m.vocab_size = vocab;
+    m.num_puzzle_identifiers = 1;
+    m.total_puzzles = train->num_groups; /* as the reference writes it */
+    st = tr_split_write(ctx, out_dir, "train", train, &m);
+    m.total_puzzles = test->num_groups;
+    if (st == TR_OK) st = tr_split_write(ctx, out_dir, "test", test, &m);
+    if (st == TR_OK) st = tr_write_identifiers(ctx, out_dir, 1, &blank);
+    if (st == TR_OK && sum) {
+        sum->examples[0] = train->num_examples;
+        sum->puzzles[0] = train->num_puzzles;
+        sum->groups[0] = train->num_groups;
+        sum->examples[1] = test->num_examples;
+        sum->puzzles[1] = test->num_puzzles;
+        sum->groups[1] = test->num_groups;
+        sum->num_identifiers = 1;
+    }
+    return st;
+}
+
+TRDEF tr_status tr_sudoku_build(tr_ctx *ctx, const tr_sudoku_options *o, const char *out_dir, tr_build_summary *sum) {
+    tr_split train, test;
+    int64_t rej = 0;
+    double t0 = tr__now();
+    tr_status st;
+    if (sum) memset(sum, 0, sizeof *sum);
+    if (!out_dir) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_build: out_dir is NULL");
+    st = tr_sudoku_build_splits(ctx, o, &train, &test, &rej);
+    if (st != TR_OK) return st;
+    st = tr__write_splits(ctx, out_dir, &train, &test, 11, sum);
+    tr_split_free(ctx, &train);
+    tr_split_free(ctx, &test);
+    if (sum) {
+        sum->rejected = rej;
+        sum->seconds = tr__now() - t0;
+    }
+    return st;
+}
+
+/* ---- sampler ---------------------------------------------------------------------------- */
+#define TR__SAMPLER_MAGIC 0x74727361u /* "tras" */
+
+typedef struct tr__sgen {
+    int64_t pass;     /* train: set passes completed before the current one; test: pass number */
+    int set;
+    int64_t start;    /* train: position in the group order; test: next example */
+    int64_t index;    /* batches emitted in the current set pass (train) / pass (test) */
+    int order_valid;  /* train: order[] holds the permutations of (pass, set) */
+    int64_t empty_run;
+    tr__rng rng;
+} tr__sgen;
+
+typedef struct tr__slot {
+    int32_t *inputs, *labels, *pids;
+    tr_batch_info info;
+    tr_sampler_state after;
+    tr_status st;
+} tr__slot;
+
+struct tr_sampler {
+    tr_ctx *ctx;
+    const tr_dataset *ds;
+    tr_sampler_config cfg;
+    int local; /* rows per replica */
+    int L;
+    int64_t *order, order_len;
+    int64_t *scratch;        /* [max puzzle examples] */
+    int64_t *bex, *bpz;      /* [global batch]: example and puzzle of each row */
+    tr__sgen gen;            /* the producer's position */
+    tr_sampler_state cur;    /* the position after the last batch handed out */
+    int nslots;
+    tr__slot *slots;
+    int head, tail, nready, held;
+    char err[TR__ERRLEN];    /* the producer's failure text */
+#if TR__POSIX
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int thread_running, stop, sync_ok;
+#endif
+};
+
+TRDEF tr_sampler_config tr_sampler_config_default(void) {
+    tr_sampler_config c;
+    memset(&c, 0, sizeof c);
+    c.global_batch_size = 768;
+    c.num_replicas = 1;
+    c.epochs_per_iter = 1;
+    c.prefetch = 2;
+    return c;
+}
+
+TR__FN void tr__sgen_state(const tr_sampler *s, const tr__sgen *g, tr_sampler_state *st) {
+    memset(st, 0, sizeof *st);
+    st->w[0] = ((uint64_t)TR__SAMPLER_MAGIC << 32) | (uint64_t)(s->cfg.test_mode ? 1 : 0);
+    st->w[1] = (uint64_t)g->pass;
+    st->w[2] = (uint64_t)g->set;
+    st->w[3] = (uint64_t)g->start;
+    st->w[4] = g->rng.counter;
+    st->w[5] = (uint64_t)g->index;
+    st->w[6] = s->cfg.seed;
+    st->w[7] = ((uint64_t)(uint32_t)s->cfg.global_batch_size << 32) | (uint32_t)s->cfg.epochs_per_iter;
+}
+
+/* Builds the group order of the set pass (pass, set): epochs_per_iter permutations. */
+TR__FN void tr__sgen_order(tr_sampler *s, tr__sgen *g) {
+    const tr_dataset_set *ds = &s->ds->sets[g->set];
+    int64_t G = ds->num_groups, e, i;
+    g->rng = tr__rng_make(s->cfg.seed, (uint64_t)g->pass + 1); /* the reference seeds with seed + _iters */
+    s->order_len = G * s->cfg.epochs_per_iter;
+    for (e = 0; e < s->cfg.epochs_per_iter; e++) {
+        int64_t *o = s->order + e * G;
+        for (i = 0; i < G; i++) o[i] = i;
+        tr__shuffle_i64(&g->rng, o, G);
+    }
+    g->order_valid = 1;
+}
+
+TR__FN void tr__slot_fill(tr_sampler *s, tr__slot *sl, int64_t lo, int64_t hi, int set) {
+    const tr_dataset *ds = s->ds;
+    int L = s->L, r;
+    for (r = 0; r < s->local; r++) {
+        int64_t row = lo + r;
+        int32_t *in = sl->inputs + (size_t)r * (size_t)L, *lb = sl->labels + (size_t)r * (size_t)L;
+        if (row < hi) {
+            tr_dataset_example(ds, set, s->bex[row], in, lb);
+            sl->pids[r] = ds->sets[set].puzzle_identifiers[s->bpz[row]];
+        } else {
+            int j;
+            for (j = 0; j < L; j++) {
+                in[j] = ds->meta.pad_id;
+                lb[j] = TR_IGNORE_LABEL;
+            }
+            sl->pids[r] = ds->meta.blank_identifier_id;
+        }
+    }
+}
+
+/* Produces the next batch into a slot from the generator state (the one sequential definition
+   of the batch stream: the prefetch thread runs exactly this). */
+TR__FN void tr__sampler_produce(tr_sampler *s, tr__slot *sl) {
+    const tr_dataset *ds = s->ds;
+    tr__sgen *g = &s->gen;
+    int B = s->cfg.global_batch_size, nsets = ds->num_sets;
+    int64_t lo = (int64_t)s->cfg.rank * s->local;
+    memset(&sl->info, 0, sizeof sl->info);
+    sl->info.seq_len = s->L;
+    sl->st = TR_OK;
+    if (s->cfg.test_mode) {
+        for (;;) {
+            const tr_dataset_set *st;
+            int64_t end, i, p, hi;
+            if (g->set >= nsets) { /* end-of-pass marker */
+                sl->info.end = 1;
+                sl->info.pass = g->pass;
+                sl->info.index = g->index;
+                sl->info.set_index = nsets;
+                tr__slot_fill(s, sl, 0, 0, 0);
+                g->pass++;
+                g->set = 0;
+                g->start = 0;
+                g->index = 0;
+                break;
+            }
+            st = &ds->sets[g->set];
+            if (g->start >= st->num_examples) {
+                g->set++;
+                g->start = 0;
+                continue;
+            }
+            end = g->start + B < st->num_examples ? g->start + B : st->num_examples;
+            /* puzzle of each example: the last puzzle whose offset is <= the example */
+            {
+                int64_t a = 0, b = st->num_puzzles; /* find largest p with pidx[p] <= start */
+                while (a < b) {
+                    int64_t m = a + (b - a + 1) / 2;
+                    if (st->puzzle_indices[m] <= g->start) a = m;
+                    else b = m - 1;
+                }
+                p = a;
+            }
+            for (i = g->start; i < end; i++) {
+                while (p + 1 <= st->num_puzzles && i >= st->puzzle_indices[p + 1]) p++;
+                s->bex[i - g->start] = i;
+                s->bpz[i - g->start] = p;
+            }
+            hi = end - g->start;
+            sl->info.effective_size = (int)hi;
+            sl->info.set_index = g->set;
+            sl->info.pass = g->pass;
+            sl->info.index = g->index++;
+            tr__slot_fill(s, sl, lo, hi, g->set);
+            g->start += B;
+            break;
+        }
+    } else {
+        for (;;) {
+            const tr_dataset_set *st = &ds->sets[g->set];
+            int cur = 0;
+            if (!g->order_valid) {
+                tr__sgen_order(s, g);
+                g->start = 0;
+                g->index = 0;
+            }
+            while (g->start < s->order_len && cur < B) {
+                int64_t grp = s->order[g->start++], glo = st->group_indices[grp], ghi = st->group_indices[grp + 1];
+                int64_t pz = glo + (int64_t)tr__rng_below(&g->rng, (uint64_t)(ghi - glo));
+                int64_t p0 = st->puzzle_indices[pz], size = st->puzzle_indices[pz + 1] - p0, app = size < B - cur ? size : B - cur, k;
+                if (size == 1) {
+                    s->bex[cur] = p0;
+                    s->bpz[cur++] = pz;
+                    continue;
+                }
+                for (k = 0; k < size; k++) s->scratch[k] = k;
+                for (k = 0; k < app; k++) { /* random distinct examples, in random order */
+                    int64_t j = k + (int64_t)tr__rng_below(&g->rng, (uint64_t)(size - k)), t = s->scratch[k];
+                    s->scratch[k] = s->scratch[j];
+                    s->scratch[j] = t;
+                    s->bex[cur] = p0 + s->scratch[k];
+                    s->bpz[cur++] = pz;
+                }
+            }
+            if (cur < B) { /* the last incomplete batch is dropped; on to the next set pass */
+                if (g->index == 0 && ++g->empty_run > 2 * nsets) {
+                    sl->st = TR_ERR_CONFIG;
+                    snprintf(s->err, sizeof s->err, "sampler: no set can fill a batch of %d examples", B);
+                    return;
+                }
+                if (g->index) g->empty_run = 0;
+                g->pass++;
+                g->set = (g->set + 1) % nsets;
+                g->order_valid = 0;
+                continue;
+            }
+            sl->info.effective_size = B;
+            sl->info.set_index = g->set;
+            sl->info.pass = g->pass;
+            sl->info.index = g->index++;
+            sl->info.epoch = ((double)g->pass + (double)g->start / (double)s->order_len) * s->cfg.epochs_per_iter / nsets;
+            tr__slot_fill(s, sl, lo, lo + s->local, g->set);
+            break;
+        }
+    }
+    tr__sgen_state(s, g, &sl->after);
+}
+
+#if TR__POSIX
+static void *tr__sampler_thread(void *arg) {
+    tr_sampler *s = (tr_sampler *)arg;
+    for (;;) {
+        int slot;
+        tr_status st;
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop && s->nready + (s->held >= 0 ? 1 : 0) >= s->nslots) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        slot = s->tail;
+        pthread_mutex_unlock(&s->mu);
+        tr__sampler_produce(s, &s->slots[slot]);
+        st = s->slots[slot].st;
+        pthread_mutex_lock(&s->mu);
+        s->tail = (s->tail + 1) % s->nslots;
+        s->nready++;
+        if (st != TR_OK) s->stop = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (st != TR_OK) break;
+    }
+    return NULL;
+}
+
+TR__FN void tr__sampler_stop(tr_sampler *s) {
+    if (!s->thread_running) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_running = 0;
+}
+
+TR__FN tr_status tr__sampler_start(tr_sampler *s) {
+    s->head = s->tail = s->nready = 0;
+    s->held = -1;
+    s->stop = 0;
+    if (s->cfg.prefetch <= 0) return TR_OK;
+    if (pthread_create(&s->thread, NULL, tr__sampler_thread, s) != 0) return tr__err(s->ctx, TR_ERR_GENERIC, "sampler: cannot start the prefetch thread");
+    s->thread_running = 1;
+    return TR_OK;
+}
+#else
+TR__FN void tr__sampler_stop(tr_sampler *s) { TR__UNUSED(s); }
+TR__FN tr_status tr__sampler_start(tr_sampler *s) {
+    s->head = s->tail = s->nready = 0;
+    s->held = -1;
+    return TR_OK;
+}
+#endif
+
+TRDEF void tr_sampler_destroy(tr_sampler *s) {
+    int i;
+    tr_ctx *ctx;
+    if (!s) return;
+    ctx = s->ctx;
+    tr__sampler_stop(s);
+#if TR__POSIX
+    if (s->sync_ok) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+#endif
+    if (s->slots)
+        for (i = 0; i < s->nslots; i++) {
+            tr__free(ctx, s->slots[i].inputs);
+            tr__free(ctx, s->slots[i].labels);
+            tr__free(ctx, s->slots[i].pids);
+        }
+    tr__free(ctx, s->slots);
+    tr__free(ctx, s->order);
+    tr__free(ctx, s->scratch);
+    tr__free(ctx, s->bex);
+    tr__free(ctx, s->bpz);
+    tr__free(ctx, s);
+}
+
+TRDEF tr_status tr_sampler_create(tr_ctx *ctx, const tr_dataset *ds, const tr_sampler_config *cfg_in, tr_sampler **out) {
+    tr_sampler *s;
+    tr_sampler_config cfg;
+    int64_t maxG = 1, maxP = 1, best = 0;
+    int i;
+    tr_status st;
+    size_t rowbytes;
+    if (!ctx || !ds || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sampler_create: NULL argument");
+    *out = NULL;
+    cfg = cfg_in ? *cfg_in : tr_sampler_config_default();
+    if (cfg.num_replicas < 1 || cfg.global_batch_size < 1 || cfg.global_batch_size % cfg.num_replicas)
+        return tr__err(ctx, TR_ERR_CONFIG, "sampler: global_batch_size %d must be a positive multiple of num_replicas %d", cfg.global_batch_size, cfg.num_replicas);
+    if (cfg.rank < 0 || cfg.rank >= cfg.num_replicas) return tr__err(ctx, TR_ERR_CONFIG, "sampler: rank %d is outside [0, %d)", cfg.rank, cfg.num_replicas);
+    if (cfg.epochs_per_iter < 1) return tr__err(ctx, TR_ERR_CONFIG, "sampler: epochs_per_iter %d must be >= 1", cfg.epochs_per_iter);
+    if (cfg.prefetch < 0 || cfg.prefetch > 64) return tr__err(ctx, TR_ERR_CONFIG, "sampler: prefetch %d is outside 0..64", cfg.prefetch);
+    for (i = 0; i < ds->num_sets; i++) {
+        const tr_dataset_set *ss = &ds->sets[i];
+        int64_t g, sum = 0;
+        if (ss->num_groups > maxG) maxG = ss->num_groups;
+        if (ss->max_puzzle_examples > maxP) maxP = ss->max_puzzle_examples;
+        for (g = 0; g < ss->num_groups; g++) {
+            int64_t p, mx = 0;
+            for (p = ss->group_indices[g]; p < ss->group_indices[g + 1]; p++) {
+                int64_t n = ss->puzzle_indices[p + 1] - ss->puzzle_indices[p];
+                if (n > mx) mx = n;
+            }
+            sum += mx;
+        }
+        if (sum * cfg.epochs_per_iter > best) best = sum * cfg.epochs_per_iter;
+    }
+    if (!cfg.test_mode && best < cfg.global_batch_size)
+        return tr__err(ctx, TR_ERR_CONFIG, "sampler: a training pass holds at most %lld examples, fewer than global_batch_size %d", (long long)best, cfg.global_batch_size);
+    s = (tr_sampler *)tr__calloc(ctx, 1, sizeof *s);
+    if (!s) return TR_ERR_OUT_OF_MEMORY;
+    s->ctx = ctx;
+    s->ds = ds;
+    s->cfg = cfg;
+    s->local = cfg.global_batch_size / cfg.num_replicas;
+    s->L = ds->meta.seq_len;
+    s->nslots = cfg.prefetch > 0 ? cfg.prefetch + 1 : 1;
+    s->held = -1;
+    st = TR_ERR_OUT_OF_MEMORY;
+    if (!tr__size_mul((size_t)s->local, (size_t)s->L * 4, &rowbytes)) {
+        st = tr__err(ctx, TR_ERR_OVERFLOW, "sampler: batch buffers overflow");
+        goto fail;
+    }
+    s->slots = (tr__slot *)tr__calloc(ctx, (size_t)s->nslots, sizeof *s->slots);
+    if (!s->slots) goto fail;
+    for (i = 0; i < s->nslots; i++) {
+        s->slots[i].inputs = (int32_t *)tr__alloc(ctx, rowbytes);
+        s->slots[i].labels = (int32_t *)tr__alloc(ctx, rowbytes);
+        s->slots[i].pids = (int32_t *)tr__alloc(ctx, (size_t)s->local * 4);
+        if (!s->slots[i].inputs || !s->slots[i].labels || !s->slots[i].pids) goto fail;
+    }
+    s->order = (int64_t *)tr__alloc(ctx, (size_t)(maxG * cfg.epochs_per_iter) * sizeof(int64_t));
+    s->scratch = (int64_t *)tr__alloc(ctx, (size_t)maxP * sizeof(int64_t));
+    s->bex = (int64_t *)tr__alloc(ctx, (size_t)cfg.global_batch_size * sizeof(int64_t));
+    s->bpz = (int64_t *)tr__alloc(ctx, (size_t)cfg.global_batch_size * sizeof(int64_t));
+    if (!s->order || !s->scratch || !s->bex || !s->bpz) goto fail;
+#if TR__POSIX
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        st = tr__err(ctx, TR_ERR_GENERIC, "sampler: pthread_mutex_init failed");
+        goto fail;
+    }
+    if (pthread_cond_init(&s->cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        st = tr__err(ctx, TR_ERR_GENERIC, "sampler: pthread_cond_init failed");
+        goto fail;
+    }
+    s->sync_ok = 1;
+#endif
+    tr__sgen_state(s, &s->gen, &s->cur);
+    if ((st = tr__sampler_start(s)) != TR_OK) goto fail;
+    *out = s;
+    return TR_OK;
+fail:
+    tr_sampler_destroy(s);
+    return st;
+}
+
+TRDEF tr_status tr_sampler_next(tr_sampler *s, tr_batch *out, tr_batch_info *info) {
+    tr__slot *sl;
+    if (!s || !out) return TR_ERR_INVALID_ARG;
+#if TR__POSIX
+    if (s->cfg.prefetch > 0) {
+        int slot;
+        pthread_mutex_lock(&s->mu);
+        s->held = -1;
+        pthread_cond_broadcast(&s->cv);
+        while (s->nready == 0 && s->thread_running && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->nready == 0) {
+            pthread_mutex_unlock(&s->mu);
+            return tr__err(s->ctx, TR_ERR_GENERIC, "sampler: the prefetch thread stopped");
+        }
+        slot = s->head;
+        s->head = (s->head + 1) % s->nslots;
+        s->nready--;
+        s->held = slot;
+        pthread_mutex_unlock(&s->mu);
+        sl = &s->slots[slot];
+    } else
+#endif
+    {
+        sl = &s->slots[0];
+        tr__sampler_produce(s, sl);
+    }
+    if (sl->st != TR_OK) return tr__err(s->ctx, sl->st, "%s", s->err);
+    out->inputs = sl->inputs;
+    out->labels = sl->labels;
+    out->puzzle_identifiers = sl->pids;
+    out->batch_size = s->local;
+    if (info) *info = sl->info;
+    s->cur = sl->after;
+    return TR_OK;
+}
+
+TRDEF void tr_sampler_get_state(const tr_sampler *s, tr_sampler_state *state) {
+    if (s && state) *state = s->cur;
+}
+
+TRDEF tr_status tr_sampler_set_state(tr_sampler *s, const tr_sampler_state *state) {
+    tr_sampler_state probe;
+    tr__sgen g;
+    if (!s || !state) return TR_ERR_INVALID_ARG;
+    tr__sgen_state(s, &s->gen, &probe);
+    if (state->w[0] != probe.w[0]) return tr__err(s->ctx, TR_ERR_INVALID_ARG, "sampler state: not a %s-mode sampler state", s->cfg.test_mode ? "test" : "train");
+    if (state->w[6] != probe.w[6] || state->w[7] != probe.w[7])
+        return tr__err(s->ctx, TR_ERR_INVALID_ARG, "sampler state: saved with another seed, batch size or epochs_per_iter");
+    if (state->w[2] > (uint64_t)s->ds->num_sets || (!s->cfg.test_mode && state->w[2] >= (uint64_t)s->ds->num_sets))
+        return tr__err(s->ctx, TR_ERR_INVALID_ARG, "sampler state: set %llu is out of range", (unsigned long long)state->w[2]);
+    if (!s->cfg.test_mode && state->w[3] > (uint64_t)(s->ds->sets[state->w[2]].num_groups * s->cfg.epochs_per_iter))
+        return tr__err(s->ctx, TR_ERR_INVALID_ARG, "sampler state: position %llu is past the pass", (unsigned long long)state->w[3]);
+    if (s->cfg.test_mode && state->w[2] < (uint64_t)s->ds->num_sets && state->w[3] > (uint64_t)s->ds->sets[state->w[2]].num_examples + (uint64_t)s->cfg.global_batch_size)
+        return tr__err(s->ctx, TR_ERR_INVALID_ARG, "sampler state: position %llu is past the set", (unsigned long long)state->w[3]);
+    tr__sampler_stop(s);
+    memset(&g, 0, sizeof g);
+    g.pass = (int64_t)state->w[1];
+    g.set = (int)state->w[2];
+    g.start = (int64_t)state->w[3];
+    g.index = (int64_t)state->w[5];
+    s->gen = g;
+    if (!s->cfg.test_mode && (g.start > 0 || g.index > 0)) {
+        tr__sgen_order(s, &s->gen);
+        s->gen.rng.counter = state->w[4];
+    }
+    s->cur = *state;
+    return tr__sampler_start(s);
+}
+
+TRDEF int64_t tr_sampler_batches_per_pass(const tr_sampler *s) {
+    int64_t n = 0;
+    int i;
+    if (!s) return 0;
+    for (i = 0; i < s->ds->num_sets; i++) {
+        const tr_dataset_set *ss = &s->ds->sets[i];
+        if (s->cfg.test_mode) n += (ss->num_examples + s->cfg.global_batch_size - 1) / s->cfg.global_batch_size;
+        else {
+            double per_puzzle = ss->num_puzzles ? (double)ss->num_examples / (double)ss->num_puzzles : 0; /* rough: examples per group visit */
+            n += (int64_t)((double)ss->num_groups * s->cfg.epochs_per_iter * per_puzzle / s->cfg.global_batch_size);
+        }
+    }
+    return n;
+}
+
+/* ---- dihedral transforms ---------------------------------------------------------------- */
+static const int tr__dihedral_inv[8] = {0, 3, 2, 1, 4, 5, 6, 7};
+TRDEF int tr_dihedral_inverse_id(int tid) { return (tid >= 0 && tid < 8) ? tr__dihedral_inv[tid] : 0; }
+
+TRDEF void tr_dihedral(int tid, const uint8_t *src, int h, int w, uint8_t *dst, int *out_h, int *out_w) {
+    int i, j, oh = h, ow = w;
+    if (tid == 1 || tid == 3 || tid == 6 || tid == 7) {
+        oh = w;
+        ow = h;
+    }
+    for (i = 0; i < oh; i++)
+        for (j = 0; j < ow; j++) {
+            int r, c;
+            switch (tid) {
+            case 1: r = j; c = w - 1 - i; break;         /* rot90: out[i][j] = a[j][w-1-i] */
+            case 2: r = h - 1 - i; c = w - 1 - j; break; /* rot180 */
+            case 3: r = h - 1 - j; c = i; break;         /* rot270 */
+            case 4: r = i; c = w - 1 - j; break;         /* fliplr */
+            case 5: r = h - 1 - i; c = j; break;         /* flipud */
+            case 6: r = j; c = i; break;                 /* transpose */
+            case 7: r = h - 1 - j; c = w - 1 - i; break; /* fliplr(rot90): anti-transpose */
+            default: r = i; c = j;
+            }
+            dst[i * ow + j] = src[r * w + c];
+        }
+    if (out_h) *out_h = oh;
+    if (out_w) *out_w = ow;
+}
+
+TRDEF void tr_dihedral_inverse(int tid, const uint8_t *src, int h, int w, uint8_t *dst, int *out_h, int *out_w) {
+    tr_dihedral(tr_dihedral_inverse_id(tid), src, h, w, dst, out_h, out_w);
+}
+
+/* ---- Maze ------------------------------------------------------------------------------- */
+TR__FN int tr__maze_token(char ch) {
+    const char *p = strchr(TR_MAZE_CHARSET, ch);
+    return (ch && p) ? (int)(p - TR_MAZE_CHARSET) + 1 : 0;
+}
+
+/* BFS over non-wall cells from S; dist[] gets distances (-1 unreachable). Returns S's cell or -1. */
+TR__FN int tr__maze_bfs(const char *m, int n, int from, int *dist, int *queue) {
+    int head = 0, tail = 0, i;
+    for (i = 0; i < n * n; i++) dist[i] = -1;
+    dist[from] = 0;
+    queue[tail++] = from;
+    while (head < tail) {
+        int c = queue[head++], r = c / n, k = c % n, d;
+        static const int dr[4] = {-1, 1, 0, 0}, dc[4] = {0, 0, -1, 1};
+        for (d = 0; d < 4; d++) {
+            int rr = r + dr[d], cc = k + dc[d], nc;
+            if (rr < 0 || rr >= n || cc < 0 || cc >= n) continue;
+            nc = rr * n + cc;
+            if (m[nc] == '#' || dist[nc] >= 0) continue;
+            dist[nc] = dist[c] + 1;
+            queue[tail++] = nc;
+        }
+    }
+    return from;
+}
+
+/* Labels a shortest path given BFS distances from S; returns its length or -1. */
+TR__FN int tr__maze_label(const char *m, int n, int goal, const int *dist, char *out) {
+    int c = goal, len;
+    memcpy(out, m, (size_t)n * (size_t)n);
+    if (dist[goal] < 0) return -1;
+    len = dist[goal];
+    while (dist[c] > 0) { /* walk back: first neighbour (up, down, left, right) one step closer */
+        int r = c / n, k = c % n, d, nxt = -1;
+        static const int dr[4] = {-1, 1, 0, 0}, dc[4] = {0, 0, -1, 1};
+        for (d = 0; d < 4 && nxt < 0; d++) {
+            int rr = r + dr[d], cc = k + dc[d];
+            if (rr < 0 || rr >= n || cc < 0 || cc >= n) continue;
+            if (dist[rr * n + cc] == dist[c] - 1) nxt = rr * n + cc;
+        }
+        c = nxt;
+        if (dist[c] > 0) out[c] = 'o';
+    }
+    return len;
+}
+
+TRDEF int tr_maze_solve(tr_ctx *ctx, const char *maze, int n, char *out) {
+    int i, s = -1, g = -1, len, *dist, *queue;
+    if (!ctx || !maze || !out || n <= 0 || n > 4096) return -1;
+    for (i = 0; i < n * n; i++) {
+        if (maze[i] == 'S') {
+            if (s >= 0) return -1;
+            s = i;
+        } else if (maze[i] == 'G') {
+            if (g >= 0) return -1;
+            g = i;
+        }
+    }
+    if (s < 0 || g < 0) return -1;
+    dist = (int *)tr__alloc(ctx, sizeof(int) * 2 * (size_t)n * (size_t)n);
+    if (!dist) return -1;
+    queue = dist + n * n;
+    tr__maze_bfs(maze, n, s, dist, queue);
+    len = tr__maze_label(maze, n, g, dist, out);
+    tr__free(ctx, dist);
+    return len;
+}
+
+/* A braided maze: a random spanning tree on a lattice of cells, with some extra walls opened. */
+TR__FN int tr__maze_gen_once(tr__rng *rng, int n, int min_path, char *m, char *sol, int *dist, int *queue) {
+    int or_ = (int)tr__rng_below(rng, 2), oc = (int)tr__rng_below(rng, 2);
+    int cr = (n - or_ + 1) / 2, cc = (n - oc + 1) / 2, ncell = cr * cc, top = 0, i, s, g, cand = 0, len;
+    int *stack = queue; /* reuse */
+    double loop_p = 0.03 + 0.07 * tr__rng_uniform_d(rng);
+    memset(m, '#', (size_t)n * (size_t)n);
+    if (cr < 2 || cc < 2) return -1;
+    /* iterative randomized depth-first search over the lattice cells */
+    i = (int)tr__rng_below(rng, (uint64_t)ncell);
+    m[(or_ + 2 * (i / cc)) * n + oc + 2 * (i % cc)] = ' ';
+    stack[top++] = i;
+    while (top > 0) {
+        int cell = stack[top - 1], r = cell / cc, c = cell % cc, opts[4], no = 0, d;
+        static const int dr[4] = {-1, 1, 0, 0}, dc[4] = {0, 0, -1, 1};
+        for (d = 0; d < 4; d++) {
+            int rr = r + dr[d], c2 = c + dc[d];
+            if (rr < 0 || rr >= cr || c2 < 0 || c2 >= cc) continue;
+            if (m[(or_ + 2 * rr) * n + oc + 2 * c2] == '#') opts[no++] = d;
+        }
+        if (!no) {
+            top--;
+            continue;
+        }
+        d = opts[tr__rng_below(rng, (uint64_t)no)];
+        m[(or_ + 2 * r + dr[d]) * n + oc + 2 * c + dc[d]] = ' ';
+        m[(or_ + 2 * (r + dr[d])) * n + oc + 2 * (c + dc[d])] = ' ';
+        stack[top++] = (r + dr[d]) * cc + c + dc[d];
+    }
+    /* braid: open walls that separate two corridors */
+    for (i = 0; i < n * n; i++) {
+        int r = i / n, c = i % n;
+        if (m[i] != '#') continue;
+        if (((r - or_) % 2 == 0 && (c - oc) % 2 != 0 && c > 0 && c < n - 1 && m[i - 1] == ' ' && m[i + 1] == ' ') ||
+            ((c - oc) % 2 == 0 && (r - or_) % 2 != 0 && r > 0 && r < n - 1 && m[i - n] == ' ' && m[i + n] == ' '))
+            if (tr__rng_uniform_d(rng) < loop_p) m[i] = ' ';
+    }
+    /* start anywhere open; goal uniformly among the cells farther than min_path */
+    do s = (int)tr__rng_below(rng, (uint64_t)n * (uint64_t)n);
+    while (m[s] != ' ');
+    tr__maze_bfs(m, n, s, dist, queue);
+    for (i = 0; i < n * n; i++)
+        if (dist[i] > min_path && dist[i] > 0) cand++;
+    if (!cand) return -1;
+    cand = (int)tr__rng_below(rng, (uint64_t)cand);
+    for (g = 0; g < n * n; g++)
+        if (dist[g] > min_path && dist[g] > 0 && cand-- == 0) break;
+    m[s] = 'S';
+    m[g] = 'G';
+    len = tr__maze_label(m, n, g, dist, sol);
+    return len;
+}
+
+TR__FN tr_status tr__maze_gen_rng(tr_ctx *ctx, tr__rng *rng, int n, int min_path, char *maze, char *sol, int *path_len, int *dist) {
+    int attempt, len = -1;
+    for (attempt = 0; attempt < 1000 && len < 0; attempt++) len = tr__maze_gen_once(rng, n, min_path, maze, sol, dist, dist + n * n);
+    if (len < 0) return tr__err(ctx, TR_ERR_GENERIC, "maze: no %dx%d maze with a path longer than %d found (lower min_path)", n, n, min_path);
+    if (path_len) *path_len = len;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_maze_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int n, int min_path, char *maze, char *solution, int *path_len) {
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_MAZE_GEN, index);
+    int *dist;
+    tr_status st;
+    if (n < 5 || n > 256 || !maze || !solution) return tr__err(ctx, TR_ERR_INVALID_ARG, "maze: size %d is outside 5..256", n);
+    dist = (int *)tr__alloc(ctx, sizeof(int) * 2 * (size_t)n * (size_t)n);
+    if (!dist) return TR_ERR_OUT_OF_MEMORY;
+    st = tr__maze_gen_rng(ctx, &rng, n, min_path, maze, solution, path_len, dist);
+    tr__free(ctx, dist);
+    return st;
+}
+
+TRDEF void tr_maze_set_free(tr_ctx *ctx, tr_maze_set *s) {
+    if (!s) return;
+    tr__free(ctx, s->mazes);
+    tr__free(ctx, s->solutions);
+    memset(s, 0, sizeof *s);
+}
+
+TR__FN int tr__isqrt(size_t v) {
+    size_t r = 0;
+    while ((r + 1) * (r + 1) <= v) r++;
+    return (r * r == v) ? (int)r : -1;
+}
+
+TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out) {
+    tr__text t;
+    tr_status st;
+    size_t pos = 0, n;
+    const char *line;
+    int64_t lineno = 0, cap;
+    int csv = 0, cq, ca, cr, ncols = 0, side = -1;
+    if (!ctx || !path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    if ((st = tr__text_open(ctx, path, &t)) != TR_OK) return st;
+    cap = tr__text_count_lines(&t);
+    while (st == TR_OK && tr__text_line(&t, &pos, &line, &n)) {
+        const char *qs, *as = NULL;
+        size_t qn, an = 0, i, cells;
+        char *q, *a;
+        lineno++;
+        if (lineno == 1 && tr__csv_header(line, n, &cq, &ca, &cr, &ncols)) {
+            csv = 1;
+            continue;
+        }
+        if (n == 0) continue;
+        if (csv) {
+            tr__field f[16];
+            int nf = tr__csv_split(line, n, f, 16);
+            if (nf != ncols) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
+                break;
+            }
+            qs = f[cq].s;
+            qn = f[cq].n;
+            if (ca >= 0 && f[ca].n) {
+                as = f[ca].s;
+                an = f[ca].n;
+            }
+        } else {
+            qs = line;
+            qn = n;
+            if (tr__isqrt(n) < 0 && n % 2 == 1 && tr__isqrt(n / 2) > 0 && strchr(",\t|;", line[n / 2])) {
+                qn = n / 2;
+                as = line + qn + 1;
+                an = qn;
+            }
+        }
+        if (side < 0) {
+            side = tr__isqrt(qn);
+            if (side < 2) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: a maze of %zu characters is not square", path, (long long)lineno, qn);
+                break;
+            }
+            out->n = side;
+            cells = (size_t)side * (size_t)side;
+            out->mazes = (char *)tr__alloc(ctx, (size_t)cap * cells);
+            out->solutions = (char *)tr__alloc(ctx, (size_t)cap * cells);
+            if (!out->mazes || !out->solutions) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+        }
+        cells = (size_t)side * (size_t)side;
+        if (qn != cells || (as && an != cells)) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field '%s' has %zu characters, expected %zu (%dx%d)", path, (long long)lineno, qn != cells ? "question" : "answer",
+                         qn != cells ? qn : an, cells, side, side);
+            break;
+        }
+        for (i = 0; i < cells; i++) {
+            if (!tr__maze_token(qs[i]) || (as && !tr__maze_token(as[i]))) {
+                char bad = !tr__maze_token(qs[i]) ? qs[i] : as[i];
+                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: character '%c' (0x%02x) at cell %zu is not in the charset \"%s\"", path, (long long)lineno, bad, (unsigned char)bad, i, TR_MAZE_CHARSET);
+                break;
+            }
+        }
+        if (st != TR_OK) break;
+        q = out->mazes + (size_t)out->count * cells;
+        a = out->solutions + (size_t)out->count * cells;
+        memcpy(q, qs, cells);
+        if (as) memcpy(a, as, cells);
+        else if (tr_maze_solve(ctx, q, side, a) < 0) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: the maze has no path from S to G (or not exactly one S and one G)", path, (long long)lineno);
+            break;
+        }
+        out->count++;
+    }
+    tr__text_close(ctx, &t);
+    if (st == TR_OK && out->count == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': no mazes", path);
+    if (st != TR_OK) tr_maze_set_free(ctx, out);
+    return st;
+}
+
+TR__FN tr_status tr__maze_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int n, int min_path, tr_progress_fn progress, void *user, tr_maze_set *out) {
+    size_t cells = (size_t)n * (size_t)n;
+    int nth = tr_ctx_num_threads(ctx), t;
+    int *dist;
+    int64_t c0;
+    tr_status st = TR_OK;
+    memset(out, 0, sizeof *out);
+    if (n < 5 || n > 256) return tr__err(ctx, TR_ERR_INVALID_ARG, "maze: size %d is outside 5..256", n);
+    out->n = n;
+    out->mazes = (char *)tr__alloc(ctx, (size_t)(count ? count : 1) * cells);
+    out->solutions = (char *)tr__alloc(ctx, (size_t)(count ? count : 1) * cells);
+    dist = (int *)tr__alloc(ctx, sizeof(int) * 2 * cells * (size_t)nth);
+    if (!out->mazes || !out->solutions || !dist) {
+        tr__free(ctx, dist);
+        tr_maze_set_free(ctx, out);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    (void)t;
+    for (c0 = 0; c0 < count && st == TR_OK; c0 += 256) {
+        int64_t c1 = c0 + 256 < count ? c0 + 256 : count, k;
+        int failed = 0;
+#if TR__OMP
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
+#endif
+        for (k = c0; k < c1; k++) {
+            int tid = 0, len = -1, attempt;
+            tr__rng rng = tr__rng_kind(seed, TR__STREAM_MAZE_GEN, (uint64_t)k);
+#if TR__OMP
+            tid = omp_get_thread_num();
+#endif
+            for (attempt = 0; attempt < 1000 && len < 0; attempt++)
+                len = tr__maze_gen_once(&rng, n, min_path, out->mazes + (size_t)k * cells, out->solutions + (size_t)k * cells, dist + (size_t)tid * 2 * cells, dist + (size_t)tid * 2 * cells + cells);
+            if (len < 0) failed = 1;
+        }
+        if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "maze: no %dx%d maze with a path longer than %d found (lower min_path)", n, n, min_path);
+        else st = tr__progress(ctx, progress, user, "maze: generate", c1, count);
+    }
+    tr__free(ctx, dist);
+    if (st != TR_OK) tr_maze_set_free(ctx, out);
+    else out->count = count;
+    return st;
+}
+
+TRDEF tr_maze_options tr_maze_options_default(void) {
+    tr_maze_options o;
+    memset(&o, 0, sizeof o);
+    o.generate_train = 1000;
+    o.generate_test = 1000;
+    o.size = 30;
+    o.min_path = 110;
+    return o;
+}
+
+TR__FN tr_status tr__maze_fill(tr_ctx *ctx, const tr_maze_set *set, const int64_t *pick, int64_t count, int aug, tr_split *s) {
+    int n = set->n, L = n * n, v, j;
+    int64_t p;
+    tr_status st;
+    uint8_t *tq, *ta, *bq, *ba;
+    if ((st = tr_split_init(ctx, s, L, count * (aug ? 8 : 1) + 1)) != TR_OK) return st;
+    tq = (uint8_t *)tr__alloc(ctx, (size_t)L * 4);
+    if (!tq) {
+        tr_split_free(ctx, s);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    ta = tq + L;
+    bq = ta + L;
+    ba = bq + L;
+    for (p = 0; p < count && st == TR_OK; p++) {
+        int64_t src = pick ? pick[p] : p;
+        const char *q = set->mazes + (size_t)src * (size_t)L, *a = set->solutions + (size_t)src * (size_t)L;
+        for (j = 0; j < L; j++) {
+            tq[j] = (uint8_t)tr__maze_token(q[j]);
+            ta[j] = (uint8_t)tr__maze_token(a[j]);
+        }
+        for (v = 0; v < (aug ? 8 : 1) && st == TR_OK; v++) {
+            tr_dihedral(v, tq, n, n, bq, NULL, NULL);
+            tr_dihedral(v, ta, n, n, ba, NULL, NULL);
+            st = tr_split_add_example(ctx, s, bq, ba);
+            if (st == TR_OK) st = tr_split_end_puzzle(ctx, s, 0);
+        }
+        if (st == TR_OK) st = tr_split_end_group(ctx, s);
+    }
+    tr__free(ctx, tq);
+    if (st != TR_OK) tr_split_free(ctx, s);
+    return st;
+}
+
+TRDEF tr_status tr_maze_build_splits(tr_ctx *ctx, const tr_maze_options *o, tr_split *train, tr_split *test) {
+    tr_maze_set a, b;
+    int64_t *pick = NULL, n;
+    tr_status st;
+    if (!ctx || !o || !train || !test) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_build_splits: NULL argument");
+    memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    memset(&b, 0, sizeof b);
+    if (o->train_path) st = tr_maze_read(ctx, o->train_path, &a);
+    else st = tr__maze_generate_set(ctx, o->seed, o->generate_train, o->size, o->min_path, o->progress, o->progress_user, &a);
+    if (st != TR_OK) return st;
+    if (o->test_path) st = tr_maze_read(ctx, o->test_path, &b);
+    else st = tr__maze_generate_set(ctx, tr__mix64(o->seed ^ 0x7e57ull), o->generate_test, o->size, o->min_path, o->progress, o->progress_user, &b);
+    if (st == TR_OK && b.n != a.n) st = tr__err(ctx, TR_ERR_FORMAT, "maze: train mazes are %dx%d, test mazes %dx%d", a.n, a.n, b.n, b.n);
+    n = a.count;
+    if (st == TR_OK && o->subsample_size > 0 && o->subsample_size < n) {
+        st = tr__subsample(ctx, o->seed, n, o->subsample_size, &pick);
+        n = o->subsample_size;
+    }
+    if (st == TR_OK) st = tr__maze_fill(ctx, &a, pick, n, o->aug, train);
+    if (st == TR_OK) st = tr__progress(ctx, o->progress, o->progress_user, "maze: encode", 1, 2);
+    if (st == TR_OK) st = tr__maze_fill(ctx, &b, NULL, b.count, 0, test);
+    if (st != TR_OK) tr_split_free(ctx, train);
+    tr__free(ctx, pick);
+    tr_maze_set_free(ctx, &a);
+    tr_maze_set_free(ctx, &b);
+    return st;
+}
+
+TRDEF tr_status tr_maze_build(tr_ctx *ctx, const tr_maze_options *o, const char *out_dir, tr_build_summary *sum) {
+    tr_split train, test;
+    double t0 = tr__now();
+    tr_status st;
+    if (sum) memset(sum, 0, sizeof *sum);
+    if (!out_dir) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_build: out_dir is NULL");
+    st = tr_maze_build_splits(ctx, o, &train, &test);
+    if (st != TR_OK) return st;
+    st = tr__write_splits(ctx, out_dir, &train, &test, 6, sum);
+    tr_split_free(ctx, &train);
+    tr_split_free(ctx, &test);
+    if (sum) sum->seconds = tr__now() - t0;
+    return st;
+}
+
+/* ---- ARC -------------------------------------------------------------------------------- */
+TRDEF void tr_arc_augment(int tid, const uint8_t perm[10], const uint8_t *grid, int h, int w, uint8_t *out, int *out_h, int *out_w) {
+    uint8_t tmp[TR_ARC_MAX_GRID * TR_ARC_MAX_GRID];
+    int i;
+    for (i = 0; i < h * w; i++) tmp[i] = grid[i] < 10 ? perm[grid[i]] : grid[i];
+    tr_dihedral(tid, tmp, h, w, out, out_h, out_w);
+}
+
+TRDEF void tr_arc_inverse_augment(int tid, const uint8_t perm[10], const uint8_t *grid, int h, int w, uint8_t *out, int *out_h, int *out_w) {
+    uint8_t inv[10];
+    int i, oh, ow;
+    for (i = 0; i < 10; i++) inv[i] = (uint8_t)i;
+    for (i = 0; i < 10; i++)
+        if (perm[i] < 10) inv[perm[i]] = (uint8_t)i;
+    tr_dihedral_inverse(tid, grid, h, w, out, &oh, &ow);
+    for (i = 0; i < oh * ow; i++)
+        if (out[i] < 10) out[i] = inv[out[i]];
+    if (out_h) *out_h = oh;
+    if (out_w) *out_w = ow;
+}
+
+TRDEF tr_status tr_arc_parse_name(tr_ctx *ctx, const char *name, char *base, size_t cap, int *tid, uint8_t perm[10]) {
+    const char *a, *b;
+    size_t bl;
+    int i, seen = 0;
+    if (!name || !base || !cap || !tid || !perm) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_parse_name: NULL argument");
+    a = strstr(name, TR_ARC_SEP);
+    *tid = 0;
+    for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
+    bl = a ? (size_t)(a - name) : strlen(name);
+    if (bl >= cap) return tr__err(ctx, TR_ERR_INVALID_ARG, "puzzle name '%s': the task name does not fit %zu bytes", name, cap);
+    memcpy(base, name, bl);
+    base[bl] = 0;
+    if (!a) return TR_OK;
+    b = strstr(a + 3, TR_ARC_SEP);
+    if (!b || a[3] != 't' || b - (a + 4) != 1 || a[4] < '0' || a[4] > '7' || strlen(b + 3) != 10)
+        return tr__err(ctx, TR_ERR_FORMAT, "puzzle name '%s': expected <task>|||t<0-7>|||<10 digits>", name);
+    *tid = a[4] - '0';
+    for (i = 0; i < 10; i++) {
+        int d = b[3 + i] - '0';
+        if (d < 0 || d > 9 || (seen & (1 << d))) return tr__err(ctx, TR_ERR_FORMAT, "puzzle name '%s': the colour map is not a permutation of 0-9", name);
+        seen |= 1 << d;
+        perm[i] = (uint8_t)d;
+    }
+    return TR_OK;
+}
+
+TRDEF int tr_arc_crop(const int32_t *tok, uint8_t *grid, int *h, int *w) {
+    int nr, c, num_c = TR_ARC_MAX_GRID, best = 0, bh = 0, bw = 0, i, j;
+    for (nr = 1; nr <= TR_ARC_MAX_GRID; nr++) {
+        for (c = 1; c <= num_c; c++) {
+            int32_t x = tok[(nr - 1) * TR_ARC_MAX_GRID + c - 1];
+            if (x < 2 || x > 11) {
+                num_c = c - 1;
+                break;
+            }
+        }
+        if (nr * num_c > best) {
+            best = nr * num_c;
+            bh = nr;
+            bw = num_c;
+        }
+    }
+    for (i = 0; i < bh; i++)
+        for (j = 0; j < bw; j++) grid[i * bw + j] = (uint8_t)(tok[i * TR_ARC_MAX_GRID + j] - 2);
+    *h = bh;
+    *w = bw;
+    return best > 0;
+}
+
+TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]) {
+    int i, j;
+    memset(canvas, 0, 900);
+    for (i = 0; i < h; i++)
+        for (j = 0; j < w; j++) canvas[(r + i) * 30 + c + j] = (uint8_t)(grid[i * w + j] + 2);
+    if (r + h < 30)
+        for (j = c; j < c + w; j++) canvas[(r + h) * 30 + j] = 1;
+    if (c + w < 30)
+        for (i = r; i < r + h; i++) canvas[i * 30 + c + w] = 1;
+}
+
+TRDEF tr_arc_options tr_arc_options_default(void) {
+    tr_arc_options o;
+    memset(&o, 0, sizeof o);
+    o.test_set_name = "evaluation";
+    o.seed = 42;
+    o.num_aug = 1000;
+    o.puzzle_identifiers_start = 1;
+    return o;
+}
+
+typedef struct tr__arc_grid {
+    uint8_t *cells;
+    int h, w;
+} tr__arc_grid;
+
+typedef struct tr__arc_task {
+    char name[128];
+    int subset, is_test;
+    int ntrain, ntest;      /* pairs: train demos first, then test pairs */
+    tr__arc_grid *in, *out; /* [ntrain + ntest] */
+    char *json;             /* the raw task, for test_puzzles.json (test subset only) */
+    int nver;
+    uint8_t *ver;           /* [nver * 11]: transform id, then the colour map */
+    int32_t *ids;           /* [nver] puzzle identifiers */
+} tr__arc_task;
+
+TR__FN void tr__json_write(tr__sb *sb, const tr__json *v) {
+    size_t i;
+    switch (v->type) {
+    case TR__JSON_NULL: tr__sb_printf(sb, "null"); break;
+    case TR__JSON_BOOL: tr__sb_printf(sb, v->boolean ? "true" : "false"); break;
+    case TR__JSON_NUMBER:
+        if (v->number == floor(v->number) && fabs(v->number) < 9e15) tr__sb_printf(sb, "%lld", (long long)v->number);
+        else {
+            char b[48];
+            tr__py_float(b, sizeof b, v->number);
+            tr__sb_printf(sb, "%s", b);
+        }
+        break;
+    case TR__JSON_STRING: tr__sb_json_string(sb, v->string); break;
+    case TR__JSON_ARRAY:
+        tr__sb_printf(sb, "[");
+        for (i = 0; i < v->count; i++) {
+            if (i) tr__sb_printf(sb, ", ");
+            tr__json_write(sb, &v->items[i]);
+        }
+        tr__sb_printf(sb, "]");
+        break;
+    case TR__JSON_OBJECT:
+        tr__sb_printf(sb, "{");
+        for (i = 0; i < v->count; i++) {
+            if (i) tr__sb_printf(sb, ", ");
+            tr__sb_json_string(sb, v->keys[i]);
+            tr__sb_printf(sb, ": ");
+            tr__json_write(sb, &v->items[i]);
+        }
+        tr__sb_printf(sb, "}");
+        break;
+    }
+}
+
+TR__FN tr_status tr__arc_read_grid(tr_ctx *ctx, const char *path, const char *field, const tr__json *g, tr__arc_grid *out) {
+    size_t i, j, w;
+    if (!g || g->type != TR__JSON_ARRAY || g->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: expected a non-empty list of rows", path, field);
+    if (g->items[0].type != TR__JSON_ARRAY || g->items[0].count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row 0 is not a non-empty list", path, field);
+    w = g->items[0].count;
+    if (g->count > TR_ARC_MAX_GRID || w > TR_ARC_MAX_GRID)
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: the grid is %zux%zu, the limit is %dx%d", path, field, g->count, w, TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
+    out->h = (int)g->count;
+    out->w = (int)w;
+    out->cells = (uint8_t *)tr__alloc(ctx, g->count * w);
+    if (!out->cells) return TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < g->count; i++) {
+        const tr__json *row = &g->items[i];
+        if (row->type != TR__JSON_ARRAY || row->count != w)
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row %zu has %zu cells, row 0 has %zu", path, field, i, row->type == TR__JSON_ARRAY ? row->count : 0, w);
+        for (j = 0; j < w; j++) {
+            const tr__json *c = &row->items[j];
+            if (c->type != TR__JSON_NUMBER || c->number != floor(c->number) || c->number < 0 || c->number > 9)
+                return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: cell (%zu, %zu) is not a colour 0-9", path, field, i, j);
+            out->cells[i * w + j] = (uint8_t)c->number;
+        }
+    }
+    return TR_OK;
+}
+
+TR__FN void tr__arc_task_free(tr_ctx *ctx, tr__arc_task *t) {
+    int i;
+    if (t->in)
+        for (i = 0; i < t->ntrain + t->ntest; i++) {
+            tr__free(ctx, t->in[i].cells);
+            tr__free(ctx, t->out[i].cells);
+        }
+    tr__free(ctx, t->in);
+    tr__free(ctx, t->out);
+    tr__free(ctx, t->json);
+    tr__free(ctx, t->ver);
+    tr__free(ctx, t->ids);
+    memset(t, 0, sizeof *t);
+}
+
+/* Reads one task file: {"train": [{"input", "output"}...], "test": [...]}. */
+TR__FN tr_status tr__arc_load_task(tr_ctx *ctx, const char *path, tr__arc_task *t) {
+    char *text = NULL, field[64];
+    size_t len;
+    tr__json *root = NULL;
+    const tr__json *tr, *te;
+    tr_status st;
+    int k;
+    tr__json dummy_row, dummy_grid, dummy_cell;
+    if ((st = tr__read_file_capped(ctx, path, (size_t)64 << 20, &text, &len)) != TR_OK) return st;
+    st = tr__json_parse(ctx, text, len, path, &root);
+    tr__free(ctx, text);
+    if (st != TR_OK) return st;
+    tr = tr__json_get(root, "train");
+    te = tr__json_get(root, "test");
+    if (root->type != TR__JSON_OBJECT || !tr || tr->type != TR__JSON_ARRAY || !te || te->type != TR__JSON_ARRAY) {
+        tr__json_free(ctx, root);
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected an object with lists 'train' and 'test'", path);
+    }
+    /* [[0]]: the reference's stand-in for a missing test output */
+    memset(&dummy_row, 0, sizeof dummy_row);
+    memset(&dummy_grid, 0, sizeof dummy_grid);
+    memset(&dummy_cell, 0, sizeof dummy_cell);
+    dummy_cell.type = TR__JSON_NUMBER;
+    dummy_cell.number = 0;
+    dummy_row.type = TR__JSON_ARRAY;
+    dummy_row.items = &dummy_cell;
+    dummy_row.count = 1;
+    dummy_grid.type = TR__JSON_ARRAY;
+    dummy_grid.items = &dummy_row;
+    dummy_grid.count = 1;
+    t->ntrain = (int)tr->count;
+    t->ntest = (int)te->count;
+    if (t->ntrain + t->ntest == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': the task has no pairs", path);
+    if (st == TR_OK) {
+        t->in = (tr__arc_grid *)tr__calloc(ctx, (size_t)(t->ntrain + t->ntest), sizeof *t->in);
+        t->out = (tr__arc_grid *)tr__calloc(ctx, (size_t)(t->ntrain + t->ntest), sizeof *t->out);
+        if (!t->in || !t->out) st = TR_ERR_OUT_OF_MEMORY;
+    }
+    for (k = 0; st == TR_OK && k < t->ntrain + t->ntest; k++) {
+        const tr__json *ex = k < t->ntrain ? &tr->items[k] : &te->items[k - t->ntrain];
+        const char *part = k < t->ntrain ? "train" : "test";
+        int idx = k < t->ntrain ? k : k - t->ntrain;
+        const tr__json *o;
+        if (ex->type != TR__JSON_OBJECT) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': %s[%d]: expected an object", path, part, idx);
+            break;
+        }
+        snprintf(field, sizeof field, "%s[%d].input", part, idx);
+        if ((st = tr__arc_read_grid(ctx, path, field, tr__json_get(ex, "input"), &t->in[k])) != TR_OK) break;
+        snprintf(field, sizeof field, "%s[%d].output", part, idx);
+        o = tr__json_get(ex, "output");
+        if (!o && k >= t->ntrain) o = &dummy_grid;
+        st = tr__arc_read_grid(ctx, path, field, o, &t->out[k]);
+    }
+    if (st == TR_OK && t->is_test) {
+        tr__sb sb;
+        tr__sb_init(&sb, ctx);
+        tr__json_write(&sb, root);
+        st = tr__sb_status(&sb);
+        if (st == TR_OK) t->json = sb.data;
+        else tr__sb_free(&sb);
+    }
+    tr__json_free(ctx, root);
+    return st;
+}
+
+/* 128-bit hashes for the augmentation dedup. */
+typedef struct tr__h128 {
+    uint64_t a, b;
+} tr__h128;
+
+TR__FN tr__h128 tr__hash_grid(const uint8_t *g, int h, int w) {
+    tr__h128 r;
+    uint64_t x = 0, a = tr__mix64(0x1234u + (uint64_t)h * 31 + (uint64_t)w), b = tr__mix64(0x9876u + (uint64_t)w * 37 + (uint64_t)h);
+    int n = h * w, i;
+    for (i = 0; i < n; i += 8) {
+        int k, m = n - i < 8 ? n - i : 8;
+        x = 0;
+        for (k = 0; k < m; k++) x |= (uint64_t)g[i + k] << (8 * k);
+        a = tr__mix64(a ^ x);
+        b = tr__mix64(b + x * 0x9e3779b97f4a7c15ull);
+    }
+    r.a = a;
+    r.b = b;
+    return r;
+}
+
+TR__FN int tr__h128_cmp(const void *p, const void *q) {
+    const tr__h128 *x = (const tr__h128 *)p, *y = (const tr__h128 *)q;
+    if (x->a != y->a) return x->a < y->a ? -1 : 1;
+    if (x->b != y->b) return x->b < y->b ? -1 : 1;
+    return 0;
+}
+
+/* Hash of a whole augmented task (all its pairs, order-free), as the reference's puzzle_hash. */
+TR__FN tr__h128 tr__arc_version_hash(const tr__arc_task *t, const uint8_t *ver, tr__h128 *ex, uint8_t *buf) {
+    int k, n = t->ntrain + t->ntest, oh, ow;
+    tr__h128 r;
+    for (k = 0; k < n; k++) {
+        tr__h128 hi, ho;
+        tr_arc_augment(ver[0], ver + 1, t->in[k].cells, t->in[k].h, t->in[k].w, buf, &oh, &ow);
+        hi = tr__hash_grid(buf, oh, ow);
+        tr_arc_augment(ver[0], ver + 1, t->out[k].cells, t->out[k].h, t->out[k].w, buf, &oh, &ow);
+        ho = tr__hash_grid(buf, oh, ow);
+        ex[k].a = tr__mix64(hi.a ^ tr__mix64(ho.a + 1));
+        ex[k].b = tr__mix64(hi.b + 0x51ull * tr__mix64(ho.b ^ 7));
+    }
+    qsort(ex, (size_t)n, sizeof *ex, tr__h128_cmp);
+    r.a = 0x243f6a8885a308d3ull;
+    r.b = 0x13198a2e03707344ull;
+    for (k = 0; k < n; k++) {
+        r.a = tr__mix64(r.a ^ ex[k].a);
+        r.b = tr__mix64(r.b ^ ex[k].b);
+    }
+    return r;
+}
+
+/* Up to num_aug unique augmented versions (plus the original), at most 5 * num_aug trials. */
+TR__FN int tr__arc_augment_task(tr__arc_task *t, uint64_t seed, uint64_t task_index, int num_aug, tr__h128 *table, int table_cap, tr__h128 *ex, uint8_t *buf) {
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_ARC_AUG, task_index);
+    int trial, i, mask = table_cap - 1;
+    uint8_t *v = t->ver;
+    tr__h128 h;
+    for (i = 0; i < table_cap; i++) table[i].a = table[i].b = 0;
+    v[0] = 0;
+    for (i = 0; i < 10; i++) v[1 + i] = (uint8_t)i;
+    t->nver = 1;
+    h = tr__arc_version_hash(t, v, ex, buf);
+    if (!h.a && !h.b) h.b = 1;
+    table[h.a & (uint64_t)mask] = h;
+    for (trial = 0; trial < 5 * num_aug && t->nver < num_aug + 1; trial++) {
+        uint8_t *nv = t->ver + (size_t)t->nver * 11;
+        int slot;
+        nv[0] = (uint8_t)tr__rng_below(&rng, 8);
+        nv[1] = 0;
+        for (i = 1; i < 10; i++) nv[1 + i] = (uint8_t)i;
+        tr__shuffle_u8(&rng, nv + 2, 9);
+        h = tr__arc_version_hash(t, nv, ex, buf);
+        if (!h.a && !h.b) h.b = 1;
+        for (slot = (int)(h.a & (uint64_t)mask);; slot = (slot + 1) & mask) {
+            if (!table[slot].a && !table[slot].b) {
+                table[slot] = h;
+                t->nver++;
+                break;
+            }
+            if (table[slot].a == h.a && table[slot].b == h.b) break; /* a duplicate */
+        }
+    }
+    return t->nver;
+}
+
+TR__FN int tr__strcmp_p(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Names of the directory entries that end in `suffix` (files) or are directories (suffix NULL), sorted. */
+TR__FN tr_status tr__list_dir(tr_ctx *ctx, const char *dir, const char *suffix, char ***out, int *count) {
+#if TR__POSIX
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char **v = NULL;
+    int n = 0, cap = 0;
+    tr_status st = TR_OK;
+    *out = NULL;
+    *count = 0;
+    if (!d) return tr__err(ctx, TR_ERR_IO, "cannot open directory '%s': %s", dir, strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        int keep;
+        char *full;
+        struct stat sb;
+        if (e->d_name[0] == '.') continue;
+        full = tr__path3(ctx, dir, e->d_name, NULL);
+        if (!full) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        keep = stat(full, &sb) == 0 && (suffix ? (S_ISREG(sb.st_mode) && l > strlen(suffix) && !strcmp(e->d_name + l - strlen(suffix), suffix)) : S_ISDIR(sb.st_mode));
+        tr__free(ctx, full);
+        if (!keep) continue;
+        if (n == cap) {
+            int nc = cap ? cap * 2 : 64;
+            char **nv = (char **)tr__alloc(ctx, (size_t)nc * sizeof *nv);
+            if (!nv) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            if (v) memcpy(nv, v, (size_t)n * sizeof *nv);
+            tr__free(ctx, v);
+            v = nv;
+            cap = nc;
+        }
+        v[n] = (char *)tr__alloc(ctx, l + 1);
+        if (!v[n]) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        memcpy(v[n++], e->d_name, l + 1);
+    }
+    closedir(d);
+    if (st != TR_OK) {
+        while (n > 0) tr__free(ctx, v[--n]);
+        tr__free(ctx, v);
+        return st;
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, tr__strcmp_p);
+    *out = v;
+    *count = n;
+    return TR_OK;
+#else
+    TR__UNUSED(dir);
+    TR__UNUSED(suffix);
+    *out = NULL;
+    *count = 0;
+    return tr__err(ctx, TR_ERR_UNSUPPORTED, "listing directories is not implemented on this platform");
+#endif
+}
+
+TR__FN void tr__free_list(tr_ctx *ctx, char **v, int n) {
+    int i;
+    for (i = 0; i < n; i++) tr__free(ctx, v[i]);
+    tr__free(ctx, v);
+}
+
+/* A name -> id table (open addressing over tr__alloc'ed strings). */
+typedef struct tr__names {
+    char **names; /* by id */
+    int64_t n, cap;
+    int64_t *slots; /* id + 1, 0 = empty */
+    int64_t nslots;
+} tr__names;
+
+TR__FN uint64_t tr__str_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return tr__mix64(h);
+}
+
+/* The id of `name`, adding it when new; -1 on allocation failure. */
+TR__FN int64_t tr__names_id(tr_ctx *ctx, tr__names *t, const char *name) {
+    uint64_t h = tr__str_hash(name);
+    int64_t i, id;
+    size_t l;
+    if ((t->n + 1) * 2 > t->nslots) {
+        int64_t ns = t->nslots ? t->nslots * 2 : 1024, k;
+        int64_t *sl = (int64_t *)tr__calloc(ctx, (size_t)ns, sizeof *sl);
+        if (!sl) return -1;
+        for (k = 0; k < t->n; k++) {
+            int64_t j = (int64_t)(tr__str_hash(t->names[k]) & (uint64_t)(ns - 1));
+            while (sl[j]) j = (j + 1) & (ns - 1);
+            sl[j] = k + 1;
+        }
+        tr__free(ctx, t->slots);
+        t->slots = sl;
+        t->nslots = ns;
+    }
+    for (i = (int64_t)(h & (uint64_t)(t->nslots - 1)); t->slots[i]; i = (i + 1) & (t->nslots - 1))
+        if (!strcmp(t->names[t->slots[i] - 1], name)) return t->slots[i] - 1;
+    if (t->n == t->cap) {
+        int64_t nc = t->cap ? t->cap * 2 : 1024;
+        char **nv = (char **)tr__alloc(ctx, (size_t)nc * sizeof *nv);
+        if (!nv) return -1;
+        if (t->names) memcpy(nv, t->names, (size_t)t->n * sizeof *nv);
+        tr__free(ctx, t->names);
+        t->names = nv;
+        t->cap = nc;
+    }
+    l = strlen(name);
+    t->names[t->n] = (char *)tr__alloc(ctx, l + 1);
+    if (!t->names[t->n]) return -1;
+    memcpy(t->names[t->n], name, l + 1);
+    id = t->n++;
+    t->slots[i] = id + 1;
+    return id;
+}
+
+TR__FN void tr__names_free(tr_ctx *ctx, tr__names *t) {
+    int64_t i;
+    for (i = 0; i < t->n; i++) tr__free(ctx, t->names[i]);
+    tr__free(ctx, t->names);
+    tr__free(ctx, t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+TR__FN void tr__arc_version_name(const tr__arc_task *t, int v, char *out, size_t cap) {
+    const uint8_t *ver = t->ver + (size_t)v * 11;
+    int i;
+    size_t o;
+    if (v == 0) {
+        snprintf(out, cap, "%s", t->name);
+        return;
+    }
+    o = (size_t)snprintf(out, cap, "%s%st%d%s", t->name, TR_ARC_SEP, ver[0], TR_ARC_SEP);
+    for (i = 0; i < 10 && o + 1 < cap; i++) out[o++] = (char)('0' + ver[1 + i]);
+    out[o] = 0;
+}
+
+/* Writes one split of the ARC build, streaming inputs/labels to disk. split 0 = train, 1 = test. */
+TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, int split, tr__arc_task *tasks, int ntasks, int64_t num_ids, tr_build_summary *sum) {
+    int64_t nex = 0, npz = 0, ngr = 0, k, e, p = 0, g = 0;
+    int t, v;
+    int32_t *pid = NULL, *pidx = NULL, *gidx = NULL;
+    char *splitdir = NULL, *path = NULL, *path_in = NULL, *path_lab = NULL;
+    tr__npyw wi, wl;
+    tr_status st = TR_OK;
+    uint8_t ci[900], cl[900], gi[900], go[900];
+    const char *sname = split ? "test" : "train";
+    int wi_open = 0, wl_open = 0;
+    for (t = 0; t < ntasks; t++) {
+        int n = split ? (tasks[t].is_test ? tasks[t].ntest : 0) : (tasks[t].is_test ? tasks[t].ntrain : tasks[t].ntrain + tasks[t].ntest);
+        if (split && !tasks[t].is_test) continue;
+        nex += (int64_t)n * tasks[t].nver;
+        npz += tasks[t].nver;
+        ngr++;
+    }
+    if (split && ngr == 0) return TR_OK; /* no test subset: no test split, as the reference */
+    if (nex > INT32_MAX) return tr__err(ctx, TR_ERR_OVERFLOW, "arc: the %s split would hold %lld examples, more than int32 offsets allow", sname, (long long)nex);
+    pid = (int32_t *)tr__alloc(ctx, (size_t)(npz + 1) * 4);
+    pidx = (int32_t *)tr__alloc(ctx, (size_t)(npz + 1) * 4);
+    gidx = (int32_t *)tr__alloc(ctx, (size_t)(ngr + 1) * 4);
+    splitdir = tr__path3(ctx, out_dir, sname, NULL);
+    if (!pid || !pidx || !gidx || !splitdir) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((st = tr__mkdir_p(ctx, splitdir)) != TR_OK) goto done;
+    {
+        int64_t shape[2];
+        shape[0] = nex;
+        shape[1] = 900;
+        /* the writers keep their path until they end */
+        path_in = tr__path3(ctx, splitdir, "all__inputs.npy", NULL);
+        path_lab = tr__path3(ctx, splitdir, "all__labels.npy", NULL);
+        if (!path_in || !path_lab) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        st = tr__npyw_begin(ctx, &wi, path_in, TR_NPY_U8, 2, shape);
+        wi_open = 1;
+        if (st != TR_OK) goto done;
+        st = tr__npyw_begin(ctx, &wl, path_lab, TR_NPY_U8, 2, shape);
+        wl_open = 1;
+        if (st != TR_OK) goto done;
+    }
+    pidx[0] = 0;
+    gidx[0] = 0;
+    e = 0;
+    for (t = 0; t < ntasks && st == TR_OK; t++) {
+        tr__arc_task *tk = &tasks[t];
+        int first = split ? tk->ntrain : 0, last = split ? tk->ntrain + tk->ntest : (tk->is_test ? tk->ntrain : tk->ntrain + tk->ntest);
+        if (split && !tk->is_test) continue;
+        for (v = 0; v < tk->nver && st == TR_OK; v++) {
+            const uint8_t *ver = tk->ver + (size_t)v * 11;
+            tr__rng rng = tr__rng_kind(o->seed, TR__STREAM_ARC_TRANSLATE + (uint64_t)split, (uint64_t)p);
+            int nexp = last - first, keep = nexp > 0 ? (int)tr__rng_below(&rng, (uint64_t)nexp) : 0, x;
+            for (x = first; x < last && st == TR_OK; x++) {
+                int hi, wi_, ho, wo, r = 0, c = 0;
+                tr_arc_augment(ver[0], ver + 1, tk->in[x].cells, tk->in[x].h, tk->in[x].w, gi, &hi, &wi_);
+                tr_arc_augment(ver[0], ver + 1, tk->out[x].cells, tk->out[x].h, tk->out[x].w, go, &ho, &wo);
+                if (split == 0 && x - first != keep) { /* translation augmentation, train only */
+                    r = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(hi, ho) + 1));
+                    c = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(wi_, wo) + 1));
+                }
+                tr_arc_encode(gi, hi, wi_, r, c, ci);
+                tr_arc_encode(go, ho, wo, r, c, cl);
+                st = tr__npyw_write(&wi, ci, 900);
+                if (st == TR_OK) st = tr__npyw_write(&wl, cl, 900);
+                e++;
+            }
+            pid[p] = tk->ids[v];
+            pidx[++p] = (int32_t)e;
+        }
+        gidx[++g] = (int32_t)p;
+        if (st == TR_OK && (t % 16 == 15 || t == ntasks - 1)) st = tr__progress(ctx, o->progress, o->progress_user, split ? "arc: write test" : "arc: write train", t + 1, ntasks);
+    }
+    if (st == TR_OK) {
+        st = tr__npyw_end(ctx, &wi, 1);
+        wi_open = 0;
+        if (st == TR_OK) st = tr__npyw_end(ctx, &wl, 1);
+        wl_open = 0;
+    }
+    for (k = 0; k < 3 && st == TR_OK; k++) {
+        static const char *nm[3] = {"all__puzzle_identifiers.npy", "all__puzzle_indices.npy", "all__group_indices.npy"};
+        int64_t shape[1];
+        tr__free(ctx, path);
+        if (!(path = tr__path3(ctx, splitdir, nm[k], NULL))) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        shape[0] = k == 0 ? npz : k == 1 ? npz + 1 : ngr + 1;
+        st = tr_npy_save(ctx, path, TR_NPY_I32, 1, shape, k == 0 ? pid : k == 1 ? pidx : gidx);
+    }
+    if (st == TR_OK) {
+        tr_dataset_meta m = tr_dataset_meta_default();
+        m.vocab_size = 12;
+        m.seq_len = 900;
+        m.num_puzzle_identifiers = num_ids;
+        m.total_groups = ngr;
+        m.total_puzzles = npz;
+        m.mean_puzzle_examples = npz ? (double)nex / (double)npz : 0.0;
+        st = tr__write_meta(ctx, splitdir, &m);
+    }
+    if (st == TR_OK && sum) {
+        sum->examples[split] = nex;
+        sum->puzzles[split] = npz;
+        sum->groups[split] = ngr;
+    }
+done:
+    if (wi_open) tr__npyw_end(ctx, &wi, 0);
+    if (wl_open) tr__npyw_end(ctx, &wl, 0);
+    tr__free(ctx, path);
+    tr__free(ctx, path_in);
+    tr__free(ctx, path_lab);
+    tr__free(ctx, splitdir);
+    tr__free(ctx, pid);
+    tr__free(ctx, pidx);
+    tr__free(ctx, gidx);
+    return st;
+}
+
+TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, tr_build_summary *sum) {
+    char **subdirs = NULL, **subnames = NULL;
+    int nsub = 0, capsub = 0, i, j, ntasks = 0, t;
+    tr__arc_task *tasks = NULL;
+    tr__names names;
+    tr_status st = TR_OK;
+    double t0 = tr__now();
+    int64_t num_ids = 0;
+    memset(&names, 0, sizeof names);
+    if (sum) memset(sum, 0, sizeof *sum);
+    if (!ctx || !o || !out_dir || o->num_input_dirs < 1 || !o->input_dirs) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: need at least one input directory and an output directory");
+    if (o->num_aug < 0 || o->num_aug > 100000) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: num_aug %d is outside 0..100000", o->num_aug);
+    if (o->puzzle_identifiers_start < 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: puzzle_identifiers_start must be >= 1 (0 is <blank>)");
+    /* 1. subsets: a directory of *.json is a subset; otherwise each sub-directory holding *.json is */
+    for (i = 0; i < o->num_input_dirs && st == TR_OK; i++) {
+        char **files = NULL, **dirs = NULL;
+        int nf = 0, nd = 0;
+        if ((st = tr__list_dir(ctx, o->input_dirs[i], ".json", &files, &nf)) != TR_OK) break;
+        tr__free_list(ctx, files, nf);
+        if (nf == 0 && (st = tr__list_dir(ctx, o->input_dirs[i], NULL, &dirs, &nd)) != TR_OK) break;
+        for (j = 0; j < (nf ? 1 : nd) && st == TR_OK; j++) {
+            char *full = nf ? tr__path3(ctx, o->input_dirs[i], NULL, NULL) : tr__path3(ctx, o->input_dirs[i], dirs[j], NULL), *nm;
+            const char *base;
+            size_t bl;
+            if (!full) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            bl = strlen(full);
+            while (bl > 1 && full[bl - 1] == '/') full[--bl] = 0;
+            base = strrchr(full, '/') ? strrchr(full, '/') + 1 : full;
+            if (!nf) { /* keep only sub-directories that hold tasks */
+                char **ff = NULL;
+                int n2 = 0;
+                st = tr__list_dir(ctx, full, ".json", &ff, &n2);
+                tr__free_list(ctx, ff, n2);
+                if (st != TR_OK || n2 == 0) {
+                    tr__free(ctx, full);
+                    continue;
+                }
+            }
+            if (nsub == capsub) {
+                int nc = capsub ? capsub * 2 : 16;
+                char **a = (char **)tr__alloc(ctx, (size_t)nc * sizeof *a), **b = (char **)tr__alloc(ctx, (size_t)nc * sizeof *b);
+                if (!a || !b) {
+                    tr__free(ctx, a);
+                    tr__free(ctx, b);
+                    tr__free(ctx, full);
+                    st = TR_ERR_OUT_OF_MEMORY;
+                    break;
+                }
+                if (nsub) {
+                    memcpy(a, subdirs, (size_t)nsub * sizeof *a);
+                    memcpy(b, subnames, (size_t)nsub * sizeof *b);
+                }
+                tr__free(ctx, subdirs);
+                tr__free(ctx, subnames);
+                subdirs = a;
+                subnames = b;
+                capsub = nc;
+            }
+            nm = (char *)tr__alloc(ctx, strlen(base) + 1);
+            if (!nm) {
+                tr__free(ctx, full);
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            strcpy(nm, base);
+            subdirs[nsub] = full;
+            subnames[nsub++] = nm;
+        }
+        tr__free_list(ctx, dirs, nd);
+    }
+    if (st == TR_OK && nsub == 0) st = tr__err(ctx, TR_ERR_NOT_FOUND, "arc: no task files (*.json) under '%s'", o->input_dirs[0]);
+    /* choose and order the subsets: as listed, else by name with the test subset last */
+    if (st == TR_OK) {
+        int *order = (int *)tr__alloc(ctx, (size_t)nsub * sizeof(int)), norder = 0;
+        if (!order) st = TR_ERR_OUT_OF_MEMORY;
+        if (st == TR_OK && o->subsets && o->num_subsets > 0) {
+            for (i = 0; i < o->num_subsets && st == TR_OK; i++) {
+                int found = 0;
+                for (j = 0; j < nsub; j++)
+                    if (!strcmp(subnames[j], o->subsets[i])) {
+                        order[norder++] = j;
+                        found = 1;
+                    }
+                if (!found) st = tr__err(ctx, TR_ERR_NOT_FOUND, "arc: subset '%s' was not found in the input directories", o->subsets[i]);
+            }
+        } else if (st == TR_OK) {
+            for (i = 0; i < nsub; i++)
+                if (!o->test_set_name || strcmp(subnames[i], o->test_set_name)) order[norder++] = i;
+            for (i = 0; i < nsub; i++)
+                if (o->test_set_name && !strcmp(subnames[i], o->test_set_name)) order[norder++] = i;
+            /* stable sort by name within the two runs */
+        }
+        /* 2. load every task of each subset, shuffled within the subset */
+        for (i = 0; i < norder && st == TR_OK; i++) {
+            int sidx = order[i], nf = 0, cap;
+            char **files = NULL;
+            int64_t *perm = NULL;
+            tr__rng rng = tr__rng_kind(o->seed, TR__STREAM_ARC_SHUFFLE, (uint64_t)i);
+            tr__arc_task *nt;
+            if ((st = tr__list_dir(ctx, subdirs[sidx], ".json", &files, &nf)) != TR_OK) break;
+            cap = ntasks + nf;
+            nt = (tr__arc_task *)tr__calloc(ctx, (size_t)(cap ? cap : 1), sizeof *nt);
+            perm = (int64_t *)tr__alloc(ctx, (size_t)(nf ? nf : 1) * sizeof *perm);
+            if (!nt || !perm) {
+                tr__free(ctx, nt);
+                tr__free(ctx, perm);
+                tr__free_list(ctx, files, nf);
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            if (ntasks) memcpy(nt, tasks, (size_t)ntasks * sizeof *nt);
+            tr__free(ctx, tasks);
+            tasks = nt;
+            for (j = 0; j < nf; j++) perm[j] = j;
+            tr__shuffle_i64(&rng, perm, nf);
+            for (j = 0; j < nf && st == TR_OK; j++) {
+                tr__arc_task *tk = &tasks[ntasks];
+                const char *fn = files[perm[j]];
+                char *full = tr__path3(ctx, subdirs[sidx], fn, NULL);
+                size_t nl = strlen(fn) - 5;
+                if (!full) {
+                    st = TR_ERR_OUT_OF_MEMORY;
+                    break;
+                }
+                if (nl >= sizeof tk->name) nl = sizeof tk->name - 1;
+                memcpy(tk->name, fn, nl);
+                tk->name[nl] = 0;
+                tk->subset = sidx;
+                tk->is_test = o->test_set_name && !strcmp(subnames[sidx], o->test_set_name);
+                ntasks++;
+                st = tr__arc_load_task(ctx, full, tk);
+                tr__free(ctx, full);
+                if (st == TR_OK && (ntasks % 64 == 0)) st = tr__progress(ctx, o->progress, o->progress_user, "arc: read", ntasks, ntasks);
+            }
+            tr__free(ctx, perm);
+            tr__free_list(ctx, files, nf);
+        }
+        tr__free(ctx, order);
+    }
+    /* 3. augment every task (in parallel; each task has its own random stream) */
+    if (st == TR_OK) {
+        int nth = tr_ctx_num_threads(ctx), maxpairs = 1, tcap = 16;
+        tr__h128 *tables = NULL, *exh = NULL;
+        uint8_t *bufs = NULL;
+        while (tcap < 2 * (o->num_aug + 1)) tcap *= 2;
+        for (t = 0; t < ntasks; t++) {
+            if (tasks[t].ntrain + tasks[t].ntest > maxpairs) maxpairs = tasks[t].ntrain + tasks[t].ntest;
+            tasks[t].ver = (uint8_t *)tr__alloc(ctx, (size_t)(o->num_aug + 1) * 11);
+            if (!tasks[t].ver) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+        }
+        if (st == TR_OK) {
+            tables = (tr__h128 *)tr__alloc(ctx, (size_t)nth * (size_t)tcap * sizeof *tables);
+            exh = (tr__h128 *)tr__alloc(ctx, (size_t)nth * (size_t)maxpairs * sizeof *exh);
+            bufs = (uint8_t *)tr__alloc(ctx, (size_t)nth * 900);
+            if (!tables || !exh || !bufs) st = TR_ERR_OUT_OF_MEMORY;
+        }
+        for (i = 0; i < ntasks && st == TR_OK; i += 64) {
+            int i1 = i + 64 < ntasks ? i + 64 : ntasks;
+#if TR__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+#endif
+            for (t = i; t < i1; t++) {
+                int tid = 0;
+#if TR__OMP
+                tid = omp_get_thread_num();
+#endif
+                tr__arc_augment_task(&tasks[t], o->seed, (uint64_t)t, o->num_aug, tables + (size_t)tid * (size_t)tcap, tcap, exh + (size_t)tid * (size_t)maxpairs, bufs + (size_t)tid * 900);
+            }
+            st = tr__progress(ctx, o->progress, o->progress_user, "arc: augment", i1, ntasks);
+        }
+        tr__free(ctx, tables);
+        tr__free(ctx, exh);
+        tr__free(ctx, bufs);
+    }
+    /* 4. puzzle identifiers: one per augmented version, by name, in train order */
+    if (st == TR_OK) {
+        char nm[256];
+        for (i = 0; i < o->puzzle_identifiers_start && st == TR_OK; i++) {
+            snprintf(nm, sizeof nm, "<blank>%s%d", TR_ARC_SEP, i); /* placeholders, written as "<blank>" */
+            if (tr__names_id(ctx, &names, nm) < 0) st = TR_ERR_OUT_OF_MEMORY;
+        }
+        for (t = 0; t < ntasks && st == TR_OK; t++) {
+            int v;
+            tasks[t].ids = (int32_t *)tr__alloc(ctx, (size_t)tasks[t].nver * 4);
+            if (!tasks[t].ids) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            for (v = 0; v < tasks[t].nver; v++) {
+                int64_t id;
+                tr__arc_version_name(&tasks[t], v, nm, sizeof nm);
+                id = tr__names_id(ctx, &names, nm);
+                if (id < 0) {
+                    st = TR_ERR_OUT_OF_MEMORY;
+                    break;
+                }
+                if (id > INT32_MAX) {
+                    st = tr__err(ctx, TR_ERR_OVERFLOW, "arc: too many puzzle identifiers");
+                    break;
+                }
+                tasks[t].ids[v] = (int32_t)id;
+            }
+        }
+        num_ids = names.n;
+    }
+    /* 5. the splits, identifiers.json and test_puzzles.json */
+    if (st == TR_OK) st = tr__arc_write_split(ctx, o, out_dir, 0, tasks, ntasks, num_ids, sum);
+    if (st == TR_OK) st = tr__arc_write_split(ctx, o, out_dir, 1, tasks, ntasks, num_ids, sum);
+    if (st == TR_OK) {
+        const char **list = (const char **)tr__alloc(ctx, (size_t)(num_ids ? num_ids : 1) * sizeof(char *));
+        if (!list) st = TR_ERR_OUT_OF_MEMORY;
+        else {
+            int64_t k;
+            for (k = 0; k < num_ids; k++) list[k] = k < o->puzzle_identifiers_start ? "<blank>" : names.names[k];
+            st = tr_write_identifiers(ctx, out_dir, num_ids, list);
+            tr__free(ctx, (void *)list);
+        }
+    }
+    if (st == TR_OK) {
+        tr__sb sb;
+        int first = 1;
+        tr__sb_init(&sb, ctx);
+        tr__sb_printf(&sb, "{");
+        for (t = 0; t < ntasks; t++) {
+            if (!tasks[t].is_test) continue;
+            if (!first) tr__sb_printf(&sb, ", ");
+            first = 0;
+            tr__sb_json_string(&sb, tasks[t].name);
+            tr__sb_printf(&sb, ": %s", tasks[t].json);
+        }
+        tr__sb_printf(&sb, "}");
+        st = tr__sb_status(&sb);
+        if (st == TR_OK) {
+            char *path = tr__path3(ctx, out_dir, "test_puzzles.json", NULL);
+            if (!path) st = TR_ERR_OUT_OF_MEMORY;
+            else {
+                st = tr__write_whole(ctx, path, sb.data, sb.len);
+                tr__free(ctx, path);
+            }
+        }
+        tr__sb_free(&sb);
+    }
+    if (sum) {
+        sum->num_identifiers = num_ids;
+        sum->seconds = tr__now() - t0;
+    }
+    for (t = 0; t < ntasks; t++) tr__arc_task_free(ctx, &tasks[t]);
+    tr__free(ctx, tasks);
+    tr__names_free(ctx, &names);
+    for (i = 0; i < nsub; i++) {
+        tr__free(ctx, subdirs[i]);
+        tr__free(ctx, subnames[i]);
+    }
+    tr__free(ctx, subdirs);
+    tr__free(ctx, subnames);
+    return st;
+}
+
+/* >>data-end */
 
 #ifdef __cplusplus
 }

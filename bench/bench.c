@@ -8,7 +8,6 @@
    T=3, n=6 (42 forward blocks, and twice the 14 blocks of the last H cycle for backward). */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
-#include "parts/sgemm.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,21 +2,8 @@
    Build: gcc -O2 -g -Wall -Wextra -std=c99 -fopenmp -I. tests/test_io.c -o build/test_io -lcmocka -lm
    Run from the repository root (the regression corpus is found relative to it, or via
    TINYREC_SRCDIR). */
-/* POSIX (mkdtemp, opendir, fsync) must be requested before the first system header: cmocka's
-   prerequisites below come before tinyrec.h, which would otherwise ask for it itself. */
-#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
-#define _POSIX_C_SOURCE 200809L
-#endif
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #define TINYREC_IMPLEMENTATION
-#include "tinyrec.h"
-#include "parts/json.h"
-#include "parts/safetensors.h"
+#include "test_util.h" /* the library first (its POSIX feature macros), then cmocka */
 
 #include <dirent.h>
 #include <sys/stat.h>

@@ -4,7 +4,6 @@
    atol 2e-3 + rtol 2e-2 separates a wrong formula (O(1) errors) from noise. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
-#include "parts/sgemm.h"
 
 #define FD_H 1e-2f
 #define FD_ATOL 2e-3

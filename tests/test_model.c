@@ -2,7 +2,6 @@
    differences, thread-count independence, determinism, allocation failure, ACT behaviour. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
-#include "parts/sgemm.h"
 
 static void tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
     assert_int_equal(tr_model_config_preset(c, "trm-tiny"), TR_OK);

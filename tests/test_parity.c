@@ -17,7 +17,6 @@
      measured worst 8.3e-6 after 3 steps of lr 1e-3). */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
-#include "parts/sgemm.h"
 
 typedef struct fx_rec {
     char name[160];

@@ -3,7 +3,6 @@
    Build and run: tests/fuzz/run.sh SECONDS json */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
-#include "parts/json.h"
 
 static tr_ctx *fz_ctx;
 

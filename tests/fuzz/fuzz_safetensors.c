@@ -6,8 +6,6 @@
    leak through the context's counters or inconsistency aborts. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
-#include "parts/json.h"
-#include "parts/safetensors.h"
 
 static tr_ctx *fz_ctx;
 
