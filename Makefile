@@ -12,7 +12,7 @@ TEST_SRCS    := $(wildcard tests/test_*.c)
 TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
-HDR          := tinyrec.h $(wildcard parts/*.h)
+HDR          := tinyrec.h
 
 .PHONY: all test bench demo fuzz clean compile-tests
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests

@@ -618,6 +618,77 @@ TRDEF int64_t tr_sampler_batches_per_pass(const tr_sampler *s);
 TRDEF void tr_sampler_destroy(tr_sampler *s);
 /* >>api-data-end */
 
+/* >>api-checkpoint */
+/* >>api-checkpoint */
+/* Model files: safetensors whose tensor names are the reference PyTorch state_dict keys without
+   the "_orig_mod." prefix (tr_model_tensor's names), and whose __metadata__ holds
+       format = "tinyrec", format_version = "1", model = "trm",
+       config = a JSON object with the reference's arch field names (hidden_size, num_heads,
+                expansion, L_layers, H_layers, H_cycles, L_cycles, puzzle_emb_ndim,
+                puzzle_emb_len, pos_encodings, mlp_t, rope_theta, rms_norm_eps, halt_max_steps,
+                halt_exploration_prob, forward_dtype, no_ACT_continue, loss_type) plus
+                vocab_size, seq_len and num_puzzle_identifiers.
+   tools/convert_checkpoint.py converts reference torch.save checkpoints to and from this format.
+
+   Trainer state files (tr_trainer_save) sit beside the model file (tr_trainer_state_path) and hold
+   everything a resumed run needs to continue bit for bit on the same machine and thread count:
+   the step, the trainer RNG, AdamATan2 moments, EMA weights, the live parameters and buffers
+   (puzzle table included), the ACT carry, and an opaque blob for the caller's sampler position.
+   Every write is atomic: a failed save leaves the previous file intact. */
+#define TR_CHECKPOINT_FORMAT_VERSION 1
+
+typedef struct tr_model_save_options {
+    tr_dtype dtype; /* precision of the stored tensors: TR_F32 (the default), TR_BF16 or TR_F16 */
+} tr_model_save_options;
+
+/* All-zero (or a NULL pointer) is the strict default. */
+typedef struct tr_model_load_options {
+    /* tr_model_load: > 0 gives the puzzle table's row count the caller needs (the dataset's
+       num_puzzle_identifiers) instead of the file's config. tr_model_load_weights ignores it: the
+       model's own table size is the target. */
+    int num_puzzle_identifiers;
+    /* A puzzle table whose row count differs from the target: 1 re-initialises every row to the
+       mean row of the loaded table and logs a warning (the reference's load_checkpoint); 0 is an
+       error naming both sizes. */
+    int allow_puzzle_resize;
+    /* Tensors of the file that the model does not have: 1 skips them with a warning; 0 (default)
+       is an error naming them. */
+    int allow_unexpected;
+} tr_model_load_options;
+
+/* Writes the model (parameters and buffers, with the metadata above). opt may be NULL. */
+TRDEF tr_status tr_model_save(tr_model *m, const char *path, const tr_model_save_options *opt);
+/* Creates a model from the config in the file's metadata and loads its tensors (F32, BF16 or
+   F16; "_orig_mod." names too). A config that fails tr_model_config_validate is an error. */
+TRDEF tr_status tr_model_load(tr_ctx *ctx, const char *path, const tr_model_load_options *opt, tr_model **out);
+/* Loads a file's tensors into an existing model, whose shapes they must match. The file needs no
+   metadata (any safetensors with the right names works); a config in it, if any, must be valid,
+   and fields that differ from the model's without changing shapes are logged as warnings. On any
+   error the model is left unchanged. */
+TRDEF tr_status tr_model_load_weights(tr_model *m, const char *path, const tr_model_load_options *opt);
+/* Reads only the config of a model file (or of a trainer state file). */
+TRDEF tr_status tr_checkpoint_read_config(tr_ctx *ctx, const char *path, tr_model_config *out);
+/* The model config as the metadata's JSON object, written into buf (NUL-terminated). Returns
+   TR_ERR_OVERFLOW if cap is too small; *len (may be NULL) gets the length needed. */
+TRDEF tr_status tr_model_config_to_json(const tr_model_config *cfg, char *buf, size_t cap, size_t *len);
+/* Parses such a JSON object (the reference's field names); unknown keys are ignored. The result
+   is validated with tr_model_config_validate. `what` names the source in errors (may be NULL). */
+TRDEF tr_status tr_model_config_from_json(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out);
+
+/* "<dir>/<name>.safetensors" -> "<dir>/<name>.state.safetensors" (other names get
+   ".state.safetensors" appended). TR_ERR_OVERFLOW if cap is too small. */
+TRDEF tr_status tr_trainer_state_path(const char *model_path, char *buf, size_t cap);
+/* Saves the trainer's state; extra/extra_len is stored as is (e.g. a tr_sampler_state), and may
+   be NULL/0. Save the model file too (tr_model_save): resuming creates the model from it. */
+TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *extra, size_t extra_len);
+/* Restores a state saved by tr_trainer_save into a trainer of the same model config and
+   global_batch_size: step, RNG, moments, EMA, parameters and buffers, carry. The blob is copied to
+   extra (when extra is non-NULL; it must hold extra_cap >= its size, else TR_ERR_OVERFLOW) and its
+   size stored in *extra_len (when non-NULL). Train-config fields other than global_batch_size may
+   differ (logged as warnings; the new values apply). On any error nothing is modified. */
+TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, size_t extra_cap, size_t *extra_len);
+/* >>api-checkpoint-end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -3494,6 +3565,7 @@ struct tr_trainer {
     int *order;
     long step;
     tr__rng rng;
+    int ema_swapped; /* 1 while tr_trainer_swap_ema has the EMA weights in the model */
 };
 
 TRDEF void tr_trainer_destroy(tr_trainer *t) {
@@ -3642,13 +3714,12 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
         p[i] = t->ema[i];
         t->ema[i] = v;
     }
+    t->ema_swapped = !t->ema_swapped;
     return TR_OK;
 }
 
 
-/* parts/json.h - strict JSON reader, string builder, whole-file reads and atomic file writes.
-   A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` + `#include "tinyrec.h"`. */
-
+/* Strict JSON reader, string builder, whole-file reads and atomic file writes. */
 /* >>json */
 
 /* ---- JSON ----------------------------------------------------------------------------------
@@ -4480,10 +4551,8 @@ TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) { return af->status; }
 #endif
 /* >>json-end */
 
-/* parts/safetensors.h - a strict safetensors reader and an atomic writer.
-   A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` + `#include "tinyrec.h"`
-   and parts/json.h (it uses the JSON reader, the string builder and the atomic writer). */
-
+/* A strict safetensors reader and an atomic writer (on the JSON reader, string builder and
+   atomic writer of >>json). */
 /* >>io */
 struct tr_st_file {
     tr_ctx *ctx;
@@ -5076,10 +5145,9 @@ TRDEF tr_status tr_st_write(tr_ctx *ctx, const char *path, const tr_st_tensor *t
 }
 /* >>io-end */
 
-/* parts/data.h - the data pipeline: .npy files, the reference dataset layout (reader, validator,
-   writer), the Sudoku / Maze / ARC builders with their augmentations, and the batch sampler with
-   its prefetch thread. A fragment of tinyrec.h: included after `#define TINYREC_IMPLEMENTATION` +
-   `#include "tinyrec.h"` and after parts/json.h. */
+/* The data pipeline: .npy files, the reference dataset layout (reader, validator, writer), the
+   Sudoku / Maze / ARC builders with their augmentations, and the batch sampler with its prefetch
+   thread. */
 
 /* >>data */
 
@@ -8610,6 +8678,980 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
 }
 
 /* >>data-end */
+
+/* Model checkpoints and trainer state as safetensors files (on >>io and >>json). */
+
+/* >>checkpoint */
+#define TR__CK_ORIG_MOD "_orig_mod."
+#define TR__CK_ERRBUF 720
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+TR__FN int tr__ck_host_le(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Shortest "%.Ng" that reads back to the same double, with '.' whatever the C locale says. */
+TR__FN void tr__ck_fmt_double(char *buf, size_t cap, double v) {
+    int prec;
+    const struct lconv *lc = localeconv();
+    char dp = lc && lc->decimal_point && lc->decimal_point[0] ? lc->decimal_point[0] : '.';
+    for (prec = 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (dp != '.') {
+        char *d = strchr(buf, dp);
+        if (d) *d = '.';
+    }
+}
+
+/* Appends `'name'` to a fixed error-list buffer, with ", " between entries and "..." once full. */
+TR__FN void tr__ck_list_add(char *buf, size_t cap, int *count, const char *name) {
+    size_t o = strlen(buf), need = strlen(name) + 4;
+    (*count)++;
+    if (o >= 3 && strcmp(buf + o - 3, "...") == 0) return;
+    if (o + need + 6 > cap) {
+        if (o + 6 < cap) snprintf(buf + o, cap - o, "%s...", o ? ", " : "");
+        return;
+    }
+    snprintf(buf + o, cap - o, "%s'%s'", o ? ", " : "", name);
+}
+
+/* "[a,b]" of up to two dims (model tensors). */
+TR__FN const char *tr__ck_shape2(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    if (ndim == 1) snprintf(buf, cap, "[%lld]", (long long)shape[0]);
+    else if (ndim == 2) snprintf(buf, cap, "[%lld,%lld]", (long long)shape[0], (long long)shape[1]);
+    else snprintf(buf, cap, "[]");
+    return buf;
+}
+
+TR__FN int tr__ck_is_float(tr_dtype d) { return d == TR_F32 || d == TR_BF16 || d == TR_F16; }
+
+/* Element i of an F32/BF16/F16 tensor (bounds checked by the caller). */
+TR__FN float tr__ck_elem_f32(const tr_st_tensor *t, size_t i) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    if (t->dtype == TR_F32) {
+        uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    if (t->dtype == TR_BF16) return tr__bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+    return tr__f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+}
+
+/* Looks `name` up in a file, or "_orig_mod." + name; both present is an error. *out = NULL (and
+   TR_OK) when neither is there. */
+TR__FN tr_status tr__ck_find(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *name, const tr_st_tensor **out) {
+    char full[TR__NAME_LEN + 64];
+    const tr_st_tensor *a, *b = NULL;
+    a = tr_st_find(f, name);
+    if (strlen(name) + sizeof TR__CK_ORIG_MOD < sizeof full) {
+        snprintf(full, sizeof full, "%s%s", TR__CK_ORIG_MOD, name);
+        b = tr_st_find(f, full);
+    }
+    *out = a ? a : b;
+    if (a && b) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' is there twice, with and without the '" TR__CK_ORIG_MOD "' prefix", path, name);
+    return TR_OK;
+}
+
+/* A growable list of buffers to free, for the writers' converted copies. */
+typedef struct tr__ck_owned {
+    tr_ctx *ctx;
+    void **p;
+    size_t n, cap;
+} tr__ck_owned;
+
+TR__FN void *tr__ck_own(tr__ck_owned *o, size_t bytes) {
+    void *p;
+    if (o->n == o->cap) {
+        size_t nc = o->cap ? 2 * o->cap : 16;
+        void **np = (void **)tr__alloc(o->ctx, nc * sizeof(void *));
+        if (!np) return NULL;
+        if (o->n) memcpy(np, o->p, o->n * sizeof(void *));
+        tr__free(o->ctx, o->p);
+        o->p = np;
+        o->cap = nc;
+    }
+    p = tr__alloc(o->ctx, bytes ? bytes : 1);
+    if (p) o->p[o->n++] = p;
+    return p;
+}
+
+TR__FN void tr__ck_own_free(tr__ck_owned *o) {
+    size_t i;
+    for (i = 0; i < o->n; i++) tr__free(o->ctx, o->p[i]);
+    tr__free(o->ctx, o->p);
+    o->p = NULL;
+    o->n = o->cap = 0;
+}
+
+/* Little-endian bytes of n elements of `esize` bytes: the data itself on a little-endian host, a
+   swapped copy otherwise. NULL on allocation failure. */
+TR__FN const void *tr__ck_le(tr__ck_owned *o, const void *data, size_t esize, size_t n) {
+    unsigned char *c;
+    const unsigned char *s = (const unsigned char *)data;
+    size_t i, k;
+    if (tr__ck_host_le() || esize == 1) return data;
+    c = (unsigned char *)tr__ck_own(o, n * esize);
+    if (!c) return NULL;
+    for (i = 0; i < n; i++)
+        for (k = 0; k < esize; k++) c[i * esize + k] = s[i * esize + esize - 1 - k];
+    return c;
+}
+
+/* Fills a writer's tensor record. */
+TR__FN void tr__ck_tensor(tr_st_tensor *t, const char *name, tr_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, const void *data) {
+    size_t n = 1;
+    int i;
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->shape[0] = d0, t->shape[1] = d1, t->shape[2] = d2;
+    for (i = 0; i < ndim; i++) n *= (size_t)t->shape[i];
+    t->data = data;
+    t->nbytes = n * tr_dtype_size(dt);
+}
+
+/* ---- config <-> JSON ---------------------------------------------------------------------- */
+typedef enum tr__ck_kind { TR__CK_INT, TR__CK_LONG, TR__CK_DBL, TR__CK_BOOL, TR__CK_POS, TR__CK_LOSS, TR__CK_FWD } tr__ck_kind;
+typedef struct tr__ck_field {
+    const char *name;
+    tr__ck_kind kind;
+    size_t off;
+    int required;
+} tr__ck_field;
+
+#define TR__CK_MF(name, kind, req) {#name, kind, offsetof(tr_model_config, name), req}
+static const tr__ck_field tr__ck_model_fields[] = {
+    TR__CK_MF(hidden_size, TR__CK_INT, 1),
+    TR__CK_MF(num_heads, TR__CK_INT, 1),
+    TR__CK_MF(expansion, TR__CK_DBL, 1),
+    TR__CK_MF(L_layers, TR__CK_INT, 1),
+    TR__CK_MF(H_layers, TR__CK_INT, 0),
+    TR__CK_MF(H_cycles, TR__CK_INT, 1),
+    TR__CK_MF(L_cycles, TR__CK_INT, 1),
+    TR__CK_MF(puzzle_emb_ndim, TR__CK_INT, 1),
+    TR__CK_MF(puzzle_emb_len, TR__CK_INT, 1),
+    TR__CK_MF(pos_encodings, TR__CK_POS, 1),
+    TR__CK_MF(mlp_t, TR__CK_BOOL, 1),
+    TR__CK_MF(rope_theta, TR__CK_DBL, 0),
+    TR__CK_MF(rms_norm_eps, TR__CK_DBL, 0),
+    TR__CK_MF(halt_max_steps, TR__CK_INT, 1),
+    TR__CK_MF(halt_exploration_prob, TR__CK_DBL, 1),
+    {"forward_dtype", TR__CK_FWD, 0, 0},
+    TR__CK_MF(no_ACT_continue, TR__CK_BOOL, 0),
+    TR__CK_MF(loss_type, TR__CK_LOSS, 0),
+    TR__CK_MF(vocab_size, TR__CK_INT, 1),
+    TR__CK_MF(seq_len, TR__CK_INT, 1),
+    TR__CK_MF(num_puzzle_identifiers, TR__CK_INT, 1),
+};
+#undef TR__CK_MF
+#define TR__CK_NMODEL ((int)(sizeof tr__ck_model_fields / sizeof tr__ck_model_fields[0]))
+
+#define TR__CK_TF(name, kind) {#name, kind, offsetof(tr_train_config, name), 1}
+static const tr__ck_field tr__ck_train_fields[] = {
+    TR__CK_TF(lr, TR__CK_DBL),
+    TR__CK_TF(lr_min_ratio, TR__CK_DBL),
+    TR__CK_TF(lr_warmup_steps, TR__CK_LONG),
+    TR__CK_TF(total_steps, TR__CK_LONG),
+    TR__CK_TF(weight_decay, TR__CK_DBL),
+    TR__CK_TF(beta1, TR__CK_DBL),
+    TR__CK_TF(beta2, TR__CK_DBL),
+    TR__CK_TF(puzzle_emb_lr, TR__CK_DBL),
+    TR__CK_TF(puzzle_emb_weight_decay, TR__CK_DBL),
+    TR__CK_TF(ema, TR__CK_BOOL),
+    TR__CK_TF(ema_decay, TR__CK_DBL),
+    TR__CK_TF(global_batch_size, TR__CK_INT),
+};
+#undef TR__CK_TF
+#define TR__CK_NTRAIN ((int)(sizeof tr__ck_train_fields / sizeof tr__ck_train_fields[0]))
+
+static const char *const tr__ck_pos_names[] = {"none", "rope", "learned"};
+static const char *const tr__ck_loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy"};
+
+/* Appends `{"field":value,...}` for a struct described by a field table. */
+TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const void *obj) {
+    const char *base = (const char *)obj;
+    char num[64];
+    int i;
+    tr__sb_append(sb, "{", 1);
+    for (i = 0; i < nf; i++) {
+        const void *p = base + fl[i].off;
+        if (i) tr__sb_append(sb, ",", 1);
+        tr__sb_json_string(sb, fl[i].name);
+        tr__sb_append(sb, ":", 1);
+        switch (fl[i].kind) {
+        case TR__CK_INT: tr__sb_printf(sb, "%d", *(const int *)p); break;
+        case TR__CK_LONG: tr__sb_printf(sb, "%ld", *(const long *)p); break;
+        case TR__CK_DBL:
+            tr__ck_fmt_double(num, sizeof num, *(const double *)p);
+            tr__sb_printf(sb, "%s", num);
+            break;
+        case TR__CK_BOOL: tr__sb_printf(sb, "%s", *(const int *)p ? "true" : "false"); break;
+        case TR__CK_POS: {
+            int v = (int)*(const tr_pos_encoding *)p;
+            tr__sb_json_string(sb, v >= 0 && v <= 2 ? tr__ck_pos_names[v] : "?");
+            break;
+        }
+        case TR__CK_LOSS: {
+            int v = (int)*(const tr_loss_type *)p;
+            tr__sb_json_string(sb, v >= 0 && v <= 1 ? tr__ck_loss_names[v] : "?");
+            break;
+        }
+        case TR__CK_FWD: tr__sb_json_string(sb, "float32"); break;
+        }
+    }
+    tr__sb_append(sb, "}", 1);
+}
+
+/* Reads the fields of a field table from a JSON object into obj (which holds the defaults).
+   Errors name `what` and the field. */
+TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr__json *root, const tr__ck_field *fl, int nf, void *obj, const char *what) {
+    char *base = (char *)obj;
+    int i;
+    if (!root || root->type != TR__JSON_OBJECT)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a JSON %s, not an object", what, root ? tr__json_type_name(root->type) : "nothing");
+    for (i = 0; i < nf; i++) {
+        const tr__json *v = tr__json_get(root, fl[i].name);
+        void *p = base + fl[i].off;
+        if (!v) {
+            if (fl[i].required) return tr__err(ctx, TR_ERR_FORMAT, "%s: missing field '%s'", what, fl[i].name);
+            continue;
+        }
+        switch (fl[i].kind) {
+        case TR__CK_INT:
+        case TR__CK_LONG: {
+            double lim = fl[i].kind == TR__CK_INT ? 2147483647.0 : 9007199254740992.0;
+            if (v->type != TR__JSON_NUMBER || floor(v->number) != v->number || fabs(v->number) > lim)
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be an integer", what, fl[i].name);
+            if (fl[i].kind == TR__CK_INT) *(int *)p = (int)v->number;
+            else *(long *)p = (long)v->number;
+            break;
+        }
+        case TR__CK_DBL:
+            if (v->type != TR__JSON_NUMBER) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a number, not a JSON %s", what, fl[i].name, tr__json_type_name(v->type));
+            *(double *)p = v->number;
+            break;
+        case TR__CK_BOOL:
+            if (v->type == TR__JSON_BOOL) *(int *)p = v->boolean;
+            else if (v->type == TR__JSON_NUMBER && (v->number == 0 || v->number == 1)) *(int *)p = (int)v->number;
+            else return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be true or false", what, fl[i].name);
+            break;
+        case TR__CK_POS:
+        case TR__CK_LOSS: {
+            const char *const *names = fl[i].kind == TR__CK_POS ? tr__ck_pos_names : tr__ck_loss_names;
+            int n = fl[i].kind == TR__CK_POS ? 3 : 2, k, found = -1;
+            if (v->type != TR__JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
+            for (k = 0; k < n; k++)
+                if (strcmp(v->string, names[k]) == 0) found = k;
+            if (fl[i].kind == TR__CK_LOSS && found < 0) { /* short names too */
+                if (strcmp(v->string, "stablemax") == 0) found = 0;
+                if (strcmp(v->string, "softmax") == 0) found = 1;
+            }
+            if (found < 0)
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' is '%.60s' (expected %s)", what, fl[i].name, v->string,
+                               fl[i].kind == TR__CK_POS ? "rope, none or learned" : "stablemax_cross_entropy or softmax_cross_entropy");
+            if (fl[i].kind == TR__CK_POS) *(tr_pos_encoding *)p = (tr_pos_encoding)found;
+            else *(tr_loss_type *)p = (tr_loss_type)found;
+            break;
+        }
+        case TR__CK_FWD:
+            /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
+            if (v->type != TR__JSON_STRING ||
+                (strcmp(v->string, "float32") != 0 && strcmp(v->string, "bfloat16") != 0 && strcmp(v->string, "float16") != 0))
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\" or \"float16\"", what);
+            break;
+        }
+    }
+    return TR_OK;
+}
+
+TR__FN void tr__ck_model_defaults(tr_model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = TR_ARCH_TRM;
+    c->rope_theta = 10000.0;
+    c->rms_norm_eps = 1e-5;
+    c->no_ACT_continue = 1;
+    c->loss_type = TR_LOSS_STABLEMAX;
+}
+
+/* Parses and validates; what names the source. */
+TR__FN tr_status tr__ck_config_parse(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out) {
+    tr__json *root = NULL;
+    tr_status st;
+    tr_model_config c;
+    char w[300];
+    snprintf(w, sizeof w, "%.260s config", what);
+    tr__ck_model_defaults(&c);
+    if ((st = tr__json_parse(ctx, json, len, w, &root)) != TR_OK) return st;
+    st = tr__ck_parse_fields(ctx, root, tr__ck_model_fields, TR__CK_NMODEL, &c, w);
+    tr__json_free(ctx, root);
+    if (st != TR_OK) return st;
+    if ((st = tr_model_config_validate(ctx, &c)) != TR_OK) {
+        char reason[TR__ERRLEN];
+        snprintf(reason, sizeof reason, "%s", tr_ctx_last_error(ctx));
+        return tr__err(ctx, st == TR_ERR_UNSUPPORTED ? st : TR_ERR_CONFIG, "%s: invalid: %s", w, reason);
+    }
+    *out = c;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_model_config_from_json(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!json || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_config_from_json: NULL argument");
+    return tr__ck_config_parse(ctx, json, len, what ? what : "JSON", out);
+}
+
+/* Builds the model config JSON into sb. */
+TR__FN void tr__ck_config_json(tr__sb *sb, const tr_model_config *cfg) { tr__ck_json_fields(sb, tr__ck_model_fields, TR__CK_NMODEL, cfg); }
+
+TRDEF tr_status tr_model_config_to_json(const tr_model_config *cfg, char *buf, size_t cap, size_t *len) {
+    tr_ctx ctx; /* a private counting context over the C library's allocator */
+    tr__sb sb;
+    tr_status st = TR_OK;
+    if (!cfg) return TR_ERR_INVALID_ARG;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.allocator.alloc = tr__default_alloc;
+    ctx.allocator.free = tr__default_free;
+    tr__sb_init(&sb, &ctx);
+    tr__ck_config_json(&sb, cfg);
+    if (sb.failed) st = TR_ERR_OUT_OF_MEMORY;
+    else {
+        if (len) *len = sb.len;
+        if (!buf || cap < sb.len + 1) st = TR_ERR_OVERFLOW;
+        else memcpy(buf, sb.data, sb.len + 1);
+    }
+    tr__sb_free(&sb);
+    return st;
+}
+
+/* Compares two structs field by field; the first difference is described in buf. 0 if equal. */
+TR__FN int tr__ck_diff_fields(const tr__ck_field *fl, int nf, const void *a, const void *b, char *buf, size_t cap, int skip_fwd) {
+    const char *pa = (const char *)a, *pb = (const char *)b;
+    int i;
+    for (i = 0; i < nf; i++) {
+        const void *x = pa + fl[i].off, *y = pb + fl[i].off;
+        char s1[64], s2[64];
+        int same = 1;
+        switch (fl[i].kind) {
+        case TR__CK_INT:
+        case TR__CK_BOOL:
+            same = *(const int *)x == *(const int *)y;
+            snprintf(s1, sizeof s1, "%d", *(const int *)x), snprintf(s2, sizeof s2, "%d", *(const int *)y);
+            break;
+        case TR__CK_LONG:
+            same = *(const long *)x == *(const long *)y;
+            snprintf(s1, sizeof s1, "%ld", *(const long *)x), snprintf(s2, sizeof s2, "%ld", *(const long *)y);
+            break;
+        case TR__CK_DBL:
+            same = *(const double *)x == *(const double *)y;
+            tr__ck_fmt_double(s1, sizeof s1, *(const double *)x), tr__ck_fmt_double(s2, sizeof s2, *(const double *)y);
+            break;
+        case TR__CK_POS:
+            same = *(const tr_pos_encoding *)x == *(const tr_pos_encoding *)y;
+            snprintf(s1, sizeof s1, "%d", (int)*(const tr_pos_encoding *)x), snprintf(s2, sizeof s2, "%d", (int)*(const tr_pos_encoding *)y);
+            break;
+        case TR__CK_LOSS:
+            same = *(const tr_loss_type *)x == *(const tr_loss_type *)y;
+            snprintf(s1, sizeof s1, "%d", (int)*(const tr_loss_type *)x), snprintf(s2, sizeof s2, "%d", (int)*(const tr_loss_type *)y);
+            break;
+        case TR__CK_FWD: TR__UNUSED(skip_fwd); break;
+        }
+        if (!same) {
+            snprintf(buf, cap, "'%s' is %s in the file but %s here", fl[i].name, s1, s2);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- opening and checking a tinyrec file -------------------------------------------------- */
+/* Checks format/format_version/model of a file's metadata; kind is NULL for model files, else the
+   required "content" value. Sets *cfg from the config when present (has_cfg). */
+TR__FN tr_status tr__ck_read_meta(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *kind, int need_cfg, tr_model_config *cfg, int *has_cfg) {
+    const char *fmt = tr_st_metadata(f, "format"), *ver = tr_st_metadata(f, "format_version");
+    const char *model = tr_st_metadata(f, "model"), *conf = tr_st_metadata(f, "config"), *content = tr_st_metadata(f, "content");
+    *has_cfg = 0;
+    if (!fmt || strcmp(fmt, "tinyrec") != 0) {
+        if (!need_cfg && !conf) return TR_OK; /* a foreign safetensors file: tensors only */
+        if (!fmt)
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: no tinyrec metadata (__metadata__ has no 'format'); convert reference checkpoints with tools/convert_checkpoint.py, or use tr_model_load_weights", path);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format is '%.40s', not 'tinyrec'", path, fmt);
+    }
+    if (ver) {
+        char *end;
+        long v = strtol(ver, &end, 10);
+        if (end == ver || *end || v < 1) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format_version '%.40s' is not a positive integer", path, ver);
+        if (v > TR_CHECKPOINT_FORMAT_VERSION)
+            return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s: format_version %ld is newer than this tinyrec's %d", path, v, TR_CHECKPOINT_FORMAT_VERSION);
+    } else
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'format_version'", path);
+    if (kind && (!content || strcmp(content, kind) != 0))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is not a %s file (__metadata__ content is '%.40s')", path, kind, content ? content : "(none: a model file)");
+    if (!kind && content && strcmp(content, "model") != 0)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a '%.40s' file, not a model file", path, content);
+    if (!model) {
+        if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'model' (trm or hrm)", path);
+    } else if (strcmp(model, "hrm") == 0)
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s: model 'hrm' is not implemented yet", path);
+    else if (strcmp(model, "trm") != 0)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ model is '%.40s' (expected trm or hrm)", path, model);
+    if (!conf) {
+        if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'config'", path);
+        return TR_OK;
+    }
+    {
+        char w[300];
+        tr_status st;
+        snprintf(w, sizeof w, "%.200s: __metadata__", path);
+        if ((st = tr__ck_config_parse(ctx, conf, strlen(conf), w, cfg)) != TR_OK) return st;
+    }
+    *has_cfg = 1;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_checkpoint_read_config(tr_ctx *ctx, const char *path, tr_model_config *out) {
+    tr_st_file *f;
+    tr_status st;
+    int has;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_checkpoint_read_config: NULL argument");
+    if ((st = tr_st_open(ctx, path, &f)) != TR_OK) return st;
+    st = tr__ck_read_meta(ctx, f, path, tr_st_metadata(f, "content") && strcmp(tr_st_metadata(f, "content"), "trainer_state") == 0 ? "trainer_state" : NULL, 1, out, &has);
+    tr_st_close(f);
+    return st;
+}
+
+/* ---- model save --------------------------------------------------------------------------- */
+TR__FN tr_status tr__model_save_ex(tr_model *m, const char *path, const tr_model_save_options *opt, const tr__io_fault *fault) {
+    tr_ctx *ctx;
+    tr_dtype dt = opt ? opt->dtype : TR_F32;
+    tr__ck_owned own;
+    tr__sb cfg;
+    tr_st_tensor *ts = NULL;
+    tr_status st;
+    int i;
+    char ver[16];
+    const char *mk[5], *mv[5];
+    if (!m) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_save: path is NULL");
+    if (dt != TR_F32 && dt != TR_BF16 && dt != TR_F16)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: cannot save model tensors as %s (F32, BF16 or F16)", path, tr_dtype_name(dt));
+    own.ctx = ctx, own.p = NULL, own.n = own.cap = 0;
+    tr__sb_init(&cfg, ctx);
+    tr__ck_config_json(&cfg, &m->cfg);
+    if ((st = tr__sb_status(&cfg)) != TR_OK) goto done;
+    ts = (tr_st_tensor *)tr__calloc(ctx, (size_t)m->n_tensors, sizeof *ts);
+    if (!ts) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (i = 0; i < m->n_tensors; i++) {
+        const tr__tensor_entry *e = &m->tensors[i];
+        const void *data;
+        if (dt == TR_F32) data = tr__ck_le(&own, e->data, 4, e->numel);
+        else {
+            unsigned char *b = (unsigned char *)tr__ck_own(&own, 2 * e->numel);
+            size_t k;
+            if (b)
+                for (k = 0; k < e->numel; k++) {
+                    uint16_t h = dt == TR_BF16 ? tr__f32_to_bf16(e->data[k]) : tr__f32_to_f16(e->data[k]);
+                    b[2 * k] = (unsigned char)(h & 0xff), b[2 * k + 1] = (unsigned char)(h >> 8);
+                }
+            data = b;
+        }
+        if (!data) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        tr__ck_tensor(&ts[i], e->name, dt, e->ndim, e->shape[0], e->shape[1], 0, data);
+    }
+    snprintf(ver, sizeof ver, "%d", TR_CHECKPOINT_FORMAT_VERSION);
+    mk[0] = "format", mv[0] = "tinyrec";
+    mk[1] = "format_version", mv[1] = ver;
+    mk[2] = "model", mv[2] = m->cfg.arch == TR_ARCH_HRM ? "hrm" : "trm";
+    mk[3] = "config", mv[3] = cfg.data;
+    mk[4] = "tinyrec_version", mv[4] = TINYREC_VERSION_STRING;
+    st = tr__st_write_ex(ctx, path, ts, (size_t)m->n_tensors, mk, mv, 5, fault);
+done:
+    tr__free(ctx, ts);
+    tr__ck_own_free(&own);
+    tr__sb_free(&cfg);
+    return st;
+}
+
+TRDEF tr_status tr_model_save(tr_model *m, const char *path, const tr_model_save_options *opt) { return tr__model_save_ex(m, path, opt, NULL); }
+
+/* ---- model load --------------------------------------------------------------------------- */
+/* Loads f's tensors into m: everything is checked (and the scratch allocated) before the first
+   byte of the model changes. target_rows: the puzzle table's wanted row count (the model's). */
+TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *path, const tr_model_load_options *o) {
+    tr_ctx *ctx = m->ctx;
+    const tr_st_tensor **src = NULL;
+    double *acc = NULL;
+    char list[TR__CK_ERRBUF];
+    int i, nmiss = 0, nunexp = 0, resize_idx = -1;
+    size_t j, nf = tr_st_count(f);
+    tr_status st = TR_OK;
+    src = (const tr_st_tensor **)tr__calloc(ctx, (size_t)TR__MAX(m->n_tensors, 1), sizeof *src);
+    if (!src) return TR_ERR_OUT_OF_MEMORY;
+    list[0] = 0;
+    for (i = 0; i < m->n_tensors; i++) {
+        if ((st = tr__ck_find(ctx, f, path, m->tensors[i].name, &src[i])) != TR_OK) goto done;
+        if (!src[i]) tr__ck_list_add(list, sizeof list, &nmiss, m->tensors[i].name);
+    }
+    if (nmiss) {
+        st = tr__err(ctx, TR_ERR_NOT_FOUND, "%s: %d tensor%s of the model %s missing: %s", path, nmiss, nmiss > 1 ? "s" : "", nmiss > 1 ? "are" : "is", list);
+        goto done;
+    }
+    list[0] = 0;
+    for (j = 0; j < nf; j++) {
+        const char *nm = tr_st_at(f, j)->name, *bare = nm;
+        int found = 0;
+        if (strncmp(bare, TR__CK_ORIG_MOD, sizeof TR__CK_ORIG_MOD - 1) == 0) bare += sizeof TR__CK_ORIG_MOD - 1;
+        for (i = 0; i < m->n_tensors && !found; i++) found = strcmp(m->tensors[i].name, bare) == 0;
+        if (!found) tr__ck_list_add(list, sizeof list, &nunexp, nm);
+    }
+    if (nunexp) {
+        if (!(o && o->allow_unexpected)) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: %d unexpected tensor%s (not part of this model): %s", path, nunexp, nunexp > 1 ? "s" : "", list);
+            goto done;
+        }
+        tr__log(ctx, TR_LOG_WARN, "%s: skipping %d tensor%s that the model does not have: %s", path, nunexp, nunexp > 1 ? "s" : "", list);
+    }
+    for (i = 0; i < m->n_tensors; i++) {
+        const tr__tensor_entry *e = &m->tensors[i];
+        const tr_st_tensor *t = src[i];
+        char s1[200], s2[64];
+        int same = t->ndim == e->ndim, d;
+        if (!tr__ck_is_float(t->dtype)) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has dtype %s; a model tensor must be F32, BF16 or F16", path, t->name, tr_dtype_name(t->dtype));
+            goto done;
+        }
+        for (d = 0; same && d < e->ndim; d++) same = t->shape[d] == e->shape[d];
+        if (same) continue;
+        if (e->data == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
+            if (!(o && o->allow_puzzle_resize)) {
+                st = tr__err(ctx, TR_ERR_FORMAT,
+                             "%s: puzzle table '%s' has %lld rows but the model has num_puzzle_identifiers = %lld (allow_puzzle_resize re-initialises it to the mean row)",
+                             path, t->name, (long long)t->shape[0], (long long)e->shape[0]);
+                goto done;
+            }
+            if (t->shape[0] == 0) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "%s: puzzle table '%s' has no rows to take a mean of", path, t->name);
+                goto done;
+            }
+            acc = (double *)tr__calloc(ctx, (size_t)TR__MAX(m->Dp, 1), sizeof(double));
+            if (!acc) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            resize_idx = i;
+            continue;
+        }
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", path, t->name, tr__st_shape_str(t, s1, sizeof s1),
+                     tr__ck_shape2(e->ndim, e->shape, s2, sizeof s2));
+        goto done;
+    }
+    /* everything checked: copy (nothing below can fail) */
+    for (i = 0; i < m->n_tensors; i++) {
+        tr__tensor_entry *e = &m->tensors[i];
+        const tr_st_tensor *t = src[i];
+        if (i == resize_idx) {
+            size_t rows = (size_t)t->shape[0], cols = (size_t)t->shape[1], r, k;
+            for (r = 0; r < rows; r++)
+                for (k = 0; k < cols; k++) acc[k] += tr__ck_elem_f32(t, r * cols + k);
+            for (r = 0; r < (size_t)e->shape[0]; r++)
+                for (k = 0; k < cols; k++) e->data[r * cols + k] = (float)(acc[k] / (double)rows);
+            tr__log(ctx, TR_LOG_WARN, "%s: puzzle table '%s' has %zu rows but the model needs %lld: every row re-initialised to the mean row of the loaded table",
+                    path, t->name, rows, (long long)e->shape[0]);
+            continue;
+        }
+        if ((st = tr_st_read_f32(ctx, t, e->data, e->numel)) != TR_OK) goto done; /* not reached: checked above */
+    }
+done:
+    tr__free(ctx, acc);
+    tr__free(ctx, (void *)src);
+    return st;
+}
+
+TRDEF tr_status tr_model_load_weights(tr_model *m, const char *path, const tr_model_load_options *opt) {
+    tr_ctx *ctx;
+    tr_st_file *f = NULL;
+    tr_model_config fc;
+    int has_cfg;
+    tr_status st;
+    if (!m) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_load_weights: path is NULL");
+    if ((st = tr_st_open(ctx, path, &f)) != TR_OK) return st;
+    if ((st = tr__ck_read_meta(ctx, f, path, NULL, 0, &fc, &has_cfg)) == TR_OK) {
+        if (has_cfg) { /* fields that do not change shapes but change the model's behaviour */
+            char diff[300];
+            tr_model_config a = fc, b = m->cfg;
+            a.num_puzzle_identifiers = b.num_puzzle_identifiers; /* handled by the table's resize rule */
+            if (tr__ck_diff_fields(tr__ck_model_fields, TR__CK_NMODEL, &a, &b, diff, sizeof diff, 1))
+                tr__log(ctx, TR_LOG_WARN, "%s: the file's config differs from the model's: %s (loading the weights anyway)", path, diff);
+        }
+        st = tr__ck_load_into(m, f, path, opt);
+    }
+    tr_st_close(f);
+    return st;
+}
+
+/* A lower bound on a config's weight count (token embedding, lm_head, the channel MLPs), to refuse
+   a config far larger than the file before the model is allocated. */
+TR__FN double tr__ck_min_floats(const tr_model_config *c) {
+    double V = c->vocab_size, D = c->hidden_size, I = tr__swiglu_width(c->expansion, c->hidden_size);
+    return 2.0 * V * D + (double)c->L_layers * 3.0 * I * D;
+}
+
+TRDEF tr_status tr_model_load(tr_ctx *ctx, const char *path, const tr_model_load_options *opt, tr_model **out) {
+    tr_st_file *f = NULL;
+    tr_model_config cfg;
+    tr_model *m = NULL;
+    int has_cfg;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_load: NULL argument");
+    *out = NULL;
+    if ((st = tr_st_open(ctx, path, &f)) != TR_OK) return st;
+    st = tr__ck_read_meta(ctx, f, path, NULL, 1, &cfg, &has_cfg);
+    if (st == TR_OK) { /* before allocating a model of the config's size: can the file hold it? */
+        double need = tr__ck_min_floats(&cfg) * 2.0, have = 0; /* BF16/F16: 2 bytes a weight */
+        size_t j;
+        for (j = 0; j < tr_st_count(f); j++) have += (double)tr_st_at(f, j)->nbytes;
+        if (have < need)
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: the config needs at least %.0f weights (embedding, lm_head and MLP tensors), but the file's tensors hold only %.0f bytes: tensors are missing or the config is wrong",
+                         path, need / 2, have);
+    }
+    if (st == TR_OK && opt && opt->num_puzzle_identifiers > 0) cfg.num_puzzle_identifiers = opt->num_puzzle_identifiers;
+    if (st == TR_OK) st = tr_model_create(ctx, &cfg, &m);
+    if (st == TR_OK) st = tr__ck_load_into(m, f, path, opt);
+    tr_st_close(f);
+    if (st != TR_OK) {
+        tr_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return TR_OK;
+}
+
+/* ---- trainer state ------------------------------------------------------------------------ */
+TRDEF tr_status tr_trainer_state_path(const char *model_path, char *buf, size_t cap) {
+    static const char ext[] = ".safetensors", st_ext[] = ".state.safetensors";
+    size_t n, base;
+    if (!model_path || !buf) return TR_ERR_INVALID_ARG;
+    n = strlen(model_path);
+    base = n >= sizeof ext - 1 && strcmp(model_path + n - (sizeof ext - 1), ext) == 0 ? n - (sizeof ext - 1) : n;
+    if (base + sizeof st_ext > cap) return TR_ERR_OVERFLOW;
+    memcpy(buf, model_path, base);
+    memcpy(buf + base, st_ext, sizeof st_ext);
+    return TR_OK;
+}
+
+/* Names of the state tensors: "<prefix><model tensor name>". */
+static const char *const tr__ck_state_prefix[] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq.", "ema.", "params."};
+/* The other tensors of a state file. */
+static const char *const tr__ck_state_fixed[] = {"trainer.step", "trainer.rng", "carry.z_H", "carry.z_L", "carry.steps", "carry.halted",
+                                                 "carry.inputs", "carry.labels", "carry.puzzle_identifiers", "sampler"};
+
+TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void *extra, size_t extra_len, const tr__io_fault *fault) {
+    tr_model *m;
+    tr_ctx *ctx;
+    tr_carry *c;
+    tr__ck_owned own;
+    tr__sb cfg, tcfg;
+    tr_st_tensor *ts = NULL;
+    char *names = NULL, ver[16], stepbuf[32];
+    const char *mk[7], *mv[7];
+    size_t n = 0, cap, nl = TR__NAME_LEN + 32;
+    int i, p, B, S, D, L;
+    unsigned char hdr[24]; /* step (i64) + rng key, counter (i64 x 2), little-endian */
+    tr_status st;
+    if (!t) return TR_ERR_INVALID_ARG;
+    m = t->m, ctx = m->ctx, c = t->carry;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_trainer_save: path is NULL");
+    if (extra_len && !extra) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: extra is NULL but extra_len is %zu", path, extra_len);
+    B = c->B, S = m->S, D = m->D, L = m->L;
+    own.ctx = ctx, own.p = NULL, own.n = own.cap = 0;
+    tr__sb_init(&cfg, ctx);
+    tr__sb_init(&tcfg, ctx);
+    tr__ck_config_json(&cfg, &m->cfg);
+    tr__ck_json_fields(&tcfg, tr__ck_train_fields, TR__CK_NTRAIN, &t->tc);
+    if ((st = tr__sb_status(&cfg)) != TR_OK || (st = tr__sb_status(&tcfg)) != TR_OK) goto done;
+    cap = 2 + 4 * (size_t)m->n_tensors + 8;
+    ts = (tr_st_tensor *)tr__calloc(ctx, cap, sizeof *ts);
+    names = ts ? (char *)tr__calloc(ctx, cap, nl) : NULL;
+    if (!names) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    {
+        uint64_t w[3];
+        int k, b;
+        w[0] = (uint64_t)(int64_t)t->step, w[1] = t->rng.key, w[2] = t->rng.counter;
+        for (k = 0; k < 3; k++)
+            for (b = 0; b < 8; b++) hdr[8 * k + b] = (unsigned char)(w[k] >> (8 * b));
+        tr__ck_tensor(&ts[n++], "trainer.step", TR_I64, 0, 0, 0, 0, hdr);
+        tr__ck_tensor(&ts[n++], "trainer.rng", TR_I64, 1, 2, 0, 0, hdr + 8);
+    }
+    for (p = 0; p < 4; p++)
+        for (i = 0; i < m->n_tensors; i++) {
+            const tr__tensor_entry *e = &m->tensors[i];
+            const float *src;
+            const void *le;
+            char *nm = names + n * nl;
+            if (p < 3 && !e->trainable) continue;
+            if (p == 2 && !t->tc.ema) continue;
+            src = p == 3 ? e->data : (p == 0 ? t->adam_m : p == 1 ? t->adam_v : t->ema) + (e->data - m->params);
+            if (!(le = tr__ck_le(&own, src, 4, e->numel))) {
+                st = TR_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            snprintf(nm, nl, "%s%s", tr__ck_state_prefix[p], e->name);
+            tr__ck_tensor(&ts[n++], nm, TR_F32, e->ndim, e->shape[0], e->shape[1], 0, le);
+        }
+    {
+        const void *zh = tr__ck_le(&own, c->z_H, 4, (size_t)B * S * D), *zl = tr__ck_le(&own, c->z_L, 4, (size_t)B * S * D);
+        const void *stp = tr__ck_le(&own, c->steps, 4, (size_t)B), *hl = tr__ck_le(&own, c->halted, 4, (size_t)B);
+        const void *in = tr__ck_le(&own, c->inputs, 4, (size_t)B * L), *lb = tr__ck_le(&own, c->labels, 4, (size_t)B * L);
+        const void *pid = tr__ck_le(&own, c->pids, 4, (size_t)B);
+        if (!zh || !zl || !stp || !hl || !in || !lb || !pid) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        tr__ck_tensor(&ts[n++], "carry.z_H", TR_F32, 3, B, S, D, zh);
+        tr__ck_tensor(&ts[n++], "carry.z_L", TR_F32, 3, B, S, D, zl);
+        tr__ck_tensor(&ts[n++], "carry.steps", TR_I32, 1, B, 0, 0, stp);
+        tr__ck_tensor(&ts[n++], "carry.halted", TR_I32, 1, B, 0, 0, hl);
+        tr__ck_tensor(&ts[n++], "carry.inputs", TR_I32, 2, B, L, 0, in);
+        tr__ck_tensor(&ts[n++], "carry.labels", TR_I32, 2, B, L, 0, lb);
+        tr__ck_tensor(&ts[n++], "carry.puzzle_identifiers", TR_I32, 1, B, 0, 0, pid);
+        tr__ck_tensor(&ts[n++], "sampler", TR_U8, 1, (int64_t)extra_len, 0, 0, extra_len ? extra : hdr);
+    }
+    snprintf(ver, sizeof ver, "%d", TR_CHECKPOINT_FORMAT_VERSION);
+    snprintf(stepbuf, sizeof stepbuf, "%ld", t->step);
+    mk[0] = "format", mv[0] = "tinyrec";
+    mk[1] = "format_version", mv[1] = ver;
+    mk[2] = "content", mv[2] = "trainer_state";
+    mk[3] = "model", mv[3] = m->cfg.arch == TR_ARCH_HRM ? "hrm" : "trm";
+    mk[4] = "config", mv[4] = cfg.data;
+    mk[5] = "train_config", mv[5] = tcfg.data;
+    mk[6] = "step", mv[6] = stepbuf;
+    st = tr__st_write_ex(ctx, path, ts, n, mk, mv, 7, fault);
+done:
+    tr__free(ctx, names);
+    tr__free(ctx, ts);
+    tr__ck_own_free(&own);
+    tr__sb_free(&cfg);
+    tr__sb_free(&tcfg);
+    return st;
+}
+
+TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *extra, size_t extra_len) {
+    tr_status st;
+    int swapped;
+    if (!t) return TR_ERR_INVALID_ARG;
+    /* the state always holds the live weights, even while the EMA ones are swapped in */
+    swapped = t->ema_swapped;
+    if (swapped) tr_trainer_swap_ema(t);
+    st = tr__trainer_save_ex(t, path, extra, extra_len, NULL);
+    if (swapped) tr_trainer_swap_ema(t);
+    return st;
+}
+
+/* A required state tensor with an exact dtype and shape. */
+TR__FN tr_status tr__ck_state_get(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *name, tr_dtype dt, int ndim, int64_t d0, int64_t d1,
+                                   int64_t d2, const tr_st_tensor **out) {
+    int64_t shape[3];
+    tr_status st;
+    shape[0] = d0, shape[1] = d1, shape[2] = d2;
+    *out = tr_st_find(f, name);
+    if (!*out) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor '%s'", path, name);
+    if ((*out)->dtype != dt)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s (trainer state is stored exactly)", path, name, tr_dtype_name((*out)->dtype),
+                       tr_dtype_name(dt));
+    if ((st = tr_st_get(ctx, f, name, ndim, shape, out)) != TR_OK) return st;
+    return TR_OK;
+}
+
+/* The int32 payload of a checked I32 tensor, element i. */
+TR__FN int32_t tr__ck_i32(const tr_st_tensor *t, size_t i) {
+    const unsigned char *p = (const unsigned char *)t->data + 4 * i;
+    uint32_t u = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+    int32_t s;
+    memcpy(&s, &u, 4);
+    return s;
+}
+
+TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, size_t extra_cap, size_t *extra_len) {
+    tr_model *m;
+    tr_ctx *ctx;
+    tr_carry *c;
+    tr_st_file *f = NULL;
+    tr_model_config fc;
+    tr_train_config ftc;
+    const tr_st_tensor **src = NULL; /* [4 * n_tensors]: per prefix, per model tensor */
+    const tr_st_tensor *t_step, *t_rng, *t_zh, *t_zl, *t_steps, *t_halted, *t_in, *t_lab, *t_pid, *t_samp;
+    int64_t hdr[3];
+    int has_cfg, i, p, B, S, D, L, nexp = 0;
+    size_t j, k, nf, expected = 0;
+    char diff[300], list[TR__CK_ERRBUF];
+    tr_status st;
+    if (!t) return TR_ERR_INVALID_ARG;
+    m = t->m, ctx = m->ctx, c = t->carry;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_trainer_load: path is NULL");
+    B = c->B, S = m->S, D = m->D, L = m->L;
+    if ((st = tr_st_open(ctx, path, &f)) != TR_OK) return st;
+    if ((st = tr__ck_read_meta(ctx, f, path, "trainer_state", 1, &fc, &has_cfg)) != TR_OK) goto done;
+    if (tr__ck_diff_fields(tr__ck_model_fields, TR__CK_NMODEL, &fc, &m->cfg, diff, sizeof diff, 1)) {
+        st = tr__err(ctx, TR_ERR_CONFIG, "%s: the trainer state belongs to a different model config: %s", path, diff);
+        goto done;
+    }
+    {
+        const char *tj = tr_st_metadata(f, "train_config");
+        tr__json *root = NULL;
+        char w[300];
+        if (!tj) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'train_config'", path);
+            goto done;
+        }
+        snprintf(w, sizeof w, "%.200s: __metadata__ train_config", path);
+        memset(&ftc, 0, sizeof ftc);
+        if ((st = tr__json_parse(ctx, tj, strlen(tj), w, &root)) != TR_OK) goto done;
+        st = tr__ck_parse_fields(ctx, root, tr__ck_train_fields, TR__CK_NTRAIN, &ftc, w);
+        tr__json_free(ctx, root);
+        if (st != TR_OK) goto done;
+        if (ftc.global_batch_size != t->tc.global_batch_size) {
+            st = tr__err(ctx, TR_ERR_CONFIG, "%s: the state has global_batch_size %d, the trainer %d (the ACT carry cannot be resized)", path,
+                         ftc.global_batch_size, t->tc.global_batch_size);
+            goto done;
+        }
+        if (ftc.ema != t->tc.ema && t->tc.ema) {
+            st = tr__err(ctx, TR_ERR_CONFIG, "%s: the state was saved without EMA, but the trainer has ema on", path);
+            goto done;
+        }
+        if (tr__ck_diff_fields(tr__ck_train_fields, TR__CK_NTRAIN, &ftc, &t->tc, diff, sizeof diff, 1))
+            tr__log(ctx, TR_LOG_WARN, "%s: train config differs from the saved one: %s (the trainer's values apply)", path, diff);
+    }
+    /* every tensor, checked before anything is modified */
+    if ((st = tr__ck_state_get(ctx, f, path, "trainer.step", TR_I64, 0, 0, 0, 0, &t_step)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "trainer.rng", TR_I64, 1, 2, 0, 0, &t_rng)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.z_H", TR_F32, 3, B, S, D, &t_zh)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.z_L", TR_F32, 3, B, S, D, &t_zl)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.steps", TR_I32, 1, B, 0, 0, &t_steps)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.halted", TR_I32, 1, B, 0, 0, &t_halted)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.inputs", TR_I32, 2, B, L, 0, &t_in)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.labels", TR_I32, 2, B, L, 0, &t_lab)) != TR_OK) goto done;
+    if ((st = tr__ck_state_get(ctx, f, path, "carry.puzzle_identifiers", TR_I32, 1, B, 0, 0, &t_pid)) != TR_OK) goto done;
+    t_samp = tr_st_find(f, "sampler");
+    if (!t_samp) {
+        st = tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor 'sampler'", path);
+        goto done;
+    }
+    if (t_samp->dtype != TR_U8 || t_samp->ndim != 1) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor 'sampler' must be a 1-D U8 tensor", path);
+        goto done;
+    }
+    expected = sizeof tr__ck_state_fixed / sizeof tr__ck_state_fixed[0];
+    /* the carry's contents index tables in the next step: validate them like a batch */
+    for (j = 0; j < (size_t)B; j++) {
+        int32_t s = tr__ck_i32(t_steps, j), h = tr__ck_i32(t_halted, j), pid = tr__ck_i32(t_pid, j);
+        if (s < 0 || (h != 0 && h != 1) || pid < 0 || pid >= m->cfg.num_puzzle_identifiers) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: carry row %zu is invalid (steps %d, halted %d, puzzle id %d of %d)", path, j, (int)s, (int)h, (int)pid,
+                         m->cfg.num_puzzle_identifiers);
+            goto done;
+        }
+        for (k = 0; k < (size_t)L; k++) {
+            int32_t x = tr__ck_i32(t_in, j * L + k), y = tr__ck_i32(t_lab, j * L + k);
+            if (x < 0 || x >= m->V || (y != -100 && (y < 0 || y >= m->V))) {
+                st = tr__err(ctx, TR_ERR_FORMAT, "%s: carry row %zu position %zu: input %d / label %d is outside the vocabulary [0, %d)", path, j, k, (int)x, (int)y,
+                             m->V);
+                goto done;
+            }
+        }
+    }
+    src = (const tr_st_tensor **)tr__calloc(ctx, 4 * (size_t)m->n_tensors + 1, sizeof *src);
+    if (!src) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (p = 0; p < 4; p++)
+        for (i = 0; i < m->n_tensors; i++) {
+            const tr__tensor_entry *e = &m->tensors[i];
+            char nm[TR__NAME_LEN + 32];
+            const tr_st_tensor **s = &src[(size_t)p * m->n_tensors + i];
+            if (p < 3 && !e->trainable) continue;
+            snprintf(nm, sizeof nm, "%s%s", tr__ck_state_prefix[p], e->name);
+            if (p == 2 && !ftc.ema) continue;
+            if ((st = tr__ck_state_get(ctx, f, path, nm, TR_F32, e->ndim, e->shape[0], e->shape[1], 0, s)) != TR_OK) goto done;
+            expected++;
+        }
+    /* anything else is unexpected */
+    nf = tr_st_count(f);
+    if (nf != expected) {
+        list[0] = 0;
+        for (j = 0; j < nf; j++) {
+            const char *nm = tr_st_at(f, j)->name;
+            int known = 0;
+            for (k = 0; k < sizeof tr__ck_state_fixed / sizeof tr__ck_state_fixed[0] && !known; k++) known = strcmp(nm, tr__ck_state_fixed[k]) == 0;
+            for (p = 0; p < 4 && !known; p++)
+                for (i = 0; i < m->n_tensors && !known; i++) known = src[(size_t)p * m->n_tensors + i] && strcmp(src[(size_t)p * m->n_tensors + i]->name, nm) == 0;
+            if (!known) tr__ck_list_add(list, sizeof list, &nexp, nm);
+        }
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: %d unexpected tensor%s in the trainer state: %s", path, nexp, nexp > 1 ? "s" : "", list);
+        goto done;
+    }
+    if (extra_len) *extra_len = t_samp->nbytes;
+    if (extra && t_samp->nbytes > extra_cap) {
+        st = tr__err(ctx, TR_ERR_OVERFLOW, "%s: the saved sampler blob is %zu bytes, more than the %zu-byte buffer", path, t_samp->nbytes, extra_cap);
+        goto done;
+    }
+    if ((st = tr_st_read_i64(ctx, t_step, hdr, 1)) != TR_OK || (st = tr_st_read_i64(ctx, t_rng, hdr + 1, 2)) != TR_OK) goto done;
+    if (hdr[0] < 0 || (sizeof(long) < 8 && hdr[0] > (int64_t)LONG_MAX)) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: trainer.step %lld is out of range", path, (long long)hdr[0]);
+        goto done;
+    }
+    /* everything checked: restore (nothing below can fail) */
+    for (p = 0; p < 4; p++)
+        for (i = 0; i < m->n_tensors; i++) {
+            const tr__tensor_entry *e = &m->tensors[i];
+            const tr_st_tensor *s = src[(size_t)p * m->n_tensors + i];
+            float *dst;
+            if (!s) continue;
+            dst = p == 3 ? e->data : (p == 0 ? t->adam_m : p == 1 ? t->adam_v : t->ema) + (e->data - m->params);
+            tr_st_read_f32(ctx, s, dst, e->numel);
+        }
+    tr_st_read_f32(ctx, t_zh, c->z_H, (size_t)B * S * D);
+    tr_st_read_f32(ctx, t_zl, c->z_L, (size_t)B * S * D);
+    for (j = 0; j < (size_t)B; j++) {
+        c->steps[j] = tr__ck_i32(t_steps, j);
+        c->halted[j] = tr__ck_i32(t_halted, j);
+        c->pids[j] = tr__ck_i32(t_pid, j);
+    }
+    for (j = 0; j < (size_t)B * L; j++) {
+        c->inputs[j] = tr__ck_i32(t_in, j);
+        c->labels[j] = tr__ck_i32(t_lab, j);
+    }
+    t->step = (long)hdr[0];
+    memcpy(&t->rng.key, &hdr[1], 8);
+    memcpy(&t->rng.counter, &hdr[2], 8);
+    t->ema_swapped = 0; /* the state holds the live weights */
+    if (extra && t_samp->nbytes) memcpy(extra, t_samp->data, t_samp->nbytes);
+    st = TR_OK;
+done:
+    tr__free(ctx, (void *)src);
+    tr_st_close(f);
+    return st;
+}
+/* >>checkpoint-end */
 
 #ifdef __cplusplus
 }
