@@ -261,6 +261,23 @@ TRDEF long tr_trainer_step_count(const tr_trainer *t);
 TRDEF double tr_lr_schedule(const tr_train_config *tc, double base_lr, long step);
 /* Copies the EMA weights into the model (for evaluation / saving) or swaps them back. */
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t);
+/* Marks every row of the trainer's ACT carry halted: the next step starts fresh rows. */
+TRDEF void tr_trainer_reset_carry(tr_trainer *t);
+
+/* >>api-util */
+/* Seconds from a monotonic clock (for progress reports and benchmarks). */
+TRDEF double tr_time_seconds(void);
+/* Matmul FLOPs (2 per multiply-add) of one sample: a training step (the T-1 no-grad cycles, the
+   last cycle forward and backward, the heads) and one inference supervision step. */
+TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_step);
+/* Bytes a trainer at this batch size needs on the CPU (parameters, gradients, optimizer moments,
+   EMA, the recorded last cycle, workspaces, carry), and what inference needs; for choosing a
+   batch size that fits in memory. */
+TRDEF void tr_model_memory(const tr_model *m, int batch_size, size_t *train_bytes, size_t *infer_bytes);
+/* C[M,N] = (accumulate ? C : 0) + op(A) . op(B), row-major fp32, op = transpose when trans* = 1
+   (A stored [K,M], B stored [N,K]); the library's packed SIMD GEMM on the context's threads. */
+TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                         float *C, size_t ldc, int accumulate);
 
 /* >>api-io */
 /* Tensor element types a safetensors file may hold (anything else is rejected on open). */
@@ -3701,6 +3718,42 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
     if ((st = tr__train_fwd_bwd(t, batch, metrics, NULL, NULL)) != TR_OK) return st;
     tr__optimizer_update(t);
     return TR_OK;
+}
+
+TRDEF void tr_trainer_reset_carry(tr_trainer *t) {
+    if (t) tr_carry_reset(t->carry);
+}
+
+TRDEF double tr_time_seconds(void) { return tr__now(); }
+
+TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_step) {
+    double S = m->S, D = m->D, I = m->I, blk, heads;
+    int T = m->cfg.H_cycles, n = m->cfg.L_cycles, nl = m->cfg.L_layers;
+    blk = m->cfg.mlp_t ? 6.0 * S * D * I + 6.0 * D * S * m->It : 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D;
+    heads = 2.0 * m->L * D * m->V + 4.0 * D;
+    /* backward of a block ~ 2x its forward, for the n + 1 net calls of the last cycle */
+    if (train_step) *train_step = ((double)T * (n + 1) + 2.0 * (n + 1)) * nl * blk + 3.0 * heads;
+    if (infer_step) *infer_step = (double)T * (n + 1) * nl * blk + heads;
+}
+
+TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
+    double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
+    double ws = (double)tr__block_rec_floats(m) * Bd + (double)tr__block_tmp_floats(m, B) +
+                Bd * ((double)m->S * m->D * 6 + 2.0 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2.0 * m->It * m->D);
+    double tape = (double)(m->cfg.L_cycles + 1) * (N + Bd * (double)tr__block_rec_floats(m) * m->cfg.L_layers);
+    double carry = 4 * N + Bd * m->L * m->V;
+    double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
+    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + fixed + ws + tape + 2 * carry));
+    if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + fixed + ws + carry));
+}
+
+TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                         float *C, size_t ldc, int accumulate) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((M && N && K && (!A || !B)) || (M && N && !C)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: NULL matrix");
+    if ((transA ? lda < M : lda < K) || (transB ? ldb < K : ldb < N) || ldc < N)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: a leading dimension is smaller than its row");
+    return tr__sgemm(ctx, transA, transB, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {

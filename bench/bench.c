@@ -27,20 +27,12 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* FLOPs of one block per sample (matmuls only). */
-static double block_flops(const tr_model *m) {
-    double S = m->S, D = m->D, I = m->I;
-    if (m->cfg.mlp_t) return 6.0 * S * D * I + 6.0 * D * S * m->It;
-    return 6.0 * S * D * I + 2.0 * S * D * 4.0 * D + 4.0 * S * S * D;
-}
-static double head_flops(const tr_model *m) { return 2.0 * m->L * m->D * m->V + 4.0 * m->D; }
-
-static void fill_batch(int B, const tr_model *m, int32_t *in, int32_t *lab, int32_t *pid, uint64_t seed) {
+static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *lab, int32_t *pid, uint64_t seed) {
     int i;
-    for (i = 0; i < B * m->L; i++) {
+    for (i = 0; i < B * c->seq_len; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        in[i] = 1 + (int)((seed >> 33) % (uint64_t)(m->V - 1));
-        lab[i] = 1 + (int)((seed >> 45) % (uint64_t)(m->V - 1));
+        in[i] = 1 + (int)((seed >> 33) % (uint64_t)(c->vocab_size - 1));
+        lab[i] = 1 + (int)((seed >> 45) % (uint64_t)(c->vocab_size - 1));
     }
     for (i = 0; i < B; i++) pid[i] = 0;
 }
@@ -88,15 +80,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     {
-        double F_blk = block_flops(m), F_h = head_flops(m);
-        int T = cfg.H_cycles, n = cfg.L_cycles, nl = cfg.L_layers;
-        double F_fwd = (double)T * (n + 1) * nl * F_blk + F_h;
-        double F_train = ((double)T * (n + 1) + 2.0 * (n + 1)) * nl * F_blk + 3 * F_h;
-        int32_t *in = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * m->L * 2 + sizeof(int32_t) * B);
-        int32_t *lab = in + (size_t)B * m->L, *pid = lab + (size_t)B * m->L;
+        double F_train, F_fwd;
+        int32_t *in = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * cfg.seq_len * 2 + sizeof(int32_t) * B);
+        int32_t *lab = in + (size_t)B * cfg.seq_len, *pid = lab + (size_t)B * cfg.seq_len;
         double t[64];
         tr_batch bt;
-        fill_batch(B, m, in, lab, pid, 7);
+        tr_model_flops(m, &F_train, &F_fwd);
+        fill_batch(B, &cfg, in, lab, pid, 7);
         bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = B;
         if (!skip_train) {
             tr_train_config tc = tr_train_config_default();
@@ -107,14 +97,14 @@ int main(int argc, char **argv) {
                 return 1;
             }
             for (r = 0; r <= reps && r < 64; r++) {
-                double t0 = tr__now();
+                double t0 = tr_time_seconds();
                 /* every row restarts each step, so every step does the full work */
-                tr_carry_reset(tr->carry);
+                tr_trainer_reset_carry(tr);
                 if (tr_trainer_step(tr, &bt, NULL) != TR_OK) {
                     fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
                     return 1;
                 }
-                if (r) t[r - 1] = tr__now() - t0; /* the first is a warm-up */
+                if (r) t[r - 1] = tr_time_seconds() - t0; /* the first is a warm-up */
             }
             {
                 double s = median(t, reps < 64 ? reps : 63);
@@ -133,12 +123,12 @@ int main(int argc, char **argv) {
                 b1.batch_size = bs[k];
                 if (tr_carry_create(m, bs[k], &c) != TR_OK) return 1;
                 for (r = 0; r <= reps && r < 64; r++) {
-                    double t0 = tr__now();
+                    double t0 = tr_time_seconds();
                     if (tr_model_eval_step(m, c, &b1, NULL, NULL) != TR_OK) {
                         fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
                         return 1;
                     }
-                    if (r) t[r - 1] = tr__now() - t0;
+                    if (r) t[r - 1] = tr_time_seconds() - t0;
                 }
                 {
                     double s = median(t, reps < 64 ? reps : 63);
@@ -162,9 +152,9 @@ int main(int argc, char **argv) {
             for (q = 0; q < M * K; q++) A[q] = (float)((q * 37) % 101) * 0.01f - 0.5f;
             for (q = 0; q < N * K; q++) Bm[q] = (float)((q * 53) % 97) * 0.01f - 0.5f;
             for (r = 0; r <= reps + 2 && r < 64; r++) {
-                double t0 = tr__now();
-                tr__sgemm(ctx, 0, 1, M, N, K, A, K, Bm, K, C, N, 0);
-                if (r) t[r - 1] = tr__now() - t0;
+                double t0 = tr_time_seconds();
+                tr_sgemm(ctx, 0, 1, M, N, K, A, K, Bm, K, C, N, 0);
+                if (r) t[r - 1] = tr_time_seconds() - t0;
             }
             {
                 double s = median(t, reps + 2 < 64 ? reps + 2 : 63);

@@ -34,10 +34,10 @@ static int on_progress(void *user, const char *stage, int64_t done, int64_t tota
     if (p->tty) {
         fprintf(stderr, "\r%-18s [", stage);
         for (i = 0; i < w; i++) fputc(i < pct * w / 100 ? '#' : '.', stderr);
-        fprintf(stderr, "] %3d%%  %lld/%lld  %.1fs", pct, (long long)done, (long long)total, tr__now() - p->t0);
+        fprintf(stderr, "] %3d%%  %lld/%lld  %.1fs", pct, (long long)done, (long long)total, tr_time_seconds() - p->t0);
         fflush(stderr);
     } else if (pct / 10 != p->last_pct / 10 || done == total) {
-        fprintf(stderr, "%s: %lld/%lld (%d%%) %.1fs\n", stage, (long long)done, (long long)total, pct, tr__now() - p->t0);
+        fprintf(stderr, "%s: %lld/%lld (%d%%) %.1fs\n", stage, (long long)done, (long long)total, pct, tr_time_seconds() - p->t0);
     }
     p->last_pct = pct;
     return 0;
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
     }
     memset(&prog, 0, sizeof prog);
     prog.tty = isatty(2);
-    prog.t0 = tr__now();
+    prog.t0 = tr_time_seconds();
     /* sources: a folder means <folder>/train.csv and <folder>/test.csv */
     train_path[0] = test_path[0] = 0;
     if (source) {
