@@ -46,8 +46,8 @@ static void print_grid(const char *title, const int32_t *tokens, const uint8_t *
 }
 
 int main(int argc, char **argv) {
-    double minutes = 3.0;
-    int n_train = 3000, n_test = 200, clues = 50, B = 32, i;
+    double minutes = 5.0, ema_decay = 0.99;
+    int n_train = 20000, n_test = 200, clues = 50, B = 32, i;
     uint64_t seed = 1;
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx;
@@ -64,8 +64,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--clues") && i + 1 < argc) clues = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--ema") && i + 1 < argc) ema_decay = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S] [--ema DECAY]\n", argv[0]);
             return 2;
         }
     }
@@ -99,6 +100,8 @@ int main(int argc, char **argv) {
     }
     tc.global_batch_size = B;
     tc.lr = 1e-3, tc.lr_warmup_steps = 100, tc.weight_decay = 0.1, tc.puzzle_emb_weight_decay = 0.1, tc.puzzle_emb_lr = 1e-3;
+    /* a short run: the reference's 0.999 would average in the first, untrained, thousand steps */
+    tc.ema_decay = ema_decay;
     if (tr_trainer_create(model, &tc, &trainer) != TR_OK) {
         fprintf(stderr, "tinyrec-demo: %s\n", tr_ctx_last_error(ctx));
         return 1;
@@ -106,7 +109,7 @@ int main(int argc, char **argv) {
     printf("training TRM (%zu parameters, mlp_t, T=%d, n=%d) for %.1f minutes at batch %d...\n", tr_model_num_params(model), cfg.H_cycles, cfg.L_cycles, minutes, B);
     {
         double t0 = now_s(), last = t0, acc_sum = 0, exact_sum = 0, count = 0, steps_sum = 0, loss_sum = 0;
-        long step = 0, cursor = 0;
+        long step = 0, cursor = 0, interval_steps = 0;
         int tty = isatty(1);
         while (now_s() - t0 < minutes * 60.0) {
             tr_batch b;
@@ -125,14 +128,15 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "tinyrec-demo: %s\n", tr_ctx_last_error(ctx));
                 return 1;
             }
-            step++;
+            step++, interval_steps++;
             acc_sum += m.accuracy, exact_sum += m.exact_accuracy, count += m.count, steps_sum += m.steps, loss_sum += m.loss / B;
             if (now_s() - last >= (tty ? 1.0 : 15.0)) {
                 double el = now_s() - t0;
                 printf(tty ? "\r  step %5ld  %5.0fs/%3.0fs  loss %.3f  acc %.3f  exact %.3f  steps %.1f  %.0f samples/s   " : "  step %ld  %.0fs/%.0fs  loss %.3f  acc %.3f  exact %.3f  steps %.1f  %.0f samples/s\n",
-                       step, el, minutes * 60, loss_sum / 1, count ? acc_sum / count : 0, count ? exact_sum / count : 0, count ? steps_sum / count : 0, step * B / el);
+                       step, el, minutes * 60, loss_sum / interval_steps, count ? acc_sum / count : 0, count ? exact_sum / count : 0, count ? steps_sum / count : 0, step * B / el);
                 fflush(stdout);
                 acc_sum = exact_sum = count = steps_sum = loss_sum = 0;
+                interval_steps = 0;
                 last = now_s();
             }
         }
