@@ -39,25 +39,7 @@ static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap
         if (!strstr(tr_ctx_last_error(ctx), needle)) fail_msg("%s: error '%s' lacks '%s'", #call, tr_ctx_last_error(ctx), needle); \
     } while (0)
 
-static int count_tmp_files(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    assert_non_null(d);
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".tmp.")) n++;
-    closedir(d);
-    return n;
-}
 
-/* tests/test_model.c's tiny configuration */
-static void tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
-    assert_int_equal(tr_model_config_preset(c, "trm-tiny"), TR_OK);
-    c->vocab_size = 6, c->seq_len = 16, c->hidden_size = 16, c->num_heads = 2;
-    c->puzzle_emb_ndim = 24, c->puzzle_emb_len = 2, c->num_puzzle_identifiers = 3;
-    c->H_cycles = 2, c->L_cycles = 2, c->L_layers = 2, c->halt_max_steps = 3;
-    c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
-}
 
 static void tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid) {
     uint64_t s = seed;
@@ -75,7 +57,7 @@ static tr_model *tiny_model(tr_ctx *ctx, int mlp_t, int npid) {
     tr_model_config c;
     tr_model *m;
     int i;
-    tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.num_puzzle_identifiers = npid;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     for (i = 0; i < m->n_tensors; i++)
@@ -601,7 +583,7 @@ static tr_train_config resume_tc(void) {
 static tr_model *resume_model(tr_ctx *ctx, int mlp_t) {
     tr_model_config c;
     tr_model *m;
-    tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5, c.halt_max_steps = 4;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     tu_fill(m->W_q, 2 * (size_t)m->D, 31, 0.5f); /* q_halt of both signs: some rows halt early */
@@ -898,7 +880,7 @@ static void test_alloc_faults(void **state) {
     assert_true(n > 3);
     n = fault_loop(ctx, op_tload, &e, "tr_trainer_load");
     assert_true(n > 3);
-    assert_int_equal(count_tmp_files(), 0);
+    assert_int_equal(tu_count_tmp_files(g_dir), 0);
     tr_trainer_destroy(e.t);
     tr_model_destroy(e.m);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
@@ -932,14 +914,14 @@ static void test_atomic_save(void **state) {
             ASSERT_ERR(tr__model_save_ex(b, p, NULL, &fault), TR_ERR_IO, "the previous file is unchanged");
             assert_non_null(strstr(tr_ctx_last_error(ctx), p));
             assert_non_null(strstr(tr_ctx_last_error(ctx), kinds[i] == TR__IO_FAULT_ENOSPC ? "No space left on device" : "short write"));
-            assert_int_equal(count_tmp_files(), 0);
+            assert_int_equal(tu_count_tmp_files(g_dir), 0);
             assert_int_equal(tr_model_load(ctx, p, NULL, &got), TR_OK); /* the previous checkpoint, intact */
             assert_models_equal(a, got);
             tr_model_destroy(got);
             t->step = 5;
             ASSERT_ERR(tr__trainer_save_ex(t, sp, blob, 3, &fault), TR_ERR_IO, "the previous file is unchanged");
             t->step = 0;
-            assert_int_equal(count_tmp_files(), 0);
+            assert_int_equal(tu_count_tmp_files(g_dir), 0);
             assert_int_equal(tr_trainer_load(t, sp, gotb, 3, NULL), TR_OK);
             assert_int_equal(tr_trainer_step_count(t), 0);
         }

@@ -22,16 +22,6 @@ static void write_bytes(const char *path, const void *data, size_t n) {
     assert_int_equal(fclose(f), 0);
 }
 
-static int count_tmp_files(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    assert_non_null(d);
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".tmp.")) n++;
-    closedir(d);
-    return n;
-}
 
 static int group_setup(void **state) {
     (void)state;
@@ -543,7 +533,7 @@ static void test_st_roundtrip(void **state) {
     ts[5].dtype = TR_U8; ts[5].ndim = 0; ts[5].data = u8; ts[5].nbytes = 1;
     path_in(p, sizeof p, "rt.safetensors");
     assert_int_equal(tr_st_write(g_ctx, p, ts, 6, mk, mv, 3), TR_OK);
-    assert_int_equal(count_tmp_files(), 0);
+    assert_int_equal(tu_count_tmp_files(g_dir), 0);
     /* the layout: header length a multiple of 8, padded with spaces, tensors in the given order */
     assert_int_equal(tr__read_file(g_ctx, p, &raw, &rawlen), TR_OK);
     hlen = tr__le64((const unsigned char *)raw);
@@ -650,7 +640,7 @@ static void test_st_write_rejects(void **state) {
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "cannot create temporary file"));
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "No such file or directory"));
     assert_int_equal(access(p, F_OK), -1);
-    assert_int_equal(count_tmp_files(), 0);
+    assert_int_equal(tu_count_tmp_files(g_dir), 0);
     assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
 }
 
@@ -743,7 +733,7 @@ static void test_st_alloc_faults(void **state) {
         else {
             if (st != TR_ERR_OUT_OF_MEMORY) fail_msg("write, allocation %ld failing: status %d %s", k, (int)st, tr_ctx_last_error(g_ctx));
             assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
-            assert_int_equal(count_tmp_files(), 0);
+            assert_int_equal(tu_count_tmp_files(g_dir), 0);
             check_small_model(p, -3.5f);
         }
         assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
@@ -788,7 +778,7 @@ static void test_st_atomic_faults(void **state) {
             if (kinds[i] == TR__IO_FAULT_FSYNC) assert_non_null(strstr(tr_ctx_last_error(g_ctx), "fsync"));
             if (kinds[i] == TR__IO_FAULT_RENAME) assert_non_null(strstr(tr_ctx_last_error(g_ctx), "renaming"));
             if (tr_ctx_live_allocs(g_ctx) != 1 /* orig */) fail_msg("fault %d at %llu leaks", (int)kinds[i], (unsigned long long)cuts[c]);
-            assert_int_equal(count_tmp_files(), 0);
+            assert_int_equal(tu_count_tmp_files(g_dir), 0);
             /* the previous file: byte-identical and loadable */
             assert_int_equal(tr__read_file(g_ctx, p, &now, &nlen), TR_OK);
             assert_int_equal(nlen, olen);
@@ -820,9 +810,9 @@ static void test_atomic_generic(void **state) {
     assert_int_equal(tr__atomic_begin(g_ctx, p, NULL, &af), TR_OK);
     assert_int_equal(tr__atomic_write(&af, "{\"step\":", 8), TR_OK);
     assert_int_equal(tr__atomic_write(&af, "1}", 2), TR_OK);
-    assert_int_equal(count_tmp_files(), 1);
+    assert_int_equal(tu_count_tmp_files(g_dir), 1);
     assert_int_equal(tr__atomic_commit(&af), TR_OK);
-    assert_int_equal(count_tmp_files(), 0);
+    assert_int_equal(tu_count_tmp_files(g_dir), 0);
     assert_int_equal(tr__read_file(g_ctx, p, &d, &n), TR_OK);
     assert_int_equal(n, 10);
     assert_string_equal(d, "{\"step\":1}");
@@ -831,7 +821,7 @@ static void test_atomic_generic(void **state) {
     assert_int_equal(tr__atomic_begin(g_ctx, p, NULL, &af), TR_OK);
     assert_int_equal(tr__atomic_write(&af, "xx", 2), TR_OK);
     tr__atomic_abort(&af);
-    assert_int_equal(count_tmp_files(), 0);
+    assert_int_equal(tu_count_tmp_files(g_dir), 0);
     assert_int_equal(tr__read_file(g_ctx, p, &d, &n), TR_OK);
     assert_string_equal(d, "{\"step\":1}");
     tr__free(g_ctx, d);

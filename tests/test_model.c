@@ -3,13 +3,6 @@
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 
-static void tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
-    assert_int_equal(tr_model_config_preset(c, "trm-tiny"), TR_OK);
-    c->vocab_size = 6, c->seq_len = 16, c->hidden_size = 16, c->num_heads = 2;
-    c->puzzle_emb_ndim = 24, c->puzzle_emb_len = 2, c->num_puzzle_identifiers = 3;
-    c->H_cycles = 2, c->L_cycles = 2, c->L_layers = 2, c->halt_max_steps = 3;
-    c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
-}
 
 static void tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid) {
     uint64_t s = seed;
@@ -126,7 +119,7 @@ static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss)
     int32_t in[B * 16], lab[B * 16], pid[B];
     float *g, *prow;
     int i;
-    tiny_config(&c, mlp_t, pos, loss);
+    tu_tiny_config(&c, mlp_t, pos, loss);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     /* make the heads and the puzzle table non-trivial, as after some training */
     tu_fill(m->W_q, 2 * (size_t)m->D, 21, 0.3f);
@@ -198,7 +191,7 @@ static void run_steps(int threads, int mlp_t, int steps, float *params_out, doub
     tr_train_config tc = tr_train_config_default();
     int32_t in[B * 16], lab[B * 16], pid[B];
     int k;
-    tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2;
@@ -227,7 +220,7 @@ static void test_threads_and_determinism(void **state) {
         size_t n;
         float *p1, *p2, *p3;
         double l1[5], l2[5], l3[5];
-        tiny_config(&c, mlp_t, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+        tu_tiny_config(&c, mlp_t, TR_POS_ROPE, TR_LOSS_STABLEMAX);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         n = m->n_params;
         tr_model_destroy(m);
@@ -253,7 +246,7 @@ static void test_alloc_faults(void **state) {
     tr_model_config c;
     int k, ok = 0;
     (void)state;
-    tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    tu_tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
     for (k = 1; k < 200 && !ok; k++) {
         tr_model *m = NULL;
         tr_trainer *t = NULL;
@@ -297,7 +290,7 @@ static void test_act_carry(void **state) {
     tr_step_outputs o;
     int k, r;
     (void)state;
-    tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     /* q_halt = +1 for row 0 and 2 (by their puzzle id), -1 for the others */

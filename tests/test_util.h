@@ -44,4 +44,28 @@ static inline tr_ctx *tu_ctx(int threads, uint64_t seed) {
     assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
     return ctx;
 }
+
+/* The tiny TRM configuration the model, parity-adjacent and checkpoint suites share. */
+static inline void tu_tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+    assert_int_equal(tr_model_config_preset(c, "trm-tiny"), TR_OK);
+    c->vocab_size = 6, c->seq_len = 16, c->hidden_size = 16, c->num_heads = 2;
+    c->puzzle_emb_ndim = 24, c->puzzle_emb_len = 2, c->num_puzzle_identifiers = 3;
+    c->H_cycles = 2, c->L_cycles = 2, c->L_layers = 2, c->halt_max_steps = 3;
+    c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
+}
+
+#if !defined(_WIN32)
+#include <dirent.h>
+/* Files in dir whose name carries ".tmp." (left-overs of an interrupted atomic write). */
+static inline int tu_count_tmp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, ".tmp.")) n++;
+    closedir(d);
+    return n;
+}
+#endif
 #endif
