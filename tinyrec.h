@@ -6442,6 +6442,21 @@ TR__FN int tr__csv_header(const char *line, size_t n, int *q, int *a, int *r, in
     return *q >= 0;
 }
 
+/* Splits one CSV record (after the header) into its question, answer and rating fields, as the
+   header's columns say (a or r < 0: absent, and the field comes back empty). */
+TR__FN tr_status tr__csv_record(tr_ctx *ctx, const char *path, int64_t lineno, const char *line, size_t n, int ncols, int q, int a, int r, tr__field *fq,
+                                tr__field *fa, tr__field *fr) {
+    tr__field f[16];
+    int nf = tr__csv_split(line, n, f, 16);
+    fq->s = fa->s = fr->s = NULL;
+    fq->n = fa->n = fr->n = 0;
+    if (nf != ncols) return tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
+    *fq = f[q];
+    if (a >= 0) *fa = f[a];
+    if (r >= 0) *fr = f[r];
+    return TR_OK;
+}
+
 /* ---- Sudoku ----------------------------------------------------------------------------- */
 typedef struct tr__sud {
     uint16_t row[9], col[9], box[9];
@@ -6715,28 +6730,24 @@ TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr
         }
         if (n == 0 || (!csv && (line[0] == '#'))) continue;
         if (csv) {
-            tr__field f[16];
-            int nf = tr__csv_split(line, n, f, 16);
-            if (nf != ncols) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
-                break;
-            }
-            qs = f[cq].s;
-            qn = f[cq].n;
-            if (ca >= 0 && f[ca].n) {
-                as = f[ca].s;
-                an = f[ca].n;
+            tr__field fq, fa, fr;
+            if ((st = tr__csv_record(ctx, path, lineno, line, n, ncols, cq, ca, cr, &fq, &fa, &fr)) != TR_OK) break;
+            qs = fq.s;
+            qn = fq.n;
+            if (fa.n) {
+                as = fa.s;
+                an = fa.n;
             }
             if (cr >= 0) {
                 char buf[32];
                 char *end;
                 long v;
-                if (f[cr].n == 0 || f[cr].n >= sizeof buf) {
+                if (fr.n == 0 || fr.n >= sizeof buf) {
                     st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer", path, (long long)lineno);
                     break;
                 }
-                memcpy(buf, f[cr].s, f[cr].n);
-                buf[f[cr].n] = 0;
+                memcpy(buf, fr.s, fr.n);
+                buf[fr.n] = 0;
                 v = strtol(buf, &end, 10);
                 if (*end || v < 0 || v > INT32_MAX) {
                     st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer: '%s'", path, (long long)lineno, buf);
@@ -7668,17 +7679,13 @@ TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out) {
         }
         if (n == 0) continue;
         if (csv) {
-            tr__field f[16];
-            int nf = tr__csv_split(line, n, f, 16);
-            if (nf != ncols) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
-                break;
-            }
-            qs = f[cq].s;
-            qn = f[cq].n;
-            if (ca >= 0 && f[ca].n) {
-                as = f[ca].s;
-                an = f[ca].n;
+            tr__field fq, fa, fr;
+            if ((st = tr__csv_record(ctx, path, lineno, line, n, ncols, cq, ca, -1, &fq, &fa, &fr)) != TR_OK) break;
+            qs = fq.s;
+            qn = fq.n;
+            if (fa.n) {
+                as = fa.s;
+                an = fa.n;
             }
         } else {
             qs = line;
