@@ -16,14 +16,24 @@
    with SIMD kernels chosen at run time (AVX-512, AVX2+FMA, scalar) and OpenMP threads. Its
    numerics follow the reference PyTorch code: the same initialisation, the same recursion and
    ACT carry, stablemax cross-entropy accumulated in fp64, AdamATan2, sign-SGD for the puzzle
-   embedding, EMA and the warmup/cosine schedule.
+   embedding, EMA and the warmup/cosine schedule. Around the model: the reference dataset layout
+   (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
+   safetensors checkpoints with the reference tensor names and exact trainer-state resume.
+
+   Sections (grep for ">>name"): base, cpu, sgemm, model, optim, train, json, io, data, checkpoint.
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
        tr_model_config cfg;  tr_model_config_preset(&cfg, "trm-sudoku-mlp");
        tr_model *m;  if (tr_model_create(ctx, &cfg, &m) != TR_OK) puts(tr_ctx_last_error(ctx));
-       ...
-       tr_model_destroy(m);  tr_ctx_destroy(ctx);
+       tr_train_config tc = tr_train_config_default();  tc.global_batch_size = 64;
+       tr_trainer *t;  tr_trainer_create(m, &tc, &t);
+       tr_batch b = {inputs, labels, puzzle_ids, 64};  tr_metrics mt;  tr_trainer_step(t, &b, &mt);
+       tr_model_save(m, "model.safetensors", NULL);
+       tr_trainer_destroy(t);  tr_model_destroy(m);  tr_ctx_destroy(ctx);
+
+   Link with -lm, and -fopenmp for threads (optional). POSIX systems: the data sampler's prefetch
+   thread uses pthreads (part of libc on current glibc; add -pthread elsewhere).
 
    Build flags (define before including)
        TINYREC_STATIC          all functions get static linkage (TRDEF = static)
