@@ -1600,6 +1600,61 @@ TR__TARGET_AVX512 static float tr__rms_row_fwd512(int D, const float *xr, const 
     return invs;
 }
 
+/* The sequence-axis RMSNorm for one batch row and channels [j0, j0 + 64): 4 zmm accumulators
+   run down the S positions (fp32 sums of S squares, S ~ 100..1000). */
+TR__TARGET_AVX512 static void tr__rms_cols_task_fwd512(int S, int D, int j0, const float *x, const float *add, float *out, float *rstd, float eps) {
+    __m512 acc[4];
+    int s, q, nq = TR__MIN(64, D - j0);
+    __mmask16 mk[4];
+    for (q = 0; q < 4; q++) {
+        int left = nq - 16 * q;
+        mk[q] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+        acc[q] = _mm512_setzero_ps();
+    }
+    for (s = 0; s < S; s++)
+        for (q = 0; q < 4; q++) {
+            size_t i = (size_t)s * D + j0 + 16 * q;
+            __m512 v = _mm512_maskz_loadu_ps(mk[q], x + i);
+            if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk[q], add + i));
+            _mm512_mask_storeu_ps(out + i, mk[q], v);
+            acc[q] = _mm512_fmadd_ps(v, v, acc[q]);
+        }
+    for (q = 0; q < 4; q++) {
+        __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_add_ps(_mm512_div_ps(acc[q], _mm512_set1_ps((float)S)), _mm512_set1_ps(eps))));
+        _mm512_mask_storeu_ps(rstd + j0 + 16 * q, mk[q], r);
+        acc[q] = r;
+    }
+    for (s = 0; s < S; s++)
+        for (q = 0; q < 4; q++) {
+            size_t i = (size_t)s * D + j0 + 16 * q;
+            _mm512_mask_storeu_ps(out + i, mk[q], _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[q], out + i), acc[q]));
+        }
+}
+
+TR__TARGET_AVX512 static void tr__rms_cols_task_bwd512(int S, int D, int j0, const float *dy, const float *y, const float *rstd, float *dx) {
+    __m512 dot[4], rs[4];
+    int s, q, nq = TR__MIN(64, D - j0);
+    __mmask16 mk[4];
+    for (q = 0; q < 4; q++) {
+        int left = nq - 16 * q;
+        mk[q] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+        dot[q] = _mm512_setzero_ps();
+        rs[q] = _mm512_maskz_loadu_ps(mk[q], rstd + j0 + 16 * q);
+    }
+    for (s = 0; s < S; s++)
+        for (q = 0; q < 4; q++) {
+            size_t i = (size_t)s * D + j0 + 16 * q;
+            dot[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[q], dy + i), _mm512_maskz_loadu_ps(mk[q], y + i), dot[q]);
+        }
+    for (q = 0; q < 4; q++) dot[q] = _mm512_div_ps(dot[q], _mm512_set1_ps((float)S));
+    for (s = 0; s < S; s++)
+        for (q = 0; q < 4; q++) {
+            size_t i = (size_t)s * D + j0 + 16 * q;
+            __m512 v = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(mk[q], y + i), dot[q], _mm512_maskz_loadu_ps(mk[q], dy + i));
+            _mm512_mask_storeu_ps(dx + i, mk[q], _mm512_mul_ps(v, rs[q]));
+        }
+}
+
 TR__TARGET_AVX512 static void tr__rms_row_bwd512(int D, const float *dyr, const float *yr, float rstd, float *o) {
     __m512 acc = _mm512_setzero_ps(), mean, rs;
     int j;
@@ -1788,6 +1843,34 @@ TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, con
     }
 #endif
     tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+}
+TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long t, nblk = (D + 63) / 64;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (t = 0; t < (long)B * nblk; t++) {
+            size_t base = (size_t)(t / nblk) * S * D;
+            tr__rms_cols_task_fwd512(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
+        }
+        return;
+    }
+#endif
+    tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX512) {
+        long t, nblk = (D + 63) / 64;
+        TR__PARALLEL_FOR(ctx->num_threads)
+        for (t = 0; t < (long)B * nblk; t++) {
+            size_t base = (size_t)(t / nblk) * S * D;
+            tr__rms_cols_task_bwd512(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
+        }
+        return;
+    }
+#endif
+    tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
 }
 TR__FN int tr__thread_id(void) {
 #if TR__OMP
@@ -3075,7 +3158,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
             st = tr__sgemm(ctx, 0, 0, S, D, It, ly->tdown, It, act + b * It * D, D, proj + b * S * D, D, 0);
             if (st) return st;
         }
-        tr__rms_cols_fwd_ref(B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps, ctx->num_threads);
+        tr__rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps);
     } else {
         st = tr__sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0);
         if (st) return st;
@@ -3117,7 +3200,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        tr__rms_cols_bwd_ref(B, (int)S, (int)D, g2, r->h1, r->rstd1, g1, ctx->num_threads); /* g1 = d(in + proj) */
+        tr__rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1); /* g1 = d(in + proj) */
         tr__swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D);
         memcpy(din, g1, BS * D * sizeof(float));
         for (b = 0; b < B; b++) {

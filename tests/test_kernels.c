@@ -96,6 +96,21 @@ static void test_rms_cols(void **state) {
     assert_memory_equal(y, y2, sizeof y);
     tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx2, 2);
     assert_memory_equal(dx, dx2, sizeof dx);
+    {   /* the AVX-512 variant sums squares in fp32 (S terms): rtol 1e-5 */
+        tr_ctx *ctx = tu_ctx(2, 1);
+        if (ctx->simd == TR__SIMD_AVX512) {
+            static float add[CB * CS * CD];
+            tu_fill(add, CB * CS * CD, 6, 0.5f);
+            tr__rms_cols_fwd_ref(CB, CS, CD, x, add, y, rs, 1e-5f, 1);
+            tr__rms_cols_fwd(ctx, CB, CS, CD, x, add, y2, rs2, 1e-5f);
+            tu_assert_close("rms_cols fwd avx512 vs ref", y2, y, CB * CS * CD, 1e-6, 1e-5);
+            tu_assert_close("rms_cols rstd avx512 vs ref", rs2, rs, CB * CD, 0, 1e-5);
+            tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
+            tr__rms_cols_bwd(ctx, CB, CS, CD, rc_w, y, rs, dx2);
+            tu_assert_close("rms_cols bwd avx512 vs ref", dx2, dx, CB * CS * CD, 1e-6, 1e-5);
+        }
+        tr_ctx_destroy(ctx);
+    }
 }
 
 /* --- SwiGLU -------------------------------------------------------------------------------- */
