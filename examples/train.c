@@ -1,0 +1,1276 @@
+/* tinyrec-train: trains a TRM on a dataset in the reference layout (build one with tinyrec-data).
+
+     build/tinyrec-train PRESET [key=value ...] [--resume] [--overwrite]
+     build/tinyrec-train sudoku-tiny data_path=data/sudoku checkpoint_path=runs/s1 epochs=20 eval_interval=5
+     build/tinyrec-train --resume checkpoint_path=runs/s1          (continues exactly where it stopped)
+     build/tinyrec-train --help | --list-presets | --list-keys
+
+   Keys use the reference's names (arch.L_cycles=4, global_batch_size=64, lr=1e-4, ...); run
+   --list-keys for all of them. Beside the checkpoints in checkpoint_path it writes:
+     latest.safetensors, latest.state.safetensors   the model (EMA weights when ema is on) and the
+                                                   trainer state (live weights, optimizer, carry,
+                                                   sampler position), at every evaluation and on exit
+     best.safetensors                              the model of the evaluation with the best exact accuracy
+     metrics.jsonl                                 one JSON object per logged step and per evaluation
+     metrics.svg                                   loss, accuracy and exact accuracy per step
+     train_config.txt                              the run's settings, read back by --resume
+   Exit status: 0 done (or max_steps reached), 1 runtime error, 2 bad command line or configuration,
+   130 stopped by SIGINT or SIGTERM after saving a checkpoint (resume it with --resume).
+
+   Uses only the public API of tinyrec.h. */
+#define TINYREC_IMPLEMENTATION
+#include "tinyrec.h"
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PATH_CAP 1024
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+typedef struct options {
+    char preset[64];
+    tr_model_config arch;
+    tr_train_config tc;
+    char forward_dtype[32];
+    char data_path[PATH_CAP];
+    char checkpoint_path[PATH_CAP];
+    long epochs, eval_interval, min_eval_interval;
+    unsigned long long seed;
+    long max_steps;      /* stop (and save) after this many steps in total; 0: no limit */
+    int threads;         /* 0: TINYREC_NUM_THREADS or OpenMP's default */
+    int log_interval;    /* steps per metrics.jsonl line */
+    double print_interval; /* seconds between plain progress lines when stdout is not a terminal */
+    long eval_batches;   /* 0: the whole test split */
+    int prefetch;
+} options;
+
+typedef enum { K_INT, K_LONG, K_DBL, K_BOOL, K_U64, K_STR, K_POS, K_LOSS, K_DTYPE } key_kind;
+
+typedef struct key_def {
+    const char *name;
+    key_kind kind;
+    size_t off;
+    size_t cap; /* K_STR */
+    int persist; /* written to train_config.txt */
+    const char *help;
+} key_def;
+
+#define OFF(f) offsetof(options, f)
+static const key_def KEYS[] = {
+    {"data_path", K_STR, OFF(data_path), PATH_CAP, 1, "dataset folder in the reference layout (train/ and test/)"},
+    {"checkpoint_path", K_STR, OFF(checkpoint_path), PATH_CAP, 1, "folder for checkpoints, metrics.jsonl and metrics.svg"},
+    {"global_batch_size", K_INT, OFF(tc.global_batch_size), 0, 1, "rows per optimizer step"},
+    {"epochs", K_LONG, OFF(epochs), 0, 1, "training epochs (one epoch = one sample of every group)"},
+    {"eval_interval", K_LONG, OFF(eval_interval), 0, 1, "epochs between evaluations and checkpoints; must divide epochs"},
+    {"min_eval_interval", K_LONG, OFF(min_eval_interval), 0, 1, "evaluate only from this iteration (of eval_interval epochs) on"},
+    {"lr", K_DBL, OFF(tc.lr), 0, 1, "learning rate (AdamATan2)"},
+    {"lr_min_ratio", K_DBL, OFF(tc.lr_min_ratio), 0, 1, "cosine floor as a fraction of lr (1 = constant after warmup)"},
+    {"lr_warmup_steps", K_LONG, OFF(tc.lr_warmup_steps), 0, 1, "linear warmup steps"},
+    {"weight_decay", K_DBL, OFF(tc.weight_decay), 0, 1, "decoupled weight decay of the dense parameters"},
+    {"beta1", K_DBL, OFF(tc.beta1), 0, 1, "AdamATan2 beta1"},
+    {"beta2", K_DBL, OFF(tc.beta2), 0, 1, "AdamATan2 beta2"},
+    {"puzzle_emb_lr", K_DBL, OFF(tc.puzzle_emb_lr), 0, 1, "sign-SGD learning rate of the puzzle embedding"},
+    {"puzzle_emb_weight_decay", K_DBL, OFF(tc.puzzle_emb_weight_decay), 0, 1, "weight decay of the puzzle embedding"},
+    {"ema", K_BOOL, OFF(tc.ema), 0, 1, "keep an EMA of the weights; evaluate and checkpoint it"},
+    {"ema_rate", K_DBL, OFF(tc.ema_decay), 0, 1, "EMA decay"},
+    {"seed", K_U64, OFF(seed), 0, 1, "seed of the initialisation, the sampler and the ACT exploration"},
+    {"arch.hidden_size", K_INT, OFF(arch.hidden_size), 0, 1, "D"},
+    {"arch.num_heads", K_INT, OFF(arch.num_heads), 0, 1, "attention heads"},
+    {"arch.expansion", K_DBL, OFF(arch.expansion), 0, 1, "SwiGLU width factor"},
+    {"arch.H_layers", K_INT, OFF(arch.H_layers), 0, 1, "H layers (HRM; unused by TRM)"},
+    {"arch.L_layers", K_INT, OFF(arch.L_layers), 0, 1, "layers of the shared module"},
+    {"arch.H_cycles", K_INT, OFF(arch.H_cycles), 0, 1, "T"},
+    {"arch.L_cycles", K_INT, OFF(arch.L_cycles), 0, 1, "n"},
+    {"arch.puzzle_emb_ndim", K_INT, OFF(arch.puzzle_emb_ndim), 0, 1, "puzzle embedding width (0 = none)"},
+    {"arch.puzzle_emb_len", K_INT, OFF(arch.puzzle_emb_len), 0, 1, "puzzle embedding tokens (0 = ceil(ndim / hidden_size))"},
+    {"arch.pos_encodings", K_POS, OFF(arch.pos_encodings), 0, 1, "rope | learned | none"},
+    {"arch.mlp_t", K_BOOL, OFF(arch.mlp_t), 0, 1, "token-mixing MLP instead of attention"},
+    {"arch.rope_theta", K_DBL, OFF(arch.rope_theta), 0, 1, "RoPE base"},
+    {"arch.rms_norm_eps", K_DBL, OFF(arch.rms_norm_eps), 0, 1, "RMSNorm epsilon"},
+    {"arch.halt_max_steps", K_INT, OFF(arch.halt_max_steps), 0, 1, "M_max, supervision steps"},
+    {"arch.halt_exploration_prob", K_DBL, OFF(arch.halt_exploration_prob), 0, 1, "ACT exploration probability"},
+    {"arch.no_ACT_continue", K_BOOL, OFF(arch.no_ACT_continue), 0, 1, "halt on q_halt > 0 (TRM)"},
+    {"arch.loss.loss_type", K_LOSS, OFF(arch.loss_type), 0, 1, "stablemax_cross_entropy | softmax_cross_entropy"},
+    {"arch.forward_dtype", K_DTYPE, OFF(forward_dtype), 32, 1, "accepted for compatibility; the CPU computes in float32"},
+    {"max_steps", K_LONG, OFF(max_steps), 0, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"},
+    {"threads", K_INT, OFF(threads), 0, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"},
+    {"log_interval", K_INT, OFF(log_interval), 0, 1, "(tinyrec) steps per metrics.jsonl line"},
+    {"print_interval", K_DBL, OFF(print_interval), 0, 0, "(tinyrec) seconds between progress lines when not on a terminal"},
+    {"eval_batches", K_LONG, OFF(eval_batches), 0, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"},
+    {"prefetch", K_INT, OFF(prefetch), 0, 0, "(tinyrec) batches prepared ahead by a thread"},
+};
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+/* ---- presets ---------------------------------------------------------------------------- */
+
+typedef struct preset_def {
+    const char *name, *arch, *task, *help;
+    int vocab_size, seq_len; /* what the dataset must have; 0 = take the dataset's */
+    void (*apply)(options *o);
+} preset_def;
+
+static void recipe_reference(options *o) {
+    o->tc = tr_train_config_default(); /* lr 1e-4, wd 1.0, warmup 2000, batch 768, EMA 0.999 */
+    o->epochs = 50000, o->eval_interval = 5000;
+}
+static void p_arc(options *o) {
+    recipe_reference(o);
+    o->epochs = 100000, o->eval_interval = 10000;
+    o->tc.puzzle_emb_lr = 1e-2, o->tc.weight_decay = 0.1, o->tc.puzzle_emb_weight_decay = 0.1;
+}
+static void recipe_cpu(options *o) {
+    o->tc = tr_train_config_default();
+    o->tc.global_batch_size = 32, o->tc.lr = 1e-3, o->tc.lr_warmup_steps = 100;
+    o->tc.weight_decay = 0.1, o->tc.puzzle_emb_lr = 1e-3, o->tc.puzzle_emb_weight_decay = 0.1;
+    o->tc.ema_decay = 0.99; /* a short run: 0.999 would still be mostly the initial weights */
+    o->epochs = 5, o->eval_interval = 1;
+}
+static void p_sudoku_small(options *o) {
+    recipe_cpu(o);
+    o->arch.hidden_size = 128, o->arch.num_heads = 4, o->arch.puzzle_emb_ndim = 128, o->arch.puzzle_emb_len = 2;
+    o->arch.H_cycles = 3, o->arch.L_cycles = 4;
+    o->tc.global_batch_size = 64;
+}
+static void p_maze_tiny(options *o) {
+    recipe_cpu(o);
+    o->arch.mlp_t = 0, o->arch.pos_encodings = TR_POS_ROPE;
+}
+
+static const preset_def PRESETS[] = {
+    {"trm-sudoku-mlp", "trm-sudoku-mlp", "sudoku", "reference TRM-MLP Sudoku-Extreme (5.0M params, 50k epochs, batch 768)", 11, 81, recipe_reference},
+    {"trm-sudoku-att", "trm-sudoku-att", "sudoku", "reference TRM-Att Sudoku-Extreme (6.8M params)", 11, 81, recipe_reference},
+    {"trm-maze", "trm-maze", "maze", "reference TRM-Att Maze-Hard 30x30 (6.8M params, n=4)", 6, 900, recipe_reference},
+    {"trm-arc", "trm-arc", "arc", "reference TRM-Att ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)", 12, 900, p_arc},
+    {"sudoku-tiny", "trm-tiny", "sudoku", "CPU: D=64 mlp_t T=2 n=2, batch 32, lr 1e-3, EMA 0.99, 5 epochs (the demo's recipe)", 11, 81, recipe_cpu},
+    {"sudoku-small", "trm-tiny", "sudoku", "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3", 11, 81, p_sudoku_small},
+    {"maze-tiny", "trm-tiny", "maze", "CPU: D=64 attention+RoPE T=2 n=2, any maze size", 6, 0, p_maze_tiny},
+    {"tiny", "trm-tiny", NULL, "CPU: trm-tiny on any dataset (sizes from the dataset)", 0, 0, recipe_cpu},
+};
+#define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+static const preset_def *find_preset(const char *name) {
+    int i;
+    for (i = 0; i < NPRESETS; i++)
+        if (!strcmp(PRESETS[i].name, name)) return &PRESETS[i];
+    return NULL;
+}
+
+static void apply_preset(options *o, const preset_def *p) {
+    tr_model_config_preset(&o->arch, p->arch);
+    snprintf(o->preset, sizeof o->preset, "%s", p->name);
+    snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
+    p->apply(o);
+    o->min_eval_interval = 0;
+    o->seed = 0;
+    o->log_interval = 1;
+    o->print_interval = 10;
+    o->prefetch = 2;
+    o->eval_batches = 0;
+    o->threads = 0;
+    o->max_steps = 0;
+    if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
+}
+
+static int streq_ci(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+static const key_def *find_key(const char *name) {
+    int i;
+    for (i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].name, name)) return &KEYS[i];
+    return NULL;
+}
+
+static void list_keys(FILE *f) {
+    int i;
+    fprintf(f, "valid keys:\n");
+    for (i = 0; i < NKEYS; i++) fprintf(f, "  %-26s %s\n", KEYS[i].name, KEYS[i].help);
+}
+
+/* Sets key=value; on failure writes the reason to err and returns 0. */
+static int set_key(options *o, const char *key, const char *val, char *err, size_t cap) {
+    const key_def *k = find_key(key);
+    char *end = NULL;
+    void *p;
+    if (!k) {
+        snprintf(err, cap, "unknown key '%s'", key);
+        return 0;
+    }
+    p = (char *)o + k->off;
+    errno = 0;
+    switch (k->kind) {
+    case K_INT:
+    case K_LONG: {
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || errno || (k->kind == K_INT && (v < -2147483647L || v > 2147483647L))) goto bad_int;
+        if (k->kind == K_INT) *(int *)p = (int)v;
+        else *(long *)p = v;
+        return 1;
+    }
+    case K_U64: {
+        unsigned long long v;
+        if (*val == '-') goto bad_int;
+        v = strtoull(val, &end, 10);
+        if (!*val || *end || errno) goto bad_int;
+        *(unsigned long long *)p = v;
+        return 1;
+    }
+    case K_DBL: {
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v)) {
+            snprintf(err, cap, "bad value '%s' for key '%s': expected a number", val, key);
+            return 0;
+        }
+        *(double *)p = v;
+        return 1;
+    }
+    case K_BOOL:
+        if (streq_ci(val, "true") || !strcmp(val, "1") || streq_ci(val, "yes") || streq_ci(val, "on")) *(int *)p = 1;
+        else if (streq_ci(val, "false") || !strcmp(val, "0") || streq_ci(val, "no") || streq_ci(val, "off")) *(int *)p = 0;
+        else {
+            snprintf(err, cap, "bad value '%s' for key '%s': expected true or false", val, key);
+            return 0;
+        }
+        return 1;
+    case K_STR:
+        if (strlen(val) >= k->cap) {
+            snprintf(err, cap, "value of '%s' is too long (at most %zu characters)", key, k->cap - 1);
+            return 0;
+        }
+        if (!*val) {
+            snprintf(err, cap, "key '%s' needs a non-empty value", key);
+            return 0;
+        }
+        memcpy(p, val, strlen(val) + 1);
+        return 1;
+    case K_POS:
+        if (streq_ci(val, "rope")) *(tr_pos_encoding *)p = TR_POS_ROPE;
+        else if (streq_ci(val, "learned")) *(tr_pos_encoding *)p = TR_POS_LEARNED;
+        else if (streq_ci(val, "none")) *(tr_pos_encoding *)p = TR_POS_NONE;
+        else {
+            snprintf(err, cap, "bad value '%s' for key '%s': expected rope, learned or none", val, key);
+            return 0;
+        }
+        return 1;
+    case K_LOSS:
+        if (!strcmp(val, "stablemax_cross_entropy") || !strcmp(val, "stablemax")) *(tr_loss_type *)p = TR_LOSS_STABLEMAX;
+        else if (!strcmp(val, "softmax_cross_entropy") || !strcmp(val, "softmax")) *(tr_loss_type *)p = TR_LOSS_SOFTMAX;
+        else {
+            snprintf(err, cap, "bad value '%s' for key '%s': expected stablemax_cross_entropy or softmax_cross_entropy", val, key);
+            return 0;
+        }
+        return 1;
+    case K_DTYPE:
+        if (strcmp(val, "bfloat16") && strcmp(val, "float32") && strcmp(val, "float16")) {
+            snprintf(err, cap, "bad value '%s' for key '%s': expected bfloat16, float16 or float32", val, key);
+            return 0;
+        }
+        snprintf((char *)p, k->cap, "%s", val);
+        return 1;
+    }
+bad_int:
+    snprintf(err, cap, "bad value '%s' for key '%s': expected an integer", val, key);
+    return 0;
+}
+
+static void format_key(const options *o, const key_def *k, char *buf, size_t cap) {
+    const void *p = (const char *)o + k->off;
+    switch (k->kind) {
+    case K_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case K_LONG: snprintf(buf, cap, "%ld", *(const long *)p); break;
+    case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
+    case K_DBL: snprintf(buf, cap, "%.17g", *(const double *)p); break;
+    case K_BOOL: snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
+    case K_STR:
+    case K_DTYPE: snprintf(buf, cap, "%s", (const char *)p); break;
+    case K_POS: {
+        tr_pos_encoding e = *(const tr_pos_encoding *)p;
+        snprintf(buf, cap, "%s", e == TR_POS_ROPE ? "rope" : e == TR_POS_LEARNED ? "learned" : "none");
+        break;
+    }
+    case K_LOSS: snprintf(buf, cap, "%s", *(const tr_loss_type *)p == TR_LOSS_SOFTMAX ? "softmax_cross_entropy" : "stablemax_cross_entropy"); break;
+    }
+}
+
+/* ---- small file helpers ----------------------------------------------------------------- */
+
+static int mkdir_p(const char *path) {
+    char buf[PATH_CAP];
+    size_t i, n = strlen(path);
+    struct stat sb;
+    if (n >= sizeof buf) return -1;
+    memcpy(buf, path, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (stat(buf, &sb) != 0) {
+                if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            } else if (!S_ISDIR(sb.st_mode)) {
+                errno = ENOTDIR;
+                return -1;
+            }
+            buf[i] = c;
+        }
+    }
+    return 0;
+}
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0, r;
+    if (!f) return NULL;
+    for (;;) {
+        if (cap - n < 65536) {
+            char *nb = (char *)realloc(buf, cap * 2 + 65536 + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb, cap = cap * 2 + 65536;
+        }
+        r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+/* The library's warnings (a train setting that differs from the saved state, a resized puzzle
+   table) go to stderr; errors are reported from tr_ctx_last_error. */
+static void on_log(void *user, tr_log_level level, const char *message) {
+    (void)user;
+    if (level == TR_LOG_WARN) fprintf(stderr, "tinyrec-train: warning: %s\n", message);
+}
+
+/* ---- signals ---------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    static const char msg[] = "\ntinyrec-train: stopping after this step (signal again to quit without saving)\n";
+    if (g_stop) _exit(130);
+    g_stop = sig;
+    if (write(2, msg, sizeof msg - 1) < 0) g_stop = sig;
+}
+
+/* ---- metrics history, JSONL and SVG ----------------------------------------------------- */
+
+typedef struct point {
+    long step;
+    double loss, acc, exact; /* NAN when absent */
+} point;
+
+typedef struct history {
+    point *train, *eval;
+    size_t ntrain, neval, cap_train, cap_eval;
+} history;
+
+static void hist_add(point **a, size_t *n, size_t *cap, point p) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        point *na = (point *)realloc(*a, nc * sizeof(point));
+        if (!na) return;
+        *a = na, *cap = nc;
+    }
+    (*a)[(*n)++] = p;
+}
+
+static double json_num(const char *line, const char *key) {
+    char pat[64];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    p = strstr(line, pat);
+    if (!p) return NAN;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    if (!strncmp(p, "null", 4)) return NAN;
+    return strtod(p, NULL);
+}
+
+/* Keeps the lines of an existing metrics.jsonl up to `step` (a resumed run drops what came after
+   its checkpoint) and fills the history from them. */
+static int load_history(const char *path, long step, history *h) {
+    size_t len;
+    char *text = read_text(path, &len), *line, *next;
+    FILE *f;
+    char tmp[PATH_CAP + 16];
+    if (!text) return 0;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "wb");
+    if (!f) {
+        free(text);
+        return -1;
+    }
+    for (line = text; *line; line = next) {
+        double s;
+        point p;
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        else next = line + strlen(line);
+        s = json_num(line, "step");
+        if (!(s <= (double)step)) continue;
+        fprintf(f, "%s\n", line);
+        p.step = (long)s;
+        p.loss = json_num(line, "loss");
+        p.acc = json_num(line, "accuracy");
+        p.exact = json_num(line, "exact_accuracy");
+        if (strstr(line, "\"type\":\"eval\"")) hist_add(&h->eval, &h->neval, &h->cap_eval, p);
+        else hist_add(&h->train, &h->ntrain, &h->cap_train, p);
+    }
+    free(text);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
+    return 0;
+}
+
+static void json_double(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+/* Averages up to `width` buckets of a series; returns the number of points written. */
+static size_t bucketize(const point *pts, size_t n, int which, size_t width, double *xs, double *ys) {
+    size_t b, out = 0, nb = n < width ? n : width;
+    for (b = 0; b < nb; b++) {
+        size_t lo = b * n / nb, hi = (b + 1) * n / nb, i, cnt = 0;
+        double sx = 0, sy = 0;
+        for (i = lo; i < hi; i++) {
+            double v = which == 0 ? pts[i].loss : which == 1 ? pts[i].acc : pts[i].exact;
+            if (!isfinite(v)) continue;
+            sx += (double)pts[i].step, sy += v, cnt++;
+        }
+        if (cnt) xs[out] = sx / cnt, ys[out] = sy / cnt, out++;
+    }
+    return out;
+}
+
+static double nice_step(double range, int ticks) {
+    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+}
+
+static void svg_polyline(FILE *f, const double *xs, const double *ys, size_t n, double x0, double x1, double y0, double y1, int px, int py, int pw, int ph,
+                         const char *color, int log_y) {
+    size_t i;
+    if (!n) return;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    for (i = 0; i < n; i++) {
+        double y = log_y ? log10(ys[i] > 1e-12 ? ys[i] : 1e-12) : ys[i];
+        double X = px + (xs[i] - x0) / (x1 - x0) * pw, Y = py + ph - (y - y0) / (y1 - y0) * ph;
+        if (Y < py) Y = py;
+        if (Y > py + ph) Y = py + ph;
+        fprintf(f, "%.1f,%.1f ", X, Y);
+    }
+    fprintf(f, "\"/>\n");
+}
+
+static void svg_axes(FILE *f, int px, int py, int pw, int ph, double x0, double x1, double y0, double y1, int log_y, const char *title) {
+    double t, st;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#999\"/>\n", px, py, pw, ph);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", px, py - 6, title);
+    st = nice_step(x1 - x0, 6);
+    for (t = ceil(x0 / st) * st; t <= x1 + 1e-9; t += st) {
+        double X = px + (t - x0) / (x1 - x0) * pw;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", X, py, X, py + ph);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", X, py + ph + 14, t);
+    }
+    st = log_y ? 1 : nice_step(y1 - y0, 5);
+    for (t = ceil(y0 / st) * st; t <= y1 + 1e-9; t += st) {
+        double Y = py + ph - (t - y0) / (y1 - y0) * ph;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>", px, Y, px + pw, Y);
+        if (log_y) fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, pow(10, t));
+        else fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, t);
+    }
+}
+
+static int write_svg(const char *path, const history *h, const char *title) {
+    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
+    double *xs, *ys, x0 = 0, x1 = 1, lmin = INFINITY, lmax = -INFINITY, y0, y1;
+    size_t i, n, cap = h->ntrain + h->neval + 1;
+    int log_y;
+    char tmp[PATH_CAP + 16];
+    FILE *f;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "wb");
+    if (!f) return -1;
+    xs = (double *)malloc(cap * sizeof(double));
+    ys = (double *)malloc(cap * sizeof(double));
+    if (!xs || !ys) {
+        free(xs), free(ys), fclose(f);
+        return -1;
+    }
+    for (i = 0; i < h->ntrain; i++) {
+        if (h->train[i].step > x1) x1 = (double)h->train[i].step;
+        if (isfinite(h->train[i].loss) && h->train[i].loss > 0) {
+            if (h->train[i].loss < lmin) lmin = h->train[i].loss;
+            if (h->train[i].loss > lmax) lmax = h->train[i].loss;
+        }
+    }
+    for (i = 0; i < h->neval; i++)
+        if (h->eval[i].step > x1) x1 = (double)h->eval[i].step;
+    if (!(lmin < lmax)) lmin = 0.1, lmax = 10;
+    log_y = lmax / lmin > 20;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">%s</text>\n", PX, title);
+    /* loss panel */
+    if (log_y) y0 = floor(log10(lmin)), y1 = ceil(log10(lmax));
+    else y0 = 0, y1 = lmax * 1.05;
+    svg_axes(f, PX, 50, PW, PH, x0, x1, y0, y1, log_y, log_y ? "train loss (log scale)" : "train loss");
+    n = bucketize(h->train, h->ntrain, 0, PW, xs, ys);
+    svg_polyline(f, xs, ys, n, x0, x1, y0, y1, PX, 50, PW, PH, "#1f77b4", log_y);
+    /* accuracy panel */
+    svg_axes(f, PX, 330, PW, PH, x0, x1, 0, 1, 0, "accuracy and exact accuracy (lines: train; dots: eval)");
+    n = bucketize(h->train, h->ntrain, 1, PW, xs, ys);
+    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#2ca02c", 0);
+    n = bucketize(h->train, h->ntrain, 2, PW, xs, ys);
+    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#d62728", 0);
+    for (i = 0; i < h->neval; i++) {
+        double X = PX + (h->eval[i].step - x0) / (x1 - x0) * PW;
+        if (isfinite(h->eval[i].acc)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#2ca02c\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].acc * PH);
+        if (isfinite(h->eval[i].exact)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact * PH);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206, H - 15);
+    fprintf(f, "</svg>\n");
+    free(xs), free(ys);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
+    return 0;
+}
+
+/* ---- the run ---------------------------------------------------------------------------- */
+
+/* The caller's part of the trainer state: where the sampler is and what the run has seen. */
+typedef struct run_pos {
+    uint32_t magic, version;
+    tr_sampler_state sampler;
+    int64_t cur_pass;      /* set pass of the last batch trained (or, after an eval, of the next) */
+    int64_t evals;
+    int64_t best_step;
+    int64_t last_eval_step; /* -1: none */
+    double best_exact;     /* -1: no eval yet */
+    double epoch;
+    double train_seconds;
+} run_pos;
+#define RUN_POS_MAGIC 0x54525452u /* "TRTR" */
+
+typedef struct run {
+    options o;
+    tr_ctx *ctx;
+    tr_dataset *train_ds, *test_ds;
+    tr_sampler *train_s, *test_s;
+    tr_sampler_state test_start;
+    tr_model *model;
+    tr_trainer *trainer;
+    tr_carry *eval_carry;
+    run_pos pos;
+    history hist;
+    FILE *jsonl;
+    char model_path[PATH_CAP + 32], state_path[PATH_CAP + 64], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
+        config_path[PATH_CAP + 32];
+    int tty, bar_shown;
+    long total_steps, target_steps, total_iters;
+    double t_start, step0_time;
+    long step0;
+} run;
+
+static void clear_bar(run *r) {
+    if (r->tty && r->bar_shown) {
+        fputs("\r\033[K", stdout);
+        r->bar_shown = 0;
+    }
+}
+
+static void fmt_dur(double s, char *buf, size_t cap) {
+    long t = (long)(s + 0.5);
+    if (!isfinite(s) || s < 0) snprintf(buf, cap, "?");
+    else if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+}
+
+static void status_msg(run *r, const char *fmt, ...) {
+    va_list ap;
+    clear_bar(r);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static int write_config(run *r) {
+    char tmp[PATH_CAP + 40], v[PATH_CAP];
+    FILE *f;
+    int i;
+    snprintf(tmp, sizeof tmp, "%s.tmp", r->config_path);
+    f = fopen(tmp, "wb");
+    if (!f) return -1;
+    fprintf(f, "# tinyrec-train run settings (key=value); --resume reads them back, command-line keys override\n");
+    fprintf(f, "preset=%s\n", r->o.preset);
+    for (i = 0; i < NKEYS; i++) {
+        if (!KEYS[i].persist) continue;
+        format_key(&r->o, &KEYS[i], v, sizeof v);
+        fprintf(f, "%s=%s\n", KEYS[i].name, v);
+    }
+    if (fclose(f) != 0 || rename(tmp, r->config_path) != 0) return -1;
+    return 0;
+}
+
+/* Saves latest (+ best when is_best): the model file with EMA weights when EMA is on, the trainer
+   state with the live weights and the sampler position. */
+static int save_checkpoint(run *r, const tr_sampler_state *sampler_pos, int is_best) {
+    tr_status st;
+    int swapped = 0;
+    r->pos.sampler = *sampler_pos;
+    if (r->o.tc.ema) {
+        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
+        swapped = 1;
+    }
+    if ((st = tr_model_save(r->model, r->model_path, NULL)) != TR_OK) goto fail;
+    if (is_best && (st = tr_model_save(r->model, r->best_path, NULL)) != TR_OK) goto fail;
+    if (swapped) {
+        swapped = 0;
+        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
+    }
+    if ((st = tr_trainer_save(r->trainer, r->state_path, &r->pos, sizeof r->pos)) != TR_OK) goto fail;
+    if (write_svg(r->svg_path, &r->hist, r->o.preset) != 0) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    return 0;
+fail:
+    if (swapped) tr_trainer_swap_ema(r->trainer);
+    clear_bar(r);
+    fprintf(stderr, "tinyrec-train: saving the checkpoint failed: %s\n", tr_ctx_last_error(r->ctx));
+    return -1;
+}
+
+typedef struct eval_result {
+    double accuracy, exact_accuracy, steps, lm_loss, q_halt_accuracy, count, seconds;
+} eval_result;
+
+/* Evaluates on the test split, as the reference: every batch runs halt_max_steps supervision
+   steps and the metrics come from the final one; the EMA weights are swapped in when EMA is on.
+   Returns 1 when done, 0 when interrupted by a signal, -1 on error. */
+static int evaluate(run *r, eval_result *res) {
+    tr_metrics sum;
+    long nb = 0;
+    int swapped = 0, result = 1;
+    int64_t total = tr_sampler_batches_per_pass(r->test_s);
+    double t0 = tr_time_seconds(), last_bar = 0;
+    tr_status st;
+    memset(&sum, 0, sizeof sum);
+    memset(res, 0, sizeof *res);
+    if (r->o.eval_batches > 0 && total > r->o.eval_batches) total = r->o.eval_batches;
+    if ((st = tr_sampler_set_state(r->test_s, &r->test_start)) != TR_OK) goto fail;
+    if (r->o.tc.ema) {
+        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
+        swapped = 1;
+    }
+    for (;;) {
+        tr_batch b;
+        tr_batch_info info;
+        tr_metrics mt;
+        if (r->o.eval_batches > 0 && nb >= r->o.eval_batches) break;
+        if (g_stop) {
+            result = 0;
+            break;
+        }
+        if ((st = tr_sampler_next(r->test_s, &b, &info)) != TR_OK) goto fail;
+        if (info.end) break;
+        tr_carry_reset(r->eval_carry);
+        do {
+            if ((st = tr_model_eval_step(r->model, r->eval_carry, &b, NULL, &mt)) != TR_OK) goto fail;
+        } while (!tr_carry_all_halted(r->eval_carry));
+        /* every row halts at the last step, so its metrics cover the batch */
+        sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy;
+        sum.q_halt_accuracy += mt.q_halt_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
+        nb++;
+        if (r->tty && tr_time_seconds() - last_bar > 0.25) {
+            printf("\r\033[K  evaluating: batch %ld/%lld  exact %.4f", nb, (long long)total, sum.count ? sum.exact_accuracy / sum.count : 0.0);
+            fflush(stdout);
+            r->bar_shown = 1;
+            last_bar = tr_time_seconds();
+        }
+    }
+    if (swapped && (st = tr_trainer_swap_ema(r->trainer)) != TR_OK) {
+        swapped = 0;
+        goto fail;
+    }
+    clear_bar(r);
+    if (sum.count > 0) {
+        res->accuracy = sum.accuracy / sum.count, res->exact_accuracy = sum.exact_accuracy / sum.count;
+        res->steps = sum.steps / sum.count, res->lm_loss = sum.lm_loss / sum.count, res->q_halt_accuracy = sum.q_halt_accuracy / sum.count;
+    } else
+        res->accuracy = res->exact_accuracy = res->steps = res->lm_loss = res->q_halt_accuracy = NAN;
+    res->count = sum.count;
+    res->seconds = tr_time_seconds() - t0;
+    return result;
+fail:
+    if (swapped) tr_trainer_swap_ema(r->trainer);
+    clear_bar(r);
+    fprintf(stderr, "tinyrec-train: evaluation failed: %s (%s)\n", tr_ctx_last_error(r->ctx), tr_status_string(st));
+    return -1;
+}
+
+/* The end of an iteration (eval_interval epochs): evaluate when due, then checkpoint. Returns 1,
+   0 when interrupted (nothing saved), -1 on error. */
+static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_before, int do_eval) {
+    eval_result e;
+    int best = 0, rc;
+    if (do_eval && r->test_s) {
+        rc = evaluate(r, &e);
+        if (rc <= 0) return rc;
+        best = e.count > 0 && e.exact_accuracy > r->pos.best_exact;
+        if (best) r->pos.best_exact = e.exact_accuracy, r->pos.best_step = step;
+        r->pos.evals++;
+        r->pos.last_eval_step = step;
+        fprintf(r->jsonl, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%.6g", step, r->pos.epoch);
+        json_double(r->jsonl, "accuracy", e.accuracy);
+        json_double(r->jsonl, "exact_accuracy", e.exact_accuracy);
+        json_double(r->jsonl, "steps", e.steps);
+        json_double(r->jsonl, "lm_loss", e.lm_loss);
+        json_double(r->jsonl, "q_halt_accuracy", e.q_halt_accuracy);
+        fprintf(r->jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
+        fflush(r->jsonl);
+        {
+            point p;
+            p.step = step, p.loss = e.lm_loss, p.acc = e.accuracy, p.exact = e.exact_accuracy;
+            hist_add(&r->hist.eval, &r->hist.neval, &r->hist.cap_eval, p);
+        }
+        status_msg(r, "eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, r->pos.epoch, e.accuracy,
+                   e.exact_accuracy, e.steps, e.lm_loss, e.count, e.seconds, best ? "  * best" : "");
+    }
+    if (save_checkpoint(r, pos_before, best) != 0) return -1;
+    return 1;
+}
+
+static void show_progress(run *r, long step, double loss, double acc, double exact, double act, int final) {
+    double now = tr_time_seconds(), el = now - r->t_start, rate = 0, eta;
+    char etab[32], elb[32];
+    long done = step - r->step0;
+    if (r->step0_time > 0 && done > 0) rate = done / r->step0_time;
+    eta = rate > 0 ? (r->target_steps - step) / rate : NAN;
+    fmt_dur(eta, etab, sizeof etab);
+    fmt_dur(el, elb, sizeof elb);
+    if (r->tty) {
+        int w = 24, i, fill = r->target_steps > 0 ? (int)((double)w * step / r->target_steps) : 0;
+        char bar[64];
+        if (fill > w) fill = w;
+        for (i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+        bar[w] = 0;
+        printf("\r\033[K[%s] %ld/%ld ep %.2f loss %.4f acc %.4f exact %.4f act %.2f %.0f samples/s ETA %s", bar, step, r->target_steps, r->pos.epoch, loss, acc, exact,
+               act, rate * r->o.tc.global_batch_size, etab);
+        r->bar_shown = 1;
+        if (final) {
+            putchar('\n');
+            r->bar_shown = 0;
+        }
+    } else {
+        printf("step %ld/%ld  epoch %.2f  loss %.4f  accuracy %.4f  exact %.4f  act_steps %.2f  %.1f samples/s  elapsed %s  ETA %s\n", step, r->target_steps, r->pos.epoch,
+               loss, acc, exact, act, rate * r->o.tc.global_batch_size, elb, etab);
+    }
+    fflush(stdout);
+}
+
+static void usage(FILE *f) {
+    int i;
+    fprintf(f,
+            "usage: tinyrec-train PRESET data_path=DIR [key=value ...] [--overwrite]\n"
+            "       tinyrec-train --resume checkpoint_path=DIR [key=value ...]\n"
+            "       tinyrec-train --list-presets | --list-keys | --help\n\n"
+            "Trains a TRM on a dataset in the reference layout (build one with tinyrec-data), e.g.\n"
+            "  tinyrec-data sudoku --output-dir data/sudoku --generate 20000 --generate-test 200 --clues 50 --num-aug 0\n"
+            "  tinyrec-train sudoku-tiny data_path=data/sudoku checkpoint_path=runs/sudoku epochs=2\n"
+            "  tinyrec-solve runs/sudoku/best.safetensors puzzles.txt\n\n"
+            "Keys use the reference's names (arch.L_cycles=4, global_batch_size=64, lr=1e-4, ema=true, ...);\n"
+            "eval_interval is in epochs and must divide epochs. vocab_size, seq_len and the puzzle-id count come\n"
+            "from the dataset. Every eval_interval epochs the test split is evaluated (EMA weights when ema=true,\n"
+            "halt_max_steps supervision steps per batch) and a checkpoint is written to checkpoint_path:\n"
+            "latest.safetensors (+ .state.safetensors for --resume), best.safetensors (best exact accuracy),\n"
+            "metrics.jsonl, metrics.svg and train_config.txt. --resume reads train_config.txt back (keys on the\n"
+            "command line override it) and continues exactly, with the same losses as an uninterrupted run\n"
+            "(on the same machine and thread count). Ctrl-C or SIGTERM finishes the current step, saves latest\n"
+            "and exits with status 130; a second signal quits at once.\n"
+            "--overwrite starts a new run in a checkpoint_path that already holds one.\n\n"
+            "Exit status: 0 done or max_steps reached, 1 runtime error, 2 bad command line, 130 interrupted.\n\npresets:\n");
+    for (i = 0; i < NPRESETS; i++) fprintf(f, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+    fputc('\n', f);
+    list_keys(f);
+}
+
+static int die_usage(const char *msg) {
+    fprintf(stderr, "tinyrec-train: %s\n\n", msg);
+    list_keys(stderr);
+    fprintf(stderr, "\n(tinyrec-train --help for the usage)\n");
+    return 2;
+}
+
+static int fail(run *r, const char *what) {
+    clear_bar(r);
+    fprintf(stderr, "tinyrec-train: %s: %s\n", what, r->ctx ? tr_ctx_last_error(r->ctx) : "");
+    return 1;
+}
+
+static void cleanup(run *r) {
+    if (r->jsonl) fclose(r->jsonl);
+    if (r->eval_carry) tr_carry_destroy(r->eval_carry);
+    if (r->train_s) tr_sampler_destroy(r->train_s);
+    if (r->test_s) tr_sampler_destroy(r->test_s);
+    if (r->trainer) tr_trainer_destroy(r->trainer);
+    if (r->model) tr_model_destroy(r->model);
+    if (r->train_ds) tr_dataset_close(r->train_ds);
+    if (r->test_ds) tr_dataset_close(r->test_ds);
+    if (r->ctx) tr_ctx_destroy(r->ctx);
+    free(r->hist.train), free(r->hist.eval);
+}
+
+static int run_main(run *r, int resume);
+
+int main(int argc, char **argv) {
+    static run R;
+    run *r = &R;
+    const char *preset_arg = NULL, *kv[512];
+    int nkv = 0, resume = 0, overwrite = 0, i, eval_interval_given = 0, rc;
+    char err[PATH_CAP + 128];
+    const preset_def *p = NULL;
+    memset(r, 0, sizeof *r);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--list-presets")) {
+            for (i = 0; i < NPRESETS; i++) printf("%-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+            return 0;
+        } else if (!strcmp(a, "--list-keys")) {
+            list_keys(stdout);
+            return 0;
+        } else if (!strcmp(a, "--resume")) resume = 1;
+        else if (!strcmp(a, "--overwrite")) overwrite = 1;
+        else if (a[0] == '-') {
+            snprintf(err, sizeof err, "unknown option '%s' (options: --resume, --overwrite, --list-presets, --list-keys, --help)", a);
+            return die_usage(err);
+        } else if (strchr(a, '=')) {
+            if (nkv == 512) return die_usage("too many key=value arguments");
+            kv[nkv++] = a;
+        } else if (!preset_arg) preset_arg = a;
+        else {
+            snprintf(err, sizeof err, "unexpected argument '%s' (one preset, then key=value pairs)", a);
+            return die_usage(err);
+        }
+    }
+    for (i = 0; i < nkv; i++)
+        if (!strncmp(kv[i], "preset=", 7)) {
+            if (preset_arg && strcmp(preset_arg, kv[i] + 7)) return die_usage("two different presets given");
+            preset_arg = kv[i] + 7;
+        }
+    if (preset_arg && !(p = find_preset(preset_arg))) {
+        fprintf(stderr, "tinyrec-train: unknown preset '%s'; presets:\n", preset_arg);
+        for (i = 0; i < NPRESETS; i++) fprintf(stderr, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+        return 2;
+    }
+    if (resume) {
+        /* the run's folder: checkpoint_path from the command line, else the preset's default */
+        char cp[PATH_CAP], cfgp[PATH_CAP + 32], *text, *line, *next;
+        const preset_def *fp = NULL;
+        cp[0] = 0;
+        for (i = 0; i < nkv; i++)
+            if (!strncmp(kv[i], "checkpoint_path=", 16)) snprintf(cp, sizeof cp, "%s", kv[i] + 16);
+        if (!cp[0]) {
+            if (!p) return die_usage("--resume needs checkpoint_path=DIR (the folder of the run to continue)");
+            snprintf(cp, sizeof cp, "checkpoints/%s", p->name);
+        }
+        snprintf(cfgp, sizeof cfgp, "%s/train_config.txt", cp);
+        text = read_text(cfgp, NULL);
+        if (!text) {
+            fprintf(stderr, "tinyrec-train: --resume: no run to continue in '%s' (cannot read %s: %s)\n", cp, cfgp, strerror(errno));
+            return 1;
+        }
+        for (line = text; *line; line = next) {
+            char *eq;
+            next = strchr(line, '\n');
+            if (next) *next++ = 0;
+            else next = line + strlen(line);
+            if (line[0] == '#' || !line[0]) continue;
+            eq = strchr(line, '=');
+            if (!eq) continue;
+            *eq = 0;
+            if (!strcmp(line, "preset")) {
+                if (!(fp = find_preset(eq + 1))) {
+                    fprintf(stderr, "tinyrec-train: %s names an unknown preset '%s'\n", cfgp, eq + 1);
+                    free(text);
+                    return 1;
+                }
+                if (p && p != fp) fprintf(stderr, "tinyrec-train: warning: the run was started with preset %s; '%s' is ignored\n", fp->name, p->name);
+                snprintf(R.o.checkpoint_path, sizeof R.o.checkpoint_path, "%s", cp);
+                apply_preset(&r->o, fp);
+                continue;
+            }
+            if (!fp) {
+                fprintf(stderr, "tinyrec-train: %s: the first setting must be preset=NAME\n", cfgp);
+                free(text);
+                return 1;
+            }
+            if (!strcmp(line, "eval_interval")) eval_interval_given = 1;
+            if (!set_key(&r->o, line, eq + 1, err, sizeof err)) {
+                fprintf(stderr, "tinyrec-train: %s: %s\n", cfgp, err);
+                free(text);
+                return 1;
+            }
+        }
+        free(text);
+        if (!fp) {
+            fprintf(stderr, "tinyrec-train: %s holds no preset\n", cfgp);
+            return 1;
+        }
+    } else {
+        if (!p) {
+            fprintf(stderr, "tinyrec-train: name a preset (or --resume a run); presets:\n");
+            for (i = 0; i < NPRESETS; i++) fprintf(stderr, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+            fprintf(stderr, "(tinyrec-train --help for the usage)\n");
+            return 2;
+        }
+        apply_preset(&r->o, p);
+    }
+    for (i = 0; i < nkv; i++) {
+        char key[128];
+        const char *eq = strchr(kv[i], '=');
+        size_t kl = (size_t)(eq - kv[i]);
+        if (kl >= sizeof key) kl = sizeof key - 1;
+        memcpy(key, kv[i], kl);
+        key[kl] = 0;
+        if (!strcmp(key, "preset")) continue;
+        if (!strcmp(key, "eval_interval")) eval_interval_given = 1;
+        if (!set_key(&r->o, key, eq + 1, err, sizeof err)) return die_usage(err);
+    }
+    /* training settings the library does not check */
+    {
+        options *o = &r->o;
+        const char *bad = NULL;
+        if (!o->data_path[0]) bad = "data_path=DIR is required (a dataset built by tinyrec-data)";
+        else if (o->tc.global_batch_size < 1) bad = "global_batch_size must be >= 1";
+        else if (o->epochs < 1) bad = "epochs must be >= 1";
+        else if (o->eval_interval < 1) bad = "eval_interval must be >= 1";
+        else if (!(o->tc.lr >= 0) || !(o->tc.puzzle_emb_lr >= 0)) bad = "lr and puzzle_emb_lr must be >= 0";
+        else if (!(o->tc.lr_min_ratio >= 0 && o->tc.lr_min_ratio <= 1)) bad = "lr_min_ratio must be in [0, 1]";
+        else if (o->tc.lr_warmup_steps < 0) bad = "lr_warmup_steps must be >= 0";
+        else if (!(o->tc.beta1 >= 0 && o->tc.beta1 < 1) || !(o->tc.beta2 >= 0 && o->tc.beta2 < 1)) bad = "beta1 and beta2 must be in [0, 1)";
+        else if (!(o->tc.ema_decay >= 0 && o->tc.ema_decay < 1)) bad = "ema_rate must be in [0, 1)";
+        else if (o->log_interval < 1) bad = "log_interval must be >= 1";
+        else if (o->max_steps < 0 || o->threads < 0 || o->eval_batches < 0 || o->prefetch < 0 || o->min_eval_interval < 0)
+            bad = "max_steps, threads, eval_batches, prefetch and min_eval_interval must be >= 0";
+        else if (!(o->print_interval >= 0)) bad = "print_interval must be >= 0";
+        if (bad) return die_usage(bad);
+        if (o->epochs % o->eval_interval) {
+            if (eval_interval_given) {
+                snprintf(err, sizeof err, "eval_interval %ld must divide epochs %ld", o->eval_interval, o->epochs);
+                return die_usage(err);
+            }
+            fprintf(stderr, "tinyrec-train: note: the preset's eval_interval %ld does not divide epochs %ld; evaluating every %ld epochs\n", o->eval_interval, o->epochs,
+                    o->epochs);
+            o->eval_interval = o->epochs; /* the preset's interval does not fit the epochs asked for */
+        }
+    }
+    rc = run_main(r, resume ? 1 : overwrite ? 2 : 0);
+    cleanup(r);
+    return rc;
+}
+
+/* mode: 0 new run, 1 resume, 2 new run over an old one */
+static int run_main(run *r, int mode) {
+    options *o = &r->o;
+    tr_ctx_config cc = tr_ctx_config_default();
+    const preset_def *p = find_preset(o->preset);
+    tr_status st;
+    tr_sampler_config sc;
+    tr_train_config tc;
+    char cfgjson[2][4096], buf[PATH_CAP + 64];
+    int B = o->tc.global_batch_size, exit_code = 0;
+    long step;
+    struct sigaction sa;
+    double acc_sum = 0, exact_sum = 0, qacc_sum = 0, count_sum = 0, steps_sum = 0, loss_sum = 0, lm_sum = 0, qh_sum = 0, last_print = 0;
+    double d_loss = NAN, d_acc = NAN, d_exact = NAN, d_act = NAN, d_acc_sum = 0, d_exact_sum = 0, d_act_sum = 0, d_count = 0;
+    int n_window = 0;
+    int64_t batches_per_pass;
+
+    cc.num_threads = o->threads;
+    cc.seed = (uint64_t)o->seed;
+    cc.log = on_log;
+    if ((st = tr_ctx_create(&cc, &r->ctx)) != TR_OK) {
+        fprintf(stderr, "tinyrec-train: cannot create a context (%s)\n", tr_status_string(st));
+        return 1;
+    }
+    /* the dataset decides vocab_size, seq_len and the puzzle-id count */
+    if (tr_dataset_open(r->ctx, o->data_path, "train", 0, &r->train_ds) != TR_OK) return fail(r, "cannot open the train split");
+    snprintf(buf, sizeof buf, "%s/test/dataset.json", o->data_path);
+    if (file_exists(buf)) {
+        if (tr_dataset_open(r->ctx, o->data_path, "test", 0, &r->test_ds) != TR_OK) return fail(r, "cannot open the test split");
+        if (r->test_ds->meta.vocab_size != r->train_ds->meta.vocab_size || r->test_ds->meta.seq_len != r->train_ds->meta.seq_len) {
+            fprintf(stderr, "tinyrec-train: %s: the test split (vocab_size %d, seq_len %d) does not match the train split (%d, %d)\n", o->data_path, r->test_ds->meta.vocab_size,
+                    r->test_ds->meta.seq_len, r->train_ds->meta.vocab_size, r->train_ds->meta.seq_len);
+            return 1;
+        }
+    } else
+        fprintf(stderr, "tinyrec-train: warning: %s has no test split; checkpoints are written without evaluation\n", o->data_path);
+    {
+        const tr_dataset_meta *m = &r->train_ds->meta;
+        if ((p->vocab_size && m->vocab_size != p->vocab_size) || (p->seq_len && m->seq_len != p->seq_len)) {
+            fprintf(stderr,
+                    "tinyrec-train: dataset %s has vocab_size %d and seq_len %d, but preset %s is for %s with vocab_size %d and seq_len %d%s.\n"
+                    "  Pick the preset that fits the dataset (tinyrec-train --list-presets), or 'tiny' for any dataset.\n",
+                    o->data_path, m->vocab_size, m->seq_len, p->name, p->task, p->vocab_size, p->seq_len ? p->seq_len : m->seq_len, p->seq_len ? "" : " (any)");
+            return 2;
+        }
+        if (m->num_puzzle_identifiers > 2147483647) {
+            fprintf(stderr, "tinyrec-train: dataset %s: num_puzzle_identifiers %lld is too large\n", o->data_path, (long long)m->num_puzzle_identifiers);
+            return 1;
+        }
+        o->arch.vocab_size = m->vocab_size;
+        o->arch.seq_len = m->seq_len;
+        o->arch.num_puzzle_identifiers = (int)m->num_puzzle_identifiers;
+        if (tr_model_config_validate(r->ctx, &o->arch) != TR_OK) {
+            fprintf(stderr, "tinyrec-train: bad model configuration: %s\n", tr_ctx_last_error(r->ctx));
+            return 2;
+        }
+        r->total_steps = (long)floor((double)o->epochs * (double)m->total_groups * m->mean_puzzle_examples / B);
+        if (r->total_steps < 1) {
+            fprintf(stderr, "tinyrec-train: %ld epochs of %lld groups make less than one batch of %d; lower global_batch_size\n", o->epochs, (long long)m->total_groups, B);
+            return 2;
+        }
+        r->total_iters = o->epochs / o->eval_interval;
+    }
+    snprintf(r->model_path, sizeof r->model_path, "%s/latest.safetensors", o->checkpoint_path);
+    snprintf(r->best_path, sizeof r->best_path, "%s/best.safetensors", o->checkpoint_path);
+    snprintf(r->jsonl_path, sizeof r->jsonl_path, "%s/metrics.jsonl", o->checkpoint_path);
+    snprintf(r->svg_path, sizeof r->svg_path, "%s/metrics.svg", o->checkpoint_path);
+    snprintf(r->config_path, sizeof r->config_path, "%s/train_config.txt", o->checkpoint_path);
+    if (tr_trainer_state_path(r->model_path, r->state_path, sizeof r->state_path) != TR_OK) return fail(r, "checkpoint_path is too long");
+    if (mode == 0 && (file_exists(r->model_path) || file_exists(r->state_path) || file_exists(r->config_path))) {
+        fprintf(stderr, "tinyrec-train: %s already holds a run; pass --resume to continue it or --overwrite to start over\n", o->checkpoint_path);
+        return 2;
+    }
+    if (mkdir_p(o->checkpoint_path) != 0) {
+        fprintf(stderr, "tinyrec-train: cannot create %s: %s\n", o->checkpoint_path, strerror(errno));
+        return 1;
+    }
+
+    /* model and trainer */
+    tc = o->tc;
+    tc.total_steps = r->total_steps;
+    if (mode == 1) {
+        tr_model_load_options lo;
+        size_t len = 0;
+        memset(&lo, 0, sizeof lo);
+        lo.num_puzzle_identifiers = o->arch.num_puzzle_identifiers;
+        if (tr_model_load(r->ctx, r->model_path, &lo, &r->model) != TR_OK) return fail(r, "cannot load the checkpoint to resume");
+        tr_model_config_to_json(&o->arch, cfgjson[0], sizeof cfgjson[0], NULL);
+        tr_model_config_to_json(tr_model_get_config(r->model), cfgjson[1], sizeof cfgjson[1], NULL);
+        if (strcmp(cfgjson[0], cfgjson[1])) {
+            fprintf(stderr, "tinyrec-train: the arch settings differ from the checkpoint's; a resumed run keeps its model.\n  checkpoint: %s\n  requested:  %s\n", cfgjson[1],
+                    cfgjson[0]);
+            return 2;
+        }
+        if (tr_trainer_create(r->model, &tc, &r->trainer) != TR_OK) return fail(r, "cannot create the trainer");
+        if (tr_trainer_load(r->trainer, r->state_path, &r->pos, sizeof r->pos, &len) != TR_OK) return fail(r, "cannot load the trainer state");
+        if (len != sizeof r->pos || r->pos.magic != RUN_POS_MAGIC || r->pos.version != 1) {
+            fprintf(stderr, "tinyrec-train: %s was not written by this version of tinyrec-train\n", r->state_path);
+            return 1;
+        }
+    } else {
+        if (tr_model_create(r->ctx, &o->arch, &r->model) != TR_OK) return fail(r, "cannot create the model");
+        if (tr_trainer_create(r->model, &tc, &r->trainer) != TR_OK) return fail(r, "cannot create the trainer");
+        memset(&r->pos, 0, sizeof r->pos);
+        r->pos.magic = RUN_POS_MAGIC, r->pos.version = 1;
+        r->pos.best_exact = -1, r->pos.best_step = -1, r->pos.last_eval_step = -1;
+    }
+    step = tr_trainer_step_count(r->trainer);
+
+    /* samplers: train draws eval_interval epochs per pass, as the reference's iterations */
+    sc = tr_sampler_config_default();
+    sc.global_batch_size = B, sc.epochs_per_iter = (int)o->eval_interval, sc.seed = (uint64_t)o->seed, sc.prefetch = o->prefetch;
+    if (o->eval_interval > 2147483647L) return die_usage("eval_interval is too large");
+    if (tr_sampler_create(r->ctx, r->train_ds, &sc, &r->train_s) != TR_OK) return fail(r, "cannot create the train sampler");
+    if (mode == 1 && tr_sampler_set_state(r->train_s, &r->pos.sampler) != TR_OK) return fail(r, "cannot restore the sampler position");
+    if (r->test_ds) {
+        sc.test_mode = 1, sc.epochs_per_iter = 1;
+        if (tr_sampler_create(r->ctx, r->test_ds, &sc, &r->test_s) != TR_OK) return fail(r, "cannot create the test sampler");
+        tr_sampler_get_state(r->test_s, &r->test_start);
+        if (tr_carry_create(r->model, B, &r->eval_carry) != TR_OK) return fail(r, "cannot create the evaluation carry");
+    }
+    batches_per_pass = tr_sampler_batches_per_pass(r->train_s);
+    r->target_steps = r->total_steps;
+    if (batches_per_pass > 0 && batches_per_pass * r->total_iters < r->target_steps) r->target_steps = (long)(batches_per_pass * r->total_iters);
+    if (o->max_steps > 0 && o->max_steps < r->target_steps) r->target_steps = o->max_steps;
+
+    /* metrics file: a resumed run keeps the lines up to its checkpoint */
+    if (mode == 1) {
+        if (load_history(r->jsonl_path, step, &r->hist) != 0) {
+            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, strerror(errno));
+            return 1;
+        }
+        r->jsonl = fopen(r->jsonl_path, "ab");
+    } else {
+        remove(r->best_path);
+        r->jsonl = fopen(r->jsonl_path, "wb");
+    }
+    if (!r->jsonl) {
+        fprintf(stderr, "tinyrec-train: cannot open %s: %s\n", r->jsonl_path, strerror(errno));
+        return 1;
+    }
+    if (write_config(r) != 0) {
+        fprintf(stderr, "tinyrec-train: cannot write %s: %s\n", r->config_path, strerror(errno));
+        return 1;
+    }
+
+    r->tty = isatty(fileno(stdout));
+    {
+        const tr_model_config *c = tr_model_get_config(r->model);
+        size_t tb = 0, ib = 0;
+        tr_model_memory(r->model, B, &tb, &ib);
+        printf("tinyrec-train %s: preset %s, %zu parameters (D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
+               tr_model_num_params(r->model), c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(r->ctx),
+               tr_ctx_simd_name(r->ctx), tb / 1048576.0);
+        printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
+               (long long)r->train_ds->num_examples, (long long)r->train_ds->meta.total_groups, r->test_ds ? (long long)r->test_ds->num_examples : 0LL, B, o->epochs,
+               r->total_steps, o->eval_interval);
+        if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, r->pos.epoch, o->checkpoint_path);
+        printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
+        fflush(stdout);
+    }
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    r->t_start = tr_time_seconds();
+    r->step0 = step;
+    r->step0_time = 0;
+    for (;;) {
+        tr_batch b;
+        tr_batch_info info;
+        tr_metrics mt;
+        tr_sampler_state before;
+        double t0;
+        if (g_stop) {
+            tr_sampler_get_state(r->train_s, &before);
+            if (save_checkpoint(r, &before, 0) != 0) return 1;
+            status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
+            exit_code = 130;
+            break;
+        }
+        if (o->max_steps > 0 && step >= o->max_steps) {
+            tr_sampler_get_state(r->train_s, &before);
+            if (save_checkpoint(r, &before, 0) != 0) return 1;
+            status_msg(r, "reached max_steps %ld: saved %s\n", o->max_steps, r->model_path);
+            break;
+        }
+        tr_sampler_get_state(r->train_s, &before);
+        if (step >= r->total_steps) { /* the schedule is over before the pass (rounding): final evaluation */
+            if (r->pos.last_eval_step != step) {
+                int rc = eval_and_checkpoint(r, step, &before, 1);
+                if (rc < 0) return 1;
+                if (rc == 0) continue; /* interrupted: save below */
+            }
+            break;
+        }
+        t0 = tr_time_seconds();
+        if (tr_sampler_next(r->train_s, &b, &info) != TR_OK) return fail(r, "the train sampler failed");
+        if (info.pass != r->pos.cur_pass) { /* an iteration of eval_interval epochs is over */
+            int64_t finished = r->pos.cur_pass;
+            int rc;
+            r->step0_time += tr_time_seconds() - t0;
+            r->pos.cur_pass = info.pass;
+            rc = eval_and_checkpoint(r, step, &before, finished >= o->min_eval_interval);
+            if (rc < 0) return 1;
+            if (rc == 0) { /* interrupted during evaluation: save so that resuming evaluates again */
+                r->pos.cur_pass = finished;
+                if (save_checkpoint(r, &before, 0) != 0) return 1;
+                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
+                exit_code = 130;
+                break;
+            }
+            if (info.pass >= r->total_iters) break; /* all epochs done */
+            if (g_stop) {
+                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
+                exit_code = 130;
+                break;
+            }
+            t0 = tr_time_seconds();
+        }
+        if (tr_trainer_step(r->trainer, &b, &mt) != TR_OK) return fail(r, "training step failed");
+        step++;
+        r->step0_time += tr_time_seconds() - t0;
+        r->pos.train_seconds += tr_time_seconds() - t0;
+        r->pos.epoch = info.epoch;
+        /* metrics.jsonl window */
+        loss_sum += mt.loss / B, lm_sum += mt.lm_loss / B, qh_sum += mt.q_halt_loss / B;
+        acc_sum += mt.accuracy, exact_sum += mt.exact_accuracy, qacc_sum += mt.q_halt_accuracy, count_sum += mt.count, steps_sum += mt.steps;
+        n_window++;
+        if (step % o->log_interval == 0) {
+            double c = count_sum, lr = tr_lr_schedule(&tc, tc.lr, step);
+            point pt;
+            fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g,\"loss\":%.17g", step, info.epoch, lr, loss_sum / n_window);
+            json_double(r->jsonl, "lm_loss", lm_sum / n_window);
+            json_double(r->jsonl, "q_halt_loss", qh_sum / n_window);
+            json_double(r->jsonl, "accuracy", c ? acc_sum / c : NAN);
+            json_double(r->jsonl, "exact_accuracy", c ? exact_sum / c : NAN);
+            json_double(r->jsonl, "q_halt_accuracy", c ? qacc_sum / c : NAN);
+            json_double(r->jsonl, "steps", c ? steps_sum / c : NAN);
+            fprintf(r->jsonl, ",\"count\":%.0f,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0,
+                    r->pos.train_seconds);
+            fflush(r->jsonl);
+            pt.step = step, pt.loss = loss_sum / n_window, pt.acc = c ? acc_sum / c : NAN, pt.exact = c ? exact_sum / c : NAN;
+            hist_add(&r->hist.train, &r->hist.ntrain, &r->hist.cap_train, pt);
+            acc_sum = exact_sum = qacc_sum = count_sum = steps_sum = loss_sum = lm_sum = qh_sum = 0;
+            n_window = 0;
+        }
+        /* progress display: loss smoothed, accuracies over the rows that halted since the last update */
+        d_loss = isfinite(d_loss) ? 0.9 * d_loss + 0.1 * mt.loss / B : mt.loss / B;
+        d_acc_sum += mt.accuracy, d_exact_sum += mt.exact_accuracy, d_act_sum += mt.steps, d_count += mt.count;
+        {
+            double now = tr_time_seconds();
+            int due = r->tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == r->step0 + 1);
+            if (due || step >= r->target_steps) {
+                if (d_count > 0) d_acc = d_acc_sum / d_count, d_exact = d_exact_sum / d_count, d_act = d_act_sum / d_count;
+                d_acc_sum = d_exact_sum = d_act_sum = d_count = 0;
+                show_progress(r, step, d_loss, isfinite(d_acc) ? d_acc : 0, isfinite(d_exact) ? d_exact : 0, isfinite(d_act) ? d_act : 0, 0);
+                last_print = now;
+            }
+        }
+    }
+    clear_bar(r);
+    if (write_svg(r->svg_path, &r->hist, o->preset) != 0) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    if (exit_code == 0) {
+        printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
+        if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);
+        printf("\n");
+    }
+    fflush(stdout);
+    return exit_code;
+}

@@ -1,0 +1,707 @@
+/* The user programs, driven as a user would: build/tinyrec-train and build/tinyrec-solve (and
+   build/tinyrec-data for the dataset) on tiny configurations in a temporary folder.
+   Smoke runs, exact resume through the CLI, SIGINT mid-run, --jsonl output, bad command lines.
+   The binaries must exist (make all builds them); a missing one fails the suite. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_dir[512];
+static char g_train[1024], g_solve[1024], g_data[1024];
+static int g_has_python = 0;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = (char *)malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (buf) buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static void pathf(char *buf, size_t cap, const char *fmt, const char *a) {
+    snprintf(buf, cap, "%s/", g_dir);
+    snprintf(buf + strlen(buf), cap - strlen(buf), fmt, a);
+}
+
+/* Runs a shell command with stdout/stderr to <dir>/<tag>.out/.err; returns the exit status, and
+   fails the test if the program died of a signal (a crash). */
+static int run_cmd(const char *tag, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    int st, code;
+    size_t n;
+    va_start(ap, fmt);
+    n = (size_t)vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    assert_true(n < sizeof cmd - 600);
+    snprintf(cmd + n, sizeof cmd - n, " > '%s/%s.out' 2> '%s/%s.err'", g_dir, tag, g_dir, tag);
+    st = system(cmd);
+    assert_true(st != -1);
+    if (WIFSIGNALED(st)) fail_msg("%s: killed by signal %d: %s", tag, WTERMSIG(st), cmd);
+    assert_true(WIFEXITED(st));
+    code = WEXITSTATUS(st);
+    if (code >= 128) fail_msg("%s: exit status %d (a signal?): %s", tag, code, cmd);
+    return code;
+}
+
+static char *tag_file(const char *tag, const char *ext) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s.%s", g_dir, tag, ext);
+    return slurp(p);
+}
+
+/* Asserts that <tag>.err holds `needle`. */
+static void assert_err_has(const char *tag, const char *needle) {
+    char *e = tag_file(tag, "err");
+    assert_non_null(e);
+    if (!strstr(e, needle)) fail_msg("%s: stderr lacks \"%s\":\n%s", tag, needle, e);
+    free(e);
+}
+
+/* ---- a small JSON validator: returns the end of one value, or NULL ------------------------- */
+
+static const char *js_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+static const char *js_value(const char *p, int depth) {
+    p = js_ws(p);
+    if (depth > 64) return NULL;
+    if (*p == '"') {
+        for (p++; *p && *p != '"'; p++) {
+            if ((unsigned char)*p < 0x20) return NULL;
+            if (*p == '\\') {
+                p++;
+                if (*p == 'u') {
+                    int k;
+                    for (k = 1; k <= 4; k++)
+                        if (!strchr("0123456789abcdefABCDEF", p[k]) || !p[k]) return NULL;
+                    p += 4;
+                } else if (!*p || !strchr("\"\\/bfnrt", *p))
+                    return NULL;
+            }
+        }
+        return *p == '"' ? p + 1 : NULL;
+    }
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        int obj = *p == '{';
+        p = js_ws(p + 1);
+        if (*p == close) return p + 1;
+        for (;;) {
+            if (obj) {
+                p = js_ws(p);
+                if (*p != '"' || !(p = js_value(p, depth + 1))) return NULL;
+                p = js_ws(p);
+                if (*p++ != ':') return NULL;
+            }
+            if (!(p = js_value(p, depth + 1))) return NULL;
+            p = js_ws(p);
+            if (*p == ',') {
+                p++;
+                continue;
+            }
+            return *p == close ? p + 1 : NULL;
+        }
+    }
+    if (!strncmp(p, "true", 4)) return p + 4;
+    if (!strncmp(p, "false", 5)) return p + 5;
+    if (!strncmp(p, "null", 4)) return p + 4;
+    if (*p == '-' || (*p >= '0' && *p <= '9')) {
+        const char *s = p;
+        if (*p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return NULL;
+        if (*p == '0') p++;
+        else
+            while (*p >= '0' && *p <= '9') p++;
+        if (*p == '.') {
+            p++;
+            if (!(*p >= '0' && *p <= '9')) return NULL;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+        if (*p == 'e' || *p == 'E') {
+            p++;
+            if (*p == '+' || *p == '-') p++;
+            if (!(*p >= '0' && *p <= '9')) return NULL;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+        return p > s ? p : NULL;
+    }
+    return NULL;
+}
+
+/* Every non-empty line is one JSON object; returns the count. */
+static int check_jsonl(const char *text) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        const char *e = strchr(p, '\n'), *end;
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len) {
+            char *line = (char *)malloc(len + 1);
+            memcpy(line, p, len);
+            line[len] = 0;
+            if (line[0] != '{') fail_msg("not a JSON object: %.200s", line);
+            end = js_value(line, 0);
+            if (!end || *js_ws(end)) fail_msg("invalid JSON: %.300s", line);
+            free(line);
+            n++;
+        }
+        p += len + (e ? 1 : 0);
+    }
+    return n;
+}
+
+/* The value text of a top-level key in a one-line object (first occurrence). */
+static const char *json_field(const char *line, const char *key) {
+    char pat[128];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    p = strstr(line, pat);
+    return p ? p + strlen(pat) : NULL;
+}
+
+/* Counts the items of a list of numbers or of plain strings starting at p ('['); for strings,
+   checks that each has `len` characters. */
+static int list_count(const char *p, int strings, int len) {
+    int n = 0;
+    assert_true(*p == '[');
+    p++;
+    if (*p == ']') return 0;
+    for (;;) {
+        if (strings) {
+            const char *e;
+            assert_true(*p == '"');
+            e = strchr(p + 1, '"');
+            assert_non_null(e);
+            assert_int_equal((int)(e - p - 1), len);
+            p = e + 1;
+        } else {
+            char *e;
+            if (!strncmp(p, "null", 4)) e = (char *)p + 4;
+            else strtod(p, &e);
+            assert_true(e > p);
+            p = e;
+        }
+        n++;
+        if (*p == ']') return n;
+        assert_true(*p == ',');
+        p++;
+    }
+}
+
+static void check_solve_jsonl(const char *text, int expect_lines, int cells, int forced_steps) {
+    const char *p = text;
+    int n = 0;
+    assert_int_equal(check_jsonl(text), expect_lines);
+    while (*p) {
+        const char *e = strchr(p, '\n'), *f;
+        char *line;
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int steps;
+        line = (char *)malloc(len + 1);
+        memcpy(line, p, len);
+        line[len] = 0;
+        if (len) {
+            assert_non_null(json_field(line, "index"));
+            assert_non_null(f = json_field(line, "steps"));
+            steps = atoi(f);
+            assert_true(steps >= 1);
+            if (forced_steps) assert_int_equal(steps, forced_steps);
+            assert_non_null(f = json_field(line, "q_halt"));
+            assert_int_equal(list_count(f, 0, 0), steps);
+            assert_non_null(f = json_field(line, "predictions"));
+            assert_int_equal(list_count(f, 1, cells), steps);
+            assert_non_null(f = json_field(line, "answer"));
+            assert_true(*f == '"' && strchr(f + 1, '"') - f - 1 == cells);
+            assert_non_null(f = json_field(line, "valid"));
+            assert_true(!strncmp(f, "true", 4) || !strncmp(f, "false", 5));
+            n++;
+        }
+        free(line);
+        p += len + (e ? 1 : 0);
+    }
+    assert_int_equal(n, expect_lines);
+    if (g_has_python) { /* and Python's json agrees */
+        char path[1024];
+        FILE *f;
+        int st;
+        snprintf(path, sizeof path, "%s/check.jsonl", g_dir);
+        f = fopen(path, "wb");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        assert_int_equal(run_cmd("python", "python3 -c 'import json,sys\nfor l in sys.stdin:\n    o=json.loads(l)\n    assert all(k in o for k in "
+                                           "(\"index\",\"steps\",\"q_halt\",\"predictions\",\"answer\",\"valid\")), l\n    assert len(o[\"q_halt\"])==o[\"steps\"]==len(o[\"predictions\"])\n    "
+                                           "assert isinstance(o[\"valid\"], bool)' < '%s'",
+                                 path),
+                         0);
+        (void)st;
+    }
+}
+
+/* (step, loss text) of the train lines of a metrics.jsonl */
+static int train_losses(const char *path, long *steps, char (*loss)[40], int cap) {
+    char *text = slurp(path), *p;
+    int n = 0;
+    assert_non_null(text);
+    for (p = text; *p;) {
+        char *e = strchr(p, '\n');
+        if (e) *e = 0;
+        if (strstr(p, "\"type\":\"train\"")) {
+            const char *s = json_field(p, "step"), *l = json_field(p, "loss");
+            size_t k = 0;
+            assert_non_null(s);
+            assert_non_null(l);
+            assert_true(n < cap);
+            steps[n] = atol(s);
+            while (l[k] && l[k] != ',' && l[k] != '}' && k < 39) k++;
+            memcpy(loss[n], l, k);
+            loss[n][k] = 0;
+            n++;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    free(text);
+    return n;
+}
+
+static int count_lines_with(const char *path, const char *needle) {
+    char *text = slurp(path), *p;
+    int n = 0;
+    if (!text) return 0;
+    for (p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+    free(text);
+    return n;
+}
+
+/* Common arguments of the tiny training runs: 48 train puzzles, batch 8 = 6 steps per epoch. */
+#define TINY_ARGS "sudoku-tiny data_path='%s/data' global_batch_size=8 arch.halt_max_steps=2 threads=1 lr_warmup_steps=2"
+
+static void ensure_smoke_run(void) {
+    char p[1024];
+    pathf(p, sizeof p, "%s", "smoke/best.safetensors");
+    if (file_exists(p)) return;
+    assert_int_equal(run_cmd("smoke", "'%s' " TINY_ARGS " checkpoint_path='%s/smoke' epochs=2 eval_interval=1", g_train, g_dir, g_dir), 0);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_train_smoke(void **state) {
+    char p[1024], *out, *svg;
+    static const char *files[] = {"latest.safetensors", "latest.state.safetensors", "best.safetensors", "metrics.jsonl", "metrics.svg", "train_config.txt"};
+    int i;
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_model *m = NULL;
+    (void)state;
+    ensure_smoke_run();
+    for (i = 0; i < 6; i++) {
+        pathf(p, sizeof p, "smoke/%s", files[i]);
+        if (!file_exists(p)) fail_msg("missing %s", p);
+    }
+    /* plain progress lines (not a terminal) and two evaluations */
+    out = tag_file("smoke", "out");
+    assert_non_null(out);
+    assert_non_null(strstr(out, "step 1/12"));
+    assert_non_null(strstr(out, "samples/s"));
+    assert_non_null(strstr(out, "ETA"));
+    assert_non_null(strstr(out, "eval  step 6"));
+    assert_non_null(strstr(out, "eval  step 12"));
+    assert_null(strchr(out, '\r'));
+    free(out);
+    pathf(p, sizeof p, "%s", "smoke/metrics.jsonl");
+    {
+        char *text = slurp(p);
+        assert_int_equal(check_jsonl(text), 14);
+        free(text);
+    }
+    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 12);
+    assert_int_equal(count_lines_with(p, "\"type\":\"eval\""), 2);
+    assert_int_equal(count_lines_with(p, "\"exact_accuracy\""), 14);
+    pathf(p, sizeof p, "%s", "smoke/metrics.svg");
+    svg = slurp(p);
+    assert_true(!strncmp(svg, "<svg", 4));
+    assert_non_null(strstr(svg, "<polyline"));
+    assert_non_null(strstr(svg, "</svg>"));
+    free(svg);
+    /* both model files load, with the dataset's sizes */
+    pathf(p, sizeof p, "%s", "smoke/best.safetensors");
+    assert_int_equal(tr_model_load(ctx, p, NULL, &m), TR_OK);
+    assert_int_equal(tr_model_get_config(m)->vocab_size, 11);
+    assert_int_equal(tr_model_get_config(m)->seq_len, 81);
+    assert_int_equal(tr_model_get_config(m)->halt_max_steps, 2);
+    tr_model_destroy(m);
+    pathf(p, sizeof p, "%s", "smoke/latest.safetensors");
+    assert_int_equal(tr_model_load(ctx, p, NULL, &m), TR_OK);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+    /* --help works and the same folder is not silently overwritten */
+    assert_int_equal(run_cmd("help", "'%s' --help", g_train), 0);
+    out = tag_file("help", "out");
+    assert_non_null(strstr(out, "arch.L_cycles"));
+    assert_non_null(strstr(out, "sudoku-tiny"));
+    free(out);
+    assert_int_equal(run_cmd("again", "'%s' " TINY_ARGS " checkpoint_path='%s/smoke' epochs=2", g_train, g_dir, g_dir), 2);
+    assert_err_has("again", "--resume");
+}
+
+static void test_train_resume_cli(void **state) {
+    long sa[64], sb[64];
+    char la[64][40], lb[64][40], p[1024], q[1024];
+    int na, nb, i;
+    (void)state;
+    /* 10 steps straight, vs 5 + --resume + 5; an evaluation (step 6) falls in the second half */
+    assert_int_equal(run_cmd("resA", "'%s' " TINY_ARGS " checkpoint_path='%s/resA' epochs=4 eval_interval=1 max_steps=10", g_train, g_dir, g_dir), 0);
+    assert_int_equal(run_cmd("resB1", "'%s' " TINY_ARGS " checkpoint_path='%s/resB' epochs=4 eval_interval=1 max_steps=5", g_train, g_dir, g_dir), 0);
+    assert_int_equal(run_cmd("resB2", "'%s' --resume checkpoint_path='%s/resB' max_steps=10", g_train, g_dir), 0);
+    pathf(p, sizeof p, "%s", "resA/metrics.jsonl");
+    pathf(q, sizeof q, "%s", "resB/metrics.jsonl");
+    na = train_losses(p, sa, la, 64);
+    nb = train_losses(q, sb, lb, 64);
+    assert_int_equal(na, 10);
+    assert_int_equal(nb, 10);
+    for (i = 0; i < na; i++) {
+        assert_int_equal(sa[i], i + 1);
+        assert_int_equal(sb[i], i + 1);
+        if (strcmp(la[i], lb[i])) fail_msg("step %d: loss %s uninterrupted, %s resumed", i + 1, la[i], lb[i]);
+    }
+    assert_string_not_equal(la[0], la[9]); /* it trained */
+    assert_int_equal(count_lines_with(q, "\"type\":\"eval\""), 1);
+    /* the final models are the same bytes */
+    {
+        char *a, *b;
+        struct stat s1, s2;
+        pathf(p, sizeof p, "%s", "resA/latest.safetensors");
+        pathf(q, sizeof q, "%s", "resB/latest.safetensors");
+        assert_int_equal(stat(p, &s1), 0);
+        assert_int_equal(stat(q, &s2), 0);
+        assert_int_equal(s1.st_size, s2.st_size);
+        a = slurp(p), b = slurp(q);
+        assert_memory_equal(a, b, (size_t)s1.st_size);
+        free(a), free(b);
+    }
+}
+
+static void test_train_sigint(void **state) {
+    char cp[1024], jl[1024], outp[1024], mp[1024];
+    pid_t pid;
+    int st, i, lines = 0;
+    tr_ctx *ctx;
+    tr_model *m = NULL;
+    (void)state;
+    pathf(cp, sizeof cp, "%s", "sig");
+    pathf(jl, sizeof jl, "%s", "sig/metrics.jsonl");
+    pathf(outp, sizeof outp, "%s", "sig.out");
+    pathf(mp, sizeof mp, "%s", "sig/latest.safetensors");
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char a1[1100], a2[1100];
+        char errp[1100];
+        FILE *o = freopen(outp, "wb", stdout);
+        snprintf(errp, sizeof errp, "%s/sig.err", g_dir);
+        o = o ? freopen(errp, "wb", stderr) : o;
+        (void)o;
+        snprintf(a1, sizeof a1, "data_path=%s/data", g_dir);
+        snprintf(a2, sizeof a2, "checkpoint_path=%s", cp);
+        execl(g_train, g_train, "sudoku-tiny", a1, a2, "global_batch_size=8", "arch.halt_max_steps=2", "threads=1", "epochs=100000", "eval_interval=50000", (char *)NULL);
+        _exit(127);
+    }
+    /* wait until a few steps are logged (at most 30 s), then Ctrl-C */
+    for (i = 0; i < 600 && lines < 3; i++) {
+        struct timespec ts = {0, 50000000L};
+        nanosleep(&ts, NULL);
+        lines = count_lines_with(jl, "\"type\":\"train\"");
+        if (waitpid(pid, &st, WNOHANG) == pid) fail_msg("tinyrec-train exited early (status %d)", st);
+    }
+    assert_true(lines >= 3);
+    assert_int_equal(kill(pid, SIGINT), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (WIFSIGNALED(st)) fail_msg("tinyrec-train died of signal %d instead of exiting cleanly", WTERMSIG(st));
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 130);
+    {
+        char *out = slurp(outp);
+        assert_non_null(out);
+        assert_non_null(strstr(out, "interrupted at step"));
+        free(out);
+    }
+    /* the checkpoint loads */
+    ctx = tu_ctx(1, 0);
+    assert_int_equal(tr_model_load(ctx, mp, NULL, &m), TR_OK);
+    assert_int_equal(tr_model_get_config(m)->seq_len, 81);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+    /* and the run continues from it */
+    lines = count_lines_with(jl, "\"type\":\"train\"");
+    assert_int_equal(run_cmd("sig2", "'%s' --resume checkpoint_path='%s' max_steps=%d", g_train, cp, lines + 2), 0);
+    assert_int_equal(count_lines_with(jl, "\"type\":\"train\""), lines + 2);
+}
+
+/* Writes n generated Sudoku lines plus malformed ones; returns the count of good puzzles. */
+static int write_sudoku_input(const char *path) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    FILE *f = fopen(path, "wb");
+    int i, k;
+    assert_non_null(f);
+    for (i = 0; i < 3; i++) {
+        uint8_t q[81], a[81];
+        assert_int_equal(tr_sudoku_generate(ctx, 77, (uint64_t)i, 36, q, a), TR_OK);
+        for (k = 0; k < 81; k++) fputc(q[k] ? '0' + q[k] : (i == 1 ? '0' : '.'), f);
+        fputc('\n', f);
+        if (i == 0) {
+            fputs("12345\n", f);                                                                                    /* line 2: too short */
+            fputs("1234567x9.......................................................................\n", f); /* line 3: bad character */
+            fputs("11...............................................................................\n", f); /* line 4: contradictory */
+        }
+    }
+    fclose(f);
+    tr_ctx_destroy(ctx);
+    return 3;
+}
+
+static void test_solve_sudoku(void **state) {
+    char in[1024], ck[1024], *out;
+    (void)state;
+    ensure_smoke_run();
+    pathf(in, sizeof in, "%s", "sudoku.txt");
+    pathf(ck, sizeof ck, "%s", "smoke/best.safetensors");
+    write_sudoku_input(in);
+    /* text output, from stdin */
+    assert_int_equal(run_cmd("solve_txt", "'%s' '%s' --threads 1 < '%s'", g_solve, ck, in), 0);
+    out = tag_file("solve_txt", "out");
+    assert_non_null(strstr(out, "puzzle"));
+    assert_non_null(strstr(out, "answer"));
+    assert_non_null(strstr(out, "valid"));
+    assert_non_null(strstr(out, "3 sudoku puzzles"));
+    assert_non_null(strstr(out, "3 malformed skipped"));
+    assert_null(strstr(out, "\033[")); /* no colours when not on a terminal */
+    free(out);
+    assert_err_has("solve_txt", "line 2:");
+    assert_err_has("solve_txt", "line 3:");
+    assert_err_has("solve_txt", "line 4:");
+    /* --jsonl, ACT halting and forced steps */
+    assert_int_equal(run_cmd("solve_jsonl", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
+    out = tag_file("solve_jsonl", "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    assert_non_null(strstr(out, "\"index\":0,"));
+    assert_non_null(strstr(out, "\"index\":4,")); /* the malformed records are counted */
+    free(out);
+    assert_int_equal(run_cmd("solve_steps", "'%s' '%s' '%s' --jsonl --steps 3 --batch 2 --threads 1", g_solve, ck, in), 0);
+    out = tag_file("solve_steps", "out");
+    check_solve_jsonl(out, 3, 81, 3);
+    free(out);
+}
+
+/* A model saved by the library (no training) for the Maze and ARC input paths. */
+static void save_untrained(const char *path, int vocab, int seq_len, int num_ids) {
+    tr_ctx *ctx = tu_ctx(1, 5);
+    tr_model_config c;
+    tr_model *m;
+    assert_int_equal(tr_model_config_preset(&c, "trm-tiny"), TR_OK);
+    c.vocab_size = vocab, c.seq_len = seq_len, c.num_puzzle_identifiers = num_ids;
+    c.hidden_size = 32, c.num_heads = 2, c.puzzle_emb_ndim = 32, c.puzzle_emb_len = 1;
+    c.H_cycles = 1, c.L_cycles = 1, c.L_layers = 1, c.halt_max_steps = 2;
+    c.mlp_t = 0, c.pos_encodings = TR_POS_ROPE;
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    assert_int_equal(tr_model_save(m, path, NULL), TR_OK);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
+static void test_solve_maze(void **state) {
+    char ck[1024], in[1024], *out;
+    tr_ctx *ctx = tu_ctx(1, 0);
+    FILE *f;
+    int i, r, len;
+    (void)state;
+    pathf(ck, sizeof ck, "%s", "maze.safetensors");
+    pathf(in, sizeof in, "%s", "maze.txt");
+    save_untrained(ck, 6, 81, 1);
+    f = fopen(in, "wb");
+    assert_non_null(f);
+    for (i = 0; i < 2; i++) {
+        char m[81], s[81];
+        assert_int_equal(tr_maze_generate(ctx, 3, (uint64_t)i, 9, 6, m, s, &len), TR_OK);
+        for (r = 0; r < 9; r++) fprintf(f, "%.9s\n", m + r * 9);
+        fputc('\n', f);
+    }
+    fputs("#########\n#S #\n\n", f); /* a short row */
+    fclose(f);
+    tr_ctx_destroy(ctx);
+    assert_int_equal(run_cmd("maze", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
+    out = tag_file("maze", "out");
+    check_solve_jsonl(out, 2, 81, 0);
+    assert_non_null(strstr(out, "\"shortest\":"));
+    free(out);
+    assert_err_has("maze", "line 22:");
+    assert_int_equal(run_cmd("maze_txt", "'%s' '%s' '%s' --threads 1", g_solve, ck, in), 0);
+    out = tag_file("maze_txt", "out");
+    assert_non_null(strstr(out, "2 maze puzzles"));
+    free(out);
+}
+
+static void test_solve_arc(void **state) {
+    char ck[1024], task[1024], ids[1024], *out;
+    FILE *f;
+    (void)state;
+    pathf(ck, sizeof ck, "%s", "arc.safetensors");
+    pathf(task, sizeof task, "%s", "abcd1234.json");
+    pathf(ids, sizeof ids, "%s", "identifiers.json");
+    save_untrained(ck, 12, 900, 3);
+    f = fopen(task, "wb");
+    assert_non_null(f);
+    fputs("{\"train\": [{\"input\": [[1, 2], [3, 4]], \"output\": [[4, 3], [2, 1]]}],\n"
+          " \"test\": [{\"input\": [[5, 6], [7, 8]], \"output\": [[8, 7], [6, 5]]},\n"
+          "          {\"input\": [[1, 2, 3]]},\n"
+          "          {\"input\": [[1, 2], [3]]}]}\n",
+          f);
+    fclose(f);
+    f = fopen(ids, "wb");
+    assert_non_null(f);
+    fputs("[\"<blank>\", \"other\", \"abcd1234\"]\n", f);
+    fclose(f);
+    assert_int_equal(run_cmd("arc", "'%s' '%s' '%s' --identifiers '%s' --jsonl --threads 1", g_solve, ck, task, ids), 0);
+    out = tag_file("arc", "out");
+    check_solve_jsonl(out, 2, 900, 0);
+    assert_non_null(strstr(out, "\"puzzle_id\":2"));
+    assert_non_null(strstr(out, "\"name\":\"abcd1234\""));
+    assert_non_null(strstr(out, "\"correct\":"));
+    free(out);
+    assert_err_has("arc", "line 4:"); /* the ragged grid */
+    /* without identifiers: the blank id and a warning */
+    assert_int_equal(run_cmd("arc2", "'%s' '%s' --threads 1 --brief < '%s'", g_solve, ck, task), 0);
+    assert_err_has("arc2", "blank puzzle id");
+}
+
+static void test_bad_cli(void **state) {
+    char p[1024];
+    (void)state;
+    ensure_smoke_run();
+    /* tinyrec-train */
+    assert_int_equal(run_cmd("b1", "'%s' " TINY_ARGS " checkpoint_path='%s/b' foo=1", g_train, g_dir, g_dir), 2);
+    assert_err_has("b1", "unknown key 'foo'");
+    assert_err_has("b1", "arch.L_cycles");
+    assert_err_has("b1", "global_batch_size");
+    assert_int_equal(run_cmd("b2", "'%s' " TINY_ARGS " checkpoint_path='%s/b' lr=fast", g_train, g_dir, g_dir), 2);
+    assert_err_has("b2", "bad value 'fast' for key 'lr'");
+    assert_err_has("b2", "valid keys");
+    assert_int_equal(run_cmd("b3", "'%s' " TINY_ARGS " checkpoint_path='%s/b' arch.mlp_t=maybe", g_train, g_dir, g_dir), 2);
+    assert_err_has("b3", "arch.mlp_t");
+    assert_int_equal(run_cmd("b4", "'%s' " TINY_ARGS " checkpoint_path='%s/b' global_batch_size=-4", g_train, g_dir, g_dir), 2);
+    assert_err_has("b4", "global_batch_size");
+    assert_int_equal(run_cmd("b5", "'%s' " TINY_ARGS " checkpoint_path='%s/b' arch.num_heads=3", g_train, g_dir, g_dir), 2);
+    assert_err_has("b5", "configuration");
+    assert_int_equal(run_cmd("b6", "'%s' " TINY_ARGS " checkpoint_path='%s/b' epochs=4 eval_interval=3", g_train, g_dir, g_dir), 2);
+    assert_err_has("b6", "must divide");
+    assert_int_equal(run_cmd("b7", "'%s' nonsense-preset data_path=x", g_train), 2);
+    assert_err_has("b7", "unknown preset");
+    assert_int_equal(run_cmd("b8", "'%s'", g_train), 2);
+    assert_int_equal(run_cmd("b9", "'%s' sudoku-tiny data_path='%s/no-such-data' checkpoint_path='%s/b'", g_train, g_dir, g_dir), 1);
+    assert_err_has("b9", "no-such-data");
+    assert_int_equal(run_cmd("b10", "'%s' --resume checkpoint_path='%s/no-such-run'", g_train, g_dir), 1);
+    assert_err_has("b10", "no-such-run");
+    assert_int_equal(run_cmd("b11", "'%s' trm-maze data_path='%s/data' checkpoint_path='%s/b' threads=1", g_train, g_dir, g_dir), 2);
+    assert_err_has("b11", "vocab_size");
+    assert_int_equal(run_cmd("b12", "'%s' " TINY_ARGS " checkpoint_path='%s/b' --bogus", g_train, g_dir, g_dir), 2);
+    assert_err_has("b12", "--bogus");
+    pathf(p, sizeof p, "%s", "b");
+    assert_false(file_exists(p)); /* nothing was started */
+    /* tinyrec-solve */
+    pathf(p, sizeof p, "%s", "sudoku.txt");
+    write_sudoku_input(p);
+    assert_int_equal(run_cmd("s1", "'%s' '%s/missing.safetensors' '%s'", g_solve, g_dir, p), 1);
+    assert_err_has("s1", "missing.safetensors");
+    assert_int_equal(run_cmd("s2", "'%s' '%s/smoke/best.safetensors' '%s/missing.txt'", g_solve, g_dir, g_dir), 1);
+    assert_err_has("s2", "missing.txt");
+    assert_int_equal(run_cmd("s3", "'%s' '%s/smoke/best.safetensors' '%s' --steps 0", g_solve, g_dir, p), 2);
+    assert_err_has("s3", "--steps");
+    assert_int_equal(run_cmd("s4", "'%s' '%s/smoke/best.safetensors' '%s' --frobnicate", g_solve, g_dir, p), 2);
+    assert_err_has("s4", "--frobnicate");
+    assert_int_equal(run_cmd("s5", "'%s' '%s' '%s'", g_solve, p, p), 1); /* not a checkpoint */
+    assert_int_equal(run_cmd("s6", "printf '123\\nabc\\n' | '%s' '%s/smoke/best.safetensors'", g_solve, g_dir), 1); /* nothing solvable */
+    assert_err_has("s6", "line 2:");
+    assert_int_equal(run_cmd("s7", "'%s'", g_solve), 2);
+    assert_int_equal(run_cmd("s8", "'%s' '%s/smoke/best.safetensors' '%s' --task arc", g_solve, g_dir, p), 1); /* a Sudoku model is no ARC model */
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static int find_bin(char *out, size_t cap, const char *name) {
+    const char *dir = getenv("TINYREC_BUILD_DIR");
+    char cwd[768];
+    if (!dir) dir = "build";
+    if (dir[0] == '/') snprintf(out, cap, "%s/%s", dir, name);
+    else {
+        if (!getcwd(cwd, sizeof cwd)) return -1;
+        snprintf(out, cap, "%s/%s/%s", cwd, dir, name);
+    }
+    if (access(out, X_OK) != 0) {
+        fprintf(stderr, "test_programs: %s is missing (run make all from the repository root)\n", out);
+        return -1;
+    }
+    return 0;
+}
+
+static int setup(void **state) {
+    const char *tmp = getenv("TMPDIR");
+    char cmd[4096];
+    int st;
+    (void)state;
+    if (find_bin(g_train, sizeof g_train, "tinyrec-train") || find_bin(g_solve, sizeof g_solve, "tinyrec-solve") || find_bin(g_data, sizeof g_data, "tinyrec-data")) return -1;
+    snprintf(g_dir, sizeof g_dir, "%s/tinyrec-progs-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        fprintf(stderr, "test_programs: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    snprintf(cmd, sizeof cmd, "'%s' sudoku --output-dir '%s/data' --generate 48 --generate-test 8 --clues 40 --num-aug 0 --seed 1 --quiet > '%s/data.out' 2>&1", g_data, g_dir,
+             g_dir);
+    st = system(cmd);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "test_programs: building the dataset failed: %s\n", cmd);
+        return -1;
+    }
+    g_has_python = system("command -v python3 > /dev/null 2>&1") == 0;
+    return 0;
+}
+
+static int teardown(void **state) {
+    char cmd[1024];
+    (void)state;
+    if (g_dir[0] && !getenv("TINYREC_KEEP_TMP")) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) fprintf(stderr, "test_programs: cannot remove %s\n", g_dir);
+    }
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
+        cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
