@@ -1352,11 +1352,15 @@ TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const floa
     }
 }
 
+/* Threads for a kernel call of `work` element-operations: one below ~64k, so that tiny models
+   and batch-1 calls do not pay for waking (and, on a busy machine, waiting for) a team. */
+TR__FN int tr__threads_for(const tr_ctx *ctx, double work) { return work < 65536.0 ? 1 : ctx->num_threads; }
+
 /* y = a + b over n floats (y may alias a or b), split across threads. */
 TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
     long i;
     TR__UNUSED(ctx);
-    TR__PARALLEL_FOR(ctx->num_threads)
+    TR__PARALLEL_FOR(tr__threads_for(ctx, (double)n))
     for (i = 0; i < (long)n; i++) y[i] = a[i] + b[i];
 }
 
@@ -1804,7 +1808,7 @@ TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, s
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long r;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
         for (r = 0; r < rows; r++) tr__swiglu_fwd_row512(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
         return;
     }
@@ -1815,7 +1819,7 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long r;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
         for (r = 0; r < rows; r++) tr__swiglu_bwd_row512(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
         return;
     }
@@ -1826,7 +1830,7 @@ TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, cons
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long r;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
         for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd512(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
         return;
     }
@@ -1837,7 +1841,7 @@ TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, con
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long r;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
         for (r = 0; r < rows; r++) tr__rms_row_bwd512(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
         return;
     }
@@ -1848,7 +1852,7 @@ TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, c
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
         for (t = 0; t < (long)B * nblk; t++) {
             size_t base = (size_t)(t / nblk) * S * D;
             tr__rms_cols_task_fwd512(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
@@ -1862,7 +1866,7 @@ TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, 
 #if TR__X86
     if (ctx->simd == TR__SIMD_AVX512) {
         long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
         for (t = 0; t < (long)B * nblk; t++) {
             size_t base = (size_t)(t / nblk) * S * D;
             tr__rms_cols_task_bwd512(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
@@ -1884,7 +1888,7 @@ TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     if (ctx->simd == TR__SIMD_AVX512) {
         long bh;
         size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
         for (bh = 0; bh < (long)B * H; bh++) tr__attention_fwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
         return;
     }
@@ -1896,7 +1900,7 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     if (ctx->simd == TR__SIMD_AVX512) {
         long bh;
         size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(ctx->num_threads)
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
         for (bh = 0; bh < (long)B * H; bh++) tr__attention_bwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
         return;
     }
