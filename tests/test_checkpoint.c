@@ -41,16 +41,6 @@ static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap
 
 
 
-static void tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid) {
-    uint64_t s = seed;
-    int i;
-    for (i = 0; i < B * L; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        in[i] = 1 + (int)((s >> 33) % (uint64_t)(V - 1));
-        lab[i] = ((s >> 20) % 5 == 0) ? -100 : 1 + (int)((s >> 40) % (uint64_t)(V - 1));
-    }
-    for (i = 0; i < B; i++) pid[i] = (int32_t)((uint64_t)(i + seed) % (uint64_t)npid);
-}
 
 /* A tiny model whose every tensor (puzzle table and q head included) is non-trivial. */
 static tr_model *tiny_model(tr_ctx *ctx, int mlp_t, int npid) {
@@ -597,7 +587,7 @@ static void run_steps(tr_trainer *t, uint64_t from, uint64_t to, run_result *r) 
     for (k = from; k < to; k++) {
         int32_t in[RB * 16], lab[RB * 16], pid[RB];
         tr_batch b;
-        tiny_batch(RB, 16, 6, 1000 + k, in, lab, pid, m->cfg.num_puzzle_identifiers);
+        tu_tiny_batch(RB, 16, 6, 1000 + k, in, lab, pid, m->cfg.num_puzzle_identifiers, 1000 + k);
         b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = RB;
         assert_int_equal(tr_trainer_step(t, &b, &r->metrics[k]), TR_OK);
         r->losses[k] = r->metrics[k].loss;
@@ -725,7 +715,7 @@ static void test_trainer_state_errors(void **state) {
     {
         int32_t in[32], lab[32], pid[2];
         tr_batch b;
-        tiny_batch(2, 16, 6, 3, in, lab, pid, 3);
+        tu_tiny_batch(2, 16, 6, 3, in, lab, pid, 3, 3);
         b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = 2;
         assert_int_equal(tr_trainer_step(t, &b, NULL), TR_OK);
     }

@@ -27,25 +27,10 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
 
 static int same_file(const char *a, const char *b) {
     size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    char *x = tu_slurp(a, &la), *y = tu_slurp(b, &lb);
     int same = x && y && la == lb && memcmp(x, y, la) == 0;
     free(x);
     free(y);
@@ -54,7 +39,7 @@ static int same_file(const char *a, const char *b) {
 
 static void copy_file(const char *from, const char *to) {
     size_t n;
-    char *d = slurp(from, &n);
+    char *d = tu_slurp(from, &n);
     FILE *f = fopen(to, "wb");
     assert_non_null(d);
     assert_non_null(f);
@@ -514,7 +499,7 @@ static void test_dataset_validation(void **state) {
             size_t n;
             char *d;
             snprintf(p, sizeof p, "%s/train/all__inputs.npy", good);
-            d = slurp(p, &n);
+            d = tu_slurp(p, &n);
             BADFILE("all__inputs.npy");
             {
                 FILE *f = fopen(q, "wb");

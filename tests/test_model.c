@@ -4,16 +4,6 @@
 #include "test_util.h"
 
 
-static void tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid) {
-    uint64_t s = seed;
-    int i;
-    for (i = 0; i < B * L; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        in[i] = 1 + (int)((s >> 33) % (uint64_t)(V - 1));
-        lab[i] = ((s >> 20) % 5 == 0) ? -100 : 1 + (int)((s >> 40) % (uint64_t)(V - 1));
-    }
-    for (i = 0; i < B; i++) pid[i] = i % npid;
-}
 
 static void test_param_counts(void **state) {
     static const struct { const char *name; size_t n; } want[] = {
@@ -126,7 +116,7 @@ static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss)
     tu_fill(m->puzzle_emb, 3 * (size_t)m->Dp, 22, 0.5f);
     tc.global_batch_size = B;
     assert_int_equal(tr_trainer_create(m, &tc, &s.t), TR_OK);
-    tiny_batch(B, 16, 6, 99, in, lab, pid, 3);
+    tu_tiny_batch(B, 16, 6, 99, in, lab, pid, 3, 0);
     s.batch.inputs = in, s.batch.labels = lab, s.batch.puzzle_identifiers = pid, s.batch.batch_size = B;
     save_prefix_carry(&s);
     tr_carry_reset(s.t->carry);
@@ -199,7 +189,7 @@ static void run_steps(int threads, int mlp_t, int steps, float *params_out, doub
     for (k = 0; k < steps; k++) {
         tr_batch b;
         tr_metrics mt;
-        tiny_batch(B, 16, 6, 1000 + (uint64_t)k, in, lab, pid, 3);
+        tu_tiny_batch(B, 16, 6, 1000 + (uint64_t)k, in, lab, pid, 3, 0);
         b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
         assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
         losses[k] = mt.loss;
@@ -255,7 +245,7 @@ static void test_alloc_faults(void **state) {
         int32_t in[2 * 16], lab[2 * 16], pid[2];
         tr_batch b;
         tc.global_batch_size = 2;
-        tiny_batch(2, 16, 6, 5, in, lab, pid, 3);
+        tu_tiny_batch(2, 16, 6, 5, in, lab, pid, 3, 0);
         b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = 2;
         tr_ctx_fail_alloc_at(ctx, k);
         st = tr_model_create(ctx, &c, &m);
@@ -297,8 +287,8 @@ static void test_act_carry(void **state) {
     memset(m->W_q, 0, 2 * (size_t)m->D * 4);
     tc.global_batch_size = B;
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
-    tiny_batch(B, 16, 6, 1, in, lab, pid, 3);
-    tiny_batch(B, 16, 6, 2, in2, lab2, pid2, 3);
+    tu_tiny_batch(B, 16, 6, 1, in, lab, pid, 3, 0);
+    tu_tiny_batch(B, 16, 6, 2, in2, lab2, pid2, 3, 0);
     b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
     b2.inputs = in2, b2.labels = lab2, b2.puzzle_identifiers = pid2, b2.batch_size = B;
     m->b_q[0] = -5;

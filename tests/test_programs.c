@@ -19,20 +19,6 @@ static int g_has_python = 0;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
 
 static int file_exists(const char *p) {
     struct stat sb;
@@ -68,7 +54,7 @@ static int run_cmd(const char *tag, const char *fmt, ...) {
 static char *tag_file(const char *tag, const char *ext) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s.%s", g_dir, tag, ext);
-    return slurp(p);
+    return tu_slurp(p, NULL);
 }
 
 /* Asserts that <tag>.err holds `needle`. */
@@ -264,7 +250,7 @@ static void check_solve_jsonl(const char *text, int expect_lines, int cells, int
 
 /* (step, loss text) of the train lines of a metrics.jsonl */
 static int train_losses(const char *path, long *steps, char (*loss)[40], int cap) {
-    char *text = slurp(path), *p;
+    char *text = tu_slurp(path, NULL), *p;
     int n = 0;
     assert_non_null(text);
     for (p = text; *p;) {
@@ -290,7 +276,7 @@ static int train_losses(const char *path, long *steps, char (*loss)[40], int cap
 }
 
 static int count_lines_with(const char *path, const char *needle) {
-    char *text = slurp(path), *p;
+    char *text = tu_slurp(path, NULL), *p;
     int n = 0;
     if (!text) return 0;
     for (p = text; (p = strstr(p, needle)) != NULL; p++) n++;
@@ -334,7 +320,7 @@ static void test_train_smoke(void **state) {
     free(out);
     pathf(p, sizeof p, "%s", "smoke/metrics.jsonl");
     {
-        char *text = slurp(p);
+        char *text = tu_slurp(p, NULL);
         assert_int_equal(check_jsonl(text), 14);
         free(text);
     }
@@ -342,7 +328,7 @@ static void test_train_smoke(void **state) {
     assert_int_equal(count_lines_with(p, "\"type\":\"eval\""), 2);
     assert_int_equal(count_lines_with(p, "\"exact_accuracy\""), 14);
     pathf(p, sizeof p, "%s", "smoke/metrics.svg");
-    svg = slurp(p);
+    svg = tu_slurp(p, NULL);
     assert_true(!strncmp(svg, "<svg", 4));
     assert_non_null(strstr(svg, "<polyline"));
     assert_non_null(strstr(svg, "</svg>"));
@@ -399,7 +385,7 @@ static void test_train_resume_cli(void **state) {
         assert_int_equal(stat(p, &s1), 0);
         assert_int_equal(stat(q, &s2), 0);
         assert_int_equal(s1.st_size, s2.st_size);
-        a = slurp(p), b = slurp(q);
+        a = tu_slurp(p, NULL), b = tu_slurp(q, NULL);
         assert_memory_equal(a, b, (size_t)s1.st_size);
         free(a), free(b);
     }
@@ -444,7 +430,7 @@ static void test_train_sigint(void **state) {
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 130);
     {
-        char *out = slurp(outp);
+        char *out = tu_slurp(outp, NULL);
         assert_non_null(out);
         assert_non_null(strstr(out, "interrupted at step"));
         free(out);

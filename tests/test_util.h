@@ -54,6 +54,37 @@ static inline void tu_tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding
     c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
 }
 
+/* A whole file, NUL-terminated (malloc'ed; NULL if it cannot be read); its size in *len if len. */
+static inline char *tu_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+    if (len) *len = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+/* Random token rows in 1..V-1 with ~20% ignored labels; puzzle ids (i + pid_shift) % npid. */
+static inline void tu_tiny_batch(int B, int L, int V, uint64_t seed, int32_t *in, int32_t *lab, int32_t *pid, int npid, uint64_t pid_shift) {
+    uint64_t s = seed;
+    int i;
+    for (i = 0; i < B * L; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = 1 + (int)((s >> 33) % (uint64_t)(V - 1));
+        lab[i] = ((s >> 20) % 5 == 0) ? -100 : 1 + (int)((s >> 40) % (uint64_t)(V - 1));
+    }
+    for (i = 0; i < B; i++) pid[i] = (int32_t)(((uint64_t)i + pid_shift) % (uint64_t)npid);
+}
+
 #if !defined(_WIN32)
 #include <dirent.h>
 /* Files in dir whose name carries ".tmp." (left-overs of an interrupted atomic write). */
