@@ -2864,7 +2864,6 @@ TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg
     if (cfg->puzzle_emb_ndim > Lp * cfg->hidden_size)
         return tr__err(ctx, TR_ERR_CONFIG, "config: puzzle_emb_ndim %d does not fit in puzzle_emb_len %d x hidden_size %d", cfg->puzzle_emb_ndim, Lp, cfg->hidden_size);
     if ((long)cfg->seq_len + Lp > (1 << 16)) return tr__err(ctx, TR_ERR_CONFIG, "config: seq_len + puzzle_emb_len is too long");
-    if (cfg->mlp_t && cfg->halt_max_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "config: halt_max_steps must be >= 1");
     return TR_OK;
 }
 
