@@ -1796,6 +1796,101 @@ TR__TARGET_AVX512 static void tr__attention_bwd_bh512(int b, int h, int S, int H
         }
     }
 }
+
+/* AVX2 + FMA row kernels: the same math on 8 lanes; tails run the scalar formula. */
+TR__TARGET_AVX2 static inline __m256 tr__exp256(__m256 x) {
+    const __m256 log2e = _mm256_set1_ps(1.44269504f), ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+    __m256 n, r, p;
+    __m256i e;
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, ln2hi, x);
+    r = _mm256_fnmadd_ps(n, ln2lo, r);
+    p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23); /* 2^n, n in [-126, 128) */
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+TR__TARGET_AVX2 static float tr__hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+TR__TARGET_AVX2 static void tr__swiglu_fwd_row256(long width, const float *gate, float *o) {
+    const float *up = gate + width;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    long j = 0;
+    for (; j + 8 <= width; j += 8) {
+        __m256 x = _mm256_loadu_ps(gate + j);
+        __m256 sv = _mm256_div_ps(x, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(sv, _mm256_loadu_ps(up + j)));
+    }
+    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
+}
+
+TR__TARGET_AVX2 static void tr__swiglu_bwd_row256(long width, const float *gate, const float *d, float *dgate) {
+    const float *up = gate + width;
+    float *dup = dgate + width;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    long j = 0;
+    for (; j + 8 <= width; j += 8) {
+        __m256 x = _mm256_loadu_ps(gate + j), u = _mm256_loadu_ps(up + j), dv = _mm256_loadu_ps(d + j);
+        __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        __m256 dsil = _mm256_mul_ps(sg, _mm256_fmadd_ps(x, _mm256_sub_ps(one, sg), one));
+        _mm256_storeu_ps(dgate + j, _mm256_mul_ps(_mm256_mul_ps(dv, u), dsil));
+        _mm256_storeu_ps(dup + j, _mm256_mul_ps(dv, _mm256_mul_ps(x, sg)));
+    }
+    for (; j < width; j++) {
+        float sg = 1.0f / (1.0f + expf(-gate[j]));
+        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));
+        dup[j] = d[j] * gate[j] * sg;
+    }
+}
+
+TR__TARGET_AVX2 static float tr__rms_row_fwd256(int D, const float *xr, const float *ar, float *o, float eps) {
+    __m256 acc = _mm256_setzero_ps(), inv;
+    float ss, invs;
+    int j = 0;
+    for (; j + 8 <= D; j += 8) {
+        __m256 v = _mm256_loadu_ps(xr + j);
+        if (ar) v = _mm256_add_ps(v, _mm256_loadu_ps(ar + j));
+        _mm256_storeu_ps(o + j, v);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    ss = tr__hsum256(acc);
+    for (; j < D; j++) {
+        float v = ar ? xr[j] + ar[j] : xr[j];
+        o[j] = v;
+        ss += v * v;
+    }
+    invs = (float)(1.0 / sqrt((double)ss / D + eps));
+    inv = _mm256_set1_ps(invs);
+    for (j = 0; j + 8 <= D; j += 8) _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(o + j), inv));
+    for (; j < D; j++) o[j] *= invs;
+    return invs;
+}
+
+TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const float *yr, float rstd, float *o) {
+    __m256 acc = _mm256_setzero_ps(), mean, rs = _mm256_set1_ps(rstd);
+    float dot, m;
+    int j = 0;
+    for (; j + 8 <= D; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j), acc);
+    dot = tr__hsum256(acc);
+    for (; j < D; j++) dot += dyr[j] * yr[j];
+    m = dot / (float)D;
+    mean = _mm256_set1_ps(m);
+    for (j = 0; j + 8 <= D; j += 8)
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_fnmadd_ps(_mm256_loadu_ps(yr + j), mean, _mm256_loadu_ps(dyr + j)), rs));
+    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
+}
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1812,6 +1907,12 @@ TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, s
         for (r = 0; r < rows; r++) tr__swiglu_fwd_row512(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
         return;
     }
+    if (ctx->simd == TR__SIMD_AVX2) {
+        long r;
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
+        for (r = 0; r < rows; r++) tr__swiglu_fwd_row256(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
+        return;
+    }
 #endif
     tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
 }
@@ -1821,6 +1922,12 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
         long r;
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
         for (r = 0; r < rows; r++) tr__swiglu_bwd_row512(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
+        return;
+    }
+    if (ctx->simd == TR__SIMD_AVX2) {
+        long r;
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
+        for (r = 0; r < rows; r++) tr__swiglu_bwd_row256(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
         return;
     }
 #endif
@@ -1834,6 +1941,12 @@ TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, cons
         for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd512(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
         return;
     }
+    if (ctx->simd == TR__SIMD_AVX2) {
+        long r;
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
+        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd256(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
+        return;
+    }
 #endif
     tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
 }
@@ -1843,6 +1956,12 @@ TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, con
         long r;
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
         for (r = 0; r < rows; r++) tr__rms_row_bwd512(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
+        return;
+    }
+    if (ctx->simd == TR__SIMD_AVX2) {
+        long r;
+        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
+        for (r = 0; r < rows; r++) tr__rms_row_bwd256(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
         return;
     }
 #endif
