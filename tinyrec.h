@@ -1530,20 +1530,30 @@ TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_P
 #endif
 /* --- SIMD variants ----------------------------------------------------------------------- */
 #if TR__X86
+/* exp(x) = 2^n * p(r), r = x - n ln2 (ln2 split in two for accuracy), p a degree-7 polynomial:
+   the constants both vector widths share. */
+#define TR__EXP_LN2_HI 0.693359375f
+#define TR__EXP_LN2_LO -2.12194440e-4f
+#define TR__EXP_P0 1.9875691500e-4f
+#define TR__EXP_P1 1.3981999507e-3f
+#define TR__EXP_P2 8.3334519073e-3f
+#define TR__EXP_P3 4.1665795894e-2f
+#define TR__EXP_P4 1.6666665459e-1f
+#define TR__EXP_P5 5.0000001201e-1f
 /* exp for x in float range via 2^n * p(r), max rel. error ~2 ulp; saturates outside [-87, 88]. */
 TR__TARGET_AVX512 static inline __m512 tr__exp512(__m512 x) {
-    const __m512 log2e = _mm512_set1_ps(1.44269504f), ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440e-4f);
+    const __m512 log2e = _mm512_set1_ps(1.44269504f), ln2hi = _mm512_set1_ps(TR__EXP_LN2_HI), ln2lo = _mm512_set1_ps(TR__EXP_LN2_LO);
     __m512 n, r, p;
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
     n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm512_fnmadd_ps(n, ln2hi, x);
     r = _mm512_fnmadd_ps(n, ln2lo, r);
-    p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_set1_ps(TR__EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TR__EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TR__EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TR__EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TR__EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(TR__EXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
@@ -1799,19 +1809,19 @@ TR__TARGET_AVX512 static void tr__attention_bwd_bh512(int b, int h, int S, int H
 
 /* AVX2 + FMA row kernels: the same math on 8 lanes; tails run the scalar formula. */
 TR__TARGET_AVX2 static inline __m256 tr__exp256(__m256 x) {
-    const __m256 log2e = _mm256_set1_ps(1.44269504f), ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 log2e = _mm256_set1_ps(1.44269504f), ln2hi = _mm256_set1_ps(TR__EXP_LN2_HI), ln2lo = _mm256_set1_ps(TR__EXP_LN2_LO);
     __m256 n, r, p;
     __m256i e;
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_fnmadd_ps(n, ln2hi, x);
     r = _mm256_fnmadd_ps(n, ln2lo, r);
-    p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_set1_ps(TR__EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TR__EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TR__EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TR__EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TR__EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(TR__EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23); /* 2^n, n in [-126, 128) */
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
