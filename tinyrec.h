@@ -3322,6 +3322,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     int b;
     /* channel SwiGLU half */
     tr__rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1); /* g1 = d(h1 + proj) */
+    /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
+       elementwise pass instead of S * I more floats per row and block */
     tr__swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I);
     if ((st = tr__sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
     if ((st = tr__sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
