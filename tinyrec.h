@@ -112,7 +112,26 @@ typedef struct tr_ctx_config {
     int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else 1 */
     uint64_t seed;          /* root of every random stream the context hands out */
     const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512" force one */
+    const char *device;     /* NULL: TINYREC_DEVICE, else "auto". "auto" | "cpu" | "opencl" | "opencl:N" |
+                               "opencl:<name substring>"; "auto" takes an OpenCL GPU when the build has
+                               TINYREC_OPENCL and one is present, else the CPU. The device opens with the
+                               first model; every choice and fallback is logged once, with the reason. */
 } tr_ctx_config;
+
+/* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
+   "no-platform", "no-device", "build", "oom@STEP[:ROWS]", "enqueue@STEP"). The open-time faults
+   act when the device is opened; TR_FAULT_DEVICE_OOM makes device memory for more than `rows`
+   batch rows fail from trainer step `at_step` on (1-based; rows 0 = always); TR_FAULT_ENQUEUE
+   makes the first device command of trainer step `at_step` fail. */
+typedef enum tr_fault {
+    TR_FAULT_NONE = 0,
+    TR_FAULT_NO_LIBRARY,
+    TR_FAULT_NO_PLATFORM,
+    TR_FAULT_NO_DEVICE,
+    TR_FAULT_BUILD,
+    TR_FAULT_DEVICE_OOM,
+    TR_FAULT_ENQUEUE
+} tr_fault;
 
 typedef struct tr_ctx tr_ctx;
 
@@ -136,6 +155,18 @@ TRDEF void tr_ctx_fail_alloc_at(tr_ctx *ctx, long n);
 /* Allocations made through the context so far, and those not yet freed (for leak checks). */
 TRDEF long tr_ctx_alloc_count(const tr_ctx *ctx);
 TRDEF long tr_ctx_live_allocs(const tr_ctx *ctx);
+TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int rows);
+/* Chooses the device for models created from now on (see tr_ctx_config.device). */
+TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *selector);
+/* Opens the selected device now (it otherwise opens with the first model) and returns 1 when
+   work runs on an OpenCL device, 0 on the CPU. Never fails: an unusable device means the CPU. */
+TRDEF int tr_ctx_use_device(tr_ctx *ctx);
+/* "cpu (avx512, 2 threads)" or "opencl: <device> (<platform>)": where work runs now. */
+TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx);
+/* Lists OpenCL devices in the order "opencl:N" counts them; returns their number (0 without
+   OpenCL). fn may be NULL. */
+typedef void (*tr_device_fn)(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem_bytes);
+TRDEF int tr_list_opencl_devices(tr_ctx *ctx, tr_device_fn fn, void *user);
 
 /* >>api-base-end */
 
@@ -758,6 +789,9 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
 #else
 #define TR__OMP 0
 #endif
+#ifndef TINYREC_OPENCL
+#define TINYREC_OPENCL 0
+#endif
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(TINYREC_NO_SIMD)
 #define TR__X86 1
 #include <immintrin.h>
@@ -800,6 +834,16 @@ struct tr_ctx {
     long fail_alloc_at; /* absolute alloc_count value that fails; 0 = never */
     void *scratch;      /* kernel workspace (e.g. GEMM packing), grown on demand by tr__scratch */
     size_t scratch_bytes;
+    /* device (>>device): the selector, the OpenCL device once opened (kept after a fallback,
+       because it owns the migrated memory), whether ops run on it, and injected faults */
+    char device_sel[96];
+    int dev_tried, dev_active;
+    struct tr__cl *cl;
+    char dev_name[320];
+    tr_fault fault;
+    long fault_step;
+    int fault_rows;
+    int fault_armed; /* the trainer reached fault_step */
     char error[TR__ERRLEN];
 };
 
@@ -991,6 +1035,49 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
     return TR_OK;
 }
 
+TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *sel) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!sel || !sel[0]) sel = "auto";
+    if (strcmp(sel, "auto") != 0 && strcmp(sel, "cpu") != 0 && strncmp(sel, "opencl", 6) != 0)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown device '%s' (valid: auto, cpu, opencl, opencl:N, opencl:<name>)", sel);
+    if (strlen(sel) >= sizeof ctx->device_sel) return tr__err(ctx, TR_ERR_INVALID_ARG, "device selector '%.40s...' is too long", sel);
+    if (ctx->dev_tried) return tr__err(ctx, TR_ERR_INVALID_ARG, "the device is chosen when the first model is created; set it before");
+    snprintf(ctx->device_sel, sizeof ctx->device_sel, "%s", sel);
+    return TR_OK;
+}
+
+TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int rows) {
+    if (!ctx) return;
+    ctx->fault = fault;
+    ctx->fault_step = at_step;
+    ctx->fault_rows = rows;
+}
+
+/* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP". */
+TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
+    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue"};
+    int i;
+    long step = 0, rows = 0;
+    if (!v || !v[0]) return TR_OK;
+    for (i = 1; i < 7; i++) {
+        size_t n = strlen(names[i]);
+        if (strncmp(v, names[i], n) != 0) continue;
+        if (i >= TR_FAULT_DEVICE_OOM) {
+            char *end;
+            if (v[n] != '@') break;
+            step = strtol(v + n + 1, &end, 10);
+            if (*end == ':' && i == TR_FAULT_DEVICE_OOM) rows = strtol(end + 1, &end, 10);
+            if (*end || step < 1 || rows < 0) break;
+        } else if (v[n])
+            break;
+        tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
+        return TR_OK;
+    }
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP", v);
+}
+
+TR__FN void tr__dev_close(tr_ctx *ctx);
+
 TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     tr_ctx_config cfg = cfg_in ? *cfg_in : tr_ctx_config_default();
     tr_ctx *ctx;
@@ -1015,6 +1102,8 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     simd_env = cfg.simd ? cfg.simd : getenv("TINYREC_SIMD");
     st = tr_ctx_set_num_threads(ctx, cfg.num_threads);
     if (st == TR_OK) st = tr_ctx_set_simd(ctx, simd_env);
+    if (st == TR_OK) st = tr_ctx_set_device(ctx, cfg.device ? cfg.device : getenv("TINYREC_DEVICE"));
+    if (st == TR_OK) st = tr__fault_from_env(ctx, getenv("TINYREC_FAULT"));
     if (st != TR_OK) {
         cfg.allocator.free(cfg.allocator.user, ctx);
         return st;
@@ -1025,6 +1114,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
 
 TRDEF void tr_ctx_destroy(tr_ctx *ctx) {
     if (!ctx) return;
+    tr__dev_close(ctx);
     if (ctx->scratch) ctx->allocator.free(ctx->allocator.user, ctx->scratch);
     ctx->allocator.free(ctx->allocator.user, ctx);
 }
@@ -2825,6 +2915,268 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #undef TR__SG_YSTORE
 /* >>sgemm-end */
 
+/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels; spliced from parts/. */
+#if TINYREC_OPENCL
+/* @@OPENCL */
+#endif
+
+/* >>device
+   Where the work runs. Device memory is addressed by ordinary pointers: with OpenCL each device
+   buffer is also an address-space reservation of the same size, so the model code does its
+   pointer arithmetic unchanged and the ops below resolve pointers to (buffer, offset). Falling
+   back to the CPU commits those reservations as host memory holding the device's data, so every
+   pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels. */
+#if TINYREC_OPENCL
+#define TR__ON_CL(ctx, call)                  \
+    do {                                      \
+        if ((ctx)->dev_active) return (call); \
+    } while (0)
+#else
+#define TR__ON_CL(ctx, call) TR__UNUSED(ctx)
+#endif
+
+TR__FN void tr__dev_close(tr_ctx *ctx) {
+#if TINYREC_OPENCL
+    if (ctx->cl) tr__cl_destroy(ctx->cl);
+#endif
+    ctx->cl = NULL;
+    ctx->dev_active = 0;
+}
+
+TR__FN void tr__dev_cpu_name(tr_ctx *ctx) {
+    snprintf(ctx->dev_name, sizeof ctx->dev_name, "cpu (%s, %d threads)", tr__simd_names[ctx->simd], ctx->num_threads);
+}
+
+/* Opens the selected device once (at the first model). Never fails: the CPU is always there. */
+TR__FN void tr__dev_select(tr_ctx *ctx) {
+    const char *sel = ctx->device_sel[0] ? ctx->device_sel : "auto";
+    if (ctx->dev_tried) return;
+    ctx->dev_tried = 1;
+    tr__dev_cpu_name(ctx);
+    if (strcmp(sel, "cpu") == 0) {
+        tr__log(ctx, TR_LOG_INFO, "device: %s, as requested", ctx->dev_name);
+        return;
+    }
+#if TINYREC_OPENCL
+    {
+        static const tr__cl_fault faults[] = {TR__CLF_NONE, TR__CLF_NO_LIBRARY, TR__CLF_NO_PLATFORM, TR__CLF_NO_DEVICE, TR__CLF_BUILD};
+        tr__cl_fault f = ctx->fault >= TR_FAULT_NO_LIBRARY && ctx->fault <= TR_FAULT_BUILD ? faults[ctx->fault] : TR__CLF_NONE;
+        tr__cl *cl = NULL;
+        tr_status st;
+        char saved[TR__ERRLEN];
+        memcpy(saved, ctx->error, sizeof saved);
+        st = tr__cl_open(ctx, sel, tr__cl_sources, (int)(sizeof tr__cl_sources / sizeof tr__cl_sources[0]), NULL, f, &cl);
+        if (st == TR_OK) {
+            const tr__cl_info *in = tr__cl_get_info(cl);
+            ctx->cl = cl;
+            ctx->dev_active = 1;
+            snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %s (%s)", in->name, in->vendor);
+            memcpy(ctx->error, saved, sizeof saved);
+            return;
+        }
+        tr__log(ctx, strcmp(sel, "auto") == 0 && st == TR_ERR_UNSUPPORTED ? TR_LOG_INFO : TR_LOG_WARN, "device: %s: %s; using the %s", sel,
+                ctx->error[0] ? ctx->error : tr_status_string(st), ctx->dev_name);
+        memcpy(ctx->error, saved, sizeof saved);
+    }
+#else
+    if (strcmp(sel, "auto") != 0)
+        tr__log(ctx, TR_LOG_WARN, "device: '%s' requested, but this build has no OpenCL (define TINYREC_OPENCL); using the %s", sel, ctx->dev_name);
+#endif
+}
+
+TRDEF int tr_ctx_use_device(tr_ctx *ctx) {
+    if (!ctx) return 0;
+    tr__dev_select(ctx);
+    return ctx->dev_active;
+}
+
+TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
+    if (!ctx) return "";
+    if (!ctx->dev_tried) return "not chosen yet (opens with the first model)";
+    return ctx->dev_name;
+}
+
+TRDEF int tr_list_opencl_devices(tr_ctx *ctx, tr_device_fn fn, void *user) {
+#if TINYREC_OPENCL
+    return ctx ? tr__cl_enumerate(ctx, fn, user) : 0;
+#else
+    TR__UNUSED(ctx), TR__UNUSED(fn), TR__UNUSED(user);
+    return 0;
+#endif
+}
+
+/* Moves all device state to the host (DESIGN §4: the CPU is the last device). */
+TR__FN tr_status tr__dev_fallback(tr_ctx *ctx, const char *why) {
+#if TINYREC_OPENCL
+    char reason[TR__ERRLEN];
+    tr_status st;
+    if (!ctx->dev_active) return TR_OK;
+    snprintf(reason, sizeof reason, "%s", why);
+    st = tr__cl_migrate_to_host(ctx->cl);
+    ctx->dev_active = 0;
+    tr__dev_cpu_name(ctx);
+    tr__log(ctx, TR_LOG_WARN, "device: %s; moved the model, optimizer state and ACT carry to the %s and continuing there", reason, ctx->dev_name);
+    return st;
+#else
+    TR__UNUSED(ctx), TR__UNUSED(why);
+    return TR_OK;
+#endif
+}
+
+/* The injected device-memory fault (tr_ctx_inject_fault) for a buffer of B rows. */
+TR__FN int tr__fault_oom(const tr_ctx *ctx, int B) {
+    return ctx->dev_active && ctx->fault == TR_FAULT_DEVICE_OOM && ctx->fault_armed && B > ctx->fault_rows;
+}
+
+/* Device memory, zero-filled. keep = 0: scratch whose contents need not survive a fallback. */
+TR__FN void *tr__dalloc(tr_ctx *ctx, size_t bytes, int keep) {
+#if TINYREC_OPENCL
+    if (ctx->dev_active) return tr__cl_alloc(ctx->cl, bytes ? bytes : 4, keep);
+#endif
+    TR__UNUSED(keep);
+    return tr__calloc(ctx, 1, bytes ? bytes : 4);
+}
+
+TR__FN void tr__dfree(tr_ctx *ctx, void *p) {
+    if (!p) return;
+#if TINYREC_OPENCL
+    if (ctx->cl && tr__cl_owns(ctx->cl, p)) {
+        tr__cl_free(ctx->cl, p);
+        return;
+    }
+#endif
+    tr__free(ctx, p);
+}
+
+/* Copies within device memory (dst == src is a no-op). */
+TR__FN tr_status tr__dcopy(tr_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (dst == src || !bytes) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_copy(ctx->cl, dst, src, bytes));
+    memmove(dst, src, bytes);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__dzero(tr_ctx *ctx, void *dst, size_t bytes) {
+    if (!bytes) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_fill(ctx->cl, dst, 0, bytes));
+    memset(dst, 0, bytes);
+    return TR_OK;
+}
+
+/* Host -> device and device -> host. On the CPU both are memcpy (nothing when they alias). */
+TR__FN tr_status tr__dput(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes) {
+    if (dst_dev == src_host || !bytes) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_write(ctx->cl, dst_dev, src_host, bytes));
+    memcpy(dst_dev, src_host, bytes);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__dget(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) {
+    if (dst_host == src_dev || !bytes) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_read(ctx->cl, dst_host, src_dev, bytes));
+    memcpy(dst_host, src_dev, bytes);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__dfinish(tr_ctx *ctx) {
+    TR__ON_CL(ctx, tr__cl_finish(ctx->cl));
+    return TR_OK;
+}
+
+/* --- ops: the CPU kernel, or its OpenCL twin on the device ------------------------------------ */
+TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                              float *C, size_t ldc, int acc) {
+    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc));
+    return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
+}
+
+/* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
+TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+    int b;
+    tr_status st;
+    TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc));
+    for (b = 0; b < nb; b++)
+        if ((st = tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, C + b * sC, ldc, sC == 0 && b > 0 ? 1 : acc)) != TR_OK) return st;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, n, a, b, y));
+    tr__add(ctx, n, a, b, y);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, rows, D, x, add, out, rstd, eps));
+    tr__rms_rows_fwd(ctx, rows, D, x, add, out, rstd, eps);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, rows, D, dy, y, rstd, dx));
+    tr__rms_rows_bwd(ctx, rows, D, dy, y, rstd, dx);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    TR__ON_CL(ctx, tr__cl_rms_cols_fwd(ctx->cl, B, S, D, x, add, out, rstd, eps));
+    tr__rms_cols_fwd(ctx, B, S, D, x, add, out, rstd, eps);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    TR__ON_CL(ctx, tr__cl_rms_cols_bwd(ctx->cl, B, S, D, dy, y, rstd, dx));
+    tr__rms_cols_bwd(ctx, B, S, D, dy, y, rstd, dx);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t gs, float *out, size_t os) {
+    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, rows, width, g, gs, out, os));
+    tr__swiglu_fwd(ctx, rows, width, g, gs, out, os);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
+    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, rows, width, g, gs, da, das, dg));
+    tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, rows, S, H, hd, qkv, cosv, sinv, inverse));
+    tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, ctx->num_threads);
+    return TR_OK;
+}
+
+/* scratch: the CPU kernels' per-thread rows (unused on the device) */
+TR__FN tr_status tr__op_attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
+    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, B, S, H, hd, qkv, o, lse));
+    tr__attention_fwd(ctx, B, S, H, hd, qkv, o, lse, scratch);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_,
+                                      float *dqkv, float *scratch) {
+    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, B, S, H, hd, qkv, o, lse, do_, dqkv));
+    tr__attention_bwd(ctx, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
+                                   float bc2) {
+    TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
+    tr__adam_atan2_ref(n, p, g, m, v, lr, wd, b1, b2, bc1, bc2, ctx->num_threads);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
+    TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
+    tr__ema_ref(n, shadow, p, decay, ctx->num_threads);
+    return TR_OK;
+}
+
+
 /* >>model
    TRM (and, later, HRM) built from one block set. A module is a stack of blocks; TRM has one
    (L_level), HRM two (H_level, L_level). Parameters live in one flat buffer with named views
@@ -2848,7 +3200,8 @@ typedef struct tr__module {
 
 typedef struct tr__tensor_entry {
     char name[TR__NAME_LEN];
-    float *data;
+    float *data; /* host copy (the view users see) */
+    float *dev;  /* where the model computes with it (== data on the CPU) */
     int ndim;
     int64_t shape[2];
     size_t numel;
@@ -2876,7 +3229,9 @@ struct tr_model {
     tr_model_config cfg;
     int V, L, S, Lp, D, H, hd, I, It, Dp;
     size_t n_params;
-    float *params, *grads;
+    float *params, *grads; /* device memory */
+    float *host;           /* on a device: host copies of every tensor (NULL on the CPU) */
+    int host_stale;        /* the device changed the tensors since the last download */
     float *W_tok, *W_pos, *W_lm, *W_q, *b_q;
     float *H_init, *L_init; /* buffers [D] */
     float *puzzle_emb;      /* buffer [num_puzzle_identifiers, Dp] */
@@ -2999,7 +3354,7 @@ TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg
 TR__FN void tr__add_tensor(tr_model *m, const char *name, float *data, int ndim, int64_t d0, int64_t d1, int trainable) {
     tr__tensor_entry *e = &m->tensors[m->n_tensors++];
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->data = data;
+    e->data = e->dev = data;
     e->ndim = ndim;
     e->shape[0] = d0;
     e->shape[1] = ndim > 1 ? d1 : 0;
@@ -3049,8 +3404,8 @@ TR__FN size_t tr__layout(tr_model *m, float *base) {
 
 TR__FN void tr__model_free_work(tr_model *m) {
     tr_ctx *ctx = m->ctx;
-    tr__free(ctx, m->ws);
-    tr__free(ctx, m->tape);
+    tr__dfree(ctx, m->ws);
+    tr__dfree(ctx, m->tape);
     tr__free(ctx, m->nets);
     m->ws = m->tape = NULL;
     m->nets = NULL;
@@ -3063,11 +3418,12 @@ TRDEF void tr_model_destroy(tr_model *m) {
     if (!m) return;
     ctx = m->ctx;
     tr__model_free_work(m);
-    tr__free(ctx, m->params);
-    tr__free(ctx, m->grads);
-    tr__free(ctx, m->H_init);
-    tr__free(ctx, m->puzzle_emb);
-    tr__free(ctx, m->rope_cos);
+    tr__dfree(ctx, m->params);
+    tr__dfree(ctx, m->grads);
+    tr__dfree(ctx, m->H_init);
+    tr__dfree(ctx, m->puzzle_emb);
+    tr__dfree(ctx, m->rope_cos);
+    tr__free(ctx, m->host);
     tr__free(ctx, m);
 }
 
@@ -3080,17 +3436,21 @@ TR__FN void tr__init_weights(tr_model *m) {
         tr__tensor_entry *e = &m->tensors[i];
         tr__rng r = tr__rng_make(m->ctx->seed, 1000 + (uint64_t)i);
         double std;
-        if (e->data == m->W_q) std = 0;
-        else if (e->data == m->b_q) {
+        if (e->dev == m->W_q) std = 0;
+        else if (e->dev == m->b_q) {
             e->data[0] = e->data[1] = -5.0f;
             continue;
-        } else if (e->data == m->W_tok || e->data == m->W_pos) std = 1.0 / sqrt((double)m->D);
-        else if (e->data == m->H_init || e->data == m->L_init) std = 1.0;
-        else if (e->data == m->puzzle_emb) std = 0;
+        } else if (e->dev == m->W_tok || e->dev == m->W_pos) std = 1.0 / sqrt((double)m->D);
+        else if (e->dev == m->H_init || e->dev == m->L_init) std = 1.0;
+        else if (e->dev == m->puzzle_emb) std = 0;
         else std = 1.0 / sqrt((double)e->shape[1]); /* fan_in */
         tr__trunc_normal(&r, e->data, e->numel, std);
     }
 }
+
+TR__FN float *tr__host_of(const tr_model *m, float *dev);
+TR__FN tr_status tr__model_upload(tr_model *m);
+TR__FN tr_status tr__model_download(tr_model *m);
 
 TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_model **out) {
     tr_model *m;
@@ -3119,35 +3479,84 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     m->modules[0].n_layers = cfg->L_layers;
     n = tr__layout(m, NULL);
     m->n_params = n;
-    m->params = (float *)tr__calloc(ctx, n, sizeof(float));
-    m->grads = m->params ? (float *)tr__calloc(ctx, n, sizeof(float)) : NULL;
-    m->H_init = m->grads ? (float *)tr__calloc(ctx, 2 * (size_t)m->D, sizeof(float)) : NULL;
+    tr__dev_select(ctx);
+    m->params = (float *)tr__dalloc(ctx, n * sizeof(float), 1);
+    m->grads = m->params ? (float *)tr__dalloc(ctx, n * sizeof(float), 1) : NULL;
+    m->H_init = m->grads ? (float *)tr__dalloc(ctx, 2 * (size_t)m->D * sizeof(float), 1) : NULL;
     if (!m->H_init) goto oom;
     m->L_init = m->H_init + m->D;
     if (!tr__size_mul((size_t)cfg->num_puzzle_identifiers, (size_t)TR__MAX(m->Dp, 1), &npz)) {
         tr_model_destroy(m);
         return tr__err(ctx, TR_ERR_OVERFLOW, "config: puzzle table %d x %d overflows", cfg->num_puzzle_identifiers, m->Dp);
     }
-    m->puzzle_emb = (float *)tr__calloc(ctx, npz, sizeof(float));
-    m->rope_cos = m->puzzle_emb ? (float *)tr__calloc(ctx, 2 * (size_t)m->S * m->hd, sizeof(float)) : NULL;
+    m->puzzle_emb = (float *)tr__dalloc(ctx, npz * sizeof(float), 1);
+    m->rope_cos = m->puzzle_emb ? (float *)tr__dalloc(ctx, 2 * (size_t)m->S * m->hd * sizeof(float), 1) : NULL;
     if (!m->rope_cos) goto oom;
     m->rope_sin = m->rope_cos + (size_t)m->S * m->hd;
     tr__layout(m, m->params);
     tr__add_tensor(m, "model.inner.H_init", m->H_init, 1, m->D, 0, 0);
     tr__add_tensor(m, "model.inner.L_init", m->L_init, 1, m->D, 0, 0);
     if (m->Dp > 0) tr__add_tensor(m, "model.inner.puzzle_emb.weights", m->puzzle_emb, 2, cfg->num_puzzle_identifiers, m->Dp, 0);
+    if (ctx->dev_active) {
+        /* host copies back the tensor views; the device holds the working copy */
+        m->host = (float *)tr__calloc(ctx, n + 2 * (size_t)m->D + npz + 2 * (size_t)m->S * m->hd, sizeof(float));
+        if (!m->host) goto oom;
+        for (p = 0; p < m->n_tensors; p++) m->tensors[p].data = tr__host_of(m, m->tensors[p].dev);
+    }
     tr__init_weights(m);
-    for (p = 0; p < m->S; p++)
-        for (j = 0; j < m->hd; j++) {
-            double inv_freq = pow(cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0, -2.0 * (j % (m->hd / 2 ? m->hd / 2 : 1)) / m->hd);
-            m->rope_cos[(size_t)p * m->hd + j] = (float)cos(p * inv_freq);
-            m->rope_sin[(size_t)p * m->hd + j] = (float)sin(p * inv_freq);
-        }
+    {
+        float *rc = m->host ? m->host + n + 2 * (size_t)m->D + npz : m->rope_cos, *rs = rc + (size_t)m->S * m->hd;
+        for (p = 0; p < m->S; p++)
+            for (j = 0; j < m->hd; j++) {
+                double inv_freq = pow(cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0, -2.0 * (j % (m->hd / 2 ? m->hd / 2 : 1)) / m->hd);
+                rc[(size_t)p * m->hd + j] = (float)cos(p * inv_freq);
+                rs[(size_t)p * m->hd + j] = (float)sin(p * inv_freq);
+            }
+        if ((st = tr__dput(ctx, m->rope_cos, rc, 2 * (size_t)m->S * m->hd * sizeof(float))) != TR_OK) goto fail;
+    }
+    if ((st = tr__model_upload(m)) != TR_OK) goto fail;
     *out = m;
     return TR_OK;
 oom:
+    st = TR_ERR_OUT_OF_MEMORY; /* the reason was set by the allocator */
+fail:
     tr_model_destroy(m);
-    return TR_ERR_OUT_OF_MEMORY; /* the reason was set by tr__alloc */
+    return st;
+}
+
+/* The host copy of a tensor's device pointer (itself on the CPU). */
+TR__FN float *tr__host_of(const tr_model *m, float *dev) {
+    size_t P = m->n_params, D2 = 2 * (size_t)m->D;
+    if (!m->host) return dev;
+    if (dev >= m->params && dev < m->params + P) return m->host + (dev - m->params);
+    if (dev >= m->H_init && dev < m->H_init + D2) return m->host + P + (dev - m->H_init);
+    return m->host + P + D2 + (dev - m->puzzle_emb);
+}
+
+/* Tensor copies between the device and the host views (no-ops on the CPU). */
+TR__FN tr_status tr__model_upload(tr_model *m) {
+    int i;
+    tr_status st;
+    if (!m->host) return TR_OK;
+    for (i = 0; i < m->n_tensors; i++)
+        if ((st = tr__dput(m->ctx, m->tensors[i].dev, m->tensors[i].data, m->tensors[i].numel * sizeof(float))) != TR_OK) return st;
+    m->host_stale = 0;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__model_download(tr_model *m) {
+    int i;
+    tr_status st;
+    if (!m->host || !m->host_stale) return TR_OK;
+    for (i = 0; i < m->n_tensors; i++)
+        if ((st = tr__dget(m->ctx, m->tensors[i].data, m->tensors[i].dev, m->tensors[i].numel * sizeof(float))) != TR_OK) return st;
+    m->host_stale = 0;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_model_commit_tensors(tr_model *m) {
+    if (!m) return TR_ERR_INVALID_ARG;
+    return tr__model_upload(m);
 }
 
 TRDEF const tr_model_config *tr_model_get_config(const tr_model *m) { return m ? &m->cfg : NULL; }
@@ -3162,7 +3571,9 @@ TRDEF size_t tr_model_num_params(const tr_model *m) {
 TRDEF int tr_model_num_tensors(const tr_model *m) { return m ? m->n_tensors : 0; }
 TRDEF tr_status tr_model_tensor(const tr_model *m, int index, tr_tensor_view *out) {
     const tr__tensor_entry *e;
+    tr_status st;
     if (!m || !out || index < 0 || index >= m->n_tensors) return TR_ERR_INVALID_ARG;
+    if ((st = tr__model_download((tr_model *)m)) != TR_OK) return st; /* the views are host copies */
     e = &m->tensors[index];
     out->name = e->name;
     out->data = e->data;
@@ -3194,7 +3605,7 @@ TR__FN size_t tr__block_rec_floats(const tr_model *m) {
 TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
     size_t a = TR__MAX((size_t)m->It * D, S * (size_t)m->I);
-    return (size_t)B * a + TR__MAX((size_t)B * S * D, (size_t)m->It * D) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+    return (size_t)B * a + (size_t)B * TR__MAX(S * D, (size_t)m->It * D) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -3228,9 +3639,11 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     if (B <= m->ws_B) return TR_OK;
     n = tr__block_rec_floats(m) * (size_t)B + tr__block_tmp_floats(m, B) +
         (size_t)B * ((size_t)m->S * m->D * 6 + 2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2 * (size_t)m->It * m->D) + 256;
-    tr__free(m->ctx, m->ws);
+    tr__dfree(m->ctx, m->ws);
     m->ws_B = 0;
-    m->ws = (float *)tr__alloc(m->ctx, n * sizeof(float));
+    m->ws = NULL;
+    if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
+    m->ws = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
     if (!m->ws) return TR_ERR_OUT_OF_MEMORY;
     m->ws_floats = n;
     m->ws_B = B;
@@ -3241,16 +3654,17 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
     int i, l;
     if (B == m->tape_B && nets == m->tape_nets) return TR_OK;
-    tr__free(m->ctx, m->tape);
+    tr__dfree(m->ctx, m->tape);
     tr__free(m->ctx, m->nets);
     m->tape = NULL;
     m->nets = NULL;
     m->tape_B = m->tape_nets = 0;
+    if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
     per_net = (size_t)B * ((size_t)m->S * m->D + tr__block_rec_floats(m) * (size_t)m->cfg.L_layers) + 64;
     if (!tr__size_mul(per_net, (size_t)nets, &n)) return tr__err(m->ctx, TR_ERR_OVERFLOW, "tape size overflows");
     m->nets = (tr__net_rec *)tr__calloc(m->ctx, (size_t)nets, sizeof(tr__net_rec));
     if (!m->nets) return TR_ERR_OUT_OF_MEMORY;
-    m->tape = (float *)tr__alloc(m->ctx, n * sizeof(float));
+    m->tape = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
     if (!m->tape) {
         tr__free(m->ctx, m->nets);
         m->nets = NULL;
@@ -3275,39 +3689,27 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + TR__MAX(BS * D, (size_t)m->It * D);
+    float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     tr_status st;
-    int b;
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
-        for (b = 0; b < B; b++) {
-            /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D] */
-            st = tr__sgemm(ctx, 0, 0, 2 * It, D, S, ly->tgu, S, r->in + b * S * D, D, r->mix + b * 2 * It * D, D, 0);
-            if (st) return st;
-        }
-        tr__swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D);
-        for (b = 0; b < B; b++) {
-            st = tr__sgemm(ctx, 0, 0, S, D, It, ly->tdown, It, act + b * It * D, D, proj + b * S * D, D, 0);
-            if (st) return st;
-        }
-        tr__rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps);
+        /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D] */
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, 2 * It, D, S, ly->tgu, S, 0, r->in, D, S * D, r->mix, D, 2 * It * D, 0))) return st;
+        if ((st = tr__op_swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
+        if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
-        st = tr__sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0);
-        if (st) return st;
-        if (m->cfg.pos_encodings == TR_POS_ROPE) tr__rope_ref((long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0, ctx->num_threads);
-        tr__attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows);
-        st = tr__sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0);
-        if (st) return st;
-        tr__rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps);
+        if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0))) return st;
+        if (m->cfg.pos_encodings == TR_POS_ROPE && (st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0))) return st;
+        if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0))) return st;
+        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
-    st = tr__sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, ly->gu, D, r->gu, 2 * I, 0);
-    if (st) return st;
-    tr__swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I);
-    st = tr__sgemm(ctx, 0, 1, BS, D, I, act, I, ly->down, I, proj, D, 0);
-    if (st) return st;
-    tr__rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
-    return TR_OK;
+    if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, ly->gu, D, r->gu, 2 * I, 0))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, ly->down, I, proj, D, 0))) return st;
+    return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl.
@@ -3316,45 +3718,42 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
                                float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *dact = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = dact + TR__MAX(BS * D, (size_t)m->It * D);
+    float *act = tmp, *dact = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = dact + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     tr_status st;
-    int b;
     /* channel SwiGLU half */
-    tr__rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1); /* g1 = d(h1 + proj) */
+    if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
        elementwise pass instead of S * I more floats per row and block */
-    tr__swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I);
-    if ((st = tr__sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
-    if ((st = tr__sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
-    tr__swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig);
-    if ((st = tr__sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
-    memcpy(g2, g1, BS * D * sizeof(float));
-    if ((st = tr__sgemm(ctx, 0, 0, BS, D, 2 * I, dbig, 2 * I, ly->gu, D, g2, D, 1))) return st; /* g2 = d h1 */
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
+    if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
+    if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
+    if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 2 * I, dbig, 2 * I, ly->gu, D, g2, D, 1))) return st; /* g2 = d h1 */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        tr__rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1); /* g1 = d(in + proj) */
-        tr__swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D);
-        memcpy(din, g1, BS * D * sizeof(float));
-        for (b = 0; b < B; b++) {
-            const float *gb = g1 + b * S * D;
-            if ((st = tr__sgemm(ctx, 0, 1, S, It, D, gb, D, act + b * It * D, D, g_tdown, It, 1))) return st;
-            if ((st = tr__sgemm(ctx, 1, 0, It, D, S, ly->tdown, It, gb, D, dact, D, 0))) return st;
-            tr__swiglu_bwd(ctx, 1, (long)(It * D), r->mix + b * 2 * It * D, 2 * It * D, dact, It * D, dbig);
-            if ((st = tr__sgemm(ctx, 0, 1, 2 * It, S, D, dbig, D, r->in + b * S * D, D, g_tgu, S, 1))) return st;
-            if ((st = tr__sgemm(ctx, 1, 0, S, D, 2 * It, ly->tgu, S, dbig, D, din + b * S * D, D, 1))) return st;
-        }
+        if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D))) return st;
+        if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, S, It, D, g1, D, S * D, act, D, It * D, g_tdown, It, 0, 1))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, ly->tdown, It, 0, g1, D, S * D, dact, D, It * D, 0))) return st;
+        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, ly->tgu, S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        tr__rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1); /* g1 = d(in + proj) */
-        if ((st = tr__sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
-        if ((st = tr__sgemm(ctx, 0, 0, BS, D, D, g1, D, ly->o, D, g2, D, 0))) return st; /* g2 = d att_o */
-        tr__attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows);
-        if (m->cfg.pos_encodings == TR_POS_ROPE) tr__rope_ref((long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1, ctx->num_threads);
-        if ((st = tr__sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
-        memcpy(din, g1, BS * D * sizeof(float));
-        if ((st = tr__sgemm(ctx, 0, 0, BS, D, 3 * D, dbig, 3 * D, ly->qkv, D, din, D, 1))) return st;
+        if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, D, g1, D, ly->o, D, g2, D, 0))) return st; /* g2 = d att_o */
+        if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows))) return st;
+        if (m->cfg.pos_encodings == TR_POS_ROPE && (st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1))) return st;
+        if ((st = tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
+        if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 3 * D, dbig, 3 * D, ly->qkv, D, din, D, 1))) return st;
     }
     return TR_OK;
 }
@@ -3377,7 +3776,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
         tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
         h0 = out;
     }
-    tr__add(m->ctx, n, z, inj, h0);
+    if ((st = tr__op_add(m->ctx, n, z, inj, h0))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = rec ? &rec->blocks[l] : &scratch;
         if (rec) r->in = l ? rec->blocks[l - 1].out : h0;
@@ -3398,7 +3797,7 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
     float *tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
     int l;
     tr_status st;
-    memcpy(gcur, dout, n * sizeof(float));
+    if ((st = tr__dcopy(m->ctx, gcur, dout, n * sizeof(float)))) return st;
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l ? gnext : dh0, *t;
         if ((st = tr__block_bwd(m, &md->layers[l], &rec->blocks[l], B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
@@ -3414,48 +3813,93 @@ struct tr_carry {
     float *z_H, *z_L;     /* [B,S,D] */
     float *x, *inj;       /* the scaled input embedding and z_H + x, [B,S,D] */
     float *logits, *q;    /* [B,L,V], [B,2] */
+    float *rowstat;       /* [B,4] per-row token statistics of the loss (tr__op_xent) */
     int32_t *steps, *halted;
     int32_t *inputs, *labels, *pids; /* the rows each slot is working on */
+    /* On a device: device copies of inputs/labels/pids/halted, host copies of q/rowstat/logits.
+       On the CPU each pair is the same memory. */
+    int32_t *d_inputs, *d_labels, *d_pids, *d_halted;
+    float *hq, *hrowstat, *hlogits;
+    int view; /* rows of another carry: owns nothing */
 };
 
 TRDEF void tr_carry_destroy(tr_carry *c) {
-    if (!c) return;
-    tr__free(c->m->ctx, c->z_H);
-    tr__free(c->m->ctx, c->steps);
-    tr__free(c->m->ctx, c);
+    tr_ctx *ctx;
+    if (!c || c->view) return;
+    ctx = c->m->ctx;
+    tr__dfree(ctx, c->z_H);
+    tr__free(ctx, c->steps);
+    if (c->d_inputs != c->inputs) tr__dfree(ctx, c->d_inputs);
+    if (c->hq != c->q) tr__free(ctx, c->hq);
+    if (c->hlogits != c->logits) tr__free(ctx, c->hlogits);
+    tr__free(ctx, c);
 }
 
 TRDEF tr_status tr_carry_create(tr_model *m, int B, tr_carry **out) {
     tr_carry *c;
+    tr_ctx *ctx;
     size_t n, nf, ni;
     if (!m || !out) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
     *out = NULL;
-    if (B <= 0 || B > (1 << 20)) return tr__err(m->ctx, TR_ERR_INVALID_ARG, "batch_size %d is out of range (1..%d)", B, 1 << 20);
-    c = (tr_carry *)tr__calloc(m->ctx, 1, sizeof *c);
+    if (B <= 0 || B > (1 << 20)) return tr__err(ctx, TR_ERR_INVALID_ARG, "batch_size %d is out of range (1..%d)", B, 1 << 20);
+    c = (tr_carry *)tr__calloc(ctx, 1, sizeof *c);
     if (!c) return TR_ERR_OUT_OF_MEMORY;
     c->m = m;
     c->B = B;
     n = (size_t)B * m->S * m->D;
-    nf = 4 * n + (size_t)B * m->L * m->V + 2 * (size_t)B + 64;
+    nf = 4 * n + (size_t)B * m->L * m->V + 6 * (size_t)B + 64;
     ni = 2 * (size_t)B + 2 * (size_t)B * m->L + (size_t)B;
-    c->z_H = (float *)tr__calloc(m->ctx, nf, sizeof(float));
-    c->steps = c->z_H ? (int32_t *)tr__calloc(m->ctx, ni, sizeof(int32_t)) : NULL;
-    if (!c->steps) {
-        tr_carry_destroy(c);
-        return TR_ERR_OUT_OF_MEMORY;
-    }
+    c->z_H = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
+    c->steps = c->z_H ? (int32_t *)tr__calloc(ctx, ni, sizeof(int32_t)) : NULL;
+    if (!c->steps) goto oom;
     c->z_L = c->z_H + n;
     c->x = c->z_L + n;
     c->inj = c->x + n;
     c->logits = c->inj + n;
     c->q = c->logits + (size_t)B * m->L * m->V;
+    c->rowstat = c->q + 2 * (size_t)B;
     c->halted = c->steps + B;
     c->inputs = c->halted + B;
     c->labels = c->inputs + (size_t)B * m->L;
     c->pids = c->labels + (size_t)B * m->L;
+    c->d_inputs = c->inputs, c->d_labels = c->labels, c->d_pids = c->pids, c->d_halted = c->halted;
+    c->hq = c->q, c->hrowstat = c->rowstat, c->hlogits = c->logits;
+    if (ctx->dev_active) {
+        c->d_inputs = (int32_t *)tr__dalloc(ctx, (2 * (size_t)B * m->L + 2 * (size_t)B) * sizeof(int32_t), 1);
+        if (!c->d_inputs) goto oom;
+        c->d_labels = c->d_inputs + (size_t)B * m->L;
+        c->d_pids = c->d_labels + (size_t)B * m->L;
+        c->d_halted = c->d_pids + B;
+        c->hq = (float *)tr__calloc(ctx, 6 * (size_t)B, sizeof(float));
+        if (!c->hq) goto oom;
+        c->hrowstat = c->hq + 2 * (size_t)B;
+        c->hlogits = NULL; /* allocated when outputs are first asked for */
+    }
     tr_carry_reset(c);
     *out = c;
     return TR_OK;
+oom:
+    if (c->d_inputs == c->inputs) c->d_inputs = NULL;
+    if (c->hq == c->q) c->hq = NULL;
+    c->hlogits = c->logits;
+    tr_carry_destroy(c);
+    return TR_ERR_OUT_OF_MEMORY;
+}
+
+/* Rows [r0, r0 + nb) of c as a carry of its own (for micro-batches). */
+TR__FN void tr__carry_view(const tr_carry *c, int r0, int nb, tr_carry *v) {
+    const tr_model *m = c->m;
+    size_t SD = (size_t)m->S * m->D, L = (size_t)m->L;
+    *v = *c;
+    v->view = 1;
+    v->B = nb;
+    v->z_H += r0 * SD, v->z_L += r0 * SD, v->x += r0 * SD, v->inj += r0 * SD;
+    v->logits += r0 * L * m->V, v->q += 2 * r0, v->rowstat += 4 * r0;
+    v->steps += r0, v->halted += r0, v->inputs += r0 * L, v->labels += r0 * L, v->pids += r0;
+    v->d_inputs += r0 * L, v->d_labels += r0 * L, v->d_pids += r0, v->d_halted += r0;
+    v->hq += 2 * r0, v->hrowstat += 4 * r0;
+    if (v->hlogits) v->hlogits += r0 * L * m->V;
 }
 
 TRDEF void tr_carry_reset(tr_carry *c) {
@@ -3494,29 +3938,55 @@ TR__FN tr_status tr__check_batch(tr_model *m, const tr_batch *bt, int B) {
     return TR_OK;
 }
 
-/* ACT step 1: halted rows restart from H_init / L_init on the incoming row of the same index. */
-TR__FN void tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) {
-    int b, s;
-    size_t SD = (size_t)m->S * m->D;
-    for (b = 0; b < c->B; b++) {
+/* Rows [r0, r0 + nb) of a batch. */
+TR__FN tr_batch tr__batch_rows(const tr_model *m, const tr_batch *bt, int r0, int nb) {
+    tr_batch s = *bt;
+    s.inputs += (size_t)r0 * m->L;
+    if (s.labels) s.labels += (size_t)r0 * m->L;
+    if (s.puzzle_identifiers) s.puzzle_identifiers += r0;
+    s.batch_size = nb;
+    return s;
+}
+
+/* ACT step 1: halted rows restart from H_init / L_init on the incoming row of the same index.
+   The step's rows (and the halted flags) go to the device: the only upload of a step. */
+TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) {
+    int b, s, B = c->B;
+    size_t SD = (size_t)m->S * m->D, L = (size_t)m->L;
+    tr_status st;
+    for (b = 0; b < B; b++) {
+        if (!c->halted[b]) continue;
+        c->steps[b] = 0;
+        memcpy(c->inputs + (size_t)b * L, bt->inputs + (size_t)b * L, L * sizeof(int32_t));
+        if (bt->labels) memcpy(c->labels + (size_t)b * L, bt->labels + (size_t)b * L, L * sizeof(int32_t));
+        else
+            for (s = 0; s < m->L; s++) c->labels[(size_t)b * L + s] = -100;
+        c->pids[b] = bt->puzzle_identifiers ? bt->puzzle_identifiers[b] : 0;
+    }
+    if (c->d_inputs != c->inputs) {
+        /* inputs|labels|pids|halted are one block on the device; a view's rows are not */
+        if ((st = tr__dput(m->ctx, c->d_inputs, c->inputs, (size_t)B * L * sizeof(int32_t))) != TR_OK ||
+            (st = tr__dput(m->ctx, c->d_labels, c->labels, (size_t)B * L * sizeof(int32_t))) != TR_OK ||
+            (st = tr__dput(m->ctx, c->d_pids, c->pids, (size_t)B * sizeof(int32_t))) != TR_OK ||
+            (st = tr__dput(m->ctx, c->d_halted, c->halted, (size_t)B * sizeof(int32_t))) != TR_OK)
+            return st;
+    }
+    TR__ON_CL(m->ctx, tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L));
+    for (b = 0; b < B; b++) {
         if (!c->halted[b]) continue;
         for (s = 0; s < m->S; s++) {
             memcpy(c->z_H + b * SD + (size_t)s * m->D, m->H_init, (size_t)m->D * sizeof(float));
             memcpy(c->z_L + b * SD + (size_t)s * m->D, m->L_init, (size_t)m->D * sizeof(float));
         }
-        c->steps[b] = 0;
-        memcpy(c->inputs + (size_t)b * m->L, bt->inputs + (size_t)b * m->L, (size_t)m->L * sizeof(int32_t));
-        if (bt->labels) memcpy(c->labels + (size_t)b * m->L, bt->labels + (size_t)b * m->L, (size_t)m->L * sizeof(int32_t));
-        else
-            for (s = 0; s < m->L; s++) c->labels[(size_t)b * m->L + s] = -100;
-        c->pids[b] = bt->puzzle_identifiers ? bt->puzzle_identifiers[b] : 0;
     }
+    return TR_OK;
 }
 
 /* x = sqrt(D) * [puzzle prefix ; token embeddings] (+ learned positions). */
-TR__FN void tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
+TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
     float scale = sqrtf((float)D);
+    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->W_tok, m->W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x));
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             float *xr = x + ((size_t)b * S + s) * D;
@@ -3532,14 +4002,16 @@ TR__FN void tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
                 for (j = 0; j < D; j++) xr[j] = 0.707106781f * (xr[j] + m->W_pos[(size_t)s * D + j]);
             for (j = 0; j < D; j++) xr[j] *= scale;
         }
+    return TR_OK;
 }
 
 /* Backward of the embedding: token and position grads accumulate; the puzzle rows' grads go to
    prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. */
-TR__FN void tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, float *prow) {
+TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, float *prow) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
     float scale = sqrtf((float)D);
     float *gtok = TR__GRAD(m, m->W_tok), *gpos = m->W_pos ? TR__GRAD(m, m->W_pos) : NULL;
+    TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->V, dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             const float *d = dx + ((size_t)b * S + s) * D;
@@ -3556,23 +4028,52 @@ TR__FN void tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, float
                 for (j = 0; j < D; j++) g[j] += f * d[j];
             }
         }
+    return TR_OK;
 }
 
-TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
+/* q = b_q + z_H[:, 0] . W_qᵀ (the q head reads the first position). */
+TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     int b, j;
     size_t SD = (size_t)m->S * m->D;
-    tr_status st;
+    TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, m->W_q, m->b_q, c->q));
+    for (b = 0; b < c->B; b++)
+        for (j = 0; j < 2; j++) c->q[2 * b + j] = m->b_q[j] + tr__dot(c->z_H + b * SD, m->W_q + (size_t)j * m->D, m->D);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz) {
+    int b, j, k;
+    size_t SD = (size_t)m->S * m->D;
+    float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
+    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, m->W_q, dz, g_q, g_bq));
     for (b = 0; b < c->B; b++) {
         const float *zh = c->z_H + b * SD;
-        st = tr__sgemm(m->ctx, 0, 1, (size_t)m->L, (size_t)m->V, (size_t)m->D, zh + (size_t)m->Lp * m->D, (size_t)m->D, m->W_lm, (size_t)m->D,
-                       c->logits + (size_t)b * m->L * m->V, (size_t)m->V, 0);
-        if (st) return st;
-        for (j = 0; j < 2; j++) c->q[2 * b + j] = m->b_q[j] + tr__dot(zh, m->W_q + (size_t)j * m->D, m->D);
+        float *dzb = dz + b * SD;
+        for (j = 0; j < 2; j++) {
+            float g = dq[2 * b + j];
+            if (g == 0.0f) continue;
+            for (k = 0; k < m->D; k++) {
+                dzb[k] += g * m->W_q[(size_t)j * m->D + k];
+                g_q[(size_t)j * m->D + k] += g * zh[k];
+            }
+            g_bq[j] += g;
+        }
     }
     return TR_OK;
 }
 
-/* Debug hook for the parity tests: called after each H cycle with (z_H, z_L). */
+/* logits = z_H[:, Lp:] . W_lmᵀ, and the q head; q comes back to the host (halting decisions). */
+TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
+    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
+    tr_status st;
+    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, m->W_lm, D, 0, c->logits,
+                                   (size_t)m->V, (size_t)m->L * m->V, 0)) != TR_OK)
+        return st;
+    if ((st = tr__qhead_fwd(m, c)) != TR_OK) return st;
+    return tr__dget(m->ctx, c->hq, c->q, 2 * (size_t)c->B * sizeof(float));
+}
+
+/* Debug hook for the parity tests: called after each H cycle with (z_H, z_L) (device pointers). */
 typedef void (*tr__cycle_hook)(void *user, int cycle, const float *z_H, const float *z_L);
 
 /* One supervision step of TRM on the carry's current data. With grad, the last H cycle is
@@ -3584,11 +4085,11 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     tr_status st;
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
-    tr__embed_fwd(m, c, c->x);
+    if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
         const float *zl = c->z_L;
-        tr__add(m->ctx, N, c->z_H, c->x, c->inj); /* the injection is formed first */
+        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
         for (i = 0; i < n; i++) {
             if (rec) {
                 if ((st = tr__net_fwd(m, md, B, zl, c->inj, NULL, &m->nets[i])) != TR_OK) return st;
@@ -3597,9 +4098,9 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
                 return st;
         }
         if (rec) {
-            memcpy(c->z_L, zl, N * sizeof(float));
+            if ((st = tr__dcopy(m->ctx, c->z_L, zl, N * sizeof(float))) != TR_OK) return st;
             if ((st = tr__net_fwd(m, md, B, c->z_H, zl, NULL, &m->nets[n])) != TR_OK) return st;
-            memcpy(c->z_H, m->nets[n].blocks[md->n_layers - 1].out, N * sizeof(float));
+            if ((st = tr__dcopy(m->ctx, c->z_H, m->nets[n].blocks[md->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
         } else if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, NULL)) != TR_OK)
             return st;
         if (hook) hook(hook_user, t, c->z_H, c->z_L);
@@ -3616,58 +4117,77 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     float *dzl = bufA, *dh0 = bufB, *t;
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
     if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl)) != TR_OK) return st;
-    memset(dx, 0, N * sizeof(float));
+    if ((st = tr__dzero(m->ctx, dx, N * sizeof(float))) != TR_OK) return st;
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
         if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0)) != TR_OK) return st;
-        tr__add(m->ctx, N, dx, dh0, dx);
+        if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;
 }
 
-/* Loss, halting target and metrics of the step. With dlogits != NULL, also the gradients of
-   total / grad_div w.r.t. the logits and q_halt (dq, [B,2]). */
-TR__FN void tr__loss(tr_model *m, const tr_carry *c, double grad_div, float *dlogits, float *dq, tr_metrics *mt) {
+/* Per-row token statistics of the loss: rowstat[4b..] = (sum of -log p / count as hi, count,
+   correct, lo), and with dlogits, d(loss / grad_div) / d logits (zero on ignored tokens). */
+TR__FN tr_status tr__op_xent(tr_model *m, tr_carry *c, double grad_div, float *dlogits) {
     int b, t, V = m->V, L = m->L;
-    memset(mt, 0, sizeof *mt);
+    TR__ON_CL(m->ctx, tr__cl_xent(m->ctx->cl, c->B, L, V, (int)m->cfg.loss_type, c->logits, c->d_labels, (float)grad_div, dlogits, c->rowstat));
     for (b = 0; b < c->B; b++) {
         const int32_t *lab = c->labels + (size_t)b * L;
-        int count = 0, correct = 0, seq_correct;
-        double row_loss = 0, div, qh = c->q[2 * b], gq;
+        int count = 0, correct = 0;
+        double row_loss = 0, div;
         for (t = 0; t < L; t++) count += lab[t] != -100;
         div = count > 0 ? count : 1;
         for (t = 0; t < L; t++) {
             const float *x = c->logits + ((size_t)b * L + t) * V;
             float *g = dlogits ? dlogits + ((size_t)b * L + t) * V : NULL;
+            int k, am = 0;
             if (lab[t] == -100) {
                 if (g) memset(g, 0, (size_t)V * sizeof(float));
                 continue;
             }
-            {
-                int k, am = 0;
-                for (k = 1; k < V; k++)
-                    if (x[k] > x[am]) am = k;
-                correct += am == lab[t];
-            }
+            for (k = 1; k < V; k++)
+                if (x[k] > x[am]) am = k;
+            correct += am == lab[t];
             row_loss += tr__xent_row(x, V, lab[t], m->cfg.loss_type, g, g ? 1.0 / (div * grad_div) : 0.0);
         }
-        seq_correct = correct == count;
-        mt->lm_loss += row_loss / div;
+        /* the row loss as a float pair (hi + lo) keeps the fp64 sum's precision (finite differences need it) */
+        c->rowstat[4 * b] = (float)(row_loss / div);
+        c->rowstat[4 * b + 1] = (float)count;
+        c->rowstat[4 * b + 2] = (float)correct;
+        c->rowstat[4 * b + 3] = (float)(row_loss / div - (double)c->rowstat[4 * b]);
+    }
+    return TR_OK;
+}
+
+/* Loss, halting target and metrics of the step. With dlogits != NULL, also the gradients of
+   total / grad_div w.r.t. the logits and q_halt (dq [B,2] on the device, hdq its host copy). */
+TR__FN tr_status tr__loss(tr_model *m, tr_carry *c, double grad_div, float *dlogits, float *dq, float *hdq, tr_metrics *mt) {
+    int b;
+    tr_status st;
+    memset(mt, 0, sizeof *mt);
+    if ((st = tr__op_xent(m, c, grad_div, dlogits)) != TR_OK) return st;
+    if ((st = tr__dget(m->ctx, c->hrowstat, c->rowstat, 4 * (size_t)c->B * sizeof(float))) != TR_OK) return st;
+    for (b = 0; b < c->B; b++) {
+        const float *rs = c->hrowstat + 4 * (size_t)b;
+        double qh = c->hq[2 * b], gq, count = rs[1], div = count > 0 ? count : 1;
+        int seq_correct = rs[2] == rs[1];
+        mt->lm_loss += (double)rs[0] + (double)rs[3];
         mt->q_halt_loss += tr__bce_logits(qh, seq_correct ? 1.0 : 0.0, &gq);
-        if (dq) {
-            dq[2 * b] = (float)(0.5 * gq / grad_div);
-            dq[2 * b + 1] = 0.0f;
+        if (hdq) {
+            hdq[2 * b] = (float)(0.5 * gq / grad_div);
+            hdq[2 * b + 1] = 0.0f;
         }
         if (c->halted[b] && count > 0) {
             mt->count += 1;
-            mt->accuracy += correct / div;
+            mt->accuracy += rs[2] / div;
             mt->exact_accuracy += seq_correct;
             mt->q_halt_accuracy += (qh >= 0) == seq_correct;
             mt->steps += c->steps[b];
         }
     }
     mt->loss = mt->lm_loss + 0.5 * (mt->q_halt_loss + mt->q_continue_loss);
+    return hdq ? tr__dput(m->ctx, dq, hdq, 2 * (size_t)c->B * sizeof(float)) : TR_OK;
 }
 
 /* ACT step 3: count the step and decide who halts. */
@@ -3680,7 +4200,7 @@ TR__FN void tr__update_halting(tr_model *m, tr_carry *c, int training, tr__rng *
         if (training && M > 1) {
             double u = tr__rng_uniform_d(rng);
             int min_steps = 2 + (int)tr__rng_below(rng, (uint64_t)(M - 1)); /* uniform in 2..M */
-            h = h || c->q[2 * b] > (m->cfg.no_ACT_continue ? 0.0f : c->q[2 * b + 1]);
+            h = h || c->hq[2 * b] > (m->cfg.no_ACT_continue ? 0.0f : c->hq[2 * b + 1]);
             if (u < m->cfg.halt_exploration_prob) h = h && c->steps[b] >= min_steps;
         }
         c->halted[b] = h;
@@ -3689,25 +4209,32 @@ TR__FN void tr__update_halting(tr_model *m, tr_carry *c, int training, tr__rng *
 
 /* Copies the step's outputs to o; with only_step > 0, only rows whose step count equals it
    (so that rows that halted earlier keep their answer during inference). */
-TR__FN void tr__fill_outputs(tr_model *m, const tr_carry *c, tr_step_outputs *o, int only_step) {
+TR__FN tr_status tr__fill_outputs(tr_model *m, tr_carry *c, tr_step_outputs *o, int only_step) {
     int b, t, k, L = m->L, V = m->V;
-    if (!o) return;
+    size_t nl = (size_t)c->B * L * V;
+    tr_status st;
+    if (!o) return TR_OK;
+    if (o->logits || o->preds) {
+        if (!c->hlogits && !(c->hlogits = (float *)tr__alloc(m->ctx, nl * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+        if ((st = tr__dget(m->ctx, c->hlogits, c->logits, nl * sizeof(float))) != TR_OK) return st;
+    }
     for (b = 0; b < c->B; b++) {
         if (only_step > 0 && c->steps[b] != only_step) continue;
-        if (o->logits) memcpy(o->logits + (size_t)b * L * V, c->logits + (size_t)b * L * V, (size_t)L * V * sizeof(float));
+        if (o->logits) memcpy(o->logits + (size_t)b * L * V, c->hlogits + (size_t)b * L * V, (size_t)L * V * sizeof(float));
         if (o->preds)
             for (t = 0; t < L; t++) {
-                const float *x = c->logits + ((size_t)b * L + t) * V;
+                const float *x = c->hlogits + ((size_t)b * L + t) * V;
                 int am = 0;
                 for (k = 1; k < V; k++)
                     if (x[k] > x[am]) am = k;
                 o->preds[(size_t)b * L + t] = am;
             }
-        if (o->q_halt) o->q_halt[b] = c->q[2 * b];
-        if (o->q_continue) o->q_continue[b] = c->q[2 * b + 1];
+        if (o->q_halt) o->q_halt[b] = c->hq[2 * b];
+        if (o->q_continue) o->q_continue[b] = c->hq[2 * b + 1];
         if (o->halted) o->halted[b] = c->halted[b];
         if (o->steps) o->steps[b] = c->steps[b];
     }
+    return TR_OK;
 }
 
 TRDEF tr_status tr_model_eval_step(tr_model *m, tr_carry *c, const tr_batch *batch, tr_step_outputs *out, tr_metrics *metrics) {
@@ -3715,13 +4242,12 @@ TRDEF tr_status tr_model_eval_step(tr_model *m, tr_carry *c, const tr_batch *bat
     tr_metrics mt;
     if (!m || !c || c->m != m) return TR_ERR_INVALID_ARG;
     if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
-    tr__carry_refill(m, c, batch);
+    if ((st = tr__carry_refill(m, c, batch)) != TR_OK) return st;
     if ((st = tr__inner_fwd(m, c, 0, NULL, NULL)) != TR_OK) return st;
     tr__update_halting(m, c, 0, NULL);
-    tr__loss(m, c, 1.0, NULL, NULL, &mt);
+    if ((st = tr__loss(m, c, 1.0, NULL, NULL, NULL, &mt)) != TR_OK) return st;
     if (metrics) *metrics = mt;
-    tr__fill_outputs(m, c, out, 0);
-    return TR_OK;
+    return tr__fill_outputs(m, c, out, 0);
 }
 
 TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, int force_steps, tr_step_callback per_step, void *user, tr_step_outputs *out) {
@@ -3730,7 +4256,7 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
     if (!m || !c || c->m != m) return TR_ERR_INVALID_ARG;
     if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
     tr_carry_reset(c);
-    tr__carry_refill(m, c, batch);
+    if ((st = tr__carry_refill(m, c, batch)) != TR_OK) return st;
     maxs = force_steps > 0 ? force_steps : m->cfg.halt_max_steps;
     for (b = 0; b < c->B; b++) c->halted[b] = 0;
     for (step = 1; step <= maxs; step++) {
@@ -3739,9 +4265,9 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
         for (b = 0; b < c->B; b++) {
             if (c->halted[b]) continue;
             c->steps[b] = step;
-            c->halted[b] = step >= maxs || (force_steps <= 0 && c->q[2 * b] > 0.0f);
+            c->halted[b] = step >= maxs || (force_steps <= 0 && c->hq[2 * b] > 0.0f);
         }
-        tr__fill_outputs(m, c, out, step);
+        if ((st = tr__fill_outputs(m, c, out, step)) != TR_OK) return st;
         if (per_step) per_step(user, step, out);
         if (tr_carry_all_halted(c)) break;
     }
@@ -3806,10 +4332,18 @@ struct tr_trainer {
     float *adam_m, *adam_v, *ema;
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
     float *dlogits, *dq, *prow, *psum;
+    float *hdq;                   /* host copy of dq (== dq on the CPU) */
     int *order;
+    int32_t *sgd_host, *sgd_dev;  /* sign-SGD groups for the device: gid | gstart | order */
     long step;
     tr__rng rng;
     int ema_swapped; /* 1 while tr_trainer_swap_ema has the EMA weights in the model */
+    int micro;       /* rows per forward/backward pass: global_batch_size, halved on device OOM */
+    int phase;       /* progress inside a step: 0 fwd/bwd, 1.. optimizer updates done */
+    /* the carry as it was when the step began, so a failed device step is redone on the CPU */
+    float *snap;
+    int32_t *snap_ints;
+    tr__rng snap_rng;
 };
 
 TRDEF void tr_trainer_destroy(tr_trainer *t) {
@@ -3817,9 +4351,12 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     if (!t) return;
     ctx = t->m->ctx;
     tr_carry_destroy(t->carry);
-    tr__free(ctx, t->adam_m);
-    tr__free(ctx, t->dz);
+    tr__dfree(ctx, t->adam_m);
+    tr__dfree(ctx, t->dz);
+    if (t->hdq != t->dq) tr__free(ctx, t->hdq);
     tr__free(ctx, t->order);
+    tr__dfree(ctx, t->sgd_dev);
+    tr__dfree(ctx, t->snap);
     tr__free(ctx, t);
 }
 
@@ -3827,7 +4364,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     tr_trainer *t;
     tr_ctx *ctx;
     tr_status st;
-    size_t P, N, nf;
+    size_t P, N, nf, ni;
     int B;
     if (!m || !tc || !out) return TR_ERR_INVALID_ARG;
     ctx = m->ctx;
@@ -3844,16 +4381,17 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->m = m;
     t->tc = *tc;
     t->rng = tr__rng_make(ctx->seed, 7);
+    t->micro = B;
     P = m->n_params;
     N = (size_t)B * m->S * m->D;
     if ((st = tr_carry_create(m, B, &t->carry)) != TR_OK) goto fail;
-    t->adam_m = (float *)tr__calloc(ctx, 3 * P, sizeof(float));
+    t->adam_m = (float *)tr__dalloc(ctx, 3 * P * sizeof(float), 1);
     if (!t->adam_m) goto oom;
     t->adam_v = t->adam_m + P;
     t->ema = t->adam_v + P;
-    memcpy(t->ema, m->params, P * sizeof(float));
+    if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
-    t->dz = (float *)tr__calloc(ctx, nf, sizeof(float));
+    t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
     t->order = t->dz ? (int *)tr__calloc(ctx, (size_t)B, sizeof(int)) : NULL;
     if (!t->order) goto oom;
     t->dx = t->dz + N;
@@ -3863,11 +4401,21 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->dq = t->dlogits + (size_t)B * m->L * m->V;
     t->prow = t->dq + 2 * (size_t)B;
     t->psum = t->prow + (size_t)B * TR__MAX(m->Dp, 1);
+    t->hdq = t->dq;
+    if (ctx->dev_active) {
+        ni = 3 * (size_t)B + 1;
+        t->hdq = (float *)tr__calloc(ctx, 2 * (size_t)B + ni, sizeof(float));
+        t->sgd_dev = t->hdq ? (int32_t *)tr__dalloc(ctx, ni * sizeof(int32_t), 1) : NULL;
+        t->snap = t->sgd_dev ? (float *)tr__dalloc(ctx, 2 * N * sizeof(float), 1) : NULL;
+        if (!t->snap) goto oom;
+        t->sgd_host = (int32_t *)(t->hdq + 2 * (size_t)B);
+    }
     *out = t;
     return TR_OK;
 oom:
     st = TR_ERR_OUT_OF_MEMORY;
 fail:
+    if (t->hdq == t->dq) t->hdq = NULL;
     tr_trainer_destroy(t);
     return st;
 }
@@ -3876,75 +4424,186 @@ TRDEF long tr_trainer_step_count(const tr_trainer *t) { return t ? t->step : 0; 
 
 /* The backward of the heads into dz ([B,S,D], overwritten). */
 TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz) {
-    int b, j, k;
-    size_t SD = (size_t)m->S * m->D;
-    float *g_lm = TR__GRAD(m, m->W_lm), *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
+    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
     tr_status st;
-    memset(dz, 0, (size_t)c->B * SD * sizeof(float));
-    for (b = 0; b < c->B; b++) {
-        const float *dl = dlogits + (size_t)b * m->L * m->V, *zh = c->z_H + b * SD;
-        float *dzb = dz + b * SD;
-        if ((st = tr__sgemm(m->ctx, 0, 0, (size_t)m->L, (size_t)m->D, (size_t)m->V, dl, (size_t)m->V, m->W_lm, (size_t)m->D, dzb + (size_t)m->Lp * m->D, (size_t)m->D, 0)))
-            return st;
-        if ((st = tr__sgemm(m->ctx, 1, 0, (size_t)m->V, (size_t)m->D, (size_t)m->L, dl, (size_t)m->V, zh + (size_t)m->Lp * m->D, (size_t)m->D, g_lm, (size_t)m->D, 1)))
-            return st;
-        for (j = 0; j < 2; j++) {
-            float g = dq[2 * b + j];
-            if (g == 0.0f) continue;
-            for (k = 0; k < m->D; k++) {
-                dzb[k] += g * m->W_q[(size_t)j * m->D + k];
-                g_q[(size_t)j * m->D + k] += g * zh[k];
-            }
-            g_bq[j] += g;
-        }
-    }
-    return TR_OK;
+    if ((st = tr__dzero(m->ctx, dz, (size_t)c->B * SD * sizeof(float))) != TR_OK) return st;
+    /* dz_b[Lp:] = dlogits_b . W_lm; g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] */
+    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, m->W_lm, D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
+    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, c->z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK) return st;
+    return tr__qhead_bwd(m, c, dq, dz);
 }
 
 /* Forward + backward of one training step; leaves the gradients in m->grads (and the puzzle
-   rows' grads in t->prow). Separate from the update so tests can check gradients. */
+   rows' grads in t->prow). The batch runs in micro-batches of t->micro rows whose gradients
+   accumulate (the loss is divided by the global batch either way). Separate from the update
+   so tests can check gradients. */
 TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
     tr_model *m = t->m;
     tr_carry *c = t->carry;
-    tr_metrics mt;
+    tr_metrics mt, part;
     tr_status st;
+    int r0, nb;
     if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
     if (!batch->labels) return tr__err(m->ctx, TR_ERR_INVALID_ARG, "batch: training needs labels");
-    tr__carry_refill(m, c, batch);
-    memset(m->grads, 0, m->n_params * sizeof(float));
-    if ((st = tr__inner_fwd(m, c, 1, hook, hook_user)) != TR_OK) return st;
-    tr__update_halting(m, c, 1, &t->rng);
-    tr__loss(m, c, (double)t->tc.global_batch_size, t->dlogits, t->dq, &mt);
-    if ((st = tr__heads_bwd(m, c, t->dlogits, t->dq, t->dz)) != TR_OK) return st;
-    if ((st = tr__inner_bwd(m, c, t->dz, t->dx, t->bufA, t->bufB)) != TR_OK) return st;
-    tr__embed_bwd(m, c, t->dx, t->prow);
+    if ((st = tr__dzero(m->ctx, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
+    memset(&mt, 0, sizeof mt);
+    for (r0 = 0; r0 < c->B; r0 += nb) {
+        tr_carry v;
+        tr_batch bt;
+        size_t LV = (size_t)m->L * m->V;
+        nb = TR__MIN(t->micro, c->B - r0);
+        tr__carry_view(c, r0, nb, &v);
+        bt = tr__batch_rows(m, batch, r0, nb);
+        if ((st = tr__carry_refill(m, &v, &bt)) != TR_OK) return st;
+        if ((st = tr__inner_fwd(m, &v, 1, hook, hook_user)) != TR_OK) return st;
+        tr__update_halting(m, &v, 1, &t->rng);
+        if ((st = tr__loss(m, &v, (double)t->tc.global_batch_size, t->dlogits + r0 * LV, t->dq + 2 * r0, t->hdq + 2 * r0, &part)) != TR_OK) return st;
+        mt.count += part.count, mt.accuracy += part.accuracy, mt.exact_accuracy += part.exact_accuracy;
+        mt.q_halt_accuracy += part.q_halt_accuracy, mt.steps += part.steps;
+        mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
+        if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz)) != TR_OK) return st;
+        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB)) != TR_OK) return st;
+        if ((st = tr__embed_bwd(m, &v, t->dx, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
+    }
+    mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
     if (metrics) *metrics = mt;
     return TR_OK;
 }
 
-TR__FN void tr__optimizer_update(tr_trainer *t) {
+/* Sign-SGD on the device: the host groups the rows by puzzle id (it has the ids), the device
+   sums each group's gradient rows and updates the table rows. */
+TR__FN tr_status tr__signsgd_dev(tr_trainer *t, float lr, float wd) {
+#if TINYREC_OPENCL
     tr_model *m = t->m;
+    int B = t->carry->B, i, j, ng = 0;
+    const int32_t *ids = t->carry->pids;
+    int32_t *gid = t->sgd_host, *gstart = gid + B, *order = gstart + B + 1;
+    tr_status st;
+    for (i = 0; i < B; i++) order[i] = i;
+    for (i = 1; i < B; i++) { /* stable insertion sort by id, as tr__signsgd_rows */
+        int v = order[i];
+        for (j = i - 1; j >= 0 && ids[order[j]] > ids[v]; j--) order[j + 1] = order[j];
+        order[j + 1] = v;
+    }
+    for (i = 0; i < B; i++)
+        if (i == 0 || ids[order[i]] != ids[order[i - 1]]) gid[ng] = ids[order[i]], gstart[ng++] = i;
+    gstart[ng] = B;
+    if ((st = tr__dput(m->ctx, t->sgd_dev, t->sgd_host, (3 * (size_t)B + 1) * sizeof(int32_t))) != TR_OK) return st;
+    return tr__cl_signsgd(m->ctx->cl, m->puzzle_emb, m->Dp, ng, t->sgd_dev, t->sgd_dev + B, t->sgd_dev + 2 * B + 1, t->prow, lr, wd);
+#else
+    TR__UNUSED(t), TR__UNUSED(lr), TR__UNUSED(wd);
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+/* The optimizer updates of a step, resumable: t->phase counts the updates already done, so a
+   step whose device failed half-way finishes on the CPU without repeating one (phase 1 = none
+   done yet, 0 again once all are). */
+TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
     const tr_train_config *tc = &t->tc;
     double lr, plr;
     float bc1, bc2;
-    t->step++;
-    lr = tr_lr_schedule(tc, tc->lr, t->step);
-    plr = tr_lr_schedule(tc, tc->puzzle_emb_lr, t->step);
-    bc1 = (float)(1.0 - pow(tc->beta1, (double)t->step));
-    bc2 = (float)(1.0 - pow(tc->beta2, (double)t->step));
-    tr__adam_atan2_ref(m->n_params, m->params, m->grads, t->adam_m, t->adam_v, (float)lr, (float)tc->weight_decay, (float)tc->beta1, (float)tc->beta2, bc1, bc2,
-                       m->ctx->num_threads);
-    if (m->Dp > 0)
-        tr__signsgd_rows(m->puzzle_emb, m->Dp, t->carry->pids, t->prow, t->carry->B, t->order, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
-    if (tc->ema) tr__ema_ref(m->n_params, t->ema, m->params, (float)tc->ema_decay, m->ctx->num_threads);
+    tr_status st;
+    long step = t->step + 1;
+    lr = tr_lr_schedule(tc, tc->lr, step);
+    plr = tr_lr_schedule(tc, tc->puzzle_emb_lr, step);
+    bc1 = (float)(1.0 - pow(tc->beta1, (double)step));
+    bc2 = (float)(1.0 - pow(tc->beta2, (double)step));
+    m->host_stale = 1;
+    if (t->phase < 2) {
+        if ((st = tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, (float)lr, (float)tc->weight_decay, (float)tc->beta1,
+                                    (float)tc->beta2, bc1, bc2)) != TR_OK ||
+            (st = tr__dfinish(ctx)) != TR_OK)
+            return st;
+        t->phase = 2;
+    }
+    if (t->phase < 3) {
+        if (m->Dp > 0) {
+            if (ctx->dev_active) {
+                if ((st = tr__signsgd_dev(t, (float)plr, (float)tc->puzzle_emb_weight_decay)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK) return st;
+            } else
+                tr__signsgd_rows(m->puzzle_emb, m->Dp, t->carry->pids, t->prow, t->carry->B, t->order, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
+        }
+        t->phase = 3;
+    }
+    if (t->phase < 4) {
+        if (tc->ema && ((st = tr__op_ema(ctx, m->n_params, t->ema, m->params, (float)tc->ema_decay)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK)) return st;
+    }
+    t->step = step;
+    t->phase = 0; /* the step is complete */
+    return TR_OK;
 }
 
+/* The carry at the start of a step (device only: the CPU has no failure to recover from). */
+TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
+    tr_carry *c = t->carry;
+    tr_model *m = t->m;
+    size_t N = (size_t)c->B * m->S * m->D, ni = 2 * (size_t)c->B + 2 * (size_t)c->B * m->L + (size_t)c->B;
+    tr_status st;
+    if (!t->snap) return TR_OK;
+    if (!t->snap_ints && !(t->snap_ints = (int32_t *)tr__alloc(m->ctx, ni * sizeof(int32_t)))) return TR_ERR_OUT_OF_MEMORY;
+    if (restore) {
+        memcpy(c->steps, t->snap_ints, ni * sizeof(int32_t)); /* steps|halted|inputs|labels|pids are one block */
+        t->rng = t->snap_rng;
+        if ((st = tr__dcopy(m->ctx, c->z_H, t->snap, 2 * N * sizeof(float))) != TR_OK) return st; /* z_H|z_L adjacent */
+        return TR_OK;
+    }
+    memcpy(t->snap_ints, c->steps, ni * sizeof(int32_t));
+    t->snap_rng = t->rng;
+    return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
+}
+
+/* One step on the device that may fail; on a device failure the step is redone (or finished)
+   with half the micro-batch, or on the CPU, from the state it started with: no step is lost. */
 TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics) {
+    tr_model *m;
+    tr_ctx *ctx;
     tr_status st;
     if (!t || !batch) return TR_ERR_INVALID_ARG;
-    if ((st = tr__train_fwd_bwd(t, batch, metrics, NULL, NULL)) != TR_OK) return st;
-    tr__optimizer_update(t);
-    return TR_OK;
+    m = t->m;
+    ctx = m->ctx;
+    if ((st = tr__check_batch(m, batch, t->carry->B)) != TR_OK) return st;
+    if (ctx->fault >= TR_FAULT_DEVICE_OOM && t->step + 1 == ctx->fault_step && ctx->dev_active) {
+        ctx->fault_armed = 1;
+        if (ctx->fault == TR_FAULT_DEVICE_OOM) tr__model_free_work(m); /* the step must find memory again */
+#if TINYREC_OPENCL
+        else
+            tr__cl_fail_enqueue_at(ctx->cl, 1);
+#endif
+    }
+    t->phase = 0;
+    if (ctx->dev_active && tr__snapshot(t, 0) != TR_OK) {
+        /* nothing has changed yet: continue on the CPU */
+        char why[TR__ERRLEN + 64];
+        snprintf(why, sizeof why, "%s before step %ld", ctx->error, t->step + 1);
+        tr__model_free_work(m);
+        if ((st = tr__dev_fallback(ctx, why)) != TR_OK) return st;
+    }
+    for (;;) {
+        int on_dev = ctx->dev_active;
+        st = t->phase == 0 ? tr__train_fwd_bwd(t, batch, metrics, NULL, NULL) : TR_OK;
+        if (st == TR_OK) {
+            if (t->phase == 0) t->phase = 1;
+            st = tr__optimizer_update(t);
+        }
+        if (st == TR_OK) return TR_OK;
+        if (!on_dev) return st;
+        if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1) {
+            int was = t->micro;
+            t->micro = (t->micro + 1) / 2;
+            tr__log(ctx, TR_LOG_WARN, "device: %s; retrying step %ld with micro-batches of %d rows (was %d), accumulating gradients over the batch of %d",
+                    ctx->error, t->step + 1, t->micro, was, t->carry->B);
+            tr__model_free_work(m);
+        } else {
+            char why[TR__ERRLEN + 64];
+            snprintf(why, sizeof why, "%s during step %ld", ctx->error[0] ? ctx->error : tr_status_string(st), t->step + 1);
+            tr__model_free_work(m);
+            if ((st = tr__dev_fallback(ctx, why)) != TR_OK) return st;
+        }
+        if (t->phase == 0 && (st = tr__snapshot(t, 1)) != TR_OK) return st;
+    }
 }
 
 TRDEF void tr_trainer_reset_carry(tr_trainer *t) {
@@ -3988,6 +4647,22 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     float *p;
     if (!t) return TR_ERR_INVALID_ARG;
     if (!t->tc.ema) return tr__err(t->m->ctx, TR_ERR_INVALID_ARG, "trainer: EMA is off");
+    if (t->m->ctx->dev_active) {
+        tr_ctx *ctx = t->m->ctx;
+        size_t bytes = t->m->n_params * sizeof(float);
+        float *tmp = (float *)tr__dalloc(ctx, bytes, 0);
+        tr_status st;
+        if (!tmp) return TR_ERR_OUT_OF_MEMORY;
+        if ((st = tr__dcopy(ctx, tmp, t->m->params, bytes)) == TR_OK && (st = tr__dcopy(ctx, t->m->params, t->ema, bytes)) == TR_OK)
+            st = tr__dcopy(ctx, t->ema, tmp, bytes);
+        if (st == TR_OK) st = tr__dfinish(ctx);
+        tr__dfree(ctx, tmp);
+        if (st != TR_OK) return st;
+        t->m->host_stale = 1;
+        t->ema_swapped = !t->ema_swapped;
+        return TR_OK;
+    }
+    t->m->host_stale = 1;
     p = t->m->params;
     for (i = 0; i < t->m->n_params; i++) {
         float v = p[i];
@@ -9430,6 +10105,7 @@ TR__FN tr_status tr__model_save_ex(tr_model *m, const char *path, const tr_model
     if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_save: path is NULL");
     if (dt != TR_F32 && dt != TR_BF16 && dt != TR_F16)
         return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: cannot save model tensors as %s (F32, BF16 or F16)", path, tr_dtype_name(dt));
+    if ((st = tr__model_download(m)) != TR_OK) return st;
     own.ctx = ctx, own.p = NULL, own.n = own.cap = 0;
     tr__sb_init(&cfg, ctx);
     tr__ck_config_json(&cfg, &m->cfg);
@@ -9523,7 +10199,7 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
         }
         for (d = 0; same && d < e->ndim; d++) same = t->shape[d] == e->shape[d];
         if (same) continue;
-        if (e->data == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
+        if (e->dev == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
             if (!(o && o->allow_puzzle_resize)) {
                 st = tr__err(ctx, TR_ERR_FORMAT,
                              "%s: puzzle table '%s' has %lld rows but the model has num_puzzle_identifiers = %lld (allow_puzzle_resize re-initialises it to the mean row)",
@@ -9562,6 +10238,7 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
         }
         if ((st = tr_st_read_f32(ctx, t, e->data, e->numel)) != TR_OK) goto done; /* not reached: checked above */
     }
+    st = tr__model_upload(m); /* a device model computes with its device copy */
 done:
     tr__free(ctx, acc);
     tr__free(ctx, (void *)src);
@@ -9649,6 +10326,27 @@ static const char *const tr__ck_state_prefix[] = {"optimizer.exp_avg.", "optimiz
 static const char *const tr__ck_state_fixed[] = {"trainer.step", "trainer.rng", "carry.z_H", "carry.z_L", "carry.steps", "carry.halted",
                                                  "carry.inputs", "carry.labels", "carry.puzzle_identifiers", "sampler"};
 
+/* Host copies of a trainer's device state for save/load: the moments and EMA [3P] (one block
+   on the device) and z_H|z_L [2N]. On the CPU these are the live buffers themselves. */
+TR__FN tr_status tr__trainer_host_state(tr_trainer *t, float **opt, float **zs) {
+    tr_model *m = t->m;
+    size_t P3 = 3 * m->n_params, N2 = 2 * (size_t)t->carry->B * m->S * m->D;
+    tr_status st;
+    *opt = t->adam_m, *zs = t->carry->z_H;
+    if (!m->ctx->dev_active) return TR_OK;
+    if (!(*opt = (float *)tr__alloc(m->ctx, (P3 + N2) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    *zs = *opt + P3;
+    if ((st = tr__dget(m->ctx, *opt, t->adam_m, P3 * sizeof(float))) != TR_OK || (st = tr__dget(m->ctx, *zs, t->carry->z_H, N2 * sizeof(float))) != TR_OK) {
+        tr__free(m->ctx, *opt);
+        *opt = NULL;
+    }
+    return st;
+}
+
+TR__FN void tr__trainer_host_state_free(tr_trainer *t, float *opt) {
+    if (opt && opt != t->adam_m) tr__free(t->m->ctx, opt);
+}
+
 TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void *extra, size_t extra_len, const tr__io_fault *fault) {
     tr_model *m;
     tr_ctx *ctx;
@@ -9661,12 +10359,14 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     size_t n = 0, cap, nl = TR__NAME_LEN + 32;
     int i, p, B, S, D, L;
     unsigned char hdr[24]; /* step (i64) + rng key, counter (i64 x 2), little-endian */
+    float *hopt = NULL, *hz = NULL;
     tr_status st;
     if (!t) return TR_ERR_INVALID_ARG;
     m = t->m, ctx = m->ctx, c = t->carry;
     if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_trainer_save: path is NULL");
     if (extra_len && !extra) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: extra is NULL but extra_len is %zu", path, extra_len);
     B = c->B, S = m->S, D = m->D, L = m->L;
+    if ((st = tr__model_download(m)) != TR_OK || (st = tr__trainer_host_state(t, &hopt, &hz)) != TR_OK) return st;
     own.ctx = ctx, own.p = NULL, own.n = own.cap = 0;
     tr__sb_init(&cfg, ctx);
     tr__sb_init(&tcfg, ctx);
@@ -9697,7 +10397,7 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
             char *nm = names + n * nl;
             if (p < 3 && !e->trainable) continue;
             if (p == 2 && !t->tc.ema) continue;
-            src = p == 3 ? e->data : (p == 0 ? t->adam_m : p == 1 ? t->adam_v : t->ema) + (e->data - m->params);
+            src = p == 3 ? e->data : hopt + (size_t)p * m->n_params + (e->dev - m->params);
             if (!(le = tr__ck_le(&own, src, 4, e->numel))) {
                 st = TR_ERR_OUT_OF_MEMORY;
                 goto done;
@@ -9706,7 +10406,7 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
             tr__ck_tensor(&ts[n++], nm, TR_F32, e->ndim, e->shape[0], e->shape[1], 0, le);
         }
     {
-        const void *zh = tr__ck_le(&own, c->z_H, 4, (size_t)B * S * D), *zl = tr__ck_le(&own, c->z_L, 4, (size_t)B * S * D);
+        const void *zh = tr__ck_le(&own, hz, 4, (size_t)B * S * D), *zl = tr__ck_le(&own, hz + (size_t)B * S * D, 4, (size_t)B * S * D);
         const void *stp = tr__ck_le(&own, c->steps, 4, (size_t)B), *hl = tr__ck_le(&own, c->halted, 4, (size_t)B);
         const void *in = tr__ck_le(&own, c->inputs, 4, (size_t)B * L), *lb = tr__ck_le(&own, c->labels, 4, (size_t)B * L);
         const void *pid = tr__ck_le(&own, c->pids, 4, (size_t)B);
@@ -9734,6 +10434,7 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     mk[6] = "step", mv[6] = stepbuf;
     st = tr__st_write_ex(ctx, path, ts, n, mk, mv, 7, fault);
 done:
+    tr__trainer_host_state_free(t, hopt);
     tr__free(ctx, names);
     tr__free(ctx, ts);
     tr__ck_own_free(&own);
@@ -9787,6 +10488,7 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
     tr_train_config ftc;
     const tr_st_tensor **src = NULL; /* [4 * n_tensors]: per prefix, per model tensor */
     const tr_st_tensor *t_step, *t_rng, *t_zh, *t_zl, *t_steps, *t_halted, *t_in, *t_lab, *t_pid, *t_samp;
+    float *hopt = NULL, *hz = NULL;
     int64_t hdr[3];
     int has_cfg, i, p, B, S, D, L, nexp = 0;
     size_t j, k, nf, expected = 0;
@@ -9906,18 +10608,22 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
         st = tr__err(ctx, TR_ERR_FORMAT, "%s: trainer.step %lld is out of range", path, (long long)hdr[0]);
         goto done;
     }
-    /* everything checked: restore (nothing below can fail) */
+    /* everything checked: restore (only the copies to a device can fail below) */
+    if ((st = tr__model_download(m)) != TR_OK || (st = tr__trainer_host_state(t, &hopt, &hz)) != TR_OK) goto done;
     for (p = 0; p < 4; p++)
         for (i = 0; i < m->n_tensors; i++) {
             const tr__tensor_entry *e = &m->tensors[i];
             const tr_st_tensor *s = src[(size_t)p * m->n_tensors + i];
             float *dst;
             if (!s) continue;
-            dst = p == 3 ? e->data : (p == 0 ? t->adam_m : p == 1 ? t->adam_v : t->ema) + (e->data - m->params);
+            dst = p == 3 ? e->data : hopt + (size_t)p * m->n_params + (e->dev - m->params);
             tr_st_read_f32(ctx, s, dst, e->numel);
         }
-    tr_st_read_f32(ctx, t_zh, c->z_H, (size_t)B * S * D);
-    tr_st_read_f32(ctx, t_zl, c->z_L, (size_t)B * S * D);
+    tr_st_read_f32(ctx, t_zh, hz, (size_t)B * S * D);
+    tr_st_read_f32(ctx, t_zl, hz + (size_t)B * S * D, (size_t)B * S * D);
+    if ((st = tr__model_upload(m)) != TR_OK || (st = tr__dput(ctx, t->adam_m, hopt, 3 * m->n_params * sizeof(float))) != TR_OK ||
+        (st = tr__dput(ctx, c->z_H, hz, 2 * (size_t)B * S * D * sizeof(float))) != TR_OK)
+        goto done;
     for (j = 0; j < (size_t)B; j++) {
         c->steps[j] = tr__ck_i32(t_steps, j);
         c->halted[j] = tr__ck_i32(t_halted, j);
@@ -9934,6 +10640,7 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
     if (extra && t_samp->nbytes) memcpy(extra, t_samp->data, t_samp->nbytes);
     st = TR_OK;
 done:
+    tr__trainer_host_state_free(t, hopt);
     tr__free(ctx, (void *)src);
     tr_st_close(f);
     return st;

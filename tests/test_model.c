@@ -78,7 +78,7 @@ static double step_loss(fd_state *s) {
     m->cfg.H_cycles = 1;
     assert_int_equal(tr__inner_fwd(m, c, 0, NULL, NULL), TR_OK);
     m->cfg.H_cycles = T;
-    tr__loss(m, c, (double)c->B, NULL, NULL, &mt);
+    assert_int_equal(tr__loss(m, c, (double)c->B, NULL, NULL, NULL, &mt), TR_OK);
     return mt.loss / c->B;
 }
 
