@@ -7,6 +7,15 @@ CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 -fopenmp -pthread
 CXXFLAGS?= $(OPT) -g $(WARN) -fopenmp -pthread
 LDLIBS  := -lm
 BUILD   := build
+# OpenCL is loaded at run time (dlopen), so building it in needs no headers or library; a binary
+# runs on the CPU where no OpenCL exists. OPENCL=0 leaves the backend out.
+OPENCL  ?= 1
+ifeq ($(OPENCL),1)
+CL_FLAGS := -DTINYREC_OPENCL=1
+LDLIBS   += -ldl
+endif
+CFLAGS   += $(CL_FLAGS)
+CXXFLAGS += $(CL_FLAGS)
 
 TEST_SRCS    := $(wildcard tests/test_*.c)
 TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
@@ -30,19 +39,22 @@ $(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # The header as strict C99 and as C++, and two translation units linked together.
+# (each with and without the OpenCL backend)
 compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu
 $(BUILD)/compile_c99: tests/compile/impl.c tests/compile/user.c $(HDR) | $(BUILD)
-	$(CC) -std=c99 -pedantic $(WARN) -Werror -I. tests/compile/impl.c -o $@ $(LDLIBS)
+	$(CC) -std=c99 -pedantic $(WARN) -Werror -I. tests/compile/impl.c -o $@ -lm
+	$(CC) -std=c99 -pedantic $(WARN) -Werror -DTINYREC_OPENCL=1 -I. tests/compile/impl.c -o $(BUILD)/compile_c99_opencl -lm -ldl
 $(BUILD)/compile_cpp: tests/compile/impl.cpp $(HDR) | $(BUILD)
-	$(CXX) $(WARN) -Werror -I. tests/compile/impl.cpp -o $@ $(LDLIBS)
+	$(CXX) $(WARN) -Werror -I. tests/compile/impl.cpp -o $@ -lm
+	$(CXX) $(WARN) -Werror -DTINYREC_OPENCL=1 -I. tests/compile/impl.cpp -o $(BUILD)/compile_cpp_opencl -lm -ldl
 $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(HDR) | $(BUILD)
-	$(CC) -std=c99 $(WARN) -Werror -fopenmp -pthread -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
-	$(CXX) $(WARN) -Werror -fopenmp -pthread -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
-	clang -std=c99 $(WARN) -Werror -fopenmp -pthread -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
+	$(CC) -std=c99 $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
+	$(CXX) $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
+	clang -std=c99 $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
 
 test: all
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
-	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu
+	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "all test suites passed"
 
 bench: $(BUILD)/tinyrec-bench

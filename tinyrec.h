@@ -119,10 +119,11 @@ typedef struct tr_ctx_config {
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
-   "no-platform", "no-device", "build", "oom@STEP[:ROWS]", "enqueue@STEP"). The open-time faults
-   act when the device is opened; TR_FAULT_DEVICE_OOM makes device memory for more than `rows`
-   batch rows fail from trainer step `at_step` on (1-based; rows 0 = always); TR_FAULT_ENQUEUE
-   makes the first device command of trainer step `at_step` fail. */
+   "no-platform", "no-device", "build", "oom@STEP[:ROWS]", "enqueue@STEP[:N]"). The open-time
+   faults act when the device is opened; TR_FAULT_DEVICE_OOM makes device memory for more than
+   `rows` batch rows fail from trainer step `at_step` on (1-based; rows 0 = always);
+   TR_FAULT_ENQUEUE makes the rows-th device command (1-based; 0 = the first) of trainer step
+   `at_step` fail. */
 typedef enum tr_fault {
     TR_FAULT_NONE = 0,
     TR_FAULT_NO_LIBRARY,
@@ -1053,7 +1054,7 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
     ctx->fault_rows = rows;
 }
 
-/* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP". */
+/* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]". */
 TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
     static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue"};
     int i;
@@ -1066,14 +1067,14 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
             char *end;
             if (v[n] != '@') break;
             step = strtol(v + n + 1, &end, 10);
-            if (*end == ':' && i == TR_FAULT_DEVICE_OOM) rows = strtol(end + 1, &end, 10);
+            if (*end == ':') rows = strtol(end + 1, &end, 10);
             if (*end || step < 1 || rows < 0) break;
         } else if (v[n])
             break;
         tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
         return TR_OK;
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP", v);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N]", v);
 }
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
@@ -2917,7 +2918,2815 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 
 /* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels; spliced from parts/. */
 #if TINYREC_OPENCL
-/* @@OPENCL */
+/* @@OPENCL-BEGIN */
+/* >>opencl-runtime
+   The OpenCL runtime: the library is loaded at run time (no CL headers, no link-time dependency
+   unless TINYREC_OPENCL_LINKED), one device is opened with one context, one in-order queue and
+   one program. Device memory comes in "arenas": a host address-space reservation (no memory
+   behind it) plus a cl_mem of the same size, so that model code can do pointer arithmetic on
+   device pointers exactly as on host pointers; every device op turns a pointer back into
+   (cl_mem, offset). Falling back to the CPU commits each reservation in place and reads the
+   cl_mem into it, which keeps every pointer in the model valid. */
+
+/* --- system pieces ------------------------------------------------------------------------ */
+#ifdef __cplusplus
+} /* system headers outside the extern "C" block */
+#endif
+#if defined(_WIN32)
+#include <windows.h>
+#elif !defined(TINYREC_OPENCL_LINKED)
+#include <dlfcn.h>
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TR__CLAPI __stdcall
+#else
+#define TR__CLAPI
+#endif
+
+/* --- the slice of the OpenCL 1.2 ABI we use (values as in CL/cl.h) -------------------------- */
+typedef int32_t tr__cl_int;
+typedef uint32_t tr__cl_uint;
+typedef uint64_t tr__cl_ulong;
+typedef uint64_t tr__cl_bitfield;
+typedef struct _cl_platform_id *tr__cl_platform;
+typedef struct _cl_device_id *tr__cl_device;
+typedef struct _cl_context *tr__cl_context;
+typedef struct _cl_command_queue *tr__cl_queue;
+typedef struct _cl_mem *tr__cl_mem;
+typedef struct _cl_program *tr__cl_program;
+typedef struct _cl_kernel *tr__cl_kernel;
+typedef struct _cl_event *tr__cl_event;
+
+#define TR__CL_SUCCESS 0
+#define TR__CL_DEVICE_NOT_FOUND (-1)
+#define TR__CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)
+#define TR__CL_OUT_OF_RESOURCES (-5)
+#define TR__CL_OUT_OF_HOST_MEMORY (-6)
+#define TR__CL_BUILD_PROGRAM_FAILURE (-11)
+#define TR__CL_PLATFORM_NOT_FOUND_KHR (-1001)
+#define TR__CL_FALSE 0u
+#define TR__CL_TRUE 1u
+#define TR__CL_DEVICE_TYPE_GPU ((tr__cl_bitfield)1 << 2)
+#define TR__CL_DEVICE_TYPE_ALL ((tr__cl_bitfield)0xFFFFFFFF)
+#define TR__CL_PLATFORM_VERSION 0x0901u
+#define TR__CL_PLATFORM_NAME 0x0902u
+#define TR__CL_DEVICE_TYPE 0x1000u
+#define TR__CL_DEVICE_MAX_COMPUTE_UNITS 0x1002u
+#define TR__CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS 0x1003u
+#define TR__CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
+#define TR__CL_DEVICE_MAX_WORK_ITEM_SIZES 0x1005u
+#define TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010u
+#define TR__CL_DEVICE_GLOBAL_MEM_SIZE 0x101Fu
+#define TR__CL_DEVICE_LOCAL_MEM_SIZE 0x1023u
+#define TR__CL_DEVICE_NAME 0x102Bu
+#define TR__CL_DEVICE_VENDOR 0x102Cu
+#define TR__CL_DEVICE_VERSION 0x102Fu
+#define TR__CL_DEVICE_EXTENSIONS 0x1030u
+#define TR__CL_DEVICE_OPENCL_C_VERSION 0x103Du
+#define TR__CL_CONTEXT_PLATFORM 0x1084
+#define TR__CL_PROGRAM_BUILD_LOG 0x1183u
+#define TR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
+#define TR__CL_MEM_READ_WRITE ((tr__cl_bitfield)1 << 0)
+#define TR__CL_MEM_ALLOC_HOST_PTR ((tr__cl_bitfield)1 << 4)
+#define TR__CL_MAP_WRITE ((tr__cl_bitfield)1 << 1)
+
+/* Every entry point: X(return type, name without "cl", parameter list). */
+#define TR__CL_FUNCS(X)                                                                                                   \
+    X(tr__cl_int, GetPlatformIDs, (tr__cl_uint, tr__cl_platform *, tr__cl_uint *))                                         \
+    X(tr__cl_int, GetPlatformInfo, (tr__cl_platform, tr__cl_uint, size_t, void *, size_t *))                                \
+    X(tr__cl_int, GetDeviceIDs, (tr__cl_platform, tr__cl_bitfield, tr__cl_uint, tr__cl_device *, tr__cl_uint *))            \
+    X(tr__cl_int, GetDeviceInfo, (tr__cl_device, tr__cl_uint, size_t, void *, size_t *))                                    \
+    X(tr__cl_context, CreateContext,                                                                                       \
+      (const intptr_t *, tr__cl_uint, const tr__cl_device *, void(TR__CLAPI *)(const char *, const void *, size_t, void *), \
+       void *, tr__cl_int *))                                                                                              \
+    X(tr__cl_int, ReleaseContext, (tr__cl_context))                                                                        \
+    X(tr__cl_queue, CreateCommandQueue, (tr__cl_context, tr__cl_device, tr__cl_bitfield, tr__cl_int *))                    \
+    X(tr__cl_int, ReleaseCommandQueue, (tr__cl_queue))                                                                     \
+    X(tr__cl_program, CreateProgramWithSource, (tr__cl_context, tr__cl_uint, const char **, const size_t *, tr__cl_int *)) \
+    X(tr__cl_int, BuildProgram,                                                                                            \
+      (tr__cl_program, tr__cl_uint, const tr__cl_device *, const char *, void(TR__CLAPI *)(tr__cl_program, void *), void *)) \
+    X(tr__cl_int, GetProgramBuildInfo, (tr__cl_program, tr__cl_device, tr__cl_uint, size_t, void *, size_t *))             \
+    X(tr__cl_int, ReleaseProgram, (tr__cl_program))                                                                        \
+    X(tr__cl_kernel, CreateKernel, (tr__cl_program, const char *, tr__cl_int *))                                           \
+    X(tr__cl_int, ReleaseKernel, (tr__cl_kernel))                                                                          \
+    X(tr__cl_int, SetKernelArg, (tr__cl_kernel, tr__cl_uint, size_t, const void *))                                        \
+    X(tr__cl_int, GetKernelWorkGroupInfo, (tr__cl_kernel, tr__cl_device, tr__cl_uint, size_t, void *, size_t *))          \
+    X(tr__cl_int, EnqueueNDRangeKernel,                                                                                    \
+      (tr__cl_queue, tr__cl_kernel, tr__cl_uint, const size_t *, const size_t *, const size_t *, tr__cl_uint,              \
+       const tr__cl_event *, tr__cl_event *))                                                                              \
+    X(tr__cl_mem, CreateBuffer, (tr__cl_context, tr__cl_bitfield, size_t, void *, tr__cl_int *))                           \
+    X(tr__cl_int, ReleaseMemObject, (tr__cl_mem))                                                                          \
+    X(tr__cl_int, EnqueueWriteBuffer,                                                                                      \
+      (tr__cl_queue, tr__cl_mem, tr__cl_uint, size_t, size_t, const void *, tr__cl_uint, const tr__cl_event *, tr__cl_event *)) \
+    X(tr__cl_int, EnqueueReadBuffer,                                                                                       \
+      (tr__cl_queue, tr__cl_mem, tr__cl_uint, size_t, size_t, void *, tr__cl_uint, const tr__cl_event *, tr__cl_event *))  \
+    X(tr__cl_int, EnqueueCopyBuffer,                                                                                       \
+      (tr__cl_queue, tr__cl_mem, tr__cl_mem, size_t, size_t, size_t, tr__cl_uint, const tr__cl_event *, tr__cl_event *))   \
+    X(tr__cl_int, EnqueueFillBuffer,                                                                                       \
+      (tr__cl_queue, tr__cl_mem, const void *, size_t, size_t, size_t, tr__cl_uint, const tr__cl_event *, tr__cl_event *)) \
+    X(void *, EnqueueMapBuffer,                                                                                            \
+      (tr__cl_queue, tr__cl_mem, tr__cl_uint, tr__cl_bitfield, size_t, size_t, tr__cl_uint, const tr__cl_event *,          \
+       tr__cl_event *, tr__cl_int *))                                                                                      \
+    X(tr__cl_int, EnqueueUnmapMemObject, (tr__cl_queue, tr__cl_mem, void *, tr__cl_uint, const tr__cl_event *, tr__cl_event *)) \
+    X(tr__cl_int, Finish, (tr__cl_queue))                                                                                  \
+    X(tr__cl_int, WaitForEvents, (tr__cl_uint, const tr__cl_event *))                                                      \
+    X(tr__cl_int, ReleaseEvent, (tr__cl_event))
+
+#define TR__CL_FIELD(ret, name, params) ret(TR__CLAPI *name) params;
+typedef struct tr__clfn {
+    TR__CL_FUNCS(TR__CL_FIELD)
+} tr__clfn;
+#undef TR__CL_FIELD
+
+#if defined(TINYREC_OPENCL_LINKED)
+#define TR__CL_PROTO(ret, name, params) extern ret TR__CLAPI cl##name params;
+TR__CL_FUNCS(TR__CL_PROTO)
+#undef TR__CL_PROTO
+#endif
+
+/* A loaded OpenCL library: the module handle (NULL when linked) and its entry points. */
+typedef struct tr__cllib {
+    void *handle;
+    tr__clfn f;
+} tr__cllib;
+
+TR__FN void tr__cl_unload(tr__cllib *L) {
+#if !defined(TINYREC_OPENCL_LINKED)
+    if (L->handle) {
+#if defined(_WIN32)
+        FreeLibrary((HMODULE)L->handle);
+#else
+        dlclose(L->handle);
+#endif
+    }
+#endif
+    memset(L, 0, sizeof *L);
+}
+
+/* Loads the library and every entry point; 0 with the reason in why on failure. */
+TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
+    memset(L, 0, sizeof *L);
+    why[0] = 0;
+#if defined(TINYREC_OPENCL_LINKED)
+#define TR__CL_LINK(ret, name, params) L->f.name = cl##name;
+    TR__CL_FUNCS(TR__CL_LINK)
+#undef TR__CL_LINK
+    TR__UNUSED(whylen);
+    return 1;
+#else
+    {
+#define TR__CL_NAME(ret, name, params) {"cl" #name, offsetof(tr__clfn, name)},
+        static const struct { const char *name; size_t off; } syms[] = {TR__CL_FUNCS(TR__CL_NAME)};
+#undef TR__CL_NAME
+        size_t i;
+#if defined(_WIN32)
+        L->handle = (void *)LoadLibraryA("OpenCL.dll");
+        if (!L->handle) {
+            snprintf(why, whylen, "OpenCL.dll could not be loaded (error %lu)", (unsigned long)GetLastError());
+            return 0;
+        }
+#else
+#if defined(__APPLE__)
+        static const char *const names[] = {"/System/Library/Frameworks/OpenCL.framework/OpenCL", "libOpenCL.dylib"};
+#else
+        static const char *const names[] = {"libOpenCL.so.1", "libOpenCL.so"};
+#endif
+        for (i = 0; i < sizeof names / sizeof names[0] && !L->handle; i++) {
+            const char *e;
+            L->handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            if (!L->handle && (e = dlerror()) != NULL && !why[0]) snprintf(why, whylen, "%s", e);
+        }
+        if (!L->handle) {
+            if (!why[0]) snprintf(why, whylen, "%s could not be loaded", names[0]);
+            return 0;
+        }
+#endif
+        for (i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+#if defined(_WIN32)
+            FARPROC p = GetProcAddress((HMODULE)L->handle, syms[i].name);
+#else
+            void *p = dlsym(L->handle, syms[i].name);
+#endif
+            if (!p) {
+                snprintf(why, whylen, "the OpenCL library lacks %s (OpenCL 1.2 is required)", syms[i].name);
+                tr__cl_unload(L);
+                return 0;
+            }
+            memcpy((char *)&L->f + syms[i].off, &p, sizeof p); /* object -> function pointer, portably */
+        }
+        return 1;
+    }
+#endif
+}
+
+/* The device's own tables (the tr__cl itself, the arena and kernel tables) live as long as the
+   context's device, so, like the context's scratch, they are not counted by tr_ctx_live_allocs. */
+TR__FN void *tr__cl_table_alloc(tr_ctx *ctx, size_t n) {
+    void *p = tr__alloc(ctx, n);
+    if (p) ctx->live_allocs--;
+    return p;
+}
+TR__FN void tr__cl_table_free(tr_ctx *ctx, void *p) {
+    if (!p) return;
+    ctx->live_allocs++;
+    tr__free(ctx, p);
+}
+
+TR__FN const char *tr__cl_errname(tr__cl_int e) {
+    switch (e) {
+    case 0: return "CL_SUCCESS";
+    case -1: return "CL_DEVICE_NOT_FOUND";
+    case -2: return "CL_DEVICE_NOT_AVAILABLE";
+    case -3: return "CL_COMPILER_NOT_AVAILABLE";
+    case -4: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+    case -5: return "CL_OUT_OF_RESOURCES";
+    case -6: return "CL_OUT_OF_HOST_MEMORY";
+    case -7: return "CL_PROFILING_INFO_NOT_AVAILABLE";
+    case -8: return "CL_MEM_COPY_OVERLAP";
+    case -9: return "CL_IMAGE_FORMAT_MISMATCH";
+    case -10: return "CL_IMAGE_FORMAT_NOT_SUPPORTED";
+    case -11: return "CL_BUILD_PROGRAM_FAILURE";
+    case -12: return "CL_MAP_FAILURE";
+    case -13: return "CL_MISALIGNED_SUB_BUFFER_OFFSET";
+    case -14: return "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST";
+    case -15: return "CL_COMPILE_PROGRAM_FAILURE";
+    case -16: return "CL_LINKER_NOT_AVAILABLE";
+    case -17: return "CL_LINK_PROGRAM_FAILURE";
+    case -18: return "CL_DEVICE_PARTITION_FAILED";
+    case -19: return "CL_KERNEL_ARG_INFO_NOT_AVAILABLE";
+    case -30: return "CL_INVALID_VALUE";
+    case -31: return "CL_INVALID_DEVICE_TYPE";
+    case -32: return "CL_INVALID_PLATFORM";
+    case -33: return "CL_INVALID_DEVICE";
+    case -34: return "CL_INVALID_CONTEXT";
+    case -35: return "CL_INVALID_QUEUE_PROPERTIES";
+    case -36: return "CL_INVALID_COMMAND_QUEUE";
+    case -37: return "CL_INVALID_HOST_PTR";
+    case -38: return "CL_INVALID_MEM_OBJECT";
+    case -39: return "CL_INVALID_IMAGE_FORMAT_DESCRIPTOR";
+    case -40: return "CL_INVALID_IMAGE_SIZE";
+    case -41: return "CL_INVALID_SAMPLER";
+    case -42: return "CL_INVALID_BINARY";
+    case -43: return "CL_INVALID_BUILD_OPTIONS";
+    case -44: return "CL_INVALID_PROGRAM";
+    case -45: return "CL_INVALID_PROGRAM_EXECUTABLE";
+    case -46: return "CL_INVALID_KERNEL_NAME";
+    case -47: return "CL_INVALID_KERNEL_DEFINITION";
+    case -48: return "CL_INVALID_KERNEL";
+    case -49: return "CL_INVALID_ARG_INDEX";
+    case -50: return "CL_INVALID_ARG_VALUE";
+    case -51: return "CL_INVALID_ARG_SIZE";
+    case -52: return "CL_INVALID_KERNEL_ARGS";
+    case -53: return "CL_INVALID_WORK_DIMENSION";
+    case -54: return "CL_INVALID_WORK_GROUP_SIZE";
+    case -55: return "CL_INVALID_WORK_ITEM_SIZE";
+    case -56: return "CL_INVALID_GLOBAL_OFFSET";
+    case -57: return "CL_INVALID_EVENT_WAIT_LIST";
+    case -58: return "CL_INVALID_EVENT";
+    case -59: return "CL_INVALID_OPERATION";
+    case -60: return "CL_INVALID_GL_OBJECT";
+    case -61: return "CL_INVALID_BUFFER_SIZE";
+    case -62: return "CL_INVALID_MIP_LEVEL";
+    case -63: return "CL_INVALID_GLOBAL_WORK_SIZE";
+    case -64: return "CL_INVALID_PROPERTY";
+    case -65: return "CL_INVALID_IMAGE_DESCRIPTOR";
+    case -66: return "CL_INVALID_COMPILER_OPTIONS";
+    case -67: return "CL_INVALID_LINKER_OPTIONS";
+    case -68: return "CL_INVALID_DEVICE_PARTITION_COUNT";
+    case -69: return "CL_INVALID_PIPE_SIZE";
+    case -70: return "CL_INVALID_DEVICE_QUEUE";
+    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "CL_UNKNOWN_ERROR";
+    }
+}
+
+/* --- host address-space reservations -------------------------------------------------------- */
+/* tinyrec.h asks only for POSIX, which hides MAP_ANONYMOUS / MAP_NORESERVE on glibc and macOS: use
+   them when visible, the Linux values on the common architectures, else a private /dev/zero map. */
+#if !defined(_WIN32)
+#if defined(MAP_ANONYMOUS)
+#define TR__MAP_ANON MAP_ANONYMOUS
+#elif defined(MAP_ANON)
+#define TR__MAP_ANON MAP_ANON
+#elif defined(__linux__) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || defined(__riscv))
+#define TR__MAP_ANON 0x20
+#endif
+#if defined(MAP_NORESERVE)
+#define TR__MAP_NORESERVE MAP_NORESERVE
+#elif defined(__linux__) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || defined(__riscv))
+#define TR__MAP_NORESERVE 0x4000
+#else
+#define TR__MAP_NORESERVE 0
+#endif
+
+TR__FN void *tr__cl_mmap(void *addr, size_t bytes, int prot, int flags) {
+    void *p;
+    int fd = -1;
+    flags |= MAP_PRIVATE;
+#if defined(TR__MAP_ANON)
+    flags |= TR__MAP_ANON;
+#else
+    fd = open("/dev/zero", O_RDWR);
+    if (fd < 0) return NULL;
+#endif
+    p = mmap(addr, bytes, prot, flags, fd, 0);
+    if (fd >= 0) close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+#endif
+
+TR__FN size_t tr__cl_page(void) {
+#if defined(_WIN32)
+    return 65536; /* the allocation granularity */
+#else
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+#endif
+}
+
+/* Address space only: no memory is committed and the pages cannot be touched. */
+TR__FN void *tr__cl_reserve(size_t bytes) {
+#if defined(_WIN32)
+    return VirtualAlloc(NULL, bytes, MEM_RESERVE, PAGE_NOACCESS);
+#else
+    return tr__cl_mmap(NULL, bytes, PROT_NONE, TR__MAP_NORESERVE);
+#endif
+}
+
+/* Turns (part of) a reservation into ordinary zeroed read/write memory, at the same address. */
+TR__FN int tr__cl_commit(void *p, size_t bytes) {
+#if defined(_WIN32)
+    return VirtualAlloc(p, bytes, MEM_COMMIT, PAGE_READWRITE) == p;
+#else
+    return tr__cl_mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_FIXED) == p;
+#endif
+}
+
+TR__FN void tr__cl_unreserve(void *p, size_t bytes) {
+#if defined(_WIN32)
+    TR__UNUSED(bytes);
+    VirtualFree(p, 0, MEM_RELEASE);
+#else
+    munmap(p, bytes);
+#endif
+}
+
+/* --- the device ------------------------------------------------------------------------------ */
+typedef enum tr__cl_fault { TR__CLF_NONE = 0, TR__CLF_NO_LIBRARY, TR__CLF_NO_PLATFORM, TR__CLF_NO_DEVICE, TR__CLF_BUILD } tr__cl_fault;
+
+typedef struct tr__cl_info {
+    char name[256], vendor[256], version[128];
+    int is_gpu, has_fp64;
+    size_t max_wg, max_item[3], local_mem, max_alloc, global_mem, compute_units;
+} tr__cl_info;
+
+enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
+#define TR__CLA_MAX 32
+typedef struct tr__clargs {
+    int n;
+    struct {
+        int kind;
+        const void *p;
+        size_t bytes;
+        int32_t i;
+        int64_t l;
+        float f;
+    } a[32];
+} tr__clargs;
+
+typedef struct tr__cl_arena {
+    char *base;      /* the reservation (committed host memory once migrated) */
+    size_t bytes;    /* usable bytes (a multiple of 4) = the cl_mem's size */
+    size_t reserved; /* bytes reserved: bytes rounded up to pages, plus one page so that base + bytes is ours */
+    tr__cl_mem mem;  /* NULL once migrated */
+    int keep;
+} tr__cl_arena;
+
+typedef struct tr__cl_kcache {
+    char name[96];
+    tr__cl_kernel k;
+    size_t wg; /* CL_KERNEL_WORK_GROUP_SIZE */
+} tr__cl_kcache;
+
+#define TR__CL_SLOTS 16
+#define TR__CL_STAGE_BYTES ((size_t)4 << 20)
+
+struct tr__cl {
+    tr_ctx *ctx;
+    tr__cllib lib;
+    tr__cl_platform platform;
+    tr__cl_device device;
+    tr__cl_context context;
+    tr__cl_queue queue;
+    tr__cl_program program;
+    tr__cl_mem dummy; /* bound for NULL buffer arguments */
+    tr__cl_info info;
+    char platform_name[128];
+    tr__cl_arena *arenas;
+    int narenas, cap_arenas, last_hit;
+    tr__cl_kcache *kernels;
+    int nkernels, cap_kernels;
+    void *slot[TR__CL_SLOTS]; /* tr__cl_scratch */
+    size_t slot_floats[TR__CL_SLOTS];
+    tr__cl_mem stage[2]; /* pinned staging for writes, mapped for the device's lifetime */
+    void *stage_ptr[2];
+    tr__cl_event stage_ev[2];
+    int stage_next, stage_state; /* 0 untried, 1 ready, -1 unavailable (plain writes) */
+    long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
+    int fail_alloc, last_oom, migrated;
+};
+typedef struct tr__cl tr__cl;
+
+TR__FN tr_status tr__cl_fail(tr__cl *cl, const char *call, const char *what, tr__cl_int code) {
+    return tr__err(cl->ctx, TR_ERR_DEVICE, "opencl: %s%s%s%s: %s (%d)", call, what ? "(" : "", what ? what : "", what ? ")" : "",
+                   tr__cl_errname(code), (int)code);
+}
+
+TR__FN const tr__cl_info *tr__cl_get_info(const tr__cl *cl) { return cl ? &cl->info : NULL; }
+TR__FN int tr__cl_migrated(const tr__cl *cl) { return cl ? cl->migrated : 0; }
+TR__FN int tr__cl_last_oom(const tr__cl *cl) { return cl ? cl->last_oom : 0; }
+TR__FN void tr__cl_fail_enqueue_at(tr__cl *cl, long n) {
+    if (cl) cl->fail_enqueue = n > 0 ? n : 0;
+}
+TR__FN void tr__cl_fail_alloc(tr__cl *cl, int on) {
+    if (cl) cl->fail_alloc = on != 0;
+}
+
+/* Counts one launch/copy/fill/write; nonzero when fault injection says this one fails. */
+TR__FN int tr__cl_injected(tr__cl *cl) { return cl->fail_enqueue > 0 && --cl->fail_enqueue == 0; }
+
+TR__FN tr_status tr__cl_check_live(tr__cl *cl, const char *what) {
+    if (cl->migrated) return tr__err(cl->ctx, TR_ERR_DEVICE, "opencl: %s after the device was abandoned for the CPU", what);
+    return TR_OK;
+}
+
+/* --- enumeration ------------------------------------------------------------------------------ */
+#define TR__CL_MAXDEV 64
+typedef struct tr__cl_devent {
+    tr__cl_platform platform;
+    tr__cl_device device;
+    int is_gpu;
+    size_t global_mem;
+    char pname[128], dname[128];
+} tr__cl_devent;
+
+/* Lists every device of every platform in enumeration order (at most out_cap); returns the count.
+   *nplat gets the number of platforms. Platforms without devices (CL_DEVICE_NOT_FOUND) and other
+   per-platform errors are skipped. */
+TR__FN int tr__cl_list(const tr__clfn *f, tr__cl_devent *out, int out_cap, int *nplat) {
+    tr__cl_platform plats[16];
+    tr__cl_uint np = 0, p;
+    int n = 0;
+    *nplat = 0;
+    if (f->GetPlatformIDs(16, plats, &np) != TR__CL_SUCCESS) return 0; /* includes CL_PLATFORM_NOT_FOUND_KHR */
+    if (np > 16) np = 16;
+    *nplat = (int)np;
+    for (p = 0; p < np; p++) {
+        tr__cl_device devs[TR__CL_MAXDEV];
+        tr__cl_uint nd = 0, d;
+        char pname[128] = "";
+        if (f->GetDeviceIDs(plats[p], TR__CL_DEVICE_TYPE_ALL, TR__CL_MAXDEV, devs, &nd) != TR__CL_SUCCESS) continue;
+        if (nd > TR__CL_MAXDEV) nd = TR__CL_MAXDEV;
+        f->GetPlatformInfo(plats[p], TR__CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+        pname[sizeof pname - 1] = 0;
+        for (d = 0; d < nd && n < out_cap; d++) {
+            tr__cl_devent *e = &out[n++];
+            tr__cl_bitfield type = 0;
+            tr__cl_ulong gmem = 0;
+            memset(e, 0, sizeof *e);
+            e->platform = plats[p];
+            e->device = devs[d];
+            f->GetDeviceInfo(devs[d], TR__CL_DEVICE_TYPE, sizeof type, &type, NULL);
+            f->GetDeviceInfo(devs[d], TR__CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gmem, &gmem, NULL);
+            f->GetDeviceInfo(devs[d], TR__CL_DEVICE_NAME, sizeof e->dname - 1, e->dname, NULL);
+            e->is_gpu = (type & TR__CL_DEVICE_TYPE_GPU) != 0;
+            e->global_mem = (size_t)(gmem > (tr__cl_ulong)SIZE_MAX ? SIZE_MAX : gmem);
+            memcpy(e->pname, pname, sizeof pname);
+        }
+    }
+    return n;
+}
+
+TR__FN int tr__cl_enumerate(tr_ctx *ctx, void (*fn)(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem),
+                            void *user) {
+    tr__cllib L;
+    char why[256];
+    tr__cl_devent *devs;
+    int n, np, i;
+    if (!ctx || !tr__cl_load(&L, why, sizeof why)) return 0;
+    devs = (tr__cl_devent *)tr__alloc(ctx, sizeof(tr__cl_devent) * TR__CL_MAXDEV);
+    if (!devs) {
+        tr__cl_unload(&L);
+        return 0;
+    }
+    n = tr__cl_list(&L.f, devs, TR__CL_MAXDEV, &np);
+    for (i = 0; i < n && fn; i++) fn(user, i, devs[i].pname, devs[i].dname, devs[i].is_gpu, devs[i].global_mem);
+    tr__free(ctx, devs);
+    tr__cl_unload(&L);
+    return n;
+}
+
+TR__FN int tr__cl_icontains(const char *hay, const char *needle) {
+    size_t i, j, n = strlen(needle);
+    if (!n) return 1;
+    for (i = 0; hay[i]; i++) {
+        for (j = 0; j < n && hay[i + j]; j++)
+            if (tolower((unsigned char)hay[i + j]) != tolower((unsigned char)needle[j])) break;
+        if (j == n) return 1;
+    }
+    return 0;
+}
+
+TR__FN void tr__cl_query_info(tr__cl *cl) {
+    const tr__clfn *f = &cl->lib.f;
+    tr__cl_info *I = &cl->info;
+    tr__cl_bitfield type = 0;
+    tr__cl_ulong u = 0;
+    tr__cl_uint cu = 0, dims = 0;
+    size_t items[16], sz = 0, i;
+    char *ext;
+    memset(I, 0, sizeof *I);
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_NAME, sizeof I->name - 1, I->name, NULL);
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_VENDOR, sizeof I->vendor - 1, I->vendor, NULL);
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_VERSION, sizeof I->version - 1, I->version, NULL);
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    I->is_gpu = (type & TR__CL_DEVICE_TYPE_GPU) != 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof sz, &sz, NULL);
+    I->max_wg = sz ? sz : 1;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, sizeof dims, &dims, NULL);
+    if (dims > 16) dims = 16;
+    for (i = 0; i < 16; i++) items[i] = 0;
+    if (dims) f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_WORK_ITEM_SIZES, dims * sizeof(size_t), items, NULL);
+    for (i = 0; i < 3; i++) I->max_item[i] = i < dims && items[i] ? items[i] : (i == 0 ? I->max_wg : 1);
+    u = 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_LOCAL_MEM_SIZE, sizeof u, &u, NULL);
+    I->local_mem = (size_t)u;
+    u = 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL);
+    I->max_alloc = (size_t)(u > (tr__cl_ulong)SIZE_MAX ? SIZE_MAX : u);
+    u = 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_GLOBAL_MEM_SIZE, sizeof u, &u, NULL);
+    I->global_mem = (size_t)(u > (tr__cl_ulong)SIZE_MAX ? SIZE_MAX : u);
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+    I->compute_units = cu;
+    sz = 0;
+    if (f->GetDeviceInfo(cl->device, TR__CL_DEVICE_EXTENSIONS, 0, NULL, &sz) == TR__CL_SUCCESS && sz &&
+        (ext = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
+        memset(ext, 0, sz + 1);
+        f->GetDeviceInfo(cl->device, TR__CL_DEVICE_EXTENSIONS, sz, ext, NULL);
+        I->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+        tr__free(cl->ctx, ext);
+    }
+}
+
+/* "OpenCL C 1.2 ..." -> 12 (0 if unknown). */
+TR__FN int tr__cl_c_version(tr__cl *cl) {
+    char v[128] = "";
+    const char *p;
+    cl->lib.f.GetDeviceInfo(cl->device, TR__CL_DEVICE_OPENCL_C_VERSION, sizeof v - 1, v, NULL);
+    p = strstr(v, "OpenCL C ");
+    if (!p) return 0;
+    p += 9;
+    if (!isdigit((unsigned char)p[0]) || p[1] != '.' || !isdigit((unsigned char)p[2])) return 0;
+    return (p[0] - '0') * 10 + (p[2] - '0');
+}
+
+TR__FN void tr__cl_destroy(tr__cl *cl);
+#if !defined(TR__CL_NO_GEMM_DEFINES) /* defined only by the runtime's own tests, which have no GEMM fragment */
+TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap); /* parts/cl_gemm.h */
+#endif
+
+TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsources, const char *opts, int inject) {
+    const tr__clfn *f = &cl->lib.f;
+    static const char bad_src[] = "#error tinyrec: injected build failure (TR__CLF_BUILD)\n";
+    const char **src;
+    char *options, gemm[512] = "";
+    size_t olen;
+    tr__cl_int err = 0;
+    int i, n = nsources + (inject ? 1 : 0);
+    if (n <= 0) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: no program sources");
+    src = (const char **)tr__alloc(cl->ctx, sizeof(char *) * (size_t)n);
+    if (!src) return TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < nsources; i++) src[i] = sources[i];
+    if (inject) src[nsources] = bad_src;
+#if !defined(TR__CL_NO_GEMM_DEFINES)
+    tr__cl_sgemm_defines(&cl->info, gemm, sizeof gemm);
+    gemm[sizeof gemm - 1] = 0;
+#endif
+    olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
+    options = (char *)tr__alloc(cl->ctx, olen);
+    if (!options) {
+        tr__free(cl->ctx, src);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    snprintf(options, olen, "%s%s%s%s%s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", gemm,
+             gemm[0] ? " " : "", opts ? opts : "");
+    cl->program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)n, src, NULL, &err);
+    tr__free(cl->ctx, src);
+    if (!cl->program || err != TR__CL_SUCCESS) {
+        tr__free(cl->ctx, options);
+        cl->program = NULL;
+        return tr__cl_fail(cl, "clCreateProgramWithSource", NULL, err);
+    }
+    err = f->BuildProgram(cl->program, 1, &cl->device, options, NULL, NULL);
+    tr__free(cl->ctx, options);
+    if (err != TR__CL_SUCCESS) {
+        /* The log into the error text (truncated to fit), and line by line into the log callback. */
+        size_t sz = 0, len;
+        char *log = NULL, *line, *next;
+        int lines = 0;
+        tr__err(cl->ctx, TR_ERR_DEVICE, "opencl: clBuildProgram(%s): %s (%d); build log: ", cl->info.name, tr__cl_errname(err), (int)err);
+        if (f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, 0, NULL, &sz) == TR__CL_SUCCESS && sz &&
+            (log = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
+            memset(log, 0, sz + 1);
+            f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, sz, log, NULL);
+        }
+        len = strlen(cl->ctx->error);
+        if (log && log[strspn(log, " \t\r\n")]) {
+            const char *body = log + strspn(log, " \t\r\n");
+            size_t room = sizeof cl->ctx->error - len - 1, blen = strlen(body);
+            while (blen && isspace((unsigned char)body[blen - 1])) blen--;
+            if (blen > room) {
+                memcpy(cl->ctx->error + len, body, room);
+                if (room >= 4) memcpy(cl->ctx->error + len + room - 4, " ...", 4);
+                cl->ctx->error[len + room] = 0;
+            } else {
+                memcpy(cl->ctx->error + len, body, blen);
+                cl->ctx->error[len + blen] = 0;
+            }
+            for (line = log; line && *line && lines < 400; line = next, lines++) {
+                next = strchr(line, '\n');
+                if (next) *next++ = 0;
+                if (line[0]) tr__log(cl->ctx, TR_LOG_ERROR, "opencl build: %.900s", line);
+            }
+        } else {
+            snprintf(cl->ctx->error + len, sizeof cl->ctx->error - len, "(empty)");
+        }
+        tr__free(cl->ctx, log);
+        return TR_ERR_DEVICE;
+    }
+    return TR_OK;
+}
+
+TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *const *sources, int nsources, const char *opts,
+                             tr__cl_fault fault, tr__cl **out) {
+    enum { SEL_AUTO, SEL_ANY, SEL_INDEX, SEL_TEXT } mode;
+    const char *text = "";
+    long index = -1;
+    char why[256];
+    tr__cl *cl;
+    tr__cl_devent *devs = NULL;
+    int n = 0, np = 0, i, pick = -1;
+    tr__cl_int err = 0;
+    tr_status st;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__cl_open: NULL argument");
+    *out = NULL;
+    if (!sources && nsources > 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__cl_open: NULL sources");
+    /* selector */
+    if (!selector || !selector[0] || strcmp(selector, "opencl") == 0 || strcmp(selector, "opencl:") == 0) {
+        mode = SEL_ANY;
+    } else if (strcmp(selector, "auto") == 0) {
+        mode = SEL_AUTO;
+    } else if (strncmp(selector, "opencl:", 7) == 0) {
+        const char *s = selector + 7;
+        char *end = NULL;
+        text = s;
+        mode = SEL_TEXT;
+        if (isdigit((unsigned char)s[0])) {
+            index = strtol(s, &end, 10);
+            if (end && *end == 0) mode = SEL_INDEX;
+        }
+    } else {
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "opencl: unknown device selector '%s' (valid: auto, opencl, opencl:N, opencl:<name>)", selector);
+    }
+
+    cl = (tr__cl *)tr__cl_table_alloc(ctx, sizeof *cl);
+    if (!cl) return TR_ERR_OUT_OF_MEMORY;
+    memset(cl, 0, sizeof *cl);
+    cl->ctx = ctx;
+    if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, why, sizeof why)) {
+        if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
+        st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
+        goto fail;
+    }
+    devs = (tr__cl_devent *)tr__alloc(ctx, sizeof(tr__cl_devent) * TR__CL_MAXDEV);
+    if (!devs) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    if (fault != TR__CLF_NO_PLATFORM) n = tr__cl_list(&cl->lib.f, devs, TR__CL_MAXDEV, &np);
+    if (fault == TR__CLF_NO_DEVICE) n = 0;
+    if (np == 0) {
+        st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL platform%s", fault == TR__CLF_NO_PLATFORM ? " (injected fault)" : "");
+        goto fail;
+    }
+    if (n == 0) {
+        st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL device on %d platform%s%s", np, np == 1 ? "" : "s",
+                     fault == TR__CLF_NO_DEVICE ? " (injected fault)" : "");
+        goto fail;
+    }
+    for (i = 0; i < n && pick < 0; i++)
+        if (devs[i].is_gpu) pick = i;
+    if (mode == SEL_AUTO && pick < 0) {
+        st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL GPU (%d other device%s: first \"%s\")", n, n == 1 ? "" : "s", devs[0].dname);
+        goto fail;
+    }
+    if (mode == SEL_ANY && pick < 0) pick = 0;
+    if (mode == SEL_INDEX) {
+        if (index < 0 || index >= n) {
+            st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL device #%ld (%d device%s, numbered from 0)", index, n, n == 1 ? "" : "s");
+            goto fail;
+        }
+        pick = (int)index;
+    }
+    if (mode == SEL_TEXT) {
+        pick = -1;
+        for (i = 0; i < n && pick < 0; i++) {
+            char label[300];
+            snprintf(label, sizeof label, "%s / %s", devs[i].pname, devs[i].dname);
+            if (tr__cl_icontains(label, text)) pick = i;
+        }
+        if (pick < 0) {
+            st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL device matches '%s' (%d device%s: first \"%s / %s\")", text, n,
+                         n == 1 ? "" : "s", devs[0].pname, devs[0].dname);
+            goto fail;
+        }
+    }
+    cl->platform = devs[pick].platform;
+    cl->device = devs[pick].device;
+    memcpy(cl->platform_name, devs[pick].pname, sizeof cl->platform_name);
+    tr__free(ctx, devs);
+    devs = NULL;
+    tr__cl_query_info(cl);
+
+    {
+        intptr_t props[3];
+        props[0] = TR__CL_CONTEXT_PLATFORM;
+        props[1] = (intptr_t)cl->platform;
+        props[2] = 0;
+        cl->context = cl->lib.f.CreateContext(props, 1, &cl->device, NULL, NULL, &err);
+        if (!cl->context || err != TR__CL_SUCCESS) {
+            cl->context = NULL;
+            st = tr__cl_fail(cl, "clCreateContext", cl->info.name, err);
+            goto fail;
+        }
+    }
+    cl->queue = cl->lib.f.CreateCommandQueue(cl->context, cl->device, 0, &err);
+    if (!cl->queue || err != TR__CL_SUCCESS) {
+        cl->queue = NULL;
+        st = tr__cl_fail(cl, "clCreateCommandQueue", cl->info.name, err);
+        goto fail;
+    }
+    cl->dummy = cl->lib.f.CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE, 16, NULL, &err);
+    if (!cl->dummy || err != TR__CL_SUCCESS) {
+        cl->dummy = NULL;
+        st = tr__cl_fail(cl, "clCreateBuffer", "16 bytes", err);
+        goto fail;
+    }
+    st = tr__cl_build(cl, sources, nsources, opts, fault == TR__CLF_BUILD);
+    if (st != TR_OK) goto fail;
+
+    tr__log(ctx, TR_LOG_INFO, "opencl: using \"%s\" on \"%s\" (%s): %s, %zu compute units, %zu MiB memory, %zu MiB max allocation, work-group %zu, %zu KiB local%s",
+            cl->info.name, cl->platform_name, cl->info.version, cl->info.is_gpu ? "GPU" : "not a GPU", cl->info.compute_units,
+            cl->info.global_mem >> 20, cl->info.max_alloc >> 20, cl->info.max_wg, cl->info.local_mem >> 10, cl->info.has_fp64 ? ", fp64" : "");
+    if (!cl->info.is_gpu)
+        tr__log(ctx, TR_LOG_WARN, "opencl: \"%s\" is not a GPU; it will likely be slower than the CPU backend", cl->info.name);
+    *out = cl;
+    return TR_OK;
+fail:
+    if (devs) tr__free(ctx, devs);
+    tr__cl_destroy(cl);
+    return st;
+}
+
+/* --- arenas ---------------------------------------------------------------------------------- */
+/* The arena holding p, allowing p == end (one past the last element); -1 if none. */
+TR__FN int tr__cl_find(const tr__cl *cl, const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int i;
+    if (!p) return -1;
+    i = cl->last_hit;
+    if (i >= 0 && i < cl->narenas && a >= (uintptr_t)cl->arenas[i].base && a <= (uintptr_t)cl->arenas[i].base + cl->arenas[i].bytes) return i;
+    for (i = 0; i < cl->narenas; i++)
+        if (a >= (uintptr_t)cl->arenas[i].base && a <= (uintptr_t)cl->arenas[i].base + cl->arenas[i].bytes) {
+            ((tr__cl *)cl)->last_hit = i;
+            return i;
+        }
+    return -1;
+}
+
+TR__FN int tr__cl_owns(const tr__cl *cl, const void *p) {
+    int i;
+    if (!cl || !p) return 0;
+    i = tr__cl_find(cl, p);
+    return i >= 0 && (uintptr_t)p < (uintptr_t)cl->arenas[i].base + cl->arenas[i].bytes;
+}
+
+/* (cl_mem, byte offset) of [p, p + bytes), which must lie in one arena. */
+TR__FN tr_status tr__cl_resolve(tr__cl *cl, const void *p, size_t bytes, const char *what, tr__cl_mem *mem, size_t *off) {
+    int i = tr__cl_find(cl, p);
+    size_t o;
+    if (i < 0) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: %p is not a device pointer", what, p);
+    o = (size_t)((const char *)p - cl->arenas[i].base);
+    if (bytes > cl->arenas[i].bytes - o)
+        return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: %zu bytes at offset %zu overrun the buffer of %zu bytes", what, bytes, o,
+                       cl->arenas[i].bytes);
+    *mem = cl->arenas[i].mem;
+    *off = o;
+    return TR_OK;
+}
+
+TR__FN void *tr__cl_oom(tr__cl *cl, size_t bytes, const char *why) {
+    cl->last_oom = 1;
+    tr__err(cl->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory allocating %.1f MiB (%s)", (double)bytes / 1048576.0, why);
+    return NULL;
+}
+
+TR__FN void *tr__cl_alloc(tr__cl *cl, size_t bytes, int keep) {
+    const tr__clfn *f;
+    tr__cl_arena a;
+    size_t page, req = bytes;
+    tr__cl_int err = 0;
+    char why[160];
+    if (!cl) return NULL;
+    f = &cl->lib.f;
+    cl->last_oom = 0;
+    page = tr__cl_page();
+    if (bytes == 0) bytes = 4;
+    if (bytes > SIZE_MAX - 2 * page) return tr__cl_oom(cl, req, "size overflows");
+    bytes = (bytes + 3) & ~(size_t)3;
+    if (cl->fail_alloc) return tr__cl_oom(cl, req, "injected fault");
+    if (!cl->migrated && bytes > cl->info.max_alloc) {
+        snprintf(why, sizeof why, "larger than the device's largest buffer, %.1f MiB", (double)cl->info.max_alloc / 1048576.0);
+        return tr__cl_oom(cl, req, why);
+    }
+    memset(&a, 0, sizeof a);
+    a.bytes = bytes;
+    a.reserved = (bytes + page - 1) / page * page + page;
+    a.keep = keep;
+    if (cl->narenas == cl->cap_arenas) { /* room first, so that nothing can fail after the device work */
+        int cap = cl->cap_arenas ? 2 * cl->cap_arenas : 16;
+        tr__cl_arena *na = (tr__cl_arena *)tr__cl_table_alloc(cl->ctx, sizeof(tr__cl_arena) * (size_t)cap);
+        if (!na) return tr__cl_oom(cl, req, "host memory for the arena table");
+        if (cl->narenas) memcpy(na, cl->arenas, sizeof(tr__cl_arena) * (size_t)cl->narenas);
+        tr__cl_table_free(cl->ctx, cl->arenas);
+        cl->arenas = na;
+        cl->cap_arenas = cap;
+    }
+    a.base = (char *)tr__cl_reserve(a.reserved);
+    if (!a.base) return tr__cl_oom(cl, req, "address space reservation failed");
+    if (cl->migrated) { /* after the fallback, arenas are plain host memory */
+        if (!tr__cl_commit(a.base, a.reserved)) {
+            tr__cl_unreserve(a.base, a.reserved);
+            cl->last_oom = 1;
+            tr__err(cl->ctx, TR_ERR_OUT_OF_MEMORY, "out of memory: %.1f MiB for a migrated device buffer", (double)req / 1048576.0);
+            return NULL;
+        }
+    } else {
+        uint32_t zero = 0;
+        a.mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (!a.mem || err != TR__CL_SUCCESS) {
+            if (a.mem) f->ReleaseMemObject(a.mem);
+            tr__cl_unreserve(a.base, a.reserved);
+            snprintf(why, sizeof why, "clCreateBuffer: %s (%d)", tr__cl_errname(err), (int)err);
+            return tr__cl_oom(cl, req, why);
+        }
+        /* Zero it, and wait: lazy allocators report the failure only when the memory is first used. */
+        err = f->EnqueueFillBuffer(cl->queue, a.mem, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+        if (err == TR__CL_SUCCESS) err = f->Finish(cl->queue);
+        if (err != TR__CL_SUCCESS) {
+            f->ReleaseMemObject(a.mem);
+            tr__cl_unreserve(a.base, a.reserved);
+            if (err == TR__CL_MEM_OBJECT_ALLOCATION_FAILURE || err == TR__CL_OUT_OF_RESOURCES || err == TR__CL_OUT_OF_HOST_MEMORY) {
+                snprintf(why, sizeof why, "zero fill: %s (%d)", tr__cl_errname(err), (int)err);
+                return tr__cl_oom(cl, req, why);
+            }
+            tr__cl_fail(cl, "clEnqueueFillBuffer", "zeroing a new buffer", err);
+            return NULL;
+        }
+    }
+    cl->arenas[cl->narenas++] = a;
+    return a.base;
+}
+
+TR__FN void tr__cl_arena_release(tr__cl *cl, tr__cl_arena *a) {
+    if (a->mem) cl->lib.f.ReleaseMemObject(a->mem); /* deferred by OpenCL until queued work using it is done */
+    tr__cl_unreserve(a->base, a->reserved);
+    a->mem = NULL;
+    a->base = NULL;
+}
+
+TR__FN void tr__cl_free(tr__cl *cl, void *devptr) {
+    int i;
+    if (!cl || !devptr) return;
+    for (i = 0; i < cl->narenas; i++)
+        if (cl->arenas[i].base == (char *)devptr) {
+            tr__cl_arena_release(cl, &cl->arenas[i]);
+            cl->arenas[i] = cl->arenas[--cl->narenas];
+            cl->last_hit = -1;
+            return;
+        }
+}
+
+TR__FN float *tr__cl_scratch(tr__cl *cl, int slot, size_t floats) {
+    size_t want;
+    void *p;
+    if (!cl) return NULL;
+    if (slot < 0 || slot >= TR__CL_SLOTS) {
+        tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: scratch slot %d is out of range (0..%d)", slot, TR__CL_SLOTS - 1);
+        return NULL;
+    }
+    if (floats == 0) floats = 1;
+    if (cl->slot[slot] && floats <= cl->slot_floats[slot]) return (float *)cl->slot[slot];
+    if (floats > SIZE_MAX / 8) {
+        tr__err(cl->ctx, TR_ERR_OVERFLOW, "opencl: scratch of %zu floats overflows", floats);
+        return NULL;
+    }
+    want = cl->slot_floats[slot] + cl->slot_floats[slot] / 2; /* grow by at least 1.5x */
+    if (want < floats) want = floats;
+    if (want * 4 > cl->info.max_alloc && !cl->migrated) want = floats;
+    if (cl->slot[slot]) tr__cl_free(cl, cl->slot[slot]);
+    cl->slot[slot] = NULL;
+    cl->slot_floats[slot] = 0;
+    p = tr__cl_alloc(cl, want * 4, 0);
+    if (!p) return NULL;
+    cl->slot[slot] = p;
+    cl->slot_floats[slot] = want;
+    return (float *)p;
+}
+
+/* --- transfers -------------------------------------------------------------------------------- */
+TR__FN tr_status tr__cl_finish(tr__cl *cl);
+
+TR__FN void tr__cl_stage_release(tr__cl *cl) {
+    int i;
+    for (i = 0; i < 2; i++) {
+        if (cl->stage_ev[i]) {
+            cl->lib.f.WaitForEvents(1, &cl->stage_ev[i]);
+            cl->lib.f.ReleaseEvent(cl->stage_ev[i]);
+            cl->stage_ev[i] = NULL;
+        }
+        if (cl->stage_ptr[i] && cl->queue) cl->lib.f.EnqueueUnmapMemObject(cl->queue, cl->stage[i], cl->stage_ptr[i], 0, NULL, NULL);
+        cl->stage_ptr[i] = NULL;
+    }
+    if (cl->queue && (cl->stage[0] || cl->stage[1])) cl->lib.f.Finish(cl->queue);
+    for (i = 0; i < 2; i++) {
+        if (cl->stage[i]) cl->lib.f.ReleaseMemObject(cl->stage[i]);
+        cl->stage[i] = NULL;
+    }
+}
+
+/* Two pinned (host-allocated, mapped once) buffers; writes copy through them in turn. */
+TR__FN int tr__cl_stage_ready(tr__cl *cl) {
+    const tr__clfn *f = &cl->lib.f;
+    int i;
+    if (cl->stage_state) return cl->stage_state > 0;
+    cl->stage_state = -1;
+    for (i = 0; i < 2; i++) {
+        tr__cl_int err = 0;
+        cl->stage[i] = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | TR__CL_MEM_ALLOC_HOST_PTR, TR__CL_STAGE_BYTES, NULL, &err);
+        if (!cl->stage[i] || err != TR__CL_SUCCESS) break;
+        cl->stage_ptr[i] = f->EnqueueMapBuffer(cl->queue, cl->stage[i], TR__CL_TRUE, TR__CL_MAP_WRITE, 0, TR__CL_STAGE_BYTES, 0, NULL, NULL, &err);
+        if (!cl->stage_ptr[i] || err != TR__CL_SUCCESS) {
+            cl->stage_ptr[i] = NULL;
+            break;
+        }
+    }
+    if (i < 2) {
+        tr__cl_stage_release(cl);
+        tr__log(cl->ctx, TR_LOG_DEBUG, "opencl: no pinned staging buffers, writes go straight from user memory");
+        return 0;
+    }
+    cl->stage_state = 1;
+    return 1;
+}
+
+TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, size_t bytes) {
+    const tr__clfn *f;
+    tr__cl_mem mem;
+    size_t off, done;
+    tr__cl_int err;
+    tr_status st;
+    if (!cl || (!src_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_write: NULL argument");
+    if ((st = tr__cl_check_live(cl, "write")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "write", &mem, &off)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueWriteBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    f = &cl->lib.f;
+    if (!tr__cl_stage_ready(cl)) {
+        err = f->EnqueueWriteBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, src_host, 0, NULL, NULL);
+        return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueWriteBuffer", NULL, err);
+    }
+    for (done = 0; done < bytes;) {
+        int s = cl->stage_next;
+        size_t n = TR__MIN(bytes - done, TR__CL_STAGE_BYTES);
+        if (cl->stage_ev[s]) { /* the previous write from this buffer must have left it */
+            err = f->WaitForEvents(1, &cl->stage_ev[s]);
+            f->ReleaseEvent(cl->stage_ev[s]);
+            cl->stage_ev[s] = NULL;
+            if (err != TR__CL_SUCCESS) return tr__cl_fail(cl, "clWaitForEvents", "staged write", err);
+        }
+        memcpy(cl->stage_ptr[s], (const char *)src_host + done, n);
+        err = f->EnqueueWriteBuffer(cl->queue, mem, TR__CL_FALSE, off + done, n, cl->stage_ptr[s], 0, NULL, &cl->stage_ev[s]);
+        if (err != TR__CL_SUCCESS) {
+            cl->stage_ev[s] = NULL;
+            return tr__cl_fail(cl, "clEnqueueWriteBuffer", NULL, err);
+        }
+        cl->stage_next = s ^ 1;
+        done += n;
+    }
+    return TR_OK;
+}
+
+TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr__cl_int err;
+    tr_status st;
+    if (!cl || (!dst_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_read: NULL argument");
+    if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
+    if (!bytes) return tr__cl_finish(cl);
+    if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
+    err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, dst_host, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueReadBuffer", NULL, err);
+}
+
+TR__FN tr_status tr__cl_copy(tr__cl *cl, void *dst_dev, const void *src_dev, size_t bytes) {
+    tr__cl_mem dm, sm;
+    size_t doff, soff;
+    tr__cl_int err;
+    tr_status st;
+    if (!cl) return TR_ERR_INVALID_ARG;
+    if ((st = tr__cl_check_live(cl, "copy")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "copy (destination)", &dm, &doff)) != TR_OK) return st;
+    if ((st = tr__cl_resolve(cl, src_dev, bytes, "copy (source)", &sm, &soff)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueCopyBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    if (dm == sm && doff == soff) return TR_OK;
+    err = cl->lib.f.EnqueueCopyBuffer(cl->queue, sm, dm, soff, doff, bytes, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueCopyBuffer", NULL, err);
+}
+
+TR__FN tr_status tr__cl_fill(tr__cl *cl, void *dst_dev, uint32_t pattern, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr__cl_int err;
+    tr_status st;
+    if (!cl) return TR_ERR_INVALID_ARG;
+    if ((st = tr__cl_check_live(cl, "fill")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "fill", &mem, &off)) != TR_OK) return st;
+    if ((off | bytes) & 3) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: fill of %zu bytes at offset %zu: not whole 4-byte elements", bytes, off);
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueFillBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    err = cl->lib.f.EnqueueFillBuffer(cl->queue, mem, &pattern, sizeof pattern, off, bytes, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueFillBuffer", NULL, err);
+}
+
+TR__FN tr_status tr__cl_finish(tr__cl *cl) {
+    tr__cl_int err;
+    tr_status st;
+    if (!cl) return TR_ERR_INVALID_ARG;
+    if ((st = tr__cl_check_live(cl, "finish")) != TR_OK) return st;
+    err = cl->lib.f.Finish(cl->queue);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clFinish", NULL, err);
+}
+
+/* --- kernels ---------------------------------------------------------------------------------- */
+TR__FN void tr__cla_push(tr__clargs *A, int kind) {
+    if (A->n < 0 || A->n >= TR__CLA_MAX) { /* remembered as too many; the launch reports it */
+        A->n = TR__CLA_MAX + 1;
+        return;
+    }
+    memset(&A->a[A->n], 0, sizeof A->a[A->n]);
+    A->a[A->n].kind = kind;
+    A->n++;
+}
+TR__FN void tr__cla_init(tr__clargs *A) { A->n = 0; }
+TR__FN void tr__cla_buf(tr__clargs *A, const void *devptr) {
+    tr__cla_push(A, TR__CLA_BUF);
+    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].p = devptr;
+}
+TR__FN void tr__cla_i32(tr__clargs *A, int32_t v) {
+    tr__cla_push(A, TR__CLA_I32);
+    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].i = v;
+}
+TR__FN void tr__cla_i64(tr__clargs *A, int64_t v) {
+    tr__cla_push(A, TR__CLA_I64);
+    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].l = v;
+}
+TR__FN void tr__cla_f32(tr__clargs *A, float v) {
+    tr__cla_push(A, TR__CLA_F32);
+    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].f = v;
+}
+TR__FN void tr__cla_local(tr__clargs *A, size_t bytes) {
+    tr__cla_push(A, TR__CLA_LOCAL);
+    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].bytes = bytes;
+}
+
+/* The cached kernel `name`, created on first use; NULL with the error set. */
+TR__FN tr__cl_kcache *tr__cl_kernel_get(tr__cl *cl, const char *name) {
+    const tr__clfn *f = &cl->lib.f;
+    tr__cl_kcache *e;
+    tr__cl_int err = 0;
+    int i;
+    for (i = 0; i < cl->nkernels; i++)
+        if (strcmp(cl->kernels[i].name, name) == 0) return &cl->kernels[i];
+    if (strlen(name) >= sizeof cl->kernels[0].name) {
+        tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: kernel name '%.40s...' is too long", name);
+        return NULL;
+    }
+    if (cl->nkernels == cl->cap_kernels) {
+        int cap = cl->cap_kernels ? 2 * cl->cap_kernels : 32;
+        tr__cl_kcache *nk = (tr__cl_kcache *)tr__cl_table_alloc(cl->ctx, sizeof(tr__cl_kcache) * (size_t)cap);
+        if (!nk) return NULL;
+        if (cl->nkernels) memcpy(nk, cl->kernels, sizeof(tr__cl_kcache) * (size_t)cl->nkernels);
+        tr__cl_table_free(cl->ctx, cl->kernels);
+        cl->kernels = nk;
+        cl->cap_kernels = cap;
+    }
+    e = &cl->kernels[cl->nkernels];
+    memset(e, 0, sizeof *e);
+    e->k = f->CreateKernel(cl->program, name, &err);
+    if (!e->k || err != TR__CL_SUCCESS) {
+        tr__cl_fail(cl, "clCreateKernel", name, err);
+        return NULL;
+    }
+    if (f->GetKernelWorkGroupInfo(e->k, cl->device, TR__CL_KERNEL_WORK_GROUP_SIZE, sizeof e->wg, &e->wg, NULL) != TR__CL_SUCCESS || !e->wg)
+        e->wg = cl->info.max_wg;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    cl->nkernels++;
+    return e;
+}
+
+TR__FN tr_status tr__cl_launch(tr__cl *cl, const char *name, int dims, const size_t *gsize, const size_t *lsize, const tr__clargs *A) {
+    const tr__clfn *f;
+    tr__cl_kcache *K;
+    size_t g[3], l[3], limit, prod = 1;
+    tr__cl_uint idx = 0;
+    tr__cl_int err;
+    tr_status st;
+    int i, d;
+    if (!cl || !name || !gsize || !A) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_launch: NULL argument");
+    if ((st = tr__cl_check_live(cl, name)) != TR_OK) return st;
+    if (dims < 1 || dims > 3) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: launch of %s with %d dimensions", name, dims);
+    if (A->n < 0 || A->n > TR__CLA_MAX) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: launch of %s: more than %d arguments", name, TR__CLA_MAX);
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueNDRangeKernel", name, TR__CL_OUT_OF_RESOURCES);
+    f = &cl->lib.f;
+    if (!(K = tr__cl_kernel_get(cl, name))) return TR_ERR_DEVICE;
+    for (i = 0; i < A->n; i++) {
+        char what[128];
+        const void *val;
+        size_t sz;
+        tr__cl_mem mem;
+        tr__cl_ulong eoff = 0;
+        err = TR__CL_SUCCESS;
+        snprintf(what, sizeof what, "%s, argument %u", name, (unsigned)idx);
+        switch (A->a[i].kind) {
+        case TR__CLA_BUF:
+            mem = cl->dummy;
+            if (A->a[i].p) {
+                size_t off = 0;
+                if ((st = tr__cl_resolve(cl, A->a[i].p, 0, what, &mem, &off)) != TR_OK) return st;
+                if (off & 3) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: byte offset %zu is not a whole element", what, off);
+                eoff = off / 4;
+            }
+            err = f->SetKernelArg(K->k, idx++, sizeof mem, &mem);
+            if (err == TR__CL_SUCCESS) err = f->SetKernelArg(K->k, idx++, sizeof eoff, &eoff);
+            break;
+        case TR__CLA_I32: err = f->SetKernelArg(K->k, idx++, sizeof(int32_t), &A->a[i].i); break;
+        case TR__CLA_I64: err = f->SetKernelArg(K->k, idx++, sizeof(int64_t), &A->a[i].l); break;
+        case TR__CLA_F32: err = f->SetKernelArg(K->k, idx++, sizeof(float), &A->a[i].f); break;
+        case TR__CLA_LOCAL:
+            val = NULL;
+            sz = A->a[i].bytes ? A->a[i].bytes : 4;
+            err = f->SetKernelArg(K->k, idx++, sz, val);
+            break;
+        default: return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: bad argument kind %d", what, A->a[i].kind);
+        }
+        if (err != TR__CL_SUCCESS) return tr__cl_fail(cl, "clSetKernelArg", what, err);
+    }
+    for (d = 0; d < dims; d++) {
+        g[d] = gsize[d];
+        if (!g[d]) return TR_OK; /* nothing to do */
+    }
+    limit = TR__MIN(cl->info.max_wg, K->wg);
+    if (lsize) {
+        for (d = 0; d < dims; d++) {
+            l[d] = lsize[d];
+            if (!l[d] || l[d] > cl->info.max_item[d])
+                return tr__err(cl->ctx, TR_ERR_DEVICE, "opencl: %s: local size %zu in dimension %d is outside 1..%zu on %s", name, l[d], d,
+                               cl->info.max_item[d], cl->info.name);
+            prod *= l[d];
+        }
+        if (prod > limit)
+            return tr__err(cl->ctx, TR_ERR_DEVICE, "opencl: %s: work-group of %zu items exceeds the limit %zu on %s (device %zu, kernel %zu)", name,
+                           prod, limit, cl->info.name, cl->info.max_wg, K->wg);
+    } else { /* our pick: 256 / 16x16 / 16x4x4, shrunk to the limits and to small global sizes */
+        static const size_t pick[3][3] = {{256, 1, 1}, {16, 16, 1}, {16, 4, 4}};
+        for (d = 0; d < dims; d++) {
+            l[d] = pick[dims - 1][d];
+            while (l[d] > 1 && (l[d] / 2 >= g[d] || l[d] > cl->info.max_item[d])) l[d] /= 2;
+        }
+        for (;;) {
+            prod = 1;
+            for (d = 0; d < dims; d++) prod *= l[d];
+            if (prod <= limit) break;
+            for (d = dims - 1; d > 0 && l[d] == 1; d--) {}
+            if (l[d] == 1) break;
+            l[d] /= 2;
+        }
+    }
+    for (d = 0; d < dims; d++) {
+        if (g[d] > SIZE_MAX - l[d]) return tr__err(cl->ctx, TR_ERR_OVERFLOW, "opencl: %s: global size overflows", name);
+        g[d] = (g[d] + l[d] - 1) / l[d] * l[d];
+    }
+    err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueNDRangeKernel", name, err);
+}
+
+/* --- fallback and teardown -------------------------------------------------------------------- */
+TR__FN tr_status tr__cl_migrate_to_host(tr__cl *cl) {
+    const tr__clfn *f;
+    tr_status st = TR_OK;
+    int i;
+    if (!cl) return TR_ERR_INVALID_ARG;
+    if (cl->migrated) return TR_OK;
+    f = &cl->lib.f;
+    f->Finish(cl->queue); /* an error here shows up again in the reads below */
+    for (i = 0; i < cl->narenas; i++) {
+        tr__cl_arena *a = &cl->arenas[i];
+        if (!tr__cl_commit(a->base, a->reserved)) {
+            /* The memory is not there: leave the reservation, report it; the pointer stays unusable. */
+            st = tr__err(cl->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of host memory moving a %.1f MiB device buffer to the CPU", (double)a->bytes / 1048576.0);
+            continue;
+        }
+        if (a->keep && a->mem) {
+            tr__cl_int err = f->EnqueueReadBuffer(cl->queue, a->mem, TR__CL_TRUE, 0, a->bytes, a->base, 0, NULL, NULL);
+            if (err != TR__CL_SUCCESS) {
+                memset(a->base, 0, a->bytes);
+                if (st == TR_OK) st = tr__cl_fail(cl, "clEnqueueReadBuffer", "moving a device buffer to the CPU", err);
+            }
+        }
+        if (a->mem) f->ReleaseMemObject(a->mem);
+        a->mem = NULL;
+    }
+    tr__cl_stage_release(cl);
+    cl->stage_state = -1;
+    cl->migrated = 1;
+    if (st == TR_OK) tr__log(cl->ctx, TR_LOG_INFO, "opencl: moved %d device buffers to the CPU", cl->narenas);
+    return st;
+}
+
+TR__FN void tr__cl_destroy(tr__cl *cl) {
+    const tr__clfn *f;
+    int i;
+    if (!cl) return;
+    f = &cl->lib.f;
+    if (cl->queue) f->Finish(cl->queue);
+    tr__cl_stage_release(cl);
+    for (i = 0; i < cl->nkernels; i++)
+        if (cl->kernels[i].k) f->ReleaseKernel(cl->kernels[i].k);
+    for (i = 0; i < cl->narenas; i++) tr__cl_arena_release(cl, &cl->arenas[i]);
+    if (cl->dummy) f->ReleaseMemObject(cl->dummy);
+    if (cl->program) f->ReleaseProgram(cl->program);
+    if (cl->queue) f->ReleaseCommandQueue(cl->queue);
+    if (cl->context) f->ReleaseContext(cl->context);
+    tr__cl_unload(&cl->lib);
+    tr__cl_table_free(cl->ctx, cl->kernels);
+    tr__cl_table_free(cl->ctx, cl->arenas);
+    tr__cl_table_free(cl->ctx, cl);
+}
+
+/* >>opencl-ops (K1): elementwise, normalisation, embedding, loss and optimizer kernels of the OpenCL backend, and their
+   host wrappers tr__cl_*. Each wrapper has the meaning of the CPU function named beside it in parts/SPEC.md, on device
+   pointers (addresses inside arenas); kernel arguments follow the convention "buffer, then its ulong element offset".
+   Design:
+   - Elementwise kernels: one work-item per element, groups of 256, dimension 0 contiguous.
+   - Row reductions (rms over rows, q head): one work-group per row, a power of two near D/4 work-items (32..256, capped
+     by the device), a tree reduction in local memory. Column reductions (rms over S) and the token-order sums
+     (position / q-weight gradients, sign-SGD groups) are one work-item per output walking the reduced axis in the CPU's
+     order, so those match the CPU to the last bit apart from contraction into fma.
+   - The norm sums and the cross-entropy use double where the device has cl_khr_fp64 (TR_FP64), as the CPU twins do;
+     they are bandwidth-bound, so the fp64 rate does not matter (even at 1/64 rate one fma per 8 bytes read is far below
+     the memory time). Without fp64 they use float: relative errors ~1e-6 at D = 512, still far inside the tests.
+     Build option -DTR_K1_NO_FP64=1 forces the float path on an fp64 device (to test it).
+   - No atomics: every sum has a fixed order given the device's work-group size, so results are deterministic. */
+
+static const char tr__cl_src_ops_1[] =
+"#if defined(TR_FP64) && !defined(TR_K1_NO_FP64)\n"
+"#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+"typedef double tr_k1_acc;\n"
+"#define TR_K1_TINY 1e-30\n"
+"#else\n"
+"typedef float tr_k1_acc;\n"
+"#define TR_K1_TINY 1e-30f\n"
+"#endif\n"
+"#define TR_K1_WG 256\n"
+"__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {\n"
+"    size_t i = get_global_id(0);\n"
+"    if (i >= n) return;\n"
+"    a += a_off; b += b_off; y += y_off;\n"
+"    y[i] = a[i] + b[i];\n"
+"}\n"
+"__kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,\n"
+"                              __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {\n"
+"    size_t i = get_global_id(0);\n"
+"    float gi, pi, mi, vi;\n"
+"    if (i >= n) return;\n"
+"    p += p_off; g += g_off; m += m_off; v += v_off;\n"
+"    gi = g[i];\n"
+"    pi = p[i] * decay;\n"
+"    mi = m[i] + c1 * (gi - m[i]);\n"
+"    vi = v[i] + c2 * (gi * gi - v[i]);\n"
+"    m[i] = mi;\n"
+"    v[i] = vi;\n"
+"    p[i] = pi - step * atan2(mi, sqrt(vi) / sbc2);\n"
+"}\n"
+"__kernel void tr_k_ema(ulong n, __global float *sh, ulong sh_off, __global const float *p, ulong p_off, float omd, float decay) {\n"
+"    size_t i = get_global_id(0);\n"
+"    if (i >= n) return;\n"
+"    sh += sh_off; p += p_off;\n"
+"    sh[i] = omd * p[i] + decay * sh[i];\n"
+"}\n"
+"__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {\n"
+"    long j = get_global_id(0), r = get_global_id(1);\n"
+"    float x;\n"
+"    if (j >= width || r >= rows) return;\n"
+"    g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;\n"
+"    x = g[j];\n"
+"    o[j] = x / (1.0f + exp(-x)) * g[j + width];\n"
+"}\n"
+"__kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,\n"
+"                              __global float *dg, ulong dg_off) {\n"
+"    long j = get_global_id(0), r = get_global_id(1);\n"
+"    float x, up, d, sg;\n"
+"    if (j >= width || r >= rows) return;\n"
+"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n"
+"    x = g[j]; up = g[j + width]; d = da[j];\n"
+"    sg = 1.0f / (1.0f + exp(-x));\n"
+"    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));\n"
+"    dg[j + width] = d * (x * sg);\n"
+"}\n"
+"__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                        __global const float *sn, ulong sn_off, float sgn) {\n"
+"    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
+"    long r = get_global_id(1);\n"
+"    float x1, x2;\n"
+"    __global float *v;\n"
+"    if (i >= 2 * H * hf || r >= rows) return;\n"
+"    j = i % hf; h = (i / hf) % H; qk = i / (hf * H);\n"
+"    pos = (int)(r % S);\n"
+"    cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;\n"
+"    v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;\n"
+"    x1 = v[j]; x2 = v[j + hf];\n"
+"    v[j] = x1 * cs[j] - sgn * x2 * sn[j];\n"
+"    v[j + hf] = x2 * cs[j + hf] + sgn * x1 * sn[j + hf];\n"
+"}\n"
+"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
+"                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {\n"
+"    int i = get_global_id(0), b = get_global_id(1);\n"
+"    size_t o;\n"
+"    if (i >= S * D || b >= B) return;\n"
+"    halted += halted_off;\n"
+"    if (!halted[b]) return;\n"
+"    o = (size_t)b * S * D + i;\n"
+"    zh[zh_off + o] = hi[hi_off + i % D];\n"
+"    zl[zl_off + o] = li[li_off + i % D];\n"
+"}\n";
+
+static const char tr__cl_src_ops_2[] =
+"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,\n"
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
+"                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {\n"
+"    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
+"    float v;\n"
+"    if (j >= D || b >= B) return;\n"
+"    if (s < Lp) {\n"
+"        k = s * D + j;\n"
+"        v = k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f;\n"
+"    } else\n"
+"        v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];\n"
+"    if (has_pos) v = 0.707106781f * (v + wp[wp_off + (size_t)s * D + j]);\n"
+"    x[x_off + (size_t)bs * D + j] = v * scale;\n"
+"}\n"
+"tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
+"    int lid = get_local_id(0), s;\n"
+"    tr_k1_acc t;\n"
+"    sh[lid] = v;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (s = get_local_size(0) / 2; s > 0; s >>= 1) {\n"
+"        if (lid < s) sh[lid] += sh[lid + s];\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    t = sh[0];\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    return t;\n"
+"}\n"
+"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {\n"
+"    __local tr_k1_acc sh[TR_K1_WG];\n"
+"    size_t r = get_group_id(0);\n"
+"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
+"    tr_k1_acc ss = 0;\n"
+"    float inv;\n"
+"    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
+"    for (j = lid; j < D; j += n) {\n"
+"        float v = has_add ? x[j] + ad[j] : x[j];\n"
+"        o[j] = v;\n"
+"        ss += (tr_k1_acc)v * v;\n"
+"    }\n"
+"    ss = tr_k1_wg_sum(sh, ss);\n"
+"    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
+"    if (lid == 0) rstd[rstd_off + r] = inv;\n"
+"    for (j = lid; j < D; j += n) o[j] *= inv;\n"
+"}\n"
+"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"                                ulong rstd_off, __global float *dx, ulong dx_off) {\n"
+"    __local tr_k1_acc sh[TR_K1_WG];\n"
+"    size_t r = get_group_id(0);\n"
+"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
+"    tr_k1_acc dot = 0;\n"
+"    float mean, rs = rstd[rstd_off + r];\n"
+"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
+"    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
+"    dot = tr_k1_wg_sum(sh, dot);\n"
+"    mean = (float)(dot / D);\n"
+"    for (j = lid; j < D; j += n) dx[j] = rs * (dy[j] - y[j] * mean);\n"
+"}\n"
+"__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {\n"
+"    int j = get_global_id(0), b = get_global_id(1), s;\n"
+"    size_t base = (size_t)b * S * D + j;\n"
+"    tr_k1_acc ss = 0;\n"
+"    float inv;\n"
+"    if (j >= D || b >= B) return;\n"
+"    x += x_off + base; ad += ad_off + base; o += o_off + base;\n"
+"    for (s = 0; s < S; s++) {\n"
+"        float v = has_add ? x[(size_t)s * D] + ad[(size_t)s * D] : x[(size_t)s * D];\n"
+"        o[(size_t)s * D] = v;\n"
+"        ss += (tr_k1_acc)v * v;\n"
+"    }\n"
+"    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));\n"
+"    rstd[rstd_off + (size_t)b * D + j] = inv;\n"
+"    for (s = 0; s < S; s++) o[(size_t)s * D] *= inv;\n"
+"}\n";
+
+static const char tr__cl_src_ops_3[] =
+"__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,\n"
+"                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off) {\n"
+"    int j = get_global_id(0), b = get_global_id(1), s;\n"
+"    size_t base = (size_t)b * S * D + j;\n"
+"    tr_k1_acc dot = 0;\n"
+"    float mean, rs;\n"
+"    if (j >= D || b >= B) return;\n"
+"    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
+"    rs = rstd[rstd_off + (size_t)b * D + j];\n"
+"    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
+"    mean = (float)(dot / S);\n"
+"    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);\n"
+"}\n"
+"__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
+"                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
+"    __local tr_k1_acc sh[TR_K1_WG];\n"
+"    int g = get_group_id(0), b = g / 2, jj = g % 2, k, lid = get_local_id(0), n = get_local_size(0);\n"
+"    tr_k1_acc acc = 0;\n"
+"    zh += zh_off + (size_t)b * S * D; wq += wq_off + (size_t)jj * D;\n"
+"    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
+"    acc = tr_k1_wg_sum(sh, acc);\n"
+"    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
+"}\n"
+"#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
+"__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
+"    int b = get_global_id(0), t, c = 0;\n"
+"    if (b >= B) return;\n"
+"    lab += lab_off + (size_t)b * L;\n"
+"    for (t = 0; t < L; t++) c += lab[t] != -100;\n"
+"    rs[rs_off + 4 * (size_t)b + 1] = (float)c;\n"
+"}\n";
+
+static const char tr__cl_src_ops_4[] =
+"__kernel void tr_k_xent_rows(long rows, int L, int V, int type, int tpr, float grad_div, int want_grad, __global const float *x, ulong x_off,\n"
+"                             __global const int *lab, ulong lab_off, __global const float *rs, ulong rs_off, __global float *dl, ulong dl_off,\n"
+"                             __global float *ts, ulong ts_off) {\n"
+"    __local float shv[TR_K1_WG];\n"
+"    __local int shi[TR_K1_WG];\n"
+"    __local tr_k1_acc shs[TR_K1_WG];\n"
+"    int lid = get_local_id(0), lane = lid % tpr, k, s, label = -100, am = 0, act;\n"
+"    long row = (long)get_group_id(0) * (get_local_size(0) / tpr) + lid / tpr;\n"
+"    float mx = -INFINITY, xl = 0;\n"
+"    tr_k1_acc sum = 0, lp = 0, gs = 0, div = 1;\n"
+"    act = row < rows;\n"
+"    if (act) {\n"
+"        label = lab[lab_off + row];\n"
+"        x += x_off + (size_t)row * V;\n"
+"        dl += dl_off + (size_t)row * V;\n"
+"        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);\n"
+"    }\n"
+"    if (act && label != -100) {\n"
+"        am = V;\n"
+"        for (k = lane; k < V; k += tpr)\n"
+"            if (am == V || x[k] > mx) mx = x[k], am = k;\n"
+"    }\n"
+"    shv[lid] = mx; shi[lid] = am;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (s = tpr / 2; s > 0; s >>= 1) {\n"
+"        if (lane < s) {\n"
+"            float v2 = shv[lid + s];\n"
+"            int i2 = shi[lid + s];\n"
+"            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
+"        }\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    mx = shv[lid - lane]; am = shi[lid - lane];\n"
+"    if (act && label != -100) {\n"
+"        if (label >= 0 && label < V) xl = x[label];\n"
+"        for (k = lane; k < V; k += tpr) {\n"
+"            tr_k1_acc xv = x[k];\n"
+"            sum += type == 0 ? TR_K1_SS(xv) : exp(xv - (tr_k1_acc)mx);\n"
+"        }\n"
+"    }\n"
+"    shs[lid] = sum;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (s = tpr / 2; s > 0; s >>= 1) {\n"
+"        if (lane < s) shs[lid] += shs[lid + s];\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    sum = shs[lid - lane];\n"
+"    if (!act) return;\n"
+"    if (label == -100) {\n"
+"        if (want_grad)\n"
+"            for (k = lane; k < V; k += tpr) dl[k] = 0.0f;\n"
+"        if (lane == 0) ts[ts_off + 3 * (size_t)row] = ts[ts_off + 3 * (size_t)row + 1] = ts[ts_off + 3 * (size_t)row + 2] = 0.0f;\n"
+"        return;\n"
+"    }\n"
+"    if (type == 0) lp = log(TR_K1_SS((tr_k1_acc)xl) / sum);\n"
+"    else lp = (tr_k1_acc)xl - mx - log(sum);\n"
+"    gs = (tr_k1_acc)1 / (div * (tr_k1_acc)grad_div);\n"
+"    if (want_grad)\n"
+"        for (k = lane; k < V; k += tpr) {\n"
+"            tr_k1_acc xv = x[k], gk;\n"
+"            if (type == 0) {\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
+"            } else\n"
+"                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
+"            dl[k] = (float)(gk * gs);\n"
+"        }\n"
+"    if (lane == 0) {\n"
+"        float hi = (float)(-lp);\n"
+"        ts[ts_off + 3 * (size_t)row] = hi;\n"
+"        ts[ts_off + 3 * (size_t)row + 1] = (float)(-lp - hi);\n"
+"        ts[ts_off + 3 * (size_t)row + 2] = am == label ? 1.0f : 0.0f;\n"
+"    }\n"
+"}\n"
+"__kernel void tr_k_xent_reduce(int B, int L, __global const float *ts, ulong ts_off, __global float *rs, ulong rs_off) {\n"
+"    int b = get_global_id(0), t;\n"
+"    tr_k1_acc loss = 0, div;\n"
+"    float c = 0;\n"
+"    if (b >= B) return;\n"
+"    ts += ts_off + 3 * (size_t)b * L; rs += rs_off + 4 * (size_t)b;\n"
+"    for (t = 0; t < L; t++) {\n"
+"        loss += (tr_k1_acc)ts[3 * t] + (tr_k1_acc)ts[3 * t + 1];\n"
+"        c += ts[3 * t + 2];\n"
+"    }\n"
+"    div = max(rs[1], 1.0f);\n"
+"    rs[0] = (float)(loss / div);\n"
+"    rs[2] = c;\n"
+"    rs[3] = 0.0f;\n"
+"}\n";
+
+static const char tr__cl_src_ops_5[] =
+"__kernel void tr_k_embed_bwd_pos(int B, int S, int D, float f, __global const float *dx, ulong dx_off, __global float *gp, ulong gp_off) {\n"
+"    size_t i = get_global_id(0), n = (size_t)S * D;\n"
+"    int b;\n"
+"    float acc;\n"
+"    if (i >= n) return;\n"
+"    dx += dx_off + i; gp += gp_off + i;\n"
+"    acc = *gp;\n"
+"    for (b = 0; b < B; b++) acc += f * dx[(size_t)b * n];\n"
+"    *gp = acc;\n"
+"}\n"
+"__kernel void tr_k_embed_bwd_prow(int B, int S, int D, int Dp, int Lp, float f, __global const float *dx, ulong dx_off, __global float *pr, ulong pr_off) {\n"
+"    int k = get_global_id(0), b = get_global_id(1), s = k / D;\n"
+"    if (k >= Dp || b >= B || s >= Lp || s >= S) return;\n"
+"    pr[pr_off + (size_t)b * Dp + k] = f * dx[dx_off + ((size_t)b * S + s) * D + k % D];\n"
+"}\n"
+"__kernel void tr_k_embed_bwd_tok(int B, int S, int L, int Lp, int D, int V, int nchunk, float f, __global const float *dx, ulong dx_off,\n"
+"                                 __global const int *in, ulong in_off, __global float *out, ulong out_off) {\n"
+"    __local int tile[TR_K1_WG];\n"
+"    int j = get_global_id(0), v = get_global_id(1), c = get_global_id(2), lid = get_local_id(0), n = get_local_size(0), u, m;\n"
+"    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;\n"
+"    float acc = 0;\n"
+"    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;\n"
+"    if (nchunk == 1 && j < D) acc = *dst;\n"
+"    dx += dx_off + j; in += in_off;\n"
+"    for (t = t0; t < t1; t += n) {\n"
+"        m = (int)min((long)n, t1 - t);\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"        if (lid < m) tile[lid] = in[t + lid];\n"
+"        barrier(CLK_LOCAL_MEM_FENCE);\n"
+"        if (j < D)\n"
+"            for (u = 0; u < m; u++)\n"
+"                if (tile[u] == v) {\n"
+"                    long tt = t + u;\n"
+"                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];\n"
+"                }\n"
+"    }\n"
+"    if (j < D) *dst = acc;\n"
+"}\n"
+"__kernel void tr_k_embed_bwd_tok_sum(int V, int D, int nchunk, __global const float *part, ulong part_off, __global float *gt, ulong gt_off) {\n"
+"    size_t i = get_global_id(0), n = (size_t)V * D;\n"
+"    int c;\n"
+"    float acc;\n"
+"    if (i >= n) return;\n"
+"    part += part_off + i; gt += gt_off + i;\n"
+"    acc = *gt;\n"
+"    for (c = 0; c < nchunk; c++) acc += part[c * n];\n"
+"    *gt = acc;\n"
+"}\n"
+"__kernel void tr_k_qhead_bwd_dz(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *wq, ulong wq_off, __global float *dz, ulong dz_off) {\n"
+"    int k = get_global_id(0), b = get_global_id(1);\n"
+"    float g0, g1, v;\n"
+"    if (k >= D || b >= B) return;\n"
+"    dq += dq_off + 2 * (size_t)b; wq += wq_off; dz += dz_off + (size_t)b * S * D + k;\n"
+"    g0 = dq[0]; g1 = dq[1]; v = *dz;\n"
+"    if (g0 != 0.0f) v += g0 * wq[k];\n"
+"    if (g1 != 0.0f) v += g1 * wq[D + k];\n"
+"    *dz = v;\n"
+"}\n"
+"__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
+"                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
+"    int k = get_global_id(0), jj = get_global_id(1), b;\n"
+"    float acc;\n"
+"    if (k > D || jj >= 2) return;\n"
+"    dq += dq_off + jj; zh += zh_off + k;\n"
+"    if (k == D) {\n"
+"        acc = gb[gb_off + jj];\n"
+"        for (b = 0; b < B; b++)\n"
+"            if (dq[2 * b] != 0.0f) acc += dq[2 * b];\n"
+"        gb[gb_off + jj] = acc;\n"
+"        return;\n"
+"    }\n"
+"    gw += gw_off + (size_t)jj * D + k;\n"
+"    acc = *gw;\n"
+"    for (b = 0; b < B; b++) {\n"
+"        float g = dq[2 * b];\n"
+"        if (g != 0.0f) acc += g * zh[(size_t)b * S * D];\n"
+"    }\n"
+"    *gw = acc;\n"
+"}\n";
+
+static const char tr__cl_src_ops_6[] =
+"__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n"
+"                           __global const int *gst, ulong gst_off, __global const int *ord, ulong ord_off, __global const float *pr, ulong pr_off) {\n"
+"    int k = get_global_id(0), g = get_global_id(1), j, j1;\n"
+"    float sum = 0, sg;\n"
+"    __global float *row;\n"
+"    if (k >= Dp || g >= ng) return;\n"
+"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
+"    j1 = gst[g + 1];\n"
+"    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
+"    sg = (float)((sum > 0) - (sum < 0));\n"
+"    row = tab + tab_off + (size_t)gid[gid_off + g] * Dp + k;\n"
+"    *row = *row * decay - lr * sg;\n"
+"}\n";
+
+#define TR__CL_SRC_OPS_N 6
+
+static const char *const tr__cl_src_ops[TR__CL_SRC_OPS_N] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6};
+
+
+/* Host wrappers. Each launches its kernels on the in-order queue and returns the launch status; none blocks. */
+
+/* Largest power of two <= want that the device accepts as a work-group size in dimension 0 (the kernels' __local arrays
+   hold TR_K1_WG = 256 entries, so want <= 256). */
+TR__FN size_t tr__cl_k1_wg(tr__cl *cl, size_t want) {
+    const tr__cl_info *in = tr__cl_get_info(cl);
+    size_t cap = in && in->max_wg ? in->max_wg : 1, w = 1;
+    if (in && in->max_item[0] && in->max_item[0] < cap) cap = in->max_item[0];
+    while (w * 2 <= want && w * 2 <= cap && w * 2 <= 256) w *= 2;
+    return w;
+}
+
+TR__FN size_t tr__cl_k1_pow2ceil(size_t n) {
+    size_t w = 1;
+    while (w < n) w *= 2;
+    return w;
+}
+
+TR__FN size_t tr__cl_k1_round(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* 1-D launch of n work-items in groups of 256 (or the device maximum). */
+TR__FN tr_status tr__cl_k1_launch1(tr__cl *cl, const char *name, size_t n, const tr__clargs *A) {
+    size_t l = tr__cl_k1_wg(cl, 256), g = tr__cl_k1_round(n, l);
+    return tr__cl_launch(cl, name, 1, &g, &l, A);
+}
+
+/* 2-D launch over (n0, n1): a group is (l0, l1) with l0 the smallest power of two covering n0 (at most 256) and
+   l0 * l1 = 256, so narrow rows still fill a group; dimension 0 is the contiguous one. */
+TR__FN tr_status tr__cl_k1_launch2(tr__cl *cl, const char *name, size_t n0, size_t n1, const tr__clargs *A) {
+    const tr__cl_info *in = tr__cl_get_info(cl);
+    size_t wg = tr__cl_k1_wg(cl, 256), l[2], g[2];
+    l[0] = TR__MIN(tr__cl_k1_pow2ceil(n0), wg);
+    l[1] = wg / l[0];
+    while (l[1] > 1 && (l[1] > n1 || (in && in->max_item[1] && l[1] > in->max_item[1]))) l[1] /= 2;
+    g[0] = tr__cl_k1_round(n0, l[0]);
+    g[1] = tr__cl_k1_round(n1, l[1]);
+    return tr__cl_launch(cl, name, 2, g, l, A);
+}
+
+/* One work-group per row of D: a power of two near D / 4 work-items (32..256), so each strides over ~4 elements. */
+TR__FN tr_status tr__cl_k1_launch_rows(tr__cl *cl, const char *name, size_t rows, size_t D, const tr__clargs *A) {
+    size_t l = tr__cl_k1_wg(cl, TR__MAX((size_t)32, TR__MIN((size_t)256, tr__cl_k1_pow2ceil((D + 3) / 4)))), g = rows * l;
+    return tr__cl_launch(cl, name, 1, &g, &l, A);
+}
+
+TR__FN tr_status tr__cl_add(tr__cl *cl, size_t n, const float *a, const float *b, float *y) {
+    tr__clargs A;
+    if (n == 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, a);
+    tr__cla_buf(&A, b);
+    tr__cla_buf(&A, y);
+    return tr__cl_k1_launch1(cl, "tr_k_add", n, &A);
+}
+
+TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__clargs A;
+    if (rows <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, D);
+    tr__cla_f32(&A, eps);
+    tr__cla_i32(&A, add != NULL);
+    tr__cla_buf(&A, x);
+    tr__cla_buf(&A, add);
+    tr__cla_buf(&A, out);
+    tr__cla_buf(&A, rstd);
+    return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
+}
+
+TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__clargs A;
+    if (rows <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, dy);
+    tr__cla_buf(&A, y);
+    tr__cla_buf(&A, rstd);
+    tr__cla_buf(&A, dx);
+    return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
+}
+
+/* Column norms: one work-item per (b, channel) walks S; dimension 0 runs over channels so each step of the walk reads
+   a contiguous run of the row. */
+TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__clargs A;
+    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_f32(&A, eps);
+    tr__cla_i32(&A, add != NULL);
+    tr__cla_buf(&A, x);
+    tr__cla_buf(&A, add);
+    tr__cla_buf(&A, out);
+    tr__cla_buf(&A, rstd);
+    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_fwd", (size_t)D, (size_t)B, &A);
+}
+
+TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__clargs A;
+    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, dy);
+    tr__cla_buf(&A, y);
+    tr__cla_buf(&A, rstd);
+    tr__cla_buf(&A, dx);
+    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_bwd", (size_t)D, (size_t)B, &A);
+}
+
+TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+    tr__clargs A;
+    if (rows <= 0 || width <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, rows);
+    tr__cla_i64(&A, width);
+    tr__cla_buf(&A, g);
+    tr__cla_i64(&A, (int64_t)g_stride);
+    tr__cla_buf(&A, out);
+    tr__cla_i64(&A, (int64_t)out_stride);
+    return tr__cl_k1_launch2(cl, "tr_k_swiglu_fwd", (size_t)width, (size_t)rows, &A);
+}
+
+TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
+    tr__clargs A;
+    if (rows <= 0 || width <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, rows);
+    tr__cla_i64(&A, width);
+    tr__cla_buf(&A, g);
+    tr__cla_i64(&A, (int64_t)g_stride);
+    tr__cla_buf(&A, da);
+    tr__cla_i64(&A, (int64_t)da_stride);
+    tr__cla_buf(&A, dg);
+    return tr__cl_k1_launch2(cl, "tr_k_swiglu_bwd", (size_t)width, (size_t)rows, &A);
+}
+
+/* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
+TR__FN tr_status tr__cl_rope(tr__cl *cl, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    tr__clargs A;
+    if (rows <= 0 || S <= 0 || H <= 0 || hd < 2) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, rows);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, H);
+    tr__cla_i32(&A, hd);
+    tr__cla_buf(&A, qkv);
+    tr__cla_buf(&A, cosv);
+    tr__cla_buf(&A, sinv);
+    tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
+    return tr__cl_k1_launch2(cl, "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
+}
+
+/* The scalar factors are formed on the host exactly as tr__adam_atan2_ref forms them. */
+TR__FN tr_status tr__cl_adam_atan2(tr__cl *cl, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1, float bc2) {
+    tr__clargs A;
+    if (n == 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, p);
+    tr__cla_buf(&A, g);
+    tr__cla_buf(&A, m);
+    tr__cla_buf(&A, v);
+    tr__cla_f32(&A, 1.0f - lr * wd);
+    tr__cla_f32(&A, lr / bc1);
+    tr__cla_f32(&A, sqrtf(bc2));
+    tr__cla_f32(&A, 1.0f - b1);
+    tr__cla_f32(&A, 1.0f - b2);
+    return tr__cl_k1_launch1(cl, "tr_k_adam_atan2", n, &A);
+}
+
+TR__FN tr_status tr__cl_ema(tr__cl *cl, size_t n, float *shadow, const float *p, float decay) {
+    tr__clargs A;
+    if (n == 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, shadow);
+    tr__cla_buf(&A, p);
+    tr__cla_f32(&A, 1.0f - decay);
+    tr__cla_f32(&A, decay);
+    return tr__cl_k1_launch1(cl, "tr_k_ema", n, &A);
+}
+
+TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, const float *W_tok, const float *W_pos, const float *puzzle_emb,
+                                  const int32_t *inputs, const int32_t *pids, float *x) {
+    tr__clargs A;
+    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, L);
+    tr__cla_i32(&A, Lp);
+    tr__cla_i32(&A, D);
+    tr__cla_i32(&A, Dp);
+    tr__cla_f32(&A, sqrtf((float)D));
+    tr__cla_i32(&A, W_pos != NULL);
+    tr__cla_buf(&A, W_tok);
+    tr__cla_buf(&A, W_pos);
+    tr__cla_buf(&A, puzzle_emb);
+    tr__cla_buf(&A, inputs);
+    tr__cla_buf(&A, pids);
+    tr__cla_buf(&A, x);
+    return tr__cl_k1_launch2(cl, "tr_k_embed_fwd", (size_t)D, (size_t)B * S, &A);
+}
+
+#define TR__CL_SLOT_EMB 3  /* tr__cl_scratch slot of the token-gradient chunk partials */
+#define TR__CL_SLOT_XENT 4 /* tr__cl_scratch slot of the cross-entropy per-token statistics */
+
+/* Token gradients without atomics: work-group (channel block, v, chunk) scans its chunk of the B*L tokens in order
+   (staged through local memory) and sums f*dx over the tokens equal to v. With one chunk it adds straight into g_tok
+   in the CPU's (b, s) order; with several, the chunk partials go to scratch and a second kernel adds them in chunk
+   order. Chunks are used only to give a wide device enough groups when V * D is small (the usual tiny vocabularies);
+   the scan costs B*L*V compares in all, so very large vocabularies are slower but still correct. */
+TR__FN tr_status tr__cl_embed_bwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, int V, const float *dx, const int32_t *inputs, float *g_tok,
+                                  float *g_pos, float *prow) {
+    const tr__cl_info *in = tr__cl_get_info(cl);
+    float f = g_pos ? sqrtf((float)D) * 0.707106781f : sqrtf((float)D);
+    size_t l[3], g[3], T = (size_t)B * L, nblk, want, nchunk;
+    float *part = NULL;
+    tr__clargs A;
+    tr_status st;
+    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
+    if (g_pos) {
+        tr__cla_init(&A);
+        tr__cla_i32(&A, B);
+        tr__cla_i32(&A, S);
+        tr__cla_i32(&A, D);
+        tr__cla_f32(&A, f);
+        tr__cla_buf(&A, dx);
+        tr__cla_buf(&A, g_pos);
+        if ((st = tr__cl_k1_launch1(cl, "tr_k_embed_bwd_pos", (size_t)S * D, &A)) != TR_OK) return st;
+    }
+    if (prow && Dp > 0 && Lp > 0) {
+        tr__cla_init(&A);
+        tr__cla_i32(&A, B);
+        tr__cla_i32(&A, S);
+        tr__cla_i32(&A, D);
+        tr__cla_i32(&A, Dp);
+        tr__cla_i32(&A, Lp);
+        tr__cla_f32(&A, f);
+        tr__cla_buf(&A, dx);
+        tr__cla_buf(&A, prow);
+        if ((st = tr__cl_k1_launch2(cl, "tr_k_embed_bwd_prow", (size_t)Dp, (size_t)B, &A)) != TR_OK) return st;
+    }
+    if (T == 0 || V <= 0 || S <= Lp) return TR_OK;
+    l[0] = tr__cl_k1_wg(cl, TR__MIN((size_t)256, TR__MAX((size_t)32, tr__cl_k1_pow2ceil((size_t)D))));
+    l[1] = l[2] = 1;
+    nblk = ((size_t)D + l[0] - 1) / l[0];
+    /* ~8 groups per compute unit, chunks of >= 256 tokens, at most 64 chunks and 4M floats of partials */
+    want = (8 * (in && in->compute_units ? in->compute_units : 1) + nblk * V - 1) / (nblk * V);
+    nchunk = TR__MIN(TR__MIN(want, T / 256), TR__MIN((size_t)64, ((size_t)4 << 20) / ((size_t)V * D)));
+    if (nchunk < 2) nchunk = 1;
+    else if (!(part = tr__cl_scratch(cl, TR__CL_SLOT_EMB, nchunk * V * D)))
+        return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    g[0] = nblk * l[0];
+    g[1] = (size_t)V;
+    g[2] = nchunk;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, L);
+    tr__cla_i32(&A, Lp);
+    tr__cla_i32(&A, D);
+    tr__cla_i32(&A, V);
+    tr__cla_i32(&A, (int32_t)nchunk);
+    tr__cla_f32(&A, f);
+    tr__cla_buf(&A, dx);
+    tr__cla_buf(&A, inputs);
+    tr__cla_buf(&A, part ? part : g_tok);
+    if ((st = tr__cl_launch(cl, "tr_k_embed_bwd_tok", 3, g, l, &A)) != TR_OK || !part) return st;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, V);
+    tr__cla_i32(&A, D);
+    tr__cla_i32(&A, (int32_t)nchunk);
+    tr__cla_buf(&A, part);
+    tr__cla_buf(&A, g_tok);
+    return tr__cl_k1_launch1(cl, "tr_k_embed_bwd_tok_sum", (size_t)V * D, &A);
+}
+
+TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *halted, const float *H_init, const float *L_init, float *z_H, float *z_L) {
+    tr__clargs A;
+    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, halted);
+    tr__cla_buf(&A, H_init);
+    tr__cla_buf(&A, L_init);
+    tr__cla_buf(&A, z_H);
+    tr__cla_buf(&A, z_L);
+    return tr__cl_k1_launch2(cl, "tr_k_refill", (size_t)S * D, (size_t)B, &A);
+}
+
+/* Cross-entropy in three launches: the label count of each sequence (into rowstat[4b+1]); the token rows, tpr work-items
+   per row (a power of two near V / 4, so tiny vocabularies pack many rows into one group), writing dlogits and per-token
+   (loss as a hi + lo float pair, correct) to scratch; then the per-sequence sums in token order. */
+TR__FN tr_status tr__cl_xent(tr__cl *cl, int B, int L, int V, int loss_type, const float *logits, const int32_t *labels, float grad_div, float *dlogits,
+                             float *rowstat) {
+    size_t rows = (size_t)B * L, l = tr__cl_k1_wg(cl, 256), tpr = TR__MIN(l, tr__cl_k1_pow2ceil(((size_t)V + 3) / 4)), g;
+    float *ts;
+    tr__clargs A;
+    tr_status st;
+    if (B <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, L);
+    tr__cla_buf(&A, labels);
+    tr__cla_buf(&A, rowstat);
+    if ((st = tr__cl_k1_launch1(cl, "tr_k_xent_count", (size_t)B, &A)) != TR_OK) return st;
+    if (rows == 0 || V <= 0) { /* no tokens: the sums below see none */
+        rows = 0;
+        ts = NULL;
+    } else if (!(ts = tr__cl_scratch(cl, TR__CL_SLOT_XENT, 3 * rows)))
+        return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    else {
+        g = (rows + l / tpr - 1) / (l / tpr) * l;
+        tr__cla_init(&A);
+        tr__cla_i64(&A, (int64_t)rows);
+        tr__cla_i32(&A, L);
+        tr__cla_i32(&A, V);
+        tr__cla_i32(&A, loss_type == TR_LOSS_STABLEMAX ? 0 : 1);
+        tr__cla_i32(&A, (int32_t)tpr);
+        tr__cla_f32(&A, grad_div);
+        tr__cla_i32(&A, dlogits != NULL);
+        tr__cla_buf(&A, logits);
+        tr__cla_buf(&A, labels);
+        tr__cla_buf(&A, rowstat);
+        tr__cla_buf(&A, dlogits);
+        tr__cla_buf(&A, ts);
+        if ((st = tr__cl_launch(cl, "tr_k_xent_rows", 1, &g, &l, &A)) != TR_OK) return st;
+    }
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, rows ? L : 0);
+    tr__cla_buf(&A, ts);
+    tr__cla_buf(&A, rowstat);
+    return tr__cl_k1_launch1(cl, "tr_k_xent_reduce", (size_t)B, &A);
+}
+
+TR__FN tr_status tr__cl_qhead_fwd(tr__cl *cl, int B, int S, int D, const float *z_H, const float *W_q, const float *b_q, float *q) {
+    tr__clargs A;
+    if (B <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, z_H);
+    tr__cla_buf(&A, W_q);
+    tr__cla_buf(&A, b_q);
+    tr__cla_buf(&A, q);
+    return tr__cl_k1_launch_rows(cl, "tr_k_qhead_fwd", (size_t)2 * B, (size_t)D, &A);
+}
+
+TR__FN tr_status tr__cl_qhead_bwd(tr__cl *cl, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq) {
+    tr__clargs A;
+    tr_status st;
+    if (B <= 0 || D <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, dq);
+    tr__cla_buf(&A, W_q);
+    tr__cla_buf(&A, dz);
+    if ((st = tr__cl_k1_launch2(cl, "tr_k_qhead_bwd_dz", (size_t)D, (size_t)B, &A)) != TR_OK) return st;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, B);
+    tr__cla_i32(&A, S);
+    tr__cla_i32(&A, D);
+    tr__cla_buf(&A, dq);
+    tr__cla_buf(&A, z_H);
+    tr__cla_buf(&A, g_Wq);
+    tr__cla_buf(&A, g_bq);
+    return tr__cl_k1_launch2(cl, "tr_k_qhead_bwd_w", (size_t)D + 1, 2, &A);
+}
+
+TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, const int32_t *gid, const int32_t *gstart, const int32_t *order, const float *prow,
+                                float lr, float wd) {
+    tr__clargs A;
+    if (Dp <= 0 || ngroups <= 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i32(&A, Dp);
+    tr__cla_i32(&A, ngroups);
+    tr__cla_f32(&A, 1.0f - lr * wd);
+    tr__cla_f32(&A, lr);
+    tr__cla_buf(&A, table);
+    tr__cla_buf(&A, gid);
+    tr__cla_buf(&A, gstart);
+    tr__cla_buf(&A, order);
+    tr__cla_buf(&A, prow);
+    return tr__cl_k1_launch2(cl, "tr_k_signsgd", (size_t)Dp, (size_t)ngroups, &A);
+}
+
+/* >>opencl-ops-end */
+
+/* >>cl-gemm (K2): SGEMM and attention kernels of the OpenCL backend, and their host wrappers.
+   SGEMM (tr_k_sgemm): C tile TM x TN per work-group of (TN/WN) x (TM/WM) work-items, each owning WM x WN outputs
+     in registers; A and B tiles TK deep staged in local memory as As[k][m], Bs[k][n] (+pad), the transposes
+     absorbed by the staging (consecutive work-items read consecutive addresses of A or B whichever way it is
+     stored), so all four cases share one inner loop; the next tile is fetched into registers while the current
+     one is multiplied. Work-item outputs are strided by the thread grid (VW = 1: conflict-free scalar local
+     reads) or in runs of 4 (VW = 4: float4 local reads). Everything is bounds-checked (any M, N, K, lda...).
+     The third grid dimension indexes the batch, or the pieces of a split: when C has too few tiles to fill the
+     device and K is long (the weight gradients, K = 74496), K is cut into a fixed number of chunks whose partials
+     go to scratch and tr_k_gemm_reduce sums them in order; a batched product with sC == 0 is a single long sum
+     over (batch, k) per group of batches, likewise reduced in group order. No atomics: results are deterministic
+     for a given device and tile configuration.
+   Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
+     env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides). The host recomputes the same choice at
+     each launch, so the variable must not change while a device is open (a mismatch fails the launch through
+     reqd_work_group_size rather than computing garbage, unless only TK differs).
+   Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
+     looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
+     dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
+     S x S touches global memory. Kernels for hd <= 64 and hd <= 256 (registers per work-item). */
+static const char tr__cl_src_gemm_1[] =
+"/* tinyrec OpenCL SGEMM (K2). Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
+" outputs (strided by the thread grid, or in runs of VW=4 for float4 local reads). */\n"
+"#ifndef TR_GEMM_TM\n"
+"#define TR_GEMM_TM 32\n"
+"#endif\n"
+"#ifndef TR_GEMM_TN\n"
+"#define TR_GEMM_TN 32\n"
+"#endif\n"
+"#ifndef TR_GEMM_TK\n"
+"#define TR_GEMM_TK 8\n"
+"#endif\n"
+"#ifndef TR_GEMM_WM\n"
+"#define TR_GEMM_WM 4\n"
+"#endif\n"
+"#ifndef TR_GEMM_WN\n"
+"#define TR_GEMM_WN 4\n"
+"#endif\n"
+"#ifndef TR_GEMM_VW\n"
+"#define TR_GEMM_VW 1\n"
+"#endif\n"
+"#define TR_RM (TR_GEMM_TM / TR_GEMM_WM)\n"
+"#define TR_RN (TR_GEMM_TN / TR_GEMM_WN)\n"
+"#define TR_NT (TR_RM * TR_RN)\n"
+"#define TR_LA (TR_GEMM_TM * TR_GEMM_TK / TR_NT)\n"
+"#define TR_LB (TR_GEMM_TN * TR_GEMM_TK / TR_NT)\n"
+"#if TR_GEMM_VW == 4\n"
+"#define TR_GPAD 4\n"
+"#define TR_ROWA(i) (((i) >> 2) * (TR_RM * 4) + ty * 4 + ((i) & 3))\n"
+"#define TR_COLB(j) (((j) >> 2) * (TR_RN * 4) + tx * 4 + ((j) & 3))\n"
+"#else\n"
+"#define TR_GPAD 1\n"
+"#define TR_ROWA(i) ((i) * TR_RM + ty)\n"
+"#define TR_COLB(j) ((j) * TR_RN + tx)\n"
+"#endif\n"
+"/* The kernel's name carries its tile configuration, so that a host that computed another one fails to find it. */\n"
+"#define TR_GNAME2(a, b, c, d, e, f) tr_k_sgemm_##a##_##b##_##c##_##d##_##e##_##f\n"
+"#define TR_GNAME(a, b, c, d, e, f) TR_GNAME2(a, b, c, d, e, f)\n"
+"#define TR_SA (TR_GEMM_TM + TR_GPAD)\n"
+"#define TR_SB (TR_GEMM_TN + TR_GPAD)\n"
+"/* (m, k) of the l-th A element a thread stages: along k when A is row-major (ta = 0), along m when\n"
+" transposed, so consecutive work-items read consecutive addresses either way; same for B. */\n"
+"#define TR_AIDX(l)                                                                    \\\n"
+"  e = tid + (l) * TR_NT;                                                            \\\n"
+"  if (ta) { mm = e % TR_GEMM_TM; kk = e / TR_GEMM_TM; }                             \\\n"
+"  else { kk = e % TR_GEMM_TK; mm = e / TR_GEMM_TK; }\n"
+"#define TR_BIDX(l)                                                                    \\\n"
+"  e = tid + (l) * TR_NT;                                                            \\\n"
+"  if (tb) { kk = e % TR_GEMM_TK; mm = e / TR_GEMM_TK; }                             \\\n"
+"  else { mm = e % TR_GEMM_TN; kk = e / TR_GEMM_TN; }\n";
+static const char tr__cl_src_gemm_2[] =
+"/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
+" z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC. */\n"
+"__kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1)))\n"
+"void TR_GNAME(TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK, TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,\n"
+"        __global const float *B, ulong B_off, long ldb, long sB,\n"
+"        __global float *C, ulong C_off, long ldc, long sC,\n"
+"        int M, int N, int K, int ta, int tb, int acc, int nb, int bpg, int ks, int kc, int z0) {\n"
+"#if TR_GEMM_VW == 4\n"
+"  __local float4 As4[TR_GEMM_TK * TR_SA / 4], Bs4[TR_GEMM_TK * TR_SB / 4];\n"
+"  __local float *As = (__local float *)As4, *Bs = (__local float *)Bs4;\n"
+"#else\n"
+"  __local float As[TR_GEMM_TK * TR_SA], Bs[TR_GEMM_TK * TR_SB];\n"
+"#endif\n"
+"  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * TR_RN + tx;\n"
+"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
+"  const int z = z0 + get_group_id(2), bz = z / ks, kz = z - bz * ks;\n"
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
+"  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
+"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
+"  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];\n"
+"  int i, j, l, t, e, mm, kk;\n"
+"  A += A_off;\n"
+"  B += B_off;\n"
+"  C += C_off + (long)z * sC;\n"
+"#pragma unroll\n"
+"  for (i = 0; i < TR_GEMM_WM; i++)\n"
+"#pragma unroll\n"
+"    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;\n"
+"  for (t = -1; t < nt; t++) {\n"
+"    if (t >= 0) { /* stage the registers fetched last round */\n"
+"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"      for (l = 0; l < TR_LA; l++) { TR_AIDX(l) As[kk * TR_SA + mm] = ra[l]; }\n"
+"#pragma unroll\n"
+"      for (l = 0; l < TR_LB; l++) { TR_BIDX(l) Bs[kk * TR_SB + mm] = rb[l]; }\n"
+"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    if (t + 1 < nt) { /* fetch the next tile into registers while this one is computed */\n"
+"      const int tb_ = (t + 1) / ntk, k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
+"      __global const float *Ab = A + (long)(b0 + tb_) * sA, *Bb = B + (long)(b0 + tb_) * sB;\n"
+"#pragma unroll\n"
+"      for (l = 0; l < TR_LA; l++) {\n"
+"        TR_AIDX(l)\n"
+"        mm += m0, kk += k0;\n"
+"        ra[l] = (mm < M && kk < ke) ? Ab[ta ? (long)kk * lda + mm : (long)mm * lda + kk] : 0.0f;\n"
+"      }\n"
+"#pragma unroll\n"
+"      for (l = 0; l < TR_LB; l++) {\n"
+"        TR_BIDX(l)\n"
+"        mm += n0, kk += k0;\n"
+"        rb[l] = (mm < N && kk < ke) ? Bb[tb ? (long)mm * ldb + kk : (long)kk * ldb + mm] : 0.0f;\n"
+"      }\n"
+"    }\n"
+"    if (t >= 0) {\n"
+"#pragma unroll\n"
+"      for (kk = 0; kk < TR_GEMM_TK; kk++) {\n"
+"        float a[TR_GEMM_WM], b[TR_GEMM_WN];\n"
+"#if TR_GEMM_VW == 4\n"
+"#pragma unroll\n"
+"        for (i = 0; i < TR_GEMM_WM / 4; i++) {\n"
+"          float4 v = As4[(kk * TR_SA + i * TR_RM * 4 + ty * 4) >> 2];\n"
+"          a[4 * i] = v.s0, a[4 * i + 1] = v.s1, a[4 * i + 2] = v.s2, a[4 * i + 3] = v.s3;\n"
+"        }\n"
+"#pragma unroll\n"
+"        for (j = 0; j < TR_GEMM_WN / 4; j++) {\n"
+"          float4 v = Bs4[(kk * TR_SB + j * TR_RN * 4 + tx * 4) >> 2];\n"
+"          b[4 * j] = v.s0, b[4 * j + 1] = v.s1, b[4 * j + 2] = v.s2, b[4 * j + 3] = v.s3;\n"
+"        }\n"
+"#else\n"
+"#pragma unroll\n"
+"        for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[kk * TR_SA + TR_ROWA(i)];\n"
+"#pragma unroll\n"
+"        for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[kk * TR_SB + TR_COLB(j)];\n"
+"#endif\n"
+"#pragma unroll\n"
+"        for (i = 0; i < TR_GEMM_WM; i++)\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_3[] =
+"          for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"#pragma unroll\n"
+"  for (i = 0; i < TR_GEMM_WM; i++) {\n"
+"    const int m = m0 + TR_ROWA(i);\n"
+"    if (m < M) {\n"
+"      __global float *cr = C + (long)m * ldc;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < TR_GEMM_WN; j++) {\n"
+"        const int n = n0 + TR_COLB(j);\n"
+"        if (n < N) cr[n] = acc ? cr[n] + c[i][j] : c[i][j];\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
+"__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
+"               __global float *C, ulong C_off, long ldc, int acc) {\n"
+"  const int n = get_global_id(0), m = get_global_id(1);\n"
+"  const long mn = (long)M * N, idx = (long)m * N + n;\n"
+"  float s;\n"
+"  int z;\n"
+"  if (n >= N || m >= M) return;\n"
+"  P += P_off;\n"
+"  C += C_off + (long)m * ldc + n;\n"
+"  s = acc ? *C : 0.0f;\n"
+"  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
+"  *C = s;\n"
+"}\n";
+static const char tr__cl_src_gemm_4[] =
+"/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
+" head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
+"#define TR_ATT_TD 16\n"
+"#define TR_QROW(r) (qkv + ((long)b * S + (r)) * ld + (long)h * hd)\n"
+"static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,\n"
+"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC) {\n"
+"  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
+"  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
+"  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;\n"
+"  const long ld = 3L * D;\n"
+"  const float scale = 1.0f / sqrt((float)hd);\n"
+"  float oa[16], m = -INFINITY, l = 0.0f, mx, al, ps, p;\n"
+"  int e, i, j, d, c, k0, kn;\n"
+"  for (c = 0; c < NC; c++) oa[c] = 0.0f;\n"
+"  for (e = tid; e < BQ * hd; e += NTH) {\n"
+"    i = e / hd, d = e - i * hd;\n"
+"    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;\n"
+"  }\n"
+"  for (k0 = 0; k0 < S; k0 += BK) {\n"
+"    kn = min(BK, S - k0);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (e = tid; e < kn * hd; e += NTH) {\n"
+"      j = e / hd, d = e - j * hd;\n"
+"      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];\n"
+"      Vs[j * hd + d] = TR_QROW(k0 + j)[2 * D + d];\n"
+"    }\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    { /* scores of keys dj + TD*n (n < 4: BK <= 64), q[d] read once for the four */\n"
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd;\n"
+"      for (d = 0; d < hd; d++) {\n"
+"        qd = Qs[qi * sk + d];\n"
+"        for (c = 0; c < 4; c++)\n"
+"          if (dj + TR_ATT_TD * c < kn) s4[c] = fma(qd, Ks[(dj + TR_ATT_TD * c) * sk + d], s4[c]);\n"
+"      }\n"
+"      for (c = 0; c < 4; c++)\n"
+"        if (dj + TR_ATT_TD * c < BK) Ps[qi * sp + dj + TR_ATT_TD * c] = dj + TR_ATT_TD * c < kn ? s4[c] * scale : -INFINITY;\n"
+"    }\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    mx = m;\n"
+"    for (j = 0; j < kn; j++) mx = fmax(mx, Ps[qi * sp + j]);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (j = dj; j < kn; j += TR_ATT_TD) Ps[qi * sp + j] = exp(Ps[qi * sp + j] - mx);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    al = exp(m - mx);\n"
+"    m = mx;\n"
+"    ps = 0.0f;\n"
+"    for (c = 0; c < NC; c++) oa[c] *= al;\n"
+"    for (j = 0; j < kn; j++) {\n"
+"      p = Ps[qi * sp + j];\n"
+"      ps += p;\n"
+"      for (c = 0; c < NC; c++) {\n"
+"        d = dj + TR_ATT_TD * c;\n"
+"        if (d < hd) oa[c] = fma(p, Vs[j * hd + d], oa[c]);\n"
+"      }\n"
+"    }\n"
+"    l = l * al + ps;\n"
+"  }\n"
+"  if (q0 + qi < S) {\n"
+"    __global float *orow = o + ((long)b * S + q0 + qi) * D + (long)h * hd;\n"
+"    for (c = 0; c < NC; c++) {\n"
+"      d = dj + TR_ATT_TD * c;\n"
+"      if (d < hd) orow[d] = oa[c] / l;\n"
+"    }\n"
+"    if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);\n"
+"  }\n"
+"}\n"
+"#define TR_ATT_FWD(NAME, NC)                                                                                         \\\n"
+"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
+"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
+"           __local float *Vs, __local float *Ps) {                                                       \\\n"
+"    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC);                 \\\n"
+"  }\n"
+"TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
+"TR_ATT_FWD(tr_k_att_fwd256, 16)\n";
+static const char tr__cl_src_gemm_5[] =
+"/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
+"__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
+"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {\n"
+"  const long r = get_global_id(0);\n"
+"  long bh, i, base;\n"
+"  float s = 0.0f;\n"
+"  int d;\n"
+"  if (r >= (long)B * H * S) return;\n"
+"  bh = r / S, i = r - bh * S;\n"
+"  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n"
+"  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);\n"
+"  Dv[Dv_off + r] = s;\n"
+"}\n";
+static const char tr__cl_src_gemm_6[] =
+"/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
+" blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
+"static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
+"            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
+"            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
+"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC) {\n"
+"  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
+"  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
+"  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;\n"
+"  const long ld = 3L * D, lrow = ((long)b * H + h) * S;\n"
+"  const float scale = 1.0f / sqrt((float)hd);\n"
+"  float dk[16], dv[16], p, ds;\n"
+"  int e, i, j, d, c, i0, qn;\n"
+"  for (c = 0; c < NC; c++) dk[c] = dv[c] = 0.0f;\n"
+"  for (e = tid; e < BKb * hd; e += NTH) {\n"
+"    j = e / hd, d = e - j * hd;\n"
+"    Ks[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[D + d] : 0.0f;\n"
+"    Vs[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[2 * D + d] : 0.0f;\n"
+"  }\n"
+"  for (i0 = 0; i0 < S; i0 += BQb) {\n"
+"    qn = min(BQb, S - i0);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (e = tid; e < qn * hd; e += NTH) {\n"
+"      i = e / hd, d = e - i * hd;\n"
+"      Qs[i * sk + d] = TR_QROW(i0 + i)[d];\n"
+"      Os[i * sk + d] = dO[((long)b * S + i0 + i) * D + (long)h * hd + d];\n"
+"    }\n"
+"    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n"
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n"
+"      for (d = 0; d < hd; d++) {\n"
+"        kd = Ks[kj * sk + d], vd = Vs[kj * sk + d];\n"
+"        for (c = 0; c < 4; c++)\n"
+"          if (dj + TR_ATT_TD * c < qn) {\n"
+"            s4[c] = fma(Qs[(dj + TR_ATT_TD * c) * sk + d], kd, s4[c]);\n"
+"            p4[c] = fma(Os[(dj + TR_ATT_TD * c) * sk + d], vd, p4[c]);\n"
+"          }\n"
+"      }\n"
+"      for (c = 0; c < 4; c++) {\n"
+"        i = dj + TR_ATT_TD * c;\n"
+"        if (i < qn) {\n"
+"          p = j0 + kj < S ? exp(s4[c] * scale - Ls[i]) : 0.0f;\n"
+"          Ps[i * sp + kj] = p;\n"
+"          Ss[i * sp + kj] = p * (p4[c] - Ls[BQb + i]);\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (i = 0; i < qn; i++) {\n"
+"      p = Ps[i * sp + kj], ds = Ss[i * sp + kj];\n"
+"      for (c = 0; c < NC; c++) {\n"
+"        d = dj + TR_ATT_TD * c;\n"
+"        if (d < hd) {\n"
+"          dv[c] = fma(p, Os[i * sk + d], dv[c]);\n"
+"          dk[c] = fma(ds, Qs[i * sk + d], dk[c]);\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"  if (j0 + kj < S) {\n"
+"    __global float *r = dqkv + ((long)b * S + j0 + kj) * ld + (long)h * hd;\n"
+"    for (c = 0; c < NC; c++) {\n"
+"      d = dj + TR_ATT_TD * c;\n"
+"      if (d < hd) r[D + d] = dk[c] * scale, r[2 * D + d] = dv[c];\n"
+"    }\n"
+"  }\n"
+"}\n"
+"#define TR_ATT_DKDV(NAME, NC)                                                                                      \\\n"
+"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
+"           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
+"           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n";
+static const char tr__cl_src_gemm_7[] =
+"           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
+"           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \\\n"
+"    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n"
+"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC);                                                              \\\n"
+"  }\n"
+"TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n";
+static const char tr__cl_src_gemm_8[] =
+"/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
+"static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
+"           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
+"           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
+"           const int NC) {\n"
+"  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
+"  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
+"  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;\n"
+"  const long ld = 3L * D, lrow = ((long)b * H + h) * S;\n"
+"  const float scale = 1.0f / sqrt((float)hd);\n"
+"  const int qv = q0 + qi < S;\n"
+"  const float li = qv ? lse[lrow + q0 + qi] : 0.0f, di = qv ? Dv[lrow + q0 + qi] : 0.0f;\n"
+"  float dq[16], ds;\n"
+"  int e, i, j, d, c, k0, kn;\n"
+"  for (c = 0; c < NC; c++) dq[c] = 0.0f;\n"
+"  for (e = tid; e < BQ * hd; e += NTH) {\n"
+"    i = e / hd, d = e - i * hd;\n"
+"    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;\n"
+"    Os[i * sk + d] = q0 + i < S ? dO[((long)b * S + q0 + i) * D + (long)h * hd + d] : 0.0f;\n"
+"  }\n"
+"  for (k0 = 0; k0 < S; k0 += BKc) {\n"
+"    kn = min(BKc, S - k0);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (e = tid; e < kn * hd; e += NTH) {\n"
+"      j = e / hd, d = e - j * hd;\n"
+"      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];\n"
+"      Vs[j * sk + d] = TR_QROW(k0 + j)[2 * D + d];\n"
+"    }\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n"
+"      for (d = 0; d < hd; d++) {\n"
+"        qd = Qs[qi * sk + d], od = Os[qi * sk + d];\n"
+"        for (c = 0; c < 4; c++)\n"
+"          if (dj + TR_ATT_TD * c < kn) {\n"
+"            s4[c] = fma(qd, Ks[(dj + TR_ATT_TD * c) * sk + d], s4[c]);\n"
+"            p4[c] = fma(od, Vs[(dj + TR_ATT_TD * c) * sk + d], p4[c]);\n"
+"          }\n"
+"      }\n"
+"      for (c = 0; c < 4; c++) {\n"
+"        j = dj + TR_ATT_TD * c;\n"
+"        if (j < kn) {\n"
+"          p = qv ? exp(s4[c] * scale - li) : 0.0f;\n"
+"          Ss[qi * sp + j] = p * (p4[c] - di);\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (j = 0; j < kn; j++) {\n"
+"      ds = Ss[qi * sp + j];\n"
+"      for (c = 0; c < NC; c++) {\n"
+"        d = dj + TR_ATT_TD * c;\n"
+"        if (d < hd) dq[c] = fma(ds, Ks[j * sk + d], dq[c]);\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"  if (qv) {\n"
+"    __global float *r = dqkv + ((long)b * S + q0 + qi) * ld + (long)h * hd;\n"
+"    for (c = 0; c < NC; c++) {\n"
+"      d = dj + TR_ATT_TD * c;\n"
+"      if (d < hd) r[d] = dq[c] * scale;\n"
+"    }\n"
+"  }\n"
+"}\n"
+"#define TR_ATT_DQ(NAME, NC)                                                                                        \\\n"
+"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
+"           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
+"           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \\\n"
+"           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
+"           __local float *Ss) {                                                                       \\\n"
+"    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n";
+static const char tr__cl_src_gemm_9[] =
+"         Qs, Os, Ks, Vs, Ss, NC);                                                                        \\\n"
+"  }\n"
+"TR_ATT_DQ(tr_k_att_dq64, 4)\n"
+"TR_ATT_DQ(tr_k_att_dq256, 16)\n";
+static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9};
+#define TR__CL_SRC_GEMM_N 9
+
+/* --- host side -------------------------------------------------------------------------------------------------- */
+#ifndef TR__CL_SLOT_GEMM
+#define TR__CL_SLOT_GEMM 5 /* tr__cl_scratch slot of the split-K / batch-sum partials */
+#endif
+#ifndef TR__CL_SLOT_ATT
+#define TR__CL_SLOT_ATT 6 /* tr__cl_scratch slot of the attention backward's row dots */
+#endif
+#define TR__CL_ATT_TD 16 /* = TR_ATT_TD in the kernel source */
+
+/* SGEMM tile configuration (the TR_GEMM_* defines). */
+typedef struct tr__cl_gemm_cfg {
+    int tm, tn, tk, wm, wn, vw;
+} tr__cl_gemm_cfg;
+
+TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
+    size_t pad = g->vw == 4 ? 4 : 1;
+    return 4 * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad);
+}
+
+/* Nonzero when g is a valid configuration for the kernel (divisibility) and fits the device (info may be NULL). */
+TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info) {
+    int rm, rn, nt;
+    if (g->tm < 1 || g->tn < 1 || g->tk < 1 || g->wm < 1 || g->wn < 1 || g->tm > 1024 || g->tn > 1024 || g->tk > 256) return 0;
+    if ((g->vw != 1 && g->vw != 4) || g->wm * g->wn > 256 || g->tm % g->wm || g->tn % g->wn) return 0;
+    if (g->vw == 4 && (g->wm % 4 || g->wn % 4)) return 0;
+    rm = g->tm / g->wm, rn = g->tn / g->wn, nt = rm * rn;
+    if ((g->tm * g->tk) % nt || (g->tn * g->tk) % nt) return 0; /* every work-item stages whole elements */
+    if (info) {
+        if (info->max_wg && (size_t)nt > info->max_wg) return 0;
+        if ((info->max_item[0] && (size_t)rn > info->max_item[0]) || (info->max_item[1] && (size_t)rm > info->max_item[1])) return 0;
+        if (info->local_mem && tr__cl_gemm_local_bytes(g) > info->local_mem) return 0;
+    }
+    return 1;
+}
+
+/* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
+   WN=8,VW=4"; keys that are not given keep the automatic value) if the result is valid (otherwise it is ignored).
+   Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
+   (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
+TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4}, {128, 64, 16, 8, 8, 4}, {64, 64, 16, 4, 4, 4}, {64, 64, 16, 8, 8, 4},
+                                          {32, 32, 16, 4, 4, 4},   {32, 32, 8, 4, 4, 1},    {16, 16, 8, 2, 2, 1},  {8, 8, 8, 2, 2, 1},
+                                          {4, 4, 4, 1, 1, 1},      {1, 1, 1, 1, 1, 1}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4}, {32, 32, 16, 4, 4, 4}, {16, 16, 8, 2, 2, 1}, {8, 8, 8, 2, 2, 1}, {1, 1, 1, 1, 1, 1}};
+    const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
+    size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
+    const char *env = getenv("TINYREC_CL_SGEMM");
+    *out = list[n - 1];
+    for (i = 0; i < n; i++)
+        if (tr__cl_gemm_cfg_ok(&list[i], info)) {
+            *out = list[i];
+            break;
+        }
+    if (env && env[0]) {
+        tr__cl_gemm_cfg g = *out;
+        const char *s = env;
+        while (*s) {
+            char key[4] = {0, 0, 0, 0};
+            int k = 0;
+            long v;
+            char *end;
+            while (*s == ',' || *s == ';' || *s == ' ') s++;
+            while (isalpha((unsigned char)*s) && k < 3) key[k++] = (char)toupper((unsigned char)*s++);
+            if (*s != '=') break;
+            v = strtol(s + 1, &end, 10);
+            if (end == s + 1 || v < 1 || v > 4096) break;
+            s = end;
+            if (!strcmp(key, "TM")) g.tm = (int)v;
+            else if (!strcmp(key, "TN")) g.tn = (int)v;
+            else if (!strcmp(key, "TK")) g.tk = (int)v;
+            else if (!strcmp(key, "WM")) g.wm = (int)v;
+            else if (!strcmp(key, "WN")) g.wn = (int)v;
+            else if (!strcmp(key, "VW")) g.vw = (int)v;
+            else break;
+        }
+        if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
+    }
+}
+
+/* Build options with the tile defines; the runtime passes them to clBuildProgram. */
+TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap) {
+    tr__cl_gemm_cfg g;
+    if (!buf || !cap) return;
+    tr__cl_gemm_config(info, &g);
+    snprintf(buf, cap, "-DTR_GEMM_TM=%d -DTR_GEMM_TN=%d -DTR_GEMM_TK=%d -DTR_GEMM_WM=%d -DTR_GEMM_WN=%d -DTR_GEMM_VW=%d", g.tm, g.tn, g.tk,
+             g.wm, g.wn, g.vw);
+}
+
+/* How many pieces to cut `units` (K, or the batches summed into one C) into so that tiles * pieces work-groups fill
+   the device (8 per compute unit), each piece at least min_units, at most 64, partials within 256 MiB. The count
+   depends on the shape and the device only, so results are reproducible. */
+TR__FN int tr__cl_gemm_pieces(const tr__cl_info *info, size_t tiles, size_t units, size_t min_units, size_t mn) {
+    size_t target = 8 * (info && info->compute_units ? info->compute_units : 1), s;
+    if (tiles >= target || !min_units) return 1;
+    s = (target + tiles - 1) / tiles;
+    if (s > units / min_units) s = units / min_units;
+    if (s > 64) s = 64;
+    while (s > 1 && s * mn > ((size_t)64 << 20)) s--;
+    return s < 1 ? 1 : (int)s;
+}
+
+/* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched. pieces: 0 = automatic, else the K splits (nb == 1) or the
+   batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed partials to scratch,
+   then tr_k_gemm_reduce sums them in order into C. */
+TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces) {
+    const tr__cl_info *info = tr__cl_get_info(cl);
+    tr__cl_gemm_cfg g;
+    tr__clargs a;
+    size_t ls[3], gs[3], tiles, mn;
+    char kname[64];
+    int sum, ks = 1, bpg = 1, kc, nz, np = 1, z0;
+    float *out = C, *P = NULL;
+    tr_status st;
+    if (!cl || !info) return TR_ERR_INVALID_ARG;
+    if (M == 0 || N == 0) return TR_OK;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || nb < 0 || (double)M * N > 9e15)
+        return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: sgemm %zux%zux%zu (batch %d) is out of range", M, N, K, nb);
+    if (nb == 0) {
+        if (sC != 0 || acc) return TR_OK;
+        nb = 1, K = 0; /* an empty sum: C = 0 */
+    }
+    tr__cl_gemm_config(info, &g);
+    sum = nb > 1 && sC == 0;
+    tiles = ((M + (size_t)g.tm - 1) / (size_t)g.tm) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
+    mn = M * N;
+    kc = (int)K;
+    if (nb == 1) {
+        ks = pieces > 0 ? pieces : tr__cl_gemm_pieces(info, tiles, K, 512, mn);
+        if (ks > 1) {
+            kc = (int)((K + (size_t)ks - 1) / (size_t)ks);
+            kc = (kc + g.tk - 1) / g.tk * g.tk;
+            ks = (int)((K + (size_t)kc - 1) / (size_t)kc);
+        }
+        if (ks < 1) ks = 1;
+        np = nz = ks;
+    } else if (sum) {
+        int G = pieces > 0 ? pieces : tr__cl_gemm_pieces(info, tiles, (size_t)nb, K >= 512 ? 1 : 512 / (K ? K : 1), mn);
+        if (G > nb) G = nb;
+        if (G < 1) G = 1;
+        bpg = (nb + G - 1) / G;
+        np = nz = (nb + bpg - 1) / bpg;
+    } else {
+        nz = nb;
+    }
+    if (np > 1) {
+        if (!(P = tr__cl_scratch(cl, TR__CL_SLOT_GEMM, (size_t)np * mn))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+        out = P;
+    }
+    snprintf(kname, sizeof kname, "tr_k_sgemm_%d_%d_%d_%d_%d_%d", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+    ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
+    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm * ls[1];
+    for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
+        gs[2] = (size_t)TR__MIN(nz - z0, 65535);
+        tr__cla_init(&a);
+        tr__cla_buf(&a, A), tr__cla_i64(&a, (int64_t)lda), tr__cla_i64(&a, (int64_t)sA);
+        tr__cla_buf(&a, B), tr__cla_i64(&a, (int64_t)ldb), tr__cla_i64(&a, (int64_t)sB);
+        tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
+        tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
+        tr__cla_i32(&a, ta != 0), tr__cla_i32(&a, tb != 0), tr__cla_i32(&a, P ? 0 : acc != 0);
+        tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
+        if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
+    }
+    if (P) {
+        size_t rl[2], rg[2];
+        rl[0] = info->max_wg >= 64 ? 64 : 1, rl[1] = 1;
+        rg[0] = N, rg[1] = M;
+        tr__cla_init(&a);
+        tr__cla_buf(&a, P), tr__cla_i32(&a, np), tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N);
+        tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i32(&a, acc != 0);
+        return tr__cl_launch(cl, "tr_k_gemm_reduce", 2, rg, rl, &a);
+    }
+    return TR_OK;
+}
+
+/* C = (acc ? C : 0) + op(A) op(B) (tr__sgemm). Split-K with a deterministic reduction when C has too few tiles
+   to fill the device and K is long (the weight gradients, K = rows of the batch). */
+TR__FN tr_status tr__cl_sgemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
+                              size_t ldb, float *C, size_t ldc, int acc) {
+    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0);
+}
+
+/* nb products A + b*sA, B + b*sB -> C + b*sC; sC == 0: all summed into C (deterministic, batch order within a group,
+   groups in order). */
+TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                                      size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0);
+}
+
+/* --- attention ---------------------------------------------------------------------------------------------------- */
+/* Local-memory budget of one attention work-group: the device's, at most 48 KiB (the usual per-group limit). */
+TR__FN size_t tr__cl_att_budget(const tr__cl_info *info) {
+    size_t b = info->local_mem ? info->local_mem : 16384;
+    return b > 49152 ? 49152 : b;
+}
+/* Rows per work-group (dimension 1), TD work-items each: 16, fewer on devices with small work-groups. */
+TR__FN int tr__cl_att_rows(const tr__cl_info *info) {
+    int r = 16;
+    while (r > 1 && (size_t)(r * TR__CL_ATT_TD) > info->max_wg) r /= 2;
+    if (info->max_item[1]) while (r > 1 && (size_t)r > info->max_item[1]) r /= 2;
+    return r;
+}
+
+TR__FN tr_status tr__cl_att_check(tr__cl *cl, int B, int S, int H, int hd) {
+    if (B < 0 || S < 0 || H < 0 || hd < 0) return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: attention with a negative size");
+    if (hd > 256) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention head dimension %d > 256", hd);
+    if ((double)B * S * 3 * H * hd > 4e18 || (double)B * H * (S / 16 + 1) * 16 > 2e9)
+        return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: attention sizes out of range");
+    return TR_OK;
+}
+
+/* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. */
+TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int B, int S, int H, int hd, const float *qkv, float *o, float *lse) {
+    const tr__cl_info *info = tr__cl_get_info(cl);
+    size_t budget, ls[2], gs[2], nqb;
+    int BQ, BK = 64; /* BK <= 64: the kernels score 4 keys of 16 per work-item */
+    tr__clargs a;
+    tr_status st;
+    if (!cl || !info) return TR_ERR_INVALID_ARG;
+    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK) return st;
+    if (!B || !S || !H || !hd) return TR_OK;
+#define TR__ATT_FWD_BYTES (4 * ((size_t)BQ * (hd + 1) + (size_t)BK * (2 * hd + 1) + (size_t)BQ * (BK + 1)))
+    budget = tr__cl_att_budget(info), BQ = tr__cl_att_rows(info);
+    while (TR__ATT_FWD_BYTES > budget && (BK > 16 || BQ > 1))
+        if (BK > 16) BK /= 2;
+        else BQ /= 2;
+    nqb = ((size_t)S + (size_t)BQ - 1) / (size_t)BQ;
+    ls[0] = TR__CL_ATT_TD, ls[1] = (size_t)BQ;
+    gs[0] = TR__CL_ATT_TD * (size_t)B * (size_t)H * nqb, gs[1] = (size_t)BQ;
+    tr__cla_init(&a);
+    tr__cla_buf(&a, qkv), tr__cla_buf(&a, o), tr__cla_buf(&a, lse);
+    tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nqb), tr__cla_i32(&a, BK);
+    tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
+    tr__cla_local(&a, 4 * (size_t)BK * hd), tr__cla_local(&a, 4 * (size_t)BQ * (BK + 1));
+#undef TR__ATT_FWD_BYTES
+    return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_fwd64" : "tr_k_att_fwd256", 2, gs, ls, &a);
+}
+
+/* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
+   queries) and dq per query block (looping over keys); each output is written once, no atomics. */
+TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse,
+                                      const float *do_, float *dqkv) {
+    const tr__cl_info *info = tr__cl_get_info(cl);
+    size_t budget, ls[2], gs[2], nblk, rows;
+    int R, BQ = 64, BK = 64; /* <= 64, as in the forward */
+    float *Dv;
+    tr__clargs a;
+    tr_status st;
+    if (!cl || !info) return TR_ERR_INVALID_ARG;
+    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK) return st;
+    if (!B || !S || !H || !hd) return TR_OK;
+    rows = (size_t)B * (size_t)H * (size_t)S;
+    if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, rows))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    tr__cla_init(&a);
+    tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
+    tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd);
+    gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
+    if ((st = tr__cl_launch(cl, "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
+    budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
+    /* dk, dv: R keys per group, query blocks of BQ */
+#define TR__ATT_DKDV_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BQ * (hd + 1) + (size_t)2 * BQ + (size_t)2 * BQ * (R + 1)))
+    while (TR__ATT_DKDV_BYTES > budget && (BQ > 16 || R > 1))
+        if (BQ > 16) BQ /= 2;
+        else R /= 2;
+    nblk = ((size_t)S + (size_t)R - 1) / (size_t)R;
+    ls[0] = TR__CL_ATT_TD, ls[1] = (size_t)R;
+    gs[0] = TR__CL_ATT_TD * (size_t)B * (size_t)H * nblk, gs[1] = (size_t)R;
+    tr__cla_init(&a);
+    tr__cla_buf(&a, qkv), tr__cla_buf(&a, do_), tr__cla_buf(&a, lse), tr__cla_buf(&a, Dv), tr__cla_buf(&a, dqkv);
+    tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nblk), tr__cla_i32(&a, BQ);
+    tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
+    tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1));
+    tr__cla_local(&a, 4 * (size_t)2 * BQ), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1));
+#undef TR__ATT_DKDV_BYTES
+    if ((st = tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dkdv64" : "tr_k_att_dkdv256", 2, gs, ls, &a)) != TR_OK) return st;
+    /* dq: R queries per group, key blocks of BK */
+    R = tr__cl_att_rows(info);
+#define TR__ATT_DQ_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BK * (hd + 1) + (size_t)R * (BK + 1)))
+    while (TR__ATT_DQ_BYTES > budget && (BK > 16 || R > 1))
+        if (BK > 16) BK /= 2;
+        else R /= 2;
+    nblk = ((size_t)S + (size_t)R - 1) / (size_t)R;
+    ls[1] = (size_t)R;
+    gs[0] = TR__CL_ATT_TD * (size_t)B * (size_t)H * nblk, gs[1] = (size_t)R;
+    tr__cla_init(&a);
+    tr__cla_buf(&a, qkv), tr__cla_buf(&a, do_), tr__cla_buf(&a, lse), tr__cla_buf(&a, Dv), tr__cla_buf(&a, dqkv);
+    tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nblk), tr__cla_i32(&a, BK);
+    tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
+    tr__cla_local(&a, 4 * (size_t)BK * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
+    tr__cla_local(&a, 4 * (size_t)R * (BK + 1));
+#undef TR__ATT_DQ_BYTES
+    return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dq64" : "tr_k_att_dq256", 2, gs, ls, &a);
+}
+/* >>cl-gemm-end */
+
+/* Every kernel fragment, in one program. */
+static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9};
+/* @@OPENCL-END */
 #endif
 
 /* >>device
@@ -2970,7 +5779,7 @@ TR__FN void tr__dev_select(tr_ctx *ctx) {
             const tr__cl_info *in = tr__cl_get_info(cl);
             ctx->cl = cl;
             ctx->dev_active = 1;
-            snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %s (%s)", in->name, in->vendor);
+            snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %.150s (%.100s)", in->name, in->vendor);
             memcpy(ctx->error, saved, sizeof saved);
             return;
         }
@@ -4357,6 +7166,7 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__free(ctx, t->order);
     tr__dfree(ctx, t->sgd_dev);
     tr__dfree(ctx, t->snap);
+    tr__free(ctx, t->snap_ints);
     tr__free(ctx, t);
 }
 
@@ -4570,14 +7380,14 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         if (ctx->fault == TR_FAULT_DEVICE_OOM) tr__model_free_work(m); /* the step must find memory again */
 #if TINYREC_OPENCL
         else
-            tr__cl_fail_enqueue_at(ctx->cl, 1);
+            tr__cl_fail_enqueue_at(ctx->cl, ctx->fault_rows > 0 ? ctx->fault_rows : 1);
 #endif
     }
     t->phase = 0;
     if (ctx->dev_active && tr__snapshot(t, 0) != TR_OK) {
         /* nothing has changed yet: continue on the CPU */
         char why[TR__ERRLEN + 64];
-        snprintf(why, sizeof why, "%s before step %ld", ctx->error, t->step + 1);
+        snprintf(why, sizeof why, "%s during step %ld", ctx->error, t->step + 1);
         tr__model_free_work(m);
         if ((st = tr__dev_fallback(ctx, why)) != TR_OK) return st;
     }

@@ -1,7 +1,9 @@
-/* tinyrec-bench: CPU throughput of the TRM training step, inference steps and SGEMM.
+/* tinyrec-bench: throughput of the TRM training step, inference steps and SGEMM, on the CPU
+   or on an OpenCL device (--device opencl; the build needs TINYREC_OPENCL, as `make` does).
 
    build/tinyrec-bench [--preset trm-sudoku-mlp] [--batch 64] [--reps 3] [--threads N]
                        [--peak-gflops 433] [--json] [--skip-train] [--simd scalar|avx2|avx512]
+                       [--device cpu|opencl|opencl:N|opencl:<name>]
 
    FLOPs count matmuls only (2 per multiply-add), with the formulas of
    ../shared/docs/perf-baseline.md: a training step = 70 blocks + 3 heads per sample for
@@ -38,7 +40,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 }
 
 int main(int argc, char **argv) {
-    const char *preset = "trm-sudoku-mlp", *simd = NULL;
+    const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
     int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0;
     double peak = 0;
     row rows[16];
@@ -53,10 +55,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--peak-gflops") && i + 1 < argc) peak = atof(argv[++i]);
         else if (!strcmp(argv[i], "--simd") && i + 1 < argc) simd = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
         else {
-            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--json] [--skip-train]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--json] [--skip-train]\n", argv[0]);
             return 2;
         }
     }
@@ -67,8 +70,13 @@ int main(int argc, char **argv) {
     cc.num_threads = threads;
     cc.seed = 1;
     cc.simd = simd;
+    cc.device = device;
     if (tr_ctx_create(&cc, &ctx) != TR_OK) {
-        fprintf(stderr, "tinyrec-bench: cannot create a context (bad --threads or --simd?)\n");
+        fprintf(stderr, "tinyrec-bench: cannot create a context (bad --threads, --simd or --device?)\n");
+        return 1;
+    }
+    if (strcmp(device, "cpu") != 0 && !tr_ctx_use_device(ctx)) {
+        fprintf(stderr, "tinyrec-bench: device '%s' is not available: %s\n", device, tr_ctx_device_name(ctx));
         return 1;
     }
     if (tr_model_config_preset(&cfg, preset) != TR_OK) {
@@ -146,26 +154,38 @@ int main(int argc, char **argv) {
         int k;
         for (k = 0; k < 2; k++) {
             size_t M = sz[k][0], K = sz[k][1], N = sz[k][2];
-            float *A = (float *)malloc(M * K * 4), *Bm = (float *)malloc(N * K * 4), *C = (float *)malloc(M * N * 4);
+            float *A = (float *)malloc(M * K * 4), *Bm = (float *)malloc(N * K * 4);
+            /* the operands where the model's would be: device memory on a device */
+            float *dA = (float *)tr__dalloc(ctx, M * K * 4, 0), *dB = (float *)tr__dalloc(ctx, N * K * 4, 0), *dC = (float *)tr__dalloc(ctx, M * N * 4, 0);
             double t[64];
             size_t q;
+            if (!dA || !dB || !dC) {
+                fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+                return 1;
+            }
             for (q = 0; q < M * K; q++) A[q] = (float)((q * 37) % 101) * 0.01f - 0.5f;
             for (q = 0; q < N * K; q++) Bm[q] = (float)((q * 53) % 97) * 0.01f - 0.5f;
+            tr__dput(ctx, dA, A, M * K * 4), tr__dput(ctx, dB, Bm, N * K * 4);
             for (r = 0; r <= reps + 2 && r < 64; r++) {
                 double t0 = tr_time_seconds();
-                tr_sgemm(ctx, 0, 1, M, N, K, A, K, Bm, K, C, N, 0);
+                if (tr__op_sgemm(ctx, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0) != TR_OK || tr__dfinish(ctx) != TR_OK) {
+                    fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+                    return 1;
+                }
                 if (r) t[r - 1] = tr_time_seconds() - t0;
             }
+            tr__dfree(ctx, dA), tr__dfree(ctx, dB), tr__dfree(ctx, dC);
             {
                 double s = median(t, reps + 2 < 64 ? reps + 2 : 63);
                 snprintf(nm[k], sizeof nm[k], "sgemm %zux%zux%zu (M,K,N)", M, K, N);
                 rows[nrows].name = nm[k], rows[nrows].ms = s * 1e3, rows[nrows].per_s = 0, rows[nrows].gflops = 2.0 * M * N * K / s / 1e9, nrows++;
             }
-            free(A), free(Bm), free(C);
+            free(A), free(Bm);
         }
     }
     if (json) {
-        printf("{\"preset\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"results\": [", preset, tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B);
+        printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"results\": [", preset, tr_ctx_device_name(ctx),
+               tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B);
         for (i = 0; i < nrows; i++) {
             printf("%s{\"name\": \"%s\", \"ms\": %.3f, \"per_s\": %.4f, \"gflops\": %.2f", i ? ", " : "", rows[i].name, rows[i].ms, rows[i].per_s, rows[i].gflops);
             if (peak > 0) printf(", \"frac_peak\": %.4f", rows[i].gflops / peak);
@@ -173,7 +193,7 @@ int main(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("tinyrec-bench %s: preset %s, %d threads, simd %s\n", tr_version_string(), preset, tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx));
+        printf("tinyrec-bench %s: preset %s, device %s\n", tr_version_string(), preset, tr_ctx_device_name(ctx));
         printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
         for (i = 0; i < nrows; i++) {
             printf("%-34s %12.2f ", rows[i].name, rows[i].ms);

@@ -45,6 +45,8 @@ def parse():
     ap.add_argument("--peak-gflops", type=float, default=0.0)
     ap.add_argument("--bench", default="build/tinyrec-bench")
     ap.add_argument("--skip-tinyrec", action="store_true")
+    ap.add_argument("--tinyrec-device", default=None,
+                    help="device for tinyrec-bench (default: opencl with --device cuda, else cpu)")
     return ap.parse_args()
 
 
@@ -235,13 +237,18 @@ def main():
 
     ours = None
     if not args.skip_tinyrec:
-        cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps), "--json"]
+        tdev = args.tinyrec_device or ("opencl" if args.device == "cuda" else "cpu")
+        cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps),
+               "--device", tdev, "--json"]
         env = {k: v for k, v in os.environ.items() if k not in TUNED}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         ours = json.loads(out)
 
     print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s)" % (
-        torch.__version__, args.device, args.threads, args.preset, args.batch, ", TF32 off" if args.device == "cuda" else ""))
+        torch.__version__, torch.cuda.get_device_name() if args.device == "cuda" else args.device, args.threads, args.preset, args.batch,
+        ", TF32 off" if args.device == "cuda" else ""))
+    if ours:
+        print("tinyrec on %s" % ours.get("device", "cpu"))
     names = [("train", "train step B=%d" % args.batch), ("infer1", "infer sup. step B=1"),
              ("infer%d" % args.batch, "infer sup. step B=%d" % args.batch),
              ("sgemm6208x512x3072", "sgemm 6208x512x3072 (M,K,N)"), ("sgemm6208x1536x512", "sgemm 6208x1536x512 (M,K,N)")]
@@ -264,7 +271,12 @@ def main():
         print(line)
     if bf16:
         t, per_s, gf = bf16["train"]
-        print("%-30s %12.2f %12.3f %10.1f   (bf16 autocast reference line)" % ("train step bf16", t * 1e3, per_s, gf))
+        line = "%-30s %12.2f %12.3f %10.1f" % ("train step bf16", t * 1e3, per_s, gf)
+        r = ours and next((x for x in ours["results"] if x["name"].startswith("train step")), None)
+        if r:
+            line += " | %12.2f %10.1f | %7.2fx" % (r["ms"], r["gflops"], t * 1e3 / r["ms"])
+            summary["ratio"]["train step vs torch bf16"] = t * 1e3 / r["ms"]
+        print(line + "   (PyTorch bf16 autocast: a reference line; tinyrec stays fp32)")
     print("ratio = PyTorch time / tinyrec time (higher is better for tinyrec)")
     print("JSON " + json.dumps(summary))
 

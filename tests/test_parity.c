@@ -142,22 +142,31 @@ static double carry_atol(int step) { return 5e-5 * pow(4.0, step - 1); }
 
 typedef struct {
     const fx_file *f;
+    tr_ctx *ctx;
     int step;
     size_t n;
 } hook_state;
+
+/* Compares device (or host) memory with a fixture record. */
+static void fx_close_dev(tr_ctx *ctx, const fx_file *f, const char *name, const float *dev, size_t n, double atol, double rtol) {
+    float *h = tu_get(ctx, dev, n);
+    fx_close_f32(f, name, h, n, atol, rtol);
+    free(h);
+}
 
 static void cycle_hook(void *user, int cycle, const float *z_H, const float *z_L) {
     hook_state *h = (hook_state *)user;
     char name[128];
     snprintf(name, sizeof name, "step%d.cycle%d.z_H", h->step, cycle + 1);
-    fx_close_f32(h->f, name, z_H, h->n, carry_atol(h->step), 1e-4);
+    fx_close_dev(h->ctx, h->f, name, z_H, h->n, carry_atol(h->step), 1e-4);
     snprintf(name, sizeof name, "step%d.cycle%d.z_L", h->step, cycle + 1);
-    fx_close_f32(h->f, name, z_L, h->n, carry_atol(h->step), 1e-4);
+    fx_close_dev(h->ctx, h->f, name, z_L, h->n, carry_atol(h->step), 1e-4);
 }
 
-static void run_fixture(const char *path, int threads) {
+/* The fixture's three training steps, on the CPU or (opencl = 1) on the OpenCL device. */
+static void run_fixture(const char *path, int threads, int opencl) {
     fx_file f;
-    tr_ctx *ctx = tu_ctx(threads, 0);
+    tr_ctx *ctx = opencl ? tu_ctx_opencl(threads, 0) : tu_ctx(threads, 0);
     tr_model_config c;
     tr_train_config tc = tr_train_config_default();
     tr_model *m;
@@ -205,6 +214,7 @@ static void run_fixture(const char *path, int threads) {
         assert_int_equal(r->n, m->tensors[i].numel);
         memcpy(m->tensors[i].data, r->data, r->n * 4);
     }
+    assert_int_equal(tr_model_commit_tensors(m), TR_OK); /* to the device, if the model is on one */
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     for (k = 1; k <= 3; k++) {
         tr_batch b;
@@ -222,15 +232,15 @@ static void run_fixture(const char *path, int threads) {
         memcpy(halted_before, t->carry->halted, (size_t)B * 4);
         snprintf(name, sizeof name, "step%d.halted_before", k);
         fx_equal_i32(&f, name, halted_before, (size_t)B);
-        hs.f = &f, hs.step = k, hs.n = N;
+        hs.f = &f, hs.ctx = ctx, hs.step = k, hs.n = N;
         assert_int_equal(tr__train_fwd_bwd(t, &b, &mt, cycle_hook, &hs), TR_OK);
         snprintf(name, sizeof name, "step%d.x", k);
-        fx_close_f32(&f, name, t->carry->x, N, 1e-5, 1e-5);
+        fx_close_dev(ctx, &f, name, t->carry->x, N, 1e-5, 1e-5);
         snprintf(name, sizeof name, "step%d.logits", k);
-        fx_close_f32(&f, name, t->carry->logits, (size_t)B * m->L * m->V, carry_atol(k), 1e-4);
+        fx_close_dev(ctx, &f, name, t->carry->logits, (size_t)B * m->L * m->V, carry_atol(k), 1e-4);
         {
             float qh[64], qc[64];
-            for (i = 0; i < B; i++) qh[i] = t->carry->q[2 * i], qc[i] = t->carry->q[2 * i + 1];
+            for (i = 0; i < B; i++) qh[i] = t->carry->hq[2 * i], qc[i] = t->carry->hq[2 * i + 1];
             snprintf(name, sizeof name, "step%d.q_halt", k);
             fx_close_f32(&f, name, qh, (size_t)B, carry_atol(k), 1e-4);
             snprintf(name, sizeof name, "step%d.q_continue", k);
@@ -254,17 +264,24 @@ static void run_fixture(const char *path, int threads) {
         if (k == 1) {
             for (i = 0; i < m->n_tensors; i++) {
                 if (!m->tensors[i].trainable) continue;
+                float *g = tu_get(ctx, TR__GRAD(m, m->tensors[i].dev), m->tensors[i].numel);
                 snprintf(name, sizeof name, "step1.grad.%s", m->tensors[i].name + strlen("model.inner."));
-                fx_close_grad(&f, name, TR__GRAD(m, m->tensors[i].data), m->tensors[i].numel);
+                fx_close_grad(&f, name, g, m->tensors[i].numel);
+                free(g);
             }
-            fx_close_grad(&f, "step1.grad.puzzle_emb_rows", t->prow, (size_t)B * m->Dp);
+            {
+                float *g = tu_get(ctx, t->prow, (size_t)B * m->Dp);
+                fx_close_grad(&f, "step1.grad.puzzle_emb_rows", g, (size_t)B * m->Dp);
+                free(g);
+            }
         }
-        tr__optimizer_update(t);
+        assert_int_equal(tr__optimizer_update(t), TR_OK);
         snprintf(name, sizeof name, "step%d.lr", k);
         fx_close_num(&f, name, tr_lr_schedule(&tc, tc.lr, k), 0, 1e-12);
         snprintf(name, sizeof name, "step%d.puzzle_emb_lr", k);
         fx_close_num(&f, name, tr_lr_schedule(&tc, tc.puzzle_emb_lr, k), 0, 1e-12);
     }
+    assert_int_equal(tr__model_download(m), TR_OK);
     for (i = 0; i < m->n_tensors; i++) {
         const char *bare = m->tensors[i].name + strlen("model.inner.");
         if (!m->tensors[i].trainable) {
@@ -274,7 +291,7 @@ static void run_fixture(const char *path, int threads) {
         snprintf(name, sizeof name, "final.%s", bare);
         if (fx_get(&f, name)) fx_close_f32(&f, name, m->tensors[i].data, m->tensors[i].numel, 2e-5, 0);
         snprintf(name, sizeof name, "final.ema.%s", bare);
-        if (fx_get(&f, name)) fx_close_f32(&f, name, t->ema + (m->tensors[i].data - m->params), m->tensors[i].numel, 2e-5, 0);
+        if (fx_get(&f, name)) fx_close_dev(ctx, &f, name, t->ema + (m->tensors[i].dev - m->params), m->tensors[i].numel, 2e-5, 0);
     }
     tr_trainer_destroy(t);
     tr_model_destroy(m);
@@ -283,15 +300,20 @@ static void run_fixture(const char *path, int threads) {
     fx_free(&f);
 }
 
-static void test_parity_mlp_t(void **state) { (void)state; run_fixture("tests/data/trm_tiny_mlp.trfx", 2); }
-static void test_parity_attention(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 2); }
-static void test_parity_one_thread(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 1); }
+static void test_parity_mlp_t(void **state) { (void)state; run_fixture("tests/data/trm_tiny_mlp.trfx", 2, 0); }
+static void test_parity_attention(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 2, 0); }
+static void test_parity_one_thread(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 1, 0); }
+/* The same three steps with the whole model on the OpenCL device (skipped without one). */
+static void test_parity_opencl_mlp_t(void **state) { (void)state; run_fixture("tests/data/trm_tiny_mlp.trfx", 2, 1); }
+static void test_parity_opencl_attention(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 2, 1); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_mlp_t),
         cmocka_unit_test(test_parity_attention),
         cmocka_unit_test(test_parity_one_thread),
+        cmocka_unit_test(test_parity_opencl_mlp_t),
+        cmocka_unit_test(test_parity_opencl_attention),
     };
     return cmocka_run_group_tests_name("parity", tests, NULL, NULL);
 }

@@ -41,8 +41,46 @@ static inline tr_ctx *tu_ctx(int threads, uint64_t seed) {
     tr_ctx *ctx = NULL;
     cc.num_threads = threads;
     cc.seed = seed;
+    cc.device = "cpu"; /* these suites read model memory directly; TINYREC_DEVICE must not move it */
     assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
     return ctx;
+}
+
+/* No OpenCL device for a test: skip it, unless TINYREC_REQUIRE_OPENCL=1 (CI) makes that a failure. */
+static inline void tu_no_opencl(const char *why) {
+    const char *req = getenv("TINYREC_REQUIRE_OPENCL");
+    if (req && strcmp(req, "1") == 0) fail_msg("no OpenCL device (%s), and TINYREC_REQUIRE_OPENCL=1", why);
+    skip();
+}
+
+/* The OpenCL device of ctx (opened now, before any model): "opencl" = the first GPU, else the
+   first device (PoCL in CI), or TINYREC_TEST_OPENCL (e.g. "opencl:NVIDIA"). Skips when none. */
+#if TINYREC_OPENCL
+static inline tr__cl *tu_cl_open(tr_ctx *ctx) {
+    const char *sel = getenv("TINYREC_TEST_OPENCL");
+    assert_int_equal(tr_ctx_set_device(ctx, sel && *sel ? sel : "opencl"), TR_OK);
+    if (!tr_ctx_use_device(ctx)) tu_no_opencl(tr_ctx_device_name(ctx));
+    return ctx->cl;
+}
+#endif
+
+/* A context whose models live on the OpenCL device (skips when there is none). */
+static inline tr_ctx *tu_ctx_opencl(int threads, uint64_t seed) {
+    tr_ctx *ctx = tu_ctx(threads, seed);
+#if TINYREC_OPENCL
+    tu_cl_open(ctx);
+#else
+    tr_ctx_destroy(ctx);
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+#endif
+    return ctx;
+}
+
+/* A host copy of n floats of device (or host) memory; free() it. */
+static inline float *tu_get(tr_ctx *ctx, const float *p, size_t n) {
+    float *h = (float *)malloc(n * sizeof(float) + 1);
+    assert_int_equal(tr__dget(ctx, h, p, n * sizeof(float)), TR_OK);
+    return h;
 }
 
 /* The tiny TRM configuration the model, parity-adjacent and checkpoint suites share. */

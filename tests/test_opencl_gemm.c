@@ -1,0 +1,264 @@
+/* OpenCL SGEMM and attention (parts/cl_gemm.h, K2) against their CPU twins, on the same random inputs.
+   Bounds. Inputs are uniform in [-1, 1). A float dot product of length K summed in a different order (tiles,
+   fma, split-K partials) differs from the sequential reference by a random walk of roundings: about
+   sqrt(K) * 2^-24 * |partial sums| ~ K * 6e-8 / 3 in absolute terms (|C| ~ sqrt(K / 9)), i.e. a relative error
+   ~ sqrt(K) * 6e-8 and a normalised MSE ~ K * 4e-15. The checks allow atol = 1e-6 * K + rtol 1e-5 per element
+   (10-50x the expected worst case at these sizes) and NMSE <= 1e-10; one wrong or missing term changes an element
+   by ~0.3, a wrong transpose or stride by O(|C|), so neither bound can hide a bug. Attention: o is a convex
+   combination of v (|o| < 1), lse ~ log S, gradients O(1) over sums of S <= 97 terms: atol 2e-5, rtol 1e-4,
+   NMSE <= 1e-10. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+
+static tr_ctx *g_ctx;
+static tr__cl *g_cl;
+
+static tr__cl *dev(void) {
+    if (!g_cl) g_cl = tu_cl_open(g_ctx);
+    return g_cl;
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_ctx = tu_ctx(2, 1);
+    return 0;
+}
+static int teardown(void **state) {
+    (void)state;
+    g_cl = NULL; /* the context owns its device */
+    tr_ctx_destroy(g_ctx);
+    return 0;
+}
+
+/* A device copy of host data (n floats). */
+static float *up(tr__cl *cl, const float *h, size_t n) {
+    float *d = (float *)tr__cl_alloc(cl, (n ? n : 1) * sizeof(float), 1);
+    assert_non_null(d);
+    if (n) assert_int_equal(tr__cl_write(cl, d, h, n * sizeof(float)), TR_OK);
+    return d;
+}
+static void down(tr__cl *cl, float *h, const float *d, size_t n) { assert_int_equal(tr__cl_read(cl, h, d, n * sizeof(float)), TR_OK); }
+
+/* sum (a-b)^2 / sum b^2 */
+static double nmse(const float *got, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = (double)got[i] - (double)ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+static double g_worst_gemm, g_worst_att; /* the largest NMSE seen, printed at the end */
+static void check(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol, double *worst) {
+    double e = nmse(got, ref, n);
+    if (e > *worst) *worst = e;
+    if (!(e <= 1e-10)) fail_msg("%s: normalised MSE %.3g > 1e-10", what, e);
+    tu_assert_close(what, got, ref, n, atol, rtol);
+}
+
+/* One product op(A) op(B) on the device vs tr__sgemm_ref, with padded leading dimensions (pad) and a C whose
+   padding columns must survive. pieces: 0 = the public wrapper, else forced split-K. */
+static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, size_t pad, int acc, int pieces, uint64_t seed) {
+    size_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (ta ? K : M) * lda + 1, nbb = (tb ? N : K) * ldb + 1, nc = M * ldc + 1;
+    float *A = (float *)malloc(na * 4), *B = (float *)malloc(nbb * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
+    float *dA, *dB, *dC;
+    char what[160];
+    tr_status st;
+    tu_fill(A, na, seed, 1.0f);
+    tu_fill(B, nbb, seed + 1, 1.0f);
+    tu_fill(C, nc, seed + 2, 1.0f);
+    memcpy(R, C, nc * 4);
+    dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
+    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces)
+                : tr__cl_sgemm(cl, ta, tb, M, N, K, dA, lda, dB, ldb, dC, ldc, acc);
+    assert_int_equal(st, TR_OK);
+    down(cl, C, dC, nc);
+    tr__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
+    snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%zu N=%zu K=%zu pad=%zu acc=%d pieces=%d", ta, tb, M, N, K, pad, acc, pieces);
+    check(what, C, R, nc, 1e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm); /* includes the padding: it must be untouched */
+    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
+    free(A), free(B), free(C), free(R);
+}
+
+static void test_sgemm_shapes(void **state) {
+    static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 3, 1}, {1, 130, 17}, {97, 17, 97}, {130, 65, 33}, {64, 64, 64}, {33, 300, 5}, {300, 31, 130}};
+    tr__cl *cl = dev();
+    size_t i;
+    int ta, tb;
+    (void)state;
+    for (i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (ta = 0; ta < 2; ta++)
+            for (tb = 0; tb < 2; tb++) run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)ta) % 3 == 0 ? 0 : 3 + i, (int)((i + (size_t)tb) & 1), 0, 10 * i + 2 * (size_t)ta + (size_t)tb);
+    run_gemm(cl, 0, 0, 5, 7, 0, 2, 0, 0, 99); /* K = 0: C = 0 (or unchanged) */
+    run_gemm(cl, 1, 1, 5, 7, 0, 0, 1, 0, 98);
+    assert_int_equal(tr__cl_sgemm(cl, 0, 0, 0, 5, 5, NULL, 5, NULL, 5, NULL, 5, 0), TR_OK); /* empty C: nothing */
+}
+
+/* Split-K into partials + the ordered reduction, forced (the automatic choice only splits on big GPUs), and the
+   weight-gradient form C[M,N] += A^T B with a long K. Also bitwise reproducibility of a split run. */
+static void test_sgemm_split(void **state) {
+    tr__cl *cl = dev();
+    size_t M = 37, N = 70, K = 1500, n = M * N;
+    float *A, *B, *C1, *C2, *dA, *dB, *dC;
+    (void)state;
+    run_gemm(cl, 1, 0, 70, 33, 2100, 0, 1, 3, 1);
+    run_gemm(cl, 0, 1, 17, 5, 1000, 2, 0, 5, 2);
+    run_gemm(cl, 1, 1, 9, 130, 700, 1, 1, 64, 3); /* more pieces than K / TK allows: clamped */
+    run_gemm(cl, 0, 0, 3, 3, 3, 0, 0, 2, 4);
+    run_gemm(cl, 1, 0, 40, 24, 5000, 0, 1, 0, 5); /* automatic: splits on PoCL (few tiles, long K) */
+    A = (float *)malloc(K * M * 4), B = (float *)malloc(K * N * 4), C1 = (float *)malloc(n * 4), C2 = (float *)malloc(n * 4);
+    tu_fill(A, K * M, 7, 1.0f), tu_fill(B, K * N, 8, 1.0f);
+    dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4), TR_OK);
+    down(cl, C1, dC, n);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4), TR_OK);
+    down(cl, C2, dC, n);
+    assert_memory_equal(C1, C2, n * 4);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
+    free(A), free(B), free(C1), free(C2);
+}
+
+/* Batched products vs a loop of tr__sgemm_ref; sC == 0 sums every product into C (reference: acc after the first). */
+static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, size_t pad, int sum, int acc, int pieces, uint64_t seed) {
+    size_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t sA = (ta ? K : M) * lda + pad, sB = (tb ? N : K) * ldb + 1, sC = sum ? 0 : M * ldc + 2;
+    size_t na = sA * (size_t)(nb ? nb : 1), nbb = sB * (size_t)(nb ? nb : 1), nc = sum ? M * ldc : sC * (size_t)(nb ? nb : 1);
+    float *A = (float *)malloc(na * 4), *B = (float *)malloc(nbb * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
+    float *dA, *dB, *dC;
+    char what[200];
+    int b;
+    tu_fill(A, na, seed, 1.0f), tu_fill(B, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
+    memcpy(R, C, nc * 4);
+    dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces), TR_OK);
+    down(cl, C, dC, nc);
+    if (sum && nb == 0 && !acc)
+        for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
+    for (b = 0; b < nb; b++) tr__sgemm_ref(ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, ldc, sum && b > 0 ? 1 : acc);
+    snprintf(what, sizeof what, "batched nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu sum=%d acc=%d pieces=%d", nb, ta, tb, M, N, K, sum, acc, pieces);
+    check(what, C, R, nc, 1e-6 * (double)K * (sum ? nb : 1) + 1e-6, 1e-5, &g_worst_gemm);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
+    free(A), free(B), free(C), free(R);
+}
+
+static void test_sgemm_batched(void **state) {
+    tr__cl *cl = dev();
+    int ta, tb;
+    (void)state;
+    for (ta = 0; ta < 2; ta++)
+        for (tb = 0; tb < 2; tb++) {
+            run_batched(cl, 5, ta, tb, 17, 9, 13, (size_t)ta, 0, tb, 0, 20 + (uint64_t)(2 * ta + tb)); /* separate outputs */
+            run_batched(cl, 7, ta, tb, 9, 17, 5, (size_t)tb, 1, ta, 0, 30 + (uint64_t)(2 * ta + tb)); /* sum, automatic groups */
+            run_batched(cl, 7, ta, tb, 9, 17, 5, 1, 1, 1 - ta, 3, 40 + (uint64_t)(2 * ta + tb));       /* sum, 3 groups of 3,3,1 */
+        }
+    run_batched(cl, 6, 0, 0, 13, 8, 97, 0, 1, 1, 1, 50);  /* sum in one group, straight into C */
+    run_batched(cl, 6, 1, 0, 13, 8, 97, 0, 1, 0, 6, 51);  /* one batch per group */
+    run_batched(cl, 1, 0, 1, 31, 30, 700, 0, 1, 1, 2, 52); /* nb = 1: split-K */
+    run_batched(cl, 3, 0, 0, 1, 1, 1, 0, 0, 0, 0, 53);
+    run_batched(cl, 0, 0, 0, 4, 4, 4, 0, 1, 0, 0, 54); /* empty sum: C = 0 */
+    run_batched(cl, 0, 0, 0, 4, 4, 4, 0, 1, 1, 0, 55); /* ... or unchanged */
+    run_batched(cl, 0, 0, 0, 4, 4, 4, 0, 0, 0, 0, 56); /* no products: nothing */
+    /* the token-mix shapes of the model, scaled down: (S, D, S) and (D, S, D)-like with S = 97 */
+    run_batched(cl, 3, 0, 0, 97, 40, 97, 0, 0, 0, 0, 57);
+    run_batched(cl, 3, 1, 0, 97, 97, 40, 0, 1, 1, 0, 58);
+}
+
+/* The same products with a second tile configuration (TINYREC_CL_SGEMM, scalar local reads, odd tile shape). */
+static void test_sgemm_env_override(void **state) {
+    tr__cl *cl0 = dev(), *cl;
+    tr_ctx *ctx2 = tu_ctx(2, 1);
+    tr__cl_gemm_cfg g0, g1;
+    const char *old = getenv("TINYREC_CL_SGEMM");
+    (void)state;
+    (void)cl0;
+    tr__cl_gemm_config(tr__cl_get_info(cl0), &g0);
+    setenv("TINYREC_CL_SGEMM", "TM=24,TN=16,TK=8,WM=3,WN=2,VW=1", 1);
+    tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
+    assert_int_equal(g1.tm, 24), assert_int_equal(g1.wn, 2), assert_int_equal(g1.vw, 1);
+    cl = tu_cl_open(ctx2); /* a second device, built with the override */
+    run_gemm(cl, 0, 0, 97, 33, 50, 1, 0, 0, 61);
+    run_gemm(cl, 1, 1, 25, 17, 9, 0, 1, 0, 62);
+    run_gemm(cl, 1, 0, 30, 40, 300, 0, 1, 3, 63);
+    run_batched(cl, 4, 0, 1, 13, 17, 7, 1, 1, 0, 2, 64);
+    run_batched(cl, 4, 1, 0, 13, 17, 7, 1, 0, 1, 0, 65);
+    tr_ctx_destroy(ctx2);
+    setenv("TINYREC_CL_SGEMM", "TM=7,TN=16,bogus", 1); /* invalid: ignored */
+    tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
+    assert_memory_equal(&g0, &g1, sizeof g0);
+    if (old) setenv("TINYREC_CL_SGEMM", old, 1);
+    else unsetenv("TINYREC_CL_SGEMM");
+}
+
+/* Attention forward and backward vs the CPU references. */
+static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed) {
+    size_t D = (size_t)H * hd, nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
+    float *qkv = (float *)malloc(nq * 4), *o = (float *)malloc(no * 4), *lse = (float *)malloc(nl * 4), *dO = (float *)malloc(no * 4);
+    float *dqkv = (float *)malloc(nq * 4), *ro = (float *)malloc(no * 4), *rl = (float *)malloc(nl * 4), *rd = (float *)malloc(nq * 4);
+    float *scr = (float *)malloc((size_t)(S + 16) * 4 * 8);
+    float *dq, *dout, *dl, *ddo, *dd;
+    char what[128];
+    tu_fill(qkv, nq, seed, 1.5f), tu_fill(dO, no, seed + 1, 1.0f), tu_fill(dqkv, nq, seed + 2, 1.0f);
+    dq = up(cl, qkv, nq), dout = up(cl, dqkv, no), dl = up(cl, dqkv, nl), ddo = up(cl, dO, no), dd = up(cl, dqkv, nq);
+    assert_int_equal(tr__cl_attention_fwd(cl, B, S, H, hd, dq, dout, dl), TR_OK);
+    down(cl, o, dout, no), down(cl, lse, dl, nl);
+    tr__attention_fwd_ref(B, S, H, hd, qkv, ro, rl, scr, 1);
+    snprintf(what, sizeof what, "attention fwd o B=%d S=%d H=%d hd=%d", B, S, H, hd);
+    check(what, o, ro, no, 2e-5, 1e-4, &g_worst_att);
+    snprintf(what, sizeof what, "attention fwd lse B=%d S=%d H=%d hd=%d", B, S, H, hd);
+    check(what, lse, rl, nl, 2e-5, 1e-5, &g_worst_att);
+    /* backward from the reference forward (so both sides see the same o and lse) */
+    assert_int_equal(tr__cl_write(cl, dout, ro, no * 4), TR_OK);
+    assert_int_equal(tr__cl_write(cl, dl, rl, nl * 4), TR_OK);
+    assert_int_equal(tr__cl_attention_bwd(cl, B, S, H, hd, dq, dout, dl, ddo, dd), TR_OK);
+    down(cl, dqkv, dd, nq);
+    tr__attention_bwd_ref(B, S, H, hd, qkv, ro, rl, dO, rd, scr, 1);
+    snprintf(what, sizeof what, "attention bwd B=%d S=%d H=%d hd=%d", B, S, H, hd);
+    check(what, dqkv, rd, nq, 2e-5, 1e-4, &g_worst_att);
+    tr__cl_free(cl, dq), tr__cl_free(cl, dout), tr__cl_free(cl, dl), tr__cl_free(cl, ddo), tr__cl_free(cl, dd);
+    free(qkv), free(o), free(lse), free(dO), free(dqkv), free(ro), free(rl), free(rd), free(scr);
+}
+
+static void test_attention(void **state) {
+    static const int cases[][4] = {{1, 1, 1, 1}, {2, 5, 3, 8}, {1, 97, 2, 64}, {2, 17, 1, 1}, {1, 33, 3, 16}, {1, 70, 1, 96}, {1, 20, 2, 256}, {3, 1, 2, 64}, {1, 66, 1, 65}};
+    tr__cl *cl = dev();
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention(cl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 70 + i);
+    assert_int_equal(tr__cl_attention_fwd(cl, 1, 4, 1, 257, NULL, NULL, NULL), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, 4, 1, 8, NULL, NULL, NULL), TR_OK);
+    print_message("worst NMSE: sgemm %.3g, attention %.3g\n", g_worst_gemm, g_worst_att);
+}
+
+/* The defines string and the automatic configurations for a few device shapes. */
+static void test_sgemm_defines(void **state) {
+    tr__cl_info in;
+    tr__cl_gemm_cfg g;
+    char buf[256];
+    (void)state;
+    memset(&in, 0, sizeof in);
+    in.is_gpu = 1, in.max_wg = 1024, in.max_item[0] = in.max_item[1] = 1024, in.max_item[2] = 64, in.local_mem = 49152, in.compute_units = 132;
+    tr__cl_sgemm_defines(&in, buf, sizeof buf);
+    assert_string_equal(buf, "-DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4");
+    in.max_wg = 128; /* a small GPU */
+    tr__cl_gemm_config(&in, &g);
+    assert_int_equal(g.tm, 128), assert_int_equal(g.tn, 64);
+    in.max_wg = 256, in.local_mem = 8192; /* little local memory */
+    tr__cl_gemm_config(&in, &g);
+    assert_true(tr__cl_gemm_local_bytes(&g) <= 8192 && (g.tm / g.wm) * (g.tn / g.wn) <= 256);
+    in.is_gpu = 0, in.max_wg = 4096, in.local_mem = 1 << 20; /* PoCL */
+    tr__cl_gemm_config(&in, &g);
+    assert_int_equal(g.tm, 64), assert_int_equal(g.vw, 4);
+    in.max_wg = 1, in.max_item[0] = in.max_item[1] = 1; /* degenerate: 1x1 tiles */
+    tr__cl_gemm_config(&in, &g);
+    assert_int_equal(g.tm, 1), assert_int_equal(g.tn, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
+        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,299 @@
+/* The whole model on the OpenCL device: training trajectories against the CPU, every fallback
+   path of DESIGN §4 forced by fault injection, and checkpoints moving between the devices.
+
+   Every case trains the same tiny TRM on the same 6 batches and compares the per-step loss
+   with a CPU run. Device and CPU sum in different orders (GEMM tiles, reductions), so the
+   carries differ by float rounding that grows through the recursion (the parity suite
+   measures up to 3e-4 after 3 steps); the loss, a mean over tokens, is compared at rtol 2e-3.
+   A lost or repeated step, a wrong micro-batch accumulation or a stale carry changes the loss
+   by O(1e-2) or more, and the step counter is checked exactly. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+
+enum { NB = 8, NSTEPS = 6, SEQ = 16, VOCAB = 6 };
+
+typedef struct log_capture {
+    char text[8192];
+    int device_lines; /* WARN lines that start with "device:" */
+} log_capture;
+
+static void capture(void *user, tr_log_level level, const char *msg) {
+    log_capture *lc = (log_capture *)user;
+    size_t n = strlen(lc->text);
+    if (level >= TR_LOG_WARN && strncmp(msg, "device:", 7) == 0) lc->device_lines++;
+    snprintf(lc->text + n, sizeof lc->text - n, "%s\n", msg);
+}
+
+/* A context on `device` ("cpu" or the test's OpenCL selector) with a captured log. */
+static tr_ctx *make_ctx(const char *device, log_capture *lc) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    const char *sel = getenv("TINYREC_TEST_OPENCL");
+    cc.num_threads = 2;
+    cc.seed = 3;
+    cc.device = strcmp(device, "cpu") == 0 ? "cpu" : (sel && *sel ? sel : "opencl");
+    cc.log = capture;
+    cc.log_user = lc;
+    memset(lc, 0, sizeof *lc);
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    return ctx;
+}
+
+static void make_batches(int32_t *in, int32_t *lab, int32_t *pid) {
+    int k;
+    for (k = 0; k < NSTEPS; k++) tu_tiny_batch(NB, SEQ, VOCAB, 100 + k, in + k * NB * SEQ, lab + k * NB * SEQ, pid + k * NB, 3, (uint64_t)k);
+}
+
+static tr_train_config train_config(void) {
+    tr_train_config tc = tr_train_config_default();
+    tc.global_batch_size = NB;
+    tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2, tc.ema_decay = 0.9;
+    return tc;
+}
+
+/* Trains steps [from, to) on (m, t) and records each step's loss. */
+static void train_steps(tr_trainer *t, int from, int to, double *loss) {
+    static int32_t in[NSTEPS * NB * SEQ], lab[NSTEPS * NB * SEQ], pid[NSTEPS * NB];
+    int k;
+    make_batches(in, lab, pid);
+    for (k = from; k < to; k++) {
+        tr_batch b;
+        tr_metrics mt;
+        b.inputs = in + k * NB * SEQ, b.labels = lab + k * NB * SEQ, b.puzzle_identifiers = pid + k * NB, b.batch_size = NB;
+        if (tr_trainer_step(t, &b, &mt) != TR_OK) fail_msg("step %d: %s", k + 1, tr_ctx_last_error(t->m->ctx));
+        loss[k] = mt.loss;
+        assert_int_equal(tr_trainer_step_count(t), k + 1);
+    }
+}
+
+/* The reference trajectory: the same model and batches on the CPU. */
+static void cpu_trajectory(int mlp_t, double *loss) {
+    log_capture lc;
+    tr_ctx *ctx = make_ctx("cpu", &lc);
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = train_config();
+    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    train_steps(t, 0, NSTEPS, loss);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
+static void assert_trajectory(const char *what, const double *got, const double *ref, int from, int to) {
+    int k;
+    for (k = from; k < to; k++)
+        if (!(fabs(got[k] - ref[k]) <= 2e-3 * fabs(ref[k]))) fail_msg("%s: step %d loss %.9g, CPU %.9g", what, k + 1, got[k], ref[k]);
+}
+
+/* Runs the whole trajectory with a fault injected; returns the context's log in lc. */
+static void run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss, int *ended_on_device) {
+    tr_ctx *ctx = make_ctx("opencl", lc);
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = train_config();
+    tr_ctx_inject_fault(ctx, fault, at, rows);
+    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    train_steps(t, 0, NSTEPS, loss);
+    *ended_on_device = ctx->dev_active;
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+static void need_device(void) {
+    log_capture lc;
+    tr_ctx *ctx = make_ctx("opencl", &lc);
+    int ok = tr_ctx_use_device(ctx);
+    char name[320];
+    snprintf(name, sizeof name, "%s", tr_ctx_device_name(ctx));
+    tr_ctx_destroy(ctx);
+    if (!ok) tu_no_opencl(name);
+}
+
+static void check_trajectory(int mlp_t) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    int on_dev;
+    need_device();
+    cpu_trajectory(mlp_t, ref);
+    run_with_fault(mlp_t, TR_FAULT_NONE, 0, 0, &lc, got, &on_dev);
+    assert_true(on_dev);
+    assert_int_equal(lc.device_lines, 0);
+    assert_trajectory(mlp_t ? "opencl mlp_t" : "opencl attention", got, ref, 0, NSTEPS);
+}
+static void test_trajectory_mlp_t(void **state) { (void)state; check_trajectory(1); }
+static void test_trajectory_attention(void **state) { (void)state; check_trajectory(0); }
+
+/* No library, no platform, no device, a build failure: the CPU, one line saying why, and the
+   CPU's own results (bit for bit: it is the CPU path). */
+static void test_open_faults_fall_back_to_cpu(void **state) {
+    static const tr_fault faults[] = {TR_FAULT_NO_LIBRARY, TR_FAULT_NO_PLATFORM, TR_FAULT_NO_DEVICE, TR_FAULT_BUILD};
+    static const char *const words[] = {"library", "platform", "device", "build"};
+    double ref[NSTEPS], got[NSTEPS];
+    int i;
+    (void)state;
+#if !TINYREC_OPENCL
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+#endif
+    cpu_trajectory(1, ref);
+    for (i = 0; i < 4; i++) {
+        log_capture lc;
+        int on_dev;
+        run_with_fault(1, faults[i], 0, 0, &lc, got, &on_dev);
+        assert_false(on_dev);
+        if (lc.device_lines != 1 || !strstr(lc.text, words[i]) || !strstr(lc.text, "using the cpu"))
+            fail_msg("fault %d: expected one device line naming '%s', log:\n%s", (int)faults[i], words[i], lc.text);
+        assert_memory_equal(got, ref, sizeof ref);
+    }
+}
+
+/* Device memory runs out at step 3 for more than half the batch: the step is redone with
+   half-size micro-batches, training stays on the device, no step is lost. */
+static void test_oom_halves_the_micro_batch(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    int on_dev;
+    (void)state;
+    need_device();
+    cpu_trajectory(1, ref);
+    run_with_fault(1, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, got, &on_dev);
+    assert_true(on_dev);
+    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("oom, halved", got, ref, 0, NSTEPS);
+}
+
+/* Out of memory however small the micro-batch: halve, halve, halve, then the CPU. */
+static void test_oom_everywhere_moves_to_cpu(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    int on_dev;
+    (void)state;
+    need_device();
+    cpu_trajectory(0, ref);
+    run_with_fault(0, TR_FAULT_DEVICE_OOM, 2, 0, &lc, got, &on_dev);
+    assert_false(on_dev);
+    if (!strstr(lc.text, "micro-batches of 1 rows") || !strstr(lc.text, "moved the model, optimizer state and ACT carry to the cpu"))
+        fail_msg("log:\n%s", lc.text);
+    assert_int_equal(lc.device_lines, 4); /* 8 -> 4 -> 2 -> 1, then the move */
+    assert_trajectory("oom, moved to the cpu", got, ref, 0, NSTEPS);
+}
+
+/* The 40th device command of step 4 fails (mid-forward): the step is redone on the CPU from
+   the carry it started with. */
+static void test_enqueue_failure_moves_to_cpu(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    int on_dev;
+    (void)state;
+    need_device();
+    cpu_trajectory(1, ref);
+    run_with_fault(1, TR_FAULT_ENQUEUE, 4, 40, &lc, got, &on_dev);
+    assert_false(on_dev);
+    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("enqueue failure", got, ref, 0, NSTEPS);
+}
+
+/* Train 3 steps on one device, save model + trainer state, resume on the other for 3 more. */
+static void move_between(const char *first, const char *second) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc1, lc2;
+    tr_ctx *a = make_ctx(first, &lc1), *b = make_ctx(second, &lc2);
+    tr_model_config c;
+    tr_model *ma, *mb;
+    tr_trainer *ta, *tb;
+    tr_train_config tc = train_config();
+    char mpath[] = "/tmp/tinyrec_port_XXXXXX";
+    char spath[64];
+    int fd = mkstemp(mpath);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(spath, sizeof spath, "%s.state", mpath);
+    cpu_trajectory(1, ref);
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(a, &c, &ma), TR_OK);
+    assert_int_equal(tr_trainer_create(ma, &tc, &ta), TR_OK);
+    train_steps(ta, 0, 3, got);
+    assert_int_equal(tr_model_save(ma, mpath, NULL), TR_OK);
+    assert_int_equal(tr_trainer_save(ta, spath, NULL, 0), TR_OK);
+    assert_int_equal(tr_model_load(b, mpath, NULL, &mb), TR_OK);
+    assert_int_equal(tr_trainer_create(mb, &tc, &tb), TR_OK);
+    assert_int_equal(tr_trainer_load(tb, spath, NULL, 0, NULL), TR_OK);
+    assert_int_equal(tr_trainer_step_count(tb), 3);
+    train_steps(tb, 3, NSTEPS, got);
+    assert_trajectory(first, got, ref, 0, NSTEPS);
+    assert_int_equal(a->dev_active, strcmp(first, "cpu") != 0);
+    assert_int_equal(b->dev_active, strcmp(second, "cpu") != 0);
+    tr_trainer_destroy(ta), tr_trainer_destroy(tb);
+    tr_model_destroy(ma), tr_model_destroy(mb);
+    tr_ctx_destroy(a), tr_ctx_destroy(b);
+    remove(mpath), remove(spath);
+}
+static void test_opencl_to_cpu(void **state) { (void)state; need_device(); move_between("opencl", "cpu"); }
+static void test_cpu_to_opencl(void **state) { (void)state; need_device(); move_between("cpu", "opencl"); }
+
+/* Inference on the device gives the CPU's answers (halting included) on a trained model. */
+static void test_infer_matches_cpu(void **state) {
+    log_capture l1, l2;
+    tr_ctx *cc, *dc;
+    tr_model_config c;
+    tr_model *cm, *dm;
+    tr_carry *ccar, *dcar;
+    int32_t in[NB * SEQ], lab[NB * SEQ], pid[NB], p1[NB * SEQ], p2[NB * SEQ], s1[NB], s2[NB];
+    float q1[NB], q2[NB];
+    tr_batch b;
+    tr_step_outputs o1, o2;
+    int i;
+    (void)state;
+    need_device();
+    cc = make_ctx("cpu", &l1), dc = make_ctx("opencl", &l2);
+    tu_tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(cc, &c, &cm), TR_OK);
+    assert_int_equal(tr_model_create(dc, &c, &dm), TR_OK);
+    for (i = 0; i < cm->n_tensors; i++) { /* the same non-trivial heads on both */
+        tr_tensor_view v, w;
+        assert_int_equal(tr_model_tensor(cm, i, &v), TR_OK);
+        if (strstr(v.name, "q_head.weight")) tu_fill(v.data, v.numel, 7, 0.5f);
+        if (strstr(v.name, "q_head.bias")) v.data[0] = 0.1f, v.data[1] = -0.2f;
+        assert_int_equal(tr_model_tensor(dm, i, &w), TR_OK);
+        memcpy(w.data, v.data, v.numel * sizeof(float));
+    }
+    assert_int_equal(tr_model_commit_tensors(dm), TR_OK);
+    assert_int_equal(tr_carry_create(cm, NB, &ccar), TR_OK);
+    assert_int_equal(tr_carry_create(dm, NB, &dcar), TR_OK);
+    tu_tiny_batch(NB, SEQ, VOCAB, 5, in, lab, pid, 3, 0);
+    b.inputs = in, b.labels = NULL, b.puzzle_identifiers = pid, b.batch_size = NB;
+    memset(&o1, 0, sizeof o1), memset(&o2, 0, sizeof o2);
+    o1.preds = p1, o1.steps = s1, o1.q_halt = q1;
+    o2.preds = p2, o2.steps = s2, o2.q_halt = q2;
+    assert_int_equal(tr_model_infer(cm, ccar, &b, 0, NULL, NULL, &o1), TR_OK);
+    assert_int_equal(tr_model_infer(dm, dcar, &b, 0, NULL, NULL, &o2), TR_OK);
+    assert_memory_equal(s1, s2, sizeof s1);
+    assert_memory_equal(p1, p2, sizeof p1);
+    tu_assert_close("q_halt", q2, q1, NB, 1e-4, 1e-3);
+    tr_carry_destroy(ccar), tr_carry_destroy(dcar);
+    tr_model_destroy(cm), tr_model_destroy(dm);
+    tr_ctx_destroy(cc), tr_ctx_destroy(dc);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trajectory_mlp_t),
+        cmocka_unit_test(test_trajectory_attention),
+        cmocka_unit_test(test_open_faults_fall_back_to_cpu),
+        cmocka_unit_test(test_oom_halves_the_micro_batch),
+        cmocka_unit_test(test_oom_everywhere_moves_to_cpu),
+        cmocka_unit_test(test_enqueue_failure_moves_to_cpu),
+        cmocka_unit_test(test_opencl_to_cpu),
+        cmocka_unit_test(test_cpu_to_opencl),
+        cmocka_unit_test(test_infer_matches_cpu),
+    };
+    return cmocka_run_group_tests_name("opencl_model", tests, NULL, NULL);
+}

@@ -1,0 +1,536 @@
+/* OpenCL element/row kernels (parts/cl_ops.h) against their CPU twins, in the style of ggml's test-backend-ops: every
+   op runs on the device and on the CPU on the same random inputs, and the two must agree both in normalised MSE
+   (sum (dev - cpu)^2 / sum cpu^2) and elementwise (|dev - cpu| <= atol + rtol * |cpu|). Sizes are odd (1, 3, 17, 97,
+   130 ...) so that every partial work-group and tail is exercised; every device buffer starts 3 floats into its arena
+   so that the element offsets of the kernel argument convention are exercised too.
+
+   Bounds. The kernels do the same float operations as the CPU in a different order (tree reductions) and may contract
+   a*b+c into fma; OpenCL's exp/log/atan2/division are accurate to a few ulp (<= 4 ulp for the ones used here). So:
+   - pure elementwise arithmetic (add, ema, adam, rope, refill, embed forward, the in-order gradient sums): rtol 1e-6,
+     atol 1e-7 .. 1e-6 (1 ulp is 6e-8 relative; fma contraction changes at most the last bit of each step);
+   - exp-based elementwise (swiglu): a few ulp of each factor -> rtol 4e-6, plus atol 1e-6 for the cancellation in
+     1 + x (1 - sigmoid(x)) near x = -1.28;
+   - norms: the sums are accumulated in double on fp64 devices, in float otherwise: a float tree sum of n positive
+     terms errs by <= log2(n) * 6e-8 relative, ~1e-6 at n = 1000, hence rtol 1e-5; the backward's dy - y * mean
+     cancels, so its error is absolute: atol 2e-6 on O(1) values;
+   - reductions the CPU does in float in its own order (q head dot, token-gradient sums) differ by the CPU's own
+     rounding: ~sqrt(n) * 6e-8 * sum |terms|, atol 1e-4 on sums of ~100 O(4) terms;
+   - cross-entropy: double on fp64 devices as on the CPU; in float the loss is within ~1e-6 relative, hence rtol 2e-5.
+   A wrong index, a missed row or a missing term makes O(1e-2 .. 1) errors, orders of magnitude above every bound.
+   The normalised MSE bounds are (rtol)^2-sized: 1e-10 for float-exact ops, 1e-9 otherwise. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+
+static tr_ctx *g_ctx;
+static tr__cl *g_cl;
+
+static void dev_free_all(void);
+static int g_no_cl;
+
+/* The device, opened once for the whole suite (it belongs to g_ctx). */
+static tr__cl *cl_get(void) {
+    if (g_cl) dev_free_all(); /* what a failed test left behind */
+    if (g_no_cl) tu_no_opencl("it did not open for the first test");
+    if (!g_ctx) g_ctx = tu_ctx(2, 1);
+    if (!g_cl) {
+        g_no_cl = 1;
+        g_cl = tu_cl_open(g_ctx); /* skips the test when there is no OpenCL device */
+        g_no_cl = 0;
+    }
+    assert_non_null(g_cl);
+    return g_cl;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    if (g_cl) dev_free_all();
+    if (g_ctx) tr_ctx_destroy(g_ctx); /* closes the device too */
+    g_cl = NULL, g_ctx = NULL;
+    return 0;
+}
+
+/* --- device buffers: each is its own arena, used from element 3 on ------------------------------------------------- */
+#define DEV_MAX 128
+#define DEV_SKEW 3
+static void *dev_bases[DEV_MAX];
+static int dev_n;
+
+static void *dev_alloc(size_t n) {
+    void *p = tr__cl_alloc(g_cl, (n + DEV_SKEW + 1) * 4, 1);
+    assert_non_null(p);
+    assert_true(dev_n < DEV_MAX);
+    dev_bases[dev_n++] = p;
+    return (char *)p + DEV_SKEW * 4;
+}
+static float *dev_f(const float *host, size_t n) {
+    float *d = (float *)dev_alloc(n);
+    if (host && n) assert_int_equal(tr__cl_write(g_cl, d, host, n * 4), TR_OK);
+    return d;
+}
+static int32_t *dev_i(const int32_t *host, size_t n) {
+    int32_t *d = (int32_t *)dev_alloc(n);
+    if (host && n) assert_int_equal(tr__cl_write(g_cl, d, host, n * 4), TR_OK);
+    return d;
+}
+static float *down(const float *d, size_t n) { /* malloc'ed host copy; collected by dev_free_all */
+    float *h = (float *)malloc((n ? n : 1) * 4);
+    assert_non_null(h);
+    if (n) assert_int_equal(tr__cl_read(g_cl, h, d, n * 4), TR_OK);
+    assert_true(dev_n < DEV_MAX);
+    dev_bases[dev_n++] = (void *)((uintptr_t)h | 1); /* tagged: host memory */
+    return h;
+}
+static void dev_free_all(void) {
+    int i;
+    for (i = 0; i < dev_n; i++) {
+        if ((uintptr_t)dev_bases[i] & 1) free((void *)((uintptr_t)dev_bases[i] & ~(uintptr_t)1));
+        else tr__cl_free(g_cl, dev_bases[i]);
+    }
+    dev_n = 0;
+}
+static float *hbuf(size_t n) {
+    float *h = (float *)calloc(n ? n : 1, 4);
+    assert_non_null(h);
+    assert_true(dev_n < DEV_MAX);
+    dev_bases[dev_n++] = (void *)((uintptr_t)h | 1);
+    return h;
+}
+static float *hrand(size_t n, uint64_t seed, float scale) {
+    float *h = hbuf(n);
+    tu_fill(h, n, seed, scale);
+    return h;
+}
+
+/* Normalised MSE and the elementwise bound; with TINYREC_TEST_VERBOSE set, prints the worst errors. The MSE is
+   normalised by the energy of mag (NULL: of ref): for results formed by cancellation (the norm backward's dy - y * mean)
+   the rounding error scales with the terms, not with the result, so mag holds the size of the terms. */
+static void check_mag(const char *what, const float *got, const float *ref, const float *mag, size_t n, double nmse_max, double atol, double rtol) {
+    double num = 0, den = 0, worst = 0, nmse;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = (double)got[i] - ref[i], m = mag ? mag[i] : ref[i];
+        num += d * d, den += m * m;
+        if (fabs(d) > worst) worst = fabs(d);
+        if (got[i] != got[i] && ref[i] == ref[i]) fail_msg("%s: element %zu is NaN", what, i);
+    }
+    /* where the reference is itself at the rounding-noise level (e.g. the norm backward of a 1-wide row, whose exact
+       value is 0), relative errors mean nothing and only the elementwise atol applies */
+    nmse = den > (double)n * atol * atol ? num / den : 0;
+    if (getenv("TINYREC_TEST_VERBOSE")) printf("  %-28s n %-7zu nmse %.3g  max|err| %.3g\n", what, n, nmse, worst);
+    if (!(nmse <= nmse_max)) fail_msg("%s: normalised MSE %.3g > %.3g", what, nmse, nmse_max);
+    tu_assert_close(what, got, ref, n, atol, rtol);
+}
+static void check(const char *what, const float *got, const float *ref, size_t n, double nmse_max, double atol, double rtol) {
+    check_mag(what, got, ref, NULL, n, nmse_max, atol, rtol);
+}
+/* rstd * |dy|: the size of the terms of the norm backward, per element; rs_at(i) gives the rstd of element i */
+static float *bwd_mag(const float *dy, const float *rs, size_t n, size_t (*rs_at)(size_t i, size_t a, size_t b), size_t a, size_t b) {
+    float *m = hbuf(n);
+    size_t i;
+    for (i = 0; i < n; i++) m[i] = rs[rs_at(i, a, b)] * fabsf(dy[i]);
+    return m;
+}
+static size_t rs_row(size_t i, size_t D, size_t unused) { return (void)unused, i / D; }
+static size_t rs_col(size_t i, size_t S, size_t D) { return i / (S * D) * D + i % D; }
+
+/* --- add ------------------------------------------------------------------------------------------------------------- */
+static void test_add(void **state) {
+    static const size_t ns[] = {1, 3, 97, 4099};
+    size_t t, i;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof ns / sizeof *ns; t++) {
+        size_t n = ns[t];
+        float *a = hrand(n, 1 + t, 2.0f), *b = hrand(n, 11 + t, 2.0f), *ref = hbuf(n);
+        float *da = dev_f(a, n), *db = dev_f(b, n), *dy = dev_f(NULL, n);
+        for (i = 0; i < n; i++) ref[i] = a[i] + b[i];
+        assert_int_equal(tr__cl_add(g_cl, n, da, db, dy), TR_OK);
+        check("add", down(dy, n), ref, n, 0, 0, 0); /* a single rounding: bit-exact */
+        assert_int_equal(tr__cl_add(g_cl, n, da, db, da), TR_OK); /* y aliases a */
+        check("add y=a", down(da, n), ref, n, 0, 0, 0);
+        dev_free_all();
+    }
+}
+
+/* --- RMSNorm over rows ---------------------------------------------------------------------------------------------- */
+static void test_rms_rows(void **state) {
+    static const int cases[][2] = {{1, 1}, {3, 17}, {97, 130}, {5, 512}, {4, 1000}};
+    size_t t;
+    int with_add, alias;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof cases / sizeof *cases; t++)
+        for (with_add = 0; with_add < 2; with_add++)
+            for (alias = 0; alias < 2; alias++) {
+                long R = cases[t][0];
+                int D = cases[t][1];
+                size_t n = (size_t)R * D;
+                float *x = hrand(n, 3 + t, 1.5f), *ad = with_add ? hrand(n, 5 + t, 1.0f) : NULL, *dy = hrand(n, 7 + t, 1.0f);
+                float *y = hbuf(n), *rs = hbuf((size_t)R), *dx = hbuf(n);
+                float *dX = dev_f(x, n), *dA = ad ? dev_f(ad, n) : NULL, *dY = alias ? dX : dev_f(NULL, n), *dR = dev_f(NULL, (size_t)R);
+                float *dDY = dev_f(dy, n), *dDX = dev_f(NULL, n);
+                tr__rms_rows_fwd_ref(R, D, x, ad, y, rs, 1e-5f, 1);
+                tr__rms_rows_bwd_ref(R, D, dy, y, rs, dx, 1);
+                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                check("rms_rows fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
+                check("rms_rows fwd rstd", down(dR, (size_t)R), rs, (size_t)R, 1e-10, 0, 1e-5);
+                /* the backward from the CPU's y and rstd, so that it is tested on its own */
+                {
+                    float *dYc = dev_f(y, n), *dRc = dev_f(rs, (size_t)R);
+                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, R, D, dDY, dYc, dRc, dDX), TR_OK);
+                    check_mag("rms_rows bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_row, (size_t)D, 0), n, 1e-10, 2e-6, 1e-5);
+                }
+                dev_free_all();
+            }
+}
+
+/* --- RMSNorm over the sequence axis --------------------------------------------------------------------------------- */
+static void test_rms_cols(void **state) {
+    static const int cases[][3] = {{1, 1, 1}, {2, 7, 70}, {3, 97, 130}, {1, 3, 257}};
+    size_t t;
+    int with_add, alias;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof cases / sizeof *cases; t++)
+        for (with_add = 0; with_add < 2; with_add++)
+            for (alias = 0; alias < 2; alias++) {
+                int B = cases[t][0], S = cases[t][1], D = cases[t][2];
+                size_t n = (size_t)B * S * D, nr = (size_t)B * D;
+                float *x = hrand(n, 13 + t, 1.5f), *ad = with_add ? hrand(n, 17 + t, 1.0f) : NULL, *dy = hrand(n, 19 + t, 1.0f);
+                float *y = hbuf(n), *rs = hbuf(nr), *dx = hbuf(n);
+                float *dX = dev_f(x, n), *dA = ad ? dev_f(ad, n) : NULL, *dY = alias ? dX : dev_f(NULL, n), *dR = dev_f(NULL, nr);
+                float *dDY = dev_f(dy, n), *dYc = dev_f(NULL, n), *dRc = dev_f(NULL, nr), *dDX = dev_f(NULL, n);
+                tr__rms_cols_fwd_ref(B, S, D, x, ad, y, rs, 1e-5f, 1);
+                tr__rms_cols_bwd_ref(B, S, D, dy, y, rs, dx, 1);
+                assert_int_equal(tr__cl_rms_cols_fwd(g_cl, B, S, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                check("rms_cols fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
+                check("rms_cols fwd rstd", down(dR, nr), rs, nr, 1e-10, 0, 1e-5);
+                assert_int_equal(tr__cl_write(g_cl, dYc, y, n * 4), TR_OK);
+                assert_int_equal(tr__cl_write(g_cl, dRc, rs, nr * 4), TR_OK);
+                assert_int_equal(tr__cl_rms_cols_bwd(g_cl, B, S, D, dDY, dYc, dRc, dDX), TR_OK);
+                check_mag("rms_cols bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_col, (size_t)S, (size_t)D), n, 1e-10, 2e-6, 1e-5);
+                dev_free_all();
+            }
+}
+
+/* --- SwiGLU, with row strides wider than the rows: the gaps must stay untouched ------------------------------------- */
+static void test_swiglu(void **state) {
+    static const long cases[][4] = {{1, 1, 2, 1}, {3, 3, 7, 5}, {17, 130, 260, 130}, {5, 97, 201, 100}};
+    size_t t;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof cases / sizeof *cases; t++) {
+        long R = cases[t][0], W = cases[t][1];
+        size_t gs = (size_t)cases[t][2], os = (size_t)cases[t][3], ng = (size_t)R * gs, no = (size_t)R * os;
+        float *g = hrand(ng, 23 + t, 3.0f), *da = hrand(no, 29 + t, 1.0f), *o = hrand(no, 31 + t, 9.0f), *dg = hrand(ng, 37 + t, 9.0f);
+        float *dG = dev_f(g, ng), *dO = dev_f(o, no), *dDA = dev_f(da, no), *dDG = dev_f(dg, ng);
+        tr__swiglu_fwd_ref(R, W, g, gs, o, os, 1);
+        tr__swiglu_bwd_ref(R, W, g, gs, da, os, dg, 1);
+        assert_int_equal(tr__cl_swiglu_fwd(g_cl, R, W, dG, gs, dO, os), TR_OK);
+        check("swiglu fwd", down(dO, no), o, no, 1e-10, 1e-6, 4e-6);
+        assert_int_equal(tr__cl_swiglu_bwd(g_cl, R, W, dG, gs, dDA, os, dDG), TR_OK);
+        check("swiglu bwd", down(dDG, ng), dg, ng, 1e-10, 1e-6, 4e-6);
+        dev_free_all();
+    }
+}
+
+/* --- RoPE, forward and inverse (hd odd leaves the last channel alone) ----------------------------------------------- */
+static void test_rope(void **state) {
+    static const int cases[][4] = {{2, 5, 2, 6}, {2, 17, 3, 16}, {1, 7, 2, 5}, {3, 97, 1, 2}};
+    size_t t;
+    int inv;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof cases / sizeof *cases; t++)
+        for (inv = 0; inv < 2; inv++) {
+            int B = cases[t][0], S = cases[t][1], H = cases[t][2], hd = cases[t][3];
+            long R = (long)B * S;
+            size_t n = (size_t)R * 3 * H * hd, nc = (size_t)S * hd;
+            float *q = hrand(n, 41 + t, 1.0f), *cs = hrand(nc, 43 + t, 1.0f), *sn = hrand(nc, 47 + t, 1.0f);
+            float *dQ = dev_f(q, n), *dC = dev_f(cs, nc), *dS = dev_f(sn, nc);
+            tr__rope_ref(R, S, H, hd, q, cs, sn, inv, 1);
+            assert_int_equal(tr__cl_rope(g_cl, R, S, H, hd, dQ, dC, dS, inv), TR_OK);
+            check(inv ? "rope inverse" : "rope", down(dQ, n), q, n, 1e-12, 1e-6, 1e-6);
+            dev_free_all();
+        }
+}
+
+/* --- AdamATan2 and EMA ---------------------------------------------------------------------------------------------- */
+static void test_adam_ema(void **state) {
+    static const size_t ns[] = {1, 1001};
+    size_t t, i;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof ns / sizeof *ns; t++) {
+        size_t n = ns[t];
+        float *p = hrand(n, 51 + t, 1.0f), *g = hrand(n, 53 + t, 0.1f), *m = hrand(n, 57 + t, 0.05f), *v = hrand(n, 59 + t, 0.01f);
+        float *sh = hrand(n, 61 + t, 1.0f), bc1 = (float)(1.0 - pow(0.9, 3.0)), bc2 = (float)(1.0 - pow(0.95, 3.0));
+        float *dP, *dG, *dM, *dV, *dSh;
+        for (i = 0; i < n; i++) v[i] = fabsf(v[i]);
+        v[0] = 0.0f, m[0] = 0.0f; /* atan2(0, 0) */
+        dP = dev_f(p, n), dG = dev_f(g, n), dM = dev_f(m, n), dV = dev_f(v, n), dSh = dev_f(sh, n);
+        tr__adam_atan2_ref(n, p, g, m, v, 1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2, 1);
+        assert_int_equal(tr__cl_adam_atan2(g_cl, n, dP, dG, dM, dV, 1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2), TR_OK);
+        check("adam p", down(dP, n), p, n, 1e-12, 1e-7, 1e-6);
+        check("adam m", down(dM, n), m, n, 1e-12, 1e-9, 1e-6);
+        check("adam v", down(dV, n), v, n, 1e-12, 1e-10, 1e-6);
+        tr__ema_ref(n, sh, p, 0.999f, 1);
+        assert_int_equal(tr__cl_ema(g_cl, n, dSh, dP, 0.999f), TR_OK);
+        check("ema", down(dSh, n), sh, n, 1e-12, 1e-7, 1e-6);
+        dev_free_all();
+    }
+}
+
+/* --- embedding forward / backward (CPU twins: the loops of tr__embed_fwd / tr__embed_bwd) ---------------------------- */
+typedef struct emb_case { int B, L, Lp, D, Dp, V, pos; } emb_case;
+static const emb_case emb_cases[] = {
+    {1, 1, 0, 1, 0, 2, 0},    /* no puzzle prefix */
+    {3, 7, 2, 10, 13, 6, 1},  /* Dp < Lp * D: the prefix tail is zero */
+    {2, 5, 1, 17, 17, 3, 0},  /* Dp = D */
+    {8, 81, 2, 16, 24, 11, 1} /* B * L = 648 tokens: the chunked token-gradient path on small devices */
+};
+
+static void emb_inputs(const emb_case *c, int32_t *in, int32_t *pid, int npid, uint64_t seed) {
+    uint64_t s = seed;
+    int i;
+    for (i = 0; i < c->B * c->L; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = (int)((s >> 33) % (uint64_t)c->V);
+    }
+    for (i = 0; i < c->B; i++) pid[i] = (i * 7 + 1) % npid;
+}
+
+static void test_embed(void **state) {
+    size_t t;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof emb_cases / sizeof *emb_cases; t++) {
+        const emb_case *c = &emb_cases[t];
+        int B = c->B, L = c->L, Lp = c->Lp, D = c->D, Dp = c->Dp, V = c->V, S = L + Lp, npid = 5, b, s, j;
+        size_t nx = (size_t)B * S * D;
+        float scale = sqrtf((float)D), f = c->pos ? scale * 0.707106781f : scale;
+        float *wt = hrand((size_t)V * D, 71 + t, 1.0f), *wp = c->pos ? hrand((size_t)S * D, 73 + t, 1.0f) : NULL;
+        float *pe = Dp ? hrand((size_t)npid * Dp, 79 + t, 1.0f) : NULL, *x = hbuf(nx), *dx = hrand(nx, 83 + t, 1.0f);
+        float *gt = hrand((size_t)V * D, 89 + t, 1.0f), *gp = c->pos ? hrand((size_t)S * D, 97 + t, 1.0f) : NULL;
+        float *pr = hrand((size_t)B * (Dp ? Dp : 1), 101 + t, 5.0f);
+        int32_t *in = (int32_t *)hbuf((size_t)B * L), *pid = (int32_t *)hbuf((size_t)B);
+        float *dWt, *dWp, *dPe, *dX, *dDX, *dGt, *dGp, *dPr;
+        int32_t *dIn, *dPid;
+        emb_inputs(c, in, pid, npid, 7 + t);
+        dWt = dev_f(wt, (size_t)V * D), dWp = wp ? dev_f(wp, (size_t)S * D) : NULL, dPe = pe ? dev_f(pe, (size_t)npid * Dp) : NULL;
+        dX = dev_f(NULL, nx), dDX = dev_f(dx, nx), dGt = dev_f(gt, (size_t)V * D), dGp = gp ? dev_f(gp, (size_t)S * D) : NULL;
+        dPr = Dp ? dev_f(pr, (size_t)B * Dp) : NULL, dIn = dev_i(in, (size_t)B * L), dPid = dev_i(pid, (size_t)B);
+        for (b = 0; b < B; b++) /* tr__embed_fwd */
+            for (s = 0; s < S; s++) {
+                float *xr = x + ((size_t)b * S + s) * D;
+                for (j = 0; j < D; j++) {
+                    int k = s * D + j;
+                    xr[j] = s < Lp ? (k < Dp ? pe[(size_t)pid[b] * Dp + k] : 0.0f) : wt[(size_t)in[(size_t)b * L + s - Lp] * D + j];
+                    if (wp) xr[j] = 0.707106781f * (xr[j] + wp[(size_t)s * D + j]);
+                    xr[j] *= scale;
+                }
+            }
+        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, dWt, dWp, dPe, dIn, dPid, dX), TR_OK);
+        check("embed fwd", down(dX, nx), x, nx, 1e-12, 1e-6, 1e-6);
+        for (b = 0; b < B; b++) /* tr__embed_bwd */
+            for (s = 0; s < S; s++) {
+                const float *d = dx + ((size_t)b * S + s) * D;
+                if (gp)
+                    for (j = 0; j < D; j++) gp[(size_t)s * D + j] += f * d[j];
+                if (s < Lp) {
+                    for (j = 0; j < D; j++)
+                        if (s * D + j < Dp) pr[(size_t)b * Dp + s * D + j] = f * d[j];
+                } else
+                    for (j = 0; j < D; j++) gt[(size_t)in[(size_t)b * L + s - Lp] * D + j] += f * d[j];
+            }
+        assert_int_equal(tr__cl_embed_bwd(g_cl, B, S, L, Lp, D, Dp, V, dDX, dIn, dGt, dGp, dPr), TR_OK);
+        check("embed bwd g_tok", down(dGt, (size_t)V * D), gt, (size_t)V * D, 1e-10, 1e-4, 1e-5);
+        if (gp) check("embed bwd g_pos", down(dGp, (size_t)S * D), gp, (size_t)S * D, 1e-12, 1e-6, 1e-6);
+        if (Dp) check("embed bwd prow", down(dPr, (size_t)B * Dp), pr, (size_t)B * Dp, 0, 0, 0);
+        dev_free_all();
+    }
+}
+
+/* --- carry refill ----------------------------------------------------------------------------------------------------- */
+static void test_refill(void **state) {
+    int B = 5, S = 7, D = 13, b, i;
+    size_t n = (size_t)B * S * D;
+    int32_t halted[5] = {1, 0, 1, 0, 7};
+    float *zh, *zl, *hi, *li, *dZh, *dZl;
+    (void)state;
+    cl_get();
+    zh = hrand(n, 111, 1.0f), zl = hrand(n, 113, 1.0f), hi = hrand((size_t)D, 115, 1.0f), li = hrand((size_t)D, 117, 1.0f);
+    dZh = dev_f(zh, n), dZl = dev_f(zl, n);
+    for (b = 0; b < B; b++)
+        if (halted[b])
+            for (i = 0; i < S * D; i++) zh[(size_t)b * S * D + i] = hi[i % D], zl[(size_t)b * S * D + i] = li[i % D];
+    assert_int_equal(tr__cl_refill(g_cl, B, S, D, dev_i(halted, (size_t)B), dev_f(hi, (size_t)D), dev_f(li, (size_t)D), dZh, dZl), TR_OK);
+    check("refill z_H", down(dZh, n), zh, n, 0, 0, 0);
+    check("refill z_L", down(dZl, n), zl, n, 0, 0, 0);
+    dev_free_all();
+}
+
+/* --- cross-entropy: the token loop of tr__loss with tr__xent_row ------------------------------------------------------ */
+static void xent_case(int B, int L, int V, tr_loss_type type, int grad, float grad_div, uint64_t seed, int ties) {
+    size_t nl = (size_t)B * L * V, t;
+    float *x = hrand(nl, seed, 4.0f), *g = hbuf(nl), *rs = hbuf((size_t)B * 4), *dG, *dRs;
+    int32_t *lab = (int32_t *)hbuf((size_t)B * L);
+    uint64_t s = seed;
+    int b, k;
+    char what[96];
+    for (t = 0; t < (size_t)B * L; t++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        lab[t] = (s >> 20) % 4 == 0 ? -100 : (int)((s >> 33) % (uint64_t)V);
+        if (ties && V > 2) { /* two equal maxima: the first wins, as in the CPU's `>` loop */
+            x[t * V + 1] = x[t * V + V - 1] = 9.0f;
+            lab[t] = (s >> 40) % 2 ? 1 : V - 1;
+        }
+    }
+    if (B > 1)
+        for (t = 0; t < (size_t)L; t++) lab[(size_t)L + t] = -100; /* a sequence with no labels: div = 1 */
+    for (t = 0; t < nl; t++) g[t] = 7.0f;                          /* dlogits is overwritten everywhere */
+    dG = grad ? dev_f(g, nl) : NULL, dRs = dev_f(rs, (size_t)B * 4);
+    for (b = 0; b < B; b++) {
+        int count = 0, correct = 0;
+        double loss = 0, div;
+        for (t = 0; t < (size_t)L; t++) count += lab[(size_t)b * L + t] != -100;
+        div = count > 0 ? count : 1;
+        for (t = 0; t < (size_t)L; t++) {
+            const float *xr = x + ((size_t)b * L + t) * V;
+            float *gr = g + ((size_t)b * L + t) * V;
+            int lb = lab[(size_t)b * L + t], am = 0;
+            if (lb == -100) {
+                memset(gr, 0, (size_t)V * 4);
+                continue;
+            }
+            for (k = 1; k < V; k++)
+                if (xr[k] > xr[am]) am = k;
+            correct += am == lb;
+            loss += tr__xent_row(xr, V, lb, type, gr, 1.0 / (div * grad_div));
+        }
+        rs[4 * b] = (float)(loss / div), rs[4 * b + 1] = (float)count, rs[4 * b + 2] = (float)correct, rs[4 * b + 3] = 0;
+    }
+    assert_int_equal(tr__cl_xent(g_cl, B, L, V, (int)type, dev_f(x, nl), dev_i(lab, (size_t)B * L), grad_div, dG, dRs), TR_OK);
+    snprintf(what, sizeof what, "xent %s V=%d rowstat", type == TR_LOSS_STABLEMAX ? "stablemax" : "softmax", V);
+    check(what, down(dRs, (size_t)B * 4), rs, (size_t)B * 4, 1e-10, 1e-6, 2e-5);
+    if (grad) { /* gradients are ~1 / (V * count * grad_div): bounds relative to that scale */
+        snprintf(what, sizeof what, "xent %s V=%d dlogits", type == TR_LOSS_STABLEMAX ? "stablemax" : "softmax", V);
+        check(what, down(dG, nl), g, nl, 1e-9, 1e-9, 2e-5);
+    }
+    dev_free_all();
+}
+
+static void test_xent(void **state) {
+    static const int Vs[] = {1, 6, 11, 130, 1000};
+    size_t i;
+    int type;
+    (void)state;
+    cl_get();
+    for (type = 0; type < 2; type++) {
+        for (i = 0; i < sizeof Vs / sizeof *Vs; i++) xent_case(3, 17, Vs[i], (tr_loss_type)type, 1, 2.5f, 131 + i, 0);
+        xent_case(1, 1, 6, (tr_loss_type)type, 1, 1.0f, 7, 0);
+        xent_case(4, 9, 11, (tr_loss_type)type, 0, 768.0f, 9, 0); /* no gradient (evaluation) */
+        xent_case(2, 13, 11, (tr_loss_type)type, 1, 1.0f, 10, 1);
+        xent_case(2, 13, 300, (tr_loss_type)type, 1, 1.0f, 11, 1);
+    }
+}
+
+/* --- q head: q = b_q + z_H[b, 0, :] . W_q[j]; backward into dz row 0, g_Wq, g_bq (the loops of tr__heads_*) --------- */
+static void test_qhead(void **state) {
+    static const int cases[][3] = {{1, 1, 1}, {5, 3, 17}, {3, 2, 130}, {7, 1, 512}};
+    size_t t;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof cases / sizeof *cases; t++) {
+        int B = cases[t][0], S = cases[t][1], D = cases[t][2], b, j, k;
+        size_t nz = (size_t)B * S * D;
+        float *zh = hrand(nz, 141 + t, 1.0f), *wq = hrand((size_t)2 * D, 143 + t, 0.5f), *bq = hrand(2, 145 + t, 1.0f), *q = hbuf((size_t)2 * B);
+        float *dq = hrand((size_t)2 * B, 147 + t, 1.0f), *dz = hrand(nz, 149 + t, 1.0f), *gw = hrand((size_t)2 * D, 151 + t, 1.0f), *gb = hrand(2, 153, 1.0f);
+        float *dDz, *dGw, *dGb, *dQ = dev_f(NULL, (size_t)2 * B), *dZh = dev_f(zh, nz), *dWq = dev_f(wq, (size_t)2 * D);
+        for (b = 0; b < B; b++) dq[2 * b + 1] = b % 2 ? 0.0f : dq[2 * b + 1]; /* the model's dq[2b+1] is 0 */
+        dq[0] = 0.0f;
+        dDz = dev_f(dz, nz), dGw = dev_f(gw, (size_t)2 * D), dGb = dev_f(gb, 2);
+        for (b = 0; b < B; b++)
+            for (j = 0; j < 2; j++) q[2 * b + j] = bq[j] + tr__dot(zh + (size_t)b * S * D, wq + (size_t)j * D, D);
+        assert_int_equal(tr__cl_qhead_fwd(g_cl, B, S, D, dZh, dWq, dev_f(bq, 2), dQ), TR_OK);
+        check("qhead fwd", down(dQ, (size_t)2 * B), q, (size_t)2 * B, 1e-10, 1e-4, 1e-5);
+        for (b = 0; b < B; b++)
+            for (j = 0; j < 2; j++) {
+                float gg = dq[2 * b + j];
+                if (gg == 0.0f) continue;
+                for (k = 0; k < D; k++) {
+                    dz[(size_t)b * S * D + k] += gg * wq[(size_t)j * D + k];
+                    gw[(size_t)j * D + k] += gg * zh[(size_t)b * S * D + k];
+                }
+                gb[j] += gg;
+            }
+        assert_int_equal(tr__cl_qhead_bwd(g_cl, B, S, D, dev_f(dq, (size_t)2 * B), dZh, dWq, dDz, dGw, dGb), TR_OK);
+        check("qhead bwd dz", down(dDz, nz), dz, nz, 1e-12, 1e-6, 1e-6);
+        check("qhead bwd g_Wq", down(dGw, (size_t)2 * D), gw, (size_t)2 * D, 1e-12, 1e-6, 1e-6);
+        check("qhead bwd g_bq", down(dGb, 2), gb, 2, 1e-12, 1e-6, 1e-6);
+        dev_free_all();
+    }
+}
+
+/* --- sign-SGD: groups of equal ids in the stable order tr__signsgd_rows uses ----------------------------------------- */
+static void test_signsgd(void **state) {
+    enum { B = 11, Dp = 13, NPID = 6 };
+    int32_t ids[B] = {3, 1, 3, 5, 0, 1, 3, 2, 5, 5, 4}, order[B], gid[B], gst[B + 1];
+    int i, j, ng = 0, ord_cpu[B];
+    float *tab, *pr, sum[Dp], *dTab;
+    (void)state;
+    cl_get(); /* before any buffer: it frees what an earlier test left */
+    tab = hrand((size_t)NPID * Dp, 161, 1.0f), pr = hrand((size_t)B * Dp, 163, 1.0f);
+    for (j = 0; j < Dp; j++) pr[(size_t)2 * Dp + j] = -pr[j]; /* rows 0 and 2 share id 3 ... */
+    pr[(size_t)6 * Dp + 0] = 0.0f;                              /* ... so that column 0 of id 3 sums to exactly 0 */
+    dTab = dev_f(tab, (size_t)NPID * Dp);
+    for (i = 0; i < B; i++) order[i] = i; /* the CPU's stable insertion sort, then the group boundaries */
+    for (i = 1; i < B; i++) {
+        int v = order[i];
+        for (j = i - 1; j >= 0 && ids[order[j]] > ids[v]; j--) order[j + 1] = order[j];
+        order[j + 1] = v;
+    }
+    for (i = 0; i < B; i++)
+        if (i == 0 || ids[order[i]] != ids[order[i - 1]]) gid[ng] = ids[order[i]], gst[ng++] = i;
+    gst[ng] = B;
+    tr__signsgd_rows(tab, Dp, ids, pr, B, ord_cpu, sum, 0.01f, 0.1f);
+    assert_int_equal(tr__cl_signsgd(g_cl, dTab, Dp, ng, dev_i(gid, (size_t)ng), dev_i(gst, (size_t)ng + 1), dev_i(order, B), dev_f(pr, (size_t)B * Dp), 0.01f, 0.1f),
+                     TR_OK);
+    check("signsgd", down(dTab, (size_t)NPID * Dp), tab, (size_t)NPID * Dp, 1e-12, 1e-7, 1e-6);
+    dev_free_all();
+}
+
+/* --- the wrappers honour a small device work-group limit (reduction kernels included) -------------------------------- */
+static void test_small_workgroups(void **state) {
+    static const size_t caps[] = {1, 16, 64};
+    tr__cl_info *info;
+    size_t keep, c;
+    (void)state;
+    cl_get();
+    info = (tr__cl_info *)tr__cl_get_info(g_cl); /* the wrappers read the limit from here */
+    keep = info->max_wg;
+    for (c = 0; c < sizeof caps / sizeof *caps; c++) {
+        long R = 5;
+        int D = 130;
+        size_t n = (size_t)R * D;
+        float *x = hrand(n, 171, 1.5f), *y = hbuf(n), *rs = hbuf((size_t)R), *dY, *dR;
+        info->max_wg = caps[c];
+        dY = dev_f(NULL, n), dR = dev_f(NULL, (size_t)R);
+        tr__rms_rows_fwd_ref(R, D, x, NULL, y, rs, 1e-5f, 1);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f), TR_OK);
+        check("rms_rows small wg", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
+        dev_free_all();
+        xent_case(3, 5, 130, TR_LOSS_SOFTMAX, 1, 1.0f, 173, 1);
+        xent_case(3, 5, 6, TR_LOSS_STABLEMAX, 1, 1.0f, 174, 0);
+    }
+    info->max_wg = keep;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill),
+        cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups),
+    };
+    return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);
+}
