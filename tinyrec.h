@@ -3054,18 +3054,9 @@ typedef struct tr__cllib {
     tr__clfn f;
 } tr__cllib;
 
-TR__FN void tr__cl_unload(tr__cllib *L) {
-#if !defined(TINYREC_OPENCL_LINKED)
-    if (L->handle) {
-#if defined(_WIN32)
-        FreeLibrary((HMODULE)L->handle);
-#else
-        dlclose(L->handle);
-#endif
-    }
-#endif
-    memset(L, 0, sizeof *L);
-}
+/* The library stays loaded: NVIDIA's ICD finds no device when it is loaded a second time in one
+   process (seen on an H200, driver 580), and a loaded library costs nothing. */
+TR__FN void tr__cl_unload(tr__cllib *L) { memset(L, 0, sizeof *L); }
 
 /* Loads the library and every entry point; 0 with the reason in why on failure. */
 TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
@@ -3310,6 +3301,8 @@ typedef struct tr__cl_kcache {
     char name[96];
     tr__cl_kernel k;
     size_t wg; /* CL_KERNEL_WORK_GROUP_SIZE */
+    double seconds; /* TINYREC_CL_PROFILE: time in this kernel, and its launches */
+    long calls;
 } tr__cl_kcache;
 
 #define TR__CL_SLOTS 16
@@ -3338,6 +3331,7 @@ struct tr__cl {
     int stage_next, stage_state; /* 0 untried, 1 ready, -1 unavailable (plain writes) */
     long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
     int fail_alloc, last_oom, migrated;
+    int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
 };
 typedef struct tr__cl tr__cl;
 
@@ -3517,6 +3511,8 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
     tr__cl_sgemm_defines(&cl->info, gemm, sizeof gemm);
     gemm[sizeof gemm - 1] = 0;
 #endif
+    /* TINYREC_CL_OPTIONS: extra build options for experiments (e.g. -cl-nv-maxrregcount=128) */
+    if (!opts) opts = getenv("TINYREC_CL_OPTIONS");
     olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
     options = (char *)tr__alloc(cl->ctx, olen);
     if (!options) {
@@ -3533,6 +3529,23 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
         return tr__cl_fail(cl, "clCreateProgramWithSource", NULL, err);
     }
     err = f->BuildProgram(cl->program, 1, &cl->device, options, NULL, NULL);
+    if (err == TR__CL_SUCCESS && cl->profile) { /* the compiler's notes (e.g. register use with -cl-nv-verbose) */
+        size_t sz = 0;
+        char *log;
+        tr__log(cl->ctx, TR_LOG_INFO, "opencl: build options: %s", options);
+        if (f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, 0, NULL, &sz) == TR__CL_SUCCESS && sz > 1 &&
+            (log = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
+            char *line, *next;
+            memset(log, 0, sz + 1);
+            f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, sz, log, NULL);
+            for (line = log; line && *line; line = next) {
+                next = strchr(line, '\n');
+                if (next) *next++ = 0;
+                if (strstr(line, "sgemm") || strstr(line, "registers")) tr__log(cl->ctx, TR_LOG_INFO, "opencl build: %.300s", line);
+            }
+            tr__free(cl->ctx, log);
+        }
+    }
     tr__free(cl->ctx, options);
     if (err != TR__CL_SUCCESS) {
         /* The log into the error text (truncated to fit), and line by line into the log callback. */
@@ -3608,6 +3621,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     if (!cl) return TR_ERR_OUT_OF_MEMORY;
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
+    cl->profile = getenv("TINYREC_CL_PROFILE") && strcmp(getenv("TINYREC_CL_PROFILE"), "1") == 0;
     if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
         st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
@@ -4144,7 +4158,16 @@ TR__FN tr_status tr__cl_launch(tr__cl *cl, const char *name, int dims, const siz
         if (g[d] > SIZE_MAX - l[d]) return tr__err(cl->ctx, TR_ERR_OVERFLOW, "opencl: %s: global size overflows", name);
         g[d] = (g[d] + l[d] - 1) / l[d] * l[d];
     }
-    err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
+    if (cl->profile) {
+        double t0;
+        f->Finish(cl->queue);
+        t0 = tr__now();
+        err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
+        f->Finish(cl->queue);
+        K->seconds += tr__now() - t0;
+        K->calls++;
+    } else
+        err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueNDRangeKernel", name, err);
 }
 
@@ -4187,6 +4210,20 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
     if (!cl) return;
     f = &cl->lib.f;
     if (cl->queue) f->Finish(cl->queue);
+    if (cl->profile) { /* the kernels by total time, slowest first */
+        double total = 0;
+        int j;
+        for (i = 0; i < cl->nkernels; i++) total += cl->kernels[i].seconds;
+        for (i = 0; i < cl->nkernels; i++) {
+            int best = -1;
+            for (j = 0; j < cl->nkernels; j++)
+                if (cl->kernels[j].calls >= 0 && (best < 0 || cl->kernels[j].seconds > cl->kernels[best].seconds)) best = j;
+            if (best < 0 || cl->kernels[best].calls <= 0) break;
+            tr__log(cl->ctx, TR_LOG_INFO, "opencl profile: %-40s %9.3f ms %5.1f%% %8ld calls", cl->kernels[best].name, 1e3 * cl->kernels[best].seconds,
+                    total > 0 ? 100.0 * cl->kernels[best].seconds / total : 0.0, cl->kernels[best].calls);
+            cl->kernels[best].calls = -1;
+        }
+    }
     tr__cl_stage_release(cl);
     for (i = 0; i < cl->nkernels; i++)
         if (cl->kernels[i].k) f->ReleaseKernel(cl->kernels[i].k);

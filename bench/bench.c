@@ -3,7 +3,7 @@
 
    build/tinyrec-bench [--preset trm-sudoku-mlp] [--batch 64] [--reps 3] [--threads N]
                        [--peak-gflops 433] [--json] [--skip-train] [--simd scalar|avx2|avx512]
-                       [--device cpu|opencl|opencl:N|opencl:<name>]
+                       [--device cpu|opencl|opencl:N|opencl:<name>] [--verbose]
 
    FLOPs count matmuls only (2 per multiply-add), with the formulas of
    ../shared/docs/perf-baseline.md: a training step = 70 blocks + 3 heads per sample for
@@ -18,6 +18,12 @@ typedef struct {
     const char *name;
     double ms, per_s, gflops;
 } row;
+
+/* --verbose: the library's log (device choice, fallbacks, TINYREC_CL_PROFILE's kernel times). */
+static void log_stderr(void *user, tr_log_level level, const char *msg) {
+    (void)user;
+    fprintf(stderr, "[%s] %s\n", level >= TR_LOG_WARN ? "warn" : "info", msg);
+}
 
 static double median(double *v, int n) {
     int i, j;
@@ -57,9 +63,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--simd") && i + 1 < argc) simd = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--verbose")) cc.log = log_stderr;
         else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
         else {
-            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--json] [--skip-train]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--json] [--skip-train] [--verbose]\n", argv[0]);
             return 2;
         }
     }
