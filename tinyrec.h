@@ -13,14 +13,16 @@
    --------
    tinyrec.h trains and runs the Tiny Recursive Model (TRM, "Less is More: Recursive Reasoning
    with Tiny Networks") in both of its variants (mlp_t token mixing, RoPE attention) on the CPU,
-   with SIMD kernels chosen at run time (AVX-512, AVX2+FMA, scalar) and OpenMP threads. Its
-   numerics follow the reference PyTorch code: the same initialisation, the same recursion and
+   with SIMD kernels chosen at run time (AVX-512, AVX2+FMA, scalar) and OpenMP threads, or on any
+   OpenCL device (TINYREC_OPENCL; the library is loaded at run time) with the CPU as the fallback
+   that loses no work. Its numerics follow the reference PyTorch code: the same initialisation, the same recursion and
    ACT carry, stablemax cross-entropy accumulated in fp64, AdamATan2, sign-SGD for the puzzle
    embedding, EMA and the warmup/cosine schedule. Around the model: the reference dataset layout
    (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
-   Sections (grep for ">>name"): base, cpu, sgemm, model, optim, train, json, io, data, checkpoint.
+   Sections (grep for ">>name"): base, cpu, sgemm, opencl, device, model, optim, train, json, io,
+   data, checkpoint.
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
@@ -40,10 +42,19 @@
        TRDEF                   override the linkage of public functions yourself
        TINYREC_NO_OPENMP       never use OpenMP, even when compiled with -fopenmp
        TINYREC_NO_SIMD         scalar kernels only (the reference path)
+       TINYREC_OPENCL          1: the OpenCL backend. libOpenCL is opened with dlopen when the first
+                               model is created (link -ldl on old glibc); no OpenCL headers needed
+       TINYREC_OPENCL_LINKED   with TINYREC_OPENCL: call the linked OpenCL library (-lOpenCL) instead
 
-   Environment variables (read only by tr_ctx_config_default / the example programs)
+   Environment variables (read by tr_ctx_create and the example programs)
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, or 1)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
+       TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
+       TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
+                               oom@STEP[:ROWS] | enqueue@STEP[:N] (see tr_ctx_inject_fault)
+       TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4"
+       TINYREC_CL_OPTIONS      extra OpenCL build options
+       TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
 
    Error handling: every fallible call returns a tr_status (0 = ok, negative = error) and leaves
    a human-readable reason in tr_ctx_last_error(). The library never exits, aborts or prints; it
@@ -229,8 +240,11 @@ typedef struct tr_tensor_view {
     int trainable; /* 0 for buffers */
 } tr_tensor_view;
 TRDEF int tr_model_num_tensors(const tr_model *m);
+/* On an OpenCL device the views are host copies, refreshed from the device by these calls;
+   after writing through a view, call tr_model_commit_tensors (a no-op on the CPU). */
 TRDEF tr_status tr_model_tensor(const tr_model *m, int index, tr_tensor_view *out);
 TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_tensor_view *out);
+TRDEF tr_status tr_model_commit_tensors(tr_model *m);
 
 /* A batch: int32 rows of seq_len tokens. labels may be NULL for inference; -100 = ignore. */
 typedef struct tr_batch {
@@ -5057,7 +5071,7 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
      S x S touches global memory. Kernels for hd <= 64 and hd <= 256 (registers per work-item). */
 static const char tr__cl_src_gemm_1[] =
-"/* tinyrec OpenCL SGEMM (K2). Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
+"/* tinyrec OpenCL SGEMM (K2, K3). Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
 " outputs (strided by the thread grid, or in runs of VW=4 for float4 local reads). */\n"
 "#ifndef TR_GEMM_TM\n"
 "#define TR_GEMM_TM 32\n"
@@ -5082,6 +5096,18 @@ static const char tr__cl_src_gemm_1[] =
 "#define TR_NT (TR_RM * TR_RN)\n"
 "#define TR_LA (TR_GEMM_TM * TR_GEMM_TK / TR_NT)\n"
 "#define TR_LB (TR_GEMM_TN * TR_GEMM_TK / TR_NT)\n"
+"/* WL: work-items of a 32-wide warp as 4 x 8 (rows x columns) of the thread grid (fewer distinct local reads). */\n"
+"#ifndef TR_GEMM_WL\n"
+"#if TR_RN % 8 == 0 && TR_RM % 4 == 0 && TR_NT % 32 == 0\n"
+"#define TR_GEMM_WL 1\n"
+"#else\n"
+"#define TR_GEMM_WL 0\n"
+"#endif\n"
+"#endif\n"
+"/* DB: two local buffers (one barrier per tile instead of two). */\n"
+"#ifndef TR_GEMM_DB\n"
+"#define TR_GEMM_DB 1\n"
+"#endif\n"
 "#if TR_GEMM_VW == 4\n"
 "#define TR_GPAD 4\n"
 "#define TR_ROWA(i) (((i) >> 2) * (TR_RM * 4) + ty * 4 + ((i) & 3))\n"
@@ -5091,89 +5117,145 @@ static const char tr__cl_src_gemm_1[] =
 "#define TR_ROWA(i) ((i) * TR_RM + ty)\n"
 "#define TR_COLB(j) ((j) * TR_RN + tx)\n"
 "#endif\n"
-"/* The kernel's name carries its tile configuration, so that a host that computed another one fails to find it. */\n"
-"#define TR_GNAME2(a, b, c, d, e, f) tr_k_sgemm_##a##_##b##_##c##_##d##_##e##_##f\n"
-"#define TR_GNAME(a, b, c, d, e, f) TR_GNAME2(a, b, c, d, e, f)\n"
 "#define TR_SA (TR_GEMM_TM + TR_GPAD)\n"
 "#define TR_SB (TR_GEMM_TN + TR_GPAD)\n"
-"/* (m, k) of the l-th A element a thread stages: along k when A is row-major (ta = 0), along m when\n"
-" transposed, so consecutive work-items read consecutive addresses either way; same for B. */\n"
-"#define TR_AIDX(l)                                                                    \\\n"
-"  e = tid + (l) * TR_NT;                                                            \\\n"
-"  if (ta) { mm = e % TR_GEMM_TM; kk = e / TR_GEMM_TM; }                             \\\n"
-"  else { kk = e % TR_GEMM_TK; mm = e / TR_GEMM_TK; }\n"
-"#define TR_BIDX(l)                                                                    \\\n"
-"  e = tid + (l) * TR_NT;                                                            \\\n"
-"  if (tb) { kk = e % TR_GEMM_TK; mm = e / TR_GEMM_TK; }                             \\\n"
-"  else { mm = e % TR_GEMM_TN; kk = e / TR_GEMM_TN; }\n";
-static const char tr__cl_src_gemm_2[] =
-"/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
-" z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC. */\n"
-"__kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1)))\n"
-"void TR_GNAME(TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK, TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,\n"
-"        __global const float *B, ulong B_off, long ldb, long sB,\n"
-"        __global float *C, ulong C_off, long ldc, long sC,\n"
-"        int M, int N, int K, int ta, int tb, int acc, int nb, int bpg, int ks, int kc, int z0) {\n"
-"#if TR_GEMM_VW == 4\n"
-"  __local float4 As4[TR_GEMM_TK * TR_SA / 4], Bs4[TR_GEMM_TK * TR_SB / 4];\n"
-"  __local float *As = (__local float *)As4, *Bs = (__local float *)Bs4;\n"
+"#define TR_ASZ (TR_GEMM_TK * TR_SA)\n"
+"#define TR_BSZ (TR_GEMM_TK * TR_SB)\n"
+"/* float4 global loads of a tile (interior, 16-byte aligned rows): count per work-item, 0 = not possible */\n"
+"#if TR_GEMM_TK % 4 == 0 && TR_GEMM_TM % 4 == 0 && (TR_GEMM_TM * TR_GEMM_TK / 4) % TR_NT == 0\n"
+"#define TR_VLA (TR_LA / 4)\n"
 "#else\n"
-"  __local float As[TR_GEMM_TK * TR_SA], Bs[TR_GEMM_TK * TR_SB];\n"
+"#define TR_VLA 0\n"
 "#endif\n"
-"  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * TR_RN + tx;\n"
+"#if TR_GEMM_TK % 4 == 0 && TR_GEMM_TN % 4 == 0 && (TR_GEMM_TN * TR_GEMM_TK / 4) % TR_NT == 0\n"
+"#define TR_VLB (TR_LB / 4)\n"
+"#else\n"
+"#define TR_VLB 0\n"
+"#endif\n"
+"/* The kernel's name carries its tile configuration, so that a host that computed another one fails to find it. */\n"
+"#define TR_GNAME2(t, a, b, c, d, e, f) tr_k_sgemm_##t##_##a##_##b##_##c##_##d##_##e##_##f\n"
+"#define TR_GNAME(t, a, b, c, d, e, f) TR_GNAME2(t, a, b, c, d, e, f)\n";
+static const char tr__cl_src_gemm_2[] =
+"/* Element l of the tile (k depth, x) a work-item fetches: CK (P stored x-major, k contiguous) or k-major; V: float4\n"
+" along the contiguous dimension (a run of 4). Consecutive work-items read consecutive addresses either way. */\n"
+"#define TR_EIDX(XT, CK, V)                                                                                     \\\n"
+"  e = tid + l * TR_NT;                                                                                       \\\n"
+"  if (CK) q = e % (TR_GEMM_TK / (V)), x = e / (TR_GEMM_TK / (V));                                            \\\n"
+"  else x = e % ((XT) / (V)), q = e / ((XT) / (V));\n"
+"/* vec fetch (interior tile, 16-byte aligned rows): r[4l..4l+3] = a float4 at depth k0 + 4q (CK) or x0 + 4x */\n"
+"#define TR_VFETCH(P, ld, r, x0, XT, CK)                                                                        \\\n"
+"  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
+"  v = CK ? *(__global const float4 *)(P + (long)(x0 + x) * ld + (k0 + 4 * q))                               \\\n"
+"     : *(__global const float4 *)(P + (long)(k0 + q) * ld + (x0 + 4 * x));                              \\\n"
+"  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;\n"
+"#define TR_SFETCH(P, ld, r, x0, X, XT, CK)                                                                     \\\n"
+"  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
+"  r[l] = (x0 + x < X && k0 + q < ke) ? P[CK ? (long)(x0 + x) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x)] : 0.0f;\n"
+"#define TR_VSTAGE(S, SX, r, XT, CK)                                                                            \\\n"
+"  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
+"  if (CK) {                                                                                                  \\\n"
+"    S[(4 * q) * SX + x] = r[4 * l], S[(4 * q + 1) * SX + x] = r[4 * l + 1];                                \\\n"
+"    S[(4 * q + 2) * SX + x] = r[4 * l + 2], S[(4 * q + 3) * SX + x] = r[4 * l + 3];                        \\\n"
+"  } else {                                                                                                   \\\n"
+"    TR_ST4(S, q * SX + 4 * x, r, l)                                                                        \\\n"
+"  }\n"
+"#define TR_SSTAGE(S, SX, r, XT, CK)                                                                            \\\n"
+"  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
+"  S[q * SX + x] = r[l];\n"
+"#if TR_GPAD == 4\n"
+"#define TR_ST4(S, o, r, l) *(__local float4 *)(S + (o)) = (float4)(r[4 * l], r[4 * l + 1], r[4 * l + 2], r[4 * l + 3]);\n"
+"#else\n"
+"#define TR_ST4(S, o, r, l) S[(o)] = r[4 * l], S[(o) + 1] = r[4 * l + 1], S[(o) + 2] = r[4 * l + 2], S[(o) + 3] = r[4 * l + 3];\n"
+"#endif\n";
+static const char tr__cl_src_gemm_3[] =
+"/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
+" z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.\n"
+" TA, TB: compile-time constants (one kernel per case). */\n"
+"static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
+"              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
+"              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB) {\n"
+"  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
+"#if TR_GEMM_WL\n"
+"  const int tx = ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7), ty = ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3);\n"
+"#else\n"
+"  const int tx = get_local_id(0), ty = get_local_id(1);\n"
+"#endif\n"
 "  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
-"  const int z = z0 + get_group_id(2), bz = z / ks, kz = z - bz * ks;\n"
+"  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
 "  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
+"  /* float4 fetches: the tile is interior along x (and k, checked per tile) and A / B rows 16-byte aligned */\n"
+"  const int va = TR_VLA > 0 && (al & 1) && m0 + TR_GEMM_TM <= M, vb = TR_VLB > 0 && (al & 2) && n0 + TR_GEMM_TN <= N;\n"
 "  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];\n"
-"  int i, j, l, t, e, mm, kk;\n"
-"  A += A_off;\n"
-"  B += B_off;\n"
-"  C += C_off + (long)z * sC;\n"
+"  float4 v;\n"
+"  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0;\n"
+"  __global const float *Ab, *Bb;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++)\n"
 "#pragma unroll\n"
 "    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;\n"
 "  for (t = -1; t < nt; t++) {\n"
+"    __local float *As = As0, *Bs = Bs0;\n"
+"#if TR_GEMM_DB\n"
+"    As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
+"#endif\n"
 "    if (t >= 0) { /* stage the registers fetched last round */\n"
-"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#if !TR_GEMM_DB\n"
+"      if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#endif\n"
+"      if (fa) {\n"
 "#pragma unroll\n"
-"      for (l = 0; l < TR_LA; l++) { TR_AIDX(l) As[kk * TR_SA + mm] = ra[l]; }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
+"      } else {\n"
 "#pragma unroll\n"
-"      for (l = 0; l < TR_LB; l++) { TR_BIDX(l) Bs[kk * TR_SB + mm] = rb[l]; }\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
+"      }\n"
+"      if (fb) {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VSTAGE(Bs, TR_SB, rb, TR_GEMM_TN, TB) }\n"
+"      } else {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SSTAGE(Bs, TR_SB, rb, TR_GEMM_TN, TB) }\n"
+"      }\n"
 "      barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    }\n"
 "    if (t + 1 < nt) { /* fetch the next tile into registers while this one is computed */\n"
-"      const int tb_ = (t + 1) / ntk, k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
-"      __global const float *Ab = A + (long)(b0 + tb_) * sA, *Bb = B + (long)(b0 + tb_) * sB;\n"
+"      const int tb_ = (t + 1) / ntk;\n"
+"      k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
+"      Ab = A + (long)(b0 + tb_) * sA, Bb = B + (long)(b0 + tb_) * sB;\n"
+"      fa = va && k0 + TR_GEMM_TK <= ke, fb = vb && k0 + TR_GEMM_TK <= ke;\n"
+"      if (fa) {\n"
 "#pragma unroll\n"
-"      for (l = 0; l < TR_LA; l++) {\n"
-"        TR_AIDX(l)\n"
-"        mm += m0, kk += k0;\n"
-"        ra[l] = (mm < M && kk < ke) ? Ab[ta ? (long)kk * lda + mm : (long)mm * lda + kk] : 0.0f;\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA) }\n"
+"      } else {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA) }\n"
 "      }\n"
+"      if (fb) {\n"
 "#pragma unroll\n"
-"      for (l = 0; l < TR_LB; l++) {\n"
-"        TR_BIDX(l)\n"
-"        mm += n0, kk += k0;\n"
-"        rb[l] = (mm < N && kk < ke) ? Bb[tb ? (long)mm * ldb + kk : (long)kk * ldb + mm] : 0.0f;\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB) }\n"
+"      } else {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB) }\n"
 "      }\n"
 "    }\n"
 "    if (t >= 0) {\n"
+"      int kk;\n"
 "#pragma unroll\n"
 "      for (kk = 0; kk < TR_GEMM_TK; kk++) {\n"
 "        float a[TR_GEMM_WM], b[TR_GEMM_WN];\n"
 "#if TR_GEMM_VW == 4\n"
 "#pragma unroll\n"
-"        for (i = 0; i < TR_GEMM_WM / 4; i++) {\n"
-"          float4 v = As4[(kk * TR_SA + i * TR_RM * 4 + ty * 4) >> 2];\n"
-"          a[4 * i] = v.s0, a[4 * i + 1] = v.s1, a[4 * i + 2] = v.s2, a[4 * i + 3] = v.s3;\n"
+"        for (i = 0; i < TR_GEMM_WM / 4; i++) {\n";
+static const char tr__cl_src_gemm_4[] =
+"          float4 w = *(__local const float4 *)(As + kk * TR_SA + i * TR_RM * 4 + ty * 4);\n"
+"          a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;\n"
 "        }\n"
 "#pragma unroll\n"
 "        for (j = 0; j < TR_GEMM_WN / 4; j++) {\n"
-"          float4 v = Bs4[(kk * TR_SB + j * TR_RN * 4 + tx * 4) >> 2];\n"
-"          b[4 * j] = v.s0, b[4 * j + 1] = v.s1, b[4 * j + 2] = v.s2, b[4 * j + 3] = v.s3;\n"
+"          float4 w = *(__local const float4 *)(Bs + kk * TR_SB + j * TR_RN * 4 + tx * 4);\n"
+"          b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;\n"
 "        }\n"
 "#else\n"
 "#pragma unroll\n"
@@ -5183,8 +5265,7 @@ static const char tr__cl_src_gemm_2[] =
 "#endif\n"
 "#pragma unroll\n"
 "        for (i = 0; i < TR_GEMM_WM; i++)\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_3[] =
+"#pragma unroll\n"
 "          for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n"
 "      }\n"
 "    }\n"
@@ -5194,14 +5275,47 @@ static const char tr__cl_src_gemm_3[] =
 "    const int m = m0 + TR_ROWA(i);\n"
 "    if (m < M) {\n"
 "      __global float *cr = C + (long)m * ldc;\n"
+"#if TR_GEMM_VW == 4\n"
+"#pragma unroll\n"
+"      for (j = 0; j < TR_GEMM_WN; j += 4) {\n"
+"        const int n = n0 + TR_COLB(j);\n"
+"        if ((al & 4) && n + 3 < N) { /* C rows 16-byte aligned: one float4 store */\n"
+"          float4 o = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);\n"
+"          if (acc) o = *(__global float4 *)(cr + n) + o;\n"
+"          *(__global float4 *)(cr + n) = o;\n"
+"        } else {\n"
+"          for (l = 0; l < 4; l++)\n"
+"            if (n + l < N) cr[n + l] = acc ? cr[n + l] + c[i][j + l] : c[i][j + l];\n"
+"        }\n"
+"      }\n"
+"#else\n"
 "#pragma unroll\n"
 "      for (j = 0; j < TR_GEMM_WN; j++) {\n"
 "        const int n = n0 + TR_COLB(j);\n"
 "        if (n < N) cr[n] = acc ? cr[n] + c[i][j] : c[i][j];\n"
 "      }\n"
+"#endif\n"
 "    }\n"
 "  }\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_gemm_5[] =
+"#define TR_SGEMM_K(T, TA, TB)                                                                                            \\\n"
+"  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
+"    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
+"    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
+"    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0) {                                        \\\n"
+"    __local float4 As4[((1 + TR_GEMM_DB) * TR_ASZ + 3) / 4], Bs4[((1 + TR_GEMM_DB) * TR_BSZ + 3) / 4];                       \\\n"
+"    const int z = z0 + get_group_id(2);                                                                             \\\n"
+"    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
+"    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) | \\\n"
+"           ((((co | (ulong)ldc) & 3) == 0) << 2);                                                           \\\n"
+"    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB);                                                   \\\n"
+"  }\n"
+"TR_SGEMM_K(nn, 0, 0)\n"
+"TR_SGEMM_K(nt, 0, 1)\n"
+"TR_SGEMM_K(tn, 1, 0)\n"
+"TR_SGEMM_K(tt, 1, 1)\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5216,7 +5330,7 @@ static const char tr__cl_src_gemm_3[] =
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
 "}\n";
-static const char tr__cl_src_gemm_4[] =
+static const char tr__cl_src_gemm_6[] =
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
@@ -5291,7 +5405,7 @@ static const char tr__cl_src_gemm_4[] =
 "  }\n"
 "TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
 "TR_ATT_FWD(tr_k_att_fwd256, 16)\n";
-static const char tr__cl_src_gemm_5[] =
+static const char tr__cl_src_gemm_7[] =
 "/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
 "__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
 "             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {\n"
@@ -5305,7 +5419,7 @@ static const char tr__cl_src_gemm_5[] =
 "  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);\n"
 "  Dv[Dv_off + r] = s;\n"
 "}\n";
-static const char tr__cl_src_gemm_6[] =
+static const char tr__cl_src_gemm_8[] =
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
@@ -5378,7 +5492,7 @@ static const char tr__cl_src_gemm_6[] =
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n";
-static const char tr__cl_src_gemm_7[] =
+static const char tr__cl_src_gemm_9[] =
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
 "           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \\\n"
 "    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n"
@@ -5386,7 +5500,7 @@ static const char tr__cl_src_gemm_7[] =
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
 "TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n";
-static const char tr__cl_src_gemm_8[] =
+static const char tr__cl_src_gemm_10[] =
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
@@ -5458,13 +5572,13 @@ static const char tr__cl_src_gemm_8[] =
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
 "           __local float *Ss) {                                                                       \\\n"
 "    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n";
-static const char tr__cl_src_gemm_9[] =
+static const char tr__cl_src_gemm_11[] =
 "         Qs, Os, Ks, Vs, Ss, NC);                                                                        \\\n"
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9};
-#define TR__CL_SRC_GEMM_N 9
+static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11};
+#define TR__CL_SRC_GEMM_N 11
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -5478,11 +5592,12 @@ static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm
 /* SGEMM tile configuration (the TR_GEMM_* defines). */
 typedef struct tr__cl_gemm_cfg {
     int tm, tn, tk, wm, wn, vw;
+    int wl, db; /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
 } tr__cl_gemm_cfg;
 
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
-    size_t pad = g->vw == 4 ? 4 : 1;
-    return 4 * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad);
+    size_t pad = g->vw == 4 ? 4 : 1, nbuf = g->db == 0 ? 1 : 2;
+    return 4 * nbuf * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
 }
 
 /* Nonzero when g is a valid configuration for the kernel (divisibility) and fits the device (info may be NULL). */
@@ -5492,6 +5607,7 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
     if ((g->vw != 1 && g->vw != 4) || g->wm * g->wn > 256 || g->tm % g->wm || g->tn % g->wn) return 0;
     if (g->vw == 4 && (g->wm % 4 || g->wn % 4)) return 0;
     rm = g->tm / g->wm, rn = g->tn / g->wn, nt = rm * rn;
+    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32))) return 0;
     if ((g->tm * g->tk) % nt || (g->tn * g->tk) % nt) return 0; /* every work-item stages whole elements */
     if (info) {
         if (info->max_wg && (size_t)nt > info->max_wg) return 0;
@@ -5506,10 +5622,12 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4}, {128, 64, 16, 8, 8, 4}, {64, 64, 16, 4, 4, 4}, {64, 64, 16, 8, 8, 4},
-                                          {32, 32, 16, 4, 4, 4},   {32, 32, 8, 4, 4, 1},    {16, 16, 8, 2, 2, 1},  {8, 8, 8, 2, 2, 1},
-                                          {4, 4, 4, 1, 1, 1},      {1, 1, 1, 1, 1, 1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4}, {32, 32, 16, 4, 4, 4}, {16, 16, 8, 2, 2, 1}, {8, 8, 8, 2, 2, 1}, {1, 1, 1, 1, 1, 1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1}, {128, 64, 16, 8, 8, 4, -1, -1}, {64, 64, 16, 4, 4, 4, -1, -1},
+                                          {64, 64, 16, 8, 8, 4, -1, -1},   {32, 32, 16, 4, 4, 4, -1, -1},  {32, 32, 8, 4, 4, 1, -1, -1},
+                                          {16, 16, 8, 2, 2, 1, -1, -1},    {8, 8, 8, 2, 2, 1, -1, -1},     {4, 4, 4, 1, 1, 1, -1, -1},
+                                          {1, 1, 1, 1, 1, 1, -1, -1}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1}, {32, 32, 16, 4, 4, 4, -1, -1}, {16, 16, 8, 2, 2, 1, -1, -1},
+                                          {8, 8, 8, 2, 2, 1, -1, -1},    {1, 1, 1, 1, 1, 1, -1, -1}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     const char *env = getenv("TINYREC_CL_SGEMM");
@@ -5531,7 +5649,7 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             while (isalpha((unsigned char)*s) && k < 3) key[k++] = (char)toupper((unsigned char)*s++);
             if (*s != '=') break;
             v = strtol(s + 1, &end, 10);
-            if (end == s + 1 || v < 1 || v > 4096) break;
+            if (end == s + 1 || v < 0 || v > 4096) break;
             s = end;
             if (!strcmp(key, "TM")) g.tm = (int)v;
             else if (!strcmp(key, "TN")) g.tn = (int)v;
@@ -5539,6 +5657,8 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             else if (!strcmp(key, "WM")) g.wm = (int)v;
             else if (!strcmp(key, "WN")) g.wn = (int)v;
             else if (!strcmp(key, "VW")) g.vw = (int)v;
+            else if (!strcmp(key, "WL")) g.wl = (int)v;
+            else if (!strcmp(key, "DB")) g.db = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -5548,10 +5668,13 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
 /* Build options with the tile defines; the runtime passes them to clBuildProgram. */
 TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap) {
     tr__cl_gemm_cfg g;
+    int n;
     if (!buf || !cap) return;
     tr__cl_gemm_config(info, &g);
-    snprintf(buf, cap, "-DTR_GEMM_TM=%d -DTR_GEMM_TN=%d -DTR_GEMM_TK=%d -DTR_GEMM_WM=%d -DTR_GEMM_WN=%d -DTR_GEMM_VW=%d", g.tm, g.tn, g.tk,
-             g.wm, g.wn, g.vw);
+    n = snprintf(buf, cap, "-DTR_GEMM_TM=%d -DTR_GEMM_TN=%d -DTR_GEMM_TK=%d -DTR_GEMM_WM=%d -DTR_GEMM_WN=%d -DTR_GEMM_VW=%d", g.tm, g.tn,
+                 g.tk, g.wm, g.wn, g.vw);
+    if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
+    if (n > 0 && (size_t)n < cap && g.db >= 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
 }
 
 /* How many pieces to cut `units` (K, or the batches summed into one C) into so that tiles * pieces work-groups fill
@@ -5615,7 +5738,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (!(P = tr__cl_scratch(cl, TR__CL_SLOT_GEMM, (size_t)np * mn))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         out = P;
     }
-    snprintf(kname, sizeof kname, "tr_k_sgemm_%d_%d_%d_%d_%d_%d", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+    snprintf(kname, sizeof kname, "tr_k_sgemm_%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"), g.tm, g.tn, g.tk, g.wm,
+             g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm * ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
@@ -5625,7 +5749,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         tr__cla_buf(&a, B), tr__cla_i64(&a, (int64_t)ldb), tr__cla_i64(&a, (int64_t)sB);
         tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
         tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
-        tr__cla_i32(&a, ta != 0), tr__cla_i32(&a, tb != 0), tr__cla_i32(&a, P ? 0 : acc != 0);
+        tr__cla_i32(&a, P ? 0 : acc != 0);
         tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
         if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
     }
@@ -5762,7 +5886,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 /* >>cl-gemm-end */
 
 /* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9};
+static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11};
 /* @@OPENCL-END */
 #endif
 
@@ -7185,6 +7309,7 @@ struct tr_trainer {
     tr__rng rng;
     int ema_swapped; /* 1 while tr_trainer_swap_ema has the EMA weights in the model */
     int micro;       /* rows per forward/backward pass: global_batch_size, halved on device OOM */
+    int halvings;    /* at most TR__MAX_HALVINGS, then the CPU */
     int phase;       /* progress inside a step: 0 fwd/bwd, 1.. optimizer updates done */
     /* the carry as it was when the step began, so a failed device step is redone on the CPU */
     float *snap;
@@ -7402,6 +7527,9 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
     return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
 }
 
+/* Micro-batches of 1/8 of the batch are the last try on a device before the CPU. */
+#define TR__MAX_HALVINGS 3
+
 /* One step on the device that may fail; on a device failure the step is redone (or finished)
    with half the micro-batch, or on the CPU, from the state it started with: no step is lost. */
 TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics) {
@@ -7437,9 +7565,10 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         }
         if (st == TR_OK) return TR_OK;
         if (!on_dev) return st;
-        if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1) {
+        if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {
             int was = t->micro;
             t->micro = (t->micro + 1) / 2;
+            t->halvings++;
             tr__log(ctx, TR_LOG_WARN, "device: %s; retrying step %ld with micro-batches of %d rows (was %d), accumulating gradients over the batch of %d",
                     ctx->error, t->step + 1, t->micro, was, t->carry->B);
             tr__model_free_work(m);
