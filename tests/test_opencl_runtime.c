@@ -1,0 +1,440 @@
+/* The OpenCL runtime: device selection, program build (and its failure), launches, transfers,
+   scratch, injected faults and migration to the host. Skipped without OpenCL (unless
+   TINYREC_REQUIRE_OPENCL=1). */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+
+#if TINYREC_OPENCL
+
+/* The tiny program: every buffer parameter is followed by its element offset. */
+static const char clrt_src_a[] =
+    "__kernel void clrt_add(__global const float *a, ulong a_off, __global const float *b, ulong b_off,\n"
+    "                       __global float *y, ulong y_off, int n, float s) {\n"
+    "  size_t i = get_global_id(0); a += a_off; b += b_off; y += y_off;\n"
+    "  if (i < (size_t)n) y[i] = a[i] + s * b[i];\n}\n"
+    "__kernel void clrt_null(__global float *x, ulong x_off, __global float *y, ulong y_off) {\n"
+    "  y += y_off; if (get_global_id(0) == 0) y[0] = x_off == 0 ? 7.0f : -1.0f;\n}\n"
+    "__kernel void clrt_2d(__global float *y, ulong y_off, int w, int h, long big) {\n"
+    "  size_t i = get_global_id(0), j = get_global_id(1); y += y_off;\n"
+    "  if (i < (size_t)w && j < (size_t)h) y[j * w + i] = (float)(j * 1000 + i) + (float)(big - 4000000000L);\n}\n";
+static const char clrt_src_b[] =
+    "__kernel void clrt_sum(__global const float *x, ulong x_off, __global float *out, ulong out_off, int n, __local float *t) {\n"
+    "  size_t l = get_local_id(0), L = get_local_size(0), k; float s = 0; x += x_off; out += out_off;\n"
+    "  for (k = l; k < (size_t)n; k += L) s += x[k];\n"
+    "  t[l] = s; barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "  if (l == 0) { for (k = 1; k < L; k++) s += t[k]; out[0] = s; }\n}\n"
+    "__kernel void clrt_flags(__global int *y, ulong y_off) {\n  y += y_off;\n"
+    "#ifdef TR_FP64\n  y[0] = 1;\n#else\n  y[0] = 0;\n#endif\n"
+    "#ifdef CLRT_EXTRA\n  y[1] = CLRT_EXTRA;\n#endif\n}\n";
+static const char *const clrt_srcs[] = {clrt_src_a, clrt_src_b};
+
+/* The device tu_cl_open picks: TINYREC_TEST_OPENCL ("opencl:1", or a bare index / name), else "opencl". */
+static const char *clrt_selector(char *buf, size_t cap) {
+    const char *e = getenv("TINYREC_TEST_OPENCL");
+    if (!e || !e[0]) return "opencl";
+    snprintf(buf, cap, "%s%s", strncmp(e, "opencl", 6) == 0 || strcmp(e, "auto") == 0 ? "" : "opencl:", e);
+    return buf;
+}
+
+static int clrt_required(void) {
+    const char *e = getenv("TINYREC_REQUIRE_OPENCL");
+    return e && strcmp(e, "1") == 0;
+}
+
+/* A private device with the tiny program; skips the test when there is no OpenCL device. */
+static tr__cl *clrt_open(tr_ctx *ctx, const char *opts) {
+    char sel[256];
+    tr__cl *cl = NULL;
+    tr_status st = tr__cl_open(ctx, clrt_selector(sel, sizeof sel), clrt_srcs, 2, opts, TR__CLF_NONE, &cl);
+    if (st == TR_ERR_UNSUPPORTED && !clrt_required()) {
+        tr_ctx_destroy(ctx);
+        skip();
+    }
+    if (st != TR_OK) fail_msg("tr__cl_open: %s", tr_ctx_last_error(ctx));
+    return cl;
+}
+
+static int clrt_has(const tr_ctx *ctx, const char *s) { return strstr(tr_ctx_last_error(ctx), s) != NULL; }
+#define CLRT_HAS(ctx, s)                                                                                  \
+    do {                                                                                                  \
+        if (!clrt_has(ctx, s)) fail_msg("error text '%s' lacks '%s'", tr_ctx_last_error(ctx), s);        \
+    } while (0)
+
+typedef struct clrt_enum {
+    int n;
+    char dev[256];
+} clrt_enum;
+static void clrt_enum_cb(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem) {
+    clrt_enum *e = (clrt_enum *)user;
+    (void)platform, (void)is_gpu;
+    assert_int_equal(index, e->n);
+    assert_true(global_mem > 0);
+    if (e->n == 0) snprintf(e->dev, sizeof e->dev, "%s", device);
+    e->n++;
+}
+
+static int clrt_lognum;
+static char clrt_logs[8][512];
+static void clrt_log(void *user, tr_log_level level, const char *msg) {
+    (void)user;
+    if (clrt_lognum < 8) snprintf(clrt_logs[clrt_lognum++], sizeof clrt_logs[0], "%d %s", (int)level, msg);
+}
+
+/* Enumeration, every selector form, and the INFO line naming the device. */
+static void test_clrt_selectors(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    tr__cl *cl = NULL;
+    clrt_enum en;
+    char sel[300], up[300];
+    long live0;
+    int i, found = 0;
+    (void)state;
+    cc.log = clrt_log;
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    live0 = tr_ctx_live_allocs(ctx);
+    memset(&en, 0, sizeof en);
+    i = tr__cl_enumerate(ctx, clrt_enum_cb, &en);
+    assert_int_equal(i, en.n);
+    assert_int_equal(tr__cl_enumerate(ctx, NULL, NULL), en.n);
+    cl = clrt_open(ctx, NULL); /* skips without a device */
+    tr__cl_destroy(cl);
+    assert_true(en.n >= 1);
+    /* index, name substring (any case), plain; opening logs one INFO line with the name */
+    snprintf(sel, sizeof sel, "opencl:%.200s", en.dev);
+    for (i = 0; sel[i]; i++) up[i] = (char)toupper((unsigned char)sel[i]);
+    memcpy(up, "opencl:", 7), up[i] = 0;
+    {
+        const char *const good[] = {"opencl", "opencl:", "opencl:0", sel, up};
+        for (i = 0; i < 5; i++) {
+            clrt_lognum = 0;
+            cl = NULL;
+            assert_int_equal(tr__cl_open(ctx, good[i], clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_OK);
+            assert_non_null(cl);
+            assert_string_equal(tr__cl_get_info(cl)->name, i >= 3 ? en.dev : tr__cl_get_info(cl)->name);
+            assert_true(clrt_lognum >= 1 && strncmp(clrt_logs[0], "1 opencl: using", 15) == 0);
+            assert_non_null(strstr(clrt_logs[0], tr__cl_get_info(cl)->name));
+            if (!tr__cl_get_info(cl)->is_gpu) assert_true(clrt_lognum >= 2 && clrt_logs[1][0] == '2'); /* the WARN */
+            tr__cl_destroy(cl);
+        }
+    }
+    snprintf(sel, sizeof sel, "opencl:%d", en.n);
+    cl = (tr__cl *)&found;
+    assert_int_equal(tr__cl_open(ctx, sel, clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_ERR_UNSUPPORTED);
+    assert_null(cl);
+    CLRT_HAS(ctx, "no OpenCL device");
+    assert_int_equal(tr__cl_open(ctx, "opencl:no-such-device-xyz", clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_ERR_UNSUPPORTED);
+    CLRT_HAS(ctx, "no-such-device-xyz");
+    assert_int_equal(tr__cl_open(ctx, "gpu please", clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_ERR_INVALID_ARG);
+    /* "auto" wants a GPU */
+    cl = NULL;
+    {
+        tr_status st = tr__cl_open(ctx, "auto", clrt_srcs, 2, NULL, TR__CLF_NONE, &cl);
+        if (st == TR_OK) {
+            assert_true(tr__cl_get_info(cl)->is_gpu);
+            tr__cl_destroy(cl);
+        } else {
+            assert_int_equal(st, TR_ERR_UNSUPPORTED);
+            CLRT_HAS(ctx, "no OpenCL GPU");
+        }
+    }
+    (void)found;
+    assert_int_equal(tr_ctx_live_allocs(ctx), live0);
+    tr_ctx_destroy(ctx);
+}
+
+/* The open-time faults and a real build failure: clean errors with reasons, nothing leaked. */
+static void test_clrt_open_faults(void **state) {
+    static const tr__cl_fault fl[] = {TR__CLF_NO_LIBRARY, TR__CLF_NO_PLATFORM, TR__CLF_NO_DEVICE, TR__CLF_BUILD};
+    static const char *const txt[] = {"no OpenCL library", "no OpenCL platform", "no OpenCL device", "injected build failure"};
+    static const tr_status want[] = {TR_ERR_UNSUPPORTED, TR_ERR_UNSUPPORTED, TR_ERR_UNSUPPORTED, TR_ERR_DEVICE};
+    static const char *const bad[] = {clrt_src_a, "__kernel void clrt_broken(__global float *x) { x[0] = clrt_undeclared_thing; }\n"};
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = clrt_open(ctx, NULL); /* skips without a device */
+    char sel[256];
+    long live0;
+    int i;
+    (void)state;
+    tr__cl_destroy(cl);
+    live0 = tr_ctx_live_allocs(ctx);
+    for (i = 0; i < 4; i++) {
+        cl = (tr__cl *)&live0;
+        assert_int_equal(tr__cl_open(ctx, clrt_selector(sel, sizeof sel), clrt_srcs, 2, NULL, fl[i], &cl), want[i]);
+        assert_null(cl);
+        CLRT_HAS(ctx, txt[i]);
+    }
+    CLRT_HAS(ctx, "CL_BUILD_PROGRAM_FAILURE (-11)");
+    assert_int_equal(tr__cl_open(ctx, clrt_selector(sel, sizeof sel), bad, 2, NULL, TR__CLF_NONE, &cl), TR_ERR_DEVICE);
+    CLRT_HAS(ctx, "build log");
+    CLRT_HAS(ctx, "clrt_undeclared_thing"); /* the compiler's message, from the build log */
+    assert_int_equal(tr_ctx_live_allocs(ctx), live0);
+    tr_ctx_destroy(ctx);
+}
+
+/* Launches through tr__cla_*: offsets, picked and given local sizes, NULL buffers, 2-D, __local, build options. */
+static void test_clrt_launch(void **state) {
+    enum { N = 1000 };
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = clrt_open(ctx, "-DCLRT_EXTRA=42");
+    float *ha = (float *)malloc(N * 4), *hb = (float *)malloc(N * 4), *hy = (float *)malloc(N * 4);
+    float *a = (float *)tr__cl_alloc(cl, N * 4, 1), *b = (float *)tr__cl_alloc(cl, N * 4, 1), *y = (float *)tr__cl_alloc(cl, N * 4, 1);
+    int32_t *fl = (int32_t *)tr__cl_alloc(cl, 8, 1), flags[2];
+    size_t g, l, g2[2] = {13, 7};
+    tr__clargs A;
+    int i;
+    (void)state;
+    assert_true(ha && hb && hy && a && b && y && fl);
+    for (i = 0; i < N; i++) ha[i] = (float)i, hb[i] = (float)(3 * i + 1);
+    assert_int_equal(tr__cl_write(cl, a + 5, ha, (N - 5) * 4), TR_OK);
+    assert_int_equal(tr__cl_write(cl, b + 3, hb, (N - 3) * 4), TR_OK);
+    /* y[7 + i] = a[5 + i] + 2 b[3 + i] for i < 97; local 64 rounds the global size up to 128 */
+    A.n = 0;
+    tr__cla_buf(&A, a + 5), tr__cla_buf(&A, b + 3), tr__cla_buf(&A, y + 7), tr__cla_i32(&A, 97), tr__cla_f32(&A, 2.0f);
+    g = 97, l = 64;
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, &l, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y, N * 4), TR_OK);
+    for (i = 0; i < N; i++) assert_true(hy[i] == (i >= 7 && i < 104 ? (float)(i - 7) + 2.0f * (float)(3 * (i - 7) + 1) : 0.0f));
+    /* the runtime picks the local size */
+    A.n = 0;
+    tr__cla_buf(&A, a + 5), tr__cla_buf(&A, b + 3), tr__cla_buf(&A, y), tr__cla_i32(&A, 995), tr__cla_f32(&A, -1.0f);
+    g = 995;
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y, N * 4), TR_OK);
+    for (i = 0; i < 995; i++) assert_true(hy[i] == (float)i - (float)(3 * i + 1));
+    /* NULL binds the dummy buffer with offset 0 */
+    A.n = 0;
+    tr__cla_buf(&A, NULL), tr__cla_buf(&A, y + 10);
+    g = 1;
+    assert_int_equal(tr__cl_launch(cl, "clrt_null", 1, &g, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y + 10, 4), TR_OK);
+    assert_true(hy[0] == 7.0f);
+    /* 2-D with odd sizes, a long argument */
+    A.n = 0;
+    tr__cla_buf(&A, y + 1), tr__cla_i32(&A, 13), tr__cla_i32(&A, 7), tr__cla_i64(&A, 4000000000LL);
+    assert_int_equal(tr__cl_launch(cl, "clrt_2d", 2, g2, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y + 1, 13 * 7 * 4), TR_OK);
+    for (i = 0; i < 13 * 7; i++) assert_true(hy[i] == (float)((i / 13) * 1000 + i % 13));
+    /* __local */
+    A.n = 0;
+    tr__cla_buf(&A, a + 5), tr__cla_buf(&A, y), tr__cla_i32(&A, 100), tr__cla_local(&A, 32 * 4);
+    g = 32, l = 32;
+    assert_int_equal(tr__cl_launch(cl, "clrt_sum", 1, &g, &l, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y, 4), TR_OK);
+    assert_true(hy[0] == 4950.0f);
+    /* -DTR_FP64 from the runtime, the caller's options after it */
+    A.n = 0;
+    tr__cla_buf(&A, fl);
+    assert_int_equal(tr__cl_launch(cl, "clrt_flags", 1, &g, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, flags, fl, 8), TR_OK);
+    assert_int_equal(flags[0], tr__cl_get_info(cl)->has_fp64);
+    assert_int_equal(flags[1], 42);
+    /* errors name the kernel */
+    A.n = 0;
+    tr__cla_buf(&A, a), tr__cla_buf(&A, b), tr__cla_buf(&A, y), tr__cla_i32(&A, 1), tr__cla_f32(&A, 1.0f);
+    l = tr__cl_get_info(cl)->max_wg * 2, g = l;
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, &l, &A), TR_ERR_DEVICE);
+    CLRT_HAS(ctx, "clrt_add");
+    g = 1;
+    assert_int_equal(tr__cl_launch(cl, "clrt_missing", 1, &g, NULL, &A), TR_ERR_DEVICE);
+    CLRT_HAS(ctx, "clCreateKernel(clrt_missing): CL_INVALID_KERNEL_NAME (-46)");
+    A.n = 0;
+    tr__cla_buf(&A, ha), tr__cla_buf(&A, b), tr__cla_buf(&A, y), tr__cla_i32(&A, 1), tr__cla_f32(&A, 1.0f);
+    assert_int_not_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* a host pointer */
+    A.n = 0;
+    tr__cla_buf(&A, (char *)a + 2), tr__cla_buf(&A, b), tr__cla_buf(&A, y), tr__cla_i32(&A, 1), tr__cla_f32(&A, 1.0f);
+    assert_int_not_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* not a whole element */
+    A.n = 0;
+    for (i = 0; i < 40; i++) tr__cla_i32(&A, i);
+    assert_int_not_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* too many */
+    g = 0;
+    A.n = 0;
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* empty grid: nothing */
+    assert_int_equal(tr__cl_finish(cl), TR_OK);
+    free(ha), free(hb), free(hy);
+    tr__cl_destroy(cl);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* Arenas and transfers on the suite's device: zero fill, offsets, copy, fill, staged writes, bounds. */
+static void test_clrt_transfers(void **state) {
+    enum { N = 1000 };
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = tu_cl_open(ctx);
+    float *ha = (float *)malloc(N * 4), *hy = (float *)malloc(N * 4);
+    float *a = (float *)tr__cl_alloc(cl, N * 4, 1), *y = (float *)tr__cl_alloc(cl, N * 4, 0);
+    size_t nb = ((size_t)9 << 20) + 12, k;
+    unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb), *d;
+    int i;
+    (void)state;
+    assert_true(ha && hy && a && y && big && back);
+    assert_true(tr__cl_owns(cl, a) && tr__cl_owns(cl, a + N - 1) && !tr__cl_owns(cl, a + N) && !tr__cl_owns(cl, ha) && !tr__cl_owns(cl, NULL));
+    assert_int_equal(tr__cl_read(cl, hy, y, N * 4), TR_OK);
+    for (i = 0; i < N; i++) assert_true(hy[i] == 0.0f); /* zero-filled */
+    for (i = 0; i < N; i++) ha[i] = (float)i;
+    assert_int_equal(tr__cl_write(cl, a + 5, ha, (N - 5) * 4), TR_OK);
+    assert_int_equal(tr__cl_copy(cl, y + 11, a + 20, 50 * 4), TR_OK);
+    assert_int_equal(tr__cl_fill(cl, y + 61, 0x3f800000u, 9 * 4), TR_OK); /* 1.0f */
+    assert_int_equal(tr__cl_read(cl, hy, y + 10, 61 * 4), TR_OK);
+    assert_true(hy[0] == 0.0f && hy[60] == 0.0f);
+    for (i = 1; i <= 50; i++) assert_true(hy[i] == (float)(14 + i));
+    for (i = 51; i < 60; i++) assert_true(hy[i] == 1.0f);
+    /* out of range, misaligned, not ours */
+    assert_int_equal(tr__cl_copy(cl, y + 1, a, N * 4), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr__cl_write(cl, y + N, ha, 4), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr__cl_write(cl, y + N, ha, 0), TR_OK); /* the end pointer, nothing to do */
+    assert_int_equal(tr__cl_read(cl, hy, ha, 4), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr__cl_fill(cl, (char *)y + 2, 0, 4), TR_ERR_INVALID_ARG);
+    /* a write larger than the staging buffers, at an odd byte offset; the source is reusable at once */
+    d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
+    assert_non_null(d);
+    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 7 + (k >> 13));
+    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
+    memset(big, 0, nb);
+    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
+    for (k = 0; k < nb; k++)
+        if (back[k] != (unsigned char)(k * 7 + (k >> 13))) break;
+    assert_true(k == nb);
+    tr__cl_free(cl, d);
+    assert_false(tr__cl_owns(cl, d));
+    tr__cl_free(cl, a);
+    tr__cl_free(cl, y);
+    assert_int_equal(tr__cl_finish(cl), TR_OK);
+    free(ha), free(hy), free(big), free(back);
+    tr_ctx_destroy(ctx); /* closes cl */
+}
+
+/* Scratch slots: reused while big enough, grown on demand, usable, bounded slot numbers. */
+static void test_clrt_scratch(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = tu_cl_open(ctx);
+    float h[999], back[999], *s0, *s1, *s0c;
+    int i;
+    (void)state;
+    for (i = 0; i < 999; i++) h[i] = (float)i - 500.0f;
+    s0 = tr__cl_scratch(cl, 0, 100);
+    assert_true(s0 && tr__cl_owns(cl, s0 + 99));
+    assert_ptr_equal(tr__cl_scratch(cl, 0, 60), s0);
+    s1 = tr__cl_scratch(cl, 1, 10);
+    assert_true(s1 && s1 != s0);
+    s0c = tr__cl_scratch(cl, 0, 5000);
+    assert_true(s0c && tr__cl_owns(cl, s0c + 4999));
+    assert_int_equal(tr__cl_write(cl, s0c + 4001, h, sizeof h), TR_OK);
+    assert_int_equal(tr__cl_read(cl, back, s0c + 4001, sizeof back), TR_OK);
+    assert_memory_equal(back, h, sizeof h);
+    assert_null(tr__cl_scratch(cl, 99, 1));
+    assert_null(tr__cl_scratch(cl, -1, 1));
+    tr_ctx_destroy(ctx); /* closes cl */
+}
+
+/* Injected enqueue and allocation failures; allocations beyond CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+static void test_clrt_faults(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = clrt_open(ctx, NULL);
+    float *a = (float *)tr__cl_alloc(cl, 64 * 4, 1), *b = (float *)tr__cl_alloc(cl, 64 * 4, 1), h[4] = {1, 2, 3, 4};
+    size_t g = 10;
+    tr__clargs A;
+    void *p;
+    (void)state;
+    assert_true(a && b);
+    A.n = 0;
+    tr__cla_buf(&A, a), tr__cla_buf(&A, a), tr__cla_buf(&A, b), tr__cla_i32(&A, 10), tr__cla_f32(&A, 1.0f);
+    tr__cl_fail_enqueue_at(cl, 2); /* the 2nd from now fails, once */
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_ERR_DEVICE);
+    CLRT_HAS(ctx, "clEnqueueNDRangeKernel(clrt_add): CL_OUT_OF_RESOURCES (-5)");
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK);
+    tr__cl_fail_enqueue_at(cl, 1);
+    assert_int_equal(tr__cl_write(cl, a, h, sizeof h), TR_ERR_DEVICE);
+    CLRT_HAS(ctx, "CL_OUT_OF_RESOURCES");
+    tr__cl_fail_enqueue_at(cl, 1);
+    assert_int_equal(tr__cl_copy(cl, a, b, 16), TR_ERR_DEVICE);
+    tr__cl_fail_enqueue_at(cl, 1);
+    assert_int_equal(tr__cl_fill(cl, a, 0, 16), TR_ERR_DEVICE);
+    tr__cl_fail_enqueue_at(cl, 2);
+    tr__cl_fail_enqueue_at(cl, 0); /* off */
+    assert_int_equal(tr__cl_fill(cl, a, 0, 16), TR_OK);
+    assert_int_equal(tr__cl_fill(cl, a, 0, 16), TR_OK);
+    assert_int_equal(tr__cl_finish(cl), TR_OK);
+    /* allocation */
+    tr__cl_fail_alloc(cl, 1);
+    assert_null(tr__cl_alloc(cl, (size_t)1 << 20, 1));
+    assert_true(tr__cl_last_oom(cl));
+    CLRT_HAS(ctx, "out of device memory allocating 1.0 MiB");
+    assert_null(tr__cl_scratch(cl, 2, 10));
+    tr__cl_fail_alloc(cl, 0);
+    p = tr__cl_alloc(cl, 16, 0);
+    assert_non_null(p);
+    assert_false(tr__cl_last_oom(cl));
+    tr__cl_free(cl, p);
+    if (tr__cl_get_info(cl)->max_alloc < SIZE_MAX - 4096) {
+        assert_null(tr__cl_alloc(cl, tr__cl_get_info(cl)->max_alloc + 4, 1));
+        assert_true(tr__cl_last_oom(cl));
+        CLRT_HAS(ctx, "out of device memory");
+    }
+    tr__cl_destroy(cl);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* The CPU fallback: every arena becomes host memory at the same address holding the device data
+   (keep arenas) or zeros (scratch), writable; the device is refused afterwards; freeing still works. */
+static void test_clrt_migrate(void **state) {
+    enum { N = 1000 };
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = clrt_open(ctx, NULL);
+    float *h = (float *)malloc(N * 4), *a = (float *)tr__cl_alloc(cl, N * 4, 1), *y = (float *)tr__cl_alloc(cl, N * 4, 1);
+    float *b = (float *)tr__cl_alloc(cl, 8, 1), *sc = tr__cl_scratch(cl, 3, 64), *p;
+    size_t g = N;
+    tr__clargs A;
+    int i;
+    (void)state;
+    assert_true(h && a && y && b && sc);
+    for (i = 0; i < N; i++) h[i] = (float)i * 0.5f;
+    assert_int_equal(tr__cl_write(cl, a, h, N * 4), TR_OK);
+    assert_int_equal(tr__cl_fill(cl, sc, 0x40000000u, 64 * 4), TR_OK);
+    A.n = 0;
+    tr__cla_buf(&A, a), tr__cla_buf(&A, a), tr__cla_buf(&A, y), tr__cla_i32(&A, N), tr__cla_f32(&A, 1.0f);
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* still queued when migrating */
+    assert_false(tr__cl_migrated(cl));
+    assert_int_equal(tr__cl_migrate_to_host(cl), TR_OK);
+    assert_true(tr__cl_migrated(cl));
+    for (i = 0; i < N; i++) assert_true(a[i] == (float)i * 0.5f && y[i] == (float)i);
+    a[3] = 99.0f, y[N - 1] = -1.0f, sc[63] = 5.0f;
+    assert_true(a[3] == 99.0f && y[N - 1] == -1.0f && sc[63] == 5.0f);
+    assert_true(tr__cl_owns(cl, a + 3));
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_ERR_DEVICE);
+    assert_int_equal(tr__cl_write(cl, a, h, 4), TR_ERR_DEVICE);
+    assert_int_equal(tr__cl_read(cl, h, a, 4), TR_ERR_DEVICE);
+    assert_int_equal(tr__cl_migrate_to_host(cl), TR_OK); /* again: nothing to do */
+    p = (float *)tr__cl_alloc(cl, 100 * 4, 1);            /* host memory from now on */
+    assert_non_null(p);
+    for (i = 0; i < 100; i++) assert_true(p[i] == 0.0f);
+    p[99] = 1.0f;
+    p = tr__cl_scratch(cl, 4, 1000);
+    assert_non_null(p);
+    p[999] = 2.0f;
+    tr__cl_free(cl, b);
+    free(h);
+    tr__cl_destroy(cl);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+static const struct CMUnitTest cl_runtime_tests[] = {
+    cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
+    cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
+    cmocka_unit_test(test_clrt_migrate),
+};
+
+int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }
+#else
+static void test_no_opencl(void **state) {
+    (void)state;
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+}
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};
+    return cmocka_run_group_tests_name("opencl_runtime", tests, NULL, NULL);
+}
+#endif
