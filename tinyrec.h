@@ -3006,6 +3006,7 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
 #define TR__CL_MEM_READ_WRITE ((tr__cl_bitfield)1 << 0)
 #define TR__CL_MEM_ALLOC_HOST_PTR ((tr__cl_bitfield)1 << 4)
+#define TR__CL_MAP_READ ((tr__cl_bitfield)1 << 0)
 #define TR__CL_MAP_WRITE ((tr__cl_bitfield)1 << 1)
 
 /* Every entry point: X(return type, name without "cl", parameter list). */
@@ -3908,7 +3909,8 @@ TR__FN void tr__cl_stage_release(tr__cl *cl) {
     }
 }
 
-/* Two pinned (host-allocated, mapped once) buffers; writes copy through them in turn. */
+/* Two pinned (host-allocated, mapped once) buffers; writes copy through them in turn, and small
+   reads land in them. */
 TR__FN int tr__cl_stage_ready(tr__cl *cl) {
     const tr__clfn *f = &cl->lib.f;
     int i;
@@ -3918,7 +3920,7 @@ TR__FN int tr__cl_stage_ready(tr__cl *cl) {
         tr__cl_int err = 0;
         cl->stage[i] = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | TR__CL_MEM_ALLOC_HOST_PTR, TR__CL_STAGE_BYTES, NULL, &err);
         if (!cl->stage[i] || err != TR__CL_SUCCESS) break;
-        cl->stage_ptr[i] = f->EnqueueMapBuffer(cl->queue, cl->stage[i], TR__CL_TRUE, TR__CL_MAP_WRITE, 0, TR__CL_STAGE_BYTES, 0, NULL, NULL, &err);
+        cl->stage_ptr[i] = f->EnqueueMapBuffer(cl->queue, cl->stage[i], TR__CL_TRUE, TR__CL_MAP_READ | TR__CL_MAP_WRITE, 0, TR__CL_STAGE_BYTES, 0, NULL, NULL, &err);
         if (!cl->stage_ptr[i] || err != TR__CL_SUCCESS) {
             cl->stage_ptr[i] = NULL;
             break;
@@ -3979,7 +3981,19 @@ TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, si
     if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
     if (!bytes) return tr__cl_finish(cl);
     if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
-    err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, dst_host, 0, NULL, NULL);
+    if (bytes <= TR__CL_STAGE_BYTES && tr__cl_stage_ready(cl)) {
+        /* small reads (the per-step metrics) land in pinned memory, then one memcpy */
+        int s = cl->stage_next;
+        if (cl->stage_ev[s]) {
+            err = cl->lib.f.WaitForEvents(1, &cl->stage_ev[s]);
+            cl->lib.f.ReleaseEvent(cl->stage_ev[s]);
+            cl->stage_ev[s] = NULL;
+            if (err != TR__CL_SUCCESS) return tr__cl_fail(cl, "clWaitForEvents", "staged write", err);
+        }
+        err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, cl->stage_ptr[s], 0, NULL, NULL);
+        if (err == TR__CL_SUCCESS) memcpy(dst_host, cl->stage_ptr[s], bytes);
+    } else
+        err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, dst_host, 0, NULL, NULL);
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueReadBuffer", NULL, err);
 }
 
@@ -5056,7 +5070,13 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      absorbed by the staging (consecutive work-items read consecutive addresses of A or B whichever way it is
      stored), so all four cases share one inner loop; the next tile is fetched into registers while the current
      one is multiplied. Work-item outputs are strided by the thread grid (VW = 1: conflict-free scalar local
-     reads) or in runs of 4 (VW = 4: float4 local reads). Everything is bounds-checked (any M, N, K, lda...).
+     reads) or in runs of 4 (VW = 4: float4 local reads). K3: one kernel per transpose case (tr_k_sgemm_nn/nt/tn/tt_
+     <tiles>, ta/tb compile-time); tiles that are interior (in M or N, and in K) with 16-byte aligned rows (offset,
+     ld, batch stride % 4 == 0) are fetched with unchecked float4 loads along the contiguous dimension, the others
+     element-wise with bounds checks (any M, N, K, lda...); C is written with float4 stores where aligned. Per case
+     the warp layout (4 x 8 work-items per warp or rows of the grid) and a double-buffered local tile (one barrier
+     per tile) are chosen as measured fastest on an H200 (-DTR_GEMM_WL / -DTR_GEMM_DB, or WL= / DB= in
+     TINYREC_CL_SGEMM, force them for all). Accumulation order (fma over k in order) is the same in every variant.
      The third grid dimension indexes the batch, or the pieces of a split: when C has too few tiles to fill the
      device and K is long (the weight gradients, K = 74496), K is cut into a fixed number of chunks whose partials
      go to scratch and tr_k_gemm_reduce sums them in order; a batched product with sC == 0 is a single long sum
@@ -5096,17 +5116,19 @@ static const char tr__cl_src_gemm_1[] =
 "#define TR_NT (TR_RM * TR_RN)\n"
 "#define TR_LA (TR_GEMM_TM * TR_GEMM_TK / TR_NT)\n"
 "#define TR_LB (TR_GEMM_TN * TR_GEMM_TK / TR_NT)\n"
-"/* WL: work-items of a 32-wide warp as 4 x 8 (rows x columns) of the thread grid (fewer distinct local reads). */\n"
-"#ifndef TR_GEMM_WL\n"
-"#if TR_RN % 8 == 0 && TR_RM % 4 == 0 && TR_NT % 32 == 0\n"
-"#define TR_GEMM_WL 1\n"
+"/* WL: work-items of a 32-wide warp as 4 x 8 (rows x columns) of the thread grid (fewer distinct local reads);\n"
+" DB: two local buffers (one barrier per tile instead of two). Per transpose case (measured on an H200), or\n"
+" -DTR_GEMM_WL / -DTR_GEMM_DB for all. */\n"
+"#define TR_WL_OK (TR_RN % 8 == 0 && TR_RM % 4 == 0 && TR_NT % 32 == 0)\n"
+"#ifdef TR_GEMM_WL\n"
+"#define TR_WL(d) (TR_GEMM_WL && TR_WL_OK)\n"
 "#else\n"
-"#define TR_GEMM_WL 0\n"
+"#define TR_WL(d) ((d) && TR_WL_OK)\n"
 "#endif\n"
-"#endif\n"
-"/* DB: two local buffers (one barrier per tile instead of two). */\n"
-"#ifndef TR_GEMM_DB\n"
-"#define TR_GEMM_DB 1\n"
+"#ifdef TR_GEMM_DB\n"
+"#define TR_DB(d) TR_GEMM_DB\n"
+"#else\n"
+"#define TR_DB(d) (d)\n"
 "#endif\n"
 "#if TR_GEMM_VW == 4\n"
 "#define TR_GPAD 4\n"
@@ -5173,13 +5195,11 @@ static const char tr__cl_src_gemm_3[] =
 " TA, TB: compile-time constants (one kernel per case). */\n"
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
-"              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB) {\n"
+"              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
+"              const int WL, const int DB) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
-"#if TR_GEMM_WL\n"
-"  const int tx = ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7), ty = ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3);\n"
-"#else\n"
-"  const int tx = get_local_id(0), ty = get_local_id(1);\n"
-"#endif\n"
+"  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
+"  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
 "  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
@@ -5197,13 +5217,9 @@ static const char tr__cl_src_gemm_3[] =
 "    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;\n"
 "  for (t = -1; t < nt; t++) {\n"
 "    __local float *As = As0, *Bs = Bs0;\n"
-"#if TR_GEMM_DB\n"
-"    As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
-"#endif\n"
+"    if (DB) As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
 "    if (t >= 0) { /* stage the registers fetched last round */\n"
-"#if !TR_GEMM_DB\n"
-"      if (t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
-"#endif\n"
+"      if (!DB && t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
 "      if (fa) {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_VLA; l++) { TR_VSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
@@ -5299,23 +5315,23 @@ static const char tr__cl_src_gemm_4[] =
 "  }\n"
 "}\n";
 static const char tr__cl_src_gemm_5[] =
-"#define TR_SGEMM_K(T, TA, TB)                                                                                            \\\n"
+"#define TR_SGEMM_K(T, TA, TB, WL, DB)                                                                                           \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
 "    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0) {                                        \\\n"
-"    __local float4 As4[((1 + TR_GEMM_DB) * TR_ASZ + 3) / 4], Bs4[((1 + TR_GEMM_DB) * TR_BSZ + 3) / 4];                       \\\n"
+"    __local float4 As4[(2 * TR_ASZ + 3) / 4], Bs4[(2 * TR_BSZ + 3) / 4];                                                     \\\n"
 "    const int z = z0 + get_group_id(2);                                                                             \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
 "    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc) & 3) == 0) << 2);                                                           \\\n"
 "    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB);                                                   \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB));                             \\\n"
 "  }\n"
-"TR_SGEMM_K(nn, 0, 0)\n"
-"TR_SGEMM_K(nt, 0, 1)\n"
-"TR_SGEMM_K(tn, 1, 0)\n"
-"TR_SGEMM_K(tt, 1, 1)\n"
+"TR_SGEMM_K(nn, 0, 0, 1, 0)\n"
+"TR_SGEMM_K(nt, 0, 1, 0, 1)\n"
+"TR_SGEMM_K(tn, 1, 0, 1, 0)\n"
+"TR_SGEMM_K(tt, 1, 1, 0, 1)\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5596,8 +5612,8 @@ typedef struct tr__cl_gemm_cfg {
 } tr__cl_gemm_cfg;
 
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
-    size_t pad = g->vw == 4 ? 4 : 1, nbuf = g->db == 0 ? 1 : 2;
-    return 4 * nbuf * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
+    size_t pad = g->vw == 4 ? 4 : 1;
+    return 8 * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
 }
 
 /* Nonzero when g is a valid configuration for the kernel (divisibility) and fits the device (info may be NULL). */
