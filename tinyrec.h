@@ -5994,7 +5994,7 @@ TRDEF int tr_list_opencl_devices(tr_ctx *ctx, tr_device_fn fn, void *user) {
 /* Moves all device state to the host (DESIGN §4: the CPU is the last device). */
 TR__FN tr_status tr__dev_fallback(tr_ctx *ctx, const char *why) {
 #if TINYREC_OPENCL
-    char reason[TR__ERRLEN];
+    char reason[TR__ERRLEN + 64];
     tr_status st;
     if (!ctx->dev_active) return TR_OK;
     snprintf(reason, sizeof reason, "%s", why);

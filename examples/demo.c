@@ -1,7 +1,10 @@
 /* tinyrec-demo: the README's main job. Generates Sudoku puzzles (nothing to download), trains a
-   small TRM on the CPU for a fixed time, then solves held-out puzzles it never saw.
+   small TRM for a fixed time, then solves held-out puzzles it never saw.
 
    build/tinyrec-demo [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S]
+
+   The device follows TINYREC_DEVICE (auto, cpu, opencl, opencl:N; default auto: an OpenCL GPU when
+   the build has OpenCL and there is one, else the CPU).
 
    Uses only the public API. */
 #define TINYREC_IMPLEMENTATION
@@ -13,6 +16,12 @@
 #if !defined(_WIN32)
 #include <unistd.h>
 #endif
+
+/* Device fallbacks are warnings: say why the demo is not where TINYREC_DEVICE asked. */
+static void on_log(void *user, tr_log_level level, const char *message) {
+    (void)user;
+    if (level >= TR_LOG_WARN) fprintf(stderr, "tinyrec-demo: warning: %s\n", message);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -75,7 +84,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     cc.seed = seed;
+    cc.log = on_log;
+    cc.device = "cpu"; /* replaced below, where a bad TINYREC_DEVICE gets the library's message */
     if (tr_ctx_create(&cc, &ctx) != TR_OK) return 1;
+    if (tr_ctx_set_device(ctx, getenv("TINYREC_DEVICE")) != TR_OK) {
+        fprintf(stderr, "tinyrec-demo: %s (from TINYREC_DEVICE)\n", tr_ctx_last_error(ctx));
+        tr_ctx_destroy(ctx);
+        return 2;
+    }
+    tr_ctx_use_device(ctx); /* open it now, for the header line */
     tq = (uint8_t *)malloc((size_t)(n_train + n_test) * 81 * 2);
     ta = tq + (size_t)n_train * 81;
     eq = ta + (size_t)n_train * 81;
@@ -83,7 +100,7 @@ int main(int argc, char **argv) {
     in = (int32_t *)malloc(sizeof(int32_t) * ((size_t)B * 81 * 2 + B));
     lab = in + (size_t)B * 81;
     pid = lab + (size_t)B * 81;
-    printf("tinyrec %s demo: %d threads, %s kernels\n", tr_version_string(), tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx));
+    printf("tinyrec %s demo on %s\n", tr_version_string(), tr_ctx_device_name(ctx));
     printf("generating %d training and %d held-out Sudoku puzzles with %d clues (%d blanks)...\n", n_train, n_test, clues, 81 - clues);
     for (i = 0; i < n_train + n_test; i++) {
         uint8_t *q = i < n_train ? tq + (size_t)i * 81 : eq + (size_t)(i - n_train) * 81;

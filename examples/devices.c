@@ -1,12 +1,15 @@
 /* tinyrec-devices: the compatibility report. Lists the CPU (model, ISA features found at run time,
-   the kernel set the library picks, threads) and every OpenCL platform and device (loaded with
-   dlopen, if an OpenCL ICD loader is installed), runs a short forward and backward self-test of
-   every CPU kernel set this machine supports against the scalar path, and recommends batch sizes
-   for a preset from the memory the library says it needs and the memory the machine has free.
+   the kernel set the library picks, threads) and every OpenCL platform and device (details probed
+   here with dlopen, if an OpenCL ICD loader is installed; the selector "opencl:N" and the pick of
+   "auto" from the library), runs a short forward and backward self-test of every CPU kernel set
+   this machine supports against the scalar path and of the OpenCL device that "opencl" selects
+   against the CPU, and recommends batch sizes for a preset from the memory the library says it
+   needs and the memory each device has free.
 
      tinyrec-devices [--preset NAME] [--threads N] [--json]
 
-   Exits 0 when every self-test passes, 1 when one fails, 2 on bad arguments.
+   Exits 0 when every self-test passes (a missing OpenCL device is no failure), 1 when one fails,
+   2 on bad arguments.
    Uses only the public API. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
@@ -236,6 +239,7 @@ typedef struct cl_dev {
     char *extensions;
     cl_ulong_t global_mem, local_mem, max_alloc;
     cl_uint_t compute_units, clock_mhz;
+    int lib; /* its entry in the library's list (the N of "opencl:N"), -1: none */
 } cl_dev;
 
 typedef struct cl_plat {
@@ -368,6 +372,58 @@ static void opencl_free(cl_report *r) {
     free(r->platforms);
 }
 
+/* ---- the library's view of the OpenCL devices --------------------------------------------- */
+/* The probe above has the details; the library decides what "opencl:N" and "auto" mean, so the
+   selectors come from it (it skips platforms whose device query fails, so indices can differ). */
+#define LIB_MAXDEV 64
+typedef struct lib_dev {
+    int index; /* N of "opencl:N" */
+    char platform[128], name[128];
+    int is_gpu;
+    size_t global_mem;
+    int claimed; /* matched to a probed device */
+} lib_dev;
+
+typedef struct lib_devs {
+    int n;
+    lib_dev d[LIB_MAXDEV];
+    int auto_pick;   /* what "auto" tries: the first GPU, or -1 (the CPU) */
+    int opencl_pick; /* what "opencl" tries: the first GPU, else device 0; -1 when none */
+} lib_devs;
+
+static void on_lib_dev(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem_bytes) {
+    lib_devs *L = (lib_devs *)user;
+    lib_dev *d;
+    if (L->n >= LIB_MAXDEV) return;
+    d = &L->d[L->n++];
+    memset(d, 0, sizeof *d);
+    d->index = index, d->is_gpu = is_gpu, d->global_mem = global_mem_bytes;
+    snprintf(d->platform, sizeof d->platform, "%s", platform ? platform : "");
+    snprintf(d->name, sizeof d->name, "%s", device ? device : "");
+    trim(d->platform), trim(d->name);
+}
+
+static void lib_devices(tr_ctx *ctx, lib_devs *L) {
+    int i;
+    memset(L, 0, sizeof *L);
+    L->auto_pick = L->opencl_pick = -1;
+    tr_list_opencl_devices(ctx, on_lib_dev, L);
+    for (i = 0; i < L->n && L->auto_pick < 0; i++)
+        if (L->d[i].is_gpu) L->auto_pick = i;
+    L->opencl_pick = L->auto_pick >= 0 ? L->auto_pick : L->n > 0 ? 0 : -1;
+}
+
+/* The library's entry of a probed device (same platform and name, first unclaimed), or NULL. */
+static lib_dev *lib_match(lib_devs *L, const char *platform, const char *name) {
+    int i;
+    for (i = 0; i < L->n; i++)
+        if (!L->d[i].claimed && !strcmp(L->d[i].name, name) && !strcmp(L->d[i].platform, platform)) {
+            L->d[i].claimed = 1;
+            return &L->d[i];
+        }
+    return NULL;
+}
+
 /* ---- self-test ---------------------------------------------------------------------------- */
 #define ST_B 8
 #define ST_STEPS 3
@@ -379,6 +435,9 @@ static void opencl_free(cl_report *r) {
 #define TOL_FWD 1e-4
 #define TOL_LOSS 1e-5
 #define TOL_PARAM 1e-4
+/* An OpenCL device against the CPU: other summation orders, fused multiply-adds and exp/rsqrt
+   of the device's own precision; 1e-3 of the same measures. */
+#define TOL_CL 1e-3
 
 typedef struct variant_result {
     char name[32];      /* "mlp_t" / "attention" */
@@ -407,6 +466,11 @@ typedef struct run_out {
     size_t offsets[64 + 1];
 } run_out;
 
+/* The last warning of a self-test context: why a device was not opened or was left. */
+static void on_log_keep(void *user, tr_log_level level, const char *message) {
+    if (level >= TR_LOG_WARN) snprintf((char *)user, 256, "%s", message);
+}
+
 static uint64_t xs_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
     return *s;
@@ -428,10 +492,13 @@ static void selftest_config(tr_model_config *cfg, int attention) {
     cfg->pos_encodings = attention ? TR_POS_ROPE : TR_POS_NONE;
 }
 
-/* One deterministic run on a fresh context: a forward pass (eval step), then ST_STEPS training
-   steps on fixed random data. Returns an error text or NULL. */
-static const char *selftest_run(const char *simd, int threads, int attention, run_out *o, char *err, size_t errcap) {
+/* One deterministic run on a fresh context on `device` ("cpu" or "opencl"): a forward pass (eval
+   step), then ST_STEPS training steps on fixed random data. Returns an error text or NULL; for
+   "opencl", *on_device tells whether it ran there from start to end (the library falls back to
+   the CPU instead of failing, so that has to be asked). */
+static const char *selftest_run(const char *simd, const char *device, int threads, int attention, run_out *o, int *on_device, char *err, size_t errcap) {
     tr_ctx_config cc = tr_ctx_config_default();
+    char warn[256] = "";
     tr_ctx *ctx = NULL;
     tr_model_config cfg;
     tr_model *m = NULL;
@@ -446,8 +513,11 @@ static const char *selftest_run(const char *simd, int threads, int attention, ru
     int i, s, L, V;
     const char *fail = NULL;
     memset(o, 0, sizeof *o);
+    if (on_device) *on_device = 0;
     cc.seed = 1234;
     cc.num_threads = threads;
+    cc.device = device; /* never TINYREC_DEVICE: the CPU kernel tests must stay on the CPU */
+    cc.log = on_log_keep, cc.log_user = warn;
     if (tr_ctx_create(&cc, &ctx) != TR_OK) {
         snprintf(err, errcap, "tr_ctx_create failed");
         return err;
@@ -461,6 +531,11 @@ static const char *selftest_run(const char *simd, int threads, int attention, ru
     L = cfg.seq_len, V = cfg.vocab_size;
     if (tr_model_create(ctx, &cfg, &m) != TR_OK || tr_carry_create(m, ST_B, &carry) != TR_OK) {
         snprintf(err, errcap, "%.200s", tr_ctx_last_error(ctx));
+        fail = err;
+        goto done;
+    }
+    if (strcmp(device, "cpu") && !tr_ctx_use_device(ctx)) {
+        snprintf(err, errcap, "not opened: %.200s", warn[0] ? warn : tr_ctx_device_name(ctx));
         fail = err;
         goto done;
     }
@@ -498,6 +573,14 @@ static const char *selftest_run(const char *simd, int threads, int attention, ru
             goto done;
         }
         o->losses[s] = mt.loss;
+    }
+    if (strcmp(device, "cpu")) {
+        if (!tr_ctx_use_device(ctx)) { /* a device error moved the model to the CPU mid-run */
+            snprintf(err, errcap, "left the device: %.200s", warn[0] ? warn : "fell back to the CPU");
+            fail = err;
+            goto done;
+        }
+        if (on_device) *on_device = 1;
     }
     {
         int nt = tr_model_num_tensors(m), k;
@@ -551,7 +634,7 @@ static double max_rel(const float *x, const float *ref, size_t n) {
     return worst;
 }
 
-static double run_compare(const run_out *x, const run_out *ref, int L, int V, variant_result *v) {
+static double run_compare(const run_out *x, const run_out *ref, int L, int V, double tol_fwd, double tol_loss, double tol_param, variant_result *v) {
     int s, k;
     double w = 0;
     v->fwd_rel = max_rel(x->logits, ref->logits, (size_t)ST_B * L * V);
@@ -573,7 +656,7 @@ static double run_compare(const run_out *x, const run_out *ref, int L, int V, va
             r = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
             if (!(r <= v->param_rel)) v->param_rel = r;
         }
-    v->ok = v->fwd_rel <= TOL_FWD && v->loss_rel <= TOL_LOSS && v->param_rel <= TOL_PARAM;
+    v->ok = v->fwd_rel <= tol_fwd && v->loss_rel <= tol_loss && v->param_rel <= tol_param;
     w = v->fwd_rel;
     if (!(v->loss_rel <= w)) w = v->loss_rel;
     if (!(v->param_rel <= w)) w = v->param_rel;
@@ -587,9 +670,11 @@ static void selftest_all(int threads, simd_result res[3]) {
     char err[256];
     memset(res, 0, 3 * sizeof *res);
     for (k = 0; k < 3; k++) {
+        tr_ctx_config cc = tr_ctx_config_default();
         tr_ctx *ctx = NULL;
         snprintf(res[k].name, sizeof res[k].name, "%s", names[k]);
-        if (tr_ctx_create(NULL, &ctx) == TR_OK) {
+        cc.device = "cpu";
+        if (tr_ctx_create(&cc, &ctx) == TR_OK) {
             res[k].supported = tr_ctx_set_simd(ctx, names[k]) == TR_OK;
             tr_ctx_destroy(ctx);
         }
@@ -606,7 +691,7 @@ static void selftest_all(int threads, simd_result res[3]) {
             snprintf(v->name, sizeof v->name, "%s", a ? "attention" : "mlp_t");
             if (!r->supported) continue;
             r->ran = 1;
-            if (selftest_run(names[k], threads, a, k == 0 ? &ref[a] : &o, err, sizeof err)) {
+            if (selftest_run(names[k], "cpu", threads, a, k == 0 ? &ref[a] : &o, NULL, err, sizeof err)) {
                 snprintf(v->error, sizeof v->error, "%.200s", err);
                 snprintf(r->error, sizeof r->error, "%s: %.200s", v->name, err);
                 v->ok = 0;
@@ -630,13 +715,63 @@ static void selftest_all(int threads, simd_result res[3]) {
                 run_free(&o);
                 continue;
             }
-            w = run_compare(&o, &ref[a], cfg.seq_len, cfg.vocab_size, v);
+            w = run_compare(&o, &ref[a], cfg.seq_len, cfg.vocab_size, TOL_FWD, TOL_LOSS, TOL_PARAM, v);
             if (!(w <= r->max_rel)) r->max_rel = w;
             run_free(&o);
         }
         if (res[0].supported) run_free(&ref[a]);
     }
     for (k = 0; k < 3; k++) res[k].pass = res[k].ran && res[k].v[0].ok && res[k].v[1].ok;
+}
+
+/* The device that "opencl" selects against the CPU (the library's pick of kernels), both model
+   variants. SKIP when there is no OpenCL device (or no backend in this build): no failure. */
+typedef struct cl_result {
+    char status[8]; /* PASS, FAIL, SKIP */
+    char device[300];
+    int opened;     /* the device ran the test (else the library would use the CPU) */
+    double max_rel, seconds;
+    variant_result v[2];
+    char error[300];
+} cl_result;
+
+static void selftest_opencl(int threads, const lib_devs *L, cl_result *r) {
+    int a;
+    char err[256];
+    memset(r, 0, sizeof *r);
+    if (!TINYREC_OPENCL || L->opencl_pick < 0) {
+        snprintf(r->status, sizeof r->status, "SKIP");
+        snprintf(r->error, sizeof r->error, "%s", TINYREC_OPENCL ? "no OpenCL device found" : "this build has no OpenCL backend: built without TINYREC_OPENCL");
+        return;
+    }
+    snprintf(r->device, sizeof r->device, "opencl:%d, %s", L->d[L->opencl_pick].index, L->d[L->opencl_pick].name);
+    r->opened = 1;
+    for (a = 0; a < 2; a++) {
+        run_out ref, o;
+        variant_result *v = &r->v[a];
+        tr_model_config cfg;
+        double t0 = tr_time_seconds(), w;
+        int on_dev = 0;
+        snprintf(v->name, sizeof v->name, "%s", a ? "attention" : "mlp_t");
+        selftest_config(&cfg, a);
+        if (selftest_run("auto", "cpu", threads, a, &ref, NULL, err, sizeof err)) {
+            snprintf(r->error, sizeof r->error, "%s: the CPU reference: %.200s", v->name, err);
+            run_free(&ref);
+            break;
+        }
+        if (selftest_run("auto", "opencl", threads, a, &o, &on_dev, err, sizeof err)) {
+            if (!on_dev && strstr(err, "not opened")) r->opened = 0;
+            snprintf(r->error, sizeof r->error, "%s: %.250s", v->name, err);
+            run_free(&ref), run_free(&o);
+            r->seconds += tr_time_seconds() - t0;
+            break;
+        }
+        r->seconds += tr_time_seconds() - t0;
+        w = run_compare(&o, &ref, cfg.seq_len, cfg.vocab_size, TOL_CL, TOL_CL, TOL_CL, v);
+        if (!(w <= r->max_rel)) r->max_rel = w;
+        run_free(&ref), run_free(&o);
+    }
+    snprintf(r->status, sizeof r->status, "%s", !r->error[0] && r->v[0].ok && r->v[1].ok ? "PASS" : "FAIL");
 }
 
 /* ---- batch sizes -------------------------------------------------------------------------- */
@@ -650,6 +785,12 @@ typedef struct batch_plan {
     double train_mib_at_rec, infer_mib_at_rec;
     double train_mib_per_row, infer_mib_per_row;
     double gflop_train, gflop_infer; /* per sample */
+    /* per library OpenCL device (lib_devs order): the same estimate against its global memory */
+    int ncl;
+    struct {
+        double usable_mib;
+        int train_fit, train_rec, infer_fit, infer_rec;
+    } cl[LIB_MAXDEV];
 } batch_plan;
 
 #define REF_GLOBAL_BATCH 768
@@ -675,15 +816,29 @@ static double usable_mib_of(double avail_mib) {
     return avail_mib - head > 0 ? avail_mib - head : 0;
 }
 
-static void plan_batches(const char *preset, int threads, double avail_mib, batch_plan *p) {
+/* training: the reference's global batch (768) when it fits, else the largest multiple of 8 that
+   does; inference: the largest power of two up to 1024 that fits */
+static int train_rec_of(int fit) { return fit >= REF_GLOBAL_BATCH ? REF_GLOBAL_BATCH : fit >= 8 ? fit / 8 * 8 : fit; }
+static int infer_rec_of(int fit) {
+    int r = 0;
+    if (fit >= 1) {
+        r = 1;
+        while (r * 2 <= fit && r * 2 <= 1024) r *= 2;
+    }
+    return r;
+}
+
+static void plan_batches(const char *preset, int threads, double avail_mib, const lib_devs *L, batch_plan *p) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx = NULL;
     tr_model_config cfg;
     tr_model *m = NULL;
     size_t tb1, ib1, tb2, ib2, tb, ib;
     double usable;
+    int i;
     memset(p, 0, sizeof *p);
     cc.num_threads = threads;
+    cc.device = "cpu"; /* the estimate needs no device; opening one here would only cost time */
     if (tr_ctx_create(&cc, &ctx) != TR_OK) {
         snprintf(p->error, sizeof p->error, "tr_ctx_create failed");
         return;
@@ -707,14 +862,17 @@ static void plan_batches(const char *preset, int threads, double avail_mib, batc
     p->usable_mib = usable = usable_mib_of(avail_mib);
     p->train_fit = largest_fit(m, usable * 1048576.0, 1);
     p->infer_fit = largest_fit(m, usable * 1048576.0, 0);
-    /* training: the reference's global batch (768) when it fits, else the largest multiple of 8
-       that does; inference: the largest power of two up to 1024 that fits */
-    p->train_rec = p->train_fit >= REF_GLOBAL_BATCH ? REF_GLOBAL_BATCH : p->train_fit >= 8 ? p->train_fit / 8 * 8 : p->train_fit;
-    p->infer_rec = 0;
-    if (p->infer_fit >= 1) {
-        p->infer_rec = 1;
-        while (p->infer_rec * 2 <= p->infer_fit && p->infer_rec * 2 <= 1024) p->infer_rec *= 2;
+    p->train_rec = train_rec_of(p->train_fit);
+    p->infer_rec = infer_rec_of(p->infer_fit);
+    for (i = 0; i < L->n; i++) {
+        double u = usable_mib_of((double)L->d[i].global_mem / 1048576.0);
+        p->cl[i].usable_mib = u;
+        p->cl[i].train_fit = largest_fit(m, u * 1048576.0, 1);
+        p->cl[i].infer_fit = largest_fit(m, u * 1048576.0, 0);
+        p->cl[i].train_rec = train_rec_of(p->cl[i].train_fit);
+        p->cl[i].infer_rec = infer_rec_of(p->cl[i].infer_fit);
     }
+    p->ncl = L->n;
     tr_model_memory(m, p->train_rec > 0 ? p->train_rec : 1, &tb, NULL);
     tr_model_memory(m, p->infer_rec > 0 ? p->infer_rec : 1, NULL, &ib);
     p->train_mib_at_rec = (double)tb / 1048576.0;
@@ -753,8 +911,10 @@ static void usage(FILE *f) {
     const char *const *names = tr_model_config_preset_names();
     fprintf(f,
             "usage: tinyrec-devices [--preset NAME] [--threads N] [--json]\n"
-            "  Lists the CPU and OpenCL devices, self-tests each CPU kernel set against the scalar\n"
-            "  path (a forward pass and %d training steps of a tiny TRM), and recommends batch sizes.\n"
+            "  Lists the CPU and OpenCL devices (with the selector opencl:N of each and the pick of auto),\n"
+            "  self-tests each CPU kernel set against the scalar path and the OpenCL device that \"opencl\"\n"
+            "  selects against the CPU (a forward pass and %d training steps of a tiny TRM; SKIP without\n"
+            "  an OpenCL device), and recommends batch sizes.\n"
             "  --preset NAME   model preset for the batch-size advice (default trm-sudoku-mlp):",
             ST_STEPS);
     for (; *names; names++) fprintf(f, " %s", *names);
@@ -767,12 +927,15 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp";
-    int threads = 0, json = 0, i, all_pass = 1, best = 0, lib_threads;
+    int threads = 0, json = 0, i, all_pass = 1, lib_threads, auto_cl, p, d;
     cpu_info ci;
     cl_report cl;
     simd_result sr[3];
-    batch_plan bp;
-    char auto_simd[16] = "scalar";
+    cl_result clr;
+    static lib_devs ld;
+    static batch_plan bp;
+    const char *env_dev = getenv("TINYREC_DEVICE");
+    char auto_simd[16] = "scalar", env_error[300] = "", auto_sel[32] = "cpu", why[1024];
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -814,6 +977,7 @@ int main(int argc, char **argv) {
         tr_ctx_config cc = tr_ctx_config_default();
         tr_ctx *ctx = NULL;
         cc.num_threads = threads;
+        cc.device = "cpu"; /* TINYREC_DEVICE is checked below, with a message when it is bad */
         if (tr_ctx_create(&cc, &ctx) != TR_OK) {
             fprintf(stderr, "tinyrec-devices: cannot create a context\n");
             return 1;
@@ -821,21 +985,50 @@ int main(int argc, char **argv) {
         lib_threads = tr_ctx_num_threads(ctx);
         tr_ctx_set_simd(ctx, "auto");
         snprintf(auto_simd, sizeof auto_simd, "%s", tr_ctx_simd_name(ctx));
+        lib_devices(ctx, &ld);
+        if (env_dev && env_dev[0] && tr_ctx_set_device(ctx, env_dev) != TR_OK) snprintf(env_error, sizeof env_error, "%.290s", tr_ctx_last_error(ctx));
         tr_ctx_destroy(ctx);
     }
+    if (!env_dev || !env_dev[0]) env_dev = NULL;
     if (threads <= 0) threads = lib_threads;
     opencl_probe(&cl);
+    for (p = 0; p < cl.num_platforms; p++)
+        for (d = 0; d < cl.platforms[p].num_devices; d++) {
+            cl_dev *dv = &cl.platforms[p].devices[d];
+            lib_dev *m = lib_match(&ld, cl.platforms[p].name, dv->name);
+            dv->lib = m ? (int)(m - ld.d) : -1;
+        }
     selftest_all(threads, sr);
-    for (i = 0; i < 3; i++) {
-        if (sr[i].supported) best = i;
+    selftest_opencl(threads, &ld, &clr);
+    for (i = 0; i < 3; i++)
         if (sr[i].ran && !sr[i].pass) all_pass = 0;
-    }
     if (!sr[0].ran) all_pass = 0;
-    plan_batches(preset, threads, ci.mem_avail_mib >= 0 ? ci.mem_avail_mib : (ci.mem_total_mib >= 0 ? ci.mem_total_mib * 0.5 : 1024), &bp);
+    if (!strcmp(clr.status, "FAIL")) all_pass = 0;
+    plan_batches(preset, threads, ci.mem_avail_mib >= 0 ? ci.mem_avail_mib : (ci.mem_total_mib >= 0 ? ci.mem_total_mib * 0.5 : 1024), &ld, &bp);
+
+    /* "auto": the first OpenCL GPU, unless it cannot be opened (the self-test opened the same
+       device, which is also what "opencl" takes when there is a GPU); else the CPU */
+    auto_cl = ld.auto_pick >= 0 && clr.opened ? ld.auto_pick : -1;
+    if (auto_cl >= 0) {
+        snprintf(auto_sel, sizeof auto_sel, "opencl:%d", ld.d[auto_cl].index);
+        snprintf(why, sizeof why, "this build has the OpenCL backend and %s (%s) is the first OpenCL GPU%s", auto_sel, ld.d[auto_cl].name,
+                 !strcmp(clr.status, "PASS") ? "; it passed its self-test" : "");
+    } else {
+        char cpu_why[256];
+        snprintf(cpu_why, sizeof cpu_why, "%s is the widest kernel set that the CPU and the OS support%s", auto_simd, all_pass ? "; it passed its self-test" : "");
+        if (!TINYREC_OPENCL) snprintf(why, sizeof why, "this build has CPU kernels only (no OpenCL backend); %s", cpu_why);
+        else if (ld.auto_pick >= 0)
+            snprintf(why, sizeof why, "this build has the OpenCL backend, but the OpenCL GPU opencl:%d (%s) could not be opened (%s), so the library uses the CPU; %s",
+                     ld.d[ld.auto_pick].index, ld.d[ld.auto_pick].name, clr.error, cpu_why);
+        else if (ld.n > 0)
+            snprintf(why, sizeof why, "this build has the OpenCL backend, but %s OpenCL device%s a GPU (\"opencl\" selects opencl:%d); %s",
+                     ld.n == 1 ? "the only" : "none of the", ld.n == 1 ? " is not" : "s is", ld.d[ld.opencl_pick].index, cpu_why);
+        else snprintf(why, sizeof why, "this build has the OpenCL backend, but no OpenCL device was found; %s", cpu_why);
+    }
 
     if (json) {
         sbuf b = {NULL, 0, 0};
-        int p, d, f;
+        int f;
         sb_puts(&b, "{\n  \"tinyrec_version\": ");
         sb_json_str(&b, tr_version_string());
         sb_puts(&b, ",\n  \"cpu\": {\"model\": ");
@@ -859,7 +1052,26 @@ int main(int argc, char **argv) {
         else sb_puts(&b, "null");
         sb_puts(&b, ", \"note\": ");
         sb_json_str(&b, cl.note);
-        sb_puts(&b, ", \"used_by_this_build\": false, \"platforms\": [");
+        sb_printf(&b, ", \"backend\": %s, \"used_by_this_build\": %s, \"tinyrec_device\": ", TINYREC_OPENCL ? "true" : "false", TINYREC_OPENCL ? "true" : "false");
+        if (env_dev) sb_json_str(&b, env_dev);
+        else sb_puts(&b, "null");
+        sb_puts(&b, ", \"tinyrec_device_error\": ");
+        if (env_error[0]) sb_json_str(&b, env_error);
+        else sb_puts(&b, "null");
+        sb_puts(&b, ", \"auto_selector\": ");
+        sb_json_str(&b, auto_sel);
+        sb_puts(&b, ", \"opencl_selector\": ");
+        if (ld.opencl_pick >= 0) sb_printf(&b, "\"opencl:%d\"", ld.d[ld.opencl_pick].index);
+        else sb_puts(&b, "null");
+        sb_puts(&b, ", \"devices\": [");
+        for (i = 0; i < ld.n; i++) {
+            sb_printf(&b, "%s{\"selector\": \"opencl:%d\", \"platform\": ", i ? ", " : "", ld.d[i].index);
+            sb_json_str(&b, ld.d[i].platform);
+            sb_puts(&b, ", \"name\": "), sb_json_str(&b, ld.d[i].name);
+            sb_printf(&b, ", \"gpu\": %s, \"global_mem_bytes\": %llu, \"auto\": %s, \"opencl\": %s}", ld.d[i].is_gpu ? "true" : "false", (unsigned long long)ld.d[i].global_mem,
+                      i == auto_cl ? "true" : "false", i == ld.opencl_pick ? "true" : "false");
+        }
+        sb_puts(&b, "], \"platforms\": [");
         for (p = 0; p < cl.num_platforms; p++) {
             cl_plat *pl = &cl.platforms[p];
             sb_puts(&b, p ? ",\n    {" : "\n    {");
@@ -880,12 +1092,14 @@ int main(int argc, char **argv) {
                           (unsigned)dv->compute_units, (unsigned)dv->clock_mhz, (unsigned long long)dv->global_mem, (unsigned long long)dv->local_mem,
                           (unsigned long long)dv->max_alloc);
                 sb_puts(&b, ", \"extensions\": "), sb_json_str(&b, dv->extensions);
-                sb_puts(&b, ", \"used\": false}");
+                if (dv->lib >= 0) sb_printf(&b, ", \"selector\": \"opencl:%d\"", ld.d[dv->lib].index);
+                else sb_puts(&b, ", \"selector\": null");
+                sb_printf(&b, ", \"auto\": %s, \"used\": %s}", dv->lib >= 0 && dv->lib == auto_cl ? "true" : "false", dv->lib >= 0 ? "true" : "false");
             }
             sb_puts(&b, "]}");
         }
-        sb_printf(&b, "]},\n  \"selftest\": {\"batch\": %d, \"train_steps\": %d, \"tolerance\": {\"logits\": %g, \"loss\": %g, \"params\": %g}, \"kernels\": [", ST_B, ST_STEPS, TOL_FWD,
-                  TOL_LOSS, TOL_PARAM);
+        sb_printf(&b, "]},\n  \"selftest\": {\"batch\": %d, \"train_steps\": %d, \"tolerance\": {\"logits\": %g, \"loss\": %g, \"params\": %g, \"opencl\": %g}, \"kernels\": [", ST_B,
+                  ST_STEPS, TOL_FWD, TOL_LOSS, TOL_PARAM, TOL_CL);
         for (i = 0; i < 3; i++) {
             int a;
             sb_puts(&b, i ? ",\n    {" : "\n    {");
@@ -906,37 +1120,60 @@ int main(int argc, char **argv) {
             sb_json_str(&b, sr[i].error);
             sb_puts(&b, "}");
         }
-        sb_printf(&b, "], \"pass\": %s},\n  \"batch\": {\"preset\": ", all_pass ? "true" : "false");
+        sb_printf(&b, "],\n    \"opencl\": {\"selector\": \"opencl\", \"status\": \"%s\", \"device\": ", clr.status);
+        if (clr.device[0]) sb_json_str(&b, clr.device);
+        else sb_puts(&b, "null");
+        sb_puts(&b, ", \"reference\": \"cpu\", \"max_rel_diff\": ");
+        sb_json_num(&b, clr.max_rel);
+        sb_printf(&b, ", \"seconds\": %.3f, \"variants\": [", clr.seconds);
+        for (i = 0; i < 2 && !strcmp(clr.status, "PASS"); i++) {
+            sb_puts(&b, i ? ", {" : "{");
+            sb_puts(&b, "\"model\": "), sb_json_str(&b, clr.v[i].name);
+            sb_puts(&b, ", \"logits_rel\": "), sb_json_num(&b, clr.v[i].fwd_rel);
+            sb_puts(&b, ", \"loss_rel\": "), sb_json_num(&b, clr.v[i].loss_rel);
+            sb_puts(&b, ", \"params_rel\": "), sb_json_num(&b, clr.v[i].param_rel);
+            sb_printf(&b, ", \"ok\": %s}", clr.v[i].ok ? "true" : "false");
+        }
+        sb_puts(&b, "], \"error\": ");
+        sb_json_str(&b, clr.error);
+        sb_printf(&b, "}, \"pass\": %s},\n  \"batch\": {\"preset\": ", all_pass ? "true" : "false");
         sb_json_str(&b, preset);
         if (bp.ok) {
             sb_printf(&b, ", \"params\": %zu, \"gflop_train_per_sample\": %.4g, \"gflop_infer_step_per_sample\": %.4g", bp.params, bp.gflop_train, bp.gflop_infer);
             sb_printf(&b, ", \"available_mib\": %.0f, \"usable_mib\": %.0f, \"devices\": [{\"device\": \"cpu\", \"train_fit\": %d, \"train\": %d, \"train_mib\": %.1f, \"infer_fit\": %d, \"infer\": %d, \"infer_mib\": %.1f}",
                       bp.avail_mib, bp.usable_mib, bp.train_fit, bp.train_rec, bp.train_mib_at_rec, bp.infer_fit, bp.infer_rec, bp.infer_mib_at_rec);
-            for (p = 0; p < cl.num_platforms; p++)
-                for (d = 0; d < cl.platforms[p].num_devices; d++) {
-                    sb_puts(&b, ", {\"device\": ");
-                    sb_json_str(&b, cl.platforms[p].devices[d].name);
-                    sb_puts(&b, ", \"train\": null, \"infer\": null, \"note\": \"not used by this build\"}");
-                }
+            for (i = 0; i < bp.ncl; i++) {
+                sb_printf(&b, ", {\"device\": \"opencl:%d\", \"name\": ", ld.d[i].index);
+                sb_json_str(&b, ld.d[i].name);
+                sb_printf(&b, ", \"usable_mib\": %.0f, \"train_fit\": %d, \"train\": %d, \"infer_fit\": %d, \"infer\": %d}", bp.cl[i].usable_mib, bp.cl[i].train_fit,
+                          bp.cl[i].train_rec, bp.cl[i].infer_fit, bp.cl[i].infer_rec);
+            }
+            if (!TINYREC_OPENCL)
+                for (p = 0; p < cl.num_platforms; p++)
+                    for (d = 0; d < cl.platforms[p].num_devices; d++) {
+                        sb_puts(&b, ", {\"device\": ");
+                        sb_json_str(&b, cl.platforms[p].devices[d].name);
+                        sb_puts(&b, ", \"train\": null, \"infer\": null, \"note\": \"not used by this build\"}");
+                    }
             sb_puts(&b, "]");
         } else {
             sb_puts(&b, ", \"error\": ");
             sb_json_str(&b, bp.error);
         }
-        sb_puts(&b, "},\n  \"auto\": {\"device\": \"cpu\", \"kernels\": ");
+        sb_puts(&b, "},\n  \"auto\": {\"device\": ");
+        sb_json_str(&b, auto_sel);
+        sb_puts(&b, ", \"name\": ");
+        if (auto_cl >= 0) sb_json_str(&b, ld.d[auto_cl].name);
+        else sb_puts(&b, "\"cpu\"");
+        sb_puts(&b, ", \"kernels\": ");
         sb_json_str(&b, auto_simd);
         sb_printf(&b, ", \"threads\": %d, \"reason\": ", threads);
-        {
-            char why[512];
-            snprintf(why, sizeof why, "this build has CPU kernels only (no OpenCL backend); %s is the widest kernel set the CPU and OS support%s", auto_simd,
-                     all_pass ? " and it passed its self-test" : "");
-            sb_json_str(&b, why);
-        }
+        sb_json_str(&b, why);
         sb_puts(&b, "}\n}\n");
         fputs(b.s ? b.s : "{}\n", stdout);
         free(b.s);
     } else {
-        int p, d, f;
+        int f;
         printf("tinyrec %s device report\n\n", tr_version_string());
         printf("CPU\n");
         printf("  model            %s (%s)\n", ci.model, ci.arch);
@@ -948,6 +1185,11 @@ int main(int argc, char **argv) {
         printf("  kernel set       %s (the library's pick; TINYREC_SIMD=scalar|avx2|avx512 forces one)\n", auto_simd);
         printf("  threads          %d (--threads or TINYREC_NUM_THREADS to change)\n", threads);
         printf("\nOpenCL\n");
+        if (TINYREC_OPENCL)
+            printf("  this build has the OpenCL backend: the selector opencl:N below (or opencl:<name>, or \"opencl\" for the\n"
+                   "  first GPU, else the first device) picks a device, with device= / --device or TINYREC_DEVICE\n");
+        else printf("  this build has no OpenCL backend (built without TINYREC_OPENCL): the devices below are not used\n");
+        if (env_dev) printf("  TINYREC_DEVICE=%s %s%s\n", env_dev, env_error[0] ? "is not valid: " : "(the programs use it instead of auto)", env_error);
         if (!cl.num_platforms) printf("  %s%s%s\n", cl.note, cl.loaded ? " - loader: " : "", cl.loaded ? cl.library : "");
         for (p = 0; p < cl.num_platforms; p++) {
             cl_plat *pl = &cl.platforms[p];
@@ -956,7 +1198,16 @@ int main(int argc, char **argv) {
             if (pl->device_error) printf("    clGetDeviceIDs failed with error %d\n", pl->device_error);
             for (d = 0; d < pl->num_devices; d++) {
                 cl_dev *dv = &pl->devices[d];
-                printf("    device %d: %s [%s] - not used by this build\n", d, dv->name, dv->type);
+                char tag[128];
+                if (!TINYREC_OPENCL) snprintf(tag, sizeof tag, "not used by this build");
+                else if (dv->lib < 0) snprintf(tag, sizeof tag, "not listed by the library, so no selector");
+                else
+                    snprintf(tag, sizeof tag, "opencl:%d%s", ld.d[dv->lib].index,
+                             dv->lib == auto_cl                            ? " (auto and \"opencl\" pick it)"
+                             : dv->lib == ld.opencl_pick && ld.d[dv->lib].is_gpu ? " (\"opencl\" picks it; auto would, but it cannot be opened)"
+                             : dv->lib == ld.opencl_pick                   ? " (\"opencl\" picks it; auto does not: not a GPU)"
+                                                                           : "");
+                printf("    device %d: %s [%s] - %s\n", d, dv->name, dv->type, tag);
                 printf("      vendor %s, %s, driver %s\n", dv->vendor, dv->version, dv->driver);
                 printf("      %u compute units at %u MHz, global memory %.1f MiB (max allocation %.1f MiB), local memory %.1f KiB\n", (unsigned)dv->compute_units,
                        (unsigned)dv->clock_mhz, (double)dv->global_mem / 1048576.0, (double)dv->max_alloc / 1048576.0, (double)dv->local_mem / 1024.0);
@@ -967,6 +1218,7 @@ int main(int argc, char **argv) {
         printf("each kernel set against the scalar path on its own context with the same seed\n");
         printf("  tolerance: logits |x-ref|/(|ref|+rms(ref)) <= %g, losses |x-ref|/|ref| <= %g, parameters after training\n", TOL_FWD, TOL_LOSS);
         printf("  ||x-ref||/||ref|| per tensor <= %g; max relative difference = the worst of the three\n", TOL_PARAM);
+        printf("  the OpenCL device that \"opencl\" selects: the same test against the CPU, all three <= %g\n", TOL_CL);
         for (i = 0; i < 3; i++) {
             if (!sr[i].supported) {
                 printf("  %-7s SKIP  (not supported by this CPU)\n", sr[i].name);
@@ -980,6 +1232,12 @@ int main(int argc, char **argv) {
                    sr[i].pass ? "PASS" : "FAIL", sr[i].max_rel, sr[i].v[0].fwd_rel, sr[i].v[1].fwd_rel, sr[i].v[0].loss_rel, sr[i].v[1].loss_rel, sr[i].v[0].param_rel,
                    sr[i].v[1].param_rel, sr[i].seconds, sr[i].error[0] ? ": " : "", sr[i].error);
         }
+        if (!strcmp(clr.status, "SKIP")) printf("  %-7s SKIP  (%s)\n", "opencl", clr.error);
+        else if (clr.error[0]) printf("  %-7s FAIL  %s: %s (%.2fs)\n", "opencl", clr.device, clr.error, clr.seconds);
+        else
+            printf("  %-7s %s  %s: max relative difference %.2e against the cpu (logits %.1e/%.1e, loss %.1e/%.1e, params %.1e/%.1e for mlp_t/attention) (%.2fs)\n",
+                   "opencl", clr.status, clr.device, clr.max_rel, clr.v[0].fwd_rel, clr.v[1].fwd_rel, clr.v[0].loss_rel, clr.v[1].loss_rel, clr.v[0].param_rel,
+                   clr.v[1].param_rel, clr.seconds);
         printf("\nBatch size for preset %s", preset);
         if (!bp.ok) printf(": %s\n", bp.error);
         else {
@@ -987,16 +1245,22 @@ int main(int argc, char **argv) {
             printf("  memory: %.0f MiB available, %.0f MiB usable (20%% or at least 512 MiB kept free)\n", bp.avail_mib, bp.usable_mib);
             printf("  %-28s train %5d (fits up to %d, %.0f MiB; +%.1f MiB per row)   infer %5d (fits up to %d, %.0f MiB)\n", "cpu", bp.train_rec, bp.train_fit, bp.train_mib_at_rec,
                    bp.train_mib_per_row, bp.infer_rec, bp.infer_fit, bp.infer_mib_at_rec);
-            for (p = 0; p < cl.num_platforms; p++)
-                for (d = 0; d < cl.platforms[p].num_devices; d++) printf("  %-28s not used by this build (no OpenCL backend)\n", cl.platforms[p].devices[d].name);
+            for (i = 0; i < bp.ncl; i++) {
+                char label[48];
+                snprintf(label, sizeof label, "opencl:%d %.17s", ld.d[i].index, ld.d[i].name); /* fits the column */
+                printf("  %-28s train %5d (fits up to %d)   infer %5d (fits up to %d), of %.0f MiB usable device memory\n", label, bp.cl[i].train_rec, bp.cl[i].train_fit,
+                       bp.cl[i].infer_rec, bp.cl[i].infer_fit, bp.cl[i].usable_mib);
+            }
+            if (!TINYREC_OPENCL)
+                for (p = 0; p < cl.num_platforms; p++)
+                    for (d = 0; d < cl.platforms[p].num_devices; d++) printf("  %-28s not used by this build (no OpenCL backend)\n", cl.platforms[p].devices[d].name);
             printf("  train: the reference global batch (%d) when it fits, else the largest multiple of 8; infer: a power of two up to 1024\n", REF_GLOBAL_BATCH);
         }
-        printf("\nauto picks: cpu, %s kernels, %d threads\n", auto_simd, threads);
-        printf("  why: this build has CPU kernels only (no OpenCL backend), and %s is the widest kernel set\n       that the CPU and the OS support%s\n", auto_simd,
-               all_pass ? "; it passed its self-test" : "");
+        if (auto_cl >= 0) printf("\nauto picks: %s, %s\n", auto_sel, ld.d[auto_cl].name);
+        else printf("\nauto picks: cpu, %s kernels, %d threads\n", auto_simd, threads);
+        print_wrapped("  why: ", why, 100);
         printf("\n%s\n", all_pass ? "all self-tests PASS" : "a self-test FAILED");
     }
-    (void)best;
     opencl_free(&cl);
     return all_pass ? 0 : 1;
 }

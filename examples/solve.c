@@ -4,6 +4,7 @@
      build/tinyrec-solve runs/sudoku/best.safetensors puzzles.txt
      echo 4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4...... | build/tinyrec-solve runs/sudoku/best.safetensors
      build/tinyrec-solve runs/arc/best.safetensors task.json --identifiers data/arc/identifiers.json --jsonl
+     build/tinyrec-solve runs/sudoku/best.safetensors puzzles.txt --device opencl
 
    Inputs (the task follows from the model: vocab 11 / 81 cells Sudoku, vocab 6 Maze, vocab 12 ARC):
      Sudoku  81-character lines ('.' or '0' blank; anything after a space, ',' or ':' is ignored) or
@@ -810,6 +811,8 @@ static void usage(FILE *f) {
             "  --task T             sudoku | maze | arc (default: from the model)\n"
             "  --batch B            puzzles per forward pass (default 1: the lowest latency)\n"
             "  --threads N          CPU threads (default: TINYREC_NUM_THREADS or all)\n"
+            "  --device D           auto | cpu | opencl | opencl:N | opencl:<name> (default: TINYREC_DEVICE, else\n"
+            "                       auto: an OpenCL GPU when there is one, else the CPU; tinyrec-devices lists them)\n"
             "  --brief              one line per puzzle, no grids\n"
             "  --color WHEN         auto | always | never (default auto: on a terminal, unless NO_COLOR is set)\n"
             "  --help\n\n"
@@ -836,7 +839,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *ckpt = NULL, *input = NULL, *ids_path = NULL, *color = "auto";
+    const char *ckpt = NULL, *input = NULL, *ids_path = NULL, *color = "auto", *device = NULL;
     int force_steps = 0, jsonl = 0, brief = 0, task = TASK_AUTO, B = 1, threads = 0, i, L, V, n_side = 0, rc = 0;
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx = NULL;
@@ -860,13 +863,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--brief")) brief = 1;
         else if (!strcmp(a, "--no-color")) color = "never";
         else if (!strcmp(a, "--steps") || !strcmp(a, "--batch") || !strcmp(a, "--threads") || !strcmp(a, "--identifiers") || !strcmp(a, "--task") ||
-                 !strcmp(a, "--color")) {
+                 !strcmp(a, "--color") || !strcmp(a, "--device")) {
             if (!v) return bad_usage("%s needs a value", a);
             i++;
             if (!strcmp(a, "--steps") && parse_int(v, 1, 10000, &force_steps)) return bad_usage("--steps needs an integer from 1 to 10000, not '%s'", v);
             if (!strcmp(a, "--batch") && parse_int(v, 1, 65536, &B)) return bad_usage("--batch needs an integer from 1 to 65536, not '%s'", v);
             if (!strcmp(a, "--threads") && parse_int(v, 0, 4096, &threads)) return bad_usage("--threads needs an integer >= 0, not '%s'", v);
             if (!strcmp(a, "--identifiers")) ids_path = v;
+            if (!strcmp(a, "--device")) device = v;
             if (!strcmp(a, "--color")) {
                 if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return bad_usage("--color takes auto, always or never, not '%s'", v);
                 color = v;
@@ -892,9 +896,15 @@ int main(int argc, char **argv) {
 
     cc.num_threads = threads;
     cc.log = on_log;
+    cc.device = "cpu"; /* replaced below, where a bad selector gets the library's message */
     if (tr_ctx_create(&cc, &ctx) != TR_OK) {
         fprintf(stderr, "tinyrec-solve: cannot create a context\n");
         return 1;
+    }
+    if (tr_ctx_set_device(ctx, device ? device : getenv("TINYREC_DEVICE")) != TR_OK) {
+        fprintf(stderr, "tinyrec-solve: %s%s\n(tinyrec-solve --help for the usage)\n", tr_ctx_last_error(ctx), device ? "" : " (from TINYREC_DEVICE)");
+        tr_ctx_destroy(ctx);
+        return 2;
     }
     if (tr_model_load(ctx, ckpt, NULL, &model) != TR_OK) {
         fprintf(stderr, "tinyrec-solve: cannot load %s: %s\n", ckpt, tr_ctx_last_error(ctx));
@@ -903,6 +913,8 @@ int main(int argc, char **argv) {
     }
     mc = tr_model_get_config(model);
     L = mc->seq_len, V = mc->vocab_size;
+    /* the device opened with the model; beside the results, so that --jsonl stays clean */
+    fprintf(jsonl ? stderr : stdout, "device %s\n", tr_ctx_device_name(ctx));
     if (task == TASK_AUTO) task = V == 11 && L == 81 ? TASK_SUDOKU : V == 6 ? TASK_MAZE : V == 12 && L == 900 ? TASK_ARC : TASK_AUTO;
     if (task == TASK_AUTO || (task == TASK_SUDOKU && !(V == 11 && L == 81)) || (task == TASK_ARC && !(V == 12 && L == 900)) || (task == TASK_MAZE && V != 6)) {
         fprintf(stderr, "tinyrec-solve: %s: a model with vocab_size %d and seq_len %d is not a model for %s (Sudoku: 11 / 81, Maze: 6 / n*n, ARC: 12 / 900)\n", ckpt, V,

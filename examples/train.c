@@ -6,7 +6,8 @@
      build/tinyrec-train --help | --list-presets | --list-keys
 
    Keys use the reference's names (arch.L_cycles=4, global_batch_size=64, lr=1e-4, ...); run
-   --list-keys for all of them. Beside the checkpoints in checkpoint_path it writes:
+   --list-keys for all of them. device=cpu|opencl|opencl:N|auto picks where to train (default
+   TINYREC_DEVICE, else auto). Beside the checkpoints in checkpoint_path it writes:
      latest.safetensors, latest.state.safetensors   the model (EMA weights when ema is on) and the
                                                    trainer state (live weights, optimizer, carry,
                                                    sampler position), at every evaluation and on exit
@@ -46,13 +47,14 @@ typedef struct options {
     unsigned long long seed;
     long max_steps;      /* stop (and save) after this many steps in total; 0: no limit */
     int threads;         /* 0: TINYREC_NUM_THREADS or OpenMP's default */
+    char device[64];     /* "": TINYREC_DEVICE, else auto */
     int log_interval;    /* steps per metrics.jsonl line */
     double print_interval; /* seconds between plain progress lines when stdout is not a terminal */
     long eval_batches;   /* 0: the whole test split */
     int prefetch;
 } options;
 
-typedef enum { K_INT, K_LONG, K_DBL, K_BOOL, K_U64, K_STR, K_POS, K_LOSS, K_DTYPE } key_kind;
+typedef enum { K_INT, K_LONG, K_DBL, K_BOOL, K_U64, K_STR, K_POS, K_LOSS, K_DTYPE, K_DEVICE } key_kind;
 
 typedef struct key_def {
     const char *name;
@@ -102,6 +104,7 @@ static const key_def KEYS[] = {
     {"arch.forward_dtype", K_DTYPE, OFF(forward_dtype), 32, 1, "accepted for compatibility; the CPU computes in float32"},
     {"max_steps", K_LONG, OFF(max_steps), 0, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"},
     {"threads", K_INT, OFF(threads), 0, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"},
+    {"device", K_DEVICE, OFF(device), 64, 1, "(tinyrec) auto | cpu | opencl | opencl:N | opencl:<name>; default TINYREC_DEVICE, else auto"},
     {"log_interval", K_INT, OFF(log_interval), 0, 1, "(tinyrec) steps per metrics.jsonl line"},
     {"print_interval", K_DBL, OFF(print_interval), 0, 0, "(tinyrec) seconds between progress lines when not on a terminal"},
     {"eval_batches", K_LONG, OFF(eval_batches), 0, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"},
@@ -175,6 +178,7 @@ static void apply_preset(options *o, const preset_def *p) {
     o->prefetch = 2;
     o->eval_batches = 0;
     o->threads = 0;
+    o->device[0] = 0;
     o->max_steps = 0;
     if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
 }
@@ -273,6 +277,26 @@ static int set_key(options *o, const char *key, const char *val, char *err, size
             return 0;
         }
         return 1;
+    case K_DEVICE: {
+        /* the library's own check, so that the message and the accepted spellings match it */
+        tr_ctx_config cc = tr_ctx_config_default();
+        tr_ctx *ctx = NULL;
+        int ok;
+        if (!*val || strlen(val) >= k->cap) {
+            snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->cap - 1);
+            return 0;
+        }
+        cc.device = "cpu";
+        if (tr_ctx_create(&cc, &ctx) != TR_OK) {
+            snprintf(err, cap, "cannot create a context to check device '%s'", val);
+            return 0;
+        }
+        ok = tr_ctx_set_device(ctx, val) == TR_OK;
+        if (!ok) snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
+        tr_ctx_destroy(ctx);
+        if (ok) snprintf((char *)p, k->cap, "%s", val);
+        return ok;
+    }
     case K_DTYPE:
         if (strcmp(val, "bfloat16") && strcmp(val, "float32") && strcmp(val, "float16")) {
             snprintf(err, cap, "bad value '%s' for key '%s': expected bfloat16, float16 or float32", val, key);
@@ -295,7 +319,8 @@ static void format_key(const options *o, const key_def *k, char *buf, size_t cap
     case K_DBL: snprintf(buf, cap, "%.17g", *(const double *)p); break;
     case K_BOOL: snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
     case K_STR:
-    case K_DTYPE: snprintf(buf, cap, "%s", (const char *)p); break;
+    case K_DTYPE:
+    case K_DEVICE: snprintf(buf, cap, "%s", (const char *)p); break;
     case K_POS: {
         tr_pos_encoding e = *(const tr_pos_encoding *)p;
         snprintf(buf, cap, "%s", e == TR_POS_ROPE ? "rope" : e == TR_POS_LEARNED ? "learned" : "none");
@@ -635,6 +660,7 @@ static int write_config(run *r) {
     for (i = 0; i < NKEYS; i++) {
         if (!KEYS[i].persist) continue;
         format_key(&r->o, &KEYS[i], v, sizeof v);
+        if (!v[0]) continue; /* an unset device: a resume follows TINYREC_DEVICE again */
         fprintf(f, "%s=%s\n", KEYS[i].name, v);
     }
     if (fclose(f) != 0 || rename(tmp, r->config_path) != 0) return -1;
@@ -812,8 +838,11 @@ static void usage(FILE *f) {
             "latest.safetensors (+ .state.safetensors for --resume), best.safetensors (best exact accuracy),\n"
             "metrics.jsonl, metrics.svg and train_config.txt. --resume reads train_config.txt back (keys on the\n"
             "command line override it) and continues exactly, with the same losses as an uninterrupted run\n"
-            "(on the same machine and thread count). Ctrl-C or SIGTERM finishes the current step, saves latest\n"
-            "and exits with status 130; a second signal quits at once.\n"
+            "(on the same machine, device and thread count). Ctrl-C or SIGTERM finishes the current step, saves\n"
+            "latest and exits with status 130; a second signal quits at once.\n"
+            "device= picks where to train: auto (an OpenCL GPU when there is one, else the CPU), cpu, opencl (the\n"
+            "first OpenCL GPU, else the first OpenCL device), opencl:N or opencl:<name> (tinyrec-devices lists them);\n"
+            "the default is TINYREC_DEVICE, else auto. A device that fails falls back to the CPU with a warning.\n"
             "--overwrite starts a new run in a checkpoint_path that already holds one.\n\n"
             "Exit status: 0 done or max_steps reached, 1 runtime error, 2 bad command line, 130 interrupted.\n\npresets:\n");
     for (i = 0; i < NPRESETS; i++) fprintf(f, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
@@ -1019,9 +1048,14 @@ static int run_main(run *r, int mode) {
     cc.num_threads = o->threads;
     cc.seed = (uint64_t)o->seed;
     cc.log = on_log;
+    cc.device = "cpu"; /* replaced below, where a bad TINYREC_DEVICE gets a readable message */
     if ((st = tr_ctx_create(&cc, &r->ctx)) != TR_OK) {
         fprintf(stderr, "tinyrec-train: cannot create a context (%s)\n", tr_status_string(st));
         return 1;
+    }
+    if (tr_ctx_set_device(r->ctx, o->device[0] ? o->device : getenv("TINYREC_DEVICE")) != TR_OK) {
+        fprintf(stderr, "tinyrec-train: %s%s\n", tr_ctx_last_error(r->ctx), o->device[0] ? "" : " (from TINYREC_DEVICE)");
+        return 2;
     }
     /* the dataset decides vocab_size, seq_len and the puzzle-id count */
     if (tr_dataset_open(r->ctx, o->data_path, "train", 0, &r->train_ds) != TR_OK) return fail(r, "cannot open the train split");
@@ -1156,6 +1190,8 @@ static int run_main(run *r, int mode) {
         printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
                (long long)r->train_ds->num_examples, (long long)r->train_ds->meta.total_groups, r->test_ds ? (long long)r->test_ds->num_examples : 0LL, B, o->epochs,
                r->total_steps, o->eval_interval);
+        /* the device opened with the model: this is where the run happens, fallbacks included */
+        printf("device %s\n", tr_ctx_device_name(r->ctx));
         if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, r->pos.epoch, o->checkpoint_path);
         printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
         fflush(stdout);

@@ -1,6 +1,7 @@
 /* The user programs, driven as a user would: build/tinyrec-train and build/tinyrec-solve (and
-   build/tinyrec-data for the dataset) on tiny configurations in a temporary folder.
-   Smoke runs, exact resume through the CLI, SIGINT mid-run, --jsonl output, bad command lines.
+   build/tinyrec-data for the dataset) on tiny configurations in a temporary folder, and
+   build/tinyrec-devices. Smoke runs, exact resume through the CLI, SIGINT mid-run, --jsonl
+   output, bad command lines, the device options (device=, --device, TINYREC_DEVICE).
    The binaries must exist (make all builds them); a missing one fails the suite. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
@@ -14,7 +15,7 @@
 #include <unistd.h>
 
 static char g_dir[512];
-static char g_train[1024], g_solve[1024], g_data[1024];
+static char g_train[1024], g_solve[1024], g_data[1024], g_devices[1024];
 static int g_has_python = 0;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -634,6 +635,112 @@ static void test_bad_cli(void **state) {
     assert_int_equal(run_cmd("s8", "'%s' '%s/smoke/best.safetensors' '%s' --task arc", g_solve, g_dir, p), 1); /* a Sudoku model is no ARC model */
 }
 
+/* Asserts that <tag>.out holds `needle`. */
+static void assert_out_has(const char *tag, const char *needle) {
+    char *o = tag_file(tag, "out");
+    assert_non_null(o);
+    if (!strstr(o, needle)) fail_msg("%s: stdout lacks \"%s\":\n%s", tag, needle, o);
+    free(o);
+}
+
+/* device= / --device / TINYREC_DEVICE: the CPU on request, the device in use printed, bad values
+   rejected by the library's own check with exit status 2 before anything is written. */
+static void test_device_options(void **state) {
+    char p[1024];
+    (void)state;
+    ensure_smoke_run();
+    /* tinyrec-train */
+    assert_int_equal(run_cmd("d1", "'%s' " TINY_ARGS " checkpoint_path='%s/dcpu' epochs=1 max_steps=2 device=cpu", g_train, g_dir, g_dir), 0);
+    assert_out_has("d1", "device cpu (");
+    pathf(p, sizeof p, "%s", "dcpu/train_config.txt");
+    assert_int_equal(count_lines_with(p, "device=cpu\n"), 1); /* kept for --resume */
+    assert_int_equal(run_cmd("d2", "'%s' --resume checkpoint_path='%s/dcpu' max_steps=3", g_train, g_dir), 0);
+    assert_out_has("d2", "device cpu (");
+    /* an unset device is not written: a resume follows TINYREC_DEVICE again */
+    pathf(p, sizeof p, "%s", "smoke/train_config.txt");
+    assert_int_equal(count_lines_with(p, "device="), 0);
+    assert_int_equal(run_cmd("d3", "'%s' " TINY_ARGS " checkpoint_path='%s/dbad' device=gpu", g_train, g_dir, g_dir), 2);
+    assert_err_has("d3", "bad value 'gpu' for key 'device'");
+    assert_err_has("d3", "opencl:N");
+    assert_int_equal(run_cmd("d4", "TINYREC_DEVICE=gpu '%s' " TINY_ARGS " checkpoint_path='%s/dbad'", g_train, g_dir, g_dir), 2);
+    assert_err_has("d4", "unknown device 'gpu'");
+    assert_err_has("d4", "TINYREC_DEVICE");
+    assert_int_equal(run_cmd("d5", "'%s' " TINY_ARGS " checkpoint_path='%s/dbad' device=", g_train, g_dir, g_dir), 2);
+    assert_err_has("d5", "key 'device' needs a value");
+    pathf(p, sizeof p, "%s", "dbad");
+    assert_false(file_exists(p)); /* nothing was started */
+    assert_int_equal(run_cmd("d6", "'%s' --list-keys", g_train), 0);
+    assert_out_has("d6", "device");
+    /* "opencl" runs on an OpenCL device where there is one, else on the CPU with a warning */
+    assert_int_equal(run_cmd("d7", "'%s' " TINY_ARGS " checkpoint_path='%s/docl' epochs=1 max_steps=1 device=opencl", g_train, g_dir, g_dir), 0);
+    assert_out_has("d7", "device ");
+    /* tinyrec-solve */
+    pathf(p, sizeof p, "%s", "sudoku.txt");
+    write_sudoku_input(p);
+    assert_int_equal(run_cmd("d8", "'%s' '%s/smoke/best.safetensors' '%s' --brief --threads 1 --device cpu", g_solve, g_dir, p), 0);
+    assert_out_has("d8", "device cpu (");
+    assert_out_has("d8", "3 sudoku puzzles");
+    assert_int_equal(run_cmd("d9", "'%s' '%s/smoke/best.safetensors' '%s' --jsonl --threads 1 --device cpu", g_solve, g_dir, p), 0);
+    {
+        char *out = tag_file("d9", "out");
+        check_solve_jsonl(out, 3, 81, 0); /* the device line goes to stderr */
+        free(out);
+    }
+    assert_err_has("d9", "device cpu (");
+    assert_int_equal(run_cmd("d10", "'%s' '%s/smoke/best.safetensors' '%s' --device gpu", g_solve, g_dir, p), 2);
+    assert_err_has("d10", "unknown device 'gpu'");
+    assert_int_equal(run_cmd("d11", "'%s' '%s/smoke/best.safetensors' '%s' --device", g_solve, g_dir, p), 2);
+    assert_err_has("d11", "--device");
+    assert_int_equal(run_cmd("d12", "TINYREC_DEVICE=nope '%s' '%s/smoke/best.safetensors' '%s'", g_solve, g_dir, p), 2);
+    assert_err_has("d12", "TINYREC_DEVICE");
+    assert_int_equal(run_cmd("d13", "TINYREC_DEVICE=cpu '%s' '%s/smoke/best.safetensors' '%s' --brief --threads 1", g_solve, g_dir, p), 0);
+    assert_out_has("d13", "device cpu (");
+}
+
+/* tinyrec-devices: the library's selectors and its OpenCL self-test, which skips (no failure)
+   where there is no OpenCL device. */
+static void test_devices_report(void **state) {
+    char *out, empty[1024];
+    const char *line;
+    (void)state;
+    assert_int_equal(run_cmd("dev", "'%s' --threads 1", g_devices), 0);
+    out = tag_file("dev", "out");
+    assert_non_null(out);
+    assert_null(strstr(out, "not used by this build"));
+#if TINYREC_OPENCL
+    assert_non_null(strstr(out, "this build has the OpenCL backend"));
+#endif
+    assert_non_null(strstr(out, "auto picks:"));
+    line = strstr(out, "\n  opencl  ");
+    if (!line) fail_msg("no OpenCL self-test line:\n%s", out);
+    assert_true(!strncmp(line + 11, "PASS", 4) || !strncmp(line + 11, "SKIP", 4));
+    /* a listed device has its selector, and the self-test ran on the one "opencl" picks */
+    if (strstr(out, "    device 0: ")) {
+        assert_non_null(strstr(out, " - opencl:0"));
+        assert_true(!strncmp(line + 11, "PASS", 4));
+    }
+    free(out);
+    assert_int_equal(run_cmd("devj", "'%s' --threads 1 --json", g_devices), 0);
+    out = tag_file("devj", "out");
+    assert_non_null(out);
+    {
+        const char *end = js_value(out, 0);
+        if (!end || *js_ws(end)) fail_msg("tinyrec-devices --json is not one JSON value:\n%s", out);
+    }
+    assert_non_null(strstr(out, "\"auto_selector\": "));
+    assert_non_null(strstr(out, "\"opencl\": {\"selector\": \"opencl\", \"status\": "));
+    free(out);
+    /* no OpenCL platform (ocl-icd reads its drivers from OCL_ICD_VENDORS): still exit status 0 */
+    pathf(empty, sizeof empty, "%s", "no-vendors");
+    assert_int_equal(mkdir(empty, 0700), 0);
+    assert_int_equal(run_cmd("dev0", "OCL_ICD_VENDORS='%s' '%s' --threads 1", empty, g_devices), 0);
+    out = tag_file("dev0", "out");
+    line = strstr(out, "\n  opencl  ");
+    assert_non_null(line);
+    assert_true(!strncmp(line + 11, "PASS", 4) || !strncmp(line + 11, "SKIP", 4));
+    free(out);
+}
+
 /* ---- setup -------------------------------------------------------------------------------- */
 
 static int find_bin(char *out, size_t cap, const char *name) {
@@ -657,7 +764,9 @@ static int setup(void **state) {
     char cmd[4096];
     int st;
     (void)state;
-    if (find_bin(g_train, sizeof g_train, "tinyrec-train") || find_bin(g_solve, sizeof g_solve, "tinyrec-solve") || find_bin(g_data, sizeof g_data, "tinyrec-data")) return -1;
+    if (find_bin(g_train, sizeof g_train, "tinyrec-train") || find_bin(g_solve, sizeof g_solve, "tinyrec-solve") || find_bin(g_data, sizeof g_data, "tinyrec-data") ||
+        find_bin(g_devices, sizeof g_devices, "tinyrec-devices"))
+        return -1;
     snprintf(g_dir, sizeof g_dir, "%s/tinyrec-progs-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) {
         fprintf(stderr, "test_programs: mkdtemp: %s\n", strerror(errno));
@@ -688,6 +797,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
         cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
+        cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
