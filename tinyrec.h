@@ -3825,7 +3825,13 @@ TR__FN void *tr__cl_alloc(tr__cl *cl, size_t bytes, int keep) {
             return tr__cl_oom(cl, req, why);
         }
         /* Zero it, and wait: lazy allocators report the failure only when the memory is first used. */
-        err = f->EnqueueFillBuffer(cl->queue, a.mem, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+        {
+            /* in pieces of at most 1 GiB: one fill of a 27 GB buffer returned CL_INVALID_COMMAND_QUEUE on an H200 (driver 580) */
+            size_t done, piece = (size_t)1 << 30;
+            err = TR__CL_SUCCESS;
+            for (done = 0; done < bytes && err == TR__CL_SUCCESS; done += piece)
+                err = f->EnqueueFillBuffer(cl->queue, a.mem, &zero, sizeof zero, done, TR__MIN(piece, bytes - done), 0, NULL, NULL);
+        }
         if (err == TR__CL_SUCCESS) err = f->Finish(cl->queue);
         if (err != TR__CL_SUCCESS) {
             f->ReleaseMemObject(a.mem);
@@ -4191,7 +4197,8 @@ TR__FN tr_status tr__cl_launch(tr__cl *cl, const char *name, int dims, const siz
         f->Finish(cl->queue);
         t0 = tr__now();
         err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
-        f->Finish(cl->queue);
+        if (err == TR__CL_SUCCESS && (err = f->Finish(cl->queue)) != TR__CL_SUCCESS) /* names the kernel that failed */
+            return tr__cl_fail(cl, "clFinish after the kernel", name, err);
         K->seconds += tr__now() - t0;
         K->calls++;
     } else
@@ -5077,6 +5084,9 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      the warp layout (4 x 8 work-items per warp or rows of the grid) and a double-buffered local tile (one barrier
      per tile) are chosen as measured fastest on an H200 (-DTR_GEMM_WL / -DTR_GEMM_DB, or WL= / DB= in
      TINYREC_CL_SGEMM, force them for all). Accumulation order (fma over k in order) is the same in every variant.
+     K4: in the nn kernel (per case, KT / UV), the last k-tile of a range is multiplied only to its depth (K = 97:
+     6 full tiles + 1 deep, not 7 full), and interior tiles of rows that are not 16-byte aligned (lda = 97) are
+     fetched with vload4 instead of checked scalar loads.
      The third grid dimension indexes the batch, or the pieces of a split: when C has too few tiles to fill the
      device and K is long (the weight gradients, K = 74496), K is cut into a fixed number of chunks whose partials
      go to scratch and tr_k_gemm_reduce sums them in order; a batched product with sC == 0 is a single long sum
@@ -5165,10 +5175,9 @@ static const char tr__cl_src_gemm_2[] =
 "  if (CK) q = e % (TR_GEMM_TK / (V)), x = e / (TR_GEMM_TK / (V));                                            \\\n"
 "  else x = e % ((XT) / (V)), q = e / ((XT) / (V));\n"
 "/* vec fetch (interior tile, 16-byte aligned rows): r[4l..4l+3] = a float4 at depth k0 + 4q (CK) or x0 + 4x */\n"
-"#define TR_VFETCH(P, ld, r, x0, XT, CK)                                                                        \\\n"
+"#define TR_VFETCH(P, ld, r, x0, XT, CK, LD)                                                                    \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
-"  v = CK ? *(__global const float4 *)(P + (long)(x0 + x) * ld + (k0 + 4 * q))                               \\\n"
-"     : *(__global const float4 *)(P + (long)(k0 + q) * ld + (x0 + 4 * x));                              \\\n"
+"  v = LD(CK ? P + (long)(x0 + x) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x));             \\\n"
 "  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;\n"
 "#define TR_SFETCH(P, ld, r, x0, X, XT, CK)                                                                     \\\n"
 "  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
@@ -5184,19 +5193,48 @@ static const char tr__cl_src_gemm_2[] =
 "#define TR_SSTAGE(S, SX, r, XT, CK)                                                                            \\\n"
 "  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
 "  S[q * SX + x] = r[l];\n"
+"#define TR_LDA4(p) (*(__global const float4 *)(p))\n"
+"#define TR_LDU4(p) vload4(0, p)\n"
 "#if TR_GPAD == 4\n"
 "#define TR_ST4(S, o, r, l) *(__local float4 *)(S + (o)) = (float4)(r[4 * l], r[4 * l + 1], r[4 * l + 2], r[4 * l + 3]);\n"
 "#else\n"
 "#define TR_ST4(S, o, r, l) S[(o)] = r[4 * l], S[(o) + 1] = r[4 * l + 1], S[(o) + 2] = r[4 * l + 2], S[(o) + 3] = r[4 * l + 3];\n"
-"#endif\n";
+"#endif\n"
+"/* One depth kk of the tile: a (WM) and b (WN) from local memory, WM x WN fma. */\n"
+"#if TR_GEMM_VW == 4\n"
+"#define TR_KSTEP(kk)                                                                                           \\\n"
+"  {                                                                                                          \\\n"
+"    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
+"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM / 4; i++) {                                               \\\n"
+"      float4 w = *(__local const float4 *)(As + (kk) * TR_SA + i * TR_RM * 4 + ty * 4);                  \\\n";
 static const char tr__cl_src_gemm_3[] =
+"      a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;                    \\\n"
+"    }                                                                                                      \\\n"
+"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN / 4; j++) {                                               \\\n"
+"      float4 w = *(__local const float4 *)(Bs + (kk) * TR_SB + j * TR_RN * 4 + tx * 4);                  \\\n"
+"      b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;                    \\\n"
+"    }                                                                                                      \\\n"
+"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                     \\\n"
+"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);                 \\\n"
+"  }\n"
+"#else\n"
+"#define TR_KSTEP(kk)                                                                                           \\\n"
+"  {                                                                                                          \\\n"
+"    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
+"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[(kk) * TR_SA + TR_ROWA(i)];              \\\n"
+"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[(kk) * TR_SB + TR_COLB(j)];              \\\n"
+"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                     \\\n"
+"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);                 \\\n"
+"  }\n"
+"#endif\n";
+static const char tr__cl_src_gemm_4[] =
 "/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
 " z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.\n"
 " TA, TB: compile-time constants (one kernel per case). */\n"
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
-"              const int WL, const int DB) {\n"
+"              const int WL, const int DB, const int KT, const int UV) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
 "  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
@@ -5206,10 +5244,12 @@ static const char tr__cl_src_gemm_3[] =
 "  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
 "  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  /* float4 fetches: the tile is interior along x (and k, checked per tile) and A / B rows 16-byte aligned */\n"
-"  const int va = TR_VLA > 0 && (al & 1) && m0 + TR_GEMM_TM <= M, vb = TR_VLB > 0 && (al & 2) && n0 + TR_GEMM_TN <= N;\n"
+"  /* 1: aligned float4; 2 (UV): rows not 16-byte aligned, vload4 */\n"
+"  const int va = TR_VLA > 0 && (UV || (al & 1)) && m0 + TR_GEMM_TM <= M ? ((al & 1) ? 1 : 2) : 0;\n"
+"  const int vb = TR_VLB > 0 && (UV || (al & 2)) && n0 + TR_GEMM_TN <= N ? ((al & 2) ? 1 : 2) : 0;\n"
 "  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];\n"
 "  float4 v;\n"
-"  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0;\n"
+"  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0, kf = 0, kn = 0;\n"
 "  __global const float *Ab, *Bb;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++)\n"
@@ -5220,6 +5260,7 @@ static const char tr__cl_src_gemm_3[] =
 "    if (DB) As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
 "    if (t >= 0) { /* stage the registers fetched last round */\n"
 "      if (!DB && t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
+"      kn = kf; /* KT: depth of this tile, TK or less for the last of a range */\n"
 "      if (fa) {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_VLA; l++) { TR_VSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
@@ -5240,17 +5281,25 @@ static const char tr__cl_src_gemm_3[] =
 "      const int tb_ = (t + 1) / ntk;\n"
 "      k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
 "      Ab = A + (long)(b0 + tb_) * sA, Bb = B + (long)(b0 + tb_) * sB;\n"
-"      fa = va && k0 + TR_GEMM_TK <= ke, fb = vb && k0 + TR_GEMM_TK <= ke;\n"
-"      if (fa) {\n"
+"      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n"
+"      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
+"      if (fa == 1) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA) }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4) }\n"
+"      } else if (UV && fa) {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4) }\n"
 "      } else {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA) }\n"
 "      }\n"
-"      if (fb) {\n"
+"      if (fb == 1) {\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_5[] =
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4) }\n"
+"      } else if (UV && fb) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB) }\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4) }\n"
 "      } else {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB) }\n"
@@ -5258,31 +5307,12 @@ static const char tr__cl_src_gemm_3[] =
 "    }\n"
 "    if (t >= 0) {\n"
 "      int kk;\n"
+"      if (!KT || kn == TR_GEMM_TK) {\n"
 "#pragma unroll\n"
-"      for (kk = 0; kk < TR_GEMM_TK; kk++) {\n"
-"        float a[TR_GEMM_WM], b[TR_GEMM_WN];\n"
-"#if TR_GEMM_VW == 4\n"
-"#pragma unroll\n"
-"        for (i = 0; i < TR_GEMM_WM / 4; i++) {\n";
-static const char tr__cl_src_gemm_4[] =
-"          float4 w = *(__local const float4 *)(As + kk * TR_SA + i * TR_RM * 4 + ty * 4);\n"
-"          a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;\n"
-"        }\n"
-"#pragma unroll\n"
-"        for (j = 0; j < TR_GEMM_WN / 4; j++) {\n"
-"          float4 w = *(__local const float4 *)(Bs + kk * TR_SB + j * TR_RN * 4 + tx * 4);\n"
-"          b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;\n"
-"        }\n"
-"#else\n"
-"#pragma unroll\n"
-"        for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[kk * TR_SA + TR_ROWA(i)];\n"
-"#pragma unroll\n"
-"        for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[kk * TR_SB + TR_COLB(j)];\n"
-"#endif\n"
-"#pragma unroll\n"
-"        for (i = 0; i < TR_GEMM_WM; i++)\n"
-"#pragma unroll\n"
-"          for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n"
+"        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
+"      } else { /* the last tile of a range: only its kn depths (the rest are zeros in both tiles) */\n"
+"#pragma unroll 1\n"
+"        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }\n"
 "      }\n"
 "    }\n"
 "  }\n"
@@ -5314,8 +5344,8 @@ static const char tr__cl_src_gemm_4[] =
 "    }\n"
 "  }\n"
 "}\n";
-static const char tr__cl_src_gemm_5[] =
-"#define TR_SGEMM_K(T, TA, TB, WL, DB)                                                                                           \\\n"
+static const char tr__cl_src_gemm_6[] =
+"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV)                                                                                           \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
@@ -5326,12 +5356,14 @@ static const char tr__cl_src_gemm_5[] =
 "    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc) & 3) == 0) << 2);                                                           \\\n"
 "    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB));                             \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV);                             \\\n"
 "  }\n"
-"TR_SGEMM_K(nn, 0, 0, 1, 0)\n"
-"TR_SGEMM_K(nt, 0, 1, 0, 1)\n"
-"TR_SGEMM_K(tn, 1, 0, 1, 0)\n"
-"TR_SGEMM_K(tt, 1, 1, 0, 1)\n"
+"/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
+" the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
+"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1)\n"
+"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0)\n"
+"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0)\n"
+"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0)\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5346,7 +5378,7 @@ static const char tr__cl_src_gemm_5[] =
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
 "}\n";
-static const char tr__cl_src_gemm_6[] =
+static const char tr__cl_src_gemm_7[] =
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
@@ -5421,7 +5453,7 @@ static const char tr__cl_src_gemm_6[] =
 "  }\n"
 "TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
 "TR_ATT_FWD(tr_k_att_fwd256, 16)\n";
-static const char tr__cl_src_gemm_7[] =
+static const char tr__cl_src_gemm_8[] =
 "/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
 "__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
 "             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {\n"
@@ -5435,7 +5467,7 @@ static const char tr__cl_src_gemm_7[] =
 "  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);\n"
 "  Dv[Dv_off + r] = s;\n"
 "}\n";
-static const char tr__cl_src_gemm_8[] =
+static const char tr__cl_src_gemm_9[] =
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
@@ -5508,7 +5540,7 @@ static const char tr__cl_src_gemm_8[] =
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n";
-static const char tr__cl_src_gemm_9[] =
+static const char tr__cl_src_gemm_10[] =
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
 "           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \\\n"
 "    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n"
@@ -5516,7 +5548,7 @@ static const char tr__cl_src_gemm_9[] =
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
 "TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n";
-static const char tr__cl_src_gemm_10[] =
+static const char tr__cl_src_gemm_11[] =
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
@@ -5588,13 +5620,13 @@ static const char tr__cl_src_gemm_10[] =
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
 "           __local float *Ss) {                                                                       \\\n"
 "    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n";
-static const char tr__cl_src_gemm_11[] =
+static const char tr__cl_src_gemm_12[] =
 "         Qs, Os, Ks, Vs, Ss, NC);                                                                        \\\n"
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11};
-#define TR__CL_SRC_GEMM_N 11
+static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+#define TR__CL_SRC_GEMM_N 12
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -5902,7 +5934,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 /* >>cl-gemm-end */
 
 /* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11};
+static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
 /* @@OPENCL-END */
 #endif
 
@@ -6206,7 +6238,8 @@ typedef struct tr__block_rec {
 } tr__block_rec;
 
 typedef struct tr__net_rec {
-    float *h0; /* the net input z + injection [B,S,D] */
+    float *mem; /* this record's buffer: one per net, so no single device buffer is huge */
+    float *h0;  /* the net input z + injection [B,S,D] */
     tr__block_rec blocks[TR__MAX_LAYERS];
 } tr__net_rec;
 
@@ -6231,7 +6264,6 @@ struct tr_model {
     float *ws;
     size_t ws_floats;
     int tape_B, tape_nets;
-    float *tape;
     size_t tape_floats;
     tr__net_rec *nets;
 };
@@ -6391,9 +6423,12 @@ TR__FN size_t tr__layout(tr_model *m, float *base) {
 TR__FN void tr__model_free_work(tr_model *m) {
     tr_ctx *ctx = m->ctx;
     tr__dfree(ctx, m->ws);
-    tr__dfree(ctx, m->tape);
+    if (m->nets) {
+        int i;
+        for (i = 0; i < m->tape_nets; i++) tr__dfree(ctx, m->nets[i].mem);
+    }
     tr__free(ctx, m->nets);
-    m->ws = m->tape = NULL;
+    m->ws = NULL;
     m->nets = NULL;
     m->ws_B = m->tape_B = m->tape_nets = 0;
     m->ws_floats = m->tape_floats = 0;
@@ -6640,9 +6675,9 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
     int i, l;
     if (B == m->tape_B && nets == m->tape_nets) return TR_OK;
-    tr__dfree(m->ctx, m->tape);
+    if (m->nets)
+        for (i = 0; i < m->tape_nets; i++) tr__dfree(m->ctx, m->nets[i].mem);
     tr__free(m->ctx, m->nets);
-    m->tape = NULL;
     m->nets = NULL;
     m->tape_B = m->tape_nets = 0;
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
@@ -6650,18 +6685,16 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     if (!tr__size_mul(per_net, (size_t)nets, &n)) return tr__err(m->ctx, TR_ERR_OVERFLOW, "tape size overflows");
     m->nets = (tr__net_rec *)tr__calloc(m->ctx, (size_t)nets, sizeof(tr__net_rec));
     if (!m->nets) return TR_ERR_OUT_OF_MEMORY;
-    m->tape = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
-    if (!m->tape) {
-        tr__free(m->ctx, m->nets);
-        m->nets = NULL;
-        return TR_ERR_OUT_OF_MEMORY;
-    }
-    {
-        float *cur = m->tape;
-        for (i = 0; i < nets; i++) {
-            m->nets[i].h0 = tr__carve(&cur, (size_t)B * m->S * m->D);
-            for (l = 0; l < m->cfg.L_layers; l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
+    for (i = 0; i < nets; i++) {
+        float *cur = m->nets[i].mem = (float *)tr__dalloc(m->ctx, per_net * sizeof(float), 0);
+        if (!cur) {
+            while (i-- > 0) tr__dfree(m->ctx, m->nets[i].mem);
+            tr__free(m->ctx, m->nets);
+            m->nets = NULL;
+            return TR_ERR_OUT_OF_MEMORY;
         }
+        m->nets[i].h0 = tr__carve(&cur, (size_t)B * m->S * m->D);
+        for (l = 0; l < m->cfg.L_layers; l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
     }
     m->tape_floats = n;
     m->tape_B = B;
