@@ -10,6 +10,8 @@
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 
+#if TINYREC_OPENCL
+
 static tr_ctx *g_ctx;
 static tr__cl *g_cl;
 
@@ -260,5 +262,16 @@ int main(void) {
         cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
         cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests_name("opencl_gemm", tests, setup, teardown);
 }
+#else
+/* Built without the OpenCL backend: one test that says so (skipped, or failed under TINYREC_REQUIRE_OPENCL=1). */
+static void test_no_opencl(void **state) {
+    (void)state;
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+}
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};
+    return cmocka_run_group_tests_name("opencl_gemm", tests, NULL, NULL);
+}
+#endif

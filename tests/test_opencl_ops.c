@@ -21,6 +21,8 @@
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 
+#if TINYREC_OPENCL
+
 static tr_ctx *g_ctx;
 static tr__cl *g_cl;
 
@@ -534,3 +536,14 @@ int main(void) {
     };
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);
 }
+#else
+/* Built without the OpenCL backend: one test that says so (skipped, or failed under TINYREC_REQUIRE_OPENCL=1). */
+static void test_no_opencl(void **state) {
+    (void)state;
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+}
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};
+    return cmocka_run_group_tests_name("opencl_ops", tests, NULL, NULL);
+}
+#endif
