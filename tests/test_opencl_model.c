@@ -283,6 +283,51 @@ static void test_infer_matches_cpu(void **state) {
     tr_ctx_destroy(cc), tr_ctx_destroy(dc);
 }
 
+/* The EMA weights swapped in on the device equal the CPU's (a view of every tensor), and
+   swapping back restores the live weights exactly. */
+static void test_swap_ema_matches_cpu(void **state) {
+    log_capture l1, l2;
+    tr_ctx *ctx[2];
+    tr_model *m[2];
+    tr_trainer *t[2];
+    tr_model_config c;
+    tr_train_config tc = train_config();
+    double loss[NSTEPS];
+    int k, i;
+    (void)state;
+    need_device();
+    ctx[0] = make_ctx("cpu", &l1), ctx[1] = make_ctx("opencl", &l2);
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    for (k = 0; k < 2; k++) {
+        assert_int_equal(tr_model_create(ctx[k], &c, &m[k]), TR_OK);
+        assert_int_equal(tr_trainer_create(m[k], &tc, &t[k]), TR_OK);
+        train_steps(t[k], 0, 3, loss);
+    }
+    assert_int_equal(ctx[1]->dev_active, 1);
+    for (i = 0; i < m[0]->n_tensors; i++) {
+        tr_tensor_view live, v0, v1;
+        float *keep;
+        char what[160];
+        assert_int_equal(tr_model_tensor(m[1], i, &live), TR_OK);
+        keep = (float *)malloc(live.numel * sizeof(float));
+        memcpy(keep, live.data, live.numel * sizeof(float));
+        for (k = 0; k < 2; k++) assert_int_equal(tr_trainer_swap_ema(t[k]), TR_OK);
+        assert_int_equal(tr_model_tensor(m[0], i, &v0), TR_OK);
+        assert_int_equal(tr_model_tensor(m[1], i, &v1), TR_OK);
+        snprintf(what, sizeof what, "ema %s", v0.name);
+        tu_assert_close(what, v1.data, v0.data, v0.numel, 2e-5, 1e-4); /* 3 AdamATan2 steps, as the parity suite */
+        for (k = 0; k < 2; k++) assert_int_equal(tr_trainer_swap_ema(t[k]), TR_OK);
+        assert_int_equal(tr_model_tensor(m[1], i, &v1), TR_OK);
+        assert_memory_equal(v1.data, keep, live.numel * sizeof(float));
+        free(keep);
+    }
+    for (k = 0; k < 2; k++) {
+        tr_trainer_destroy(t[k]);
+        tr_model_destroy(m[k]);
+        tr_ctx_destroy(ctx[k]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trajectory_mlp_t),
@@ -294,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_opencl_to_cpu),
         cmocka_unit_test(test_cpu_to_opencl),
         cmocka_unit_test(test_infer_matches_cpu),
+        cmocka_unit_test(test_swap_ema_matches_cpu),
     };
     return cmocka_run_group_tests_name("opencl_model", tests, NULL, NULL);
 }
