@@ -2930,9 +2930,9 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #undef TR__SG_YSTORE
 /* >>sgemm-end */
 
-/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels; spliced from parts/. */
+/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. */
 #if TINYREC_OPENCL
-/* @@OPENCL-BEGIN */
+/* >>opencl-begin */
 /* >>opencl-runtime
    The OpenCL runtime: the library is loaded at run time (no CL headers, no link-time dependency
    unless TINYREC_OPENCL_LINKED), one device is opened with one context, one in-order queue and
@@ -3506,7 +3506,7 @@ TR__FN int tr__cl_c_version(tr__cl *cl) {
 
 TR__FN void tr__cl_destroy(tr__cl *cl);
 #if !defined(TR__CL_NO_GEMM_DEFINES) /* defined only by the runtime's own tests, which have no GEMM fragment */
-TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap); /* parts/cl_gemm.h */
+TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap); /* with the SGEMM, below */
 #endif
 
 TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsources, const char *opts, int inject) {
@@ -4273,8 +4273,8 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
     tr__cl_table_free(cl->ctx, cl);
 }
 
-/* >>opencl-ops (K1): elementwise, normalisation, embedding, loss and optimizer kernels of the OpenCL backend, and their
-   host wrappers tr__cl_*. Each wrapper has the meaning of the CPU function named beside it in parts/SPEC.md, on device
+/* >>opencl-ops: elementwise, normalisation, embedding, loss and optimizer kernels of the OpenCL backend, and their
+   host wrappers tr__cl_*. Each wrapper has the meaning of its CPU twin (the tr__op_* of >>device), on device
    pointers (addresses inside arenas); kernel arguments follow the convention "buffer, then its ulong element offset".
    Design:
    - Elementwise kernels: one work-item per element, groups of 256, dimension 0 contiguous.
@@ -5071,20 +5071,20 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
 
 /* >>opencl-ops-end */
 
-/* >>cl-gemm (K2): SGEMM and attention kernels of the OpenCL backend, and their host wrappers.
+/* >>opencl-gemm: SGEMM and attention kernels of the OpenCL backend, and their host wrappers.
    SGEMM (tr_k_sgemm): C tile TM x TN per work-group of (TN/WN) x (TM/WM) work-items, each owning WM x WN outputs
      in registers; A and B tiles TK deep staged in local memory as As[k][m], Bs[k][n] (+pad), the transposes
      absorbed by the staging (consecutive work-items read consecutive addresses of A or B whichever way it is
      stored), so all four cases share one inner loop; the next tile is fetched into registers while the current
      one is multiplied. Work-item outputs are strided by the thread grid (VW = 1: conflict-free scalar local
-     reads) or in runs of 4 (VW = 4: float4 local reads). K3: one kernel per transpose case (tr_k_sgemm_nn/nt/tn/tt_
+     reads) or in runs of 4 (VW = 4: float4 local reads). One kernel per transpose case (tr_k_sgemm_nn/nt/tn/tt_
      <tiles>, ta/tb compile-time); tiles that are interior (in M or N, and in K) with 16-byte aligned rows (offset,
      ld, batch stride % 4 == 0) are fetched with unchecked float4 loads along the contiguous dimension, the others
      element-wise with bounds checks (any M, N, K, lda...); C is written with float4 stores where aligned. Per case
      the warp layout (4 x 8 work-items per warp or rows of the grid) and a double-buffered local tile (one barrier
      per tile) are chosen as measured fastest on an H200 (-DTR_GEMM_WL / -DTR_GEMM_DB, or WL= / DB= in
      TINYREC_CL_SGEMM, force them for all). Accumulation order (fma over k in order) is the same in every variant.
-     K4: in the nn kernel (per case, KT / UV), the last k-tile of a range is multiplied only to its depth (K = 97:
+     In the nn kernel (per case, KT / UV), the last k-tile of a range is multiplied only to its depth (K = 97:
      6 full tiles + 1 deep, not 7 full), and interior tiles of rows that are not 16-byte aligned (lda = 97) are
      fetched with vload4 instead of checked scalar loads.
      The third grid dimension indexes the batch, or the pieces of a split: when C has too few tiles to fill the
@@ -5101,7 +5101,7 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
      S x S touches global memory. Kernels for hd <= 64 and hd <= 256 (registers per work-item). */
 static const char tr__cl_src_gemm_1[] =
-"/* tinyrec OpenCL SGEMM (K2, K3). Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
+"/* tinyrec OpenCL SGEMM. Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
 " outputs (strided by the thread grid, or in runs of VW=4 for float4 local reads). */\n"
 "#ifndef TR_GEMM_TM\n"
 "#define TR_GEMM_TM 32\n"
@@ -5935,7 +5935,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 
 /* Every kernel fragment, in one program. */
 static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
-/* @@OPENCL-END */
+/* >>opencl-end */
 #endif
 
 /* >>device

@@ -1,4 +1,4 @@
-/* OpenCL SGEMM and attention (parts/cl_gemm.h, K2) against their CPU twins, on the same random inputs.
+/* OpenCL SGEMM and attention against their CPU twins, on the same random inputs.
    Bounds. Inputs are uniform in [-1, 1). A float dot product of length K summed in a different order (tiles,
    fma, split-K partials) differs from the sequential reference by a random walk of roundings: about
    sqrt(K) * 2^-24 * |partial sums| ~ K * 6e-8 / 3 in absolute terms (|C| ~ sqrt(K / 9)), i.e. a relative error

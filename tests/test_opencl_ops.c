@@ -1,4 +1,4 @@
-/* OpenCL element/row kernels (parts/cl_ops.h) against their CPU twins, in the style of ggml's test-backend-ops: every
+/* OpenCL element/row kernels against their CPU twins, in the style of ggml's test-backend-ops: every
    op runs on the device and on the CPU on the same random inputs, and the two must agree both in normalised MSE
    (sum (dev - cpu)^2 / sum cpu^2) and elementwise (|dev - cpu| <= atol + rtol * |cpu|). Sizes are odd (1, 3, 17, 97,
    130 ...) so that every partial work-group and tail is exercised; every device buffer starts 3 floats into its arena
