@@ -7320,21 +7320,34 @@ TRDEF double tr_lr_schedule(const tr_train_config *tc, double base, long step) {
     return base * (tc->lr_min_ratio + TR__MAX(0.0, (1.0 - tc->lr_min_ratio) * 0.5 * (1.0 + cos(3.14159265358979323846 * prog))));
 }
 
-/* Sign-SGD for the puzzle table: grads of duplicate ids are summed, and only the touched rows
-   decay. ids [B], prow [B, Dp]; order[] is B ints of scratch. */
-TR__FN void tr__signsgd_rows(float *table, int Dp, const int32_t *ids, const float *prow, int B, int *order, float *sum, float lr, float wd) {
-    int i, j, k;
+/* The rows of a batch grouped by puzzle id, in the order sign-SGD sums them (a stable insertion
+   sort: B is a batch, ids repeat a lot). groups (3B+1 ints) is filled as gid[B] | gstart[B+1] |
+   order[B]: group g has id gid[g] and the rows order[gstart[g] .. gstart[g+1]). Returns the
+   number of groups. The device's sign-SGD takes the same array. */
+TR__FN int tr__group_rows_by_id(const int32_t *ids, int B, int32_t *groups) {
+    int32_t *gid = groups, *gstart = groups + B, *order = gstart + B + 1;
+    int i, j, ng = 0;
     for (i = 0; i < B; i++) order[i] = i;
-    for (i = 1; i < B; i++) { /* insertion sort by id, stable: B is a batch, ids repeat a lot */
-        int v = order[i];
+    for (i = 1; i < B; i++) {
+        int32_t v = order[i];
         for (j = i - 1; j >= 0 && ids[order[j]] > ids[v]; j--) order[j + 1] = order[j];
         order[j + 1] = v;
     }
-    for (i = 0; i < B; i = j) {
-        int32_t id = ids[order[i]];
-        float *row = table + (size_t)id * Dp;
+    for (i = 0; i < B; i++)
+        if (i == 0 || ids[order[i]] != ids[order[i - 1]]) gid[ng] = ids[order[i]], gstart[ng++] = i;
+    gstart[ng] = B;
+    return ng;
+}
+
+/* Sign-SGD for the puzzle table: grads of duplicate ids are summed, and only the touched rows
+   decay. ids [B], prow [B, Dp]; groups: 3B+1 ints of scratch (tr__group_rows_by_id). */
+TR__FN void tr__signsgd_rows(float *table, int Dp, const int32_t *ids, const float *prow, int B, int32_t *groups, float *sum, float lr, float wd) {
+    int g, j, k, ng = tr__group_rows_by_id(ids, B, groups);
+    const int32_t *gid = groups, *gstart = groups + B, *order = gstart + B + 1;
+    for (g = 0; g < ng; g++) {
+        float *row = table + (size_t)gid[g] * Dp;
         for (k = 0; k < Dp; k++) sum[k] = 0;
-        for (j = i; j < B && ids[order[j]] == id; j++)
+        for (j = gstart[g]; j < gstart[g + 1]; j++)
             for (k = 0; k < Dp; k++) sum[k] += prow[(size_t)order[j] * Dp + k];
         for (k = 0; k < Dp; k++) {
             float sg = (float)((sum[k] > 0) - (sum[k] < 0));
@@ -7352,8 +7365,7 @@ struct tr_trainer {
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
     float *dlogits, *dq, *prow, *psum;
     float *hdq;                   /* host copy of dq (== dq on the CPU) */
-    int *order;
-    int32_t *sgd_host, *sgd_dev;  /* sign-SGD groups for the device: gid | gstart | order */
+    int32_t *groups, *groups_dev; /* sign-SGD's rows by puzzle id (tr__group_rows_by_id), and its device copy */
     long step;
     tr__rng rng;
     int ema_swapped; /* 1 while tr_trainer_swap_ema has the EMA weights in the model */
@@ -7374,8 +7386,8 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__dfree(ctx, t->adam_m);
     tr__dfree(ctx, t->dz);
     if (t->hdq != t->dq) tr__free(ctx, t->hdq);
-    tr__free(ctx, t->order);
-    tr__dfree(ctx, t->sgd_dev);
+    tr__free(ctx, t->groups);
+    tr__dfree(ctx, t->groups_dev);
     tr__dfree(ctx, t->snap);
     tr__free(ctx, t->snap_ints);
     tr__free(ctx, t);
@@ -7385,7 +7397,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     tr_trainer *t;
     tr_ctx *ctx;
     tr_status st;
-    size_t P, N, nf, ni;
+    size_t P, N, nf;
     int B;
     if (!m || !tc || !out) return TR_ERR_INVALID_ARG;
     ctx = m->ctx;
@@ -7413,8 +7425,8 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
     t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
-    t->order = t->dz ? (int *)tr__calloc(ctx, (size_t)B, sizeof(int)) : NULL;
-    if (!t->order) goto oom;
+    t->groups = t->dz ? (int32_t *)tr__calloc(ctx, 3 * (size_t)B + 1, sizeof(int32_t)) : NULL;
+    if (!t->groups) goto oom;
     t->dx = t->dz + N;
     t->bufA = t->dx + N;
     t->bufB = t->bufA + N;
@@ -7424,12 +7436,10 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->psum = t->prow + (size_t)B * TR__MAX(m->Dp, 1);
     t->hdq = t->dq;
     if (ctx->dev_active) {
-        ni = 3 * (size_t)B + 1;
-        t->hdq = (float *)tr__calloc(ctx, 2 * (size_t)B + ni, sizeof(float));
-        t->sgd_dev = t->hdq ? (int32_t *)tr__dalloc(ctx, ni * sizeof(int32_t), 1) : NULL;
-        t->snap = t->sgd_dev ? (float *)tr__dalloc(ctx, 2 * N * sizeof(float), 1) : NULL;
+        t->hdq = (float *)tr__calloc(ctx, 2 * (size_t)B, sizeof(float));
+        t->groups_dev = t->hdq ? (int32_t *)tr__dalloc(ctx, (3 * (size_t)B + 1) * sizeof(int32_t), 1) : NULL;
+        t->snap = t->groups_dev ? (float *)tr__dalloc(ctx, 2 * N * sizeof(float), 1) : NULL;
         if (!t->snap) goto oom;
-        t->sgd_host = (int32_t *)(t->hdq + 2 * (size_t)B);
     }
     *out = t;
     return TR_OK;
@@ -7492,25 +7502,14 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
 }
 
 /* Sign-SGD on the device: the host groups the rows by puzzle id (it has the ids), the device
-   sums each group's gradient rows and updates the table rows. */
+   sums each group's gradient rows and updates the table rows, in tr__signsgd_rows' order. */
 TR__FN tr_status tr__signsgd_dev(tr_trainer *t, float lr, float wd) {
 #if TINYREC_OPENCL
     tr_model *m = t->m;
-    int B = t->carry->B, i, j, ng = 0;
-    const int32_t *ids = t->carry->pids;
-    int32_t *gid = t->sgd_host, *gstart = gid + B, *order = gstart + B + 1;
+    int B = t->carry->B, ng = tr__group_rows_by_id(t->carry->pids, B, t->groups);
     tr_status st;
-    for (i = 0; i < B; i++) order[i] = i;
-    for (i = 1; i < B; i++) { /* stable insertion sort by id, as tr__signsgd_rows */
-        int v = order[i];
-        for (j = i - 1; j >= 0 && ids[order[j]] > ids[v]; j--) order[j + 1] = order[j];
-        order[j + 1] = v;
-    }
-    for (i = 0; i < B; i++)
-        if (i == 0 || ids[order[i]] != ids[order[i - 1]]) gid[ng] = ids[order[i]], gstart[ng++] = i;
-    gstart[ng] = B;
-    if ((st = tr__dput(m->ctx, t->sgd_dev, t->sgd_host, (3 * (size_t)B + 1) * sizeof(int32_t))) != TR_OK) return st;
-    return tr__cl_signsgd(m->ctx->cl, m->puzzle_emb, m->Dp, ng, t->sgd_dev, t->sgd_dev + B, t->sgd_dev + 2 * B + 1, t->prow, lr, wd);
+    if ((st = tr__dput(m->ctx, t->groups_dev, t->groups, (3 * (size_t)B + 1) * sizeof(int32_t))) != TR_OK) return st;
+    return tr__cl_signsgd(m->ctx->cl, m->puzzle_emb, m->Dp, ng, t->groups_dev, t->groups_dev + B, t->groups_dev + 2 * B + 1, t->prow, lr, wd);
 #else
     TR__UNUSED(t), TR__UNUSED(lr), TR__UNUSED(wd);
     return TR_ERR_UNSUPPORTED;
@@ -7545,7 +7544,7 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
             if (ctx->dev_active) {
                 if ((st = tr__signsgd_dev(t, (float)plr, (float)tc->puzzle_emb_weight_decay)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK) return st;
             } else
-                tr__signsgd_rows(m->puzzle_emb, m->Dp, t->carry->pids, t->prow, t->carry->B, t->order, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
+                tr__signsgd_rows(m->puzzle_emb, m->Dp, t->carry->pids, t->prow, t->carry->B, t->groups, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
         }
         t->phase = 3;
     }

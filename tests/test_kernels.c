@@ -317,7 +317,8 @@ static void test_adam_atan2(void **state) {
 static void test_signsgd_ema(void **state) {
     float table[4 * 3], before[4 * 3], prow[5 * 3], sum[3], sh[3] = {1, 2, 3}, p[3] = {2, 2, 2};
     int32_t ids[5] = {2, 0, 2, 2, 0};
-    int order[5], k;
+    int32_t groups[3 * 5 + 1];
+    int k;
     (void)state;
     tu_fill(table, 12, 15, 1.0f);
     memcpy(before, table, sizeof table);
@@ -325,7 +326,7 @@ static void test_signsgd_ema(void **state) {
     memset(prow, 0, sizeof prow);
     prow[0 * 3] = 1, prow[2 * 3] = 1, prow[3 * 3] = -3, prow[1 * 3] = 0.5f, prow[4 * 3] = -0.5f;
     prow[0 * 3 + 1] = 2;
-    tr__signsgd_rows(table, 3, ids, prow, 5, order, sum, 0.1f, 0.5f);
+    tr__signsgd_rows(table, 3, ids, prow, 5, groups, sum, 0.1f, 0.5f);
     assert_true(fabs(table[2 * 3 + 0] - (before[2 * 3 + 0] * 0.95f + 0.1f)) < 1e-6);
     assert_true(fabs(table[2 * 3 + 1] - (before[2 * 3 + 1] * 0.95f - 0.1f)) < 1e-6);
     assert_true(fabs(table[0] - before[0] * 0.95f) < 1e-6);

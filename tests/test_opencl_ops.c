@@ -477,8 +477,8 @@ static void test_qhead(void **state) {
 /* --- sign-SGD: groups of equal ids in the stable order tr__signsgd_rows uses ----------------------------------------- */
 static void test_signsgd(void **state) {
     enum { B = 11, Dp = 13, NPID = 6 };
-    int32_t ids[B] = {3, 1, 3, 5, 0, 1, 3, 2, 5, 5, 4}, order[B], gid[B], gst[B + 1];
-    int i, j, ng = 0, ord_cpu[B];
+    int32_t ids[B] = {3, 1, 3, 5, 0, 1, 3, 2, 5, 5, 4}, groups[3 * B + 1], groups_cpu[3 * B + 1];
+    int j, ng;
     float *tab, *pr, sum[Dp], *dTab;
     (void)state;
     cl_get(); /* before any buffer: it frees what an earlier test left */
@@ -486,17 +486,11 @@ static void test_signsgd(void **state) {
     for (j = 0; j < Dp; j++) pr[(size_t)2 * Dp + j] = -pr[j]; /* rows 0 and 2 share id 3 ... */
     pr[(size_t)6 * Dp + 0] = 0.0f;                              /* ... so that column 0 of id 3 sums to exactly 0 */
     dTab = dev_f(tab, (size_t)NPID * Dp);
-    for (i = 0; i < B; i++) order[i] = i; /* the CPU's stable insertion sort, then the group boundaries */
-    for (i = 1; i < B; i++) {
-        int v = order[i];
-        for (j = i - 1; j >= 0 && ids[order[j]] > ids[v]; j--) order[j + 1] = order[j];
-        order[j + 1] = v;
-    }
-    for (i = 0; i < B; i++)
-        if (i == 0 || ids[order[i]] != ids[order[i - 1]]) gid[ng] = ids[order[i]], gst[ng++] = i;
-    gst[ng] = B;
-    tr__signsgd_rows(tab, Dp, ids, pr, B, ord_cpu, sum, 0.01f, 0.1f);
-    assert_int_equal(tr__cl_signsgd(g_cl, dTab, Dp, ng, dev_i(gid, (size_t)ng), dev_i(gst, (size_t)ng + 1), dev_i(order, B), dev_f(pr, (size_t)B * Dp), 0.01f, 0.1f),
+    ng = tr__group_rows_by_id(ids, B, groups); /* the grouping the trainer uploads */
+    assert_int_equal(ng, NPID);
+    tr__signsgd_rows(tab, Dp, ids, pr, B, groups_cpu, sum, 0.01f, 0.1f);
+    assert_int_equal(tr__cl_signsgd(g_cl, dTab, Dp, ng, dev_i(groups, (size_t)ng), dev_i(groups + B, (size_t)ng + 1), dev_i(groups + 2 * B + 1, B),
+                                    dev_f(pr, (size_t)B * Dp), 0.01f, 0.1f),
                      TR_OK);
     check("signsgd", down(dTab, (size_t)NPID * Dp), tab, (size_t)NPID * Dp, 1e-12, 1e-7, 1e-6);
     dev_free_all();
