@@ -7464,18 +7464,23 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     return tr__qhead_bwd(m, c, dq, dz);
 }
 
+/* A training batch: valid ids, and labels. */
+TR__FN tr_status tr__check_train_batch(tr_trainer *t, const tr_batch *batch) {
+    tr_status st;
+    if ((st = tr__check_batch(t->m, batch, t->carry->B)) != TR_OK) return st;
+    return batch->labels ? TR_OK : tr__err(t->m->ctx, TR_ERR_INVALID_ARG, "batch: training needs labels");
+}
+
 /* Forward + backward of one training step; leaves the gradients in m->grads (and the puzzle
    rows' grads in t->prow). The batch runs in micro-batches of t->micro rows whose gradients
    accumulate (the loss is divided by the global batch either way). Separate from the update
-   so tests can check gradients. */
+   so tests can check gradients. The batch was checked by the caller (tr__check_train_batch). */
 TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
     tr_model *m = t->m;
     tr_carry *c = t->carry;
     tr_metrics mt, part;
     tr_status st;
     int r0, nb;
-    if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
-    if (!batch->labels) return tr__err(m->ctx, TR_ERR_INVALID_ARG, "batch: training needs labels");
     if ((st = tr__dzero(m->ctx, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
     memset(&mt, 0, sizeof mt);
     for (r0 = 0; r0 < c->B; r0 += nb) {
@@ -7587,7 +7592,8 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
     if (!t || !batch) return TR_ERR_INVALID_ARG;
     m = t->m;
     ctx = m->ctx;
-    if ((st = tr__check_batch(m, batch, t->carry->B)) != TR_OK) return st;
+    /* before anything runs: a bad batch is the caller's error, never a device failure */
+    if ((st = tr__check_train_batch(t, batch)) != TR_OK) return st;
     if (ctx->fault >= TR_FAULT_DEVICE_OOM && t->step + 1 == ctx->fault_step && ctx->dev_active) {
         ctx->fault_armed = 1;
         if (ctx->fault == TR_FAULT_DEVICE_OOM) tr__model_free_work(m); /* the step must find memory again */
@@ -7612,7 +7618,7 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
             st = tr__optimizer_update(t);
         }
         if (st == TR_OK) return TR_OK;
-        if (!on_dev) return st;
+        if (!on_dev || (st != TR_ERR_DEVICE && st != TR_ERR_OUT_OF_MEMORY)) return st; /* only the device's failures move work */
         if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {
             int was = t->micro;
             t->micro = (t->micro + 1) / 2;

@@ -328,6 +328,39 @@ static void test_swap_ema_matches_cpu(void **state) {
     }
 }
 
+/* A bad batch is the caller's error: refused before anything runs, and the training stays on
+   the device (it is not taken for a device failure). */
+static void test_bad_batch_stays_on_device(void **state) {
+    log_capture lc;
+    tr_ctx *ctx;
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = train_config();
+    int32_t in[NB * SEQ], lab[NB * SEQ], pid[NB];
+    tr_batch b;
+    (void)state;
+    need_device();
+    ctx = make_ctx("opencl", &lc);
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    tu_tiny_batch(NB, SEQ, VOCAB, 9, in, lab, pid, 3, 0);
+    b.inputs = in, b.labels = NULL, b.puzzle_identifiers = pid, b.batch_size = NB;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_ERR_INVALID_ARG);
+    b.labels = lab, in[5] = VOCAB;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_ERR_INVALID_ARG);
+    assert_true(ctx->dev_active);
+    assert_int_equal(lc.device_lines, 0);
+    assert_int_equal(tr_trainer_step_count(t), 0);
+    in[5] = 1;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_OK);
+    assert_true(ctx->dev_active);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trajectory_mlp_t),
@@ -340,6 +373,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_to_opencl),
         cmocka_unit_test(test_infer_matches_cpu),
         cmocka_unit_test(test_swap_ema_matches_cpu),
+        cmocka_unit_test(test_bad_batch_stays_on_device),
     };
     return cmocka_run_group_tests_name("opencl_model", tests, NULL, NULL);
 }
