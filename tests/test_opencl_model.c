@@ -89,8 +89,10 @@ static void assert_trajectory(const char *what, const double *got, const double 
         if (!(fabs(got[k] - ref[k]) <= 2e-3 * fabs(ref[k]))) fail_msg("%s: step %d loss %.9g, CPU %.9g", what, k + 1, got[k], ref[k]);
 }
 
-/* Runs the whole trajectory with a fault injected; returns the context's log in lc. */
-static void run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss, int *ended_on_device) {
+/* Runs the whole trajectory with a fault injected, the context's log in lc; returns whether the
+   training ended on the device. */
+static int run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
+    int on_dev;
     tr_ctx *ctx = make_ctx("opencl", lc);
     tr_model_config c;
     tr_model *m;
@@ -101,11 +103,12 @@ static void run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_cap
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
-    *ended_on_device = ctx->dev_active;
+    on_dev = ctx->dev_active;
     tr_trainer_destroy(t);
     tr_model_destroy(m);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
+    return on_dev;
 }
 
 static void need_device(void) {
@@ -118,14 +121,18 @@ static void need_device(void) {
     if (!ok) tu_no_opencl(name);
 }
 
+/* The CPU's trajectory (ref) and the same training on the device with a fault injected (got);
+   returns whether the training ended on the device. */
+static int device_run(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *ref, double *got) {
+    need_device();
+    cpu_trajectory(mlp_t, ref);
+    return run_with_fault(mlp_t, fault, at, rows, lc, got);
+}
+
 static void check_trajectory(int mlp_t) {
     double ref[NSTEPS], got[NSTEPS];
     log_capture lc;
-    int on_dev;
-    need_device();
-    cpu_trajectory(mlp_t, ref);
-    run_with_fault(mlp_t, TR_FAULT_NONE, 0, 0, &lc, got, &on_dev);
-    assert_true(on_dev);
+    assert_true(device_run(mlp_t, TR_FAULT_NONE, 0, 0, &lc, ref, got));
     assert_int_equal(lc.device_lines, 0);
     assert_trajectory(mlp_t ? "opencl mlp_t" : "opencl attention", got, ref, 0, NSTEPS);
 }
@@ -146,9 +153,7 @@ static void test_open_faults_fall_back_to_cpu(void **state) {
     cpu_trajectory(1, ref);
     for (i = 0; i < 4; i++) {
         log_capture lc;
-        int on_dev;
-        run_with_fault(1, faults[i], 0, 0, &lc, got, &on_dev);
-        assert_false(on_dev);
+        assert_false(run_with_fault(1, faults[i], 0, 0, &lc, got));
         if (lc.device_lines != 1 || !strstr(lc.text, words[i]) || !strstr(lc.text, "using the cpu"))
             fail_msg("fault %d: expected one device line naming '%s', log:\n%s", (int)faults[i], words[i], lc.text);
         assert_memory_equal(got, ref, sizeof ref);
@@ -160,12 +165,8 @@ static void test_open_faults_fall_back_to_cpu(void **state) {
 static void test_oom_halves_the_micro_batch(void **state) {
     double ref[NSTEPS], got[NSTEPS];
     log_capture lc;
-    int on_dev;
     (void)state;
-    need_device();
-    cpu_trajectory(1, ref);
-    run_with_fault(1, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, got, &on_dev);
-    assert_true(on_dev);
+    assert_true(device_run(1, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
     if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
     assert_trajectory("oom, halved", got, ref, 0, NSTEPS);
 }
@@ -174,12 +175,8 @@ static void test_oom_halves_the_micro_batch(void **state) {
 static void test_oom_everywhere_moves_to_cpu(void **state) {
     double ref[NSTEPS], got[NSTEPS];
     log_capture lc;
-    int on_dev;
     (void)state;
-    need_device();
-    cpu_trajectory(0, ref);
-    run_with_fault(0, TR_FAULT_DEVICE_OOM, 2, 0, &lc, got, &on_dev);
-    assert_false(on_dev);
+    assert_false(device_run(0, TR_FAULT_DEVICE_OOM, 2, 0, &lc, ref, got));
     if (!strstr(lc.text, "micro-batches of 1 rows") || !strstr(lc.text, "moved the model, optimizer state and ACT carry to the cpu"))
         fail_msg("log:\n%s", lc.text);
     assert_int_equal(lc.device_lines, 4); /* 8 -> 4 -> 2 -> 1, then the move */
@@ -191,12 +188,8 @@ static void test_oom_everywhere_moves_to_cpu(void **state) {
 static void test_enqueue_failure_moves_to_cpu(void **state) {
     double ref[NSTEPS], got[NSTEPS];
     log_capture lc;
-    int on_dev;
     (void)state;
-    need_device();
-    cpu_trajectory(1, ref);
-    run_with_fault(1, TR_FAULT_ENQUEUE, 4, 40, &lc, got, &on_dev);
-    assert_false(on_dev);
+    assert_false(device_run(1, TR_FAULT_ENQUEUE, 4, 40, &lc, ref, got));
     if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
     assert_trajectory("enqueue failure", got, ref, 0, NSTEPS);
 }

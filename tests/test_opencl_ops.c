@@ -531,13 +531,5 @@ int main(void) {
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);
 }
 #else
-/* Built without the OpenCL backend: one test that says so (skipped, or failed under TINYREC_REQUIRE_OPENCL=1). */
-static void test_no_opencl(void **state) {
-    (void)state;
-    tu_no_opencl("this build has no TINYREC_OPENCL");
-}
-int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};
-    return cmocka_run_group_tests_name("opencl_ops", tests, NULL, NULL);
-}
+TU_NO_OPENCL_MAIN("opencl_ops")
 #endif

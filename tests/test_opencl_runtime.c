@@ -429,12 +429,5 @@ static const struct CMUnitTest cl_runtime_tests[] = {
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }
 #else
-static void test_no_opencl(void **state) {
-    (void)state;
-    tu_no_opencl("this build has no TINYREC_OPENCL");
-}
-int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};
-    return cmocka_run_group_tests_name("opencl_runtime", tests, NULL, NULL);
-}
+TU_NO_OPENCL_MAIN("opencl_runtime")
 #endif

@@ -64,6 +64,18 @@ static inline tr__cl *tu_cl_open(tr_ctx *ctx) {
 }
 #endif
 
+/* The main() of an OpenCL suite built without TINYREC_OPENCL: one test that says so (skipped,
+   or failed under TINYREC_REQUIRE_OPENCL=1). */
+#define TU_NO_OPENCL_MAIN(suite)                                                        \
+    static void test_no_opencl(void **state) {                                          \
+        (void)state;                                                                    \
+        tu_no_opencl("this build has no TINYREC_OPENCL");                               \
+    }                                                                                   \
+    int main(void) {                                                                    \
+        const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_opencl)};           \
+        return cmocka_run_group_tests_name(suite, tests, NULL, NULL);                   \
+    }
+
 /* A context whose models live on the OpenCL device (skips when there is none). */
 static inline tr_ctx *tu_ctx_opencl(int threads, uint64_t seed) {
     tr_ctx *ctx = tu_ctx(threads, seed);
