@@ -5175,13 +5175,22 @@ static const char tr__cl_src_gemm_2[] =
 "  if (CK) q = e % (TR_GEMM_TK / (V)), x = e / (TR_GEMM_TK / (V));                                            \\\n"
 "  else x = e % ((XT) / (V)), q = e / ((XT) / (V));\n"
 "/* vec fetch (interior tile, 16-byte aligned rows): r[4l..4l+3] = a float4 at depth k0 + 4q (CK) or x0 + 4x */\n"
-"#define TR_VFETCH(P, ld, r, x0, XT, CK, LD)                                                                    \\\n"
+"/* SWF: the operand is a gate_up tensor read as silu(gate) * up, the up at +so (SwiGLU fused into the fetch; the\n"
+" formula of tr_k_swiglu_fwd, so the products equal those of the activation it would have written) */\n"
+"#define TR_VFETCH(P, ld, r, x0, XT, CK, LD, SWF)                                                               \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
-"  v = LD(CK ? P + (long)(x0 + x) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x));             \\\n"
+"  pp = CK ? P + (long)(x0 + x) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);                \\\n"
+"  v = LD(pp);                                                                                                \\\n"
+"  if (SWF) v = v / (1.0f + exp(-v)) * LD(pp + so);                                                          \\\n"
 "  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;\n"
-"#define TR_SFETCH(P, ld, r, x0, X, XT, CK)                                                                     \\\n"
+"#define TR_SFETCH(P, ld, r, x0, X, XT, CK, SWF)                                                                \\\n"
 "  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
-"  r[l] = (x0 + x < X && k0 + q < ke) ? P[CK ? (long)(x0 + x) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x)] : 0.0f;\n"
+"  r[l] = 0.0f;                                                                                               \\\n"
+"  if (x0 + x < X && k0 + q < ke) {                                                                           \\\n"
+"    pp = P + (CK ? (long)(x0 + x) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x));                        \\\n"
+"    r[l] = SWF ? pp[0] / (1.0f + exp(-pp[0])) * pp[so] : pp[0];                                             \\\n"
+"  }\n";
+static const char tr__cl_src_gemm_2b[] =
 "#define TR_VSTAGE(S, SX, r, XT, CK)                                                                            \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
 "  if (CK) {                                                                                                  \\\n"
@@ -5234,7 +5243,7 @@ static const char tr__cl_src_gemm_4[] =
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
-"              const int WL, const int DB, const int KT, const int UV) {\n"
+"              const int WL, const int DB, const int KT, const int UV, const int SW, long so) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
 "  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
@@ -5250,7 +5259,7 @@ static const char tr__cl_src_gemm_4[] =
 "  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];\n"
 "  float4 v;\n"
 "  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0, kf = 0, kn = 0;\n"
-"  __global const float *Ab, *Bb;\n"
+"  __global const float *Ab, *Bb, *pp;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++)\n"
 "#pragma unroll\n"
@@ -5285,24 +5294,24 @@ static const char tr__cl_src_gemm_4[] =
 "      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
 "      if (fa == 1) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4) }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1) }\n"
 "      } else if (UV && fa) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4) }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4, SW == 1) }\n"
 "      } else {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA) }\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1) }\n"
 "      }\n"
 "      if (fb == 1) {\n"
 "#pragma unroll\n";
 static const char tr__cl_src_gemm_5[] =
-"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4) }\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2) }\n"
 "      } else if (UV && fb) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4) }\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4, SW == 2) }\n"
 "      } else {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB) }\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2) }\n"
 "      }\n"
 "    }\n"
 "    if (t >= 0) {\n"
@@ -5345,25 +5354,32 @@ static const char tr__cl_src_gemm_5[] =
 "  }\n"
 "}\n";
 static const char tr__cl_src_gemm_6[] =
-"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV)                                                                                           \\\n"
+"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW)                                                                                       \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
-"    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0) {                                        \\\n"
+"    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so) {                               \\\n"
 "    __local float4 As4[(2 * TR_ASZ + 3) / 4], Bs4[(2 * TR_BSZ + 3) / 4];                                                     \\\n"
 "    const int z = z0 + get_group_id(2);                                                                             \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
-"    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) | \\\n"
+"    const ulong sa = SW == 1 ? (ulong)so : 0, sb = SW == 2 ? (ulong)so : 0;                                         \\\n"
+"    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc) & 3) == 0) << 2);                                                           \\\n"
 "    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV);                             \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so);                     \\\n"
 "  }\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
-"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1)\n"
-"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0)\n"
-"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0)\n"
-"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0)\n"
+"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0)\n"
+"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0)\n"
+"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0)\n"
+"/* SwiGLU fused into an operand's fetch (swa: A, swb: B), for the products that consume silu(gate) * up: the\n"
+" down projections (nt, A; nn batched, B) and their weight gradients (tn, B; nt batch sum, B). */\n"
+"TR_SGEMM_K(nn_swb, 0, 0, 1, 0, 1, 1, 2)\n"
+"TR_SGEMM_K(nt_swa, 0, 1, 0, 1, 0, 0, 1)\n"
+"TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2)\n"
+"TR_SGEMM_K(tn_swb, 1, 0, 1, 0, 0, 0, 2)\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5625,8 +5641,8 @@ static const char tr__cl_src_gemm_12[] =
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
-#define TR__CL_SRC_GEMM_N 12
+static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+#define TR__CL_SRC_GEMM_N 13
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -5738,11 +5754,18 @@ TR__FN int tr__cl_gemm_pieces(const tr__cl_info *info, size_t tiles, size_t unit
     return s < 1 ? 1 : (int)s;
 }
 
-/* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched. pieces: 0 = automatic, else the K splits (nb == 1) or the
-   batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed partials to scratch,
-   then tr_k_gemm_reduce sums them in order into C. */
+/* The (transpose, fused operand) cases that have a SwiGLU-fused kernel: those of the model (nn B, nt A, nt B, tn B). */
+TR__FN int tr__cl_gemm_sw_ok(int ta, int tb, int sw) {
+    return (sw == 2 && !ta) || (sw == 1 && !ta && tb) || (sw == 2 && ta && !tb);
+}
+
+/* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
+   splits (nb == 1) or the batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed
+   partials to scratch, then tr_k_gemm_reduce sums them in order into C. sw: 1 (2) = A (B) is read as silu(x) * x[so]
+   (tr__cl_gemm_sw_ok says which cases have a kernel). */
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces) {
+                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces, int sw,
+                                 size_t so) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -5786,8 +5809,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (!(P = tr__cl_scratch(cl, TR__CL_SLOT_GEMM, (size_t)np * mn))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         out = P;
     }
-    snprintf(kname, sizeof kname, "tr_k_sgemm_%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"), g.tm, g.tn, g.tk, g.wm,
-             g.wn, g.vw);
+    if (sw && !tr__cl_gemm_sw_ok(ta, tb, sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
+    snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
+             sw == 1 ? "_swa" : sw == 2 ? "_swb" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm * ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
@@ -5799,6 +5823,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
         tr__cla_i32(&a, P ? 0 : acc != 0);
         tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
+        tr__cla_i64(&a, (int64_t)(sw ? so : 0));
         if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
     }
     if (P) {
@@ -5817,14 +5842,21 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
    to fill the device and K is long (the weight gradients, K = rows of the batch). */
 TR__FN tr_status tr__cl_sgemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
                               size_t ldb, float *C, size_t ldc, int acc) {
-    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0);
+    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0, 0, 0);
 }
 
 /* nb products A + b*sA, B + b*sB -> C + b*sC; sC == 0: all summed into C (deterministic, batch order within a group,
    groups in order). */
 TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
                                       size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0);
+    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0, 0);
+}
+
+/* tr__cl_sgemm_batched with operand sw (1: A, 2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
+   activation is never written. */
+TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
+    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, sw, so);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -5934,7 +5966,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 /* >>cl-gemm-end */
 
 /* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
 /* >>opencl-end */
 #endif
 
@@ -6159,6 +6191,33 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, long rows, long width, const flo
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
     return TR_OK;
+}
+
+/* A product whose operand sw (1: A, 2: B) is the SwiGLU activation silu(gate) * up of a gate_up tensor, passed as
+   that tensor with its own ld / batch stride; `up` is the distance from a gate to its up: the operand's columns
+   (gate | up halves per row: the channel SwiGLU) or its rows * columns (halves per batch entry: the token mix).
+   On a device the activation is computed as the GEMM fetches it and never written; on the CPU it is written to act
+   first (packed: ld = columns, batch stride rows * columns), then multiplied. */
+TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t up,
+                                     float *act) {
+    size_t rows = sw == 1 ? (ta ? K : M) : (tb ? N : K), cols = sw == 1 ? (ta ? M : K) : (tb ? K : N);
+    size_t ld = sw == 1 ? lda : ldb, sgu = sw == 1 ? sA : sB;
+    const float *gu = sw == 1 ? A : B;
+    tr_status st;
+    int b;
+    if ((sw != 1 && sw != 2) || (up != cols && (up != rows * cols || ld != cols)))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: operand %d is not a gate_up layout", sw);
+#if TINYREC_OPENCL
+    if (ctx->dev_active && tr__cl_gemm_sw_ok(ta, tb, sw)) return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, sw, up);
+#endif
+    if (up != cols) st = tr__op_swiglu_fwd(ctx, nb, (long)up, gu, sgu, act, up);
+    else
+        for (st = TR_OK, b = 0; b < nb && st == TR_OK; b++) st = tr__op_swiglu_fwd(ctx, (long)rows, (long)cols, gu + b * sgu, ld, act + b * rows * cols, cols);
+    if (st != TR_OK) return st;
+    if (sw == 1) A = act, lda = cols, sA = rows * cols;
+    else B = act, ldb = cols, sB = rows * cols;
+    return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
 }
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
@@ -6714,8 +6773,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D] */
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, 2 * It, D, S, ly->tgu, S, 0, r->in, D, S * D, r->mix, D, 2 * It * D, 0))) return st;
-        if ((st = tr__op_swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
+        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, r->mix, D, 2 * It * D, proj, D, S * D, 0, 2, It * D, act))) return st;
         if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0))) return st;
@@ -6724,10 +6782,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
-    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
+    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ (act fused into that product) */
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, ly->gu, D, r->gu, 2 * I, 0))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, ly->down, I, proj, D, 0))) return st;
+    if ((st = tr__op_sgemm_swiglu(ctx, 1, 0, 1, BS, D, I, r->gu, 2 * I, 0, ly->down, I, 0, proj, D, 0, 0, 1, I, act))) return st;
     return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
@@ -6742,10 +6799,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     tr_status st;
     /* channel SwiGLU half */
     if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
-    /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
-       elementwise pass instead of S * I more floats per row and block */
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
-    if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
+    /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer floats per row
+       and block); on a device inside the product that consumes it */
+    if ((st = tr__op_sgemm_swiglu(ctx, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, g_down, I, 0, 1, 2, I, act))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
     if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
@@ -6755,10 +6811,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__op_swiglu_fwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, act, It * D))) return st;
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, S, It, D, g1, D, S * D, act, D, It * D, g_tdown, It, 0, 1))) return st;
+        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, 2, It * D, act))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, ly->tdown, It, 0, g1, D, S * D, dact, D, It * D, 0))) return st;
         if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;

@@ -45,6 +45,8 @@ def parse():
     ap.add_argument("--peak-gflops", type=float, default=0.0)
     ap.add_argument("--bench", default="build/tinyrec-bench")
     ap.add_argument("--skip-tinyrec", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print PyTorch's N slowest kernels (torch.profiler) over one training step")
     ap.add_argument("--tinyrec-device", default=None,
                     help="device for tinyrec-bench (default: opencl with --device cuda, else cpu)")
     return ap.parse_args()
@@ -219,6 +221,14 @@ def main():
     res = {}
     tok, lab = gen(args.batch)
     t = timeit(lambda: train_step(tok, lab), args.reps)
+    if args.profile > 0:  # where PyTorch's training step spends its time, kernel by kernel
+        from torch.profiler import profile, ProfilerActivity
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+        with profile(activities=acts) as prof:
+            train_step(tok, lab)
+            sync()
+        key = "self_cuda_time_total" if args.device == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=args.profile, max_name_column_width=70))
     res["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
     for B in (1, args.batch):
         tk, _ = gen(B)

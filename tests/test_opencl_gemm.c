@@ -73,7 +73,7 @@ static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, s
     tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces)
+    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces, 0, 0)
                 : tr__cl_sgemm(cl, ta, tb, M, N, K, dA, lda, dB, ldb, dC, ldc, acc);
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
@@ -113,9 +113,9 @@ static void test_sgemm_split(void **state) {
     A = (float *)malloc(K * M * 4), B = (float *)malloc(K * N * 4), C1 = (float *)malloc(n * 4), C2 = (float *)malloc(n * 4);
     tu_fill(A, K * M, 7, 1.0f), tu_fill(B, K * N, 8, 1.0f);
     dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, 0, 0), TR_OK);
     down(cl, C1, dC, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, 0, 0), TR_OK);
     down(cl, C2, dC, n);
     assert_memory_equal(C1, C2, n * 4);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -134,7 +134,7 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     tu_fill(A, na, seed, 1.0f), tu_fill(B, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces, 0, 0), TR_OK);
     down(cl, C, dC, nc);
     if (sum && nb == 0 && !acc)
         for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
@@ -165,6 +165,61 @@ static void test_sgemm_batched(void **state) {
     /* the token-mix shapes of the model, scaled down: (S, D, S) and (D, S, D)-like with S = 97 */
     run_batched(cl, 3, 0, 0, 97, 40, 97, 0, 0, 0, 0, 57);
     run_batched(cl, 3, 1, 0, 97, 97, 40, 0, 1, 1, 0, 58);
+}
+
+/* A product whose operand sw (1: A, 2: B) is read from a gate_up tensor as silu(gate) * up (the SwiGLU fused into
+   the fetch) vs the reference on the activation written out. per_batch: gate and up halves per batch entry (the
+   token mix, up = rows * cols, ld = cols), else per row (the channel SwiGLU, up = cols, ld >= 2 cols + pad). Gates
+   in [-4, 4) so that silu is far from linear; the activation differs from the host's by the exp rounding only. */
+static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, int sw, int per_batch, size_t pad, int sum, int acc,
+                       uint64_t seed) {
+    size_t rows = sw == 1 ? (ta ? K : M) : (tb ? N : K), cols = sw == 1 ? (ta ? M : K) : (tb ? K : N), rc = rows * cols;
+    size_t ldg = per_batch ? cols : 2 * cols + pad, upo = per_batch ? rc : cols, sg = per_batch ? 2 * rc + pad : rows * ldg + pad;
+    size_t ldx = (sw == 1 ? (tb ? K : N) : (ta ? M : K)) + pad, sx = (sw == 1 ? (tb ? N : K) : (ta ? K : M)) * ldx + 1;
+    size_t ldc = N + pad, sC = sum ? 0 : M * ldc + 2, n1 = nb ? (size_t)nb : 1;
+    size_t ng = sg * n1, nx = sx * n1, nc = sum ? M * ldc : sC * n1, b, r, c;
+    float *G = (float *)malloc(ng * 4), *X = (float *)malloc(nx * 4), *act = (float *)malloc(rc * n1 * 4);
+    float *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4), *dG, *dX, *dC;
+    char what[200];
+    tu_fill(G, ng, seed, 4.0f), tu_fill(X, nx, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
+    memcpy(R, C, nc * 4);
+    for (b = 0; b < n1; b++)
+        for (r = 0; r < rows; r++)
+            for (c = 0; c < cols; c++) {
+                const float *g = G + b * sg + r * ldg + c;
+                act[b * rc + r * cols + c] = tr__silu(g[0]) * g[upo];
+            }
+    dG = up(cl, G, ng), dX = up(cl, X, nx), dC = up(cl, C, nc);
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, nb, ta, tb, M, N, K, sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, sw == 1 ? dX : dG,
+                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo),
+                     TR_OK);
+    down(cl, C, dC, nc);
+    for (b = 0; b < (size_t)nb; b++) {
+        const float *A = sw == 1 ? act + b * rc : X + b * sx, *B = sw == 1 ? X + b * sx : act + b * rc;
+        tr__sgemm_ref(ta, tb, M, N, K, A, sw == 1 ? cols : ldx, B, sw == 1 ? ldx : cols, R + b * sC, ldc, sum && b > 0 ? 1 : acc);
+    }
+    snprintf(what, sizeof what, "swiglu sw=%d nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu per_batch=%d pad=%zu sum=%d", sw, nb, ta, tb, M, N, K,
+             per_batch, pad, sum);
+    check(what, C, R, nc, 1e-5 * (double)K * (sum ? nb : 1) + 1e-6, 1e-5, &g_worst_gemm);
+    tr__cl_free(cl, dG), tr__cl_free(cl, dX), tr__cl_free(cl, dC);
+    free(G), free(X), free(act), free(C), free(R);
+}
+
+/* The four cases of the model (down projections forward, their weight gradients backward), at odd sizes, aligned
+   (pad 0, float4 fetches of interior tiles) and not; then an unsupported case is refused. */
+static void test_sgemm_swiglu(void **state) {
+    tr__cl *cl = dev();
+    size_t pad;
+    (void)state;
+    for (pad = 0; pad < 2; pad++) {
+        run_swiglu(cl, 1, 0, 1, 150, 37, 70, 1, 0, pad, 0, 0, 70);        /* proj = act . W_down^T */
+        run_swiglu(cl, 1, 1, 0, 37, 70, 150, 2, 0, pad, 0, 1, 71);        /* g_down += g^T . act */
+        run_swiglu(cl, 3, 0, 0, 97, 40, 130, 2, 1, pad, 0, 0, 72);        /* token mix: proj_b = W_tdown . act_b */
+        run_swiglu(cl, 5, 0, 1, 97, 130, 40, 2, 1, pad, 1, 1, 73);        /* g_tdown += sum_b g_b . act_b^T */
+        run_swiglu(cl, 1, 0, 0, 33, 260, 129, 2, 1, pad, 0, 0, 74);       /* token mix with one batch entry */
+        run_swiglu(cl, 2, 0, 1, 130, 140, 260, 1, 0, pad, 0, 1, 75);      /* per-row layout, batched, big tiles */
+    }
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 1, 4), TR_ERR_UNSUPPORTED);
 }
 
 /* The same products with a second tile configuration (TINYREC_CL_SGEMM, scalar local reads, odd tile shape). */
@@ -260,7 +315,7 @@ static void test_sgemm_defines(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
-        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests_name("opencl_gemm", tests, setup, teardown);
 }
