@@ -5177,17 +5177,20 @@ static const char tr__cl_src_gemm_2[] =
 "/* vec fetch (interior tile, 16-byte aligned rows): r[4l..4l+3] = a float4 at depth k0 + 4q (CK) or x0 + 4x */\n"
 "/* SWF: the operand is a gate_up tensor read as silu(gate) * up, the up at +so (SwiGLU fused into the fetch; the\n"
 " formula of tr_k_swiglu_fwd, so the products equal those of the activation it would have written) */\n"
-"#define TR_VFETCH(P, ld, r, x0, XT, CK, LD, SWF)                                                               \\\n"
+"/* GF: a gate_up product (GU): tile rows x < XT/2 are gate rows x0 + x, the others their ups x0 + x - XT/2 + gh */\n"
+"#define TR_XR(x0, x, XT, GF) ((GF) ? ((x) < (XT) / 2 ? (x0) + (x) : (x0) + (x) - (XT) / 2 + gh) : (x0) + (x))\n"
+"#define TR_XB(x0, x, XT, GF) ((GF) ? (x0) + (x) % ((XT) / 2) : (x0) + (x))\n"
+"#define TR_VFETCH(P, ld, r, x0, XT, CK, LD, SWF, GF)                                                           \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
-"  pp = CK ? P + (long)(x0 + x) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);                \\\n"
+"  pp = CK ? P + (long)TR_XR(x0, x, XT, GF) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);    \\\n"
 "  v = LD(pp);                                                                                                \\\n"
 "  if (SWF) v = v / (1.0f + exp(-v)) * LD(pp + so);                                                          \\\n"
 "  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;\n"
-"#define TR_SFETCH(P, ld, r, x0, X, XT, CK, SWF)                                                                \\\n"
+"#define TR_SFETCH(P, ld, r, x0, X, XT, CK, SWF, GF)                                                            \\\n"
 "  TR_EIDX(XT, CK, 1)                                                                                         \\\n"
 "  r[l] = 0.0f;                                                                                               \\\n"
-"  if (x0 + x < X && k0 + q < ke) {                                                                           \\\n"
-"    pp = P + (CK ? (long)(x0 + x) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x));                        \\\n"
+"  if (TR_XB(x0, x, XT, GF) < X && k0 + q < ke) {                                                             \\\n"
+"    pp = P + (CK ? (long)TR_XR(x0, x, XT, GF) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x));            \\\n"
 "    r[l] = SWF ? pp[0] / (1.0f + exp(-pp[0])) * pp[so] : pp[0];                                             \\\n"
 "  }\n";
 static const char tr__cl_src_gemm_2b[] =
@@ -5209,32 +5212,38 @@ static const char tr__cl_src_gemm_2b[] =
 "#else\n"
 "#define TR_ST4(S, o, r, l) S[(o)] = r[4 * l], S[(o) + 1] = r[4 * l + 1], S[(o) + 2] = r[4 * l + 2], S[(o) + 3] = r[4 * l + 3];\n"
 "#endif\n"
-"/* One depth kk of the tile: a (WM) and b (WN) from local memory, WM x WN fma. */\n"
+"/* One depth kk of the tile: a (WM) and b (WN) from local memory (TR_FRAG), WM x WN fma (TR_FMAS). */\n"
 "#if TR_GEMM_VW == 4\n"
-"#define TR_KSTEP(kk)                                                                                           \\\n"
-"  {                                                                                                          \\\n"
-"    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
-"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM / 4; i++) {                                               \\\n"
-"      float4 w = *(__local const float4 *)(As + (kk) * TR_SA + i * TR_RM * 4 + ty * 4);                  \\\n";
-static const char tr__cl_src_gemm_3[] =
-"      a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;                    \\\n"
-"    }                                                                                                      \\\n"
-"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN / 4; j++) {                                               \\\n"
-"      float4 w = *(__local const float4 *)(Bs + (kk) * TR_SB + j * TR_RN * 4 + tx * 4);                  \\\n"
-"      b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;                    \\\n"
-"    }                                                                                                      \\\n"
-"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                     \\\n"
-"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);                 \\\n"
+"#define TR_FRAG(kk, a, b)                                                                                      \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM / 4; i++) {                                                 \\\n"
+"    float4 w = *(__local const float4 *)(As + (kk) * TR_SA + i * TR_RM * 4 + ty * 4);                    \\\n"
+"    a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;                      \\\n"
+"  }                                                                                                        \\\n"
+"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN / 4; j++) {                                                 \\\n"
+"    float4 w = *(__local const float4 *)(Bs + (kk) * TR_SB + j * TR_RN * 4 + tx * 4);                    \\\n"
+"    b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;                      \\\n"
 "  }\n"
 "#else\n"
+"#define TR_FRAG(kk, a, b)                                                                                      \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[(kk) * TR_SA + TR_ROWA(i)];                \\\n"
+"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[(kk) * TR_SB + TR_COLB(j)];\n"
+"#endif\n";
+static const char tr__cl_src_gemm_3[] =
+"#define TR_FMAS(a, b)                                                                                          \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                       \\\n"
+"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n"
 "#define TR_KSTEP(kk)                                                                                           \\\n"
 "  {                                                                                                          \\\n"
 "    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
-"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[(kk) * TR_SA + TR_ROWA(i)];              \\\n"
-"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[(kk) * TR_SB + TR_COLB(j)];              \\\n"
-"    _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                     \\\n"
-"    _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);                 \\\n"
+"    TR_FRAG(kk, a, b)                                                                                      \\\n"
+"    TR_FMAS(a, b)                                                                                          \\\n"
 "  }\n"
+"/* FB: the fragments of depth kk + 1 are read from local memory before the fma of depth kk (two register sets),\n"
+" so a warp does not wait for its own local reads. */\n"
+"#ifdef TR_GEMM_FB\n"
+"#define TR_FB (TR_GEMM_FB && TR_GEMM_TK % 2 == 0)\n"
+"#else\n"
+"#define TR_FB 0\n"
 "#endif\n";
 static const char tr__cl_src_gemm_4[] =
 "/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
@@ -5243,18 +5252,20 @@ static const char tr__cl_src_gemm_4[] =
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
-"              const int WL, const int DB, const int KT, const int UV, const int SW, long so) {\n"
+"              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh,\n"
+"              __global float *X, long ldx, int wc) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
 "  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
-"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
+"  /* GU: C's rows are gate | up halves `gh` apart, a tile holds TM/2 of each (M counts the gate rows) */\n"
+"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * (GU ? TR_GEMM_TM / 2 : TR_GEMM_TM);\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
 "  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  /* float4 fetches: the tile is interior along x (and k, checked per tile) and A / B rows 16-byte aligned */\n"
 "  /* 1: aligned float4; 2 (UV): rows not 16-byte aligned, vload4 */\n"
-"  const int va = TR_VLA > 0 && (UV || (al & 1)) && m0 + TR_GEMM_TM <= M ? ((al & 1) ? 1 : 2) : 0;\n"
+"  const int va = TR_VLA > 0 && (UV || (al & 1)) && m0 + (GU ? TR_GEMM_TM / 2 : TR_GEMM_TM) <= M ? ((al & 1) ? 1 : 2) : 0;\n"
 "  const int vb = TR_VLB > 0 && (UV || (al & 2)) && n0 + TR_GEMM_TN <= N ? ((al & 2) ? 1 : 2) : 0;\n"
 "  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];\n"
 "  float4 v;\n"
@@ -5294,36 +5305,75 @@ static const char tr__cl_src_gemm_4[] =
 "      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
 "      if (fa == 1) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1) }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1, GU) }\n"
 "      } else if (UV && fa) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4, SW == 1) }\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4, SW == 1, GU) }\n"
 "      } else {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1) }\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1, GU) }\n"
 "      }\n"
 "      if (fb == 1) {\n"
 "#pragma unroll\n";
 static const char tr__cl_src_gemm_5[] =
-"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2) }\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2, 0) }\n"
 "      } else if (UV && fb) {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4, SW == 2) }\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4, SW == 2, 0) }\n"
 "      } else {\n"
 "#pragma unroll\n"
-"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2) }\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2, 0) }\n"
 "      }\n"
 "    }\n"
 "    if (t >= 0) {\n"
 "      int kk;\n"
 "      if (!KT || kn == TR_GEMM_TK) {\n"
+"        if (TR_FB) {\n"
+"          float a0[TR_GEMM_WM], b0[TR_GEMM_WN], a1[TR_GEMM_WM], b1[TR_GEMM_WN];\n"
+"          TR_FRAG(0, a0, b0)\n"
 "#pragma unroll\n"
-"        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
+"          for (kk = 0; kk < TR_GEMM_TK; kk += 2) {\n"
+"            TR_FRAG(kk + 1, a1, b1)\n"
+"            TR_FMAS(a0, b0)\n"
+"            if (kk + 2 < TR_GEMM_TK) { TR_FRAG(kk + 2, a0, b0) }\n"
+"            TR_FMAS(a1, b1)\n"
+"          }\n"
+"        } else {\n"
+"#pragma unroll\n"
+"          for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
+"        }\n"
 "      } else { /* the last tile of a range: only its kn depths (the rest are zeros in both tiles) */\n"
 "#pragma unroll 1\n"
 "        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }\n"
 "      }\n"
 "    }\n"
+"  }\n"
+"  if (GU) { /* act = silu(gate) * up to X (and the gate_up to C when wc): a work-item holds both halves */\n"
+"#pragma unroll\n"
+"    for (i = 0; i < TR_GEMM_WM; i++)\n"
+"#pragma unroll\n"
+"      for (j = 0; j < TR_GEMM_WN; j += TR_GEMM_VW) {\n"
+"        const int m = m0 + TR_ROWA(i), n = n0 + TR_COLB(j), iu = (i + TR_GEMM_WM / 2) % TR_GEMM_WM;\n"
+"        if (i < TR_GEMM_WM / 2 && m < M) {\n"
+"          __global float *xr = X + (long)m * ldx + n, *gr = C + (long)m * ldc + n, *ur = gr + gh * ldc;\n"
+"#if TR_GEMM_VW == 4\n"
+"          if ((al & 12) == 12 && n + 3 < N) { /* X and C rows 16-byte aligned: float4 stores */\n"
+"            const float4 g = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);\n"
+"            const float4 u = (float4)(c[iu][j], c[iu][j + 1], c[iu][j + 2], c[iu][j + 3]);\n"
+"            *(__global float4 *)xr = g / (1.0f + exp(-g)) * u;\n"
+"            if (wc) *(__global float4 *)gr = g, *(__global float4 *)ur = u;\n"
+"            continue;\n"
+"          }\n"
+"#endif\n"
+"          for (l = 0; l < TR_GEMM_VW; l++)\n"
+"            if (n + l < N) {\n"
+"              const float g = c[i][j + l], u = c[iu][j + l];\n"
+"              xr[l] = g / (1.0f + exp(-g)) * u;\n"
+"              if (wc) gr[l] = g, ur[l] = u;\n"
+"            }\n"
+"        }\n"
+"      }\n"
+"    return;\n"
 "  }\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++) {\n"
@@ -5354,32 +5404,35 @@ static const char tr__cl_src_gemm_5[] =
 "  }\n"
 "}\n";
 static const char tr__cl_src_gemm_6[] =
-"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW)                                                                                       \\\n"
+"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU)                                                                                   \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
-"    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so) {                               \\\n"
+"    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                      \\\n"
+"    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                    \\\n"
 "    __local float4 As4[(2 * TR_ASZ + 3) / 4], Bs4[(2 * TR_BSZ + 3) / 4];                                                     \\\n"
 "    const int z = z0 + get_group_id(2);                                                                             \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
 "    const ulong sa = SW == 1 ? (ulong)so : 0, sb = SW == 2 ? (ulong)so : 0;                                         \\\n"
 "    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \\\n"
-"           ((((co | (ulong)ldc) & 3) == 0) << 2);                                                           \\\n"
+"           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \\\n"
 "    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so);                     \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,           \\\n"
+"        X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                                 \\\n"
 "  }\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
-"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0)\n"
-"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0)\n"
-"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0)\n"
-"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0)\n"
-"/* SwiGLU fused into an operand's fetch (swa: A, swb: B), for the products that consume silu(gate) * up: the\n"
-" down projections (nt, A; nn batched, B) and their weight gradients (tn, B; nt batch sum, B). */\n"
-"TR_SGEMM_K(nn_swb, 0, 0, 1, 0, 1, 1, 2)\n"
-"TR_SGEMM_K(nt_swa, 0, 1, 0, 1, 0, 0, 1)\n"
-"TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2)\n"
-"TR_SGEMM_K(tn_swb, 1, 0, 1, 0, 0, 0, 2)\n"
+"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0)\n"
+"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0, 0)\n"
+"/* The token mix's SwiGLU fused into the products around it. nn_gu: W_tgu . x_b writes act = silu(gate) * up from\n"
+" its registers (gate | up rows). nt_swb: the weight gradient's B operand is read as silu(gate) * up. (The same\n"
+" fusions of the channel SwiGLU were slower on the H200 than the elementwise pass they save: registers.) */\n"
+"#if (TR_GEMM_VW == 4 && TR_GEMM_WM % 8 == 0) || (TR_GEMM_VW == 1 && TR_GEMM_WM % 2 == 0)\n"
+"TR_SGEMM_K(nn_gu, 0, 0, 1, 0, 1, 1, 0, 1)\n"
+"#endif\n"
+"TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2, 0)\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5656,7 +5709,7 @@ static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm
 /* SGEMM tile configuration (the TR_GEMM_* defines). */
 typedef struct tr__cl_gemm_cfg {
     int tm, tn, tk, wm, wn, vw;
-    int wl, db; /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
+    int wl, db, fb; /* warp layout 4 x 8, double-buffered local tiles, double-buffered fragments: 0/1, -1 = default */
 } tr__cl_gemm_cfg;
 
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
@@ -5671,7 +5724,7 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
     if ((g->vw != 1 && g->vw != 4) || g->wm * g->wn > 256 || g->tm % g->wm || g->tn % g->wn) return 0;
     if (g->vw == 4 && (g->wm % 4 || g->wn % 4)) return 0;
     rm = g->tm / g->wm, rn = g->tn / g->wn, nt = rm * rn;
-    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32))) return 0;
+    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || g->fb < -1 || g->fb > 1 || (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32))) return 0;
     if ((g->tm * g->tk) % nt || (g->tn * g->tk) % nt) return 0; /* every work-item stages whole elements */
     if (info) {
         if (info->max_wg && (size_t)nt > info->max_wg) return 0;
@@ -5686,12 +5739,12 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1}, {128, 64, 16, 8, 8, 4, -1, -1}, {64, 64, 16, 4, 4, 4, -1, -1},
-                                          {64, 64, 16, 8, 8, 4, -1, -1},   {32, 32, 16, 4, 4, 4, -1, -1},  {32, 32, 8, 4, 4, 1, -1, -1},
-                                          {16, 16, 8, 2, 2, 1, -1, -1},    {8, 8, 8, 2, 2, 1, -1, -1},     {4, 4, 4, 1, 1, 1, -1, -1},
-                                          {1, 1, 1, 1, 1, 1, -1, -1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1}, {32, 32, 16, 4, 4, 4, -1, -1}, {16, 16, 8, 2, 2, 1, -1, -1},
-                                          {8, 8, 8, 2, 2, 1, -1, -1},    {1, 1, 1, 1, 1, 1, -1, -1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     const char *env = getenv("TINYREC_CL_SGEMM");
@@ -5723,6 +5776,7 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             else if (!strcmp(key, "VW")) g.vw = (int)v;
             else if (!strcmp(key, "WL")) g.wl = (int)v;
             else if (!strcmp(key, "DB")) g.db = (int)v;
+            else if (!strcmp(key, "FB")) g.fb = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -5738,7 +5792,8 @@ TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap)
     n = snprintf(buf, cap, "-DTR_GEMM_TM=%d -DTR_GEMM_TN=%d -DTR_GEMM_TK=%d -DTR_GEMM_WM=%d -DTR_GEMM_WN=%d -DTR_GEMM_VW=%d", g.tm, g.tn,
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
-    if (n > 0 && (size_t)n < cap && g.db >= 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
+    if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
+    if (n > 0 && (size_t)n < cap && g.fb >= 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_FB=%d", g.fb);
 }
 
 /* How many pieces to cut `units` (K, or the batches summed into one C) into so that tiles * pieces work-groups fill
@@ -5755,17 +5810,28 @@ TR__FN int tr__cl_gemm_pieces(const tr__cl_info *info, size_t tiles, size_t unit
 }
 
 /* The (transpose, fused operand) cases that have a SwiGLU-fused kernel: those of the model (nn B, nt A, nt B, tn B). */
-TR__FN int tr__cl_gemm_sw_ok(int ta, int tb, int sw) {
-    return (sw == 2 && !ta) || (sw == 1 && !ta && tb) || (sw == 2 && ta && !tb);
-}
+TR__FN int tr__cl_gemm_sw_ok(int ta, int tb, int sw) { return sw == 2 && !ta && tb; }
+
+/* SwiGLU fused into a product (tr__cl_gemm_run): sw 2 = B is read as silu(x) * x[so]; gu = C's rows are gate | up
+   halves `half` apart and act = silu(gate) * up is written to act (ld, batch stride), C too when write_gu. */
+typedef struct tr__cl_gemm_fuse {
+    int sw, gu, write_gu;
+    size_t so, half, ld_act, s_act;
+    float *act;
+} tr__cl_gemm_fuse;
+
+/* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
+   apart in its register block), as the kernel's #if before nn_gu tests. */
+TR__FN int tr__cl_gemm_gu_ok(const tr__cl_gemm_cfg *g) { return g->vw == 4 ? g->wm % 8 == 0 : g->wm % 2 == 0; }
 
 /* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
    splits (nb == 1) or the batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed
-   partials to scratch, then tr_k_gemm_reduce sums them in order into C. sw: 1 (2) = A (B) is read as silu(x) * x[so]
-   (tr__cl_gemm_sw_ok says which cases have a kernel). */
+   partials to scratch, then tr_k_gemm_reduce sums them in order into C. fz: a fused SwiGLU (NULL: none); with gu,
+   M counts the activation's rows (half of C's). */
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces, int sw,
-                                 size_t so) {
+                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
+                                 const tr__cl_gemm_fuse *fz) {
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -5783,6 +5849,14 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         nb = 1, K = 0; /* an empty sum: C = 0 */
     }
     tr__cl_gemm_config(info, &g);
+    if (!fz) fz = &none;
+    if (fz->sw && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
+    if (fz->gu) {
+        if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || (nb > 1 && sC == 0) || !fz->act)
+            return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
+        pieces = 1;
+        g.tm /= 2; /* tiles of C's halves */
+    }
     sum = nb > 1 && sC == 0;
     tiles = ((M + (size_t)g.tm - 1) / (size_t)g.tm) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
     mn = M * N;
@@ -5809,11 +5883,12 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (!(P = tr__cl_scratch(cl, TR__CL_SLOT_GEMM, (size_t)np * mn))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         out = P;
     }
-    if (sw && !tr__cl_gemm_sw_ok(ta, tb, sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
+    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn, gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm; /* groups */
+    if (fz->gu) g.tm *= 2;
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             sw == 1 ? "_swa" : sw == 2 ? "_swb" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
-    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm * ls[1];
+    gs[0] *= ls[0], gs[1] *= ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
         gs[2] = (size_t)TR__MIN(nz - z0, 65535);
         tr__cla_init(&a);
@@ -5823,7 +5898,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
         tr__cla_i32(&a, P ? 0 : acc != 0);
         tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
-        tr__cla_i64(&a, (int64_t)(sw ? so : 0));
+        tr__cla_i64(&a, (int64_t)fz->so), tr__cla_i64(&a, (int64_t)fz->half);
+        tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act), tr__cla_i32(&a, fz->write_gu);
         if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
     }
     if (P) {
@@ -5842,21 +5918,34 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
    to fill the device and K is long (the weight gradients, K = rows of the batch). */
 TR__FN tr_status tr__cl_sgemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
                               size_t ldb, float *C, size_t ldc, int acc) {
-    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0, 0, 0);
+    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0, NULL);
 }
 
 /* nb products A + b*sA, B + b*sB -> C + b*sC; sC == 0: all summed into C (deterministic, batch order within a group,
    groups in order). */
 TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
                                       size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0, 0);
+    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, NULL);
 }
 
-/* tr__cl_sgemm_batched with operand sw (1: A, 2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
+/* tr__cl_sgemm_batched with operand sw (2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, sw, so);
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL};
+    fz.sw = sw, fz.so = so;
+    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
+}
+
+/* The token mix's gate_up product with the SwiGLU in its epilogue: per batch C_b[2 half, N] = A B_b (gate | up
+   rows), act_b[half, N] (ld_act, s_act) = silu(gate) * up; C is written only when write_gu. TR_ERR_UNSUPPORTED
+   when the tile configuration cannot pair the halves (tr__cl_gemm_gu_ok). */
+TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
+                                      size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
+                                      size_t s_act) {
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL};
+    fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
+    return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -6193,31 +6282,40 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, long rows, long width, const flo
     return TR_OK;
 }
 
-/* A product whose operand sw (1: A, 2: B) is the SwiGLU activation silu(gate) * up of a gate_up tensor, passed as
-   that tensor with its own ld / batch stride; `up` is the distance from a gate to its up: the operand's columns
-   (gate | up halves per row: the channel SwiGLU) or its rows * columns (halves per batch entry: the token mix).
-   On a device the activation is computed as the GEMM fetches it and never written; on the CPU it is written to act
-   first (packed: ld = columns, batch stride rows * columns), then multiplied. */
+/* C (+)= op(A_b) act_bᵀ-style products whose B operand is the token mix's SwiGLU activation silu(gate) * up, passed
+   as the gate_up tensor (per batch: the gate half, then the up half `rows * cols` further; ld = cols). On a device the
+   activation is computed as the GEMM fetches it (nt only, the token-mix weight gradient); otherwise it is written to
+   act first (packed, batch stride rows * cols), then multiplied. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t up,
-                                     float *act) {
-    size_t rows = sw == 1 ? (ta ? K : M) : (tb ? N : K), cols = sw == 1 ? (ta ? M : K) : (tb ? K : N);
-    size_t ld = sw == 1 ? lda : ldb, sgu = sw == 1 ? sA : sB;
-    const float *gu = sw == 1 ? A : B;
+                                     const float *gu, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, float *act) {
+    size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
-    int b;
-    if ((sw != 1 && sw != 2) || (up != cols && (up != rows * cols || ld != cols)))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: operand %d is not a gate_up layout", sw);
+    if (ldb != cols) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: the gate_up operand must have ld = its columns");
 #if TINYREC_OPENCL
-    if (ctx->dev_active && tr__cl_gemm_sw_ok(ta, tb, sw)) return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, sw, up);
+    if (ctx->dev_active && tr__cl_gemm_sw_ok(ta, tb, 2))
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, rows * cols);
 #endif
-    if (up != cols) st = tr__op_swiglu_fwd(ctx, nb, (long)up, gu, sgu, act, up);
-    else
-        for (st = TR_OK, b = 0; b < nb && st == TR_OK; b++) st = tr__op_swiglu_fwd(ctx, (long)rows, (long)cols, gu + b * sgu, ld, act + b * rows * cols, cols);
-    if (st != TR_OK) return st;
-    if (sw == 1) A = act, lda = cols, sA = rows * cols;
-    else B = act, ldb = cols, sB = rows * cols;
-    return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
+    if ((st = tr__op_swiglu_fwd(ctx, nb, (long)(rows * cols), gu, sB, act, rows * cols))) return st;
+    return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
+}
+
+/* The token mix's gate_up product and SwiGLU: per batch C_b[2 half, N] = A B_b (gate | up rows, ldc = N) and
+   act_b[half, N] = silu(gate) * up (batch stride s_act). On a device in one product: the activation comes out of its
+   registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not). Elsewhere (the CPU,
+   or a tile configuration that cannot pair the halves) the product, then the elementwise pass. */
+TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
+                                      size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
+    tr_status st;
+#if TINYREC_OPENCL
+    if (ctx->dev_active) {
+        tr__cl_gemm_cfg g;
+        tr__cl_gemm_config(tr__cl_get_info(ctx->cl), &g);
+        if (tr__cl_gemm_gu_ok(&g)) return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
+    }
+#endif
+    TR__UNUSED(keep_gu);
+    if ((st = tr__op_sgemm_batched(ctx, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0))) return st;
+    return tr__op_swiglu_fwd(ctx, nb, (long)(half * N), C, sC, act, s_act);
 }
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
@@ -6763,7 +6861,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 
 /* --- blocks ------------------------------------------------------------------------------- */
 /* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
-TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp) {
+TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
@@ -6771,9 +6869,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     tr_status st;
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
-        /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D] */
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, 2 * It, D, S, ly->tgu, S, 0, r->in, D, S * D, r->mix, D, 2 * It * D, 0))) return st;
-        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, r->mix, D, 2 * It * D, proj, D, S * D, 0, 2, It * D, act))) return st;
+        /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b) */
+        if ((st = tr__op_sgemm_gate_up(ctx, B, It, D, S, ly->tgu, S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
         if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0))) return st;
@@ -6782,9 +6880,10 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
-    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ (act fused into that product) */
+    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, ly->gu, D, r->gu, 2 * I, 0))) return st;
-    if ((st = tr__op_sgemm_swiglu(ctx, 1, 0, 1, BS, D, I, r->gu, 2 * I, 0, ly->down, I, 0, proj, D, 0, 0, 1, I, act))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, ly->down, I, proj, D, 0))) return st;
     return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
@@ -6799,9 +6898,10 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     tr_status st;
     /* channel SwiGLU half */
     if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
-    /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer floats per row
-       and block); on a device inside the product that consumes it */
-    if ((st = tr__op_sgemm_swiglu(ctx, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, g_down, I, 0, 1, 2, I, act))) return st;
+    /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
+       elementwise pass instead of S * I more floats per row and block */
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
     if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
@@ -6813,7 +6913,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, 2, It * D, act))) return st;
+        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, ly->tdown, It, 0, g1, D, S * D, dact, D, It * D, 0))) return st;
         if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
@@ -6858,7 +6958,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
             r->in = out;
             r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
         }
-        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp)) != TR_OK) return st;
+        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL)) != TR_OK) return st;
     }
     return TR_OK;
 }

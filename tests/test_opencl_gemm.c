@@ -73,7 +73,7 @@ static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, s
     tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces, 0, 0)
+    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces, NULL)
                 : tr__cl_sgemm(cl, ta, tb, M, N, K, dA, lda, dB, ldb, dC, ldc, acc);
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
@@ -113,9 +113,9 @@ static void test_sgemm_split(void **state) {
     A = (float *)malloc(K * M * 4), B = (float *)malloc(K * N * 4), C1 = (float *)malloc(n * 4), C2 = (float *)malloc(n * 4);
     tu_fill(A, K * M, 7, 1.0f), tu_fill(B, K * N, 8, 1.0f);
     dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, 0, 0), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, NULL), TR_OK);
     down(cl, C1, dC, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, 0, 0), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, NULL), TR_OK);
     down(cl, C2, dC, n);
     assert_memory_equal(C1, C2, n * 4);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -134,7 +134,7 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     tu_fill(A, na, seed, 1.0f), tu_fill(B, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces, 0, 0), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces, NULL), TR_OK);
     down(cl, C, dC, nc);
     if (sum && nb == 0 && !acc)
         for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
@@ -205,21 +205,57 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
     free(G), free(X), free(act), free(C), free(R);
 }
 
-/* The four cases of the model (down projections forward, their weight gradients backward), at odd sizes, aligned
-   (pad 0, float4 fetches of interior tiles) and not; then an unsupported case is refused. */
+/* The fused-fetch case of the model (the token-mix weight gradient, nt batch sum) and its per-row twin, at odd
+   sizes, aligned (pad 0: float4 fetches of interior tiles) and not; other cases have no kernel. */
 static void test_sgemm_swiglu(void **state) {
     tr__cl *cl = dev();
     size_t pad;
     (void)state;
     for (pad = 0; pad < 2; pad++) {
-        run_swiglu(cl, 1, 0, 1, 150, 37, 70, 1, 0, pad, 0, 0, 70);        /* proj = act . W_down^T */
-        run_swiglu(cl, 1, 1, 0, 37, 70, 150, 2, 0, pad, 0, 1, 71);        /* g_down += g^T . act */
-        run_swiglu(cl, 3, 0, 0, 97, 40, 130, 2, 1, pad, 0, 0, 72);        /* token mix: proj_b = W_tdown . act_b */
-        run_swiglu(cl, 5, 0, 1, 97, 130, 40, 2, 1, pad, 1, 1, 73);        /* g_tdown += sum_b g_b . act_b^T */
-        run_swiglu(cl, 1, 0, 0, 33, 260, 129, 2, 1, pad, 0, 0, 74);       /* token mix with one batch entry */
-        run_swiglu(cl, 2, 0, 1, 130, 140, 260, 1, 0, pad, 0, 1, 75);      /* per-row layout, batched, big tiles */
+        run_swiglu(cl, 5, 0, 1, 97, 130, 40, 2, 1, pad, 1, 1, 73);   /* g_tdown += sum_b g_b . act_b^T */
+        run_swiglu(cl, 3, 0, 1, 33, 70, 150, 2, 1, pad, 0, 0, 74);   /* per batch, separate outputs */
+        run_swiglu(cl, 1, 0, 1, 150, 37, 70, 2, 0, pad, 0, 1, 75);   /* per row, one product */
+        run_swiglu(cl, 2, 0, 1, 130, 140, 260, 2, 0, pad, 0, 0, 76); /* per row, batched, big tiles */
     }
-    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 1, 4), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4), TR_ERR_UNSUPPORTED);
+}
+
+/* The token mix's gate_up product with the SwiGLU in its epilogue vs the reference product and activation: per batch
+   C_b[2 half, N] = A B_b (gate | up rows), act_b = silu(gate) * up. With keep, C must equal the product; without, C
+   must be untouched; act's batch padding must survive. */
+static void run_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, size_t pad, int keep, uint64_t seed) {
+    size_t M = 2 * half, lda = K + pad, sB = K * N + pad, sC = M * N + 1, sX = half * N + 3, n1 = (size_t)nb, b, i;
+    size_t na = M * lda, nbb = sB * n1, nc = sC * n1, nx = sX * n1;
+    float *A = (float *)malloc(na * 4), *Bm = (float *)malloc(nbb * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
+    float *X = (float *)malloc(nx * 4), *RX = (float *)malloc(nx * 4), *P = (float *)malloc(M * N * 4), *dA, *dB, *dC, *dX;
+    char what[160];
+    tu_fill(A, na, seed, 1.0f), tu_fill(Bm, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f), tu_fill(X, nx, seed + 3, 1.0f);
+    memcpy(R, C, nc * 4), memcpy(RX, X, nx * 4);
+    dA = up(cl, A, na), dB = up(cl, Bm, nbb), dC = up(cl, C, nc), dX = up(cl, X, nx);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, dA, lda, 0, dB, N, sB, dC, N, sC, keep, dX, N, sX), TR_OK);
+    down(cl, C, dC, nc), down(cl, X, dX, nx);
+    for (b = 0; b < n1; b++) {
+        tr__sgemm_ref(0, 0, M, N, K, A, lda, Bm + b * sB, N, P, N, 0);
+        for (i = 0; i < half * N; i++) RX[b * sX + i] = tr__silu(P[i]) * P[half * N + i];
+        if (keep) memcpy(R + b * sC, P, M * N * 4);
+    }
+    snprintf(what, sizeof what, "gate_up nb=%d half=%zu N=%zu K=%zu pad=%zu keep=%d: C", nb, half, N, K, pad, keep);
+    check(what, C, R, nc, 1e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm);
+    snprintf(what, sizeof what, "gate_up nb=%d half=%zu N=%zu K=%zu pad=%zu keep=%d: act", nb, half, N, K, pad, keep);
+    check(what, X, RX, nx, 2e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC), tr__cl_free(cl, dX);
+    free(A), free(Bm), free(C), free(R), free(X), free(RX), free(P);
+}
+
+/* The model's layout scaled down (K = 97), odd halves and widths (scalar stores), interior tiles and edges. */
+static void test_sgemm_gate_up(void **state) {
+    tr__cl *cl = dev();
+    (void)state;
+    run_gate_up(cl, 3, 64, 40, 97, 0, 1, 83); /* taped */
+    run_gate_up(cl, 2, 37, 130, 97, 1, 0, 84); /* no-grad: C untouched */
+    run_gate_up(cl, 4, 130, 70, 5, 0, 1, 85);
+    run_gate_up(cl, 1, 160, 256, 33, 0, 0, 86);
+    run_gate_up(cl, 2, 3, 3, 1, 0, 1, 87);
 }
 
 /* The same products with a second tile configuration (TINYREC_CL_SGEMM, scalar local reads, odd tile shape). */
@@ -240,6 +276,8 @@ static void test_sgemm_env_override(void **state) {
     run_gemm(cl, 1, 0, 30, 40, 300, 0, 1, 3, 63);
     run_batched(cl, 4, 0, 1, 13, 17, 7, 1, 1, 0, 2, 64);
     run_batched(cl, 4, 1, 0, 13, 17, 7, 1, 0, 1, 0, 65);
+    /* WM = 3 cannot hold a gate row and its up in one work-item */
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, NULL, 4, 0), TR_ERR_UNSUPPORTED);
     tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "TM=7,TN=16,bogus", 1); /* invalid: ignored */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
@@ -315,7 +353,7 @@ static void test_sgemm_defines(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
-        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests_name("opencl_gemm", tests, setup, teardown);
 }
