@@ -52,7 +52,7 @@
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
                                oom@STEP[:ROWS] | enqueue@STEP[:N] (see tr_ctx_inject_fault)
-       TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4"
+       TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
 
@@ -3287,6 +3287,7 @@ typedef enum tr__cl_fault { TR__CLF_NONE = 0, TR__CLF_NO_LIBRARY, TR__CLF_NO_PLA
 typedef struct tr__cl_info {
     char name[256], vendor[256], version[128];
     int is_gpu, has_fp64;
+    int nv_sm; /* NVIDIA compute capability as 10 * major + minor (cl_nv_device_attribute_query), else 0 */
     size_t max_wg, max_item[3], local_mem, max_alloc, global_mem, compute_units;
 } tr__cl_info;
 
@@ -3488,6 +3489,12 @@ TR__FN void tr__cl_query_info(tr__cl *cl) {
         memset(ext, 0, sz + 1);
         f->GetDeviceInfo(cl->device, TR__CL_DEVICE_EXTENSIONS, sz, ext, NULL);
         I->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+        if (strstr(ext, "cl_nv_device_attribute_query")) {
+            tr__cl_uint major = 0, minor = 0;
+            f->GetDeviceInfo(cl->device, 0x4000 /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */, sizeof major, &major, NULL);
+            f->GetDeviceInfo(cl->device, 0x4001 /* ..._MINOR_NV */, sizeof minor, &minor, NULL);
+            I->nv_sm = (int)(major * 10 + minor);
+        }
         tr__free(cl->ctx, ext);
     }
 }
@@ -5092,6 +5099,16 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      go to scratch and tr_k_gemm_reduce sums them in order; a batched product with sC == 0 is a single long sum
      over (batch, k) per group of batches, likewise reduced in group order. No atomics: results are deterministic
      for a given device and tile configuration.
+   Fused SwiGLU (the token mix, whose elementwise passes are the biggest): nn_gu computes W_tgu . x_b with gate and
+     up rows TM/2 apart in one work-item's registers and writes act = silu(gate) * up from them (and the gate_up
+     only when the tape needs it); nt_swb reads its B operand as silu(gate) * up from the gate_up tensor (the
+     weight gradient of W_tdown). The channel SwiGLU's fused forms were slower on the H200 (register pressure
+     cost the products more than the pass saves), so it stays an elementwise pass.
+   cp.async (TR_GEMM_CP; NVIDIA sm_80+, found through cl_nv_device_attribute_query): the tn kernel (the weight
+     gradients, both tiles k-major) copies interior tiles global -> local with inline-PTX cp.async into the other
+     of two buffers while this one is multiplied (+8% on the H200); CP=0 in TINYREC_CL_SGEMM turns it off. (An
+     nt twin keeping k-contiguous tiles, float4 reads along k, ran at 34 TFLOP/s against 39, and nn with only its
+     B tile copied so at 1-4% below the register path: not kept.)
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides). The host recomputes the same choice at
      each launch, so the variable must not change while a device is open (a mismatch fails the launch through
@@ -5237,22 +5254,31 @@ static const char tr__cl_src_gemm_3[] =
 "    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
 "    TR_FRAG(kk, a, b)                                                                                      \\\n"
 "    TR_FMAS(a, b)                                                                                          \\\n"
-"  }\n"
-"/* FB: the fragments of depth kk + 1 are read from local memory before the fma of depth kk (two register sets),\n"
-" so a warp does not wait for its own local reads. */\n"
-"#ifdef TR_GEMM_FB\n"
-"#define TR_FB (TR_GEMM_FB && TR_GEMM_TK % 2 == 0)\n"
-"#else\n"
-"#define TR_FB 0\n"
-"#endif\n";
+"  }\n";
 static const char tr__cl_src_gemm_4[] =
+"/* CPA (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): interior tiles go from global to local memory with cp.async,\n"
+" 16 bytes at a time, into the other of two local buffers while this one is multiplied; no registers, no stores. */\n"
+"#if TR_GEMM_CP\n"
+"#define TR_CPASYNC(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
+"#define TR_CPCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
+"#define TR_CPWAIT() __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\")\n"
+"#else\n"
+"#define TR_CPASYNC(dst, src)\n"
+"#define TR_CPCOMMIT()\n"
+"#define TR_CPWAIT()\n"
+"#endif\n"
+"/* a run of 4 along x (k-major tile, not CK) into S[q][4x] */\n"
+"#define TR_CPFETCH(P, ld, S, SX, x0, XT)                                                                       \\\n"
+"  TR_EIDX(XT, 0, 4)                                                                                          \\\n"
+"  TR_CPASYNC(S + q * SX + 4 * x, P + (long)(k0 + q) * ld + (x0 + 4 * x));\n"
 "/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
 " z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.\n"
-" TA, TB: compile-time constants (one kernel per case). */\n"
+" TA, TB: compile-time constants (one kernel per case). */\n";
+static const char tr__cl_src_gemm_4a[] =
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
-"              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh,\n"
+"              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh, const int CPA,\n"
 "              __global float *X, long ldx, int wc) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
@@ -5271,6 +5297,7 @@ static const char tr__cl_src_gemm_4[] =
 "  float4 v;\n"
 "  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0, kf = 0, kn = 0;\n"
 "  __global const float *Ab, *Bb, *pp;\n"
+"  __local float *An = As0, *Bn = Bs0;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++)\n"
 "#pragma unroll\n"
@@ -5278,7 +5305,11 @@ static const char tr__cl_src_gemm_4[] =
 "  for (t = -1; t < nt; t++) {\n"
 "    __local float *As = As0, *Bs = Bs0;\n"
 "    if (DB) As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
-"    if (t >= 0) { /* stage the registers fetched last round */\n"
+"    if (t >= 0 && CPA) { /* this tile's copies are done (each work-item waits for its own), then visible to all */\n"
+"      kn = kf;\n"
+"      TR_CPWAIT();\n"
+"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    } else if (t >= 0) { /* stage the registers fetched last round */\n"
 "      if (!DB && t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
 "      kn = kf; /* KT: depth of this tile, TK or less for the last of a range */\n"
 "      if (fa) {\n"
@@ -5301,9 +5332,20 @@ static const char tr__cl_src_gemm_4[] =
 "      const int tb_ = (t + 1) / ntk;\n"
 "      k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
 "      Ab = A + (long)(b0 + tb_) * sA, Bb = B + (long)(b0 + tb_) * sB;\n"
-"      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n"
+"      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n";
+static const char tr__cl_src_gemm_4b[] =
 "      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
-"      if (fa == 1) {\n"
+"      /* CPA: into the other buffer (read last in tile t - 1: every work-item is past the barrier above) */\n"
+"      An = As0 + ((t + 1) & 1) * TR_ASZ, Bn = Bs0 + ((t + 1) & 1) * TR_BSZ;\n"
+"      if (CPA && fa == 1) {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_VLA; l++) { TR_CPFETCH(Ab, lda, An, TR_SA, m0, TR_GEMM_TM) }\n"
+"      } else if (CPA) { /* an edge tile: element-wise, now */\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, 0, 0) }\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LA; l++) { TR_SSTAGE(An, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
+"      } else if (fa == 1) {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1, GU) }\n"
 "      } else if (UV && fa) {\n"
@@ -5313,7 +5355,15 @@ static const char tr__cl_src_gemm_4[] =
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1, GU) }\n"
 "      }\n"
-"      if (fb == 1) {\n"
+"      if (CPA && fb == 1) {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_VLB; l++) { TR_CPFETCH(Bb, ldb, Bn, TR_SB, n0, TR_GEMM_TN) }\n"
+"      } else if (CPA) {\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, 0, 0) }\n"
+"#pragma unroll\n"
+"        for (l = 0; l < TR_LB; l++) { TR_SSTAGE(Bn, TR_SB, rb, TR_GEMM_TN, TB) }\n"
+"      } else if (fb == 1) {\n"
 "#pragma unroll\n";
 static const char tr__cl_src_gemm_5[] =
 "        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2, 0) }\n"
@@ -5324,24 +5374,13 @@ static const char tr__cl_src_gemm_5[] =
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2, 0) }\n"
 "      }\n"
+"      if (CPA) TR_CPCOMMIT();\n"
 "    }\n"
 "    if (t >= 0) {\n"
 "      int kk;\n"
 "      if (!KT || kn == TR_GEMM_TK) {\n"
-"        if (TR_FB) {\n"
-"          float a0[TR_GEMM_WM], b0[TR_GEMM_WN], a1[TR_GEMM_WM], b1[TR_GEMM_WN];\n"
-"          TR_FRAG(0, a0, b0)\n"
 "#pragma unroll\n"
-"          for (kk = 0; kk < TR_GEMM_TK; kk += 2) {\n"
-"            TR_FRAG(kk + 1, a1, b1)\n"
-"            TR_FMAS(a0, b0)\n"
-"            if (kk + 2 < TR_GEMM_TK) { TR_FRAG(kk + 2, a0, b0) }\n"
-"            TR_FMAS(a1, b1)\n"
-"          }\n"
-"        } else {\n"
-"#pragma unroll\n"
-"          for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
-"        }\n"
+"        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
 "      } else { /* the last tile of a range: only its kn depths (the rest are zeros in both tiles) */\n"
 "#pragma unroll 1\n"
 "        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }\n"
@@ -5404,7 +5443,7 @@ static const char tr__cl_src_gemm_5[] =
 "  }\n"
 "}\n";
 static const char tr__cl_src_gemm_6[] =
-"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU)                                                                                   \\\n"
+"#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU, CPA)                                                                              \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
@@ -5417,22 +5456,25 @@ static const char tr__cl_src_gemm_6[] =
 "    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \\\n"
 "    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,           \\\n"
+"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), CPA || TR_DB(DB), KT, UV, SW, so, GU, gh, CPA, \\\n"
 "        X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                                 \\\n"
 "  }\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
-"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0)\n"
-"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0, 0)\n"
-"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0, 0)\n"
-"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)\n"
+"TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0, 0, 0)\n"
+"TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0, 0, 0)\n"
 "/* The token mix's SwiGLU fused into the products around it. nn_gu: W_tgu . x_b writes act = silu(gate) * up from\n"
 " its registers (gate | up rows). nt_swb: the weight gradient's B operand is read as silu(gate) * up. (The same\n"
 " fusions of the channel SwiGLU were slower on the H200 than the elementwise pass they save: registers.) */\n"
 "#if (TR_GEMM_VW == 4 && TR_GEMM_WM % 8 == 0) || (TR_GEMM_VW == 1 && TR_GEMM_WM % 2 == 0)\n"
-"TR_SGEMM_K(nn_gu, 0, 0, 1, 0, 1, 1, 0, 1)\n"
+"TR_SGEMM_K(nn_gu, 0, 0, 1, 0, 1, 1, 0, 1, 0)\n"
 "#endif\n"
-"TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2, 0)\n"
+"TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2, 0, 0)\n"
+"#if TR_GEMM_CP\n"
+"TR_SGEMM_K(tn_cpa, 1, 0, 1, 1, 0, 0, 0, 0, 1)\n"
+"#endif\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -5694,8 +5736,8 @@ static const char tr__cl_src_gemm_12[] =
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
-#define TR__CL_SRC_GEMM_N 13
+static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+#define TR__CL_SRC_GEMM_N 15
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -5709,7 +5751,8 @@ static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm
 /* SGEMM tile configuration (the TR_GEMM_* defines). */
 typedef struct tr__cl_gemm_cfg {
     int tm, tn, tk, wm, wn, vw;
-    int wl, db, fb; /* warp layout 4 x 8, double-buffered local tiles, double-buffered fragments: 0/1, -1 = default */
+    int wl, db;     /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
+    int cp;         /* tn tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never */
 } tr__cl_gemm_cfg;
 
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
@@ -5724,7 +5767,9 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
     if ((g->vw != 1 && g->vw != 4) || g->wm * g->wn > 256 || g->tm % g->wm || g->tn % g->wn) return 0;
     if (g->vw == 4 && (g->wm % 4 || g->wn % 4)) return 0;
     rm = g->tm / g->wm, rn = g->tn / g->wn, nt = rm * rn;
-    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || g->fb < -1 || g->fb > 1 || (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32))) return 0;
+    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || g->cp < -1 || g->cp > 1 ||
+        (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32)))
+        return 0;
     if ((g->tm * g->tk) % nt || (g->tn * g->tk) % nt) return 0; /* every work-item stages whole elements */
     if (info) {
         if (info->max_wg && (size_t)nt > info->max_wg) return 0;
@@ -5732,6 +5777,14 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
         if (info->local_mem && tr__cl_gemm_local_bytes(g) > info->local_mem) return 0;
     }
     return 1;
+}
+
+/* Whether the tn kernel can stage its tiles with cp.async (inline PTX): an NVIDIA sm_80+ device, and tiles the
+   kernel's float4 fetches cover (16-byte copies). */
+TR__FN int tr__cl_gemm_cp_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info) {
+    int nt = (g->tm / g->wm) * (g->tn / g->wn);
+    return info && info->nv_sm >= 80 && g->vw == 4 && g->tk % 4 == 0 && g->tm % 4 == 0 && g->tn % 4 == 0 && (g->tm * g->tk / 4) % nt == 0 &&
+           (g->tn * g->tk / 4) % nt == 0;
 }
 
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
@@ -5776,11 +5829,12 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             else if (!strcmp(key, "VW")) g.vw = (int)v;
             else if (!strcmp(key, "WL")) g.wl = (int)v;
             else if (!strcmp(key, "DB")) g.db = (int)v;
-            else if (!strcmp(key, "FB")) g.fb = (int)v;
+            else if (!strcmp(key, "CP")) g.cp = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
     }
+    out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info);
 }
 
 /* Build options with the tile defines; the runtime passes them to clBuildProgram. */
@@ -5793,7 +5847,7 @@ TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap)
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
     if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
-    if (n > 0 && (size_t)n < cap && g.fb >= 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_FB=%d", g.fb);
+    if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=1");
 }
 
 /* How many pieces to cut `units` (K, or the batches summed into one C) into so that tiles * pieces work-groups fill
@@ -5886,7 +5940,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn, gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm; /* groups */
     if (fz->gu) g.tm *= 2;
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : ta && !tb && g.cp ? "_cpa" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] *= ls[0], gs[1] *= ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
@@ -6055,7 +6109,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 /* >>cl-gemm-end */
 
 /* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
 /* >>opencl-end */
 #endif
 

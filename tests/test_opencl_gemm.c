@@ -279,6 +279,12 @@ static void test_sgemm_env_override(void **state) {
     /* WM = 3 cannot hold a gate row and its up in one work-item */
     assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, NULL, 4, 0), TR_ERR_UNSUPPORTED);
     tr_ctx_destroy(ctx2);
+    setenv("TINYREC_CL_SGEMM", "CP=1", 1); /* cp.async only where the device has it (NVIDIA sm_80+) */
+    tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
+    assert_int_equal(g1.cp, tr__cl_get_info(cl0)->nv_sm >= 80);
+    setenv("TINYREC_CL_SGEMM", "CP=0", 1);
+    tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
+    assert_int_equal(g1.cp, 0);
     setenv("TINYREC_CL_SGEMM", "TM=7,TN=16,bogus", 1); /* invalid: ignored */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
     assert_memory_equal(&g0, &g1, sizeof g0);
