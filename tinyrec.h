@@ -5106,7 +5106,8 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      cost the products more than the pass saves), so it stays an elementwise pass.
    cp.async (TR_GEMM_CP; NVIDIA sm_80+, found through cl_nv_device_attribute_query): the tn kernel (the weight
      gradients, both tiles k-major) copies interior tiles global -> local with inline-PTX cp.async into the other
-     of two buffers while this one is multiplied (+8% on the H200); CP=0 in TINYREC_CL_SGEMM turns it off. (An
+     of two buffers while this one is multiplied (+8% on the H200); CP=0 in TINYREC_CL_SGEMM turns it off. Only
+     where M and N are whole tiles: edge tiles are copied synchronously, which cost the M = 97 token-mix product 20%. (An
      nt twin keeping k-contiguous tiles, float4 reads along k, ran at 34 TFLOP/s against 39, and nn with only its
      B tile copied so at 1-4% below the register path: not kept.)
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
@@ -5940,7 +5941,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn, gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm; /* groups */
     if (fz->gu) g.tm *= 2;
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : ta && !tb && g.cp ? "_cpa" : "", g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : ta && !tb && g.cp && M % (size_t)g.tm == 0 && N % (size_t)g.tn == 0 ? "_cpa" : "",
+             g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] *= ls[0], gs[1] *= ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
