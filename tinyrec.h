@@ -4674,9 +4674,11 @@ static const char tr__cl_src_ops_6[] =
 "    *row = *row * decay - lr * sg;\n"
 "}\n";
 
-#define TR__CL_SRC_OPS_N 6
+/* Each fragment list is written once: the per-section arrays (tests, benches) and tr__cl_sources use it. */
+#define TR__CL_SRC_OPS_LIST tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6
 
-static const char *const tr__cl_src_ops[TR__CL_SRC_OPS_N] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6};
+static const char *const tr__cl_src_ops[] = {TR__CL_SRC_OPS_LIST};
+#define TR__CL_SRC_OPS_N ((int)(sizeof tr__cl_src_ops / sizeof tr__cl_src_ops[0]))
 
 
 /* Host wrappers. Each launches its kernels on the in-order queue and returns the launch status; none blocks. */
@@ -5737,8 +5739,12 @@ static const char tr__cl_src_gemm_12[] =
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-static const char *const tr__cl_src_gemm[] = {tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
-#define TR__CL_SRC_GEMM_N 15
+#define TR__CL_SRC_GEMM_LIST                                                                                                         \
+    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, \
+        tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
+        tr__cl_src_gemm_12
+static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
+#define TR__CL_SRC_GEMM_N ((int)(sizeof tr__cl_src_gemm / sizeof tr__cl_src_gemm[0]))
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -6111,7 +6117,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 /* >>cl-gemm-end */
 
 /* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6, tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11, tr__cl_src_gemm_12};
+static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
 /* >>opencl-end */
 #endif
 
