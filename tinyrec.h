@@ -5870,7 +5870,7 @@ TR__FN int tr__cl_gemm_pieces(const tr__cl_info *info, size_t tiles, size_t unit
     return s < 1 ? 1 : (int)s;
 }
 
-/* The (transpose, fused operand) cases that have a SwiGLU-fused kernel: those of the model (nn B, nt A, nt B, tn B). */
+/* The (transpose, fused operand) cases that have a fused-fetch kernel: nt with B (the token-mix weight gradient). */
 TR__FN int tr__cl_gemm_sw_ok(int ta, int tb, int sw) { return sw == 2 && !ta && tb; }
 
 /* SwiGLU fused into a product (tr__cl_gemm_run): sw 2 = B is read as silu(x) * x[so]; gu = C's rows are gate | up
