@@ -3291,6 +3291,13 @@ typedef struct tr__cl_info {
     size_t max_wg, max_item[3], local_mem, max_alloc, global_mem, compute_units;
 } tr__cl_info;
 
+/* SGEMM tile configuration (the TR_GEMM_* defines). */
+typedef struct tr__cl_gemm_cfg {
+    int tm, tn, tk, wm, wn, vw;
+    int wl, db;     /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
+    int cp;         /* tn tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never */
+} tr__cl_gemm_cfg;
+
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
 #define TR__CLA_MAX 32
 typedef struct tr__clargs {
@@ -3334,6 +3341,7 @@ struct tr__cl {
     tr__cl_program program;
     tr__cl_mem dummy; /* bound for NULL buffer arguments */
     tr__cl_info info;
+    tr__cl_gemm_cfg gemm; /* the SGEMM tiles the program was built with */
     char platform_name[128];
     tr__cl_arena *arenas;
     int narenas, cap_arenas, last_hit;
@@ -3512,9 +3520,8 @@ TR__FN int tr__cl_c_version(tr__cl *cl) {
 }
 
 TR__FN void tr__cl_destroy(tr__cl *cl);
-#if !defined(TR__CL_NO_GEMM_DEFINES) /* defined only by the runtime's own tests, which have no GEMM fragment */
-TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap); /* with the SGEMM, below */
-#endif
+TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
+TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g, char *buf, size_t cap);
 
 TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsources, const char *opts, int inject) {
     const tr__clfn *f = &cl->lib.f;
@@ -3529,10 +3536,10 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
     if (!src) return TR_ERR_OUT_OF_MEMORY;
     for (i = 0; i < nsources; i++) src[i] = sources[i];
     if (inject) src[nsources] = bad_src;
-#if !defined(TR__CL_NO_GEMM_DEFINES)
-    tr__cl_sgemm_defines(&cl->info, gemm, sizeof gemm);
+    /* chosen once: every launch uses the tiles the program was built with */
+    tr__cl_gemm_config(&cl->info, &cl->gemm);
+    tr__cl_gemm_defines(&cl->gemm, gemm, sizeof gemm);
     gemm[sizeof gemm - 1] = 0;
-#endif
     /* TINYREC_CL_OPTIONS: extra build options for experiments (e.g. -cl-nv-maxrregcount=128) */
     if (!opts) opts = getenv("TINYREC_CL_OPTIONS");
     olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
@@ -5113,9 +5120,8 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      nt twin keeping k-contiguous tiles, float4 reads along k, ran at 34 TFLOP/s against 39, and nn with only its
      B tile copied so at 1-4% below the register path: not kept.)
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
-     env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides). The host recomputes the same choice at
-     each launch, so the variable must not change while a device is open (a mismatch fails the launch through
-     reqd_work_group_size rather than computing garbage, unless only TK differs).
+     env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
+     and kept with the device (tr__cl.gemm), which every launch uses.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
@@ -5755,13 +5761,6 @@ static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
 #endif
 #define TR__CL_ATT_TD 16 /* = TR_ATT_TD in the kernel source */
 
-/* SGEMM tile configuration (the TR_GEMM_* defines). */
-typedef struct tr__cl_gemm_cfg {
-    int tm, tn, tk, wm, wn, vw;
-    int wl, db;     /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
-    int cp;         /* tn tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never */
-} tr__cl_gemm_cfg;
-
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
     size_t pad = g->vw == 4 ? 4 : 1;
     return 8 * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
@@ -5844,17 +5843,23 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
     out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info);
 }
 
-/* Build options with the tile defines; the runtime passes them to clBuildProgram. */
-TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap) {
-    tr__cl_gemm_cfg g;
+/* Build options with the tile defines of g; the runtime passes them to clBuildProgram. */
+TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap) {
+    const tr__cl_gemm_cfg g = *g_;
     int n;
     if (!buf || !cap) return;
-    tr__cl_gemm_config(info, &g);
     n = snprintf(buf, cap, "-DTR_GEMM_TM=%d -DTR_GEMM_TN=%d -DTR_GEMM_TK=%d -DTR_GEMM_WM=%d -DTR_GEMM_WN=%d -DTR_GEMM_VW=%d", g.tm, g.tn,
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
     if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
     if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=1");
+}
+
+/* The build options this device's configuration gives (tests, benches). */
+TR__FN void tr__cl_sgemm_defines(const tr__cl_info *info, char *buf, size_t cap) {
+    tr__cl_gemm_cfg g;
+    tr__cl_gemm_config(info, &g);
+    tr__cl_gemm_defines(&g, buf, cap);
 }
 
 /* How many pieces to cut `units` (K, or the batches summed into one C) into so that tiles * pieces work-groups fill
@@ -5898,7 +5903,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     tr__clargs a;
     size_t ls[3], gs[3], tiles, mn;
     char kname[64];
-    int sum, ks = 1, bpg = 1, kc, nz, np = 1, z0;
+    int sum, ks = 1, bpg = 1, kc, nz, np = 1, z0, rows_per_group;
     float *out = C, *P = NULL;
     tr_status st;
     if (!cl || !info) return TR_ERR_INVALID_ARG;
@@ -5909,17 +5914,17 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (sC != 0 || acc) return TR_OK;
         nb = 1, K = 0; /* an empty sum: C = 0 */
     }
-    tr__cl_gemm_config(info, &g);
+    g = cl->gemm;
     if (!fz) fz = &none;
     if (fz->sw && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->gu) {
         if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || (nb > 1 && sC == 0) || !fz->act)
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
-        g.tm /= 2; /* tiles of C's halves */
     }
+    rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
-    tiles = ((M + (size_t)g.tm - 1) / (size_t)g.tm) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
+    tiles = ((M + (size_t)rows_per_group - 1) / (size_t)rows_per_group) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
     mn = M * N;
     kc = (int)K;
     if (nb == 1) {
@@ -5944,13 +5949,11 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (!(P = tr__cl_scratch(cl, TR__CL_SLOT_GEMM, (size_t)np * mn))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         out = P;
     }
-    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn, gs[1] = (M + (size_t)g.tm - 1) / (size_t)g.tm; /* groups */
-    if (fz->gu) g.tm *= 2;
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
              fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : ta && !tb && g.cp && M % (size_t)g.tm == 0 && N % (size_t)g.tn == 0 ? "_cpa" : "",
              g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
-    gs[0] *= ls[0], gs[1] *= ls[1];
+    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
         gs[2] = (size_t)TR__MIN(nz - z0, 65535);
         tr__cla_init(&a);
@@ -6370,9 +6373,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active) {
-        tr__cl_gemm_cfg g;
-        tr__cl_gemm_config(tr__cl_get_info(ctx->cl), &g);
-        if (tr__cl_gemm_gu_ok(&g)) return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
+        if (tr__cl_gemm_gu_ok(&ctx->cl->gemm)) return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     }
 #endif
     TR__UNUSED(keep_gu);
