@@ -3300,16 +3300,17 @@ typedef struct tr__cl_gemm_cfg {
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
 #define TR__CLA_MAX 32
+typedef struct tr__clarg {
+    int kind;
+    const void *p;
+    size_t bytes;
+    int32_t i;
+    int64_t l;
+    float f;
+} tr__clarg;
 typedef struct tr__clargs {
     int n;
-    struct {
-        int kind;
-        const void *p;
-        size_t bytes;
-        int32_t i;
-        int64_t l;
-        float f;
-    } a[32];
+    tr__clarg a[TR__CLA_MAX];
 } tr__clargs;
 
 typedef struct tr__cl_arena {
@@ -4058,35 +4059,36 @@ TR__FN tr_status tr__cl_finish(tr__cl *cl) {
 }
 
 /* --- kernels ---------------------------------------------------------------------------------- */
-TR__FN void tr__cla_push(tr__clargs *A, int kind) {
-    if (A->n < 0 || A->n >= TR__CLA_MAX) { /* remembered as too many; the launch reports it */
+/* The next argument slot, cleared, of that kind; NULL once there are too many (remembered: the launch reports it). */
+TR__FN tr__clarg *tr__cla_push(tr__clargs *A, int kind) {
+    if (A->n < 0 || A->n >= TR__CLA_MAX) {
         A->n = TR__CLA_MAX + 1;
-        return;
+        return NULL;
     }
     memset(&A->a[A->n], 0, sizeof A->a[A->n]);
     A->a[A->n].kind = kind;
-    A->n++;
+    return &A->a[A->n++];
 }
 TR__FN void tr__cla_init(tr__clargs *A) { A->n = 0; }
 TR__FN void tr__cla_buf(tr__clargs *A, const void *devptr) {
-    tr__cla_push(A, TR__CLA_BUF);
-    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].p = devptr;
+    tr__clarg *x = tr__cla_push(A, TR__CLA_BUF);
+    if (x) x->p = devptr;
 }
 TR__FN void tr__cla_i32(tr__clargs *A, int32_t v) {
-    tr__cla_push(A, TR__CLA_I32);
-    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].i = v;
+    tr__clarg *x = tr__cla_push(A, TR__CLA_I32);
+    if (x) x->i = v;
 }
 TR__FN void tr__cla_i64(tr__clargs *A, int64_t v) {
-    tr__cla_push(A, TR__CLA_I64);
-    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].l = v;
+    tr__clarg *x = tr__cla_push(A, TR__CLA_I64);
+    if (x) x->l = v;
 }
 TR__FN void tr__cla_f32(tr__clargs *A, float v) {
-    tr__cla_push(A, TR__CLA_F32);
-    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].f = v;
+    tr__clarg *x = tr__cla_push(A, TR__CLA_F32);
+    if (x) x->f = v;
 }
 TR__FN void tr__cla_local(tr__clargs *A, size_t bytes) {
-    tr__cla_push(A, TR__CLA_LOCAL);
-    if (A->n <= TR__CLA_MAX) A->a[A->n - 1].bytes = bytes;
+    tr__clarg *x = tr__cla_push(A, TR__CLA_LOCAL);
+    if (x) x->bytes = bytes;
 }
 
 /* The cached kernel `name`, created on first use; NULL with the error set. */
