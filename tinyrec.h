@@ -3295,7 +3295,8 @@ typedef struct tr__cl_info {
 typedef struct tr__cl_gemm_cfg {
     int tm, tn, tk, wm, wn, vw;
     int wl, db;     /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
-    int cp;         /* tn tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never */
+    int cp;         /* tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never, 2 = emulated (tests) */
+    int st;         /* local buffers (pipeline stages) of the cp.async kernels, 2..4 */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -5266,22 +5267,66 @@ static const char tr__cl_src_gemm_3[] =
 "    TR_FRAG(kk, a, b)                                                                                      \\\n"
 "    TR_FMAS(a, b)                                                                                          \\\n"
 "  }\n";
-static const char tr__cl_src_gemm_4[] =
-"/* CPA (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): interior tiles go from global to local memory with cp.async,\n"
-" 16 bytes at a time, into the other of two local buffers while this one is multiplied; no registers, no stores. */\n"
-"#if TR_GEMM_CP\n"
-"#define TR_CPASYNC(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
-"#define TR_CPCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
-"#define TR_CPWAIT() __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\")\n"
+static const char tr__cl_src_gemm_3b[] =
+"/* C (=|+=) the work-item's outputs c: rows m0 + TR_ROWA(i) < M, columns n0 + TR_COLB(j) < N. */\n"
+"#if TR_GEMM_VW == 4\n"
+"#define TR_CSTORE                                                                                              \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) {                                                       \\\n"
+"    const int m = m0 + TR_ROWA(i);                                                                           \\\n"
+"    if (m < M) {                                                                                             \\\n"
+"      __global float *cr = C + (long)m * ldc;                                                                \\\n"
+"      _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j += 4) {                                                \\\n"
+"        const int n = n0 + TR_COLB(j);                                                                       \\\n"
+"        if ((al & 4) && n + 3 < N) { /* C rows 16-byte aligned: one float4 store */                          \\\n"
+"          float4 o = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);                               \\\n"
+"          if (acc) o = *(__global float4 *)(cr + n) + o;                                                     \\\n"
+"          *(__global float4 *)(cr + n) = o;                                                                  \\\n"
+"        } else {                                                                                             \\\n"
+"          for (l = 0; l < 4; l++)                                                                            \\\n"
+"            if (n + l < N) cr[n + l] = acc ? cr[n + l] + c[i][j + l] : c[i][j + l];                          \\\n"
+"        }                                                                                                    \\\n"
+"      }                                                                                                      \\\n"
+"    }                                                                                                        \\\n"
+"  }\n"
 "#else\n"
-"#define TR_CPASYNC(dst, src)\n"
+"#define TR_CSTORE                                                                                              \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) {                                                       \\\n"
+"    const int m = m0 + TR_ROWA(i);                                                                           \\\n"
+"    if (m < M) {                                                                                             \\\n"
+"      __global float *cr = C + (long)m * ldc;                                                                \\\n"
+"      _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) {                                                   \\\n"
+"        const int n = n0 + TR_COLB(j);                                                                       \\\n"
+"        if (n < N) cr[n] = acc ? cr[n] + c[i][j] : c[i][j];                                                  \\\n"
+"      }                                                                                                      \\\n"
+"    }                                                                                                        \\\n"
+"  }\n"
+"#endif\n";
+static const char tr__cl_src_gemm_4[] =
+"/* cp.async (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): tiles go from global to local memory without registers.\n"
+" TR_CP4 / TR_CP16 copy 4 / 16 bytes of which n are read, the rest zero-filled (n = 0: an element out of range). */\n"
+"#ifndef TR_GEMM_ST\n"
+"#define TR_GEMM_ST 2\n"
+"#endif\n"
+"#if TR_GEMM_CP == 1\n"
+"#define TR_CP4(dst, src, n) __asm__ volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
+"#define TR_CP16(dst, src, n) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
+"#define TR_CPCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
+"/* wait until at most ST - 2 groups (the tiles after the next one) are still in flight */\n"
+"#if TR_GEMM_ST == 2\n"
+"#define TR_CPWAIT() __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\")\n"
+"#elif TR_GEMM_ST == 3\n"
+"#define TR_CPWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\")\n"
+"#else\n"
+"#define TR_CPWAIT() __asm__ volatile(\"cp.async.wait_group 2;\" ::: \"memory\")\n"
+"#endif\n"
+"#else /* 2 (tests, any device): the same staging with plain loads and stores */\n"
+"#define TR_CP4(dst, src, n) (*(dst) = (n) ? *(src) : 0.0f)\n"
+"#define TR_CP16(dst, src, n) (*(__local float4 *)(dst) = (n) ? *(__global const float4 *)(src) : (float4)(0.0f))\n"
 "#define TR_CPCOMMIT()\n"
 "#define TR_CPWAIT()\n"
 "#endif\n"
-"/* a run of 4 along x (k-major tile, not CK) into S[q][4x] */\n"
-"#define TR_CPFETCH(P, ld, S, SX, x0, XT)                                                                       \\\n"
-"  TR_EIDX(XT, 0, 4)                                                                                          \\\n"
-"  TR_CPASYNC(S + q * SX + 4 * x, P + (long)(k0 + q) * ld + (x0 + 4 * x));\n"
+"/* local buffers of a kernel: ST for the cp.async ones, 2 for the others */\n"
+"#define TR_NBUF(CPA) ((CPA) ? TR_GEMM_ST : 2)\n"
 "/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
 " z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.\n"
 " TA, TB: compile-time constants (one kernel per case). */\n";
@@ -5289,7 +5334,7 @@ static const char tr__cl_src_gemm_4a[] =
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
-"              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh, const int CPA,\n"
+"              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh,\n"
 "              __global float *X, long ldx, int wc) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
@@ -5308,7 +5353,6 @@ static const char tr__cl_src_gemm_4a[] =
 "  float4 v;\n"
 "  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0, kf = 0, kn = 0;\n"
 "  __global const float *Ab, *Bb, *pp;\n"
-"  __local float *An = As0, *Bn = Bs0;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < TR_GEMM_WM; i++)\n"
 "#pragma unroll\n"
@@ -5316,11 +5360,7 @@ static const char tr__cl_src_gemm_4a[] =
 "  for (t = -1; t < nt; t++) {\n"
 "    __local float *As = As0, *Bs = Bs0;\n"
 "    if (DB) As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;\n"
-"    if (t >= 0 && CPA) { /* this tile's copies are done (each work-item waits for its own), then visible to all */\n"
-"      kn = kf;\n"
-"      TR_CPWAIT();\n"
-"      barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    } else if (t >= 0) { /* stage the registers fetched last round */\n"
+"    if (t >= 0) { /* stage the registers fetched last round */\n"
 "      if (!DB && t > 0) barrier(CLK_LOCAL_MEM_FENCE);\n"
 "      kn = kf; /* KT: depth of this tile, TK or less for the last of a range */\n"
 "      if (fa) {\n"
@@ -5346,17 +5386,7 @@ static const char tr__cl_src_gemm_4a[] =
 "      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n";
 static const char tr__cl_src_gemm_4b[] =
 "      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
-"      /* CPA: into the other buffer (read last in tile t - 1: every work-item is past the barrier above) */\n"
-"      An = As0 + ((t + 1) & 1) * TR_ASZ, Bn = Bs0 + ((t + 1) & 1) * TR_BSZ;\n"
-"      if (CPA && fa == 1) {\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_VLA; l++) { TR_CPFETCH(Ab, lda, An, TR_SA, m0, TR_GEMM_TM) }\n"
-"      } else if (CPA) { /* an edge tile: element-wise, now */\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, 0, 0) }\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_LA; l++) { TR_SSTAGE(An, TR_SA, ra, TR_GEMM_TM, !TA) }\n"
-"      } else if (fa == 1) {\n"
+"      if (fa == 1) {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1, GU) }\n"
 "      } else if (UV && fa) {\n"
@@ -5366,15 +5396,7 @@ static const char tr__cl_src_gemm_4b[] =
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1, GU) }\n"
 "      }\n"
-"      if (CPA && fb == 1) {\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_VLB; l++) { TR_CPFETCH(Bb, ldb, Bn, TR_SB, n0, TR_GEMM_TN) }\n"
-"      } else if (CPA) {\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, 0, 0) }\n"
-"#pragma unroll\n"
-"        for (l = 0; l < TR_LB; l++) { TR_SSTAGE(Bn, TR_SB, rb, TR_GEMM_TN, TB) }\n"
-"      } else if (fb == 1) {\n"
+"      if (fb == 1) {\n"
 "#pragma unroll\n";
 static const char tr__cl_src_gemm_5[] =
 "        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2, 0) }\n"
@@ -5385,7 +5407,6 @@ static const char tr__cl_src_gemm_5[] =
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2, 0) }\n"
 "      }\n"
-"      if (CPA) TR_CPCOMMIT();\n"
 "    }\n"
 "    if (t >= 0) {\n"
 "      int kk;\n"
@@ -5425,33 +5446,101 @@ static const char tr__cl_src_gemm_5[] =
 "      }\n"
 "    return;\n"
 "  }\n"
+"  TR_CSTORE\n"
+"}\n";
+static const char tr__cl_src_gemm_5b[] =
+"/* cp.async staging of one operand's tile (XT x TK of P from x0, depths k0..) into S[k][x] (pitch SX). A k-contiguous\n"
+" operand (CK) is copied 4 bytes at a time, 8 depths (one 32-byte sector) x NT/8 rows per pass: whole sectors, and\n"
+" no bank conflicts at pitch XT + 4; a k-major one 16 bytes at a time where its rows are 16-byte aligned (v) and the\n"
+" tile is interior along x, else 4. Out-of-range elements are zero-filled by the copy (no other path for edges).\n"
+" Each work-item's elements are a fixed pattern of offsets from one address (the host checks that NT divides into\n"
+" the passes: tr__cl_gemm_cp_ok), so the per-tile cost is an add per copy. */\n"
+"#define TR_CQ (TR_GEMM_TK % 8 == 0 ? 8 : TR_GEMM_TK)\n"
+"#define TR_CPLOOP(N1, N2, DST, SRC, BYTES, OK)                                                                 \\\n"
+"  if (full) {                                                                                                \\\n"
+"    _Pragma(\"unroll\") for (i1 = 0; i1 < (N1); i1++)                                                          \\\n"
+"    _Pragma(\"unroll\") for (i2 = 0; i2 < (N2); i2++) TR_CPn(BYTES, DST, SRC, BYTES);                          \\\n"
+"  } else {                                                                                                   \\\n"
+"    _Pragma(\"unroll\") for (i1 = 0; i1 < (N1); i1++)                                                          \\\n"
+"    _Pragma(\"unroll\") for (i2 = 0; i2 < (N2); i2++) {                                                        \\\n"
+"      const int ok_ = OK;                                                                                    \\\n"
+"      TR_CPn(BYTES, DST, ok_ ? SRC : P, ok_ ? BYTES : 0);                                                    \\\n"
+"    }                                                                                                        \\\n"
+"  }\n"
+"#define TR_CPn(b, d, s, n) TR_CP##b(d, s, n)\n"
+"static inline void tr_cp_tile(__global const float *P, long ld, __local float *S, const int SX, const int XT, const int CK,\n"
+"                              int x0, int X, int k0, int ke, int v, int tid) {\n"
+"  const int full = x0 + XT <= X && k0 + TR_GEMM_TK <= ke;\n"
+"  int i1, i2;\n"
+"  if (CK) { /* i1: depth block of CQ, i2: row pass of NT / CQ rows */\n"
+"    const int RP = TR_NT / TR_CQ, r = tid / TR_CQ, qq = tid % TR_CQ;\n"
+"    __global const float *p = P + (long)(x0 + r) * ld + (k0 + qq);\n"
+"    __local float *s = S + qq * SX + r;\n"
+"    TR_CPLOOP(TR_GEMM_TK / TR_CQ, XT / RP, s + i1 * TR_CQ * SX + i2 * RP, p + i2 * (RP * ld) + i1 * TR_CQ, 4,\n"
+"              x0 + r + i2 * RP < X && k0 + qq + i1 * TR_CQ < ke)\n"
+"  } else if (v && x0 + XT <= X) { /* i2: depth pass of NT / (XT / 4) rows, float4 columns */\n"
+"    const int RQ = TR_NT / (XT / 4), c = tid % (XT / 4), q = tid / (XT / 4);\n"
+"    __global const float *p = P + (long)(k0 + q) * ld + (x0 + 4 * c);\n"
+"    __local float *s = S + q * SX + 4 * c;\n"
+"    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 16, k0 + q + i2 * RQ < ke)\n"
+"  } else {\n"
+"    const int RQ = TR_NT / XT, c = tid % XT, q = tid / XT;\n"
+"    __global const float *p = P + (long)(k0 + q) * ld + (x0 + c);\n"
+"    __local float *s = S + q * SX + c;\n"
+"    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 4, x0 + c < X && k0 + q + i2 * RQ < ke)\n"
+"  }\n"
+"}\n";
+static const char tr__cl_src_gemm_5c[] =
+"/* tr_sgemm with every tile staged by cp.async, TR_GEMM_ST buffers deep: the copies of tile u = t + ST - 1 are in\n"
+" flight while tile t is multiplied, one barrier per tile. Same grid, outputs and accumulation order as tr_sgemm.\n"
+" Tiles run over (batch, depth) in order; counters instead of divisions (a division per tile was visible). */\n"
+"static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
+"              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,\n"
+"              __local float *As0, __local float *Bs0, const int TA, const int TB, const int WL, const int KT) {\n"
+"  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
+"  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
+"  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
+"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
+"  const int bz = z / ks, kz = z - bz * ks;\n"
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
+"  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
+"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
+"  float c[TR_GEMM_WM][TR_GEMM_WN];\n"
+"  int i, j, l, u, ib = b0, ik = kb, is = 0, ck = kb, cs = 0, kn = TR_GEMM_TK;\n"
 "#pragma unroll\n"
-"  for (i = 0; i < TR_GEMM_WM; i++) {\n"
-"    const int m = m0 + TR_ROWA(i);\n"
-"    if (m < M) {\n"
-"      __global float *cr = C + (long)m * ldc;\n"
-"#if TR_GEMM_VW == 4\n"
+"  for (i = 0; i < TR_GEMM_WM; i++)\n"
 "#pragma unroll\n"
-"      for (j = 0; j < TR_GEMM_WN; j += 4) {\n"
-"        const int n = n0 + TR_COLB(j);\n"
-"        if ((al & 4) && n + 3 < N) { /* C rows 16-byte aligned: one float4 store */\n"
-"          float4 o = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);\n"
-"          if (acc) o = *(__global float4 *)(cr + n) + o;\n"
-"          *(__global float4 *)(cr + n) = o;\n"
-"        } else {\n"
-"          for (l = 0; l < 4; l++)\n"
-"            if (n + l < N) cr[n + l] = acc ? cr[n + l] + c[i][j + l] : c[i][j + l];\n"
-"        }\n"
+"    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;\n"
+"  for (u = 0; u < nt + TR_GEMM_ST - 1; u++) { /* copy tile u (batch ib, depth ik, buffer is), multiply tile u - (ST - 1) */\n"
+"    if (u >= TR_GEMM_ST - 1) { /* that tile has landed (each work-item waits for its copies); the one before is done */\n"
+"      TR_CPWAIT();\n"
+"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    if (u < nt) {\n"
+"      tr_cp_tile(A + (long)ib * sA, lda, As0 + is * TR_ASZ, TR_SA, TR_GEMM_TM, !TA, m0, M, ik, ke, al & 1, tid);\n"
+"      tr_cp_tile(B + (long)ib * sB, ldb, Bs0 + is * TR_BSZ, TR_SB, TR_GEMM_TN, TB, n0, N, ik, ke, al & 2, tid);\n"
+"      ik += TR_GEMM_TK;\n"
+"      if (ik >= ke) ik = kb, ib++;\n"
+"      is = is + 1 == TR_GEMM_ST ? 0 : is + 1;\n"
+"    }\n"
+"    TR_CPCOMMIT();\n"
+"    if (u >= TR_GEMM_ST - 1) {\n"
+"      __local const float *As = As0 + cs * TR_ASZ, *Bs = Bs0 + cs * TR_BSZ;\n"
+"      int kk;\n"
+"      if (KT) kn = min(TR_GEMM_TK, ke - ck); /* the last tile of a range: only its depth */\n"
+"      if (kn == TR_GEMM_TK) {\n"
+"#pragma unroll\n"
+"        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }\n"
+"      } else {\n"
+"#pragma unroll 1\n"
+"        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }\n"
 "      }\n"
-"#else\n"
-"#pragma unroll\n"
-"      for (j = 0; j < TR_GEMM_WN; j++) {\n"
-"        const int n = n0 + TR_COLB(j);\n"
-"        if (n < N) cr[n] = acc ? cr[n] + c[i][j] : c[i][j];\n"
-"      }\n"
-"#endif\n"
+"      ck += TR_GEMM_TK;\n"
+"      if (ck >= ke) ck = kb;\n"
+"      cs = cs + 1 == TR_GEMM_ST ? 0 : cs + 1;\n"
 "    }\n"
 "  }\n"
+"  TR_CSTORE\n"
 "}\n";
 static const char tr__cl_src_gemm_6[] =
 "#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU, CPA)                                                                              \\\n"
@@ -5460,15 +5549,19 @@ static const char tr__cl_src_gemm_6[] =
 "    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \\\n"
 "    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                      \\\n"
 "    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                    \\\n"
-"    __local float4 As4[(2 * TR_ASZ + 3) / 4], Bs4[(2 * TR_BSZ + 3) / 4];                                                     \\\n"
+"    __local float4 As4[(TR_NBUF(CPA) * TR_ASZ + 3) / 4], Bs4[(TR_NBUF(CPA) * TR_BSZ + 3) / 4];                                                     \\\n"
 "    const int z = z0 + get_group_id(2);                                                                             \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
 "    const ulong sa = SW == 1 ? (ulong)so : 0, sb = SW == 2 ? (ulong)so : 0;                                         \\\n"
 "    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \\\n"
-"    tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,             \\\n"
-"        (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), CPA || TR_DB(DB), KT, UV, SW, so, GU, gh, CPA, \\\n"
-"        X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                                 \\\n"
+"    if (CPA)                                                                                                        \\\n"
+"      tr_sgemm_cp(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,        \\\n"
+"          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), KT);                                         \\\n"
+"    else                                                                                                            \\\n"
+"      tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,           \\\n"
+"          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
+"          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
 "  }\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
@@ -5483,8 +5576,12 @@ static const char tr__cl_src_gemm_6[] =
 "TR_SGEMM_K(nn_gu, 0, 0, 1, 0, 1, 1, 0, 1, 0)\n"
 "#endif\n"
 "TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2, 0, 0)\n"
+"/* cp.async staging (NVIDIA sm_80+): the plain cases; WL per case as measured on the H200 */\n"
 "#if TR_GEMM_CP\n"
-"TR_SGEMM_K(tn_cpa, 1, 0, 1, 1, 0, 0, 0, 0, 1)\n"
+"TR_SGEMM_K(nn_cp, 0, 0, 1, 1, 1, 0, 0, 0, 1)\n"
+"TR_SGEMM_K(nt_cp, 0, 1, 1, 1, 0, 0, 0, 0, 1)\n"
+"TR_SGEMM_K(tn_cp, 1, 0, 1, 1, 0, 0, 0, 0, 1)\n"
+"TR_SGEMM_K(tt_cp, 1, 1, 1, 1, 0, 0, 0, 0, 1)\n"
 "#endif\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
@@ -5748,8 +5845,8 @@ static const char tr__cl_src_gemm_12[] =
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
 #define TR__CL_SRC_GEMM_LIST                                                                                                         \
-    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, tr__cl_src_gemm_4b, \
-        tr__cl_src_gemm_5, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
+    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_3b, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, \
+        tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_5b, tr__cl_src_gemm_5c, tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
         tr__cl_src_gemm_12
 static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
 #define TR__CL_SRC_GEMM_N ((int)(sizeof tr__cl_src_gemm / sizeof tr__cl_src_gemm[0]))
@@ -5764,8 +5861,8 @@ static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
 #define TR__CL_ATT_TD 16 /* = TR_ATT_TD in the kernel source */
 
 TR__FN size_t tr__cl_gemm_local_bytes(const tr__cl_gemm_cfg *g) {
-    size_t pad = g->vw == 4 ? 4 : 1;
-    return 8 * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
+    size_t pad = g->vw == 4 ? 4 : 1, bufs = g->cp != 0 && g->st > 2 ? (size_t)g->st : 2;
+    return 4 * bufs * (size_t)g->tk * ((size_t)g->tm + (size_t)g->tn + 2 * pad) + 32;
 }
 
 /* Nonzero when g is a valid configuration for the kernel (divisibility) and fits the device (info may be NULL). */
@@ -5775,7 +5872,7 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
     if ((g->vw != 1 && g->vw != 4) || g->wm * g->wn > 256 || g->tm % g->wm || g->tn % g->wn) return 0;
     if (g->vw == 4 && (g->wm % 4 || g->wn % 4)) return 0;
     rm = g->tm / g->wm, rn = g->tn / g->wn, nt = rm * rn;
-    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || g->cp < -1 || g->cp > 1 ||
+    if (g->wl < -1 || g->wl > 1 || g->db < -1 || g->db > 1 || g->cp < -1 || g->cp > 2 || g->st < 2 || g->st > 4 ||
         (g->wl == 1 && (rn % 8 || rm % 4 || nt % 32)))
         return 0;
     if ((g->tm * g->tk) % nt || (g->tn * g->tk) % nt) return 0; /* every work-item stages whole elements */
@@ -5787,12 +5884,16 @@ TR__FN int tr__cl_gemm_cfg_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info)
     return 1;
 }
 
-/* Whether the tn kernel can stage its tiles with cp.async (inline PTX): an NVIDIA sm_80+ device, and tiles the
-   kernel's float4 fetches cover (16-byte copies). */
+/* Whether the plain products can stage their tiles with cp.async (inline PTX): an NVIDIA sm_80+ device (cp 2, the
+   tests' emulation with plain loads, any device); a local pitch (VW = 4: TM + 4, TN + 4) that keeps 16-byte copies
+   aligned; and tiles that the work-items cover in whole passes of the copy patterns of tr_cp_tile. */
+TR__FN int tr__cl_gemm_cp_side_ok(int x, int nt, int tk, int cq) {
+    return x % 4 == 0 && x % (nt / cq) == 0 && nt % (x / 4) == 0 && tk % (nt / (x / 4)) == 0 && nt % x == 0 && tk % (nt / x) == 0;
+}
 TR__FN int tr__cl_gemm_cp_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info) {
-    int nt = (g->tm / g->wm) * (g->tn / g->wn);
-    return info && info->nv_sm >= 80 && g->vw == 4 && g->tk % 4 == 0 && g->tm % 4 == 0 && g->tn % 4 == 0 && (g->tm * g->tk / 4) % nt == 0 &&
-           (g->tn * g->tk / 4) % nt == 0;
+    int nt = (g->tm / g->wm) * (g->tn / g->wn), cq = g->tk % 8 == 0 ? 8 : g->tk;
+    if (!info || (info->nv_sm < 80 && g->cp != 2) || g->vw != 4 || nt % cq) return 0;
+    return tr__cl_gemm_cp_side_ok(g->tm, nt, g->tk, cq) && tr__cl_gemm_cp_side_ok(g->tn, nt, g->tk, cq);
 }
 
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
@@ -5800,12 +5901,12 @@ TR__FN int tr__cl_gemm_cp_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info) 
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     const char *env = getenv("TINYREC_CL_SGEMM");
@@ -5838,11 +5939,12 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             else if (!strcmp(key, "WL")) g.wl = (int)v;
             else if (!strcmp(key, "DB")) g.db = (int)v;
             else if (!strcmp(key, "CP")) g.cp = (int)v;
+            else if (!strcmp(key, "ST")) g.st = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
     }
-    out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info);
+    out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info) ? (out->cp == 2 ? 2 : 1) : 0;
 }
 
 /* Build options with the tile defines of g; the runtime passes them to clBuildProgram. */
@@ -5854,7 +5956,7 @@ TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
     if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
-    if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=1");
+    if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=%d -DTR_GEMM_ST=%d", g.cp, g.st);
 }
 
 /* The build options this device's configuration gives (tests, benches). */
@@ -5952,7 +6054,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         out = P;
     }
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : ta && !tb && g.cp && M % (size_t)g.tm == 0 && N % (size_t)g.tn == 0 ? "_cpa" : "",
+             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : g.cp ? "_cp" : "",
              g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];

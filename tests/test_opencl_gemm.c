@@ -292,6 +292,51 @@ static void test_sgemm_env_override(void **state) {
     else unsetenv("TINYREC_CL_SGEMM");
 }
 
+/* The cp.async kernels' staging (tile mapping, zero-filled edges, ST-deep buffer rotation, the short last k-tile),
+   emulated with plain loads and stores (CP=2) so that it runs on any device: 2, 3 and 4 stages, every transpose
+   case, odd and unaligned shapes, split-K and batch sums; and bitwise the same as the register-staged kernels. */
+static void test_sgemm_cp_staging(void **state) {
+    static const char *const cfgs[] = {"CP=2", "CP=2,ST=3,TK=8", "CP=2,ST=4,TK=8,WL=0"};
+    static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {64, 64, 64}, {300, 31, 130}};
+    const char *old = getenv("TINYREC_CL_SGEMM");
+    size_t c, i, M = 70, N = 45, K = 203, n = M * N;
+    float *A = (float *)malloc(K * M * 4), *B = (float *)malloc(K * N * 4), *C1 = (float *)malloc(n * 4), *C2 = (float *)malloc(n * 4);
+    (void)state;
+    tu_fill(A, K * M, 31, 1.0f), tu_fill(B, K * N, 32, 1.0f);
+    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        int ta, tb, cp;
+        for (cp = 1; cp >= 0; cp--) { /* the emulated cp.async build, then the same tiles staged through registers */
+            tr_ctx *ctx2 = tu_ctx(2, 1);
+            tr__cl *cl;
+            float *dA, *dB, *dC;
+            char env[64];
+            snprintf(env, sizeof env, "%s%s", cfgs[c], cp ? "" : ",CP=0");
+            setenv("TINYREC_CL_SGEMM", env, 1);
+            cl = tu_cl_open(ctx2);
+            assert_int_equal(cl->gemm.cp, cp ? 2 : 0);
+            if (cp) {
+                for (i = 0; i < sizeof sz / sizeof sz[0]; i++)
+                    for (ta = 0; ta < 2; ta++)
+                        for (tb = 0; tb < 2; tb++) run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)tb) % 2 ? 3 : 0, (int)(i & 1), 0, 200 + 4 * i + 2 * (size_t)ta + (size_t)tb);
+                run_gemm(cl, 1, 0, 70, 33, 2100, 0, 1, 3, 240);
+                run_gemm(cl, 0, 1, 17, 5, 1000, 1, 0, 5, 241);
+                run_batched(cl, 5, 0, 0, 33, 20, 97, 0, 0, 0, 0, 242);
+                run_batched(cl, 6, 1, 0, 13, 17, 7, 1, 0, 1, 0, 243);
+                run_batched(cl, 7, 0, 1, 9, 70, 33, 1, 1, 1, 3, 244);
+            }
+            dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
+            assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0), TR_OK);
+            down(cl, cp ? C1 : C2, dC, n);
+            tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
+            tr_ctx_destroy(ctx2);
+        }
+        assert_memory_equal(C1, C2, n * 4);
+    }
+    if (old) setenv("TINYREC_CL_SGEMM", old, 1);
+    else unsetenv("TINYREC_CL_SGEMM");
+    free(A), free(B), free(C1), free(C2);
+}
+
 /* Attention forward and backward vs the CPU references. */
 static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed) {
     size_t D = (size_t)H * hd, nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
@@ -359,7 +404,8 @@ static void test_sgemm_defines(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
-        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_sgemm_cp_staging),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests_name("opencl_gemm", tests, setup, teardown);
 }
