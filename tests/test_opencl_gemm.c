@@ -294,12 +294,13 @@ static void test_sgemm_env_override(void **state) {
 
 /* The cp.async kernels' staging (tile mapping, zero-filled edges, ST-deep buffer rotation, the short last k-tile),
    emulated with plain loads and stores (CP=2) so that it runs on any device: 2, 3 and 4 stages, every transpose
-   case, odd and unaligned shapes, split-K and batch sums; and bitwise the same as the register-staged kernels. */
+   case, odd and unaligned shapes, split-K and batch sums, x W^T with enough rows to be run as x (W^T); and bitwise
+   the same as the register-staged kernels (the same order of fma over k). */
 static void test_sgemm_cp_staging(void **state) {
     static const char *const cfgs[] = {"CP=2", "CP=2,ST=3,TK=8", "CP=2,ST=4,TK=8,WL=0"};
     static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {64, 64, 64}, {300, 31, 130}};
     const char *old = getenv("TINYREC_CL_SGEMM");
-    size_t c, i, M = 70, N = 45, K = 203, n = M * N;
+    size_t c, i, M = TR__CL_GEMM_BT_MIN_M + 76, N = 45, K = 203, n = M * N;
     float *A = (float *)malloc(K * M * 4), *B = (float *)malloc(K * N * 4), *C1 = (float *)malloc(n * 4), *C2 = (float *)malloc(n * 4);
     (void)state;
     tu_fill(A, K * M, 31, 1.0f), tu_fill(B, K * N, 32, 1.0f);
@@ -320,6 +321,7 @@ static void test_sgemm_cp_staging(void **state) {
                         for (tb = 0; tb < 2; tb++) run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)tb) % 2 ? 3 : 0, (int)(i & 1), 0, 200 + 4 * i + 2 * (size_t)ta + (size_t)tb);
                 run_gemm(cl, 1, 0, 70, 33, 2100, 0, 1, 3, 240);
                 run_gemm(cl, 0, 1, 17, 5, 1000, 1, 0, 5, 241);
+                run_gemm(cl, 0, 1, TR__CL_GEMM_BT_MIN_M + 3, 37, 41, 1, 1, 0, 245); /* B transposed first */
                 run_batched(cl, 5, 0, 0, 33, 20, 97, 0, 0, 0, 0, 242);
                 run_batched(cl, 6, 1, 0, 13, 17, 7, 1, 0, 1, 0, 243);
                 run_batched(cl, 7, 0, 1, 9, 70, 33, 1, 1, 1, 3, 244);
