@@ -5301,6 +5301,35 @@ static const char tr__cl_src_gemm_3b[] =
 "    }                                                                                                        \\\n"
 "  }\n"
 "#endif\n";
+static const char tr__cl_src_gemm_3c[] =
+"/* GU: act = silu(gate) * up to X (and the gate_up to C when wc) from the registers: rows i and i + WM/2 of a\n"
+" work-item's block are a gate row and its up (tile rows x and x + TM/2). */\n"
+"#if TR_GEMM_VW == 4\n"
+"#define TR_GU4                                                                                                 \\\n"
+"  if ((al & 12) == 12 && n + 3 < N) { /* X and C rows 16-byte aligned: float4 stores */                      \\\n"
+"    const float4 g = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);                               \\\n"
+"    const float4 u = (float4)(c[iu][j], c[iu][j + 1], c[iu][j + 2], c[iu][j + 3]);                           \\\n"
+"    *(__global float4 *)xr = g / (1.0f + exp(-g)) * u;                                                       \\\n"
+"    if (wc) *(__global float4 *)gr = g, *(__global float4 *)ur = u;                                          \\\n"
+"    continue;                                                                                                \\\n"
+"  }\n"
+"#else\n"
+"#define TR_GU4\n"
+"#endif\n"
+"#define TR_GUSTORE                                                                                             \\\n"
+"  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM / 2; i++)                                                     \\\n"
+"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j += TR_GEMM_VW) {                                           \\\n"
+"    const int m = m0 + TR_ROWA(i), n = n0 + TR_COLB(j), iu = i + TR_GEMM_WM / 2;                             \\\n"
+"    __global float *xr = X + (long)m * ldx + n, *gr = C + (long)m * ldc + n, *ur = gr + gh * ldc;            \\\n"
+"    if (m >= M) continue;                                                                                    \\\n"
+"    TR_GU4                                                                                                   \\\n"
+"    for (l = 0; l < TR_GEMM_VW; l++)                                                                         \\\n"
+"      if (n + l < N) {                                                                                       \\\n"
+"        const float g = c[i][j + l], u = c[iu][j + l];                                                       \\\n"
+"        xr[l] = g / (1.0f + exp(-g)) * u;                                                                    \\\n"
+"        if (wc) gr[l] = g, ur[l] = u;                                                                        \\\n"
+"      }                                                                                                      \\\n"
+"  }\n";
 static const char tr__cl_src_gemm_4[] =
 "/* cp.async (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): tiles go from global to local memory without registers.\n"
 " TR_CP4 / TR_CP16 copy 4 / 16 bytes of which n are read, the rest zero-filled (n = 0: an element out of range). */\n"
@@ -5419,31 +5448,8 @@ static const char tr__cl_src_gemm_5[] =
 "      }\n"
 "    }\n"
 "  }\n"
-"  if (GU) { /* act = silu(gate) * up to X (and the gate_up to C when wc): a work-item holds both halves */\n"
-"#pragma unroll\n"
-"    for (i = 0; i < TR_GEMM_WM; i++)\n"
-"#pragma unroll\n"
-"      for (j = 0; j < TR_GEMM_WN; j += TR_GEMM_VW) {\n"
-"        const int m = m0 + TR_ROWA(i), n = n0 + TR_COLB(j), iu = (i + TR_GEMM_WM / 2) % TR_GEMM_WM;\n"
-"        if (i < TR_GEMM_WM / 2 && m < M) {\n"
-"          __global float *xr = X + (long)m * ldx + n, *gr = C + (long)m * ldc + n, *ur = gr + gh * ldc;\n"
-"#if TR_GEMM_VW == 4\n"
-"          if ((al & 12) == 12 && n + 3 < N) { /* X and C rows 16-byte aligned: float4 stores */\n"
-"            const float4 g = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);\n"
-"            const float4 u = (float4)(c[iu][j], c[iu][j + 1], c[iu][j + 2], c[iu][j + 3]);\n"
-"            *(__global float4 *)xr = g / (1.0f + exp(-g)) * u;\n"
-"            if (wc) *(__global float4 *)gr = g, *(__global float4 *)ur = u;\n"
-"            continue;\n"
-"          }\n"
-"#endif\n"
-"          for (l = 0; l < TR_GEMM_VW; l++)\n"
-"            if (n + l < N) {\n"
-"              const float g = c[i][j + l], u = c[iu][j + l];\n"
-"              xr[l] = g / (1.0f + exp(-g)) * u;\n"
-"              if (wc) gr[l] = g, ur[l] = u;\n"
-"            }\n"
-"        }\n"
-"      }\n"
+"  if (GU) {\n"
+"    TR_GUSTORE\n"
 "    return;\n"
 "  }\n"
 "  TR_CSTORE\n"
@@ -5454,7 +5460,8 @@ static const char tr__cl_src_gemm_5b[] =
 " no bank conflicts at pitch XT + 4; a k-major one 16 bytes at a time where its rows are 16-byte aligned (v) and the\n"
 " tile is interior along x, else 4. Out-of-range elements are zero-filled by the copy (no other path for edges).\n"
 " Each work-item's elements are a fixed pattern of offsets from one address (the host checks that NT divides into\n"
-" the passes: tr__cl_gemm_cp_ok), so the per-tile cost is an add per copy. */\n"
+" the passes: tr__cl_gemm_cp_ok), so the per-tile cost is an add per copy. GU (A of a gate_up product, CK): the\n"
+" tile's second half of rows are the ups of the first, gh rows further. */\n"
 "#define TR_CQ (TR_GEMM_TK % 8 == 0 ? 8 : TR_GEMM_TK)\n"
 "#define TR_CPLOOP(N1, N2, DST, SRC, BYTES, OK)                                                                 \\\n"
 "  if (full) {                                                                                                \\\n"
@@ -5468,16 +5475,19 @@ static const char tr__cl_src_gemm_5b[] =
 "    }                                                                                                        \\\n"
 "  }\n"
 "#define TR_CPn(b, d, s, n) TR_CP##b(d, s, n)\n"
+"#define TR_GUP(i2) (GU && (i2) >= H ? (i2) - H : (i2))\n"
 "static inline void tr_cp_tile(__global const float *P, long ld, __local float *S, const int SX, const int XT, const int CK,\n"
-"                              int x0, int X, int k0, int ke, int v, int tid) {\n"
-"  const int full = x0 + XT <= X && k0 + TR_GEMM_TK <= ke;\n"
+"                              int x0, int X, int k0, int ke, int v, int tid, const int GU, long gh) {\n"
+"  const int full = x0 + (GU ? XT / 2 : XT) <= X && k0 + TR_GEMM_TK <= ke;\n"
 "  int i1, i2;\n"
 "  if (CK) { /* i1: depth block of CQ, i2: row pass of NT / CQ rows */\n"
-"    const int RP = TR_NT / TR_CQ, r = tid / TR_CQ, qq = tid % TR_CQ;\n"
+"    const int RP = TR_NT / TR_CQ, r = tid / TR_CQ, qq = tid % TR_CQ, H = XT / RP / 2;\n"
+"    const long gl = gh * ld;\n"
 "    __global const float *p = P + (long)(x0 + r) * ld + (k0 + qq);\n"
 "    __local float *s = S + qq * SX + r;\n"
-"    TR_CPLOOP(TR_GEMM_TK / TR_CQ, XT / RP, s + i1 * TR_CQ * SX + i2 * RP, p + i2 * (RP * ld) + i1 * TR_CQ, 4,\n"
-"              x0 + r + i2 * RP < X && k0 + qq + i1 * TR_CQ < ke)\n"
+"    TR_CPLOOP(TR_GEMM_TK / TR_CQ, XT / RP, s + i1 * TR_CQ * SX + i2 * RP,\n"
+"              p + TR_GUP(i2) * (RP * ld) + (GU && i2 >= H ? gl : 0) + i1 * TR_CQ, 4,\n"
+"              x0 + r + TR_GUP(i2) * RP < X && k0 + qq + i1 * TR_CQ < ke)\n"
 "  } else if (v && x0 + XT <= X) { /* i2: depth pass of NT / (XT / 4) rows, float4 columns */\n"
 "    const int RQ = TR_NT / (XT / 4), c = tid % (XT / 4), q = tid / (XT / 4);\n"
 "    __global const float *p = P + (long)(k0 + q) * ld + (x0 + 4 * c);\n"
@@ -5496,11 +5506,12 @@ static const char tr__cl_src_gemm_5c[] =
 " Tiles run over (batch, depth) in order; counters instead of divisions (a division per tile was visible). */\n"
 "static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,\n"
-"              __local float *As0, __local float *Bs0, const int TA, const int TB, const int WL, const int KT) {\n"
+"              __local float *As0, __local float *Bs0, const int TA, const int TB, const int WL, const int KT,\n"
+"              const int GU, long gh, __global float *X, long ldx, int wc) {\n"
 "  const int tid = get_local_id(1) * TR_RN + get_local_id(0);\n"
 "  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);\n"
 "  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);\n"
-"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * TR_GEMM_TM;\n"
+"  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * (GU ? TR_GEMM_TM / 2 : TR_GEMM_TM);\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;\n"
@@ -5517,8 +5528,8 @@ static const char tr__cl_src_gemm_5c[] =
 "      barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    }\n"
 "    if (u < nt) {\n"
-"      tr_cp_tile(A + (long)ib * sA, lda, As0 + is * TR_ASZ, TR_SA, TR_GEMM_TM, !TA, m0, M, ik, ke, al & 1, tid);\n"
-"      tr_cp_tile(B + (long)ib * sB, ldb, Bs0 + is * TR_BSZ, TR_SB, TR_GEMM_TN, TB, n0, N, ik, ke, al & 2, tid);\n"
+"      tr_cp_tile(A + (long)ib * sA, lda, As0 + is * TR_ASZ, TR_SA, TR_GEMM_TM, !TA, m0, M, ik, ke, al & 1, tid, GU, gh);\n"
+"      tr_cp_tile(B + (long)ib * sB, ldb, Bs0 + is * TR_BSZ, TR_SB, TR_GEMM_TN, TB, n0, N, ik, ke, al & 2, tid, 0, 0);\n"
 "      ik += TR_GEMM_TK;\n"
 "      if (ik >= ke) ik = kb, ib++;\n"
 "      is = is + 1 == TR_GEMM_ST ? 0 : is + 1;\n"
@@ -5540,7 +5551,11 @@ static const char tr__cl_src_gemm_5c[] =
 "      cs = cs + 1 == TR_GEMM_ST ? 0 : cs + 1;\n"
 "    }\n"
 "  }\n"
-"  TR_CSTORE\n"
+"  if (GU) {\n"
+"    TR_GUSTORE\n"
+"  } else {\n"
+"    TR_CSTORE\n"
+"  }\n"
 "}\n";
 static const char tr__cl_src_gemm_6[] =
 "#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU, CPA)                                                                              \\\n"
@@ -5557,12 +5572,13 @@ static const char tr__cl_src_gemm_6[] =
 "           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \\\n"
 "    if (CPA)                                                                                                        \\\n"
 "      tr_sgemm_cp(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,        \\\n"
-"          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), KT);                                         \\\n"
+"          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), KT, GU, gh, X + X_off + (ulong)z * (ulong)sx, ldx, wc); \\\n"
 "    else                                                                                                            \\\n"
 "      tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,           \\\n"
 "          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
 "          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
-"  }\n"
+"  }\n";
+static const char tr__cl_src_gemm_6a[] =
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
 "TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)\n"
@@ -5582,6 +5598,9 @@ static const char tr__cl_src_gemm_6[] =
 "TR_SGEMM_K(nt_cp, 0, 1, 1, 1, 0, 0, 0, 0, 1)\n"
 "TR_SGEMM_K(tn_cp, 1, 0, 1, 1, 0, 0, 0, 0, 1)\n"
 "TR_SGEMM_K(tt_cp, 1, 1, 1, 1, 0, 0, 0, 0, 1)\n"
+"#if TR_GEMM_VW == 4 && TR_GEMM_WM % 8 == 0 && (TR_GEMM_TM / 2) % (TR_NT / TR_CQ) == 0 /* = tr__cl_gemm_gu_cp_ok */\n"
+"TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)\n"
+"#endif\n"
 "#endif\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
@@ -5859,8 +5878,8 @@ static const char tr__cl_src_gemm_12[] =
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
 #define TR__CL_SRC_GEMM_LIST                                                                                                         \
-    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_3b, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, \
-        tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_5b, tr__cl_src_gemm_5c, tr__cl_src_gemm_6, tr__cl_src_gemm_6b, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
+    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_3b, tr__cl_src_gemm_3c, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, \
+        tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_5b, tr__cl_src_gemm_5c, tr__cl_src_gemm_6, tr__cl_src_gemm_6a, tr__cl_src_gemm_6b, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
         tr__cl_src_gemm_12
 static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
 #define TR__CL_SRC_GEMM_N ((int)(sizeof tr__cl_src_gemm / sizeof tr__cl_src_gemm[0]))
@@ -6011,6 +6030,13 @@ typedef struct tr__cl_gemm_fuse {
    apart in its register block), as the kernel's #if before nn_gu tests. */
 TR__FN int tr__cl_gemm_gu_ok(const tr__cl_gemm_cfg *g) { return g->vw == 4 ? g->wm % 8 == 0 : g->wm % 2 == 0; }
 
+/* Whether the gate_up product has a cp.async kernel (nn_gu_cp, the kernel's #if): the halves of a tile (TM/2 rows)
+   are whole passes of its k-contiguous copies (NT / 8 rows each). */
+TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
+    int nt = (g->tm / g->wm) * (g->tn / g->wn), cq = g->tk % 8 == 0 ? 8 : g->tk;
+    return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / cq) == 0;
+}
+
 #ifndef TR__CL_GEMM_BT_MIN_M
 #define TR__CL_GEMM_BT_MIN_M 1024 /* rows of C from which x W^T is run as x (W^T) on the cp.async kernels */
 #endif
@@ -6088,7 +6114,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         B = Bt, ldb = N, tb = 0;
     }
     snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             fz->sw == 2 ? "_swb" : fz->gu ? "_gu" : g.cp ? "_cp" : "",
+             fz->sw == 2 ? "_swb" : fz->gu ? (tr__cl_gemm_gu_cp_ok(&g) ? "_gu_cp" : "_gu") : g.cp ? "_cp" : "",
              g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
     ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];

@@ -325,6 +325,8 @@ static void test_sgemm_cp_staging(void **state) {
                 run_batched(cl, 5, 0, 0, 33, 20, 97, 0, 0, 0, 0, 242);
                 run_batched(cl, 6, 1, 0, 13, 17, 7, 1, 0, 1, 0, 243);
                 run_batched(cl, 7, 0, 1, 9, 70, 33, 1, 1, 1, 3, 244);
+                run_gate_up(cl, 3, 64, 40, 97, 0, 1, 246); /* nn_gu_cp */
+                run_gate_up(cl, 2, 37, 130, 97, 1, 0, 247);
             }
             dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
             assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0), TR_OK);
