@@ -52,7 +52,7 @@
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
                                oom@STEP[:ROWS] | enqueue@STEP[:N] (see tr_ctx_inject_fault)
-       TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async)
+       TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
 
@@ -5116,12 +5116,18 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      only when the tape needs it); nt_swb reads its B operand as silu(gate) * up from the gate_up tensor (the
      weight gradient of W_tdown). The channel SwiGLU's fused forms were slower on the H200 (register pressure
      cost the products more than the pass saves), so it stays an elementwise pass.
-   cp.async (TR_GEMM_CP; NVIDIA sm_80+, found through cl_nv_device_attribute_query): the tn kernel (the weight
-     gradients, both tiles k-major) copies interior tiles global -> local with inline-PTX cp.async into the other
-     of two buffers while this one is multiplied (+8% on the H200); CP=0 in TINYREC_CL_SGEMM turns it off. Only
-     where M and N are whole tiles: edge tiles are copied synchronously, which cost the M = 97 token-mix product 20%. (An
-     nt twin keeping k-contiguous tiles, float4 reads along k, ran at 34 TFLOP/s against 39, and nn with only its
-     B tile copied so at 1-4% below the register path: not kept.)
+   cp.async (TR_GEMM_CP; NVIDIA sm_80+, found through cl_nv_device_attribute_query): the plain products (nn, nt,
+     tn, tt and the gate_up nn_gu) run tr_sgemm_cp instead, which copies every tile global -> local with inline-PTX
+     cp.async, TR_GEMM_ST buffers deep (ST= in TINYREC_CL_SGEMM, default 2), so that no registers stage tiles and
+     the copies of the next tile overlap this one's fma. k-major operands are copied 16 bytes at a time; k-contiguous
+     ones 4 bytes at a time into the k-major local layout (the transpose; 8 depths x 32 rows per warp pass: whole
+     32-byte sectors, no bank conflicts). Out-of-range elements are zero-filled by the copy itself, so edge tiles
+     (M = 97) stay asynchronous. x W^T with >= TR__CL_GEMM_BT_MIN_M rows transposes W first (tr_k_transpose, a
+     weight: small) and runs as nn, whose B then takes 16-byte copies. On the H200 this took the training-shape
+     products from 38.4-39.7 to 41.7-42.5 TFLOP/s (forward, dY.W), 41.8 to 47.1-47.5 (weight gradients), and the
+     token mix's from 26-28.6 to 27.8-36.4. CP=0 turns it off; CP=2 (the tests) emulates the copies with plain
+     loads and stores on any device. 3 or 4 stages at TK = 8 were 5% slower (geometric mean over the shapes);
+     3 at TK = 16 exceeds the 48 KiB of local memory.
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
      and kept with the device (tr__cl.gemm), which every launch uses.
