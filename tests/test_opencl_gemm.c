@@ -285,7 +285,7 @@ static void test_sgemm_env_override(void **state) {
     setenv("TINYREC_CL_SGEMM", "CP=0", 1);
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
     assert_int_equal(g1.cp, 0);
-    setenv("TINYREC_CL_SGEMM", "CP=2,ST=3", 1); /* the emulation, any device */
+    setenv("TINYREC_CL_SGEMM", "CP=2,ST=3,TK=8", 1); /* the emulation, any device (3 x 16 deep needs > 48 KiB local) */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
     assert_int_equal(g1.cp, 2), assert_int_equal(g1.st, 3);
     setenv("TINYREC_CL_SGEMM", "CP=2,TM=128,TN=128,TK=4,WM=8,WN=8", 1); /* 256 work-items cannot cover a 4-deep tile's passes */
