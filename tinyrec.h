@@ -6651,9 +6651,7 @@ struct tr_model {
     /* working memory, grown on demand */
     int ws_B;
     float *ws;
-    size_t ws_floats;
     int tape_B, tape_nets;
-    size_t tape_floats;
     tr__net_rec *nets;
 };
 
@@ -6809,18 +6807,21 @@ TR__FN size_t tr__layout(tr_model *m, float *base) {
     return off;
 }
 
-TR__FN void tr__model_free_work(tr_model *m) {
-    tr_ctx *ctx = m->ctx;
-    tr__dfree(ctx, m->ws);
-    if (m->nets) {
-        int i;
-        for (i = 0; i < m->tape_nets; i++) tr__dfree(ctx, m->nets[i].mem);
-    }
-    tr__free(ctx, m->nets);
-    m->ws = NULL;
+/* The recorded cycle: each of the first `nets` records' buffer (NULL ones are skipped), then the records. */
+TR__FN void tr__tape_free(tr_model *m, int nets) {
+    int i;
+    if (m->nets)
+        for (i = 0; i < nets; i++) tr__dfree(m->ctx, m->nets[i].mem);
+    tr__free(m->ctx, m->nets);
     m->nets = NULL;
-    m->ws_B = m->tape_B = m->tape_nets = 0;
-    m->ws_floats = m->tape_floats = 0;
+    m->tape_B = m->tape_nets = 0;
+}
+
+TR__FN void tr__model_free_work(tr_model *m) {
+    tr__dfree(m->ctx, m->ws);
+    m->ws = NULL;
+    m->ws_B = 0;
+    tr__tape_free(m, m->tape_nets);
 }
 
 TRDEF void tr_model_destroy(tr_model *m) {
@@ -7055,7 +7056,6 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
     m->ws = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
     if (!m->ws) return TR_ERR_OUT_OF_MEMORY;
-    m->ws_floats = n;
     m->ws_B = B;
     return TR_OK;
 }
@@ -7064,11 +7064,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
     int i, l;
     if (B == m->tape_B && nets == m->tape_nets) return TR_OK;
-    if (m->nets)
-        for (i = 0; i < m->tape_nets; i++) tr__dfree(m->ctx, m->nets[i].mem);
-    tr__free(m->ctx, m->nets);
-    m->nets = NULL;
-    m->tape_B = m->tape_nets = 0;
+    tr__tape_free(m, m->tape_nets);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
     per_net = (size_t)B * ((size_t)m->S * m->D + tr__block_rec_floats(m) * (size_t)m->cfg.L_layers) + 64;
     if (!tr__size_mul(per_net, (size_t)nets, &n)) return tr__err(m->ctx, TR_ERR_OVERFLOW, "tape size overflows");
@@ -7077,15 +7073,12 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     for (i = 0; i < nets; i++) {
         float *cur = m->nets[i].mem = (float *)tr__dalloc(m->ctx, per_net * sizeof(float), 0);
         if (!cur) {
-            while (i-- > 0) tr__dfree(m->ctx, m->nets[i].mem);
-            tr__free(m->ctx, m->nets);
-            m->nets = NULL;
+            tr__tape_free(m, i);
             return TR_ERR_OUT_OF_MEMORY;
         }
         m->nets[i].h0 = tr__carve(&cur, (size_t)B * m->S * m->D);
         for (l = 0; l < m->cfg.L_layers; l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
     }
-    m->tape_floats = n;
     m->tape_B = B;
     m->tape_nets = nets;
     return TR_OK;
