@@ -6541,9 +6541,8 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N
                                       size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active) {
-        if (tr__cl_gemm_gu_ok(&ctx->cl->gemm)) return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
-    }
+    if (ctx->dev_active && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
+        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
 #endif
     TR__UNUSED(keep_gu);
     if ((st = tr__op_sgemm_batched(ctx, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0))) return st;
