@@ -70,6 +70,7 @@
 #endif
 
 #include <stddef.h>
+#include <stdio.h> /* FILE, for the JSON writer */
 #include <stdint.h>
 
 #define TINYREC_VERSION_MAJOR 0
@@ -334,6 +335,38 @@ TRDEF void tr_model_memory(const tr_model *m, int batch_size, size_t *train_byte
    (A stored [K,M], B stored [N,K]); the library's packed SIMD GEMM on the context's threads. */
 TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
                          float *C, size_t ldc, int accumulate);
+
+/* >>api-json */
+/* A strict RFC 8259 reader (the one every file format of the library goes through) and a writer of
+   JSON strings and numbers. The tree's nodes, strings and keys come from the context's allocator. */
+typedef enum tr_json_type { TR_JSON_NULL, TR_JSON_BOOL, TR_JSON_NUMBER, TR_JSON_STRING, TR_JSON_ARRAY, TR_JSON_OBJECT } tr_json_type;
+typedef struct tr_json {
+    tr_json_type type;
+    int boolean;
+    double number;
+    char *string; /* STRING: unescaped UTF-8, NUL-terminated */
+    size_t len;
+    struct tr_json *items; /* ARRAY: items[count]; OBJECT: keys[count] + items[count] */
+    char **keys;
+    size_t count;
+} tr_json;
+
+#define TR_JSON_MAX_DEPTH 64
+/* Parses text[0..len) into a tree. Strict: depth limit TR_JSON_MAX_DEPTH, duplicate object keys,
+   NaN/Infinity, trailing garbage, control characters in strings and invalid UTF-8 are rejected
+   with TR_ERR_FORMAT and a reason that names `what` (NULL: "JSON") and the byte offset. */
+TRDEF tr_status tr_json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_json **out);
+TRDEF void tr_json_free(tr_ctx *ctx, tr_json *root);
+/* The member `key` of an object; NULL if absent or obj is not an object. */
+TRDEF const tr_json *tr_json_get(const tr_json *obj, const char *key);
+TRDEF const char *tr_json_type_name(tr_json_type type); /* "null", "boolean", "number", ... */
+/* Writes s as a quoted JSON string: UTF-8 passes through, '"', '\\' and control characters are
+   escaped. Returns 0, or EOF on a write error. */
+TRDEF int tr_json_fput_string(FILE *f, const char *s);
+/* Writes a number so that it reads back as the same double ("null" for NaN and infinities, which
+   JSON cannot hold). Returns 0, or EOF on a write error. */
+TRDEF int tr_json_fput_number(FILE *f, double v);
+/* >>api-json-end */
 
 /* >>api-io */
 /* Tensor element types a safetensors file may hold (anything else is rejected on open). */
@@ -8089,19 +8122,6 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
 /* ---- JSON ----------------------------------------------------------------------------------
    A strict RFC 8259 reader that builds a tree. Every node, string, key and child array comes
    from tr__alloc, so allocation faults and leaks are visible to the context's counters. */
-typedef enum tr__json_type { TR__JSON_NULL, TR__JSON_BOOL, TR__JSON_NUMBER, TR__JSON_STRING, TR__JSON_ARRAY, TR__JSON_OBJECT } tr__json_type;
-typedef struct tr__json {
-    tr__json_type type;
-    int boolean;
-    double number;
-    char *string; /* STRING: unescaped UTF-8, NUL-terminated */
-    size_t len;
-    struct tr__json *items; /* ARRAY: items[count]; OBJECT: keys[count] + items[count] */
-    char **keys;
-    size_t count;
-} tr__json;
-
-#define TR__JSON_MAX_DEPTH 64
 
 typedef struct tr__jp {
     tr_ctx *ctx;
@@ -8110,12 +8130,12 @@ typedef struct tr__jp {
     const char *what;
 } tr__jp;
 
-TR__FN void tr__json_free_contents(tr_ctx *ctx, tr__json *v) {
+TR__FN void tr__json_free_contents(tr_ctx *ctx, tr_json *v) {
     size_t i;
     switch (v->type) {
-    case TR__JSON_STRING: tr__free(ctx, v->string); break;
-    case TR__JSON_ARRAY:
-    case TR__JSON_OBJECT:
+    case TR_JSON_STRING: tr__free(ctx, v->string); break;
+    case TR_JSON_ARRAY:
+    case TR_JSON_OBJECT:
         for (i = 0; i < v->count; i++) {
             if (v->keys) tr__free(ctx, v->keys[i]);
             if (v->items) tr__json_free_contents(ctx, &v->items[i]);
@@ -8128,29 +8148,29 @@ TR__FN void tr__json_free_contents(tr_ctx *ctx, tr__json *v) {
     memset(v, 0, sizeof *v);
 }
 
-TR__FN void tr__json_free(tr_ctx *ctx, tr__json *root) {
+TRDEF void tr_json_free(tr_ctx *ctx, tr_json *root) {
     if (!root) return;
     tr__json_free_contents(ctx, root);
     tr__free(ctx, root);
 }
 
 /* NULL if absent or obj not an object. Keys never contain NUL (the parser rejects \u0000 in keys). */
-TR__FN const tr__json *tr__json_get(const tr__json *obj, const char *key) {
+TRDEF const tr_json *tr_json_get(const tr_json *obj, const char *key) {
     size_t i;
-    if (!obj || obj->type != TR__JSON_OBJECT || !key) return NULL;
+    if (!obj || obj->type != TR_JSON_OBJECT || !key) return NULL;
     for (i = 0; i < obj->count; i++)
         if (strcmp(obj->keys[i], key) == 0) return &obj->items[i];
     return NULL;
 }
 
-TR__FN const char *tr__json_type_name(tr__json_type t) {
+TRDEF const char *tr_json_type_name(tr_json_type t) {
     switch (t) {
-    case TR__JSON_NULL: return "null";
-    case TR__JSON_BOOL: return "boolean";
-    case TR__JSON_NUMBER: return "number";
-    case TR__JSON_STRING: return "string";
-    case TR__JSON_ARRAY: return "array";
-    case TR__JSON_OBJECT: return "object";
+    case TR_JSON_NULL: return "null";
+    case TR_JSON_BOOL: return "boolean";
+    case TR_JSON_NUMBER: return "number";
+    case TR_JSON_STRING: return "string";
+    case TR_JSON_ARRAY: return "array";
+    case TR_JSON_OBJECT: return "object";
     }
     return "?";
 }
@@ -8168,17 +8188,17 @@ TR__FN void tr__jp_ws(tr__jp *p) {
 }
 
 /* Grows a node's child arrays (items, and keys for objects) to hold at least `need` entries. */
-TR__FN tr_status tr__jp_grow(tr__jp *p, tr__json *v, size_t *cap, size_t need) {
+TR__FN tr_status tr__jp_grow(tr__jp *p, tr_json *v, size_t *cap, size_t need) {
     size_t ncap, bytes;
-    tr__json *items;
+    tr_json *items;
     if (need <= *cap) return TR_OK;
     ncap = *cap ? *cap * 2 : 4;
-    if (ncap < need || !tr__size_mul(ncap, sizeof(tr__json), &bytes) || !tr__size_mul(ncap, sizeof(char *), &bytes))
+    if (ncap < need || !tr__size_mul(ncap, sizeof(tr_json), &bytes) || !tr__size_mul(ncap, sizeof(char *), &bytes))
         return tr__err(p->ctx, TR_ERR_OVERFLOW, "%s: JSON container too large", p->what);
-    items = (tr__json *)tr__alloc(p->ctx, ncap * sizeof(tr__json));
+    items = (tr_json *)tr__alloc(p->ctx, ncap * sizeof(tr_json));
     if (!items) return TR_ERR_OUT_OF_MEMORY;
-    if (v->count) memcpy(items, v->items, v->count * sizeof(tr__json));
-    if (v->type == TR__JSON_OBJECT) {
+    if (v->count) memcpy(items, v->items, v->count * sizeof(tr_json));
+    if (v->type == TR_JSON_OBJECT) {
         char **keys = (char **)tr__alloc(p->ctx, ncap * sizeof(char *));
         if (!keys) {
             tr__free(p->ctx, items);
@@ -8397,7 +8417,7 @@ TR__FN tr_status tr__jp_number(tr__jp *p, double *out) {
 TR__FN int tr__jp_cmp_keys(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Rejects duplicate keys: pairwise for small objects, sorted for large ones (no quadratic blowup). */
-TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr__json *v, size_t obj_pos) {
+TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr_json *v, size_t obj_pos) {
     size_t i, j;
     const char *dup = NULL;
     if (v->count <= 8) {
@@ -8433,7 +8453,7 @@ TR__FN int tr__jp_lit(tr__jp *p, const char *lit) {
 
 /* Parses one value into *v (zeroed by the caller). On failure v holds whatever was built so far,
    consistently, so the caller frees it with tr__json_free_contents. */
-TR__FN tr_status tr__jp_value(tr__jp *p, tr__json *v, int depth) {
+TR__FN tr_status tr__jp_value(tr__jp *p, tr_json *v, int depth) {
     tr_status st;
     unsigned char c;
     tr__jp_ws(p);
@@ -8443,8 +8463,8 @@ TR__FN tr_status tr__jp_value(tr__jp *p, tr__json *v, int depth) {
         size_t cap = 0, obj_pos = p->pos;
         int is_obj = c == '{';
         unsigned char close = is_obj ? '}' : ']';
-        if (depth >= TR__JSON_MAX_DEPTH) return tr__jp_fail(p, "nesting deeper than 64 levels");
-        v->type = is_obj ? TR__JSON_OBJECT : TR__JSON_ARRAY;
+        if (depth >= TR_JSON_MAX_DEPTH) return tr__jp_fail(p, "nesting deeper than 64 levels");
+        v->type = is_obj ? TR_JSON_OBJECT : TR_JSON_ARRAY;
         p->pos++;
         tr__jp_ws(p);
         if (p->pos < p->len && p->s[p->pos] == close) {
@@ -8483,16 +8503,16 @@ TR__FN tr_status tr__jp_value(tr__jp *p, tr__json *v, int depth) {
         return TR_OK;
     }
     if (c == '"') {
-        v->type = TR__JSON_STRING;
+        v->type = TR_JSON_STRING;
         return tr__jp_string(p, &v->string, &v->len, 0);
     }
     if (c == '-' || (c >= '0' && c <= '9')) {
-        v->type = TR__JSON_NUMBER;
+        v->type = TR_JSON_NUMBER;
         return tr__jp_number(p, &v->number);
     }
-    if (tr__jp_lit(p, "true")) { v->type = TR__JSON_BOOL; v->boolean = 1; return TR_OK; }
-    if (tr__jp_lit(p, "false")) { v->type = TR__JSON_BOOL; v->boolean = 0; return TR_OK; }
-    if (tr__jp_lit(p, "null")) { v->type = TR__JSON_NULL; return TR_OK; }
+    if (tr__jp_lit(p, "true")) { v->type = TR_JSON_BOOL; v->boolean = 1; return TR_OK; }
+    if (tr__jp_lit(p, "false")) { v->type = TR_JSON_BOOL; v->boolean = 0; return TR_OK; }
+    if (tr__jp_lit(p, "null")) { v->type = TR_JSON_NULL; return TR_OK; }
     return tr__jp_fail(p, "invalid literal (expected a value: object, array, string, number, true, false or null)");
 }
 
@@ -8500,19 +8520,19 @@ TR__FN tr_status tr__jp_value(tr__jp *p, tr__json *v, int depth) {
    ("model.safetensors header"). Strict: depth limit 64, duplicate object keys rejected, no
    NaN/Infinity, no trailing garbage, control chars in strings rejected, \u escapes incl.
    surrogate pairs, UTF-8 validated, \u0000 rejected in keys (allowed in values: see len). */
-TR__FN tr_status tr__json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr__json **out) {
+TRDEF tr_status tr_json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_json **out) {
     tr__jp p;
-    tr__json *root;
+    tr_json *root;
     tr_status st;
-    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__json_parse: out is NULL");
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: out is NULL");
     *out = NULL;
-    if (!text && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__json_parse: text is NULL");
+    if (!text && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: text is NULL");
     p.ctx = ctx;
     p.s = (const unsigned char *)(text ? text : "");
     p.len = len;
     p.pos = 0;
     p.what = what ? what : "JSON";
-    root = (tr__json *)tr__calloc(ctx, 1, sizeof *root);
+    root = (tr_json *)tr__calloc(ctx, 1, sizeof *root);
     if (!root) return TR_ERR_OUT_OF_MEMORY;
     st = tr__jp_value(&p, root, 0);
     if (st == TR_OK) {
@@ -8520,7 +8540,7 @@ TR__FN tr_status tr__json_parse(tr_ctx *ctx, const char *text, size_t len, const
         if (p.pos != p.len) st = tr__jp_fail(&p, "trailing garbage after the JSON value");
     }
     if (st != TR_OK) {
-        tr__json_free(ctx, root);
+        tr_json_free(ctx, root);
         return st;
     }
     *out = root;
@@ -8612,37 +8632,120 @@ TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...) {
     va_end(ap2);
 }
 
+/* The escape sequence JSON needs for byte c ('"', '\\' and control characters) in esc; 0 when c
+   stands for itself. */
+TR__FN int tr__json_escape(unsigned char c, char esc[8]) {
+    switch (c) {
+    case '"': memcpy(esc, "\\\"", 3); return 2;
+    case '\\': memcpy(esc, "\\\\", 3); return 2;
+    case '\n': memcpy(esc, "\\n", 3); return 2;
+    case '\r': memcpy(esc, "\\r", 3); return 2;
+    case '\t': memcpy(esc, "\\t", 3); return 2;
+    case '\b': memcpy(esc, "\\b", 3); return 2;
+    case '\f': memcpy(esc, "\\f", 3); return 2;
+    default: break;
+    }
+    if (c >= 0x20) return 0;
+    snprintf(esc, 8, "\\u%04x", (unsigned)c);
+    return 6;
+}
+
 /* Appends s as a quoted JSON string. s is taken as UTF-8 and passed through byte for byte, except
    for '"', '\\' and control characters, which are escaped. */
 TR__FN void tr__sb_json_string(tr__sb *sb, const char *s) {
     const unsigned char *u = (const unsigned char *)(s ? s : "");
-    size_t run = 0;
+    char esc[8];
+    size_t run;
+    int n;
     tr__sb_append(sb, "\"", 1);
-    for (; u[run]; ) {
-        unsigned char c = u[run];
-        if (c == '"' || c == '\\' || c < 0x20) {
-            char esc[8];
-            tr__sb_append(sb, (const char *)u, run);
-            u += run;
-            run = 0;
-            switch (c) {
-            case '"': tr__sb_append(sb, "\\\"", 2); break;
-            case '\\': tr__sb_append(sb, "\\\\", 2); break;
-            case '\n': tr__sb_append(sb, "\\n", 2); break;
-            case '\r': tr__sb_append(sb, "\\r", 2); break;
-            case '\t': tr__sb_append(sb, "\\t", 2); break;
-            case '\b': tr__sb_append(sb, "\\b", 2); break;
-            case '\f': tr__sb_append(sb, "\\f", 2); break;
-            default:
-                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c);
-                tr__sb_append(sb, esc, 6);
-            }
-            u++;
-        } else
+    for (run = 0; u[run]; ) {
+        if ((n = tr__json_escape(u[run], esc)) == 0) {
             run++;
+            continue;
+        }
+        tr__sb_append(sb, (const char *)u, run);
+        tr__sb_append(sb, esc, (size_t)n);
+        u += run + 1;
+        run = 0;
     }
     tr__sb_append(sb, (const char *)u, run);
     tr__sb_append(sb, "\"", 1);
+}
+
+TRDEF int tr_json_fput_string(FILE *f, const char *s) {
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    char esc[8];
+    int n, bad = 0;
+    if (!f) return EOF;
+    bad |= putc('"', f) == EOF;
+    for (; *u; u++) {
+        if ((n = tr__json_escape(*u, esc)) == 0) bad |= putc(*u, f) == EOF;
+        else bad |= fwrite(esc, 1, (size_t)n, f) != (size_t)n;
+    }
+    bad |= putc('"', f) == EOF;
+    return bad ? EOF : 0;
+}
+
+/* Python's repr() of a float ("1.0", "3.25", "1e-05"): shortest round trip digits. */
+TR__FN void tr__py_float(char *out, size_t cap, double v) {
+    char buf[40], digits[24];
+    int prec, exp10 = 0, nd = 0, i;
+    char *e;
+    if (v != v) { snprintf(out, cap, "NaN"); return; }
+    if (v > DBL_MAX || v < -DBL_MAX) { snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity"); return; }
+    if (v == 0) { snprintf(out, cap, signbit(v) ? "-0.0" : "0.0"); return; }
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    /* buf = [-]d.ddde[+-]xx */
+    e = strchr(buf, 'e');
+    exp10 = atoi(e + 1);
+    for (i = 0; buf + i < e; i++)
+        if (isdigit((unsigned char)buf[i])) digits[nd++] = buf[i];
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = 0;
+    {
+        char res[64];
+        size_t o = 0;
+        if (v < 0) res[o++] = '-';
+        if (exp10 >= 16 || exp10 < -4) {
+            res[o++] = digits[0];
+            if (nd > 1) {
+                res[o++] = '.';
+                for (i = 1; i < nd; i++) res[o++] = digits[i];
+            }
+            snprintf(res + o, sizeof res - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+        } else if (exp10 >= 0) {
+            for (i = 0; i <= exp10; i++) res[o++] = i < nd ? digits[i] : '0';
+            res[o++] = '.';
+            if (nd > exp10 + 1)
+                for (i = exp10 + 1; i < nd; i++) res[o++] = digits[i];
+            else
+                res[o++] = '0';
+            res[o] = 0;
+        } else {
+            res[o++] = '0';
+            res[o++] = '.';
+            for (i = 0; i < -exp10 - 1; i++) res[o++] = '0';
+            for (i = 0; i < nd; i++) res[o++] = digits[i];
+            res[o] = 0;
+        }
+        snprintf(out, cap, "%s", res);
+    }
+}
+
+/* A number as JSON: integers without a fraction, others as Python's repr; "null" when not finite. */
+TR__FN void tr__json_number_text(char out[48], double v) {
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) snprintf(out, 48, "null");
+    else if (v == floor(v) && fabs(v) < 9e15) snprintf(out, 48, "%lld", (long long)v);
+    else tr__py_float(out, 48, v);
+}
+
+TRDEF int tr_json_fput_number(FILE *f, double v) {
+    char b[48];
+    tr__json_number_text(b, v);
+    return f && fputs(b, f) != EOF ? 0 : EOF;
 }
 
 /* TR_OK, or TR_ERR_OUT_OF_MEMORY with the reason set. */
@@ -8924,11 +9027,11 @@ struct tr_st_file {
     const unsigned char *bytes;
     size_t len;
     char *what;               /* file name for error texts */
-    tr__json *header;         /* tensor names and metadata point into it */
+    tr_json *header;         /* tensor names and metadata point into it */
     tr_st_tensor *tensors;    /* header order */
     size_t count;
     size_t *by_name;          /* indices into tensors, sorted by name */
-    const tr__json *meta;     /* the __metadata__ object, or NULL */
+    const tr_json *meta;     /* the __metadata__ object, or NULL */
 };
 
 static const char *const tr__dtype_names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "BOOL"};
@@ -8983,8 +9086,8 @@ TR__FN uint64_t tr__le64(const unsigned char *p) {
 
 /* A JSON number that is a non-negative integer no larger than 2^53 (exactly representable).
    0 if it is not. */
-TR__FN int tr__st_json_uint(const tr__json *v, uint64_t *out) {
-    if (!v || v->type != TR__JSON_NUMBER) return 0;
+TR__FN int tr__st_json_uint(const tr_json *v, uint64_t *out) {
+    if (!v || v->type != TR_JSON_NUMBER) return 0;
     if (!(v->number >= 0.0) || v->number > 9007199254740992.0 || floor(v->number) != v->number) return 0;
     *out = (uint64_t)v->number;
     return 1;
@@ -9012,28 +9115,28 @@ TR__FN int tr__st_cmp_named(const void *a, const void *b) {
 }
 
 /* Validates one tensor entry of the header and fills t (everything except data). */
-TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr__json *e, tr_st_tensor *t,
+TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr_json *e, tr_st_tensor *t,
                                      tr__st_span *span, uint64_t data_len) {
-    const tr__json *dt, *sh, *off;
+    const tr_json *dt, *sh, *off;
     size_t i, numel = 1, nbytes;
     int d;
     uint64_t b, en;
     char sbuf[200];
-    if (e->type != TR__JSON_OBJECT)
+    if (e->type != TR_JSON_OBJECT)
         return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': the entry is a JSON %s, not an object with dtype, shape and data_offsets",
-                       what, name, tr__json_type_name(e->type));
+                       what, name, tr_json_type_name(e->type));
     for (i = 0; i < e->count; i++)
         if (strcmp(e->keys[i], "dtype") != 0 && strcmp(e->keys[i], "shape") != 0 && strcmp(e->keys[i], "data_offsets") != 0)
             return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': unknown field '%.100s' (allowed: dtype, shape, data_offsets)", what, name, e->keys[i]);
-    dt = tr__json_get(e, "dtype");
-    sh = tr__json_get(e, "shape");
-    off = tr__json_get(e, "data_offsets");
+    dt = tr_json_get(e, "dtype");
+    sh = tr_json_get(e, "shape");
+    off = tr_json_get(e, "data_offsets");
     if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'dtype'", what, name);
     if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'shape'", what, name);
     if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'data_offsets'", what, name);
     /* dtype */
-    if (dt->type != TR__JSON_STRING)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype is a JSON %s, not a string", what, name, tr__json_type_name(dt->type));
+    if (dt->type != TR_JSON_STRING)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype is a JSON %s, not a string", what, name, tr_json_type_name(dt->type));
     for (d = 0; d < TR__NUM_DTYPES; d++)
         if (strcmp(dt->string, tr__dtype_names[d]) == 0 && dt->len == strlen(tr__dtype_names[d])) break;
     if (d == TR__NUM_DTYPES)
@@ -9041,15 +9144,15 @@ TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *n
                        what, name, dt->string);
     t->dtype = (tr_dtype)d;
     /* shape */
-    if (sh->type != TR__JSON_ARRAY)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape is a JSON %s, not an array", what, name, tr__json_type_name(sh->type));
+    if (sh->type != TR_JSON_ARRAY)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape is a JSON %s, not an array", what, name, tr_json_type_name(sh->type));
     if (sh->count > TR_ST_MAX_DIMS)
         return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape has %zu dimensions, more than the supported %d", what, name, sh->count, TR_ST_MAX_DIMS);
     t->ndim = (int)sh->count;
     for (i = 0; i < sh->count; i++) {
-        const tr__json *x = &sh->items[i];
+        const tr_json *x = &sh->items[i];
         uint64_t dim;
-        if (x->type == TR__JSON_NUMBER && x->number < 0)
+        if (x->type == TR_JSON_NUMBER && x->number < 0)
             return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is negative (%g)", what, name, i, x->number);
         if (!tr__st_json_uint(x, &dim))
             return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer (at most 2^53)", what, name, i);
@@ -9062,7 +9165,7 @@ TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *n
         return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape %s of %s is too large in bytes (overflow)", what, name,
                        tr__st_shape_str(t, sbuf, sizeof sbuf), tr__dtype_names[d]);
     /* data_offsets */
-    if (off->type != TR__JSON_ARRAY || off->count != 2)
+    if (off->type != TR_JSON_ARRAY || off->count != 2)
         return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets must be an array [begin, end]", what, name);
     if (!tr__st_json_uint(&off->items[0], &b))
         return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets[0] is not a non-negative integer (at most 2^53)", what, name);
@@ -9090,7 +9193,7 @@ TR__FN tr_status tr__st_load(tr_st_file *f) {
     const char *what = f->what;
     uint64_t hlen, data_len, expect;
     const unsigned char *data;
-    const tr__json *root;
+    const tr_json *root;
     tr__st_span *spans = NULL;
     tr__st_named *named = NULL;
     size_t i, k, ntensors;
@@ -9109,7 +9212,7 @@ TR__FN tr_status tr__st_load(tr_st_file *f) {
     if (f->bytes[8] != '{')
         return tr__err(ctx, TR_ERR_FORMAT, "%s: header is not a JSON object (it must start with '{', found byte 0x%02x)", what, f->bytes[8]);
     snprintf(hwhat, sizeof hwhat, "%.250s header", what);
-    st = tr__json_parse(ctx, (const char *)f->bytes + 8, (size_t)hlen, hwhat, &f->header);
+    st = tr_json_parse(ctx, (const char *)f->bytes + 8, (size_t)hlen, hwhat, &f->header);
     if (st != TR_OK) return st;
     root = f->header;
     data = f->bytes + 8 + hlen;
@@ -9117,13 +9220,13 @@ TR__FN tr_status tr__st_load(tr_st_file *f) {
     ntensors = 0;
     for (i = 0; i < root->count; i++) {
         if (strcmp(root->keys[i], "__metadata__") == 0) {
-            const tr__json *m = &root->items[i];
-            if (m->type != TR__JSON_OBJECT)
-                return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr__json_type_name(m->type));
+            const tr_json *m = &root->items[i];
+            if (m->type != TR_JSON_OBJECT)
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr_json_type_name(m->type));
             for (k = 0; k < m->count; k++) {
-                if (m->items[k].type != TR__JSON_STRING)
+                if (m->items[k].type != TR_JSON_STRING)
                     return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' is a JSON %s, not a string", what, m->keys[k],
-                                   tr__json_type_name(m->items[k].type));
+                                   tr_json_type_name(m->items[k].type));
                 if (strlen(m->items[k].string) != m->items[k].len)
                     return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' contains a NUL character", what, m->keys[k]);
             }
@@ -9193,7 +9296,7 @@ TR__FN void tr__st_destroy(tr_st_file *f) {
     tr_ctx *ctx;
     if (!f) return;
     ctx = f->ctx;
-    tr__json_free(ctx, f->header);
+    tr_json_free(ctx, f->header);
     tr__free(ctx, f->tensors);
     tr__free(ctx, f->by_name);
     tr__free(ctx, f->what);
@@ -9308,9 +9411,9 @@ TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, in
 }
 
 TRDEF const char *tr_st_metadata(const tr_st_file *f, const char *key) {
-    const tr__json *v;
+    const tr_json *v;
     if (!f || !f->meta) return NULL;
-    v = tr__json_get(f->meta, key);
+    v = tr_json_get(f->meta, key);
     return v ? v->string : NULL;
 }
 TRDEF size_t tr_st_metadata_count(const tr_st_file *f) { return f && f->meta ? f->meta->count : 0; }
@@ -9570,55 +9673,6 @@ TR__FN tr_status tr__write_whole(tr_ctx *ctx, const char *path, const void *data
         return st;
     }
     return tr__atomic_commit(&af);
-}
-
-/* Python's repr() of a float ("1.0", "3.25", "1e-05"): shortest round trip digits. */
-TR__FN void tr__py_float(char *out, size_t cap, double v) {
-    char buf[40], digits[24];
-    int prec, exp10 = 0, nd = 0, i;
-    char *e;
-    if (v != v) { snprintf(out, cap, "NaN"); return; }
-    if (v > DBL_MAX || v < -DBL_MAX) { snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity"); return; }
-    if (v == 0) { snprintf(out, cap, signbit(v) ? "-0.0" : "0.0"); return; }
-    for (prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    /* buf = [-]d.ddde[+-]xx */
-    e = strchr(buf, 'e');
-    exp10 = atoi(e + 1);
-    for (i = 0; buf + i < e; i++)
-        if (isdigit((unsigned char)buf[i])) digits[nd++] = buf[i];
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = 0;
-    {
-        char res[64];
-        size_t o = 0;
-        if (v < 0) res[o++] = '-';
-        if (exp10 >= 16 || exp10 < -4) {
-            res[o++] = digits[0];
-            if (nd > 1) {
-                res[o++] = '.';
-                for (i = 1; i < nd; i++) res[o++] = digits[i];
-            }
-            snprintf(res + o, sizeof res - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        } else if (exp10 >= 0) {
-            for (i = 0; i <= exp10; i++) res[o++] = i < nd ? digits[i] : '0';
-            res[o++] = '.';
-            if (nd > exp10 + 1)
-                for (i = exp10 + 1; i < nd; i++) res[o++] = digits[i];
-            else
-                res[o++] = '0';
-            res[o] = 0;
-        } else {
-            res[o++] = '0';
-            res[o++] = '.';
-            for (i = 0; i < -exp10 - 1; i++) res[o++] = '0';
-            for (i = 0; i < nd; i++) res[o++] = digits[i];
-            res[o] = 0;
-        }
-        snprintf(out, cap, "%s", res);
-    }
 }
 
 /* Calls the progress callback; TR_ERR_INTERRUPTED when it asks to stop. */
@@ -10040,14 +10094,14 @@ TRDEF tr_dataset_meta tr_dataset_meta_default(void) {
 }
 
 /* An integral JSON number in [lo, hi]. */
-TR__FN tr_status tr__meta_int(tr_ctx *ctx, const char *path, const tr__json *root, const char *key, int optional, int64_t lo, int64_t hi, int64_t *out, int *present) {
-    const tr__json *v = tr__json_get(root, key);
+TR__FN tr_status tr__meta_int(tr_ctx *ctx, const char *path, const tr_json *root, const char *key, int optional, int64_t lo, int64_t hi, int64_t *out, int *present) {
+    const tr_json *v = tr_json_get(root, key);
     if (present) *present = 0;
     if (!v) {
         if (optional) return TR_OK;
         return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' is missing", path, key);
     }
-    if (v->type != TR__JSON_NUMBER || v->number != floor(v->number))
+    if (v->type != TR_JSON_NUMBER || v->number != floor(v->number))
         return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' must be an integer", path, key);
     if (v->number < (double)lo || v->number > (double)hi)
         return tr__err(ctx, TR_ERR_FORMAT, "'%s': field '%s' is %.17g, outside [%lld, %lld]", path, key, v->number, (long long)lo, (long long)hi);
@@ -10056,23 +10110,23 @@ TR__FN tr_status tr__meta_int(tr_ctx *ctx, const char *path, const tr__json *roo
     return TR_OK;
 }
 
-TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr__json *root, tr_dataset_meta *m) {
+TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr_json *root, tr_dataset_meta *m) {
     int64_t v;
     int present;
-    const tr__json *j;
+    const tr_json *j;
     tr_status st;
     size_t i;
     memset(m, 0, sizeof *m);
-    if (root->type != TR__JSON_OBJECT) return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON object", path);
+    if (root->type != TR_JSON_OBJECT) return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON object", path);
     if ((st = tr__meta_int(ctx, path, root, "vocab_size", 0, 1, INT32_MAX, &v, NULL)) != TR_OK) return st;
     m->vocab_size = (int)v;
     if ((st = tr__meta_int(ctx, path, root, "seq_len", 0, 1, INT32_MAX, &v, NULL)) != TR_OK) return st;
     m->seq_len = (int)v;
     if ((st = tr__meta_int(ctx, path, root, "pad_id", 0, 0, m->vocab_size - 1, &v, NULL)) != TR_OK) return st;
     m->pad_id = (int)v;
-    j = tr__json_get(root, "ignore_label_id");
+    j = tr_json_get(root, "ignore_label_id");
     if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'ignore_label_id' is missing (use null for none)", path);
-    if (j->type == TR__JSON_NULL) {
+    if (j->type == TR_JSON_NULL) {
         m->has_ignore_label_id = 0;
         m->ignore_label_id = 0;
     } else {
@@ -10088,18 +10142,18 @@ TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr__jso
     m->total_groups = v;
     if ((st = tr__meta_int(ctx, path, root, "total_puzzles", 1, 0, INT64_MAX / 2, &v, &present)) != TR_OK) return st;
     m->total_puzzles = present ? v : -1;
-    j = tr__json_get(root, "mean_puzzle_examples");
+    j = tr_json_get(root, "mean_puzzle_examples");
     if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' is missing", path);
-    if (j->type != TR__JSON_NUMBER || j->number < 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' must be a non-negative number", path);
+    if (j->type != TR_JSON_NUMBER || j->number < 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'mean_puzzle_examples' must be a non-negative number", path);
     m->mean_puzzle_examples = j->number;
-    j = tr__json_get(root, "sets");
+    j = tr_json_get(root, "sets");
     if (!j) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' is missing", path);
-    if (j->type != TR__JSON_ARRAY || j->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' must be a non-empty list of names", path);
+    if (j->type != TR_JSON_ARRAY || j->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' must be a non-empty list of names", path);
     if (j->count > TR_DATASET_MAX_SETS) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': field 'sets' has %zu sets, at most %d are supported", path, j->count, TR_DATASET_MAX_SETS);
     for (i = 0; i < j->count; i++) {
-        const tr__json *s = &j->items[i];
+        const tr_json *s = &j->items[i];
         size_t k;
-        if (s->type != TR__JSON_STRING || s->len == 0 || s->len >= sizeof m->sets[0] || strlen(s->string) != s->len)
+        if (s->type != TR_JSON_STRING || s->len == 0 || s->len >= sizeof m->sets[0] || strlen(s->string) != s->len)
             return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] must be a non-empty name of at most 63 bytes", path, i);
         if (strchr(s->string, '/') || strchr(s->string, '\\') || !strcmp(s->string, ".") || !strcmp(s->string, ".."))
             return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] '%s' is not a plain file-name prefix", path, i, s->string);
@@ -10114,16 +10168,16 @@ TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr__jso
 TRDEF tr_status tr_dataset_read_meta(tr_ctx *ctx, const char *path, tr_dataset_meta *out) {
     char *text;
     size_t len;
-    tr__json *root;
+    tr_json *root;
     tr_status st;
     if (!path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_dataset_read_meta: NULL argument");
     st = tr__read_file_capped(ctx, path, (size_t)1 << 20, &text, &len);
     if (st != TR_OK) return st;
-    st = tr__json_parse(ctx, text, len, path, &root);
+    st = tr_json_parse(ctx, text, len, path, &root);
     tr__free(ctx, text);
     if (st != TR_OK) return st;
     st = tr__meta_from_json(ctx, path, root, out);
-    tr__json_free(ctx, root);
+    tr_json_free(ctx, root);
     return st;
 }
 
@@ -10229,7 +10283,7 @@ TR__FN tr_status tr__check_tokens(tr_ctx *ctx, const char *path, const char *fie
 TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *ds) {
     char *path = tr__path3(ctx, dir, "identifiers.json", NULL), *text = NULL;
     size_t len, i;
-    tr__json *root = NULL;
+    tr_json *root = NULL;
     tr_status st = TR_OK;
     FILE *f;
     if (!path) return TR_ERR_OUT_OF_MEMORY;
@@ -10240,9 +10294,9 @@ TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *
     }
     fclose(f);
     st = tr__read_file(ctx, path, &text, &len);
-    if (st == TR_OK) st = tr__json_parse(ctx, text, len, path, &root);
+    if (st == TR_OK) st = tr_json_parse(ctx, text, len, path, &root);
     tr__free(ctx, text);
-    if (st == TR_OK && root->type != TR__JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON list of names", path);
+    if (st == TR_OK && root->type != TR_JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON list of names", path);
     if (st == TR_OK && (int64_t)root->count != ds->meta.num_puzzle_identifiers)
         st = tr__err(ctx, TR_ERR_FORMAT, "'%s': has %zu names, dataset.json num_puzzle_identifiers is %lld", path, root->count, (long long)ds->meta.num_puzzle_identifiers);
     if (st == TR_OK) {
@@ -10251,8 +10305,8 @@ TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *
         else ds->num_identifiers = (int64_t)root->count;
     }
     for (i = 0; st == TR_OK && i < root->count; i++) {
-        const tr__json *s = &root->items[i];
-        if (s->type != TR__JSON_STRING) {
+        const tr_json *s = &root->items[i];
+        if (s->type != TR_JSON_STRING) {
             st = tr__err(ctx, TR_ERR_FORMAT, "'%s': entry %zu is not a string", path, i);
             break;
         }
@@ -10263,7 +10317,7 @@ TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *
         }
         memcpy(ds->identifiers[i], s->string, s->len + 1);
     }
-    tr__json_free(ctx, root);
+    tr_json_free(ctx, root);
     tr__free(ctx, path);
     return st;
 }
@@ -12290,21 +12344,19 @@ typedef struct tr__arc_task {
     int32_t *ids;           /* [nver] puzzle identifiers */
 } tr__arc_task;
 
-TR__FN void tr__json_write(tr__sb *sb, const tr__json *v) {
+TR__FN void tr__json_write(tr__sb *sb, const tr_json *v) {
     size_t i;
     switch (v->type) {
-    case TR__JSON_NULL: tr__sb_printf(sb, "null"); break;
-    case TR__JSON_BOOL: tr__sb_printf(sb, v->boolean ? "true" : "false"); break;
-    case TR__JSON_NUMBER:
-        if (v->number == floor(v->number) && fabs(v->number) < 9e15) tr__sb_printf(sb, "%lld", (long long)v->number);
-        else {
-            char b[48];
-            tr__py_float(b, sizeof b, v->number);
-            tr__sb_printf(sb, "%s", b);
-        }
+    case TR_JSON_NULL: tr__sb_printf(sb, "null"); break;
+    case TR_JSON_BOOL: tr__sb_printf(sb, v->boolean ? "true" : "false"); break;
+    case TR_JSON_NUMBER: {
+        char b[48];
+        tr__json_number_text(b, v->number);
+        tr__sb_printf(sb, "%s", b);
         break;
-    case TR__JSON_STRING: tr__sb_json_string(sb, v->string); break;
-    case TR__JSON_ARRAY:
+    }
+    case TR_JSON_STRING: tr__sb_json_string(sb, v->string); break;
+    case TR_JSON_ARRAY:
         tr__sb_printf(sb, "[");
         for (i = 0; i < v->count; i++) {
             if (i) tr__sb_printf(sb, ", ");
@@ -12312,7 +12364,7 @@ TR__FN void tr__json_write(tr__sb *sb, const tr__json *v) {
         }
         tr__sb_printf(sb, "]");
         break;
-    case TR__JSON_OBJECT:
+    case TR_JSON_OBJECT:
         tr__sb_printf(sb, "{");
         for (i = 0; i < v->count; i++) {
             if (i) tr__sb_printf(sb, ", ");
@@ -12325,10 +12377,10 @@ TR__FN void tr__json_write(tr__sb *sb, const tr__json *v) {
     }
 }
 
-TR__FN tr_status tr__arc_read_grid(tr_ctx *ctx, const char *path, const char *field, const tr__json *g, tr__arc_grid *out) {
+TR__FN tr_status tr__arc_read_grid(tr_ctx *ctx, const char *path, const char *field, const tr_json *g, tr__arc_grid *out) {
     size_t i, j, w;
-    if (!g || g->type != TR__JSON_ARRAY || g->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: expected a non-empty list of rows", path, field);
-    if (g->items[0].type != TR__JSON_ARRAY || g->items[0].count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row 0 is not a non-empty list", path, field);
+    if (!g || g->type != TR_JSON_ARRAY || g->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: expected a non-empty list of rows", path, field);
+    if (g->items[0].type != TR_JSON_ARRAY || g->items[0].count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row 0 is not a non-empty list", path, field);
     w = g->items[0].count;
     if (g->count > TR_ARC_MAX_GRID || w > TR_ARC_MAX_GRID)
         return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: the grid is %zux%zu, the limit is %dx%d", path, field, g->count, w, TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
@@ -12337,12 +12389,12 @@ TR__FN tr_status tr__arc_read_grid(tr_ctx *ctx, const char *path, const char *fi
     out->cells = (uint8_t *)tr__alloc(ctx, g->count * w);
     if (!out->cells) return TR_ERR_OUT_OF_MEMORY;
     for (i = 0; i < g->count; i++) {
-        const tr__json *row = &g->items[i];
-        if (row->type != TR__JSON_ARRAY || row->count != w)
-            return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row %zu has %zu cells, row 0 has %zu", path, field, i, row->type == TR__JSON_ARRAY ? row->count : 0, w);
+        const tr_json *row = &g->items[i];
+        if (row->type != TR_JSON_ARRAY || row->count != w)
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row %zu has %zu cells, row 0 has %zu", path, field, i, row->type == TR_JSON_ARRAY ? row->count : 0, w);
         for (j = 0; j < w; j++) {
-            const tr__json *c = &row->items[j];
-            if (c->type != TR__JSON_NUMBER || c->number != floor(c->number) || c->number < 0 || c->number > 9)
+            const tr_json *c = &row->items[j];
+            if (c->type != TR_JSON_NUMBER || c->number != floor(c->number) || c->number < 0 || c->number > 9)
                 return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: cell (%zu, %zu) is not a colour 0-9", path, field, i, j);
             out->cells[i * w + j] = (uint8_t)c->number;
         }
@@ -12369,31 +12421,31 @@ TR__FN void tr__arc_task_free(tr_ctx *ctx, tr__arc_task *t) {
 TR__FN tr_status tr__arc_load_task(tr_ctx *ctx, const char *path, tr__arc_task *t) {
     char *text = NULL, field[64];
     size_t len;
-    tr__json *root = NULL;
-    const tr__json *tr, *te;
+    tr_json *root = NULL;
+    const tr_json *tr, *te;
     tr_status st;
     int k;
-    tr__json dummy_row, dummy_grid, dummy_cell;
+    tr_json dummy_row, dummy_grid, dummy_cell;
     if ((st = tr__read_file_capped(ctx, path, (size_t)64 << 20, &text, &len)) != TR_OK) return st;
-    st = tr__json_parse(ctx, text, len, path, &root);
+    st = tr_json_parse(ctx, text, len, path, &root);
     tr__free(ctx, text);
     if (st != TR_OK) return st;
-    tr = tr__json_get(root, "train");
-    te = tr__json_get(root, "test");
-    if (root->type != TR__JSON_OBJECT || !tr || tr->type != TR__JSON_ARRAY || !te || te->type != TR__JSON_ARRAY) {
-        tr__json_free(ctx, root);
+    tr = tr_json_get(root, "train");
+    te = tr_json_get(root, "test");
+    if (root->type != TR_JSON_OBJECT || !tr || tr->type != TR_JSON_ARRAY || !te || te->type != TR_JSON_ARRAY) {
+        tr_json_free(ctx, root);
         return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected an object with lists 'train' and 'test'", path);
     }
     /* [[0]]: the reference's stand-in for a missing test output */
     memset(&dummy_row, 0, sizeof dummy_row);
     memset(&dummy_grid, 0, sizeof dummy_grid);
     memset(&dummy_cell, 0, sizeof dummy_cell);
-    dummy_cell.type = TR__JSON_NUMBER;
+    dummy_cell.type = TR_JSON_NUMBER;
     dummy_cell.number = 0;
-    dummy_row.type = TR__JSON_ARRAY;
+    dummy_row.type = TR_JSON_ARRAY;
     dummy_row.items = &dummy_cell;
     dummy_row.count = 1;
-    dummy_grid.type = TR__JSON_ARRAY;
+    dummy_grid.type = TR_JSON_ARRAY;
     dummy_grid.items = &dummy_row;
     dummy_grid.count = 1;
     t->ntrain = (int)tr->count;
@@ -12405,18 +12457,18 @@ TR__FN tr_status tr__arc_load_task(tr_ctx *ctx, const char *path, tr__arc_task *
         if (!t->in || !t->out) st = TR_ERR_OUT_OF_MEMORY;
     }
     for (k = 0; st == TR_OK && k < t->ntrain + t->ntest; k++) {
-        const tr__json *ex = k < t->ntrain ? &tr->items[k] : &te->items[k - t->ntrain];
+        const tr_json *ex = k < t->ntrain ? &tr->items[k] : &te->items[k - t->ntrain];
         const char *part = k < t->ntrain ? "train" : "test";
         int idx = k < t->ntrain ? k : k - t->ntrain;
-        const tr__json *o;
-        if (ex->type != TR__JSON_OBJECT) {
+        const tr_json *o;
+        if (ex->type != TR_JSON_OBJECT) {
             st = tr__err(ctx, TR_ERR_FORMAT, "'%s': %s[%d]: expected an object", path, part, idx);
             break;
         }
         snprintf(field, sizeof field, "%s[%d].input", part, idx);
-        if ((st = tr__arc_read_grid(ctx, path, field, tr__json_get(ex, "input"), &t->in[k])) != TR_OK) break;
+        if ((st = tr__arc_read_grid(ctx, path, field, tr_json_get(ex, "input"), &t->in[k])) != TR_OK) break;
         snprintf(field, sizeof field, "%s[%d].output", part, idx);
-        o = tr__json_get(ex, "output");
+        o = tr_json_get(ex, "output");
         if (!o && k >= t->ntrain) o = &dummy_grid;
         st = tr__arc_read_grid(ctx, path, field, o, &t->out[k]);
     }
@@ -12428,7 +12480,7 @@ TR__FN tr_status tr__arc_load_task(tr_ctx *ctx, const char *path, tr__arc_task *
         if (st == TR_OK) t->json = sb.data;
         else tr__sb_free(&sb);
     }
-    tr__json_free(ctx, root);
+    tr_json_free(ctx, root);
     return st;
 }
 
@@ -13282,13 +13334,13 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
 
 /* Reads the fields of a field table from a JSON object into obj (which holds the defaults).
    Errors name `what` and the field. */
-TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr__json *root, const tr__ck_field *fl, int nf, void *obj, const char *what) {
+TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr__ck_field *fl, int nf, void *obj, const char *what) {
     char *base = (char *)obj;
     int i;
-    if (!root || root->type != TR__JSON_OBJECT)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a JSON %s, not an object", what, root ? tr__json_type_name(root->type) : "nothing");
+    if (!root || root->type != TR_JSON_OBJECT)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a JSON %s, not an object", what, root ? tr_json_type_name(root->type) : "nothing");
     for (i = 0; i < nf; i++) {
-        const tr__json *v = tr__json_get(root, fl[i].name);
+        const tr_json *v = tr_json_get(root, fl[i].name);
         void *p = base + fl[i].off;
         if (!v) {
             if (fl[i].required) return tr__err(ctx, TR_ERR_FORMAT, "%s: missing field '%s'", what, fl[i].name);
@@ -13298,26 +13350,26 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr__json *root, const tr
         case TR__CK_INT:
         case TR__CK_LONG: {
             double lim = fl[i].kind == TR__CK_INT ? 2147483647.0 : 9007199254740992.0;
-            if (v->type != TR__JSON_NUMBER || floor(v->number) != v->number || fabs(v->number) > lim)
+            if (v->type != TR_JSON_NUMBER || floor(v->number) != v->number || fabs(v->number) > lim)
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be an integer", what, fl[i].name);
             if (fl[i].kind == TR__CK_INT) *(int *)p = (int)v->number;
             else *(long *)p = (long)v->number;
             break;
         }
         case TR__CK_DBL:
-            if (v->type != TR__JSON_NUMBER) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a number, not a JSON %s", what, fl[i].name, tr__json_type_name(v->type));
+            if (v->type != TR_JSON_NUMBER) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a number, not a JSON %s", what, fl[i].name, tr_json_type_name(v->type));
             *(double *)p = v->number;
             break;
         case TR__CK_BOOL:
-            if (v->type == TR__JSON_BOOL) *(int *)p = v->boolean;
-            else if (v->type == TR__JSON_NUMBER && (v->number == 0 || v->number == 1)) *(int *)p = (int)v->number;
+            if (v->type == TR_JSON_BOOL) *(int *)p = v->boolean;
+            else if (v->type == TR_JSON_NUMBER && (v->number == 0 || v->number == 1)) *(int *)p = (int)v->number;
             else return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be true or false", what, fl[i].name);
             break;
         case TR__CK_POS:
         case TR__CK_LOSS: {
             const char *const *names = fl[i].kind == TR__CK_POS ? tr__ck_pos_names : tr__ck_loss_names;
             int n = fl[i].kind == TR__CK_POS ? 3 : 2, k, found = -1;
-            if (v->type != TR__JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
+            if (v->type != TR_JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
             for (k = 0; k < n; k++)
                 if (strcmp(v->string, names[k]) == 0) found = k;
             if (fl[i].kind == TR__CK_LOSS && found < 0) { /* short names too */
@@ -13333,7 +13385,7 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr__json *root, const tr
         }
         case TR__CK_FWD:
             /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
-            if (v->type != TR__JSON_STRING ||
+            if (v->type != TR_JSON_STRING ||
                 (strcmp(v->string, "float32") != 0 && strcmp(v->string, "bfloat16") != 0 && strcmp(v->string, "float16") != 0))
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\" or \"float16\"", what);
             break;
@@ -13353,15 +13405,15 @@ TR__FN void tr__ck_model_defaults(tr_model_config *c) {
 
 /* Parses and validates; what names the source. */
 TR__FN tr_status tr__ck_config_parse(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out) {
-    tr__json *root = NULL;
+    tr_json *root = NULL;
     tr_status st;
     tr_model_config c;
     char w[300];
     snprintf(w, sizeof w, "%.260s config", what);
     tr__ck_model_defaults(&c);
-    if ((st = tr__json_parse(ctx, json, len, w, &root)) != TR_OK) return st;
+    if ((st = tr_json_parse(ctx, json, len, w, &root)) != TR_OK) return st;
     st = tr__ck_parse_fields(ctx, root, tr__ck_model_fields, TR__CK_NMODEL, &c, w);
-    tr__json_free(ctx, root);
+    tr_json_free(ctx, root);
     if (st != TR_OK) return st;
     if ((st = tr_model_config_validate(ctx, &c)) != TR_OK) {
         char reason[TR__ERRLEN];
@@ -13915,7 +13967,7 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
     }
     {
         const char *tj = tr_st_metadata(f, "train_config");
-        tr__json *root = NULL;
+        tr_json *root = NULL;
         char w[300];
         if (!tj) {
             st = tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'train_config'", path);
@@ -13923,9 +13975,9 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
         }
         snprintf(w, sizeof w, "%.200s: __metadata__ train_config", path);
         memset(&ftc, 0, sizeof ftc);
-        if ((st = tr__json_parse(ctx, tj, strlen(tj), w, &root)) != TR_OK) goto done;
+        if ((st = tr_json_parse(ctx, tj, strlen(tj), w, &root)) != TR_OK) goto done;
         st = tr__ck_parse_fields(ctx, root, tr__ck_train_fields, TR__CK_NTRAIN, &ftc, w);
-        tr__json_free(ctx, root);
+        tr_json_free(ctx, root);
         if (st != TR_OK) goto done;
         if (ftc.global_batch_size != t->tc.global_batch_size) {
             st = tr__err(ctx, TR_ERR_CONFIG, "%s: the state has global_batch_size %d, the trainer %d (the ACT carry cannot be resized)", path,

@@ -92,44 +92,44 @@ static void test_json_accept(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        tr__json *j = NULL;
-        tr_status st = tr__json_parse(g_ctx, ok[i], strlen(ok[i]), "accept", &j);
+        tr_json *j = NULL;
+        tr_status st = tr_json_parse(g_ctx, ok[i], strlen(ok[i]), "accept", &j);
         if (st != TR_OK) fail_msg("rejected valid JSON #%zu %s: %s", i, ok[i], tr_ctx_last_error(g_ctx));
-        tr__json_free(g_ctx, j);
+        tr_json_free(g_ctx, j);
     }
     assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
 }
 
 static void test_json_values(void **state) {
     const char *t = "{\"n\":-2.5e2,\"s\":\"x\\u00e9\\ud83d\\ude00\\n\",\"a\":[true,false,null],\"z\":\"a\\u0000b\",\"o\":{}}";
-    tr__json *j = NULL;
-    const tr__json *v;
+    tr_json *j = NULL;
+    const tr_json *v;
     (void)state;
-    assert_int_equal(tr__json_parse(g_ctx, t, strlen(t), "values", &j), TR_OK);
-    assert_int_equal(j->type, TR__JSON_OBJECT);
+    assert_int_equal(tr_json_parse(g_ctx, t, strlen(t), "values", &j), TR_OK);
+    assert_int_equal(j->type, TR_JSON_OBJECT);
     assert_int_equal(j->count, 5);
-    v = tr__json_get(j, "n");
+    v = tr_json_get(j, "n");
     assert_non_null(v);
-    assert_true(v->type == TR__JSON_NUMBER && v->number == -250.0);
-    v = tr__json_get(j, "s");
+    assert_true(v->type == TR_JSON_NUMBER && v->number == -250.0);
+    v = tr_json_get(j, "s");
     assert_string_equal(v->string, "x\xc3\xa9\xf0\x9f\x98\x80\n");
     assert_int_equal(v->len, 8);
-    v = tr__json_get(j, "a");
-    assert_true(v->type == TR__JSON_ARRAY && v->count == 3);
-    assert_true(v->items[0].type == TR__JSON_BOOL && v->items[0].boolean == 1);
-    assert_true(v->items[1].type == TR__JSON_BOOL && v->items[1].boolean == 0);
-    assert_true(v->items[2].type == TR__JSON_NULL);
-    v = tr__json_get(j, "z");
+    v = tr_json_get(j, "a");
+    assert_true(v->type == TR_JSON_ARRAY && v->count == 3);
+    assert_true(v->items[0].type == TR_JSON_BOOL && v->items[0].boolean == 1);
+    assert_true(v->items[1].type == TR_JSON_BOOL && v->items[1].boolean == 0);
+    assert_true(v->items[2].type == TR_JSON_NULL);
+    v = tr_json_get(j, "z");
     assert_int_equal(v->len, 3);
     assert_memory_equal(v->string, "a\0b", 3);
-    assert_null(tr__json_get(j, "missing"));
-    assert_null(tr__json_get(v, "x")); /* not an object */
-    assert_int_equal(tr__json_get(j, "o")->type, TR__JSON_OBJECT);
-    tr__json_free(g_ctx, j);
+    assert_null(tr_json_get(j, "missing"));
+    assert_null(tr_json_get(v, "x")); /* not an object */
+    assert_int_equal(tr_json_get(j, "o")->type, TR_JSON_OBJECT);
+    tr_json_free(g_ctx, j);
     /* not NUL-terminated: parse a prefix of a longer buffer */
-    assert_int_equal(tr__json_parse(g_ctx, "[1,2]xyz", 5, "prefix", &j), TR_OK);
+    assert_int_equal(tr_json_parse(g_ctx, "[1,2]xyz", 5, "prefix", &j), TR_OK);
     assert_int_equal(j->count, 2);
-    tr__json_free(g_ctx, j);
+    tr_json_free(g_ctx, j);
     assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
 }
 
@@ -179,11 +179,11 @@ static void test_json_reject(void **state) {
     };
     size_t i;
     char deep[200];
-    tr__json *j;
+    tr_json *j;
     (void)state;
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        j = (tr__json *)1;
-        tr_status st = tr__json_parse(g_ctx, bad[i].text, strlen(bad[i].text), "reject-case", &j);
+        j = (tr_json *)1;
+        tr_status st = tr_json_parse(g_ctx, bad[i].text, strlen(bad[i].text), "reject-case", &j);
         if (st != TR_ERR_FORMAT) fail_msg("case #%zu %s: status %d, expected TR_ERR_FORMAT", i, bad[i].text, (int)st);
         assert_null(j);
         if (!strstr(tr_ctx_last_error(g_ctx), bad[i].err) || !strstr(tr_ctx_last_error(g_ctx), "reject-case"))
@@ -193,14 +193,14 @@ static void test_json_reject(void **state) {
     /* depth: 64 levels are fine, 65 are not */
     memset(deep, '[', 64);
     memset(deep + 64, ']', 64);
-    assert_int_equal(tr__json_parse(g_ctx, deep, 128, "deep", &j), TR_OK);
-    tr__json_free(g_ctx, j);
+    assert_int_equal(tr_json_parse(g_ctx, deep, 128, "deep", &j), TR_OK);
+    tr_json_free(g_ctx, j);
     memset(deep, '[', 65);
     memset(deep + 65, ']', 65);
-    assert_int_equal(tr__json_parse(g_ctx, deep, 130, "deep", &j), TR_ERR_FORMAT);
+    assert_int_equal(tr_json_parse(g_ctx, deep, 130, "deep", &j), TR_ERR_FORMAT);
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "nesting deeper than 64"));
     /* a NUL byte in the middle of the text is not whitespace */
-    assert_int_equal(tr__json_parse(g_ctx, "[1]\0", 4, "nul", &j), TR_ERR_FORMAT);
+    assert_int_equal(tr_json_parse(g_ctx, "[1]\0", 4, "nul", &j), TR_ERR_FORMAT);
     assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
 }
 
@@ -211,14 +211,14 @@ static void test_json_alloc_faults(void **state) {
     int done = 0;
     (void)state;
     for (k = 1; k < 10000 && !done; k++) {
-        tr__json *j = NULL;
+        tr_json *j = NULL;
         tr_status st;
         tr_ctx_fail_alloc_at(g_ctx, k);
-        st = tr__json_parse(g_ctx, t, strlen(t), "faults", &j);
+        st = tr_json_parse(g_ctx, t, strlen(t), "faults", &j);
         tr_ctx_fail_alloc_at(g_ctx, 0);
         if (st == TR_OK) {
             done = 1;
-            tr__json_free(g_ctx, j);
+            tr_json_free(g_ctx, j);
         } else {
             assert_int_equal(st, TR_ERR_OUT_OF_MEMORY);
             assert_null(j);
@@ -227,6 +227,44 @@ static void test_json_alloc_faults(void **state) {
     }
     assert_true(done);
     assert_true(k > 10);
+}
+
+/* The public writer's output reads back through the reader as the same strings and numbers. */
+static void test_json_write(void **state) {
+    const char *strs[] = {"", "plain", "q\"b\\s/", "ctl\n\r\t\b\f\x01\x1f", "utf8 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"};
+    const double nums[] = {0, -3, 1e15, 0.1, -2.5e-7, 1.0 / 3.0, 123456789.125, 1e300};
+    char buf[1024];
+    size_t i, n;
+    tr_json *j = NULL;
+    FILE *f = tmpfile();
+    (void)state;
+    assert_non_null(f);
+    fputc('[', f);
+    for (i = 0; i < sizeof strs / sizeof *strs; i++) {
+        assert_int_equal(tr_json_fput_string(f, strs[i]), 0);
+        fputc(',', f);
+    }
+    for (i = 0; i < sizeof nums / sizeof *nums; i++) {
+        assert_int_equal(tr_json_fput_number(f, nums[i]), 0);
+        fputc(',', f);
+    }
+    assert_int_equal(tr_json_fput_number(f, NAN), 0); /* JSON has no NaN: null */
+    fputc(']', f);
+    rewind(f);
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_int_equal(tr_json_parse(g_ctx, buf, n, "written", &j), TR_OK);
+    assert_int_equal(j->count, 5 + 8 + 1);
+    for (i = 0; i < 5; i++) {
+        assert_int_equal(j->items[i].type, TR_JSON_STRING);
+        assert_string_equal(j->items[i].string, strs[i]);
+    }
+    for (i = 0; i < 8; i++) {
+        assert_int_equal(j->items[5 + i].type, TR_JSON_NUMBER);
+        assert_true(j->items[5 + i].number == nums[i]); /* exact: shortest round-trip digits */
+    }
+    assert_int_equal(j->items[13].type, TR_JSON_NULL);
+    tr_json_free(g_ctx, j);
 }
 
 static void test_sb(void **state) {
@@ -248,10 +286,10 @@ static void test_sb(void **state) {
     tr__sb_json_string(&sb, "q\"b\\s\n\r\t\b\f\x01\x1f/\xc3\xa9");
     assert_string_equal(sb.data, "\"q\\\"b\\\\s\\n\\r\\t\\b\\f\\u0001\\u001f/\xc3\xa9\"");
     { /* and it parses back to the same bytes */
-        tr__json *j;
-        assert_int_equal(tr__json_parse(g_ctx, sb.data, sb.len, "sb", &j), TR_OK);
+        tr_json *j;
+        assert_int_equal(tr_json_parse(g_ctx, sb.data, sb.len, "sb", &j), TR_OK);
         assert_string_equal(j->string, "q\"b\\s\n\r\t\b\f\x01\x1f/\xc3\xa9");
-        tr__json_free(g_ctx, j);
+        tr_json_free(g_ctx, j);
     }
     tr__sb_free(&sb);
     /* OOM: the first failure sticks */
@@ -900,6 +938,7 @@ int main(void) {
         IO_TEST(test_json_values),
         IO_TEST(test_json_reject),
         IO_TEST(test_json_alloc_faults),
+        IO_TEST(test_json_write),
         IO_TEST(test_sb),
         IO_TEST(test_read_file),
         IO_TEST(test_st_corruptions),

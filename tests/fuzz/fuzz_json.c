@@ -32,43 +32,43 @@ static void fz_str(tr__sb *sb, const char *s, size_t n) {
     tr__sb_printf(sb, "\"");
 }
 
-static void fz_write(tr__sb *sb, const tr__json *v) {
+static void fz_write(tr__sb *sb, const tr_json *v) {
     size_t i;
     switch (v->type) {
-    case TR__JSON_NULL: tr__sb_printf(sb, "null"); break;
-    case TR__JSON_BOOL: tr__sb_printf(sb, v->boolean ? "true" : "false"); break;
-    case TR__JSON_NUMBER: tr__sb_printf(sb, "%.17g", v->number); break;
-    case TR__JSON_STRING: fz_str(sb, v->string, v->len); break;
-    case TR__JSON_ARRAY:
-    case TR__JSON_OBJECT:
-        tr__sb_printf(sb, v->type == TR__JSON_ARRAY ? "[" : "{");
+    case TR_JSON_NULL: tr__sb_printf(sb, "null"); break;
+    case TR_JSON_BOOL: tr__sb_printf(sb, v->boolean ? "true" : "false"); break;
+    case TR_JSON_NUMBER: tr__sb_printf(sb, "%.17g", v->number); break;
+    case TR_JSON_STRING: fz_str(sb, v->string, v->len); break;
+    case TR_JSON_ARRAY:
+    case TR_JSON_OBJECT:
+        tr__sb_printf(sb, v->type == TR_JSON_ARRAY ? "[" : "{");
         for (i = 0; i < v->count; i++) {
             if (i) tr__sb_printf(sb, ",");
-            if (v->type == TR__JSON_OBJECT) {
+            if (v->type == TR_JSON_OBJECT) {
                 tr__sb_json_string(sb, v->keys[i]);
                 tr__sb_printf(sb, ":");
             }
             fz_write(sb, &v->items[i]);
         }
-        tr__sb_printf(sb, v->type == TR__JSON_ARRAY ? "]" : "}");
+        tr__sb_printf(sb, v->type == TR_JSON_ARRAY ? "]" : "}");
         break;
     }
 }
 
-static int fz_equal(const tr__json *a, const tr__json *b) {
+static int fz_equal(const tr_json *a, const tr_json *b) {
     size_t i;
     if (a->type != b->type) return 0;
     switch (a->type) {
-    case TR__JSON_NULL: return 1;
-    case TR__JSON_BOOL: return a->boolean == b->boolean;
-    case TR__JSON_NUMBER: return a->number == b->number;
-    case TR__JSON_STRING: return a->len == b->len && memcmp(a->string, b->string, a->len) == 0 && a->string[a->len] == 0;
+    case TR_JSON_NULL: return 1;
+    case TR_JSON_BOOL: return a->boolean == b->boolean;
+    case TR_JSON_NUMBER: return a->number == b->number;
+    case TR_JSON_STRING: return a->len == b->len && memcmp(a->string, b->string, a->len) == 0 && a->string[a->len] == 0;
     default:
         if (a->count != b->count) return 0;
         for (i = 0; i < a->count; i++) {
-            if (a->type == TR__JSON_OBJECT && strcmp(a->keys[i], b->keys[i]) != 0) return 0;
+            if (a->type == TR_JSON_OBJECT && strcmp(a->keys[i], b->keys[i]) != 0) return 0;
             if (!fz_equal(&a->items[i], &b->items[i])) return 0;
-            if (a->type == TR__JSON_OBJECT && tr__json_get(a, a->keys[i]) != &a->items[i]) return 0; /* keys unique */
+            if (a->type == TR_JSON_OBJECT && tr_json_get(a, a->keys[i]) != &a->items[i]) return 0; /* keys unique */
         }
         return 1;
     }
@@ -76,21 +76,21 @@ static int fz_equal(const tr__json *a, const tr__json *b) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    tr__json *a = NULL, *b = NULL;
+    tr_json *a = NULL, *b = NULL;
     tr_status st;
     if (!fz_ctx && tr_ctx_create(NULL, &fz_ctx) != TR_OK) abort();
-    st = tr__json_parse(fz_ctx, (const char *)data, size, "fuzz", &a);
+    st = tr_json_parse(fz_ctx, (const char *)data, size, "fuzz", &a);
     if (st == TR_OK) {
         tr__sb sb;
         tr__sb_init(&sb, fz_ctx);
         fz_write(&sb, a);
         FZ_CHECK(tr__sb_status(&sb) == TR_OK);
-        st = tr__json_parse(fz_ctx, sb.data, sb.len, "fuzz-rewrite", &b);
+        st = tr_json_parse(fz_ctx, sb.data, sb.len, "fuzz-rewrite", &b);
         FZ_CHECK(st == TR_OK);
         FZ_CHECK(fz_equal(a, b));
-        tr__json_free(fz_ctx, b);
+        tr_json_free(fz_ctx, b);
         tr__sb_free(&sb);
-        tr__json_free(fz_ctx, a);
+        tr_json_free(fz_ctx, a);
     } else {
         FZ_CHECK(a == NULL && st == TR_ERR_FORMAT);
         FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), "fuzz") != NULL);
