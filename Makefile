@@ -40,7 +40,7 @@ $(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
 
 # The header as strict C99 and as C++, and two translation units linked together.
 # (each with and without the OpenCL backend)
-compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu
+compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu $(BUILD)/readme_quickstart
 $(BUILD)/compile_c99: tests/compile/impl.c tests/compile/user.c $(HDR) | $(BUILD)
 	$(CC) -std=c99 -pedantic $(WARN) -Werror -I. tests/compile/impl.c -o $@ -lm
 	$(CC) -std=c99 -pedantic $(WARN) -Werror -DTINYREC_OPENCL=1 -I. tests/compile/impl.c -o $(BUILD)/compile_c99_opencl -lm -ldl
@@ -52,9 +52,18 @@ $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(H
 	$(CXX) $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
 	clang -std=c99 $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
 
+# The README's quick start is a program: extracted verbatim (its first ```c block), built as the README
+# says (plus -Werror), and run by make test.
+$(BUILD)/readme_quickstart.c: README.md | $(BUILD)
+	awk '/^```c$$/ { f = 1; next } /^```$$/ { if (f) exit } f' README.md > $@
+	@test -s $@ || { echo "README.md has no \`\`\`c block" >&2; exit 1; }
+$(BUILD)/readme_quickstart: $(BUILD)/readme_quickstart.c $(HDR)
+	$(CC) -O2 -std=c99 $(WARN) -Werror -fopenmp -I. $< -o $@ -lm
+
 test: all
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
+	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
 	@echo "all test suites passed"
 
 bench: $(BUILD)/tinyrec-bench
