@@ -23,7 +23,7 @@ EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
 HDR          := tinyrec.h
 
-.PHONY: all test bench demo fuzz clean compile-tests
+.PHONY: all test bench demo fuzz clean compile-tests sanitize
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
 
 $(BUILD):
@@ -78,6 +78,24 @@ demo: $(BUILD)/tinyrec-demo
 FUZZ_SECONDS ?= 60
 fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS) safetensors
+
+# Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang; leaks checked), in build/san/.
+SAN_CC    ?= clang
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SAN_BINS  := $(patsubst tests/%.c,$(BUILD)/san/%,$(TEST_SRCS))
+SAN_PROGS := $(patsubst examples/%.c,$(BUILD)/san/tinyrec-%,$(EXAMPLE_SRCS))
+$(BUILD)/san:
+	mkdir -p $@
+$(BUILD)/san/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)/san $(EXAMPLE_BINS)
+	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
+$(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
+	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
+# The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
+sanitize: $(SAN_BINS) $(SAN_PROGS)
+	@set -e; for t in $(SAN_BINS); do echo "== $$t"; \
+	  TINYREC_BUILD_DIR=$(BUILD)/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive $$t; done
+	@echo "all sanitized suites passed"
 
 clean:
 	rm -rf $(BUILD)
