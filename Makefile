@@ -93,7 +93,7 @@ $(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
 sanitize: $(SAN_BINS) $(SAN_PROGS)
 	@set -e; for t in $(SAN_BINS); do echo "== $$t"; \
-	  TINYREC_BUILD_DIR=$(BUILD)/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  TINYREC_BUILD_DIR=$(BUILD)/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive $$t; done
 	@echo "all sanitized suites passed"
 
