@@ -51,7 +51,7 @@
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
-                               oom@STEP[:ROWS] | enqueue@STEP[:N] (see tr_ctx_inject_fault)
+                               oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] (see tr_ctx_inject_fault)
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
@@ -103,7 +103,8 @@ typedef enum tr_status {
     TR_ERR_DEVICE = -8,       /* a device failed */
     TR_ERR_NOT_FOUND = -9,    /* a named thing (preset, tensor, key) does not exist */
     TR_ERR_OVERFLOW = -10,    /* a size computation overflowed */
-    TR_ERR_INTERRUPTED = -11  /* stopped on request */
+    TR_ERR_INTERRUPTED = -11, /* stopped on request */
+    TR_ERR_NONFINITE = -12    /* training produced NaN or infinite losses or gradients too often */
 } tr_status;
 
 typedef enum tr_log_level { TR_LOG_DEBUG = 0, TR_LOG_INFO = 1, TR_LOG_WARN = 2, TR_LOG_ERROR = 3 } tr_log_level;
@@ -131,11 +132,12 @@ typedef struct tr_ctx_config {
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
-   "no-platform", "no-device", "build", "oom@STEP[:ROWS]", "enqueue@STEP[:N]"). The open-time
+   "no-platform", "no-device", "build", "oom@STEP[:ROWS]", "enqueue@STEP[:N]", "nan@STEP[:N]"). The open-time
    faults act when the device is opened; TR_FAULT_DEVICE_OOM makes device memory for more than
    `rows` batch rows fail from trainer step `at_step` on (1-based; rows 0 = always);
    TR_FAULT_ENQUEUE makes the rows-th device command (1-based; 0 = the first) of trainer step
-   `at_step` fail. */
+   `at_step` fail. TR_FAULT_NONFINITE ("nan@STEP[:N]", any device) puts a NaN into a gradient of
+   `rows` steps in a row (0 = 1) from trainer step `at_step` on. */
 typedef enum tr_fault {
     TR_FAULT_NONE = 0,
     TR_FAULT_NO_LIBRARY,
@@ -143,7 +145,8 @@ typedef enum tr_fault {
     TR_FAULT_NO_DEVICE,
     TR_FAULT_BUILD,
     TR_FAULT_DEVICE_OOM,
-    TR_FAULT_ENQUEUE
+    TR_FAULT_ENQUEUE,
+    TR_FAULT_NONFINITE
 } tr_fault;
 
 typedef struct tr_ctx tr_ctx;
@@ -260,6 +263,7 @@ typedef struct tr_batch {
 typedef struct tr_metrics {
     double count, accuracy, exact_accuracy, q_halt_accuracy, steps;
     double lm_loss, q_halt_loss, q_continue_loss, loss;
+    double skipped; /* tr_trainer_step: 1 when the loss or a gradient was NaN or infinite and no update was made */
 } tr_metrics;
 
 /* The ACT carry: per row latent state, step count, halted flag and current data. */
@@ -302,6 +306,8 @@ typedef struct tr_train_config {
     int ema;                   /* 1: keep an EMA of the parameters */
     double ema_decay;          /* 0.999 */
     int global_batch_size;     /* rows per optimizer step; the loss is divided by it */
+    int max_nonfinite_steps;   /* steps in a row whose loss or gradients are NaN/inf (each skipped) before
+                                  tr_trainer_step fails with TR_ERR_NONFINITE (5; >= 1) */
 } tr_train_config;
 TRDEF tr_train_config tr_train_config_default(void);
 
@@ -911,6 +917,7 @@ TRDEF const char *tr_status_string(tr_status status) {
     case TR_ERR_NOT_FOUND: return "not found";
     case TR_ERR_OVERFLOW: return "size overflow";
     case TR_ERR_INTERRUPTED: return "interrupted";
+    case TR_ERR_NONFINITE: return "non-finite values";
     }
     return "unknown status";
 }
@@ -1101,13 +1108,14 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
     ctx->fault_rows = rows;
 }
 
-/* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]". */
+/* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]" |
+   "nan@STEP[:N]" (the names in tr_fault's order). */
 TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
-    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue"};
+    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan"};
     int i;
     long step = 0, rows = 0;
     if (!v || !v[0]) return TR_OK;
-    for (i = 1; i < 7; i++) {
+    for (i = 1; i < (int)(sizeof names / sizeof *names); i++) {
         size_t n = strlen(names[i]);
         if (strncmp(v, names[i], n) != 0) continue;
         if (i >= TR_FAULT_DEVICE_OOM) {
@@ -1121,7 +1129,7 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
         tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
         return TR_OK;
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N]", v);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N]", v);
 }
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
@@ -7721,6 +7729,7 @@ TRDEF tr_train_config tr_train_config_default(void) {
     t.ema = 1;
     t.ema_decay = 0.999;
     t.global_batch_size = 768;
+    t.max_nonfinite_steps = 5;
     return t;
 }
 
@@ -7784,6 +7793,8 @@ struct tr_trainer {
     int micro;       /* rows per forward/backward pass: global_batch_size, halved on device OOM */
     int halvings;    /* at most TR__MAX_HALVINGS, then the CPU */
     int phase;       /* progress inside a step: 0 fwd/bwd, 1.. optimizer updates done */
+    int nonfinite_run; /* steps in a row skipped for NaN/inf */
+    float *check;      /* on a device: host room for the largest gradient tensor (tr__nonfinite_grad) */
     /* the carry as it was when the step began, so a failed device step is redone on the CPU */
     float *snap;
     int32_t *snap_ints;
@@ -7802,6 +7813,7 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__dfree(ctx, t->groups_dev);
     tr__dfree(ctx, t->snap);
     tr__free(ctx, t->snap_ints);
+    tr__free(ctx, t->check);
     tr__free(ctx, t);
 }
 
@@ -7821,6 +7833,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
         return tr__err(ctx, TR_ERR_CONFIG, "train config: beta1 %g / beta2 %g must be in [0, 1)", tc->beta1, tc->beta2);
     if (!(tc->ema_decay >= 0 && tc->ema_decay <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_decay %g must be in [0, 1]", tc->ema_decay);
     if (tc->lr_warmup_steps < 0 || tc->total_steps < 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps and total_steps must be >= 0");
+    if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
     t = (tr_trainer *)tr__calloc(ctx, 1, sizeof *t);
     if (!t) return TR_ERR_OUT_OF_MEMORY;
     t->m = m;
@@ -7992,6 +8005,73 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
     return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
 }
 
+/* 1 when no element of x[0..n) is NaN or infinite (a bit test, so the loop vectorises without
+   fast-math). */
+TR__FN int tr__all_finite(const float *x, size_t n) {
+    uint32_t bad = 0, u;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+/* The name of the first trainable tensor whose gradient holds a NaN or an infinity ("" when all are
+   finite; the puzzle embedding's sparse rows count as its table), or NULL with the reason set when a
+   device read fails. */
+TR__FN const char *tr__nonfinite_grad(tr_trainer *t) {
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
+    size_t most = (size_t)t->carry->B * (size_t)TR__MAX(m->Dp, 1);
+    int i;
+    for (i = 0; i < m->n_tensors; i++) most = TR__MAX(most, m->tensors[i].numel);
+    if (ctx->dev_active && !t->check && !(t->check = (float *)tr__alloc(ctx, most * sizeof(float)))) return NULL;
+    for (i = 0; i <= m->n_tensors; i++) {
+        const char *name = i < m->n_tensors ? m->tensors[i].name : "model.inner.puzzle_emb.weights";
+        const float *g = i < m->n_tensors ? TR__GRAD(m, m->tensors[i].dev) : t->prow;
+        size_t n = i < m->n_tensors ? m->tensors[i].numel : (m->Dp > 0 ? (size_t)t->carry->B * m->Dp : 0);
+        if (i < m->n_tensors && !m->tensors[i].trainable) continue;
+        if (ctx->dev_active) {
+            if (tr__dget(ctx, t->check, g, n * sizeof(float)) != TR_OK) return NULL;
+            g = t->check;
+        }
+        if (!tr__all_finite(g, n)) return name;
+    }
+    return "";
+}
+
+/* After the backward: a NaN or infinite loss or gradient (bad data, a diverging learning rate, an
+   injected fault) skips the update, logs the step and the tensor, and starts every ACT row afresh so
+   that a poisoned carry does not live on. Returns TR_OK to go on with the update, 1 when the step was
+   skipped, TR_ERR_NONFINITE after max_nonfinite_steps such steps in a row, or a device error. */
+TR__FN int tr__check_finite(tr_trainer *t, tr_metrics *mt) {
+    tr_ctx *ctx = t->m->ctx;
+    const char *bad = NULL;
+    if (ctx->fault == TR_FAULT_NONFINITE && t->step + 1 >= ctx->fault_step && t->step + 1 < ctx->fault_step + TR__MAX(ctx->fault_rows, 1)) {
+        float nan_value = NAN;
+        tr_status st = tr__dput(ctx, t->m->grads, &nan_value, sizeof nan_value);
+        if (st != TR_OK) return st;
+    }
+    if (!isfinite(mt->loss)) bad = "";
+    else if (!(bad = tr__nonfinite_grad(t))) return ctx->dev_active ? TR_ERR_DEVICE : TR_ERR_OUT_OF_MEMORY;
+    else if (!bad[0]) {
+        t->nonfinite_run = 0;
+        return TR_OK;
+    }
+    t->step++;
+    t->phase = 0;
+    t->nonfinite_run++;
+    mt->skipped = 1;
+    tr_carry_reset(t->carry);
+    if (t->nonfinite_run >= t->tc.max_nonfinite_steps)
+        return tr__err(ctx, TR_ERR_NONFINITE, "step %ld: the %s%s is NaN or infinite, %d step(s) in a row (max_nonfinite_steps %d): training stops before the weights are harmed",
+                       t->step, bad[0] ? "gradient of " : "loss", bad, t->nonfinite_run, t->tc.max_nonfinite_steps);
+    tr__log(ctx, TR_LOG_WARN, "step %ld: the %s%s is NaN or infinite: update skipped, ACT carry reset (%d step(s) in a row, max_nonfinite_steps %d)", t->step,
+            bad[0] ? "gradient of " : "loss", bad, t->nonfinite_run, t->tc.max_nonfinite_steps);
+    return 1;
+}
+
 /* Micro-batches of 1/8 of the batch are the last try on a device before the CPU. */
 #define TR__MAX_HALVINGS 3
 
@@ -8006,7 +8086,7 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
     ctx = m->ctx;
     /* before anything runs: a bad batch is the caller's error, never a device failure */
     if ((st = tr__check_train_batch(t, batch)) != TR_OK) return st;
-    if (ctx->fault >= TR_FAULT_DEVICE_OOM && t->step + 1 == ctx->fault_step && ctx->dev_active) {
+    if ((ctx->fault == TR_FAULT_DEVICE_OOM || ctx->fault == TR_FAULT_ENQUEUE) && t->step + 1 == ctx->fault_step && ctx->dev_active) {
         ctx->fault_armed = 1;
         if (ctx->fault == TR_FAULT_DEVICE_OOM) tr__model_free_work(m); /* the step must find memory again */
 #if TINYREC_OPENCL
@@ -8024,11 +8104,21 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
     }
     for (;;) {
         int on_dev = ctx->dev_active;
-        st = t->phase == 0 ? tr__train_fwd_bwd(t, batch, metrics, NULL, NULL) : TR_OK;
-        if (st == TR_OK) {
-            if (t->phase == 0) t->phase = 1;
-            st = tr__optimizer_update(t);
+        tr_metrics mt;
+        memset(&mt, 0, sizeof mt);
+        st = t->phase == 0 ? tr__train_fwd_bwd(t, batch, &mt, NULL, NULL) : TR_OK;
+        if (st == TR_OK && t->phase == 0) {
+            if (metrics) *metrics = mt;
+            int fin = tr__check_finite(t, &mt);
+            if (fin == 1) {
+                if (metrics) metrics->skipped = 1;
+                return TR_OK;
+            }
+            if (fin == TR_ERR_NONFINITE) return TR_ERR_NONFINITE;
+            st = (tr_status)fin;
+            if (st == TR_OK) t->phase = 1;
         }
+        if (st == TR_OK) st = tr__optimizer_update(t);
         if (st == TR_OK) return TR_OK;
         if (!on_dev || (st != TR_ERR_DEVICE && st != TR_ERR_OUT_OF_MEMORY)) return st; /* only the device's failures move work */
         if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {

@@ -230,6 +230,59 @@ static void test_threads_and_determinism(void **state) {
     }
 }
 
+/* --- non-finite losses and gradients ------------------------------------------------------- */
+/* nan@3:2 poisons the gradients of steps 3 and 4: both are skipped (the weights do not move, the
+   metrics say so), step 5 updates again; three in a row with max_nonfinite_steps 3 stop training
+   with TR_ERR_NONFINITE and weights that are still the last good ones. */
+static void test_nonfinite_steps(void **state) {
+    enum { B = 4 };
+    int round;
+    (void)state;
+    for (round = 0; round < 2; round++) {
+        tr_ctx *ctx = tu_ctx(2, 3);
+        tr_model_config c;
+        tr_model *m;
+        tr_trainer *t;
+        tr_train_config tc = tr_train_config_default();
+        int32_t in[B * 16], lab[B * 16], pid[B];
+        float *before;
+        int k, last = round == 0 ? 5 : 3;
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 1, tc.max_nonfinite_steps = 3;
+        assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+        tr_ctx_inject_fault(ctx, TR_FAULT_NONFINITE, round == 0 ? 3 : 1, round == 0 ? 2 : 3);
+        before = (float *)malloc(m->n_params * sizeof(float));
+        for (k = 1; k <= last; k++) {
+            tr_batch b;
+            tr_metrics mt;
+            int poisoned = round == 0 ? (k == 3 || k == 4) : 1;
+            tr_status st;
+            tu_tiny_batch(B, 16, 6, 50 + (uint64_t)k, in, lab, pid, 3, 0);
+            b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+            memcpy(before, m->params, m->n_params * sizeof(float));
+            st = tr_trainer_step(t, &b, &mt);
+            if (round == 1 && k == 3) {
+                assert_int_equal(st, TR_ERR_NONFINITE);
+                /* the injected NaN sits in the first gradient: the token embedding's */
+                assert_non_null(strstr(tr_ctx_last_error(ctx), "step 3: the gradient of model.inner.embed_tokens.embedding_weight is NaN"));
+                assert_non_null(strstr(tr_ctx_last_error(ctx), "3 step(s) in a row"));
+            } else {
+                assert_int_equal(st, TR_OK);
+                assert_true(mt.skipped == (poisoned ? 1.0 : 0.0));
+            }
+            assert_int_equal(tr_trainer_step_count(t), k);
+            if (poisoned) assert_memory_equal(before, m->params, m->n_params * sizeof(float));
+            else assert_true(memcmp(before, m->params, m->n_params * sizeof(float)) != 0);
+        }
+        for (k = 0; k < (int)m->n_params; k++) assert_true(isfinite(m->params[k]));
+        free(before);
+        tr_trainer_destroy(t);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
+}
+
 /* --- allocation failure --------------------------------------------------------------------- */
 static void test_alloc_faults(void **state) {
     tr_ctx *ctx = tu_ctx(2, 0);
@@ -353,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_threads_and_determinism),
         cmocka_unit_test(test_alloc_faults),
         cmocka_unit_test(test_act_carry),
+        cmocka_unit_test(test_nonfinite_steps),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

@@ -89,11 +89,11 @@ static void assert_trajectory(const char *what, const double *got, const double 
         if (!(fabs(got[k] - ref[k]) <= 2e-3 * fabs(ref[k]))) fail_msg("%s: step %d loss %.9g, CPU %.9g", what, k + 1, got[k], ref[k]);
 }
 
-/* Runs the whole trajectory with a fault injected, the context's log in lc; returns whether the
-   training ended on the device. */
-static int run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
+/* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
+   whether the training ended on an OpenCL device. */
+static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
-    tr_ctx *ctx = make_ctx("opencl", lc);
+    tr_ctx *ctx = make_ctx(device, lc);
     tr_model_config c;
     tr_model *m;
     tr_trainer *t;
@@ -109,6 +109,10 @@ static int run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capt
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
     return on_dev;
+}
+
+static int run_with_fault(int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
+    return run_on("opencl", mlp_t, fault, at, rows, lc, loss);
 }
 
 static void need_device(void) {
@@ -323,6 +327,21 @@ static void test_swap_ema_matches_cpu(void **state) {
 
 /* A bad batch is the caller's error: refused before anything runs, and the training stays on
    the device (it is not taken for a device failure). */
+/* A NaN gradient on the device skips that step's update there as on the CPU (no move to the CPU):
+   the trajectories with the same injected fault agree. */
+static void test_nonfinite_step_skipped_on_device(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    (void)state;
+    need_device();
+    assert_int_equal(run_on("cpu", 1, TR_FAULT_NONFINITE, 3, 1, &lc, ref), 0);
+    assert_non_null(strstr(lc.text, "step 3: the gradient of model.inner.embed_tokens.embedding_weight is NaN or infinite: update skipped"));
+    assert_true(run_with_fault(1, TR_FAULT_NONFINITE, 3, 1, &lc, got));
+    assert_int_equal(lc.device_lines, 0);
+    assert_non_null(strstr(lc.text, "step 3: the gradient of model.inner.embed_tokens.embedding_weight is NaN or infinite: update skipped"));
+    assert_trajectory("opencl, NaN gradient at step 3", got, ref, 0, NSTEPS);
+}
+
 static void test_bad_batch_stays_on_device(void **state) {
     log_capture lc;
     tr_ctx *ctx;
@@ -367,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_infer_matches_cpu),
         cmocka_unit_test(test_swap_ema_matches_cpu),
         cmocka_unit_test(test_bad_batch_stays_on_device),
+        cmocka_unit_test(test_nonfinite_step_skipped_on_device),
     };
     return cmocka_run_group_tests_name("opencl_model", tests, NULL, NULL);
 }
