@@ -21,16 +21,23 @@ TEST_SRCS    := $(wildcard tests/test_*.c)
 TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
+# Fuzz targets (tests/fuzz/fuzz_NAME.c) are also built without libFuzzer as replayers of their seeds
+# (tests/fuzz/corpus_NAME/) and kept findings (tests/fuzz/regress_NAME/), which make test runs.
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
 .PHONY: all test bench demo fuzz clean compile-tests sanitize
-all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
+all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
 	mkdir -p $(BUILD)
 
 $(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
+
+$(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 
 $(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
@@ -62,6 +69,7 @@ $(BUILD)/readme_quickstart: $(BUILD)/readme_quickstart.c $(HDR)
 
 test: all
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
+	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
 	@echo "all test suites passed"
@@ -74,27 +82,33 @@ DEMO_ARGS ?=
 demo: $(BUILD)/tinyrec-demo
 	$(BUILD)/tinyrec-demo $(DEMO_ARGS)
 
-# libFuzzer + ASan/UBSan on the safetensors reader (clang). FUZZ_SECONDS=600 for a campaign.
+# libFuzzer + ASan/UBSan on every fuzz target in turn (clang), FUZZ_SECONDS each; FUZZ_TARGETS=json
+# picks some. FUZZ_SECONDS=600 for a campaign.
 FUZZ_SECONDS ?= 60
 fuzz:
-	tests/fuzz/run.sh $(FUZZ_SECONDS) safetensors
+	@set -e; for t in $(FUZZ_TARGETS); do tests/fuzz/run.sh $(FUZZ_SECONDS) $$t; done
 
 # Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang; leaks checked), in build/san/.
 SAN_CC    ?= clang
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_BINS  := $(patsubst tests/%.c,$(BUILD)/san/%,$(TEST_SRCS))
 SAN_PROGS := $(patsubst examples/%.c,$(BUILD)/san/tinyrec-%,$(EXAMPLE_SRCS))
+SAN_REPLAY := $(patsubst %,$(BUILD)/san/fuzz_replay_%,$(FUZZ_TARGETS))
 $(BUILD)/san:
 	mkdir -p $@
 $(BUILD)/san/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)/san $(EXAMPLE_BINS)
 	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
+$(BUILD)/san/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(HDR) | $(BUILD)/san
+	$(SAN_CC) $(SAN_FLAGS) $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 $(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
 	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
-sanitize: $(SAN_BINS) $(SAN_PROGS)
+sanitize: $(SAN_BINS) $(SAN_PROGS) $(SAN_REPLAY)
 	@set -e; for t in $(SAN_BINS); do echo "== $$t"; \
 	  TINYREC_BUILD_DIR=$(BUILD)/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive $$t; done
+	@set -e; for t in $(FUZZ_TARGETS); do ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  $(BUILD)/san/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@echo "all sanitized suites passed"
 
 clean:

@@ -923,12 +923,12 @@ static void test_regression_corpus(void **state) {
     char d1[512], d2[512];
     int n1, n2;
     (void)state;
-    snprintf(d1, sizeof d1, "%s/tests/fuzz/corpus_regress", src ? src : ".");
-    snprintf(d2, sizeof d2, "%s/tests/fuzz/corpus", src ? src : ".");
-    n1 = replay_dir(d1);
+    snprintf(d1, sizeof d1, "%s/tests/fuzz/regress_safetensors", src ? src : ".");
+    snprintf(d2, sizeof d2, "%s/tests/fuzz/corpus_safetensors", src ? src : ".");
+    n1 = replay_dir(d1); /* absent until the fuzzer finds something */
     n2 = replay_dir(d2);
-    if (n1 < 0) fail_msg("cannot open %s (run from the repository root or set TINYREC_SRCDIR)", d1);
-    assert_true(n2 > 0);
+    if (n2 <= 0) fail_msg("cannot open %s (run from the repository root or set TINYREC_SRCDIR)", d2);
+    if (n1 < 0) n1 = 0;
     print_message("replayed %d regression and %d seed files\n", n1, n2);
 }
 

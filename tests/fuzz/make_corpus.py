@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the fuzzing seed corpus (tests/fuzz/corpus/): small valid and invalid safetensors files.
+"""Writes the fuzzing seed corpus (tests/fuzz/corpus_safetensors/): small valid and invalid safetensors files.
 Run from anywhere: python3 tests/fuzz/make_corpus.py"""
 import os, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "corpus")
+OUT = os.path.join(HERE, "corpus_safetensors")
 
 
 def st(header, data=b"", hlen=None, pad=True):

@@ -1,13 +1,14 @@
 #!/bin/sh
-# Builds a fuzzer with libFuzzer + ASan + UBSan and runs it for SECONDS (default 60).
-#   tests/fuzz/run.sh 600              # the safetensors reader (fuzz_safetensors.c)
-#   tests/fuzz/run.sh 300 json         # the JSON reader alone (fuzz_json.c)
-# Works from any directory. Needs clang with libFuzzer (Debian: apt-get install clang
-# libclang-rt-14-dev, or the version matching your clang). Environment: FUZZ_CC (clang),
-# FUZZ_JOBS (parallel workers, default 1), FUZZ_CFLAGS (extra compiler flags).
-# Findings are written to build/fuzz/ as crash-*/leak-*/timeout-*/oom-* files: add each to
-# tests/fuzz/corpus_regress/ (which make test replays) and fix the reader. The committed seed
-# corpus is only read; new coverage accumulates in build/fuzz/corpus-<target>.
+# Builds one fuzz target with libFuzzer + ASan + UBSan and runs it for SECONDS (default 60).
+#   tests/fuzz/run.sh 600 safetensors     # tests/fuzz/fuzz_safetensors.c
+#   tests/fuzz/run.sh 300 json            # tests/fuzz/fuzz_json.c
+#   make fuzz FUZZ_SECONDS=600            # every target in turn
+# Works from any directory. Needs clang with libFuzzer (Debian: clang libclang-rt-dev). Environment:
+# FUZZ_CC (clang), FUZZ_JOBS (parallel workers, default 1), FUZZ_CFLAGS (extra compiler flags).
+# Seeds: tests/fuzz/corpus_TARGET/ and the findings kept in tests/fuzz/regress_TARGET/; the dictionary
+# tests/fuzz/TARGET.dict when there is one. Findings are written to build/fuzz/ as crash-*/leak-*/
+# timeout-*/oom-* files: fix the reader and add each to tests/fuzz/regress_TARGET/, which make test
+# replays. The committed seeds are only read; new coverage accumulates in build/fuzz/corpus-TARGET.
 set -eu
 SECS=${1:-60}
 TARGET=${2:-safetensors}
@@ -15,18 +16,19 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT="$ROOT/build/fuzz"
 CC=${FUZZ_CC:-clang}
 JOBS=${FUZZ_JOBS:-1}
-case "$TARGET" in
-safetensors) SEEDS="$ROOT/tests/fuzz/corpus $ROOT/tests/fuzz/corpus_regress" ;;
-json) SEEDS="$ROOT/tests/fuzz/corpus_json" ;;
-*) echo "usage: $0 SECONDS [safetensors|json]" >&2; exit 2 ;;
-esac
+SRC="$ROOT/tests/fuzz/fuzz_$TARGET.c"
+if [ ! -f "$SRC" ]; then
+    echo "usage: $0 SECONDS TARGET  (targets: $(cd "$ROOT/tests/fuzz" && ls fuzz_*.c | sed 's/^fuzz_//; s/\.c$//' | tr '\n' ' '))" >&2
+    exit 2
+fi
 mkdir -p "$OUT/corpus-$TARGET"
 "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$ROOT/tests/fuzz/fuzz_$TARGET.c" -o "$OUT/fuzz_$TARGET" -lm
+    -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$SRC" -o "$OUT/fuzz_$TARGET" -lm
 echo "fuzzing $TARGET for ${SECS}s (workers: $JOBS); findings go to $OUT"
 cd "$OUT"
-set -- -max_total_time="$SECS" -dict="$ROOT/tests/fuzz/safetensors.dict" -max_len=4096 -timeout=10 \
-    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/"
+set -- -max_total_time="$SECS" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/$TARGET-"
+if [ -f "$ROOT/tests/fuzz/$TARGET.dict" ]; then set -- "$@" -dict="$ROOT/tests/fuzz/$TARGET.dict"; fi
 if [ "$JOBS" -gt 1 ]; then set -- "$@" -jobs="$JOBS" -workers="$JOBS"; fi
-# shellcheck disable=SC2086 # SEEDS is a list of directories
-exec "./fuzz_$TARGET" "$@" "corpus-$TARGET" $SEEDS
+set -- "$@" "corpus-$TARGET" "$ROOT/tests/fuzz/corpus_$TARGET"
+if [ -d "$ROOT/tests/fuzz/regress_$TARGET" ]; then set -- "$@" "$ROOT/tests/fuzz/regress_$TARGET"; fi
+exec "./fuzz_$TARGET" "$@"
