@@ -125,6 +125,9 @@ typedef struct tr_ctx_config {
     int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else 1 */
     uint64_t seed;          /* root of every random stream the context hands out */
     const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512" force one */
+    size_t memory_limit;    /* bytes of host memory a model, trainer, dataset or file read may need; one that
+                               needs more is refused before anything is allocated, with the sizes in
+                               the reason. 0: the machine's physical memory */
     const char *device;     /* NULL: TINYREC_DEVICE, else "auto". "auto" | "cpu" | "opencl" | "opencl:N" |
                                "opencl:<name substring>"; "auto" takes an OpenCL GPU when the build has
                                TINYREC_OPENCL and one is present, else the CPU. The device opens with the
@@ -163,6 +166,8 @@ TRDEF void tr_ctx_clear_error(tr_ctx *ctx);
 TRDEF int tr_ctx_num_threads(const tr_ctx *ctx);
 TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int num_threads);
 TRDEF uint64_t tr_ctx_seed(const tr_ctx *ctx);
+/* The memory limit in force (tr_ctx_config.memory_limit, or the machine's memory; 0 when unknown). */
+TRDEF size_t tr_ctx_memory_limit(const tr_ctx *ctx);
 /* The kernel set in use: "scalar", "avx2" or "avx512". */
 TRDEF const char *tr_ctx_simd_name(const tr_ctx *ctx);
 TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name);
@@ -886,6 +891,7 @@ struct tr_ctx {
     long alloc_count;
     long live_allocs;
     long fail_alloc_at; /* absolute alloc_count value that fails; 0 = never */
+    size_t mem_limit;   /* tr_ctx_config.memory_limit or the machine's memory; 0 = unknown (no check) */
     void *scratch;      /* kernel workspace (e.g. GEMM packing), grown on demand by tr__scratch */
     size_t scratch_bytes;
     /* device (>>device): the selector, the OpenCL device once opened (kept after a fallback,
@@ -1134,6 +1140,27 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
 
+/* Physical memory in bytes, 0 when the system does not say. */
+TR__FN size_t tr__machine_memory(void) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (double)pages * (double)page < (double)SIZE_MAX) return (size_t)pages * (size_t)page;
+#endif
+    return 0;
+}
+
+TRDEF size_t tr_ctx_memory_limit(const tr_ctx *ctx) { return ctx ? ctx->mem_limit : 0; }
+
+/* Refuses, before anything is allocated, work that needs more host memory than the limit: a model
+   config, batch or file that claims absurd sizes must fail with the sizes, not after an allocation
+   storm (or the OOM killer). `what` says what needs it. */
+TR__FN tr_status tr__check_memory(tr_ctx *ctx, double bytes, const char *what) {
+    const double mib = 1024.0 * 1024.0;
+    if (!ctx || !ctx->mem_limit || bytes <= (double)ctx->mem_limit) return TR_OK;
+    return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "%s needs %.0f MiB of memory, more than the %.0f MiB limit (%s)", what, bytes / mib, (double)ctx->mem_limit / mib,
+                   "tr_ctx_config.memory_limit, else the machine's memory");
+}
+
 TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     tr_ctx_config cfg = cfg_in ? *cfg_in : tr_ctx_config_default();
     tr_ctx *ctx;
@@ -1153,6 +1180,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     ctx->log = cfg.log;
     ctx->log_user = cfg.log_user;
     ctx->seed = cfg.seed;
+    ctx->mem_limit = cfg.memory_limit ? cfg.memory_limit : tr__machine_memory();
     ctx->simd_best = tr__detect_simd();
     ctx->simd = ctx->simd_best;
     simd_env = cfg.simd ? cfg.simd : getenv("TINYREC_SIMD");
@@ -6931,6 +6959,16 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     n = tr__layout(m, NULL);
     m->n_params = n;
     tr__dev_select(ctx);
+    {
+        /* host memory: parameters, gradients and the puzzle table on the CPU; their copies on a device */
+        double table = (double)cfg->num_puzzle_identifiers * TR__MAX(m->Dp, 1), floats = (ctx->dev_active ? 1.0 : 2.0) * (double)n + table;
+        char what[160];
+        snprintf(what, sizeof what, "a model of %zu parameters with a %d x %d puzzle table", n, cfg->num_puzzle_identifiers, m->Dp);
+        if ((st = tr__check_memory(ctx, 4.0 * floats, what)) != TR_OK) {
+            tr_model_destroy(m);
+            return st;
+        }
+    }
     m->params = (float *)tr__dalloc(ctx, n * sizeof(float), 1);
     m->grads = m->params ? (float *)tr__dalloc(ctx, n * sizeof(float), 1) : NULL;
     m->H_init = m->grads ? (float *)tr__dalloc(ctx, 2 * (size_t)m->D * sizeof(float), 1) : NULL;
@@ -7282,6 +7320,14 @@ TRDEF tr_status tr_carry_create(tr_model *m, int B, tr_carry **out) {
     ctx = m->ctx;
     *out = NULL;
     if (B <= 0 || B > (1 << 20)) return tr__err(ctx, TR_ERR_INVALID_ARG, "batch_size %d is out of range (1..%d)", B, 1 << 20);
+    if (!ctx->dev_active) {
+        size_t need;
+        char what[96];
+        tr_status st;
+        tr_model_memory(m, B, NULL, &need);
+        snprintf(what, sizeof what, "inference at batch size %d", B);
+        if ((st = tr__check_memory(ctx, (double)need, what)) != TR_OK) return st;
+    }
     c = (tr_carry *)tr__calloc(ctx, 1, sizeof *c);
     if (!c) return TR_ERR_OUT_OF_MEMORY;
     c->m = m;
@@ -7834,6 +7880,13 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     if (!(tc->ema_decay >= 0 && tc->ema_decay <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_decay %g must be in [0, 1]", tc->ema_decay);
     if (tc->lr_warmup_steps < 0 || tc->total_steps < 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps and total_steps must be >= 0");
     if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    if (!ctx->dev_active) {
+        size_t need;
+        char what[96];
+        tr_model_memory(m, B, &need, NULL);
+        snprintf(what, sizeof what, "training at global_batch_size %d", B);
+        if ((st = tr__check_memory(ctx, (double)need, what)) != TR_OK) return st;
+    }
     t = (tr_trainer *)tr__calloc(ctx, 1, sizeof *t);
     if (!t) return TR_ERR_OUT_OF_MEMORY;
     t->m = m;
@@ -8865,6 +8918,11 @@ TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_
                 fclose(f);
                 return tr__err(ctx, TR_ERR_FORMAT, "'%s' is %llu bytes, more than the %zu-byte limit", path,
                                (unsigned long long)sb.st_size, max_bytes);
+            }
+            if (ctx && ctx->mem_limit && (uint64_t)sb.st_size > (uint64_t)ctx->mem_limit) {
+                fclose(f);
+                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "'%s' is %llu bytes, more than the %.0f MiB memory limit (tr_ctx_config.memory_limit, else the machine's memory)",
+                               path, (unsigned long long)sb.st_size, (double)ctx->mem_limit / (1024.0 * 1024.0));
             }
             if ((uint64_t)sb.st_size < (uint64_t)(SIZE_MAX - 2)) cap = (size_t)sb.st_size + 2; /* NUL + one byte to see EOF */
         }

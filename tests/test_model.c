@@ -283,6 +283,64 @@ static void test_nonfinite_steps(void **state) {
     }
 }
 
+/* --- memory claims ------------------------------------------------------------------------- */
+/* A config, batch or file that needs more memory than the limit is refused before anything is
+   allocated, and the reason gives the sizes. */
+static void test_memory_limit(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx;
+    tr_model_config c;
+    tr_model *m = NULL;
+    tr_trainer *t = NULL;
+    tr_train_config tc = tr_train_config_default();
+    tr_st_file *f = NULL;
+    long allocs;
+    char path[64];
+    FILE *fp;
+    (void)state;
+    /* the machine's memory by default: a 200-million-row puzzle table of 512 floats is 410 GB */
+    ctx = tu_ctx(1, 0);
+    assert_true(tr_ctx_memory_limit(ctx) > ((size_t)1 << 26));
+    assert_int_equal(tr_model_config_preset(&c, "trm-sudoku-mlp"), TR_OK);
+    c.num_puzzle_identifiers = 200000000;
+    allocs = tr_ctx_alloc_count(ctx);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_ERR_OUT_OF_MEMORY);
+    assert_null(m);
+    assert_int_equal(tr_ctx_alloc_count(ctx), allocs + 1); /* only the model struct, freed again */
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "200000000 x 512 puzzle table needs"));
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "MiB limit"));
+    tr_ctx_destroy(ctx);
+
+    /* an explicit limit of 4 MiB: a tiny model fits (2 MiB), training at batch 4096 does not */
+    cc.device = "cpu", cc.memory_limit = (size_t)4 << 20;
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    assert_int_equal(tr_ctx_memory_limit(ctx), (size_t)4 << 20);
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    tc.global_batch_size = 4096;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_ERR_OUT_OF_MEMORY);
+    assert_null(t);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "training at global_batch_size 4096 needs"));
+    tc.global_batch_size = 2;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    /* a file larger than the limit is not read */
+    snprintf(path, sizeof path, "/tmp/tinyrec-memlimit-%d.bin", (int)getpid());
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (5L << 20) - 1, SEEK_SET), 0);
+    fputc(0, fp);
+    fclose(fp);
+    assert_int_equal(tr_st_open(ctx, path, &f), TR_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), path));
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "5242880 bytes, more than the 4 MiB memory limit"));
+    remove(path);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 /* --- allocation failure --------------------------------------------------------------------- */
 static void test_alloc_faults(void **state) {
     tr_ctx *ctx = tu_ctx(2, 0);
@@ -407,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_alloc_faults),
         cmocka_unit_test(test_act_carry),
         cmocka_unit_test(test_nonfinite_steps),
+        cmocka_unit_test(test_memory_limit),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
