@@ -23,6 +23,8 @@
 
    Sections (grep for ">>name"): base, cpu, sgemm, opencl, device, model, optim, train, json, io,
    data, checkpoint.
+   OpenCL kernels: edit tools/opencl/ops.cl, gemm.cl and attention.cl, not their copies here between
+   ">>cl-embed" markers: `make` (or `sh tools/cl_embed.sh tinyrec.h`) rewrites those blocks.
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
@@ -2963,7 +2965,10 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #undef TR__SG_YSTORE
 /* >>sgemm-end */
 
-/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. */
+/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. The kernels'
+   OpenCL C is kept in tools/opencl/{ops,gemm,attention}.cl and written here as string fragments by tools/cl_embed.sh,
+   between >>cl-embed markers, each file's text starting with #line 1 "tools/opencl/NAME.cl" so that the compiler's
+   log names the .cl file and line. */
 #if TINYREC_OPENCL
 /* >>opencl-begin */
 /* >>opencl-runtime
@@ -4338,8 +4343,7 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
      Build option -DTR_K1_NO_FP64=1 forces the float path on an fp64 device (to test it).
    - No atomics: every sum has a fixed order given the device's work-group size, so results are deterministic. */
 
-/* The kernels: tools/opencl/ops.cl, written below as string fragments by tools/cl_embed.sh (edit the .cl file; `make`
-   regenerates this block). tr__cl_sources lists TR__CL_SRC_OPS_LIST. */
+/* The kernels, from tools/opencl/ops.cl (edit that file; `make` rewrites this block). */
 /* >>cl-embed tools/opencl/ops.cl */
 static const char tr__cl_src_ops_1[] =
 "#line 1 \"tools/opencl/ops.cl\"\n"
@@ -5163,8 +5167,8 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
      S x S touches global memory. Kernels for hd <= 64 and hd <= 256 (registers per work-item). */
-/* The kernels: tools/opencl/gemm.cl (SGEMM, transpose) and tools/opencl/attention.cl, written below as string fragments
-   by tools/cl_embed.sh (edit the .cl files; `make` regenerates these blocks). */
+/* The kernels, from tools/opencl/gemm.cl (SGEMM, transpose) and tools/opencl/attention.cl (edit those files; `make`
+   rewrites these blocks). */
 /* >>cl-embed tools/opencl/gemm.cl */
 static const char tr__cl_src_gemm_1[] =
 "#line 1 \"tools/opencl/gemm.cl\"\n"
@@ -6312,7 +6316,8 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 }
 /* >>cl-gemm-end */
 
-/* Every kernel fragment, in one program. */
+/* Every kernel fragment, in one program: clCreateProgramWithSource joins them into one text, build options -D
+   (tr__cl_build) chosen at run time. */
 static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST, TR__CL_SRC_ATTENTION_LIST};
 /* >>opencl-end */
 #endif
