@@ -22,9 +22,6 @@ TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/tinyrec-%,$(EXAMPLE_SRCS))
 HDR          := tinyrec.h
-# The OpenCL C is edited in tools/opencl/*.cl; tools/cl_embed.sh (sh + awk) writes it into the header
-# as string literals when a .cl file is newer. The header, generated blocks included, is committed.
-CL_SRCS      := $(wildcard tools/opencl/*.cl)
 
 .PHONY: all test bench demo fuzz clean compile-tests
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
@@ -32,6 +29,9 @@ all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) compile-tests
 $(BUILD):
 	mkdir -p $(BUILD)
 
+# The OpenCL C is edited in tools/opencl/*.cl; tools/cl_embed.sh (sh + awk) writes it into the header
+# as string literals when a .cl file is newer. The header, generated blocks included, is committed.
+CL_SRCS := $(wildcard tools/opencl/*.cl)
 $(HDR): $(CL_SRCS) tools/cl_embed.sh
 	sh tools/cl_embed.sh $(HDR)
 
