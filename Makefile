@@ -33,6 +33,12 @@ all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-
 $(BUILD):
 	mkdir -p $(BUILD)
 
+# The OpenCL C is edited in tools/opencl/*.cl; tools/cl_embed.sh (sh + awk) writes it into the header
+# as string literals when a .cl file is newer. The header, generated blocks included, is committed.
+CL_SRCS := $(wildcard tools/opencl/*.cl)
+$(HDR): $(CL_SRCS) tools/cl_embed.sh
+	sh tools/cl_embed.sh $(HDR)
+
 $(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
 

@@ -23,6 +23,8 @@
 
    Sections (grep for ">>name"): base, cpu, sgemm, opencl, device, model, optim, train, json, io,
    data, checkpoint.
+   OpenCL kernels: edit tools/opencl/ops.cl, gemm.cl and attention.cl, not their copies here between
+   ">>cl-embed" markers: `make` (or `sh tools/cl_embed.sh tinyrec.h`) rewrites those blocks.
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
@@ -2999,7 +3001,10 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #undef TR__SG_YSTORE
 /* >>sgemm-end */
 
-/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. */
+/* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. The kernels'
+   OpenCL C is kept in tools/opencl/{ops,gemm,attention}.cl and written here as string fragments by tools/cl_embed.sh,
+   between >>cl-embed markers, each file's text starting with #line 1 "tools/opencl/NAME.cl" so that the compiler's
+   log names the .cl file and line. */
 #if TINYREC_OPENCL
 /* >>opencl-begin */
 /* >>opencl-runtime
@@ -4374,7 +4379,10 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
      Build option -DTR_K1_NO_FP64=1 forces the float path on an fp64 device (to test it).
    - No atomics: every sum has a fixed order given the device's work-group size, so results are deterministic. */
 
+/* The kernels, from tools/opencl/ops.cl (edit that file; `make` rewrites this block). */
+/* >>cl-embed tools/opencl/ops.cl */
 static const char tr__cl_src_ops_1[] =
+"#line 1 \"tools/opencl/ops.cl\"\n"
 "#if defined(TR_FP64) && !defined(TR_K1_NO_FP64)\n"
 "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
 "typedef double tr_k1_acc;\n"
@@ -4454,11 +4462,10 @@ static const char tr__cl_src_ops_1[] =
 "    o = (size_t)b * S * D + i;\n"
 "    zh[zh_off + o] = hi[hi_off + i % D];\n"
 "    zl[zl_off + o] = li[li_off + i % D];\n"
-"}\n";
-
-static const char tr__cl_src_ops_2[] =
+"}\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
+static const char tr__cl_src_ops_2[] =
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -4531,9 +4538,7 @@ static const char tr__cl_src_ops_2[] =
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));\n"
 "    rstd[rstd_off + (size_t)b * D + j] = inv;\n"
 "    for (s = 0; s < S; s++) o[(size_t)s * D] *= inv;\n"
-"}\n";
-
-static const char tr__cl_src_ops_3[] =
+"}\n"
 "__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,\n"
 "                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -4546,7 +4551,8 @@ static const char tr__cl_src_ops_3[] =
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
 "    mean = (float)(dot / S);\n"
 "    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_3[] =
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
@@ -4564,9 +4570,7 @@ static const char tr__cl_src_ops_3[] =
 "    lab += lab_off + (size_t)b * L;\n"
 "    for (t = 0; t < L; t++) c += lab[t] != -100;\n"
 "    rs[rs_off + 4 * (size_t)b + 1] = (float)c;\n"
-"}\n";
-
-static const char tr__cl_src_ops_4[] =
+"}\n"
 "__kernel void tr_k_xent_rows(long rows, int L, int V, int type, int tpr, float grad_div, int want_grad, __global const float *x, ulong x_off,\n"
 "                             __global const int *lab, ulong lab_off, __global const float *rs, ulong rs_off, __global float *dl, ulong dl_off,\n"
 "                             __global float *ts, ulong ts_off) {\n"
@@ -4636,7 +4640,8 @@ static const char tr__cl_src_ops_4[] =
 "        }\n"
 "    if (lane == 0) {\n"
 "        float hi = (float)(-lp);\n"
-"        ts[ts_off + 3 * (size_t)row] = hi;\n"
+"        ts[ts_off + 3 * (size_t)row] = hi;\n";
+static const char tr__cl_src_ops_4[] =
 "        ts[ts_off + 3 * (size_t)row + 1] = (float)(-lp - hi);\n"
 "        ts[ts_off + 3 * (size_t)row + 2] = am == label ? 1.0f : 0.0f;\n"
 "    }\n"
@@ -4655,9 +4660,7 @@ static const char tr__cl_src_ops_4[] =
 "    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
-"}\n";
-
-static const char tr__cl_src_ops_5[] =
+"}\n"
 "__kernel void tr_k_embed_bwd_pos(int B, int S, int D, float f, __global const float *dx, ulong dx_off, __global float *gp, ulong gp_off) {\n"
 "    size_t i = get_global_id(0), n = (size_t)S * D;\n"
 "    int b;\n"
@@ -4730,15 +4733,14 @@ static const char tr__cl_src_ops_5[] =
 "        return;\n"
 "    }\n"
 "    gw += gw_off + (size_t)jj * D + k;\n"
-"    acc = *gw;\n"
+"    acc = *gw;\n";
+static const char tr__cl_src_ops_5[] =
 "    for (b = 0; b < B; b++) {\n"
 "        float g = dq[2 * b];\n"
 "        if (g != 0.0f) acc += g * zh[(size_t)b * S * D];\n"
 "    }\n"
 "    *gw = acc;\n"
-"}\n";
-
-static const char tr__cl_src_ops_6[] =
+"}\n"
 "__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n"
 "                           __global const int *gst, ulong gst_off, __global const int *ord, ulong ord_off, __global const float *pr, ulong pr_off) {\n"
 "    int k = get_global_id(0), g = get_global_id(1), j, j1;\n"
@@ -4752,12 +4754,9 @@ static const char tr__cl_src_ops_6[] =
 "    row = tab + tab_off + (size_t)gid[gid_off + g] * Dp + k;\n"
 "    *row = *row * decay - lr * sg;\n"
 "}\n";
-
-/* Each fragment list is written once: the per-section arrays (tests, benches) and tr__cl_sources use it. */
-#define TR__CL_SRC_OPS_LIST tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6
-
-static const char *const tr__cl_src_ops[] = {TR__CL_SRC_OPS_LIST};
-#define TR__CL_SRC_OPS_N ((int)(sizeof tr__cl_src_ops / sizeof tr__cl_src_ops[0]))
+#define TR__CL_SRC_OPS_LIST \
+    tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5
+/* >>cl-embed-end */
 
 
 /* Host wrappers. Each launches its kernels on the in-order queue and returns the launch status; none blocks. */
@@ -5204,7 +5203,11 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
      S x S touches global memory. Kernels for hd <= 64 and hd <= 256 (registers per work-item). */
+/* The kernels, from tools/opencl/gemm.cl (SGEMM, transpose) and tools/opencl/attention.cl (edit those files; `make`
+   rewrites these blocks). */
+/* >>cl-embed tools/opencl/gemm.cl */
 static const char tr__cl_src_gemm_1[] =
+"#line 1 \"tools/opencl/gemm.cl\"\n"
 "/* tinyrec OpenCL SGEMM. Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN\n"
 " outputs (strided by the thread grid, or in runs of VW=4 for float4 local reads). */\n"
 "#ifndef TR_GEMM_TM\n"
@@ -5270,8 +5273,7 @@ static const char tr__cl_src_gemm_1[] =
 "#endif\n"
 "/* The kernel's name carries its tile configuration, so that a host that computed another one fails to find it. */\n"
 "#define TR_GNAME2(t, a, b, c, d, e, f) tr_k_sgemm_##t##_##a##_##b##_##c##_##d##_##e##_##f\n"
-"#define TR_GNAME(t, a, b, c, d, e, f) TR_GNAME2(t, a, b, c, d, e, f)\n";
-static const char tr__cl_src_gemm_2[] =
+"#define TR_GNAME(t, a, b, c, d, e, f) TR_GNAME2(t, a, b, c, d, e, f)\n"
 "/* Element l of the tile (k depth, x) a work-item fetches: CK (P stored x-major, k contiguous) or k-major; V: float4\n"
 " along the contiguous dimension (a run of 4). Consecutive work-items read consecutive addresses either way. */\n"
 "#define TR_EIDX(XT, CK, V)                                                                                     \\\n"
@@ -5286,7 +5288,8 @@ static const char tr__cl_src_gemm_2[] =
 "#define TR_XB(x0, x, XT, GF) ((GF) ? (x0) + (x) % ((XT) / 2) : (x0) + (x))\n"
 "#define TR_VFETCH(P, ld, r, x0, XT, CK, LD, SWF, GF)                                                           \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
-"  pp = CK ? P + (long)TR_XR(x0, x, XT, GF) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);    \\\n"
+"  pp = CK ? P + (long)TR_XR(x0, x, XT, GF) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);    \\\n";
+static const char tr__cl_src_gemm_2[] =
 "  v = LD(pp);                                                                                                \\\n"
 "  if (SWF) v = v / (1.0f + exp(-v)) * LD(pp + so);                                                          \\\n"
 "  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;\n"
@@ -5296,8 +5299,7 @@ static const char tr__cl_src_gemm_2[] =
 "  if (TR_XB(x0, x, XT, GF) < X && k0 + q < ke) {                                                             \\\n"
 "    pp = P + (CK ? (long)TR_XR(x0, x, XT, GF) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x));            \\\n"
 "    r[l] = SWF ? pp[0] / (1.0f + exp(-pp[0])) * pp[so] : pp[0];                                             \\\n"
-"  }\n";
-static const char tr__cl_src_gemm_2b[] =
+"  }\n"
 "#define TR_VSTAGE(S, SX, r, XT, CK)                                                                            \\\n"
 "  TR_EIDX(XT, CK, 4)                                                                                         \\\n"
 "  if (CK) {                                                                                                  \\\n"
@@ -5331,18 +5333,17 @@ static const char tr__cl_src_gemm_2b[] =
 "#define TR_FRAG(kk, a, b)                                                                                      \\\n"
 "  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[(kk) * TR_SA + TR_ROWA(i)];                \\\n"
 "  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[(kk) * TR_SB + TR_COLB(j)];\n"
-"#endif\n";
-static const char tr__cl_src_gemm_3[] =
+"#endif\n"
 "#define TR_FMAS(a, b)                                                                                          \\\n"
 "  _Pragma(\"unroll\") for (i = 0; i < TR_GEMM_WM; i++)                                                       \\\n"
-"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n"
+"  _Pragma(\"unroll\") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);\n";
+static const char tr__cl_src_gemm_3[] =
 "#define TR_KSTEP(kk)                                                                                           \\\n"
 "  {                                                                                                          \\\n"
 "    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \\\n"
 "    TR_FRAG(kk, a, b)                                                                                      \\\n"
 "    TR_FMAS(a, b)                                                                                          \\\n"
-"  }\n";
-static const char tr__cl_src_gemm_3b[] =
+"  }\n"
 "/* C (=|+=) the work-item's outputs c: rows m0 + TR_ROWA(i) < M, columns n0 + TR_COLB(j) < N. */\n"
 "#if TR_GEMM_VW == 4\n"
 "#define TR_CSTORE                                                                                              \\\n"
@@ -5375,11 +5376,11 @@ static const char tr__cl_src_gemm_3b[] =
 "      }                                                                                                      \\\n"
 "    }                                                                                                        \\\n"
 "  }\n"
-"#endif\n";
-static const char tr__cl_src_gemm_3c[] =
+"#endif\n"
 "/* GU: act = silu(gate) * up to X (and the gate_up to C when wc) from the registers: rows i and i + WM/2 of a\n"
 " work-item's block are a gate row and its up (tile rows x and x + TM/2). */\n"
-"#if TR_GEMM_VW == 4\n"
+"#if TR_GEMM_VW == 4\n";
+static const char tr__cl_src_gemm_4[] =
 "#define TR_GU4                                                                                                 \\\n"
 "  if ((al & 12) == 12 && n + 3 < N) { /* X and C rows 16-byte aligned: float4 stores */                      \\\n"
 "    const float4 g = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);                               \\\n"
@@ -5416,15 +5417,15 @@ static const char tr__cl_src_gemm_3c[] =
 "  const int bz = z / ks, kz = z - bz * ks;                                                                   \\\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);                       \\\n"
 "  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;                                     \\\n"
-"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n";
-static const char tr__cl_src_gemm_4[] =
+"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "/* cp.async (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): tiles go from global to local memory without registers.\n"
 " TR_CP4 / TR_CP16 copy 4 / 16 bytes of which n are read, the rest zero-filled (n = 0: an element out of range). */\n"
 "#ifndef TR_GEMM_ST\n"
 "#define TR_GEMM_ST 2\n"
 "#endif\n"
 "#if TR_GEMM_CP == 1\n"
-"#define TR_CP4(dst, src, n) __asm__ volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
+"#define TR_CP4(dst, src, n) __asm__ volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n";
+static const char tr__cl_src_gemm_5[] =
 "#define TR_CP16(dst, src, n) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_CPCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
 "/* wait until at most ST - 2 groups (the tiles after the next one) are still in flight */\n"
@@ -5445,8 +5446,7 @@ static const char tr__cl_src_gemm_4[] =
 "#define TR_NBUF(CPA) ((CPA) ? TR_GEMM_ST : 2)\n"
 "/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.\n"
 " z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.\n"
-" TA, TB: compile-time constants (one kernel per case). */\n";
-static const char tr__cl_src_gemm_4a[] =
+" TA, TB: compile-time constants (one kernel per case). */\n"
 "static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
 "              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,\n"
 "              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,\n"
@@ -5491,8 +5491,7 @@ static const char tr__cl_src_gemm_4a[] =
 "      const int tb_ = (t + 1) / ntk;\n"
 "      k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;\n"
 "      Ab = A + (long)(b0 + tb_) * sA, Bb = B + (long)(b0 + tb_) * sB;\n"
-"      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n";
-static const char tr__cl_src_gemm_4b[] =
+"      if (KT) kf = min(TR_GEMM_TK, ke - k0);\n"
 "      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;\n"
 "      if (fa == 1) {\n"
 "#pragma unroll\n"
@@ -5500,13 +5499,13 @@ static const char tr__cl_src_gemm_4b[] =
 "      } else if (UV && fa) {\n"
 "#pragma unroll\n"
 "        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4, SW == 1, GU) }\n"
-"      } else {\n"
+"      } else {\n";
+static const char tr__cl_src_gemm_6[] =
 "#pragma unroll\n"
 "        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1, GU) }\n"
 "      }\n"
 "      if (fb == 1) {\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_5[] =
+"#pragma unroll\n"
 "        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2, 0) }\n"
 "      } else if (UV && fb) {\n"
 "#pragma unroll\n"
@@ -5532,8 +5531,7 @@ static const char tr__cl_src_gemm_5[] =
 "    return;\n"
 "  }\n"
 "  TR_CSTORE\n"
-"}\n";
-static const char tr__cl_src_gemm_5b[] =
+"}\n"
 "/* cp.async staging of one operand's tile (XT x TK of P from x0, depths k0..) into S[k][x] (pitch SX). A k-contiguous\n"
 " operand (CK) is copied 4 bytes at a time, 8 depths (one 32-byte sector) x NT/8 rows per pass: whole sectors, and\n"
 " no bank conflicts at pitch XT + 4; a k-major one 16 bytes at a time where its rows are 16-byte aligned (v) and the\n"
@@ -5568,7 +5566,8 @@ static const char tr__cl_src_gemm_5b[] =
 "              p + TR_GUP(i2) * (RP * ld) + (GU && i2 >= H ? gl : 0) + i1 * TR_CQ, 4,\n"
 "              x0 + r + TR_GUP(i2) * RP < X && k0 + qq + i1 * TR_CQ < ke)\n"
 "  } else if (v && x0 + XT <= X) { /* i2: depth pass of NT / (XT / 4) rows, float4 columns */\n"
-"    const int RQ = TR_NT / (XT / 4), c = tid % (XT / 4), q = tid / (XT / 4);\n"
+"    const int RQ = TR_NT / (XT / 4), c = tid % (XT / 4), q = tid / (XT / 4);\n";
+static const char tr__cl_src_gemm_7[] =
 "    __global const float *p = P + (long)(k0 + q) * ld + (x0 + 4 * c);\n"
 "    __local float *s = S + q * SX + 4 * c;\n"
 "    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 16, k0 + q + i2 * RQ < ke)\n"
@@ -5578,8 +5577,7 @@ static const char tr__cl_src_gemm_5b[] =
 "    __local float *s = S + q * SX + c;\n"
 "    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 4, x0 + c < X && k0 + q + i2 * RQ < ke)\n"
 "  }\n"
-"}\n";
-static const char tr__cl_src_gemm_5c[] =
+"}\n"
 "/* tr_sgemm with every tile staged by cp.async, TR_GEMM_ST buffers deep: the copies of tile u = t + ST - 1 are in\n"
 " flight while tile t is multiplied, one barrier per tile. Same grid, outputs and accumulation order as tr_sgemm.\n"
 " Tiles run over (batch, depth) in order; counters instead of divisions (a division per tile was visible). */\n"
@@ -5628,8 +5626,7 @@ static const char tr__cl_src_gemm_5c[] =
 "  } else {\n"
 "    TR_CSTORE\n"
 "  }\n"
-"}\n";
-static const char tr__cl_src_gemm_6[] =
+"}\n"
 "#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU, CPA)                                                                              \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \\\n"
 "    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \\\n"
@@ -5638,7 +5635,8 @@ static const char tr__cl_src_gemm_6[] =
 "    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                    \\\n"
 "    __local float4 As4[(TR_NBUF(CPA) * TR_ASZ + 3) / 4], Bs4[(TR_NBUF(CPA) * TR_BSZ + 3) / 4];                                                     \\\n"
 "    const int z = z0 + get_group_id(2);                                                                             \\\n"
-"    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n"
+"    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \\\n";
+static const char tr__cl_src_gemm_8[] =
 "    const ulong sa = SW == 1 ? (ulong)so : 0, sb = SW == 2 ? (ulong)so : 0;                                         \\\n"
 "    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \\\n"
 "           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \\\n"
@@ -5649,8 +5647,7 @@ static const char tr__cl_src_gemm_6[] =
 "      tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,           \\\n"
 "          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
 "          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
-"  }\n";
-static const char tr__cl_src_gemm_6a[] =
+"  }\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
 "TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)\n"
@@ -5687,8 +5684,7 @@ static const char tr__cl_src_gemm_6a[] =
 "  s = acc ? *C : 0.0f;\n"
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
-"}\n";
-static const char tr__cl_src_gemm_6b[] =
+"}\n"
 "/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
 "               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
@@ -5702,7 +5698,13 @@ static const char tr__cl_src_gemm_6b[] =
 "  for (i = ly; i < 32; i += 8)\n"
 "    if (c0 + i < C && r0 + lx < R) Y[(long)(c0 + i) * ldy + r0 + lx] = t[lx][i];\n"
 "}\n";
-static const char tr__cl_src_gemm_7[] =
+#define TR__CL_SRC_GEMM_LIST \
+    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
+    tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8
+/* >>cl-embed-end */
+/* >>cl-embed tools/opencl/attention.cl */
+static const char tr__cl_src_attention_1[] =
+"#line 1 \"tools/opencl/attention.cl\"\n"
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
@@ -5776,8 +5778,7 @@ static const char tr__cl_src_gemm_7[] =
 "    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC);                 \\\n"
 "  }\n"
 "TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
-"TR_ATT_FWD(tr_k_att_fwd256, 16)\n";
-static const char tr__cl_src_gemm_8[] =
+"TR_ATT_FWD(tr_k_att_fwd256, 16)\n"
 "/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
 "__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
 "             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {\n"
@@ -5787,11 +5788,11 @@ static const char tr__cl_src_gemm_8[] =
 "  int d;\n"
 "  if (r >= (long)B * H * S) return;\n"
 "  bh = r / S, i = r - bh * S;\n"
-"  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n"
+"  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n";
+static const char tr__cl_src_attention_2[] =
 "  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);\n"
 "  Dv[Dv_off + r] = s;\n"
-"}\n";
-static const char tr__cl_src_gemm_9[] =
+"}\n"
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
@@ -5863,16 +5864,15 @@ static const char tr__cl_src_gemm_9[] =
 "#define TR_ATT_DKDV(NAME, NC)                                                                                      \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
-"           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n";
-static const char tr__cl_src_gemm_10[] =
+"           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n"
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
 "           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \\\n"
 "    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n"
-"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC);                                                              \\\n"
+"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC);                                                              \\\n";
+static const char tr__cl_src_attention_3[] =
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
-"TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n";
-static const char tr__cl_src_gemm_11[] =
+"TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n"
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
@@ -5943,18 +5943,13 @@ static const char tr__cl_src_gemm_11[] =
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \\\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
 "           __local float *Ss) {                                                                       \\\n"
-"    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n";
-static const char tr__cl_src_gemm_12[] =
+"    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n"
 "         Qs, Os, Ks, Vs, Ss, NC);                                                                        \\\n"
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-#define TR__CL_SRC_GEMM_LIST                                                                                                         \
-    tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_2b, tr__cl_src_gemm_3, tr__cl_src_gemm_3b, tr__cl_src_gemm_3c, tr__cl_src_gemm_4, tr__cl_src_gemm_4a, \
-        tr__cl_src_gemm_4b, tr__cl_src_gemm_5, tr__cl_src_gemm_5b, tr__cl_src_gemm_5c, tr__cl_src_gemm_6, tr__cl_src_gemm_6a, tr__cl_src_gemm_6b, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, tr__cl_src_gemm_11,   \
-        tr__cl_src_gemm_12
-static const char *const tr__cl_src_gemm[] = {TR__CL_SRC_GEMM_LIST};
-#define TR__CL_SRC_GEMM_N ((int)(sizeof tr__cl_src_gemm / sizeof tr__cl_src_gemm[0]))
+#define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3
+/* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
 #ifndef TR__CL_SLOT_GEMM
@@ -6357,8 +6352,9 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
 }
 /* >>cl-gemm-end */
 
-/* Every kernel fragment, in one program. */
-static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
+/* Every kernel fragment, in one program: clCreateProgramWithSource joins them into one text, build options -D
+   (tr__cl_build) chosen at run time. */
+static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST, TR__CL_SRC_ATTENTION_LIST};
 /* >>opencl-end */
 #endif
 

@@ -421,10 +421,52 @@ static void test_clrt_migrate(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* The library's kernels are embedded from tools/opencl/NAME.cl with #line directives, so a compile error names the
+   .cl file and line. Each file's fragments are built alone with one of its kernels' names defined as 1 (no change to
+   the kernel text): "void 1(" is an error at the line that declares the kernel, read from the .cl file itself (tests
+   run from the repository root). */
+static int clrt_line_of(const char *path, const char *text) {
+    char line[8192];
+    int n = 0, found = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot read %s (run from the repository root)", path);
+    while (!found && fgets(line, sizeof line, f)) n++, found = strstr(line, text) != NULL;
+    fclose(f);
+    if (!found) fail_msg("%s has no '%s'", path, text);
+    return n;
+}
+
+static void test_clrt_build_error_names_cl_file(void **state) {
+    static const char *const ops[] = {TR__CL_SRC_OPS_LIST}, *const gemm[] = {TR__CL_SRC_GEMM_LIST}, *const att[] = {TR__CL_SRC_ATTENTION_LIST};
+    static const struct {
+        const char *path, *kernel;
+        const char *const *src;
+        int n;
+    } files[] = {{"tools/opencl/ops.cl", "tr_k_add", ops, (int)(sizeof ops / sizeof ops[0])},
+                 {"tools/opencl/gemm.cl", "tr_k_transpose", gemm, (int)(sizeof gemm / sizeof gemm[0])},
+                 {"tools/opencl/attention.cl", "tr_k_att_dot", att, (int)(sizeof att / sizeof att[0])}};
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = clrt_open(ctx, NULL); /* skips without a device */
+    char sel[256], decl[64], opt[64], want[320];
+    size_t i;
+    (void)state;
+    tr__cl_destroy(cl);
+    for (i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(decl, sizeof decl, "void %s(", files[i].kernel);
+        snprintf(want, sizeof want, "%s:%d:", files[i].path, clrt_line_of(files[i].path, decl));
+        snprintf(opt, sizeof opt, "-D%s=1", files[i].kernel);
+        assert_int_equal(tr__cl_open(ctx, clrt_selector(sel, sizeof sel), files[i].src, files[i].n, opt, TR__CLF_NONE, &cl), TR_ERR_DEVICE);
+        CLRT_HAS(ctx, "build log");
+        CLRT_HAS(ctx, want);
+    }
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 static const struct CMUnitTest cl_runtime_tests[] = {
     cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
     cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
-    cmocka_unit_test(test_clrt_migrate),
+    cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file),
 };
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }

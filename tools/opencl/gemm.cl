@@ -1,0 +1,483 @@
+/* tinyrec OpenCL SGEMM. Tile: TM x TN of C per work-group, TK deep; each work-item owns WM x WN
+ outputs (strided by the thread grid, or in runs of VW=4 for float4 local reads). */
+#ifndef TR_GEMM_TM
+#define TR_GEMM_TM 32
+#endif
+#ifndef TR_GEMM_TN
+#define TR_GEMM_TN 32
+#endif
+#ifndef TR_GEMM_TK
+#define TR_GEMM_TK 8
+#endif
+#ifndef TR_GEMM_WM
+#define TR_GEMM_WM 4
+#endif
+#ifndef TR_GEMM_WN
+#define TR_GEMM_WN 4
+#endif
+#ifndef TR_GEMM_VW
+#define TR_GEMM_VW 1
+#endif
+#define TR_RM (TR_GEMM_TM / TR_GEMM_WM)
+#define TR_RN (TR_GEMM_TN / TR_GEMM_WN)
+#define TR_NT (TR_RM * TR_RN)
+#define TR_LA (TR_GEMM_TM * TR_GEMM_TK / TR_NT)
+#define TR_LB (TR_GEMM_TN * TR_GEMM_TK / TR_NT)
+/* WL: work-items of a 32-wide warp as 4 x 8 (rows x columns) of the thread grid (fewer distinct local reads);
+ DB: two local buffers (one barrier per tile instead of two). Per transpose case (measured on an H200), or
+ -DTR_GEMM_WL / -DTR_GEMM_DB for all. */
+#define TR_WL_OK (TR_RN % 8 == 0 && TR_RM % 4 == 0 && TR_NT % 32 == 0)
+#ifdef TR_GEMM_WL
+#define TR_WL(d) (TR_GEMM_WL && TR_WL_OK)
+#else
+#define TR_WL(d) ((d) && TR_WL_OK)
+#endif
+#ifdef TR_GEMM_DB
+#define TR_DB(d) TR_GEMM_DB
+#else
+#define TR_DB(d) (d)
+#endif
+#if TR_GEMM_VW == 4
+#define TR_GPAD 4
+#define TR_ROWA(i) (((i) >> 2) * (TR_RM * 4) + ty * 4 + ((i) & 3))
+#define TR_COLB(j) (((j) >> 2) * (TR_RN * 4) + tx * 4 + ((j) & 3))
+#else
+#define TR_GPAD 1
+#define TR_ROWA(i) ((i) * TR_RM + ty)
+#define TR_COLB(j) ((j) * TR_RN + tx)
+#endif
+#define TR_SA (TR_GEMM_TM + TR_GPAD)
+#define TR_SB (TR_GEMM_TN + TR_GPAD)
+#define TR_ASZ (TR_GEMM_TK * TR_SA)
+#define TR_BSZ (TR_GEMM_TK * TR_SB)
+/* float4 global loads of a tile (interior, 16-byte aligned rows): count per work-item, 0 = not possible */
+#if TR_GEMM_TK % 4 == 0 && TR_GEMM_TM % 4 == 0 && (TR_GEMM_TM * TR_GEMM_TK / 4) % TR_NT == 0
+#define TR_VLA (TR_LA / 4)
+#else
+#define TR_VLA 0
+#endif
+#if TR_GEMM_TK % 4 == 0 && TR_GEMM_TN % 4 == 0 && (TR_GEMM_TN * TR_GEMM_TK / 4) % TR_NT == 0
+#define TR_VLB (TR_LB / 4)
+#else
+#define TR_VLB 0
+#endif
+/* The kernel's name carries its tile configuration, so that a host that computed another one fails to find it. */
+#define TR_GNAME2(t, a, b, c, d, e, f) tr_k_sgemm_##t##_##a##_##b##_##c##_##d##_##e##_##f
+#define TR_GNAME(t, a, b, c, d, e, f) TR_GNAME2(t, a, b, c, d, e, f)
+/* Element l of the tile (k depth, x) a work-item fetches: CK (P stored x-major, k contiguous) or k-major; V: float4
+ along the contiguous dimension (a run of 4). Consecutive work-items read consecutive addresses either way. */
+#define TR_EIDX(XT, CK, V)                                                                                     \
+  e = tid + l * TR_NT;                                                                                       \
+  if (CK) q = e % (TR_GEMM_TK / (V)), x = e / (TR_GEMM_TK / (V));                                            \
+  else x = e % ((XT) / (V)), q = e / ((XT) / (V));
+/* vec fetch (interior tile, 16-byte aligned rows): r[4l..4l+3] = a float4 at depth k0 + 4q (CK) or x0 + 4x */
+/* SWF: the operand is a gate_up tensor read as silu(gate) * up, the up at +so (SwiGLU fused into the fetch; the
+ formula of tr_k_swiglu_fwd, so the products equal those of the activation it would have written) */
+/* GF: a gate_up product (GU): tile rows x < XT/2 are gate rows x0 + x, the others their ups x0 + x - XT/2 + gh */
+#define TR_XR(x0, x, XT, GF) ((GF) ? ((x) < (XT) / 2 ? (x0) + (x) : (x0) + (x) - (XT) / 2 + gh) : (x0) + (x))
+#define TR_XB(x0, x, XT, GF) ((GF) ? (x0) + (x) % ((XT) / 2) : (x0) + (x))
+#define TR_VFETCH(P, ld, r, x0, XT, CK, LD, SWF, GF)                                                           \
+  TR_EIDX(XT, CK, 4)                                                                                         \
+  pp = CK ? P + (long)TR_XR(x0, x, XT, GF) * ld + (k0 + 4 * q) : P + (long)(k0 + q) * ld + (x0 + 4 * x);    \
+  v = LD(pp);                                                                                                \
+  if (SWF) v = v / (1.0f + exp(-v)) * LD(pp + so);                                                          \
+  r[4 * l] = v.s0, r[4 * l + 1] = v.s1, r[4 * l + 2] = v.s2, r[4 * l + 3] = v.s3;
+#define TR_SFETCH(P, ld, r, x0, X, XT, CK, SWF, GF)                                                            \
+  TR_EIDX(XT, CK, 1)                                                                                         \
+  r[l] = 0.0f;                                                                                               \
+  if (TR_XB(x0, x, XT, GF) < X && k0 + q < ke) {                                                             \
+    pp = P + (CK ? (long)TR_XR(x0, x, XT, GF) * ld + (k0 + q) : (long)(k0 + q) * ld + (x0 + x));            \
+    r[l] = SWF ? pp[0] / (1.0f + exp(-pp[0])) * pp[so] : pp[0];                                             \
+  }
+#define TR_VSTAGE(S, SX, r, XT, CK)                                                                            \
+  TR_EIDX(XT, CK, 4)                                                                                         \
+  if (CK) {                                                                                                  \
+    S[(4 * q) * SX + x] = r[4 * l], S[(4 * q + 1) * SX + x] = r[4 * l + 1];                                \
+    S[(4 * q + 2) * SX + x] = r[4 * l + 2], S[(4 * q + 3) * SX + x] = r[4 * l + 3];                        \
+  } else {                                                                                                   \
+    TR_ST4(S, q * SX + 4 * x, r, l)                                                                        \
+  }
+#define TR_SSTAGE(S, SX, r, XT, CK)                                                                            \
+  TR_EIDX(XT, CK, 1)                                                                                         \
+  S[q * SX + x] = r[l];
+#define TR_LDA4(p) (*(__global const float4 *)(p))
+#define TR_LDU4(p) vload4(0, p)
+#if TR_GPAD == 4
+#define TR_ST4(S, o, r, l) *(__local float4 *)(S + (o)) = (float4)(r[4 * l], r[4 * l + 1], r[4 * l + 2], r[4 * l + 3]);
+#else
+#define TR_ST4(S, o, r, l) S[(o)] = r[4 * l], S[(o) + 1] = r[4 * l + 1], S[(o) + 2] = r[4 * l + 2], S[(o) + 3] = r[4 * l + 3];
+#endif
+/* One depth kk of the tile: a (WM) and b (WN) from local memory (TR_FRAG), WM x WN fma (TR_FMAS). */
+#if TR_GEMM_VW == 4
+#define TR_FRAG(kk, a, b)                                                                                      \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM / 4; i++) {                                                 \
+    float4 w = *(__local const float4 *)(As + (kk) * TR_SA + i * TR_RM * 4 + ty * 4);                    \
+    a[4 * i] = w.s0, a[4 * i + 1] = w.s1, a[4 * i + 2] = w.s2, a[4 * i + 3] = w.s3;                      \
+  }                                                                                                        \
+  _Pragma("unroll") for (j = 0; j < TR_GEMM_WN / 4; j++) {                                                 \
+    float4 w = *(__local const float4 *)(Bs + (kk) * TR_SB + j * TR_RN * 4 + tx * 4);                    \
+    b[4 * j] = w.s0, b[4 * j + 1] = w.s1, b[4 * j + 2] = w.s2, b[4 * j + 3] = w.s3;                      \
+  }
+#else
+#define TR_FRAG(kk, a, b)                                                                                      \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM; i++) a[i] = As[(kk) * TR_SA + TR_ROWA(i)];                \
+  _Pragma("unroll") for (j = 0; j < TR_GEMM_WN; j++) b[j] = Bs[(kk) * TR_SB + TR_COLB(j)];
+#endif
+#define TR_FMAS(a, b)                                                                                          \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM; i++)                                                       \
+  _Pragma("unroll") for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = fma(a[i], b[j], c[i][j]);
+#define TR_KSTEP(kk)                                                                                           \
+  {                                                                                                          \
+    float a[TR_GEMM_WM], b[TR_GEMM_WN];                                                                    \
+    TR_FRAG(kk, a, b)                                                                                      \
+    TR_FMAS(a, b)                                                                                          \
+  }
+/* C (=|+=) the work-item's outputs c: rows m0 + TR_ROWA(i) < M, columns n0 + TR_COLB(j) < N. */
+#if TR_GEMM_VW == 4
+#define TR_CSTORE                                                                                              \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM; i++) {                                                       \
+    const int m = m0 + TR_ROWA(i);                                                                           \
+    if (m < M) {                                                                                             \
+      __global float *cr = C + (long)m * ldc;                                                                \
+      _Pragma("unroll") for (j = 0; j < TR_GEMM_WN; j += 4) {                                                \
+        const int n = n0 + TR_COLB(j);                                                                       \
+        if ((al & 4) && n + 3 < N) { /* C rows 16-byte aligned: one float4 store */                          \
+          float4 o = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);                               \
+          if (acc) o = *(__global float4 *)(cr + n) + o;                                                     \
+          *(__global float4 *)(cr + n) = o;                                                                  \
+        } else {                                                                                             \
+          for (l = 0; l < 4; l++)                                                                            \
+            if (n + l < N) cr[n + l] = acc ? cr[n + l] + c[i][j + l] : c[i][j + l];                          \
+        }                                                                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+#else
+#define TR_CSTORE                                                                                              \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM; i++) {                                                       \
+    const int m = m0 + TR_ROWA(i);                                                                           \
+    if (m < M) {                                                                                             \
+      __global float *cr = C + (long)m * ldc;                                                                \
+      _Pragma("unroll") for (j = 0; j < TR_GEMM_WN; j++) {                                                   \
+        const int n = n0 + TR_COLB(j);                                                                       \
+        if (n < N) cr[n] = acc ? cr[n] + c[i][j] : c[i][j];                                                  \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+#endif
+/* GU: act = silu(gate) * up to X (and the gate_up to C when wc) from the registers: rows i and i + WM/2 of a
+ work-item's block are a gate row and its up (tile rows x and x + TM/2). */
+#if TR_GEMM_VW == 4
+#define TR_GU4                                                                                                 \
+  if ((al & 12) == 12 && n + 3 < N) { /* X and C rows 16-byte aligned: float4 stores */                      \
+    const float4 g = (float4)(c[i][j], c[i][j + 1], c[i][j + 2], c[i][j + 3]);                               \
+    const float4 u = (float4)(c[iu][j], c[iu][j + 1], c[iu][j + 2], c[iu][j + 3]);                           \
+    *(__global float4 *)xr = g / (1.0f + exp(-g)) * u;                                                       \
+    if (wc) *(__global float4 *)gr = g, *(__global float4 *)ur = u;                                          \
+    continue;                                                                                                \
+  }
+#else
+#define TR_GU4
+#endif
+#define TR_GUSTORE                                                                                             \
+  _Pragma("unroll") for (i = 0; i < TR_GEMM_WM / 2; i++)                                                     \
+  _Pragma("unroll") for (j = 0; j < TR_GEMM_WN; j += TR_GEMM_VW) {                                           \
+    const int m = m0 + TR_ROWA(i), n = n0 + TR_COLB(j), iu = i + TR_GEMM_WM / 2;                             \
+    __global float *xr = X + (long)m * ldx + n, *gr = C + (long)m * ldc + n, *ur = gr + gh * ldc;            \
+    if (m >= M) continue;                                                                                    \
+    TR_GU4                                                                                                   \
+    for (l = 0; l < TR_GEMM_VW; l++)                                                                         \
+      if (n + l < N) {                                                                                       \
+        const float g = c[i][j + l], u = c[iu][j + l];                                                       \
+        xr[l] = g / (1.0f + exp(-g)) * u;                                                                    \
+        if (wc) gr[l] = g, ur[l] = u;                                                                        \
+      }                                                                                                      \
+  }
+/* Both SGEMM bodies: the work-item (tid; tx, ty in the output grid, WL: 4 x 8 per warp), the tile's first column
+ n0 and row m0 (GU: C's rows are gate | up halves `gh` apart, a tile holds TM/2 of each, M counts the gate rows),
+ and the (batch, k-tile) sequence of group z: batches [b0, b1), depths [kb, ke) in ntk tiles, nt tiles in all. */
+#define TR_GEMM_TILE_INDEX                                                                                     \
+  const int tid = get_local_id(1) * TR_RN + get_local_id(0);                                                 \
+  const int tx = WL ? ((tid >> 5) % (TR_RN / 8)) * 8 + (tid & 7) : (int)get_local_id(0);                     \
+  const int ty = WL ? ((tid >> 5) / (TR_RN / 8)) * 4 + ((tid >> 3) & 3) : (int)get_local_id(1);              \
+  const int n0 = get_group_id(0) * TR_GEMM_TN, m0 = get_group_id(1) * (GU ? TR_GEMM_TM / 2 : TR_GEMM_TM);   \
+  const int bz = z / ks, kz = z - bz * ks;                                                                   \
+  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);                       \
+  const int ntk = ke > kb ? (ke - kb + TR_GEMM_TK - 1) / TR_GEMM_TK : 0;                                     \
+  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
+/* cp.async (TR_GEMM_CP: NVIDIA sm_80+, inline PTX): tiles go from global to local memory without registers.
+ TR_CP4 / TR_CP16 copy 4 / 16 bytes of which n are read, the rest zero-filled (n = 0: an element out of range). */
+#ifndef TR_GEMM_ST
+#define TR_GEMM_ST 2
+#endif
+#if TR_GEMM_CP == 1
+#define TR_CP4(dst, src, n) __asm__ volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"((uint)(ulong)(dst)), "l"(src), "r"(n) : "memory")
+#define TR_CP16(dst, src, n) __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((uint)(ulong)(dst)), "l"(src), "r"(n) : "memory")
+#define TR_CPCOMMIT() __asm__ volatile("cp.async.commit_group;" ::: "memory")
+/* wait until at most ST - 2 groups (the tiles after the next one) are still in flight */
+#if TR_GEMM_ST == 2
+#define TR_CPWAIT() __asm__ volatile("cp.async.wait_group 0;" ::: "memory")
+#elif TR_GEMM_ST == 3
+#define TR_CPWAIT() __asm__ volatile("cp.async.wait_group 1;" ::: "memory")
+#else
+#define TR_CPWAIT() __asm__ volatile("cp.async.wait_group 2;" ::: "memory")
+#endif
+#else /* 2 (tests, any device): the same staging with plain loads and stores */
+#define TR_CP4(dst, src, n) (*(dst) = (n) ? *(src) : 0.0f)
+#define TR_CP16(dst, src, n) (*(__local float4 *)(dst) = (n) ? *(__global const float4 *)(src) : (float4)(0.0f))
+#define TR_CPCOMMIT()
+#define TR_CPWAIT()
+#endif
+/* local buffers of a kernel: ST for the cp.async ones, 2 for the others */
+#define TR_NBUF(CPA) ((CPA) ? TR_GEMM_ST : 2)
+/* C_z (=|+=) sum over batches b in group z of op(A_b) op(B_b), depth range [kz*kc, kz*kc+kc) of K.
+ z = z0 + group(2) = bz * ks + kz; batches [bz*bpg, bz*bpg+bpg) & [0, nb). Output C + z*sC.
+ TA, TB: compile-time constants (one kernel per case). */
+static inline void tr_sgemm(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,
+              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc,
+              int z, int al, __local float *As0, __local float *Bs0, const int TA, const int TB,
+              const int WL, const int DB, const int KT, const int UV, const int SW, long so, const int GU, long gh,
+              __global float *X, long ldx, int wc) {
+  TR_GEMM_TILE_INDEX
+  /* float4 fetches: the tile is interior along x (and k, checked per tile) and A / B rows 16-byte aligned */
+  /* 1: aligned float4; 2 (UV): rows not 16-byte aligned, vload4 */
+  const int va = TR_VLA > 0 && (UV || (al & 1)) && m0 + (GU ? TR_GEMM_TM / 2 : TR_GEMM_TM) <= M ? ((al & 1) ? 1 : 2) : 0;
+  const int vb = TR_VLB > 0 && (UV || (al & 2)) && n0 + TR_GEMM_TN <= N ? ((al & 2) ? 1 : 2) : 0;
+  float c[TR_GEMM_WM][TR_GEMM_WN], ra[TR_LA], rb[TR_LB];
+  float4 v;
+  int i, j, l, t, e, q, x, k0, fa = 0, fb = 0, kf = 0, kn = 0;
+  __global const float *Ab, *Bb, *pp;
+#pragma unroll
+  for (i = 0; i < TR_GEMM_WM; i++)
+#pragma unroll
+    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;
+  for (t = -1; t < nt; t++) {
+    __local float *As = As0, *Bs = Bs0;
+    if (DB) As += (t & 1) * TR_ASZ, Bs += (t & 1) * TR_BSZ;
+    if (t >= 0) { /* stage the registers fetched last round */
+      if (!DB && t > 0) barrier(CLK_LOCAL_MEM_FENCE);
+      kn = kf; /* KT: depth of this tile, TK or less for the last of a range */
+      if (fa) {
+#pragma unroll
+        for (l = 0; l < TR_VLA; l++) { TR_VSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }
+      } else {
+#pragma unroll
+        for (l = 0; l < TR_LA; l++) { TR_SSTAGE(As, TR_SA, ra, TR_GEMM_TM, !TA) }
+      }
+      if (fb) {
+#pragma unroll
+        for (l = 0; l < TR_VLB; l++) { TR_VSTAGE(Bs, TR_SB, rb, TR_GEMM_TN, TB) }
+      } else {
+#pragma unroll
+        for (l = 0; l < TR_LB; l++) { TR_SSTAGE(Bs, TR_SB, rb, TR_GEMM_TN, TB) }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t + 1 < nt) { /* fetch the next tile into registers while this one is computed */
+      const int tb_ = (t + 1) / ntk;
+      k0 = kb + ((t + 1) - tb_ * ntk) * TR_GEMM_TK;
+      Ab = A + (long)(b0 + tb_) * sA, Bb = B + (long)(b0 + tb_) * sB;
+      if (KT) kf = min(TR_GEMM_TK, ke - k0);
+      fa = k0 + TR_GEMM_TK <= ke ? va : 0, fb = k0 + TR_GEMM_TK <= ke ? vb : 0;
+      if (fa == 1) {
+#pragma unroll
+        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDA4, SW == 1, GU) }
+      } else if (UV && fa) {
+#pragma unroll
+        for (l = 0; l < TR_VLA; l++) { TR_VFETCH(Ab, lda, ra, m0, TR_GEMM_TM, !TA, TR_LDU4, SW == 1, GU) }
+      } else {
+#pragma unroll
+        for (l = 0; l < TR_LA; l++) { TR_SFETCH(Ab, lda, ra, m0, M, TR_GEMM_TM, !TA, SW == 1, GU) }
+      }
+      if (fb == 1) {
+#pragma unroll
+        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDA4, SW == 2, 0) }
+      } else if (UV && fb) {
+#pragma unroll
+        for (l = 0; l < TR_VLB; l++) { TR_VFETCH(Bb, ldb, rb, n0, TR_GEMM_TN, TB, TR_LDU4, SW == 2, 0) }
+      } else {
+#pragma unroll
+        for (l = 0; l < TR_LB; l++) { TR_SFETCH(Bb, ldb, rb, n0, N, TR_GEMM_TN, TB, SW == 2, 0) }
+      }
+    }
+    if (t >= 0) {
+      int kk;
+      if (!KT || kn == TR_GEMM_TK) {
+#pragma unroll
+        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }
+      } else { /* the last tile of a range: only its kn depths (the rest are zeros in both tiles) */
+#pragma unroll 1
+        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }
+      }
+    }
+  }
+  if (GU) {
+    TR_GUSTORE
+    return;
+  }
+  TR_CSTORE
+}
+/* cp.async staging of one operand's tile (XT x TK of P from x0, depths k0..) into S[k][x] (pitch SX). A k-contiguous
+ operand (CK) is copied 4 bytes at a time, 8 depths (one 32-byte sector) x NT/8 rows per pass: whole sectors, and
+ no bank conflicts at pitch XT + 4; a k-major one 16 bytes at a time where its rows are 16-byte aligned (v) and the
+ tile is interior along x, else 4. Out-of-range elements are zero-filled by the copy (no other path for edges).
+ Each work-item's elements are a fixed pattern of offsets from one address (the host checks that NT divides into
+ the passes: tr__cl_gemm_cp_ok), so the per-tile cost is an add per copy. GU (A of a gate_up product, CK): the
+ tile's second half of rows are the ups of the first, gh rows further. */
+#define TR_CQ (TR_GEMM_TK % 8 == 0 ? 8 : TR_GEMM_TK)
+#define TR_CPLOOP(N1, N2, DST, SRC, BYTES, OK)                                                                 \
+  if (full) {                                                                                                \
+    _Pragma("unroll") for (i1 = 0; i1 < (N1); i1++)                                                          \
+    _Pragma("unroll") for (i2 = 0; i2 < (N2); i2++) TR_CPn(BYTES, DST, SRC, BYTES);                          \
+  } else {                                                                                                   \
+    _Pragma("unroll") for (i1 = 0; i1 < (N1); i1++)                                                          \
+    _Pragma("unroll") for (i2 = 0; i2 < (N2); i2++) {                                                        \
+      const int ok_ = OK;                                                                                    \
+      TR_CPn(BYTES, DST, ok_ ? SRC : P, ok_ ? BYTES : 0);                                                    \
+    }                                                                                                        \
+  }
+#define TR_CPn(b, d, s, n) TR_CP##b(d, s, n)
+#define TR_GUP(i2) (GU && (i2) >= H ? (i2) - H : (i2))
+static inline void tr_cp_tile(__global const float *P, long ld, __local float *S, const int SX, const int XT, const int CK,
+                              int x0, int X, int k0, int ke, int v, int tid, const int GU, long gh) {
+  const int full = x0 + (GU ? XT / 2 : XT) <= X && k0 + TR_GEMM_TK <= ke;
+  int i1, i2;
+  if (CK) { /* i1: depth block of CQ, i2: row pass of NT / CQ rows */
+    const int RP = TR_NT / TR_CQ, r = tid / TR_CQ, qq = tid % TR_CQ, H = XT / RP / 2;
+    const long gl = gh * ld;
+    __global const float *p = P + (long)(x0 + r) * ld + (k0 + qq);
+    __local float *s = S + qq * SX + r;
+    TR_CPLOOP(TR_GEMM_TK / TR_CQ, XT / RP, s + i1 * TR_CQ * SX + i2 * RP,
+              p + TR_GUP(i2) * (RP * ld) + (GU && i2 >= H ? gl : 0) + i1 * TR_CQ, 4,
+              x0 + r + TR_GUP(i2) * RP < X && k0 + qq + i1 * TR_CQ < ke)
+  } else if (v && x0 + XT <= X) { /* i2: depth pass of NT / (XT / 4) rows, float4 columns */
+    const int RQ = TR_NT / (XT / 4), c = tid % (XT / 4), q = tid / (XT / 4);
+    __global const float *p = P + (long)(k0 + q) * ld + (x0 + 4 * c);
+    __local float *s = S + q * SX + 4 * c;
+    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 16, k0 + q + i2 * RQ < ke)
+  } else {
+    const int RQ = TR_NT / XT, c = tid % XT, q = tid / XT;
+    __global const float *p = P + (long)(k0 + q) * ld + (x0 + c);
+    __local float *s = S + q * SX + c;
+    TR_CPLOOP(1, TR_GEMM_TK / RQ, s + i2 * RQ * SX, p + i2 * (RQ * ld), 4, x0 + c < X && k0 + q + i2 * RQ < ke)
+  }
+}
+/* tr_sgemm with every tile staged by cp.async, TR_GEMM_ST buffers deep: the copies of tile u = t + ST - 1 are in
+ flight while tile t is multiplied, one barrier per tile. Same grid, outputs and accumulation order as tr_sgemm.
+ Tiles run over (batch, depth) in order; counters instead of divisions (a division per tile was visible). */
+static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,
+              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,
+              __local float *As0, __local float *Bs0, const int TA, const int TB, const int WL, const int KT,
+              const int GU, long gh, __global float *X, long ldx, int wc) {
+  TR_GEMM_TILE_INDEX
+  float c[TR_GEMM_WM][TR_GEMM_WN];
+  int i, j, l, u, ib = b0, ik = kb, is = 0, ck = kb, cs = 0, kn = TR_GEMM_TK;
+#pragma unroll
+  for (i = 0; i < TR_GEMM_WM; i++)
+#pragma unroll
+    for (j = 0; j < TR_GEMM_WN; j++) c[i][j] = 0.0f;
+  for (u = 0; u < nt + TR_GEMM_ST - 1; u++) { /* copy tile u (batch ib, depth ik, buffer is), multiply tile u - (ST - 1) */
+    if (u >= TR_GEMM_ST - 1) { /* that tile has landed (each work-item waits for its copies); the one before is done */
+      TR_CPWAIT();
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (u < nt) {
+      tr_cp_tile(A + (long)ib * sA, lda, As0 + is * TR_ASZ, TR_SA, TR_GEMM_TM, !TA, m0, M, ik, ke, al & 1, tid, GU, gh);
+      tr_cp_tile(B + (long)ib * sB, ldb, Bs0 + is * TR_BSZ, TR_SB, TR_GEMM_TN, TB, n0, N, ik, ke, al & 2, tid, 0, 0);
+      ik += TR_GEMM_TK;
+      if (ik >= ke) ik = kb, ib++;
+      is = is + 1 == TR_GEMM_ST ? 0 : is + 1;
+    }
+    TR_CPCOMMIT();
+    if (u >= TR_GEMM_ST - 1) {
+      __local const float *As = As0 + cs * TR_ASZ, *Bs = Bs0 + cs * TR_BSZ;
+      int kk;
+      if (KT) kn = min(TR_GEMM_TK, ke - ck); /* the last tile of a range: only its depth */
+      if (kn == TR_GEMM_TK) {
+#pragma unroll
+        for (kk = 0; kk < TR_GEMM_TK; kk++) { TR_KSTEP(kk) }
+      } else {
+#pragma unroll 1
+        for (kk = 0; kk < kn; kk++) { TR_KSTEP(kk) }
+      }
+      ck += TR_GEMM_TK;
+      if (ck >= ke) ck = kb;
+      cs = cs + 1 == TR_GEMM_ST ? 0 : cs + 1;
+    }
+  }
+  if (GU) {
+    TR_GUSTORE
+  } else {
+    TR_CSTORE
+  }
+}
+#define TR_SGEMM_K(T, TA, TB, WL, DB, KT, UV, SW, GU, CPA)                                                                              \
+  __kernel __attribute__((reqd_work_group_size(TR_RN, TR_RM, 1))) void TR_GNAME(T, TR_GEMM_TM, TR_GEMM_TN, TR_GEMM_TK,  \
+    TR_GEMM_WM, TR_GEMM_WN, TR_GEMM_VW)(__global const float *A, ulong A_off, long lda, long sA,                   \
+    __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,     \
+    int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                      \
+    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                    \
+    __local float4 As4[(TR_NBUF(CPA) * TR_ASZ + 3) / 4], Bs4[(TR_NBUF(CPA) * TR_BSZ + 3) / 4];                                                     \
+    const int z = z0 + get_group_id(2);                                                                             \
+    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                  \
+    const ulong sa = SW == 1 ? (ulong)so : 0, sb = SW == 2 ? (ulong)so : 0;                                         \
+    const int al = (((A_off | (ulong)lda | (ulong)sA | sa) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB | sb) & 3) == 0) << 1) | \
+           ((((co | (ulong)ldc | (ulong)gh) & 3) == 0) << 2) | ((((X_off + (ulong)z * (ulong)sx) | (ulong)ldx) & 3) == 0) << 3; \
+    if (CPA)                                                                                                        \
+      tr_sgemm_cp(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,        \
+          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), KT, GU, gh, X + X_off + (ulong)z * (ulong)sx, ldx, wc); \
+    else                                                                                                            \
+      tr_sgemm(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,           \
+          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \
+          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \
+  }
+/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on
+ the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */
+TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)
+TR_SGEMM_K(nt, 0, 1, 0, 1, 0, 0, 0, 0, 0)
+TR_SGEMM_K(tn, 1, 0, 1, 0, 0, 0, 0, 0, 0)
+TR_SGEMM_K(tt, 1, 1, 0, 1, 0, 0, 0, 0, 0)
+/* The token mix's SwiGLU fused into the products around it. nn_gu: W_tgu . x_b writes act = silu(gate) * up from
+ its registers (gate | up rows). nt_swb: the weight gradient's B operand is read as silu(gate) * up. (The same
+ fusions of the channel SwiGLU were slower on the H200 than the elementwise pass they save: registers.) */
+#if (TR_GEMM_VW == 4 && TR_GEMM_WM % 8 == 0) || (TR_GEMM_VW == 1 && TR_GEMM_WM % 2 == 0)
+TR_SGEMM_K(nn_gu, 0, 0, 1, 0, 1, 1, 0, 1, 0)
+#endif
+TR_SGEMM_K(nt_swb, 0, 1, 0, 1, 0, 0, 2, 0, 0)
+/* cp.async staging (NVIDIA sm_80+): the plain cases; WL per case as measured on the H200 */
+#if TR_GEMM_CP
+TR_SGEMM_K(nn_cp, 0, 0, 1, 1, 1, 0, 0, 0, 1)
+TR_SGEMM_K(nt_cp, 0, 1, 1, 1, 0, 0, 0, 0, 1)
+TR_SGEMM_K(tn_cp, 1, 0, 1, 1, 0, 0, 0, 0, 1)
+TR_SGEMM_K(tt_cp, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+#if TR_GEMM_VW == 4 && TR_GEMM_WM % 8 == 0 && (TR_GEMM_TM / 2) % (TR_NT / TR_CQ) == 0 /* = tr__cl_gemm_gu_cp_ok */
+TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
+#endif
+#endif
+/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */
+__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,
+               __global float *C, ulong C_off, long ldc, int acc) {
+  const int n = get_global_id(0), m = get_global_id(1);
+  const long mn = (long)M * N, idx = (long)m * N + n;
+  float s;
+  int z;
+  if (n >= N || m >= M) return;
+  P += P_off;
+  C += C_off + (long)m * ldc + n;
+  s = acc ? *C : 0.0f;
+  for (z = 0; z < nz; z++) s += P[z * mn + idx];
+  *C = s;
+}
+/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */
+__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,
+               int R, int C, __global float *Y, ulong Y_off, long ldy) {
+  __local float t[32][33];
+  const int c0 = get_group_id(0) * 32, r0 = get_group_id(1) * 32, lx = get_local_id(0), ly = get_local_id(1);
+  int i;
+  X += X_off, Y += Y_off;
+  for (i = ly; i < 32; i += 8)
+    if (r0 + i < R && c0 + lx < C) t[i][lx] = X[(long)(r0 + i) * ldx + c0 + lx];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (i = ly; i < 32; i += 8)
+    if (c0 + i < C && r0 + lx < R) Y[(long)(c0 + i) * ldy + r0 + lx] = t[lx][i];
+}

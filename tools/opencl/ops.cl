@@ -1,0 +1,367 @@
+#if defined(TR_FP64) && !defined(TR_K1_NO_FP64)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double tr_k1_acc;
+#define TR_K1_TINY 1e-30
+#else
+typedef float tr_k1_acc;
+#define TR_K1_TINY 1e-30f
+#endif
+#define TR_K1_WG 256
+__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    a += a_off; b += b_off; y += y_off;
+    y[i] = a[i] + b[i];
+}
+__kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,
+                              __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {
+    size_t i = get_global_id(0);
+    float gi, pi, mi, vi;
+    if (i >= n) return;
+    p += p_off; g += g_off; m += m_off; v += v_off;
+    gi = g[i];
+    pi = p[i] * decay;
+    mi = m[i] + c1 * (gi - m[i]);
+    vi = v[i] + c2 * (gi * gi - v[i]);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step * atan2(mi, sqrt(vi) / sbc2);
+}
+__kernel void tr_k_ema(ulong n, __global float *sh, ulong sh_off, __global const float *p, ulong p_off, float omd, float decay) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    sh += sh_off; p += p_off;
+    sh[i] = omd * p[i] + decay * sh[i];
+}
+__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {
+    long j = get_global_id(0), r = get_global_id(1);
+    float x;
+    if (j >= width || r >= rows) return;
+    g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;
+    x = g[j];
+    o[j] = x / (1.0f + exp(-x)) * g[j + width];
+}
+__kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,
+                              __global float *dg, ulong dg_off) {
+    long j = get_global_id(0), r = get_global_id(1);
+    float x, up, d, sg;
+    if (j >= width || r >= rows) return;
+    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;
+    x = g[j]; up = g[j + width]; d = da[j];
+    sg = 1.0f / (1.0f + exp(-x));
+    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));
+    dg[j + width] = d * (x * sg);
+}
+__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
+                        __global const float *sn, ulong sn_off, float sgn) {
+    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;
+    long r = get_global_id(1);
+    float x1, x2;
+    __global float *v;
+    if (i >= 2 * H * hf || r >= rows) return;
+    j = i % hf; h = (i / hf) % H; qk = i / (hf * H);
+    pos = (int)(r % S);
+    cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;
+    v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;
+    x1 = v[j]; x2 = v[j + hf];
+    v[j] = x1 * cs[j] - sgn * x2 * sn[j];
+    v[j + hf] = x2 * cs[j + hf] + sgn * x1 * sn[j + hf];
+}
+__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
+                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {
+    int i = get_global_id(0), b = get_global_id(1);
+    size_t o;
+    if (i >= S * D || b >= B) return;
+    halted += halted_off;
+    if (!halted[b]) return;
+    o = (size_t)b * S * D + i;
+    zh[zh_off + o] = hi[hi_off + i % D];
+    zl[zl_off + o] = li[li_off + i % D];
+}
+__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,
+                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,
+                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {
+    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;
+    float v;
+    if (j >= D || b >= B) return;
+    if (s < Lp) {
+        k = s * D + j;
+        v = k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f;
+    } else
+        v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];
+    if (has_pos) v = 0.707106781f * (v + wp[wp_off + (size_t)s * D + j]);
+    x[x_off + (size_t)bs * D + j] = v * scale;
+}
+tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
+    int lid = get_local_id(0), s;
+    tr_k1_acc t;
+    sh[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (s = get_local_size(0) / 2; s > 0; s >>= 1) {
+        if (lid < s) sh[lid] += sh[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    t = sh[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return t;
+}
+__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {
+    __local tr_k1_acc sh[TR_K1_WG];
+    size_t r = get_group_id(0);
+    int j, lid = get_local_id(0), n = get_local_size(0);
+    tr_k1_acc ss = 0;
+    float inv;
+    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;
+    for (j = lid; j < D; j += n) {
+        float v = has_add ? x[j] + ad[j] : x[j];
+        o[j] = v;
+        ss += (tr_k1_acc)v * v;
+    }
+    ss = tr_k1_wg_sum(sh, ss);
+    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
+    if (lid == 0) rstd[rstd_off + r] = inv;
+    for (j = lid; j < D; j += n) o[j] *= inv;
+}
+__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
+                                ulong rstd_off, __global float *dx, ulong dx_off) {
+    __local tr_k1_acc sh[TR_K1_WG];
+    size_t r = get_group_id(0);
+    int j, lid = get_local_id(0), n = get_local_size(0);
+    tr_k1_acc dot = 0;
+    float mean, rs = rstd[rstd_off + r];
+    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;
+    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];
+    dot = tr_k1_wg_sum(sh, dot);
+    mean = (float)(dot / D);
+    for (j = lid; j < D; j += n) dx[j] = rs * (dy[j] - y[j] * mean);
+}
+__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {
+    int j = get_global_id(0), b = get_global_id(1), s;
+    size_t base = (size_t)b * S * D + j;
+    tr_k1_acc ss = 0;
+    float inv;
+    if (j >= D || b >= B) return;
+    x += x_off + base; ad += ad_off + base; o += o_off + base;
+    for (s = 0; s < S; s++) {
+        float v = has_add ? x[(size_t)s * D] + ad[(size_t)s * D] : x[(size_t)s * D];
+        o[(size_t)s * D] = v;
+        ss += (tr_k1_acc)v * v;
+    }
+    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));
+    rstd[rstd_off + (size_t)b * D + j] = inv;
+    for (s = 0; s < S; s++) o[(size_t)s * D] *= inv;
+}
+__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,
+                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off) {
+    int j = get_global_id(0), b = get_global_id(1), s;
+    size_t base = (size_t)b * S * D + j;
+    tr_k1_acc dot = 0;
+    float mean, rs;
+    if (j >= D || b >= B) return;
+    dy += dy_off + base; y += y_off + base; dx += dx_off + base;
+    rs = rstd[rstd_off + (size_t)b * D + j];
+    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];
+    mean = (float)(dot / S);
+    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);
+}
+__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,
+                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {
+    __local tr_k1_acc sh[TR_K1_WG];
+    int g = get_group_id(0), b = g / 2, jj = g % 2, k, lid = get_local_id(0), n = get_local_size(0);
+    tr_k1_acc acc = 0;
+    zh += zh_off + (size_t)b * S * D; wq += wq_off + (size_t)jj * D;
+    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];
+    acc = tr_k1_wg_sum(sh, acc);
+    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;
+}
+#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))
+__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {
+    int b = get_global_id(0), t, c = 0;
+    if (b >= B) return;
+    lab += lab_off + (size_t)b * L;
+    for (t = 0; t < L; t++) c += lab[t] != -100;
+    rs[rs_off + 4 * (size_t)b + 1] = (float)c;
+}
+__kernel void tr_k_xent_rows(long rows, int L, int V, int type, int tpr, float grad_div, int want_grad, __global const float *x, ulong x_off,
+                             __global const int *lab, ulong lab_off, __global const float *rs, ulong rs_off, __global float *dl, ulong dl_off,
+                             __global float *ts, ulong ts_off) {
+    __local float shv[TR_K1_WG];
+    __local int shi[TR_K1_WG];
+    __local tr_k1_acc shs[TR_K1_WG];
+    int lid = get_local_id(0), lane = lid % tpr, k, s, label = -100, am = 0, act;
+    long row = (long)get_group_id(0) * (get_local_size(0) / tpr) + lid / tpr;
+    float mx = -INFINITY, xl = 0;
+    tr_k1_acc sum = 0, lp = 0, gs = 0, div = 1;
+    act = row < rows;
+    if (act) {
+        label = lab[lab_off + row];
+        x += x_off + (size_t)row * V;
+        dl += dl_off + (size_t)row * V;
+        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);
+    }
+    if (act && label != -100) {
+        am = V;
+        for (k = lane; k < V; k += tpr)
+            if (am == V || x[k] > mx) mx = x[k], am = k;
+    }
+    shv[lid] = mx; shi[lid] = am;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (s = tpr / 2; s > 0; s >>= 1) {
+        if (lane < s) {
+            float v2 = shv[lid + s];
+            int i2 = shi[lid + s];
+            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = shv[lid - lane]; am = shi[lid - lane];
+    if (act && label != -100) {
+        if (label >= 0 && label < V) xl = x[label];
+        for (k = lane; k < V; k += tpr) {
+            tr_k1_acc xv = x[k];
+            sum += type == 0 ? TR_K1_SS(xv) : exp(xv - (tr_k1_acc)mx);
+        }
+    }
+    shs[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (s = tpr / 2; s > 0; s >>= 1) {
+        if (lane < s) shs[lid] += shs[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    sum = shs[lid - lane];
+    if (!act) return;
+    if (label == -100) {
+        if (want_grad)
+            for (k = lane; k < V; k += tpr) dl[k] = 0.0f;
+        if (lane == 0) ts[ts_off + 3 * (size_t)row] = ts[ts_off + 3 * (size_t)row + 1] = ts[ts_off + 3 * (size_t)row + 2] = 0.0f;
+        return;
+    }
+    if (type == 0) lp = log(TR_K1_SS((tr_k1_acc)xl) / sum);
+    else lp = (tr_k1_acc)xl - mx - log(sum);
+    gs = (tr_k1_acc)1 / (div * (tr_k1_acc)grad_div);
+    if (want_grad)
+        for (k = lane; k < V; k += tpr) {
+            tr_k1_acc xv = x[k], gk;
+            if (type == 0) {
+                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;
+                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);
+            } else
+                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);
+            dl[k] = (float)(gk * gs);
+        }
+    if (lane == 0) {
+        float hi = (float)(-lp);
+        ts[ts_off + 3 * (size_t)row] = hi;
+        ts[ts_off + 3 * (size_t)row + 1] = (float)(-lp - hi);
+        ts[ts_off + 3 * (size_t)row + 2] = am == label ? 1.0f : 0.0f;
+    }
+}
+__kernel void tr_k_xent_reduce(int B, int L, __global const float *ts, ulong ts_off, __global float *rs, ulong rs_off) {
+    int b = get_global_id(0), t;
+    tr_k1_acc loss = 0, div;
+    float c = 0;
+    if (b >= B) return;
+    ts += ts_off + 3 * (size_t)b * L; rs += rs_off + 4 * (size_t)b;
+    for (t = 0; t < L; t++) {
+        loss += (tr_k1_acc)ts[3 * t] + (tr_k1_acc)ts[3 * t + 1];
+        c += ts[3 * t + 2];
+    }
+    div = max(rs[1], 1.0f);
+    rs[0] = (float)(loss / div);
+    rs[2] = c;
+    rs[3] = 0.0f;
+}
+__kernel void tr_k_embed_bwd_pos(int B, int S, int D, float f, __global const float *dx, ulong dx_off, __global float *gp, ulong gp_off) {
+    size_t i = get_global_id(0), n = (size_t)S * D;
+    int b;
+    float acc;
+    if (i >= n) return;
+    dx += dx_off + i; gp += gp_off + i;
+    acc = *gp;
+    for (b = 0; b < B; b++) acc += f * dx[(size_t)b * n];
+    *gp = acc;
+}
+__kernel void tr_k_embed_bwd_prow(int B, int S, int D, int Dp, int Lp, float f, __global const float *dx, ulong dx_off, __global float *pr, ulong pr_off) {
+    int k = get_global_id(0), b = get_global_id(1), s = k / D;
+    if (k >= Dp || b >= B || s >= Lp || s >= S) return;
+    pr[pr_off + (size_t)b * Dp + k] = f * dx[dx_off + ((size_t)b * S + s) * D + k % D];
+}
+__kernel void tr_k_embed_bwd_tok(int B, int S, int L, int Lp, int D, int V, int nchunk, float f, __global const float *dx, ulong dx_off,
+                                 __global const int *in, ulong in_off, __global float *out, ulong out_off) {
+    __local int tile[TR_K1_WG];
+    int j = get_global_id(0), v = get_global_id(1), c = get_global_id(2), lid = get_local_id(0), n = get_local_size(0), u, m;
+    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;
+    float acc = 0;
+    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;
+    if (nchunk == 1 && j < D) acc = *dst;
+    dx += dx_off + j; in += in_off;
+    for (t = t0; t < t1; t += n) {
+        m = (int)min((long)n, t1 - t);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < m) tile[lid] = in[t + lid];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j < D)
+            for (u = 0; u < m; u++)
+                if (tile[u] == v) {
+                    long tt = t + u;
+                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];
+                }
+    }
+    if (j < D) *dst = acc;
+}
+__kernel void tr_k_embed_bwd_tok_sum(int V, int D, int nchunk, __global const float *part, ulong part_off, __global float *gt, ulong gt_off) {
+    size_t i = get_global_id(0), n = (size_t)V * D;
+    int c;
+    float acc;
+    if (i >= n) return;
+    part += part_off + i; gt += gt_off + i;
+    acc = *gt;
+    for (c = 0; c < nchunk; c++) acc += part[c * n];
+    *gt = acc;
+}
+__kernel void tr_k_qhead_bwd_dz(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *wq, ulong wq_off, __global float *dz, ulong dz_off) {
+    int k = get_global_id(0), b = get_global_id(1);
+    float g0, g1, v;
+    if (k >= D || b >= B) return;
+    dq += dq_off + 2 * (size_t)b; wq += wq_off; dz += dz_off + (size_t)b * S * D + k;
+    g0 = dq[0]; g1 = dq[1]; v = *dz;
+    if (g0 != 0.0f) v += g0 * wq[k];
+    if (g1 != 0.0f) v += g1 * wq[D + k];
+    *dz = v;
+}
+__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,
+                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {
+    int k = get_global_id(0), jj = get_global_id(1), b;
+    float acc;
+    if (k > D || jj >= 2) return;
+    dq += dq_off + jj; zh += zh_off + k;
+    if (k == D) {
+        acc = gb[gb_off + jj];
+        for (b = 0; b < B; b++)
+            if (dq[2 * b] != 0.0f) acc += dq[2 * b];
+        gb[gb_off + jj] = acc;
+        return;
+    }
+    gw += gw_off + (size_t)jj * D + k;
+    acc = *gw;
+    for (b = 0; b < B; b++) {
+        float g = dq[2 * b];
+        if (g != 0.0f) acc += g * zh[(size_t)b * S * D];
+    }
+    *gw = acc;
+}
+__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,
+                           __global const int *gst, ulong gst_off, __global const int *ord, ulong ord_off, __global const float *pr, ulong pr_off) {
+    int k = get_global_id(0), g = get_global_id(1), j, j1;
+    float sum = 0, sg;
+    __global float *row;
+    if (k >= Dp || g >= ng) return;
+    gst += gst_off; ord += ord_off; pr += pr_off + k;
+    j1 = gst[g + 1];
+    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];
+    sg = (float)((sum > 0) - (sum < 0));
+    row = tab + tab_off + (size_t)gid[gid_off + g] * Dp + k;
+    *row = *row * decay - lr * sg;
+}
