@@ -2399,7 +2399,7 @@ TR__FN void tr__sgemm_rows_c(size_t K, const float *a, size_t sar, size_t sak, s
 #define TR__SG_AVX2 __attribute__((target("avx2,fma")))
 
 /* --- AVX-512 ------------------------------------------------------------------------------------ */
-TR__SG_AVX512 static inline __mmask16 tr__sg_mask16(size_t n) { return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u); }
+/* Lane masks: tr__mask512 and tr__mask256 of >>cpu. */
 
 /* Transposes the nrows x ncols (<= 16 x 16) block at src (row stride lds; rows >= nrows read as
    zero) into dst: dst[j*ldd + i] = src[i*lds + j] for j < ncols, storing the lanes in smask.
@@ -2422,7 +2422,7 @@ TR__SG_AVX512 static inline __mmask16 tr__sg_mask16(size_t n) { return (__mmask1
     if (j < ncols) _mm512_mask_storeu_ps(dst + (size_t)(j) * ldd, smask, o##j)
 TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd,
                                                      __mmask16 smask) {
-    __mmask16 cm = tr__sg_mask16(ncols);
+    __mmask16 cm = tr__mask512(ncols);
     __m512 o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15;
     TR__SG_TLD(0); TR__SG_TLD(1); TR__SG_TLD(2); TR__SG_TLD(3); TR__SG_TLD(4); TR__SG_TLD(5); TR__SG_TLD(6); TR__SG_TLD(7);
     TR__SG_TLD(8); TR__SG_TLD(9); TR__SG_TLD(10); TR__SG_TLD(11); TR__SG_TLD(12); TR__SG_TLD(13); TR__SG_TLD(14); TR__SG_TLD(15);
@@ -2449,14 +2449,14 @@ TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds
 TR__SG_AVX512 TR__FN void tr__sgemm_pack_a_avx512(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc,
                                                   size_t MR, float *dst) {
     size_t p, k;
-    __mmask16 sm = tr__sg_mask16(MR);
+    __mmask16 sm = tr__mask512(MR);
     for (p = 0; p < mc; p += MR) {
         size_t mr = TR__MIN(MR, mc - p);
         if (!transA) {
             const float *src = A + (m0 + p) * lda + k0;
             for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, lda, mr, TR__MIN(16, kc - k), dst + k * MR, MR, sm);
         } else {
-            __mmask16 lm = tr__sg_mask16(mr);
+            __mmask16 lm = tr__mask512(mr);
             for (k = 0; k < kc; k++) _mm512_mask_storeu_ps(dst + k * MR, sm, _mm512_maskz_loadu_ps(lm, A + (k0 + k) * lda + m0 + p));
         }
         dst += kc * MR;
@@ -2478,8 +2478,8 @@ TR__SG_AVX512 TR__FN void tr__sgemm_pack_b_avx512(int transB, const float *B, si
                     _mm512_store_ps(d, _mm512_loadu_ps(src + n0));
                     _mm512_store_ps(d + 16, _mm512_loadu_ps(src + n0 + 16));
                 } else {
-                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__sg_mask16(nr), src + n0));
-                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__sg_mask16(nr > 16 ? nr - 16 : 0), src + n0 + 16));
+                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__mask512(nr), src + n0));
+                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__mask512(nr > 16 ? nr - 16 : 0), src + n0 + 16));
                 }
             }
         }
@@ -2528,7 +2528,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_ukr_avx512(size_t kc, const float *a, const 
     __m512 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b;
     __m512 c7a, c7b, c8a, c8b, c9a, c9b, c10a, c10b, c11a, c11b, c12a, c12b, c13a, c13b;
     __m512 b0, b1;
-    __mmask16 m0 = tr__sg_mask16(nr), m1 = tr__sg_mask16(nr > 16 ? nr - 16 : 0);
+    __mmask16 m0 = tr__mask512(nr), m1 = tr__mask512(nr > 16 ? nr - 16 : 0);
     size_t k, i;
     for (i = 0; i < mr; i++) { /* C is needed only at the end: its lines arrive during the loop */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
@@ -2559,7 +2559,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_dot_avx512(size_t K, const float *const *a, 
     size_t k, r, c;
     for (r = 0; r < 16; r++) s[r] = _mm512_setzero_ps();
     for (k = 0; k < K; k += 16) {
-        __mmask16 m = tr__sg_mask16(K - k);
+        __mmask16 m = tr__mask512(K - k);
         __m512 b0 = _mm512_maskz_loadu_ps(m, b[0] + k), b1 = _mm512_maskz_loadu_ps(m, b[1] + k);
         __m512 b2 = _mm512_maskz_loadu_ps(m, b[2] + k), b3 = _mm512_maskz_loadu_ps(m, b[3] + k);
         for (r = 0; r < 4; r++) {
@@ -2580,7 +2580,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
     __mmask16 m[4];
     const float *ar[4];
     size_t k, r, q;
-    for (q = 0; q < 4; q++) m[q] = tr__sg_mask16(w > 16 * q ? w - 16 * q : 0);
+    for (q = 0; q < 4; q++) m[q] = tr__mask512(w > 16 * q ? w - 16 * q : 0);
     for (r = 0; r < 4; r++) {
         ar[r] = a + (r < nrows ? r : 0) * sar;
         for (q = 0; q < 4; q++) s[r][q] = _mm512_setzero_ps();
@@ -2641,10 +2641,6 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
         }                                                                                                               \
     }
 
-TR__SG_AVX2 static inline __m256i tr__sg_mask8(size_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)TR__MIN(n, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* 6x16 micro-kernel */
 TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,
                                            size_t nr, int acc) {
@@ -2652,7 +2648,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const floa
     __m256 c2a = _mm256_setzero_ps(), c2b = _mm256_setzero_ps(), c3a = _mm256_setzero_ps(), c3b = _mm256_setzero_ps();
     __m256 c4a = _mm256_setzero_ps(), c4b = _mm256_setzero_ps(), c5a = _mm256_setzero_ps(), c5b = _mm256_setzero_ps();
     __m256 b0, b1;
-    __m256i k0 = tr__sg_mask8(nr), k1 = tr__sg_mask8(nr > 8 ? nr - 8 : 0);
+    __m256i k0 = tr__mask256(nr), k1 = tr__mask256(nr > 8 ? nr - 8 : 0);
     int full = nr >= 16;
     size_t k;
     for (k = 0; k < mr; k++) _mm_prefetch((const char *)(c + k * ldc), _MM_HINT_T0);
@@ -2675,7 +2671,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_dot_avx2(size_t K, const float *const *a, cons
     size_t k, r, c;
     for (r = 0; r < 16; r++) s[r] = _mm256_setzero_ps();
     for (k = 0; k < K; k += 8) {
-        __m256i m = tr__sg_mask8(K - k);
+        __m256i m = tr__mask256(K - k);
         __m256 b0 = _mm256_maskload_ps(b[0] + k, m), b1 = _mm256_maskload_ps(b[1] + k, m);
         __m256 b2 = _mm256_maskload_ps(b[2] + k, m), b3 = _mm256_maskload_ps(b[3] + k, m);
         for (r = 0; r < 4; r++) {
@@ -2701,7 +2697,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar
     __m256i m[4];
     const float *ar[4];
     size_t k, r, q;
-    for (q = 0; q < 4; q++) m[q] = tr__sg_mask8(w > 8 * q ? w - 8 * q : 0);
+    for (q = 0; q < 4; q++) m[q] = tr__mask256(w > 8 * q ? w - 8 * q : 0);
     for (r = 0; r < 4; r++) {
         ar[r] = a + (r < nrows ? r : 0) * sar;
         for (q = 0; q < 4; q++) s[r][q] = _mm256_setzero_ps();
