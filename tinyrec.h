@@ -1790,61 +1790,6 @@ TR__TARGET_AVX512 static float tr__rms_row_fwd512(int D, const float *xr, const 
     return invs;
 }
 
-/* The sequence-axis RMSNorm for one batch row and channels [j0, j0 + 64): 4 zmm accumulators
-   run down the S positions (fp32 sums of S squares, S ~ 100..1000). */
-TR__TARGET_AVX512 static void tr__rms_cols_task_fwd512(int S, int D, int j0, const float *x, const float *add, float *out, float *rstd, float eps) {
-    __m512 acc[4];
-    int s, q, nq = TR__MIN(64, D - j0);
-    __mmask16 mk[4];
-    for (q = 0; q < 4; q++) {
-        int left = nq - 16 * q;
-        mk[q] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-        acc[q] = _mm512_setzero_ps();
-    }
-    for (s = 0; s < S; s++)
-        for (q = 0; q < 4; q++) {
-            size_t i = (size_t)s * D + j0 + 16 * q;
-            __m512 v = _mm512_maskz_loadu_ps(mk[q], x + i);
-            if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk[q], add + i));
-            _mm512_mask_storeu_ps(out + i, mk[q], v);
-            acc[q] = _mm512_fmadd_ps(v, v, acc[q]);
-        }
-    for (q = 0; q < 4; q++) {
-        __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_add_ps(_mm512_div_ps(acc[q], _mm512_set1_ps((float)S)), _mm512_set1_ps(eps))));
-        _mm512_mask_storeu_ps(rstd + j0 + 16 * q, mk[q], r);
-        acc[q] = r;
-    }
-    for (s = 0; s < S; s++)
-        for (q = 0; q < 4; q++) {
-            size_t i = (size_t)s * D + j0 + 16 * q;
-            _mm512_mask_storeu_ps(out + i, mk[q], _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[q], out + i), acc[q]));
-        }
-}
-
-TR__TARGET_AVX512 static void tr__rms_cols_task_bwd512(int S, int D, int j0, const float *dy, const float *y, const float *rstd, float *dx) {
-    __m512 dot[4], rs[4];
-    int s, q, nq = TR__MIN(64, D - j0);
-    __mmask16 mk[4];
-    for (q = 0; q < 4; q++) {
-        int left = nq - 16 * q;
-        mk[q] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-        dot[q] = _mm512_setzero_ps();
-        rs[q] = _mm512_maskz_loadu_ps(mk[q], rstd + j0 + 16 * q);
-    }
-    for (s = 0; s < S; s++)
-        for (q = 0; q < 4; q++) {
-            size_t i = (size_t)s * D + j0 + 16 * q;
-            dot[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[q], dy + i), _mm512_maskz_loadu_ps(mk[q], y + i), dot[q]);
-        }
-    for (q = 0; q < 4; q++) dot[q] = _mm512_div_ps(dot[q], _mm512_set1_ps((float)S));
-    for (s = 0; s < S; s++)
-        for (q = 0; q < 4; q++) {
-            size_t i = (size_t)s * D + j0 + 16 * q;
-            __m512 v = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(mk[q], y + i), dot[q], _mm512_maskz_loadu_ps(mk[q], dy + i));
-            _mm512_mask_storeu_ps(dx + i, mk[q], _mm512_mul_ps(v, rs[q]));
-        }
-}
-
 TR__TARGET_AVX512 static void tr__rms_row_bwd512(int D, const float *dyr, const float *yr, float rstd, float *o) {
     __m512 acc = _mm512_setzero_ps(), mean, rs;
     int j;
@@ -1858,128 +1803,6 @@ TR__TARGET_AVX512 static void tr__rms_row_bwd512(int D, const float *dyr, const 
         __mmask16 k = D - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (D - j)) - 1);
         __m512 v = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(k, yr + j), mean, _mm512_maskz_loadu_ps(k, dyr + j));
         _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(v, rs));
-    }
-}
-
-TR__TARGET_AVX512 static inline __mmask16 tr__mask16(long left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
-
-/* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. */
-TR__TARGET_AVX512 static float tr__att_scores512(const float *q, const float *Kt, int S, size_t Sp, int hd, float scale, float *p) {
-    int c;
-    long j;
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (j = 0; j < S; j += 16) {
-        __mmask16 k = tr__mask16(S - j);
-        __m512 acc = _mm512_setzero_ps();
-        for (c = 0; c < hd; c++) acc = _mm512_fmadd_ps(_mm512_set1_ps(q[c]), _mm512_loadu_ps(Kt + (size_t)c * Sp + j), acc);
-        acc = _mm512_mul_ps(acc, _mm512_set1_ps(scale));
-        _mm512_mask_storeu_ps(p + j, k, acc);
-        vmax = _mm512_mask_max_ps(vmax, k, vmax, acc);
-    }
-    return _mm512_reduce_max_ps(vmax);
-}
-
-/* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]; hd a multiple of 16 or masked. */
-TR__TARGET_AVX512 static void tr__att_wsum512(const float *w, const float *M, int S, int hd, float *out, int accumulate) {
-    int c, j;
-    for (c = 0; c < hd; c += 16) {
-        __mmask16 k = tr__mask16(hd - c);
-        __m512 acc = accumulate ? _mm512_maskz_loadu_ps(k, out + c) : _mm512_setzero_ps();
-        for (j = 0; j < S; j++) acc = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), _mm512_maskz_loadu_ps(k, M + (size_t)j * hd + c), acc);
-        _mm512_mask_storeu_ps(out + c, k, acc);
-    }
-}
-
-
-/* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
-TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
-    int j, c;
-    for (j = 0; j < S; j++) {
-        const float *k = qkv + ((size_t)b * S + j) * 3 * D + D + (size_t)h * hd, *v = k + D;
-        memcpy(K + (size_t)j * hd, k, (size_t)hd * sizeof(float));
-        memcpy(V + (size_t)j * hd, v, (size_t)hd * sizeof(float));
-        for (c = 0; c < hd; c++) Kt[(size_t)c * Sp + j] = k[c], Vt[(size_t)c * Sp + j] = v[c];
-    }
-    for (c = 0; c < hd; c++)
-        for (j = S; j < (int)Sp; j++) Kt[(size_t)c * Sp + j] = Vt[(size_t)c * Sp + j] = 0;
-}
-
-/* One (batch, head) of the forward; `scratch` is this thread's tr__attention_scratch_floats. */
-TR__TARGET_AVX512 static void tr__attention_fwd_bh512(int b, int h, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
-    int D = H * hd;
-    size_t Sp = TR__ATT_PAD((size_t)S);
-    float scale = 1.0f / sqrtf((float)hd);
-    {
-        int i;
-        float *K, *Kt, *V, *Vt, *p;
-        long j;
-        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;
-        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
-        for (i = 0; i < S; i++) {
-            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
-            float mx = tr__att_scores512(q, Kt, S, Sp, hd, scale, p), sum, inv;
-            __m512 vs = _mm512_setzero_ps(), vm = _mm512_set1_ps(mx);
-            for (j = 0; j < S; j += 16) {
-                __mmask16 k = tr__mask16(S - j);
-                __m512 e = tr__exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vm));
-                e = _mm512_maskz_mov_ps(k, e);
-                _mm512_mask_storeu_ps(p + j, k, e);
-                vs = _mm512_add_ps(vs, e);
-            }
-            sum = _mm512_reduce_add_ps(vs);
-            inv = 1.0f / sum;
-            for (j = 0; j < S; j++) p[j] *= inv;
-            tr__att_wsum512(p, V, S, hd, o + ((size_t)b * S + i) * D + (size_t)h * hd, 0);
-            lse[((size_t)b * H + h) * S + i] = mx + logf(sum);
-        }
-    }
-}
-
-/* One (batch, head) of the backward. */
-TR__TARGET_AVX512 static void tr__attention_bwd_bh512(int b, int h, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
-    int D = H * hd;
-    size_t Sp = TR__ATT_PAD((size_t)S);
-    float scale = 1.0f / sqrtf((float)hd);
-    {
-        int i, j, c;
-        float *K, *Kt, *V, *Vt, *p, *dp, *dK, *dV;
-        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;
-        dK = dp + Sp, dV = dK + (size_t)S * hd;
-        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);
-        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));
-        for (i = 0; i < S; i++) {
-            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
-            const float *doi = do_ + ((size_t)b * S + i) * D + (size_t)h * hd;
-            const float *oi = o + ((size_t)b * S + i) * D + (size_t)h * hd;
-            float *dq = dqkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
-            float l = lse[((size_t)b * H + h) * S + i], di = 0;
-            __m512 vl = _mm512_set1_ps(l);
-            for (c = 0; c < hd; c++) di += doi[c] * oi[c];
-            tr__att_scores512(q, Kt, S, Sp, hd, scale, p);
-            tr__att_scores512(doi, Vt, S, Sp, hd, 1.0f, dp); /* dP[j] = dO . V[j] */
-            for (j = 0; j < S; j += 16) {
-                __mmask16 k = tr__mask16(S - j);
-                __m512 pv = tr__exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vl));
-                __m512 ds = _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), _mm512_set1_ps(di)));
-                _mm512_mask_storeu_ps(p + j, k, pv);
-                _mm512_mask_storeu_ps(dp + j, k, _mm512_mul_ps(ds, _mm512_set1_ps(scale)));
-            }
-            tr__att_wsum512(dp, K, S, hd, dq, 0); /* dQ_i = scale * sum_j dS_ij K_j */
-            for (j = 0; j < S; j++) {               /* dK_j += scale dS_ij q_i, dV_j += P_ij dO_i */
-                __m512 a = _mm512_set1_ps(dp[j]), pw = _mm512_set1_ps(p[j]);
-                for (c = 0; c < hd; c += 16) {
-                    __mmask16 k = tr__mask16(hd - c);
-                    float *dk = dK + (size_t)j * hd + c, *dv = dV + (size_t)j * hd + c;
-                    _mm512_mask_storeu_ps(dk, k, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(k, q + c), _mm512_maskz_loadu_ps(k, dk)));
-                    _mm512_mask_storeu_ps(dv, k, _mm512_fmadd_ps(pw, _mm512_maskz_loadu_ps(k, doi + c), _mm512_maskz_loadu_ps(k, dv)));
-                }
-            }
-        }
-        for (j = 0; j < S; j++) {
-            float *dst = dqkv + ((size_t)b * S + j) * 3 * D + (size_t)h * hd;
-            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));
-            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));
-        }
     }
 }
 
@@ -2077,6 +1900,212 @@ TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const fl
         _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_fnmadd_ps(_mm256_loadu_ps(yr + j), mean, _mm256_loadu_ps(dyr + j)), rs));
     for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
 }
+
+/* Width-generic kernels: one body each, instantiated for AVX-512 (B = 512: 16 lanes, mask
+   registers) and AVX2 (B = 256: 8 lanes, vector masks, masked loads that do not fault past the
+   end), so the two sets cannot drift apart. Per element, both widths run the same operations in
+   the same order (sums along S or hd are per lane); only the horizontal reductions (the softmax
+   denominator) regroup. TR__MM(B, op) names the intrinsic _mm<B>_op; the operations whose names
+   differ between the widths are the small functions below. */
+#define TR__MM(B, op) _mm##B##_##op
+#define TR__LANES(B) ((B) / 32)
+typedef __mmask16 tr__kmask512;
+typedef __m256i tr__kmask256;
+/* The first `left` lanes (0 <= left; all of them from 16 / 8 on). */
+TR__TARGET_AVX512 static inline __mmask16 tr__mask512(long left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+TR__TARGET_AVX2 static inline __m256i tr__mask256(long left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)TR__MIN(left, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* Masked load (zeros outside k), masked store, v zeroed outside k, max(a, b) inside k. */
+TR__TARGET_AVX512 static inline __m512 tr__load512(__mmask16 k, const float *p) { return _mm512_maskz_loadu_ps(k, p); }
+TR__TARGET_AVX2 static inline __m256 tr__load256(__m256i k, const float *p) { return _mm256_maskload_ps(p, k); }
+TR__TARGET_AVX512 static inline void tr__store512(float *p, __mmask16 k, __m512 v) { _mm512_mask_storeu_ps(p, k, v); }
+TR__TARGET_AVX2 static inline void tr__store256(float *p, __m256i k, __m256 v) { _mm256_maskstore_ps(p, k, v); }
+TR__TARGET_AVX512 static inline __m512 tr__keep512(__mmask16 k, __m512 v) { return _mm512_maskz_mov_ps(k, v); }
+TR__TARGET_AVX2 static inline __m256 tr__keep256(__m256i k, __m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(k)); }
+TR__TARGET_AVX512 static inline __m512 tr__max_in512(__m512 a, __mmask16 k, __m512 b) { return _mm512_mask_max_ps(a, k, a, b); }
+TR__TARGET_AVX2 static inline __m256 tr__max_in256(__m256 a, __m256i k, __m256 b) { return _mm256_blendv_ps(a, _mm256_max_ps(a, b), _mm256_castsi256_ps(k)); }
+TR__TARGET_AVX512 static inline float tr__hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+TR__TARGET_AVX512 static inline float tr__hmax512(__m512 v) { return _mm512_reduce_max_ps(v); }
+TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* The sequence-axis RMSNorm for one batch row and channels [j0, j0 + 64): 64 / lanes
+   accumulators run down the S positions (fp32 sums of S squares, S ~ 100..1000). */
+#define TR__RMS_COLS_TASKS(B, TARGET)                                                                                    \
+    TARGET static void tr__rms_cols_task_fwd##B(int S, int D, int j0, const float *x, const float *add, float *out, float *rstd, float eps) { \
+        enum { L = TR__LANES(B), NQ = 64 / L };                                                                         \
+        __m##B acc[NQ];                                                                                                 \
+        tr__kmask##B mk[NQ];                                                                                            \
+        int s, q, nq = TR__MIN(64, D - j0);                                                                             \
+        for (q = 0; q < NQ; q++) {                                                                                      \
+            mk[q] = tr__mask##B(TR__MAX(nq - L * q, 0));                                                                \
+            acc[q] = TR__MM(B, setzero_ps)();                                                                           \
+        }                                                                                                               \
+        for (s = 0; s < S; s++)                                                                                         \
+            for (q = 0; q < NQ; q++) {                                                                                  \
+                size_t i = (size_t)s * D + j0 + L * q;                                                                  \
+                __m##B v = tr__load##B(mk[q], x + i);                                                                   \
+                if (add) v = TR__MM(B, add_ps)(v, tr__load##B(mk[q], add + i));                                         \
+                tr__store##B(out + i, mk[q], v);                                                                        \
+                acc[q] = TR__MM(B, fmadd_ps)(v, v, acc[q]);                                                             \
+            }                                                                                                           \
+        for (q = 0; q < NQ; q++) {                                                                                      \
+            __m##B ms = TR__MM(B, div_ps)(acc[q], TR__MM(B, set1_ps)((float)S));                                        \
+            __m##B r = TR__MM(B, div_ps)(TR__MM(B, set1_ps)(1.0f), TR__MM(B, sqrt_ps)(TR__MM(B, add_ps)(ms, TR__MM(B, set1_ps)(eps)))); \
+            tr__store##B(rstd + j0 + L * q, mk[q], r);                                                                  \
+            acc[q] = r;                                                                                                 \
+        }                                                                                                               \
+        for (s = 0; s < S; s++)                                                                                         \
+            for (q = 0; q < NQ; q++) {                                                                                  \
+                size_t i = (size_t)s * D + j0 + L * q;                                                                  \
+                tr__store##B(out + i, mk[q], TR__MM(B, mul_ps)(tr__load##B(mk[q], out + i), acc[q]));                   \
+            }                                                                                                           \
+    }                                                                                                                   \
+    TARGET static void tr__rms_cols_task_bwd##B(int S, int D, int j0, const float *dy, const float *y, const float *rstd, float *dx) { \
+        enum { L = TR__LANES(B), NQ = 64 / L };                                                                         \
+        __m##B dot[NQ], rs[NQ];                                                                                         \
+        tr__kmask##B mk[NQ];                                                                                            \
+        int s, q, nq = TR__MIN(64, D - j0);                                                                             \
+        for (q = 0; q < NQ; q++) {                                                                                      \
+            mk[q] = tr__mask##B(TR__MAX(nq - L * q, 0));                                                                \
+            dot[q] = TR__MM(B, setzero_ps)();                                                                           \
+            rs[q] = tr__load##B(mk[q], rstd + j0 + L * q);                                                              \
+        }                                                                                                               \
+        for (s = 0; s < S; s++)                                                                                         \
+            for (q = 0; q < NQ; q++) {                                                                                  \
+                size_t i = (size_t)s * D + j0 + L * q;                                                                  \
+                dot[q] = TR__MM(B, fmadd_ps)(tr__load##B(mk[q], dy + i), tr__load##B(mk[q], y + i), dot[q]);            \
+            }                                                                                                           \
+        for (q = 0; q < NQ; q++) dot[q] = TR__MM(B, div_ps)(dot[q], TR__MM(B, set1_ps)((float)S));                      \
+        for (s = 0; s < S; s++)                                                                                         \
+            for (q = 0; q < NQ; q++) {                                                                                  \
+                size_t i = (size_t)s * D + j0 + L * q;                                                                  \
+                __m##B v = TR__MM(B, fnmadd_ps)(tr__load##B(mk[q], y + i), dot[q], tr__load##B(mk[q], dy + i));         \
+                tr__store##B(dx + i, mk[q], TR__MM(B, mul_ps)(v, rs[q]));                                               \
+            }                                                                                                           \
+    }
+TR__RMS_COLS_TASKS(512, TR__TARGET_AVX512)
+TR__RMS_COLS_TASKS(256, TR__TARGET_AVX2)
+
+/* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
+TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
+    int j, c;
+    for (j = 0; j < S; j++) {
+        const float *k = qkv + ((size_t)b * S + j) * 3 * D + D + (size_t)h * hd, *v = k + D;
+        memcpy(K + (size_t)j * hd, k, (size_t)hd * sizeof(float));
+        memcpy(V + (size_t)j * hd, v, (size_t)hd * sizeof(float));
+        for (c = 0; c < hd; c++) Kt[(size_t)c * Sp + j] = k[c], Vt[(size_t)c * Sp + j] = v[c];
+    }
+    for (c = 0; c < hd; c++)
+        for (j = S; j < (int)Sp; j++) Kt[(size_t)c * Sp + j] = Vt[(size_t)c * Sp + j] = 0;
+}
+
+/* Attention on one (batch, head), reading K and V as gathered by tr__att_gather. */
+#define TR__ATT_KERNELS(B, TARGET)                                                                                       \
+    /* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. Sp is a           \
+       multiple of 16, so the loads of Kt never need a mask. */                                                        \
+    TARGET static float tr__att_scores##B(const float *q, const float *Kt, int S, size_t Sp, int hd, float scale, float *p) { \
+        int c;                                                                                                          \
+        long j;                                                                                                         \
+        __m##B vmax = TR__MM(B, set1_ps)(-INFINITY);                                                                    \
+        for (j = 0; j < S; j += TR__LANES(B)) {                                                                         \
+            tr__kmask##B k = tr__mask##B(S - j);                                                                        \
+            __m##B acc = TR__MM(B, setzero_ps)();                                                                       \
+            for (c = 0; c < hd; c++) acc = TR__MM(B, fmadd_ps)(TR__MM(B, set1_ps)(q[c]), TR__MM(B, loadu_ps)(Kt + (size_t)c * Sp + j), acc); \
+            acc = TR__MM(B, mul_ps)(acc, TR__MM(B, set1_ps)(scale));                                                    \
+            tr__store##B(p + j, k, acc);                                                                                \
+            vmax = tr__max_in##B(vmax, k, acc);                                                                         \
+        }                                                                                                               \
+        return tr__hmax##B(vmax);                                                                                       \
+    }                                                                                                                   \
+    /* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]; hd a multiple of the lanes or masked. */            \
+    TARGET static void tr__att_wsum##B(const float *w, const float *M, int S, int hd, float *out, int accumulate) {    \
+        int c, j;                                                                                                       \
+        for (c = 0; c < hd; c += TR__LANES(B)) {                                                                        \
+            tr__kmask##B k = tr__mask##B(hd - c);                                                                       \
+            __m##B acc = accumulate ? tr__load##B(k, out + c) : TR__MM(B, setzero_ps)();                                \
+            for (j = 0; j < S; j++) acc = TR__MM(B, fmadd_ps)(TR__MM(B, set1_ps)(w[j]), tr__load##B(k, M + (size_t)j * hd + c), acc); \
+            tr__store##B(out + c, k, acc);                                                                              \
+        }                                                                                                               \
+    }                                                                                                                   \
+    /* The forward; `scratch` is this thread's tr__attention_scratch_floats. */                                        \
+    TARGET static void tr__attention_fwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) { \
+        int D = H * hd, i;                                                                                              \
+        size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
+        float scale = 1.0f / sqrtf((float)hd);                                                                          \
+        float *K, *Kt, *V, *Vt, *p;                                                                                     \
+        long j;                                                                                                         \
+        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;                            \
+        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
+        for (i = 0; i < S; i++) {                                                                                       \
+            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
+            float mx = tr__att_scores##B(q, Kt, S, Sp, hd, scale, p), sum, inv;                                         \
+            __m##B vs = TR__MM(B, setzero_ps)(), vm = TR__MM(B, set1_ps)(mx);                                           \
+            for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
+                tr__kmask##B k = tr__mask##B(S - j);                                                                    \
+                __m##B e = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vm));                                   \
+                e = tr__keep##B(k, e);                                                                                  \
+                tr__store##B(p + j, k, e);                                                                              \
+                vs = TR__MM(B, add_ps)(vs, e);                                                                          \
+            }                                                                                                           \
+            sum = tr__hsum##B(vs);                                                                                      \
+            inv = 1.0f / sum;                                                                                           \
+            for (j = 0; j < S; j++) p[j] *= inv;                                                                        \
+            tr__att_wsum##B(p, V, S, hd, o + ((size_t)b * S + i) * D + (size_t)h * hd, 0);                              \
+            lse[((size_t)b * H + h) * S + i] = mx + logf(sum);                                                          \
+        }                                                                                                               \
+    }                                                                                                                   \
+    /* The backward. */                                                                                                 \
+    TARGET static void tr__attention_bwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) { \
+        int D = H * hd, i, j, c;                                                                                        \
+        size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
+        float scale = 1.0f / sqrtf((float)hd);                                                                          \
+        float *K, *Kt, *V, *Vt, *p, *dp, *dK, *dV;                                                                      \
+        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;               \
+        dK = dp + Sp, dV = dK + (size_t)S * hd;                                                                         \
+        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
+        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                             \
+        for (i = 0; i < S; i++) {                                                                                       \
+            const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
+            const float *doi = do_ + ((size_t)b * S + i) * D + (size_t)h * hd;                                          \
+            const float *oi = o + ((size_t)b * S + i) * D + (size_t)h * hd;                                             \
+            float *dq = dqkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                            \
+            float l = lse[((size_t)b * H + h) * S + i], di = 0;                                                         \
+            __m##B vl = TR__MM(B, set1_ps)(l);                                                                          \
+            for (c = 0; c < hd; c++) di += doi[c] * oi[c];                                                              \
+            tr__att_scores##B(q, Kt, S, Sp, hd, scale, p);                                                              \
+            tr__att_scores##B(doi, Vt, S, Sp, hd, 1.0f, dp); /* dP[j] = dO . V[j] */                                    \
+            for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
+                tr__kmask##B k = tr__mask##B(S - j);                                                                    \
+                __m##B pv = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vl));                                  \
+                __m##B ds = TR__MM(B, mul_ps)(pv, TR__MM(B, sub_ps)(tr__load##B(k, dp + j), TR__MM(B, set1_ps)(di)));  \
+                tr__store##B(p + j, k, pv);                                                                             \
+                tr__store##B(dp + j, k, TR__MM(B, mul_ps)(ds, TR__MM(B, set1_ps)(scale)));                              \
+            }                                                                                                           \
+            tr__att_wsum##B(dp, K, S, hd, dq, 0); /* dQ_i = scale * sum_j dS_ij K_j */                                  \
+            for (j = 0; j < S; j++) { /* dK_j += scale dS_ij q_i, dV_j += P_ij dO_i */                                  \
+                __m##B a = TR__MM(B, set1_ps)(dp[j]), pw = TR__MM(B, set1_ps)(p[j]);                                    \
+                for (c = 0; c < hd; c += TR__LANES(B)) {                                                                \
+                    tr__kmask##B k = tr__mask##B(hd - c);                                                               \
+                    float *dk = dK + (size_t)j * hd + c, *dv = dV + (size_t)j * hd + c;                                 \
+                    tr__store##B(dk, k, TR__MM(B, fmadd_ps)(a, tr__load##B(k, q + c), tr__load##B(k, dk)));            \
+                    tr__store##B(dv, k, TR__MM(B, fmadd_ps)(pw, tr__load##B(k, doi + c), tr__load##B(k, dv)));          \
+                }                                                                                                       \
+            }                                                                                                           \
+        }                                                                                                               \
+        for (j = 0; j < S; j++) {                                                                                       \
+            float *dst = dqkv + ((size_t)b * S + j) * 3 * D + (size_t)h * hd;                                           \
+            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));                                          \
+            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                      \
+        }                                                                                                               \
+    }
+TR__ATT_KERNELS(512, TR__TARGET_AVX512)
+TR__ATT_KERNELS(256, TR__TARGET_AVX2)
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -2155,12 +2184,13 @@ TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, con
 }
 TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*task)(int, int, int, const float *, const float *, float *, float *, float) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
         long t, nblk = (D + 63) / 64;
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
         for (t = 0; t < (long)B * nblk; t++) {
             size_t base = (size_t)(t / nblk) * S * D;
-            tr__rms_cols_task_fwd512(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
+            task(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
         }
         return;
     }
@@ -2169,12 +2199,13 @@ TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, c
 }
 TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*task)(int, int, int, const float *, const float *, const float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
         long t, nblk = (D + 63) / 64;
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
         for (t = 0; t < (long)B * nblk; t++) {
             size_t base = (size_t)(t / nblk) * S * D;
-            tr__rms_cols_task_bwd512(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
+            task(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
         }
         return;
     }
@@ -2190,11 +2221,12 @@ TR__FN int tr__thread_id(void) {
 }
 TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*one)(int, int, int, int, int, const float *, float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
         long bh;
         size_t per = tr__attention_scratch_floats(S, hd);
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) tr__attention_fwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
+        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
         return;
     }
 #endif
@@ -2202,11 +2234,12 @@ TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
         long bh;
         size_t per = tr__attention_scratch_floats(S, hd);
         TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) tr__attention_bwd_bh512((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
+        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
         return;
     }
 #endif
@@ -2404,7 +2437,7 @@ TR__FN void tr__sgemm_rows_c(size_t K, const float *a, size_t sar, size_t sak, s
 #define TR__SG_AVX2 __attribute__((target("avx2,fma")))
 
 /* --- AVX-512 ------------------------------------------------------------------------------------ */
-TR__SG_AVX512 static inline __mmask16 tr__sg_mask16(size_t n) { return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u); }
+/* Lane masks: tr__mask512 and tr__mask256 of >>cpu. */
 
 /* Transposes the nrows x ncols (<= 16 x 16) block at src (row stride lds; rows >= nrows read as
    zero) into dst: dst[j*ldd + i] = src[i*lds + j] for j < ncols, storing the lanes in smask.
@@ -2427,7 +2460,7 @@ TR__SG_AVX512 static inline __mmask16 tr__sg_mask16(size_t n) { return (__mmask1
     if (j < ncols) _mm512_mask_storeu_ps(dst + (size_t)(j) * ldd, smask, o##j)
 TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd,
                                                      __mmask16 smask) {
-    __mmask16 cm = tr__sg_mask16(ncols);
+    __mmask16 cm = tr__mask512(ncols);
     __m512 o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15;
     TR__SG_TLD(0); TR__SG_TLD(1); TR__SG_TLD(2); TR__SG_TLD(3); TR__SG_TLD(4); TR__SG_TLD(5); TR__SG_TLD(6); TR__SG_TLD(7);
     TR__SG_TLD(8); TR__SG_TLD(9); TR__SG_TLD(10); TR__SG_TLD(11); TR__SG_TLD(12); TR__SG_TLD(13); TR__SG_TLD(14); TR__SG_TLD(15);
@@ -2454,14 +2487,14 @@ TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds
 TR__SG_AVX512 TR__FN void tr__sgemm_pack_a_avx512(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc,
                                                   size_t MR, float *dst) {
     size_t p, k;
-    __mmask16 sm = tr__sg_mask16(MR);
+    __mmask16 sm = tr__mask512(MR);
     for (p = 0; p < mc; p += MR) {
         size_t mr = TR__MIN(MR, mc - p);
         if (!transA) {
             const float *src = A + (m0 + p) * lda + k0;
             for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, lda, mr, TR__MIN(16, kc - k), dst + k * MR, MR, sm);
         } else {
-            __mmask16 lm = tr__sg_mask16(mr);
+            __mmask16 lm = tr__mask512(mr);
             for (k = 0; k < kc; k++) _mm512_mask_storeu_ps(dst + k * MR, sm, _mm512_maskz_loadu_ps(lm, A + (k0 + k) * lda + m0 + p));
         }
         dst += kc * MR;
@@ -2483,8 +2516,8 @@ TR__SG_AVX512 TR__FN void tr__sgemm_pack_b_avx512(int transB, const float *B, si
                     _mm512_store_ps(d, _mm512_loadu_ps(src + n0));
                     _mm512_store_ps(d + 16, _mm512_loadu_ps(src + n0 + 16));
                 } else {
-                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__sg_mask16(nr), src + n0));
-                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__sg_mask16(nr > 16 ? nr - 16 : 0), src + n0 + 16));
+                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__mask512(nr), src + n0));
+                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__mask512(nr > 16 ? nr - 16 : 0), src + n0 + 16));
                 }
             }
         }
@@ -2533,7 +2566,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_ukr_avx512(size_t kc, const float *a, const 
     __m512 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b;
     __m512 c7a, c7b, c8a, c8b, c9a, c9b, c10a, c10b, c11a, c11b, c12a, c12b, c13a, c13b;
     __m512 b0, b1;
-    __mmask16 m0 = tr__sg_mask16(nr), m1 = tr__sg_mask16(nr > 16 ? nr - 16 : 0);
+    __mmask16 m0 = tr__mask512(nr), m1 = tr__mask512(nr > 16 ? nr - 16 : 0);
     size_t k, i;
     for (i = 0; i < mr; i++) { /* C is needed only at the end: its lines arrive during the loop */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
@@ -2564,7 +2597,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_dot_avx512(size_t K, const float *const *a, 
     size_t k, r, c;
     for (r = 0; r < 16; r++) s[r] = _mm512_setzero_ps();
     for (k = 0; k < K; k += 16) {
-        __mmask16 m = tr__sg_mask16(K - k);
+        __mmask16 m = tr__mask512(K - k);
         __m512 b0 = _mm512_maskz_loadu_ps(m, b[0] + k), b1 = _mm512_maskz_loadu_ps(m, b[1] + k);
         __m512 b2 = _mm512_maskz_loadu_ps(m, b[2] + k), b3 = _mm512_maskz_loadu_ps(m, b[3] + k);
         for (r = 0; r < 4; r++) {
@@ -2585,7 +2618,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
     __mmask16 m[4];
     const float *ar[4];
     size_t k, r, q;
-    for (q = 0; q < 4; q++) m[q] = tr__sg_mask16(w > 16 * q ? w - 16 * q : 0);
+    for (q = 0; q < 4; q++) m[q] = tr__mask512(w > 16 * q ? w - 16 * q : 0);
     for (r = 0; r < 4; r++) {
         ar[r] = a + (r < nrows ? r : 0) * sar;
         for (q = 0; q < 4; q++) s[r][q] = _mm512_setzero_ps();
@@ -2646,10 +2679,6 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
         }                                                                                                               \
     }
 
-TR__SG_AVX2 static inline __m256i tr__sg_mask8(size_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)TR__MIN(n, 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* 6x16 micro-kernel */
 TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,
                                            size_t nr, int acc) {
@@ -2657,7 +2686,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const floa
     __m256 c2a = _mm256_setzero_ps(), c2b = _mm256_setzero_ps(), c3a = _mm256_setzero_ps(), c3b = _mm256_setzero_ps();
     __m256 c4a = _mm256_setzero_ps(), c4b = _mm256_setzero_ps(), c5a = _mm256_setzero_ps(), c5b = _mm256_setzero_ps();
     __m256 b0, b1;
-    __m256i k0 = tr__sg_mask8(nr), k1 = tr__sg_mask8(nr > 8 ? nr - 8 : 0);
+    __m256i k0 = tr__mask256(nr), k1 = tr__mask256(nr > 8 ? nr - 8 : 0);
     int full = nr >= 16;
     size_t k;
     for (k = 0; k < mr; k++) _mm_prefetch((const char *)(c + k * ldc), _MM_HINT_T0);
@@ -2680,7 +2709,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_dot_avx2(size_t K, const float *const *a, cons
     size_t k, r, c;
     for (r = 0; r < 16; r++) s[r] = _mm256_setzero_ps();
     for (k = 0; k < K; k += 8) {
-        __m256i m = tr__sg_mask8(K - k);
+        __m256i m = tr__mask256(K - k);
         __m256 b0 = _mm256_maskload_ps(b[0] + k, m), b1 = _mm256_maskload_ps(b[1] + k, m);
         __m256 b2 = _mm256_maskload_ps(b[2] + k, m), b3 = _mm256_maskload_ps(b[3] + k, m);
         for (r = 0; r < 4; r++) {
@@ -2706,7 +2735,7 @@ TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar
     __m256i m[4];
     const float *ar[4];
     size_t k, r, q;
-    for (q = 0; q < 4; q++) m[q] = tr__sg_mask8(w > 8 * q ? w - 8 * q : 0);
+    for (q = 0; q < 4; q++) m[q] = tr__mask256(w > 8 * q ? w - 8 * q : 0);
     for (r = 0; r < 4; r++) {
         ar[r] = a + (r < nrows ? r : 0) * sar;
         for (q = 0; q < 4; q++) s[r][q] = _mm256_setzero_ps();
