@@ -6588,7 +6588,9 @@ static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEM
    buffer is also an address-space reservation of the same size, so the model code does its
    pointer arithmetic unchanged and the ops below resolve pointers to (buffer, offset). Falling
    back to the CPU commits those reservations as host memory holding the device's data, so every
-   pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels. */
+   pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels.
+   Then what the machine offers (>>api-device): CPU info, the OpenCL listing, the self-test and the
+   batch advice that tinyrec-devices prints. */
 #if TINYREC_OPENCL
 #define TR__ON_CL(ctx, call)                  \
     do {                                      \
