@@ -127,6 +127,7 @@ static void test_selftest_args(void **state) {
     tr_selftest_result r;
     tr_selftest_tolerance neg = {1e-3, -1, 1e-3}, nan = {1e-3, 1e-3, 0};
     tr_cpu_info ci;
+    const char *simd = tr_ctx_simd_name(ctx); /* TINYREC_SIMD may have set it */
     (void)state;
     nan.params = sqrt(-1.0);
     assert_int_equal(tr_cpu_info_get(ctx, &ci), TR_OK);
@@ -146,7 +147,7 @@ static void test_selftest_args(void **state) {
         assert_int_equal(tr_device_selftest(ctx, "cpu", "avx512", NULL, &r), TR_ERR_UNSUPPORTED);
         assert_non_null(strstr(tr_ctx_last_error(ctx), "not supported by this CPU"));
     }
-    assert_string_equal(tr_ctx_simd_name(ctx), ci.kernels); /* checking a name leaves the context's set alone */
+    assert_string_equal(tr_ctx_simd_name(ctx), simd); /* checking a name leaves the context's set alone */
 #if !TINYREC_OPENCL
     assert_int_equal(tr_device_selftest(ctx, "opencl", NULL, NULL, &r), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(tr_ctx_last_error(ctx), "without TINYREC_OPENCL"));
