@@ -186,12 +186,119 @@ TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *selector);
 TRDEF int tr_ctx_use_device(tr_ctx *ctx);
 /* "cpu (avx512, 2 threads)" or "opencl: <device> (<platform>)": where work runs now. */
 TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx);
-/* Lists OpenCL devices in the order "opencl:N" counts them; returns their number (0 without
-   OpenCL). fn may be NULL. */
-typedef void (*tr_device_fn)(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem_bytes);
-TRDEF int tr_list_opencl_devices(tr_ctx *ctx, tr_device_fn fn, void *user);
-
 /* >>api-base-end */
+
+/* >>api-device */
+/* What this machine offers: the CPU (features found at run time, the kernel sets it can run),
+   the OpenCL devices the library can open, a short self-test of each against the reference path,
+   and the batch sizes a model fits. tinyrec-devices prints these. */
+
+/* ISA features, each found by cpuid and enabled by the OS (xgetbv); all 0 off x86. */
+typedef enum tr_cpu_feature {
+    TR_CPU_SSE42, TR_CPU_AVX, TR_CPU_AVX2, TR_CPU_FMA, TR_CPU_AVX512F, TR_CPU_AVX512BW, TR_CPU_AVX512DQ, TR_CPU_AVX512VL,
+    TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8, TR_CPU_FEATURE_COUNT
+} tr_cpu_feature;
+/* "sse4.2", "avx", ..., "amx_int8" (Linux /proc/cpuinfo spelling); "" out of range. */
+TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f);
+
+#define TR_KERNEL_SETS 3 /* "scalar", "avx2", "avx512": the names tr_ctx_set_simd takes */
+typedef struct tr_cpu_info {
+    char model[256];                            /* the model name, "unknown" if none is found */
+    char arch[16];                              /* "x86_64", "x86", "aarch64" or "unknown" */
+    int logical_cpus;
+    int features[TR_CPU_FEATURE_COUNT];         /* 1: present (tr_cpu_feature order) */
+    const char *kernel_sets[TR_KERNEL_SETS];    /* every kernel set of the library, narrowest first */
+    int kernel_set_ok[TR_KERNEL_SETS];          /* 1: this CPU (and build) can run it */
+    const char *kernels;                        /* the set "auto" picks (tr_ctx_set_simd) */
+    int threads;                                /* the context's thread count */
+    double mem_total_mib, mem_available_mib;    /* < 0: unknown */
+} tr_cpu_info;
+TRDEF tr_status tr_cpu_info_get(tr_ctx *ctx, tr_cpu_info *out);
+
+/* The OpenCL devices, through the library's run-time loader, in the order "opencl:N" counts them,
+   and every platform (also one whose device query fails). Nothing is listed without
+   TINYREC_OPENCL or without an OpenCL library; `note` says why. Strings are never NULL. */
+typedef struct tr_opencl_platform {
+    char name[256], vendor[256], version[256];
+    const char *extensions;
+    int device_error; /* clGetDeviceIDs' status when it failed (its devices have no selector), else 0 */
+} tr_opencl_platform;
+typedef struct tr_opencl_device {
+    int index;    /* the N of "opencl:N" */
+    int platform; /* index into tr_opencl_list.platforms */
+    char name[256], vendor[256], version[256], driver[128];
+    const char *type; /* "GPU", "CPU", "accelerator", "custom" or "other" */
+    int is_gpu;
+    const char *extensions;
+    size_t global_mem, local_mem, max_alloc; /* bytes */
+    unsigned compute_units, clock_mhz;
+} tr_opencl_device;
+typedef struct tr_opencl_list {
+    int loaded;        /* the OpenCL library was found */
+    char library[64];  /* its name */
+    char note[256];    /* why nothing is listed, when nothing is */
+    int num_platforms, num_devices;
+    tr_opencl_platform *platforms;
+    tr_opencl_device *devices;
+    int auto_pick;   /* the device "auto" takes (the first GPU), -1: none (the CPU) */
+    int opencl_pick; /* the device "opencl" takes (the first GPU, else device 0), -1: none */
+} tr_opencl_list;
+/* Fills *out (free it with tr_opencl_list_free). Finding no OpenCL is no error. */
+TRDEF tr_status tr_opencl_list_devices(tr_ctx *ctx, tr_opencl_list *out);
+TRDEF void tr_opencl_list_free(tr_ctx *ctx, tr_opencl_list *list);
+
+/* Self-test: a tiny TRM (mlp_t and attention variants) from the same seed, a forward pass then
+   TR_SELFTEST_STEPS training steps at batch TR_SELFTEST_BATCH, compared with a reference run.
+   Measures: logits elementwise |x-ref|/(|ref|+rms(ref)); losses |x-ref|/|ref| per step;
+   parameters after training ||x-ref||/||ref|| per tensor (normwise: AdamATan2 turns a gradient
+   whose sign is rounding noise into a full step). */
+#define TR_SELFTEST_BATCH 8
+#define TR_SELFTEST_STEPS 3
+#define TR_SELFTEST_TOL_LOGITS 1e-4 /* a CPU kernel set against the scalar path */
+#define TR_SELFTEST_TOL_LOSS 1e-5
+#define TR_SELFTEST_TOL_PARAMS 1e-4
+#define TR_SELFTEST_TOL_OPENCL 1e-3 /* an OpenCL device against the CPU, all three measures */
+typedef struct tr_selftest_tolerance {
+    double logits, loss, params;
+} tr_selftest_tolerance;
+typedef struct tr_selftest_variant {
+    const char *model; /* "mlp_t" or "attention" */
+    double logits, loss, params; /* the measures above */
+    int ok;
+} tr_selftest_variant;
+typedef struct tr_selftest_result {
+    int pass;
+    double max_diff;             /* the worst measure over both variants */
+    tr_selftest_tolerance tol;   /* the tolerances used */
+    tr_selftest_variant variant[2];
+    int opened;                  /* an OpenCL device: it could be opened (else "auto" would use the CPU) */
+    double seconds;              /* the tested runs, without the reference */
+    char error[320];             /* why it failed when it did not get to compare */
+} tr_selftest_result;
+/* Runs the self-test on `device` ("cpu", or an OpenCL selector) with the CPU kernel set
+   `kernels` (NULL: auto), on the context's thread count. The reference: the scalar CPU path for
+   "cpu", the CPU with its best kernels for a device. tol NULL: TR_SELFTEST_TOL_* (OPENCL for a
+   device). A failed test (including a device that cannot be opened or is left) is TR_OK with
+   pass = 0; an error status means the test could not run (bad arguments, a kernel set this CPU
+   lacks: TR_ERR_UNSUPPORTED, an OpenCL selector without TINYREC_OPENCL, memory). */
+TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *kernels, const tr_selftest_tolerance *tol, tr_selftest_result *out);
+
+/* Batch sizes for a model on a device with `memory_mib` MiB free (< 0: this machine's available
+   memory, else half its total, else 1 GiB). Usable: that less 20% and at least 512 MiB. Training:
+   the reference global batch (TR_REFERENCE_GLOBAL_BATCH) when it fits, else the largest
+   multiple of 8 that does; inference: the largest power of two up to 1024 that fits (both 0 when
+   not even one row fits). Sizes come from tr_model_memory of the model built on the CPU. */
+#define TR_REFERENCE_GLOBAL_BATCH 768
+struct tr_model_config; /* >>api-model */
+typedef struct tr_batch_advice {
+    double memory_mib, usable_mib;
+    int train_fit, train; /* the largest batch that fits, the recommendation */
+    int infer_fit, infer;
+    double train_mib, infer_mib; /* memory at the recommendation */
+    double train_mib_per_row, infer_mib_per_row;
+} tr_batch_advice;
+TRDEF tr_status tr_recommend_batch(tr_ctx *ctx, const struct tr_model_config *cfg, double memory_mib, tr_batch_advice *out);
+/* >>api-device-end */
 
 /* >>api-model */
 typedef enum tr_arch { TR_ARCH_TRM = 0, TR_ARCH_HRM = 1 } tr_arch;
@@ -856,9 +963,15 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(TINYREC_NO_SIMD)
 #define TR__X86 1
 #include <immintrin.h>
-#include <cpuid.h>
 #else
 #define TR__X86 0
+#endif
+/* cpuid also without SIMD kernels: tr_cpu_info_get reports what the CPU has either way. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define TR__CPUID 1
+#include <cpuid.h>
+#else
+#define TR__CPUID 0
 #endif
 
 #ifdef __cplusplus
@@ -1034,25 +1147,60 @@ TR__FN double tr__now(void) {
 }
 
 /* --- CPU features ------------------------------------------------------------------------ */
+/* The one cpuid/xgetbv probe: each feature the CPU has and the OS saves the registers of
+   (XCR0: ymm for AVX, zmm and opmask for AVX-512, tile state for AMX), and the brand string
+   (48 bytes + NUL; "" when the CPU has none). */
+TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
+    memset(feat, 0, sizeof(int) * TR_CPU_FEATURE_COUNT);
+    brand[0] = 0;
+#if TR__CPUID
+    {
+        unsigned a, b, c, d, max_leaf = (unsigned)__get_cpuid_max(0, NULL), r[12], k;
+        unsigned long long xcr0 = 0;
+        int os_avx = 0, os_avx512 = 0, os_amx = 0;
+        if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+            for (k = 0; k < 3; k++) __get_cpuid(0x80000002u + k, &r[4 * k], &r[4 * k + 1], &r[4 * k + 2], &r[4 * k + 3]);
+            memcpy(brand, r, 48);
+            brand[48] = 0;
+        }
+        if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
+            if ((c >> 27) & 1) { /* osxsave: xgetbv exists */
+                unsigned lo, hi;
+                __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+                xcr0 = ((unsigned long long)hi << 32) | lo;
+            }
+            os_avx = (xcr0 & 6) == 6;
+            os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
+            os_amx = ((xcr0 >> 17) & 3) == 3;
+            feat[TR_CPU_SSE42] = (c >> 20) & 1;
+            feat[TR_CPU_AVX] = ((c >> 28) & 1) && os_avx;
+            feat[TR_CPU_FMA] = ((c >> 12) & 1) && os_avx;
+        }
+        if (max_leaf >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+            unsigned sub1 = a;
+            feat[TR_CPU_AVX2] = ((b >> 5) & 1) && os_avx;
+            feat[TR_CPU_AVX512F] = ((b >> 16) & 1) && os_avx512;
+            feat[TR_CPU_AVX512DQ] = ((b >> 17) & 1) && os_avx512;
+            feat[TR_CPU_AVX512BW] = ((b >> 30) & 1) && os_avx512;
+            feat[TR_CPU_AVX512VL] = ((b >> 31) & 1) && os_avx512;
+            feat[TR_CPU_AMX_BF16] = ((d >> 22) & 1) && os_amx;
+            feat[TR_CPU_AMX_TILE] = ((d >> 24) & 1) && os_amx;
+            feat[TR_CPU_AMX_INT8] = ((d >> 25) & 1) && os_amx;
+            if (sub1 >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) feat[TR_CPU_AVX512_BF16] = ((a >> 5) & 1) && os_avx512;
+        }
+    }
+#endif
+}
+
+/* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA. */
 TR__FN tr__simd tr__detect_simd(void) {
 #if TR__X86
-    unsigned a, b, c, d;
-    unsigned long long xcr0;
-    int fma, avx2, avx512;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return TR__SIMD_SCALAR;
-    if (!(c & (1u << 27)) || !(c & (1u << 28))) return TR__SIMD_SCALAR; /* osxsave, avx */
-    fma = (c >> 12) & 1;
-    {
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        xcr0 = ((unsigned long long)hi << 32) | lo;
-    }
-    if ((xcr0 & 6) != 6) return TR__SIMD_SCALAR; /* the OS saves ymm state */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return TR__SIMD_SCALAR;
-    avx2 = (b >> 5) & 1;
-    avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((xcr0 & 0xe6) == 0xe6); /* f, dq, bw, vl */
-    if (avx512 && fma) return TR__SIMD_AVX512;
-    if (avx2 && fma) return TR__SIMD_AVX2;
+    int f[TR_CPU_FEATURE_COUNT];
+    char brand[49];
+    tr__cpu_features(f, brand);
+    if (!f[TR_CPU_AVX] || !f[TR_CPU_FMA]) return TR__SIMD_SCALAR;
+    if (f[TR_CPU_AVX512F] && f[TR_CPU_AVX512DQ] && f[TR_CPU_AVX512BW] && f[TR_CPU_AVX512VL]) return TR__SIMD_AVX512;
+    if (f[TR_CPU_AVX2]) return TR__SIMD_AVX2;
 #endif
     return TR__SIMD_SCALAR;
 }
@@ -3091,16 +3239,20 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_DEVICE_TYPE_ALL ((tr__cl_bitfield)0xFFFFFFFF)
 #define TR__CL_PLATFORM_VERSION 0x0901u
 #define TR__CL_PLATFORM_NAME 0x0902u
+#define TR__CL_PLATFORM_VENDOR 0x0903u
+#define TR__CL_PLATFORM_EXTENSIONS 0x0904u
 #define TR__CL_DEVICE_TYPE 0x1000u
 #define TR__CL_DEVICE_MAX_COMPUTE_UNITS 0x1002u
 #define TR__CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS 0x1003u
 #define TR__CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
 #define TR__CL_DEVICE_MAX_WORK_ITEM_SIZES 0x1005u
+#define TR__CL_DEVICE_MAX_CLOCK_FREQUENCY 0x100Cu
 #define TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010u
 #define TR__CL_DEVICE_GLOBAL_MEM_SIZE 0x101Fu
 #define TR__CL_DEVICE_LOCAL_MEM_SIZE 0x1023u
 #define TR__CL_DEVICE_NAME 0x102Bu
 #define TR__CL_DEVICE_VENDOR 0x102Cu
+#define TR__CL_DRIVER_VERSION 0x102Du
 #define TR__CL_DEVICE_VERSION 0x102Fu
 #define TR__CL_DEVICE_EXTENSIONS 0x1030u
 #define TR__CL_DEVICE_OPENCL_C_VERSION 0x103Du
@@ -3166,9 +3318,10 @@ TR__CL_FUNCS(TR__CL_PROTO)
 #undef TR__CL_PROTO
 #endif
 
-/* A loaded OpenCL library: the module handle (NULL when linked) and its entry points. */
+/* A loaded OpenCL library: the module handle (NULL when linked), its name and its entry points. */
 typedef struct tr__cllib {
     void *handle;
+    const char *name;
     tr__clfn f;
 } tr__cllib;
 
@@ -3185,6 +3338,7 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
     TR__CL_FUNCS(TR__CL_LINK)
 #undef TR__CL_LINK
     TR__UNUSED(whylen);
+    L->name = "linked";
     return 1;
 #else
     {
@@ -3194,6 +3348,7 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
         size_t i;
 #if defined(_WIN32)
         L->handle = (void *)LoadLibraryA("OpenCL.dll");
+        L->name = "OpenCL.dll";
         if (!L->handle) {
             snprintf(why, whylen, "OpenCL.dll could not be loaded (error %lu)", (unsigned long)GetLastError());
             return 0;
@@ -3207,6 +3362,7 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
         for (i = 0; i < sizeof names / sizeof names[0] && !L->handle; i++) {
             const char *e;
             L->handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            L->name = names[i];
             if (!L->handle && (e = dlerror()) != NULL && !why[0]) snprintf(why, whylen, "%s", e);
         }
         if (!L->handle) {
@@ -3551,6 +3707,107 @@ TR__FN int tr__cl_enumerate(tr_ctx *ctx, void (*fn)(void *user, int index, const
     tr__free(ctx, devs);
     tr__cl_unload(&L);
     return n;
+}
+
+/* A string property of a platform (dev NULL) or device, whatever its length, trimmed; NULL only
+   when out of memory ("" when the query fails). */
+TR__FN char *tr__cl_info_str(tr_ctx *ctx, const tr__clfn *f, tr__cl_platform plat, tr__cl_device dev, tr__cl_uint what) {
+    size_t n = 0, i = 0;
+    char *s;
+    tr__cl_int e = dev ? f->GetDeviceInfo(dev, what, 0, NULL, &n) : f->GetPlatformInfo(plat, what, 0, NULL, &n);
+    if (e != TR__CL_SUCCESS || n > ((size_t)1 << 24)) n = 0;
+    s = (char *)tr__calloc(ctx, n + 1, 1);
+    if (!s || !n) return s;
+    if ((dev ? f->GetDeviceInfo(dev, what, n, s, NULL) : f->GetPlatformInfo(plat, what, n, s, NULL)) != TR__CL_SUCCESS) s[0] = 0;
+    s[n] = 0;
+    n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    while (isspace((unsigned char)s[i])) i++;
+    memmove(s, s + i, n - i + 1);
+    return s;
+}
+
+/* Copies a tr__cl_info_str result into a fixed field and frees it; 0 when it is NULL. */
+TR__FN int tr__cl_info_copy(tr_ctx *ctx, char *dst, size_t cap, char *s) {
+    if (!s) return 0;
+    snprintf(dst, cap, "%s", s);
+    tr__free(ctx, s);
+    return 1;
+}
+
+/* tr_opencl_list_devices: every platform, then the devices in tr__cl_list's order (the order of
+   "opencl:N"), with the details the device report prints. On failure the caller frees *out. */
+TR__FN tr_status tr__cl_describe(tr_ctx *ctx, tr_opencl_list *out) {
+    static const char *const types[] = {"other", "CPU", "GPU", "accelerator", "custom"};
+    tr__cllib L;
+    char why[256];
+    tr__cl_platform plats[16];
+    tr__cl_uint np = 0, p;
+    tr__cl_int e;
+    tr__cl_devent *devs;
+    int n, np2, i, ok = 1;
+    if (!tr__cl_load(&L, why, sizeof why)) {
+        snprintf(out->note, sizeof out->note, "no OpenCL library (%.200s)", why);
+        return TR_OK;
+    }
+    out->loaded = 1;
+    snprintf(out->library, sizeof out->library, "%s", L.name);
+    e = L.f.GetPlatformIDs(16, plats, &np);
+    if (e != TR__CL_SUCCESS || np == 0) {
+        if (e == TR__CL_SUCCESS || e == TR__CL_PLATFORM_NOT_FOUND_KHR)
+            snprintf(out->note, sizeof out->note, "the OpenCL library found no platform (no driver installed)");
+        else snprintf(out->note, sizeof out->note, "clGetPlatformIDs failed: %s (%d)", tr__cl_errname(e), (int)e);
+        return TR_OK;
+    }
+    if (np > 16) np = 16;
+    out->platforms = (tr_opencl_platform *)tr__calloc(ctx, np, sizeof *out->platforms);
+    devs = (tr__cl_devent *)tr__alloc(ctx, sizeof(tr__cl_devent) * TR__CL_MAXDEV);
+    if (!out->platforms || !devs) {
+        tr__free(ctx, devs);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    out->num_platforms = (int)np;
+    for (p = 0; p < np && ok; p++) {
+        tr_opencl_platform *P = &out->platforms[p];
+        tr__cl_uint nd = 0;
+        ok = tr__cl_info_copy(ctx, P->name, sizeof P->name, tr__cl_info_str(ctx, &L.f, plats[p], NULL, TR__CL_PLATFORM_NAME)) &&
+             tr__cl_info_copy(ctx, P->vendor, sizeof P->vendor, tr__cl_info_str(ctx, &L.f, plats[p], NULL, TR__CL_PLATFORM_VENDOR)) &&
+             tr__cl_info_copy(ctx, P->version, sizeof P->version, tr__cl_info_str(ctx, &L.f, plats[p], NULL, TR__CL_PLATFORM_VERSION)) &&
+             (P->extensions = tr__cl_info_str(ctx, &L.f, plats[p], NULL, TR__CL_PLATFORM_EXTENSIONS)) != NULL;
+        e = L.f.GetDeviceIDs(plats[p], TR__CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+        P->device_error = e == TR__CL_SUCCESS ? 0 : (int)e;
+    }
+    n = ok ? tr__cl_list(&L.f, devs, TR__CL_MAXDEV, &np2) : 0;
+    if (n > 0 && (out->devices = (tr_opencl_device *)tr__calloc(ctx, (size_t)n, sizeof *out->devices)) == NULL) ok = 0;
+    for (i = 0; i < n && ok; i++) {
+        tr_opencl_device *D = &out->devices[i];
+        tr__cl_device d = devs[i].device;
+        tr__cl_bitfield type = 0;
+        tr__cl_ulong u;
+        tr__cl_uint v;
+        out->num_devices = i + 1;
+        D->index = i;
+        for (p = 0; p < np; p++)
+            if (plats[p] == devs[i].platform) D->platform = (int)p;
+        ok = tr__cl_info_copy(ctx, D->name, sizeof D->name, tr__cl_info_str(ctx, &L.f, NULL, d, TR__CL_DEVICE_NAME)) &&
+             tr__cl_info_copy(ctx, D->vendor, sizeof D->vendor, tr__cl_info_str(ctx, &L.f, NULL, d, TR__CL_DEVICE_VENDOR)) &&
+             tr__cl_info_copy(ctx, D->version, sizeof D->version, tr__cl_info_str(ctx, &L.f, NULL, d, TR__CL_DEVICE_VERSION)) &&
+             tr__cl_info_copy(ctx, D->driver, sizeof D->driver, tr__cl_info_str(ctx, &L.f, NULL, d, TR__CL_DRIVER_VERSION)) &&
+             (D->extensions = tr__cl_info_str(ctx, &L.f, NULL, d, TR__CL_DEVICE_EXTENSIONS)) != NULL;
+        L.f.GetDeviceInfo(d, TR__CL_DEVICE_TYPE, sizeof type, &type, NULL);
+        D->is_gpu = devs[i].is_gpu;
+        D->type = types[(type & 4) ? 2 : (type & 2) ? 1 : (type & 8) ? 3 : (type & 16) ? 4 : 0];
+        D->global_mem = devs[i].global_mem;
+        u = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_LOCAL_MEM_SIZE, sizeof u, &u, NULL), D->local_mem = (size_t)u;
+        u = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL), D->max_alloc = (size_t)u;
+        v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof v, &v, NULL), D->compute_units = v;
+        v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof v, &v, NULL), D->clock_mhz = v;
+        if (D->is_gpu && out->auto_pick < 0) out->auto_pick = i;
+    }
+    tr__free(ctx, devs);
+    tr__cl_unload(&L);
+    out->opencl_pick = out->auto_pick >= 0 ? out->auto_pick : out->num_devices > 0 ? 0 : -1;
+    return ok ? TR_OK : TR_ERR_OUT_OF_MEMORY;
 }
 
 TR__FN int tr__cl_icontains(const char *hay, const char *needle) {
@@ -6392,7 +6649,9 @@ static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEM
    buffer is also an address-space reservation of the same size, so the model code does its
    pointer arithmetic unchanged and the ops below resolve pointers to (buffer, offset). Falling
    back to the CPU commits those reservations as host memory holding the device's data, so every
-   pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels. */
+   pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels.
+   Then what the machine offers (>>api-device): CPU info, the OpenCL listing, the self-test and the
+   batch advice that tinyrec-devices prints. */
 #if TINYREC_OPENCL
 #define TR__ON_CL(ctx, call)                  \
     do {                                      \
@@ -6463,13 +6722,434 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
     return ctx->dev_name;
 }
 
-TRDEF int tr_list_opencl_devices(tr_ctx *ctx, tr_device_fn fn, void *user) {
-#if TINYREC_OPENCL
-    return ctx ? tr__cl_enumerate(ctx, fn, user) : 0;
+/* --- what this machine offers (>>api-device) ----------------------------------------------------- */
+static const char *const tr__cpu_feature_names[TR_CPU_FEATURE_COUNT] = {"sse4.2",   "avx",      "avx2",        "fma",      "avx512f",  "avx512bw",
+                                                                         "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"};
+
+TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f) { return (int)f >= 0 && f < TR_CPU_FEATURE_COUNT ? tr__cpu_feature_names[f] : ""; }
+
+TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_bytes, char **data, size_t *len); /* >>json */
+
+/* "key : value" lines of a /proc file: calls fn for each; TR_OK also when the file is absent
+   (not Linux), so only running out of memory is an error. */
+TR__FN tr_status tr__proc_lines(tr_ctx *ctx, const char *path, void (*fn)(void *user, const char *key, const char *value), void *user) {
+    char *text = NULL, *line, *next, saved[TR__ERRLEN];
+    size_t len = 0;
+    tr_status st;
+    memcpy(saved, ctx->error, sizeof saved);
+    st = tr__read_file_capped(ctx, path, (size_t)64 << 20, &text, &len);
+    if (st != TR_OK) {
+        if (st == TR_ERR_OUT_OF_MEMORY) return st;
+        memcpy(ctx->error, saved, sizeof saved);
+        return TR_OK;
+    }
+    for (line = text; line && *line; line = next) {
+        char *colon, *k = line, *v, *e;
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        if (!(colon = strchr(line, ':'))) continue;
+        *colon = 0;
+        for (e = colon; e > k && isspace((unsigned char)e[-1]);) *--e = 0;
+        for (v = colon + 1; isspace((unsigned char)*v);) v++;
+        for (e = v + strlen(v); e > v && isspace((unsigned char)e[-1]);) *--e = 0;
+        fn(user, k, v);
+    }
+    tr__free(ctx, text);
+    return TR_OK;
+}
+
+TR__FN void tr__cpuinfo_line(void *user, const char *key, const char *value) {
+    tr_cpu_info *ci = (tr_cpu_info *)user;
+    if (!ci->model[0] && (!strcmp(key, "model name") || !strcmp(key, "Model") || !strcmp(key, "Hardware"))) snprintf(ci->model, sizeof ci->model, "%s", value);
+}
+
+TR__FN void tr__meminfo_line(void *user, const char *key, const char *value) {
+    tr_cpu_info *ci = (tr_cpu_info *)user;
+    if (!strcmp(key, "MemTotal")) ci->mem_total_mib = atof(value) / 1024.0; /* "N kB" */
+    else if (!strcmp(key, "MemAvailable")) ci->mem_available_mib = atof(value) / 1024.0;
+}
+
+TRDEF tr_status tr_cpu_info_get(tr_ctx *ctx, tr_cpu_info *out) {
+    char brand[49];
+    tr_status st;
+    int i;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_cpu_info_get: out is NULL");
+    memset(out, 0, sizeof *out);
+    out->mem_total_mib = out->mem_available_mib = -1;
+#if defined(__x86_64__) || defined(_M_X64)
+    snprintf(out->arch, sizeof out->arch, "x86_64");
+#elif defined(__i386__)
+    snprintf(out->arch, sizeof out->arch, "x86");
+#elif defined(__aarch64__)
+    snprintf(out->arch, sizeof out->arch, "aarch64");
 #else
-    TR__UNUSED(ctx), TR__UNUSED(fn), TR__UNUSED(user);
-    return 0;
+    snprintf(out->arch, sizeof out->arch, "unknown");
 #endif
+    tr__cpu_features(out->features, brand);
+    if ((st = tr__proc_lines(ctx, "/proc/cpuinfo", tr__cpuinfo_line, out)) != TR_OK) return st;
+    if ((st = tr__proc_lines(ctx, "/proc/meminfo", tr__meminfo_line, out)) != TR_OK) return st;
+    if (!out->model[0]) snprintf(out->model, sizeof out->model, "%s", brand);
+    for (i = 0; out->model[i] == ' '; i++) {} /* brand strings are right-aligned on some CPUs */
+    memmove(out->model, out->model + i, strlen(out->model + i) + 1);
+    if (!out->model[0]) snprintf(out->model, sizeof out->model, "unknown");
+#if TR__POSIX
+    {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        out->logical_cpus = n > 0 ? (int)n : 1;
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+        if (out->mem_total_mib < 0) {
+            long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+            if (pages > 0 && psz > 0) out->mem_total_mib = (double)pages * (double)psz / 1048576.0;
+        }
+#endif
+    }
+#else
+    out->logical_cpus = 1;
+#endif
+    for (i = 0; i < TR_KERNEL_SETS; i++) {
+        out->kernel_sets[i] = tr__simd_names[i];
+        out->kernel_set_ok[i] = i <= (int)ctx->simd_best;
+    }
+    out->kernels = tr__simd_names[ctx->simd_best];
+    out->threads = ctx->num_threads;
+    return TR_OK;
+}
+
+TRDEF void tr_opencl_list_free(tr_ctx *ctx, tr_opencl_list *list) {
+    int i;
+    if (!ctx || !list) return;
+    for (i = 0; i < list->num_platforms; i++) tr__free(ctx, (void *)list->platforms[i].extensions);
+    for (i = 0; i < list->num_devices; i++) tr__free(ctx, (void *)list->devices[i].extensions);
+    tr__free(ctx, list->platforms);
+    tr__free(ctx, list->devices);
+    memset(list, 0, sizeof *list);
+    list->auto_pick = list->opencl_pick = -1;
+}
+
+TRDEF tr_status tr_opencl_list_devices(tr_ctx *ctx, tr_opencl_list *out) {
+    tr_status st = TR_OK;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_opencl_list_devices: out is NULL");
+    memset(out, 0, sizeof *out);
+    out->auto_pick = out->opencl_pick = -1;
+#if TINYREC_OPENCL
+    st = tr__cl_describe(ctx, out);
+    if (st != TR_OK) {
+        tr_opencl_list_free(ctx, out);
+        return tr__err(ctx, st, "tr_opencl_list_devices: out of memory");
+    }
+#else
+    snprintf(out->note, sizeof out->note, "this build has no OpenCL backend (built without TINYREC_OPENCL)");
+#endif
+    return st;
+}
+
+/* A private context for work that must not touch the caller's device (the self-test opens its
+   own; the batch advice builds a model on the CPU): the caller's allocator and threads, a fixed
+   seed. Its allocations count as the caller's, and the caller's pending tr_ctx_fail_alloc_at
+   applies to them, so allocation-failure sweeps reach inside. */
+TR__FN tr_status tr__ctx_child(tr_ctx *ctx, const char *device, tr_log_fn log, void *log_user, tr_ctx **out) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_status st;
+    cc.allocator = ctx->allocator;
+    cc.num_threads = ctx->num_threads;
+    cc.seed = 1234;
+    cc.simd = "auto"; /* never TINYREC_SIMD / TINYREC_DEVICE: the caller says what it wants */
+    cc.device = device;
+    cc.log = log, cc.log_user = log_user;
+    if ((st = tr_ctx_create(&cc, out)) != TR_OK) return tr__err(ctx, st, "cannot create a context for '%s': %s", device, tr_status_string(st));
+    if (ctx->fail_alloc_at > ctx->alloc_count) (*out)->fail_alloc_at = ctx->fail_alloc_at - ctx->alloc_count;
+    return TR_OK;
+}
+
+TR__FN void tr__ctx_child_done(tr_ctx *ctx, tr_ctx *child) {
+    if (!child) return;
+    ctx->alloc_count += child->alloc_count;
+    tr_ctx_destroy(child);
+}
+
+/* The self-test model: a tiny TRM, without the puzzle embedding (sign-SGD reacts to rounding noise). */
+#define TR__ST_L 24
+#define TR__ST_V 11
+TR__FN void tr__st_config(tr_model_config *cfg, int attention) {
+    tr_model_config_preset(cfg, "trm-tiny");
+    cfg->seq_len = TR__ST_L, cfg->vocab_size = TR__ST_V;
+    cfg->hidden_size = 64, cfg->num_heads = 4, cfg->expansion = 2, cfg->L_layers = 2;
+    cfg->H_cycles = 2, cfg->L_cycles = 2, cfg->halt_max_steps = 2;
+    cfg->puzzle_emb_ndim = 0, cfg->puzzle_emb_len = 0, cfg->num_puzzle_identifiers = 1;
+    cfg->mlp_t = !attention;
+    cfg->pos_encodings = attention ? TR_POS_ROPE : TR_POS_NONE;
+}
+
+typedef struct tr__st_out {
+    float *logits; /* the forward pass before training: [B, L, V] */
+    double losses[TR_SELFTEST_STEPS];
+    float *params; /* every trainable tensor after training, concatenated */
+    size_t nparams;
+    int ntensors;
+    size_t offsets[64 + 1];
+} tr__st_out;
+
+TR__FN void tr__st_free(tr_ctx *ctx, tr__st_out *o) {
+    tr__free(ctx, o->logits);
+    tr__free(ctx, o->params);
+    memset(o, 0, sizeof *o);
+}
+
+/* The last warning of a self-test context: why a device was not opened or was left. */
+TR__FN void tr__st_log(void *user, tr_log_level level, const char *message) {
+    if (level >= TR_LOG_WARN) snprintf((char *)user, 256, "%s", message);
+}
+
+/* A failed call inside the test: running out of memory is the caller's error (returned); anything
+   else fails the test (fail gets the reason). */
+TR__FN tr_status tr__st_failed(tr_ctx *ctx, tr_ctx *child, tr_status st, char *fail, size_t cap, const char *what) {
+    if (st == TR_ERR_OUT_OF_MEMORY) return tr__err(ctx, st, "self-test: %s%.900s", what, child->error);
+    snprintf(fail, cap, "%.40s%.200s", what, child->error[0] ? child->error : tr_status_string(st));
+    return TR_OK;
+}
+
+/* One run on a fresh context on `device` with `kernels`: a forward pass (an eval step), then the
+   training steps, on fixed random data. *opened: a device was opened. */
+TR__FN tr_status tr__st_run(tr_ctx *ctx, const char *device, const char *kernels, int attention, tr__st_out *o, int *opened, char *fail, size_t cap) {
+    enum { B = TR_SELFTEST_BATCH, L = TR__ST_L, V = TR__ST_V };
+    char warn[256] = "", what[64];
+    tr_ctx *c = NULL;
+    tr_model *m = NULL;
+    tr_carry *carry = NULL;
+    tr_trainer *t = NULL;
+    tr_model_config cfg;
+    tr_train_config tc = tr_train_config_default();
+    int32_t in[B * L], lab[B * L], pid[B];
+    tr_batch b;
+    tr_step_outputs so;
+    tr_metrics mt;
+    uint64_t r = 0x243f6a8885a308d3ull;
+    tr_status st;
+    int on_dev = strcmp(device, "cpu") != 0, i, k, nt;
+    memset(o, 0, sizeof *o);
+    fail[0] = 0;
+    *opened = 0;
+    if ((st = tr__ctx_child(ctx, device, tr__st_log, warn, &c)) != TR_OK) return st;
+    if ((st = tr_ctx_set_simd(c, kernels)) != TR_OK) {
+        st = tr__err(ctx, st, "%s", c->error);
+        goto done;
+    }
+    tr__st_config(&cfg, attention);
+    if ((st = tr_model_create(c, &cfg, &m)) != TR_OK || (st = tr_carry_create(m, B, &carry)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "");
+        goto done;
+    }
+    if (on_dev && !(*opened = tr_ctx_use_device(c))) {
+        snprintf(fail, cap, "not opened: %.250s", warn[0] ? warn : tr_ctx_device_name(c));
+        goto done;
+    }
+    for (i = 0; i < B * L; i++) { /* xorshift64: the data the tolerances were set on */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        in[i] = 1 + (int)(r % (V - 1));
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        if (r % 7 == 0) lab[i] = -100;
+        else r ^= r << 13, r ^= r >> 7, r ^= r << 17, lab[i] = 1 + (int)(r % (V - 1));
+    }
+    for (i = 0; i < B; i++) pid[i] = 0;
+    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+    if (!(o->logits = (float *)tr__alloc(ctx, sizeof(float) * B * L * V))) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    memset(&so, 0, sizeof so);
+    so.logits = o->logits;
+    tr_carry_reset(carry);
+    if ((st = tr_model_eval_step(m, carry, &b, &so, &mt)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "forward: ");
+        goto done;
+    }
+    tc.global_batch_size = B;
+    tc.lr = 1e-3, tc.lr_warmup_steps = 0, tc.weight_decay = 0.1, tc.ema = 1;
+    if ((st = tr_trainer_create(m, &tc, &t)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "");
+        goto done;
+    }
+    for (i = 0; i < TR_SELFTEST_STEPS; i++) {
+        if ((st = tr_trainer_step(t, &b, &mt)) != TR_OK) {
+            snprintf(what, sizeof what, "training step %d: ", i + 1);
+            st = tr__st_failed(ctx, c, st, fail, cap, what);
+            goto done;
+        }
+        o->losses[i] = mt.loss;
+    }
+    if (on_dev && !tr_ctx_use_device(c)) { /* a device error moved the model to the CPU mid-run */
+        snprintf(fail, cap, "left the device: %.250s", warn[0] ? warn : "fell back to the CPU");
+        goto done;
+    }
+    nt = tr_model_num_tensors(m);
+    for (k = 0; k < nt && o->ntensors < 64; k++) {
+        tr_tensor_view tv;
+        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
+        o->offsets[o->ntensors++] = o->nparams;
+        o->nparams += tv.numel;
+    }
+    o->offsets[o->ntensors] = o->nparams;
+    if (!(o->params = (float *)tr__alloc(ctx, sizeof(float) * (o->nparams ? o->nparams : 1)))) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (k = 0, i = 0; k < nt && i < o->ntensors; k++) {
+        tr_tensor_view tv;
+        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
+        memcpy(o->params + o->offsets[i++], tv.data, tv.numel * sizeof(float));
+    }
+done:
+    tr_trainer_destroy(t);
+    tr_carry_destroy(carry);
+    tr_model_destroy(m);
+    tr__ctx_child_done(ctx, c);
+    return st;
+}
+
+/* The measures of tr_device_selftest for x against ref; the worst of them. NaN fails every test. */
+TR__FN double tr__st_compare(const tr__st_out *x, const tr__st_out *ref, const tr_selftest_tolerance *tol, tr_selftest_variant *v) {
+    size_t n = (size_t)TR_SELFTEST_BATCH * TR__ST_L * TR__ST_V, i;
+    double ss = 0, rms, w;
+    int s, k;
+    v->logits = v->loss = v->params = 0;
+    for (i = 0; i < n; i++) ss += (double)ref->logits[i] * ref->logits[i];
+    rms = sqrt(ss / (double)n);
+    if (!(rms > 1e-30)) rms = 1e-30;
+    for (i = 0; i < n; i++) { /* relative where values are large, against the array's scale near zero */
+        double d = fabs((double)x->logits[i] - (double)ref->logits[i]) / (fabs((double)ref->logits[i]) + rms);
+        if (!(d <= v->logits)) v->logits = d;
+    }
+    for (s = 0; s < TR_SELFTEST_STEPS; s++) {
+        double d = fabs(x->losses[s] - ref->losses[s]) / TR__MAX(fabs(ref->losses[s]), 1e-3);
+        if (!(d <= v->loss)) v->loss = d;
+    }
+    if (x->nparams != ref->nparams || x->ntensors != ref->ntensors) v->params = HUGE_VAL;
+    for (k = 0; k < ref->ntensors && v->params < HUGE_VAL; k++) {
+        double num = 0, den = 0, d;
+        for (i = ref->offsets[k]; i < ref->offsets[k + 1]; i++) {
+            double e = (double)x->params[i] - (double)ref->params[i];
+            num += e * e, den += (double)ref->params[i] * ref->params[i];
+        }
+        d = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+        if (!(d <= v->params)) v->params = d;
+    }
+    v->ok = v->logits <= tol->logits && v->loss <= tol->loss && v->params <= tol->params;
+    w = v->logits;
+    if (!(v->loss <= w)) w = v->loss;
+    if (!(v->params <= w)) w = v->params;
+    return w;
+}
+
+TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *kernels, const tr_selftest_tolerance *tol, tr_selftest_result *out) {
+    tr__st_out ref, o;
+    const char *ref_kernels;
+    tr__simd saved;
+    tr_status st = TR_OK;
+    int cpu, a, s, same, opened = 0;
+    char fail[300];
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!device || (strcmp(device, "cpu") != 0 && strncmp(device, "opencl", 6) != 0))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: device '%s' is neither \"cpu\" nor an OpenCL selector (opencl, opencl:N, opencl:<name>)",
+                       device ? device : "(null)");
+    cpu = strcmp(device, "cpu") == 0;
+    if (!TINYREC_OPENCL && !cpu)
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_device_selftest: '%s': this build has no OpenCL backend (built without TINYREC_OPENCL)", device);
+    saved = ctx->simd; /* tr_ctx_set_simd's check of the name, without changing the context */
+    st = tr_ctx_set_simd(ctx, kernels);
+    kernels = tr__simd_names[ctx->simd];
+    ctx->simd = saved;
+    if (st != TR_OK) return st;
+    if (tol && !(tol->logits >= 0 && tol->loss >= 0 && tol->params >= 0))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: tolerances must be >= 0 (logits %g, loss %g, params %g)", tol->logits, tol->loss, tol->params);
+    if (tol) out->tol = *tol;
+    else if (cpu) out->tol.logits = TR_SELFTEST_TOL_LOGITS, out->tol.loss = TR_SELFTEST_TOL_LOSS, out->tol.params = TR_SELFTEST_TOL_PARAMS;
+    else out->tol.logits = out->tol.loss = out->tol.params = TR_SELFTEST_TOL_OPENCL;
+    /* a CPU kernel set against the scalar path; a device against what it replaces, the best CPU set */
+    ref_kernels = cpu ? "scalar" : tr__simd_names[ctx->simd_best];
+    same = cpu && !strcmp(kernels, "scalar");
+    out->opened = !cpu;
+    for (a = 0; a < 2 && st == TR_OK && !out->error[0]; a++) {
+        tr_selftest_variant *v = &out->variant[a];
+        double t0 = tr__now(), w;
+        v->model = a ? "attention" : "mlp_t";
+        st = tr__st_run(ctx, "cpu", ref_kernels, a, &ref, &opened, fail, sizeof fail);
+        if (st == TR_OK && fail[0]) st = tr__err(ctx, TR_ERR_GENERIC, "self-test: the %s reference (%s kernels): %s", v->model, ref_kernels, fail);
+        for (s = 0; st == TR_OK && s < TR_SELFTEST_STEPS; s++)
+            if (!(fabs(ref.losses[s]) < 1e30)) snprintf(out->error, sizeof out->error, "%s: the %s path gives a non-finite loss", v->model, ref_kernels);
+        if (same) out->seconds += tr__now() - t0;
+        else if (st == TR_OK && !out->error[0]) {
+            t0 = tr__now();
+            st = tr__st_run(ctx, device, kernels, a, &o, &opened, fail, sizeof fail);
+            out->seconds += tr__now() - t0;
+            if (!cpu && !opened) out->opened = 0;
+            if (st == TR_OK && fail[0]) snprintf(out->error, sizeof out->error, "%s: %.250s", v->model, fail);
+        }
+        if (st == TR_OK && !out->error[0]) {
+            w = tr__st_compare(same ? &ref : &o, &ref, &out->tol, v);
+            if (!(w <= out->max_diff)) out->max_diff = w;
+        }
+        tr__st_free(ctx, &ref);
+        if (!same) tr__st_free(ctx, &o);
+    }
+    out->pass = st == TR_OK && !out->error[0] && out->variant[0].ok && out->variant[1].ok;
+    return st;
+}
+
+/* The largest batch whose bytes fit (0 if none); sizes grow with the batch. */
+TR__FN int tr__largest_fit(const tr_model *m, double usable_bytes, int train) {
+    int lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        size_t tb = 0, ib = 0;
+        tr_model_memory(m, mid, &tb, &ib);
+        if ((double)(train ? tb : ib) <= usable_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+TRDEF tr_status tr_recommend_batch(tr_ctx *ctx, const tr_model_config *cfg, double memory_mib, tr_batch_advice *out) {
+    tr_ctx *c = NULL;
+    tr_model *m = NULL;
+    size_t tb1, ib1, tb2, ib2;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!cfg || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: %s is NULL", cfg ? "out" : "cfg");
+    memset(out, 0, sizeof *out);
+    if (memory_mib != memory_mib) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: memory_mib is NaN");
+    if (memory_mib < 0) {
+        tr_cpu_info ci;
+        if ((st = tr_cpu_info_get(ctx, &ci)) != TR_OK) return st;
+        memory_mib = ci.mem_available_mib >= 0 ? ci.mem_available_mib : ci.mem_total_mib >= 0 ? ci.mem_total_mib * 0.5 : 1024;
+    }
+    if ((st = tr__ctx_child(ctx, "cpu", NULL, NULL, &c)) != TR_OK) return st;
+    if ((st = tr_model_create(c, cfg, &m)) != TR_OK) {
+        st = tr__err(ctx, st, "tr_recommend_batch: %s", c->error);
+        tr__ctx_child_done(ctx, c);
+        return st;
+    }
+    out->memory_mib = memory_mib;
+    out->usable_mib = memory_mib - TR__MAX(memory_mib * 0.2, 512.0); /* the OS, the dataset, other programs */
+    if (out->usable_mib < 0) out->usable_mib = 0;
+    out->train_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 1);
+    out->infer_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 0);
+    out->train = out->train_fit >= TR_REFERENCE_GLOBAL_BATCH ? TR_REFERENCE_GLOBAL_BATCH : out->train_fit >= 8 ? out->train_fit / 8 * 8 : out->train_fit;
+    for (out->infer = out->infer_fit >= 1; out->infer && out->infer * 2 <= out->infer_fit && out->infer * 2 <= 1024;) out->infer *= 2;
+    tr_model_memory(m, 1, &tb1, &ib1);
+    tr_model_memory(m, 2, &tb2, &ib2);
+    out->train_mib_per_row = ((double)tb2 - (double)tb1) / 1048576.0;
+    out->infer_mib_per_row = ((double)ib2 - (double)ib1) / 1048576.0;
+    tr_model_memory(m, TR__MAX(out->train, 1), &tb1, NULL);
+    tr_model_memory(m, TR__MAX(out->infer, 1), NULL, &ib1);
+    out->train_mib = (double)tb1 / 1048576.0;
+    out->infer_mib = (double)ib1 / 1048576.0;
+    tr_model_destroy(m);
+    tr__ctx_child_done(ctx, c);
+    return TR_OK;
 }
 
 /* Moves all device state to the host (DESIGN §4: the CPU is the last device). */
