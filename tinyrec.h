@@ -6797,12 +6797,7 @@ TRDEF tr_status tr_cpu_info_get(tr_ctx *ctx, tr_cpu_info *out) {
     {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         out->logical_cpus = n > 0 ? (int)n : 1;
-#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
-        if (out->mem_total_mib < 0) {
-            long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-            if (pages > 0 && psz > 0) out->mem_total_mib = (double)pages * (double)psz / 1048576.0;
-        }
-#endif
+        if (out->mem_total_mib < 0 && tr__machine_memory() > 0) out->mem_total_mib = (double)tr__machine_memory() / 1048576.0;
     }
 #else
     out->logical_cpus = 1;
