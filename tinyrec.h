@@ -22,7 +22,7 @@
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
    Sections (grep for ">>name"): base, cpu, sgemm, opencl, device, model, optim, train, config, json,
-   io, data, checkpoint.
+   io, data, checkpoint, metrics.
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
@@ -392,6 +392,26 @@ TRDEF int tr_preset_count(void);
 TRDEF tr_status tr_preset_get(int index, tr_preset *out);
 /* The preset with that name (not an arch name); TR_ERR_NOT_FOUND if none. */
 TRDEF tr_status tr_preset_find(const char *name, tr_preset *out);
+/* A run's metrics history, as tinyrec-train's metrics.jsonl holds it, and a plot of it. */
+typedef struct tr_metrics_point {
+    long step;
+    double loss, accuracy, exact_accuracy; /* NAN when absent */
+} tr_metrics_point;
+typedef struct tr_metrics_history {
+    tr_metrics_point *train, *eval; /* from the context's allocator; zero the struct to start */
+    size_t ntrain, neval, cap_train, cap_eval;
+} tr_metrics_history;
+/* Appends a point to the train series, or the eval series when is_eval. */
+TRDEF tr_status tr_metrics_history_add(tr_ctx *ctx, tr_metrics_history *h, int is_eval, const tr_metrics_point *p);
+TRDEF void tr_metrics_history_free(tr_ctx *ctx, tr_metrics_history *h);
+/* Appends the points of a JSONL file (an object per line with "step", "loss", "accuracy",
+   "exact_accuracy"; "type":"eval" lines are eval points) with step <= max_step; lines that are not
+   such objects are skipped. With rewrite, the file is replaced (atomically) by the lines kept: a
+   resumed run forgets what came after its checkpoint. A file that does not exist holds no points. */
+TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_step, int rewrite, tr_metrics_history *h);
+/* Writes (atomically) an SVG plot of the history: the train loss (log scale when it spans more than
+   20x) and, below, accuracy and exact accuracy per step (lines: train; dots: eval). */
+TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h);
 /* >>api-config-end */
 
 /* >>api-util */
@@ -14444,6 +14464,207 @@ done:
     return st;
 }
 /* >>checkpoint-end */
+
+/* A run's metrics history (tr_metrics_history) and its SVG plot. */
+/* >>metrics */
+
+TRDEF tr_status tr_metrics_history_add(tr_ctx *ctx, tr_metrics_history *h, int is_eval, const tr_metrics_point *p) {
+    tr_metrics_point **a;
+    size_t *n, *cap;
+    if (!h || !p) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_history_add: NULL argument");
+    a = is_eval ? &h->eval : &h->train, n = is_eval ? &h->neval : &h->ntrain, cap = is_eval ? &h->cap_eval : &h->cap_train;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        tr_metrics_point *na = nc <= SIZE_MAX / sizeof *na ? (tr_metrics_point *)tr__alloc(ctx, nc * sizeof *na) : NULL;
+        if (!na) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for %zu metrics points", nc);
+        if (*n) memcpy(na, *a, *n * sizeof *na);
+        tr__free(ctx, *a);
+        *a = na, *cap = nc;
+    }
+    (*a)[(*n)++] = *p;
+    return TR_OK;
+}
+
+TRDEF void tr_metrics_history_free(tr_ctx *ctx, tr_metrics_history *h) {
+    if (!h) return;
+    tr__free(ctx, h->train), tr__free(ctx, h->eval);
+    memset(h, 0, sizeof *h);
+}
+
+/* A number member; NAN when absent or null. */
+TR__FN double tr__json_num_or_nan(const tr_json *obj, const char *key) {
+    const tr_json *v = tr_json_get(obj, key);
+    return v && v->type == TR_JSON_NUMBER ? v->number : NAN;
+}
+
+TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_step, int rewrite, tr_metrics_history *h) {
+    char *text = NULL, *line, *next;
+    size_t len;
+    tr__sb kept;
+    tr_status st;
+    FILE *f;
+    if (!path || !h) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_history_load: NULL argument");
+    if (!(f = fopen(path, "rb"))) {
+        if (errno == ENOENT) return TR_OK; /* nothing logged yet */
+        return tr__err(ctx, TR_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    fclose(f);
+    if ((st = tr__read_file(ctx, path, &text, &len)) != TR_OK) return st;
+    tr__sb_init(&kept, ctx);
+    for (line = text; st == TR_OK && line < text + len; line = next) {
+        tr_json *obj = NULL;
+        const tr_json *type;
+        tr_metrics_point p;
+        size_t n;
+        next = (char *)memchr(line, '\n', (size_t)(text + len - line));
+        n = next ? (size_t)(next - line) : (size_t)(text + len - line);
+        next = next ? next + 1 : text + len;
+        if ((st = tr_json_parse(ctx, line, n, path, &obj)) != TR_OK) {
+            st = st == TR_ERR_OUT_OF_MEMORY ? st : TR_OK; /* a line that is not JSON (a torn write) is dropped */
+            continue;
+        }
+        p.step = 0;
+        p.loss = tr__json_num_or_nan(obj, "step");
+        if (obj->type == TR_JSON_OBJECT && p.loss <= (double)max_step) {
+            p.step = (long)p.loss;
+            p.loss = tr__json_num_or_nan(obj, "loss"), p.accuracy = tr__json_num_or_nan(obj, "accuracy"), p.exact_accuracy = tr__json_num_or_nan(obj, "exact_accuracy");
+            type = tr_json_get(obj, "type");
+            st = tr_metrics_history_add(ctx, h, type && type->type == TR_JSON_STRING && strcmp(type->string, "eval") == 0, &p);
+            tr__sb_append(&kept, line, n), tr__sb_append(&kept, "\n", 1);
+        }
+        tr_json_free(ctx, obj);
+    }
+    if (st == TR_OK) st = tr__sb_status(&kept);
+    if (st == TR_OK && rewrite) st = tr__write_whole(ctx, path, kept.data ? kept.data : "", kept.len);
+    tr__sb_free(&kept);
+    tr__free(ctx, text);
+    return st;
+}
+
+/* Averages up to `width` buckets of a series (0 loss, 1 accuracy, 2 exact accuracy); returns the
+   number of points written. */
+TR__FN size_t tr__plot_buckets(const tr_metrics_point *pts, size_t n, int which, size_t width, double *xs, double *ys) {
+    size_t b, out = 0, nb = n < width ? n : width;
+    for (b = 0; b < nb; b++) {
+        size_t lo = b * n / nb, hi = (b + 1) * n / nb, i, cnt = 0;
+        double sx = 0, sy = 0;
+        for (i = lo; i < hi; i++) {
+            double v = which == 0 ? pts[i].loss : which == 1 ? pts[i].accuracy : pts[i].exact_accuracy;
+            if (!isfinite(v)) continue;
+            sx += (double)pts[i].step, sy += v, cnt++;
+        }
+        if (cnt) xs[out] = sx / cnt, ys[out] = sy / cnt, out++;
+    }
+    return out;
+}
+
+TR__FN double tr__plot_tick(double range, int ticks) {
+    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+}
+
+/* A panel's frame: x0..x1 by y0..y1 (log10 units when log_y) at (px, py), pw x ph pixels. */
+typedef struct tr__plot_panel {
+    int px, py, pw, ph, log_y;
+    double x0, x1, y0, y1;
+} tr__plot_panel;
+
+TR__FN void tr__plot_line(tr__sb *sb, const tr__plot_panel *P, const double *xs, const double *ys, size_t n, const char *color) {
+    size_t i;
+    if (!n) return;
+    tr__sb_printf(sb, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    for (i = 0; i < n; i++) {
+        double y = P->log_y ? log10(ys[i] > 1e-12 ? ys[i] : 1e-12) : ys[i];
+        double X = P->px + (xs[i] - P->x0) / (P->x1 - P->x0) * P->pw, Y = P->py + P->ph - (y - P->y0) / (P->y1 - P->y0) * P->ph;
+        if (Y < P->py) Y = P->py;
+        if (Y > P->py + P->ph) Y = P->py + P->ph;
+        tr__sb_printf(sb, "%.1f,%.1f ", X, Y);
+    }
+    tr__sb_printf(sb, "\"/>\n");
+}
+
+TR__FN void tr__plot_axes(tr__sb *sb, const tr__plot_panel *P, const char *title) {
+    double t, st;
+    tr__sb_printf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#999\"/>\n", P->px, P->py, P->pw, P->ph);
+    tr__sb_printf(sb, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", P->px, P->py - 6, title);
+    st = tr__plot_tick(P->x1 - P->x0, 6);
+    for (t = ceil(P->x0 / st) * st; t <= P->x1 + 1e-9; t += st) {
+        double X = P->px + (t - P->x0) / (P->x1 - P->x0) * P->pw;
+        tr__sb_printf(sb, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", X, P->py, X, P->py + P->ph);
+        tr__sb_printf(sb, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", X, P->py + P->ph + 14, t);
+    }
+    st = P->log_y ? 1 : tr__plot_tick(P->y1 - P->y0, 5);
+    for (t = ceil(P->y0 / st) * st; t <= P->y1 + 1e-9; t += st) {
+        double Y = P->py + P->ph - (t - P->y0) / (P->y1 - P->y0) * P->ph;
+        tr__sb_printf(sb, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>", P->px, Y, P->px + P->pw, Y);
+        tr__sb_printf(sb, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", P->px - 4, Y + 4, P->log_y ? pow(10, t) : t);
+    }
+}
+
+TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h) {
+    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
+    double *xs, lmin = INFINITY, lmax = -INFINITY, *ys;
+    size_t i, n;
+    tr__plot_panel loss, acc;
+    tr__sb sb;
+    tr_status st;
+    const char *c;
+    if (!path || !h) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_plot_svg: NULL argument");
+    if (h->ntrain > SIZE_MAX / 2 / sizeof(double) - 1) return tr__err(ctx, TR_ERR_OVERFLOW, "tr_metrics_plot_svg: %zu points", h->ntrain);
+    if (!(xs = (double *)tr__alloc(ctx, 2 * (h->ntrain + 1) * sizeof(double)))) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for the plot of %s", path);
+    ys = xs + h->ntrain + 1;
+    memset(&loss, 0, sizeof loss);
+    loss.px = PX, loss.py = 50, loss.pw = PW, loss.ph = PH, loss.x1 = 1;
+    for (i = 0; i < h->ntrain; i++) {
+        if (h->train[i].step > loss.x1) loss.x1 = (double)h->train[i].step;
+        if (isfinite(h->train[i].loss) && h->train[i].loss > 0) {
+            if (h->train[i].loss < lmin) lmin = h->train[i].loss;
+            if (h->train[i].loss > lmax) lmax = h->train[i].loss;
+        }
+    }
+    for (i = 0; i < h->neval; i++)
+        if (h->eval[i].step > loss.x1) loss.x1 = (double)h->eval[i].step;
+    if (!(lmin < lmax)) lmin = 0.1, lmax = 10;
+    loss.log_y = lmax / lmin > 20;
+    if (loss.log_y) loss.y0 = floor(log10(lmin)), loss.y1 = ceil(log10(lmax));
+    else loss.y0 = 0, loss.y1 = lmax * 1.05;
+    acc = loss;
+    acc.py = 330, acc.log_y = 0, acc.y0 = 0, acc.y1 = 1;
+    tr__sb_init(&sb, ctx);
+    tr__sb_printf(&sb, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
+    tr__sb_printf(&sb, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
+    tr__sb_printf(&sb, "<text x=\"%d\" y=\"22\" font-size=\"15\">", PX);
+    for (c = title ? title : ""; *c; c++) { /* XML text */
+        if (*c == '<' || *c == '>' || *c == '&') tr__sb_printf(&sb, "%s", *c == '<' ? "&lt;" : *c == '>' ? "&gt;" : "&amp;");
+        else tr__sb_append(&sb, c, 1);
+    }
+    tr__sb_printf(&sb, "</text>\n");
+    tr__plot_axes(&sb, &loss, loss.log_y ? "train loss (log scale)" : "train loss");
+    n = tr__plot_buckets(h->train, h->ntrain, 0, PW, xs, ys);
+    tr__plot_line(&sb, &loss, xs, ys, n, "#1f77b4");
+    tr__plot_axes(&sb, &acc, "accuracy and exact accuracy (lines: train; dots: eval)");
+    n = tr__plot_buckets(h->train, h->ntrain, 1, PW, xs, ys);
+    tr__plot_line(&sb, &acc, xs, ys, n, "#2ca02c");
+    n = tr__plot_buckets(h->train, h->ntrain, 2, PW, xs, ys);
+    tr__plot_line(&sb, &acc, xs, ys, n, "#d62728");
+    for (i = 0; i < h->neval; i++) {
+        double X = PX + (h->eval[i].step - acc.x0) / (acc.x1 - acc.x0) * PW;
+        if (isfinite(h->eval[i].accuracy)) tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#2ca02c\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].accuracy * PH);
+        if (isfinite(h->eval[i].exact_accuracy))
+            tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact_accuracy * PH);
+    }
+    tr__sb_printf(&sb, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206,
+                  H - 15);
+    tr__sb_printf(&sb, "</svg>\n");
+    tr__free(ctx, xs);
+    if ((st = tr__sb_status(&sb)) == TR_OK) st = tr__write_whole(ctx, path, sb.data, sb.len);
+    tr__sb_free(&sb);
+    return st;
+}
+/* >>metrics-end */
 
 #ifdef __cplusplus
 }

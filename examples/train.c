@@ -241,187 +241,11 @@ static void on_signal(int sig) {
     if (write(2, msg, sizeof msg - 1) < 0) g_stop = sig;
 }
 
-/* ---- metrics history, JSONL and SVG ----------------------------------------------------- */
-
-typedef struct point {
-    long step;
-    double loss, acc, exact; /* NAN when absent */
-} point;
-
-typedef struct history {
-    point *train, *eval;
-    size_t ntrain, neval, cap_train, cap_eval;
-} history;
-
-static void hist_add(point **a, size_t *n, size_t *cap, point p) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 1024;
-        point *na = (point *)realloc(*a, nc * sizeof(point));
-        if (!na) return;
-        *a = na, *cap = nc;
-    }
-    (*a)[(*n)++] = p;
-}
-
-/* A number member of a metrics line; NAN when absent or null. */
-static double json_num(const tr_json *obj, const char *key) {
-    const tr_json *v = tr_json_get(obj, key);
-    return v && v->type == TR_JSON_NUMBER ? v->number : NAN;
-}
-
-/* Keeps the lines of an existing metrics.jsonl up to `step` (a resumed run drops what came after
-   its checkpoint, and any line that is not JSON) and fills the history from them. */
-static int load_history(tr_ctx *ctx, const char *path, long step, history *h) {
-    size_t len;
-    char *text = read_text(path, &len), *line, *next;
-    FILE *f;
-    char tmp[PATH_CAP + 16];
-    if (!text) return 0;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        free(text);
-        return -1;
-    }
-    for (line = text; *line; line = next) {
-        tr_json *obj = NULL;
-        const tr_json *type;
-        double s;
-        point p;
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
-        else next = line + strlen(line);
-        if (tr_json_parse(ctx, line, strlen(line), path, &obj) != TR_OK) continue;
-        s = json_num(obj, "step");
-        if (s <= (double)step) {
-            fprintf(f, "%s\n", line);
-            p.step = (long)s, p.loss = json_num(obj, "loss"), p.acc = json_num(obj, "accuracy"), p.exact = json_num(obj, "exact_accuracy");
-            type = tr_json_get(obj, "type");
-            if (type && type->type == TR_JSON_STRING && !strcmp(type->string, "eval")) hist_add(&h->eval, &h->neval, &h->cap_eval, p);
-            else hist_add(&h->train, &h->ntrain, &h->cap_train, p);
-        }
-        tr_json_free(ctx, obj);
-    }
-    free(text);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
-    return 0;
-}
+/* ---- metrics.jsonl ---------------------------------------------------------------------- */
 
 static void json_double(FILE *f, const char *key, double v) {
     if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
     else fprintf(f, ",\"%s\":null", key);
-}
-
-/* Averages up to `width` buckets of a series; returns the number of points written. */
-static size_t bucketize(const point *pts, size_t n, int which, size_t width, double *xs, double *ys) {
-    size_t b, out = 0, nb = n < width ? n : width;
-    for (b = 0; b < nb; b++) {
-        size_t lo = b * n / nb, hi = (b + 1) * n / nb, i, cnt = 0;
-        double sx = 0, sy = 0;
-        for (i = lo; i < hi; i++) {
-            double v = which == 0 ? pts[i].loss : which == 1 ? pts[i].acc : pts[i].exact;
-            if (!isfinite(v)) continue;
-            sx += (double)pts[i].step, sy += v, cnt++;
-        }
-        if (cnt) xs[out] = sx / cnt, ys[out] = sy / cnt, out++;
-    }
-    return out;
-}
-
-static double nice_step(double range, int ticks) {
-    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
-    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-}
-
-static void svg_polyline(FILE *f, const double *xs, const double *ys, size_t n, double x0, double x1, double y0, double y1, int px, int py, int pw, int ph,
-                         const char *color, int log_y) {
-    size_t i;
-    if (!n) return;
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
-    for (i = 0; i < n; i++) {
-        double y = log_y ? log10(ys[i] > 1e-12 ? ys[i] : 1e-12) : ys[i];
-        double X = px + (xs[i] - x0) / (x1 - x0) * pw, Y = py + ph - (y - y0) / (y1 - y0) * ph;
-        if (Y < py) Y = py;
-        if (Y > py + ph) Y = py + ph;
-        fprintf(f, "%.1f,%.1f ", X, Y);
-    }
-    fprintf(f, "\"/>\n");
-}
-
-static void svg_axes(FILE *f, int px, int py, int pw, int ph, double x0, double x1, double y0, double y1, int log_y, const char *title) {
-    double t, st;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#999\"/>\n", px, py, pw, ph);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", px, py - 6, title);
-    st = nice_step(x1 - x0, 6);
-    for (t = ceil(x0 / st) * st; t <= x1 + 1e-9; t += st) {
-        double X = px + (t - x0) / (x1 - x0) * pw;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", X, py, X, py + ph);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", X, py + ph + 14, t);
-    }
-    st = log_y ? 1 : nice_step(y1 - y0, 5);
-    for (t = ceil(y0 / st) * st; t <= y1 + 1e-9; t += st) {
-        double Y = py + ph - (t - y0) / (y1 - y0) * ph;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>", px, Y, px + pw, Y);
-        if (log_y) fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, pow(10, t));
-        else fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, t);
-    }
-}
-
-static int write_svg(const char *path, const history *h, const char *title) {
-    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
-    double *xs, *ys, x0 = 0, x1 = 1, lmin = INFINITY, lmax = -INFINITY, y0, y1;
-    size_t i, n, cap = h->ntrain + h->neval + 1;
-    int log_y;
-    char tmp[PATH_CAP + 16];
-    FILE *f;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) return -1;
-    xs = (double *)malloc(cap * sizeof(double));
-    ys = (double *)malloc(cap * sizeof(double));
-    if (!xs || !ys) {
-        free(xs), free(ys), fclose(f);
-        return -1;
-    }
-    for (i = 0; i < h->ntrain; i++) {
-        if (h->train[i].step > x1) x1 = (double)h->train[i].step;
-        if (isfinite(h->train[i].loss) && h->train[i].loss > 0) {
-            if (h->train[i].loss < lmin) lmin = h->train[i].loss;
-            if (h->train[i].loss > lmax) lmax = h->train[i].loss;
-        }
-    }
-    for (i = 0; i < h->neval; i++)
-        if (h->eval[i].step > x1) x1 = (double)h->eval[i].step;
-    if (!(lmin < lmax)) lmin = 0.1, lmax = 10;
-    log_y = lmax / lmin > 20;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">%s</text>\n", PX, title);
-    /* loss panel */
-    if (log_y) y0 = floor(log10(lmin)), y1 = ceil(log10(lmax));
-    else y0 = 0, y1 = lmax * 1.05;
-    svg_axes(f, PX, 50, PW, PH, x0, x1, y0, y1, log_y, log_y ? "train loss (log scale)" : "train loss");
-    n = bucketize(h->train, h->ntrain, 0, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, y0, y1, PX, 50, PW, PH, "#1f77b4", log_y);
-    /* accuracy panel */
-    svg_axes(f, PX, 330, PW, PH, x0, x1, 0, 1, 0, "accuracy and exact accuracy (lines: train; dots: eval)");
-    n = bucketize(h->train, h->ntrain, 1, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#2ca02c", 0);
-    n = bucketize(h->train, h->ntrain, 2, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#d62728", 0);
-    for (i = 0; i < h->neval; i++) {
-        double X = PX + (h->eval[i].step - x0) / (x1 - x0) * PW;
-        if (isfinite(h->eval[i].acc)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#2ca02c\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].acc * PH);
-        if (isfinite(h->eval[i].exact)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact * PH);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206, H - 15);
-    fprintf(f, "</svg>\n");
-    free(xs), free(ys);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
-    return 0;
 }
 
 /* ---- the run ---------------------------------------------------------------------------- */
@@ -450,7 +274,7 @@ typedef struct run {
     tr_trainer *trainer;
     tr_carry *eval_carry;
     run_pos pos;
-    history hist;
+    tr_metrics_history hist; /* for metrics.svg */
     FILE *jsonl;
     char model_path[PATH_CAP + 32], state_path[PATH_CAP + 64], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
         config_path[PATH_CAP + 32];
@@ -520,7 +344,7 @@ static int save_checkpoint(run *r, const tr_sampler_state *sampler_pos, int is_b
         if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
     }
     if ((st = tr_trainer_save(r->trainer, r->state_path, &r->pos, sizeof r->pos)) != TR_OK) goto fail;
-    if (write_svg(r->svg_path, &r->hist, r->o.preset) != 0) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    if (tr_metrics_plot_svg(r->ctx, r->svg_path, r->o.preset, &r->hist) != TR_OK) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
     return 0;
 fail:
     if (swapped) tr_trainer_swap_ema(r->trainer);
@@ -618,9 +442,9 @@ static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_be
         fprintf(r->jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
         fflush(r->jsonl);
         {
-            point p;
-            p.step = step, p.loss = e.lm_loss, p.acc = e.accuracy, p.exact = e.exact_accuracy;
-            hist_add(&r->hist.eval, &r->hist.neval, &r->hist.cap_eval, p);
+            tr_metrics_point p;
+            p.step = step, p.loss = e.lm_loss, p.accuracy = e.accuracy, p.exact_accuracy = e.exact_accuracy;
+            tr_metrics_history_add(r->ctx, &r->hist, 1, &p); /* out of memory: the plot misses a point */
         }
         status_msg(r, "eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, r->pos.epoch, e.accuracy,
                    e.exact_accuracy, e.steps, e.lm_loss, e.count, e.seconds, best ? "  * best" : "");
@@ -707,8 +531,8 @@ static void cleanup(run *r) {
     if (r->model) tr_model_destroy(r->model);
     if (r->train_ds) tr_dataset_close(r->train_ds);
     if (r->test_ds) tr_dataset_close(r->test_ds);
+    tr_metrics_history_free(r->ctx, &r->hist);
     if (r->ctx) tr_ctx_destroy(r->ctx);
-    free(r->hist.train), free(r->hist.eval);
 }
 
 /* Reads the run's train_config.txt (for --resume) into r->o: the preset first, then its keys.
@@ -1019,8 +843,8 @@ static int run_main(run *r, int mode) {
 
     /* metrics file: a resumed run keeps the lines up to its checkpoint */
     if (mode == 1) {
-        if (load_history(r->ctx, r->jsonl_path, step, &r->hist) != 0) {
-            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, strerror(errno));
+        if (tr_metrics_history_load(r->ctx, r->jsonl_path, step, 1, &r->hist) != TR_OK) {
+            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, tr_ctx_last_error(r->ctx));
             return 1;
         }
         r->jsonl = fopen(r->jsonl_path, "ab");
@@ -1128,7 +952,7 @@ static int run_main(run *r, int mode) {
         n_window++;
         if (step % o->log_interval == 0) {
             double c = count_sum, lr = tr_lr_schedule(&tc, tc.lr, step);
-            point pt;
+            tr_metrics_point pt;
             fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g,\"loss\":%.17g", step, info.epoch, lr, loss_sum / n_window);
             json_double(r->jsonl, "lm_loss", lm_sum / n_window);
             json_double(r->jsonl, "q_halt_loss", qh_sum / n_window);
@@ -1139,8 +963,8 @@ static int run_main(run *r, int mode) {
             fprintf(r->jsonl, ",\"count\":%.0f,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0,
                     r->pos.train_seconds);
             fflush(r->jsonl);
-            pt.step = step, pt.loss = loss_sum / n_window, pt.acc = c ? acc_sum / c : NAN, pt.exact = c ? exact_sum / c : NAN;
-            hist_add(&r->hist.train, &r->hist.ntrain, &r->hist.cap_train, pt);
+            pt.step = step, pt.loss = loss_sum / n_window, pt.accuracy = c ? acc_sum / c : NAN, pt.exact_accuracy = c ? exact_sum / c : NAN;
+            tr_metrics_history_add(r->ctx, &r->hist, 0, &pt);
             acc_sum = exact_sum = qacc_sum = count_sum = steps_sum = loss_sum = lm_sum = qh_sum = 0;
             n_window = 0;
         }
@@ -1159,7 +983,7 @@ static int run_main(run *r, int mode) {
         }
     }
     clear_bar(r);
-    if (write_svg(r->svg_path, &r->hist, o->preset) != 0) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    if (tr_metrics_plot_svg(r->ctx, r->svg_path, o->preset, &r->hist) != TR_OK) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
     if (exit_code == 0) {
         printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
         if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);

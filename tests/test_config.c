@@ -298,10 +298,110 @@ static void test_own_keys(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* The metrics history of a run: read back from JSONL (keeping the lines up to a step), plotted as SVG. */
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_metrics_history(void **state) {
+    static const char jsonl[] = "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"accuracy\":null,\"exact_accuracy\":null}\n"
+                                "{\"type\":\"train\",\"step\":2,\"loss\":2.0,\"accuracy\":0.25,\"exact_accuracy\":0}\n"
+                                "{not json\n"
+                                "[1,2]\n"
+                                "{\"type\":\"eval\",\"step\":2,\"accuracy\":0.5,\"exact_accuracy\":0.125}\n"
+                                "{\"type\":\"train\",\"step\":3,\"loss\":1.5,\"accuracy\":0.5,\"exact_accuracy\":0.5}";
+    tr_ctx *ctx = tu_ctx(1, 0);
+    char dir[64], path[128], svg[128], *text;
+    tr_metrics_history h;
+    tr_metrics_point pt;
+    long k;
+    (void)state;
+    strcpy(dir, "/tmp/tinyrec_test_config_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(svg, sizeof svg, "%s/metrics.svg", dir);
+    memset(&h, 0, sizeof h);
+    /* no file yet: no points */
+    assert_int_equal(tr_metrics_history_load(ctx, path, 10, 1, &h), TR_OK);
+    assert_true(h.ntrain == 0 && h.neval == 0);
+    write_text(path, jsonl);
+    assert_int_equal(tr_metrics_history_load(ctx, path, 2, 0, &h), TR_OK);
+    assert_true(h.ntrain == 2 && h.neval == 1);
+    assert_true(h.train[0].step == 1 && h.train[0].loss == 2.5 && isnan(h.train[0].accuracy) && isnan(h.train[0].exact_accuracy));
+    assert_true(h.train[1].step == 2 && h.train[1].accuracy == 0.25);
+    assert_true(h.eval[0].step == 2 && isnan(h.eval[0].loss) && h.eval[0].exact_accuracy == 0.125);
+    text = tu_slurp(path, NULL);
+    assert_string_equal(text, jsonl); /* not rewritten */
+    free(text);
+    tr_metrics_history_free(ctx, &h);
+    assert_null(h.train);
+    /* rewrite keeps the lines up to the step, and only the JSON objects */
+    assert_int_equal(tr_metrics_history_load(ctx, path, 2, 1, &h), TR_OK);
+    text = tu_slurp(path, NULL);
+    assert_string_equal(text, "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"accuracy\":null,\"exact_accuracy\":null}\n"
+                              "{\"type\":\"train\",\"step\":2,\"loss\":2.0,\"accuracy\":0.25,\"exact_accuracy\":0}\n"
+                              "{\"type\":\"eval\",\"step\":2,\"accuracy\":0.5,\"exact_accuracy\":0.125}\n");
+    free(text);
+    pt.step = 40, pt.loss = 0.01, pt.accuracy = 0.9, pt.exact_accuracy = 0.5;
+    assert_int_equal(tr_metrics_history_add(ctx, &h, 0, &pt), TR_OK);
+    assert_int_equal(h.ntrain, 3);
+    assert_int_equal(tr_metrics_plot_svg(ctx, svg, "run <1> & co", &h), TR_OK);
+    text = tu_slurp(svg, NULL);
+    assert_true(!strncmp(text, "<svg", 4));
+    assert_non_null(strstr(text, "run &lt;1&gt; &amp; co"));
+    assert_non_null(strstr(text, "train loss (log scale)")); /* 2.5 / 0.01 spans more than 20x */
+    assert_non_null(strstr(text, "<polyline"));
+    assert_non_null(strstr(text, "<circle"));
+    assert_non_null(strstr(text, "</svg>\n"));
+    free(text);
+    tr_metrics_history_free(ctx, &h);
+    /* an empty history is a plot with empty panels */
+    assert_int_equal(tr_metrics_plot_svg(ctx, svg, NULL, &h), TR_OK);
+    /* errors name the file */
+    snprintf(path, sizeof path, "%s/no-such-dir/metrics.svg", dir);
+    assert_int_equal(tr_metrics_plot_svg(ctx, path, "x", &h), TR_ERR_IO);
+    assert_err_has(ctx, "no-such-dir");
+    assert_int_equal(tr_metrics_history_load(ctx, dir, 1, 0, &h), TR_ERR_IO); /* a directory */
+    assert_err_has(ctx, dir);
+    assert_int_equal(tr_metrics_history_load(ctx, NULL, 1, 0, &h), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_metrics_history_load(ctx, svg, 1, 0, NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_metrics_plot_svg(ctx, svg, "x", NULL), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_metrics_history_add(ctx, NULL, 0, &pt), TR_ERR_INVALID_ARG);
+    tr_metrics_history_free(ctx, NULL);
+    /* allocation failures: an error, nothing leaked, the file as it was */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    write_text(path, jsonl);
+    for (k = 1;; k++) {
+        tr_status st1, st2 = TR_OK;
+        memset(&h, 0, sizeof h);
+        tr_ctx_fail_alloc_at(ctx, k);
+        st1 = tr_metrics_history_load(ctx, path, 2, 1, &h);
+        if (st1 == TR_OK) st2 = tr_metrics_plot_svg(ctx, svg, "x", &h);
+        tr_ctx_fail_alloc_at(ctx, 0);
+        tr_metrics_history_free(ctx, &h);
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+        if (st1 == TR_OK && st2 == TR_OK) break;
+        assert_int_equal(st1 != TR_OK ? st1 : st2, TR_ERR_OUT_OF_MEMORY);
+        if (st1 != TR_OK) {
+            text = tu_slurp(path, NULL);
+            assert_string_equal(text, jsonl);
+            free(text);
+        } else
+            write_text(path, jsonl);
+    }
+    assert_true(k > 3);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    assert_int_equal(system(path), 0);
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),          cmocka_unit_test(test_presets_unchanged), cmocka_unit_test(test_keys_cover_fields),
-        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_bad_values),        cmocka_unit_test(test_own_keys),
+        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_bad_values),        cmocka_unit_test(test_own_keys), cmocka_unit_test(test_metrics_history),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
