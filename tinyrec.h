@@ -392,6 +392,7 @@ TRDEF int tr_preset_count(void);
 TRDEF tr_status tr_preset_get(int index, tr_preset *out);
 /* The preset with that name (not an arch name); TR_ERR_NOT_FOUND if none. */
 TRDEF tr_status tr_preset_find(const char *name, tr_preset *out);
+
 /* A run's metrics history, as tinyrec-train's metrics.jsonl holds it, and a plot of it. */
 typedef struct tr_metrics_point {
     long step;

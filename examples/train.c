@@ -18,7 +18,10 @@
    Exit status: 0 done (or max_steps reached), 1 runtime error, 2 bad command line or configuration,
    130 stopped by SIGINT or SIGTERM after saving a checkpoint (resume it with --resume).
 
-   Uses only the public API of tinyrec.h. */
+   Uses only the public API of tinyrec.h: the preset table (tr_preset) and settings by name (tr_key,
+   tr_key_parse, tr_key_format) for the configuration, tr_dataset/tr_sampler for the data,
+   tr_model/tr_trainer for training and evaluation, tr_model_save/tr_trainer_save for checkpoints,
+   tr_metrics_history/tr_metrics_plot_svg for the metrics plot. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <errno.h>
@@ -157,15 +160,9 @@ static void apply_preset(options *o, const tr_preset *p) {
     o->epochs = p->epochs, o->eval_interval = p->eval_interval;
     snprintf(o->preset, sizeof o->preset, "%s", p->name);
     snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
-    o->min_eval_interval = 0;
-    o->seed = 0;
-    o->log_interval = 1;
-    o->print_interval = 10;
-    o->prefetch = 2;
-    o->eval_batches = 0;
-    o->threads = 0;
-    o->device[0] = 0;
-    o->max_steps = 0;
+    /* the program's own defaults */
+    o->min_eval_interval = 0, o->seed = 0, o->max_steps = 0, o->eval_batches = 0, o->threads = 0, o->device[0] = 0;
+    o->log_interval = 1, o->print_interval = 10, o->prefetch = 2;
     if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
 }
 
@@ -196,31 +193,6 @@ static int mkdir_p(const char *path) {
 static int file_exists(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0, r;
-    if (!f) return NULL;
-    for (;;) {
-        if (cap - n < 65536) {
-            char *nb = (char *)realloc(buf, cap * 2 + 65536 + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb, cap = cap * 2 + 65536;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
 }
 
 /* The library's warnings (a train setting that differs from the saved state, a resized puzzle
@@ -538,19 +510,18 @@ static void cleanup(run *r) {
 /* Reads the run's train_config.txt (for --resume) into r->o: the preset first, then its keys.
    Returns -1 when it did, else the exit status. */
 static int read_run_config(run *r, tr_ctx *kctx, const char *cp, const tr_preset *p, int *eval_interval_given) {
-    char cfgp[PATH_CAP + 32], err[PATH_CAP + 128], *text, *line, *next;
+    char cfgp[PATH_CAP + 32], err[PATH_CAP + 128], line[PATH_CAP + 256];
     int have = 0, rc = -1;
     tr_preset fp;
+    FILE *f;
     snprintf(cfgp, sizeof cfgp, "%s/train_config.txt", cp);
-    if (!(text = read_text(cfgp, NULL))) {
+    if (!(f = fopen(cfgp, "rb"))) {
         fprintf(stderr, "tinyrec-train: --resume: no run to continue in '%s' (cannot read %s: %s)\n", cp, cfgp, strerror(errno));
         return 1;
     }
-    for (line = text; *line && rc < 0; line = next) {
+    while (rc < 0 && fgets(line, sizeof line, f)) {
         char *eq;
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
-        else next = line + strlen(line);
+        line[strcspn(line, "\n")] = 0;
         if (line[0] == '#' || !(eq = strchr(line, '='))) continue;
         *eq = 0;
         if (!strcmp(line, "preset")) {
@@ -574,7 +545,7 @@ static int read_run_config(run *r, tr_ctx *kctx, const char *cp, const tr_preset
             }
         }
     }
-    free(text);
+    fclose(f);
     if (rc < 0 && !have) {
         fprintf(stderr, "tinyrec-train: %s holds no preset\n", cfgp);
         rc = 1;
