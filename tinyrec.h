@@ -8277,6 +8277,7 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
     char *p, *end = NULL;
     int e;
     if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
+    if ((k->type == TR_KEY_STRING || k->type == TR_KEY_DTYPE) && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
     p = (char *)base + k->offset;
     errno = 0;
     switch (k->type) {

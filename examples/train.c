@@ -95,13 +95,17 @@ typedef struct key_row {
 static key_row KEYS[128];
 static int NKEYS;
 
+static void add_key(const tr_key *k, int persist) {
+    if (NKEYS < (int)(sizeof KEYS / sizeof KEYS[0])) KEYS[NKEYS].key = k, KEYS[NKEYS++].persist = persist;
+}
+
 static void build_keys(void) {
     int n, i, j;
     const tr_key *lib = tr_config_keys(&n);
     for (i = 0; i <= n; i++) {
         for (j = 0; j < NOWN; j++)
-            if (OWN_KEYS[j].before ? i < n && !strcmp(OWN_KEYS[j].before, lib[i].name) : i == n) KEYS[NKEYS].key = &OWN_KEYS[j].key, KEYS[NKEYS++].persist = OWN_KEYS[j].persist;
-        if (i < n && !(lib[i].flags & TR_KEY_DERIVED)) KEYS[NKEYS].key = &lib[i], KEYS[NKEYS++].persist = 1;
+            if (OWN_KEYS[j].before ? i < n && !strcmp(OWN_KEYS[j].before, lib[i].name) : i == n) add_key(&OWN_KEYS[j].key, OWN_KEYS[j].persist);
+        if (i < n && !(lib[i].flags & TR_KEY_DERIVED)) add_key(&lib[i], 1);
     }
 }
 

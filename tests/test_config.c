@@ -294,6 +294,12 @@ static void test_own_keys(void **state) {
     assert_err_has(ctx, "bad value '-1' for key 'seed': expected an integer");
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "99999999999999999999"), TR_ERR_INVALID_ARG);
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "42"), TR_OK);
+    {
+        tr_key unsized = keys[0];
+        unsized.size = 0;
+        assert_int_equal(tr_key_parse(ctx, &unsized, &o, "x"), TR_ERR_INVALID_ARG);
+        assert_err_has(ctx, "key 'data_path' has no size");
+    }
     assert_true(o.seed == 42);
     tr_ctx_destroy(ctx);
 }
