@@ -8229,35 +8229,44 @@ TR__FN int tr__streq_ci(const char *a, const char *b) {
     return *a == *b;
 }
 
-/* Index of value in a '|'-separated list of names (case-insensitive when ci), or -1. */
-TR__FN int tr__name_index(const char *list, const char *value, int ci) {
-    int i = 0;
-    size_t n = strlen(value);
-    while (*list) {
-        const char *end = strchr(list, '|');
-        size_t len = end ? (size_t)(end - list) : strlen(list);
-        char buf[64];
-        if (len == n && len < sizeof buf) {
-            memcpy(buf, list, len), buf[len] = 0;
-            if (ci ? tr__streq_ci(buf, value) : strcmp(buf, value) == 0) return i;
-        }
-        if (!end) break;
-        list = end + 1, i++;
+/* The names of the enumerated types, in enum order: what command lines and checkpoint files spell. */
+static const char *const tr__bool_names[] = {"false", "true", "0", "1", "no", "yes", "off", "on", NULL}; /* value = index & 1 */
+static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
+static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
+static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
+static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
+static const char *const tr__forward_dtype_names[] = {"bfloat16", "float16", "float32", NULL};
+
+TR__FN const char *const *tr__enum_names(tr_key_type t) {
+    switch (t) {
+    case TR_KEY_BOOL: return tr__bool_names;
+    case TR_KEY_ARCH: return tr__arch_names;
+    case TR_KEY_POS_ENCODING: return tr__pos_names;
+    case TR_KEY_LOSS_TYPE: return tr__loss_names;
+    case TR_KEY_DTYPE: return tr__forward_dtype_names;
+    default: return NULL;
     }
+}
+
+/* The value that s names for an enumerated type (case-insensitive when ci), or -1. */
+TR__FN int tr__enum_parse(tr_key_type t, const char *s, int ci) {
+    const char *const *names = tr__enum_names(t);
+    int i, pass;
+    for (pass = 0; pass < 2 && names; pass++, names = t == TR_KEY_LOSS_TYPE ? tr__loss_short_names : NULL)
+        for (i = 0; names[i]; i++)
+            if (ci ? tr__streq_ci(names[i], s) : strcmp(names[i], s) == 0) return i;
     return -1;
 }
 
-/* The names of the enumerated types, in enum order; what a bad value was expected to be. */
-TR__FN const char *tr__key_names(tr_key_type t) {
-    switch (t) {
-    case TR_KEY_BOOL: return "false|true";
-    case TR_KEY_ARCH: return "trm|hrm";
-    case TR_KEY_POS_ENCODING: return "none|rope|learned";
-    case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy|softmax_cross_entropy";
-    case TR_KEY_DTYPE: return "bfloat16|float16|float32";
-    default: return "";
-    }
+/* The name of value v of an enumerated type, or NULL when v is none of its values. */
+TR__FN const char *tr__enum_name(tr_key_type t, int v) {
+    const char *const *names = tr__enum_names(t);
+    int i;
+    for (i = 0; names && names[i]; i++)
+        if (i == v) return names[i];
+    return NULL;
 }
+
 TR__FN const char *tr__key_expected(tr_key_type t) {
     switch (t) {
     case TR_KEY_INT:
@@ -8302,7 +8311,7 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
         return TR_OK;
     }
     case TR_KEY_BOOL:
-        if ((e = tr__name_index("false|true|0|1|no|yes|off|on", val, 1)) < 0) break;
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
         *(int *)p = e & 1;
         return TR_OK;
     case TR_KEY_STRING:
@@ -8312,16 +8321,16 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
         return TR_OK;
     case TR_KEY_ARCH:
     case TR_KEY_POS_ENCODING:
-        if ((e = tr__name_index(tr__key_names(k->type), val, 1)) < 0) break;
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
         if (k->type == TR_KEY_ARCH) *(tr_arch *)p = (tr_arch)e;
         else *(tr_pos_encoding *)p = (tr_pos_encoding)e;
         return TR_OK;
-    case TR_KEY_LOSS_TYPE: /* the reference's names, or their short forms */
-        if ((e = tr__name_index(tr__key_names(k->type), val, 0)) < 0 && (e = tr__name_index("stablemax|softmax", val, 0)) < 0) break;
+    case TR_KEY_LOSS_TYPE:
+        if ((e = tr__enum_parse(k->type, val, 0)) < 0) break;
         *(tr_loss_type *)p = (tr_loss_type)e;
         return TR_OK;
     case TR_KEY_DTYPE: /* accepted for compatibility: tinyrec computes in float32 */
-        if (tr__name_index(tr__key_names(k->type), val, 0) < 0 || strlen(val) >= k->size) break;
+        if (tr__enum_parse(k->type, val, 0) < 0 || strlen(val) >= k->size) break;
         memcpy(p, val, strlen(val) + 1);
         return TR_OK;
     default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
@@ -8350,11 +8359,9 @@ TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size
     case TR_KEY_POS_ENCODING:
     case TR_KEY_LOSS_TYPE: {
         int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p : (int)*(const tr_loss_type *)p;
-        const char *s = tr__key_names(k->type), *end;
-        for (; v > 0 && s; v--) s = strchr(s, '|') ? strchr(s, '|') + 1 : NULL;
-        if (!s || v < 0) return TR_ERR_INVALID_ARG; /* not a value of the enum */
-        end = strchr(s, '|');
-        n = snprintf(buf, cap, "%.*s", end ? (int)(end - s) : (int)strlen(s), s);
+        const char *name = tr__enum_name(k->type, v);
+        if (!name) return TR_ERR_INVALID_ARG; /* not a value of the enum */
+        n = snprintf(buf, cap, "%s", name);
         break;
     }
     default: buf[0] = 0; return TR_ERR_INVALID_ARG;
@@ -13653,8 +13660,6 @@ static const tr__ck_field tr__ck_train_fields[] = {
 #undef TR__CK_TF
 #define TR__CK_NTRAIN ((int)(sizeof tr__ck_train_fields / sizeof tr__ck_train_fields[0]))
 
-static const char *const tr__ck_pos_names[] = {"none", "rope", "learned"};
-static const char *const tr__ck_loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy"};
 
 /* Appends `{"field":value,...}` for a struct described by a field table. */
 TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const void *obj) {
@@ -13675,14 +13680,11 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
             tr__sb_printf(sb, "%s", num);
             break;
         case TR__CK_BOOL: tr__sb_printf(sb, "%s", *(const int *)p ? "true" : "false"); break;
-        case TR__CK_POS: {
-            int v = (int)*(const tr_pos_encoding *)p;
-            tr__sb_json_string(sb, v >= 0 && v <= 2 ? tr__ck_pos_names[v] : "?");
-            break;
-        }
+        case TR__CK_POS:
         case TR__CK_LOSS: {
-            int v = (int)*(const tr_loss_type *)p;
-            tr__sb_json_string(sb, v >= 0 && v <= 1 ? tr__ck_loss_names[v] : "?");
+            const char *name = fl[i].kind == TR__CK_POS ? tr__enum_name(TR_KEY_POS_ENCODING, (int)*(const tr_pos_encoding *)p)
+                                                        : tr__enum_name(TR_KEY_LOSS_TYPE, (int)*(const tr_loss_type *)p);
+            tr__sb_json_string(sb, name ? name : "?");
             break;
         }
         case TR__CK_FWD: tr__sb_json_string(sb, "float32"); break;
@@ -13726,15 +13728,9 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
             break;
         case TR__CK_POS:
         case TR__CK_LOSS: {
-            const char *const *names = fl[i].kind == TR__CK_POS ? tr__ck_pos_names : tr__ck_loss_names;
-            int n = fl[i].kind == TR__CK_POS ? 3 : 2, k, found = -1;
+            int found;
             if (v->type != TR_JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
-            for (k = 0; k < n; k++)
-                if (strcmp(v->string, names[k]) == 0) found = k;
-            if (fl[i].kind == TR__CK_LOSS && found < 0) { /* short names too */
-                if (strcmp(v->string, "stablemax") == 0) found = 0;
-                if (strcmp(v->string, "softmax") == 0) found = 1;
-            }
+            found = tr__enum_parse(fl[i].kind == TR__CK_POS ? TR_KEY_POS_ENCODING : TR_KEY_LOSS_TYPE, v->string, 0);
             if (found < 0)
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' is '%.60s' (expected %s)", what, fl[i].name, v->string,
                                fl[i].kind == TR__CK_POS ? "rope, none or learned" : "stablemax_cross_entropy or softmax_cross_entropy");
@@ -13744,8 +13740,7 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
         }
         case TR__CK_FWD:
             /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
-            if (v->type != TR_JSON_STRING ||
-                (strcmp(v->string, "float32") != 0 && strcmp(v->string, "bfloat16") != 0 && strcmp(v->string, "float16") != 0))
+            if (v->type != TR_JSON_STRING || tr__enum_parse(TR_KEY_DTYPE, v->string, 0) < 0)
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\" or \"float16\"", what);
             break;
         }
