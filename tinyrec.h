@@ -21,7 +21,7 @@
    (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
-   Sections (grep for ">>name"; metrics comes last): base, cpu, sgemm, opencl, device, model, optim, train, config, json, io,
+   Sections (grep for ">>name"; the file ends with metrics): base, cpu, sgemm, opencl, device, model, optim, train, config, json, io,
    data, checkpoint.
 
    Quick start (see README.md for a complete program):
