@@ -131,6 +131,20 @@ static void check_tiles(const tr_key *keys, int n, int in, size_t struct_size) {
         fail_msg("the keys of struct %d cover %zu of its %zu bytes: a field has no key", in, covered, struct_size);
 }
 
+/* And a field that hides in the tail padding: copying only the keys' fields of a struct whose fields
+   are set (and whose padding is zero) must give the whole struct back. */
+static void check_copy(const tr_key *keys, int n, int in, const void *full, size_t size) {
+    unsigned char z[1024];
+    size_t b;
+    int i;
+    assert_true(size <= sizeof z);
+    memset(z, 0, size);
+    for (i = 0; i < n; i++)
+        if (keys[i].in == in) memcpy(z + keys[i].offset, (const unsigned char *)full + keys[i].offset, type_size(&keys[i]));
+    for (b = 0; b < size; b++)
+        if (z[b] != ((const unsigned char *)full)[b]) fail_msg("byte %zu of struct %d is set but in no key's field: a field has no key", b, in);
+}
+
 static void test_keys_cover_fields(void **state) {
     int n, i, j, nmodel = 0, ntrain = 0;
     const tr_key *keys = tr_config_keys(&n);
@@ -148,6 +162,13 @@ static void test_keys_cover_fields(void **state) {
     assert_null(tr_config_find_key(NULL));
     check_tiles(keys, n, TR_KEY_IN_MODEL, sizeof(tr_model_config));
     check_tiles(keys, n, TR_KEY_IN_TRAIN, sizeof(tr_train_config));
+    {
+        tr_model_config m;
+        tr_train_config t = tr_train_config_default(); /* zeroed, then set: no stray padding bytes */
+        assert_int_equal(tr_model_config_preset(&m, "trm-arc"), TR_OK);
+        check_copy(keys, n, TR_KEY_IN_MODEL, &m, sizeof m);
+        check_copy(keys, n, TR_KEY_IN_TRAIN, &t, sizeof t);
+    }
     assert_true(nmodel >= 21 && ntrain >= 12);
     /* the reference's names */
     assert_int_equal(tr_config_find_key("arch.hidden_size")->offset, offsetof(tr_model_config, hidden_size));
