@@ -21,7 +21,7 @@
    (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
-   Sections (grep for ">>name"): base, cpu, sgemm, opencl, device, model, optim, train, json, io,
+   Sections (grep for ">>name"; the file ends with metrics): base, cpu, sgemm, opencl, device, model, optim, train, config, json, io,
    data, checkpoint.
    OpenCL kernels: edit tools/opencl/ops.cl, gemm.cl and attention.cl, not their copies here between
    ">>cl-embed" markers: `make` (or `sh tools/cl_embed.sh tinyrec.h`) rewrites those blocks.
@@ -329,10 +329,10 @@ typedef struct tr_model_config {
     tr_loss_type loss_type;
 } tr_model_config;
 
-/* Fills cfg with a named preset: "trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc"
-   (the reference configurations), or "trm-tiny" (a small CPU configuration for tests). */
+/* Fills cfg with the model of a preset (see tr_preset): "trm-sudoku-mlp", "trm-sudoku-att", "trm-maze",
+   "trm-arc" (the reference configurations), "trm-tiny" (a small CPU configuration), or any tr_preset's name. */
 TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name);
-/* Names of all presets, NULL-terminated. */
+/* The arch names of the presets (the five above), NULL-terminated. */
 TRDEF const char *const *tr_model_config_preset_names(void);
 /* Checks every field; on failure the reason names the field. ctx may be NULL. */
 TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg);
@@ -440,6 +440,100 @@ TRDEF double tr_lr_schedule(const tr_train_config *tc, double base_lr, long step
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t);
 /* Marks every row of the trainer's ACT carry halted: the next step starts fresh rows. */
 TRDEF void tr_trainer_reset_carry(tr_trainer *t);
+
+/* >>api-config */
+/* Settings by name. Every field of tr_model_config and tr_train_config has a key with the reference's
+   name ("arch.hidden_size", "arch.loss.loss_type", "lr", "ema_rate", "global_batch_size", ...), a type
+   and a help line; a program describes its own settings with the same records and parses and formats
+   them with the same two functions, so every command line and settings file reads values one way. */
+typedef enum tr_key_type {
+    TR_KEY_INT,          /* int, decimal */
+    TR_KEY_LONG,         /* long, decimal */
+    TR_KEY_U64,          /* unsigned long long, decimal, no sign */
+    TR_KEY_DOUBLE,       /* double, finite */
+    TR_KEY_BOOL,         /* int 0/1: true|false|1|0|yes|no|on|off (any case) */
+    TR_KEY_STRING,       /* char[size], not empty */
+    TR_KEY_ARCH,         /* tr_arch: trm | hrm */
+    TR_KEY_POS_ENCODING, /* tr_pos_encoding: rope | learned | none (any case) */
+    TR_KEY_LOSS_TYPE,    /* tr_loss_type: stablemax_cross_entropy | softmax_cross_entropy (or stablemax | softmax) */
+    TR_KEY_DTYPE         /* char[size]: bfloat16 | float16 | float32 (the reference's forward_dtype) */
+} tr_key_type;
+
+/* Which struct a key's offset is into: the library's two, or (from TR_KEY_IN_USER on) a program's own. */
+enum { TR_KEY_IN_MODEL = 0, TR_KEY_IN_TRAIN = 1, TR_KEY_IN_USER = 2 };
+/* A key a program sets itself rather than offering it to users: the sizes and puzzle count come from
+   the dataset, total_steps from the run length; arch.name has one implemented value. */
+#define TR_KEY_DERIVED 1u
+
+typedef struct tr_key {
+    const char *name;
+    tr_key_type type;
+    int in;          /* TR_KEY_IN_MODEL, TR_KEY_IN_TRAIN or a program's TR_KEY_IN_USER + n */
+    size_t offset;   /* of the field in that struct */
+    size_t size;     /* TR_KEY_STRING, TR_KEY_DTYPE: the char array's size */
+    unsigned flags;  /* TR_KEY_DERIVED */
+    const char *help;
+} tr_key;
+
+/* The library's keys (every field of tr_model_config, then of tr_train_config); count may be NULL. */
+TRDEF const tr_key *tr_config_keys(int *count);
+/* The library's key of that name, or NULL. */
+TRDEF const tr_key *tr_config_find_key(const char *name);
+/* Sets the field of `key` in the struct at `base` from text. A bad value is TR_ERR_INVALID_ARG with a
+   reason naming the key and the expected form ("bad value 'fast' for key 'lr': expected a number");
+   the field is left as it was. ctx may be NULL (no reason then). */
+TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *key, void *base, const char *value);
+/* Writes the field as text that tr_key_parse reads back to the same value (doubles with 17 digits).
+   TR_ERR_OVERFLOW when cap is too small (buf then holds a truncated, terminated string). */
+TRDEF tr_status tr_key_format(const tr_key *key, const void *base, char *buf, size_t cap);
+/* Sets a library key by name in model or train (the one it belongs to may not be NULL): TR_ERR_NOT_FOUND
+   with "unknown key 'x'" for a name that is none, else as tr_key_parse. */
+TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value);
+
+/* Presets: one table of named starting points, each a complete model config, a training recipe and
+   the dataset it is for. The reference configurations (trm-sudoku-mlp, trm-sudoku-att, trm-maze,
+   trm-arc) carry the reference recipe; the small CPU ones (sudoku-tiny, sudoku-small, maze-tiny, tiny)
+   one for minutes of training. tr_model_config_preset takes a preset's name or its arch name (the
+   model part alone: "trm-tiny" is the model of "tiny"). */
+typedef struct tr_preset {
+    const char *name;
+    const char *arch;        /* the name of its model part for tr_model_config_preset; NULL: none of its own */
+    const char *task;        /* "sudoku", "maze", "arc"; NULL: any dataset */
+    const char *help;
+    int data_vocab_size;     /* what the dataset must have; 0 = any (the model's are then placeholders) */
+    int data_seq_len;
+    tr_model_config model;   /* vocab_size, seq_len, num_puzzle_identifiers: replace them with the dataset's */
+    tr_train_config train;   /* total_steps: set it from the run length */
+    long epochs;             /* the run: epochs, and epochs between evaluations (divides epochs) */
+    long eval_interval;
+} tr_preset;
+TRDEF int tr_preset_count(void);
+/* The index-th preset (0-based), in the order programs list them; TR_ERR_NOT_FOUND past the end. */
+TRDEF tr_status tr_preset_get(int index, tr_preset *out);
+/* The preset with that name (not an arch name); TR_ERR_NOT_FOUND if none. */
+TRDEF tr_status tr_preset_find(const char *name, tr_preset *out);
+
+/* A run's metrics history, as tinyrec-train's metrics.jsonl holds it, and a plot of it. */
+typedef struct tr_metrics_point {
+    long step;
+    double loss, accuracy, exact_accuracy; /* NAN when absent */
+} tr_metrics_point;
+typedef struct tr_metrics_history {
+    tr_metrics_point *train, *eval; /* from the context's allocator; zero the struct to start */
+    size_t ntrain, neval, cap_train, cap_eval;
+} tr_metrics_history;
+/* Appends a point to the train series, or the eval series when is_eval. */
+TRDEF tr_status tr_metrics_history_add(tr_ctx *ctx, tr_metrics_history *h, int is_eval, const tr_metrics_point *p);
+TRDEF void tr_metrics_history_free(tr_ctx *ctx, tr_metrics_history *h);
+/* Appends the points of a JSONL file (an object per line with "step", "loss", "accuracy",
+   "exact_accuracy"; "type":"eval" lines are eval points) with step <= max_step; lines that are not
+   such objects are skipped. With rewrite, the file is replaced (atomically) by the lines kept: a
+   resumed run forgets what came after its checkpoint. A file that does not exist holds no points. */
+TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_step, int rewrite, tr_metrics_history *h);
+/* Writes (atomically) an SVG plot of the history: the train loss (log scale when it spans more than
+   20x) and, below, accuracy and exact accuracy per step (lines: train; dots: eval). */
+TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h);
+/* >>api-config-end */
 
 /* >>api-util */
 /* Seconds from a monotonic clock (for progress reports and benchmarks). */
@@ -7425,50 +7519,6 @@ struct tr_model {
 
 #define TR__GRAD(m, p) ((m)->grads + ((p) - (m)->params))
 
-static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "trm-tiny", NULL};
-TRDEF const char *const *tr_model_config_preset_names(void) { return tr__preset_names; }
-
-TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name) {
-    if (!cfg || !name) return TR_ERR_INVALID_ARG;
-    memset(cfg, 0, sizeof *cfg);
-    /* config/arch/trm.yaml defaults */
-    cfg->arch = TR_ARCH_TRM;
-    cfg->hidden_size = 512;
-    cfg->num_heads = 8;
-    cfg->expansion = 4;
-    cfg->H_layers = 0;
-    cfg->L_layers = 2;
-    cfg->H_cycles = 3;
-    cfg->L_cycles = 6;
-    cfg->puzzle_emb_ndim = 512;
-    cfg->puzzle_emb_len = 16;
-    cfg->pos_encodings = TR_POS_ROPE;
-    cfg->mlp_t = 0;
-    cfg->rope_theta = 10000;
-    cfg->rms_norm_eps = 1e-5;
-    cfg->halt_max_steps = 16;
-    cfg->halt_exploration_prob = 0.1;
-    cfg->no_ACT_continue = 1;
-    cfg->loss_type = TR_LOSS_STABLEMAX;
-    cfg->num_puzzle_identifiers = 1;
-    if (strcmp(name, "trm-sudoku-mlp") == 0) {
-        cfg->vocab_size = 11, cfg->seq_len = 81, cfg->mlp_t = 1, cfg->pos_encodings = TR_POS_NONE;
-    } else if (strcmp(name, "trm-sudoku-att") == 0) {
-        cfg->vocab_size = 11, cfg->seq_len = 81;
-    } else if (strcmp(name, "trm-maze") == 0) {
-        cfg->vocab_size = 6, cfg->seq_len = 900, cfg->L_cycles = 4;
-    } else if (strcmp(name, "trm-arc") == 0) {
-        cfg->vocab_size = 12, cfg->seq_len = 900, cfg->L_cycles = 4;
-        cfg->num_puzzle_identifiers = 961; /* the real table size comes from the dataset */
-    } else if (strcmp(name, "trm-tiny") == 0) {
-        cfg->vocab_size = 11, cfg->seq_len = 81, cfg->mlp_t = 1, cfg->pos_encodings = TR_POS_NONE;
-        cfg->hidden_size = 64, cfg->num_heads = 4, cfg->puzzle_emb_ndim = 64, cfg->puzzle_emb_len = 2;
-        cfg->H_cycles = 2, cfg->L_cycles = 2;
-    } else
-        return TR_ERR_NOT_FOUND;
-    return TR_OK;
-}
-
 /* SwiGLU intermediate width: 256 * ceil(round(expansion * d * 2/3) / 256), as the reference. */
 TR__FN int tr__swiglu_width(double expansion, int d) {
     double r = expansion * d * 2.0 / 3.0;
@@ -8958,6 +9008,322 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     return TR_OK;
 }
 
+
+/* Settings by name (tr_key) and the preset table, on which tr_model_config_preset stands. */
+/* >>config */
+
+#define TR__MK(field, type, flags, help) {"arch." #field, type, TR_KEY_IN_MODEL, offsetof(tr_model_config, field), 0, flags, help}
+#define TR__TK(name, field, type, flags, help) {name, type, TR_KEY_IN_TRAIN, offsetof(tr_train_config, field), 0, flags, help}
+/* Train keys first and the model's in struct order: programs list them in this order. */
+static const tr_key tr__config_keys[] = {
+    TR__TK("global_batch_size", global_batch_size, TR_KEY_INT, 0, "rows per optimizer step"),
+    TR__TK("lr", lr, TR_KEY_DOUBLE, 0, "learning rate (AdamATan2)"),
+    TR__TK("lr_min_ratio", lr_min_ratio, TR_KEY_DOUBLE, 0, "cosine floor as a fraction of lr (1 = constant after warmup)"),
+    TR__TK("lr_warmup_steps", lr_warmup_steps, TR_KEY_LONG, 0, "linear warmup steps"),
+    TR__TK("total_steps", total_steps, TR_KEY_LONG, TR_KEY_DERIVED, "steps of the cosine schedule (from epochs and the dataset size)"),
+    TR__TK("weight_decay", weight_decay, TR_KEY_DOUBLE, 0, "decoupled weight decay of the dense parameters"),
+    TR__TK("beta1", beta1, TR_KEY_DOUBLE, 0, "AdamATan2 beta1"),
+    TR__TK("beta2", beta2, TR_KEY_DOUBLE, 0, "AdamATan2 beta2"),
+    TR__TK("puzzle_emb_lr", puzzle_emb_lr, TR_KEY_DOUBLE, 0, "sign-SGD learning rate of the puzzle embedding"),
+    TR__TK("puzzle_emb_weight_decay", puzzle_emb_weight_decay, TR_KEY_DOUBLE, 0, "weight decay of the puzzle embedding"),
+    TR__TK("ema", ema, TR_KEY_BOOL, 0, "keep an EMA of the weights; evaluate and checkpoint it"),
+    TR__TK("ema_rate", ema_decay, TR_KEY_DOUBLE, 0, "EMA decay"),
+    {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (HRM is not implemented yet)"},
+    TR__MK(vocab_size, TR_KEY_INT, TR_KEY_DERIVED, "V, from the dataset"),
+    TR__MK(seq_len, TR_KEY_INT, TR_KEY_DERIVED, "L, from the dataset"),
+    TR__MK(num_puzzle_identifiers, TR_KEY_INT, TR_KEY_DERIVED, "rows of the puzzle-embedding table, from the dataset"),
+    TR__MK(hidden_size, TR_KEY_INT, 0, "D"),
+    TR__MK(num_heads, TR_KEY_INT, 0, "attention heads"),
+    TR__MK(expansion, TR_KEY_DOUBLE, 0, "SwiGLU width factor"),
+    TR__MK(H_layers, TR_KEY_INT, 0, "H layers (HRM; unused by TRM)"),
+    TR__MK(L_layers, TR_KEY_INT, 0, "layers of the shared module"),
+    TR__MK(H_cycles, TR_KEY_INT, 0, "T"),
+    TR__MK(L_cycles, TR_KEY_INT, 0, "n"),
+    TR__MK(puzzle_emb_ndim, TR_KEY_INT, 0, "puzzle embedding width (0 = none)"),
+    TR__MK(puzzle_emb_len, TR_KEY_INT, 0, "puzzle embedding tokens (0 = ceil(ndim / hidden_size))"),
+    TR__MK(pos_encodings, TR_KEY_POS_ENCODING, 0, "rope | learned | none"),
+    TR__MK(mlp_t, TR_KEY_BOOL, 0, "token-mixing MLP instead of attention"),
+    TR__MK(rope_theta, TR_KEY_DOUBLE, 0, "RoPE base"),
+    TR__MK(rms_norm_eps, TR_KEY_DOUBLE, 0, "RMSNorm epsilon"),
+    TR__MK(halt_max_steps, TR_KEY_INT, 0, "M_max, supervision steps"),
+    TR__MK(halt_exploration_prob, TR_KEY_DOUBLE, 0, "ACT exploration probability"),
+    TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM)"),
+    {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
+};
+#undef TR__MK
+#undef TR__TK
+#define TR__NKEYS ((int)(sizeof tr__config_keys / sizeof tr__config_keys[0]))
+
+TRDEF const tr_key *tr_config_keys(int *count) {
+    if (count) *count = TR__NKEYS;
+    return tr__config_keys;
+}
+
+TRDEF const tr_key *tr_config_find_key(const char *name) {
+    int i;
+    for (i = 0; name && i < TR__NKEYS; i++)
+        if (strcmp(tr__config_keys[i].name, name) == 0) return &tr__config_keys[i];
+    return NULL;
+}
+
+TR__FN int tr__streq_ci(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+/* The names of the enumerated types, in enum order: what command lines and checkpoint files spell. */
+static const char *const tr__bool_names[] = {"false", "true", "0", "1", "no", "yes", "off", "on", NULL}; /* value = index & 1 */
+static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
+static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
+static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
+static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
+static const char *const tr__forward_dtype_names[] = {"bfloat16", "float16", "float32", NULL};
+
+TR__FN const char *const *tr__enum_names(tr_key_type t) {
+    switch (t) {
+    case TR_KEY_BOOL: return tr__bool_names;
+    case TR_KEY_ARCH: return tr__arch_names;
+    case TR_KEY_POS_ENCODING: return tr__pos_names;
+    case TR_KEY_LOSS_TYPE: return tr__loss_names;
+    case TR_KEY_DTYPE: return tr__forward_dtype_names;
+    default: return NULL;
+    }
+}
+
+/* The value that s names for an enumerated type (case-insensitive when ci), or -1. */
+TR__FN int tr__enum_parse(tr_key_type t, const char *s, int ci) {
+    const char *const *names = tr__enum_names(t);
+    int i, pass;
+    for (pass = 0; pass < 2 && names; pass++, names = t == TR_KEY_LOSS_TYPE ? tr__loss_short_names : NULL)
+        for (i = 0; names[i]; i++)
+            if (ci ? tr__streq_ci(names[i], s) : strcmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+/* The name of value v of an enumerated type, or NULL when v is none of its values. */
+TR__FN const char *tr__enum_name(tr_key_type t, int v) {
+    const char *const *names = tr__enum_names(t);
+    int i;
+    for (i = 0; names && names[i]; i++)
+        if (i == v) return names[i];
+    return NULL;
+}
+
+TR__FN const char *tr__key_expected(tr_key_type t) {
+    switch (t) {
+    case TR_KEY_INT:
+    case TR_KEY_LONG:
+    case TR_KEY_U64: return "an integer";
+    case TR_KEY_DOUBLE: return "a number";
+    case TR_KEY_BOOL: return "true or false";
+    case TR_KEY_ARCH: return "trm or hrm";
+    case TR_KEY_POS_ENCODING: return "rope, learned or none";
+    case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy or softmax_cross_entropy";
+    case TR_KEY_DTYPE: return "bfloat16, float16 or float32";
+    default: return "a value";
+    }
+}
+
+TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const char *val) {
+    char *p, *end = NULL;
+    int e;
+    if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
+    if ((k->type == TR_KEY_STRING || k->type == TR_KEY_DTYPE) && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
+    p = (char *)base + k->offset;
+    errno = 0;
+    switch (k->type) {
+    case TR_KEY_INT:
+    case TR_KEY_LONG: {
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || errno || (k->type == TR_KEY_INT && (v < -2147483647L || v > 2147483647L))) break;
+        if (k->type == TR_KEY_INT) *(int *)p = (int)v;
+        else *(long *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_U64: {
+        unsigned long long v = strtoull(val, &end, 10);
+        if (!*val || *val == '-' || *end || errno) break;
+        *(unsigned long long *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_DOUBLE: {
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v)) break;
+        *(double *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_BOOL:
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
+        *(int *)p = e & 1;
+        return TR_OK;
+    case TR_KEY_STRING:
+        if (!*val) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' needs a non-empty value", k->name);
+        if (strlen(val) >= k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "value of '%s' is too long (at most %zu characters)", k->name, k->size - 1);
+        memcpy(p, val, strlen(val) + 1);
+        return TR_OK;
+    case TR_KEY_ARCH:
+    case TR_KEY_POS_ENCODING:
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
+        if (k->type == TR_KEY_ARCH) *(tr_arch *)p = (tr_arch)e;
+        else *(tr_pos_encoding *)p = (tr_pos_encoding)e;
+        return TR_OK;
+    case TR_KEY_LOSS_TYPE:
+        if ((e = tr__enum_parse(k->type, val, 0)) < 0) break;
+        *(tr_loss_type *)p = (tr_loss_type)e;
+        return TR_OK;
+    case TR_KEY_DTYPE: /* accepted for compatibility: tinyrec computes in float32 */
+        if (tr__enum_parse(k->type, val, 0) < 0 || strlen(val) >= k->size) break;
+        memcpy(p, val, strlen(val) + 1);
+        return TR_OK;
+    default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
+    }
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "bad value '%.200s' for key '%s': expected %s", val, k->name, tr__key_expected(k->type));
+}
+
+TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size_t cap) {
+    const char *p;
+    int n = -1;
+    if (!k || !base || !buf || !cap) return TR_ERR_INVALID_ARG;
+    p = (const char *)base + k->offset;
+    switch (k->type) {
+    case TR_KEY_INT: n = snprintf(buf, cap, "%d", *(const int *)p); break;
+    case TR_KEY_LONG: n = snprintf(buf, cap, "%ld", *(const long *)p); break;
+    case TR_KEY_U64: n = snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
+    case TR_KEY_DOUBLE: n = snprintf(buf, cap, "%.17g", *(const double *)p); break;
+    case TR_KEY_BOOL: n = snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
+    case TR_KEY_STRING:
+    case TR_KEY_DTYPE: {
+        const char *z = (const char *)memchr(p, 0, k->size); /* a full array holds no terminator */
+        n = snprintf(buf, cap, "%.*s", z ? (int)(z - p) : (int)k->size, p);
+        break;
+    }
+    case TR_KEY_ARCH:
+    case TR_KEY_POS_ENCODING:
+    case TR_KEY_LOSS_TYPE: {
+        int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p : (int)*(const tr_loss_type *)p;
+        const char *name = tr__enum_name(k->type, v);
+        if (!name) return TR_ERR_INVALID_ARG; /* not a value of the enum */
+        n = snprintf(buf, cap, "%s", name);
+        break;
+    }
+    default: buf[0] = 0; return TR_ERR_INVALID_ARG;
+    }
+    return n >= 0 && (size_t)n < cap ? TR_OK : TR_ERR_OVERFLOW;
+}
+
+TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value) {
+    const tr_key *k = tr_config_find_key(key);
+    void *base;
+    if (!k) return tr__err(ctx, TR_ERR_NOT_FOUND, "unknown key '%.200s'", key ? key : "(null)");
+    base = k->in == TR_KEY_IN_MODEL ? (void *)model : (void *)train;
+    if (!base) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_config_set: key '%s' needs a %s config", k->name, k->in == TR_KEY_IN_MODEL ? "model" : "train");
+    return tr_key_parse(ctx, k, base, value);
+}
+
+/* A preset is its base (another preset, or the reference's defaults) plus key=value settings, so
+   that each entry says only how it differs. */
+typedef struct tr__preset_def {
+    const char *name, *arch, *base, *task;
+    int vocab_size, seq_len; /* the dataset's; 0 = any */
+    long epochs, eval_interval;
+    const char *settings;    /* space-separated key=value over the base */
+    const char *help;
+} tr__preset_def;
+
+#define TR__CPU_RECIPE "global_batch_size=32 lr=1e-3 lr_warmup_steps=100 weight_decay=0.1 puzzle_emb_lr=1e-3 puzzle_emb_weight_decay=0.1 ema_rate=0.99"
+static const tr__preset_def tr__presets[] = {
+    {"trm-sudoku-mlp", "trm-sudoku-mlp", NULL, "sudoku", 11, 81, 50000, 5000, "arch.mlp_t=true arch.pos_encodings=none",
+     "reference TRM-MLP Sudoku-Extreme (5.0M params, 50k epochs, batch 768)"},
+    {"trm-sudoku-att", "trm-sudoku-att", NULL, "sudoku", 11, 81, 50000, 5000, "", "reference TRM-Att Sudoku-Extreme (6.8M params)"},
+    {"trm-maze", "trm-maze", NULL, "maze", 6, 900, 50000, 5000, "arch.L_cycles=4", "reference TRM-Att Maze-Hard 30x30 (6.8M params, n=4)"},
+    /* 961: the reference ARC set's puzzle count; the real table size comes from the dataset */
+    {"trm-arc", "trm-arc", NULL, "arc", 12, 900, 100000, 10000, "arch.L_cycles=4 arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
+     "reference TRM-Att ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
+    {"sudoku-tiny", NULL, "tiny", "sudoku", 11, 81, 5, 1, "", "CPU: D=64 mlp_t T=2 n=2, batch 32, lr 1e-3, EMA 0.99, 5 epochs (the demo's recipe)"},
+    {"sudoku-small", NULL, "tiny", "sudoku", 11, 81, 5, 1, "arch.hidden_size=128 arch.num_heads=4 arch.puzzle_emb_ndim=128 arch.H_cycles=3 arch.L_cycles=4 global_batch_size=64",
+     "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3"},
+    {"maze-tiny", NULL, "tiny", "maze", 6, 0, 5, 1, "arch.mlp_t=false arch.pos_encodings=rope", "CPU: D=64 attention+RoPE T=2 n=2, any maze size"},
+    /* the sizes are placeholders (a Sudoku's): the dataset replaces them */
+    {"tiny", "trm-tiny", NULL, NULL, 0, 0, 5, 1,
+     "arch.vocab_size=11 arch.seq_len=81 arch.mlp_t=true arch.pos_encodings=none arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 "
+     "arch.puzzle_emb_len=2 arch.H_cycles=2 arch.L_cycles=2 " TR__CPU_RECIPE,
+     "CPU: trm-tiny on any dataset (sizes from the dataset)"},
+};
+#undef TR__CPU_RECIPE
+#define TR__NPRESETS ((int)(sizeof tr__presets / sizeof tr__presets[0]))
+/* The arch names of the table, in its order (test_config checks that they agree). */
+static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "trm-tiny", NULL};
+
+TR__FN const tr__preset_def *tr__preset_lookup(const char *name, int arch_too) {
+    int i;
+    for (i = 0; name && i < TR__NPRESETS; i++)
+        if (strcmp(tr__presets[i].name, name) == 0 || (arch_too && tr__presets[i].arch && strcmp(tr__presets[i].arch, name) == 0)) return &tr__presets[i];
+    return NULL;
+}
+
+TR__FN tr_status tr__preset_build(const tr__preset_def *d, tr_preset *out, int depth) {
+    const char *s = d->settings;
+    tr_status st;
+    if (d->base) {
+        const tr__preset_def *b = tr__preset_lookup(d->base, 0);
+        if (!b || depth > 4 || (st = tr__preset_build(b, out, depth + 1)) != TR_OK) return TR_ERR_CONFIG;
+    } else {
+        tr_model_config *c = &out->model;
+        memset(out, 0, sizeof *out);
+        /* config/arch/trm.yaml */
+        c->arch = TR_ARCH_TRM, c->hidden_size = 512, c->num_heads = 8, c->expansion = 4, c->H_layers = 0, c->L_layers = 2;
+        c->H_cycles = 3, c->L_cycles = 6, c->puzzle_emb_ndim = 512, c->puzzle_emb_len = 16, c->pos_encodings = TR_POS_ROPE, c->mlp_t = 0;
+        c->rope_theta = 10000, c->rms_norm_eps = 1e-5, c->halt_max_steps = 16, c->halt_exploration_prob = 0.1, c->no_ACT_continue = 1;
+        c->loss_type = TR_LOSS_STABLEMAX, c->num_puzzle_identifiers = 1;
+        out->train = tr_train_config_default();
+    }
+    while (*s) { /* key=value pairs: short, and checked by the test of every preset */
+        char kv[160], *eq;
+        size_t n = strcspn(s, " ");
+        if (n >= sizeof kv) return TR_ERR_CONFIG;
+        memcpy(kv, s, n), kv[n] = 0;
+        s += n + (s[n] == ' ');
+        if (!n) continue;
+        if (!(eq = strchr(kv, '='))) return TR_ERR_CONFIG;
+        *eq = 0;
+        if (tr_config_set(NULL, &out->model, &out->train, kv, eq + 1) != TR_OK) return TR_ERR_CONFIG;
+    }
+    out->name = d->name, out->arch = d->arch, out->task = d->task, out->help = d->help;
+    out->data_vocab_size = d->vocab_size, out->data_seq_len = d->seq_len;
+    if (d->vocab_size) out->model.vocab_size = d->vocab_size;
+    if (d->seq_len) out->model.seq_len = d->seq_len;
+    out->epochs = d->epochs, out->eval_interval = d->eval_interval;
+    return TR_OK;
+}
+
+TRDEF int tr_preset_count(void) { return TR__NPRESETS; }
+
+TRDEF tr_status tr_preset_get(int index, tr_preset *out) {
+    if (!out) return TR_ERR_INVALID_ARG;
+    if (index < 0 || index >= TR__NPRESETS) return TR_ERR_NOT_FOUND;
+    return tr__preset_build(&tr__presets[index], out, 0);
+}
+
+TRDEF tr_status tr_preset_find(const char *name, tr_preset *out) {
+    const tr__preset_def *d = tr__preset_lookup(name, 0);
+    if (!out) return TR_ERR_INVALID_ARG;
+    return d ? tr__preset_build(d, out, 0) : TR_ERR_NOT_FOUND;
+}
+
+TRDEF const char *const *tr_model_config_preset_names(void) { return tr__preset_names; }
+
+TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name) {
+    const tr__preset_def *d;
+    tr_preset p;
+    tr_status st;
+    if (!cfg || !name) return TR_ERR_INVALID_ARG;
+    if (!(d = tr__preset_lookup(name, 1))) return TR_ERR_NOT_FOUND;
+    if ((st = tr__preset_build(d, &p, 0)) != TR_OK) return st;
+    *cfg = p.model;
+    return TR_OK;
+}
+/* >>config-end */
 
 /* Strict JSON reader, string builder, whole-file reads and atomic file writes. */
 /* >>json */
@@ -14142,8 +14508,6 @@ static const tr__ck_field tr__ck_train_fields[] = {
 #undef TR__CK_TF
 #define TR__CK_NTRAIN ((int)(sizeof tr__ck_train_fields / sizeof tr__ck_train_fields[0]))
 
-static const char *const tr__ck_pos_names[] = {"none", "rope", "learned"};
-static const char *const tr__ck_loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy"};
 
 /* Appends `{"field":value,...}` for a struct described by a field table. */
 TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const void *obj) {
@@ -14164,14 +14528,11 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
             tr__sb_printf(sb, "%s", num);
             break;
         case TR__CK_BOOL: tr__sb_printf(sb, "%s", *(const int *)p ? "true" : "false"); break;
-        case TR__CK_POS: {
-            int v = (int)*(const tr_pos_encoding *)p;
-            tr__sb_json_string(sb, v >= 0 && v <= 2 ? tr__ck_pos_names[v] : "?");
-            break;
-        }
+        case TR__CK_POS:
         case TR__CK_LOSS: {
-            int v = (int)*(const tr_loss_type *)p;
-            tr__sb_json_string(sb, v >= 0 && v <= 1 ? tr__ck_loss_names[v] : "?");
+            const char *name = fl[i].kind == TR__CK_POS ? tr__enum_name(TR_KEY_POS_ENCODING, (int)*(const tr_pos_encoding *)p)
+                                                        : tr__enum_name(TR_KEY_LOSS_TYPE, (int)*(const tr_loss_type *)p);
+            tr__sb_json_string(sb, name ? name : "?");
             break;
         }
         case TR__CK_FWD: tr__sb_json_string(sb, "float32"); break;
@@ -14215,15 +14576,9 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
             break;
         case TR__CK_POS:
         case TR__CK_LOSS: {
-            const char *const *names = fl[i].kind == TR__CK_POS ? tr__ck_pos_names : tr__ck_loss_names;
-            int n = fl[i].kind == TR__CK_POS ? 3 : 2, k, found = -1;
+            int found;
             if (v->type != TR_JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
-            for (k = 0; k < n; k++)
-                if (strcmp(v->string, names[k]) == 0) found = k;
-            if (fl[i].kind == TR__CK_LOSS && found < 0) { /* short names too */
-                if (strcmp(v->string, "stablemax") == 0) found = 0;
-                if (strcmp(v->string, "softmax") == 0) found = 1;
-            }
+            found = tr__enum_parse(fl[i].kind == TR__CK_POS ? TR_KEY_POS_ENCODING : TR_KEY_LOSS_TYPE, v->string, 0);
             if (found < 0)
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' is '%.60s' (expected %s)", what, fl[i].name, v->string,
                                fl[i].kind == TR__CK_POS ? "rope, none or learned" : "stablemax_cross_entropy or softmax_cross_entropy");
@@ -14233,8 +14588,7 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
         }
         case TR__CK_FWD:
             /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
-            if (v->type != TR_JSON_STRING ||
-                (strcmp(v->string, "float32") != 0 && strcmp(v->string, "bfloat16") != 0 && strcmp(v->string, "float16") != 0))
+            if (v->type != TR_JSON_STRING || tr__enum_parse(TR_KEY_DTYPE, v->string, 0) < 0)
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\" or \"float16\"", what);
             break;
         }
@@ -14955,6 +15309,207 @@ done:
     return st;
 }
 /* >>checkpoint-end */
+
+/* A run's metrics history (tr_metrics_history) and its SVG plot. */
+/* >>metrics */
+
+TRDEF tr_status tr_metrics_history_add(tr_ctx *ctx, tr_metrics_history *h, int is_eval, const tr_metrics_point *p) {
+    tr_metrics_point **a;
+    size_t *n, *cap;
+    if (!h || !p) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_history_add: NULL argument");
+    a = is_eval ? &h->eval : &h->train, n = is_eval ? &h->neval : &h->ntrain, cap = is_eval ? &h->cap_eval : &h->cap_train;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        tr_metrics_point *na = nc <= SIZE_MAX / sizeof *na ? (tr_metrics_point *)tr__alloc(ctx, nc * sizeof *na) : NULL;
+        if (!na) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for %zu metrics points", nc);
+        if (*n) memcpy(na, *a, *n * sizeof *na);
+        tr__free(ctx, *a);
+        *a = na, *cap = nc;
+    }
+    (*a)[(*n)++] = *p;
+    return TR_OK;
+}
+
+TRDEF void tr_metrics_history_free(tr_ctx *ctx, tr_metrics_history *h) {
+    if (!h) return;
+    tr__free(ctx, h->train), tr__free(ctx, h->eval);
+    memset(h, 0, sizeof *h);
+}
+
+/* A number member; NAN when absent or null. */
+TR__FN double tr__json_num_or_nan(const tr_json *obj, const char *key) {
+    const tr_json *v = tr_json_get(obj, key);
+    return v && v->type == TR_JSON_NUMBER ? v->number : NAN;
+}
+
+TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_step, int rewrite, tr_metrics_history *h) {
+    char *text = NULL, *line, *next;
+    size_t len;
+    tr__sb kept;
+    tr_status st;
+    FILE *f;
+    if (!path || !h) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_history_load: NULL argument");
+    if (!(f = fopen(path, "rb"))) {
+        if (errno == ENOENT) return TR_OK; /* nothing logged yet */
+        return tr__err(ctx, TR_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    fclose(f);
+    if ((st = tr__read_file(ctx, path, &text, &len)) != TR_OK) return st;
+    tr__sb_init(&kept, ctx);
+    for (line = text; st == TR_OK && line < text + len; line = next) {
+        tr_json *obj = NULL;
+        const tr_json *type;
+        tr_metrics_point p;
+        size_t n;
+        next = (char *)memchr(line, '\n', (size_t)(text + len - line));
+        n = next ? (size_t)(next - line) : (size_t)(text + len - line);
+        next = next ? next + 1 : text + len;
+        if ((st = tr_json_parse(ctx, line, n, path, &obj)) != TR_OK) {
+            st = st == TR_ERR_OUT_OF_MEMORY ? st : TR_OK; /* a line that is not JSON (a torn write) is dropped */
+            continue;
+        }
+        p.step = 0;
+        p.loss = tr__json_num_or_nan(obj, "step");
+        if (obj->type == TR_JSON_OBJECT && p.loss <= (double)max_step) {
+            p.step = (long)p.loss;
+            p.loss = tr__json_num_or_nan(obj, "loss"), p.accuracy = tr__json_num_or_nan(obj, "accuracy"), p.exact_accuracy = tr__json_num_or_nan(obj, "exact_accuracy");
+            type = tr_json_get(obj, "type");
+            st = tr_metrics_history_add(ctx, h, type && type->type == TR_JSON_STRING && strcmp(type->string, "eval") == 0, &p);
+            tr__sb_append(&kept, line, n), tr__sb_append(&kept, "\n", 1);
+        }
+        tr_json_free(ctx, obj);
+    }
+    if (st == TR_OK) st = tr__sb_status(&kept);
+    if (st == TR_OK && rewrite) st = tr__write_whole(ctx, path, kept.data ? kept.data : "", kept.len);
+    tr__sb_free(&kept);
+    tr__free(ctx, text);
+    return st;
+}
+
+/* Averages up to `width` buckets of a series (0 loss, 1 accuracy, 2 exact accuracy); returns the
+   number of points written. */
+TR__FN size_t tr__plot_buckets(const tr_metrics_point *pts, size_t n, int which, size_t width, double *xs, double *ys) {
+    size_t b, out = 0, nb = n < width ? n : width;
+    for (b = 0; b < nb; b++) {
+        size_t lo = b * n / nb, hi = (b + 1) * n / nb, i, cnt = 0;
+        double sx = 0, sy = 0;
+        for (i = lo; i < hi; i++) {
+            double v = which == 0 ? pts[i].loss : which == 1 ? pts[i].accuracy : pts[i].exact_accuracy;
+            if (!isfinite(v)) continue;
+            sx += (double)pts[i].step, sy += v, cnt++;
+        }
+        if (cnt) xs[out] = sx / cnt, ys[out] = sy / cnt, out++;
+    }
+    return out;
+}
+
+TR__FN double tr__plot_tick(double range, int ticks) {
+    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+}
+
+/* A panel's frame: x0..x1 by y0..y1 (log10 units when log_y) at (px, py), pw x ph pixels. */
+typedef struct tr__plot_panel {
+    int px, py, pw, ph, log_y;
+    double x0, x1, y0, y1;
+} tr__plot_panel;
+
+TR__FN void tr__plot_line(tr__sb *sb, const tr__plot_panel *P, const double *xs, const double *ys, size_t n, const char *color) {
+    size_t i;
+    if (!n) return;
+    tr__sb_printf(sb, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    for (i = 0; i < n; i++) {
+        double y = P->log_y ? log10(ys[i] > 1e-12 ? ys[i] : 1e-12) : ys[i];
+        double X = P->px + (xs[i] - P->x0) / (P->x1 - P->x0) * P->pw, Y = P->py + P->ph - (y - P->y0) / (P->y1 - P->y0) * P->ph;
+        if (Y < P->py) Y = P->py;
+        if (Y > P->py + P->ph) Y = P->py + P->ph;
+        tr__sb_printf(sb, "%.1f,%.1f ", X, Y);
+    }
+    tr__sb_printf(sb, "\"/>\n");
+}
+
+TR__FN void tr__plot_axes(tr__sb *sb, const tr__plot_panel *P, const char *title) {
+    double t, st;
+    tr__sb_printf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#999\"/>\n", P->px, P->py, P->pw, P->ph);
+    tr__sb_printf(sb, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", P->px, P->py - 6, title);
+    st = tr__plot_tick(P->x1 - P->x0, 6);
+    for (t = ceil(P->x0 / st) * st; t <= P->x1 + 1e-9; t += st) {
+        double X = P->px + (t - P->x0) / (P->x1 - P->x0) * P->pw;
+        tr__sb_printf(sb, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", X, P->py, X, P->py + P->ph);
+        tr__sb_printf(sb, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", X, P->py + P->ph + 14, t);
+    }
+    st = P->log_y ? 1 : tr__plot_tick(P->y1 - P->y0, 5);
+    for (t = ceil(P->y0 / st) * st; t <= P->y1 + 1e-9; t += st) {
+        double Y = P->py + P->ph - (t - P->y0) / (P->y1 - P->y0) * P->ph;
+        tr__sb_printf(sb, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>", P->px, Y, P->px + P->pw, Y);
+        tr__sb_printf(sb, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", P->px - 4, Y + 4, P->log_y ? pow(10, t) : t);
+    }
+}
+
+TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h) {
+    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
+    double *xs, lmin = INFINITY, lmax = -INFINITY, *ys;
+    size_t i, n;
+    tr__plot_panel loss, acc;
+    tr__sb sb;
+    tr_status st;
+    const char *c;
+    if (!path || !h) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_plot_svg: NULL argument");
+    if (h->ntrain > SIZE_MAX / 2 / sizeof(double) - 1) return tr__err(ctx, TR_ERR_OVERFLOW, "tr_metrics_plot_svg: %zu points", h->ntrain);
+    if (!(xs = (double *)tr__alloc(ctx, 2 * (h->ntrain + 1) * sizeof(double)))) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for the plot of %s", path);
+    ys = xs + h->ntrain + 1;
+    memset(&loss, 0, sizeof loss);
+    loss.px = PX, loss.py = 50, loss.pw = PW, loss.ph = PH, loss.x1 = 1;
+    for (i = 0; i < h->ntrain; i++) {
+        if (h->train[i].step > loss.x1) loss.x1 = (double)h->train[i].step;
+        if (isfinite(h->train[i].loss) && h->train[i].loss > 0) {
+            if (h->train[i].loss < lmin) lmin = h->train[i].loss;
+            if (h->train[i].loss > lmax) lmax = h->train[i].loss;
+        }
+    }
+    for (i = 0; i < h->neval; i++)
+        if (h->eval[i].step > loss.x1) loss.x1 = (double)h->eval[i].step;
+    if (!(lmin < lmax)) lmin = 0.1, lmax = 10;
+    loss.log_y = lmax / lmin > 20;
+    if (loss.log_y) loss.y0 = floor(log10(lmin)), loss.y1 = ceil(log10(lmax));
+    else loss.y0 = 0, loss.y1 = lmax * 1.05;
+    acc = loss;
+    acc.py = 330, acc.log_y = 0, acc.y0 = 0, acc.y1 = 1;
+    tr__sb_init(&sb, ctx);
+    tr__sb_printf(&sb, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
+    tr__sb_printf(&sb, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
+    tr__sb_printf(&sb, "<text x=\"%d\" y=\"22\" font-size=\"15\">", PX);
+    for (c = title ? title : ""; *c; c++) { /* XML text */
+        if (*c == '<' || *c == '>' || *c == '&') tr__sb_printf(&sb, "%s", *c == '<' ? "&lt;" : *c == '>' ? "&gt;" : "&amp;");
+        else tr__sb_append(&sb, c, 1);
+    }
+    tr__sb_printf(&sb, "</text>\n");
+    tr__plot_axes(&sb, &loss, loss.log_y ? "train loss (log scale)" : "train loss");
+    n = tr__plot_buckets(h->train, h->ntrain, 0, PW, xs, ys);
+    tr__plot_line(&sb, &loss, xs, ys, n, "#1f77b4");
+    tr__plot_axes(&sb, &acc, "accuracy and exact accuracy (lines: train; dots: eval)");
+    n = tr__plot_buckets(h->train, h->ntrain, 1, PW, xs, ys);
+    tr__plot_line(&sb, &acc, xs, ys, n, "#2ca02c");
+    n = tr__plot_buckets(h->train, h->ntrain, 2, PW, xs, ys);
+    tr__plot_line(&sb, &acc, xs, ys, n, "#d62728");
+    for (i = 0; i < h->neval; i++) {
+        double X = PX + (h->eval[i].step - acc.x0) / (acc.x1 - acc.x0) * PW;
+        if (isfinite(h->eval[i].accuracy)) tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#2ca02c\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].accuracy * PH);
+        if (isfinite(h->eval[i].exact_accuracy))
+            tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact_accuracy * PH);
+    }
+    tr__sb_printf(&sb, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
+    tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206,
+                  H - 15);
+    tr__sb_printf(&sb, "</svg>\n");
+    tr__free(ctx, xs);
+    if ((st = tr__sb_status(&sb)) == TR_OK) st = tr__write_whole(ctx, path, sb.data, sb.len);
+    tr__sb_free(&sb);
+    return st;
+}
+/* >>metrics-end */
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
     tr_model_config cfg;
     tr_model *model;
     tr_trainer *trainer;
-    tr_train_config tc = tr_train_config_default();
+    tr_preset preset;
+    tr_train_config tc;
     uint8_t *tq, *ta, *eq, *ea;
     int32_t *in, *lab, *pid;
     for (i = 1; i < argc; i++) {
@@ -110,13 +111,15 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    tr_model_config_preset(&cfg, "trm-tiny");
+    /* the library's sudoku-tiny preset: the trm-tiny model and a recipe for minutes of CPU training */
+    if (tr_preset_find("sudoku-tiny", &preset) != TR_OK) return 1;
+    cfg = preset.model;
     if (tr_model_create(ctx, &cfg, &model) != TR_OK) {
         fprintf(stderr, "tinyrec-demo: %s\n", tr_ctx_last_error(ctx));
         return 1;
     }
+    tc = preset.train;
     tc.global_batch_size = B;
-    tc.lr = 1e-3, tc.lr_warmup_steps = 100, tc.weight_decay = 0.1, tc.puzzle_emb_weight_decay = 0.1, tc.puzzle_emb_lr = 1e-3;
     /* a short run: the reference's 0.999 would average in the first, untrained, thousand steps */
     tc.ema_decay = ema_decay;
     if (tr_trainer_create(model, &tc, &trainer) != TR_OK) {

@@ -18,7 +18,10 @@
    Exit status: 0 done (or max_steps reached), 1 runtime error, 2 bad command line or configuration,
    130 stopped by SIGINT or SIGTERM after saving a checkpoint (resume it with --resume).
 
-   Uses only the public API of tinyrec.h. */
+   Uses only the public API of tinyrec.h: the preset table (tr_preset) and settings by name (tr_key,
+   tr_key_parse, tr_key_format) for the configuration, tr_dataset/tr_sampler for the data,
+   tr_model/tr_trainer for training and evaluation, tr_model_save/tr_trainer_save for checkpoints,
+   tr_metrics_history/tr_metrics_plot_svg for the metrics plot. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <errno.h>
@@ -36,6 +39,8 @@
 
 /* ---- options ---------------------------------------------------------------------------- */
 
+/* One run's settings: the model and training configs the library's keys set (tr_config_keys), and
+   the program's own. */
 typedef struct options {
     char preset[64];
     tr_model_config arch;
@@ -54,280 +59,115 @@ typedef struct options {
     int prefetch;
 } options;
 
-typedef enum { K_INT, K_LONG, K_DBL, K_BOOL, K_U64, K_STR, K_POS, K_LOSS, K_DTYPE, K_DEVICE } key_kind;
-
-typedef struct key_def {
-    const char *name;
-    key_kind kind;
-    size_t off;
-    size_t cap; /* K_STR */
-    int persist; /* written to train_config.txt */
-    const char *help;
-} key_def;
-
-#define OFF(f) offsetof(options, f)
-static const key_def KEYS[] = {
-    {"data_path", K_STR, OFF(data_path), PATH_CAP, 1, "dataset folder in the reference layout (train/ and test/)"},
-    {"checkpoint_path", K_STR, OFF(checkpoint_path), PATH_CAP, 1, "folder for checkpoints, metrics.jsonl and metrics.svg"},
-    {"global_batch_size", K_INT, OFF(tc.global_batch_size), 0, 1, "rows per optimizer step"},
-    {"epochs", K_LONG, OFF(epochs), 0, 1, "training epochs (one epoch = one sample of every group)"},
-    {"eval_interval", K_LONG, OFF(eval_interval), 0, 1, "epochs between evaluations and checkpoints; must divide epochs"},
-    {"min_eval_interval", K_LONG, OFF(min_eval_interval), 0, 1, "evaluate only from this iteration (of eval_interval epochs) on"},
-    {"lr", K_DBL, OFF(tc.lr), 0, 1, "learning rate (AdamATan2)"},
-    {"lr_min_ratio", K_DBL, OFF(tc.lr_min_ratio), 0, 1, "cosine floor as a fraction of lr (1 = constant after warmup)"},
-    {"lr_warmup_steps", K_LONG, OFF(tc.lr_warmup_steps), 0, 1, "linear warmup steps"},
-    {"weight_decay", K_DBL, OFF(tc.weight_decay), 0, 1, "decoupled weight decay of the dense parameters"},
-    {"beta1", K_DBL, OFF(tc.beta1), 0, 1, "AdamATan2 beta1"},
-    {"beta2", K_DBL, OFF(tc.beta2), 0, 1, "AdamATan2 beta2"},
-    {"puzzle_emb_lr", K_DBL, OFF(tc.puzzle_emb_lr), 0, 1, "sign-SGD learning rate of the puzzle embedding"},
-    {"puzzle_emb_weight_decay", K_DBL, OFF(tc.puzzle_emb_weight_decay), 0, 1, "weight decay of the puzzle embedding"},
-    {"ema", K_BOOL, OFF(tc.ema), 0, 1, "keep an EMA of the weights; evaluate and checkpoint it"},
-    {"ema_rate", K_DBL, OFF(tc.ema_decay), 0, 1, "EMA decay"},
-    {"seed", K_U64, OFF(seed), 0, 1, "seed of the initialisation, the sampler and the ACT exploration"},
-    {"arch.hidden_size", K_INT, OFF(arch.hidden_size), 0, 1, "D"},
-    {"arch.num_heads", K_INT, OFF(arch.num_heads), 0, 1, "attention heads"},
-    {"arch.expansion", K_DBL, OFF(arch.expansion), 0, 1, "SwiGLU width factor"},
-    {"arch.H_layers", K_INT, OFF(arch.H_layers), 0, 1, "H layers (HRM; unused by TRM)"},
-    {"arch.L_layers", K_INT, OFF(arch.L_layers), 0, 1, "layers of the shared module"},
-    {"arch.H_cycles", K_INT, OFF(arch.H_cycles), 0, 1, "T"},
-    {"arch.L_cycles", K_INT, OFF(arch.L_cycles), 0, 1, "n"},
-    {"arch.puzzle_emb_ndim", K_INT, OFF(arch.puzzle_emb_ndim), 0, 1, "puzzle embedding width (0 = none)"},
-    {"arch.puzzle_emb_len", K_INT, OFF(arch.puzzle_emb_len), 0, 1, "puzzle embedding tokens (0 = ceil(ndim / hidden_size))"},
-    {"arch.pos_encodings", K_POS, OFF(arch.pos_encodings), 0, 1, "rope | learned | none"},
-    {"arch.mlp_t", K_BOOL, OFF(arch.mlp_t), 0, 1, "token-mixing MLP instead of attention"},
-    {"arch.rope_theta", K_DBL, OFF(arch.rope_theta), 0, 1, "RoPE base"},
-    {"arch.rms_norm_eps", K_DBL, OFF(arch.rms_norm_eps), 0, 1, "RMSNorm epsilon"},
-    {"arch.halt_max_steps", K_INT, OFF(arch.halt_max_steps), 0, 1, "M_max, supervision steps"},
-    {"arch.halt_exploration_prob", K_DBL, OFF(arch.halt_exploration_prob), 0, 1, "ACT exploration probability"},
-    {"arch.no_ACT_continue", K_BOOL, OFF(arch.no_ACT_continue), 0, 1, "halt on q_halt > 0 (TRM)"},
-    {"arch.loss.loss_type", K_LOSS, OFF(arch.loss_type), 0, 1, "stablemax_cross_entropy | softmax_cross_entropy"},
-    {"arch.forward_dtype", K_DTYPE, OFF(forward_dtype), 32, 1, "accepted for compatibility; the CPU computes in float32"},
-    {"max_steps", K_LONG, OFF(max_steps), 0, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"},
-    {"threads", K_INT, OFF(threads), 0, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"},
-    {"device", K_DEVICE, OFF(device), 64, 1, "(tinyrec) auto | cpu | opencl | opencl:N | opencl:<name>; default TINYREC_DEVICE, else auto"},
-    {"log_interval", K_INT, OFF(log_interval), 0, 1, "(tinyrec) steps per metrics.jsonl line"},
-    {"print_interval", K_DBL, OFF(print_interval), 0, 0, "(tinyrec) seconds between progress lines when not on a terminal"},
-    {"eval_batches", K_LONG, OFF(eval_batches), 0, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"},
-    {"prefetch", K_INT, OFF(prefetch), 0, 0, "(tinyrec) batches prepared ahead by a thread"},
+/* The program's own keys, described with the library's tr_key so that tr_key_parse/tr_key_format
+   read and write them as they do the library's. `before` places each among the library's keys in
+   --list-keys and train_config.txt (NULL: at the end); `persist`: written to train_config.txt. */
+typedef struct own_key {
+    tr_key key;
+    const char *before;
+    int persist;
+} own_key;
+#define OWN(name, field, type, size, before, persist, help) {{name, type, TR_KEY_IN_USER, offsetof(options, field), size, 0, help}, before, persist}
+static const own_key OWN_KEYS[] = {
+    OWN("data_path", data_path, TR_KEY_STRING, PATH_CAP, "global_batch_size", 1, "dataset folder in the reference layout (train/ and test/)"),
+    OWN("checkpoint_path", checkpoint_path, TR_KEY_STRING, PATH_CAP, "global_batch_size", 1, "folder for checkpoints, metrics.jsonl and metrics.svg"),
+    OWN("epochs", epochs, TR_KEY_LONG, 0, "lr", 1, "training epochs (one epoch = one sample of every group)"),
+    OWN("eval_interval", eval_interval, TR_KEY_LONG, 0, "lr", 1, "epochs between evaluations and checkpoints; must divide epochs"),
+    OWN("min_eval_interval", min_eval_interval, TR_KEY_LONG, 0, "lr", 1, "evaluate only from this iteration (of eval_interval epochs) on"),
+    OWN("seed", seed, TR_KEY_U64, 0, "arch.hidden_size", 1, "seed of the initialisation, the sampler and the ACT exploration"),
+    OWN("arch.forward_dtype", forward_dtype, TR_KEY_DTYPE, 32, NULL, 1, "accepted for compatibility; the CPU computes in float32"),
+    OWN("max_steps", max_steps, TR_KEY_LONG, 0, NULL, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"),
+    OWN("threads", threads, TR_KEY_INT, 0, NULL, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"),
+    OWN("device", device, TR_KEY_STRING, 64, NULL, 1, "(tinyrec) auto | cpu | opencl | opencl:N | opencl:<name>; default TINYREC_DEVICE, else auto"),
+    OWN("log_interval", log_interval, TR_KEY_INT, 0, NULL, 1, "(tinyrec) steps per metrics.jsonl line"),
+    OWN("print_interval", print_interval, TR_KEY_DOUBLE, 0, NULL, 0, "(tinyrec) seconds between progress lines when not on a terminal"),
+    OWN("eval_batches", eval_batches, TR_KEY_LONG, 0, NULL, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"),
+    OWN("prefetch", prefetch, TR_KEY_INT, 0, NULL, 0, "(tinyrec) batches prepared ahead by a thread"),
 };
-#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+#define NOWN ((int)(sizeof OWN_KEYS / sizeof OWN_KEYS[0]))
 
-/* ---- presets ---------------------------------------------------------------------------- */
+/* tinyrec-train's key table: every library key a user sets (the dataset-derived ones are the
+   program's to set), with the program's own spliced in. */
+typedef struct key_row {
+    const tr_key *key;
+    int persist;
+} key_row;
+static key_row KEYS[128];
+static int NKEYS;
 
-typedef struct preset_def {
-    const char *name, *arch, *task, *help;
-    int vocab_size, seq_len; /* what the dataset must have; 0 = take the dataset's */
-    void (*apply)(options *o);
-} preset_def;
-
-static void recipe_reference(options *o) {
-    o->tc = tr_train_config_default(); /* lr 1e-4, wd 1.0, warmup 2000, batch 768, EMA 0.999 */
-    o->epochs = 50000, o->eval_interval = 5000;
-}
-static void p_arc(options *o) {
-    recipe_reference(o);
-    o->epochs = 100000, o->eval_interval = 10000;
-    o->tc.puzzle_emb_lr = 1e-2, o->tc.weight_decay = 0.1, o->tc.puzzle_emb_weight_decay = 0.1;
-}
-static void recipe_cpu(options *o) {
-    o->tc = tr_train_config_default();
-    o->tc.global_batch_size = 32, o->tc.lr = 1e-3, o->tc.lr_warmup_steps = 100;
-    o->tc.weight_decay = 0.1, o->tc.puzzle_emb_lr = 1e-3, o->tc.puzzle_emb_weight_decay = 0.1;
-    o->tc.ema_decay = 0.99; /* a short run: 0.999 would still be mostly the initial weights */
-    o->epochs = 5, o->eval_interval = 1;
-}
-static void p_sudoku_small(options *o) {
-    recipe_cpu(o);
-    o->arch.hidden_size = 128, o->arch.num_heads = 4, o->arch.puzzle_emb_ndim = 128, o->arch.puzzle_emb_len = 2;
-    o->arch.H_cycles = 3, o->arch.L_cycles = 4;
-    o->tc.global_batch_size = 64;
-}
-static void p_maze_tiny(options *o) {
-    recipe_cpu(o);
-    o->arch.mlp_t = 0, o->arch.pos_encodings = TR_POS_ROPE;
+static void add_key(const tr_key *k, int persist) {
+    if (NKEYS < (int)(sizeof KEYS / sizeof KEYS[0])) KEYS[NKEYS].key = k, KEYS[NKEYS++].persist = persist;
 }
 
-static const preset_def PRESETS[] = {
-    {"trm-sudoku-mlp", "trm-sudoku-mlp", "sudoku", "reference TRM-MLP Sudoku-Extreme (5.0M params, 50k epochs, batch 768)", 11, 81, recipe_reference},
-    {"trm-sudoku-att", "trm-sudoku-att", "sudoku", "reference TRM-Att Sudoku-Extreme (6.8M params)", 11, 81, recipe_reference},
-    {"trm-maze", "trm-maze", "maze", "reference TRM-Att Maze-Hard 30x30 (6.8M params, n=4)", 6, 900, recipe_reference},
-    {"trm-arc", "trm-arc", "arc", "reference TRM-Att ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)", 12, 900, p_arc},
-    {"sudoku-tiny", "trm-tiny", "sudoku", "CPU: D=64 mlp_t T=2 n=2, batch 32, lr 1e-3, EMA 0.99, 5 epochs (the demo's recipe)", 11, 81, recipe_cpu},
-    {"sudoku-small", "trm-tiny", "sudoku", "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3", 11, 81, p_sudoku_small},
-    {"maze-tiny", "trm-tiny", "maze", "CPU: D=64 attention+RoPE T=2 n=2, any maze size", 6, 0, p_maze_tiny},
-    {"tiny", "trm-tiny", NULL, "CPU: trm-tiny on any dataset (sizes from the dataset)", 0, 0, recipe_cpu},
-};
-#define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
-
-static const preset_def *find_preset(const char *name) {
-    int i;
-    for (i = 0; i < NPRESETS; i++)
-        if (!strcmp(PRESETS[i].name, name)) return &PRESETS[i];
-    return NULL;
-}
-
-static void apply_preset(options *o, const preset_def *p) {
-    tr_model_config_preset(&o->arch, p->arch);
-    snprintf(o->preset, sizeof o->preset, "%s", p->name);
-    snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
-    p->apply(o);
-    o->min_eval_interval = 0;
-    o->seed = 0;
-    o->log_interval = 1;
-    o->print_interval = 10;
-    o->prefetch = 2;
-    o->eval_batches = 0;
-    o->threads = 0;
-    o->device[0] = 0;
-    o->max_steps = 0;
-    if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
-}
-
-static int streq_ci(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
-        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
-        if (x != y) return 0;
+static void build_keys(void) {
+    int n, i, j;
+    const tr_key *lib = tr_config_keys(&n);
+    for (i = 0; i <= n; i++) {
+        for (j = 0; j < NOWN; j++)
+            if (OWN_KEYS[j].before ? i < n && !strcmp(OWN_KEYS[j].before, lib[i].name) : i == n) add_key(&OWN_KEYS[j].key, OWN_KEYS[j].persist);
+        if (i < n && !(lib[i].flags & TR_KEY_DERIVED)) add_key(&lib[i], 1);
     }
-    return *a == *b;
 }
 
-static const key_def *find_key(const char *name) {
+static const tr_key *find_key(const char *name) {
     int i;
     for (i = 0; i < NKEYS; i++)
-        if (!strcmp(KEYS[i].name, name)) return &KEYS[i];
+        if (!strcmp(KEYS[i].key->name, name)) return KEYS[i].key;
     return NULL;
 }
+
+/* The struct a key's offset is into. */
+static void *key_base(options *o, const tr_key *k) { return k->in == TR_KEY_IN_MODEL ? (void *)&o->arch : k->in == TR_KEY_IN_TRAIN ? (void *)&o->tc : (void *)o; }
 
 static void list_keys(FILE *f) {
     int i;
     fprintf(f, "valid keys:\n");
-    for (i = 0; i < NKEYS; i++) fprintf(f, "  %-26s %s\n", KEYS[i].name, KEYS[i].help);
+    for (i = 0; i < NKEYS; i++) fprintf(f, "  %-26s %s\n", KEYS[i].key->name, KEYS[i].key->help);
 }
 
-/* Sets key=value; on failure writes the reason to err and returns 0. */
-static int set_key(options *o, const char *key, const char *val, char *err, size_t cap) {
-    const key_def *k = find_key(key);
-    char *end = NULL;
-    void *p;
+/* Sets key=value; on failure writes the reason to err and returns 0. ctx gives the library's reasons
+   (and checks device= as the run will). */
+static int set_key(tr_ctx *ctx, options *o, const char *key, const char *val, char *err, size_t cap) {
+    const tr_key *k = find_key(key);
     if (!k) {
         snprintf(err, cap, "unknown key '%s'", key);
         return 0;
     }
-    p = (char *)o + k->off;
-    errno = 0;
-    switch (k->kind) {
-    case K_INT:
-    case K_LONG: {
-        long v = strtol(val, &end, 10);
-        if (!*val || *end || errno || (k->kind == K_INT && (v < -2147483647L || v > 2147483647L))) goto bad_int;
-        if (k->kind == K_INT) *(int *)p = (int)v;
-        else *(long *)p = v;
-        return 1;
+    if (!strcmp(k->name, "device")) { /* the library's own check, so that the message and the spellings match it */
+        if (!*val || strlen(val) >= k->size) {
+            snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->size - 1);
+            return 0;
+        }
+        if (tr_ctx_set_device(ctx, val) != TR_OK) {
+            snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
+            return 0;
+        }
     }
-    case K_U64: {
-        unsigned long long v;
-        if (*val == '-') goto bad_int;
-        v = strtoull(val, &end, 10);
-        if (!*val || *end || errno) goto bad_int;
-        *(unsigned long long *)p = v;
-        return 1;
+    if (tr_key_parse(ctx, k, key_base(o, k), val) != TR_OK) {
+        snprintf(err, cap, "%s", tr_ctx_last_error(ctx));
+        return 0;
     }
-    case K_DBL: {
-        double v = strtod(val, &end);
-        if (!*val || *end || errno || !isfinite(v)) {
-            snprintf(err, cap, "bad value '%s' for key '%s': expected a number", val, key);
-            return 0;
-        }
-        *(double *)p = v;
-        return 1;
-    }
-    case K_BOOL:
-        if (streq_ci(val, "true") || !strcmp(val, "1") || streq_ci(val, "yes") || streq_ci(val, "on")) *(int *)p = 1;
-        else if (streq_ci(val, "false") || !strcmp(val, "0") || streq_ci(val, "no") || streq_ci(val, "off")) *(int *)p = 0;
-        else {
-            snprintf(err, cap, "bad value '%s' for key '%s': expected true or false", val, key);
-            return 0;
-        }
-        return 1;
-    case K_STR:
-        if (strlen(val) >= k->cap) {
-            snprintf(err, cap, "value of '%s' is too long (at most %zu characters)", key, k->cap - 1);
-            return 0;
-        }
-        if (!*val) {
-            snprintf(err, cap, "key '%s' needs a non-empty value", key);
-            return 0;
-        }
-        memcpy(p, val, strlen(val) + 1);
-        return 1;
-    case K_POS:
-        if (streq_ci(val, "rope")) *(tr_pos_encoding *)p = TR_POS_ROPE;
-        else if (streq_ci(val, "learned")) *(tr_pos_encoding *)p = TR_POS_LEARNED;
-        else if (streq_ci(val, "none")) *(tr_pos_encoding *)p = TR_POS_NONE;
-        else {
-            snprintf(err, cap, "bad value '%s' for key '%s': expected rope, learned or none", val, key);
-            return 0;
-        }
-        return 1;
-    case K_LOSS:
-        if (!strcmp(val, "stablemax_cross_entropy") || !strcmp(val, "stablemax")) *(tr_loss_type *)p = TR_LOSS_STABLEMAX;
-        else if (!strcmp(val, "softmax_cross_entropy") || !strcmp(val, "softmax")) *(tr_loss_type *)p = TR_LOSS_SOFTMAX;
-        else {
-            snprintf(err, cap, "bad value '%s' for key '%s': expected stablemax_cross_entropy or softmax_cross_entropy", val, key);
-            return 0;
-        }
-        return 1;
-    case K_DEVICE: {
-        /* the library's own check, so that the message and the accepted spellings match it */
-        tr_ctx_config cc = tr_ctx_config_default();
-        tr_ctx *ctx = NULL;
-        int ok;
-        if (!*val || strlen(val) >= k->cap) {
-            snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->cap - 1);
-            return 0;
-        }
-        cc.device = "cpu";
-        if (tr_ctx_create(&cc, &ctx) != TR_OK) {
-            snprintf(err, cap, "cannot create a context to check device '%s'", val);
-            return 0;
-        }
-        ok = tr_ctx_set_device(ctx, val) == TR_OK;
-        if (!ok) snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
-        tr_ctx_destroy(ctx);
-        if (ok) snprintf((char *)p, k->cap, "%s", val);
-        return ok;
-    }
-    case K_DTYPE:
-        if (strcmp(val, "bfloat16") && strcmp(val, "float32") && strcmp(val, "float16")) {
-            snprintf(err, cap, "bad value '%s' for key '%s': expected bfloat16, float16 or float32", val, key);
-            return 0;
-        }
-        snprintf((char *)p, k->cap, "%s", val);
-        return 1;
-    }
-bad_int:
-    snprintf(err, cap, "bad value '%s' for key '%s': expected an integer", val, key);
-    return 0;
+    return 1;
 }
 
-static void format_key(const options *o, const key_def *k, char *buf, size_t cap) {
-    const void *p = (const char *)o + k->off;
-    switch (k->kind) {
-    case K_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
-    case K_LONG: snprintf(buf, cap, "%ld", *(const long *)p); break;
-    case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
-    case K_DBL: snprintf(buf, cap, "%.17g", *(const double *)p); break;
-    case K_BOOL: snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
-    case K_STR:
-    case K_DTYPE:
-    case K_DEVICE: snprintf(buf, cap, "%s", (const char *)p); break;
-    case K_POS: {
-        tr_pos_encoding e = *(const tr_pos_encoding *)p;
-        snprintf(buf, cap, "%s", e == TR_POS_ROPE ? "rope" : e == TR_POS_LEARNED ? "learned" : "none");
-        break;
-    }
-    case K_LOSS: snprintf(buf, cap, "%s", *(const tr_loss_type *)p == TR_LOSS_SOFTMAX ? "softmax_cross_entropy" : "stablemax_cross_entropy"); break;
-    }
+/* ---- presets: the library's table (tr_preset), plus the program's defaults ---------------- */
+
+static void list_presets(FILE *f, const char *indent) {
+    int i;
+    tr_preset p;
+    for (i = 0; tr_preset_get(i, &p) == TR_OK; i++) fprintf(f, "%s%-16s %s\n", indent, p.name, p.help);
+}
+
+static void apply_preset(options *o, const tr_preset *p) {
+    o->arch = p->model;
+    o->tc = p->train;
+    o->epochs = p->epochs, o->eval_interval = p->eval_interval;
+    snprintf(o->preset, sizeof o->preset, "%s", p->name);
+    snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
+    /* the program's own defaults */
+    o->min_eval_interval = 0, o->seed = 0, o->max_steps = 0, o->eval_batches = 0, o->threads = 0, o->device[0] = 0;
+    o->log_interval = 1, o->print_interval = 10, o->prefetch = 2;
+    if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
 }
 
 /* ---- small file helpers ----------------------------------------------------------------- */
@@ -359,31 +199,6 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0, r;
-    if (!f) return NULL;
-    for (;;) {
-        if (cap - n < 65536) {
-            char *nb = (char *)realloc(buf, cap * 2 + 65536 + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb, cap = cap * 2 + 65536;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 /* The library's warnings (a train setting that differs from the saved state, a resized puzzle
    table) go to stderr; errors are reported from tr_ctx_last_error. */
 static void on_log(void *user, tr_log_level level, const char *message) {
@@ -402,190 +217,11 @@ static void on_signal(int sig) {
     if (write(2, msg, sizeof msg - 1) < 0) g_stop = sig;
 }
 
-/* ---- metrics history, JSONL and SVG ----------------------------------------------------- */
-
-typedef struct point {
-    long step;
-    double loss, acc, exact; /* NAN when absent */
-} point;
-
-typedef struct history {
-    point *train, *eval;
-    size_t ntrain, neval, cap_train, cap_eval;
-} history;
-
-static void hist_add(point **a, size_t *n, size_t *cap, point p) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 1024;
-        point *na = (point *)realloc(*a, nc * sizeof(point));
-        if (!na) return;
-        *a = na, *cap = nc;
-    }
-    (*a)[(*n)++] = p;
-}
-
-static double json_num(const char *line, const char *key) {
-    char pat[64];
-    const char *p;
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    p = strstr(line, pat);
-    if (!p) return NAN;
-    p += strlen(pat);
-    while (*p == ' ') p++;
-    if (!strncmp(p, "null", 4)) return NAN;
-    return strtod(p, NULL);
-}
-
-/* Keeps the lines of an existing metrics.jsonl up to `step` (a resumed run drops what came after
-   its checkpoint) and fills the history from them. */
-static int load_history(const char *path, long step, history *h) {
-    size_t len;
-    char *text = read_text(path, &len), *line, *next;
-    FILE *f;
-    char tmp[PATH_CAP + 16];
-    if (!text) return 0;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        free(text);
-        return -1;
-    }
-    for (line = text; *line; line = next) {
-        double s;
-        point p;
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
-        else next = line + strlen(line);
-        s = json_num(line, "step");
-        if (!(s <= (double)step)) continue;
-        fprintf(f, "%s\n", line);
-        p.step = (long)s;
-        p.loss = json_num(line, "loss");
-        p.acc = json_num(line, "accuracy");
-        p.exact = json_num(line, "exact_accuracy");
-        if (strstr(line, "\"type\":\"eval\"")) hist_add(&h->eval, &h->neval, &h->cap_eval, p);
-        else hist_add(&h->train, &h->ntrain, &h->cap_train, p);
-    }
-    free(text);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
-    return 0;
-}
+/* ---- metrics.jsonl ---------------------------------------------------------------------- */
 
 static void json_double(FILE *f, const char *key, double v) {
     if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
     else fprintf(f, ",\"%s\":null", key);
-}
-
-/* Averages up to `width` buckets of a series; returns the number of points written. */
-static size_t bucketize(const point *pts, size_t n, int which, size_t width, double *xs, double *ys) {
-    size_t b, out = 0, nb = n < width ? n : width;
-    for (b = 0; b < nb; b++) {
-        size_t lo = b * n / nb, hi = (b + 1) * n / nb, i, cnt = 0;
-        double sx = 0, sy = 0;
-        for (i = lo; i < hi; i++) {
-            double v = which == 0 ? pts[i].loss : which == 1 ? pts[i].acc : pts[i].exact;
-            if (!isfinite(v)) continue;
-            sx += (double)pts[i].step, sy += v, cnt++;
-        }
-        if (cnt) xs[out] = sx / cnt, ys[out] = sy / cnt, out++;
-    }
-    return out;
-}
-
-static double nice_step(double range, int ticks) {
-    double raw = range / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
-    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-}
-
-static void svg_polyline(FILE *f, const double *xs, const double *ys, size_t n, double x0, double x1, double y0, double y1, int px, int py, int pw, int ph,
-                         const char *color, int log_y) {
-    size_t i;
-    if (!n) return;
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
-    for (i = 0; i < n; i++) {
-        double y = log_y ? log10(ys[i] > 1e-12 ? ys[i] : 1e-12) : ys[i];
-        double X = px + (xs[i] - x0) / (x1 - x0) * pw, Y = py + ph - (y - y0) / (y1 - y0) * ph;
-        if (Y < py) Y = py;
-        if (Y > py + ph) Y = py + ph;
-        fprintf(f, "%.1f,%.1f ", X, Y);
-    }
-    fprintf(f, "\"/>\n");
-}
-
-static void svg_axes(FILE *f, int px, int py, int pw, int ph, double x0, double x1, double y0, double y1, int log_y, const char *title) {
-    double t, st;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#999\"/>\n", px, py, pw, ph);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", px, py - 6, title);
-    st = nice_step(x1 - x0, 6);
-    for (t = ceil(x0 / st) * st; t <= x1 + 1e-9; t += st) {
-        double X = px + (t - x0) / (x1 - x0) * pw;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", X, py, X, py + ph);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", X, py + ph + 14, t);
-    }
-    st = log_y ? 1 : nice_step(y1 - y0, 5);
-    for (t = ceil(y0 / st) * st; t <= y1 + 1e-9; t += st) {
-        double Y = py + ph - (t - y0) / (y1 - y0) * ph;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>", px, Y, px + pw, Y);
-        if (log_y) fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, pow(10, t));
-        else fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n", px - 4, Y + 4, t);
-    }
-}
-
-static int write_svg(const char *path, const history *h, const char *title) {
-    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
-    double *xs, *ys, x0 = 0, x1 = 1, lmin = INFINITY, lmax = -INFINITY, y0, y1;
-    size_t i, n, cap = h->ntrain + h->neval + 1;
-    int log_y;
-    char tmp[PATH_CAP + 16];
-    FILE *f;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) return -1;
-    xs = (double *)malloc(cap * sizeof(double));
-    ys = (double *)malloc(cap * sizeof(double));
-    if (!xs || !ys) {
-        free(xs), free(ys), fclose(f);
-        return -1;
-    }
-    for (i = 0; i < h->ntrain; i++) {
-        if (h->train[i].step > x1) x1 = (double)h->train[i].step;
-        if (isfinite(h->train[i].loss) && h->train[i].loss > 0) {
-            if (h->train[i].loss < lmin) lmin = h->train[i].loss;
-            if (h->train[i].loss > lmax) lmax = h->train[i].loss;
-        }
-    }
-    for (i = 0; i < h->neval; i++)
-        if (h->eval[i].step > x1) x1 = (double)h->eval[i].step;
-    if (!(lmin < lmax)) lmin = 0.1, lmax = 10;
-    log_y = lmax / lmin > 20;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">%s</text>\n", PX, title);
-    /* loss panel */
-    if (log_y) y0 = floor(log10(lmin)), y1 = ceil(log10(lmax));
-    else y0 = 0, y1 = lmax * 1.05;
-    svg_axes(f, PX, 50, PW, PH, x0, x1, y0, y1, log_y, log_y ? "train loss (log scale)" : "train loss");
-    n = bucketize(h->train, h->ntrain, 0, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, y0, y1, PX, 50, PW, PH, "#1f77b4", log_y);
-    /* accuracy panel */
-    svg_axes(f, PX, 330, PW, PH, x0, x1, 0, 1, 0, "accuracy and exact accuracy (lines: train; dots: eval)");
-    n = bucketize(h->train, h->ntrain, 1, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#2ca02c", 0);
-    n = bucketize(h->train, h->ntrain, 2, PW, xs, ys);
-    svg_polyline(f, xs, ys, n, x0, x1, 0, 1, PX, 330, PW, PH, "#d62728", 0);
-    for (i = 0; i < h->neval; i++) {
-        double X = PX + (h->eval[i].step - x0) / (x1 - x0) * PW;
-        if (isfinite(h->eval[i].acc)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#2ca02c\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].acc * PH);
-        if (isfinite(h->eval[i].exact)) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact * PH);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206, H - 15);
-    fprintf(f, "</svg>\n");
-    free(xs), free(ys);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) return -1;
-    return 0;
 }
 
 /* ---- the run ---------------------------------------------------------------------------- */
@@ -614,7 +250,7 @@ typedef struct run {
     tr_trainer *trainer;
     tr_carry *eval_carry;
     run_pos pos;
-    history hist;
+    tr_metrics_history hist; /* for metrics.svg */
     FILE *jsonl;
     char model_path[PATH_CAP + 32], state_path[PATH_CAP + 64], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
         config_path[PATH_CAP + 32];
@@ -659,9 +295,9 @@ static int write_config(run *r) {
     fprintf(f, "preset=%s\n", r->o.preset);
     for (i = 0; i < NKEYS; i++) {
         if (!KEYS[i].persist) continue;
-        format_key(&r->o, &KEYS[i], v, sizeof v);
+        tr_key_format(KEYS[i].key, key_base(&r->o, KEYS[i].key), v, sizeof v);
         if (!v[0]) continue; /* an unset device: a resume follows TINYREC_DEVICE again */
-        fprintf(f, "%s=%s\n", KEYS[i].name, v);
+        fprintf(f, "%s=%s\n", KEYS[i].key->name, v);
     }
     if (fclose(f) != 0 || rename(tmp, r->config_path) != 0) return -1;
     return 0;
@@ -684,7 +320,7 @@ static int save_checkpoint(run *r, const tr_sampler_state *sampler_pos, int is_b
         if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
     }
     if ((st = tr_trainer_save(r->trainer, r->state_path, &r->pos, sizeof r->pos)) != TR_OK) goto fail;
-    if (write_svg(r->svg_path, &r->hist, r->o.preset) != 0) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    if (tr_metrics_plot_svg(r->ctx, r->svg_path, r->o.preset, &r->hist) != TR_OK) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
     return 0;
 fail:
     if (swapped) tr_trainer_swap_ema(r->trainer);
@@ -782,9 +418,9 @@ static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_be
         fprintf(r->jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
         fflush(r->jsonl);
         {
-            point p;
-            p.step = step, p.loss = e.lm_loss, p.acc = e.accuracy, p.exact = e.exact_accuracy;
-            hist_add(&r->hist.eval, &r->hist.neval, &r->hist.cap_eval, p);
+            tr_metrics_point p;
+            p.step = step, p.loss = e.lm_loss, p.accuracy = e.accuracy, p.exact_accuracy = e.exact_accuracy;
+            tr_metrics_history_add(r->ctx, &r->hist, 1, &p); /* out of memory: the plot misses a point */
         }
         status_msg(r, "eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, r->pos.epoch, e.accuracy,
                    e.exact_accuracy, e.steps, e.lm_loss, e.count, e.seconds, best ? "  * best" : "");
@@ -822,7 +458,6 @@ static void show_progress(run *r, long step, double loss, double acc, double exa
 }
 
 static void usage(FILE *f) {
-    int i;
     fprintf(f,
             "usage: tinyrec-train PRESET data_path=DIR [key=value ...] [--overwrite]\n"
             "       tinyrec-train --resume checkpoint_path=DIR [key=value ...]\n"
@@ -845,7 +480,7 @@ static void usage(FILE *f) {
             "the default is TINYREC_DEVICE, else auto. A device that fails falls back to the CPU with a warning.\n"
             "--overwrite starts a new run in a checkpoint_path that already holds one.\n\n"
             "Exit status: 0 done or max_steps reached, 1 runtime error, 2 bad command line, 130 interrupted.\n\npresets:\n");
-    for (i = 0; i < NPRESETS; i++) fprintf(f, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+    list_presets(f, "  ");
     fputc('\n', f);
     list_keys(f);
 }
@@ -872,27 +507,90 @@ static void cleanup(run *r) {
     if (r->model) tr_model_destroy(r->model);
     if (r->train_ds) tr_dataset_close(r->train_ds);
     if (r->test_ds) tr_dataset_close(r->test_ds);
+    tr_metrics_history_free(r->ctx, &r->hist);
     if (r->ctx) tr_ctx_destroy(r->ctx);
-    free(r->hist.train), free(r->hist.eval);
 }
 
-static int run_main(run *r, int resume);
+/* Reads the run's train_config.txt (for --resume) into r->o: the preset first, then its keys.
+   Returns -1 when it did, else the exit status. */
+static int read_run_config(run *r, tr_ctx *kctx, const char *cp, const tr_preset *p, int *eval_interval_given) {
+    char cfgp[PATH_CAP + 32], err[PATH_CAP + 128], line[PATH_CAP + 256];
+    int have = 0, rc = -1;
+    tr_preset fp;
+    FILE *f;
+    snprintf(cfgp, sizeof cfgp, "%s/train_config.txt", cp);
+    if (!(f = fopen(cfgp, "rb"))) {
+        fprintf(stderr, "tinyrec-train: --resume: no run to continue in '%s' (cannot read %s: %s)\n", cp, cfgp, strerror(errno));
+        return 1;
+    }
+    while (rc < 0 && fgets(line, sizeof line, f)) {
+        char *eq;
+        line[strcspn(line, "\n")] = 0;
+        if (line[0] == '#' || !(eq = strchr(line, '='))) continue;
+        *eq = 0;
+        if (!strcmp(line, "preset")) {
+            if (tr_preset_find(eq + 1, &fp) != TR_OK) {
+                fprintf(stderr, "tinyrec-train: %s names an unknown preset '%s'\n", cfgp, eq + 1);
+                rc = 1;
+                break;
+            }
+            if (p && strcmp(p->name, fp.name)) fprintf(stderr, "tinyrec-train: warning: the run was started with preset %s; '%s' is ignored\n", fp.name, p->name);
+            snprintf(r->o.checkpoint_path, sizeof r->o.checkpoint_path, "%s", cp);
+            apply_preset(&r->o, &fp);
+            have = 1;
+        } else if (!have) {
+            fprintf(stderr, "tinyrec-train: %s: the first setting must be preset=NAME\n", cfgp);
+            rc = 1;
+        } else {
+            if (!strcmp(line, "eval_interval")) *eval_interval_given = 1;
+            if (!set_key(kctx, &r->o, line, eq + 1, err, sizeof err)) {
+                fprintf(stderr, "tinyrec-train: %s: %s\n", cfgp, err);
+                rc = 1;
+            }
+        }
+    }
+    fclose(f);
+    if (rc < 0 && !have) {
+        fprintf(stderr, "tinyrec-train: %s holds no preset\n", cfgp);
+        rc = 1;
+    }
+    return rc;
+}
 
-int main(int argc, char **argv) {
-    static run R;
-    run *r = &R;
-    const char *preset_arg = NULL, *kv[512];
-    int nkv = 0, resume = 0, overwrite = 0, i, eval_interval_given = 0, rc;
+/* Training settings the library does not check (or checks only when the run has started). */
+static const char *check_options(const options *o) {
+    if (!o->data_path[0]) return "data_path=DIR is required (a dataset built by tinyrec-data)";
+    if (o->tc.global_batch_size < 1) return "global_batch_size must be >= 1";
+    if (o->epochs < 1) return "epochs must be >= 1";
+    if (o->eval_interval < 1) return "eval_interval must be >= 1";
+    if (!(o->tc.lr >= 0) || !(o->tc.puzzle_emb_lr >= 0)) return "lr and puzzle_emb_lr must be >= 0";
+    if (!(o->tc.lr_min_ratio >= 0 && o->tc.lr_min_ratio <= 1)) return "lr_min_ratio must be in [0, 1]";
+    if (o->tc.lr_warmup_steps < 0) return "lr_warmup_steps must be >= 0";
+    if (!(o->tc.beta1 >= 0 && o->tc.beta1 < 1) || !(o->tc.beta2 >= 0 && o->tc.beta2 < 1)) return "beta1 and beta2 must be in [0, 1)";
+    if (!(o->tc.ema_decay >= 0 && o->tc.ema_decay < 1)) return "ema_rate must be in [0, 1)";
+    if (o->log_interval < 1) return "log_interval must be >= 1";
+    if (o->max_steps < 0 || o->threads < 0 || o->eval_batches < 0 || o->prefetch < 0 || o->min_eval_interval < 0)
+        return "max_steps, threads, eval_batches, prefetch and min_eval_interval must be >= 0";
+    if (!(o->print_interval >= 0)) return "print_interval must be >= 0";
+    return NULL;
+}
+
+/* The command line into r->o: a preset (or --resume's saved settings), then key=value overrides.
+   Returns -1 to go on and train (mode: 0 new run, 1 resume, 2 new run over an old one), else the
+   exit status. */
+static int configure(run *r, tr_ctx *kctx, int argc, char **argv, int *mode) {
+    const char *preset_arg = NULL, *kv[512], *bad;
+    int nkv = 0, resume = 0, overwrite = 0, i, eval_interval_given = 0;
     char err[PATH_CAP + 128];
-    const preset_def *p = NULL;
-    memset(r, 0, sizeof *r);
+    tr_preset p;
+    options *o = &r->o;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--list-presets")) {
-            for (i = 0; i < NPRESETS; i++) printf("%-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+            list_presets(stdout, "");
             return 0;
         } else if (!strcmp(a, "--list-keys")) {
             list_keys(stdout);
@@ -916,74 +614,30 @@ int main(int argc, char **argv) {
             if (preset_arg && strcmp(preset_arg, kv[i] + 7)) return die_usage("two different presets given");
             preset_arg = kv[i] + 7;
         }
-    if (preset_arg && !(p = find_preset(preset_arg))) {
+    if (preset_arg && tr_preset_find(preset_arg, &p) != TR_OK) {
         fprintf(stderr, "tinyrec-train: unknown preset '%s'; presets:\n", preset_arg);
-        for (i = 0; i < NPRESETS; i++) fprintf(stderr, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
+        list_presets(stderr, "  ");
         return 2;
     }
     if (resume) {
         /* the run's folder: checkpoint_path from the command line, else the preset's default */
-        char cp[PATH_CAP], cfgp[PATH_CAP + 32], *text, *line, *next;
-        const preset_def *fp = NULL;
+        char cp[PATH_CAP];
+        int rc;
         cp[0] = 0;
         for (i = 0; i < nkv; i++)
             if (!strncmp(kv[i], "checkpoint_path=", 16)) snprintf(cp, sizeof cp, "%s", kv[i] + 16);
         if (!cp[0]) {
-            if (!p) return die_usage("--resume needs checkpoint_path=DIR (the folder of the run to continue)");
-            snprintf(cp, sizeof cp, "checkpoints/%s", p->name);
+            if (!preset_arg) return die_usage("--resume needs checkpoint_path=DIR (the folder of the run to continue)");
+            snprintf(cp, sizeof cp, "checkpoints/%s", p.name);
         }
-        snprintf(cfgp, sizeof cfgp, "%s/train_config.txt", cp);
-        text = read_text(cfgp, NULL);
-        if (!text) {
-            fprintf(stderr, "tinyrec-train: --resume: no run to continue in '%s' (cannot read %s: %s)\n", cp, cfgp, strerror(errno));
-            return 1;
-        }
-        for (line = text; *line; line = next) {
-            char *eq;
-            next = strchr(line, '\n');
-            if (next) *next++ = 0;
-            else next = line + strlen(line);
-            if (line[0] == '#' || !line[0]) continue;
-            eq = strchr(line, '=');
-            if (!eq) continue;
-            *eq = 0;
-            if (!strcmp(line, "preset")) {
-                if (!(fp = find_preset(eq + 1))) {
-                    fprintf(stderr, "tinyrec-train: %s names an unknown preset '%s'\n", cfgp, eq + 1);
-                    free(text);
-                    return 1;
-                }
-                if (p && p != fp) fprintf(stderr, "tinyrec-train: warning: the run was started with preset %s; '%s' is ignored\n", fp->name, p->name);
-                snprintf(R.o.checkpoint_path, sizeof R.o.checkpoint_path, "%s", cp);
-                apply_preset(&r->o, fp);
-                continue;
-            }
-            if (!fp) {
-                fprintf(stderr, "tinyrec-train: %s: the first setting must be preset=NAME\n", cfgp);
-                free(text);
-                return 1;
-            }
-            if (!strcmp(line, "eval_interval")) eval_interval_given = 1;
-            if (!set_key(&r->o, line, eq + 1, err, sizeof err)) {
-                fprintf(stderr, "tinyrec-train: %s: %s\n", cfgp, err);
-                free(text);
-                return 1;
-            }
-        }
-        free(text);
-        if (!fp) {
-            fprintf(stderr, "tinyrec-train: %s holds no preset\n", cfgp);
-            return 1;
-        }
-    } else {
-        if (!p) {
-            fprintf(stderr, "tinyrec-train: name a preset (or --resume a run); presets:\n");
-            for (i = 0; i < NPRESETS; i++) fprintf(stderr, "  %-16s %s\n", PRESETS[i].name, PRESETS[i].help);
-            fprintf(stderr, "(tinyrec-train --help for the usage)\n");
-            return 2;
-        }
-        apply_preset(&r->o, p);
-    }
+        if ((rc = read_run_config(r, kctx, cp, preset_arg ? &p : NULL, &eval_interval_given)) >= 0) return rc;
+    } else if (!preset_arg) {
+        fprintf(stderr, "tinyrec-train: name a preset (or --resume a run); presets:\n");
+        list_presets(stderr, "  ");
+        fprintf(stderr, "(tinyrec-train --help for the usage)\n");
+        return 2;
+    } else
+        apply_preset(o, &p);
     for (i = 0; i < nkv; i++) {
         char key[128];
         const char *eq = strchr(kv[i], '=');
@@ -993,38 +647,40 @@ int main(int argc, char **argv) {
         key[kl] = 0;
         if (!strcmp(key, "preset")) continue;
         if (!strcmp(key, "eval_interval")) eval_interval_given = 1;
-        if (!set_key(&r->o, key, eq + 1, err, sizeof err)) return die_usage(err);
+        if (!set_key(kctx, o, key, eq + 1, err, sizeof err)) return die_usage(err);
     }
-    /* training settings the library does not check */
-    {
-        options *o = &r->o;
-        const char *bad = NULL;
-        if (!o->data_path[0]) bad = "data_path=DIR is required (a dataset built by tinyrec-data)";
-        else if (o->tc.global_batch_size < 1) bad = "global_batch_size must be >= 1";
-        else if (o->epochs < 1) bad = "epochs must be >= 1";
-        else if (o->eval_interval < 1) bad = "eval_interval must be >= 1";
-        else if (!(o->tc.lr >= 0) || !(o->tc.puzzle_emb_lr >= 0)) bad = "lr and puzzle_emb_lr must be >= 0";
-        else if (!(o->tc.lr_min_ratio >= 0 && o->tc.lr_min_ratio <= 1)) bad = "lr_min_ratio must be in [0, 1]";
-        else if (o->tc.lr_warmup_steps < 0) bad = "lr_warmup_steps must be >= 0";
-        else if (!(o->tc.beta1 >= 0 && o->tc.beta1 < 1) || !(o->tc.beta2 >= 0 && o->tc.beta2 < 1)) bad = "beta1 and beta2 must be in [0, 1)";
-        else if (!(o->tc.ema_decay >= 0 && o->tc.ema_decay < 1)) bad = "ema_rate must be in [0, 1)";
-        else if (o->log_interval < 1) bad = "log_interval must be >= 1";
-        else if (o->max_steps < 0 || o->threads < 0 || o->eval_batches < 0 || o->prefetch < 0 || o->min_eval_interval < 0)
-            bad = "max_steps, threads, eval_batches, prefetch and min_eval_interval must be >= 0";
-        else if (!(o->print_interval >= 0)) bad = "print_interval must be >= 0";
-        if (bad) return die_usage(bad);
-        if (o->epochs % o->eval_interval) {
-            if (eval_interval_given) {
-                snprintf(err, sizeof err, "eval_interval %ld must divide epochs %ld", o->eval_interval, o->epochs);
-                return die_usage(err);
-            }
-            fprintf(stderr, "tinyrec-train: note: the preset's eval_interval %ld does not divide epochs %ld; evaluating every %ld epochs\n", o->eval_interval, o->epochs,
-                    o->epochs);
-            o->eval_interval = o->epochs; /* the preset's interval does not fit the epochs asked for */
+    if ((bad = check_options(o)) != NULL) return die_usage(bad);
+    if (o->epochs % o->eval_interval) {
+        if (eval_interval_given) {
+            snprintf(err, sizeof err, "eval_interval %ld must divide epochs %ld", o->eval_interval, o->epochs);
+            return die_usage(err);
         }
+        fprintf(stderr, "tinyrec-train: note: the preset's eval_interval %ld does not divide epochs %ld; evaluating every %ld epochs\n", o->eval_interval, o->epochs, o->epochs);
+        o->eval_interval = o->epochs; /* the preset's interval does not fit the epochs asked for */
     }
-    rc = run_main(r, resume ? 1 : overwrite ? 2 : 0);
-    cleanup(r);
+    *mode = resume ? 1 : overwrite ? 2 : 0;
+    return -1;
+}
+
+static int run_main(run *r, int mode);
+
+int main(int argc, char **argv) {
+    static run R;
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *kctx = NULL;
+    int mode = 0, rc;
+    build_keys();
+    /* a context for reading settings: it holds the reasons of bad values */
+    cc.device = "cpu", cc.num_threads = 1;
+    if (tr_ctx_create(&cc, &kctx) != TR_OK) {
+        fprintf(stderr, "tinyrec-train: cannot create a context\n");
+        return 1;
+    }
+    rc = configure(&R, kctx, argc, argv, &mode);
+    tr_ctx_destroy(kctx);
+    if (rc >= 0) return rc;
+    rc = run_main(&R, mode);
+    cleanup(&R);
     return rc;
 }
 
@@ -1032,7 +688,7 @@ int main(int argc, char **argv) {
 static int run_main(run *r, int mode) {
     options *o = &r->o;
     tr_ctx_config cc = tr_ctx_config_default();
-    const preset_def *p = find_preset(o->preset);
+    tr_preset preset, *p = &preset;
     tr_status st;
     tr_sampler_config sc;
     tr_train_config tc;
@@ -1045,6 +701,7 @@ static int run_main(run *r, int mode) {
     int n_window = 0;
     int64_t batches_per_pass;
 
+    tr_preset_find(o->preset, p); /* found when the options were read */
     cc.num_threads = o->threads;
     cc.seed = (uint64_t)o->seed;
     cc.log = on_log;
@@ -1071,11 +728,11 @@ static int run_main(run *r, int mode) {
         fprintf(stderr, "tinyrec-train: warning: %s has no test split; checkpoints are written without evaluation\n", o->data_path);
     {
         const tr_dataset_meta *m = &r->train_ds->meta;
-        if ((p->vocab_size && m->vocab_size != p->vocab_size) || (p->seq_len && m->seq_len != p->seq_len)) {
+        if ((p->data_vocab_size && m->vocab_size != p->data_vocab_size) || (p->data_seq_len && m->seq_len != p->data_seq_len)) {
             fprintf(stderr,
                     "tinyrec-train: dataset %s has vocab_size %d and seq_len %d, but preset %s is for %s with vocab_size %d and seq_len %d%s.\n"
                     "  Pick the preset that fits the dataset (tinyrec-train --list-presets), or 'tiny' for any dataset.\n",
-                    o->data_path, m->vocab_size, m->seq_len, p->name, p->task, p->vocab_size, p->seq_len ? p->seq_len : m->seq_len, p->seq_len ? "" : " (any)");
+                    o->data_path, m->vocab_size, m->seq_len, p->name, p->task, p->data_vocab_size, p->data_seq_len ? p->data_seq_len : m->seq_len, p->data_seq_len ? "" : " (any)");
             return 2;
         }
         if (m->num_puzzle_identifiers > 2147483647) {
@@ -1161,8 +818,8 @@ static int run_main(run *r, int mode) {
 
     /* metrics file: a resumed run keeps the lines up to its checkpoint */
     if (mode == 1) {
-        if (load_history(r->jsonl_path, step, &r->hist) != 0) {
-            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, strerror(errno));
+        if (tr_metrics_history_load(r->ctx, r->jsonl_path, step, 1, &r->hist) != TR_OK) {
+            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, tr_ctx_last_error(r->ctx));
             return 1;
         }
         r->jsonl = fopen(r->jsonl_path, "ab");
@@ -1270,7 +927,7 @@ static int run_main(run *r, int mode) {
         n_window++;
         if (step % o->log_interval == 0) {
             double c = count_sum, lr = tr_lr_schedule(&tc, tc.lr, step);
-            point pt;
+            tr_metrics_point pt;
             fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g,\"loss\":%.17g", step, info.epoch, lr, loss_sum / n_window);
             json_double(r->jsonl, "lm_loss", lm_sum / n_window);
             json_double(r->jsonl, "q_halt_loss", qh_sum / n_window);
@@ -1281,8 +938,8 @@ static int run_main(run *r, int mode) {
             fprintf(r->jsonl, ",\"count\":%.0f,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0,
                     r->pos.train_seconds);
             fflush(r->jsonl);
-            pt.step = step, pt.loss = loss_sum / n_window, pt.acc = c ? acc_sum / c : NAN, pt.exact = c ? exact_sum / c : NAN;
-            hist_add(&r->hist.train, &r->hist.ntrain, &r->hist.cap_train, pt);
+            pt.step = step, pt.loss = loss_sum / n_window, pt.accuracy = c ? acc_sum / c : NAN, pt.exact_accuracy = c ? exact_sum / c : NAN;
+            tr_metrics_history_add(r->ctx, &r->hist, 0, &pt);
             acc_sum = exact_sum = qacc_sum = count_sum = steps_sum = loss_sum = lm_sum = qh_sum = 0;
             n_window = 0;
         }
@@ -1301,7 +958,7 @@ static int run_main(run *r, int mode) {
         }
     }
     clear_bar(r);
-    if (write_svg(r->svg_path, &r->hist, o->preset) != 0) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
+    if (tr_metrics_plot_svg(r->ctx, r->svg_path, o->preset, &r->hist) != TR_OK) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
     if (exit_code == 0) {
         printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
         if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);

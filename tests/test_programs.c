@@ -793,11 +793,37 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* tinyrec-train's keys are the library's: --list-keys names every key a user sets (all but the
+   dataset-derived ones), and each preset of the library's table is one it offers. */
+static void test_train_keys(void **state) {
+    int n, i;
+    const tr_key *keys = tr_config_keys(&n);
+    tr_preset p;
+    char *out, line[96];
+    (void)state;
+    assert_int_equal(run_cmd("k1", "'%s' --list-keys", g_train), 0);
+    out = tag_file("k1", "out");
+    assert_non_null(out);
+    for (i = 0; i < n; i++) {
+        snprintf(line, sizeof line, "\n  %-26s ", keys[i].name);
+        if (!(keys[i].flags & TR_KEY_DERIVED) != !!strstr(out, line)) fail_msg("--list-keys %s key %s", keys[i].flags & TR_KEY_DERIVED ? "lists the derived" : "lacks the", keys[i].name);
+    }
+    free(out);
+    assert_int_equal(run_cmd("k2", "'%s' --list-presets", g_train), 0);
+    out = tag_file("k2", "out");
+    assert_non_null(out);
+    for (i = 0; tr_preset_get(i, &p) == TR_OK; i++) {
+        snprintf(line, sizeof line, "%-16s %s\n", p.name, p.help);
+        if (!strstr(out, line)) fail_msg("--list-presets lacks %s", p.name);
+    }
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
         cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
-        cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report),
+        cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report), cmocka_unit_test(test_train_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
