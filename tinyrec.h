@@ -9028,6 +9028,7 @@ static const tr_key tr__config_keys[] = {
     TR__TK("puzzle_emb_weight_decay", puzzle_emb_weight_decay, TR_KEY_DOUBLE, 0, "weight decay of the puzzle embedding"),
     TR__TK("ema", ema, TR_KEY_BOOL, 0, "keep an EMA of the weights; evaluate and checkpoint it"),
     TR__TK("ema_rate", ema_decay, TR_KEY_DOUBLE, 0, "EMA decay"),
+    TR__TK("max_nonfinite_steps", max_nonfinite_steps, TR_KEY_INT, 0, "steps in a row with a NaN/inf loss or gradient (each skipped) before training stops"),
     {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (HRM is not implemented yet)"},
     TR__MK(vocab_size, TR_KEY_INT, TR_KEY_DERIVED, "V, from the dataset"),
     TR__MK(seq_len, TR_KEY_INT, TR_KEY_DERIVED, "L, from the dataset"),
