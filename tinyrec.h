@@ -11125,15 +11125,16 @@ TR__FN tr_status tr__bad_record(tr_ctx *ctx, const tr_read_options *o, const cha
 }
 
 /* The lines of text[0..len) with the reference CSV's header detected on line 1; each line comes
-   without \r\n and with surrounding blanks trimmed. */
+   without \r\n, and with surrounding blanks trimmed when `trim` (not for mazes, where blanks are cells). */
 typedef struct tr__lines {
     tr__text t;
     size_t pos;
     int64_t lineno;
-    int csv, cq, ca, cr, ncols;
+    int trim, csv, cq, ca, cr, ncols;
 } tr__lines;
-TR__FN void tr__lines_init(tr__lines *l, const char *text, size_t len) {
+TR__FN void tr__lines_init(tr__lines *l, const char *text, size_t len, int trim) {
     memset(l, 0, sizeof *l);
+    l->trim = trim;
     l->t.data = text ? text : "";
     l->t.len = len;
     l->cq = l->ca = l->cr = -1;
@@ -11145,8 +11146,8 @@ TR__FN int tr__lines_next(tr__lines *l, const char **line, size_t *n) {
         size_t k;
         if (!tr__text_line(&l->t, &l->pos, &s, &k)) return 0;
         l->lineno++;
-        while (k && (*s == ' ' || *s == '\t')) s++, k--;
-        while (k && (s[k - 1] == ' ' || s[k - 1] == '\t')) k--;
+        while (l->trim && k && (*s == ' ' || *s == '\t')) s++, k--;
+        while (l->trim && k && (s[k - 1] == ' ' || s[k - 1] == '\t')) k--;
         if (l->lineno == 1 && tr__csv_header(s, k, &l->cq, &l->ca, &l->cr, &l->ncols)) {
             l->csv = 1;
             continue;
@@ -11190,7 +11191,7 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
     memset(out, 0, sizeof *out);
     if (rejected) *rejected = 0;
     if (!what) what = "<memory>";
-    tr__lines_init(&L, text, len);
+    tr__lines_init(&L, text, len, 1);
     cap = tr__text_count_lines(&L.t);
     st = tr__sudoku_set_alloc(ctx, out, cap);
     if (st == TR_OK) {
@@ -12184,7 +12185,7 @@ TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const c
     if (!ctx || !out || (!text && len) || o.side < 0 || o.side == 1 || o.side > 4096) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_parse: invalid argument");
     memset(out, 0, sizeof *out);
     if (!what) what = "<memory>";
-    tr__lines_init(&L, text, len);
+    tr__lines_init(&L, text, len, 0);
     cap = tr__text_count_lines(&L.t);
     side = o.side ? o.side : -1;
     if (side > 0) {
