@@ -704,11 +704,13 @@ typedef struct tr_arc_task {
     int num_train, num_test;
     tr_arc_pair *pairs;  /* [num_train + num_test]: the demonstrations, then the tests */
 } tr_arc_task;
-/* Reads one task from JSON text; errors are "what:line: train[0].input: reason". */
+/* Reads a grid (a list of 1..30 rows of 1..30 colours 0..9); errors are "what: reason". */
+TRDEF tr_status tr_arc_grid_from_json(tr_ctx *ctx, const tr_json *g, const char *what, tr_arc_grid *out);
+/* Reads one task from JSON text ("train" may be absent); errors are "what:line: train[0].input: reason". */
 TRDEF tr_status tr_arc_task_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_arc_task *out);
 /* The same from a parsed value (a member of a file of tasks keyed by name, like test_puzzles.json).
-   With o->on_skip a malformed pair is reported and left with 0 x 0 grids; "train" may then be
-   absent. o may be NULL. */
+   With o->on_skip a malformed pair is reported and left with 0 x 0 grids, and a task without a
+   "test" list comes back empty. o may be NULL. */
 TRDEF tr_status tr_arc_task_from_json(tr_ctx *ctx, const tr_json *task, const char *what, const tr_read_options *o, tr_arc_task *out);
 TRDEF void tr_arc_task_free(tr_ctx *ctx, tr_arc_task *t);
 /* Reads a dataset's identifiers.json: a JSON list of names (strings), id = position. */
@@ -12558,6 +12560,15 @@ TR__FN const char *tr__arc_grid(const tr_json *g, tr_arc_grid *out, char *buf, s
     return NULL;
 }
 
+TRDEF tr_status tr_arc_grid_from_json(tr_ctx *ctx, const tr_json *g, const char *what, tr_arc_grid *out) {
+    char buf[96];
+    const char *why;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_grid_from_json: NULL argument");
+    if ((why = tr__arc_grid(g, out, buf, sizeof buf)) == NULL) return TR_OK;
+    out->h = out->w = 0;
+    return tr__err(ctx, TR_ERR_FORMAT, "%s: %s", what ? what : "grid", why);
+}
+
 TRDEF void tr_arc_task_free(tr_ctx *ctx, tr_arc_task *t) {
     if (!t) return;
     tr__free(ctx, t->pairs);
@@ -12573,8 +12584,8 @@ TRDEF tr_status tr_arc_task_from_json(tr_ctx *ctx, const tr_json *task, const ch
     if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_task_from_json: NULL argument");
     memset(out, 0, sizeof *out);
     if (!what) what = "<memory>";
-    if (!te || te->type != TR_JSON_ARRAY || (tr && tr->type != TR_JSON_ARRAY) || (!tr && !o.on_skip))
-        return tr__bad_record(ctx, &o, what, line, "expected an object with lists 'train' and 'test'");
+    if (!te || te->type != TR_JSON_ARRAY || (tr && tr->type != TR_JSON_ARRAY))
+        return tr__bad_record(ctx, &o, what, line, "expected an object with a list 'test' (and optionally 'train')");
     out->num_train = tr ? (int)tr->count : 0;
     out->num_test = (int)te->count;
     n = out->num_train + out->num_test;
