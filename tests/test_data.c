@@ -2,6 +2,8 @@
    writer, Sudoku/Maze/ARC builders and augmentations, the sampler (with and without prefetch). */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
+#include "fuzz/fuzz_readers.h"
+#include <dirent.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -1133,6 +1135,46 @@ static void test_identifiers_read(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* The fuzzers' seed corpora and every input they ever found, through the fuzzers' own checks. */
+static int replay_reader_dir(tr_ctx *ctx, int which, const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        char p[1024], *data;
+        size_t len;
+        const char *why;
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "README.md")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!(data = tu_slurp(p, &len))) continue;
+        if ((why = fz_reader(ctx, which, (const uint8_t *)data, len)) != NULL) fail_msg("%s: %s (%s)", p, why, tr_ctx_last_error(ctx));
+        free(data);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_reader_corpora(void **state) {
+    static const char *names[3] = {"sudoku", "maze", "arc"};
+    const char *src = getenv("TINYREC_SRCDIR");
+    tr_ctx *ctx = new_ctx();
+    int which, seeds = 0, found = 0;
+    (void)state;
+    for (which = 0; which < 3; which++) {
+        char dir[512];
+        int n;
+        snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus_%s", src ? src : ".", names[which]);
+        if ((n = replay_reader_dir(ctx, which, dir)) <= 0) fail_msg("no seed files in %s (run from the repository root or set TINYREC_SRCDIR)", dir);
+        seeds += n;
+        snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus_regress_readers/%s", src ? src : ".", names[which]);
+        if ((n = replay_reader_dir(ctx, which, dir)) > 0) found += n;
+    }
+    print_message("replayed %d seed and %d regression inputs\n", seeds, found);
+    tr_ctx_destroy(ctx);
+}
+
 static void test_dihedral(void **state) {
     uint8_t g[12], t[12], back[12];
     int tid, i, h, w, h2, w2;
@@ -1559,6 +1601,7 @@ int main(void) {
         cmocka_unit_test(test_maze_parse),
         cmocka_unit_test(test_arc_task_parse),
         cmocka_unit_test(test_identifiers_read),
+        cmocka_unit_test(test_reader_corpora),
         cmocka_unit_test(test_dihedral),
         cmocka_unit_test(test_arc_inverse_real_tasks),
         cmocka_unit_test(test_arc_encode_crop),
