@@ -11238,7 +11238,7 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
             size_t i = 81;
             qs = line;
             qn = n < 81 ? n : 81;
-            while (i < n && strchr(" \t,;|:", line[i])) i++;
+            while (i < n && line[i] && strchr(" \t,;|:", line[i])) i++;
             if (n > 81 && i == 81) {
                 st = tr__bad_record(ctx, &o, what, ln, "expected 81 cells, then optionally a separator and the solution");
                 continue;
@@ -12142,10 +12142,10 @@ TR__FN tr_status tr__maze_record(tr_ctx *ctx, const tr_read_options *o, const ch
     int side = out->n, cells = side * side, i, ns = 0, ng = 0, s = -1, g = -1;
     char *q = out->mazes + (size_t)out->count * cells, *a = out->solutions + (size_t)out->count * cells;
     for (i = 0; i < cells; i++) {
-        char bad = 0;
-        if (!tr__maze_token(qs[i]) || (o->puzzles_only && qs[i] == 'o')) bad = qs[i];
-        else if (as && !tr__maze_token(as[i])) bad = as[i];
-        if (bad) return tr__bad_record(ctx, o, what, ln, "character '%c' (0x%02x) at row %d, column %d is not in the charset \"%s\"", bad, (unsigned char)bad, i / side + 1, i % side + 1,
+        const char *bad = NULL; /* (a pointer: the bad character may be NUL) */
+        if (!tr__maze_token(qs[i]) || (o->puzzles_only && qs[i] == 'o')) bad = qs + i;
+        else if (as && !tr__maze_token(as[i])) bad = as + i;
+        if (bad) return tr__bad_record(ctx, o, what, ln, "character '%c' (0x%02x) at row %d, column %d is not in the charset \"%s\"", *bad ? *bad : '?', (unsigned char)*bad, i / side + 1, i % side + 1,
                                        o->puzzles_only ? "# SG" : TR_MAZE_CHARSET);
         if (qs[i] == 'S') ns++, s = i;
         if (qs[i] == 'G') ng++, g = i;
@@ -12229,14 +12229,15 @@ TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const c
             qs = block, qn = cells, ln = start;
         } else {
             qs = line, qn = n;
-            if (tr__isqrt(n) < 0 && n % 2 == 1 && tr__isqrt(n / 2) > 0 && strchr(",\t|;", line[n / 2])) qn = n / 2, as = line + qn + 1, an = qn;
+            if (tr__isqrt(n) < 0 && n % 2 == 1 && tr__isqrt(n / 2) > 0 && line[n / 2] && strchr(",\t|;", line[n / 2])) qn = n / 2, as = line + qn + 1, an = qn;
         }
         if (o.puzzles_only) as = NULL, an = 0;
         if (side < 0) {
             side = tr__isqrt(qn);
-            if (side < 2) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "%s:%lld: a maze of %zu characters is not square", what, (long long)ln, qn);
-                break;
+            if (side < 2) { /* the side is still unknown: a later record may give it */
+                side = -1;
+                st = tr__bad_record(ctx, &o, what, ln, "a maze of %zu characters is not square", qn);
+                continue;
             }
             if ((st = tr__maze_set_begin(ctx, out, side, cap, &dist, &block)) != TR_OK) break;
             cells = (size_t)side * (size_t)side;
