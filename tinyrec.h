@@ -11160,6 +11160,20 @@ TR__FN int tr__lines_next(tr__lines *l, const char **line, size_t *n) {
     }
 }
 
+/* A CSV record's question and (when present and non-empty) answer fields, f[16] holding them all;
+   0 after reporting a record whose field count is not the header's (*st: the call's status). */
+TR__FN int tr__lines_csv(tr_ctx *ctx, const tr__lines *L, const tr_read_options *o, const char *what, const char *line, size_t n, tr__field *f, const char **qs, size_t *qn,
+                         const char **as, size_t *an, tr_status *st) {
+    int nf = tr__csv_split(line, n, f, 16);
+    if (nf != L->ncols) {
+        *st = tr__bad_record(ctx, o, what, L->lineno, "%d fields, the header has %d", nf, L->ncols);
+        return 0;
+    }
+    *qs = f[L->cq].s, *qn = f[L->cq].n;
+    if (L->ca >= 0 && f[L->ca].n) *as = f[L->ca].s, *an = f[L->ca].n;
+    return 1;
+}
+
 /* 81 cells of a puzzle ('.'/'0' blank) or a solution; column of the first bad char, or -1. */
 TR__FN int tr__sudoku_parse81(const char *p, size_t n, uint8_t *out, int solution) {
     int i;
@@ -11210,14 +11224,7 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
         if (n == 0 || (!L.csv && line[0] == '#')) continue;
         if (L.csv) {
             tr__field f[16];
-            int nf = tr__csv_split(line, n, f, 16);
-            if (nf != L.ncols) {
-                st = tr__bad_record(ctx, &o, what, ln, "%d fields, the header has %d", nf, L.ncols);
-                continue;
-            }
-            qs = f[L.cq].s;
-            qn = f[L.cq].n;
-            if (L.ca >= 0 && f[L.ca].n) as = f[L.ca].s, an = f[L.ca].n;
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
             if (L.cr >= 0) {
                 char buf[32], *end;
                 long v = -1;
@@ -12209,13 +12216,7 @@ TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const c
         if (skipping) continue;
         if (L.csv) {
             tr__field f[16];
-            int nf = tr__csv_split(line, n, f, 16);
-            if (nf != L.ncols) {
-                st = tr__bad_record(ctx, &o, what, ln, "%d fields, the header has %d", nf, L.ncols);
-                continue;
-            }
-            qs = f[L.cq].s, qn = f[L.cq].n;
-            if (L.ca >= 0 && f[L.ca].n) as = f[L.ca].s, an = f[L.ca].n;
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
         } else if (rows > 0 || (side > 0 && n == (size_t)side)) { /* a row of a maze written as `side` rows */
             if (n != (size_t)side) {
                 st = tr__bad_record(ctx, &o, what, ln, "maze rows need %d characters, this one has %zu", side, n);
