@@ -42,7 +42,7 @@ $(HDR): $(CL_SRCS) tools/cl_embed.sh
 $(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
 
-$(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(HDR) | $(BUILD)
+$(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 
 $(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
@@ -104,7 +104,7 @@ $(BUILD)/san:
 	mkdir -p $@
 $(BUILD)/san/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)/san $(EXAMPLE_BINS)
 	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
-$(BUILD)/san/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(HDR) | $(BUILD)/san
+$(BUILD)/san/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)/san
 	$(SAN_CC) $(SAN_FLAGS) $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 $(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
 	$(SAN_CC) $(SAN_FLAGS) -std=c99 $(WARN) -fopenmp -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)

@@ -563,6 +563,7 @@ typedef struct tr_json {
     struct tr_json *items; /* ARRAY: items[count]; OBJECT: keys[count] + items[count] */
     char **keys;
     size_t count;
+    int64_t line;          /* the 1-based line where the value starts, for error texts */
 } tr_json;
 
 #define TR_JSON_MAX_DEPTH 64
@@ -768,6 +769,22 @@ typedef struct tr_build_summary {
     double seconds;
 } tr_build_summary;
 
+/* ---- puzzle readers ---------------------------------------------------------------------------
+   One reader per format (Sudoku lines/CSV, Maze text, ARC task JSON), used by the builders and by
+   the programs. A malformed record is "what:line: reason" (TR_ERR_FORMAT), unless on_skip is set:
+   then the reader reports it there and goes on with the next record. */
+typedef void (*tr_skip_fn)(void *user, int64_t line, const char *reason);
+typedef struct tr_read_options {
+    int min_rating;      /* Sudoku: drop puzzles rated below this (counted as rejected); < 0 keeps all */
+    int puzzles_only;    /* 1: only the puzzles matter (tinyrec-solve): solutions in the input are
+                            ignored and any solution will do; 0: each puzzle needs exactly one */
+    int side;            /* Maze: the side n, which also admits mazes written as n rows of n
+                            characters; 0: taken from the first maze (single-line records only) */
+    tr_skip_fn on_skip;  /* NULL: the first malformed record fails the call */
+    void *user;
+} tr_read_options;
+TRDEF tr_read_options tr_read_options_default(void); /* min_rating -1, the rest 0 */
+
 /* ---- Sudoku ---------------------------------------------------------------------------------
    Grids are 81 bytes, row-major, 0 = blank, 1..9 = digits. Tokens on disk: 0 pad, 1 blank,
    2..10 digits 1..9 (V = 11, L = 81), one example per puzzle, identifier 0. */
@@ -788,12 +805,19 @@ typedef struct tr_sudoku_set {
     uint8_t *puzzles;   /* [count * 81] */
     uint8_t *solutions; /* [count * 81] */
     int32_t *ratings;   /* [count], -1 when the source has none */
+    int64_t *lines;     /* [count] the source line of each puzzle; NULL for generated sets */
 } tr_sudoku_set;
 /* Reads the reference CSV (header source,question,answer,rating) or plain lines that hold an
-   81-character puzzle ('.' or '0' blank), optionally followed by a separator and its solution.
-   Missing solutions are found by the solver; puzzles with no or several solutions, or a given
-   solution that is wrong, fail with the line number. min_rating < 0 keeps all. */
+   81-character puzzle ('.' or '0' blank), optionally followed by a separator and its solution
+   (blank lines and, outside CSV, lines starting with '#' are skipped). Missing solutions are found
+   by the solver; puzzles with no or several solutions, or a given solution that is wrong, fail
+   with "path:line: reason". min_rating < 0 keeps all. tr_sudoku_parse with default options. */
 TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr_sudoku_set *out, int64_t *rejected);
+/* The same reader on text[0..len) (`what` names it in error texts), with options: puzzles_only
+   keeps puzzles with any solution (the first one found goes to solutions) and ignores what follows
+   the 81 cells; on_skip reports and skips malformed records (an empty result is then no error).
+   out->lines[i] is the line of puzzle i. */
+TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *o, tr_sudoku_set *out, int64_t *rejected);
 TRDEF tr_status tr_sudoku_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int clues, tr_progress_fn progress, void *user, tr_sudoku_set *out);
 TRDEF void tr_sudoku_set_free(tr_ctx *ctx, tr_sudoku_set *s);
 
@@ -828,10 +852,17 @@ typedef struct tr_maze_set {
     int n;            /* side */
     char *mazes;      /* [count * n * n] */
     char *solutions;  /* [count * n * n] */
+    int64_t *lines;   /* [count] the source line where each maze starts; NULL for generated sets */
 } tr_maze_set;
 /* Reads the reference CSV (source,question,answer,rating) or plain lines of n*n characters (maze,
-   then optionally a separator and the solved maze); missing solutions are computed. */
+   then optionally a separator and the solved maze); missing solutions are computed. Errors are
+   "path:line: reason". tr_maze_parse with default options. */
 TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out);
+/* The same reader on text[0..len). With o->side = n it also reads mazes written as n rows of n
+   characters (blank lines between them optional); puzzles_only ignores given solutions and
+   admits only "# SG" in mazes, which need one S and one G joined by a path (solutions get the
+   shortest one); on_skip: see tr_read_options. */
+TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *o, tr_maze_set *out);
 TRDEF void tr_maze_set_free(tr_ctx *ctx, tr_maze_set *s);
 
 typedef struct tr_maze_options {
@@ -872,6 +903,33 @@ TRDEF void tr_arc_inverse_augment(int tid, const uint8_t perm[10], const uint8_t
 TRDEF int tr_arc_crop(const int32_t *tokens, uint8_t *grid, int *h, int *w);
 /* Places a grid on the 30x30 canvas at (r, c) with EOS cells, as the reference encodes it. */
 TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]);
+
+/* An ARC task: {"train": [{"input": grid, "output": grid}, ...], "test": [...]}, a grid being a
+   list of 1..30 rows of 1..30 colours 0..9. A test output may be absent or null (h = w = 0). */
+typedef struct tr_arc_grid {
+    int h, w;
+    uint8_t cells[TR_ARC_MAX_GRID * TR_ARC_MAX_GRID]; /* h * w colours, row-major */
+} tr_arc_grid;
+typedef struct tr_arc_pair {
+    tr_arc_grid input, output;
+    int64_t line;        /* where the pair starts in the source */
+} tr_arc_pair;
+typedef struct tr_arc_task {
+    int num_train, num_test;
+    tr_arc_pair *pairs;  /* [num_train + num_test]: the demonstrations, then the tests */
+} tr_arc_task;
+/* Reads a grid (a list of 1..30 rows of 1..30 colours 0..9); errors are "what: reason". */
+TRDEF tr_status tr_arc_grid_from_json(tr_ctx *ctx, const tr_json *g, const char *what, tr_arc_grid *out);
+/* Reads one task from JSON text ("train" may be absent); errors are "what:line: train[0].input: reason". */
+TRDEF tr_status tr_arc_task_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_arc_task *out);
+/* The same from a parsed value (a member of a file of tasks keyed by name, like test_puzzles.json).
+   With o->on_skip a malformed pair is reported and left with 0 x 0 grids, and a task without a
+   "test" list comes back empty. o may be NULL. */
+TRDEF tr_status tr_arc_task_from_json(tr_ctx *ctx, const tr_json *task, const char *what, const tr_read_options *o, tr_arc_task *out);
+TRDEF void tr_arc_task_free(tr_ctx *ctx, tr_arc_task *t);
+/* Reads a dataset's identifiers.json: a JSON list of names (strings), id = position. */
+TRDEF tr_status tr_identifiers_read(tr_ctx *ctx, const char *path, int64_t *count, char ***names);
+TRDEF void tr_identifiers_free(tr_ctx *ctx, int64_t count, char **names);
 
 typedef struct tr_arc_options {
     const char *const *input_dirs; /* each: a folder of subset folders (training/, evaluation/) or a subset folder of *.json tasks */
@@ -9337,6 +9395,7 @@ typedef struct tr__jp {
     tr_ctx *ctx;
     const unsigned char *s;
     size_t len, pos;
+    int64_t line; /* newlines occur only in whitespace (strings reject control characters) */
     const char *what;
 } tr__jp;
 
@@ -9393,6 +9452,7 @@ TR__FN void tr__jp_ws(tr__jp *p) {
     while (p->pos < p->len) {
         unsigned char c = p->s[p->pos];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->line += c == '\n';
         p->pos++;
     }
 }
@@ -9668,6 +9728,7 @@ TR__FN tr_status tr__jp_value(tr__jp *p, tr_json *v, int depth) {
     unsigned char c;
     tr__jp_ws(p);
     if (p->pos >= p->len) return tr__jp_fail(p, "unexpected end of input, a value was expected");
+    v->line = p->line;
     c = p->s[p->pos];
     if (c == '{' || c == '[') {
         size_t cap = 0, obj_pos = p->pos;
@@ -9741,6 +9802,7 @@ TRDEF tr_status tr_json_parse(tr_ctx *ctx, const char *text, size_t len, const c
     p.s = (const unsigned char *)(text ? text : "");
     p.len = len;
     p.pos = 0;
+    p.line = 1;
     p.what = what ? what : "JSON";
     root = (tr_json *)tr__calloc(ctx, 1, sizeof *root);
     if (!root) return TR_ERR_OUT_OF_MEMORY;
@@ -11430,11 +11492,7 @@ TRDEF void tr_dataset_close(tr_dataset *ds) {
         tr__free(ctx, (void *)s->group_indices);
         tr__free(ctx, (void *)s->puzzle_identifiers);
     }
-    if (ds->identifiers) {
-        int64_t k;
-        for (k = 0; k < ds->num_identifiers; k++) tr__free(ctx, ds->identifiers[k]);
-        tr__free(ctx, ds->identifiers);
-    }
+    tr_identifiers_free(ctx, ds->num_identifiers, ds->identifiers);
     tr__free(ctx, ds);
 }
 
@@ -11495,44 +11553,55 @@ TR__FN tr_status tr__check_tokens(tr_ctx *ctx, const char *path, const char *fie
     return TR_OK;
 }
 
-TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *ds) {
-    char *path = tr__path3(ctx, dir, "identifiers.json", NULL), *text = NULL;
+TRDEF void tr_identifiers_free(tr_ctx *ctx, int64_t count, char **names) {
+    int64_t i;
+    if (!names) return;
+    for (i = 0; i < count; i++) tr__free(ctx, names[i]);
+    tr__free(ctx, names);
+}
+
+TRDEF tr_status tr_identifiers_read(tr_ctx *ctx, const char *path, int64_t *count, char ***names) {
+    char *text = NULL;
     size_t len, i;
     tr_json *root = NULL;
+    tr_status st;
+    char **v = NULL;
+    if (!ctx || !path || !count || !names) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_identifiers_read: NULL argument");
+    *count = 0;
+    *names = NULL;
+    st = tr__read_file(ctx, path, &text, &len);
+    if (st == TR_OK) st = tr_json_parse(ctx, text, len, path, &root);
+    tr__free(ctx, text);
+    if (st == TR_OK && root->type != TR_JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "%s: expected a JSON list of names", path);
+    if (st == TR_OK && !(v = (char **)tr__calloc(ctx, root->count ? root->count : 1, sizeof(char *)))) st = TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; st == TR_OK && i < root->count; i++) {
+        const tr_json *s = &root->items[i];
+        if (s->type != TR_JSON_STRING) st = tr__err(ctx, TR_ERR_FORMAT, "%s:%lld: entry %zu is not a string", path, (long long)s->line, i);
+        else if (!(v[i] = (char *)tr__alloc(ctx, s->len + 1))) st = TR_ERR_OUT_OF_MEMORY;
+        else memcpy(v[i], s->string, s->len + 1);
+    }
+    if (st == TR_OK) {
+        *count = (int64_t)root->count;
+        *names = v;
+    } else if (v)
+        tr_identifiers_free(ctx, (int64_t)root->count, v);
+    tr_json_free(ctx, root);
+    return st;
+}
+
+/* identifiers.json is optional; when present it must name every puzzle identifier. */
+TR__FN tr_status tr__load_identifiers(tr_ctx *ctx, const char *dir, tr_dataset *ds) {
+    char *path = tr__path3(ctx, dir, "identifiers.json", NULL);
     tr_status st = TR_OK;
     FILE *f;
     if (!path) return TR_ERR_OUT_OF_MEMORY;
     f = fopen(path, "rb");
-    if (!f) { /* optional */
-        tr__free(ctx, path);
-        return TR_OK;
+    if (f) {
+        fclose(f);
+        st = tr_identifiers_read(ctx, path, &ds->num_identifiers, &ds->identifiers);
+        if (st == TR_OK && ds->num_identifiers != ds->meta.num_puzzle_identifiers)
+            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': has %lld names, dataset.json num_puzzle_identifiers is %lld", path, (long long)ds->num_identifiers, (long long)ds->meta.num_puzzle_identifiers);
     }
-    fclose(f);
-    st = tr__read_file(ctx, path, &text, &len);
-    if (st == TR_OK) st = tr_json_parse(ctx, text, len, path, &root);
-    tr__free(ctx, text);
-    if (st == TR_OK && root->type != TR_JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': expected a JSON list of names", path);
-    if (st == TR_OK && (int64_t)root->count != ds->meta.num_puzzle_identifiers)
-        st = tr__err(ctx, TR_ERR_FORMAT, "'%s': has %zu names, dataset.json num_puzzle_identifiers is %lld", path, root->count, (long long)ds->meta.num_puzzle_identifiers);
-    if (st == TR_OK) {
-        ds->identifiers = (char **)tr__calloc(ctx, root->count ? root->count : 1, sizeof(char *));
-        if (!ds->identifiers) st = TR_ERR_OUT_OF_MEMORY;
-        else ds->num_identifiers = (int64_t)root->count;
-    }
-    for (i = 0; st == TR_OK && i < root->count; i++) {
-        const tr_json *s = &root->items[i];
-        if (s->type != TR_JSON_STRING) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': entry %zu is not a string", path, i);
-            break;
-        }
-        ds->identifiers[i] = (char *)tr__alloc(ctx, s->len + 1);
-        if (!ds->identifiers[i]) {
-            st = TR_ERR_OUT_OF_MEMORY;
-            break;
-        }
-        memcpy(ds->identifiers[i], s->string, s->len + 1);
-    }
-    tr_json_free(ctx, root);
     tr__free(ctx, path);
     return st;
 }
@@ -12022,21 +12091,6 @@ TR__FN int tr__csv_header(const char *line, size_t n, int *q, int *a, int *r, in
     return *q >= 0;
 }
 
-/* Splits one CSV record (after the header) into its question, answer and rating fields, as the
-   header's columns say (a or r < 0: absent, and the field comes back empty). */
-TR__FN tr_status tr__csv_record(tr_ctx *ctx, const char *path, int64_t lineno, const char *line, size_t n, int ncols, int q, int a, int r, tr__field *fq,
-                                tr__field *fa, tr__field *fr) {
-    tr__field f[16];
-    int nf = tr__csv_split(line, n, f, 16);
-    fq->s = fa->s = fr->s = NULL;
-    fq->n = fa->n = fr->n = 0;
-    if (nf != ncols) return tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: %d fields, the header has %d", path, (long long)lineno, nf, ncols);
-    *fq = f[q];
-    if (a >= 0) *fa = f[a];
-    if (r >= 0) *fr = f[r];
-    return TR_OK;
-}
-
 /* ---- Sudoku ----------------------------------------------------------------------------- */
 typedef struct tr__sud {
     uint16_t row[9], col[9], box[9];
@@ -12249,6 +12303,7 @@ TRDEF void tr_sudoku_set_free(tr_ctx *ctx, tr_sudoku_set *s) {
     tr__free(ctx, s->puzzles);
     tr__free(ctx, s->solutions);
     tr__free(ctx, s->ratings);
+    tr__free(ctx, s->lines);
     memset(s, 0, sizeof *s);
 }
 
@@ -12265,6 +12320,75 @@ TR__FN tr_status tr__sudoku_set_alloc(tr_ctx *ctx, tr_sudoku_set *s, int64_t n) 
     return TR_OK;
 }
 
+TRDEF tr_read_options tr_read_options_default(void) {
+    tr_read_options o;
+    memset(&o, 0, sizeof o);
+    o.min_rating = -1;
+    return o;
+}
+
+/* A malformed record: reported through o->on_skip (returns TR_OK: go on), else the call's error. */
+TR__FN tr_status tr__bad_record(tr_ctx *ctx, const tr_read_options *o, const char *what, int64_t line, const char *fmt, ...) {
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (o->on_skip) {
+        o->on_skip(o->user, line, reason);
+        return TR_OK;
+    }
+    return tr__err(ctx, TR_ERR_FORMAT, "%s:%lld: %s", what, (long long)line, reason);
+}
+
+/* The lines of text[0..len) with the reference CSV's header detected on line 1; each line comes
+   without \r\n, and with surrounding blanks trimmed when `trim` (not for mazes, where blanks are cells). */
+typedef struct tr__lines {
+    tr__text t;
+    size_t pos;
+    int64_t lineno;
+    int trim, csv, cq, ca, cr, ncols;
+} tr__lines;
+TR__FN void tr__lines_init(tr__lines *l, const char *text, size_t len, int trim) {
+    memset(l, 0, sizeof *l);
+    l->trim = trim;
+    l->t.data = text ? text : "";
+    l->t.len = len;
+    l->cq = l->ca = l->cr = -1;
+}
+/* The next non-header line; 0 at the end. */
+TR__FN int tr__lines_next(tr__lines *l, const char **line, size_t *n) {
+    for (;;) {
+        const char *s;
+        size_t k;
+        if (!tr__text_line(&l->t, &l->pos, &s, &k)) return 0;
+        l->lineno++;
+        while (l->trim && k && (*s == ' ' || *s == '\t')) s++, k--;
+        while (l->trim && k && (s[k - 1] == ' ' || s[k - 1] == '\t')) k--;
+        if (l->lineno == 1 && tr__csv_header(s, k, &l->cq, &l->ca, &l->cr, &l->ncols)) {
+            l->csv = 1;
+            continue;
+        }
+        *line = s;
+        *n = k;
+        return 1;
+    }
+}
+
+/* A CSV record's question and (when present and non-empty) answer fields, f[16] holding them all;
+   0 after reporting a record whose field count is not the header's (*st: the call's status). */
+TR__FN int tr__lines_csv(tr_ctx *ctx, const tr__lines *L, const tr_read_options *o, const char *what, const char *line, size_t n, tr__field *f, const char **qs, size_t *qn,
+                         const char **as, size_t *an, tr_status *st) {
+    int nf = tr__csv_split(line, n, f, 16);
+    if (nf != L->ncols) {
+        *st = tr__bad_record(ctx, o, what, L->lineno, "%d fields, the header has %d", nf, L->ncols);
+        return 0;
+    }
+    *qs = f[L->cq].s, *qn = f[L->cq].n;
+    if (L->ca >= 0 && f[L->ca].n) *as = f[L->ca].s, *an = f[L->ca].n;
+    return 1;
+}
+
 /* 81 cells of a puzzle ('.'/'0' blank) or a solution; column of the first bad char, or -1. */
 TR__FN int tr__sudoku_parse81(const char *p, size_t n, uint8_t *out, int solution) {
     int i;
@@ -12278,60 +12402,57 @@ TR__FN int tr__sudoku_parse81(const char *p, size_t n, uint8_t *out, int solutio
     return -1;
 }
 
-TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr_sudoku_set *out, int64_t *rejected) {
-    tr__text t;
-    tr_status st;
-    size_t pos = 0, n;
+/* Solves q into a with the solver's verdict as a reason: NULL when the puzzle is fine (exactly one
+   solution, or any when puzzles_only). */
+TR__FN const char *tr__sudoku_verdict(const uint8_t *q, uint8_t *a, int puzzles_only) {
+    int r = tr_sudoku_solve(q, a, puzzles_only ? 1 : 2);
+    if (r == 1) return NULL;
+    return r == 0 ? "the puzzle has no solution" : r == 2 ? "the puzzle has more than one solution" : "the puzzle has clashing givens";
+}
+
+TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *opt, tr_sudoku_set *out, int64_t *rejected) {
+    tr__lines L;
+    tr_status st = TR_OK;
     const char *line;
-    int64_t lineno = 0, cap, nrej = 0, k;
-    int csv = 0, cq = -1, ca = -1, cr = -1, ncols = 0;
+    size_t n;
+    int64_t cap, nrej = 0, k;
+    tr_read_options o = opt ? *opt : tr_read_options_default();
     uint8_t *need_solve = NULL;
-    int64_t *linenos = NULL;
-    if (!ctx || !path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_read: NULL argument");
+    if (!ctx || !out || (!text && len)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_parse: NULL argument");
     memset(out, 0, sizeof *out);
     if (rejected) *rejected = 0;
-    if ((st = tr__text_open(ctx, path, &t)) != TR_OK) return st;
-    cap = tr__text_count_lines(&t);
+    if (!what) what = "<memory>";
+    tr__lines_init(&L, text, len, 1);
+    cap = tr__text_count_lines(&L.t);
     st = tr__sudoku_set_alloc(ctx, out, cap);
     if (st == TR_OK) {
         need_solve = (uint8_t *)tr__calloc(ctx, (size_t)cap, 1);
-        linenos = (int64_t *)tr__alloc(ctx, (size_t)cap * sizeof *linenos);
-        if (!need_solve || !linenos) st = TR_ERR_OUT_OF_MEMORY;
+        out->lines = (int64_t *)tr__alloc(ctx, (size_t)cap * sizeof *out->lines);
+        if (!need_solve || !out->lines) st = TR_ERR_OUT_OF_MEMORY;
     }
-    while (st == TR_OK && tr__text_line(&t, &pos, &line, &n)) {
+    while (st == TR_OK && tr__lines_next(&L, &line, &n)) {
         uint8_t *q = out->puzzles + out->count * 81, *a = out->solutions + out->count * 81;
-        const char *qs, *as = NULL;
+        const char *qs, *as = NULL, *why;
         size_t qn, an = 0;
         int bad, rating = -1;
-        lineno++;
-        if (lineno == 1 && tr__csv_header(line, n, &cq, &ca, &cr, &ncols)) {
-            csv = 1;
-            continue;
-        }
-        if (n == 0 || (!csv && (line[0] == '#'))) continue;
-        if (csv) {
-            tr__field fq, fa, fr;
-            if ((st = tr__csv_record(ctx, path, lineno, line, n, ncols, cq, ca, cr, &fq, &fa, &fr)) != TR_OK) break;
-            qs = fq.s;
-            qn = fq.n;
-            if (fa.n) {
-                as = fa.s;
-                an = fa.n;
-            }
-            if (cr >= 0) {
-                char buf[32];
-                char *end;
-                long v;
-                if (fr.n == 0 || fr.n >= sizeof buf) {
-                    st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer", path, (long long)lineno);
-                    break;
+        int64_t ln = L.lineno;
+        if (n == 0 || (!L.csv && line[0] == '#')) continue;
+        if (L.csv) {
+            tr__field f[16];
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
+            if (L.cr >= 0) {
+                char buf[32], *end;
+                long v = -1;
+                size_t rn = f[L.cr].n;
+                if (rn > 0 && rn < sizeof buf) {
+                    memcpy(buf, f[L.cr].s, rn);
+                    buf[rn] = 0;
+                    v = strtol(buf, &end, 10);
+                    if (*end || v > INT32_MAX) v = -1;
                 }
-                memcpy(buf, fr.s, fr.n);
-                buf[fr.n] = 0;
-                v = strtol(buf, &end, 10);
-                if (*end || v < 0 || v > INT32_MAX) {
-                    st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'rating' is not an integer: '%s'", path, (long long)lineno, buf);
-                    break;
+                if (v < 0) {
+                    st = tr__bad_record(ctx, &o, what, ln, "field 'rating' is not an integer: '%.*s'", (int)(rn < 31 ? rn : 31), f[L.cr].s);
+                    continue;
                 }
                 rating = (int)v;
             }
@@ -12339,80 +12460,80 @@ TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr
             size_t i = 81;
             qs = line;
             qn = n < 81 ? n : 81;
-            while (i < n && (line[i] == ' ' || line[i] == '\t' || line[i] == ',' || line[i] == ';' || line[i] == '|' || line[i] == ':')) i++;
+            while (i < n && line[i] && strchr(" \t,;|:", line[i])) i++;
             if (n > 81 && i == 81) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: expected 81 cells, then optionally a separator and the solution", path, (long long)lineno);
-                break;
+                st = tr__bad_record(ctx, &o, what, ln, "expected 81 cells, then optionally a separator and the solution");
+                continue;
             }
-            if (i < n) {
-                as = line + i;
-                an = n - i;
-                while (an && (as[an - 1] == ' ' || as[an - 1] == '\t')) an--;
-            }
+            if (i < n) as = line + i, an = n - i;
         }
-        if (min_rating >= 0 && rating >= 0 && rating < min_rating) {
+        if (o.puzzles_only) as = NULL;
+        if (o.min_rating >= 0 && rating >= 0 && rating < o.min_rating) {
             nrej++;
             continue;
         }
         bad = tr__sudoku_parse81(qs, qn, q, 0);
         if (bad >= 0) {
-            st = qn != 81 ? tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'question' has %zu cells, expected 81", path, (long long)lineno, qn)
-                          : tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'question' cell %d is '%c' (expected 1-9, '.' or '0')", path, (long long)lineno, bad, qs[bad]);
-            break;
+            st = qn != 81 ? tr__bad_record(ctx, &o, what, ln, "field 'question' has %zu cells, expected 81", qn)
+                          : tr__bad_record(ctx, &o, what, ln, "field 'question' cell %d is '%c' (expected 1-9, '.' or '0')", bad, qs[bad]);
+            continue;
         }
         if (as) {
             bad = tr__sudoku_parse81(as, an, a, 1);
             if (bad >= 0) {
-                st = an != 81 ? tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' has %zu cells, expected 81", path, (long long)lineno, an)
-                              : tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' cell %d is '%c' (expected 1-9)", path, (long long)lineno, bad, as[bad]);
-                break;
+                st = an != 81 ? tr__bad_record(ctx, &o, what, ln, "field 'answer' has %zu cells, expected 81", an)
+                              : tr__bad_record(ctx, &o, what, ln, "field 'answer' cell %d is '%c' (expected 1-9)", bad, as[bad]);
+                continue;
             }
             if (!tr_sudoku_check(q, a)) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field 'answer' is not a valid solution of the question", path, (long long)lineno);
-                break;
+                st = tr__bad_record(ctx, &o, what, ln, "field 'answer' is not a valid solution of the question");
+                continue;
+            }
+        } else if (o.on_skip) { /* solved here, so that the reports come in line order */
+            if ((why = tr__sudoku_verdict(q, a, o.puzzles_only)) != NULL) {
+                st = tr__bad_record(ctx, &o, what, ln, "%s", why);
+                continue;
             }
         } else
             need_solve[out->count] = 1;
         out->ratings[out->count] = rating;
-        linenos[out->count] = lineno;
+        out->lines[out->count] = ln;
         out->count++;
     }
     /* solve the puzzles that came without a solution (in parallel), report the first failure */
     if (st == TR_OK) {
-        int64_t first_bad = -1;
-        int bad_result = 0;
         int64_t cnt = out->count;
         int nth = tr_ctx_num_threads(ctx);
         (void)nth;
 #if TR__OMP
 #pragma omp parallel for schedule(dynamic, 64) num_threads(nth)
 #endif
-        for (k = 0; k < cnt; k++) {
-            if (need_solve[k]) {
-                int r = tr_sudoku_solve(out->puzzles + k * 81, out->solutions + k * 81, 2);
-                need_solve[k] = (uint8_t)(r == 1 ? 0 : r == 0 ? 2 : r == 2 ? 3 : 4);
-            }
-        }
         for (k = 0; k < cnt; k++)
-            if (need_solve[k]) {
-                first_bad = k;
-                bad_result = need_solve[k];
-                break;
-            }
-        if (first_bad >= 0)
-            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: the puzzle %s", path, (long long)linenos[first_bad],
-                         bad_result == 2 ? "has no solution" : bad_result == 3 ? "has more than one solution" : "has clashing givens");
+            if (need_solve[k]) need_solve[k] = tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only) ? 1 : 0;
+        for (k = 0; k < cnt && st == TR_OK; k++)
+            if (need_solve[k]) st = tr__bad_record(ctx, &o, what, out->lines[k], "%s", tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only));
     }
-    if (st == TR_OK && out->count == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': no puzzles", path);
+    if (st == TR_OK && out->count == 0 && !o.on_skip) st = tr__err(ctx, TR_ERR_FORMAT, "%s: no puzzles", what);
     tr__free(ctx, need_solve);
-    tr__free(ctx, linenos);
-    tr__text_close(ctx, &t);
     if (st != TR_OK) {
         tr_sudoku_set_free(ctx, out);
         return st;
     }
     if (rejected) *rejected = nrej;
     return TR_OK;
+}
+
+TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr_sudoku_set *out, int64_t *rejected) {
+    tr__text t;
+    tr_status st;
+    tr_read_options o = tr_read_options_default();
+    if (!ctx || !path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    if ((st = tr__text_open(ctx, path, &t)) != TR_OK) return st;
+    o.min_rating = min_rating;
+    st = tr_sudoku_parse(ctx, t.data, t.len, path, &o, out, rejected);
+    tr__text_close(ctx, &t);
+    return st;
 }
 
 #define TR__GEN_CHUNK 2048
@@ -13228,6 +13349,7 @@ TRDEF void tr_maze_set_free(tr_ctx *ctx, tr_maze_set *s) {
     if (!s) return;
     tr__free(ctx, s->mazes);
     tr__free(ctx, s->solutions);
+    tr__free(ctx, s->lines);
     memset(s, 0, sizeof *s);
 }
 
@@ -13237,87 +13359,126 @@ TR__FN int tr__isqrt(size_t v) {
     return (r * r == v) ? (int)r : -1;
 }
 
+/* Checks one maze (and its solution, when given) and stores it as record out->count. */
+TR__FN tr_status tr__maze_record(tr_ctx *ctx, const tr_read_options *o, const char *what, int64_t ln, const char *qs, const char *as, int *dist, tr_maze_set *out) {
+    int side = out->n, cells = side * side, i, ns = 0, ng = 0, s = -1, g = -1;
+    char *q = out->mazes + (size_t)out->count * cells, *a = out->solutions + (size_t)out->count * cells;
+    for (i = 0; i < cells; i++) {
+        const char *bad = NULL; /* (a pointer: the bad character may be NUL) */
+        if (!tr__maze_token(qs[i]) || (o->puzzles_only && qs[i] == 'o')) bad = qs + i;
+        else if (as && !tr__maze_token(as[i])) bad = as + i;
+        if (bad) return tr__bad_record(ctx, o, what, ln, "character '%c' (0x%02x) at row %d, column %d is not in the charset \"%s\"", *bad ? *bad : '?', (unsigned char)*bad, i / side + 1, i % side + 1,
+                                       o->puzzles_only ? "# SG" : TR_MAZE_CHARSET);
+        if (qs[i] == 'S') ns++, s = i;
+        if (qs[i] == 'G') ng++, g = i;
+    }
+    memcpy(q, qs, (size_t)cells);
+    if (as) memcpy(a, as, (size_t)cells);
+    else {
+        if (ns != 1 || ng != 1) return tr__bad_record(ctx, o, what, ln, "a maze needs exactly one 'S' and one 'G' (found %d and %d)", ns, ng);
+        tr__maze_bfs(q, side, s, dist, dist + cells);
+        if (tr__maze_label(q, side, g, dist, a) < 0) return tr__bad_record(ctx, o, what, ln, "'G' cannot be reached from 'S'");
+    }
+    out->lines[out->count++] = ln;
+    return TR_OK;
+}
+
+/* The set's arrays for up to cap mazes of side x side, and the parser's BFS and row buffers. */
+TR__FN tr_status tr__maze_set_begin(tr_ctx *ctx, tr_maze_set *out, int side, int64_t cap, int **dist, char **block) {
+    size_t cells = (size_t)side * (size_t)side;
+    out->n = side;
+    out->mazes = (char *)tr__alloc(ctx, (size_t)cap * cells);
+    out->solutions = (char *)tr__alloc(ctx, (size_t)cap * cells);
+    out->lines = (int64_t *)tr__alloc(ctx, (size_t)cap * sizeof *out->lines);
+    *dist = (int *)tr__alloc(ctx, 2 * cells * sizeof **dist);
+    *block = (char *)tr__alloc(ctx, cells);
+    if (!out->mazes || !out->solutions || !out->lines || !*dist || !*block) return TR_ERR_OUT_OF_MEMORY;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *opt, tr_maze_set *out) {
+    tr__lines L;
+    tr_status st = TR_OK;
+    const char *line;
+    size_t n, cells = 0;
+    int64_t cap, start = 0;
+    int rows = 0, skipping = 0, side;
+    int *dist = NULL;
+    char *block = NULL;
+    tr_read_options o = opt ? *opt : tr_read_options_default();
+    if (!ctx || !out || (!text && len) || o.side < 0 || o.side == 1 || o.side > 4096) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_parse: invalid argument");
+    memset(out, 0, sizeof *out);
+    if (!what) what = "<memory>";
+    tr__lines_init(&L, text, len, 0);
+    cap = tr__text_count_lines(&L.t);
+    side = o.side ? o.side : -1;
+    if (side > 0) {
+        st = tr__maze_set_begin(ctx, out, side, cap, &dist, &block);
+        cells = (size_t)side * (size_t)side;
+    }
+    for (;;) {
+        const char *qs = NULL, *as = NULL;
+        size_t qn = 0, an = 0;
+        int more = st == TR_OK && tr__lines_next(&L, &line, &n);
+        int64_t ln = L.lineno;
+        if (st != TR_OK) break;
+        if (!more || n == 0) { /* the end, or a blank line, ends a block of rows */
+            if (rows > 0 && !skipping) st = tr__bad_record(ctx, &o, what, start, "incomplete maze: %d rows of %d", rows, side);
+            rows = skipping = 0;
+            if (!more) break;
+            continue;
+        }
+        if (skipping) continue;
+        if (L.csv) {
+            tr__field f[16];
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
+        } else if (rows > 0 || (side > 0 && n == (size_t)side)) { /* a row of a maze written as `side` rows */
+            if (n != (size_t)side) {
+                st = tr__bad_record(ctx, &o, what, ln, "maze rows need %d characters, this one has %zu", side, n);
+                rows = 0, skipping = 1;
+                continue;
+            }
+            if (rows == 0) start = ln;
+            memcpy(block + (size_t)rows * side, line, n);
+            if (++rows < side) continue;
+            rows = 0;
+            qs = block, qn = cells, ln = start;
+        } else {
+            qs = line, qn = n;
+            if (tr__isqrt(n) < 0 && n % 2 == 1 && tr__isqrt(n / 2) > 0 && line[n / 2] && strchr(",\t|;", line[n / 2])) qn = n / 2, as = line + qn + 1, an = qn;
+        }
+        if (o.puzzles_only) as = NULL, an = 0;
+        if (side < 0) {
+            side = tr__isqrt(qn);
+            if (side < 2) { /* the side is still unknown: a later record may give it */
+                side = -1;
+                st = tr__bad_record(ctx, &o, what, ln, "a maze of %zu characters is not square", qn);
+                continue;
+            }
+            if ((st = tr__maze_set_begin(ctx, out, side, cap, &dist, &block)) != TR_OK) break;
+            cells = (size_t)side * (size_t)side;
+        }
+        if (qn != cells || (as && an != cells)) {
+            st = tr__bad_record(ctx, &o, what, ln, "field '%s' has %zu characters, expected %zu (%dx%d)", qn != cells ? "question" : "answer", qn != cells ? qn : an, cells, side, side);
+            continue;
+        }
+        st = tr__maze_record(ctx, &o, what, ln, qs, as, dist, out);
+    }
+    tr__free(ctx, dist);
+    tr__free(ctx, block);
+    if (st == TR_OK && out->count == 0 && !o.on_skip) st = tr__err(ctx, TR_ERR_FORMAT, "%s: no mazes", what);
+    if (st != TR_OK) tr_maze_set_free(ctx, out);
+    return st;
+}
+
 TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out) {
     tr__text t;
     tr_status st;
-    size_t pos = 0, n;
-    const char *line;
-    int64_t lineno = 0, cap;
-    int csv = 0, cq, ca, cr, ncols = 0, side = -1;
     if (!ctx || !path || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_maze_read: NULL argument");
     memset(out, 0, sizeof *out);
     if ((st = tr__text_open(ctx, path, &t)) != TR_OK) return st;
-    cap = tr__text_count_lines(&t);
-    while (st == TR_OK && tr__text_line(&t, &pos, &line, &n)) {
-        const char *qs, *as = NULL;
-        size_t qn, an = 0, i, cells;
-        char *q, *a;
-        lineno++;
-        if (lineno == 1 && tr__csv_header(line, n, &cq, &ca, &cr, &ncols)) {
-            csv = 1;
-            continue;
-        }
-        if (n == 0) continue;
-        if (csv) {
-            tr__field fq, fa, fr;
-            if ((st = tr__csv_record(ctx, path, lineno, line, n, ncols, cq, ca, -1, &fq, &fa, &fr)) != TR_OK) break;
-            qs = fq.s;
-            qn = fq.n;
-            if (fa.n) {
-                as = fa.s;
-                an = fa.n;
-            }
-        } else {
-            qs = line;
-            qn = n;
-            if (tr__isqrt(n) < 0 && n % 2 == 1 && tr__isqrt(n / 2) > 0 && strchr(",\t|;", line[n / 2])) {
-                qn = n / 2;
-                as = line + qn + 1;
-                an = qn;
-            }
-        }
-        if (side < 0) {
-            side = tr__isqrt(qn);
-            if (side < 2) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: a maze of %zu characters is not square", path, (long long)lineno, qn);
-                break;
-            }
-            out->n = side;
-            cells = (size_t)side * (size_t)side;
-            out->mazes = (char *)tr__alloc(ctx, (size_t)cap * cells);
-            out->solutions = (char *)tr__alloc(ctx, (size_t)cap * cells);
-            if (!out->mazes || !out->solutions) {
-                st = TR_ERR_OUT_OF_MEMORY;
-                break;
-            }
-        }
-        cells = (size_t)side * (size_t)side;
-        if (qn != cells || (as && an != cells)) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: field '%s' has %zu characters, expected %zu (%dx%d)", path, (long long)lineno, qn != cells ? "question" : "answer",
-                         qn != cells ? qn : an, cells, side, side);
-            break;
-        }
-        for (i = 0; i < cells; i++) {
-            if (!tr__maze_token(qs[i]) || (as && !tr__maze_token(as[i]))) {
-                char bad = !tr__maze_token(qs[i]) ? qs[i] : as[i];
-                st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: character '%c' (0x%02x) at cell %zu is not in the charset \"%s\"", path, (long long)lineno, bad, (unsigned char)bad, i, TR_MAZE_CHARSET);
-                break;
-            }
-        }
-        if (st != TR_OK) break;
-        q = out->mazes + (size_t)out->count * cells;
-        a = out->solutions + (size_t)out->count * cells;
-        memcpy(q, qs, cells);
-        if (as) memcpy(a, as, cells);
-        else if (tr_maze_solve(ctx, q, side, a) < 0) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "'%s' line %lld: the maze has no path from S to G (or not exactly one S and one G)", path, (long long)lineno);
-            break;
-        }
-        out->count++;
-    }
+    st = tr_maze_parse(ctx, t.data, t.len, path, NULL, out);
     tr__text_close(ctx, &t);
-    if (st == TR_OK && out->count == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': no mazes", path);
-    if (st != TR_OK) tr_maze_set_free(ctx, out);
     return st;
 }
 
@@ -13543,16 +13704,10 @@ TRDEF tr_arc_options tr_arc_options_default(void) {
     return o;
 }
 
-typedef struct tr__arc_grid {
-    uint8_t *cells;
-    int h, w;
-} tr__arc_grid;
-
 typedef struct tr__arc_task {
     char name[128];
     int subset, is_test;
-    int ntrain, ntest;      /* pairs: train demos first, then test pairs */
-    tr__arc_grid *in, *out; /* [ntrain + ntest] */
+    tr_arc_task task;       /* test outputs that the file lacks are [[0]], the reference's stand-in */
     char *json;             /* the raw task, for test_puzzles.json (test subset only) */
     int nver;
     uint8_t *ver;           /* [nver * 11]: transform id, then the colour map */
@@ -13592,100 +13747,128 @@ TR__FN void tr__json_write(tr__sb *sb, const tr_json *v) {
     }
 }
 
-TR__FN tr_status tr__arc_read_grid(tr_ctx *ctx, const char *path, const char *field, const tr_json *g, tr__arc_grid *out) {
+/* Reads a grid into out; NULL, or why g is not one (in buf). */
+TR__FN const char *tr__arc_grid(const tr_json *g, tr_arc_grid *out, char *buf, size_t cap) {
     size_t i, j, w;
-    if (!g || g->type != TR_JSON_ARRAY || g->count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: expected a non-empty list of rows", path, field);
-    if (g->items[0].type != TR_JSON_ARRAY || g->items[0].count == 0) return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row 0 is not a non-empty list", path, field);
+    if (!g || g->type != TR_JSON_ARRAY || g->count == 0) return "expected a non-empty list of rows";
+    if (g->items[0].type != TR_JSON_ARRAY || g->items[0].count == 0) return "row 0 is not a non-empty list";
     w = g->items[0].count;
-    if (g->count > TR_ARC_MAX_GRID || w > TR_ARC_MAX_GRID)
-        return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: the grid is %zux%zu, the limit is %dx%d", path, field, g->count, w, TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
-    out->h = (int)g->count;
-    out->w = (int)w;
-    out->cells = (uint8_t *)tr__alloc(ctx, g->count * w);
-    if (!out->cells) return TR_ERR_OUT_OF_MEMORY;
+    if (g->count > TR_ARC_MAX_GRID || w > TR_ARC_MAX_GRID) {
+        snprintf(buf, cap, "the grid is %zux%zu, the limit is %dx%d", g->count, w, TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
+        return buf;
+    }
     for (i = 0; i < g->count; i++) {
         const tr_json *row = &g->items[i];
-        if (row->type != TR_JSON_ARRAY || row->count != w)
-            return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: row %zu has %zu cells, row 0 has %zu", path, field, i, row->type == TR_JSON_ARRAY ? row->count : 0, w);
+        if (row->type != TR_JSON_ARRAY || row->count != w) {
+            snprintf(buf, cap, "row %zu has %zu cells, row 0 has %zu", i, row->type == TR_JSON_ARRAY ? row->count : 0, w);
+            return buf;
+        }
         for (j = 0; j < w; j++) {
             const tr_json *c = &row->items[j];
-            if (c->type != TR_JSON_NUMBER || c->number != floor(c->number) || c->number < 0 || c->number > 9)
-                return tr__err(ctx, TR_ERR_FORMAT, "'%s': %s: cell (%zu, %zu) is not a colour 0-9", path, field, i, j);
+            if (c->type != TR_JSON_NUMBER || c->number != floor(c->number) || c->number < 0 || c->number > 9) {
+                snprintf(buf, cap, "cell (%zu, %zu) is not a colour 0-9", i, j);
+                return buf;
+            }
             out->cells[i * w + j] = (uint8_t)c->number;
         }
     }
-    return TR_OK;
+    out->h = (int)g->count;
+    out->w = (int)w;
+    return NULL;
+}
+
+TRDEF tr_status tr_arc_grid_from_json(tr_ctx *ctx, const tr_json *g, const char *what, tr_arc_grid *out) {
+    char buf[96];
+    const char *why;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_grid_from_json: NULL argument");
+    if ((why = tr__arc_grid(g, out, buf, sizeof buf)) == NULL) return TR_OK;
+    out->h = out->w = 0;
+    return tr__err(ctx, TR_ERR_FORMAT, "%s: %s", what ? what : "grid", why);
+}
+
+TRDEF void tr_arc_task_free(tr_ctx *ctx, tr_arc_task *t) {
+    if (!t) return;
+    tr__free(ctx, t->pairs);
+    memset(t, 0, sizeof *t);
+}
+
+TRDEF tr_status tr_arc_task_from_json(tr_ctx *ctx, const tr_json *task, const char *what, const tr_read_options *opt, tr_arc_task *out) {
+    tr_read_options o = opt ? *opt : tr_read_options_default();
+    const tr_json *tr = tr_json_get(task, "train"), *te = tr_json_get(task, "test");
+    int64_t line = task ? task->line : 0;
+    tr_status st = TR_OK;
+    int k, n;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_task_from_json: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (!what) what = "<memory>";
+    if (!te || te->type != TR_JSON_ARRAY || (tr && tr->type != TR_JSON_ARRAY))
+        return tr__bad_record(ctx, &o, what, line, "expected an object with a list 'test' (and optionally 'train')");
+    out->num_train = tr ? (int)tr->count : 0;
+    out->num_test = (int)te->count;
+    n = out->num_train + out->num_test;
+    if (n == 0) return o.on_skip ? TR_OK : tr__bad_record(ctx, &o, what, line, "the task has no pairs");
+    out->pairs = (tr_arc_pair *)tr__calloc(ctx, (size_t)n, sizeof *out->pairs);
+    if (!out->pairs) {
+        memset(out, 0, sizeof *out);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    for (k = 0; st == TR_OK && k < n; k++) {
+        const tr_json *ex = k < out->num_train ? &tr->items[k] : &te->items[k - out->num_train], *g;
+        const char *part = k < out->num_train ? "train" : "test", *why = NULL, *field = "input";
+        int idx = k < out->num_train ? k : k - out->num_train;
+        tr_arc_pair *p = &out->pairs[k];
+        char buf[96];
+        p->line = ex->line;
+        if (ex->type != TR_JSON_OBJECT) why = "expected an object", field = NULL;
+        else if ((why = tr__arc_grid(tr_json_get(ex, "input"), &p->input, buf, sizeof buf)) == NULL) {
+            field = "output";
+            g = tr_json_get(ex, "output");
+            if (g || k < out->num_train) why = (g && g->type == TR_JSON_NULL && k >= out->num_train) ? NULL : tr__arc_grid(g, &p->output, buf, sizeof buf);
+        }
+        if (why) {
+            memset(p, 0, sizeof *p);
+            p->line = ex->line;
+            st = tr__bad_record(ctx, &o, what, ex->line, "%s[%d]%s%s: %s", part, idx, field ? "." : "", field ? field : "", why);
+        }
+    }
+    if (st != TR_OK) tr_arc_task_free(ctx, out);
+    return st;
+}
+
+TRDEF tr_status tr_arc_task_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_arc_task *out) {
+    tr_json *root = NULL;
+    tr_status st;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_task_parse: NULL argument");
+    memset(out, 0, sizeof *out);
+    if ((st = tr_json_parse(ctx, text, len, what, &root)) != TR_OK) return st;
+    st = tr_arc_task_from_json(ctx, root, what, NULL, out);
+    tr_json_free(ctx, root);
+    return st;
 }
 
 TR__FN void tr__arc_task_free(tr_ctx *ctx, tr__arc_task *t) {
-    int i;
-    if (t->in)
-        for (i = 0; i < t->ntrain + t->ntest; i++) {
-            tr__free(ctx, t->in[i].cells);
-            tr__free(ctx, t->out[i].cells);
-        }
-    tr__free(ctx, t->in);
-    tr__free(ctx, t->out);
+    tr_arc_task_free(ctx, &t->task);
     tr__free(ctx, t->json);
     tr__free(ctx, t->ver);
     tr__free(ctx, t->ids);
     memset(t, 0, sizeof *t);
 }
 
-/* Reads one task file: {"train": [{"input", "output"}...], "test": [...]}. */
+/* Reads one task file for the builder (the raw JSON kept for test tasks). */
 TR__FN tr_status tr__arc_load_task(tr_ctx *ctx, const char *path, tr__arc_task *t) {
-    char *text = NULL, field[64];
+    char *text = NULL;
     size_t len;
     tr_json *root = NULL;
-    const tr_json *tr, *te;
     tr_status st;
     int k;
-    tr_json dummy_row, dummy_grid, dummy_cell;
     if ((st = tr__read_file_capped(ctx, path, (size_t)64 << 20, &text, &len)) != TR_OK) return st;
     st = tr_json_parse(ctx, text, len, path, &root);
     tr__free(ctx, text);
     if (st != TR_OK) return st;
-    tr = tr_json_get(root, "train");
-    te = tr_json_get(root, "test");
-    if (root->type != TR_JSON_OBJECT || !tr || tr->type != TR_JSON_ARRAY || !te || te->type != TR_JSON_ARRAY) {
-        tr_json_free(ctx, root);
-        return tr__err(ctx, TR_ERR_FORMAT, "'%s': expected an object with lists 'train' and 'test'", path);
-    }
-    /* [[0]]: the reference's stand-in for a missing test output */
-    memset(&dummy_row, 0, sizeof dummy_row);
-    memset(&dummy_grid, 0, sizeof dummy_grid);
-    memset(&dummy_cell, 0, sizeof dummy_cell);
-    dummy_cell.type = TR_JSON_NUMBER;
-    dummy_cell.number = 0;
-    dummy_row.type = TR_JSON_ARRAY;
-    dummy_row.items = &dummy_cell;
-    dummy_row.count = 1;
-    dummy_grid.type = TR_JSON_ARRAY;
-    dummy_grid.items = &dummy_row;
-    dummy_grid.count = 1;
-    t->ntrain = (int)tr->count;
-    t->ntest = (int)te->count;
-    if (t->ntrain + t->ntest == 0) st = tr__err(ctx, TR_ERR_FORMAT, "'%s': the task has no pairs", path);
-    if (st == TR_OK) {
-        t->in = (tr__arc_grid *)tr__calloc(ctx, (size_t)(t->ntrain + t->ntest), sizeof *t->in);
-        t->out = (tr__arc_grid *)tr__calloc(ctx, (size_t)(t->ntrain + t->ntest), sizeof *t->out);
-        if (!t->in || !t->out) st = TR_ERR_OUT_OF_MEMORY;
-    }
-    for (k = 0; st == TR_OK && k < t->ntrain + t->ntest; k++) {
-        const tr_json *ex = k < t->ntrain ? &tr->items[k] : &te->items[k - t->ntrain];
-        const char *part = k < t->ntrain ? "train" : "test";
-        int idx = k < t->ntrain ? k : k - t->ntrain;
-        const tr_json *o;
-        if (ex->type != TR_JSON_OBJECT) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "'%s': %s[%d]: expected an object", path, part, idx);
-            break;
-        }
-        snprintf(field, sizeof field, "%s[%d].input", part, idx);
-        if ((st = tr__arc_read_grid(ctx, path, field, tr_json_get(ex, "input"), &t->in[k])) != TR_OK) break;
-        snprintf(field, sizeof field, "%s[%d].output", part, idx);
-        o = tr_json_get(ex, "output");
-        if (!o && k >= t->ntrain) o = &dummy_grid;
-        st = tr__arc_read_grid(ctx, path, field, o, &t->out[k]);
+    st = tr_arc_task_from_json(ctx, root, path, NULL, &t->task);
+    for (k = t->task.num_train; st == TR_OK && k < t->task.num_train + t->task.num_test; k++) {
+        tr_arc_grid *g = &t->task.pairs[k].output;
+        if (g->h == 0) g->h = g->w = 1, g->cells[0] = 0;
     }
     if (st == TR_OK && t->is_test) {
         tr__sb sb;
@@ -13729,13 +13912,14 @@ TR__FN int tr__h128_cmp(const void *p, const void *q) {
 
 /* Hash of a whole augmented task (all its pairs, order-free), as the reference's puzzle_hash. */
 TR__FN tr__h128 tr__arc_version_hash(const tr__arc_task *t, const uint8_t *ver, tr__h128 *ex, uint8_t *buf) {
-    int k, n = t->ntrain + t->ntest, oh, ow;
+    int k, n = t->task.num_train + t->task.num_test, oh, ow;
     tr__h128 r;
     for (k = 0; k < n; k++) {
+        const tr_arc_pair *pr = &t->task.pairs[k];
         tr__h128 hi, ho;
-        tr_arc_augment(ver[0], ver + 1, t->in[k].cells, t->in[k].h, t->in[k].w, buf, &oh, &ow);
+        tr_arc_augment(ver[0], ver + 1, pr->input.cells, pr->input.h, pr->input.w, buf, &oh, &ow);
         hi = tr__hash_grid(buf, oh, ow);
-        tr_arc_augment(ver[0], ver + 1, t->out[k].cells, t->out[k].h, t->out[k].w, buf, &oh, &ow);
+        tr_arc_augment(ver[0], ver + 1, pr->output.cells, pr->output.h, pr->output.w, buf, &oh, &ow);
         ho = tr__hash_grid(buf, oh, ow);
         ex[k].a = tr__mix64(hi.a ^ tr__mix64(ho.a + 1));
         ex[k].b = tr__mix64(hi.b + 0x51ull * tr__mix64(ho.b ^ 7));
@@ -13940,7 +14124,7 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
     const char *sname = split ? "test" : "train";
     int wi_open = 0, wl_open = 0;
     for (t = 0; t < ntasks; t++) {
-        int n = split ? (tasks[t].is_test ? tasks[t].ntest : 0) : (tasks[t].is_test ? tasks[t].ntrain : tasks[t].ntrain + tasks[t].ntest);
+        int n = split ? (tasks[t].is_test ? tasks[t].task.num_test : 0) : (tasks[t].is_test ? tasks[t].task.num_train : tasks[t].task.num_train + tasks[t].task.num_test);
         if (split && !tasks[t].is_test) continue;
         nex += (int64_t)n * tasks[t].nver;
         npz += tasks[t].nver;
@@ -13980,7 +14164,7 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
     e = 0;
     for (t = 0; t < ntasks && st == TR_OK; t++) {
         tr__arc_task *tk = &tasks[t];
-        int first = split ? tk->ntrain : 0, last = split ? tk->ntrain + tk->ntest : (tk->is_test ? tk->ntrain : tk->ntrain + tk->ntest);
+        int first = split ? tk->task.num_train : 0, last = split ? tk->task.num_train + tk->task.num_test : (tk->is_test ? tk->task.num_train : tk->task.num_train + tk->task.num_test);
         if (split && !tk->is_test) continue;
         for (v = 0; v < tk->nver && st == TR_OK; v++) {
             const uint8_t *ver = tk->ver + (size_t)v * 11;
@@ -13988,8 +14172,9 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
             int nexp = last - first, keep = nexp > 0 ? (int)tr__rng_below(&rng, (uint64_t)nexp) : 0, x;
             for (x = first; x < last && st == TR_OK; x++) {
                 int hi, wi_, ho, wo, r = 0, c = 0;
-                tr_arc_augment(ver[0], ver + 1, tk->in[x].cells, tk->in[x].h, tk->in[x].w, gi, &hi, &wi_);
-                tr_arc_augment(ver[0], ver + 1, tk->out[x].cells, tk->out[x].h, tk->out[x].w, go, &ho, &wo);
+                const tr_arc_pair *pr = &tk->task.pairs[x];
+                tr_arc_augment(ver[0], ver + 1, pr->input.cells, pr->input.h, pr->input.w, gi, &hi, &wi_);
+                tr_arc_augment(ver[0], ver + 1, pr->output.cells, pr->output.h, pr->output.w, go, &ho, &wo);
                 if (split == 0 && x - first != keep) { /* translation augmentation, train only */
                     r = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(hi, ho) + 1));
                     c = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(wi_, wo) + 1));
@@ -14200,7 +14385,7 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
         uint8_t *bufs = NULL;
         while (tcap < 2 * (o->num_aug + 1)) tcap *= 2;
         for (t = 0; t < ntasks; t++) {
-            if (tasks[t].ntrain + tasks[t].ntest > maxpairs) maxpairs = tasks[t].ntrain + tasks[t].ntest;
+            if (tasks[t].task.num_train + tasks[t].task.num_test > maxpairs) maxpairs = tasks[t].task.num_train + tasks[t].task.num_test;
             tasks[t].ver = (uint8_t *)tr__alloc(ctx, (size_t)(o->num_aug + 1) * 11);
             if (!tasks[t].ver) {
                 st = TR_ERR_OUT_OF_MEMORY;

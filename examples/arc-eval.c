@@ -19,7 +19,9 @@
    "tokens": [900 token ids] as the model outputs them (cropped here). q_halt is the logit.
    --save-predictions writes that file from a model run.
 
-   Uses only the public API. */
+   The library reads the JSON (tr_json_parse), the tasks of test_puzzles.json
+   (tr_arc_task_from_json) and the predicted grids (tr_arc_grid_from_json), and writes JSON strings
+   and numbers (tr_json_fput_string / tr_json_fput_number). Uses only the public API. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <math.h>
@@ -52,237 +54,6 @@ static char *xstrdup(const char *s) {
     return (char *)memcpy(xmalloc(n), s, n);
 }
 
-/* ---- a small strict JSON reader ------------------------------------------------------------ */
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
-typedef struct jval {
-    jtype t;
-    double num;
-    char *str;          /* J_STR */
-    struct jval *items; /* J_ARR, J_OBJ */
-    char **keys;        /* J_OBJ */
-    size_t n;
-} jval;
-
-typedef struct jparser {
-    const char *s;
-    size_t len, pos;
-    int depth;
-    char err[160];
-} jparser;
-
-static void jfree(jval *v) {
-    size_t i;
-    if (v->t == J_STR) free(v->str);
-    if (v->t == J_ARR || v->t == J_OBJ) {
-        for (i = 0; i < v->n; i++) {
-            jfree(&v->items[i]);
-            if (v->keys) free(v->keys[i]);
-        }
-        free(v->items);
-        free(v->keys);
-    }
-    memset(v, 0, sizeof *v);
-}
-
-static void jws(jparser *p) {
-    while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\n' || p->s[p->pos] == '\r')) p->pos++;
-}
-static int jfail(jparser *p, const char *what) {
-    if (!p->err[0]) snprintf(p->err, sizeof p->err, "%s at byte %lu", what, (unsigned long)p->pos);
-    return 0;
-}
-static void put_utf8(char **buf, size_t *n, size_t *cap, unsigned cp) {
-    char tmp[4];
-    int k = 0, i;
-    if (cp < 0x80) tmp[k++] = (char)cp;
-    else if (cp < 0x800) tmp[k++] = (char)(0xc0 | (cp >> 6)), tmp[k++] = (char)(0x80 | (cp & 0x3f));
-    else if (cp < 0x10000) tmp[k++] = (char)(0xe0 | (cp >> 12)), tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3f)), tmp[k++] = (char)(0x80 | (cp & 0x3f));
-    else
-        tmp[k++] = (char)(0xf0 | (cp >> 18)), tmp[k++] = (char)(0x80 | ((cp >> 12) & 0x3f)), tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3f)),
-        tmp[k++] = (char)(0x80 | (cp & 0x3f));
-    for (i = 0; i < k; i++) {
-        if (*n + 2 > *cap) *cap = *cap * 2 + 16, *buf = (char *)xrealloc(*buf, *cap);
-        (*buf)[(*n)++] = tmp[i];
-    }
-}
-static int jhex4(jparser *p, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    if (p->pos + 4 > p->len) return jfail(p, "truncated \\u escape");
-    for (i = 0; i < 4; i++) {
-        char c = p->s[p->pos++];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return jfail(p, "bad \\u escape");
-    }
-    *out = v;
-    return 1;
-}
-static int jstring(jparser *p, char **out) {
-    size_t n = 0, cap = 16;
-    char *buf = (char *)xmalloc(cap);
-    p->pos++; /* the opening quote */
-    for (;;) {
-        unsigned char c;
-        if (p->pos >= p->len) {
-            free(buf);
-            return jfail(p, "unterminated string");
-        }
-        c = (unsigned char)p->s[p->pos++];
-        if (c == '"') break;
-        if (c < 0x20) {
-            free(buf);
-            return jfail(p, "control character in string");
-        }
-        if (c == '\\') {
-            char e;
-            unsigned cp;
-            if (p->pos >= p->len) {
-                free(buf);
-                return jfail(p, "unterminated escape");
-            }
-            e = p->s[p->pos++];
-            switch (e) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = 8; break;
-            case 'f': cp = 12; break;
-            case 'n': cp = 10; break;
-            case 'r': cp = 13; break;
-            case 't': cp = 9; break;
-            case 'u':
-                if (!jhex4(p, &cp)) {
-                    free(buf);
-                    return 0;
-                }
-                if (cp >= 0xd800 && cp < 0xdc00 && p->pos + 6 <= p->len && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u') {
-                    unsigned lo;
-                    p->pos += 2;
-                    if (!jhex4(p, &lo)) {
-                        free(buf);
-                        return 0;
-                    }
-                    if (lo >= 0xdc00 && lo < 0xe000) cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                }
-                break;
-            default: free(buf); return jfail(p, "bad escape");
-            }
-            put_utf8(&buf, &n, &cap, cp);
-            continue;
-        }
-        if (n + 2 > cap) cap *= 2, buf = (char *)xrealloc(buf, cap);
-        buf[n++] = (char)c;
-    }
-    buf[n] = 0;
-    *out = buf;
-    return 1;
-}
-static int jvalue(jparser *p, jval *v) {
-    char c;
-    memset(v, 0, sizeof *v);
-    jws(p);
-    if (p->pos >= p->len) return jfail(p, "unexpected end of input");
-    if (++p->depth > 64) return jfail(p, "nesting too deep");
-    c = p->s[p->pos];
-    if (c == '{' || c == '[') {
-        int obj = c == '{';
-        size_t cap = 0;
-        v->t = obj ? J_OBJ : J_ARR;
-        p->pos++;
-        jws(p);
-        if (p->pos < p->len && p->s[p->pos] == (obj ? '}' : ']')) {
-            p->pos++;
-            p->depth--;
-            return 1;
-        }
-        for (;;) {
-            char *key = NULL;
-            jws(p);
-            if (obj) {
-                if (p->pos >= p->len || p->s[p->pos] != '"') return jfail(p, "expected a key");
-                if (!jstring(p, &key)) return 0;
-                jws(p);
-                if (p->pos >= p->len || p->s[p->pos] != ':') {
-                    free(key);
-                    return jfail(p, "expected ':'");
-                }
-                p->pos++;
-            }
-            if (v->n == cap) {
-                cap = cap ? cap * 2 : 4;
-                v->items = (jval *)xrealloc(v->items, cap * sizeof *v->items);
-                if (obj) v->keys = (char **)xrealloc(v->keys, cap * sizeof *v->keys);
-            }
-            if (obj) v->keys[v->n] = key;
-            if (!jvalue(p, &v->items[v->n])) {
-                v->n++; /* so that jfree releases the key */
-                return 0;
-            }
-            v->n++;
-            jws(p);
-            if (p->pos < p->len && p->s[p->pos] == ',') {
-                p->pos++;
-                continue;
-            }
-            if (p->pos < p->len && p->s[p->pos] == (obj ? '}' : ']')) {
-                p->pos++;
-                break;
-            }
-            return jfail(p, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-        }
-    } else if (c == '"') {
-        v->t = J_STR;
-        if (!jstring(p, &v->str)) {
-            v->t = J_NULL;
-            return 0;
-        }
-    } else if (c == 't' && p->len - p->pos >= 4 && !strncmp(p->s + p->pos, "true", 4)) v->t = J_BOOL, v->num = 1, p->pos += 4;
-    else if (c == 'f' && p->len - p->pos >= 5 && !strncmp(p->s + p->pos, "false", 5)) v->t = J_BOOL, v->num = 0, p->pos += 5;
-    else if (c == 'n' && p->len - p->pos >= 4 && !strncmp(p->s + p->pos, "null", 4)) v->t = J_NULL, p->pos += 4;
-    else if (c == '-' || (c >= '0' && c <= '9')) {
-        char tmp[64];
-        size_t k = 0;
-        char *end;
-        while (p->pos + k < p->len && k < sizeof tmp - 1 && strchr("+-0123456789.eE", p->s[p->pos + k])) tmp[k] = p->s[p->pos + k], k++;
-        tmp[k] = 0;
-        v->t = J_NUM;
-        v->num = strtod(tmp, &end);
-        if (end == tmp || *end) return jfail(p, "bad number");
-        p->pos += k;
-    } else
-        return jfail(p, "unexpected character");
-    p->depth--;
-    return 1;
-}
-/* Parses a whole text; err gets the reason on failure. */
-static int jparse(const char *s, size_t len, jval *out, char *err, size_t errcap) {
-    jparser p;
-    memset(&p, 0, sizeof p);
-    p.s = s, p.len = len;
-    if (!jvalue(&p, out)) {
-        snprintf(err, errcap, "%s", p.err);
-        jfree(out);
-        return 0;
-    }
-    jws(&p);
-    if (p.pos != p.len) {
-        snprintf(err, errcap, "trailing characters at byte %lu", (unsigned long)p.pos);
-        jfree(out);
-        return 0;
-    }
-    return 1;
-}
-static const jval *jget(const jval *o, const char *key) {
-    size_t i;
-    if (!o || o->t != J_OBJ) return NULL;
-    for (i = 0; i < o->n; i++)
-        if (!strcmp(o->keys[i], key)) return &o->items[i];
-    return NULL;
-}
-
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     char *buf;
@@ -308,33 +79,10 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* ---- grids ---------------------------------------------------------------------------------- */
-typedef struct grid {
-    int h, w; /* h = -1: absent */
-    uint8_t c[MAXG * MAXG];
-} grid;
+/* h = -1: absent (a task's test output that the file lacks) */
+typedef tr_arc_grid grid;
 
-/* A JSON grid: a list of h rows of w colours 0..9 (h, w in 1..30; allow_empty admits []). */
-static int grid_from_json(const jval *v, grid *g, int allow_empty, char *err, size_t errcap) {
-    size_t r, c;
-    if (!v || v->t != J_ARR) return snprintf(err, errcap, "a grid must be a list of rows"), 0;
-    if (v->n == 0 && allow_empty) {
-        g->h = g->w = 0;
-        return 1;
-    }
-    if (v->n < 1 || v->n > MAXG) return snprintf(err, errcap, "a grid has %lu rows (1..%d)", (unsigned long)v->n, MAXG), 0;
-    for (r = 0; r < v->n; r++) {
-        const jval *row = &v->items[r];
-        if (row->t != J_ARR || row->n < 1 || row->n > MAXG || (r && row->n != v->items[0].n)) return snprintf(err, errcap, "row %lu of a grid is not a list of 1..%d colours like row 0", (unsigned long)r, MAXG), 0;
-        for (c = 0; c < row->n; c++) {
-            const jval *x = &row->items[c];
-            if (x->t != J_NUM || x->num < 0 || x->num > 9 || x->num != floor(x->num)) return snprintf(err, errcap, "cell (%lu, %lu) of a grid is not a colour 0..9", (unsigned long)r, (unsigned long)c), 0;
-            g->c[r * v->items[0].n + c] = (uint8_t)x->num;
-        }
-    }
-    g->h = (int)v->n, g->w = (int)v->items[0].n;
-    return 1;
-}
-static int grid_eq(const grid *a, const grid *b) { return a->h == b->h && a->w == b->w && (a->h <= 0 || !memcmp(a->c, b->c, (size_t)a->h * a->w)); }
+static int grid_eq(const grid *a, const grid *b) { return a->h == b->h && a->w == b->w && (a->h <= 0 || !memcmp(a->cells, b->cells, (size_t)a->h * a->w)); }
 static uint64_t grid_hash(int h, int w, const uint8_t *c) {
     uint64_t x = 1469598103934665603ull;
     int i;
@@ -348,22 +96,11 @@ static void grid_write(FILE *f, const grid *g) {
     fputc('[', f);
     for (r = 0; r < g->h; r++) {
         fputs(r ? ", [" : "[", f);
-        for (c = 0; c < g->w; c++) fprintf(f, c ? ", %d" : "%d", g->c[r * g->w + c]);
+        for (c = 0; c < g->w; c++) fprintf(f, c ? ", %d" : "%d", g->cells[r * g->w + c]);
         fputc(']', f);
     }
     fputc(']', f);
 }
-static void json_str_write(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 /* ---- string -> index map -------------------------------------------------------------------- */
 typedef struct strmap {
     char **keys;
@@ -446,7 +183,7 @@ typedef struct votes {
 static uint64_t cand_key(int task, int test, uint64_t h) { return h ^ ((uint64_t)task * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(test + 1) * 0xc2b2ae3d27d4eb4full); }
 
 static void votes_add(votes *v, int task, int test, const grid *g, double q) {
-    uint64_t h = grid_hash(g->h, g->w, g->c), k = cand_key(task, test, h);
+    uint64_t h = grid_hash(g->h, g->w, g->cells), k = cand_key(task, test, h);
     size_t i;
     if ((v->n + 1) * 2 > v->tcap) {
         size_t j, nc = v->tcap ? v->tcap * 2 : 1024;
@@ -462,7 +199,7 @@ static void votes_add(votes *v, int task, int test, const grid *g, double q) {
     }
     for (i = k & (v->tcap - 1); v->table[i]; i = (i + 1) & (v->tcap - 1)) {
         cand *c = &v->c[v->table[i] - 1];
-        if (c->task == task && c->test == test && c->hash == h && c->h == g->h && c->w == g->w && (g->h <= 0 || !memcmp(v->arena + c->off, g->c, (size_t)g->h * g->w))) {
+        if (c->task == task && c->test == test && c->hash == h && c->h == g->h && c->w == g->w && (g->h <= 0 || !memcmp(v->arena + c->off, g->cells, (size_t)g->h * g->w))) {
             c->count++;
             c->qsum += q;
             v->seen++;
@@ -477,7 +214,7 @@ static void votes_add(votes *v, int task, int test, const grid *g, double q) {
             while (v->alen + nb > v->acap) v->acap = v->acap ? v->acap * 2 : 1 << 16;
             v->arena = (uint8_t *)xrealloc(v->arena, v->acap);
         }
-        if (nb) memcpy(v->arena + v->alen, g->c, nb);
+        if (nb) memcpy(v->arena + v->alen, g->cells, nb);
         c->task = task, c->test = test, c->h = g->h > 0 ? g->h : 0, c->w = g->h > 0 ? g->w : 0, c->off = v->alen;
         c->hash = h, c->count = 1, c->qsum = q, c->order = v->seen++;
         v->alen += nb;
@@ -486,11 +223,11 @@ static void votes_add(votes *v, int task, int test, const grid *g, double q) {
 }
 
 static int cand_is(const votes *v, const cand *c, const grid *g) {
-    return c->h == g->h && c->w == g->w && (g->h <= 0 || !memcmp(v->arena + c->off, g->c, (size_t)g->h * g->w));
+    return c->h == g->h && c->w == g->w && (g->h <= 0 || !memcmp(v->arena + c->off, g->cells, (size_t)g->h * g->w));
 }
 static void cand_grid(const votes *v, const cand *c, grid *g) {
     g->h = c->h, g->w = c->w;
-    if (c->h > 0) memcpy(g->c, v->arena + c->off, (size_t)c->h * c->w);
+    if (c->h > 0) memcpy(g->cells, v->arena + c->off, (size_t)c->h * c->w);
 }
 
 /* (task, test) ascending, then count descending, mean q descending, first seen first. */
@@ -514,54 +251,57 @@ typedef struct evalstate {
     FILE *save;       /* --save-predictions */
 } evalstate;
 
-static int load_test_puzzles(const char *path, evalstate *es) {
-    size_t len, i, k;
-    char *text = read_file(path, &len), err[200];
-    jval root;
+/* test_puzzles.json: an object of tasks keyed by name, read with the library's task reader. */
+static int load_test_puzzles(tr_ctx *ctx, const char *path, evalstate *es) {
+    size_t len, i;
+    char *text = read_file(path, &len);
+    tr_json *root = NULL;
+    int k, ok = 1;
     if (!text) {
         fprintf(stderr, "tinyrec-arc-eval: cannot read %s\n", path);
         return 0;
     }
-    if (!jparse(text, len, &root, err, sizeof err)) {
-        fprintf(stderr, "tinyrec-arc-eval: %s: %s\n", path, err);
+    if (tr_json_parse(ctx, text, len, path, &root) != TR_OK) {
+        fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
         free(text);
         return 0;
     }
     free(text);
-    if (root.t != J_OBJ) {
+    if (root->type != TR_JSON_OBJECT) {
         fprintf(stderr, "tinyrec-arc-eval: %s: expected an object of tasks\n", path);
-        jfree(&root);
+        tr_json_free(ctx, root);
         return 0;
     }
-    es->tasks = (task *)calloc(root.n ? root.n : 1, sizeof *es->tasks);
+    es->tasks = (task *)calloc(root->count ? root->count : 1, sizeof *es->tasks);
     if (!es->tasks) die_oom();
-    for (i = 0; i < root.n; i++) {
-        const jval *tests = jget(&root.items[i], "test");
+    for (i = 0; i < root->count && ok; i++) {
         task *t = &es->tasks[es->ntasks];
-        if (!tests || tests->t != J_ARR || tests->n == 0) {
-            fprintf(stderr, "tinyrec-arc-eval: %s: task %s has no \"test\" list\n", path, root.keys[i]);
-            jfree(&root);
-            return 0;
+        tr_arc_task at;
+        if (tr_arc_task_from_json(ctx, &root->items[i], path, NULL, &at) != TR_OK) {
+            fprintf(stderr, "tinyrec-arc-eval: task %s: %s\n", root->keys[i], tr_ctx_last_error(ctx));
+            ok = 0;
+            break;
         }
-        t->name = xstrdup(root.keys[i]);
-        t->ntest = (int)tests->n;
-        t->in = (grid *)xmalloc(tests->n * sizeof *t->in);
-        t->out = (grid *)xmalloc(tests->n * sizeof *t->out);
-        es->ntasks++;
-        for (k = 0; k < tests->n; k++) {
-            const jval *o = jget(&tests->items[k], "output");
-            if (!grid_from_json(jget(&tests->items[k], "input"), &t->in[k], 0, err, sizeof err) ||
-                (o && o->t != J_NULL && !grid_from_json(o, &t->out[k], 0, err, sizeof err))) {
-                fprintf(stderr, "tinyrec-arc-eval: %s: task %s, test %lu: %s\n", path, t->name, (unsigned long)k, err);
-                jfree(&root);
-                return 0;
+        if (at.num_test == 0) {
+            fprintf(stderr, "tinyrec-arc-eval: %s: task %s has no \"test\" list\n", path, root->keys[i]);
+            ok = 0;
+        } else {
+            t->name = xstrdup(root->keys[i]);
+            t->ntest = at.num_test;
+            t->in = (grid *)xmalloc((size_t)at.num_test * sizeof *t->in);
+            t->out = (grid *)xmalloc((size_t)at.num_test * sizeof *t->out);
+            es->ntasks++;
+            for (k = 0; k < at.num_test; k++) {
+                t->in[k] = at.pairs[at.num_train + k].input;
+                t->out[k] = at.pairs[at.num_train + k].output;
+                if (t->out[k].h == 0) t->out[k].h = t->out[k].w = -1;
             }
-            if (!o || o->t == J_NULL) t->out[k].h = t->out[k].w = -1;
+            strmap_put(&es->by_name, t->name, es->ntasks - 1);
         }
-        strmap_put(&es->by_name, t->name, es->ntasks - 1);
+        tr_arc_task_free(ctx, &at);
     }
-    jfree(&root);
-    return 1;
+    tr_json_free(ctx, root);
+    return ok;
 }
 
 /* One prediction of an augmented puzzle, in its augmented frame: undo the augmentation and vote. */
@@ -585,8 +325,10 @@ static int add_prediction(tr_ctx *ctx, evalstate *es, const char *puzzle, int te
     }
     if (es->save) {
         fprintf(es->save, "{\"puzzle\": ");
-        json_str_write(es->save, puzzle);
-        fprintf(es->save, ", \"test_index\": %d, \"q_halt\": %.17g, \"grid\": ", test_index, q_halt);
+        tr_json_fput_string(es->save, puzzle);
+        fprintf(es->save, ", \"test_index\": %d, \"q_halt\": ", test_index);
+        tr_json_fput_number(es->save, q_halt);
+        fprintf(es->save, ", \"grid\": ");
         grid_write(es->save, aug);
         fprintf(es->save, "}\n");
     }
@@ -595,7 +337,7 @@ static int add_prediction(tr_ctx *ctx, evalstate *es, const char *puzzle, int te
         return 1;
     }
     if (aug->h > 0 && aug->w > 0) {
-        tr_arc_inverse_augment(tid, perm, aug->c, aug->h, aug->w, g.c, &h, &w);
+        tr_arc_inverse_augment(tid, perm, aug->cells, aug->h, aug->w, g.cells, &h, &w);
         g.h = h, g.w = w;
     } else
         g.h = g.w = 0;
@@ -608,7 +350,7 @@ static int add_prediction(tr_ctx *ctx, evalstate *es, const char *puzzle, int te
 static int read_predictions(tr_ctx *ctx, const char *path, evalstate *es) {
     size_t len, pos = 0;
     long lineno = 0;
-    char *text = read_file(path, &len), err[200], where[512];
+    char *text = read_file(path, &len), where[512];
     int ok = 1;
     if (!text) {
         fprintf(stderr, "tinyrec-arc-eval: cannot read %s\n", path);
@@ -616,8 +358,8 @@ static int read_predictions(tr_ctx *ctx, const char *path, evalstate *es) {
     }
     while (pos < len && ok) {
         size_t e = pos, k;
-        jval o;
-        const jval *pz, *ti, *gr, *tk, *q;
+        tr_json *o;
+        const tr_json *pz, *ti, *gr, *tk, *q;
         grid g;
         while (e < len && text[e] != '\n') e++;
         lineno++;
@@ -628,39 +370,40 @@ static int read_predictions(tr_ctx *ctx, const char *path, evalstate *es) {
             pos = e + 1;
             continue;
         }
-        if (!jparse(text + pos, e - pos, &o, err, sizeof err)) {
-            fprintf(stderr, "tinyrec-arc-eval: %s: %s\n", where, err);
+        if (tr_json_parse(ctx, text + pos, e - pos, where, &o) != TR_OK) {
+            fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
             ok = 0;
             break;
         }
         pos = e + 1;
-        pz = jget(&o, "puzzle"), ti = jget(&o, "test_index"), gr = jget(&o, "grid"), tk = jget(&o, "tokens"), q = jget(&o, "q_halt");
-        if (!pz || pz->t != J_STR || !ti || ti->t != J_NUM || ti->num != floor(ti->num) || !q || q->t != J_NUM || (!gr && !tk)) {
+        pz = tr_json_get(o, "puzzle"), ti = tr_json_get(o, "test_index"), gr = tr_json_get(o, "grid"), tk = tr_json_get(o, "tokens"), q = tr_json_get(o, "q_halt");
+        if (!pz || pz->type != TR_JSON_STRING || !ti || ti->type != TR_JSON_NUMBER || ti->number != floor(ti->number) || !q || q->type != TR_JSON_NUMBER || (!gr && !tk)) {
             fprintf(stderr, "tinyrec-arc-eval: %s: need \"puzzle\" (string), \"test_index\" (integer), \"q_halt\" (number) and \"grid\" or \"tokens\"\n", where);
             ok = 0;
         } else if (gr) {
-            if (!grid_from_json(gr, &g, 1, err, sizeof err)) {
-                fprintf(stderr, "tinyrec-arc-eval: %s: %s\n", where, err);
+            if (gr->type == TR_JSON_ARRAY && gr->count == 0) g.h = g.w = 0; /* an empty prediction */
+            else if (tr_arc_grid_from_json(ctx, gr, where, &g) != TR_OK) {
+                fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
                 ok = 0;
             }
         } else {
             int32_t toks[MAXG * MAXG];
             size_t i;
-            if (tk->t != J_ARR || tk->n != MAXG * MAXG) {
+            if (tk->type != TR_JSON_ARRAY || tk->count != MAXG * MAXG) {
                 fprintf(stderr, "tinyrec-arc-eval: %s: \"tokens\" must be a list of %d token ids\n", where, MAXG * MAXG);
                 ok = 0;
             }
-            for (i = 0; ok && i < tk->n; i++) {
-                if (tk->items[i].t != J_NUM || tk->items[i].num < 0 || tk->items[i].num > 255) {
+            for (i = 0; ok && i < tk->count; i++) {
+                if (tk->items[i].type != TR_JSON_NUMBER || tk->items[i].number < 0 || tk->items[i].number > 255) {
                     fprintf(stderr, "tinyrec-arc-eval: %s: token %lu is not an id 0..255\n", where, (unsigned long)i);
                     ok = 0;
                 }
-                toks[i] = (int32_t)tk->items[i].num;
+                toks[i] = (int32_t)tk->items[i].number;
             }
-            if (ok) tr_arc_crop(toks, g.c, &g.h, &g.w);
+            if (ok) tr_arc_crop(toks, g.cells, &g.h, &g.w);
         }
-        if (ok && !add_prediction(ctx, es, pz->str, ti->num > 1e6 || ti->num < -1 ? -1 : (int)ti->num, &g, q->num, where)) ok = 0;
-        jfree(&o);
+        if (ok && !add_prediction(ctx, es, pz->string, ti->number > 1e6 || ti->number < -1 ? -1 : (int)ti->number, &g, q->number, where)) ok = 0;
+        tr_json_free(ctx, o);
     }
     free(text);
     return ok;
@@ -782,12 +525,12 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, evalstate *es, int64_t *ng
                 int tid, ti, h, w;
                 uint8_t perm[10];
                 snprintf(where, sizeof where, "test example %lld", (long long)row_ex[r]);
-                tr_arc_crop(preds + (size_t)r * 900, g.c, &g.h, &g.w);
+                tr_arc_crop(preds + (size_t)r * 900, g.cells, &g.h, &g.w);
                 if (!add_prediction(ctx, es, name, test_index, &g, qh[r], where)) goto done;
                 /* a check of the whole chain: the augmented input maps back to the task's test input */
-                tr_arc_crop(in + (size_t)r * 900, gi.c, &gi.h, &gi.w);
+                tr_arc_crop(in + (size_t)r * 900, gi.cells, &gi.h, &gi.w);
                 if (tr_arc_parse_name(ctx, name, base, sizeof base, &tid, perm) == TR_OK && (ti = strmap_get(&es->by_name, base)) >= 0 && gi.h > 0) {
-                    tr_arc_inverse_augment(tid, perm, gi.c, gi.h, gi.w, back.c, &h, &w);
+                    tr_arc_inverse_augment(tid, perm, gi.cells, gi.h, gi.w, back.cells, &h, &w);
                     back.h = h, back.w = w;
                     es->input_checked++;
                     if (!grid_eq(&back, &es->tasks[ti].in[test_index])) es->input_mismatch++;
@@ -960,7 +703,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tinyrec-arc-eval: cannot create a context\n");
         return 1;
     }
-    if (!load_test_puzzles(puzzles, &es)) goto out;
+    if (!load_test_puzzles(ctx, puzzles, &es)) goto out;
     if (save) {
         es.save = fopen(save, "w");
         if (!es.save) {
@@ -1007,7 +750,7 @@ int main(int argc, char **argv) {
             for (k = 0; k < nk; k++) correct[k] = 0;
             if (sub) {
                 fputs(nscored > 1 ? ",\n  " : "\n  ", sub);
-                json_str_write(sub, tk->name);
+                tr_json_fput_string(sub, tk->name);
                 fputs(": [", sub);
             }
             for (x = 0; x < tk->ntest; x++) {
@@ -1038,7 +781,7 @@ int main(int argc, char **argv) {
                 }
                 if (sub) {
                     grid a1, a2;
-                    a1.h = a1.w = 1, a1.c[0] = 0; /* no prediction: [[0]] */
+                    a1.h = a1.w = 1, a1.cells[0] = 0; /* no prediction: [[0]] */
                     if (c1 > c0) cand_grid(&es.v, &es.v.c[c0], &a1);
                     a2 = a1; /* padded with the first, as the reference */
                     if (c1 > c0 + 1) cand_grid(&es.v, &es.v.c[c0 + 1], &a2);

@@ -18,12 +18,13 @@
    Exit status: 0 when at least one puzzle ran, 1 when none could be run or on a fatal error,
    2 for a bad command line.
 
-   Uses only the public API of tinyrec.h. */
+   The library's puzzle readers do the parsing (tr_sudoku_parse, tr_maze_parse, tr_json_parse +
+   tr_arc_task_from_json, tr_identifiers_read); this program turns puzzles into token rows, runs
+   tr_model_infer and prints. Uses only the public API of tinyrec.h. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,13 @@ typedef struct puzzle {
     uint8_t in[900], out[900];
 } puzzle;
 
+/* The puzzles read, and the malformed records the readers reported (their lines, in order). */
 typedef struct puzzles {
     puzzle *p;
     size_t n, cap;
-    int records, malformed;
+    int malformed;
+    int64_t *bad_lines;
+    const char *task_name; /* ARC: the task being read, for the reports */
 } puzzles;
 
 static int g_color = 0;
@@ -86,7 +90,17 @@ static char *read_all(FILE *f, size_t *len) {
     return buf;
 }
 
-static puzzle *new_puzzle(puzzles *ps, int L) {
+/* A malformed record, as the readers report it (tr_read_options.on_skip): say so and go on. */
+static void on_skip(void *user, int64_t line, const char *reason) {
+    puzzles *ps = (puzzles *)user;
+    int64_t *nl = (int64_t *)realloc(ps->bad_lines, sizeof(int64_t) * (size_t)(ps->malformed + 1));
+    if (ps->task_name) fprintf(stderr, "tinyrec-solve: line %lld: task '%s': %s; skipped\n", (long long)line, ps->task_name[0] ? ps->task_name : "<stdin>", reason);
+    else fprintf(stderr, "tinyrec-solve: line %lld: %s; skipped\n", (long long)line, reason);
+    if (nl) ps->bad_lines = nl, nl[ps->malformed] = line;
+    ps->malformed++;
+}
+
+static puzzle *new_puzzle(puzzles *ps, int L, int index, int64_t line) {
     puzzle *p;
     if (ps->n == ps->cap) {
         size_t nc = ps->cap ? ps->cap * 2 : 64;
@@ -98,538 +112,165 @@ static puzzle *new_puzzle(puzzles *ps, int L) {
     memset(p, 0, sizeof *p);
     p->tokens = (int32_t *)calloc((size_t)L, sizeof(int32_t));
     if (!p->tokens) return NULL;
-    p->index = ps->records - 1;
+    p->index = index, p->line = (int)line;
     ps->n++;
     return p;
 }
 
-static void malformed(puzzles *ps, int line, const char *fmt, ...) {
-    va_list ap;
-    fprintf(stderr, "tinyrec-solve: line %d: ", line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "; skipped\n");
-    ps->malformed++;
+/* The index of the record on `line`: the puzzles before it plus the malformed records before it. */
+static int record_index(const puzzles *ps, size_t i, int64_t line) {
+    int k = 0;
+    while (k < ps->malformed && ps->bad_lines && ps->bad_lines[k] < line) k++;
+    return (int)i + k;
 }
 
-/* Splits text into lines in place; returns the count. */
-static size_t split_lines(char *text, size_t len, char ***out) {
-    size_t n = 0, cap = 1024, i;
-    char **lines = (char **)malloc(cap * sizeof(char *)), *s = text;
-    if (!lines) return 0;
-    for (i = 0; i <= len; i++) {
-        if (i == len || text[i] == '\n') {
-            size_t l;
-            if (i == len && s == text + len) break;
-            text[i] = 0;
-            l = strlen(s);
-            if (l && s[l - 1] == '\r') s[l - 1] = 0;
-            if (n == cap) {
-                char **nl = (char **)realloc(lines, cap * 2 * sizeof(char *));
-                if (!nl) break;
-                lines = nl, cap *= 2;
-            }
-            lines[n++] = s;
-            s = text + i + 1;
+/* Sudoku lines or CSV: the givens become tokens 1 (blank) and 2..10. */
+static tr_status read_sudoku(tr_ctx *ctx, const char *text, size_t len, const char *what, puzzles *ps) {
+    tr_read_options o = tr_read_options_default();
+    tr_sudoku_set set;
+    tr_status st;
+    int64_t i;
+    int k;
+    o.puzzles_only = 1, o.on_skip = on_skip, o.user = ps;
+    if ((st = tr_sudoku_parse(ctx, text, len, what, &o, &set, NULL)) != TR_OK) return st;
+    for (i = 0; i < set.count; i++) {
+        puzzle *p = new_puzzle(ps, 81, record_index(ps, (size_t)i, set.lines[i]), set.lines[i]);
+        if (!p) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
         }
+        memcpy(p->givens, set.puzzles + i * 81, 81);
+        p->blank = memchr(text, '.', len) ? '.' : '0'; /* print blanks as the input writes them */
+        for (k = 0; k < 81; k++) p->tokens[k] = p->givens[k] + 1;
     }
-    *out = lines;
-    return n;
+    tr_sudoku_set_free(ctx, &set);
+    return st;
 }
 
-static int parse_sudoku(char *text, size_t len, puzzles *ps) {
-    char **lines;
-    size_t n = split_lines(text, len, &lines), i;
-    for (i = 0; i < n; i++) {
-        char *s = lines[i], *q = s, *c;
-        size_t ql, k;
-        int lineno = (int)i + 1, bad = -1, digits = 0;
-        puzzle *p;
-        uint8_t g[81];
-        while (*s == ' ' || *s == '\t') s++;
-        if (!*s || *s == '#') continue;
-        if (!strncmp(s, "source,", 7) || !strncmp(s, "question", 8) || !strncmp(s, "puzzle,", 7) || !strncmp(s, "quizzes", 7)) continue; /* CSV headers */
-        ps->records++;
-        q = s;
-        if ((c = strchr(s, ',')) != NULL) { /* CSV: source,question,answer,rating (or puzzle,solution) */
-            char *f2 = c + 1, *e2 = strchr(f2, ',');
-            size_t l1 = (size_t)(c - s), l2 = e2 ? (size_t)(e2 - f2) : strlen(f2);
-            if (l1 != 81 && l2 == 81) q = f2, ql = l2;
-            else q = s, ql = l1;
-        } else
-            for (ql = 0; q[ql] && q[ql] != ' ' && q[ql] != '\t' && q[ql] != ':' && q[ql] != ';' && q[ql] != '|'; ql++) {}
-        for (k = 0; k < ql && k < 81; k++) {
-            char ch = q[k];
-            if (ch == '.' || ch == '0' || ch == '_' || ch == '-') g[k] = 0;
-            else if (ch >= '1' && ch <= '9') g[k] = (uint8_t)(ch - '0'), digits++;
-            else if (bad < 0) bad = (int)k;
+/* Mazes of "# SG" characters: tokens 1..5 of TR_MAZE_CHARSET. */
+static tr_status read_maze(tr_ctx *ctx, const char *text, size_t len, const char *what, int n, puzzles *ps) {
+    tr_read_options o = tr_read_options_default();
+    tr_maze_set set;
+    tr_status st;
+    int64_t i;
+    int k;
+    o.puzzles_only = 1, o.side = n, o.on_skip = on_skip, o.user = ps;
+    if ((st = tr_maze_parse(ctx, text, len, what, &o, &set)) != TR_OK) return st;
+    for (i = 0; i < set.count; i++) {
+        const char *m = set.mazes + (size_t)i * n * n;
+        puzzle *p = new_puzzle(ps, n * n, record_index(ps, (size_t)i, set.lines[i]), set.lines[i]);
+        if (!p) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            break;
         }
-        if (bad >= 0) {
-            malformed(ps, lineno, "bad character '%c' at cell %d (Sudoku cells are 1-9, '.' or '0')", q[bad], bad + 1);
-            continue;
-        }
-        if (ql != 81) {
-            malformed(ps, lineno, "a Sudoku needs 81 cells, this one has %zu", ql);
-            continue;
-        }
-        {
-            int r = tr_sudoku_solve(g, NULL, 1);
-            if (r < 0) {
-                malformed(ps, lineno, "the givens contradict each other (a digit repeats in a row, column or box)");
-                continue;
-            }
-            if (r == 0) {
-                malformed(ps, lineno, "the puzzle has no solution");
-                continue;
-            }
-        }
-        if (!(p = new_puzzle(ps, 81))) return -1;
-        p->line = lineno;
-        memcpy(p->givens, g, 81);
-        p->blank = '.';
-        for (k = 0; k < 81; k++)
-            if (q[k] == '0') p->blank = '0';
-        for (k = 0; k < 81; k++) p->tokens[k] = g[k] + 1;
-        (void)digits;
+        p->shortest = tr_maze_solve(ctx, m, n, set.solutions + (size_t)i * n * n);
+        for (k = 0; k < n * n; k++) p->tokens[k] = (int32_t)(strchr(TR_MAZE_CHARSET, m[k]) - TR_MAZE_CHARSET) + 1;
     }
-    free(lines);
-    return 0;
+    tr_maze_set_free(ctx, &set);
+    return st;
 }
 
-static int add_maze(tr_ctx *ctx, puzzles *ps, const char *cells, int n, int lineno) {
-    int k, ns = 0, ng = 0, len;
-    char *sol;
-    puzzle *p;
-    for (k = 0; k < n * n; k++) {
-        const char *at = strchr("# SG", cells[k]);
-        if (!cells[k] || !at) {
-            malformed(ps, lineno, "bad character '%c' at row %d, column %d (maze inputs hold '#', ' ', 'S' and 'G')", cells[k] ? cells[k] : '?', k / n + 1, k % n + 1);
-            return 0;
-        }
-        ns += cells[k] == 'S', ng += cells[k] == 'G';
-    }
-    if (ns != 1 || ng != 1) {
-        malformed(ps, lineno, "a maze needs exactly one 'S' and one 'G' (found %d and %d)", ns, ng);
-        return 0;
-    }
-    sol = (char *)malloc((size_t)n * n);
-    if (!sol) return -1;
-    len = tr_maze_solve(ctx, cells, n, sol);
-    free(sol);
-    if (len < 0) {
-        malformed(ps, lineno, "'G' cannot be reached from 'S'");
-        return 0;
-    }
-    if (!(p = new_puzzle(ps, n * n))) return -1;
-    p->line = lineno;
-    p->shortest = len;
-    for (k = 0; k < n * n; k++) p->tokens[k] = (int32_t)(strchr(TR_MAZE_CHARSET, cells[k]) - TR_MAZE_CHARSET) + 1;
-    return 0;
-}
-
-static int parse_maze(tr_ctx *ctx, char *text, size_t len, int n, puzzles *ps) {
-    char **lines, *block = (char *)malloc((size_t)n * n + 1);
-    size_t nl = split_lines(text, len, &lines), i;
-    int rows = 0, start = 0, skipping = 0, rc = 0;
-    if (!block) return -1;
-    for (i = 0; i <= nl && rc == 0; i++) {
-        const char *s = i < nl ? lines[i] : "";
-        size_t l = strlen(s);
-        int lineno = (int)i + 1;
-        if (l == 0) { /* a blank line ends a block */
-            if (rows > 0 && !skipping) {
-                ps->records++;
-                malformed(ps, start, "incomplete maze: %d rows of %d", rows, n);
-            }
-            rows = 0, skipping = 0;
-            continue;
-        }
-        if (skipping) continue;
-        if (!strncmp(s, "source,", 7)) continue; /* CSV header */
-        if (rows == 0 && strchr(s, ',')) { /* CSV: source,question,answer,rating */
-            const char *q = strchr(s, ',') + 1, *e = strchr(q, ',');
-            size_t ql = e ? (size_t)(e - q) : strlen(q);
-            ps->records++;
-            if (ql != (size_t)n * n) {
-                malformed(ps, lineno, "a %dx%d maze needs %d characters, this one has %zu", n, n, n * n, ql);
-                continue;
-            }
-            memcpy(block, q, ql);
-            rc = add_maze(ctx, ps, block, n, lineno);
-            continue;
-        }
-        if (rows == 0 && l == (size_t)n * n && n > 1) { /* the whole maze on one line */
-            ps->records++;
-            rc = add_maze(ctx, ps, s, n, lineno);
-            continue;
-        }
-        if (l != (size_t)n) {
-            ps->records++;
-            malformed(ps, lineno, "maze rows need %d characters, this one has %zu", n, l);
-            rows = 0, skipping = 1;
-            continue;
-        }
-        if (rows == 0) start = lineno;
-        memcpy(block + (size_t)rows * n, s, (size_t)n);
-        if (++rows == n) {
-            ps->records++;
-            rc = add_maze(ctx, ps, block, n, start);
-            rows = 0;
-        }
-    }
-    free(block);
-    free(lines);
-    return rc;
-}
-
-/* ---- a small JSON reader (for ARC tasks and identifiers.json) ----------------------------- */
-
-typedef struct jv {
-    int type; /* 0 null, 1 bool, 2 number, 3 string, 4 array, 5 object */
-    int line;
-    double num;
-    char *str;
-    int n;
-    struct jv *items;
-    char **keys;
-} jv;
-
-typedef struct jparser {
-    const char *s, *end;
-    int line;
-    char err[160];
-} jparser;
-
-static void jskip(jparser *p) {
-    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) {
-        if (*p->s == '\n') p->line++;
-        p->s++;
-    }
-}
-
-static void jfree(jv *v) {
-    int i;
-    if (!v) return;
-    if (v->type == 4 || v->type == 5)
-        for (i = 0; i < v->n; i++) {
-            jfree(&v->items[i]);
-            if (v->keys) free(v->keys[i]);
-        }
-    free(v->items), free(v->keys), free(v->str);
-    memset(v, 0, sizeof *v);
-}
-
-static char *jstring(jparser *p) {
-    size_t cap = 32, n = 0;
-    char *out = (char *)malloc(cap);
-    if (!out) return NULL;
-    p->s++; /* opening quote */
-    while (p->s < p->end && *p->s != '"') {
-        unsigned c = (unsigned char)*p->s++;
-        if (n + 8 >= cap) {
-            char *no = (char *)realloc(out, cap * 2);
-            if (!no) {
-                free(out);
-                return NULL;
-            }
-            out = no, cap *= 2;
-        }
-        if (c == '\\') {
-            if (p->s >= p->end) break;
-            c = (unsigned char)*p->s++;
-            switch (c) {
-            case 'n': out[n++] = '\n'; break;
-            case 't': out[n++] = '\t'; break;
-            case 'r': out[n++] = '\r'; break;
-            case 'b': out[n++] = '\b'; break;
-            case 'f': out[n++] = '\f'; break;
-            case 'u': {
-                unsigned u = 0;
-                int k;
-                for (k = 0; k < 4 && p->s < p->end; k++, p->s++) {
-                    char h = *p->s;
-                    u = u * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 0);
-                }
-                if (u < 0x80) out[n++] = (char)u;
-                else if (u < 0x800) out[n++] = (char)(0xc0 | u >> 6), out[n++] = (char)(0x80 | (u & 63));
-                else out[n++] = (char)(0xe0 | u >> 12), out[n++] = (char)(0x80 | (u >> 6 & 63)), out[n++] = (char)(0x80 | (u & 63));
-                break;
-            }
-            default: out[n++] = (char)c;
-            }
-        } else {
-            if (c == '\n') p->line++;
-            out[n++] = (char)c;
-        }
-    }
-    if (p->s >= p->end) {
-        free(out);
-        snprintf(p->err, sizeof p->err, "line %d: unterminated string", p->line);
-        return NULL;
-    }
-    p->s++;
-    out[n] = 0;
-    return out;
-}
-
-static int jparse(jparser *p, jv *v, int depth) {
-    memset(v, 0, sizeof *v);
-    jskip(p);
-    v->line = p->line;
-    if (depth > 64) {
-        snprintf(p->err, sizeof p->err, "line %d: nested too deeply", p->line);
-        return -1;
-    }
-    if (p->s >= p->end) {
-        snprintf(p->err, sizeof p->err, "line %d: unexpected end of input", p->line);
-        return -1;
-    }
-    if (*p->s == '{' || *p->s == '[') {
-        int obj = *p->s == '{', cap = 0;
-        char close = obj ? '}' : ']';
-        v->type = obj ? 5 : 4;
-        p->s++;
-        jskip(p);
-        if (p->s < p->end && *p->s == close) {
-            p->s++;
-            return 0;
-        }
-        for (;;) {
-            char *key = NULL;
-            if (v->n == cap) {
-                jv *ni;
-                cap = cap ? cap * 2 : 8;
-                ni = (jv *)realloc(v->items, (size_t)cap * sizeof(jv));
-                if (!ni) return -1;
-                v->items = ni;
-                if (obj) {
-                    char **nk = (char **)realloc(v->keys, (size_t)cap * sizeof(char *));
-                    if (!nk) return -1;
-                    v->keys = nk;
-                }
-            }
-            if (obj) {
-                jskip(p);
-                if (p->s >= p->end || *p->s != '"') {
-                    snprintf(p->err, sizeof p->err, "line %d: expected a key", p->line);
-                    return -1;
-                }
-                if (!(key = jstring(p))) return -1;
-                jskip(p);
-                if (p->s >= p->end || *p->s != ':') {
-                    free(key);
-                    snprintf(p->err, sizeof p->err, "line %d: expected ':'", p->line);
-                    return -1;
-                }
-                p->s++;
-                v->keys[v->n] = key;
-            }
-            if (jparse(p, &v->items[v->n], depth + 1) != 0) {
-                v->n++;
-                return -1;
-            }
-            v->n++;
-            jskip(p);
-            if (p->s < p->end && *p->s == ',') {
-                p->s++;
-                continue;
-            }
-            if (p->s < p->end && *p->s == close) {
-                p->s++;
-                return 0;
-            }
-            snprintf(p->err, sizeof p->err, "line %d: expected ',' or '%c'", p->line, close);
-            return -1;
-        }
-    }
-    if (*p->s == '"') {
-        v->type = 3;
-        return (v->str = jstring(p)) ? 0 : -1;
-    }
-    if (p->end - p->s >= 4 && !strncmp(p->s, "null", 4)) return p->s += 4, 0;
-    if (p->end - p->s >= 4 && !strncmp(p->s, "true", 4)) return v->type = 1, v->num = 1, p->s += 4, 0;
-    if (p->end - p->s >= 5 && !strncmp(p->s, "false", 5)) return v->type = 1, p->s += 5, 0;
-    if (*p->s == '-' || (*p->s >= '0' && *p->s <= '9')) {
-        char *e;
-        v->type = 2;
-        v->num = strtod(p->s, &e);
-        if (e == p->s) goto bad;
-        p->s = e;
-        return 0;
-    }
-bad:
-    snprintf(p->err, sizeof p->err, "line %d: unexpected character '%c'", p->line, *p->s);
+/* The position of name in identifiers.json, or -1. */
+static int lookup_id(int64_t n, char *const *names, const char *name) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if (names[i] && !strcmp(names[i], name)) return (int)i;
     return -1;
 }
 
-static int jparse_text(const char *text, size_t len, jv *root, char *err, size_t cap) {
-    jparser p;
-    p.s = text, p.end = text + len, p.line = 1, p.err[0] = 0;
-    if (jparse(&p, root, 0) != 0) {
-        snprintf(err, cap, "%s", p.err[0] ? p.err : "out of memory");
-        jfree(root);
-        return -1;
-    }
-    jskip(&p);
-    if (p.s != p.end) {
-        snprintf(err, cap, "line %d: trailing characters after the JSON value", p.line);
-        jfree(root);
-        return -1;
-    }
-    return 0;
-}
-
-static const jv *jget(const jv *o, const char *key) {
-    int i;
-    if (!o || o->type != 5) return NULL;
-    for (i = 0; i < o->n; i++)
-        if (!strcmp(o->keys[i], key)) return &o->items[i];
-    return NULL;
-}
-
-/* A grid: a non-empty rectangular list of lists of 0..9, at most 30 x 30. */
-static int read_grid(const jv *g, uint8_t *out, int *h, int *w, char *err, size_t cap) {
-    int r, c;
-    if (!g || g->type != 4 || g->n < 1 || g->n > TR_ARC_MAX_GRID) {
-        snprintf(err, cap, "a grid must be a list of 1 to 30 rows");
-        return -1;
-    }
-    for (r = 0; r < g->n; r++) {
-        const jv *row = &g->items[r];
-        if (row->type != 4 || row->n < 1 || row->n > TR_ARC_MAX_GRID || row->n != g->items[0].n) {
-            snprintf(err, cap, "row %d: rows must be lists of 1 to 30 cells, all of one length", r);
-            return -1;
-        }
-        for (c = 0; c < row->n; c++) {
-            const jv *x = &row->items[c];
-            if (x->type != 2 || x->num < 0 || x->num > 9 || x->num != floor(x->num)) {
-                snprintf(err, cap, "row %d, column %d: cells must be integers 0..9", r, c);
-                return -1;
-            }
-            out[r * row->n + c] = (uint8_t)x->num;
-        }
-    }
-    *h = g->n, *w = g->items[0].n;
-    return 0;
-}
-
-typedef struct idmap {
+typedef struct arc_ids {
+    int64_t n;      /* -1: no --identifiers */
     char **names;
-    int n;
-} idmap;
+    int num_ids;    /* the model's puzzle ids */
+    int warned;
+} arc_ids;
 
-static int lookup_id(const idmap *ids, const char *name) {
-    int i;
-    for (i = 0; ids && i < ids->n; i++)
-        if (ids->names[i] && !strcmp(ids->names[i], name)) return i;
-    return -1;
-}
-
-static int add_arc_task(puzzles *ps, const jv *task, const char *name, const idmap *ids, int num_ids, int *warned) {
-    const jv *tests = jget(task, "test");
+/* Every test input of one task, encoded on the 30x30 canvas. *records counts the test pairs. */
+static tr_status add_arc_task(tr_ctx *ctx, const tr_json *v, const char *name, const char *what, arc_ids *ids, puzzles *ps, int *records) {
+    tr_read_options o = tr_read_options_default();
+    tr_arc_task t;
+    tr_status st;
     int i, pid = 0, found;
-    char err[160];
-    if (!tests || tests->type != 4) {
-        ps->records++;
-        malformed(ps, task ? task->line : 0, "task '%s' has no \"test\" list", name);
-        return 0;
+    const tr_json *tests = tr_json_get(v, "test");
+    o.on_skip = on_skip, o.user = ps;
+    ps->task_name = name;
+    st = tr_arc_task_from_json(ctx, v, what, &o, &t);
+    ps->task_name = NULL;
+    if (st != TR_OK) return st;
+    if (!tests || tests->type != TR_JSON_ARRAY) { /* reported by the reader: one malformed record */
+        (*records)++;
+        return TR_OK;
     }
-    found = name[0] ? lookup_id(ids, name) : -1;
-    if (found >= 0 && found < num_ids) pid = found;
-    else if (found >= num_ids) {
-        fprintf(stderr, "tinyrec-solve: warning: task '%s' has puzzle id %d, beyond the model's %d ids; using the blank id 0\n", name, found, num_ids);
-    } else if (!*warned || ids) {
-        if (!ids) fprintf(stderr, "tinyrec-solve: warning: no --identifiers given; task '%s' uses the blank puzzle id 0 (predictions may be poor)\n", name[0] ? name : "<stdin>");
+    found = name[0] && ids->n >= 0 ? lookup_id(ids->n, ids->names, name) : -1;
+    if (found >= 0 && found < ids->num_ids) pid = found;
+    else if (found >= ids->num_ids) {
+        fprintf(stderr, "tinyrec-solve: warning: task '%s' has puzzle id %d, beyond the model's %d ids; using the blank id 0\n", name, found, ids->num_ids);
+    } else if (!ids->warned || ids->n >= 0) {
+        if (ids->n < 0) fprintf(stderr, "tinyrec-solve: warning: no --identifiers given; task '%s' uses the blank puzzle id 0 (predictions may be poor)\n", name[0] ? name : "<stdin>");
         else fprintf(stderr, "tinyrec-solve: warning: task '%s' is not in the identifiers file; using the blank puzzle id 0\n", name[0] ? name : "<stdin>");
-        *warned = 1;
+        ids->warned = 1;
     }
-    for (i = 0; i < tests->n; i++) {
-        const jv *t = &tests->items[i];
+    for (i = 0; i < t.num_test; i++) {
+        const tr_arc_pair *pair = &t.pairs[t.num_train + i];
+        uint8_t canvas[900];
         puzzle *p;
-        uint8_t grid[900];
-        int h, w;
-        ps->records++;
-        if (read_grid(jget(t, "input"), grid, &h, &w, err, sizeof err) != 0) {
-            malformed(ps, t->line, "task '%s' test %d input: %s", name[0] ? name : "<stdin>", i, err);
-            continue;
+        int k, index = (*records)++;
+        if (pair->input.h == 0) continue; /* malformed: reported by the reader */
+        if (!(p = new_puzzle(ps, 900, index, pair->line))) {
+            tr_arc_task_free(ctx, &t);
+            return TR_ERR_OUT_OF_MEMORY;
         }
-        if (!(p = new_puzzle(ps, 900))) return -1;
-        p->line = t->line;
         snprintf(p->name, sizeof p->name, "%s", name);
-        p->test_index = i, p->h = h, p->w = w, p->pid = pid;
-        memcpy(p->in, grid, (size_t)h * w);
-        if (jget(t, "output") && read_grid(jget(t, "output"), p->out, &p->oh, &p->ow, err, sizeof err) == 0) p->has_out = 1;
-        {
-            uint8_t canvas[900];
-            int k;
-            tr_arc_encode(grid, h, w, 0, 0, canvas);
-            for (k = 0; k < 900; k++) p->tokens[k] = canvas[k];
+        p->test_index = i, p->h = pair->input.h, p->w = pair->input.w, p->pid = pid;
+        memcpy(p->in, pair->input.cells, (size_t)p->h * p->w);
+        if (pair->output.h > 0) {
+            p->has_out = 1, p->oh = pair->output.h, p->ow = pair->output.w;
+            memcpy(p->out, pair->output.cells, (size_t)p->oh * p->ow);
         }
+        tr_arc_encode(p->in, p->h, p->w, 0, 0, canvas);
+        for (k = 0; k < 900; k++) p->tokens[k] = canvas[k];
     }
-    return 0;
+    tr_arc_task_free(ctx, &t);
+    return TR_OK;
 }
 
-static int parse_arc(const char *text, size_t len, const char *path, const idmap *ids, int num_ids, puzzles *ps) {
-    jv root;
-    char err[200], name[256];
-    int i, warned = 0, rc = 0;
-    if (jparse_text(text, len, &root, err, sizeof err) != 0) {
-        fprintf(stderr, "tinyrec-solve: %s: not valid JSON: %s\n", path, err);
+/* One task (named after its file) or an object of tasks keyed by name. Returns 0, -1 on a
+   library error (in tr_ctx_last_error), -2 when already reported. */
+static int read_arc(tr_ctx *ctx, const char *text, size_t len, const char *path, arc_ids *ids, puzzles *ps) {
+    tr_json *root;
+    tr_status st = TR_OK;
+    char name[256];
+    size_t i;
+    int records = 0;
+    if (tr_json_parse(ctx, text, len, path, &root) != TR_OK) {
+        fprintf(stderr, "tinyrec-solve: %s\n", tr_ctx_last_error(ctx));
         return -2;
     }
-    if (root.type != 5) {
+    if (root->type != TR_JSON_OBJECT) {
         fprintf(stderr, "tinyrec-solve: %s: an ARC task is a JSON object\n", path);
-        jfree(&root);
+        tr_json_free(ctx, root);
         return -2;
     }
-    if (jget(&root, "test") || jget(&root, "train")) { /* one task: its name is the file's */
+    if (tr_json_get(root, "test") || tr_json_get(root, "train")) { /* one task: its name is the file's */
         const char *b = strrchr(path, '/');
         size_t l;
-        b = b ? b + 1 : path;
-        if (!strcmp(path, "-")) b = "";
-        snprintf(name, sizeof name, "%s", b);
+        snprintf(name, sizeof name, "%s", !strcmp(path, "-") ? "" : b ? b + 1 : path);
         l = strlen(name);
         if (l > 5 && !strcmp(name + l - 5, ".json")) name[l - 5] = 0;
-        rc = add_arc_task(ps, &root, name, ids, num_ids, &warned);
+        st = add_arc_task(ctx, root, name, path, ids, ps, &records);
     } else
-        for (i = 0; i < root.n && rc == 0; i++) {
-            if (root.items[i].type != 5) {
-                ps->records++;
-                malformed(ps, root.items[i].line, "'%s' is not a task object", root.keys[i]);
+        for (i = 0; i < root->count && st == TR_OK; i++) {
+            if (root->items[i].type != TR_JSON_OBJECT) {
+                char why[300];
+                snprintf(why, sizeof why, "'%s' is not a task object", root->keys[i]);
+                records++;
+                on_skip(ps, root->items[i].line, why);
                 continue;
             }
-            rc = add_arc_task(ps, &root.items[i], root.keys[i], ids, num_ids, &warned);
+            st = add_arc_task(ctx, &root->items[i], root->keys[i], path, ids, ps, &records);
         }
-    jfree(&root);
-    return rc;
-}
-
-static int load_identifiers(const char *path, idmap *ids) {
-    FILE *f = fopen(path, "rb");
-    size_t len;
-    char *text, err[200];
-    jv root;
-    int i;
-    if (!f) {
-        fprintf(stderr, "tinyrec-solve: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    text = read_all(f, &len);
-    fclose(f);
-    if (!text) return -1;
-    if (jparse_text(text, len, &root, err, sizeof err) != 0 || root.type != 4) {
-        fprintf(stderr, "tinyrec-solve: %s: expected a JSON list of names%s%s\n", path, root.type == 4 ? "" : ": ", root.type == 4 ? "" : err);
-        free(text);
-        return -1;
-    }
-    free(text);
-    ids->n = root.n;
-    ids->names = (char **)calloc((size_t)root.n + 1, sizeof(char *));
-    for (i = 0; ids->names && i < root.n; i++)
-        if (root.items[i].type == 3) ids->names[i] = root.items[i].str, root.items[i].str = NULL;
-    jfree(&root);
-    return ids->names ? 0 : -1;
+    tr_json_free(ctx, root);
+    return st == TR_OK ? 0 : -1;
 }
 
 /* ---- checking and printing answers -------------------------------------------------------- */
@@ -756,16 +397,13 @@ static void print_arc(const puzzle *p, const uint8_t *grid, int h, int w) {
     }
 }
 
+/* s[0..n) (not NUL-terminated) as a JSON string. */
 static void json_str(FILE *f, const char *s, size_t n) {
-    size_t i;
-    fputc('"', f);
-    for (i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
+    char buf[4097];
+    if (n >= sizeof buf) n = sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    tr_json_fput_string(f, buf);
 }
 
 /* ---- inference ---------------------------------------------------------------------------- */
@@ -847,13 +485,14 @@ int main(int argc, char **argv) {
     tr_carry *carry = NULL;
     const tr_model_config *mc;
     puzzles ps;
-    idmap ids;
+    arc_ids ids;
     char *text = NULL;
     size_t len = 0, done;
     double t_all = 0, steps_sum = 0;
     long valid_count = 0, ran = 0;
     memset(&ps, 0, sizeof ps);
     memset(&ids, 0, sizeof ids);
+    ids.n = -1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -930,10 +569,13 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    if (ids_path && load_identifiers(ids_path, &ids) != 0) {
+    if (ids_path && tr_identifiers_read(ctx, ids_path, &ids.n, &ids.names) != TR_OK) {
+        fprintf(stderr, "tinyrec-solve: %s\n", tr_ctx_last_error(ctx));
+        ids.n = -1;
         rc = 1;
         goto out;
     }
+    ids.num_ids = mc->num_puzzle_identifiers;
     if (!input || !strcmp(input, "-")) {
         input = "-";
         if (isatty(fileno(stdin))) fprintf(stderr, "tinyrec-solve: reading puzzles from stdin (end with Ctrl-D)\n");
@@ -954,11 +596,12 @@ int main(int argc, char **argv) {
         goto out;
     }
     {
-        int pr = task == TASK_SUDOKU ? parse_sudoku(text, len, &ps)
-                 : task == TASK_MAZE ? parse_maze(ctx, text, len, n_side, &ps)
-                                     : parse_arc(text, len, input, ids_path ? &ids : NULL, mc->num_puzzle_identifiers, &ps);
+        const char *what = !strcmp(input, "-") ? "stdin" : input;
+        int pr = task == TASK_SUDOKU ? -(read_sudoku(ctx, text, len, what, &ps) != TR_OK)
+                 : task == TASK_MAZE ? -(read_maze(ctx, text, len, what, n_side, &ps) != TR_OK)
+                                     : read_arc(ctx, text, len, input, &ids, &ps);
         if (pr != 0) {
-            if (pr == -1) fprintf(stderr, "tinyrec-solve: out of memory\n");
+            if (pr == -1) fprintf(stderr, "tinyrec-solve: %s\n", tr_ctx_last_error(ctx));
             rc = 1;
             goto out;
         }
@@ -1087,10 +730,8 @@ int main(int argc, char **argv) {
 out:
     for (done = 0; done < ps.n; done++) free(ps.p[done].tokens);
     free(ps.p);
-    if (ids.names) {
-        for (i = 0; i < ids.n; i++) free(ids.names[i]);
-        free(ids.names);
-    }
+    if (ids.n >= 0) tr_identifiers_free(ctx, ids.n, ids.names);
+    free(ps.bad_lines);
     free(text);
     if (carry) tr_carry_destroy(carry);
     if (model) tr_model_destroy(model);

@@ -2,6 +2,7 @@
    writer, Sudoku/Maze/ARC builders and augmentations, the sampler (with and without prefetch). */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
+#include <dirent.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -639,12 +640,12 @@ static void test_sudoku_read(void **state) {
         const char *body;
         const char *needle;
     } bad[] = {
-        {"source,question,answer,rating\nx,%s,,0\nx,.................................................................................,,0\n", "line 3: the puzzle has more than one solution"},
-        {"%s\n55...............................................................................\n", "line 2: the puzzle has clashing givens"},
-        {"%s\n%.80s\n", "line 2: field 'question' has 80 cells"},
-        {"%s\n%.80sx\n", "line 2: field 'question' cell 80 is 'x'"},
-        {"%s 634678912672195348198342567859761423426853791713924856961537284287419635345286179\n", "line 1: field 'answer' is not a valid solution"},
-        {"source,question,answer,rating\nx,%s\n", "line 2: 2 fields, the header has 4"},
+        {"source,question,answer,rating\nx,%s,,0\nx,.................................................................................,,0\n", ":3: the puzzle has more than one solution"},
+        {"%s\n55...............................................................................\n", ":2: the puzzle has clashing givens"},
+        {"%s\n%.80s\n", ":2: field 'question' has 80 cells"},
+        {"%s\n%.80sx\n", ":2: field 'question' cell 80 is 'x'"},
+        {"%s 634678912672195348198342567859761423426853791713924856961537284287419635345286179\n", ":1: field 'answer' is not a valid solution"},
+        {"source,question,answer,rating\nx,%s\n", ":2: 2 fields, the header has 4"},
     };
     size_t i;
     (void)state;
@@ -768,7 +769,7 @@ static void test_maze(void **state) {
     m[5] = 'x';
     snprintf(text, sizeof text, "source,question,answer,rating\nx,%.900s,,0\n", m);
     write_text(p, text);
-    expect_error(ctx, tr_maze_read(ctx, p, &set), TR_ERR_FORMAT, "line 2: character 'x'", NULL);
+    expect_error(ctx, tr_maze_read(ctx, p, &set), TR_ERR_FORMAT, ":2: character 'x'", p);
     /* builds: the 8 dihedral versions in train, same seed = same bytes */
     o.generate_train = 6, o.generate_test = 3, o.aug = 1, o.seed = 2;
     snprintf(d1, sizeof d1, "%s/maze1", g_tmp);
@@ -804,6 +805,333 @@ static void test_maze(void **state) {
 static int arc_available(void) {
     struct stat sb;
     return stat(ARC1 "/training", &sb) == 0;
+}
+
+/* ---- the puzzle readers on text: options, skipped records, line numbers, allocation failures --- */
+typedef struct skips {
+    int n;
+    int64_t line[16];
+    char reason[16][160];
+} skips;
+static void collect_skip(void *user, int64_t line, const char *reason) {
+    skips *s = (skips *)user;
+    if (s->n < 16) {
+        s->line[s->n] = line;
+        snprintf(s->reason[s->n], sizeof s->reason[0], "%s", reason);
+    }
+    s->n++;
+}
+
+/* Runs read(ctx, arg) with the n-th allocation failing, for every n until it succeeds: each
+   failure must be TR_ERR_OUT_OF_MEMORY and leave nothing allocated. */
+static void alloc_sweep(tr_ctx *ctx, tr_status (*read)(tr_ctx *, void *), void *arg) {
+    int n;
+    for (n = 1; n < 500; n++) {
+        tr_status st;
+        tr_ctx_fail_alloc_at(ctx, n);
+        st = read(ctx, arg);
+        tr_ctx_fail_alloc_at(ctx, 0);
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+        if (st == TR_OK) break;
+        assert_int_equal(st, TR_ERR_OUT_OF_MEMORY);
+    }
+    assert_true(n > 1 && n < 500);
+}
+
+static tr_status sweep_sudoku(tr_ctx *ctx, void *arg) {
+    tr_sudoku_set s;
+    tr_status st = tr_sudoku_parse(ctx, (const char *)arg, strlen((const char *)arg), "s.txt", NULL, &s, NULL);
+    tr_sudoku_set_free(ctx, &s);
+    return st;
+}
+
+static void test_sudoku_parse(void **state) {
+    tr_ctx *ctx = new_ctx();
+    tr_read_options o = tr_read_options_default();
+    tr_sudoku_set s;
+    skips sk;
+    char text[4096];
+    uint8_t a[81];
+    static const struct {
+        const char *body, *needle;
+    } bad[] = {
+        {"%s\n12345\n", "s.txt:2: field 'question' has 5 cells, expected 81"},
+        {"%s\n%.80sx\n", "s.txt:2: field 'question' cell 80 is 'x'"},
+        {"%s\n%s99\n", "s.txt:2: expected 81 cells, then optionally a separator"},
+        {"%s %.80s\n", "s.txt:1: field 'answer' has 80 cells"},
+        {"%s\n\n\n55...............................................................................\n", "s.txt:4: the puzzle has clashing givens"},
+        {"source,question,answer,rating\nx,%s,,0\ny,%s,,z\n", "s.txt:3: field 'rating' is not an integer: 'z'"},
+        {"# nothing but a comment\n", "s.txt: no puzzles"},
+    };
+    size_t i;
+    (void)state;
+    parse81(k_solution, a);
+    /* blanks around lines, '#' comments, a solution after a separator; lines are recorded */
+    snprintf(text, sizeof text, "  %s\t\n# comment\n\n%s | %s\r\n", k_puzzle, k_puzzle, k_solution);
+    assert_int_equal(tr_sudoku_parse(ctx, text, strlen(text), "s.txt", NULL, &s, NULL), TR_OK);
+    assert_int_equal(s.count, 2);
+    assert_int_equal(s.lines[0], 1);
+    assert_int_equal(s.lines[1], 4);
+    assert_memory_equal(s.solutions, a, 81);
+    assert_memory_equal(s.solutions + 81, a, 81);
+    tr_sudoku_set_free(ctx, &s);
+    /* strict: each malformed record fails the call with "what:line: reason" */
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, bad[i].body, k_puzzle, k_puzzle);
+        expect_error(ctx, tr_sudoku_parse(ctx, text, strlen(text), "s.txt", NULL, &s, NULL), TR_ERR_FORMAT, bad[i].needle, NULL);
+        assert_null(s.puzzles);
+    }
+    /* puzzles_only + on_skip (tinyrec-solve): text after the cells is ignored, a puzzle with many
+       solutions is kept, malformed records are reported in line order and skipped */
+    snprintf(text, sizeof text, "%s: a note\nabc\n.................................................................................\n11%.79s\n%s\n", k_puzzle,
+             k_puzzle + 2, k_puzzle);
+    memset(&sk, 0, sizeof sk);
+    o.puzzles_only = 1, o.on_skip = collect_skip, o.user = &sk;
+    assert_int_equal(tr_sudoku_parse(ctx, text, strlen(text), "in", &o, &s, NULL), TR_OK);
+    assert_int_equal(s.count, 3);
+    assert_int_equal(s.lines[1], 3);
+    assert_int_equal(s.lines[2], 5);
+    assert_true(tr_sudoku_check(s.puzzles + 81, s.solutions + 81));
+    assert_int_equal(sk.n, 2);
+    assert_int_equal(sk.line[0], 2);
+    assert_non_null(strstr(sk.reason[0], "has 3 cells"));
+    assert_int_equal(sk.line[1], 4);
+    assert_non_null(strstr(sk.reason[1], "clashing givens"));
+    tr_sudoku_set_free(ctx, &s);
+    /* with on_skip, nothing to read is an empty set, not an error */
+    memset(&sk, 0, sizeof sk);
+    assert_int_equal(tr_sudoku_parse(ctx, "x\n", 2, "in", &o, &s, NULL), TR_OK);
+    assert_int_equal(s.count, 0);
+    assert_int_equal(sk.n, 1);
+    tr_sudoku_set_free(ctx, &s);
+    /* the rating filter through the options */
+    snprintf(text, sizeof text, "source,question,answer,rating\nx,%s,,5\ny,%s,,1\n", k_puzzle, k_puzzle);
+    o = tr_read_options_default();
+    o.min_rating = 3;
+    {
+        int64_t rej = 0;
+        assert_int_equal(tr_sudoku_parse(ctx, text, strlen(text), "c", &o, &s, &rej), TR_OK);
+        assert_int_equal(s.count, 1);
+        assert_int_equal(rej, 1);
+        tr_sudoku_set_free(ctx, &s);
+    }
+    snprintf(text, sizeof text, "%s\n%s,%s\n", k_puzzle, k_puzzle, k_solution);
+    alloc_sweep(ctx, sweep_sudoku, text);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+static tr_status sweep_maze(tr_ctx *ctx, void *arg) {
+    tr_maze_set s;
+    tr_read_options o = tr_read_options_default();
+    tr_status st;
+    o.side = 5;
+    st = tr_maze_parse(ctx, (const char *)arg, strlen((const char *)arg), "m.txt", &o, &s);
+    tr_maze_set_free(ctx, &s);
+    return st;
+}
+
+static void test_maze_parse(void **state) {
+    tr_ctx *ctx = new_ctx();
+    tr_read_options o = tr_read_options_default();
+    tr_maze_set s;
+    skips sk;
+    char text[2048];
+    /* a 5x5 maze as rows, the same on one line, and with its solution after a separator */
+    static const char *rows = "#####\n#S  #\n### #\n#G  #\n#####\n";
+    static const char *flat = "######S  #### ##G  ######";
+    static const char *solved = "######Soo####o##Goo######";
+    static const struct {
+        const char *body, *needle;
+        int64_t line;
+    } bad[] = {
+        {"#####\n#S #\n\n", "maze rows need 5 characters, this one has 4", 2}, /* skipped up to the blank line */
+        {"#####\n#S  #\n\n", "incomplete maze: 2 rows of 5", 1},
+        {"######S  #### ##G  #####x\n", "character 'x' (0x78) at row 5, column 5", 1},
+        {"######S  #### ##S  ######\n", "a maze needs exactly one 'S' and one 'G' (found 2 and 0)", 1},
+        {"######S  #######G  ######\n", "'G' cannot be reached from 'S'", 1},
+        {"######S  ####o##G  ######\n", "character 'o'", 1},
+        {"source,question,answer,rating\nx,####\ny,", "2 fields, the header has 4", 2}, /* then y,<maze>\n */
+    };
+    size_t i;
+    (void)state;
+    o.side = 5;
+    snprintf(text, sizeof text, "%s\n%s\n%s|%s\n%s", rows, flat, flat, solved, rows);
+    assert_int_equal(tr_maze_parse(ctx, text, strlen(text), "m.txt", &o, &s), TR_OK);
+    assert_int_equal(s.count, 4);
+    assert_int_equal(s.n, 5);
+    assert_int_equal(s.lines[0], 1);
+    assert_int_equal(s.lines[1], 7);
+    assert_int_equal(s.lines[2], 8);
+    assert_int_equal(s.lines[3], 9);
+    for (i = 0; i < 4; i++) {
+        assert_memory_equal(s.mazes + i * 25, flat, 25);
+        assert_memory_equal(s.solutions + i * 25, solved, 25);
+    }
+    tr_maze_set_free(ctx, &s);
+    /* without a side, only single-line records; rows are then a size error */
+    assert_int_equal(tr_maze_parse(ctx, flat, 25, "m.txt", NULL, &s), TR_OK);
+    assert_int_equal(s.n, 5);
+    tr_maze_set_free(ctx, &s);
+    expect_error(ctx, tr_maze_parse(ctx, "abc\n", 4, "m.txt", NULL, &s), TR_ERR_FORMAT, "m.txt:1: a maze of 3 characters is not square", NULL);
+    o.side = 1;
+    expect_error(ctx, tr_maze_parse(ctx, flat, 25, "m.txt", &o, &s), TR_ERR_INVALID_ARG, NULL, NULL);
+    /* each malformed record: strict, the call fails; on_skip, it is reported and skipped */
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char needle[200];
+        o = tr_read_options_default();
+        o.side = 5, o.puzzles_only = 1;
+        snprintf(text, sizeof text, "%s%s%s\n", bad[i].body, flat, bad[i].body[0] == 's' ? ",," : "");
+        snprintf(needle, sizeof needle, "m.txt:%lld: %s", (long long)bad[i].line, bad[i].needle);
+        expect_error(ctx, tr_maze_parse(ctx, text, strlen(text), "m.txt", &o, &s), TR_ERR_FORMAT, needle, NULL);
+        memset(&sk, 0, sizeof sk);
+        o.on_skip = collect_skip, o.user = &sk;
+        assert_int_equal(tr_maze_parse(ctx, text, strlen(text), "m.txt", &o, &s), TR_OK);
+        assert_int_equal(s.count, 1);
+        assert_int_equal(sk.n, 1);
+        assert_int_equal(sk.line[0], bad[i].line);
+        assert_non_null(strstr(sk.reason[0], bad[i].needle));
+        tr_maze_set_free(ctx, &s);
+    }
+    /* a given solution is kept, unless puzzles_only */
+    snprintf(text, sizeof text, "%.25s|%.25s\n", flat, "######Soo####o##Go ######");
+    o = tr_read_options_default();
+    assert_int_equal(tr_maze_parse(ctx, text, strlen(text), "m.txt", &o, &s), TR_OK);
+    assert_memory_equal(s.solutions, "######Soo####o##Go ######", 25);
+    tr_maze_set_free(ctx, &s);
+    snprintf(text, sizeof text, "%s\n%s|%s\n", rows, flat, solved);
+    alloc_sweep(ctx, sweep_maze, text);
+    tr_ctx_destroy(ctx);
+}
+
+static tr_status sweep_arc(tr_ctx *ctx, void *arg) {
+    tr_arc_task t;
+    tr_status st = tr_arc_task_parse(ctx, (const char *)arg, strlen((const char *)arg), "t.json", &t);
+    tr_arc_task_free(ctx, &t);
+    return st;
+}
+
+static void test_arc_task_parse(void **state) {
+    tr_ctx *ctx = new_ctx();
+    tr_arc_task t;
+    tr_json *root;
+    tr_arc_grid g;
+    tr_read_options o = tr_read_options_default();
+    skips sk;
+    static const char *good = "{\"train\": [{\"input\": [[1, 2], [3, 4]], \"output\": [[4, 3], [2, 1]]}],\n"
+                              " \"test\": [{\"input\": [[5, 6, 7]], \"output\": [[7], [6], [5]]},\n"
+                              "          {\"input\": [[0]]},\n"
+                              "          {\"input\": [[9]], \"output\": null}]}\n";
+    static const struct {
+        const char *body, *needle;
+    } bad[] = {
+        {"[1, 2]", "t.json:1: expected an object with a list 'test'"},
+        {"{\"test\": 3}", "t.json:1: expected an object with a list 'test'"},
+        {"{\"train\": {}, \"test\": []}", "t.json:1: expected an object with a list 'test'"},
+        {"{\"train\": [], \"test\": []}", "t.json:1: the task has no pairs"},
+        {"{\"test\": [\n{\"input\": [[1, 2],\n [3]]}]}", "t.json:2: test[0].input: row 1 has 1 cells, row 0 has 2"},
+        {"{\"test\": [{\"input\": [[1, 12]]}]}", "t.json:1: test[0].input: cell (0, 1) is not a colour 0-9"},
+        {"{\"test\": [{\"input\": [[1.5]]}]}", "test[0].input: cell (0, 0) is not a colour"},
+        {"{\"test\": [{\"input\": []}]}", "test[0].input: expected a non-empty list of rows"},
+        {"{\"test\": [{\"input\": [[]]}]}", "test[0].input: row 0 is not a non-empty list"},
+        {"{\"test\": [7]}", "t.json:1: test[0]: expected an object"},
+        {"{\"train\": [{\"input\": [[1]]}], \"test\": [{\"input\": [[1]]}]}", "train[0].output: expected a non-empty list of rows"},
+        {"{\"test\": [{\"input\": [[1]], \"output\": [[1], 2]}]}", "test[0].output: row 1 has 0 cells"},
+        {"{\"test\": [{\"input\": [[1]]}]", "t.json: invalid JSON at byte"},
+    };
+    char big[8192];
+    size_t i, n;
+    (void)state;
+    assert_int_equal(tr_arc_task_parse(ctx, good, strlen(good), "t.json", &t), TR_OK);
+    assert_int_equal(t.num_train, 1);
+    assert_int_equal(t.num_test, 3);
+    assert_int_equal(t.pairs[0].input.h, 2);
+    assert_int_equal(t.pairs[0].output.cells[3], 1);
+    assert_int_equal(t.pairs[1].input.w, 3);
+    assert_int_equal(t.pairs[1].output.h, 3);
+    assert_int_equal(t.pairs[1].line, 2);
+    assert_int_equal(t.pairs[2].line, 3);
+    assert_int_equal(t.pairs[2].output.h, 0); /* absent */
+    assert_int_equal(t.pairs[3].output.h, 0); /* null */
+    assert_int_equal(t.pairs[3].input.cells[0], 9);
+    tr_arc_task_free(ctx, &t);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect_error(ctx, tr_arc_task_parse(ctx, bad[i].body, strlen(bad[i].body), "t.json", &t), TR_ERR_FORMAT, bad[i].needle, NULL);
+        assert_null(t.pairs);
+    }
+    /* the size limit: 31 rows */
+    n = (size_t)snprintf(big, sizeof big, "{\"test\": [{\"input\": [");
+    for (i = 0; i < 31; i++) n += (size_t)snprintf(big + n, sizeof big - n, "%s[1]", i ? "," : "");
+    snprintf(big + n, sizeof big - n, "]}]}");
+    expect_error(ctx, tr_arc_task_parse(ctx, big, strlen(big), "t.json", &t), TR_ERR_FORMAT, "test[0].input: the grid is 31x1, the limit is 30x30", NULL);
+    /* on_skip: a malformed pair is reported and left empty, a task without tests comes back empty */
+    {
+        static const char *file = "{\"a\": {\"test\": [{\"input\": [[1, 2], [3]]},\n {\"input\": [[4]]}]},\n \"b\": {\"train\": []}}";
+        assert_int_equal(tr_json_parse(ctx, file, strlen(file), "f.json", &root), TR_OK);
+        memset(&sk, 0, sizeof sk);
+        o.on_skip = collect_skip, o.user = &sk;
+        assert_int_equal(tr_arc_task_from_json(ctx, &root->items[0], "f.json", &o, &t), TR_OK);
+        assert_int_equal(t.num_test, 2);
+        assert_int_equal(t.pairs[0].input.h, 0);
+        assert_int_equal(t.pairs[1].input.cells[0], 4);
+        assert_int_equal(t.pairs[1].line, 2);
+        assert_int_equal(sk.n, 1);
+        assert_int_equal(sk.line[0], 1);
+        assert_non_null(strstr(sk.reason[0], "test[0].input: row 1 has 1 cells"));
+        tr_arc_task_free(ctx, &t);
+        assert_int_equal(tr_arc_task_from_json(ctx, &root->items[1], "f.json", &o, &t), TR_OK);
+        assert_int_equal(t.num_test, 0);
+        assert_null(t.pairs);
+        assert_int_equal(sk.n, 2);
+        assert_int_equal(sk.line[1], 3);
+        expect_error(ctx, tr_arc_task_from_json(ctx, &root->items[1], "f.json", NULL, &t), TR_ERR_FORMAT, "f.json:3: expected an object", NULL);
+        tr_json_free(ctx, root);
+    }
+    assert_int_equal(tr_json_parse(ctx, "[[1, 2], [3, 4]]", 16, "g", &root), TR_OK);
+    assert_int_equal(tr_arc_grid_from_json(ctx, root, "g", &g), TR_OK);
+    assert_int_equal(g.h, 2);
+    assert_int_equal(g.cells[2], 3);
+    expect_error(ctx, tr_arc_grid_from_json(ctx, &root->items[0].items[0], "preds.jsonl:2", &g), TR_ERR_FORMAT, "preds.jsonl:2: expected a non-empty list of rows", NULL);
+    assert_int_equal(g.h, 0);
+    tr_json_free(ctx, root);
+    alloc_sweep(ctx, sweep_arc, (void *)good);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+static tr_status sweep_ids(tr_ctx *ctx, void *arg) {
+    int64_t n;
+    char **names;
+    tr_status st = tr_identifiers_read(ctx, (const char *)arg, &n, &names);
+    if (st == TR_OK) tr_identifiers_free(ctx, n, names);
+    return st;
+}
+
+static void test_identifiers_read(void **state) {
+    tr_ctx *ctx = new_ctx();
+    char p[512];
+    int64_t n;
+    char **names;
+    (void)state;
+    snprintf(p, sizeof p, "%s/ids.json", g_tmp);
+    write_text(p, "[\"<blank>\", \"a\\u00e9\", \"task|||t1|||0123456789\"]\n");
+    assert_int_equal(tr_identifiers_read(ctx, p, &n, &names), TR_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(names[1], "a\xc3\xa9");
+    assert_string_equal(names[2], "task|||t1|||0123456789");
+    tr_identifiers_free(ctx, n, names);
+    alloc_sweep(ctx, sweep_ids, p);
+    write_text(p, "{\"a\": 1}");
+    expect_error(ctx, tr_identifiers_read(ctx, p, &n, &names), TR_ERR_FORMAT, "expected a JSON list of names", p);
+    assert_null(names);
+    write_text(p, "[\"a\",\n 7]");
+    expect_error(ctx, tr_identifiers_read(ctx, p, &n, &names), TR_ERR_FORMAT, ":2: entry 1 is not a string", p);
+    write_text(p, "[\"a\",");
+    expect_error(ctx, tr_identifiers_read(ctx, p, &n, &names), TR_ERR_FORMAT, "invalid JSON", p);
+    snprintf(p, sizeof p, "%s/no-such-ids.json", g_tmp);
+    assert_int_not_equal(tr_identifiers_read(ctx, p, &n, &names), TR_OK);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
 }
 
 static void test_dihedral(void **state) {
@@ -844,14 +1172,17 @@ static void test_arc_inverse_real_tasks(void **state) {
         snprintf(dir, sizeof dir, "%s/%s", ARC1, sub[si]);
         assert_int_equal(tr__list_dir(ctx, dir, ".json", &files, &nf), TR_OK);
         for (f = 0; f < nf; f += 8) { /* a sample: every 8th task */
-            tr__arc_task t;
-            char path[512];
+            tr_arc_task t;
+            char path[512], *text;
+            size_t len;
             int k;
-            memset(&t, 0, sizeof t);
             snprintf(path, sizeof path, "%s/%s", dir, files[f]);
-            assert_int_equal(tr__arc_load_task(ctx, path, &t), TR_OK);
-            for (k = 0; k < 2 * (t.ntrain + t.ntest); k++) {
-                const tr__arc_grid *g = k & 1 ? &t.out[k / 2] : &t.in[k / 2];
+            assert_int_equal(tr__read_file(ctx, path, &text, &len), TR_OK);
+            assert_int_equal(tr_arc_task_parse(ctx, text, len, path, &t), TR_OK);
+            tr__free(ctx, text);
+            for (k = 0; k < 2 * (t.num_train + t.num_test); k++) {
+                const tr_arc_grid *g = k & 1 ? &t.pairs[k / 2].output : &t.pairs[k / 2].input;
+                if (g->h == 0) continue; /* a test pair without its output */
                 int tid, pi;
                 for (tid = 0; tid < 8; tid++)
                     for (pi = 0; pi < 3; pi++) {
@@ -867,7 +1198,7 @@ static void test_arc_inverse_real_tasks(void **state) {
                         assert_int_equal(w2, g->w);
                         assert_memory_equal(b, g->cells, (size_t)(g->h * g->w));
                         /* the name carries the same transform */
-                        snprintf(name, sizeof name, "%s|||t%d|||", t.name[0] ? t.name : "task", tid);
+                        snprintf(name, sizeof name, "%s|||t%d|||", files[f], tid);
                         for (i = 0; i < 10; i++) name[strlen(name) + 1] = 0, name[strlen(name)] = (char)('0' + perm[i]);
                         assert_int_equal(tr_arc_parse_name(ctx, name, base, sizeof base, &tid2, name_perm), TR_OK);
                         assert_int_equal(tid2, tid);
@@ -875,7 +1206,7 @@ static void test_arc_inverse_real_tasks(void **state) {
                         checked++;
                     }
             }
-            tr__arc_task_free(ctx, &t);
+            tr_arc_task_free(ctx, &t);
         }
         tr__free_list(ctx, files, nf);
     }
@@ -1225,6 +1556,10 @@ int main(void) {
         cmocka_unit_test(test_sudoku_read),
         cmocka_unit_test(test_sudoku_build),
         cmocka_unit_test(test_maze),
+        cmocka_unit_test(test_sudoku_parse),
+        cmocka_unit_test(test_maze_parse),
+        cmocka_unit_test(test_arc_task_parse),
+        cmocka_unit_test(test_identifiers_read),
         cmocka_unit_test(test_dihedral),
         cmocka_unit_test(test_arc_inverse_real_tasks),
         cmocka_unit_test(test_arc_encode_crop),
