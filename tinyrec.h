@@ -843,6 +843,10 @@ TRDEF tr_status tr_sudoku_build(tr_ctx *ctx, const tr_sudoku_options *o, const c
 /* Finds a shortest path from S to G in an n x n character maze and writes the labelled maze
    (path cells 'o') to out. Returns the path length in moves, or -1 when G cannot be reached. */
 TRDEF int tr_maze_solve(tr_ctx *ctx, const char *maze, int n, char *out);
+/* Checks a labelled answer (a model's prediction): every 'o' cell of `answer` must be an open cell
+   (' ') of `maze`, and the 'o' cells must connect S to G. Returns the length in moves of the
+   shortest such path, or -1 when there is none (or memory runs out; then the reason is set). */
+TRDEF int tr_maze_check(tr_ctx *ctx, const char *maze, const char *answer, int n);
 /* A random n x n maze (n >= 5) whose shortest path is longer than min_path moves, from the stream
    (seed, index); maze/solution are n*n characters of TR_MAZE_CHARSET. Returns the path length. */
 TRDEF tr_status tr_maze_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int n, int min_path, char *maze, char *solution, int *path_len);
@@ -13268,6 +13272,27 @@ TRDEF int tr_maze_solve(tr_ctx *ctx, const char *maze, int n, char *out) {
     queue = dist + n * n;
     tr__maze_bfs(maze, n, s, dist, queue);
     len = tr__maze_label(maze, n, g, dist, out);
+    tr__free(ctx, dist);
+    return len;
+}
+
+TRDEF int tr_maze_check(tr_ctx *ctx, const char *maze, const char *answer, int n) {
+    int i, s = -1, g = -1, len, *dist;
+    char *walk;
+    if (!ctx || !maze || !answer || n <= 0 || n > 4096) return -1;
+    for (i = 0; i < n * n; i++) {
+        if (maze[i] == 'S') s = i;
+        else if (maze[i] == 'G') g = i;
+        else if (answer[i] == 'o' && maze[i] != ' ') return -1; /* a path through a wall */
+    }
+    if (s < 0 || g < 0) return -1;
+    dist = (int *)tr__alloc(ctx, sizeof(int) * 2 * (size_t)n * (size_t)n + (size_t)n * (size_t)n);
+    if (!dist) return -1;
+    /* walk only the answer's path cells, from S to G */
+    walk = (char *)(dist + 2 * (size_t)n * (size_t)n);
+    for (i = 0; i < n * n; i++) walk[i] = answer[i] == 'o' || i == s || i == g ? ' ' : '#';
+    tr__maze_bfs(walk, n, s, dist, dist + (size_t)n * (size_t)n);
+    len = dist[g];
     tr__free(ctx, dist);
     return len;
 }

@@ -281,45 +281,6 @@ static char token_char(int task, int t, char blank) {
     return t >= 2 && t <= 11 ? (char)('0' + t - 2) : t == 1 ? '|' : '.';
 }
 
-/* 1 when the 'o' cells of the answer lie on open cells of the maze and connect S to G. */
-static int maze_valid(const int32_t *in, const char *ans, int n, int *path_len) {
-    int *q = (int *)malloc(sizeof(int) * (size_t)n * n * 2), *dist = q + (size_t)n * n, head = 0, tail = 0, k, s = -1, g = -1, cells = 0;
-    if (!q) return 0;
-    for (k = 0; k < n * n; k++) {
-        dist[k] = -1;
-        if (in[k] == 3) s = k;
-        if (in[k] == 4) g = k;
-        if (ans[k] == 'o') {
-            if (in[k] != 2) { /* a path cell must be an open cell */
-                free(q);
-                return 0;
-            }
-            cells++;
-        }
-    }
-    if (s < 0 || g < 0) {
-        free(q);
-        return 0;
-    }
-    dist[s] = 0, q[tail++] = s;
-    while (head < tail) {
-        int c = q[head++], r = c / n, col = c % n, d;
-        static const int dr[4] = {-1, 1, 0, 0}, dc[4] = {0, 0, -1, 1};
-        for (d = 0; d < 4; d++) {
-            int rr = r + dr[d], cc = col + dc[d], nb;
-            if (rr < 0 || rr >= n || cc < 0 || cc >= n) continue;
-            nb = rr * n + cc;
-            if (dist[nb] >= 0 || (ans[nb] != 'o' && nb != g)) continue;
-            dist[nb] = dist[c] + 1;
-            q[tail++] = nb;
-        }
-    }
-    *path_len = dist[g];
-    (void)cells;
-    free(q);
-    return *path_len >= 0;
-}
-
 static void print_sudoku(const puzzle *p, const int32_t *pred) {
     int r, c, side;
     uint8_t ans[81];
@@ -662,8 +623,11 @@ int main(int argc, char **argv) {
                 if (task == TASK_SUDOKU) {
                     for (k = 0; k < 81; k++) grid[k] = (uint8_t)(ans[k] >= '1' && ans[k] <= '9' ? ans[k] - '0' : 0);
                     valid = tr_sudoku_check(p->givens, grid);
-                } else if (task == TASK_MAZE)
-                    valid = maze_valid(p->tokens, ans, n_side, &path);
+                } else if (task == TASK_MAZE) {
+                    char maze[900];
+                    for (k = 0; k < L; k++) maze[k] = token_char(task, p->tokens[k], ' ');
+                    valid = (path = tr_maze_check(ctx, maze, ans, n_side)) >= 0;
+                }
                 else {
                     tr_arc_crop(preds + (size_t)b * L, grid, &ah, &aw);
                     valid = ah > 0 && aw > 0;

@@ -756,7 +756,17 @@ static void test_maze(void **state) {
             if (s[i] != 'o') assert_int_equal(s[i], m[i]);
         }
         assert_int_equal(n, len - 1);
+        /* the solution checks; a path cell moved into a wall, or a path cut, does not */
+        assert_int_equal(tr_maze_check(ctx, m, s, 30), len);
+        for (i = 0; i < 900 && s[i] != 'o'; i++) continue;
+        s2[i] = ' ';
+        assert_int_equal(tr_maze_check(ctx, m, s2, 30), -1);
+        for (i = 0; i < 900 && m[i] != '#'; i++) continue;
+        memcpy(s2, s, 900);
+        s2[i] = 'o';
+        assert_int_equal(tr_maze_check(ctx, m, s2, 30), -1);
     }
+    assert_int_equal(tr_maze_check(ctx, m, s, 0), -1);
     /* the reference CSV: answers given, and missing (solved here) */
     snprintf(p, sizeof p, "%s/maze.csv", g_tmp);
     snprintf(text, sizeof text, "source,question,answer,rating\nx,%.900s,%.900s,0\ny,%.900s,,0\n", m, s, m);
