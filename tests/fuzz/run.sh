@@ -26,7 +26,9 @@ mkdir -p "$OUT/corpus-$TARGET"
     -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$SRC" -o "$OUT/fuzz_$TARGET" -lm
 echo "fuzzing $TARGET for ${SECS}s (workers: $JOBS); findings go to $OUT"
 cd "$OUT"
-set -- -max_total_time="$SECS" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/$TARGET-"
+# inputs as large as the largest seed (a checkpoint seed is 110 KB), at least 8 KB
+MAXLEN=$(find "$ROOT/tests/fuzz/corpus_$TARGET" -type f -exec wc -c {} + 2>/dev/null | awk '$2 != "total" && $1 > m { m = $1 } END { print (m > 8192 ? m : 8192) }')
+set -- -max_total_time="$SECS" -max_len="$MAXLEN" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/$TARGET-"
 if [ -f "$ROOT/tests/fuzz/$TARGET.dict" ]; then set -- "$@" -dict="$ROOT/tests/fuzz/$TARGET.dict"; fi
 if [ "$JOBS" -gt 1 ]; then set -- "$@" -jobs="$JOBS" -workers="$JOBS"; fi
 set -- "$@" "corpus-$TARGET" "$ROOT/tests/fuzz/corpus_$TARGET"
