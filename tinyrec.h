@@ -21,10 +21,30 @@
    (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
-   Sections (grep for ">>name"; the file ends with metrics): base, cpu, sgemm, opencl, device, model, optim, train, config, json, io,
-   data, checkpoint.
-   OpenCL kernels: edit tools/opencl/ops.cl, gemm.cl and attention.cl, not their copies here between
-   ">>cl-embed" markers: `make` (or `sh tools/cl_embed.sh tinyrec.h`) rewrites those blocks.
+   Sections (grep for ">>name")
+     Declarations: api-base, api-device, api-model, api-train, api-config, api-util, api-json, api-io,
+     api-data, api-checkpoint. Implementation, in file order:
+       base        status and error text, allocator (fault injection, memory limit), log, RNG, half
+                   floats, the CPU probe
+       cpu         scalar reference kernels and their AVX2 / AVX-512 twins, chosen at run time
+       sgemm       the packed SIMD GEMM
+       opencl      the OpenCL backend (TINYREC_OPENCL): opencl-runtime (loader, devices, launches,
+                   memory), opencl-ops and opencl-gemm (host wrappers and the embedded kernels)
+       device      device selection and fallback, CPU info, OpenCL listing, self-test, batch advice
+       model       TRM: parameter layout, initialisation, forward, backward, ACT
+       optim       AdamATan2, sign-SGD, EMA, learning-rate schedule
+       train       the trainer step: non-finite guard, device recovery
+       config      presets and the key table of every config field
+       json        JSON reader and writer, string builder, whole-file reads, atomic file writer
+       io          safetensors reader and writer
+       data        .npy, the dataset layout, puzzle readers, Sudoku / Maze / ARC builders, sampler
+       checkpoint  model and trainer-state files
+       metrics     metrics history (metrics.jsonl) and its SVG plot
+   OpenCL C lives in .cl files, copied here between ">>cl-embed" markers by `make` (or
+   `sh tools/cl_embed.sh tinyrec.h`); edit the files, not the copies:
+       tools/opencl/ops.cl        elementwise, normalisation, embedding, loss and optimizer kernels
+       tools/opencl/gemm.cl       SGEMM (register and cp.async paths), transpose
+       tools/opencl/attention.cl  flash-style attention, forward and backward
 
    Quick start (see README.md for a complete program):
        tr_ctx *ctx;  tr_ctx_create(NULL, &ctx);
