@@ -4880,6 +4880,14 @@ static const char tr__cl_src_ops_1[] =
 "    sh += sh_off; p += p_off;\n"
 "    sh[i] = omd * p[i] + decay * sh[i];\n"
 "}\n"
+"/* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */\n"
+"__kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {\n"
+"    size_t i = get_global_id(0), step = get_global_size(0);\n"
+"    int bad = 0;\n"
+"    x += x_off;\n"
+"    for (; i < n; i += step) bad |= !isfinite(x[i]);\n"
+"    if (bad) flag[f_off] = 1;\n"
+"}\n"
 "__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {\n"
 "    long j = get_global_id(0), r = get_global_id(1);\n"
 "    float x;\n"
@@ -4922,12 +4930,12 @@ static const char tr__cl_src_ops_1[] =
 "    halted += halted_off;\n"
 "    if (!halted[b]) return;\n"
 "    o = (size_t)b * S * D + i;\n"
-"    zh[zh_off + o] = hi[hi_off + i % D];\n"
+"    zh[zh_off + o] = hi[hi_off + i % D];\n";
+static const char tr__cl_src_ops_2[] =
 "    zl[zl_off + o] = li[li_off + i % D];\n"
 "}\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
-static const char tr__cl_src_ops_2[] =
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -5007,14 +5015,14 @@ static const char tr__cl_src_ops_2[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    if (j >= D || b >= B) return;\n";
+static const char tr__cl_src_ops_3[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
 "    mean = (float)(dot / S);\n"
 "    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);\n"
-"}\n";
-static const char tr__cl_src_ops_3[] =
+"}\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
@@ -5094,7 +5102,8 @@ static const char tr__cl_src_ops_3[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
+static const char tr__cl_src_ops_4[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -5102,8 +5111,7 @@ static const char tr__cl_src_ops_3[] =
 "        }\n"
 "    if (lane == 0) {\n"
 "        float hi = (float)(-lp);\n"
-"        ts[ts_off + 3 * (size_t)row] = hi;\n";
-static const char tr__cl_src_ops_4[] =
+"        ts[ts_off + 3 * (size_t)row] = hi;\n"
 "        ts[ts_off + 3 * (size_t)row + 1] = (float)(-lp - hi);\n"
 "        ts[ts_off + 3 * (size_t)row + 2] = am == label ? 1.0f : 0.0f;\n"
 "    }\n"
@@ -5184,7 +5192,8 @@ static const char tr__cl_src_ops_4[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n"
+"    float acc;\n";
+static const char tr__cl_src_ops_5[] =
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -5195,8 +5204,7 @@ static const char tr__cl_src_ops_4[] =
 "        return;\n"
 "    }\n"
 "    gw += gw_off + (size_t)jj * D + k;\n"
-"    acc = *gw;\n";
-static const char tr__cl_src_ops_5[] =
+"    acc = *gw;\n"
 "    for (b = 0; b < B; b++) {\n"
 "        float g = dq[2 * b];\n"
 "        if (g != 0.0f) acc += g * zh[(size_t)b * S * D];\n"
@@ -5406,6 +5414,28 @@ TR__FN tr_status tr__cl_ema(tr__cl *cl, size_t n, float *shadow, const float *p,
     tr__cla_f32(&A, 1.0f - decay);
     tr__cla_f32(&A, decay);
     return tr__cl_k1_launch1(cl, "tr_k_ema", n, &A);
+}
+
+#define TR__CL_SLOT_FLAG 8 /* tr__cl_scratch slot of tr__cl_all_finite's flag */
+/* *ok = 1 when every element of x[0..n) is finite. At most 64k work-items stride over x, so one
+   int comes back for any n. */
+TR__FN tr_status tr__cl_all_finite(tr__cl *cl, size_t n, const float *x, int *ok) {
+    tr__clargs A;
+    int32_t flag = 0;
+    float *f;
+    tr_status st;
+    *ok = 1;
+    if (n == 0) return TR_OK;
+    if (!(f = tr__cl_scratch(cl, TR__CL_SLOT_FLAG, 1))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if ((st = tr__cl_fill(cl, f, 0, sizeof(int32_t))) != TR_OK) return st;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, x);
+    tr__cla_buf(&A, f);
+    if ((st = tr__cl_k1_launch1(cl, "tr_k_nonfinite", TR__MIN(n, (size_t)1 << 16), &A)) != TR_OK) return st;
+    if ((st = tr__cl_read(cl, &flag, f, sizeof flag)) != TR_OK) return st;
+    *ok = !flag;
+    return TR_OK;
 }
 
 TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, const float *W_tok, const float *W_pos, const float *puzzle_emb,
@@ -7521,6 +7551,25 @@ TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float 
     return TR_OK;
 }
 
+/* 1 when no element of x[0..n) is NaN or infinite (a bit test, so the loop vectorises without
+   fast-math). */
+TR__FN int tr__all_finite(const float *x, size_t n) {
+    uint32_t bad = 0, u;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+/* *ok = 1 when no element of x[0..n) is NaN or infinite. */
+TR__FN tr_status tr__op_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) {
+    TR__ON_CL(ctx, tr__cl_all_finite(ctx->cl, n, x, ok));
+    *ok = tr__all_finite(x, n);
+    return TR_OK;
+}
+
 TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
     TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
     tr__ema_ref(n, shadow, p, decay, ctx->num_threads);
@@ -8672,7 +8721,6 @@ struct tr_trainer {
     int halvings;    /* at most TR__MAX_HALVINGS, then the CPU */
     int phase;       /* progress inside a step: 0 fwd/bwd, 1.. optimizer updates done */
     int nonfinite_run; /* steps in a row skipped for NaN/inf */
-    float *check;      /* on a device: host room for the largest gradient tensor (tr__nonfinite_grad) */
     /* the carry as it was when the step began, so a failed device step is redone on the CPU */
     float *snap;
     int32_t *snap_ints;
@@ -8691,7 +8739,6 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__dfree(ctx, t->groups_dev);
     tr__dfree(ctx, t->snap);
     tr__free(ctx, t->snap_ints);
-    tr__free(ctx, t->check);
     tr__free(ctx, t);
 }
 
@@ -8890,38 +8937,21 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
     return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
 }
 
-/* 1 when no element of x[0..n) is NaN or infinite (a bit test, so the loop vectorises without
-   fast-math). */
-TR__FN int tr__all_finite(const float *x, size_t n) {
-    uint32_t bad = 0, u;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        memcpy(&u, x + i, sizeof u);
-        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    return !bad;
-}
-
 /* The name of the first trainable tensor whose gradient holds a NaN or an infinity ("" when all are
-   finite; the puzzle embedding's sparse rows count as its table), or NULL with the reason set when a
-   device read fails. */
+   finite; the puzzle embedding's sparse rows count as its table), or NULL with the reason set when the
+   device fails. One pass over all gradients (one flag read on a device); per tensor only when bad. */
 TR__FN const char *tr__nonfinite_grad(tr_trainer *t) {
     tr_model *m = t->m;
     tr_ctx *ctx = m->ctx;
-    size_t most = (size_t)t->carry->B * (size_t)TR__MAX(m->Dp, 1);
-    int i;
-    for (i = 0; i < m->n_tensors; i++) most = TR__MAX(most, m->tensors[i].numel);
-    if (ctx->dev_active && !t->check && !(t->check = (float *)tr__alloc(ctx, most * sizeof(float)))) return NULL;
-    for (i = 0; i <= m->n_tensors; i++) {
-        const char *name = i < m->n_tensors ? m->tensors[i].name : "model.inner.puzzle_emb.weights";
-        const float *g = i < m->n_tensors ? TR__GRAD(m, m->tensors[i].dev) : t->prow;
-        size_t n = i < m->n_tensors ? m->tensors[i].numel : (m->Dp > 0 ? (size_t)t->carry->B * m->Dp : 0);
-        if (i < m->n_tensors && !m->tensors[i].trainable) continue;
-        if (ctx->dev_active) {
-            if (tr__dget(ctx, t->check, g, n * sizeof(float)) != TR_OK) return NULL;
-            g = t->check;
-        }
-        if (!tr__all_finite(g, n)) return name;
+    size_t nrows = m->Dp > 0 ? (size_t)t->carry->B * m->Dp : 0;
+    int i, ok, rows_ok;
+    if (tr__op_all_finite(ctx, m->n_params, m->grads, &ok) != TR_OK || tr__op_all_finite(ctx, nrows, t->prow, &rows_ok) != TR_OK) return NULL;
+    if (!rows_ok) return "model.inner.puzzle_emb.weights";
+    for (i = 0; !ok && i < m->n_tensors; i++) {
+        int tensor_ok;
+        if (!m->tensors[i].trainable) continue;
+        if (tr__op_all_finite(ctx, m->tensors[i].numel, TR__GRAD(m, m->tensors[i].dev), &tensor_ok) != TR_OK) return NULL;
+        if (!tensor_ok) return m->tensors[i].name;
     }
     return "";
 }

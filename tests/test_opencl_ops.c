@@ -154,6 +154,38 @@ static void test_add(void **state) {
     }
 }
 
+/* --- the non-finite scan the trainer runs over the gradients ------------------------------------------------------ */
+static void test_all_finite(void **state) {
+    static const size_t sizes[] = {1, 1000, 200001}; /* 200001 > the 64k work-items: the grid-stride loop */
+    size_t t;
+    (void)state;
+    cl_get();
+    for (t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        size_t n = sizes[t], where[3];
+        float *x = hrand(n, 11 + t, 1e30f), *d;
+        int ok = -1, k;
+        where[0] = 0, where[1] = n / 2, where[2] = n - 1;
+        d = dev_f(x, n);
+        assert_int_equal(tr__cl_all_finite(g_cl, n, d, &ok), TR_OK);
+        assert_int_equal(ok, 1);
+        assert_int_equal(tr__all_finite(x, n), 1);
+        for (k = 0; k < 3; k++) {
+            float bad = k == 1 ? NAN : (k ? -INFINITY : INFINITY), keep = x[where[k]];
+            x[where[k]] = bad;
+            assert_int_equal(tr__cl_write(g_cl, d, x, n * sizeof(float)), TR_OK);
+            assert_int_equal(tr__cl_all_finite(g_cl, n, d, &ok), TR_OK);
+            assert_int_equal(ok, 0);
+            assert_int_equal(tr__all_finite(x, n), 0);
+            /* the flag is cleared for the next scan */
+            x[where[k]] = keep;
+            assert_int_equal(tr__cl_write(g_cl, d, x, n * sizeof(float)), TR_OK);
+            assert_int_equal(tr__cl_all_finite(g_cl, n, d, &ok), TR_OK);
+            assert_int_equal(ok, 1);
+        }
+        dev_free_all();
+    }
+}
+
 /* --- RMSNorm over rows ---------------------------------------------------------------------------------------------- */
 static void test_rms_rows(void **state) {
     static const int cases[][2] = {{1, 1}, {3, 17}, {97, 130}, {5, 512}, {4, 1000}};
@@ -526,7 +558,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill),
-        cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups),
+        cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups), cmocka_unit_test(test_all_finite),
     };
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);
 }

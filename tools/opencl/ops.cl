@@ -33,6 +33,14 @@ __kernel void tr_k_ema(ulong n, __global float *sh, ulong sh_off, __global const
     sh += sh_off; p += p_off;
     sh[i] = omd * p[i] + decay * sh[i];
 }
+/* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */
+__kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {
+    size_t i = get_global_id(0), step = get_global_size(0);
+    int bad = 0;
+    x += x_off;
+    for (; i < n; i += step) bad |= !isfinite(x[i]);
+    if (bad) flag[f_off] = 1;
+}
 __kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {
     long j = get_global_id(0), r = get_global_id(1);
     float x;
