@@ -4061,6 +4061,62 @@ TR__FN void tr__cl_destroy(tr__cl *cl);
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
 TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g, char *buf, size_t cap);
 
+/* The .cl file and line of line `global` (1-based) of the program the fragments make, from the
+   `#line N "file"` directives tools/cl_embed.sh puts at each file's start; 0 when no directive comes
+   before it. Some compilers (NVIDIA's) ignore #line and report "<kernel>:LINE:" for the whole text. */
+TR__FN int tr__cl_source_line(const char *const *sources, int n, long global, char *file, size_t cap, long *line) {
+    long at = 1, base = 0, start = 0; /* the directive's own line and the number it gives the next */
+    int i, found = 0;
+    for (i = 0; i < n && at <= global; i++) {
+        const char *p = sources[i];
+        for (; *p && at <= global; at++) {
+            const char *eol = strchr(p, '\n');
+            size_t len = eol ? (size_t)(eol - p) : strlen(p);
+            if (len > 9 && !strncmp(p, "#line ", 6) && isdigit((unsigned char)p[6])) {
+                const char *q = strchr(p, '"'), *e = q ? memchr(q + 1, '"', len - (size_t)(q + 1 - p)) : NULL;
+                if (e && (size_t)(e - q - 1) < cap) {
+                    memcpy(file, q + 1, (size_t)(e - q - 1));
+                    file[e - q - 1] = 0;
+                    base = strtol(p + 6, NULL, 10), start = at, found = 1;
+                }
+            }
+            if (!eol) break; /* a fragment's last line runs on into the next fragment */
+            p = eol + 1;
+        }
+    }
+    if (!found || global <= start) return 0; /* before the first directive, or the directive itself */
+    *line = base + (global - start - 1);
+    return 1;
+}
+
+/* The build log with every "<kernel>:LINE:" replaced by "file.cl:line:" (tr__cl_source_line); a
+   tr__alloc'ed copy, or NULL (then use the log as it is). */
+TR__FN char *tr__cl_map_log(tr_ctx *ctx, const char *const *sources, int n, const char *log) {
+    static const char tag[] = "<kernel>:";
+    const char *p = log, *hit;
+    size_t hits = 0, cap, o = 0;
+    char *out;
+    for (hit = strstr(p, tag); hit; hit = strstr(hit + 1, tag)) hits++;
+    if (!hits) return NULL;
+    cap = strlen(log) + hits * 300 + 1; /* a file name is < 256 bytes, a line number < 24 */
+    if (!(out = (char *)tr__alloc(ctx, cap))) return NULL;
+    while ((hit = strstr(p, tag)) != NULL) {
+        char file[256], *end;
+        long global = strtol(hit + sizeof tag - 1, &end, 10), line;
+        memcpy(out + o, p, (size_t)(hit - p));
+        o += (size_t)(hit - p);
+        if (end > hit + sizeof tag - 1 && *end == ':' && tr__cl_source_line(sources, n, global, file, sizeof file, &line))
+            o += (size_t)snprintf(out + o, cap - o, "%s:%ld", file, line);
+        else {
+            memcpy(out + o, hit, (size_t)(end - hit));
+            o += (size_t)(end - hit);
+        }
+        p = end;
+    }
+    memcpy(out + o, p, strlen(p) + 1);
+    return out;
+}
+
 TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsources, const char *opts, int inject) {
     const tr__clfn *f = &cl->lib.f;
     static const char bad_src[] = "#error tinyrec: injected build failure (TR__CLF_BUILD)\n";
@@ -4124,6 +4180,10 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
             (log = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
             memset(log, 0, sz + 1);
             f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, sz, log, NULL);
+        }
+        if (log) {
+            char *mapped = tr__cl_map_log(cl->ctx, sources, nsources, log);
+            if (mapped) tr__free(cl->ctx, log), log = mapped;
         }
         len = strlen(cl->ctx->error);
         if (log && log[strspn(log, " \t\r\n")]) {

@@ -463,10 +463,28 @@ static void test_clrt_build_error_names_cl_file(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* Compilers that ignore #line (NVIDIA's: "<kernel>:LINE:" over the whole program) get their log mapped back to the
+   .cl file and line; the fragments here are cut as cl_embed.sh may cut them, a line running on into the next. */
+static void test_clrt_log_maps_kernel_lines(void **state) {
+    static const char *const src[] = {"#line 1 \"tools/opencl/a.cl\"\nx\ny\nz", "z\n#line 1 \"tools/opencl/b.cl\"\nw\n", "v\n"};
+    static const char log[] = "<kernel>:3:7: error: one\n<kernel>:4:1: two\n<kernel>:6:2: three <kernel>:7:9: four <kernel>:x <kernel>:1:1:";
+    tr_ctx *ctx = tu_ctx(1, 1);
+    char *m;
+    (void)state;
+    assert_null(tr__cl_map_log(ctx, src, 3, "tools/opencl/a.cl:2:1: error: no mapping needed"));
+    m = tr__cl_map_log(ctx, src, 3, log);
+    assert_non_null(m);
+    assert_string_equal(m, "tools/opencl/a.cl:2:7: error: one\ntools/opencl/a.cl:3:1: two\ntools/opencl/b.cl:1:2: three "
+                           "tools/opencl/b.cl:2:9: four <kernel>:x <kernel>:1:1:");
+    tr__free(ctx, m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 static const struct CMUnitTest cl_runtime_tests[] = {
     cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
     cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
-    cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file),
+    cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file), cmocka_unit_test(test_clrt_log_maps_kernel_lines),
 };
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }
