@@ -172,38 +172,9 @@ static void apply_preset(options *o, const tr_preset *p) {
 
 /* ---- small file helpers ----------------------------------------------------------------- */
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_CAP];
-    size_t i, n = strlen(path);
-    struct stat sb;
-    if (n >= sizeof buf) return -1;
-    memcpy(buf, path, n + 1);
-    for (i = 1; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (stat(buf, &sb) != 0) {
-                if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            } else if (!S_ISDIR(sb.st_mode)) {
-                errno = ENOTDIR;
-                return -1;
-            }
-            buf[i] = c;
-        }
-    }
-    return 0;
-}
-
 static int file_exists(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-/* The library's warnings (a train setting that differs from the saved state, a resized puzzle
-   table) go to stderr; errors are reported from tr_ctx_last_error. */
-static void on_log(void *user, tr_log_level level, const char *message) {
-    (void)user;
-    if (level == TR_LOG_WARN) fprintf(stderr, "tinyrec-train: warning: %s\n", message);
 }
 
 /* ---- signals ---------------------------------------------------------------------------- */
@@ -255,6 +226,8 @@ typedef struct run {
     char model_path[PATH_CAP + 32], state_path[PATH_CAP + 64], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
         config_path[PATH_CAP + 32];
     int tty, bar_shown;
+    double last_bar;       /* when the evaluation bar was drawn */
+    long skipped;          /* steps skipped for NaN/inf losses or gradients in this process */
     long total_steps, target_steps, total_iters;
     double t_start, step0_time;
     long step0;
@@ -265,6 +238,14 @@ static void clear_bar(run *r) {
         fputs("\r\033[K", stdout);
         r->bar_shown = 0;
     }
+}
+
+/* The library's warnings (a skipped NaN step, a train setting that differs from the saved state,
+   a resized puzzle table) go to stderr; errors are reported from tr_ctx_last_error. */
+static void on_log(void *user, tr_log_level level, const char *message) {
+    if (level != TR_LOG_WARN) return;
+    clear_bar((run *)user);
+    fprintf(stderr, "tinyrec-train: warning: %s\n", message);
 }
 
 static void fmt_dur(double s, char *buf, size_t cap) {
@@ -303,96 +284,47 @@ static int write_config(run *r) {
     return 0;
 }
 
-/* Saves latest (+ best when is_best): the model file with EMA weights when EMA is on, the trainer
-   state with the live weights and the sampler position. */
+/* Saves the checkpoint (tr_checkpoint_save: latest, and best when is_best; the model files with
+   the EMA weights when EMA is on, the trainer state with the live ones and our run_pos, sampler
+   position included), then the plot. A failed save (a full disk, a read-only folder) leaves the
+   previous checkpoint as it was, and the run stops: the error names the file and the reason. */
 static int save_checkpoint(run *r, const tr_sampler_state *sampler_pos, int is_best) {
-    tr_status st;
-    int swapped = 0;
     r->pos.sampler = *sampler_pos;
-    if (r->o.tc.ema) {
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-        swapped = 1;
+    if (tr_checkpoint_save(r->trainer, r->o.checkpoint_path, is_best, &r->pos, sizeof r->pos) != TR_OK) {
+        clear_bar(r);
+        fprintf(stderr, "tinyrec-train: saving the checkpoint failed: %s\n", tr_ctx_last_error(r->ctx));
+        return -1;
     }
-    if ((st = tr_model_save(r->model, r->model_path, NULL)) != TR_OK) goto fail;
-    if (is_best && (st = tr_model_save(r->model, r->best_path, NULL)) != TR_OK) goto fail;
-    if (swapped) {
-        swapped = 0;
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-    }
-    if ((st = tr_trainer_save(r->trainer, r->state_path, &r->pos, sizeof r->pos)) != TR_OK) goto fail;
     if (tr_metrics_plot_svg(r->ctx, r->svg_path, r->o.preset, &r->hist) != TR_OK) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
     return 0;
-fail:
-    if (swapped) tr_trainer_swap_ema(r->trainer);
-    clear_bar(r);
-    fprintf(stderr, "tinyrec-train: saving the checkpoint failed: %s\n", tr_ctx_last_error(r->ctx));
-    return -1;
 }
 
-typedef struct eval_result {
-    double accuracy, exact_accuracy, steps, lm_loss, q_halt_accuracy, count, seconds;
-} eval_result;
+/* tr_evaluate calls this before each test batch: the progress bar on a terminal, and a signal
+   stops the evaluation. */
+static int eval_progress(void *user, const char *stage, int64_t done, int64_t total) {
+    run *r = (run *)user;
+    (void)stage;
+    if (r->tty && done > 0 && tr_time_seconds() - r->last_bar > 0.25) {
+        printf("\r\033[K  evaluating: batch %lld/%lld", (long long)done, (long long)total);
+        fflush(stdout);
+        r->bar_shown = 1;
+        r->last_bar = tr_time_seconds();
+    }
+    return g_stop != 0;
+}
 
-/* Evaluates on the test split, as the reference: every batch runs halt_max_steps supervision
-   steps and the metrics come from the final one; the EMA weights are swapped in when EMA is on.
-   Returns 1 when done, 0 when interrupted by a signal, -1 on error. */
-static int evaluate(run *r, eval_result *res) {
-    tr_metrics sum;
-    long nb = 0;
-    int swapped = 0, result = 1;
-    int64_t total = tr_sampler_batches_per_pass(r->test_s);
-    double t0 = tr_time_seconds(), last_bar = 0;
-    tr_status st;
-    memset(&sum, 0, sizeof sum);
-    memset(res, 0, sizeof *res);
-    if (r->o.eval_batches > 0 && total > r->o.eval_batches) total = r->o.eval_batches;
-    if ((st = tr_sampler_set_state(r->test_s, &r->test_start)) != TR_OK) goto fail;
-    if (r->o.tc.ema) {
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-        swapped = 1;
-    }
-    for (;;) {
-        tr_batch b;
-        tr_batch_info info;
-        tr_metrics mt;
-        if (r->o.eval_batches > 0 && nb >= r->o.eval_batches) break;
-        if (g_stop) {
-            result = 0;
-            break;
-        }
-        if ((st = tr_sampler_next(r->test_s, &b, &info)) != TR_OK) goto fail;
-        if (info.end) break;
-        tr_carry_reset(r->eval_carry);
-        do {
-            if ((st = tr_model_eval_step(r->model, r->eval_carry, &b, NULL, &mt)) != TR_OK) goto fail;
-        } while (!tr_carry_all_halted(r->eval_carry));
-        /* every row halts at the last step, so its metrics cover the batch */
-        sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy;
-        sum.q_halt_accuracy += mt.q_halt_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
-        nb++;
-        if (r->tty && tr_time_seconds() - last_bar > 0.25) {
-            printf("\r\033[K  evaluating: batch %ld/%lld  exact %.4f", nb, (long long)total, sum.count ? sum.exact_accuracy / sum.count : 0.0);
-            fflush(stdout);
-            r->bar_shown = 1;
-            last_bar = tr_time_seconds();
-        }
-    }
-    if (swapped && (st = tr_trainer_swap_ema(r->trainer)) != TR_OK) {
-        swapped = 0;
-        goto fail;
-    }
+/* Evaluates on the test split from its start (tr_evaluate: the reference's halt_max_steps
+   supervision steps per batch), with the EMA weights swapped in when EMA is on. Returns 1 when
+   done, 0 when interrupted by a signal, -1 on error. */
+static int evaluate(run *r, tr_eval_result *e) {
+    tr_status st = tr_sampler_set_state(r->test_s, &r->test_start);
+    int swapped = 0;
+    if (st == TR_OK && r->o.tc.ema && (st = tr_trainer_swap_ema(r->trainer)) == TR_OK) swapped = 1;
+    if (st == TR_OK) st = tr_evaluate(r->model, r->eval_carry, r->test_s, r->o.eval_batches, eval_progress, r, e);
+    if (swapped && tr_trainer_swap_ema(r->trainer) != TR_OK && st == TR_OK) st = TR_ERR_DEVICE;
     clear_bar(r);
-    if (sum.count > 0) {
-        res->accuracy = sum.accuracy / sum.count, res->exact_accuracy = sum.exact_accuracy / sum.count;
-        res->steps = sum.steps / sum.count, res->lm_loss = sum.lm_loss / sum.count, res->q_halt_accuracy = sum.q_halt_accuracy / sum.count;
-    } else
-        res->accuracy = res->exact_accuracy = res->steps = res->lm_loss = res->q_halt_accuracy = NAN;
-    res->count = sum.count;
-    res->seconds = tr_time_seconds() - t0;
-    return result;
-fail:
-    if (swapped) tr_trainer_swap_ema(r->trainer);
-    clear_bar(r);
+    if (st == TR_ERR_INTERRUPTED) return 0;
+    if (st == TR_OK) return 1;
     fprintf(stderr, "tinyrec-train: evaluation failed: %s (%s)\n", tr_ctx_last_error(r->ctx), tr_status_string(st));
     return -1;
 }
@@ -400,7 +332,7 @@ fail:
 /* The end of an iteration (eval_interval epochs): evaluate when due, then checkpoint. Returns 1,
    0 when interrupted (nothing saved), -1 on error. */
 static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_before, int do_eval) {
-    eval_result e;
+    tr_eval_result e;
     int best = 0, rc;
     if (do_eval && r->test_s) {
         rc = evaluate(r, &e);
@@ -429,32 +361,40 @@ static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_be
     return 1;
 }
 
-static void show_progress(run *r, long step, double loss, double acc, double exact, double act, int final) {
-    double now = tr_time_seconds(), el = now - r->t_start, rate = 0, eta;
-    char etab[32], elb[32];
+/* The progress bar on a terminal, else a plain line every print_interval seconds. */
+static void show_progress(run *r, long step, double loss, double acc, double exact, double act) {
+    double now = tr_time_seconds(), rate = 0, eta;
+    char etab[32], elb[32], skb[48] = "";
     long done = step - r->step0;
     if (r->step0_time > 0 && done > 0) rate = done / r->step0_time;
     eta = rate > 0 ? (r->target_steps - step) / rate : NAN;
     fmt_dur(eta, etab, sizeof etab);
-    fmt_dur(el, elb, sizeof elb);
+    fmt_dur(now - r->t_start, elb, sizeof elb);
+    if (r->skipped) snprintf(skb, sizeof skb, "  %ld skipped (NaN/inf)", r->skipped);
     if (r->tty) {
         int w = 24, i, fill = r->target_steps > 0 ? (int)((double)w * step / r->target_steps) : 0;
         char bar[64];
-        if (fill > w) fill = w;
         for (i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
         bar[w] = 0;
-        printf("\r\033[K[%s] %ld/%ld ep %.2f loss %.4f acc %.4f exact %.4f act %.2f %.0f samples/s ETA %s", bar, step, r->target_steps, r->pos.epoch, loss, acc, exact,
-               act, rate * r->o.tc.global_batch_size, etab);
+        printf("\r\033[K[%s] %ld/%ld ep %.2f loss %.4f acc %.4f exact %.4f act %.2f %.0f samples/s ETA %s%s", bar, step, r->target_steps, r->pos.epoch, loss, acc, exact,
+               act, rate * r->o.tc.global_batch_size, etab, skb);
         r->bar_shown = 1;
-        if (final) {
-            putchar('\n');
-            r->bar_shown = 0;
-        }
     } else {
-        printf("step %ld/%ld  epoch %.2f  loss %.4f  accuracy %.4f  exact %.4f  act_steps %.2f  %.1f samples/s  elapsed %s  ETA %s\n", step, r->target_steps, r->pos.epoch,
-               loss, acc, exact, act, rate * r->o.tc.global_batch_size, elb, etab);
+        printf("step %ld/%ld  epoch %.2f  loss %.4f  accuracy %.4f  exact %.4f  act_steps %.2f  %.1f samples/s  elapsed %s  ETA %s%s\n", step, r->target_steps, r->pos.epoch,
+               loss, acc, exact, act, rate * r->o.tc.global_batch_size, elb, etab, skb);
     }
     fflush(stdout);
+}
+
+/* A signal stopped the run after the checkpoint was saved. */
+static int interrupted(run *r, long step) {
+    status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, r->o.checkpoint_path);
+    return 130;
+}
+
+static void add_metrics(tr_metrics *sum, const tr_metrics *m) {
+    sum->count += m->count, sum->accuracy += m->accuracy, sum->exact_accuracy += m->exact_accuracy, sum->q_halt_accuracy += m->q_halt_accuracy;
+    sum->steps += m->steps, sum->loss += m->loss, sum->lm_loss += m->lm_loss, sum->q_halt_loss += m->q_halt_loss;
 }
 
 static void usage(FILE *f) {
@@ -693,18 +633,20 @@ static int run_main(run *r, int mode) {
     tr_sampler_config sc;
     tr_train_config tc;
     char cfgjson[2][4096], buf[PATH_CAP + 64];
-    int B = o->tc.global_batch_size, exit_code = 0;
+    int B = o->tc.global_batch_size;
     long step;
     struct sigaction sa;
-    double acc_sum = 0, exact_sum = 0, qacc_sum = 0, count_sum = 0, steps_sum = 0, loss_sum = 0, lm_sum = 0, qh_sum = 0, last_print = 0;
-    double d_loss = NAN, d_acc = NAN, d_exact = NAN, d_act = NAN, d_acc_sum = 0, d_exact_sum = 0, d_act_sum = 0, d_count = 0;
-    int n_window = 0;
+    tr_metrics win, disp; /* sums over the metrics.jsonl window and since the last progress line */
+    double last_print = 0, d_loss = NAN, d_acc = 0, d_exact = 0, d_act = 0;
+    int n_window = 0, win_skipped = 0;
     int64_t batches_per_pass;
 
+    memset(&win, 0, sizeof win);
+    memset(&disp, 0, sizeof disp);
     tr_preset_find(o->preset, p); /* found when the options were read */
     cc.num_threads = o->threads;
     cc.seed = (uint64_t)o->seed;
-    cc.log = on_log;
+    cc.log = on_log, cc.log_user = r;
     cc.device = "cpu"; /* replaced below, where a bad TINYREC_DEVICE gets a readable message */
     if ((st = tr_ctx_create(&cc, &r->ctx)) != TR_OK) {
         fprintf(stderr, "tinyrec-train: cannot create a context (%s)\n", tr_status_string(st));
@@ -753,20 +695,17 @@ static int run_main(run *r, int mode) {
         }
         r->total_iters = o->epochs / o->eval_interval;
     }
-    snprintf(r->model_path, sizeof r->model_path, "%s/latest.safetensors", o->checkpoint_path);
-    snprintf(r->best_path, sizeof r->best_path, "%s/best.safetensors", o->checkpoint_path);
+    snprintf(r->model_path, sizeof r->model_path, "%s/" TR_CHECKPOINT_LATEST, o->checkpoint_path);
+    snprintf(r->state_path, sizeof r->state_path, "%s/" TR_CHECKPOINT_LATEST_STATE, o->checkpoint_path);
+    snprintf(r->best_path, sizeof r->best_path, "%s/" TR_CHECKPOINT_BEST, o->checkpoint_path);
     snprintf(r->jsonl_path, sizeof r->jsonl_path, "%s/metrics.jsonl", o->checkpoint_path);
     snprintf(r->svg_path, sizeof r->svg_path, "%s/metrics.svg", o->checkpoint_path);
     snprintf(r->config_path, sizeof r->config_path, "%s/train_config.txt", o->checkpoint_path);
-    if (tr_trainer_state_path(r->model_path, r->state_path, sizeof r->state_path) != TR_OK) return fail(r, "checkpoint_path is too long");
     if (mode == 0 && (file_exists(r->model_path) || file_exists(r->state_path) || file_exists(r->config_path))) {
         fprintf(stderr, "tinyrec-train: %s already holds a run; pass --resume to continue it or --overwrite to start over\n", o->checkpoint_path);
         return 2;
     }
-    if (mkdir_p(o->checkpoint_path) != 0) {
-        fprintf(stderr, "tinyrec-train: cannot create %s: %s\n", o->checkpoint_path, strerror(errno));
-        return 1;
-    }
+    if (tr_mkdir_p(r->ctx, o->checkpoint_path) != TR_OK) return fail(r, "cannot create the checkpoint folder");
 
     /* model and trainer */
     tc = o->tc;
@@ -870,25 +809,20 @@ static int run_main(run *r, int mode) {
         tr_metrics mt;
         tr_sampler_state before;
         double t0;
-        if (g_stop) {
-            tr_sampler_get_state(r->train_s, &before);
-            if (save_checkpoint(r, &before, 0) != 0) return 1;
-            status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-            exit_code = 130;
-            break;
-        }
-        if (o->max_steps > 0 && step >= o->max_steps) {
-            tr_sampler_get_state(r->train_s, &before);
-            if (save_checkpoint(r, &before, 0) != 0) return 1;
-            status_msg(r, "reached max_steps %ld: saved %s\n", o->max_steps, r->model_path);
-            break;
-        }
         tr_sampler_get_state(r->train_s, &before);
+        if (g_stop || (o->max_steps > 0 && step >= o->max_steps)) {
+            if (save_checkpoint(r, &before, 0) != 0) return 1;
+            if (!g_stop) {
+                status_msg(r, "reached max_steps %ld: saved %s\n", o->max_steps, r->model_path);
+                break;
+            }
+            return interrupted(r, step);
+        }
         if (step >= r->total_steps) { /* the schedule is over before the pass (rounding): final evaluation */
             if (r->pos.last_eval_step != step) {
                 int rc = eval_and_checkpoint(r, step, &before, 1);
                 if (rc < 0) return 1;
-                if (rc == 0) continue; /* interrupted: save below */
+                if (rc == 0) continue; /* interrupted: save above */
             }
             break;
         }
@@ -904,66 +838,74 @@ static int run_main(run *r, int mode) {
             if (rc == 0) { /* interrupted during evaluation: save so that resuming evaluates again */
                 r->pos.cur_pass = finished;
                 if (save_checkpoint(r, &before, 0) != 0) return 1;
-                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-                exit_code = 130;
-                break;
+                return interrupted(r, step);
             }
             if (info.pass >= r->total_iters) break; /* all epochs done */
-            if (g_stop) {
-                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-                exit_code = 130;
-                break;
-            }
+            if (g_stop) return interrupted(r, step);
             t0 = tr_time_seconds();
         }
-        if (tr_trainer_step(r->trainer, &b, &mt) != TR_OK) return fail(r, "training step failed");
+        /* A step whose loss or gradients are NaN or infinite is skipped by the library (a warning
+           names it; the weights stay as they were); max_nonfinite_steps of them in a row stop the
+           run with TR_ERR_NONFINITE, before anything is saved: the last checkpoint stays good. */
+        if ((st = tr_trainer_step(r->trainer, &b, &mt)) != TR_OK) {
+            if (st != TR_ERR_NONFINITE) return fail(r, "training step failed");
+            clear_bar(r);
+            fprintf(stderr, "tinyrec-train: training stopped: %s\n  nothing was saved after the last checkpoint in %s; lower lr (or check the data) and --resume\n",
+                    tr_ctx_last_error(r->ctx), o->checkpoint_path);
+            return 1;
+        }
         step++;
         r->step0_time += tr_time_seconds() - t0;
         r->pos.train_seconds += tr_time_seconds() - t0;
         r->pos.epoch = info.epoch;
-        /* metrics.jsonl window */
-        loss_sum += mt.loss / B, lm_sum += mt.lm_loss / B, qh_sum += mt.q_halt_loss / B;
-        acc_sum += mt.accuracy, exact_sum += mt.exact_accuracy, qacc_sum += mt.q_halt_accuracy, count_sum += mt.count, steps_sum += mt.steps;
-        n_window++;
+        /* metrics.jsonl: means over the window's trained steps, and the count of skipped ones */
+        if (mt.skipped) win_skipped++, r->skipped++;
+        else {
+            tr_metrics per_row = mt; /* the losses are sums over the batch */
+            per_row.loss /= B, per_row.lm_loss /= B, per_row.q_halt_loss /= B;
+            add_metrics(&win, &per_row), n_window++;
+        }
         if (step % o->log_interval == 0) {
-            double c = count_sum, lr = tr_lr_schedule(&tc, tc.lr, step);
+            double c = win.count, lr = tr_lr_schedule(&tc, tc.lr, step);
             tr_metrics_point pt;
-            fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g,\"loss\":%.17g", step, info.epoch, lr, loss_sum / n_window);
-            json_double(r->jsonl, "lm_loss", lm_sum / n_window);
-            json_double(r->jsonl, "q_halt_loss", qh_sum / n_window);
-            json_double(r->jsonl, "accuracy", c ? acc_sum / c : NAN);
-            json_double(r->jsonl, "exact_accuracy", c ? exact_sum / c : NAN);
-            json_double(r->jsonl, "q_halt_accuracy", c ? qacc_sum / c : NAN);
-            json_double(r->jsonl, "steps", c ? steps_sum / c : NAN);
-            fprintf(r->jsonl, ",\"count\":%.0f,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0,
-                    r->pos.train_seconds);
+            fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g", step, info.epoch, lr);
+            if (n_window) fprintf(r->jsonl, ",\"loss\":%.17g", win.loss / n_window);
+            else fprintf(r->jsonl, ",\"loss\":null");
+            json_double(r->jsonl, "lm_loss", win.lm_loss / n_window);
+            json_double(r->jsonl, "q_halt_loss", win.q_halt_loss / n_window);
+            json_double(r->jsonl, "accuracy", c ? win.accuracy / c : NAN);
+            json_double(r->jsonl, "exact_accuracy", c ? win.exact_accuracy / c : NAN);
+            json_double(r->jsonl, "q_halt_accuracy", c ? win.q_halt_accuracy / c : NAN);
+            json_double(r->jsonl, "steps", c ? win.steps / c : NAN);
+            fprintf(r->jsonl, ",\"count\":%.0f,\"skipped\":%d,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, win_skipped,
+                    r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0, r->pos.train_seconds);
             fflush(r->jsonl);
-            pt.step = step, pt.loss = loss_sum / n_window, pt.accuracy = c ? acc_sum / c : NAN, pt.exact_accuracy = c ? exact_sum / c : NAN;
-            tr_metrics_history_add(r->ctx, &r->hist, 0, &pt);
-            acc_sum = exact_sum = qacc_sum = count_sum = steps_sum = loss_sum = lm_sum = qh_sum = 0;
-            n_window = 0;
+            pt.step = step, pt.loss = win.loss / n_window, pt.accuracy = c ? win.accuracy / c : NAN, pt.exact_accuracy = c ? win.exact_accuracy / c : NAN;
+            if (n_window) tr_metrics_history_add(r->ctx, &r->hist, 0, &pt);
+            memset(&win, 0, sizeof win);
+            n_window = win_skipped = 0;
         }
         /* progress display: loss smoothed, accuracies over the rows that halted since the last update */
-        d_loss = isfinite(d_loss) ? 0.9 * d_loss + 0.1 * mt.loss / B : mt.loss / B;
-        d_acc_sum += mt.accuracy, d_exact_sum += mt.exact_accuracy, d_act_sum += mt.steps, d_count += mt.count;
+        if (!mt.skipped) {
+            d_loss = isfinite(d_loss) ? 0.9 * d_loss + 0.1 * mt.loss / B : mt.loss / B;
+            add_metrics(&disp, &mt);
+        }
         {
             double now = tr_time_seconds();
             int due = r->tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == r->step0 + 1);
             if (due || step >= r->target_steps) {
-                if (d_count > 0) d_acc = d_acc_sum / d_count, d_exact = d_exact_sum / d_count, d_act = d_act_sum / d_count;
-                d_acc_sum = d_exact_sum = d_act_sum = d_count = 0;
-                show_progress(r, step, d_loss, isfinite(d_acc) ? d_acc : 0, isfinite(d_exact) ? d_exact : 0, isfinite(d_act) ? d_act : 0, 0);
+                if (disp.count > 0) d_acc = disp.accuracy / disp.count, d_exact = disp.exact_accuracy / disp.count, d_act = disp.steps / disp.count;
+                memset(&disp, 0, sizeof disp);
+                show_progress(r, step, d_loss, d_acc, d_exact, d_act);
                 last_print = now;
             }
         }
     }
     clear_bar(r);
     if (tr_metrics_plot_svg(r->ctx, r->svg_path, o->preset, &r->hist) != TR_OK) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
-    if (exit_code == 0) {
-        printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
-        if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);
-        printf("\n");
-    }
+    printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
+    if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);
+    printf("\n");
     fflush(stdout);
-    return exit_code;
+    return 0;
 }
