@@ -431,6 +431,9 @@ typedef struct tr_train_config {
                                   tr_trainer_step fails with TR_ERR_NONFINITE (5; >= 1) */
 } tr_train_config;
 TRDEF tr_train_config tr_train_config_default(void);
+/* Checks every field (tr_trainer_create does too); the reason names the field by its key
+   (tr_config_keys: "ema_rate" for ema_decay). ctx may be NULL. */
+TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc);
 
 typedef struct tr_trainer tr_trainer;
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out);
@@ -8717,6 +8720,22 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__free(ctx, t);
 }
 
+TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc) {
+    if (!tc) return TR_ERR_INVALID_ARG;
+    if (tc->global_batch_size < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: global_batch_size %d must be >= 1", tc->global_batch_size);
+    if (!(tc->lr >= 0) || !(tc->puzzle_emb_lr >= 0)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr %g and puzzle_emb_lr %g must be >= 0", tc->lr, tc->puzzle_emb_lr);
+    if (!(tc->lr_min_ratio >= 0 && tc->lr_min_ratio <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_min_ratio %g must be in [0, 1]", tc->lr_min_ratio);
+    if (tc->lr_warmup_steps < 0 || tc->total_steps < 0)
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps %ld and total_steps %ld must be >= 0", tc->lr_warmup_steps, tc->total_steps);
+    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1))
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: beta1 %g and beta2 %g must be in [0, 1)", tc->beta1, tc->beta2);
+    if (!isfinite(tc->weight_decay) || !isfinite(tc->puzzle_emb_weight_decay))
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: weight_decay and puzzle_emb_weight_decay must be finite");
+    if (!(tc->ema_decay >= 0 && tc->ema_decay < 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_rate %g must be in [0, 1)", tc->ema_decay);
+    if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    return TR_OK;
+}
+
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out) {
     tr_trainer *t;
     tr_ctx *ctx;
@@ -8727,13 +8746,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     ctx = m->ctx;
     *out = NULL;
     B = tc->global_batch_size;
-    if (B <= 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: global_batch_size %d must be > 0", B);
-    if (!(tc->lr >= 0) || !(tc->puzzle_emb_lr >= 0)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr and puzzle_emb_lr must be >= 0");
-    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1))
-        return tr__err(ctx, TR_ERR_CONFIG, "train config: beta1 %g / beta2 %g must be in [0, 1)", tc->beta1, tc->beta2);
-    if (!(tc->ema_decay >= 0 && tc->ema_decay <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_decay %g must be in [0, 1]", tc->ema_decay);
-    if (tc->lr_warmup_steps < 0 || tc->total_steps < 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps and total_steps must be >= 0");
-    if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    if ((st = tr_train_config_validate(ctx, tc)) != TR_OK) return st;
     if (!ctx->dev_active) {
         size_t need;
         char what[96];
