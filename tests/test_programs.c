@@ -837,6 +837,19 @@ static void assert_finite_model(const char *path) {
     tr_ctx_destroy(ctx);
 }
 
+/* The checkpoint of step 6 in <g_dir>/<run> loads with finite weights, and --resume finishes the
+   12 steps from it (metrics.jsonl forgets the lines after step 6). */
+static void assert_resumes_from_step6(const char *tag, const char *run) {
+    char p[1024];
+    pathf(p, sizeof p, "%s/latest.safetensors", run);
+    assert_finite_model(p);
+    assert_int_equal(run_cmd(tag, "'%s' --resume checkpoint_path='%s/%s'", g_train, g_dir, run), 0);
+    assert_out_has(tag, "resuming at step 6");
+    pathf(p, sizeof p, "%s/metrics.jsonl", run);
+    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 12);
+    assert_int_equal(count_lines_with(p, "\"type\":\"eval\""), 2);
+}
+
 /* NaN or infinite steps (TINYREC_FAULT=nan@STEP[:N] puts a NaN into a gradient): a skipped step
    shows in metrics.jsonl and the progress lines; max_nonfinite_steps in a row stop the run with
    the library's reason and exit status 1, and nothing is saved after the NaN: the checkpoint of
@@ -868,15 +881,11 @@ static void test_train_nonfinite(void **state) {
                      1);
     assert_err_has("nan2", "tinyrec-train: training stopped: step 9:");
     assert_err_has("nan2", "NaN or infinite, 2 step(s) in a row (max_nonfinite_steps 2)");
-    pathf(p, sizeof p, "%s", "nan2/latest.safetensors");
-    assert_finite_model(p);
     pathf(p, sizeof p, "%s", "nan2/best.safetensors");
     assert_finite_model(p);
-    assert_int_equal(run_cmd("nan3", "'%s' --resume checkpoint_path='%s/nan2'", g_train, g_dir), 0);
-    assert_out_has("nan3", "resuming at step 6");
+    assert_resumes_from_step6("nan3", "nan2");
     pathf(p, sizeof p, "%s", "nan2/metrics.jsonl");
-    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 12);
-    assert_int_equal(count_lines_with(p, "\"skipped\":1"), 0); /* the resumed run forgot the lines after step 6 */
+    assert_int_equal(count_lines_with(p, "\"skipped\":1"), 0);
     /* NaN from step 2 on: no checkpoint was ever written */
     assert_int_equal(run_cmd("nan4", "TINYREC_FAULT=nan@2:100 '%s' " TINY_ARGS " checkpoint_path='%s/nan4' epochs=1 max_nonfinite_steps=2", g_train, g_dir, g_dir), 1);
     assert_err_has("nan4", "step 3:");
@@ -888,20 +897,14 @@ static void test_train_nonfinite(void **state) {
    checkpoint (files 1-4: latest, best, state, metrics.svg; 5: latest again) stops the run with the
    file and the reason; the first checkpoint is intact and resumes. A read-only folder likewise. */
 static void test_train_disk_full(void **state) {
-    char p[1024], dir[1024];
+    char dir[1024];
     (void)state;
     assert_int_equal(run_cmd("full1", "TINYREC_FAULT=enospc@5 '%s' " TINY_ARGS " checkpoint_path='%s/full' epochs=2 eval_interval=1", g_train, g_dir, g_dir), 1);
     assert_err_has("full1", "tinyrec-train: saving the checkpoint failed: writing '");
     assert_err_has("full1", "full/latest.safetensors' failed after 0 bytes: No space left on device (the previous file is unchanged)");
     pathf(dir, sizeof dir, "%s", "full");
     assert_int_equal(tu_count_tmp_files(dir), 0);
-    pathf(p, sizeof p, "%s", "full/latest.safetensors");
-    assert_finite_model(p);
-    assert_int_equal(run_cmd("full2", "'%s' --resume checkpoint_path='%s/full'", g_train, g_dir), 0);
-    assert_out_has("full2", "resuming at step 6");
-    pathf(p, sizeof p, "%s", "full/metrics.jsonl");
-    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 12);
-    assert_int_equal(count_lines_with(p, "\"type\":\"eval\""), 2);
+    assert_resumes_from_step6("full2", "full");
     /* a read-only folder at the first save */
     assert_int_equal(run_cmd("rofs", "TINYREC_FAULT=erofs@1 '%s' " TINY_ARGS " checkpoint_path='%s/rofs' epochs=1", g_train, g_dir, g_dir), 1);
     assert_err_has("rofs", "rofs/latest.safetensors': Read-only file system");
