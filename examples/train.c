@@ -203,7 +203,7 @@ static void on_signal(int sig) {
 /* ---- messages --------------------------------------------------------------------------------- */
 
 static void clear_bar(void) {
-    if (R.tty && R.bar_shown) fputs("\r\033[K", stdout);
+    if (R.tty && R.bar_shown) fputs("\r\033[K", stdout), fflush(stdout); /* before a message on stderr */
     R.bar_shown = 0;
 }
 
