@@ -73,7 +73,8 @@
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
-                               oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] (see tr_ctx_inject_fault)
+                               oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N
+                               (see tr_ctx_inject_fault)
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
@@ -162,7 +163,11 @@ typedef struct tr_ctx_config {
    `rows` batch rows fail from trainer step `at_step` on (1-based; rows 0 = always);
    TR_FAULT_ENQUEUE makes the rows-th device command (1-based; 0 = the first) of trainer step
    `at_step` fail. TR_FAULT_NONFINITE ("nan@STEP[:N]", any device) puts a NaN into a gradient of
-   `rows` steps in a row (0 = 1) from trainer step `at_step` on. */
+   `rows` steps in a row (0 = 1) from trainer step `at_step` on. The disk faults act on the
+   `at_step`-th file (1-based, counted from the injection) that the context writes atomically (model,
+   trainer state, .npy, JSON and SVG files): TR_FAULT_IO_ENOSPC ("enospc@N") makes its first write fail
+   with ENOSPC (a full disk), TR_FAULT_IO_EROFS ("erofs@N") the creation of its temporary file with
+   EROFS (a read-only folder); either way the previous file stays as it was. */
 typedef enum tr_fault {
     TR_FAULT_NONE = 0,
     TR_FAULT_NO_LIBRARY,
@@ -171,7 +176,9 @@ typedef enum tr_fault {
     TR_FAULT_BUILD,
     TR_FAULT_DEVICE_OOM,
     TR_FAULT_ENQUEUE,
-    TR_FAULT_NONFINITE
+    TR_FAULT_NONFINITE,
+    TR_FAULT_IO_ENOSPC,
+    TR_FAULT_IO_EROFS
 } tr_fault;
 
 typedef struct tr_ctx tr_ctx;
@@ -444,6 +451,9 @@ typedef struct tr_train_config {
                                   tr_trainer_step fails with TR_ERR_NONFINITE (5; >= 1) */
 } tr_train_config;
 TRDEF tr_train_config tr_train_config_default(void);
+/* Checks every field (tr_trainer_create does too); the reason names the field by its key
+   (tr_config_keys: "ema_rate" for ema_decay). ctx may be NULL. */
+TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc);
 
 typedef struct tr_trainer tr_trainer;
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out);
@@ -1018,6 +1028,27 @@ TRDEF tr_status tr_sampler_set_state(tr_sampler *s, const tr_sampler_state *stat
 /* Test mode: batches per pass (the end marker not counted). Train: an estimate for one pass. */
 TRDEF int64_t tr_sampler_batches_per_pass(const tr_sampler *s);
 TRDEF void tr_sampler_destroy(tr_sampler *s);
+
+/* ---- evaluation -----------------------------------------------------------------------------
+   The reference's evaluation: each test batch starts from a reset carry and runs
+   tr_model_eval_step until every row halts (halt_max_steps steps); the last step's metrics cover
+   the batch. */
+typedef struct tr_eval_result {
+    double count;          /* test rows (examples) evaluated; padding rows do not count */
+    double accuracy, exact_accuracy, q_halt_accuracy, steps, lm_loss; /* means over count; NAN when 0 */
+    int64_t batches;
+    double seconds;
+} tr_eval_result;
+/* Evaluates m on the batches of a test-mode sampler from its position to the end of the pass, or
+   max_batches of them (<= 0: all); carry has the sampler's rows (tr_carry_create). To evaluate the
+   same rows again, save the sampler's position first (tr_sampler_get_state) and set it back.
+   progress (may be NULL) is called before each batch with the batches done and the total ("evaluate");
+   non-zero stops with TR_ERR_INTERRUPTED. To evaluate the EMA weights, tr_trainer_swap_ema around it. */
+TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int64_t max_batches, tr_progress_fn progress, void *user, tr_eval_result *out);
+
+/* Creates a folder and its missing parents (mkdir -p). An existing folder is fine; a file in the
+   way is TR_ERR_IO with the path and the reason. */
+TRDEF tr_status tr_mkdir_p(tr_ctx *ctx, const char *path);
 /* >>api-data-end */
 
 /* >>api-checkpoint */
@@ -1089,6 +1120,18 @@ TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *ext
    size stored in *extra_len (when non-NULL). Train-config fields other than global_batch_size may
    differ (logged as warnings; the new values apply). On any error nothing is modified. */
 TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, size_t extra_cap, size_t *extra_len);
+
+/* A training run's checkpoint: the files tr_checkpoint_save writes into the run's folder. */
+#define TR_CHECKPOINT_LATEST "latest.safetensors"             /* the model at the last save */
+#define TR_CHECKPOINT_LATEST_STATE "latest.state.safetensors" /* its trainer state (tr_trainer_state_path) */
+#define TR_CHECKPOINT_BEST "best.safetensors"                 /* the model of the best evaluation */
+/* Saves a checkpoint into the folder dir (which must exist): the model (with the EMA weights when
+   the trainer keeps an EMA, as evaluation uses them) to TR_CHECKPOINT_LATEST and, when best, to
+   TR_CHECKPOINT_BEST; then the trainer state with extra (e.g. the sampler position; may be NULL/0) to
+   TR_CHECKPOINT_LATEST_STATE. Weights that hold a NaN or an infinity are refused with
+   TR_ERR_NONFINITE before anything is written. Each file is replaced atomically: a failure (TR_ERR_IO
+   naming the file and the system's reason, e.g. "No space left on device") leaves it as it was. */
+TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, const void *extra, size_t extra_len);
 /* >>api-checkpoint-end */
 
 #ifdef __cplusplus
@@ -1195,6 +1238,7 @@ struct tr_ctx {
     long fault_step;
     int fault_rows;
     int fault_armed; /* the trainer reached fault_step */
+    long io_files;   /* files written atomically since the fault was injected (TR_FAULT_IO_*) */
     char error[TR__ERRLEN];
 };
 
@@ -1438,12 +1482,13 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
     ctx->fault = fault;
     ctx->fault_step = at_step;
     ctx->fault_rows = rows;
+    ctx->io_files = 0;
 }
 
 /* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]" |
-   "nan@STEP[:N]" (the names in tr_fault's order). */
+   "nan@STEP[:N]" | "enospc@N" | "erofs@N" (the names in tr_fault's order). */
 TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
-    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan"};
+    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan", "enospc", "erofs"};
     int i;
     long step = 0, rows = 0;
     if (!v || !v[0]) return TR_OK;
@@ -1454,14 +1499,14 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
             char *end;
             if (v[n] != '@') break;
             step = strtol(v + n + 1, &end, 10);
-            if (*end == ':') rows = strtol(end + 1, &end, 10);
+            if (*end == ':' && i < TR_FAULT_IO_ENOSPC) rows = strtol(end + 1, &end, 10);
             if (*end || step < 1 || rows < 0) break;
         } else if (v[n])
             break;
         tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
         return TR_OK;
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N]", v);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N", v);
 }
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
@@ -8802,6 +8847,22 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__free(ctx, t);
 }
 
+TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc) {
+    if (!tc) return TR_ERR_INVALID_ARG;
+    if (tc->global_batch_size < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: global_batch_size %d must be >= 1", tc->global_batch_size);
+    if (!(tc->lr >= 0) || !(tc->puzzle_emb_lr >= 0)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr %g and puzzle_emb_lr %g must be >= 0", tc->lr, tc->puzzle_emb_lr);
+    if (!(tc->lr_min_ratio >= 0 && tc->lr_min_ratio <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_min_ratio %g must be in [0, 1]", tc->lr_min_ratio);
+    if (tc->lr_warmup_steps < 0 || tc->total_steps < 0)
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps %ld and total_steps %ld must be >= 0", tc->lr_warmup_steps, tc->total_steps);
+    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1))
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: beta1 %g and beta2 %g must be in [0, 1)", tc->beta1, tc->beta2);
+    if (!isfinite(tc->weight_decay) || !isfinite(tc->puzzle_emb_weight_decay))
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: weight_decay and puzzle_emb_weight_decay must be finite");
+    if (!(tc->ema_decay >= 0 && tc->ema_decay < 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_rate %g must be in [0, 1)", tc->ema_decay);
+    if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    return TR_OK;
+}
+
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out) {
     tr_trainer *t;
     tr_ctx *ctx;
@@ -8812,13 +8873,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     ctx = m->ctx;
     *out = NULL;
     B = tc->global_batch_size;
-    if (B <= 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: global_batch_size %d must be > 0", B);
-    if (!(tc->lr >= 0) || !(tc->puzzle_emb_lr >= 0)) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr and puzzle_emb_lr must be >= 0");
-    if (!(tc->beta1 >= 0 && tc->beta1 < 1) || !(tc->beta2 >= 0 && tc->beta2 < 1))
-        return tr__err(ctx, TR_ERR_CONFIG, "train config: beta1 %g / beta2 %g must be in [0, 1)", tc->beta1, tc->beta2);
-    if (!(tc->ema_decay >= 0 && tc->ema_decay <= 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_decay %g must be in [0, 1]", tc->ema_decay);
-    if (tc->lr_warmup_steps < 0 || tc->total_steps < 0) return tr__err(ctx, TR_ERR_CONFIG, "train config: lr_warmup_steps and total_steps must be >= 0");
-    if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    if ((st = tr_train_config_validate(ctx, tc)) != TR_OK) return st;
     if (!ctx->dev_active) {
         size_t need;
         char what[96];
@@ -10232,7 +10287,9 @@ TR__FN tr_status tr__read_file(tr_ctx *ctx, const char *path, char **data, size_
    tr__atomic_abort discards an unfinished write.
 
    Tests inject failures with a tr__io_fault: the write that would take the file past `at_byte`
-   bytes writes only up to there and then fails in the chosen way. */
+   bytes writes only up to there and then fails in the chosen way. The context's disk faults
+   (tr_ctx_inject_fault, TINYREC_FAULT=enospc@N / erofs@N) pick the N-th file written: ENOSPC through
+   the same tr__io_fault, EROFS where the temporary file is created. */
 typedef enum tr__io_fault_kind {
     TR__IO_FAULT_NONE = 0,
     TR__IO_FAULT_SHORT,  /* write() returns a short count, then 0 (no progress) */
@@ -10253,6 +10310,7 @@ typedef struct tr__atomic_file {
     uint64_t written;
     tr_status status; /* first failure, sticky */
     const tr__io_fault *fault;
+    tr__io_fault ctx_fault; /* the context's disk fault, when it picks this file (fault then points here) */
     int faulted;
     char *dir;        /* the directory to fsync after the rename (in tmp_path's allocation) */
 } tr__atomic_file;
@@ -10292,7 +10350,17 @@ TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fa
         else af->dir[0] = '.';
         af->dir[dlen] = 0;
     }
-    af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* the context's disk fault, when it picks this file: a full disk fails the first write, a
+       read-only folder the creation of the temporary file */
+    if (ctx && (ctx->fault == TR_FAULT_IO_ENOSPC || ctx->fault == TR_FAULT_IO_EROFS) && ++ctx->io_files == ctx->fault_step) {
+        af->ctx_fault.kind = TR__IO_FAULT_ENOSPC;
+        if (ctx->fault == TR_FAULT_IO_ENOSPC) af->fault = &af->ctx_fault;
+    }
+    if (af->ctx_fault.kind && ctx->fault == TR_FAULT_IO_EROFS) {
+        af->fd = -1;
+        errno = EROFS;
+    } else
+        af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (af->fd < 0) {
         int e = errno;
         tr__free(ctx, af->tmp_path);
@@ -11051,7 +11119,19 @@ TR__FN tr_status tr__mkdir_p(tr_ctx *ctx, const char *path) {
         }
     }
     tr__free(ctx, p);
+#if TR__POSIX
+    {
+        struct stat sb;
+        if (st == TR_OK && stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) st = tr__err(ctx, TR_ERR_IO, "cannot create directory '%s': %s", path, strerror(ENOTDIR));
+    }
+#endif
     return st;
+}
+
+TRDEF tr_status tr_mkdir_p(tr_ctx *ctx, const char *path) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_mkdir_p: path is NULL");
+    return tr__mkdir_p(ctx, path);
 }
 
 TR__FN tr_status tr__write_whole(tr_ctx *ctx, const char *path, const void *data, size_t n) {
@@ -13093,6 +13173,43 @@ TR__FN tr_status tr__sampler_start(tr_sampler *s) {
     return TR_OK;
 }
 #endif
+
+TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int64_t max_batches, tr_progress_fn progress, void *user, tr_eval_result *out) {
+    tr_metrics sum, mt;
+    int64_t total;
+    double t0 = tr__now();
+    tr_status st = TR_OK;
+    if (out) memset(out, 0, sizeof *out);
+    if (!m || !carry || !test || !out) return TR_ERR_INVALID_ARG;
+    if (!test->cfg.test_mode) return tr__err(m->ctx, TR_ERR_INVALID_ARG, "tr_evaluate: the sampler is not in test mode (a train sampler never ends)");
+    total = tr_sampler_batches_per_pass(test);
+    if (max_batches > 0 && total > max_batches) total = max_batches;
+    memset(&sum, 0, sizeof sum);
+    while (max_batches <= 0 || out->batches < max_batches) {
+        tr_batch b;
+        tr_batch_info info;
+        if (progress && progress(user, "evaluate", out->batches, total)) {
+            st = tr__err(m->ctx, TR_ERR_INTERRUPTED, "evaluation stopped after %lld of %lld batches", (long long)out->batches, (long long)total);
+            break;
+        }
+        if ((st = tr_sampler_next(test, &b, &info)) != TR_OK || info.end) break;
+        tr_carry_reset(carry);
+        do st = tr_model_eval_step(m, carry, &b, NULL, &mt);
+        while (st == TR_OK && !tr_carry_all_halted(carry));
+        if (st != TR_OK) break;
+        sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy;
+        sum.q_halt_accuracy += mt.q_halt_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
+        out->batches++;
+    }
+    out->count = sum.count;
+    out->accuracy = sum.count > 0 ? sum.accuracy / sum.count : NAN;
+    out->exact_accuracy = sum.count > 0 ? sum.exact_accuracy / sum.count : NAN;
+    out->q_halt_accuracy = sum.count > 0 ? sum.q_halt_accuracy / sum.count : NAN;
+    out->steps = sum.count > 0 ? sum.steps / sum.count : NAN;
+    out->lm_loss = sum.count > 0 ? sum.lm_loss / sum.count : NAN;
+    out->seconds = tr__now() - t0;
+    return st;
+}
 
 TRDEF void tr_sampler_destroy(tr_sampler *s) {
     int i;
@@ -15627,6 +15744,44 @@ done:
     tr__trainer_host_state_free(t, hopt);
     tr__free(ctx, (void *)src);
     tr_st_close(f);
+    return st;
+}
+/* ---- a training run's checkpoint ---------------------------------------------------------- */
+/* A checkpoint must never hold what a diverged run made: every tensor of the model is checked. */
+TR__FN tr_status tr__ck_check_finite(tr_model *m, const char *which) {
+    tr_status st;
+    int i;
+    if ((st = tr__model_download(m)) != TR_OK) return st;
+    for (i = 0; i < m->n_tensors; i++)
+        if (!tr__all_finite(m->tensors[i].data, m->tensors[i].numel))
+            return tr__err(m->ctx, TR_ERR_NONFINITE, "checkpoint not written: the %s weights of %s hold NaN or infinite values", which, m->tensors[i].name);
+    return TR_OK;
+}
+
+TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, const void *extra, size_t extra_len) {
+    tr_ctx *ctx;
+    char *latest, *bestp, *state;
+    tr_status st, st2;
+    int swapped = 0;
+    if (!t) return TR_ERR_INVALID_ARG;
+    ctx = t->m->ctx;
+    if (!dir) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_checkpoint_save: dir is NULL");
+    latest = tr__path3(ctx, dir, TR_CHECKPOINT_LATEST, NULL);
+    bestp = tr__path3(ctx, dir, TR_CHECKPOINT_BEST, NULL);
+    state = tr__path3(ctx, dir, TR_CHECKPOINT_LATEST_STATE, NULL);
+    st = latest && bestp && state ? tr__ck_check_finite(t->m, t->tc.ema && !t->ema_swapped ? "live" : "model") : TR_ERR_OUT_OF_MEMORY;
+    /* the model files hold the weights evaluation uses: the EMA ones when there are */
+    if (st == TR_OK && t->tc.ema && !t->ema_swapped && (st = tr_trainer_swap_ema(t)) == TR_OK) {
+        swapped = 1;
+        st = tr__ck_check_finite(t->m, "EMA");
+    }
+    if (st == TR_OK) st = tr_model_save(t->m, latest, NULL);
+    if (st == TR_OK && best) st = tr_model_save(t->m, bestp, NULL);
+    if (swapped && (st2 = tr_trainer_swap_ema(t)) != TR_OK && st == TR_OK) st = st2;
+    if (st == TR_OK) st = tr_trainer_save(t, state, extra, extra_len);
+    tr__free(ctx, latest);
+    tr__free(ctx, bestp);
+    tr__free(ctx, state);
     return st;
 }
 /* >>checkpoint-end */

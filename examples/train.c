@@ -15,13 +15,20 @@
      metrics.jsonl                                 one JSON object per logged step and per evaluation
      metrics.svg                                   loss, accuracy and exact accuracy per step
      train_config.txt                              the run's settings, read back by --resume
+   A step whose loss or gradients are NaN or infinite is skipped (a warning; "skipped" in
+   metrics.jsonl); max_nonfinite_steps of them in a row stop the run. A checkpoint that cannot be
+   written (a full disk, a read-only folder) stops it too; either way the previous checkpoint is kept.
    Exit status: 0 done (or max_steps reached), 1 runtime error, 2 bad command line or configuration,
    130 stopped by SIGINT or SIGTERM after saving a checkpoint (resume it with --resume).
 
-   Uses only the public API of tinyrec.h: the preset table (tr_preset) and settings by name (tr_key,
-   tr_key_parse, tr_key_format) for the configuration, tr_dataset/tr_sampler for the data,
-   tr_model/tr_trainer for training and evaluation, tr_model_save/tr_trainer_save for checkpoints,
-   tr_metrics_history/tr_metrics_plot_svg for the metrics plot. */
+   A walk through the public API of tinyrec.h, in the order a run uses it:
+     settings   the preset table (tr_preset_get/find) and settings by name (tr_config_keys, tr_key_parse,
+                tr_key_format), with the program's own keys described by the same tr_key records
+     data       tr_dataset_open for the train and test splits, tr_sampler for their batches
+     training   tr_model_create (or tr_model_load to resume), tr_trainer_create/step/load
+     evaluation tr_evaluate over the test sampler, the EMA weights swapped in (tr_trainer_swap_ema)
+     saving     tr_mkdir_p, tr_checkpoint_save (latest/best + trainer state + our run position),
+                tr_metrics_history and tr_metrics_plot_svg for metrics.svg */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <errno.h>
@@ -37,10 +44,9 @@
 
 #define PATH_CAP 1024
 
-/* ---- options ---------------------------------------------------------------------------- */
+/* ---- settings ----------------------------------------------------------------------------- */
 
-/* One run's settings: the model and training configs the library's keys set (tr_config_keys), and
-   the program's own. */
+/* One run's settings: the model and training configs the library's keys set, and the program's own. */
 typedef struct options {
     char preset[64];
     tr_model_config arch;
@@ -50,12 +56,12 @@ typedef struct options {
     char checkpoint_path[PATH_CAP];
     long epochs, eval_interval, min_eval_interval;
     unsigned long long seed;
-    long max_steps;      /* stop (and save) after this many steps in total; 0: no limit */
-    int threads;         /* 0: TINYREC_NUM_THREADS or OpenMP's default */
-    char device[64];     /* "": TINYREC_DEVICE, else auto */
-    int log_interval;    /* steps per metrics.jsonl line */
+    long max_steps;        /* stop (and save) after this many steps in total; 0: no limit */
+    int threads;           /* 0: TINYREC_NUM_THREADS or OpenMP's default */
+    char device[64];       /* "": TINYREC_DEVICE, else auto */
+    int log_interval;      /* steps per metrics.jsonl line */
     double print_interval; /* seconds between plain progress lines when stdout is not a terminal */
-    long eval_batches;   /* 0: the whole test split */
+    long eval_batches;     /* 0: the whole test split */
     int prefetch;
 } options;
 
@@ -88,32 +94,20 @@ static const own_key OWN_KEYS[] = {
 
 /* tinyrec-train's key table: every library key a user sets (the dataset-derived ones are the
    program's to set), with the program's own spliced in. */
-typedef struct key_row {
+static struct {
     const tr_key *key;
     int persist;
-} key_row;
-static key_row KEYS[128];
+} KEYS[128];
 static int NKEYS;
-
-static void add_key(const tr_key *k, int persist) {
-    if (NKEYS < (int)(sizeof KEYS / sizeof KEYS[0])) KEYS[NKEYS].key = k, KEYS[NKEYS++].persist = persist;
-}
 
 static void build_keys(void) {
     int n, i, j;
     const tr_key *lib = tr_config_keys(&n);
     for (i = 0; i <= n; i++) {
         for (j = 0; j < NOWN; j++)
-            if (OWN_KEYS[j].before ? i < n && !strcmp(OWN_KEYS[j].before, lib[i].name) : i == n) add_key(&OWN_KEYS[j].key, OWN_KEYS[j].persist);
-        if (i < n && !(lib[i].flags & TR_KEY_DERIVED)) add_key(&lib[i], 1);
+            if (OWN_KEYS[j].before ? i < n && !strcmp(OWN_KEYS[j].before, lib[i].name) : i == n) KEYS[NKEYS].key = &OWN_KEYS[j].key, KEYS[NKEYS++].persist = OWN_KEYS[j].persist;
+        if (i < n && !(lib[i].flags & TR_KEY_DERIVED)) KEYS[NKEYS].key = &lib[i], KEYS[NKEYS++].persist = 1;
     }
-}
-
-static const tr_key *find_key(const char *name) {
-    int i;
-    for (i = 0; i < NKEYS; i++)
-        if (!strcmp(KEYS[i].key->name, name)) return KEYS[i].key;
-    return NULL;
 }
 
 /* The struct a key's offset is into. */
@@ -125,122 +119,58 @@ static void list_keys(FILE *f) {
     for (i = 0; i < NKEYS; i++) fprintf(f, "  %-26s %s\n", KEYS[i].key->name, KEYS[i].key->help);
 }
 
-/* Sets key=value; on failure writes the reason to err and returns 0. ctx gives the library's reasons
-   (and checks device= as the run will). */
-static int set_key(tr_ctx *ctx, options *o, const char *key, const char *val, char *err, size_t cap) {
-    const tr_key *k = find_key(key);
-    if (!k) {
-        snprintf(err, cap, "unknown key '%s'", key);
-        return 0;
-    }
-    if (!strcmp(k->name, "device")) { /* the library's own check, so that the message and the spellings match it */
-        if (!*val || strlen(val) >= k->size) {
-            snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->size - 1);
-            return 0;
-        }
-        if (tr_ctx_set_device(ctx, val) != TR_OK) {
-            snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
-            return 0;
-        }
-    }
-    if (tr_key_parse(ctx, k, key_base(o, k), val) != TR_OK) {
-        snprintf(err, cap, "%s", tr_ctx_last_error(ctx));
-        return 0;
-    }
-    return 1;
-}
-
-/* ---- presets: the library's table (tr_preset), plus the program's defaults ---------------- */
-
 static void list_presets(FILE *f, const char *indent) {
     int i;
     tr_preset p;
     for (i = 0; tr_preset_get(i, &p) == TR_OK; i++) fprintf(f, "%s%-16s %s\n", indent, p.name, p.help);
 }
 
+/* Sets key=value; on failure writes the reason to err and returns 0. ctx holds the library's
+   reasons, and checks device= as the run will (so that the message and the spellings match). */
+static int set_key(tr_ctx *ctx, options *o, const char *key, const char *val, char *err, size_t cap) {
+    const tr_key *k = NULL;
+    int i;
+    for (i = 0; i < NKEYS && !k; i++)
+        if (!strcmp(KEYS[i].key->name, key)) k = KEYS[i].key;
+    if (!k) snprintf(err, cap, "unknown key '%s'", key);
+    else if (!strcmp(key, "device") && (!*val || strlen(val) >= k->size))
+        snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->size - 1);
+    else if (!strcmp(key, "device") && tr_ctx_set_device(ctx, val) != TR_OK) snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
+    else if (tr_key_parse(ctx, k, key_base(o, k), val) != TR_OK) snprintf(err, cap, "%s", tr_ctx_last_error(ctx));
+    else return 1;
+    return 0;
+}
+
+/* A preset is a complete starting point: the model, the training recipe and the run length. */
 static void apply_preset(options *o, const tr_preset *p) {
     o->arch = p->model;
     o->tc = p->train;
     o->epochs = p->epochs, o->eval_interval = p->eval_interval;
     snprintf(o->preset, sizeof o->preset, "%s", p->name);
     snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
-    /* the program's own defaults */
     o->min_eval_interval = 0, o->seed = 0, o->max_steps = 0, o->eval_batches = 0, o->threads = 0, o->device[0] = 0;
     o->log_interval = 1, o->print_interval = 10, o->prefetch = 2;
     if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
 }
 
-/* ---- small file helpers ----------------------------------------------------------------- */
+/* ---- the run's state ------------------------------------------------------------------------ */
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_CAP];
-    size_t i, n = strlen(path);
-    struct stat sb;
-    if (n >= sizeof buf) return -1;
-    memcpy(buf, path, n + 1);
-    for (i = 1; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (stat(buf, &sb) != 0) {
-                if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            } else if (!S_ISDIR(sb.st_mode)) {
-                errno = ENOTDIR;
-                return -1;
-            }
-            buf[i] = c;
-        }
-    }
-    return 0;
-}
-
-static int file_exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-/* The library's warnings (a train setting that differs from the saved state, a resized puzzle
-   table) go to stderr; errors are reported from tr_ctx_last_error. */
-static void on_log(void *user, tr_log_level level, const char *message) {
-    (void)user;
-    if (level == TR_LOG_WARN) fprintf(stderr, "tinyrec-train: warning: %s\n", message);
-}
-
-/* ---- signals ---------------------------------------------------------------------------- */
-
-static volatile sig_atomic_t g_stop = 0;
-
-static void on_signal(int sig) {
-    static const char msg[] = "\ntinyrec-train: stopping after this step (signal again to quit without saving)\n";
-    if (g_stop) _exit(130);
-    g_stop = sig;
-    if (write(2, msg, sizeof msg - 1) < 0) g_stop = sig;
-}
-
-/* ---- metrics.jsonl ---------------------------------------------------------------------- */
-
-static void json_double(FILE *f, const char *key, double v) {
-    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
-    else fprintf(f, ",\"%s\":null", key);
-}
-
-/* ---- the run ---------------------------------------------------------------------------- */
-
-/* The caller's part of the trainer state: where the sampler is and what the run has seen. */
+/* Our part of the trainer state (the opaque blob of tr_checkpoint_save): where the train sampler
+   is and what the run has seen. */
 typedef struct run_pos {
     uint32_t magic, version;
     tr_sampler_state sampler;
-    int64_t cur_pass;      /* set pass of the last batch trained (or, after an eval, of the next) */
+    int64_t cur_pass; /* set pass of the last batch trained (or, after an eval, of the next) */
     int64_t evals;
     int64_t best_step;
     int64_t last_eval_step; /* -1: none */
-    double best_exact;     /* -1: no eval yet */
+    double best_exact;      /* -1: no eval yet */
     double epoch;
     double train_seconds;
 } run_pos;
 #define RUN_POS_MAGIC 0x54525452u /* "TRTR" */
 
-typedef struct run {
+static struct run {
     options o;
     tr_ctx *ctx;
     tr_dataset *train_ds, *test_ds;
@@ -252,19 +182,67 @@ typedef struct run {
     run_pos pos;
     tr_metrics_history hist; /* for metrics.svg */
     FILE *jsonl;
-    char model_path[PATH_CAP + 32], state_path[PATH_CAP + 64], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
+    char model_path[PATH_CAP + 32], state_path[PATH_CAP + 32], best_path[PATH_CAP + 32], jsonl_path[PATH_CAP + 32], svg_path[PATH_CAP + 32],
         config_path[PATH_CAP + 32];
     int tty, bar_shown;
-    long total_steps, target_steps, total_iters;
+    double last_bar;  /* when the evaluation bar was drawn */
+    long skipped;     /* steps skipped for NaN/inf losses or gradients in this process */
+    long total_steps, target_steps, total_iters, step0;
     double t_start, step0_time;
-    long step0;
-} run;
+} R;
 
-static void clear_bar(run *r) {
-    if (r->tty && r->bar_shown) {
-        fputs("\r\033[K", stdout);
-        r->bar_shown = 0;
-    }
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    static const char msg[] = "\ntinyrec-train: stopping after this step (signal again to quit without saving)\n";
+    if (g_stop) _exit(130);
+    g_stop = sig;
+    if (write(2, msg, sizeof msg - 1) < 0) g_stop = sig;
+}
+
+/* ---- messages --------------------------------------------------------------------------------- */
+
+static void clear_bar(void) {
+    if (R.tty && R.bar_shown) fputs("\r\033[K", stdout), fflush(stdout); /* before a message on stderr */
+    R.bar_shown = 0;
+}
+
+/* Prints "tinyrec-train: <message>" to stderr and returns code (the exit status). */
+static int say(int code, const char *fmt, ...) {
+    va_list ap;
+    clear_bar();
+    fputs("tinyrec-train: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+/* A failed library call: what we did, and the library's reason. */
+static int fail(const char *what) { return say(1, "%s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : ""); }
+
+static int die_usage(const char *msg) {
+    say(2, "%s\n", msg);
+    list_keys(stderr);
+    fprintf(stderr, "\n(tinyrec-train --help for the usage)\n");
+    return 2;
+}
+
+static void status_msg(const char *fmt, ...) {
+    va_list ap;
+    clear_bar();
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* The library's warnings (a skipped NaN step, a train setting that differs from the saved state,
+   a resized puzzle table) go to stderr; errors are reported from tr_ctx_last_error. */
+static void on_log(void *user, tr_log_level level, const char *message) {
+    (void)user;
+    if (level == TR_LOG_WARN) say(0, "warning: %s", message);
 }
 
 static void fmt_dur(double s, char *buf, size_t cap) {
@@ -275,187 +253,147 @@ static void fmt_dur(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", t);
 }
 
-static void status_msg(run *r, const char *fmt, ...) {
-    va_list ap;
-    clear_bar(r);
-    va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    va_end(ap);
+/* The progress bar on a terminal, else a plain line every print_interval seconds. */
+static void show_progress(long step, double loss, double acc, double exact, double act) {
+    double now = tr_time_seconds(), rate = 0, eta;
+    char etab[32], elb[32], skb[48] = "";
+    if (R.step0_time > 0 && step > R.step0) rate = (step - R.step0) / R.step0_time;
+    eta = rate > 0 ? (R.target_steps - step) / rate : NAN;
+    fmt_dur(eta, etab, sizeof etab);
+    fmt_dur(now - R.t_start, elb, sizeof elb);
+    if (R.skipped) snprintf(skb, sizeof skb, "  %ld skipped (NaN/inf)", R.skipped);
+    if (R.tty) {
+        int w = 24, i, fill = R.target_steps > 0 ? (int)((double)w * step / R.target_steps) : 0;
+        char bar[64];
+        for (i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+        bar[w] = 0;
+        printf("\r\033[K[%s] %ld/%ld ep %.2f loss %.4f acc %.4f exact %.4f act %.2f %.0f samples/s ETA %s%s", bar, step, R.target_steps, R.pos.epoch, loss, acc, exact, act,
+               rate * R.o.tc.global_batch_size, etab, skb);
+        R.bar_shown = 1;
+    } else
+        printf("step %ld/%ld  epoch %.2f  loss %.4f  accuracy %.4f  exact %.4f  act_steps %.2f  %.1f samples/s  elapsed %s  ETA %s%s\n", step, R.target_steps, R.pos.epoch, loss,
+               acc, exact, act, rate * R.o.tc.global_batch_size, elb, etab, skb);
     fflush(stdout);
 }
 
-static int write_config(run *r) {
+/* ---- metrics.jsonl ---------------------------------------------------------------------------- */
+
+static void json_double(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+/* Adds a step's metrics to a sum, the losses divided by rows (they are sums over the batch). */
+static void add_metrics(tr_metrics *sum, const tr_metrics *m, double rows) {
+    sum->count += m->count, sum->accuracy += m->accuracy, sum->exact_accuracy += m->exact_accuracy, sum->q_halt_accuracy += m->q_halt_accuracy;
+    sum->steps += m->steps, sum->loss += m->loss / rows, sum->lm_loss += m->lm_loss / rows, sum->q_halt_loss += m->q_halt_loss / rows;
+}
+
+/* One train line: the means over the window's trained steps and the count of skipped ones. */
+static void log_train(long step, double epoch, const tr_metrics *w, int n, int skipped) {
+    double c = w->count;
+    tr_metrics_point pt;
+    fprintf(R.jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g", step, epoch, tr_lr_schedule(&R.o.tc, R.o.tc.lr, step));
+    if (n) fprintf(R.jsonl, ",\"loss\":%.17g", w->loss / n);
+    else fprintf(R.jsonl, ",\"loss\":null");
+    json_double(R.jsonl, "lm_loss", w->lm_loss / n);
+    json_double(R.jsonl, "q_halt_loss", w->q_halt_loss / n);
+    json_double(R.jsonl, "accuracy", c ? w->accuracy / c : NAN);
+    json_double(R.jsonl, "exact_accuracy", c ? w->exact_accuracy / c : NAN);
+    json_double(R.jsonl, "q_halt_accuracy", c ? w->q_halt_accuracy / c : NAN);
+    json_double(R.jsonl, "steps", c ? w->steps / c : NAN);
+    fprintf(R.jsonl, ",\"count\":%.0f,\"skipped\":%d,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, skipped,
+            R.step0_time > 0 ? (step - R.step0) * (double)R.o.tc.global_batch_size / R.step0_time : 0.0, R.pos.train_seconds);
+    fflush(R.jsonl);
+    pt.step = step, pt.loss = w->loss / n, pt.accuracy = c ? w->accuracy / c : NAN, pt.exact_accuracy = c ? w->exact_accuracy / c : NAN;
+    if (n) tr_metrics_history_add(R.ctx, &R.hist, 0, &pt); /* out of memory: the plot misses a point */
+}
+
+/* ---- checkpoints and evaluation ---------------------------------------------------------------- */
+
+/* train_config.txt: the run's settings as key=value lines, which --resume reads back. */
+static int write_config(void) {
     char tmp[PATH_CAP + 40], v[PATH_CAP];
     FILE *f;
     int i;
-    snprintf(tmp, sizeof tmp, "%s.tmp", r->config_path);
-    f = fopen(tmp, "wb");
-    if (!f) return -1;
-    fprintf(f, "# tinyrec-train run settings (key=value); --resume reads them back, command-line keys override\n");
-    fprintf(f, "preset=%s\n", r->o.preset);
+    snprintf(tmp, sizeof tmp, "%s.tmp", R.config_path);
+    if (!(f = fopen(tmp, "wb"))) return -1;
+    fprintf(f, "# tinyrec-train run settings (key=value); --resume reads them back, command-line keys override\npreset=%s\n", R.o.preset);
     for (i = 0; i < NKEYS; i++) {
         if (!KEYS[i].persist) continue;
-        tr_key_format(KEYS[i].key, key_base(&r->o, KEYS[i].key), v, sizeof v);
-        if (!v[0]) continue; /* an unset device: a resume follows TINYREC_DEVICE again */
-        fprintf(f, "%s=%s\n", KEYS[i].key->name, v);
+        tr_key_format(KEYS[i].key, key_base(&R.o, KEYS[i].key), v, sizeof v);
+        if (v[0]) fprintf(f, "%s=%s\n", KEYS[i].key->name, v); /* an unset device: a resume follows TINYREC_DEVICE again */
     }
-    if (fclose(f) != 0 || rename(tmp, r->config_path) != 0) return -1;
+    return fclose(f) != 0 || rename(tmp, R.config_path) != 0 ? -1 : 0;
+}
+
+/* Saves the checkpoint (latest, and best when is_best) with our run_pos, sampler position included,
+   then the plot. A save that fails (a full disk, a read-only folder) leaves the previous checkpoint
+   as it was; the run stops with the library's reason, which names the file. */
+static int save_checkpoint(const tr_sampler_state *sampler_pos, int is_best) {
+    R.pos.sampler = *sampler_pos;
+    if (tr_checkpoint_save(R.trainer, R.o.checkpoint_path, is_best, &R.pos, sizeof R.pos) != TR_OK) {
+        fail("saving the checkpoint failed");
+        return -1;
+    }
+    if (tr_metrics_plot_svg(R.ctx, R.svg_path, R.o.preset, &R.hist) != TR_OK) status_msg("tinyrec-train: warning: cannot write %s\n", R.svg_path);
     return 0;
 }
 
-/* Saves latest (+ best when is_best): the model file with EMA weights when EMA is on, the trainer
-   state with the live weights and the sampler position. */
-static int save_checkpoint(run *r, const tr_sampler_state *sampler_pos, int is_best) {
+static int interrupted(long step) {
+    status_msg("interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, R.model_path, R.o.checkpoint_path);
+    return 130;
+}
+
+/* tr_evaluate calls this before each test batch: the bar on a terminal; a signal stops it. */
+static int eval_progress(void *user, const char *stage, int64_t done, int64_t total) {
+    (void)user, (void)stage;
+    if (R.tty && done > 0 && tr_time_seconds() - R.last_bar > 0.25) {
+        printf("\r\033[K  evaluating: batch %lld/%lld", (long long)done, (long long)total);
+        fflush(stdout);
+        R.bar_shown = 1;
+        R.last_bar = tr_time_seconds();
+    }
+    return g_stop != 0;
+}
+
+/* The end of an iteration (eval_interval epochs): evaluate the test split from its start when due
+   (with the EMA weights swapped in when EMA is on), then checkpoint. Returns 1, 0 when interrupted
+   (nothing saved), -1 on error. */
+static int eval_and_checkpoint(long step, const tr_sampler_state *pos_before, int do_eval) {
+    tr_eval_result e;
+    tr_metrics_point pt;
     tr_status st;
-    int swapped = 0;
-    r->pos.sampler = *sampler_pos;
-    if (r->o.tc.ema) {
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-        swapped = 1;
+    int best = 0, swapped = 0;
+    if (do_eval && R.test_s) {
+        st = tr_sampler_set_state(R.test_s, &R.test_start);
+        if (st == TR_OK && R.o.tc.ema && (st = tr_trainer_swap_ema(R.trainer)) == TR_OK) swapped = 1;
+        if (st == TR_OK) st = tr_evaluate(R.model, R.eval_carry, R.test_s, R.o.eval_batches, eval_progress, NULL, &e);
+        if (swapped && tr_trainer_swap_ema(R.trainer) != TR_OK && st == TR_OK) st = TR_ERR_DEVICE;
+        clear_bar();
+        if (st == TR_ERR_INTERRUPTED) return 0;
+        if (st != TR_OK) return say(-1, "evaluation failed: %s (%s)", tr_ctx_last_error(R.ctx), tr_status_string(st));
+        best = e.count > 0 && e.exact_accuracy > R.pos.best_exact;
+        if (best) R.pos.best_exact = e.exact_accuracy, R.pos.best_step = step;
+        R.pos.evals++;
+        R.pos.last_eval_step = step;
+        fprintf(R.jsonl, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%.6g", step, R.pos.epoch);
+        json_double(R.jsonl, "accuracy", e.accuracy);
+        json_double(R.jsonl, "exact_accuracy", e.exact_accuracy);
+        json_double(R.jsonl, "steps", e.steps);
+        json_double(R.jsonl, "lm_loss", e.lm_loss);
+        json_double(R.jsonl, "q_halt_accuracy", e.q_halt_accuracy);
+        fprintf(R.jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
+        fflush(R.jsonl);
+        pt.step = step, pt.loss = e.lm_loss, pt.accuracy = e.accuracy, pt.exact_accuracy = e.exact_accuracy;
+        tr_metrics_history_add(R.ctx, &R.hist, 1, &pt);
+        status_msg("eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, R.pos.epoch, e.accuracy, e.exact_accuracy,
+                   e.steps, e.lm_loss, e.count, e.seconds, best ? "  * best" : "");
     }
-    if ((st = tr_model_save(r->model, r->model_path, NULL)) != TR_OK) goto fail;
-    if (is_best && (st = tr_model_save(r->model, r->best_path, NULL)) != TR_OK) goto fail;
-    if (swapped) {
-        swapped = 0;
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-    }
-    if ((st = tr_trainer_save(r->trainer, r->state_path, &r->pos, sizeof r->pos)) != TR_OK) goto fail;
-    if (tr_metrics_plot_svg(r->ctx, r->svg_path, r->o.preset, &r->hist) != TR_OK) status_msg(r, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
-    return 0;
-fail:
-    if (swapped) tr_trainer_swap_ema(r->trainer);
-    clear_bar(r);
-    fprintf(stderr, "tinyrec-train: saving the checkpoint failed: %s\n", tr_ctx_last_error(r->ctx));
-    return -1;
+    return save_checkpoint(pos_before, best) != 0 ? -1 : 1;
 }
 
-typedef struct eval_result {
-    double accuracy, exact_accuracy, steps, lm_loss, q_halt_accuracy, count, seconds;
-} eval_result;
-
-/* Evaluates on the test split, as the reference: every batch runs halt_max_steps supervision
-   steps and the metrics come from the final one; the EMA weights are swapped in when EMA is on.
-   Returns 1 when done, 0 when interrupted by a signal, -1 on error. */
-static int evaluate(run *r, eval_result *res) {
-    tr_metrics sum;
-    long nb = 0;
-    int swapped = 0, result = 1;
-    int64_t total = tr_sampler_batches_per_pass(r->test_s);
-    double t0 = tr_time_seconds(), last_bar = 0;
-    tr_status st;
-    memset(&sum, 0, sizeof sum);
-    memset(res, 0, sizeof *res);
-    if (r->o.eval_batches > 0 && total > r->o.eval_batches) total = r->o.eval_batches;
-    if ((st = tr_sampler_set_state(r->test_s, &r->test_start)) != TR_OK) goto fail;
-    if (r->o.tc.ema) {
-        if ((st = tr_trainer_swap_ema(r->trainer)) != TR_OK) goto fail;
-        swapped = 1;
-    }
-    for (;;) {
-        tr_batch b;
-        tr_batch_info info;
-        tr_metrics mt;
-        if (r->o.eval_batches > 0 && nb >= r->o.eval_batches) break;
-        if (g_stop) {
-            result = 0;
-            break;
-        }
-        if ((st = tr_sampler_next(r->test_s, &b, &info)) != TR_OK) goto fail;
-        if (info.end) break;
-        tr_carry_reset(r->eval_carry);
-        do {
-            if ((st = tr_model_eval_step(r->model, r->eval_carry, &b, NULL, &mt)) != TR_OK) goto fail;
-        } while (!tr_carry_all_halted(r->eval_carry));
-        /* every row halts at the last step, so its metrics cover the batch */
-        sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy;
-        sum.q_halt_accuracy += mt.q_halt_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
-        nb++;
-        if (r->tty && tr_time_seconds() - last_bar > 0.25) {
-            printf("\r\033[K  evaluating: batch %ld/%lld  exact %.4f", nb, (long long)total, sum.count ? sum.exact_accuracy / sum.count : 0.0);
-            fflush(stdout);
-            r->bar_shown = 1;
-            last_bar = tr_time_seconds();
-        }
-    }
-    if (swapped && (st = tr_trainer_swap_ema(r->trainer)) != TR_OK) {
-        swapped = 0;
-        goto fail;
-    }
-    clear_bar(r);
-    if (sum.count > 0) {
-        res->accuracy = sum.accuracy / sum.count, res->exact_accuracy = sum.exact_accuracy / sum.count;
-        res->steps = sum.steps / sum.count, res->lm_loss = sum.lm_loss / sum.count, res->q_halt_accuracy = sum.q_halt_accuracy / sum.count;
-    } else
-        res->accuracy = res->exact_accuracy = res->steps = res->lm_loss = res->q_halt_accuracy = NAN;
-    res->count = sum.count;
-    res->seconds = tr_time_seconds() - t0;
-    return result;
-fail:
-    if (swapped) tr_trainer_swap_ema(r->trainer);
-    clear_bar(r);
-    fprintf(stderr, "tinyrec-train: evaluation failed: %s (%s)\n", tr_ctx_last_error(r->ctx), tr_status_string(st));
-    return -1;
-}
-
-/* The end of an iteration (eval_interval epochs): evaluate when due, then checkpoint. Returns 1,
-   0 when interrupted (nothing saved), -1 on error. */
-static int eval_and_checkpoint(run *r, long step, const tr_sampler_state *pos_before, int do_eval) {
-    eval_result e;
-    int best = 0, rc;
-    if (do_eval && r->test_s) {
-        rc = evaluate(r, &e);
-        if (rc <= 0) return rc;
-        best = e.count > 0 && e.exact_accuracy > r->pos.best_exact;
-        if (best) r->pos.best_exact = e.exact_accuracy, r->pos.best_step = step;
-        r->pos.evals++;
-        r->pos.last_eval_step = step;
-        fprintf(r->jsonl, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%.6g", step, r->pos.epoch);
-        json_double(r->jsonl, "accuracy", e.accuracy);
-        json_double(r->jsonl, "exact_accuracy", e.exact_accuracy);
-        json_double(r->jsonl, "steps", e.steps);
-        json_double(r->jsonl, "lm_loss", e.lm_loss);
-        json_double(r->jsonl, "q_halt_accuracy", e.q_halt_accuracy);
-        fprintf(r->jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
-        fflush(r->jsonl);
-        {
-            tr_metrics_point p;
-            p.step = step, p.loss = e.lm_loss, p.accuracy = e.accuracy, p.exact_accuracy = e.exact_accuracy;
-            tr_metrics_history_add(r->ctx, &r->hist, 1, &p); /* out of memory: the plot misses a point */
-        }
-        status_msg(r, "eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, r->pos.epoch, e.accuracy,
-                   e.exact_accuracy, e.steps, e.lm_loss, e.count, e.seconds, best ? "  * best" : "");
-    }
-    if (save_checkpoint(r, pos_before, best) != 0) return -1;
-    return 1;
-}
-
-static void show_progress(run *r, long step, double loss, double acc, double exact, double act, int final) {
-    double now = tr_time_seconds(), el = now - r->t_start, rate = 0, eta;
-    char etab[32], elb[32];
-    long done = step - r->step0;
-    if (r->step0_time > 0 && done > 0) rate = done / r->step0_time;
-    eta = rate > 0 ? (r->target_steps - step) / rate : NAN;
-    fmt_dur(eta, etab, sizeof etab);
-    fmt_dur(el, elb, sizeof elb);
-    if (r->tty) {
-        int w = 24, i, fill = r->target_steps > 0 ? (int)((double)w * step / r->target_steps) : 0;
-        char bar[64];
-        if (fill > w) fill = w;
-        for (i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
-        bar[w] = 0;
-        printf("\r\033[K[%s] %ld/%ld ep %.2f loss %.4f acc %.4f exact %.4f act %.2f %.0f samples/s ETA %s", bar, step, r->target_steps, r->pos.epoch, loss, acc, exact,
-               act, rate * r->o.tc.global_batch_size, etab);
-        r->bar_shown = 1;
-        if (final) {
-            putchar('\n');
-            r->bar_shown = 0;
-        }
-    } else {
-        printf("step %ld/%ld  epoch %.2f  loss %.4f  accuracy %.4f  exact %.4f  act_steps %.2f  %.1f samples/s  elapsed %s  ETA %s\n", step, r->target_steps, r->pos.epoch,
-               loss, acc, exact, act, rate * r->o.tc.global_batch_size, elb, etab);
-    }
-    fflush(stdout);
-}
+/* ---- the command line ----------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -475,6 +413,9 @@ static void usage(FILE *f) {
             "command line override it) and continues exactly, with the same losses as an uninterrupted run\n"
             "(on the same machine, device and thread count). Ctrl-C or SIGTERM finishes the current step, saves\n"
             "latest and exits with status 130; a second signal quits at once.\n"
+            "A step with a NaN or infinite loss or gradient is skipped (counted as \"skipped\" in metrics.jsonl);\n"
+            "max_nonfinite_steps of them in a row stop the run with status 1, as does a checkpoint that cannot be\n"
+            "written (a full disk); the previous checkpoint is kept either way.\n"
             "device= picks where to train: auto (an OpenCL GPU when there is one, else the CPU), cpu, opencl (the\n"
             "first OpenCL GPU, else the first OpenCL device), opencl:N or opencl:<name> (tinyrec-devices lists them);\n"
             "the default is TINYREC_DEVICE, else auto. A device that fails falls back to the CPU with a warning.\n"
@@ -485,117 +426,66 @@ static void usage(FILE *f) {
     list_keys(f);
 }
 
-static int die_usage(const char *msg) {
-    fprintf(stderr, "tinyrec-train: %s\n\n", msg);
-    list_keys(stderr);
-    fprintf(stderr, "\n(tinyrec-train --help for the usage)\n");
-    return 2;
-}
-
-static int fail(run *r, const char *what) {
-    clear_bar(r);
-    fprintf(stderr, "tinyrec-train: %s: %s\n", what, r->ctx ? tr_ctx_last_error(r->ctx) : "");
-    return 1;
-}
-
-static void cleanup(run *r) {
-    if (r->jsonl) fclose(r->jsonl);
-    if (r->eval_carry) tr_carry_destroy(r->eval_carry);
-    if (r->train_s) tr_sampler_destroy(r->train_s);
-    if (r->test_s) tr_sampler_destroy(r->test_s);
-    if (r->trainer) tr_trainer_destroy(r->trainer);
-    if (r->model) tr_model_destroy(r->model);
-    if (r->train_ds) tr_dataset_close(r->train_ds);
-    if (r->test_ds) tr_dataset_close(r->test_ds);
-    tr_metrics_history_free(r->ctx, &r->hist);
-    if (r->ctx) tr_ctx_destroy(r->ctx);
-}
-
-/* Reads the run's train_config.txt (for --resume) into r->o: the preset first, then its keys.
+/* Reads the run's train_config.txt (for --resume) into R.o: the preset first, then its keys.
    Returns -1 when it did, else the exit status. */
-static int read_run_config(run *r, tr_ctx *kctx, const char *cp, const tr_preset *p, int *eval_interval_given) {
+static int read_run_config(tr_ctx *kctx, const char *cp, const tr_preset *p, int *eval_interval_given) {
     char cfgp[PATH_CAP + 32], err[PATH_CAP + 128], line[PATH_CAP + 256];
     int have = 0, rc = -1;
     tr_preset fp;
     FILE *f;
     snprintf(cfgp, sizeof cfgp, "%s/train_config.txt", cp);
-    if (!(f = fopen(cfgp, "rb"))) {
-        fprintf(stderr, "tinyrec-train: --resume: no run to continue in '%s' (cannot read %s: %s)\n", cp, cfgp, strerror(errno));
-        return 1;
-    }
+    if (!(f = fopen(cfgp, "rb"))) return say(1, "--resume: no run to continue in '%s' (cannot read %s: %s)", cp, cfgp, strerror(errno));
     while (rc < 0 && fgets(line, sizeof line, f)) {
         char *eq;
         line[strcspn(line, "\n")] = 0;
         if (line[0] == '#' || !(eq = strchr(line, '='))) continue;
         *eq = 0;
         if (!strcmp(line, "preset")) {
-            if (tr_preset_find(eq + 1, &fp) != TR_OK) {
-                fprintf(stderr, "tinyrec-train: %s names an unknown preset '%s'\n", cfgp, eq + 1);
-                rc = 1;
-                break;
+            if (tr_preset_find(eq + 1, &fp) != TR_OK) rc = say(1, "%s names an unknown preset '%s'", cfgp, eq + 1);
+            else {
+                if (p && strcmp(p->name, fp.name)) say(0, "warning: the run was started with preset %s; '%s' is ignored", fp.name, p->name);
+                snprintf(R.o.checkpoint_path, sizeof R.o.checkpoint_path, "%s", cp);
+                apply_preset(&R.o, &fp);
+                have = 1;
             }
-            if (p && strcmp(p->name, fp.name)) fprintf(stderr, "tinyrec-train: warning: the run was started with preset %s; '%s' is ignored\n", fp.name, p->name);
-            snprintf(r->o.checkpoint_path, sizeof r->o.checkpoint_path, "%s", cp);
-            apply_preset(&r->o, &fp);
-            have = 1;
-        } else if (!have) {
-            fprintf(stderr, "tinyrec-train: %s: the first setting must be preset=NAME\n", cfgp);
-            rc = 1;
-        } else {
+        } else if (!have)
+            rc = say(1, "%s: the first setting must be preset=NAME", cfgp);
+        else {
             if (!strcmp(line, "eval_interval")) *eval_interval_given = 1;
-            if (!set_key(kctx, &r->o, line, eq + 1, err, sizeof err)) {
-                fprintf(stderr, "tinyrec-train: %s: %s\n", cfgp, err);
-                rc = 1;
-            }
+            if (!set_key(kctx, &R.o, line, eq + 1, err, sizeof err)) rc = say(1, "%s: %s", cfgp, err);
         }
     }
     fclose(f);
-    if (rc < 0 && !have) {
-        fprintf(stderr, "tinyrec-train: %s holds no preset\n", cfgp);
-        rc = 1;
-    }
-    return rc;
+    return rc < 0 && !have ? say(1, "%s holds no preset", cfgp) : rc;
 }
 
-/* Training settings the library does not check (or checks only when the run has started). */
-static const char *check_options(const options *o) {
+/* Settings the library does not check (tr_train_config_validate checks the training recipe). */
+static const char *check_options(tr_ctx *kctx, const options *o) {
     if (!o->data_path[0]) return "data_path=DIR is required (a dataset built by tinyrec-data)";
-    if (o->tc.global_batch_size < 1) return "global_batch_size must be >= 1";
     if (o->epochs < 1) return "epochs must be >= 1";
-    if (o->eval_interval < 1) return "eval_interval must be >= 1";
-    if (!(o->tc.lr >= 0) || !(o->tc.puzzle_emb_lr >= 0)) return "lr and puzzle_emb_lr must be >= 0";
-    if (!(o->tc.lr_min_ratio >= 0 && o->tc.lr_min_ratio <= 1)) return "lr_min_ratio must be in [0, 1]";
-    if (o->tc.lr_warmup_steps < 0) return "lr_warmup_steps must be >= 0";
-    if (!(o->tc.beta1 >= 0 && o->tc.beta1 < 1) || !(o->tc.beta2 >= 0 && o->tc.beta2 < 1)) return "beta1 and beta2 must be in [0, 1)";
-    if (!(o->tc.ema_decay >= 0 && o->tc.ema_decay < 1)) return "ema_rate must be in [0, 1)";
+    if (o->eval_interval < 1 || o->eval_interval > 2147483647L) return "eval_interval must be >= 1 (and fit an int)";
     if (o->log_interval < 1) return "log_interval must be >= 1";
     if (o->max_steps < 0 || o->threads < 0 || o->eval_batches < 0 || o->prefetch < 0 || o->min_eval_interval < 0)
         return "max_steps, threads, eval_batches, prefetch and min_eval_interval must be >= 0";
     if (!(o->print_interval >= 0)) return "print_interval must be >= 0";
-    return NULL;
+    return tr_train_config_validate(kctx, &o->tc) != TR_OK ? tr_ctx_last_error(kctx) : NULL;
 }
 
-/* The command line into r->o: a preset (or --resume's saved settings), then key=value overrides.
+/* The command line into R.o: a preset (or --resume's saved settings), then key=value overrides.
    Returns -1 to go on and train (mode: 0 new run, 1 resume, 2 new run over an old one), else the
    exit status. */
-static int configure(run *r, tr_ctx *kctx, int argc, char **argv, int *mode) {
+static int configure(tr_ctx *kctx, int argc, char **argv, int *mode) {
     const char *preset_arg = NULL, *kv[512], *bad;
     int nkv = 0, resume = 0, overwrite = 0, i, eval_interval_given = 0;
     char err[PATH_CAP + 128];
     tr_preset p;
-    options *o = &r->o;
+    options *o = &R.o;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--list-presets")) {
-            list_presets(stdout, "");
-            return 0;
-        } else if (!strcmp(a, "--list-keys")) {
-            list_keys(stdout);
-            return 0;
-        } else if (!strcmp(a, "--resume")) resume = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+        if (!strcmp(a, "--list-presets")) return list_presets(stdout, ""), 0;
+        if (!strcmp(a, "--list-keys")) return list_keys(stdout), 0;
+        if (!strcmp(a, "--resume")) resume = 1;
         else if (!strcmp(a, "--overwrite")) overwrite = 1;
         else if (a[0] == '-') {
             snprintf(err, sizeof err, "unknown option '%s' (options: --resume, --overwrite, --list-presets, --list-keys, --help)", a);
@@ -603,7 +493,8 @@ static int configure(run *r, tr_ctx *kctx, int argc, char **argv, int *mode) {
         } else if (strchr(a, '=')) {
             if (nkv == 512) return die_usage("too many key=value arguments");
             kv[nkv++] = a;
-        } else if (!preset_arg) preset_arg = a;
+        } else if (!preset_arg)
+            preset_arg = a;
         else {
             snprintf(err, sizeof err, "unexpected argument '%s' (one preset, then key=value pairs)", a);
             return die_usage(err);
@@ -615,24 +506,19 @@ static int configure(run *r, tr_ctx *kctx, int argc, char **argv, int *mode) {
             preset_arg = kv[i] + 7;
         }
     if (preset_arg && tr_preset_find(preset_arg, &p) != TR_OK) {
-        fprintf(stderr, "tinyrec-train: unknown preset '%s'; presets:\n", preset_arg);
-        list_presets(stderr, "  ");
-        return 2;
+        say(2, "unknown preset '%s'; presets:", preset_arg);
+        return list_presets(stderr, "  "), 2;
     }
-    if (resume) {
-        /* the run's folder: checkpoint_path from the command line, else the preset's default */
-        char cp[PATH_CAP];
+    if (resume) { /* the run's folder: checkpoint_path from the command line, else the preset's default */
+        char cp[PATH_CAP] = "";
         int rc;
-        cp[0] = 0;
         for (i = 0; i < nkv; i++)
             if (!strncmp(kv[i], "checkpoint_path=", 16)) snprintf(cp, sizeof cp, "%s", kv[i] + 16);
-        if (!cp[0]) {
-            if (!preset_arg) return die_usage("--resume needs checkpoint_path=DIR (the folder of the run to continue)");
-            snprintf(cp, sizeof cp, "checkpoints/%s", p.name);
-        }
-        if ((rc = read_run_config(r, kctx, cp, preset_arg ? &p : NULL, &eval_interval_given)) >= 0) return rc;
+        if (!cp[0] && !preset_arg) return die_usage("--resume needs checkpoint_path=DIR (the folder of the run to continue)");
+        if (!cp[0]) snprintf(cp, sizeof cp, "checkpoints/%s", p.name);
+        if ((rc = read_run_config(kctx, cp, preset_arg ? &p : NULL, &eval_interval_given)) >= 0) return rc;
     } else if (!preset_arg) {
-        fprintf(stderr, "tinyrec-train: name a preset (or --resume a run); presets:\n");
+        say(2, "name a preset (or --resume a run); presets:");
         list_presets(stderr, "  ");
         fprintf(stderr, "(tinyrec-train --help for the usage)\n");
         return 2;
@@ -640,219 +526,156 @@ static int configure(run *r, tr_ctx *kctx, int argc, char **argv, int *mode) {
         apply_preset(o, &p);
     for (i = 0; i < nkv; i++) {
         char key[128];
-        const char *eq = strchr(kv[i], '=');
-        size_t kl = (size_t)(eq - kv[i]);
-        if (kl >= sizeof key) kl = sizeof key - 1;
-        memcpy(key, kv[i], kl);
-        key[kl] = 0;
+        size_t kl = (size_t)(strchr(kv[i], '=') - kv[i]);
+        snprintf(key, sizeof key, "%.*s", (int)kl, kv[i]);
         if (!strcmp(key, "preset")) continue;
         if (!strcmp(key, "eval_interval")) eval_interval_given = 1;
-        if (!set_key(kctx, o, key, eq + 1, err, sizeof err)) return die_usage(err);
+        if (!set_key(kctx, o, key, kv[i] + kl + 1, err, sizeof err)) return die_usage(err);
     }
-    if ((bad = check_options(o)) != NULL) return die_usage(bad);
+    if ((bad = check_options(kctx, o)) != NULL) return die_usage(bad);
     if (o->epochs % o->eval_interval) {
         if (eval_interval_given) {
             snprintf(err, sizeof err, "eval_interval %ld must divide epochs %ld", o->eval_interval, o->epochs);
             return die_usage(err);
         }
-        fprintf(stderr, "tinyrec-train: note: the preset's eval_interval %ld does not divide epochs %ld; evaluating every %ld epochs\n", o->eval_interval, o->epochs, o->epochs);
+        say(0, "note: the preset's eval_interval %ld does not divide epochs %ld; evaluating every %ld epochs", o->eval_interval, o->epochs, o->epochs);
         o->eval_interval = o->epochs; /* the preset's interval does not fit the epochs asked for */
     }
     *mode = resume ? 1 : overwrite ? 2 : 0;
     return -1;
 }
 
-static int run_main(run *r, int mode);
+/* ---- setting up a run ---------------------------------------------------------------------- */
 
-int main(int argc, char **argv) {
-    static run R;
-    tr_ctx_config cc = tr_ctx_config_default();
-    tr_ctx *kctx = NULL;
-    int mode = 0, rc;
-    build_keys();
-    /* a context for reading settings: it holds the reasons of bad values */
-    cc.device = "cpu", cc.num_threads = 1;
-    if (tr_ctx_create(&cc, &kctx) != TR_OK) {
-        fprintf(stderr, "tinyrec-train: cannot create a context\n");
-        return 1;
-    }
-    rc = configure(&R, kctx, argc, argv, &mode);
-    tr_ctx_destroy(kctx);
-    if (rc >= 0) return rc;
-    rc = run_main(&R, mode);
-    cleanup(&R);
-    return rc;
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* mode: 0 new run, 1 resume, 2 new run over an old one */
-static int run_main(run *r, int mode) {
-    options *o = &r->o;
+/* The context, the data (which decides vocab_size, seq_len and the puzzle-id count), the model and
+   trainer (new, or loaded to resume), the samplers, metrics.jsonl and train_config.txt. Returns -1
+   when ready, else the exit status. */
+static int setup(int mode) {
+    options *o = &R.o;
     tr_ctx_config cc = tr_ctx_config_default();
-    tr_preset preset, *p = &preset;
-    tr_status st;
-    tr_sampler_config sc;
-    tr_train_config tc;
-    char cfgjson[2][4096], buf[PATH_CAP + 64];
-    int B = o->tc.global_batch_size, exit_code = 0;
-    long step;
-    struct sigaction sa;
-    double acc_sum = 0, exact_sum = 0, qacc_sum = 0, count_sum = 0, steps_sum = 0, loss_sum = 0, lm_sum = 0, qh_sum = 0, last_print = 0;
-    double d_loss = NAN, d_acc = NAN, d_exact = NAN, d_act = NAN, d_acc_sum = 0, d_exact_sum = 0, d_act_sum = 0, d_count = 0;
-    int n_window = 0;
-    int64_t batches_per_pass;
-
-    tr_preset_find(o->preset, p); /* found when the options were read */
-    cc.num_threads = o->threads;
-    cc.seed = (uint64_t)o->seed;
-    cc.log = on_log;
+    tr_sampler_config sc = tr_sampler_config_default();
+    tr_preset p;
+    const tr_dataset_meta *m;
+    char buf[PATH_CAP + 64];
+    int B = o->tc.global_batch_size;
+    int64_t per_pass;
+    tr_preset_find(o->preset, &p); /* found when the options were read */
+    cc.num_threads = o->threads, cc.seed = (uint64_t)o->seed, cc.log = on_log;
     cc.device = "cpu"; /* replaced below, where a bad TINYREC_DEVICE gets a readable message */
-    if ((st = tr_ctx_create(&cc, &r->ctx)) != TR_OK) {
-        fprintf(stderr, "tinyrec-train: cannot create a context (%s)\n", tr_status_string(st));
-        return 1;
-    }
-    if (tr_ctx_set_device(r->ctx, o->device[0] ? o->device : getenv("TINYREC_DEVICE")) != TR_OK) {
-        fprintf(stderr, "tinyrec-train: %s%s\n", tr_ctx_last_error(r->ctx), o->device[0] ? "" : " (from TINYREC_DEVICE)");
-        return 2;
-    }
-    /* the dataset decides vocab_size, seq_len and the puzzle-id count */
-    if (tr_dataset_open(r->ctx, o->data_path, "train", 0, &r->train_ds) != TR_OK) return fail(r, "cannot open the train split");
+    if (tr_ctx_create(&cc, &R.ctx) != TR_OK) return say(1, "cannot create a context");
+    if (tr_ctx_set_device(R.ctx, o->device[0] ? o->device : getenv("TINYREC_DEVICE")) != TR_OK)
+        return say(2, "%s%s", tr_ctx_last_error(R.ctx), o->device[0] ? "" : " (from TINYREC_DEVICE)");
+    if (tr_dataset_open(R.ctx, o->data_path, "train", 0, &R.train_ds) != TR_OK) return fail("cannot open the train split");
+    m = &R.train_ds->meta;
     snprintf(buf, sizeof buf, "%s/test/dataset.json", o->data_path);
-    if (file_exists(buf)) {
-        if (tr_dataset_open(r->ctx, o->data_path, "test", 0, &r->test_ds) != TR_OK) return fail(r, "cannot open the test split");
-        if (r->test_ds->meta.vocab_size != r->train_ds->meta.vocab_size || r->test_ds->meta.seq_len != r->train_ds->meta.seq_len) {
-            fprintf(stderr, "tinyrec-train: %s: the test split (vocab_size %d, seq_len %d) does not match the train split (%d, %d)\n", o->data_path, r->test_ds->meta.vocab_size,
-                    r->test_ds->meta.seq_len, r->train_ds->meta.vocab_size, r->train_ds->meta.seq_len);
-            return 1;
-        }
-    } else
-        fprintf(stderr, "tinyrec-train: warning: %s has no test split; checkpoints are written without evaluation\n", o->data_path);
-    {
-        const tr_dataset_meta *m = &r->train_ds->meta;
-        if ((p->data_vocab_size && m->vocab_size != p->data_vocab_size) || (p->data_seq_len && m->seq_len != p->data_seq_len)) {
-            fprintf(stderr,
-                    "tinyrec-train: dataset %s has vocab_size %d and seq_len %d, but preset %s is for %s with vocab_size %d and seq_len %d%s.\n"
-                    "  Pick the preset that fits the dataset (tinyrec-train --list-presets), or 'tiny' for any dataset.\n",
-                    o->data_path, m->vocab_size, m->seq_len, p->name, p->task, p->data_vocab_size, p->data_seq_len ? p->data_seq_len : m->seq_len, p->data_seq_len ? "" : " (any)");
-            return 2;
-        }
-        if (m->num_puzzle_identifiers > 2147483647) {
-            fprintf(stderr, "tinyrec-train: dataset %s: num_puzzle_identifiers %lld is too large\n", o->data_path, (long long)m->num_puzzle_identifiers);
-            return 1;
-        }
-        o->arch.vocab_size = m->vocab_size;
-        o->arch.seq_len = m->seq_len;
-        o->arch.num_puzzle_identifiers = (int)m->num_puzzle_identifiers;
-        if (tr_model_config_validate(r->ctx, &o->arch) != TR_OK) {
-            fprintf(stderr, "tinyrec-train: bad model configuration: %s\n", tr_ctx_last_error(r->ctx));
-            return 2;
-        }
-        r->total_steps = (long)floor((double)o->epochs * (double)m->total_groups * m->mean_puzzle_examples / B);
-        if (r->total_steps < 1) {
-            fprintf(stderr, "tinyrec-train: %ld epochs of %lld groups make less than one batch of %d; lower global_batch_size\n", o->epochs, (long long)m->total_groups, B);
-            return 2;
-        }
-        r->total_iters = o->epochs / o->eval_interval;
-    }
-    snprintf(r->model_path, sizeof r->model_path, "%s/latest.safetensors", o->checkpoint_path);
-    snprintf(r->best_path, sizeof r->best_path, "%s/best.safetensors", o->checkpoint_path);
-    snprintf(r->jsonl_path, sizeof r->jsonl_path, "%s/metrics.jsonl", o->checkpoint_path);
-    snprintf(r->svg_path, sizeof r->svg_path, "%s/metrics.svg", o->checkpoint_path);
-    snprintf(r->config_path, sizeof r->config_path, "%s/train_config.txt", o->checkpoint_path);
-    if (tr_trainer_state_path(r->model_path, r->state_path, sizeof r->state_path) != TR_OK) return fail(r, "checkpoint_path is too long");
-    if (mode == 0 && (file_exists(r->model_path) || file_exists(r->state_path) || file_exists(r->config_path))) {
-        fprintf(stderr, "tinyrec-train: %s already holds a run; pass --resume to continue it or --overwrite to start over\n", o->checkpoint_path);
-        return 2;
-    }
-    if (mkdir_p(o->checkpoint_path) != 0) {
-        fprintf(stderr, "tinyrec-train: cannot create %s: %s\n", o->checkpoint_path, strerror(errno));
-        return 1;
-    }
+    if (!file_exists(buf)) say(0, "warning: %s has no test split; checkpoints are written without evaluation", o->data_path);
+    else if (tr_dataset_open(R.ctx, o->data_path, "test", 0, &R.test_ds) != TR_OK) return fail("cannot open the test split");
+    else if (R.test_ds->meta.vocab_size != m->vocab_size || R.test_ds->meta.seq_len != m->seq_len)
+        return say(1, "%s: the test split (vocab_size %d, seq_len %d) does not match the train split (%d, %d)", o->data_path, R.test_ds->meta.vocab_size,
+                   R.test_ds->meta.seq_len, m->vocab_size, m->seq_len);
+    if ((p.data_vocab_size && m->vocab_size != p.data_vocab_size) || (p.data_seq_len && m->seq_len != p.data_seq_len))
+        return say(2,
+                   "dataset %s has vocab_size %d and seq_len %d, but preset %s is for %s with vocab_size %d and seq_len %d%s.\n"
+                   "  Pick the preset that fits the dataset (tinyrec-train --list-presets), or 'tiny' for any dataset.",
+                   o->data_path, m->vocab_size, m->seq_len, p.name, p.task, p.data_vocab_size, p.data_seq_len ? p.data_seq_len : m->seq_len, p.data_seq_len ? "" : " (any)");
+    if (m->num_puzzle_identifiers > 2147483647) return say(1, "dataset %s: num_puzzle_identifiers %lld is too large", o->data_path, (long long)m->num_puzzle_identifiers);
+    o->arch.vocab_size = m->vocab_size, o->arch.seq_len = m->seq_len, o->arch.num_puzzle_identifiers = (int)m->num_puzzle_identifiers;
+    if (tr_model_config_validate(R.ctx, &o->arch) != TR_OK) return say(2, "bad model configuration: %s", tr_ctx_last_error(R.ctx));
+    R.total_steps = (long)floor((double)o->epochs * (double)m->total_groups * m->mean_puzzle_examples / B);
+    if (R.total_steps < 1) return say(2, "%ld epochs of %lld groups make less than one batch of %d; lower global_batch_size", o->epochs, (long long)m->total_groups, B);
+    R.total_iters = o->epochs / o->eval_interval;
+    o->tc.total_steps = R.total_steps; /* the cosine schedule's length */
 
-    /* model and trainer */
-    tc = o->tc;
-    tc.total_steps = r->total_steps;
+    /* the run's files */
+    snprintf(R.model_path, sizeof R.model_path, "%s/" TR_CHECKPOINT_LATEST, o->checkpoint_path);
+    snprintf(R.state_path, sizeof R.state_path, "%s/" TR_CHECKPOINT_LATEST_STATE, o->checkpoint_path);
+    snprintf(R.best_path, sizeof R.best_path, "%s/" TR_CHECKPOINT_BEST, o->checkpoint_path);
+    snprintf(R.jsonl_path, sizeof R.jsonl_path, "%s/metrics.jsonl", o->checkpoint_path);
+    snprintf(R.svg_path, sizeof R.svg_path, "%s/metrics.svg", o->checkpoint_path);
+    snprintf(R.config_path, sizeof R.config_path, "%s/train_config.txt", o->checkpoint_path);
+    if (mode == 0 && (file_exists(R.model_path) || file_exists(R.state_path) || file_exists(R.config_path)))
+        return say(2, "%s already holds a run; pass --resume to continue it or --overwrite to start over", o->checkpoint_path);
+    if (tr_mkdir_p(R.ctx, o->checkpoint_path) != TR_OK) return fail("cannot create the checkpoint folder");
+
+    /* model and trainer: a resumed run loads the model it saved, then the trainer state (live
+       weights, optimizer, carry) with our run_pos */
     if (mode == 1) {
         tr_model_load_options lo;
+        char cfgjson[2][4096];
         size_t len = 0;
         memset(&lo, 0, sizeof lo);
         lo.num_puzzle_identifiers = o->arch.num_puzzle_identifiers;
-        if (tr_model_load(r->ctx, r->model_path, &lo, &r->model) != TR_OK) return fail(r, "cannot load the checkpoint to resume");
+        if (tr_model_load(R.ctx, R.model_path, &lo, &R.model) != TR_OK) return fail("cannot load the checkpoint to resume");
         tr_model_config_to_json(&o->arch, cfgjson[0], sizeof cfgjson[0], NULL);
-        tr_model_config_to_json(tr_model_get_config(r->model), cfgjson[1], sizeof cfgjson[1], NULL);
-        if (strcmp(cfgjson[0], cfgjson[1])) {
-            fprintf(stderr, "tinyrec-train: the arch settings differ from the checkpoint's; a resumed run keeps its model.\n  checkpoint: %s\n  requested:  %s\n", cfgjson[1],
-                    cfgjson[0]);
-            return 2;
-        }
-        if (tr_trainer_create(r->model, &tc, &r->trainer) != TR_OK) return fail(r, "cannot create the trainer");
-        if (tr_trainer_load(r->trainer, r->state_path, &r->pos, sizeof r->pos, &len) != TR_OK) return fail(r, "cannot load the trainer state");
-        if (len != sizeof r->pos || r->pos.magic != RUN_POS_MAGIC || r->pos.version != 1) {
-            fprintf(stderr, "tinyrec-train: %s was not written by this version of tinyrec-train\n", r->state_path);
-            return 1;
-        }
+        tr_model_config_to_json(tr_model_get_config(R.model), cfgjson[1], sizeof cfgjson[1], NULL);
+        if (strcmp(cfgjson[0], cfgjson[1]))
+            return say(2, "the arch settings differ from the checkpoint's; a resumed run keeps its model.\n  checkpoint: %s\n  requested:  %s", cfgjson[1], cfgjson[0]);
+        if (tr_trainer_create(R.model, &o->tc, &R.trainer) != TR_OK) return fail("cannot create the trainer");
+        if (tr_trainer_load(R.trainer, R.state_path, &R.pos, sizeof R.pos, &len) != TR_OK) return fail("cannot load the trainer state");
+        if (len != sizeof R.pos || R.pos.magic != RUN_POS_MAGIC || R.pos.version != 1) return say(1, "%s was not written by this version of tinyrec-train", R.state_path);
     } else {
-        if (tr_model_create(r->ctx, &o->arch, &r->model) != TR_OK) return fail(r, "cannot create the model");
-        if (tr_trainer_create(r->model, &tc, &r->trainer) != TR_OK) return fail(r, "cannot create the trainer");
-        memset(&r->pos, 0, sizeof r->pos);
-        r->pos.magic = RUN_POS_MAGIC, r->pos.version = 1;
-        r->pos.best_exact = -1, r->pos.best_step = -1, r->pos.last_eval_step = -1;
+        if (tr_model_create(R.ctx, &o->arch, &R.model) != TR_OK) return fail("cannot create the model");
+        if (tr_trainer_create(R.model, &o->tc, &R.trainer) != TR_OK) return fail("cannot create the trainer");
+        memset(&R.pos, 0, sizeof R.pos);
+        R.pos.magic = RUN_POS_MAGIC, R.pos.version = 1;
+        R.pos.best_exact = -1, R.pos.best_step = -1, R.pos.last_eval_step = -1;
     }
-    step = tr_trainer_step_count(r->trainer);
 
-    /* samplers: train draws eval_interval epochs per pass, as the reference's iterations */
-    sc = tr_sampler_config_default();
+    /* samplers: train draws eval_interval epochs per pass, as the reference's iterations; test
+       walks the split in order, from test_start at every evaluation */
     sc.global_batch_size = B, sc.epochs_per_iter = (int)o->eval_interval, sc.seed = (uint64_t)o->seed, sc.prefetch = o->prefetch;
-    if (o->eval_interval > 2147483647L) return die_usage("eval_interval is too large");
-    if (tr_sampler_create(r->ctx, r->train_ds, &sc, &r->train_s) != TR_OK) return fail(r, "cannot create the train sampler");
-    if (mode == 1 && tr_sampler_set_state(r->train_s, &r->pos.sampler) != TR_OK) return fail(r, "cannot restore the sampler position");
-    if (r->test_ds) {
+    if (tr_sampler_create(R.ctx, R.train_ds, &sc, &R.train_s) != TR_OK) return fail("cannot create the train sampler");
+    if (mode == 1 && tr_sampler_set_state(R.train_s, &R.pos.sampler) != TR_OK) return fail("cannot restore the sampler position");
+    if (R.test_ds) {
         sc.test_mode = 1, sc.epochs_per_iter = 1;
-        if (tr_sampler_create(r->ctx, r->test_ds, &sc, &r->test_s) != TR_OK) return fail(r, "cannot create the test sampler");
-        tr_sampler_get_state(r->test_s, &r->test_start);
-        if (tr_carry_create(r->model, B, &r->eval_carry) != TR_OK) return fail(r, "cannot create the evaluation carry");
+        if (tr_sampler_create(R.ctx, R.test_ds, &sc, &R.test_s) != TR_OK) return fail("cannot create the test sampler");
+        tr_sampler_get_state(R.test_s, &R.test_start);
+        if (tr_carry_create(R.model, B, &R.eval_carry) != TR_OK) return fail("cannot create the evaluation carry");
     }
-    batches_per_pass = tr_sampler_batches_per_pass(r->train_s);
-    r->target_steps = r->total_steps;
-    if (batches_per_pass > 0 && batches_per_pass * r->total_iters < r->target_steps) r->target_steps = (long)(batches_per_pass * r->total_iters);
-    if (o->max_steps > 0 && o->max_steps < r->target_steps) r->target_steps = o->max_steps;
+    per_pass = tr_sampler_batches_per_pass(R.train_s);
+    R.target_steps = R.total_steps;
+    if (per_pass > 0 && per_pass * R.total_iters < R.target_steps) R.target_steps = (long)(per_pass * R.total_iters);
+    if (o->max_steps > 0 && o->max_steps < R.target_steps) R.target_steps = o->max_steps;
 
-    /* metrics file: a resumed run keeps the lines up to its checkpoint */
-    if (mode == 1) {
-        if (tr_metrics_history_load(r->ctx, r->jsonl_path, step, 1, &r->hist) != TR_OK) {
-            fprintf(stderr, "tinyrec-train: cannot rewrite %s: %s\n", r->jsonl_path, tr_ctx_last_error(r->ctx));
-            return 1;
-        }
-        r->jsonl = fopen(r->jsonl_path, "ab");
-    } else {
-        remove(r->best_path);
-        r->jsonl = fopen(r->jsonl_path, "wb");
-    }
-    if (!r->jsonl) {
-        fprintf(stderr, "tinyrec-train: cannot open %s: %s\n", r->jsonl_path, strerror(errno));
-        return 1;
-    }
-    if (write_config(r) != 0) {
-        fprintf(stderr, "tinyrec-train: cannot write %s: %s\n", r->config_path, strerror(errno));
-        return 1;
-    }
+    /* metrics.jsonl: a resumed run keeps the lines up to its checkpoint */
+    if (mode == 1 && tr_metrics_history_load(R.ctx, R.jsonl_path, tr_trainer_step_count(R.trainer), 1, &R.hist) != TR_OK)
+        return say(1, "cannot rewrite %s: %s", R.jsonl_path, tr_ctx_last_error(R.ctx));
+    if (mode != 1) remove(R.best_path);
+    if (!(R.jsonl = fopen(R.jsonl_path, mode == 1 ? "ab" : "wb"))) return say(1, "cannot open %s: %s", R.jsonl_path, strerror(errno));
+    if (write_config() != 0) return say(1, "cannot write %s: %s", R.config_path, strerror(errno));
+    return -1;
+}
 
-    r->tty = isatty(fileno(stdout));
-    {
-        const tr_model_config *c = tr_model_get_config(r->model);
-        size_t tb = 0, ib = 0;
-        tr_model_memory(r->model, B, &tb, &ib);
-        printf("tinyrec-train %s: preset %s, %zu parameters (D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
-               tr_model_num_params(r->model), c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(r->ctx),
-               tr_ctx_simd_name(r->ctx), tb / 1048576.0);
-        printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
-               (long long)r->train_ds->num_examples, (long long)r->train_ds->meta.total_groups, r->test_ds ? (long long)r->test_ds->num_examples : 0LL, B, o->epochs,
-               r->total_steps, o->eval_interval);
-        /* the device opened with the model: this is where the run happens, fallbacks included */
-        printf("device %s\n", tr_ctx_device_name(r->ctx));
-        if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, r->pos.epoch, o->checkpoint_path);
-        printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
-        fflush(stdout);
-    }
+/* ---- training ------------------------------------------------------------------------------ */
+
+static int train(int mode) {
+    options *o = &R.o;
+    const tr_model_config *c = tr_model_get_config(R.model);
+    int B = o->tc.global_batch_size, n_window = 0, win_skipped = 0;
+    long step = tr_trainer_step_count(R.trainer);
+    size_t train_bytes = 0;
+    tr_metrics win, disp; /* sums over the metrics.jsonl window and since the last progress line */
+    double last_print = 0, d_loss = NAN, d_acc = 0, d_exact = 0, d_act = 0;
+    struct sigaction sa;
+    memset(&win, 0, sizeof win);
+    memset(&disp, 0, sizeof disp);
+    tr_model_memory(R.model, B, &train_bytes, NULL);
+    printf("tinyrec-train %s: preset %s, %zu parameters (D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
+           tr_model_num_params(R.model), c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
+           tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
+    printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
+           (long long)R.train_ds->num_examples, (long long)R.train_ds->meta.total_groups, R.test_ds ? (long long)R.test_ds->num_examples : 0LL, B, o->epochs, R.total_steps,
+           o->eval_interval);
+    printf("device %s\n", tr_ctx_device_name(R.ctx)); /* where the run happens, fallbacks included */
+    if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, R.pos.epoch, o->checkpoint_path);
+    printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
+    fflush(stdout);
+    R.tty = isatty(fileno(stdout));
 
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -861,109 +684,105 @@ static int run_main(run *r, int mode) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    r->t_start = tr_time_seconds();
-    r->step0 = step;
-    r->step0_time = 0;
+    R.t_start = tr_time_seconds();
+    R.step0 = step;
     for (;;) {
         tr_batch b;
         tr_batch_info info;
         tr_metrics mt;
         tr_sampler_state before;
-        double t0;
-        if (g_stop) {
-            tr_sampler_get_state(r->train_s, &before);
-            if (save_checkpoint(r, &before, 0) != 0) return 1;
-            status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-            exit_code = 130;
+        tr_status st;
+        double t0, now;
+        tr_sampler_get_state(R.train_s, &before);
+        if (g_stop || (o->max_steps > 0 && step >= o->max_steps)) {
+            if (save_checkpoint(&before, 0) != 0) return 1;
+            if (g_stop) return interrupted(step);
+            status_msg("reached max_steps %ld: saved %s\n", o->max_steps, R.model_path);
             break;
         }
-        if (o->max_steps > 0 && step >= o->max_steps) {
-            tr_sampler_get_state(r->train_s, &before);
-            if (save_checkpoint(r, &before, 0) != 0) return 1;
-            status_msg(r, "reached max_steps %ld: saved %s\n", o->max_steps, r->model_path);
-            break;
-        }
-        tr_sampler_get_state(r->train_s, &before);
-        if (step >= r->total_steps) { /* the schedule is over before the pass (rounding): final evaluation */
-            if (r->pos.last_eval_step != step) {
-                int rc = eval_and_checkpoint(r, step, &before, 1);
-                if (rc < 0) return 1;
-                if (rc == 0) continue; /* interrupted: save below */
-            }
+        if (step >= R.total_steps) { /* the schedule is over before the pass (rounding): final evaluation */
+            int rc = R.pos.last_eval_step != step ? eval_and_checkpoint(step, &before, 1) : 1;
+            if (rc < 0) return 1;
+            if (rc == 0) continue; /* interrupted: saved above */
             break;
         }
         t0 = tr_time_seconds();
-        if (tr_sampler_next(r->train_s, &b, &info) != TR_OK) return fail(r, "the train sampler failed");
-        if (info.pass != r->pos.cur_pass) { /* an iteration of eval_interval epochs is over */
-            int64_t finished = r->pos.cur_pass;
+        if (tr_sampler_next(R.train_s, &b, &info) != TR_OK) return fail("the train sampler failed");
+        if (info.pass != R.pos.cur_pass) { /* an iteration of eval_interval epochs is over */
+            int64_t finished = R.pos.cur_pass;
             int rc;
-            r->step0_time += tr_time_seconds() - t0;
-            r->pos.cur_pass = info.pass;
-            rc = eval_and_checkpoint(r, step, &before, finished >= o->min_eval_interval);
+            R.step0_time += tr_time_seconds() - t0;
+            R.pos.cur_pass = info.pass;
+            rc = eval_and_checkpoint(step, &before, finished >= o->min_eval_interval);
             if (rc < 0) return 1;
             if (rc == 0) { /* interrupted during evaluation: save so that resuming evaluates again */
-                r->pos.cur_pass = finished;
-                if (save_checkpoint(r, &before, 0) != 0) return 1;
-                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-                exit_code = 130;
-                break;
+                R.pos.cur_pass = finished;
+                return save_checkpoint(&before, 0) != 0 ? 1 : interrupted(step);
             }
-            if (info.pass >= r->total_iters) break; /* all epochs done */
-            if (g_stop) {
-                status_msg(r, "interrupted at step %ld: saved %s (continue with --resume checkpoint_path=%s)\n", step, r->model_path, o->checkpoint_path);
-                exit_code = 130;
-                break;
-            }
+            if (info.pass >= R.total_iters) break; /* all epochs done */
+            if (g_stop) return interrupted(step);
             t0 = tr_time_seconds();
         }
-        if (tr_trainer_step(r->trainer, &b, &mt) != TR_OK) return fail(r, "training step failed");
+        /* A step whose loss or gradients are NaN or infinite is skipped by the library (a warning
+           names it; the weights stay as they were); max_nonfinite_steps of them in a row fail with
+           TR_ERR_NONFINITE. Nothing is saved after that: the last checkpoint stays good. */
+        if ((st = tr_trainer_step(R.trainer, &b, &mt)) == TR_ERR_NONFINITE)
+            return say(1, "training stopped: %s\n  nothing was saved after the last checkpoint in %s; lower lr (or check the data) and --resume", tr_ctx_last_error(R.ctx),
+                       o->checkpoint_path);
+        if (st != TR_OK) return fail("training step failed");
         step++;
-        r->step0_time += tr_time_seconds() - t0;
-        r->pos.train_seconds += tr_time_seconds() - t0;
-        r->pos.epoch = info.epoch;
-        /* metrics.jsonl window */
-        loss_sum += mt.loss / B, lm_sum += mt.lm_loss / B, qh_sum += mt.q_halt_loss / B;
-        acc_sum += mt.accuracy, exact_sum += mt.exact_accuracy, qacc_sum += mt.q_halt_accuracy, count_sum += mt.count, steps_sum += mt.steps;
-        n_window++;
+        now = tr_time_seconds();
+        R.step0_time += now - t0;
+        R.pos.train_seconds += now - t0;
+        R.pos.epoch = info.epoch;
+        if (mt.skipped) win_skipped++, R.skipped++;
+        else add_metrics(&win, &mt, B), n_window++;
         if (step % o->log_interval == 0) {
-            double c = count_sum, lr = tr_lr_schedule(&tc, tc.lr, step);
-            tr_metrics_point pt;
-            fprintf(r->jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g,\"loss\":%.17g", step, info.epoch, lr, loss_sum / n_window);
-            json_double(r->jsonl, "lm_loss", lm_sum / n_window);
-            json_double(r->jsonl, "q_halt_loss", qh_sum / n_window);
-            json_double(r->jsonl, "accuracy", c ? acc_sum / c : NAN);
-            json_double(r->jsonl, "exact_accuracy", c ? exact_sum / c : NAN);
-            json_double(r->jsonl, "q_halt_accuracy", c ? qacc_sum / c : NAN);
-            json_double(r->jsonl, "steps", c ? steps_sum / c : NAN);
-            fprintf(r->jsonl, ",\"count\":%.0f,\"samples_per_s\":%.2f,\"time\":%.3f}\n", c, r->step0_time > 0 ? (step - r->step0) * (double)B / r->step0_time : 0.0,
-                    r->pos.train_seconds);
-            fflush(r->jsonl);
-            pt.step = step, pt.loss = loss_sum / n_window, pt.accuracy = c ? acc_sum / c : NAN, pt.exact_accuracy = c ? exact_sum / c : NAN;
-            tr_metrics_history_add(r->ctx, &r->hist, 0, &pt);
-            acc_sum = exact_sum = qacc_sum = count_sum = steps_sum = loss_sum = lm_sum = qh_sum = 0;
-            n_window = 0;
+            log_train(step, info.epoch, &win, n_window, win_skipped);
+            memset(&win, 0, sizeof win);
+            n_window = win_skipped = 0;
         }
-        /* progress display: loss smoothed, accuracies over the rows that halted since the last update */
-        d_loss = isfinite(d_loss) ? 0.9 * d_loss + 0.1 * mt.loss / B : mt.loss / B;
-        d_acc_sum += mt.accuracy, d_exact_sum += mt.exact_accuracy, d_act_sum += mt.steps, d_count += mt.count;
-        {
-            double now = tr_time_seconds();
-            int due = r->tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == r->step0 + 1);
-            if (due || step >= r->target_steps) {
-                if (d_count > 0) d_acc = d_acc_sum / d_count, d_exact = d_exact_sum / d_count, d_act = d_act_sum / d_count;
-                d_acc_sum = d_exact_sum = d_act_sum = d_count = 0;
-                show_progress(r, step, d_loss, isfinite(d_acc) ? d_acc : 0, isfinite(d_exact) ? d_exact : 0, isfinite(d_act) ? d_act : 0, 0);
-                last_print = now;
-            }
+        /* progress: the loss smoothed, accuracies over the rows that halted since the last update */
+        if (!mt.skipped) {
+            d_loss = isfinite(d_loss) ? 0.9 * d_loss + 0.1 * mt.loss / B : mt.loss / B;
+            add_metrics(&disp, &mt, 1);
+        }
+        if ((R.tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == R.step0 + 1)) || step >= R.target_steps) {
+            if (disp.count > 0) d_acc = disp.accuracy / disp.count, d_exact = disp.exact_accuracy / disp.count, d_act = disp.steps / disp.count;
+            memset(&disp, 0, sizeof disp);
+            show_progress(step, d_loss, d_acc, d_exact, d_act);
+            last_print = now;
         }
     }
-    clear_bar(r);
-    if (tr_metrics_plot_svg(r->ctx, r->svg_path, o->preset, &r->hist) != TR_OK) fprintf(stderr, "tinyrec-train: warning: cannot write %s\n", r->svg_path);
-    if (exit_code == 0) {
-        printf("done: %ld steps, %.1fs of training", step, r->pos.train_seconds);
-        if (r->pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", r->pos.best_exact, (long long)r->pos.best_step, r->best_path);
-        printf("\n");
-    }
+    clear_bar();
+    if (tr_metrics_plot_svg(R.ctx, R.svg_path, o->preset, &R.hist) != TR_OK) say(0, "warning: cannot write %s", R.svg_path);
+    printf("done: %ld steps, %.1fs of training", step, R.pos.train_seconds);
+    if (R.pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", R.pos.best_exact, (long long)R.pos.best_step, R.best_path);
+    printf("\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *kctx = NULL;
+    int mode = 0, rc;
+    build_keys();
+    /* a context for reading settings: it holds the reasons of bad values */
+    cc.device = "cpu", cc.num_threads = 1;
+    if (tr_ctx_create(&cc, &kctx) != TR_OK) return say(1, "cannot create a context");
+    rc = configure(kctx, argc, argv, &mode);
+    tr_ctx_destroy(kctx);
+    if (rc < 0 && (rc = setup(mode)) < 0) rc = train(mode);
     fflush(stdout);
-    return exit_code;
+    if (R.jsonl) fclose(R.jsonl);
+    tr_carry_destroy(R.eval_carry);
+    tr_sampler_destroy(R.train_s);
+    tr_sampler_destroy(R.test_s);
+    tr_trainer_destroy(R.trainer);
+    tr_model_destroy(R.model);
+    tr_dataset_close(R.train_ds);
+    tr_dataset_close(R.test_ds);
+    tr_metrics_history_free(R.ctx, &R.hist);
+    tr_ctx_destroy(R.ctx);
+    return rc;
 }

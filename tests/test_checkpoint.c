@@ -938,6 +938,216 @@ static void test_atomic_save(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* ---- a training run's checkpoint (tr_checkpoint_save, tr_mkdir_p) ------------------------- */
+static void one_step(tr_trainer *t, uint64_t seed) {
+    int32_t in[2 * 16], lab[2 * 16], pid[2];
+    tr_batch b;
+    tu_tiny_batch(2, 16, 6, seed, in, lab, pid, 3, seed);
+    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = 2;
+    assert_int_equal(tr_trainer_step(t, &b, NULL), TR_OK);
+}
+
+static tr_status op_ck_save(tr_ctx *ctx, void *u) {
+    fault_env *e = (fault_env *)u;
+    (void)ctx;
+    return tr_checkpoint_save(e->t, e->path, 1, "abc", 3);
+}
+static tr_status op_mkdir(tr_ctx *ctx, void *u) { return tr_mkdir_p(ctx, ((fault_env *)u)->spath); }
+
+static void test_checkpoint_save(void **state) {
+    tr_ctx *ctx = make_ctx(1, 11);
+    tr_model *m = tiny_model(ctx, 0, 3), *got;
+    tr_train_config tc = tr_train_config_default();
+    fault_env e;
+    char dir[400], p[512], bp[512], sp[512], sp2[512];
+    unsigned char gotb[3];
+    size_t len = 0;
+    FILE *f;
+    (void)state;
+    tc.global_batch_size = 2, tc.ema = 1, tc.ema_decay = 0.5, tc.lr = 1e-2;
+    e.m = m;
+    assert_int_equal(tr_trainer_create(m, &tc, &e.t), TR_OK);
+    one_step(e.t, 1); /* the EMA now differs from the live weights */
+    /* mkdir -p: parents, an existing folder, a file in the way */
+    path_in(dir, sizeof dir, "run/a/b");
+    assert_int_equal(tr_mkdir_p(ctx, dir), TR_OK);
+    assert_int_equal(tr_mkdir_p(ctx, dir), TR_OK);
+    path_in(p, sizeof p, "run/file");
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    fclose(f);
+    ASSERT_ERR(tr_mkdir_p(ctx, p), TR_ERR_IO, "Not a directory");
+    assert_non_null(strstr(tr_ctx_last_error(ctx), p));
+    strcat(p, "/x");
+    ASSERT_ERR(tr_mkdir_p(ctx, p), TR_ERR_IO, "Not a directory");
+    ASSERT_ERR(tr_mkdir_p(ctx, NULL), TR_ERR_INVALID_ARG, "path");
+    assert_int_equal(tr_mkdir_p(NULL, dir), TR_ERR_INVALID_ARG);
+    /* the three files: latest and best hold the EMA weights, the state the live ones and the blob */
+    assert_int_equal(tr_checkpoint_save(e.t, dir, 1, "abc", 3), TR_OK);
+    snprintf(p, sizeof p, "%s/%s", dir, TR_CHECKPOINT_LATEST);
+    snprintf(bp, sizeof bp, "%s/%s", dir, TR_CHECKPOINT_BEST);
+    snprintf(sp, sizeof sp, "%s/%s", dir, TR_CHECKPOINT_LATEST_STATE);
+    assert_int_equal(tr_trainer_state_path(p, sp2, sizeof sp2), TR_OK);
+    assert_string_equal(sp, sp2);
+    assert_int_equal(tr_trainer_swap_ema(e.t), TR_OK);
+    assert_int_equal(tr_model_load(ctx, p, NULL, &got), TR_OK);
+    assert_models_equal(m, got);
+    tr_model_destroy(got);
+    assert_int_equal(tr_model_load(ctx, bp, NULL, &got), TR_OK);
+    assert_models_equal(m, got);
+    tr_model_destroy(got);
+    assert_int_equal(tr_trainer_swap_ema(e.t), TR_OK);
+    assert_int_equal(tr_trainer_load(e.t, sp, gotb, sizeof gotb, &len), TR_OK);
+    assert_int_equal(len, 3);
+    assert_memory_equal(gotb, "abc", 3);
+    assert_int_equal(tr_trainer_step_count(e.t), 1);
+    /* best = 0 leaves best alone */
+    assert_int_equal(remove(bp), 0);
+    assert_int_equal(tr_checkpoint_save(e.t, dir, 0, NULL, 0), TR_OK);
+    assert_int_equal(access(bp, F_OK), -1);
+    /* a disk fault on the second file (best): the error names it and the reason, and the state
+       file is the previous one; a read-only folder fails the first */
+    one_step(e.t, 2);
+    tr_ctx_inject_fault(ctx, TR_FAULT_IO_ENOSPC, 2, 0);
+    ASSERT_ERR(tr_checkpoint_save(e.t, dir, 1, "xyz", 3), TR_ERR_IO, "No space left on device");
+    assert_non_null(strstr(tr_ctx_last_error(ctx), bp));
+    assert_int_equal(access(bp, F_OK), -1);
+    tr_ctx_inject_fault(ctx, TR_FAULT_IO_EROFS, 1, 0);
+    ASSERT_ERR(tr_checkpoint_save(e.t, dir, 1, "xyz", 3), TR_ERR_IO, "Read-only file system");
+    assert_non_null(strstr(tr_ctx_last_error(ctx), p));
+    tr_ctx_inject_fault(ctx, TR_FAULT_NONE, 0, 0);
+    assert_int_equal(tu_count_tmp_files(dir), 0);
+    assert_int_equal(tr_trainer_load(e.t, sp, gotb, sizeof gotb, &len), TR_OK);
+    assert_int_equal(len, 0); /* the state of the best = 0 save, which had no blob */
+    assert_int_equal(tr_trainer_step_count(e.t), 1);
+    /* NaN weights are never written */
+    {
+        float keep = m->params[5];
+        m->params[5] = NAN;
+        ASSERT_ERR(tr_checkpoint_save(e.t, dir, 1, NULL, 0), TR_ERR_NONFINITE, "NaN");
+        assert_int_equal(access(bp, F_OK), -1);
+        m->params[5] = keep;
+    }
+    /* bad arguments, a missing folder */
+    assert_int_equal(tr_checkpoint_save(NULL, dir, 0, NULL, 0), TR_ERR_INVALID_ARG);
+    ASSERT_ERR(tr_checkpoint_save(e.t, NULL, 0, NULL, 0), TR_ERR_INVALID_ARG, "dir");
+    path_in(e.path, sizeof e.path, "no-such-run");
+    ASSERT_ERR(tr_checkpoint_save(e.t, e.path, 0, NULL, 0), TR_ERR_IO, "no-such-run/" TR_CHECKPOINT_LATEST);
+    /* allocation failures */
+    snprintf(e.path, sizeof e.path, "%s", dir);
+    assert_true(fault_loop(ctx, op_ck_save, &e, "tr_checkpoint_save") > 3);
+    path_in(e.spath, sizeof e.spath, "run/c/d");
+    assert_true(fault_loop(ctx, op_mkdir, &e, "tr_mkdir_p") >= 1);
+    tr_trainer_destroy(e.t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* ---- evaluation (tr_evaluate) -------------------------------------------------------------- */
+typedef struct eval_env {
+    tr_model *m;
+    tr_carry *c;
+    tr_sampler *s;
+    tr_sampler_state start;
+    tr_eval_result r;
+    int stop_at;
+} eval_env;
+
+static int eval_progress(void *user, const char *stage, int64_t done, int64_t total) {
+    eval_env *e = (eval_env *)user;
+    assert_string_equal(stage, "evaluate");
+    assert_true(done <= total);
+    return e->stop_at >= 0 && done >= e->stop_at;
+}
+static tr_status op_eval(tr_ctx *ctx, void *u) {
+    eval_env *e = (eval_env *)u;
+    (void)ctx;
+    assert_int_equal(tr_sampler_set_state(e->s, &e->start), TR_OK);
+    return tr_evaluate(e->m, e->c, e->s, 0, NULL, NULL, &e->r);
+}
+
+static void test_evaluate(void **state) {
+    tr_ctx *ctx = make_ctx(1, 12);
+    tr_split sp;
+    tr_dataset_meta meta = tr_dataset_meta_default();
+    tr_dataset *ds = NULL;
+    tr_sampler_config sc = tr_sampler_config_default();
+    tr_sampler *train;
+    eval_env e;
+    char dir[512];
+    uint8_t in[16], lab[16];
+    int i, j;
+    tr_metrics sum, mt;
+    int64_t nb = 0;
+    (void)state;
+    /* a test split of 7 examples: batches of 2, the last one padded */
+    assert_int_equal(tr_split_init(ctx, &sp, 16, 7), TR_OK);
+    for (i = 0; i < 7; i++) {
+        for (j = 0; j < 16; j++) in[j] = (uint8_t)(1 + (i + j) % 5), lab[j] = (uint8_t)(1 + (i * j) % 5);
+        assert_int_equal(tr_split_add_example(ctx, &sp, in, lab), TR_OK);
+        assert_int_equal(tr_split_end_puzzle(ctx, &sp, 1 + i % 2), TR_OK);
+        assert_int_equal(tr_split_end_group(ctx, &sp), TR_OK);
+    }
+    meta.vocab_size = 6, meta.num_puzzle_identifiers = 3;
+    path_in(dir, sizeof dir, "evalds");
+    assert_int_equal(tr_split_write(ctx, dir, "test", &sp, &meta), TR_OK);
+    tr_split_free(ctx, &sp);
+    assert_int_equal(tr_dataset_open(ctx, dir, "test", 0, &ds), TR_OK);
+    sc.test_mode = 1, sc.global_batch_size = 2, sc.prefetch = 0;
+    assert_int_equal(tr_sampler_create(ctx, ds, &sc, &e.s), TR_OK);
+    tr_sampler_get_state(e.s, &e.start);
+    e.m = tiny_model(ctx, 0, 3);
+    assert_int_equal(tr_carry_create(e.m, 2, &e.c), TR_OK);
+    /* the reference loop by hand */
+    memset(&sum, 0, sizeof sum);
+    for (;;) {
+        tr_batch b;
+        tr_batch_info info;
+        assert_int_equal(tr_sampler_next(e.s, &b, &info), TR_OK);
+        if (info.end) break;
+        tr_carry_reset(e.c);
+        do assert_int_equal(tr_model_eval_step(e.m, e.c, &b, NULL, &mt), TR_OK);
+        while (!tr_carry_all_halted(e.c));
+        sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
+        nb++;
+    }
+    assert_int_equal(nb, 4);
+    assert_int_equal(op_eval(ctx, &e), TR_OK);
+    assert_int_equal(e.r.batches, 4);
+    assert_true(e.r.count == 7 && sum.count == 7);
+    assert_true(e.r.accuracy == sum.accuracy / 7 && e.r.exact_accuracy == sum.exact_accuracy / 7);
+    assert_true(e.r.steps == 3 && e.r.lm_loss == sum.lm_loss / 7 && e.r.seconds >= 0);
+    /* at most 1 batch; stopped by progress; an exhausted pass is a fresh one */
+    assert_int_equal(tr_sampler_set_state(e.s, &e.start), TR_OK);
+    assert_int_equal(tr_evaluate(e.m, e.c, e.s, 1, NULL, NULL, &e.r), TR_OK);
+    assert_true(e.r.batches == 1 && e.r.count == 2);
+    assert_int_equal(tr_sampler_set_state(e.s, &e.start), TR_OK);
+    e.stop_at = 2;
+    ASSERT_ERR(tr_evaluate(e.m, e.c, e.s, 0, eval_progress, &e, &e.r), TR_ERR_INTERRUPTED, "after 2 of 4 batches");
+    assert_int_equal(e.r.batches, 2);
+    e.stop_at = -1;
+    assert_int_equal(tr_sampler_set_state(e.s, &e.start), TR_OK);
+    assert_int_equal(tr_evaluate(e.m, e.c, e.s, 0, eval_progress, &e, &e.r), TR_OK);
+    assert_int_equal(e.r.batches, 4);
+    assert_int_equal(tr_evaluate(e.m, e.c, e.s, 0, NULL, NULL, &e.r), TR_OK); /* the next pass: the same rows */
+    assert_true(e.r.batches == 4 && e.r.count == 7);
+    /* bad arguments: a train sampler would never end */
+    sc.test_mode = 0;
+    assert_int_equal(tr_sampler_create(ctx, ds, &sc, &train), TR_OK);
+    ASSERT_ERR(tr_evaluate(e.m, e.c, train, 0, NULL, NULL, &e.r), TR_ERR_INVALID_ARG, "test mode");
+    tr_sampler_destroy(train);
+    assert_int_equal(tr_evaluate(NULL, e.c, e.s, 0, NULL, NULL, &e.r), TR_ERR_INVALID_ARG);
+    assert_int_equal(tr_evaluate(e.m, e.c, e.s, 0, NULL, NULL, NULL), TR_ERR_INVALID_ARG);
+    fault_loop(ctx, op_eval, &e, "tr_evaluate");
+    tr_carry_destroy(e.c);
+    tr_model_destroy(e.m);
+    tr_sampler_destroy(e.s);
+    tr_dataset_close(ds);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 /* ---- a checkpoint converted from PyTorch -------------------------------------------------- */
 /* tests/data/ckpt_tiny_{att,mlp}.safetensors come from tools/checkpoint_fixture.py: weights made
    by tools/torch_reference.py's initialiser, saved with torch.save under "_orig_mod.model.inner."
@@ -1039,6 +1249,8 @@ int main(void) {
         cmocka_unit_test(test_trainer_state_errors),
         cmocka_unit_test(test_alloc_faults),
         cmocka_unit_test(test_atomic_save),
+        cmocka_unit_test(test_checkpoint_save),
+        cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_converted_fixture_att),
         cmocka_unit_test(test_converted_fixture_mlp_bf16),
     };

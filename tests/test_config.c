@@ -332,6 +332,37 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
+/* tr_train_config_validate: the defaults and every preset's recipe pass; each bad field is
+   TR_ERR_CONFIG with a reason that names its key. */
+static void test_train_config_validate(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_train_config tc;
+    tr_preset p;
+    int i;
+    static const struct {
+        const char *key, *value;
+    } bad[] = {{"global_batch_size", "0"}, {"lr", "-1"}, {"puzzle_emb_lr", "-0.5"}, {"lr_min_ratio", "1.5"}, {"lr_warmup_steps", "-1"},
+               {"beta1", "1"}, {"beta2", "-0.1"}, {"ema_rate", "1"}, {"max_nonfinite_steps", "0"}};
+    (void)state;
+    tc = tr_train_config_default();
+    assert_int_equal(tr_train_config_validate(ctx, &tc), TR_OK);
+    assert_int_equal(tr_train_config_validate(NULL, &tc), TR_OK);
+    assert_int_equal(tr_train_config_validate(ctx, NULL), TR_ERR_INVALID_ARG);
+    for (i = 0; tr_preset_get(i, &p) == TR_OK; i++) assert_int_equal(tr_train_config_validate(ctx, &p.train), TR_OK);
+    for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        tc = tr_train_config_default();
+        assert_int_equal(tr_config_set(ctx, NULL, &tc, bad[i].key, bad[i].value), TR_OK);
+        assert_int_equal(tr_train_config_validate(ctx, &tc), TR_ERR_CONFIG);
+        if (!strstr(tr_ctx_last_error(ctx), bad[i].key)) fail_msg("%s=%s: reason '%s' lacks the key", bad[i].key, bad[i].value, tr_ctx_last_error(ctx));
+        assert_int_equal(tr_train_config_validate(NULL, &tc), TR_ERR_CONFIG);
+    }
+    tc = tr_train_config_default();
+    tc.weight_decay = NAN;
+    assert_int_equal(tr_train_config_validate(ctx, &tc), TR_ERR_CONFIG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "weight_decay"));
+    tr_ctx_destroy(ctx);
+}
+
 static void test_metrics_history(void **state) {
     static const char jsonl[] = "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"accuracy\":null,\"exact_accuracy\":null}\n"
                                 "{\"type\":\"train\",\"step\":2,\"loss\":2.0,\"accuracy\":0.25,\"exact_accuracy\":0}\n"
@@ -428,6 +459,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),          cmocka_unit_test(test_presets_unchanged), cmocka_unit_test(test_keys_cover_fields),
         cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_bad_values),        cmocka_unit_test(test_own_keys), cmocka_unit_test(test_metrics_history),
+        cmocka_unit_test(test_train_config_validate),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

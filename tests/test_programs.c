@@ -6,6 +6,7 @@
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -819,11 +820,102 @@ static void test_train_keys(void **state) {
     free(out);
 }
 
+/* Asserts that every tensor of the model file at path loads and holds finite values. */
+static void assert_finite_model(const char *path) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_model *m = NULL;
+    tr_tensor_view v;
+    int i;
+    size_t k;
+    assert_int_equal(tr_model_load(ctx, path, NULL, &m), TR_OK);
+    for (i = 0; i < tr_model_num_tensors(m); i++) {
+        assert_int_equal(tr_model_tensor(m, i, &v), TR_OK);
+        for (k = 0; k < v.numel; k++)
+            if (!isfinite(v.data[k])) fail_msg("%s: %s[%zu] is not finite", path, v.name, k);
+    }
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
+/* The checkpoint of step 6 in <g_dir>/<run> loads with finite weights, and --resume finishes the
+   12 steps from it (metrics.jsonl forgets the lines after step 6). */
+static void assert_resumes_from_step6(const char *tag, const char *run) {
+    char p[1024];
+    pathf(p, sizeof p, "%s/latest.safetensors", run);
+    assert_finite_model(p);
+    assert_int_equal(run_cmd(tag, "'%s' --resume checkpoint_path='%s/%s'", g_train, g_dir, run), 0);
+    assert_out_has(tag, "resuming at step 6");
+    pathf(p, sizeof p, "%s/metrics.jsonl", run);
+    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 12);
+    assert_int_equal(count_lines_with(p, "\"type\":\"eval\""), 2);
+}
+
+/* NaN or infinite steps (TINYREC_FAULT=nan@STEP[:N] puts a NaN into a gradient): a skipped step
+   shows in metrics.jsonl and the progress lines; max_nonfinite_steps in a row stop the run with
+   the library's reason and exit status 1, and nothing is saved after the NaN: the checkpoint of
+   step 6 loads with finite weights and resumes. */
+static void test_train_nonfinite(void **state) {
+    char p[1024];
+    (void)state;
+    assert_int_equal(run_cmd("nan1", "TINYREC_FAULT=nan@2:1 '%s' " TINY_ARGS " checkpoint_path='%s/nan1' epochs=1", g_train, g_dir, g_dir), 0);
+    pathf(p, sizeof p, "%s", "nan1/metrics.jsonl");
+    assert_int_equal(count_lines_with(p, "\"type\":\"train\""), 6);
+    assert_int_equal(count_lines_with(p, "\"skipped\":1"), 1);
+    assert_int_equal(count_lines_with(p, "\"skipped\":0"), 5);
+    assert_int_equal(count_lines_with(p, "\"step\":2,"), 1);
+    {
+        char *text = tu_slurp(p, NULL);
+        const char *l = strstr(text, "\"step\":2,");
+        assert_non_null(l);
+        assert_true(strstr(l, "\"skipped\":1") < strchr(l, '\n'));
+        assert_int_equal(check_jsonl(text), 7);
+        free(text);
+    }
+    assert_err_has("nan1", "step 2: the gradient of");
+    assert_err_has("nan1", "update skipped");
+    assert_out_has("nan1", "1 skipped");
+    pathf(p, sizeof p, "%s", "nan1/latest.safetensors");
+    assert_finite_model(p);
+    /* NaN from step 8 on: the run stops at step 9, after the checkpoint of step 6 */
+    assert_int_equal(run_cmd("nan2", "TINYREC_FAULT=nan@8:100 '%s' " TINY_ARGS " checkpoint_path='%s/nan2' epochs=2 eval_interval=1 max_nonfinite_steps=2", g_train, g_dir, g_dir),
+                     1);
+    assert_err_has("nan2", "tinyrec-train: training stopped: step 9:");
+    assert_err_has("nan2", "NaN or infinite, 2 step(s) in a row (max_nonfinite_steps 2)");
+    pathf(p, sizeof p, "%s", "nan2/best.safetensors");
+    assert_finite_model(p);
+    assert_resumes_from_step6("nan3", "nan2");
+    pathf(p, sizeof p, "%s", "nan2/metrics.jsonl");
+    assert_int_equal(count_lines_with(p, "\"skipped\":1"), 0);
+    /* NaN from step 2 on: no checkpoint was ever written */
+    assert_int_equal(run_cmd("nan4", "TINYREC_FAULT=nan@2:100 '%s' " TINY_ARGS " checkpoint_path='%s/nan4' epochs=1 max_nonfinite_steps=2", g_train, g_dir, g_dir), 1);
+    assert_err_has("nan4", "step 3:");
+    pathf(p, sizeof p, "%s", "nan4/latest.safetensors");
+    assert_false(file_exists(p));
+}
+
+/* A full disk (TINYREC_FAULT=enospc@N: the N-th file written fails with ENOSPC) during the second
+   checkpoint (files 1-4: latest, best, state, metrics.svg; 5: latest again) stops the run with the
+   file and the reason; the first checkpoint is intact and resumes. A read-only folder likewise. */
+static void test_train_disk_full(void **state) {
+    char dir[1024];
+    (void)state;
+    assert_int_equal(run_cmd("full1", "TINYREC_FAULT=enospc@5 '%s' " TINY_ARGS " checkpoint_path='%s/full' epochs=2 eval_interval=1", g_train, g_dir, g_dir), 1);
+    assert_err_has("full1", "tinyrec-train: saving the checkpoint failed: writing '");
+    assert_err_has("full1", "full/latest.safetensors' failed after 0 bytes: No space left on device (the previous file is unchanged)");
+    pathf(dir, sizeof dir, "%s", "full");
+    assert_int_equal(tu_count_tmp_files(dir), 0);
+    assert_resumes_from_step6("full2", "full");
+    /* a read-only folder at the first save */
+    assert_int_equal(run_cmd("rofs", "TINYREC_FAULT=erofs@1 '%s' " TINY_ARGS " checkpoint_path='%s/rofs' epochs=1", g_train, g_dir, g_dir), 1);
+    assert_err_has("rofs", "rofs/latest.safetensors': Read-only file system");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
         cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
         cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report), cmocka_unit_test(test_train_keys),
+        cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
