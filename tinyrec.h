@@ -4118,7 +4118,7 @@ TR__FN int tr__cl_source_line(const char *const *sources, int n, long global, ch
             const char *eol = strchr(p, '\n');
             size_t len = eol ? (size_t)(eol - p) : strlen(p);
             if (len > 9 && !strncmp(p, "#line ", 6) && isdigit((unsigned char)p[6])) {
-                const char *q = strchr(p, '"'), *e = q ? memchr(q + 1, '"', len - (size_t)(q + 1 - p)) : NULL;
+                const char *q = strchr(p, '"'), *e = q ? (const char *)memchr(q + 1, '"', len - (size_t)(q + 1 - p)) : NULL;
                 if (e && (size_t)(e - q - 1) < cap) {
                     memcpy(file, q + 1, (size_t)(e - q - 1));
                     file[e - q - 1] = 0;
