@@ -14741,6 +14741,8 @@ TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_i
     size_t i, nb;
     if (!v || !puzzle || !answer) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: NULL argument");
     if (v->ranked_) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: the votes are already ranked");
+    if (answer->h < 0 || answer->w < 0 || answer->h > TR_ARC_MAX_GRID || answer->w > TR_ARC_MAX_GRID || (input && (input->h > TR_ARC_MAX_GRID || input->w > TR_ARC_MAX_GRID)))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: a grid is larger than %dx%d", TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
     if (!where) where = puzzle;
     if (tr_arc_parse_name(ctx, puzzle, base, sizeof base, &tid, perm) != TR_OK) {
         char why[TR__ERRLEN];

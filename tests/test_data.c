@@ -1207,21 +1207,23 @@ static tr_arc_grid mk_arc_grid(int h, int w, const int *cells) {
     return g;
 }
 
-/* The submission as text. */
-static void votes_submission(const tr_arc_votes *v, char *buf, size_t cap) {
+/* The submission as text (free it). */
+static char *votes_submission(const tr_arc_votes *v) {
     char p[512];
     FILE *f;
-    size_t n;
     snprintf(p, sizeof p, "%s/submission.json", g_tmp);
     f = fopen(p, "wb");
     assert_non_null(f);
     assert_int_equal(tr_arc_votes_fput_submission(f, v), 0);
     fclose(f);
-    f = fopen(p, "rb");
-    assert_non_null(f);
-    n = fread(buf, 1, cap - 1, f);
-    buf[n] = 0;
-    fclose(f);
+    return tu_slurp(p, NULL);
+}
+
+static void expect_submission(const tr_arc_votes *v, const char *want) {
+    char *got = votes_submission(v);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
 }
 
 static void test_arc_votes(void **state) {
@@ -1234,7 +1236,6 @@ static void test_arc_votes(void **state) {
     const int ks[3] = {1, 2, 5};
     double pass[3], all[3], q;
     int64_t count;
-    char buf[4096];
     (void)state;
     empty.h = empty.w = 0;
     assert_int_equal(tr_arc_votes_create(ctx, k_votes_tasks, strlen(k_votes_tasks), "tp.json", &v), TR_OK);
@@ -1282,6 +1283,9 @@ static void test_arc_votes(void **state) {
     expect_error(ctx, tr_arc_votes_add(v, "B", 2, &R, 0, NULL, "p.jsonl:9"), TR_ERR_FORMAT, "p.jsonl:9: task 'B' has 2 test inputs, not index 2", NULL);
     expect_error(ctx, tr_arc_votes_add(v, "B", -1, &R, 0, NULL, "p.jsonl:9"), TR_ERR_FORMAT, "not index -1", NULL);
     expect_error(ctx, tr_arc_votes_add(v, NULL, 0, &R, 0, NULL, NULL), TR_ERR_INVALID_ARG, "NULL", NULL);
+    g.h = 31, g.w = 1;
+    expect_error(ctx, tr_arc_votes_add(v, "A", 0, &g, 0, NULL, NULL), TR_ERR_INVALID_ARG, "larger than 30x30", NULL);
+    expect_error(ctx, tr_arc_votes_add(v, "A", 0, &R, 0, &g, NULL), TR_ERR_INVALID_ARG, "larger than 30x30", NULL);
     assert_int_equal(v->predictions, 12);
     tr_arc_votes_rank(v);
     /* A: R first (tie on votes broken by the mean q), W second */
@@ -1312,10 +1316,9 @@ static void test_arc_votes(void **state) {
     assert_true(fabs(pass[0] - 1.5 / 3) < 1e-12 && fabs(pass[1] - 2.0 / 3) < 1e-12 && fabs(pass[2] - 2.0 / 3) < 1e-12);
     assert_true(fabs(all[0] - 1.0 / 3) < 1e-12 && fabs(all[1] - 2.0 / 3) < 1e-12);
     assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, NULL), TR_OK);
-    votes_submission(v, buf, sizeof buf);
-    assert_string_equal(buf, "{\n  \"A\": [{\"attempt_1\": [[5, 6, 7], [8, 9, 1]], \"attempt_2\": [[5, 6, 7], [8, 9, 2]]}],\n"
-                             "  \"B\": [{\"attempt_1\": [[2, 2]], \"attempt_2\": [[4], [4]]}, {\"attempt_1\": [[4], [4]], \"attempt_2\": [[4], [4], [4]]}],\n"
-                             "  \"C\": [{\"attempt_1\": [[7]], \"attempt_2\": []}]\n}\n");
+    expect_submission(v, "{\n  \"A\": [{\"attempt_1\": [[5, 6, 7], [8, 9, 1]], \"attempt_2\": [[5, 6, 7], [8, 9, 2]]}],\n"
+                         "  \"B\": [{\"attempt_1\": [[2, 2]], \"attempt_2\": [[4], [4]]}, {\"attempt_1\": [[4], [4]], \"attempt_2\": [[4], [4], [4]]}],\n"
+                         "  \"C\": [{\"attempt_1\": [[7]], \"attempt_2\": []}]\n}\n");
     /* ranked: no more votes */
     expect_error(ctx, tr_arc_votes_add(v, "A", 0, &R, 0, NULL, NULL), TR_ERR_INVALID_ARG, "already ranked", NULL);
     tr_arc_votes_destroy(v);
@@ -1330,11 +1333,9 @@ static void test_arc_votes(void **state) {
     tr_arc_votes_rank(v);
     assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, all), TR_OK);
     assert_true(pass[0] == 0 && all[2] == 0);
-    votes_submission(v, buf, sizeof buf);
-    assert_string_equal(buf, "{\n  \"A\": [{\"attempt_1\": [[0]], \"attempt_2\": [[0]]}]\n}\n");
+    expect_submission(v, "{\n  \"A\": [{\"attempt_1\": [[0]], \"attempt_2\": [[0]]}]\n}\n");
     v->tasks[0].scored = 0;
-    votes_submission(v, buf, sizeof buf);
-    assert_string_equal(buf, "{}\n");
+    expect_submission(v, "{}\n");
     assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, all), TR_OK);
     assert_true(pass[0] == 0);
     tr_arc_votes_destroy(v);
