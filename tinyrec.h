@@ -799,6 +799,12 @@ typedef struct tr_build_summary {
     double seconds;
 } tr_build_summary;
 
+/* A whole file into memory: *data is NUL-terminated (the NUL not counted in *len) and comes from
+   the context's allocator (free it with tr_free). path "-" reads standard input. Errors name the file. */
+TRDEF tr_status tr_read_file(tr_ctx *ctx, const char *path, char **data, size_t *len);
+/* Frees memory that the library handed over (tr_read_file's data); NULL is ignored. */
+TRDEF void tr_free(tr_ctx *ctx, void *p);
+
 /* ---- puzzle readers ---------------------------------------------------------------------------
    One reader per format (Sudoku lines/CSV, Maze text, ARC task JSON), used by the builders and by
    the programs. A malformed record is "what:line: reason" (TR_ERR_FORMAT), unless on_skip is set:
@@ -964,6 +970,72 @@ TRDEF void tr_arc_task_free(tr_ctx *ctx, tr_arc_task *t);
 /* Reads a dataset's identifiers.json: a JSON list of names (strings), id = position. */
 TRDEF tr_status tr_identifiers_read(tr_ctx *ctx, const char *path, int64_t *count, char ***names);
 TRDEF void tr_identifiers_free(tr_ctx *ctx, int64_t count, char **names);
+/* Writes a grid as JSON, [[1, 2], [3, 4]] (0 x 0: []). Returns 0, or EOF on a write error. */
+TRDEF int tr_arc_grid_fput(FILE *f, const tr_arc_grid *g);
+
+/* ---- ARC evaluation ---------------------------------------------------------------------------
+   The reference evaluator (evaluators/arc.py): every prediction for an augmented test input
+   ("<task>|||t<id>|||<perm>") is mapped back by tr_arc_inverse_augment and counted as a vote; the
+   distinct answers of each test input are ranked by votes, ties broken by the mean sigmoid(q_halt),
+   then by which came first. pass@K is the fraction of a task's test inputs whose solution is among
+   the top K, averaged over the scored tasks (TRM); "all inputs" counts a task only when every test
+   input is solved (HRM's notebook). Use: create from test_puzzles.json, add every prediction, rank,
+   then read the answers, the scores and the submission. */
+typedef struct tr_arc_eval_input {
+    tr_arc_grid input, output; /* output.h = 0: the file gives no solution */
+    int num_answers;           /* distinct answers voted for */
+    int right;                 /* after tr_arc_votes_rank: the solution's rank among them, or -1 */
+    size_t first_;
+} tr_arc_eval_input;
+typedef struct tr_arc_eval_task {
+    char *name;
+    int num_test;
+    tr_arc_eval_input *tests;  /* [num_test] */
+    int scored;                /* in the evaluated set (1 after create); clear it to leave a task out */
+} tr_arc_eval_task;
+typedef struct tr_arc_votes {
+    tr_ctx *ctx;
+    int num_tasks;
+    tr_arc_eval_task *tasks;   /* in the file's order */
+    int64_t predictions;       /* votes counted */
+    int64_t ignored;           /* predictions for tasks that are not scored */
+    int64_t inputs_checked, inputs_mismatched; /* augmented inputs given to add, and those that do not map back */
+    size_t num_answers;        /* distinct answers over all test inputs */
+    /* private */
+    struct tr__arc_cand *cands_;
+    size_t cap_, tcap_, alen_, acap_;
+    size_t *table_;
+    uint8_t *arena_;
+    void *names_;
+    int64_t seen_;
+    int ranked_;
+} tr_arc_votes;
+/* Reads the tasks of a test_puzzles.json held in text[0..len): an object of tasks keyed by name,
+   each with a "test" list (solutions may be absent). Errors name `what` and the task. */
+TRDEF tr_status tr_arc_votes_create(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_arc_votes **out);
+TRDEF void tr_arc_votes_destroy(tr_arc_votes *v);
+/* The index of the task called name, or -1. */
+TRDEF int tr_arc_votes_find(const tr_arc_votes *v, const char *name);
+/* One prediction: `answer` (0 x 0: none) for test input test_index of the augmented puzzle
+   `puzzle`, in its augmented frame, with the model's q_halt logit. With `input` (the augmented test
+   input the model saw; may be NULL) also checks that it maps back to the task's test input.
+   Predictions for tasks that are not scored are only counted (ignored). TR_ERR_FORMAT for a bad
+   puzzle name, a task not in the file or a test index out of range, the reason starting with
+   `where`; TR_ERR_INVALID_ARG after tr_arc_votes_rank. */
+TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input,
+                                 const char *where);
+/* Ranks the answers of every test input (after the last add) and sets tests[].right. */
+TRDEF void tr_arc_votes_rank(tr_arc_votes *v);
+/* Answer `rank` (0: the most votes) of test input `test` of task `task`: its grid, votes and mean
+   sigmoid(q_halt) (any output may be NULL). Returns 0 when there is no such answer or before rank. */
+TRDEF int tr_arc_votes_answer(const tr_arc_votes *v, int task, int test, int rank, tr_arc_grid *grid, int64_t *votes, double *mean_q);
+/* pass@K of the scored tasks for ks[0..nk): pass[i] (TRM) and all_inputs[i] (HRM; may be NULL);
+   0 when no task is scored. TR_ERR_INVALID_ARG before tr_arc_votes_rank. */
+TRDEF tr_status tr_arc_votes_score(const tr_arc_votes *v, const int *ks, int nk, double *pass, double *all_inputs);
+/* Writes the ARC Prize submission of the scored tasks: {"<task>": [{"attempt_1": grid,
+   "attempt_2": grid}, ...], ...}, the top two answers of each test input ([[0]] when there is none;
+   the second repeats the first when there is one). Returns 0, or EOF on a write error or before rank. */
+TRDEF int tr_arc_votes_fput_submission(FILE *f, const tr_arc_votes *v);
 
 typedef struct tr_arc_options {
     const char *const *input_dirs; /* each: a folder of subset folders (training/, evaluation/) or a subset folder of *.json tasks */
@@ -10202,23 +10274,26 @@ TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_
     FILE *f;
     char *buf = NULL;
     size_t cap = 0, n = 0;
-    if (!data || !len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__read_file: NULL output pointer");
+    int is_stdin;
+    if (!data || !len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: NULL output pointer");
     *data = NULL;
     *len = 0;
-    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr__read_file: path is NULL");
-    f = fopen(path, "rb");
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: path is NULL");
+    is_stdin = !strcmp(path, "-");
+    f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) return tr__err(ctx, TR_ERR_IO, "cannot open '%s' for reading: %s", path, strerror(errno));
+    if (is_stdin) path = "<stdin>"; /* for the error texts; stdin stays open */
 #if !defined(_WIN32)
     {
         struct stat sb;
         if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0) {
             if ((uint64_t)sb.st_size > (uint64_t)max_bytes) {
-                fclose(f);
+                if (!is_stdin) fclose(f);
                 return tr__err(ctx, TR_ERR_FORMAT, "'%s' is %llu bytes, more than the %zu-byte limit", path,
                                (unsigned long long)sb.st_size, max_bytes);
             }
             if (ctx && ctx->mem_limit && (uint64_t)sb.st_size > (uint64_t)ctx->mem_limit) {
-                fclose(f);
+                if (!is_stdin) fclose(f);
                 return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "'%s' is %llu bytes, more than the %.0f MiB memory limit (tr_ctx_config.memory_limit, else the machine's memory)",
                                path, (unsigned long long)sb.st_size, (double)ctx->mem_limit / (1024.0 * 1024.0));
             }
@@ -10234,13 +10309,13 @@ TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_
             size_t ncap = buf ? (cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2) : cap;
             if (buf && ncap <= cap) {
                 tr__free(ctx, buf);
-                fclose(f);
+                if (!is_stdin) fclose(f);
                 return tr__err(ctx, TR_ERR_OVERFLOW, "'%s' is too large to read", path);
             }
             nb = (char *)tr__alloc(ctx, ncap);
             if (!nb) {
                 tr__free(ctx, buf);
-                fclose(f);
+                if (!is_stdin) fclose(f);
                 return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%zu bytes)", path, ncap);
             }
             if (buf) {
@@ -10255,29 +10330,29 @@ TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_
         n += got;
         if (n > max_bytes) {
             tr__free(ctx, buf);
-            fclose(f);
+            if (!is_stdin) fclose(f);
             return tr__err(ctx, TR_ERR_FORMAT, "'%s' is more than the %zu-byte limit", path, max_bytes);
         }
         if (got < want) { /* end of file or an error */
             if (ferror(f)) {
                 int e = errno;
                 tr__free(ctx, buf);
-                fclose(f);
+                if (!is_stdin) fclose(f);
                 return tr__err(ctx, TR_ERR_IO, "cannot read '%s': %s", path, strerror(e));
             }
             break;
         }
     }
-    fclose(f);
+    if (!is_stdin) fclose(f);
     buf[n] = 0;
     *data = buf;
     *len = n;
     return TR_OK;
 }
 
-TR__FN tr_status tr__read_file(tr_ctx *ctx, const char *path, char **data, size_t *len) {
-    return tr__read_file_capped(ctx, path, SIZE_MAX - 1, data, len);
-}
+TRDEF tr_status tr_read_file(tr_ctx *ctx, const char *path, char **data, size_t *len) { return tr__read_file_capped(ctx, path, SIZE_MAX - 1, data, len); }
+
+TRDEF void tr_free(tr_ctx *ctx, void *p) { tr__free(ctx, p); }
 
 /* ---- atomic file replacement ---------------------------------------------------------------
    tr__atomic_begin opens `<path>.tmp.<pid>` in the target's directory; tr__atomic_write appends
@@ -10807,7 +10882,7 @@ TRDEF tr_status tr_st_open(tr_ctx *ctx, const char *path, tr_st_file **out) {
     if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: out is NULL") : TR_ERR_INVALID_ARG;
     *out = NULL;
     if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: path is NULL");
-    st = tr__read_file(ctx, path, &data, &len);
+    st = tr_read_file(ctx, path, &data, &len);
     if (st != TR_OK) return st;
     return tr__st_open_bytes(ctx, data, len, data, path, out);
 }
@@ -11405,7 +11480,7 @@ TRDEF tr_status tr_npy_load(tr_ctx *ctx, const char *path, int use_mmap, tr_npy 
     {
         char *buf;
         size_t len;
-        st = tr__read_file(ctx, path, &buf, &len);
+        st = tr_read_file(ctx, path, &buf, &len);
         if (st != TR_OK) return st;
         st = tr_npy_parse(ctx, buf, len, path, out);
         if (st != TR_OK) {
@@ -11763,7 +11838,7 @@ TRDEF tr_status tr_identifiers_read(tr_ctx *ctx, const char *path, int64_t *coun
     if (!ctx || !path || !count || !names) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_identifiers_read: NULL argument");
     *count = 0;
     *names = NULL;
-    st = tr__read_file(ctx, path, &text, &len);
+    st = tr_read_file(ctx, path, &text, &len);
     if (st == TR_OK) st = tr_json_parse(ctx, text, len, path, &root);
     tr__free(ctx, text);
     if (st == TR_OK && root->type != TR_JSON_ARRAY) st = tr__err(ctx, TR_ERR_FORMAT, "%s: expected a JSON list of names", path);
@@ -12198,7 +12273,7 @@ TR__FN tr_status tr__text_open(tr_ctx *ctx, const char *path, tr__text *t) {
         close(fd);
     }
 #endif
-    st = tr__read_file(ctx, path, &t->buf_, &t->len);
+    st = tr_read_file(ctx, path, &t->buf_, &t->len);
     if (st != TR_OK) return st;
     t->data = t->buf_;
     return TR_OK;
@@ -14752,6 +14827,304 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
     return st;
 }
 
+/* ---- ARC evaluation: votes, ranking, pass@K --------------------------------------------------- */
+TRDEF int tr_arc_grid_fput(FILE *f, const tr_arc_grid *g) {
+    int r, c, e = 0;
+    if (!f || !g) return EOF;
+    e |= fputc('[', f) == EOF;
+    for (r = 0; r < g->h; r++) {
+        e |= fputs(r ? ", [" : "[", f) == EOF;
+        for (c = 0; c < g->w; c++) e |= fprintf(f, c ? ", %d" : "%d", g->cells[r * g->w + c]) < 0;
+        e |= fputc(']', f) == EOF;
+    }
+    e |= fputc(']', f) == EOF;
+    return e ? EOF : 0;
+}
+
+/* One distinct answer to one test input; its cells live in the votes' arena. */
+struct tr__arc_cand {
+    int task, test, h, w;
+    size_t off;
+    uint64_t hash;
+    int64_t count;
+    double qsum;  /* of sigmoid(q_halt) */
+    int64_t order; /* when it was first voted for */
+};
+
+TR__FN uint64_t tr__arc_cand_key(int task, int test, uint64_t h) { return tr__mix64(h ^ ((uint64_t)task * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(test + 1) * 0xc2b2ae3d27d4eb4full)); }
+
+TR__FN int tr__arc_cand_is(const tr_arc_votes *v, const struct tr__arc_cand *c, const tr_arc_grid *g) {
+    return c->h == g->h && c->w == g->w && (g->h <= 0 || !memcmp(v->arena_ + c->off, g->cells, (size_t)g->h * (size_t)g->w));
+}
+
+/* (task, test) ascending, then votes descending, mean q descending, first seen first: the reference's order. */
+TR__FN int tr__arc_cand_cmp(const void *pa, const void *pb) {
+    const struct tr__arc_cand *a = (const struct tr__arc_cand *)pa, *b = (const struct tr__arc_cand *)pb;
+    double qa, qb;
+    if (a->task != b->task) return a->task < b->task ? -1 : 1;
+    if (a->test != b->test) return a->test < b->test ? -1 : 1;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    qa = a->qsum / (double)a->count, qb = b->qsum / (double)b->count;
+    if (qa != qb) return qa > qb ? -1 : 1;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* The id of name in t, or -1 (tr__names_id adds it). */
+TR__FN int64_t tr__names_find(const tr__names *t, const char *name) {
+    int64_t i;
+    if (!t->nslots) return -1;
+    for (i = (int64_t)(tr__str_hash(name) & (uint64_t)(t->nslots - 1)); t->slots[i]; i = (i + 1) & (t->nslots - 1))
+        if (!strcmp(t->names[t->slots[i] - 1], name)) return t->slots[i] - 1;
+    return -1;
+}
+
+TRDEF void tr_arc_votes_destroy(tr_arc_votes *v) {
+    tr_ctx *ctx;
+    int t;
+    if (!v) return;
+    ctx = v->ctx;
+    for (t = 0; t < v->num_tasks; t++) tr__free(ctx, v->tasks[t].tests);
+    tr__free(ctx, v->tasks);
+    if (v->names_) tr__names_free(ctx, (tr__names *)v->names_); /* the task names are its strings */
+    tr__free(ctx, v->names_);
+    tr__free(ctx, v->cands_);
+    tr__free(ctx, v->table_);
+    tr__free(ctx, v->arena_);
+    tr__free(ctx, v);
+}
+
+TRDEF tr_status tr_arc_votes_create(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_arc_votes **out) {
+    tr_arc_votes *v;
+    tr_json *root = NULL;
+    tr_status st;
+    tr__names *names;
+    size_t i;
+    if (!ctx || !out || !text) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_create: NULL argument");
+    *out = NULL;
+    if (!what) what = "test_puzzles.json";
+    if ((st = tr_json_parse(ctx, text, len, what, &root)) != TR_OK) return st;
+    if (root->type != TR_JSON_OBJECT) {
+        tr_json_free(ctx, root);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: expected an object of tasks", what);
+    }
+    v = (tr_arc_votes *)tr__calloc(ctx, 1, sizeof *v);
+    names = (tr__names *)tr__calloc(ctx, 1, sizeof *names);
+    if (v) v->ctx = ctx, v->names_ = names;
+    if (v) v->tasks = (tr_arc_eval_task *)tr__calloc(ctx, root->count ? root->count : 1, sizeof *v->tasks);
+    if (!v || !names || !v->tasks) {
+        if (!v) tr__free(ctx, names);
+        tr_arc_votes_destroy(v);
+        tr_json_free(ctx, root);
+        return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading %s", what);
+    }
+    for (i = 0; i < root->count && st == TR_OK; i++) {
+        tr_arc_eval_task *t = &v->tasks[v->num_tasks];
+        tr_arc_task at;
+        int64_t id;
+        int k;
+        if ((st = tr_arc_task_from_json(ctx, &root->items[i], what, NULL, &at)) != TR_OK) {
+            char why[TR__ERRLEN];
+            snprintf(why, sizeof why, "%s", tr_ctx_last_error(ctx));
+            st = tr__err(ctx, st, "task %s: %s", root->keys[i], why);
+            break;
+        }
+        if (at.num_test == 0) st = tr__err(ctx, TR_ERR_FORMAT, "%s: task %s has no \"test\" list", what, root->keys[i]);
+        else if ((id = tr__names_id(ctx, names, root->keys[i])) < 0 || !(t->tests = (tr_arc_eval_input *)tr__calloc(ctx, (size_t)at.num_test, sizeof *t->tests)))
+            st = tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading %s", what);
+        else {
+            t->name = names->names[id]; /* keys are unique: id == the task's index */
+            t->num_test = at.num_test;
+            t->scored = 1;
+            for (k = 0; k < at.num_test; k++) {
+                t->tests[k].input = at.pairs[at.num_train + k].input;
+                t->tests[k].output = at.pairs[at.num_train + k].output;
+                t->tests[k].right = -1;
+            }
+            v->num_tasks++;
+        }
+        tr_arc_task_free(ctx, &at);
+    }
+    tr_json_free(ctx, root);
+    if (st != TR_OK) {
+        tr_arc_votes_destroy(v);
+        return st;
+    }
+    *out = v;
+    return TR_OK;
+}
+
+TRDEF int tr_arc_votes_find(const tr_arc_votes *v, const char *name) { return v && name ? (int)tr__names_find((const tr__names *)v->names_, name) : -1; }
+
+TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input,
+                                 const char *where) {
+    char base[256];
+    int tid, ti;
+    uint8_t perm[10];
+    tr_arc_grid g;
+    tr_ctx *ctx = v ? v->ctx : NULL;
+    tr_arc_eval_input *x;
+    struct tr__arc_cand *c;
+    uint64_t h;
+    size_t i, nb;
+    if (!v || !puzzle || !answer) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: NULL argument");
+    if (v->ranked_) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: the votes are already ranked");
+    if (answer->h < 0 || answer->w < 0 || answer->h > TR_ARC_MAX_GRID || answer->w > TR_ARC_MAX_GRID || (input && (input->h > TR_ARC_MAX_GRID || input->w > TR_ARC_MAX_GRID)))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: a grid is larger than %dx%d", TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
+    if (!where) where = puzzle;
+    if (tr_arc_parse_name(ctx, puzzle, base, sizeof base, &tid, perm) != TR_OK) {
+        char why[TR__ERRLEN];
+        snprintf(why, sizeof why, "%s", tr_ctx_last_error(ctx));
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: bad puzzle name '%s': %s", where, puzzle, why);
+    }
+    if ((ti = tr_arc_votes_find(v, base)) < 0) return tr__err(ctx, TR_ERR_FORMAT, "%s: task '%s' is not in test_puzzles.json", where, base);
+    if (test_index < 0 || test_index >= v->tasks[ti].num_test)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: task '%s' has %d test inputs, not index %d", where, base, v->tasks[ti].num_test, test_index);
+    x = &v->tasks[ti].tests[test_index];
+    if (input && input->h > 0) { /* a check of the whole chain: the augmented input maps back */
+        tr_arc_inverse_augment(tid, perm, input->cells, input->h, input->w, g.cells, &g.h, &g.w);
+        v->inputs_checked++;
+        if (g.h != x->input.h || g.w != x->input.w || memcmp(g.cells, x->input.cells, (size_t)g.h * (size_t)g.w)) v->inputs_mismatched++;
+    }
+    if (!v->tasks[ti].scored) {
+        v->ignored++;
+        return TR_OK;
+    }
+    if (answer->h > 0 && answer->w > 0) tr_arc_inverse_augment(tid, perm, answer->cells, answer->h, answer->w, g.cells, &g.h, &g.w);
+    else g.h = g.w = 0;
+    nb = (size_t)g.h * (size_t)g.w;
+    /* room first, so that a failure leaves the votes as they were */
+    if ((v->num_answers + 1) * 2 > v->tcap_) {
+        size_t j, nc = v->tcap_ ? v->tcap_ * 2 : 1024;
+        size_t *nt = (size_t *)tr__calloc(ctx, nc, sizeof *nt);
+        if (!nt) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory counting votes");
+        for (j = 0; j < v->num_answers; j++) {
+            for (i = tr__arc_cand_key(v->cands_[j].task, v->cands_[j].test, v->cands_[j].hash) & (nc - 1); nt[i]; i = (i + 1) & (nc - 1)) {
+            }
+            nt[i] = j + 1;
+        }
+        tr__free(ctx, v->table_);
+        v->table_ = nt, v->tcap_ = nc;
+    }
+    if (v->num_answers == v->cap_) {
+        size_t nc = v->cap_ ? v->cap_ * 2 : 256;
+        struct tr__arc_cand *n2 = (struct tr__arc_cand *)tr__alloc(ctx, nc * sizeof *n2);
+        if (!n2) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory counting votes");
+        if (v->num_answers) memcpy(n2, v->cands_, v->num_answers * sizeof *n2);
+        tr__free(ctx, v->cands_);
+        v->cands_ = n2, v->cap_ = nc;
+    }
+    if (v->alen_ + nb > v->acap_) {
+        size_t nc = v->acap_ ? v->acap_ : (size_t)1 << 16;
+        uint8_t *na;
+        while (v->alen_ + nb > nc) nc *= 2;
+        if (!(na = (uint8_t *)tr__alloc(ctx, nc))) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory counting votes");
+        if (v->alen_) memcpy(na, v->arena_, v->alen_);
+        tr__free(ctx, v->arena_);
+        v->arena_ = na, v->acap_ = nc;
+    }
+    h = tr__hash_grid(g.cells, g.h, g.w).a;
+    for (i = tr__arc_cand_key(ti, test_index, h) & (v->tcap_ - 1); v->table_[i]; i = (i + 1) & (v->tcap_ - 1)) {
+        c = &v->cands_[v->table_[i] - 1];
+        if (c->task == ti && c->test == test_index && c->hash == h && tr__arc_cand_is(v, c, &g)) {
+            c->count++;
+            c->qsum += 1.0 / (1.0 + exp(-q_halt));
+            v->seen_++, v->predictions++;
+            return TR_OK;
+        }
+    }
+    c = &v->cands_[v->num_answers];
+    if (nb) memcpy(v->arena_ + v->alen_, g.cells, nb);
+    c->task = ti, c->test = test_index, c->h = g.h, c->w = g.w, c->off = v->alen_;
+    c->hash = h, c->count = 1, c->qsum = 1.0 / (1.0 + exp(-q_halt)), c->order = v->seen_++;
+    v->alen_ += nb;
+    v->table_[i] = ++v->num_answers;
+    x->num_answers++;
+    v->predictions++;
+    return TR_OK;
+}
+
+TRDEF void tr_arc_votes_rank(tr_arc_votes *v) {
+    size_t j;
+    if (!v || v->ranked_) return;
+    if (v->num_answers) qsort(v->cands_, v->num_answers, sizeof *v->cands_, tr__arc_cand_cmp);
+    for (j = 0; j < v->num_answers; j++) {
+        const struct tr__arc_cand *c = &v->cands_[j];
+        tr_arc_eval_input *x = &v->tasks[c->task].tests[c->test];
+        if (j == 0 || c[-1].task != c->task || c[-1].test != c->test) x->first_ = j;
+        if (x->output.h > 0 && tr__arc_cand_is(v, c, &x->output)) x->right = (int)(j - x->first_);
+    }
+    v->ranked_ = 1;
+}
+
+TRDEF int tr_arc_votes_answer(const tr_arc_votes *v, int task, int test, int rank, tr_arc_grid *grid, int64_t *votes, double *mean_q) {
+    const tr_arc_eval_input *x;
+    const struct tr__arc_cand *c;
+    if (!v || !v->ranked_ || task < 0 || task >= v->num_tasks || test < 0 || test >= v->tasks[task].num_test) return 0;
+    x = &v->tasks[task].tests[test];
+    if (rank < 0 || rank >= x->num_answers) return 0;
+    c = &v->cands_[x->first_ + (size_t)rank];
+    if (grid) {
+        grid->h = c->h, grid->w = c->w;
+        if (c->h > 0) memcpy(grid->cells, v->arena_ + c->off, (size_t)c->h * (size_t)c->w);
+    }
+    if (votes) *votes = c->count;
+    if (mean_q) *mean_q = c->qsum / (double)c->count;
+    return 1;
+}
+
+TRDEF tr_status tr_arc_votes_score(const tr_arc_votes *v, const int *ks, int nk, double *pass, double *all_inputs) {
+    int t, x, k, nscored = 0;
+    if (!v || nk < 0 || (nk && (!ks || !pass))) return tr__err(v ? v->ctx : NULL, TR_ERR_INVALID_ARG, "tr_arc_votes_score: NULL argument");
+    if (!v->ranked_) return tr__err(v->ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_score: call tr_arc_votes_rank first");
+    for (k = 0; k < nk; k++) {
+        pass[k] = 0;
+        if (all_inputs) all_inputs[k] = 0;
+    }
+    for (t = 0; t < v->num_tasks; t++) {
+        const tr_arc_eval_task *tk = &v->tasks[t];
+        if (!tk->scored) continue;
+        nscored++;
+        for (k = 0; k < nk; k++) {
+            int correct = 0;
+            for (x = 0; x < tk->num_test; x++) correct += tk->tests[x].right >= 0 && tk->tests[x].right < ks[k];
+            pass[k] += (double)correct / tk->num_test;
+            if (all_inputs) all_inputs[k] += correct == tk->num_test;
+        }
+    }
+    for (k = 0; k < nk && nscored; k++) {
+        pass[k] /= nscored;
+        if (all_inputs) all_inputs[k] /= nscored;
+    }
+    return TR_OK;
+}
+
+TRDEF int tr_arc_votes_fput_submission(FILE *f, const tr_arc_votes *v) {
+    int t, x, n = 0, e = 0;
+    if (!f || !v || !v->ranked_) return EOF;
+    e |= fputs("{", f) == EOF;
+    for (t = 0; t < v->num_tasks; t++) {
+        const tr_arc_eval_task *tk = &v->tasks[t];
+        if (!tk->scored) continue;
+        e |= fputs(n++ ? ",\n  " : "\n  ", f) == EOF;
+        e |= tr_json_fput_string(f, tk->name);
+        e |= fputs(": [", f) == EOF;
+        for (x = 0; x < tk->num_test; x++) {
+            tr_arc_grid a1, a2;
+            a1.h = a1.w = 1, a1.cells[0] = 0; /* no answer: [[0]] */
+            tr_arc_votes_answer(v, t, x, 0, &a1, NULL, NULL);
+            if (!tr_arc_votes_answer(v, t, x, 1, &a2, NULL, NULL)) a2 = a1; /* padded with the first, as the reference */
+            e |= fputs(x ? ", {\"attempt_1\": " : "{\"attempt_1\": ", f) == EOF;
+            e |= tr_arc_grid_fput(f, &a1);
+            e |= fputs(", \"attempt_2\": ", f) == EOF;
+            e |= tr_arc_grid_fput(f, &a2);
+            e |= fputs("}", f) == EOF;
+        }
+        e |= fputs("]", f) == EOF;
+    }
+    e |= fputs(n ? "\n}\n" : "}\n", f) == EOF;
+    return e ? EOF : 0;
+}
+
 /* >>data-end */
 
 /* Model checkpoints and trainer state as safetensors files (on >>io and >>json). */
@@ -15830,7 +16203,7 @@ TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_
         return tr__err(ctx, TR_ERR_IO, "%s: %s", path, strerror(errno));
     }
     fclose(f);
-    if ((st = tr__read_file(ctx, path, &text, &len)) != TR_OK) return st;
+    if ((st = tr_read_file(ctx, path, &text, &len)) != TR_OK) return st;
     tr__sb_init(&kept, ctx);
     for (line = text; st == TR_OK && line < text + len; line = next) {
         tr_json *obj = NULL;

@@ -69,27 +69,6 @@ static void on_log(void *user, tr_log_level level, const char *message) {
 
 /* ---- input ------------------------------------------------------------------------------ */
 
-static char *read_all(FILE *f, size_t *len) {
-    char *buf = NULL;
-    size_t n = 0, cap = 0, r;
-    for (;;) {
-        if (cap - n < 65536) {
-            char *nb = (char *)realloc(buf, cap * 2 + 65536 + 1);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb, cap = cap * 2 + 65536;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* A malformed record, as the readers report it (tr_read_options.on_skip): say so and go on. */
 static void on_skip(void *user, int64_t line, const char *reason) {
     puzzles *ps = (puzzles *)user;
@@ -537,22 +516,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     ids.num_ids = mc->num_puzzle_identifiers;
-    if (!input || !strcmp(input, "-")) {
-        input = "-";
-        if (isatty(fileno(stdin))) fprintf(stderr, "tinyrec-solve: reading puzzles from stdin (end with Ctrl-D)\n");
-        text = read_all(stdin, &len);
-    } else {
-        FILE *f = fopen(input, "rb");
-        if (!f) {
-            fprintf(stderr, "tinyrec-solve: cannot open %s: %s\n", input, strerror(errno));
-            rc = 1;
-            goto out;
-        }
-        text = read_all(f, &len);
-        fclose(f);
-    }
-    if (!text) {
-        fprintf(stderr, "tinyrec-solve: out of memory reading %s\n", input);
+    /* the whole input, a file or stdin ("-"), through the library's reader */
+    if (!input) input = "-";
+    if (!strcmp(input, "-") && isatty(fileno(stdin))) fprintf(stderr, "tinyrec-solve: reading puzzles from stdin (end with Ctrl-D)\n");
+    if (tr_read_file(ctx, input, &text, &len) != TR_OK) {
+        fprintf(stderr, "tinyrec-solve: %s\n", tr_ctx_last_error(ctx));
         rc = 1;
         goto out;
     }
@@ -696,7 +664,7 @@ out:
     free(ps.p);
     if (ids.n >= 0) tr_identifiers_free(ctx, ids.n, ids.names);
     free(ps.bad_lines);
-    free(text);
+    tr_free(ctx, text);
     if (carry) tr_carry_destroy(carry);
     if (model) tr_model_destroy(model);
     tr_ctx_destroy(ctx);

@@ -33,7 +33,7 @@ static char *slurp(const char *path) {
     tr_ctx *ctx = tu_ctx(1, 1);
     char *d = NULL, *s = NULL;
     size_t n = 0;
-    if (tr__read_file(ctx, path, &d, &n) == TR_OK && (s = (char *)malloc(n + 1)) != NULL) memcpy(s, d, n), s[n] = 0;
+    if (tr_read_file(ctx, path, &d, &n) == TR_OK && (s = (char *)malloc(n + 1)) != NULL) memcpy(s, d, n), s[n] = 0;
     tr__free(ctx, d);
     tr_ctx_destroy(ctx);
     return s;

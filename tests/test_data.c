@@ -1144,6 +1144,260 @@ static void test_identifiers_read(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* ---- whole-file reader ------------------------------------------------------------------ */
+static tr_status sweep_read_file(tr_ctx *ctx, void *arg) {
+    char *d;
+    size_t n;
+    tr_status st = tr_read_file(ctx, (const char *)arg, &d, &n);
+    if (st == TR_OK) tr_free(ctx, d);
+    return st;
+}
+
+static void test_read_file(void **state) {
+    tr_ctx *ctx = new_ctx();
+    char p[512], big[10000], *d;
+    size_t n, i;
+    (void)state;
+    snprintf(p, sizeof p, "%s/read.txt", g_tmp);
+    for (i = 0; i < sizeof big - 1; i++) big[i] = (char)('a' + i % 26);
+    big[sizeof big - 1] = 0;
+    write_text(p, big);
+    assert_int_equal(tr_read_file(ctx, p, &d, &n), TR_OK);
+    assert_int_equal(n, sizeof big - 1);
+    assert_int_equal(d[n], 0);
+    assert_memory_equal(d, big, n);
+    tr_free(ctx, d);
+    tr_free(ctx, NULL);
+    alloc_sweep(ctx, sweep_read_file, p);
+    /* "-" is standard input */
+    write_text(p, "from stdin\n");
+    assert_non_null(freopen(p, "rb", stdin));
+    assert_int_equal(tr_read_file(ctx, "-", &d, &n), TR_OK);
+    assert_int_equal(n, 11);
+    assert_string_equal(d, "from stdin\n");
+    tr_free(ctx, d);
+    /* an empty file */
+    write_text(p, "");
+    assert_int_equal(tr_read_file(ctx, p, &d, &n), TR_OK);
+    assert_int_equal(n, 0);
+    assert_string_equal(d, "");
+    tr_free(ctx, d);
+    snprintf(p, sizeof p, "%s/no-such-file.txt", g_tmp);
+    expect_error(ctx, tr_read_file(ctx, p, &d, &n), TR_ERR_IO, "no-such-file.txt", "cannot open");
+    assert_null(d);
+    assert_int_equal(n, 0);
+    expect_error(ctx, tr_read_file(ctx, NULL, &d, &n), TR_ERR_INVALID_ARG, "path is NULL", NULL);
+    expect_error(ctx, tr_read_file(ctx, p, NULL, &n), TR_ERR_INVALID_ARG, "NULL", NULL);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* ---- ARC evaluation: votes, ranking, pass@K ---------------------------------------------- */
+/* Three tasks: A (one test input, solution R = [[5,6,7],[8,9,1]]), B (two test inputs with
+   solutions [[2,2]] and [[4],[4],[4]]), C (one test input, no solution). */
+static const char *k_votes_tasks = "{\"A\": {\"train\": [{\"input\": [[1]], \"output\": [[2]]}], \"test\": [{\"input\": [[1, 2], [3, 4]], \"output\": [[5, 6, 7], [8, 9, 1]]}]},\n"
+                                   " \"B\": {\"test\": [{\"input\": [[1]], \"output\": [[2, 2]]}, {\"input\": [[3]], \"output\": [[4], [4], [4]]}]},\n"
+                                   " \"C\": {\"test\": [{\"input\": [[0, 1]]}]}}";
+
+static tr_arc_grid mk_arc_grid(int h, int w, const int *cells) {
+    tr_arc_grid g;
+    int i;
+    g.h = h, g.w = w;
+    for (i = 0; i < h * w; i++) g.cells[i] = (uint8_t)cells[i];
+    return g;
+}
+
+/* The submission as text (free it). */
+static char *votes_submission(const tr_arc_votes *v) {
+    char p[512];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/submission.json", g_tmp);
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(tr_arc_votes_fput_submission(f, v), 0);
+    fclose(f);
+    return tu_slurp(p, NULL);
+}
+
+static void expect_submission(const tr_arc_votes *v, const char *want) {
+    char *got = votes_submission(v);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+}
+
+static void test_arc_votes(void **state) {
+    static const int r_c[] = {5, 6, 7, 8, 9, 1}, w_c[] = {5, 6, 7, 8, 9, 2}, b0_c[] = {2, 2}, b1_c[] = {4, 4, 4}, bad_c[] = {4, 4}, in_c[] = {1, 2, 3, 4}, x_c[] = {7};
+    uint8_t perm[10] = {0, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+    tr_arc_grid R = mk_arc_grid(2, 3, r_c), W = mk_arc_grid(2, 3, w_c), B0 = mk_arc_grid(1, 2, b0_c), B1 = mk_arc_grid(3, 1, b1_c), BAD = mk_arc_grid(2, 1, bad_c);
+    tr_arc_grid IN = mk_arc_grid(2, 2, in_c), X = mk_arc_grid(1, 1, x_c), aug, aug_in, g, empty;
+    tr_ctx *ctx = new_ctx();
+    tr_arc_votes *v = NULL;
+    const int ks[3] = {1, 2, 5};
+    double pass[3], all[3], q;
+    int64_t count;
+    (void)state;
+    empty.h = empty.w = 0;
+    assert_int_equal(tr_arc_votes_create(ctx, k_votes_tasks, strlen(k_votes_tasks), "tp.json", &v), TR_OK);
+    assert_int_equal(v->num_tasks, 3);
+    assert_string_equal(v->tasks[1].name, "B");
+    assert_int_equal(v->tasks[1].num_test, 2);
+    assert_int_equal(v->tasks[0].tests[0].input.h, 2);
+    assert_int_equal(v->tasks[0].tests[0].output.w, 3);
+    assert_int_equal(v->tasks[2].tests[0].output.h, 0); /* no solution */
+    assert_true(v->tasks[0].scored && v->tasks[2].scored);
+    assert_int_equal(tr_arc_votes_find(v, "C"), 2);
+    assert_int_equal(tr_arc_votes_find(v, "D"), -1);
+    /* before rank: no answers, no score */
+    assert_int_equal(tr_arc_votes_answer(v, 0, 0, 0, &g, NULL, NULL), 0);
+    expect_error(ctx, tr_arc_votes_score(v, ks, 3, pass, all), TR_ERR_INVALID_ARG, "tr_arc_votes_rank", NULL);
+    /* A: W twice at q 0 (first, so that a first-seen tie break would pick it), R twice at q 2, once
+       through rot90 and the colour map c -> 10 - c: R wins only if that one is inverted */
+    assert_int_equal(tr_arc_votes_add(v, "A", 0, &W, 0.0, NULL, "l1"), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "A", 0, &W, 0.0, NULL, "l2"), TR_OK);
+    tr_arc_augment(1, perm, R.cells, R.h, R.w, aug.cells, &aug.h, &aug.w);
+    tr_arc_augment(1, perm, IN.cells, IN.h, IN.w, aug_in.cells, &aug_in.h, &aug_in.w);
+    assert_int_equal(aug.h, 3);
+    assert_int_equal(tr_arc_votes_add(v, "A|||t1|||0987654321", 0, &aug, 2.0, &aug_in, "l3"), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "A", 0, &R, 2.0, &aug_in, "l4"), TR_OK); /* that input does not map back */
+    assert_int_equal(v->inputs_checked, 2);
+    assert_int_equal(v->inputs_mismatched, 1);
+    /* B input 0: right 3 times at q -1, wrong once at q 3; input 1: two answers with equal votes and
+       q (the first seen wins), the right one second */
+    assert_int_equal(tr_arc_votes_add(v, "B", 0, &B0, -1.0, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "B", 0, &BAD, 3.0, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "B", 0, &B0, -1.0, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "B", 0, &B0, -1.0, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "B", 1, &BAD, 0.5, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "B", 1, &B1, 0.5, NULL, NULL), TR_OK);
+    /* C: an empty prediction and X */
+    assert_int_equal(tr_arc_votes_add(v, "C", 0, &empty, 0.0, NULL, NULL), TR_OK);
+    assert_int_equal(tr_arc_votes_add(v, "C", 0, &X, 1.0, NULL, NULL), TR_OK);
+    assert_int_equal(v->predictions, 12);
+    assert_int_equal(v->num_answers, 8);
+    assert_int_equal(v->tasks[0].tests[0].num_answers, 2);
+    /* errors name `where` */
+    expect_error(ctx, tr_arc_votes_add(v, "A|||t9|||0123456789", 0, &R, 0, NULL, "p.jsonl:7"), TR_ERR_FORMAT, "p.jsonl:7: bad puzzle name 'A|||t9|||0123456789'",
+                 "expected <task>");
+    expect_error(ctx, tr_arc_votes_add(v, "Z", 0, &R, 0, NULL, "p.jsonl:8"), TR_ERR_FORMAT, "p.jsonl:8: task 'Z' is not in test_puzzles.json", NULL);
+    expect_error(ctx, tr_arc_votes_add(v, "B", 2, &R, 0, NULL, "p.jsonl:9"), TR_ERR_FORMAT, "p.jsonl:9: task 'B' has 2 test inputs, not index 2", NULL);
+    expect_error(ctx, tr_arc_votes_add(v, "B", -1, &R, 0, NULL, "p.jsonl:9"), TR_ERR_FORMAT, "not index -1", NULL);
+    expect_error(ctx, tr_arc_votes_add(v, NULL, 0, &R, 0, NULL, NULL), TR_ERR_INVALID_ARG, "NULL", NULL);
+    g.h = 31, g.w = 1;
+    expect_error(ctx, tr_arc_votes_add(v, "A", 0, &g, 0, NULL, NULL), TR_ERR_INVALID_ARG, "larger than 30x30", NULL);
+    expect_error(ctx, tr_arc_votes_add(v, "A", 0, &R, 0, &g, NULL), TR_ERR_INVALID_ARG, "larger than 30x30", NULL);
+    assert_int_equal(v->predictions, 12);
+    tr_arc_votes_rank(v);
+    /* A: R first (tie on votes broken by the mean q), W second */
+    assert_int_equal(v->tasks[0].tests[0].right, 0);
+    assert_int_equal(tr_arc_votes_answer(v, 0, 0, 0, &g, &count, &q), 1);
+    assert_int_equal(g.h, 2);
+    assert_memory_equal(g.cells, R.cells, 6);
+    assert_int_equal(count, 2);
+    assert_true(fabs(q - 1.0 / (1.0 + exp(-2.0))) < 1e-12);
+    assert_int_equal(tr_arc_votes_answer(v, 0, 0, 1, &g, &count, &q), 1);
+    assert_memory_equal(g.cells, W.cells, 6);
+    assert_true(fabs(q - 0.5) < 1e-12);
+    assert_int_equal(tr_arc_votes_answer(v, 0, 0, 2, &g, NULL, NULL), 0);
+    assert_int_equal(tr_arc_votes_answer(v, 3, 0, 0, &g, NULL, NULL), 0);
+    /* B: input 0 right at rank 0 (votes beat q), input 1 right at rank 1 (first seen wins the tie) */
+    assert_int_equal(v->tasks[1].tests[0].right, 0);
+    assert_int_equal(v->tasks[1].tests[1].right, 1);
+    assert_int_equal(tr_arc_votes_answer(v, 1, 1, 0, &g, NULL, NULL), 1);
+    assert_int_equal(g.h, 2);
+    /* C: no solution; X (higher q) before the empty answer */
+    assert_int_equal(v->tasks[2].tests[0].right, -1);
+    assert_int_equal(tr_arc_votes_answer(v, 2, 0, 0, &g, NULL, NULL), 1);
+    assert_int_equal(g.cells[0], 7);
+    assert_int_equal(tr_arc_votes_answer(v, 2, 0, 1, &g, NULL, NULL), 1);
+    assert_int_equal(g.h, 0);
+    /* pass@K: A 1 at every K; B 0.5 at K 1, then 1; C 0. all-inputs: B counts from K 2 */
+    assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, all), TR_OK);
+    assert_true(fabs(pass[0] - 1.5 / 3) < 1e-12 && fabs(pass[1] - 2.0 / 3) < 1e-12 && fabs(pass[2] - 2.0 / 3) < 1e-12);
+    assert_true(fabs(all[0] - 1.0 / 3) < 1e-12 && fabs(all[1] - 2.0 / 3) < 1e-12);
+    assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, NULL), TR_OK);
+    expect_submission(v, "{\n  \"A\": [{\"attempt_1\": [[5, 6, 7], [8, 9, 1]], \"attempt_2\": [[5, 6, 7], [8, 9, 2]]}],\n"
+                         "  \"B\": [{\"attempt_1\": [[2, 2]], \"attempt_2\": [[4], [4]]}, {\"attempt_1\": [[4], [4]], \"attempt_2\": [[4], [4], [4]]}],\n"
+                         "  \"C\": [{\"attempt_1\": [[7]], \"attempt_2\": []}]\n}\n");
+    /* ranked: no more votes */
+    expect_error(ctx, tr_arc_votes_add(v, "A", 0, &R, 0, NULL, NULL), TR_ERR_INVALID_ARG, "already ranked", NULL);
+    tr_arc_votes_destroy(v);
+
+    /* only A scored: the others' predictions are ignored; unanswered inputs get [[0]] twice */
+    assert_int_equal(tr_arc_votes_create(ctx, k_votes_tasks, strlen(k_votes_tasks), NULL, &v), TR_OK);
+    v->tasks[1].scored = v->tasks[2].scored = 0;
+    assert_int_equal(tr_arc_votes_add(v, "B", 0, &B0, 0, &IN, NULL), TR_OK);
+    assert_int_equal(v->ignored, 1);
+    assert_int_equal(v->predictions, 0);
+    assert_int_equal(v->inputs_mismatched, 1); /* checked even when not scored */
+    tr_arc_votes_rank(v);
+    assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, all), TR_OK);
+    assert_true(pass[0] == 0 && all[2] == 0);
+    expect_submission(v, "{\n  \"A\": [{\"attempt_1\": [[0]], \"attempt_2\": [[0]]}]\n}\n");
+    v->tasks[0].scored = 0;
+    expect_submission(v, "{}\n");
+    assert_int_equal(tr_arc_votes_score(v, ks, 3, pass, all), TR_OK);
+    assert_true(pass[0] == 0);
+    tr_arc_votes_destroy(v);
+    tr_arc_votes_destroy(NULL);
+
+    /* a bad test_puzzles.json: the reason names the file and the task */
+    {
+        static const struct {
+            const char *text, *needle;
+        } bad[] = {
+            {"[1]", "tp.json: expected an object of tasks"},
+            {"{\"a\": ", "tp.json: invalid JSON"},
+            {"{\"a\": {\"test\": [{\"input\": [[1]], \"output\": [[1, 2], [3]]}]}}", "task a: tp.json:1: test[0].output: row 1 has 1 cells"},
+            {"{\"a\": {\"train\": [{\"input\": [[1]], \"output\": [[1]]}], \"test\": []}}", "tp.json: task a has no \"test\" list"},
+            {"{\"a\": 3}", "task a: tp.json:1: expected an object"},
+        };
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            v = (tr_arc_votes *)&v; /* set to NULL on failure */
+            expect_error(ctx, tr_arc_votes_create(ctx, bad[i].text, strlen(bad[i].text), "tp.json", &v), TR_ERR_FORMAT, bad[i].needle, NULL);
+            assert_null(v);
+        }
+        expect_error(ctx, tr_arc_votes_create(ctx, NULL, 0, "tp.json", &v), TR_ERR_INVALID_ARG, "NULL", NULL);
+    }
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* Create, enough distinct answers to grow every table (candidates, hash slots, the cell arena),
+   rank and score: each allocation failure is an error that leaves nothing behind. */
+static tr_status sweep_votes(tr_ctx *ctx, void *arg) {
+    tr_arc_votes *v = NULL;
+    tr_arc_grid g;
+    tr_status st;
+    int i, k = 1;
+    double pass;
+    (void)arg;
+    if ((st = tr_arc_votes_create(ctx, k_votes_tasks, strlen(k_votes_tasks), "tp.json", &v)) != TR_OK) return st;
+    for (i = 0; i < 700 && st == TR_OK; i++) {
+        int n = i < 100 ? 30 : 2;
+        memset(g.cells, 0, sizeof g.cells);
+        g.h = n, g.w = n, g.cells[0] = (uint8_t)(i % 10), g.cells[1] = (uint8_t)(i / 10 % 10), g.cells[2] = (uint8_t)(i / 100);
+        st = tr_arc_votes_add(v, i % 2 ? "B" : "A|||t3|||0123456789", i % 2 ? i / 2 % 2 : 0, &g, 0.1 * i, NULL, NULL);
+        if (st == TR_OK && i % 7 == 0) st = tr_arc_votes_add(v, i % 2 ? "B" : "A|||t3|||0123456789", i % 2 ? i / 2 % 2 : 0, &g, 0, NULL, NULL);
+    }
+    if (st == TR_OK) {
+        assert_int_equal(v->num_answers, 700);
+        tr_arc_votes_rank(v);
+        st = tr_arc_votes_score(v, &k, 1, &pass, NULL);
+    }
+    tr_arc_votes_destroy(v);
+    return st;
+}
+
+static void test_arc_votes_alloc_failures(void **state) {
+    tr_ctx *ctx = new_ctx();
+    (void)state;
+    alloc_sweep(ctx, sweep_votes, NULL);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 static void test_dihedral(void **state) {
     uint8_t g[12], t[12], back[12];
     int tid, i, h, w, h2, w2;
@@ -1187,7 +1441,7 @@ static void test_arc_inverse_real_tasks(void **state) {
             size_t len;
             int k;
             snprintf(path, sizeof path, "%s/%s", dir, files[f]);
-            assert_int_equal(tr__read_file(ctx, path, &text, &len), TR_OK);
+            assert_int_equal(tr_read_file(ctx, path, &text, &len), TR_OK);
             assert_int_equal(tr_arc_task_parse(ctx, text, len, path, &t), TR_OK);
             tr__free(ctx, text);
             for (k = 0; k < 2 * (t.num_train + t.num_test); k++) {
@@ -1570,6 +1824,9 @@ int main(void) {
         cmocka_unit_test(test_maze_parse),
         cmocka_unit_test(test_arc_task_parse),
         cmocka_unit_test(test_identifiers_read),
+        cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_arc_votes),
+        cmocka_unit_test(test_arc_votes_alloc_failures),
         cmocka_unit_test(test_dihedral),
         cmocka_unit_test(test_arc_inverse_real_tasks),
         cmocka_unit_test(test_arc_encode_crop),

@@ -317,7 +317,7 @@ static void test_read_file(void **state) {
     (void)state;
     path_in(p, sizeof p, "rf.txt");
     write_bytes(p, "hello\0world", 11);
-    assert_int_equal(tr__read_file(g_ctx, p, &data, &len), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &data, &len), TR_OK);
     assert_int_equal(len, 11);
     assert_memory_equal(data, "hello\0world", 12);
     tr__free(g_ctx, data);
@@ -325,12 +325,12 @@ static void test_read_file(void **state) {
     assert_null(data);
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "10-byte limit"));
     write_bytes(p, "", 0);
-    assert_int_equal(tr__read_file(g_ctx, p, &data, &len), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &data, &len), TR_OK);
     assert_int_equal(len, 0);
     assert_int_equal(data[0], 0);
     tr__free(g_ctx, data);
     path_in(p, sizeof p, "does-not-exist.txt");
-    assert_int_equal(tr__read_file(g_ctx, p, &data, &len), TR_ERR_IO);
+    assert_int_equal(tr_read_file(g_ctx, p, &data, &len), TR_ERR_IO);
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "does-not-exist.txt"));
     assert_non_null(strstr(tr_ctx_last_error(g_ctx), "No such file"));
     assert_int_equal(tr_ctx_live_allocs(g_ctx), 0);
@@ -573,7 +573,7 @@ static void test_st_roundtrip(void **state) {
     assert_int_equal(tr_st_write(g_ctx, p, ts, 6, mk, mv, 3), TR_OK);
     assert_int_equal(tu_count_tmp_files(g_dir), 0);
     /* the layout: header length a multiple of 8, padded with spaces, tensors in the given order */
-    assert_int_equal(tr__read_file(g_ctx, p, &raw, &rawlen), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &raw, &rawlen), TR_OK);
     hlen = tr__le64((const unsigned char *)raw);
     assert_int_equal(hlen % 8, 0);
     assert_int_equal(raw[8], '{');
@@ -628,8 +628,8 @@ static void test_st_roundtrip(void **state) {
         for (i = 0; i < 6; i++) copy[i] = *tr_st_at(f, i);
         path_in(p2, sizeof p2, "rt2.safetensors");
         assert_int_equal(tr_st_write(g_ctx, p2, copy, 6, mk, mv, 3), TR_OK);
-        assert_int_equal(tr__read_file(g_ctx, p, &r1, &l1), TR_OK);
-        assert_int_equal(tr__read_file(g_ctx, p2, &r2, &l2), TR_OK);
+        assert_int_equal(tr_read_file(g_ctx, p, &r1, &l1), TR_OK);
+        assert_int_equal(tr_read_file(g_ctx, p2, &r2, &l2), TR_OK);
         assert_int_equal(l1, l2);
         assert_memory_equal(r1, r2, l1);
         tr__free(g_ctx, r1);
@@ -796,7 +796,7 @@ static void test_st_atomic_faults(void **state) {
     small_model(ts, a, b);
     path_in(p, sizeof p, "atomic.safetensors");
     assert_int_equal(tr_st_write(g_ctx, p, ts, 3, mk, mv, 1), TR_OK);
-    assert_int_equal(tr__read_file(g_ctx, p, &orig, &olen), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &orig, &olen), TR_OK);
     total = olen;
     a[0] = 42.0f; /* the new content differs */
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -818,7 +818,7 @@ static void test_st_atomic_faults(void **state) {
             if (tr_ctx_live_allocs(g_ctx) != 1 /* orig */) fail_msg("fault %d at %llu leaks", (int)kinds[i], (unsigned long long)cuts[c]);
             assert_int_equal(tu_count_tmp_files(g_dir), 0);
             /* the previous file: byte-identical and loadable */
-            assert_int_equal(tr__read_file(g_ctx, p, &now, &nlen), TR_OK);
+            assert_int_equal(tr_read_file(g_ctx, p, &now, &nlen), TR_OK);
             assert_int_equal(nlen, olen);
             assert_memory_equal(now, orig, olen);
             tr__free(g_ctx, now);
@@ -851,7 +851,7 @@ static void test_atomic_generic(void **state) {
     assert_int_equal(tu_count_tmp_files(g_dir), 1);
     assert_int_equal(tr__atomic_commit(&af), TR_OK);
     assert_int_equal(tu_count_tmp_files(g_dir), 0);
-    assert_int_equal(tr__read_file(g_ctx, p, &d, &n), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &d, &n), TR_OK);
     assert_int_equal(n, 10);
     assert_string_equal(d, "{\"step\":1}");
     tr__free(g_ctx, d);
@@ -860,7 +860,7 @@ static void test_atomic_generic(void **state) {
     assert_int_equal(tr__atomic_write(&af, "xx", 2), TR_OK);
     tr__atomic_abort(&af);
     assert_int_equal(tu_count_tmp_files(g_dir), 0);
-    assert_int_equal(tr__read_file(g_ctx, p, &d, &n), TR_OK);
+    assert_int_equal(tr_read_file(g_ctx, p, &d, &n), TR_OK);
     assert_string_equal(d, "{\"step\":1}");
     tr__free(g_ctx, d);
     /* a relative path (directory ".") */
