@@ -1024,6 +1024,17 @@ TRDEF int tr_arc_votes_find(const tr_arc_votes *v, const char *name);
    `where`; TR_ERR_INVALID_ARG after tr_arc_votes_rank. */
 TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input,
                                  const char *where);
+/* One line of a predictions file (tinyrec-arc-eval --predictions): a JSON object with "puzzle"
+   (string), "test_index" (integer), "q_halt" (number) and "grid" (a list of rows; [] for an empty
+   answer) or "tokens" (the model's 900 token ids, cropped as the evaluator does). TR_ERR_FORMAT with
+   the reason starting with `where` otherwise. */
+typedef struct tr_arc_prediction {
+    char puzzle[256];
+    int test_index;    /* -1 when out of any sensible range (tr_arc_votes_add refuses it) */
+    double q_halt;
+    tr_arc_grid grid;
+} tr_arc_prediction;
+TRDEF tr_status tr_arc_prediction_parse(tr_ctx *ctx, const char *line, size_t len, const char *where, tr_arc_prediction *out);
 /* Ranks the answers of every test input (after the last add) and sets tests[].right. */
 TRDEF void tr_arc_votes_rank(tr_arc_votes *v);
 /* Answer `rank` (0: the most votes) of test input `test` of task `task`: its grid, votes and mean
@@ -14954,6 +14965,43 @@ TRDEF tr_status tr_arc_votes_create(tr_ctx *ctx, const char *text, size_t len, c
 }
 
 TRDEF int tr_arc_votes_find(const tr_arc_votes *v, const char *name) { return v && name ? (int)tr__names_find((const tr__names *)v->names_, name) : -1; }
+
+TRDEF tr_status tr_arc_prediction_parse(tr_ctx *ctx, const char *line, size_t len, const char *where, tr_arc_prediction *out) {
+    tr_json *o;
+    const tr_json *pz, *ti, *gr, *tk, *q;
+    tr_status st = TR_OK;
+    if (!line || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_prediction_parse: NULL argument");
+    if (!where) where = "prediction";
+    memset(out, 0, sizeof *out);
+    if ((st = tr_json_parse(ctx, line, len, where, &o)) != TR_OK) return st;
+    pz = tr_json_get(o, "puzzle"), ti = tr_json_get(o, "test_index"), gr = tr_json_get(o, "grid"), tk = tr_json_get(o, "tokens"), q = tr_json_get(o, "q_halt");
+    if (!pz || pz->type != TR_JSON_STRING || !ti || ti->type != TR_JSON_NUMBER || ti->number != floor(ti->number) || !q || q->type != TR_JSON_NUMBER || (!gr && !tk))
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: need \"puzzle\" (string), \"test_index\" (integer), \"q_halt\" (number) and \"grid\" or \"tokens\"", where);
+    else if (strlen(pz->string) >= sizeof out->puzzle)
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: \"puzzle\" is longer than %d bytes", where, (int)sizeof out->puzzle - 1);
+    else if (gr) {
+        if (gr->type == TR_JSON_ARRAY && gr->count == 0) out->grid.h = out->grid.w = 0; /* an empty prediction */
+        else st = tr_arc_grid_from_json(ctx, gr, where, &out->grid);
+    } else { /* 900 tokens as the model outputs them: cropped as the evaluator does */
+        int32_t toks[TR_ARC_MAX_GRID * TR_ARC_MAX_GRID];
+        size_t i;
+        if (tk->type != TR_JSON_ARRAY || tk->count != TR_ARC_MAX_GRID * TR_ARC_MAX_GRID)
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: \"tokens\" must be a list of %d token ids", where, TR_ARC_MAX_GRID * TR_ARC_MAX_GRID);
+        for (i = 0; st == TR_OK && i < tk->count; i++) {
+            if (tk->items[i].type != TR_JSON_NUMBER || tk->items[i].number < 0 || tk->items[i].number > 255)
+                st = tr__err(ctx, TR_ERR_FORMAT, "%s: token %lu is not an id 0..255", where, (unsigned long)i);
+            else toks[i] = (int32_t)tk->items[i].number;
+        }
+        if (st == TR_OK) tr_arc_crop(toks, out->grid.cells, &out->grid.h, &out->grid.w);
+    }
+    if (st == TR_OK) {
+        strcpy(out->puzzle, pz->string);
+        out->test_index = ti->number > 1e6 || ti->number < -1 ? -1 : (int)ti->number;
+        out->q_halt = q->number;
+    }
+    tr_json_free(ctx, o);
+    return st;
+}
 
 TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input,
                                  const char *where) {

@@ -75,48 +75,16 @@ static int read_predictions(tr_ctx *ctx, const char *path, tr_arc_votes *v, FILE
     }
     while (pos < len && ok) {
         size_t e = pos, k;
-        tr_json *o;
-        const tr_json *pz, *ti, *gr, *tk, *q;
-        tr_arc_grid g;
+        tr_arc_prediction pr;
         while (e < len && text[e] != '\n') e++;
         lineno++;
         snprintf(where, sizeof where, "%.400s:%ld", path, lineno);
         for (k = pos; k < e && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r'); k++) {
         }
-        if (k == e) { /* blank line */
-            pos = e + 1;
-            continue;
-        }
-        if (tr_json_parse(ctx, text + pos, e - pos, where, &o) != TR_OK) {
-            ok = fail(ctx);
-            break;
-        }
+        if (k < e) /* blank lines are skipped */
+            ok = tr_arc_prediction_parse(ctx, text + pos, e - pos, where, &pr) == TR_OK ? add_prediction(ctx, v, save, pr.puzzle, pr.test_index, &pr.grid, pr.q_halt, NULL, where)
+                                                                                    : fail(ctx);
         pos = e + 1;
-        pz = tr_json_get(o, "puzzle"), ti = tr_json_get(o, "test_index"), gr = tr_json_get(o, "grid"), tk = tr_json_get(o, "tokens"), q = tr_json_get(o, "q_halt");
-        if (!pz || pz->type != TR_JSON_STRING || !ti || ti->type != TR_JSON_NUMBER || ti->number != floor(ti->number) || !q || q->type != TR_JSON_NUMBER || (!gr && !tk)) {
-            fprintf(stderr, "tinyrec-arc-eval: %s: need \"puzzle\" (string), \"test_index\" (integer), \"q_halt\" (number) and \"grid\" or \"tokens\"\n", where);
-            ok = 0;
-        } else if (gr) {
-            if (gr->type == TR_JSON_ARRAY && gr->count == 0) g.h = g.w = 0; /* an empty prediction */
-            else if (tr_arc_grid_from_json(ctx, gr, where, &g) != TR_OK) ok = fail(ctx);
-        } else { /* 900 tokens as the model outputs them: cropped as the evaluator does */
-            int32_t toks[MAXG * MAXG];
-            size_t i;
-            if (tk->type != TR_JSON_ARRAY || tk->count != MAXG * MAXG) {
-                fprintf(stderr, "tinyrec-arc-eval: %s: \"tokens\" must be a list of %d token ids\n", where, MAXG * MAXG);
-                ok = 0;
-            }
-            for (i = 0; ok && i < tk->count; i++) {
-                if (tk->items[i].type != TR_JSON_NUMBER || tk->items[i].number < 0 || tk->items[i].number > 255) {
-                    fprintf(stderr, "tinyrec-arc-eval: %s: token %lu is not an id 0..255\n", where, (unsigned long)i);
-                    ok = 0;
-                }
-                toks[i] = (int32_t)tk->items[i].number;
-            }
-            if (ok) tr_arc_crop(toks, g.cells, &g.h, &g.w);
-        }
-        if (ok && !add_prediction(ctx, v, save, pz->string, ti->number > 1e6 || ti->number < -1 ? -1 : (int)ti->number, &g, q->number, NULL, where)) ok = 0;
-        tr_json_free(ctx, o);
     }
     tr_free(ctx, text);
     return ok;

@@ -1226,6 +1226,55 @@ static void expect_submission(const tr_arc_votes *v, const char *want) {
     free(got);
 }
 
+/* A predictions-file line: a grid, an empty answer, the model's tokens (cropped), and each malformed
+   case with the line named. */
+static void test_arc_prediction_parse(void **state) {
+    tr_ctx *ctx = new_ctx();
+    tr_arc_prediction pr;
+    char line[8192], big[400];
+    size_t o;
+    int i;
+    static const struct {
+        const char *line, *needle;
+    } bad[] = {{"{\"puzzle\": \"a\", \"test_index\": 0, \"q_halt\": 1}", "need \"puzzle\""},
+               {"{\"puzzle\": 3, \"test_index\": 0, \"q_halt\": 1, \"grid\": [[1]]}", "need \"puzzle\""},
+               {"{\"puzzle\": \"a\", \"test_index\": 0.5, \"q_halt\": 1, \"grid\": [[1]]}", "need \"puzzle\""},
+               {"{\"puzzle\": \"a\", \"test_index\": 0, \"q_halt\": 1, \"tokens\": [1, 2]}", "\"tokens\" must be a list of 900"},
+               {"{\"puzzle\": \"a\", \"test_index\": 0, \"q_halt\": 1, \"grid\": [[1, 2], [3]]}", "preds:7"},
+               {"[1, 2", "preds:7"}};
+    (void)state;
+    snprintf(line, sizeof line, "{\"puzzle\": \"t|||t1|||0123456789\", \"test_index\": 1, \"q_halt\": -2.5, \"grid\": [[1, 2], [3, 4]]}");
+    expect_error(ctx, tr_arc_prediction_parse(ctx, line, strlen(line), "preds:1", &pr), TR_OK, NULL, NULL);
+    assert_string_equal(pr.puzzle, "t|||t1|||0123456789");
+    assert_int_equal(pr.test_index, 1);
+    assert_true(pr.q_halt == -2.5);
+    assert_int_equal(pr.grid.h, 2);
+    assert_int_equal(pr.grid.w, 2);
+    assert_int_equal(pr.grid.cells[3], 4);
+    snprintf(line, sizeof line, "{\"puzzle\": \"t\", \"test_index\": 5000000, \"q_halt\": 0, \"grid\": []}");
+    assert_int_equal(tr_arc_prediction_parse(ctx, line, strlen(line), "p", &pr), TR_OK);
+    assert_int_equal(pr.grid.h, 0);
+    assert_int_equal(pr.test_index, -1);
+    /* tokens: colours 3, 4 on the first row, then EOS: a 1 x 2 answer */
+    o = (size_t)snprintf(line, sizeof line, "{\"puzzle\": \"t\", \"test_index\": 0, \"q_halt\": 0, \"tokens\": [5, 6, 1");
+    for (i = 3; i < 900; i++) o += (size_t)snprintf(line + o, sizeof line - o, ", 0");
+    o += (size_t)snprintf(line + o, sizeof line - o, "]}");
+    assert_int_equal(tr_arc_prediction_parse(ctx, line, o, "p", &pr), TR_OK);
+    assert_int_equal(pr.grid.h, 1);
+    assert_int_equal(pr.grid.w, 2);
+    assert_int_equal(pr.grid.cells[0], 3);
+    memcpy(line + o - 3, "7]}", 3); /* the last token 7: in range */
+    assert_int_equal(tr_arc_prediction_parse(ctx, line, o, "p", &pr), TR_OK);
+    o += (size_t)snprintf(line + o - 2, sizeof line - o + 2, "56]}") - 2; /* ... 756: not an id */
+    expect_error(ctx, tr_arc_prediction_parse(ctx, line, o, "p", &pr), TR_ERR_FORMAT, "token 899 is not an id 0..255", NULL);
+    for (i = 0; i < (int)(sizeof bad / sizeof *bad); i++) expect_error(ctx, tr_arc_prediction_parse(ctx, bad[i].line, strlen(bad[i].line), "preds:7", &pr), TR_ERR_FORMAT, bad[i].needle, "preds:7");
+    memset(big, 'x', sizeof big - 1), big[sizeof big - 1] = 0;
+    o = (size_t)snprintf(line, sizeof line, "{\"puzzle\": \"%s\", \"test_index\": 0, \"q_halt\": 0, \"grid\": [[1]]}", big);
+    expect_error(ctx, tr_arc_prediction_parse(ctx, line, o, "p", &pr), TR_ERR_FORMAT, "longer than 255 bytes", NULL);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 static void test_arc_votes(void **state) {
     static const int r_c[] = {5, 6, 7, 8, 9, 1}, w_c[] = {5, 6, 7, 8, 9, 2}, b0_c[] = {2, 2}, b1_c[] = {4, 4, 4}, bad_c[] = {4, 4}, in_c[] = {1, 2, 3, 4}, x_c[] = {7};
     uint8_t perm[10] = {0, 9, 8, 7, 6, 5, 4, 3, 2, 1};
@@ -1825,6 +1874,7 @@ int main(void) {
         cmocka_unit_test(test_arc_task_parse),
         cmocka_unit_test(test_identifiers_read),
         cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_arc_prediction_parse),
         cmocka_unit_test(test_arc_votes),
         cmocka_unit_test(test_arc_votes_alloc_failures),
         cmocka_unit_test(test_dihedral),
