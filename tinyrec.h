@@ -3994,25 +3994,6 @@ TR__FN int tr__cl_list(const tr__clfn *f, tr__cl_devent *out, int out_cap, int *
     return n;
 }
 
-TR__FN int tr__cl_enumerate(tr_ctx *ctx, void (*fn)(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem),
-                            void *user) {
-    tr__cllib L;
-    char why[256];
-    tr__cl_devent *devs;
-    int n, np, i;
-    if (!ctx || !tr__cl_load(&L, why, sizeof why)) return 0;
-    devs = (tr__cl_devent *)tr__alloc(ctx, sizeof(tr__cl_devent) * TR__CL_MAXDEV);
-    if (!devs) {
-        tr__cl_unload(&L);
-        return 0;
-    }
-    n = tr__cl_list(&L.f, devs, TR__CL_MAXDEV, &np);
-    for (i = 0; i < n && fn; i++) fn(user, i, devs[i].pname, devs[i].dname, devs[i].is_gpu, devs[i].global_mem);
-    tr__free(ctx, devs);
-    tr__cl_unload(&L);
-    return n;
-}
-
 /* A string property of a platform (dev NULL) or device, whatever its length, trimmed; NULL only
    when out of memory ("" when the query fails). */
 TR__FN char *tr__cl_info_str(tr_ctx *ctx, const tr__clfn *f, tr__cl_platform plat, tr__cl_device dev, tr__cl_uint what) {
@@ -9135,23 +9116,28 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
     return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
 }
 
-/* The name of the first trainable tensor whose gradient holds a NaN or an infinity ("" when all are
-   finite; the puzzle embedding's sparse rows count as its table), or NULL with the reason set when the
-   device fails. One pass over all gradients (one flag read on a device); per tensor only when bad. */
-TR__FN const char *tr__nonfinite_grad(tr_trainer *t) {
+/* *bad = the name of the first trainable tensor whose gradient holds a NaN or an infinity, or ""
+   when all are finite (the puzzle embedding's sparse rows count as its table). One pass over all
+   gradients (one flag read on a device); per tensor only when one is bad. */
+TR__FN tr_status tr__nonfinite_grad(tr_trainer *t, const char **bad) {
     tr_model *m = t->m;
     tr_ctx *ctx = m->ctx;
     size_t nrows = m->Dp > 0 ? (size_t)t->carry->B * m->Dp : 0;
     int i, ok, rows_ok;
-    if (tr__op_all_finite(ctx, m->n_params, m->grads, &ok) != TR_OK || tr__op_all_finite(ctx, nrows, t->prow, &rows_ok) != TR_OK) return NULL;
-    if (!rows_ok) return "model.inner.puzzle_emb.weights";
-    for (i = 0; !ok && i < m->n_tensors; i++) {
+    tr_status st;
+    *bad = "";
+    if ((st = tr__op_all_finite(ctx, m->n_params, m->grads, &ok)) != TR_OK || (st = tr__op_all_finite(ctx, nrows, t->prow, &rows_ok)) != TR_OK) return st;
+    if (!rows_ok) *bad = "model.inner.puzzle_emb.weights";
+    for (i = 0; !ok && rows_ok && i < m->n_tensors; i++) {
         int tensor_ok;
         if (!m->tensors[i].trainable) continue;
-        if (tr__op_all_finite(ctx, m->tensors[i].numel, TR__GRAD(m, m->tensors[i].dev), &tensor_ok) != TR_OK) return NULL;
-        if (!tensor_ok) return m->tensors[i].name;
+        if ((st = tr__op_all_finite(ctx, m->tensors[i].numel, TR__GRAD(m, m->tensors[i].dev), &tensor_ok)) != TR_OK) return st;
+        if (!tensor_ok) {
+            *bad = m->tensors[i].name;
+            break;
+        }
     }
-    return "";
+    return TR_OK;
 }
 
 /* After the backward: a NaN or infinite loss or gradient (bad data, a diverging learning rate, an
@@ -9160,28 +9146,30 @@ TR__FN const char *tr__nonfinite_grad(tr_trainer *t) {
    skipped, TR_ERR_NONFINITE after max_nonfinite_steps such steps in a row, or a device error. */
 TR__FN int tr__check_finite(tr_trainer *t, tr_metrics *mt) {
     tr_ctx *ctx = t->m->ctx;
-    const char *bad = NULL;
+    const char *bad = "";
+    char what[TR__NAME_LEN + 32];
+    tr_status st;
     if (ctx->fault == TR_FAULT_NONFINITE && t->step + 1 >= ctx->fault_step && t->step + 1 < ctx->fault_step + TR__MAX(ctx->fault_rows, 1)) {
         float nan_value = NAN;
-        tr_status st = tr__dput(ctx, t->m->grads, &nan_value, sizeof nan_value);
-        if (st != TR_OK) return st;
+        if ((st = tr__dput(ctx, t->m->grads, &nan_value, sizeof nan_value)) != TR_OK) return st;
     }
-    if (!isfinite(mt->loss)) bad = "";
-    else if (!(bad = tr__nonfinite_grad(t))) return ctx->dev_active ? TR_ERR_DEVICE : TR_ERR_OUT_OF_MEMORY;
+    if (!isfinite(mt->loss)) snprintf(what, sizeof what, "the loss");
+    else if ((st = tr__nonfinite_grad(t, &bad)) != TR_OK) return st;
     else if (!bad[0]) {
         t->nonfinite_run = 0;
         return TR_OK;
-    }
+    } else
+        snprintf(what, sizeof what, "the gradient of %s", bad);
     t->step++;
     t->phase = 0;
     t->nonfinite_run++;
     mt->skipped = 1;
     tr_carry_reset(t->carry);
     if (t->nonfinite_run >= t->tc.max_nonfinite_steps)
-        return tr__err(ctx, TR_ERR_NONFINITE, "step %ld: the %s%s is NaN or infinite, %d step(s) in a row (max_nonfinite_steps %d): training stops before the weights are harmed",
-                       t->step, bad[0] ? "gradient of " : "loss", bad, t->nonfinite_run, t->tc.max_nonfinite_steps);
-    tr__log(ctx, TR_LOG_WARN, "step %ld: the %s%s is NaN or infinite: update skipped, ACT carry reset (%d step(s) in a row, max_nonfinite_steps %d)", t->step,
-            bad[0] ? "gradient of " : "loss", bad, t->nonfinite_run, t->tc.max_nonfinite_steps);
+        return tr__err(ctx, TR_ERR_NONFINITE, "step %ld: %s is NaN or infinite, %d step(s) in a row (max_nonfinite_steps %d): training stops before the weights are harmed",
+                       t->step, what, t->nonfinite_run, t->tc.max_nonfinite_steps);
+    tr__log(ctx, TR_LOG_WARN, "step %ld: %s is NaN or infinite: update skipped, ACT carry reset (%d step(s) in a row, max_nonfinite_steps %d)", t->step, what,
+            t->nonfinite_run, t->tc.max_nonfinite_steps);
     return 1;
 }
 
@@ -9221,12 +9209,9 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         memset(&mt, 0, sizeof mt);
         st = t->phase == 0 ? tr__train_fwd_bwd(t, batch, &mt, NULL, NULL) : TR_OK;
         if (st == TR_OK && t->phase == 0) {
-            if (metrics) *metrics = mt;
             int fin = tr__check_finite(t, &mt);
-            if (fin == 1) {
-                if (metrics) metrics->skipped = 1;
-                return TR_OK;
-            }
+            if (metrics) *metrics = mt;
+            if (fin == 1) return TR_OK; /* skipped: mt.skipped says so */
             if (fin == TR_ERR_NONFINITE) return TR_ERR_NONFINITE;
             st = (tr_status)fin;
             if (st == TR_OK) t->phase = 1;

@@ -60,19 +60,6 @@ static int clrt_has(const tr_ctx *ctx, const char *s) { return strstr(tr_ctx_las
         if (!clrt_has(ctx, s)) fail_msg("error text '%s' lacks '%s'", tr_ctx_last_error(ctx), s);        \
     } while (0)
 
-typedef struct clrt_enum {
-    int n;
-    char dev[256];
-} clrt_enum;
-static void clrt_enum_cb(void *user, int index, const char *platform, const char *device, int is_gpu, size_t global_mem) {
-    clrt_enum *e = (clrt_enum *)user;
-    (void)platform, (void)is_gpu;
-    assert_int_equal(index, e->n);
-    assert_true(global_mem > 0);
-    if (e->n == 0) snprintf(e->dev, sizeof e->dev, "%s", device);
-    e->n++;
-}
-
 static int clrt_lognum;
 static char clrt_logs[8][512];
 static void clrt_log(void *user, tr_log_level level, const char *msg) {
@@ -85,7 +72,7 @@ static void test_clrt_selectors(void **state) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx = NULL;
     tr__cl *cl = NULL;
-    clrt_enum en;
+    tr_opencl_list en;
     char sel[300], up[300];
     long live0;
     int i, found = 0;
@@ -93,15 +80,16 @@ static void test_clrt_selectors(void **state) {
     cc.log = clrt_log;
     assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
     live0 = tr_ctx_live_allocs(ctx);
-    memset(&en, 0, sizeof en);
-    i = tr__cl_enumerate(ctx, clrt_enum_cb, &en);
-    assert_int_equal(i, en.n);
-    assert_int_equal(tr__cl_enumerate(ctx, NULL, NULL), en.n);
+    assert_int_equal(tr_opencl_list_devices(ctx, &en), TR_OK);
+    for (i = 0; i < en.num_devices; i++) {
+        assert_int_equal(en.devices[i].index, i);
+        assert_true(en.devices[i].global_mem > 0);
+    }
     cl = clrt_open(ctx, NULL); /* skips without a device */
     tr__cl_destroy(cl);
-    assert_true(en.n >= 1);
+    assert_true(en.num_devices >= 1);
     /* index, name substring (any case), plain; opening logs one INFO line with the name */
-    snprintf(sel, sizeof sel, "opencl:%.200s", en.dev);
+    snprintf(sel, sizeof sel, "opencl:%.200s", en.devices[0].name);
     for (i = 0; sel[i]; i++) up[i] = (char)toupper((unsigned char)sel[i]);
     memcpy(up, "opencl:", 7), up[i] = 0;
     {
@@ -111,14 +99,14 @@ static void test_clrt_selectors(void **state) {
             cl = NULL;
             assert_int_equal(tr__cl_open(ctx, good[i], clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_OK);
             assert_non_null(cl);
-            assert_string_equal(tr__cl_get_info(cl)->name, i >= 3 ? en.dev : tr__cl_get_info(cl)->name);
+            assert_string_equal(tr__cl_get_info(cl)->name, i >= 3 ? en.devices[0].name : tr__cl_get_info(cl)->name);
             assert_true(clrt_lognum >= 1 && strncmp(clrt_logs[0], "1 opencl: using", 15) == 0);
             assert_non_null(strstr(clrt_logs[0], tr__cl_get_info(cl)->name));
             if (!tr__cl_get_info(cl)->is_gpu) assert_true(clrt_lognum >= 2 && clrt_logs[1][0] == '2'); /* the WARN */
             tr__cl_destroy(cl);
         }
     }
-    snprintf(sel, sizeof sel, "opencl:%d", en.n);
+    snprintf(sel, sizeof sel, "opencl:%d", en.num_devices);
     cl = (tr__cl *)&found;
     assert_int_equal(tr__cl_open(ctx, sel, clrt_srcs, 2, NULL, TR__CLF_NONE, &cl), TR_ERR_UNSUPPORTED);
     assert_null(cl);
@@ -139,6 +127,7 @@ static void test_clrt_selectors(void **state) {
         }
     }
     (void)found;
+    tr_opencl_list_free(ctx, &en);
     assert_int_equal(tr_ctx_live_allocs(ctx), live0);
     tr_ctx_destroy(ctx);
 }
