@@ -14376,9 +14376,21 @@ TR__FN uint64_t tr__str_hash(const char *s) {
     return tr__mix64(h);
 }
 
+/* The slot of `name`: the one that holds it, else the empty one where it would go (nslots > 0). */
+TR__FN int64_t tr__names_slot(const tr__names *t, const char *name) {
+    int64_t i;
+    for (i = (int64_t)(tr__str_hash(name) & (uint64_t)(t->nslots - 1)); t->slots[i]; i = (i + 1) & (t->nslots - 1))
+        if (!strcmp(t->names[t->slots[i] - 1], name)) break;
+    return i;
+}
+
+/* The id of name in t, or -1 (tr__names_id adds it). */
+TR__FN int64_t tr__names_find(const tr__names *t, const char *name) {
+    return t->nslots ? t->slots[tr__names_slot(t, name)] - 1 : -1;
+}
+
 /* The id of `name`, adding it when new; -1 on allocation failure. */
 TR__FN int64_t tr__names_id(tr_ctx *ctx, tr__names *t, const char *name) {
-    uint64_t h = tr__str_hash(name);
     int64_t i, id;
     size_t l;
     if ((t->n + 1) * 2 > t->nslots) {
@@ -14394,8 +14406,8 @@ TR__FN int64_t tr__names_id(tr_ctx *ctx, tr__names *t, const char *name) {
         t->slots = sl;
         t->nslots = ns;
     }
-    for (i = (int64_t)(h & (uint64_t)(t->nslots - 1)); t->slots[i]; i = (i + 1) & (t->nslots - 1))
-        if (!strcmp(t->names[t->slots[i] - 1], name)) return t->slots[i] - 1;
+    i = tr__names_slot(t, name);
+    if (t->slots[i]) return t->slots[i] - 1;
     if (t->n == t->cap) {
         int64_t nc = t->cap ? t->cap * 2 : 1024;
         char **nv = (char **)tr__alloc(ctx, (size_t)nc * sizeof *nv);
@@ -14863,15 +14875,6 @@ TR__FN int tr__arc_cand_cmp(const void *pa, const void *pb) {
     qa = a->qsum / (double)a->count, qb = b->qsum / (double)b->count;
     if (qa != qb) return qa > qb ? -1 : 1;
     return a->order < b->order ? -1 : a->order > b->order;
-}
-
-/* The id of name in t, or -1 (tr__names_id adds it). */
-TR__FN int64_t tr__names_find(const tr__names *t, const char *name) {
-    int64_t i;
-    if (!t->nslots) return -1;
-    for (i = (int64_t)(tr__str_hash(name) & (uint64_t)(t->nslots - 1)); t->slots[i]; i = (i + 1) & (t->nslots - 1))
-        if (!strcmp(t->names[t->slots[i] - 1], name)) return t->slots[i] - 1;
-    return -1;
 }
 
 TRDEF void tr_arc_votes_destroy(tr_arc_votes *v) {
