@@ -16159,11 +16159,12 @@ done:
 /* A checkpoint must never hold what a diverged run made: every tensor of the model is checked. */
 TR__FN tr_status tr__ck_check_finite(tr_model *m, const char *which) {
     tr_status st;
-    int i;
-    if ((st = tr__model_download(m)) != TR_OK) return st;
-    for (i = 0; i < m->n_tensors; i++)
-        if (!tr__all_finite(m->tensors[i].data, m->tensors[i].numel))
-            return tr__err(m->ctx, TR_ERR_NONFINITE, "checkpoint not written: the %s weights of %s hold NaN or infinite values", which, m->tensors[i].name);
+    int i, ok;
+    /* scanned where they live (one flag read per tensor on a device): tr_model_save downloads them after */
+    for (i = 0; i < m->n_tensors; i++) {
+        if ((st = tr__op_all_finite(m->ctx, m->tensors[i].numel, m->tensors[i].dev, &ok)) != TR_OK) return st;
+        if (!ok) return tr__err(m->ctx, TR_ERR_NONFINITE, "checkpoint not written: the %s weights of %s hold NaN or infinite values", which, m->tensors[i].name);
+    }
     return TR_OK;
 }
 
