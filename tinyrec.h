@@ -1311,6 +1311,7 @@ struct tr_ctx {
     size_t mem_limit;   /* tr_ctx_config.memory_limit or the machine's memory; 0 = unknown (no check) */
     void *scratch;      /* kernel workspace (e.g. GEMM packing), grown on demand by tr__scratch */
     size_t scratch_bytes;
+    struct tr__pw *pw;  /* the weight regions whose GEMM packings are cached (>>sgemm's tr__pw) */
     /* device (>>device): the selector, the OpenCL device once opened (kept after a fallback,
        because it owns the migrated memory), whether ops run on it, and injected faults */
     char device_sel[96];
@@ -3251,6 +3252,98 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
     return k;
 }
 
+/* --- packed weights ----------------------------------------------------------------------------
+   A model registers its parameter buffer as a region (tr__pw_attach). An operand of the packed
+   path that lies inside a region is packed whole into a buffer the region keeps, and later calls
+   reuse that packing until the region's version changes. Every writer of the weights bumps the
+   version: the optimizer step, a load or commit (tr__model_upload), the EMA swap, handing out a
+   writable view. The cached packing is the one the call would have made, so results are the same
+   bit for bit; what it saves is packing the same weights at every call (inference, the no-grad
+   cycles of training, the token mix's weight shared by every batch row). */
+#define TR__PW_MAX 96
+typedef struct tr__pw_entry {
+    const float *src;
+    size_t ld, outer, K;   /* op(X) is outer x K: M x K for A (side 0), N x K for B (side 1) */
+    int side, kmajor;      /* kmajor: X is stored K x outer (transposed A, plain B) */
+    tr__simd simd;         /* the packing's layout follows the kernel set */
+    unsigned long version; /* the region's version when packed */
+    float *data;
+    size_t bytes;
+} tr__pw_entry;
+typedef struct tr__pw {
+    struct tr__pw *next; /* the context's list */
+    const float *base;   /* the region [base, base + n) */
+    size_t n;
+    unsigned long version;
+    size_t bytes; /* held by the entries */
+    long packs;   /* packings made (first use or stale): the tests count reuse with it */
+    int count;
+    tr__pw_entry e[TR__PW_MAX];
+} tr__pw;
+
+TR__FN void tr__pw_attach(tr_ctx *ctx, tr__pw *pw, const float *base, size_t n) {
+    memset(pw, 0, sizeof *pw);
+    pw->base = base;
+    pw->n = n;
+    pw->version = 1;
+    pw->next = ctx->pw;
+    ctx->pw = pw;
+}
+
+/* Unlinks the region and frees its packings (a region never attached is left as it is). */
+TR__FN void tr__pw_detach(tr_ctx *ctx, tr__pw *pw) {
+    tr__pw **q;
+    int i;
+    for (q = &ctx->pw; *q; q = &(*q)->next)
+        if (*q == pw) {
+            *q = pw->next;
+            for (i = 0; i < pw->count; i++) tr__free(ctx, pw->e[i].data);
+            pw->count = 0;
+            pw->bytes = 0;
+            return;
+        }
+}
+
+/* The cached packing of operand X (op(A) is outer x K, op(B) K x outer; leading dimension ld;
+   `floats` long), or
+   *out = NULL when X lies in no region, or the region is full, or caching it would take the
+   region's parameters and gradients plus its packings past the memory limit. *stale = 1: the
+   caller packs into *out before reading it. */
+TR__FN tr_status tr__pw_find(tr_ctx *ctx, int side, int kmajor, const float *X, size_t ld, size_t outer, size_t K, size_t floats, float **out,
+                             int *stale) {
+    size_t span = kmajor ? (K - 1) * ld + outer : (outer - 1) * ld + K, bytes = floats * sizeof(float);
+    tr__pw *pw;
+    tr__pw_entry *e;
+    int i;
+    *out = NULL;
+    *stale = 0;
+    for (pw = ctx->pw; pw; pw = pw->next)
+        if (X >= pw->base && X < pw->base + pw->n && span <= (size_t)(pw->base + pw->n - X)) break;
+    if (!pw) return TR_OK;
+    for (i = 0; i < pw->count; i++) {
+        e = &pw->e[i];
+        if (e->src == X && e->side == side && e->kmajor == kmajor && e->ld == ld && e->outer == outer && e->K == K && e->simd == ctx->simd) {
+            *stale = e->version != pw->version;
+            pw->packs += *stale;
+            e->version = pw->version;
+            *out = e->data;
+            return TR_OK;
+        }
+    }
+    if (pw->count == TR__PW_MAX || (ctx->mem_limit && (double)pw->bytes + (double)bytes + 8.0 * (double)pw->n > (double)ctx->mem_limit)) return TR_OK;
+    e = &pw->e[pw->count];
+    if (!(e->data = (float *)tr__alloc(ctx, bytes))) return TR_ERR_OUT_OF_MEMORY;
+    e->src = X, e->ld = ld, e->outer = outer, e->K = K, e->side = side, e->kmajor = kmajor, e->simd = ctx->simd;
+    e->version = pw->version;
+    e->bytes = bytes;
+    pw->bytes += bytes;
+    pw->count++;
+    pw->packs++;
+    *out = e->data;
+    *stale = 1;
+    return TR_OK;
+}
+
 /* --- the drivers ------------------------------------------------------------------------------- */
 typedef struct tr__sgemm_job {
     int transA, transB, accumulate;
@@ -3266,6 +3359,8 @@ typedef struct tr__sgemm_job {
     size_t bunit;           /* panels per B-packing work unit */
     float *bpack, *apack;   /* packed op(B); per-thread A slabs, astride floats apart */
     size_t astride;
+    const float *apre;      /* or all of op(A) packed (tr__pw): KC block k0 at apre + k0 * mpad */
+    size_t mpad;
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
     size_t astr, bstr;
@@ -3290,11 +3385,12 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
         size_t kc = TR__MIN(J->kc_nom, J->K - k0);
         const float *blk = J->bpack + k0 * J->npan * NR;
         int acc = J->accumulate || k0 > 0;
-        J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, k0, kc, MR, apack);
+        const float *aslab = J->apre ? J->apre + k0 * J->mpad + m0 * kc : apack;
+        if (!J->apre) J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, k0, kc, MR, apack);
         for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
             size_t q1 = TR__MIN(q0 + ncp, p_hi);
             for (ir = 0; ir < mc; ir += MR) {
-                const float *ap = apack + ir * kc;
+                const float *ap = aslab + ir * kc;
                 size_t mr = TR__MIN(MR, mc - ir);
                 float *crow = J->C + (m0 + ir) * J->ldc;
                 for (p = q0; p < q1; p++)
@@ -3394,7 +3490,8 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
     tr__sgemm_job J;
     size_t MR, NR, nkb, bfloats, afloats, total, i, njobs, nbunits;
-    int nt;
+    int nt, packa, packb;
+    tr_status st;
     if (M == 0 || N == 0) return TR_OK;
     if (K == 0) {
         if (!accumulate)
@@ -3433,37 +3530,54 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
     nbunits = nkb * ((J.npan + J.bunit - 1) / J.bunit);
     nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K, njobs);
 
-    /* workspace: packed op(B), then one A slab per thread, each 64-byte aligned */
+    /* workspace: packed op(B), then one A slab per thread, each 64-byte aligned; a weight
+       operand's packing comes from its region's cache instead (packed there when stale) */
     {
-        size_t s;
-        if (!tr__size_mul(K, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8)
+        size_t s, mfloats;
+        float *bpre, *apre;
+        J.mpad = (M + MR - 1) / MR * MR;
+        if (!tr__size_mul(K, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(K, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
+        if ((st = tr__pw_find(ctx, 1, !J.transB, B, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
+            (st = tr__pw_find(ctx, 0, J.transA, A, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
+            return st;
+        if (apre) afloats = 0;
+        if (bpre) bfloats = 0;
+        else packb = 1;
         if (!tr__size_mul(afloats, (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+        if (total) {
+            float *w = (float *)tr__scratch(ctx, total);
+            if (!w) return TR_ERR_OUT_OF_MEMORY;
+            J.bpack = w;
+            J.apack = w + bfloats;
+        }
+        J.astride = afloats;
+        if (bpre) J.bpack = bpre;
+        if ((J.apre = apre) != NULL && packa)
+            for (i = 0; i < K; i += J.kc_nom) J.kern.pack_a(J.transA, A, lda, 0, M, i, TR__MIN(J.kc_nom, K - i), MR, apre + i * J.mpad);
     }
-    J.bpack = (float *)tr__scratch(ctx, total);
-    if (!J.bpack) return TR_ERR_OUT_OF_MEMORY;
-    J.apack = J.bpack + bfloats;
-    J.astride = afloats;
 
 #if TR__OMP
     if (nt > 1) {
 #pragma omp parallel num_threads(nt)
         {
-            float *ap = J.apack + (size_t)omp_get_thread_num() * J.astride;
+            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride;
             long u;
+            if (packb) {
 #pragma omp for schedule(dynamic, 1)
-            for (u = 0; u < (long)nbunits; u++) tr__sgemm_pack_b_unit(&J, (size_t)u);
-            /* (the loop's implicit barrier: op(B) is fully packed past this point) */
+                for (u = 0; u < (long)nbunits; u++) tr__sgemm_pack_b_unit(&J, (size_t)u);
+                /* (the loop's implicit barrier: op(B) is fully packed past this point) */
+            }
 #pragma omp for schedule(dynamic, 1)
             for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
         }
         return TR_OK;
     }
 #endif
-    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
+    for (i = 0; packb && i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
     for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, i);
     return TR_OK;
 }
@@ -7815,6 +7929,7 @@ struct tr_model {
     float *ws;
     int tape_B, tape_nets;
     tr__net_rec *nets;
+    tr__pw pw; /* the GEMM packings of params' weights; pw.version++ at every write of params */
 };
 
 #define TR__GRAD(m, p) ((m)->grads + ((p) - (m)->params))
@@ -7946,6 +8061,7 @@ TRDEF void tr_model_destroy(tr_model *m) {
     tr_ctx *ctx;
     if (!m) return;
     ctx = m->ctx;
+    tr__pw_detach(ctx, &m->pw);
     tr__model_free_work(m);
     tr__dfree(ctx, m->params);
     tr__dfree(ctx, m->grads);
@@ -8033,6 +8149,7 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     if (!m->rope_cos) goto oom;
     m->rope_sin = m->rope_cos + (size_t)m->S * m->hd;
     tr__layout(m, m->params);
+    tr__pw_attach(ctx, &m->pw, m->params, n);
     tr__add_tensor(m, "model.inner.H_init", m->H_init, 1, m->D, 0, 0);
     tr__add_tensor(m, "model.inner.L_init", m->L_init, 1, m->D, 0, 0);
     if (m->Dp > 0) tr__add_tensor(m, "model.inner.puzzle_emb.weights", m->puzzle_emb, 2, cfg->num_puzzle_identifiers, m->Dp, 0);
@@ -8076,6 +8193,7 @@ TR__FN float *tr__host_of(const tr_model *m, float *dev) {
 TR__FN tr_status tr__model_upload(tr_model *m) {
     int i;
     tr_status st;
+    m->pw.version++;
     if (!m->host) return TR_OK;
     for (i = 0; i < m->n_tensors; i++)
         if ((st = tr__dput(m->ctx, m->tensors[i].dev, m->tensors[i].data, m->tensors[i].numel * sizeof(float))) != TR_OK) return st;
@@ -8618,6 +8736,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
+    m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
@@ -9073,6 +9192,7 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
     bc1 = (float)(1.0 - pow(tc->beta1, (double)step));
     bc2 = (float)(1.0 - pow(tc->beta2, (double)step));
     m->host_stale = 1;
+    m->pw.version++;
     if (t->phase < 2) {
         if ((st = tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, (float)lr, (float)tc->weight_decay, (float)tc->beta1,
                                     (float)tc->beta2, bc1, bc2)) != TR_OK ||
@@ -9277,6 +9397,7 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     float *p;
     if (!t) return TR_ERR_INVALID_ARG;
     if (!t->tc.ema) return tr__err(t->m->ctx, TR_ERR_INVALID_ARG, "trainer: EMA is off");
+    t->m->pw.version++;
     if (t->m->ctx->dev_active) {
         tr_ctx *ctx = t->m->ctx;
         size_t bytes = t->m->n_params * sizeof(float);

@@ -231,10 +231,90 @@ static void test_alloc_failure(void **state) {
     free(R);
 }
 
+/* Weight operands packed once (tr__pw): with A and B inside an attached region, the product is
+   bit-identical to the uncached one on first use and on reuse, at 1 and 2 threads; a write the
+   region's version does not see is still served from the cache (which shows the packing is
+   reused), and a version bump repacks. The shapes span several KC blocks and MC blocks, and
+   every transpose. */
+static void run_packed_weights(tr_ctx *ctx) {
+    static const size_t shapes[][3] = {{400, 70, 600}, {100, 300, 129}, {37, 33, 20}};
+    size_t s;
+    int t;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (t = 0; t < 4; t++) {
+            size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda, ldb;
+            int ta = t & 1, tb = t >> 1, th;
+            float *W = rnd_buf(M * K + K * N), *A = W, *B = W + M * K, *R = rnd_buf(M * N), *C = rnd_buf(M * N);
+            tr__pw pw;
+            lda = ta ? M : K, ldb = tb ? K : N;
+            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, R, N, 0), TR_OK); /* no region: uncached */
+            tr__pw_attach(ctx, &pw, W, M * K + K * N);
+            for (th = 1; th <= 2; th++) {
+                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+                if (memcmp(C, R, M * N * sizeof(float)) != 0)
+                    fail_msg("simd %s, %d thread(s): cached packing differs, M %zu N %zu K %zu ta %d tb %d", tr_ctx_simd_name(ctx), th, M, N, K, ta, tb);
+            }
+            assert_int_equal(pw.count, 2); /* op(A) and op(B), packed once for both calls */
+            assert_int_equal(pw.packs, 2);
+            B[0] += 1.0f; /* unseen by the version: the cache still answers */
+            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+            assert_memory_equal(C, R, M * N * sizeof(float));
+            pw.version++; /* what every writer of the weights does */
+            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+            assert_int_equal(pw.packs, 4);
+            tr__pw_detach(ctx, &pw);
+            assert_null(ctx->pw);
+            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, R, N, 0), TR_OK);
+            assert_memory_equal(C, R, M * N * sizeof(float));
+            free(W), free(R), free(C);
+        }
+}
+static void test_packed_weights(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_packed_weights);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* The cache's allocations fail like any other (TR_ERR_OUT_OF_MEMORY, nothing leaked once the
+   region is detached); a region whose packings would pass the memory limit is not cached and
+   the product is still right. */
+static void test_packed_weights_limits(void **state) {
+    size_t M = 200, N = 150, K = 100, n = M * K + K * N;
+    float *W = rnd_buf(n), *C = rnd_buf(M * N), *R = rnd_buf(M * N);
+    tr_ctx *ctx = new_ctx(2);
+    tr__pw pw;
+    long k;
+    (void)state;
+    tr__sgemm_ref(0, 1, M, N, K, W, K, W + M * K, K, R, N, 0);
+    for (k = 1; k <= 2; k++) { /* the op(B) entry, then the op(A) entry */
+        tr__pw_attach(ctx, &pw, W, n);
+        tr_ctx_fail_alloc_at(ctx, k);
+        assert_int_equal(tr__sgemm(ctx, 0, 1, M, N, K, W, K, W + M * K, K, C, N, 0), TR_ERR_OUT_OF_MEMORY);
+        tr_ctx_fail_alloc_at(ctx, 0);
+        assert_true(strlen(tr_ctx_last_error(ctx)) > 0);
+        tr__pw_detach(ctx, &pw);
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    }
+    ctx->mem_limit = 8 * n + 4 * K * 16; /* the weights' own share fits, their packings do not */
+    tr__pw_attach(ctx, &pw, W, n);
+    assert_int_equal(tr__sgemm(ctx, 0, 1, M, N, K, W, K, W + M * K, K, C, N, 0), TR_OK);
+    assert_int_equal(pw.count, 0);
+    for (k = 0; k < (long)(M * N); k++) /* |C| <= K = 100 products of [-1, 1) values: (K + 2) 2^-23 K ~ 1.2e-3 */
+        if (!(fabs((double)C[k] - (double)R[k]) <= 2e-3)) fail_msg("uncached product wrong at %ld: %g vs %g", k, (double)C[k], (double)R[k]);
+    tr__pw_detach(ctx, &pw);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+    free(W), free(C), free(R);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
