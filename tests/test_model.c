@@ -454,6 +454,103 @@ static void test_act_carry(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* --- packed weights (>>sgemm's tr__pw) ---------------------------------------------------- */
+/* Logits of one eval step of a fresh carry. */
+static void eval_logits(tr_model *m, const tr_batch *b, float *logits) {
+    tr_carry *c;
+    tr_step_outputs out;
+    memset(&out, 0, sizeof out);
+    out.logits = logits;
+    assert_int_equal(tr_carry_create(m, b->batch_size, &c), TR_OK);
+    tr_carry_reset(c);
+    assert_int_equal(tr_model_eval_step(m, c, b, &out, NULL), TR_OK);
+    tr_carry_destroy(c);
+}
+
+/* Every packing the model holds is stale: a writer bumped the version after their last use. */
+static void assert_all_stale(const tr_model *m) {
+    int i;
+    assert_true(m->pw.count > 0);
+    for (i = 0; i < m->pw.count; i++) assert_true(m->pw.e[i].version != m->pw.version);
+}
+
+/* The next forward after a write sees it: the logits equal those of a fresh model (whose weights
+   were never packed) holding the same tensors, bit for bit. */
+static void assert_like_fresh(tr_model *m, const tr_batch *b, size_t nlog, float *got, float *want) {
+    tr_model *f;
+    int i;
+    assert_int_equal(tr_model_create(m->ctx, &m->cfg, &f), TR_OK);
+    for (i = 0; i < m->n_tensors; i++) {
+        tr_tensor_view a, z;
+        assert_int_equal(tr_model_tensor(m, i, &a), TR_OK);
+        assert_int_equal(tr_model_tensor(f, i, &z), TR_OK);
+        memcpy(z.data, a.data, a.numel * sizeof(float));
+    }
+    assert_int_equal(tr_model_commit_tensors(f), TR_OK);
+    eval_logits(m, b, got);
+    eval_logits(f, b, want);
+    assert_memory_equal(got, want, nlog * sizeof(float));
+    tr_model_destroy(f);
+}
+
+/* The writers of the weights (optimizer step, EMA swap, a tensor view's write and commit) leave
+   no stale packing behind, in both token mixers (mlp_t packs its token weights as op(A)); within
+   an eval step the packings are reused (far fewer packings than weight products). */
+static void test_packed_weights_writers(void **state) {
+    enum { B = 4 };
+    int mlp_t;
+    (void)state;
+    for (mlp_t = 0; mlp_t < 2; mlp_t++) {
+        tr_ctx *ctx = tu_ctx(2, 7);
+        tr_model_config c;
+        tr_model *m;
+        tr_trainer *t;
+        tr_train_config tc = tr_train_config_default();
+        tr_tensor_view v;
+        tr_batch b;
+        tr_metrics mt;
+        int32_t in[B * 16], lab[B * 16], pid[B];
+        size_t nlog, k;
+        float *got, *want;
+        long packs;
+        int step;
+        tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        tc.global_batch_size = B, tc.lr = 1e-2, tc.lr_warmup_steps = 1, tc.ema = 1, tc.ema_decay = 0.5;
+        assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+        tu_tiny_batch(B, 16, 6, 77, in, lab, pid, 3, 0);
+        b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+        nlog = (size_t)B * 16 * 6;
+        got = (float *)malloc(nlog * sizeof(float)), want = (float *)malloc(nlog * sizeof(float));
+        for (step = 0; step < 2; step++) assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
+        assert_all_stale(m); /* the optimizer step */
+        assert_like_fresh(m, &b, nlog, got, want);
+
+        packs = m->pw.packs;
+        eval_logits(m, &b, got); /* H_cycles x (L_cycles + 1) = 6 passes, 4 weight products per block and pass */
+        assert_true(m->pw.packs > packs && m->pw.packs - packs <= 4L * c.L_layers + 1);
+
+        assert_int_equal(tr_trainer_swap_ema(t), TR_OK);
+        assert_all_stale(m); /* the EMA swap */
+        assert_like_fresh(m, &b, nlog, got, want);
+        assert_int_equal(tr_trainer_swap_ema(t), TR_OK);
+
+        assert_int_equal(tr_model_find_tensor(m, mlp_t ? "model.inner.L_level.layers.0.mlp_t.gate_up_proj.weight" : "model.inner.L_level.layers.0.self_attn.qkv_proj.weight", &v), TR_OK);
+        eval_logits(m, &b, got);
+        for (k = 0; k < v.numel; k++) v.data[k] *= 1.5f;
+        assert_int_equal(tr_model_commit_tensors(m), TR_OK);
+        assert_all_stale(m); /* the view's commit */
+        assert_like_fresh(m, &b, nlog, got, want);
+        assert_true(memcmp(got, want, nlog * sizeof(float)) == 0);
+
+        free(got), free(want);
+        tr_trainer_destroy(t);
+        tr_model_destroy(m);
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+        tr_ctx_destroy(ctx);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_param_counts),
@@ -466,6 +563,7 @@ int main(void) {
         cmocka_unit_test(test_act_carry),
         cmocka_unit_test(test_nonfinite_steps),
         cmocka_unit_test(test_memory_limit),
+        cmocka_unit_test(test_packed_weights_writers),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
