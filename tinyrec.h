@@ -3317,7 +3317,7 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, int side, int kmajor, const float *X, 
     int i;
     *out = NULL;
     *stale = 0;
-    for (pw = ctx->pw; pw; pw = pw->next)
+    for (pw = X ? ctx->pw : NULL; pw; pw = pw->next)
         if (X >= pw->base && X < pw->base + pw->n && span <= (size_t)(pw->base + pw->n - X)) break;
     if (!pw) return TR_OK;
     for (i = 0; i < pw->count; i++) {
@@ -3361,6 +3361,7 @@ typedef struct tr__sgemm_job {
     size_t astride;
     const float *apre;      /* or all of op(A) packed (tr__pw): KC block k0 at apre + k0 * mpad */
     size_t mpad;
+    size_t nbat, pb, sB, sC; /* nbat products sharing op(A): B + b*sB, C + b*sC, pb panels each */
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
     size_t astr, bstr;
@@ -3370,8 +3371,12 @@ typedef struct tr__sgemm_job {
 TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
     size_t ngroups = (J->npan + J->bunit - 1) / J->bunit;
     size_t k0 = (u / ngroups) * J->kc_nom, g = u % ngroups, NR = J->kern.nr;
-    size_t kc = TR__MIN(J->kc_nom, J->K - k0), p0 = g * J->bunit, p1 = TR__MIN(J->npan, p0 + J->bunit);
-    J->kern.pack_b(J->transB, J->B, J->ldb, J->N, p0, p1, k0, kc, NR, J->bpack + k0 * J->npan * NR);
+    size_t kc = TR__MIN(J->kc_nom, J->K - k0), p0 = g * J->bunit, p1 = TR__MIN(J->npan, p0 + J->bunit), b, e;
+    for (; p0 < p1; p0 = e) { /* the panels of each product in the unit */
+        b = p0 / J->pb, e = TR__MIN(p1, (b + 1) * J->pb);
+        J->kern.pack_b(J->transB, J->B + b * J->sB, J->ldb, J->N, p0 - b * J->pb, e - b * J->pb, k0, kc, NR,
+                       J->bpack + k0 * J->npan * NR + b * J->pb * kc * NR);
+    }
 }
 
 /* Job u: M block u % nmb, N range u / nmb, all of K. */
@@ -3393,8 +3398,10 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
                 const float *ap = aslab + ir * kc;
                 size_t mr = TR__MIN(MR, mc - ir);
                 float *crow = J->C + (m0 + ir) * J->ldc;
-                for (p = q0; p < q1; p++)
-                    ukr(kc, ap, blk + p * kc * NR, crow + p * NR, J->ldc, mr, TR__MIN(NR, J->N - p * NR), acc);
+                for (p = q0; p < q1; p++) {
+                    size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
+                    ukr(kc, ap, blk + p * kc * NR, crow + b * J->sC + n0, J->ldc, mr, TR__MIN(NR, J->N - n0), acc);
+                }
             }
         }
     }
@@ -3486,19 +3493,28 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
     return TR_OK;
 }
 
-TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                           const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
+/* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
+   panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
+   one team of threads, op(A) packed once. Shapes of the unpacked paths run one by one. */
+TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                              const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate) {
     tr__sgemm_job J;
     size_t MR, NR, nkb, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
     if (M == 0 || N == 0) return TR_OK;
+    if (nbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
+        for (i = 0; i < nbat; i++)
+            if ((st = tr__sgemm_nb(ctx, 1, transA, transB, M, N, K, A, lda, B + i * sB, ldb, 0, C + i * sC, ldc, 0, accumulate)) != TR_OK) return st;
+        return TR_OK;
+    }
     if (K == 0) {
         if (!accumulate)
             for (i = 0; i < M; i++) memset(C + i * ldc, 0, N * sizeof *C);
         return TR_OK;
     }
     memset(&J, 0, sizeof J);
+    J.nbat = nbat, J.sB = sB, J.sC = sC;
     J.transA = transA != 0;
     J.transB = transB != 0;
     J.accumulate = accumulate != 0;
@@ -3515,7 +3531,8 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
     NR = J.kern.nr;
     nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
     J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
-    J.npan = (N + NR - 1) / NR;
+    J.pb = (N + NR - 1) / NR;
+    J.npan = nbat * J.pb;
     /* M blocks of nearly equal height (a multiple of MR) */
     J.nmb = (M + TR__SG_MC - 1) / TR__SG_MC;
     J.mcb = ((M + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
@@ -3528,7 +3545,7 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
     njobs = J.nmb * J.nnb;
     J.bunit = 8;
     nbunits = nkb * ((J.npan + J.bunit - 1) / J.bunit);
-    nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K, njobs);
+    nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K * (double)nbat, njobs);
 
     /* workspace: packed op(B), then one A slab per thread, each 64-byte aligned; a weight
        operand's packing comes from its region's cache instead (packed there when stale) */
@@ -3540,7 +3557,7 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
-        if ((st = tr__pw_find(ctx, 1, !J.transB, B, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
+        if ((st = tr__pw_find(ctx, 1, !J.transB, nbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
             (st = tr__pw_find(ctx, 0, J.transA, A, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (apre) afloats = 0;
@@ -3579,6 +3596,23 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #endif
     for (i = 0; packb && i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
     for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, i);
+    return TR_OK;
+}
+
+TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                           const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
+    return tr__sgemm_nb(ctx, 1, transA, transB, M, N, K, A, lda, B, ldb, 0, C, ldc, 0, accumulate);
+}
+
+/* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
+   that share A and write apart (the token mix) run as one (tr__sgemm_nb). */
+TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                   const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+    int b;
+    tr_status st;
+    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, ta, tb, M, N, K, A, lda, B, ldb, sB, C, ldc, sC, acc);
+    for (b = 0; b < nb; b++)
+        if ((st = tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, C + b * sC, ldc, sC == 0 && b > 0 ? 1 : acc)) != TR_OK) return st;
     return TR_OK;
 }
 
@@ -7724,12 +7758,8 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                       const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    int b;
-    tr_status st;
     TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc));
-    for (b = 0; b < nb; b++)
-        if ((st = tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, C + b * sC, ldc, sC == 0 && b > 0 ? 1 : acc)) != TR_OK) return st;
-    return TR_OK;
+    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
 }
 
 TR__FN tr_status tr__op_add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {

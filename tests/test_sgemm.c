@@ -231,6 +231,44 @@ static void test_alloc_failure(void **state) {
     free(R);
 }
 
+/* Products sharing A (the token mix: one weight times each batch row) run as one GEMM with
+   every product's panels side by side: bit-identical to the products one by one, at 1 and 2
+   threads, for widths that are no multiple of the panel, every transpose, with and without
+   accumulation, and for shapes of the unpacked paths (run one by one). */
+static void run_shared_a(tr_ctx *ctx) {
+    static const size_t shapes[][4] = {{96, 37, 81, 5}, {512, 128, 81, 3}, {81, 64, 256, 4}, {12, 40, 30, 3}, {70, 6, 20, 3}, {200, 50, 600, 2}};
+    size_t s, b;
+    int t, th;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (t = 0; t < 8; t++) {
+            size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], nb = shapes[s][3], ldc = N + 3, sB = K * N + 7, sC = M * ldc + 5;
+            int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+            size_t lda = ta ? M : K, ldb = tb ? K : N;
+            float *A = rnd_buf(M * K), *B = rnd_buf(nb * sB), *C = rnd_buf(nb * sC), *R = (float *)malloc(nb * sC * sizeof(float));
+            float *C0 = (float *)malloc(nb * sC * sizeof(float));
+            assert_non_null(R), assert_non_null(C0);
+            memcpy(R, C, nb * sC * sizeof(float));
+            memcpy(C0, C, nb * sC * sizeof(float));
+            for (b = 0; b < nb; b++) assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B + b * sB, ldb, R + b * sC, ldc, acc), TR_OK);
+            for (th = 1; th <= 2; th++) {
+                memcpy(C, C0, nb * sC * sizeof(float));
+                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc), TR_OK);
+                if (memcmp(C, R, nb * sC * sizeof(float)) != 0)
+                    fail_msg("simd %s, %d thread(s): shared-A batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th,
+                             M, N, K, nb, ta, tb, acc);
+            }
+            free(A), free(B), free(C), free(R), free(C0);
+        }
+}
+static void test_shared_a(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_shared_a);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 /* Weight operands packed once (tr__pw): with A and B inside an attached region, the product is
    bit-identical to the uncached one on first use and on reuse, at 1 and 2 threads; a write the
    region's version does not see is still served from the cache (which shows the packing is
@@ -314,7 +352,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
-        cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits),
+        cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
