@@ -2713,6 +2713,9 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
                        NC-wide column block runs the micro-kernel on each MR x NR tile. The
                        MR x KC A panel stays in L1 while the KC x NC block of packed B streams
                        from L2.
+                  When N is cut into ranges (few M blocks), op(A) is packed whole once, with
+                  op(B), instead of by every range's jobs. Weights are packed once per version
+                  (tr__pw), and products that share op(A) run as one (tr__sgemm_nb).
                   The packing routines absorb the transposes and zero-pad the edges; the
                   micro-kernels mask the edge tiles on store. K is never split between threads
                   and the KC blocking depends on K alone, so each element of C is summed in the
@@ -3359,8 +3362,8 @@ typedef struct tr__sgemm_job {
     size_t bunit;           /* panels per B-packing work unit */
     float *bpack, *apack;   /* packed op(B); per-thread A slabs, astride floats apart */
     size_t astride;
-    const float *apre;      /* or all of op(A) packed (tr__pw): KC block k0 at apre + k0 * mpad */
-    size_t mpad;
+    float *apre;            /* or all of op(A) packed once: KC block k0 at apre + k0 * mpad */
+    size_t mpad, naunits;   /* and its packing units (naunits = 0: packed already) */
     size_t nbat, pb, sB, sC; /* nbat products sharing op(A): B + b*sB, C + b*sC, pb panels each */
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
@@ -3377,6 +3380,13 @@ TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
         J->kern.pack_b(J->transB, J->B + b * J->sB, J->ldb, J->N, p0 - b * J->pb, e - b * J->pb, k0, kc, NR,
                        J->bpack + k0 * J->npan * NR + b * J->pb * kc * NR);
     }
+}
+
+/* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
+TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
+    size_t MR = J->kern.mr, ngroups = (J->mpad / MR + 3) / 4;
+    size_t k0 = (u / ngroups) * J->kc_nom, m0 = (u % ngroups) * 4 * MR, kc = TR__MIN(J->kc_nom, J->K - k0);
+    J->kern.pack_a(J->transA, J->A, J->lda, m0, TR__MIN(4 * MR, J->M - m0), k0, kc, MR, J->apre + k0 * J->mpad + m0 * kc);
 }
 
 /* Job u: M block u % nmb, N range u / nmb, all of K. */
@@ -3547,11 +3557,13 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
     nbunits = nkb * ((J.npan + J.bunit - 1) / J.bunit);
     nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K * (double)nbat, njobs);
 
-    /* workspace: packed op(B), then one A slab per thread, each 64-byte aligned; a weight
-       operand's packing comes from its region's cache instead (packed there when stale) */
+    /* workspace: packed op(B), then op(A): one slab per thread, or all of it packed once when N
+       is cut into ranges (every range's jobs would repack the same slabs); each 64-byte aligned.
+       A weight operand's packing comes from its region's cache instead (packed when stale). */
     {
         size_t s, mfloats;
         float *bpre, *apre;
+        int ashared = 0;
         J.mpad = (M + MR - 1) / MR * MR;
         if (!tr__size_mul(K, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(K, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
@@ -3560,10 +3572,11 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         if ((st = tr__pw_find(ctx, 1, !J.transB, nbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
             (st = tr__pw_find(ctx, 0, J.transA, A, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
-        if (apre) afloats = 0;
         if (bpre) bfloats = 0;
         else packb = 1;
-        if (!tr__size_mul(afloats, (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
+        if (apre) afloats = 0;
+        else if (J.nnb > 1) afloats = mfloats, ashared = packa = 1;
+        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
             float *w = (float *)tr__scratch(ctx, total);
@@ -3573,8 +3586,9 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         }
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
-        if ((J.apre = apre) != NULL && packa)
-            for (i = 0; i < K; i += J.kc_nom) J.kern.pack_a(J.transA, A, lda, 0, M, i, TR__MIN(J.kc_nom, K - i), MR, apre + i * J.mpad);
+        J.apre = ashared ? J.apack : apre;
+        J.naunits = J.apre && packa ? nkb * ((J.mpad / MR + 3) / 4) : 0;
+        if (!packb) nbunits = 0;
     }
 
 #if TR__OMP
@@ -3583,10 +3597,13 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         {
             float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride;
             long u;
-            if (packb) {
+            if (nbunits + J.naunits) {
 #pragma omp for schedule(dynamic, 1)
-                for (u = 0; u < (long)nbunits; u++) tr__sgemm_pack_b_unit(&J, (size_t)u);
-                /* (the loop's implicit barrier: op(B) is fully packed past this point) */
+                for (u = 0; u < (long)(nbunits + J.naunits); u++) {
+                    if ((size_t)u < nbunits) tr__sgemm_pack_b_unit(&J, (size_t)u);
+                    else tr__sgemm_pack_a_unit(&J, (size_t)u - nbunits);
+                }
+                /* (the loop's implicit barrier: what is packed once is packed past this point) */
             }
 #pragma omp for schedule(dynamic, 1)
             for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
@@ -3594,7 +3611,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         return TR_OK;
     }
 #endif
-    for (i = 0; packb && i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
+    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
+    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, i);
     for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, i);
     return TR_OK;
 }
