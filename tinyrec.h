@@ -3135,6 +3135,73 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
         }                                                                                                               \
     }
 
+/* Transposes the nrows x ncols (<= 8 x 8) block at src (row stride lds; rows >= nrows read as
+   zero) into dst: dst[j*ldd + i] = src[i*lds + j] for j < ncols, storing the lanes in smask. */
+#define TR__SG_YLD(i) __m256 r##i = (i) < nrows ? _mm256_maskload_ps(src + (size_t)(i) * lds, cm) : _mm256_setzero_ps()
+#define TR__SG_YTST(j, v) \
+    if (j < ncols) _mm256_maskstore_ps(dst + (size_t)(j) * ldd, smask, v)
+TR__SG_AVX2 static inline void tr__sg_tr8_avx2(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd, __m256i smask) {
+    __m256i cm = tr__mask256((long)ncols);
+    TR__SG_YLD(0); TR__SG_YLD(1); TR__SG_YLD(2); TR__SG_YLD(3); TR__SG_YLD(4); TR__SG_YLD(5); TR__SG_YLD(6); TR__SG_YLD(7);
+    {
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        /* u: columns (0 4) (1 5) (2 6) (3 7) of rows 0-3 (u0..u3) and rows 4-7 (u4..u7), one per 128-bit lane */
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee), u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+        TR__SG_YTST(0, _mm256_permute2f128_ps(u0, u4, 0x20)); TR__SG_YTST(1, _mm256_permute2f128_ps(u1, u5, 0x20));
+        TR__SG_YTST(2, _mm256_permute2f128_ps(u2, u6, 0x20)); TR__SG_YTST(3, _mm256_permute2f128_ps(u3, u7, 0x20));
+        TR__SG_YTST(4, _mm256_permute2f128_ps(u0, u4, 0x31)); TR__SG_YTST(5, _mm256_permute2f128_ps(u1, u5, 0x31));
+        TR__SG_YTST(6, _mm256_permute2f128_ps(u2, u6, 0x31)); TR__SG_YTST(7, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+}
+
+/* MR <= 8 */
+TR__SG_AVX2 TR__FN void tr__sgemm_pack_a_avx2(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR,
+                                              float *dst) {
+    size_t p, k;
+    __m256i sm = tr__mask256((long)MR);
+    for (p = 0; p < mc; p += MR) {
+        size_t mr = TR__MIN(MR, mc - p);
+        if (!transA) {
+            const float *src = A + (m0 + p) * lda + k0;
+            for (k = 0; k < kc; k += 8) tr__sg_tr8_avx2(src + k, lda, mr, TR__MIN(8, kc - k), dst + k * MR, MR, sm);
+        } else {
+            __m256i lm = tr__mask256((long)mr);
+            for (k = 0; k < kc; k++) _mm256_maskstore_ps(dst + k * MR, sm, _mm256_maskload_ps(A + (k0 + k) * lda + m0 + p, lm));
+        }
+        dst += kc * MR;
+    }
+}
+
+/* NR == 16 */
+TR__SG_AVX2 TR__FN void tr__sgemm_pack_b_avx2(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc,
+                                              size_t NR, float *blk) {
+    size_t p, k;
+    TR__UNUSED(NR);
+    if (!transB) {
+        for (k = 0; k < kc; k++) {
+            const float *src = B + (k0 + k) * ldb;
+            for (p = p0; p < p1; p++) {
+                size_t n0 = p * 16, nr = TR__MIN(16, N - n0);
+                float *d = blk + p * kc * 16 + k * 16;
+                _mm256_store_ps(d, nr == 16 ? _mm256_loadu_ps(src + n0) : _mm256_maskload_ps(src + n0, tr__mask256((long)nr)));
+                _mm256_store_ps(d + 8, nr == 16 ? _mm256_loadu_ps(src + n0 + 8) : _mm256_maskload_ps(src + n0 + 8, tr__mask256(nr > 8 ? (long)nr - 8 : 0)));
+            }
+        }
+        return;
+    }
+    for (p = p0; p < p1; p++) {
+        size_t n0 = p * 16, nr = TR__MIN(16, N - n0), h;
+        float *d = blk + p * kc * 16;
+        for (h = 0; h < 2; h++) {
+            size_t rows = nr > 8 * h ? TR__MIN(8, nr - 8 * h) : 0;
+            const float *src = rows ? B + (n0 + 8 * h) * ldb + k0 : B;
+            for (k = 0; k < kc; k += 8) tr__sg_tr8_avx2(src + k, ldb, rows, TR__MIN(8, kc - k), d + k * 16 + 8 * h, 16, _mm256_set1_epi32(-1));
+        }
+    }
+}
+
 /* 6x16 micro-kernel */
 TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,
                                            size_t nr, int acc) {
@@ -3246,6 +3313,8 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
         k.nr = 16;
         k.rw = TR__SG_YRW;
         k.ukr = tr__sgemm_ukr_avx2;
+        k.pack_a = tr__sgemm_pack_a_avx2;
+        k.pack_b = tr__sgemm_pack_b_avx2;
         k.dot = tr__sgemm_dot_avx2;
         k.rows = tr__sgemm_rows_avx2;
     }
@@ -3643,6 +3712,8 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M
 #undef TR__SG_ZFMA
 #undef TR__SG_ZSTEP
 #undef TR__SG_ZSTORE
+#undef TR__SG_YLD
+#undef TR__SG_YTST
 #undef TR__SG_YFMA
 #undef TR__SG_YSTEP
 #undef TR__SG_YSTORE
