@@ -16,8 +16,8 @@ Usage (needs the Debian torch: /usr/bin/python3):
     /usr/bin/python3 tools/torch_reference.py --only hrm_tiny_att   # one fixture
     /usr/bin/python3 tools/torch_reference.py --hrm-checkpoint DIR  # an HRM run directory as the
         reference writes it (DIR/checkpoint: torch.save(state_dict) with "_orig_mod.model.inner."
-        keys; DIR/all_config.yaml) plus DIR/expected.trfx (the same tensors as fp32 records), for
-        the converter test in tests/test_tools.c
+        keys; DIR/all_config.yaml), variants and DIR/expected.safetensors (the same tensors in
+        F32), for the converter test in tests/test_tools.c
 
 File format (.trfx, little endian): 8-byte magic "TRFX0001", u32 record count, then per record:
 u32 name_len, name bytes (no NUL), u32 dtype (0 f32, 1 i32, 2 f64), u32 ndim, u64 dims[ndim],
@@ -946,8 +946,8 @@ def write_hrm_checkpoint(root):
     H_init/L_init in bfloat16 as the reference creates them; root/plain/{step_10, all_config.yaml}:
     the same weights without "_orig_mod."; root/noconfig/checkpoint: no all_config.yaml;
     root/badshape: H_level.layers.1.mlp.down_proj.weight has half its columns; root/dataset.json:
-    the dataset sizes; root/expected.trfx: config records and every tensor as fp32
-    ("model.inner.<name>"; the bf16 buffers widened exactly)."""
+    the dataset sizes; root/expected.safetensors: every tensor as F32 ("model.inner.<name>"; the
+    bf16 buffers widened exactly), the config (HRM_CKPT) as JSON in its metadata."""
     import yaml
     cfg = dict(HRM_CKPT)
     W = gen_weights(cfg, np.random.default_rng(14))
@@ -983,20 +983,15 @@ def write_hrm_checkpoint(root):
                        vocab_size=cfg["vocab_size"], seq_len=cfg["seq_len"],
                        num_puzzle_identifiers=cfg["num_puzzle_identifiers"], total_groups=4,
                        mean_puzzle_examples=1.0, sets=["all"]), f)
-    recs = [("config." + k, np.float64(v)) for k, v in (
-        ("arch", ARCH_CODES["hrm"]), ("vocab_size", cfg["vocab_size"]), ("seq_len", cfg["seq_len"]),
-        ("hidden_size", cfg["hidden_size"]), ("num_heads", cfg["num_heads"]),
-        ("expansion", cfg["expansion"]), ("H_layers", cfg["H_layers"]), ("L_layers", cfg["L_layers"]),
-        ("H_cycles", cfg["H_cycles"]), ("L_cycles", cfg["L_cycles"]),
-        ("puzzle_emb_ndim", cfg["puzzle_emb_ndim"]), ("puzzle_len", prefix_len(cfg)),
-        ("num_puzzle_identifiers", cfg["num_puzzle_identifiers"]),
-        ("pos_encodings", POS_CODES[cfg["pos_encodings"]]), ("halt_max_steps", cfg["halt_max_steps"]),
-        ("halt_exploration_prob", cfg["halt_exploration_prob"]), ("no_ACT_continue", 0))]
+    import convert_checkpoint as conv  # tools/, beside this file
+    recs = []
     for n in order:
-        t = W[n] if isinstance(W[n], torch.Tensor) else torch.tensor(W[n])
-        recs.append((PREFIX + n, t.float().numpy()))
-    write_trfx(os.path.join(root, "expected.trfx"), recs)
-    print("%s: run/checkpoint, plain/step_10, noconfig/, badshape/, dataset.json, expected.trfx" % root)
+        a = (W[n] if isinstance(W[n], torch.Tensor) else torch.tensor(W[n])).float().numpy()
+        recs.append((PREFIX + n, "F32", a.shape, a.astype("<f4").tobytes()))
+    conv.write_safetensors(os.path.join(root, "expected.safetensors"), recs,
+                           {"config": json.dumps({k: v for k, v in cfg.items()})})
+    print("%s: run/checkpoint, plain/step_10, noconfig/, badshape/, dataset.json, "
+          "expected.safetensors" % root)
 
 
 def main():
