@@ -12,7 +12,8 @@
    Overview
    --------
    tinyrec.h trains and runs the Tiny Recursive Model (TRM, "Less is More: Recursive Reasoning
-   with Tiny Networks") in both of its variants (mlp_t token mixing, RoPE attention) on the CPU,
+   with Tiny Networks") in both of its variants (mlp_t token mixing, RoPE attention), and the
+   Hierarchical Reasoning Model (HRM: two modules, the 1-step gradient, Q-learned halting), on the CPU,
    with SIMD kernels chosen at run time (AVX-512, AVX2+FMA, scalar) and OpenMP threads, or on any
    OpenCL device (TINYREC_OPENCL; the library is loaded at run time) with the CPU as the fallback
    that loses no work. Its numerics follow the reference PyTorch code: the same initialisation, the same recursion and
@@ -31,7 +32,7 @@
        opencl      the OpenCL backend (TINYREC_OPENCL): opencl-runtime (loader, devices, launches,
                    memory), opencl-ops and opencl-gemm (host wrappers and the embedded kernels)
        device      device selection and fallback, CPU info, OpenCL listing, self-test, batch advice
-       model       TRM: parameter layout, initialisation, forward, backward, ACT
+       model       TRM and HRM: parameter layout, initialisation, forward, backward, ACT
        optim       AdamATan2, sign-SGD, EMA, learning-rate schedule
        train       the trainer step: non-finite guard, device recovery
        config      presets and the key table of every config field
@@ -7750,8 +7751,8 @@ TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p
 
 
 /* >>model
-   TRM (and, later, HRM) built from one block set. A module is a stack of blocks; TRM has one
-   (L_level), HRM two (H_level, L_level). Parameters live in one flat buffer with named views
+   TRM and HRM built from one block set. A module is a stack of blocks; TRM has one (L_level),
+   HRM two (H_level, L_level). Parameters live in one flat buffer with named views
    (llm.c style); gradients and optimizer moments mirror it. Only the last H cycle of a
    supervision step records activations (the "tape") for the backward. */
 #define TR__MAX_LAYERS 32
