@@ -343,7 +343,7 @@ typedef struct tr_model_config {
     int hidden_size;            /* D */
     int num_heads;              /* H; D must be a multiple, head size even */
     double expansion;           /* SwiGLU width factor (4) */
-    int H_layers, L_layers;     /* TRM uses only L_layers (one shared module) */
+    int H_layers, L_layers;     /* HRM: H_level's and L_level's blocks; TRM uses only L_layers (one shared module) */
     int H_cycles, L_cycles;     /* T and n */
     int puzzle_emb_ndim;        /* Dp; 0 = no puzzle embedding */
     int puzzle_emb_len;         /* Lp; 0 = ceil(Dp / D) as in HRM */
@@ -462,8 +462,9 @@ typedef struct tr_trainer tr_trainer;
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out);
 TRDEF void tr_trainer_destroy(tr_trainer *t);
 /* One training step: ACT carry update with the incoming batch (halted rows are refilled),
-   forward with T-1 no-grad cycles and one with gradient, loss, backward, AdamATan2 on the
-   dense parameters, sign-SGD on the puzzle embedding, EMA. batch->batch_size must equal
+   forward (TRM: T-1 no-grad cycles and one with gradient; HRM: the 1-step gradient, then, when
+   no_ACT_continue is off, a second no-grad step for q_continue's Q-learning target), loss,
+   backward, AdamATan2 on the dense parameters, sign-SGD on the puzzle embedding, EMA. batch->batch_size must equal
    global_batch_size. metrics may be NULL. */
 TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics);
 TRDEF long tr_trainer_step_count(const tr_trainer *t);
