@@ -348,11 +348,14 @@ static void test_arc_eval_bad_input(void **state) {
 }
 
 /* ---- smoke run on a tiny real dataset ---------------------------------------------------------- */
+/* hidden < 0: an HRM of width -hidden (one H block), which the programs take from the file alone */
 static void make_model(const char *path, int num_ids, int hidden) {
     tr_ctx *ctx = tu_ctx(1, 7);
+    int hrm = hidden < 0;
     tr_model_config cfg;
     tr_model *m = NULL;
     assert_int_equal(tr_model_config_preset(&cfg, "trm-tiny"), TR_OK);
+    if (hrm) hidden = -hidden, cfg.arch = TR_ARCH_HRM, cfg.H_layers = 1, cfg.no_ACT_continue = 0;
     cfg.vocab_size = 12, cfg.seq_len = 900, cfg.num_puzzle_identifiers = num_ids;
     cfg.hidden_size = hidden, cfg.num_heads = 2, cfg.expansion = 2;
     cfg.puzzle_emb_ndim = hidden, cfg.puzzle_emb_len = 1;
@@ -367,7 +370,7 @@ static void make_model(const char *path, int num_ids, int hidden) {
 static void test_arc_eval_smoke(void **state) {
     /* one training task, two evaluation tasks (6ea4a07e has two test inputs) */
     static const char *const files[] = {"training/0d3d703e.json", "evaluation/6ea4a07e.json", "evaluation/17cae0c1.json"};
-    char in[320], ds[320], ck[320], ck_bad[320], sub[320], sub2[320], preds[320], cmd[2600], abs_src[1024], *out;
+    char in[320], ds[320], ck[320], ck_bad[320], ck_hrm[320], sub[320], sub2[320], preds[320], cmd[2600], abs_src[1024], *out;
     int i, rc;
     (void)state;
     need_programs();
@@ -405,6 +408,8 @@ static void test_arc_eval_smoke(void **state) {
         snprintf(ck_bad, sizeof ck_bad, "%s/tiny_wrong_table.safetensors", g_tmp);
         make_model(ck, (int)meta.num_puzzle_identifiers, 32);
         make_model(ck_bad, (int)meta.num_puzzle_identifiers + 3, 32);
+        snprintf(ck_hrm, sizeof ck_hrm, "%s/tiny_hrm.safetensors", g_tmp);
+        make_model(ck_hrm, (int)meta.num_puzzle_identifiers, -32);
         tr_dataset_close(d);
         tr_ctx_destroy(ctx);
     }
@@ -429,6 +434,14 @@ static void test_arc_eval_smoke(void **state) {
     if (rc != 0) fail_msg("arc-eval --limit 1 exited %d:\n%s", rc, out);
     assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
     free(out);
+    /* an HRM checkpoint runs without any new flag */
+    {
+        snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 3 --threads 1 --limit 1 --all-inputs --quiet", ck_hrm, ds);
+        rc = run_cmd(cmd, &out);
+        if (rc != 0) fail_msg("arc-eval on an HRM exited %d:\n%s", rc, out);
+        assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
+        free(out);
+    }
     /* the saved predictions give back the same submission without the model */
     snprintf(cmd, sizeof cmd, ARC_EVAL " --predictions '%s' '%s' --output '%s' && cmp '%s' '%s'", preds, ds, sub2, sub, sub2);
     rc = run_cmd(cmd, &out);
