@@ -252,6 +252,13 @@ static void run_fixture(const char *path, int threads, int opencl) {
             snprintf(name, sizeof name, "step%d.q_continue", k);
             fx_close_f32(&f, name, qc, (size_t)B, carry_atol(k), 1e-4);
         }
+        /* HRM: q_continue's target from the second no-grad forward (a sigmoid of its q values) */
+        snprintf(name, sizeof name, "step%d.target_q_continue", k);
+        if (fx_get(&f, name)) {
+            if (!t->qtarget) fail_msg("%s: the trainer has no Q-learning target", name);
+            fx_close_f32(&f, name, t->qtarget, (size_t)B, carry_atol(k), 1e-4);
+        } else if (t->qtarget)
+            fail_msg("%s: the fixture has no Q-learning, the trainer does", name);
         snprintf(name, sizeof name, "step%d.halted_after", k);
         fx_equal_i32(&f, name, t->carry->halted, (size_t)B);
         snprintf(name, sizeof name, "step%d.steps", k);
