@@ -2564,6 +2564,103 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
     }
 TR__ATT_KERNELS(512, TR__TARGET_AVX512)
 TR__ATT_KERNELS(256, TR__TARGET_AVX2)
+
+/* Elementwise kernels: RoPE, the AdamATan2 step and the EMA, one width-generic body each. They
+   run the scalar twin's operations in its order and without FMA (RoPE and the EMA are bit-identical
+   to it, in every set and at any thread count); the one difference is AdamATan2's atan2, a vector
+   polynomial (tr__atan2##B, <= 3 ulp, where atan2f is <= 1). Tails are masked lanes, so an element
+   gets the same bits wherever a thread's range puts it. Compare, select and bit ops differ between
+   the widths: the small functions below. */
+TR__TARGET_AVX512 static inline __mmask16 tr__cmp_gt512(__m512 a, __m512 b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+TR__TARGET_AVX2 static inline __m256i tr__cmp_gt256(__m256 a, __m256 b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+TR__TARGET_AVX512 static inline __mmask16 tr__cmp_eq512(__m512 a, __m512 b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+TR__TARGET_AVX2 static inline __m256i tr__cmp_eq256(__m256 a, __m256 b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)); }
+/* lanes whose sign bit is set (-0.0 included) */
+TR__TARGET_AVX512 static inline __mmask16 tr__cmp_neg512(__m512 a) { return _mm512_movepi32_mask(_mm512_castps_si512(a)); }
+TR__TARGET_AVX2 static inline __m256i tr__cmp_neg256(__m256 a) { return _mm256_srai_epi32(_mm256_castps_si256(a), 31); }
+TR__TARGET_AVX512 static inline __mmask16 tr__cmp_nan512(__m512 a, __m512 b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
+TR__TARGET_AVX2 static inline __m256i tr__cmp_nan256(__m256 a, __m256 b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)); }
+/* k ? b : a per lane */
+TR__TARGET_AVX512 static inline __m512 tr__sel512(__mmask16 k, __m512 a, __m512 b) { return _mm512_mask_blend_ps(k, a, b); }
+TR__TARGET_AVX2 static inline __m256 tr__sel256(__m256i k, __m256 a, __m256 b) { return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(k)); }
+
+/* atan2(y, x), every quadrant, with atan2f's zeros (atan2(+-0, +0) = +-0, atan2(+-0, -0) =
+   +-pi), infinities and NaNs. t = min(|x|,|y|) / max(|x|,|y|) in [0, 1]; above tan(pi/8),
+   atan t = pi/4 + atan((t - 1) / (t + 1)); on [-tan(pi/8), tan(pi/8)] the Cephes atanf
+   polynomial (relative error 1.9e-7); then pi/2 - r where |y| > |x|, pi - r where x < 0 (its
+   sign bit), and y's sign. Error <= 3 ulp (test_adam_atan2_simd measures it). */
+#define TR__ATAN2(B, TARGET)                                                                                             \
+    TARGET static inline __m##B tr__atan2##B(__m##B y, __m##B x) {                                                      \
+        const __m##B sign = TR__MM(B, set1_ps)(-0.0f), zero = TR__MM(B, setzero_ps)(), one = TR__MM(B, set1_ps)(1.0f);  \
+        const __m##B pi = TR__MM(B, set1_ps)(3.14159265358979f), pi_2 = TR__MM(B, set1_ps)(1.57079632679490f);         \
+        __m##B ax = TR__MM(B, andnot_ps)(sign, x), ay = TR__MM(B, andnot_ps)(sign, y);                                  \
+        __m##B den = TR__MM(B, max_ps)(ax, ay), t = TR__MM(B, div_ps)(TR__MM(B, min_ps)(ax, ay), den), z, r;             \
+        tr__kmask##B big;                                                                                               \
+        t = tr__sel##B(tr__cmp_eq##B(den, zero), t, zero); /* 0 / 0 */                                                 \
+        t = tr__sel##B(tr__cmp_nan##B(t, t), t, one);       /* inf / inf */                                            \
+        big = tr__cmp_gt##B(t, TR__MM(B, set1_ps)(0.414213562373095f));                                                 \
+        t = tr__sel##B(big, t, TR__MM(B, div_ps)(TR__MM(B, sub_ps)(t, one), TR__MM(B, add_ps)(t, one)));               \
+        z = TR__MM(B, mul_ps)(t, t);                                                                                    \
+        r = TR__MM(B, fmadd_ps)(TR__MM(B, set1_ps)(8.05374449538e-2f), z, TR__MM(B, set1_ps)(-1.38776856032e-1f));      \
+        r = TR__MM(B, fmadd_ps)(r, z, TR__MM(B, set1_ps)(1.99777106478e-1f));                                           \
+        r = TR__MM(B, fmadd_ps)(r, z, TR__MM(B, set1_ps)(-3.33329491539e-1f));                                          \
+        r = TR__MM(B, fmadd_ps)(TR__MM(B, mul_ps)(r, z), t, t);                                                         \
+        r = TR__MM(B, add_ps)(r, tr__sel##B(big, zero, TR__MM(B, set1_ps)(0.785398163397448f)));                        \
+        r = tr__sel##B(tr__cmp_gt##B(ay, ax), r, TR__MM(B, sub_ps)(pi_2, r));                                           \
+        r = tr__sel##B(tr__cmp_neg##B(x), r, TR__MM(B, sub_ps)(pi, r));                                                \
+        r = TR__MM(B, or_ps)(r, TR__MM(B, and_ps)(y, sign));                                                            \
+        return tr__sel##B(tr__cmp_nan##B(x, y), r, TR__MM(B, add_ps)(x, y));                                            \
+    }
+/* RoPE on one row of qkv (q and k heads; c, sn this position's [hd] tables), as tr__rope_ref. */
+#define TR__ELEM_KERNELS(B, TARGET)                                                                                      \
+    TR__ATAN2(B, TARGET)                                                                                                \
+    TARGET static void tr__rope_row##B(int H, int hd, float *row, const float *c, const float *sn, float sgn) {         \
+        int half = hd / 2, D = H * hd, qk, h, j;                                                                        \
+        __m##B vs = TR__MM(B, set1_ps)(sgn);                                                                            \
+        for (qk = 0; qk < 2; qk++)                                                                                      \
+            for (h = 0; h < H; h++) {                                                                                   \
+                float *v = row + (size_t)qk * D + (size_t)h * hd;                                                       \
+                for (j = 0; j < half; j += TR__LANES(B)) {                                                              \
+                    tr__kmask##B k = tr__mask##B(half - j);                                                             \
+                    __m##B x1 = tr__load##B(k, v + j), x2 = tr__load##B(k, v + j + half);                               \
+                    __m##B y1 = TR__MM(B, sub_ps)(TR__MM(B, mul_ps)(x1, tr__load##B(k, c + j)),                          \
+                                                  TR__MM(B, mul_ps)(TR__MM(B, mul_ps)(vs, x2), tr__load##B(k, sn + j)));  \
+                    __m##B y2 = TR__MM(B, add_ps)(TR__MM(B, mul_ps)(x2, tr__load##B(k, c + j + half)),                   \
+                                                  TR__MM(B, mul_ps)(TR__MM(B, mul_ps)(vs, x1), tr__load##B(k, sn + j + half))); \
+                    tr__store##B(v + j, k, y1);                                                                         \
+                    tr__store##B(v + j + half, k, y2);                                                                  \
+                }                                                                                                       \
+            }                                                                                                           \
+    }                                                                                                                   \
+    /* AdamATan2 on [i0, i1), as tr__adam_atan2_ref with its factors (decay, step, sbc2) formed by the caller. */     \
+    TARGET static void tr__adam_atan2_span##B(size_t i0, size_t i1, float *p, const float *g, float *m, float *v, float decay, float step, \
+                                              float sbc2, float beta1, float beta2) {                                   \
+        const __m##B vdec = TR__MM(B, set1_ps)(decay), vstep = TR__MM(B, set1_ps)(step), vsb = TR__MM(B, set1_ps)(sbc2); \
+        const __m##B c1 = TR__MM(B, set1_ps)(1.0f - beta1), c2 = TR__MM(B, set1_ps)(1.0f - beta2);                     \
+        size_t i;                                                                                                       \
+        for (i = i0; i < i1; i += TR__LANES(B)) {                                                                       \
+            tr__kmask##B k = tr__mask##B((long)(i1 - i));                                                              \
+            __m##B gi = tr__load##B(k, g + i), mi = tr__load##B(k, m + i), vi = tr__load##B(k, v + i);                  \
+            __m##B pi = TR__MM(B, mul_ps)(tr__load##B(k, p + i), vdec);                                                 \
+            mi = TR__MM(B, add_ps)(mi, TR__MM(B, mul_ps)(c1, TR__MM(B, sub_ps)(gi, mi)));                               \
+            vi = TR__MM(B, add_ps)(vi, TR__MM(B, mul_ps)(c2, TR__MM(B, sub_ps)(TR__MM(B, mul_ps)(gi, gi), vi)));        \
+            tr__store##B(m + i, k, mi);                                                                                 \
+            tr__store##B(v + i, k, vi);                                                                                 \
+            pi = TR__MM(B, sub_ps)(pi, TR__MM(B, mul_ps)(vstep, tr__atan2##B(mi, TR__MM(B, div_ps)(TR__MM(B, sqrt_ps)(vi), vsb)))); \
+            tr__store##B(p + i, k, pi);                                                                                 \
+        }                                                                                                               \
+    }                                                                                                                   \
+    TARGET static void tr__ema_span##B(size_t i0, size_t i1, float *shadow, const float *p, float decay) {              \
+        const __m##B a = TR__MM(B, set1_ps)(1.0f - decay), d = TR__MM(B, set1_ps)(decay);                               \
+        size_t i;                                                                                                       \
+        for (i = i0; i < i1; i += TR__LANES(B)) {                                                                       \
+            tr__kmask##B k = tr__mask##B((long)(i1 - i));                                                              \
+            tr__store##B(shadow + i, k, TR__MM(B, add_ps)(TR__MM(B, mul_ps)(a, tr__load##B(k, p + i)),                  \
+                                                          TR__MM(B, mul_ps)(d, tr__load##B(k, shadow + i))));           \
+        }                                                                                                               \
+    }
+TR__ELEM_KERNELS(512, TR__TARGET_AVX512)
+TR__ELEM_KERNELS(256, TR__TARGET_AVX2)
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -2702,6 +2799,54 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     }
 #endif
     tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
+}
+TR__FN void tr__rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    int nt = tr__threads_for(ctx, (double)rows * 2 * H * hd);
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*row)(int, int, float *, const float *, const float *, float) = ctx->simd == TR__SIMD_AVX512 ? tr__rope_row512 : tr__rope_row256;
+        long r;
+        TR__PARALLEL_FOR(nt)
+        for (r = 0; r < rows; r++) {
+            size_t pos = (size_t)(r % S) * hd;
+            row(H, hd, qkv + (size_t)r * 3 * H * hd, cosv + pos, sinv + pos, inverse ? -1.0f : 1.0f);
+        }
+        return;
+    }
+#endif
+    tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, nt);
+}
+/* The elementwise kernels' threads take TR__SPAN-long pieces (a static split of whole pieces). */
+#define TR__SPAN 4096
+TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1,
+                           float bc2) {
+    int nt = tr__threads_for(ctx, 16.0 * n);
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*span)(size_t, size_t, float *, const float *, float *, float *, float, float, float, float, float) =
+            ctx->simd == TR__SIMD_AVX512 ? tr__adam_atan2_span512 : tr__adam_atan2_span256;
+        float decay = 1.0f - lr * wd, step = lr / bc1, sbc2 = sqrtf(bc2);
+        long c;
+        TR__PARALLEL_FOR(nt)
+        for (c = 0; c < (long)((n + TR__SPAN - 1) / TR__SPAN); c++)
+            span((size_t)c * TR__SPAN, TR__MIN(n, (size_t)(c + 1) * TR__SPAN), p, g, m, v, decay, step, sbc2, beta1, beta2);
+        return;
+    }
+#endif
+    tr__adam_atan2_ref(n, p, g, m, v, lr, wd, beta1, beta2, bc1, bc2, nt);
+}
+TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
+    int nt = tr__threads_for(ctx, (double)n);
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        void (*span)(size_t, size_t, float *, const float *, float) = ctx->simd == TR__SIMD_AVX512 ? tr__ema_span512 : tr__ema_span256;
+        long c;
+        TR__PARALLEL_FOR(nt)
+        for (c = 0; c < (long)((n + TR__SPAN - 1) / TR__SPAN); c++) span((size_t)c * TR__SPAN, TR__MIN(n, (size_t)(c + 1) * TR__SPAN), shadow, p, decay);
+        return;
+    }
+#endif
+    tr__ema_ref(n, shadow, p, decay, nt);
 }
 
 /* >>sgemm
@@ -7933,7 +8078,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     TR__ON_CL(ctx, tr__cl_rope(ctx->cl, rows, S, H, hd, qkv, cosv, sinv, inverse));
-    tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, ctx->num_threads);
+    tr__rope(ctx, rows, S, H, hd, qkv, cosv, sinv, inverse);
     return TR_OK;
 }
 
@@ -7954,7 +8099,7 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
                                    float bc2) {
     TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
-    tr__adam_atan2_ref(n, p, g, m, v, lr, wd, b1, b2, bc1, bc2, ctx->num_threads);
+    tr__adam_atan2(ctx, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2);
     return TR_OK;
 }
 
@@ -7979,7 +8124,7 @@ TR__FN tr_status tr__op_all_finite(tr_ctx *ctx, size_t n, const float *x, int *o
 
 TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
     TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
-    tr__ema_ref(n, shadow, p, decay, ctx->num_threads);
+    tr__ema(ctx, n, shadow, p, decay);
     return TR_OK;
 }
 

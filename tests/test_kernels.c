@@ -264,6 +264,149 @@ static void test_attention_simd(void **state) {
     if (!ran) skip();
 }
 
+/* Each SIMD set's RoPE against the scalar twin: the same operations in the same order, so the
+   same bits, forward and inverse, for half-widths that are and are not multiples of the lanes.
+   300 rows x 4 heads x 64 is above the one-thread threshold (two threads run it). */
+static void test_rope_simd(void **state) {
+    static const int shapes[][3] = {{300, 4, 64}, {37, 3, 6}, {20, 2, 34}, {9, 1, 40}};
+    tr_ctx *ctx = tu_ctx(2, 1);
+    size_t k;
+    int lvl, inv, ran = 0;
+    (void)state;
+    for (lvl = 0; lvl < 2; lvl++) {
+        if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
+        ran++;
+        for (k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            int rows = shapes[k][0], H = shapes[k][1], hd = shapes[k][2], S = 7;
+            size_t n = (size_t)rows * 3 * H * hd;
+            float *x = (float *)malloc(n * 4), *y = (float *)malloc(n * 4), *c = (float *)malloc((size_t)S * hd * 4), *s = (float *)malloc((size_t)S * hd * 4);
+            tu_fill(c, (size_t)S * hd, 50 + k, 1.0f);
+            tu_fill(s, (size_t)S * hd, 60 + k, 1.0f);
+            for (inv = 0; inv < 2; inv++) {
+                tu_fill(x, n, 70 + k, 2.0f);
+                memcpy(y, x, n * 4);
+                tr__rope_ref(rows, S, H, hd, x, c, s, inv, 1);
+                tr__rope(ctx, rows, S, H, hd, y, c, s, inv);
+                assert_memory_equal(y, x, n * 4);
+            }
+            free(x), free(y), free(c), free(s);
+        }
+    }
+    tr_ctx_destroy(ctx);
+    if (!ran) skip();
+}
+
+#if TR__X86
+TR__TARGET_AVX2 static void atan2_avx2(const float *y, const float *x, float *r, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i += 8) _mm256_storeu_ps(r + i, tr__atan2256(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+}
+TR__TARGET_AVX512 static void atan2_avx512(const float *y, const float *x, float *r, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i += 16) _mm512_storeu_ps(r + i, tr__atan2512(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+}
+#endif
+
+/* The vector atan2 against atan2 in double: every pair of signed special magnitudes (zeros,
+   a denormal, the reduction's breakpoints tan(pi/8) and 1, huge, infinities) and 2^16 random
+   pairs over 1e-6..1e6. Within 3 ulp of the exact result (glibc's atan2f is within 1): the
+   polynomial's 1.9e-7 relative error is ~2 ulp, the folds pi/2 - r and pi - r add half an ulp.
+   (2.65 measured here.) Zeros keep their sign as atan2f's do, NaN gives NaN. */
+static void test_atan2_simd(void **state) {
+    static const float mags[] = {0.0f, 1e-40f, 1e-30f, 1e-7f, 0.3f, 0.41421354f, 0.41421360f, 0.5f, 0.9999f, 1.0f, 1.0001f, 2.4142137f, 3.0f, 1e7f, 1e30f, INFINITY};
+    enum { NM = sizeof mags / sizeof mags[0], NS = 4 * NM * NM, NR = 1 << 16, N = NS + NR + 32 };
+    float *y = (float *)malloc(N * 4), *x = (float *)malloc(N * 4), *r = (float *)malloc(N * 4), *u = (float *)malloc(2 * NR * 4);
+    tr_ctx *ctx = tu_ctx(1, 1);
+    size_t i, n = 0;
+    int lvl, ran = 0;
+    (void)state;
+    for (i = 0; i < 4 * NM * NM; i++) {
+        y[n] = (i & 1 ? -1.0f : 1.0f) * mags[(i / 4) % NM];
+        x[n++] = (i & 2 ? -1.0f : 1.0f) * mags[(i / 4) / NM];
+    }
+    tu_fill(u, 2 * NR, 80, 1.0f);
+    for (i = 0; i < NR; i++, n++) {
+        y[n] = (float)copysign(pow(10.0, 6.0 * fabs(u[2 * i])), u[2 * i]) * (i % 3 ? 1.0f : 1e-6f);
+        x[n] = (float)copysign(pow(10.0, 6.0 * fabs(u[2 * i + 1])), sin((double)i));
+    }
+    for (; n < N; n++) y[n] = n & 1 ? NAN : 1.0f, x[n] = n & 2 ? NAN : -2.0f;
+    for (lvl = 0; lvl < 2; lvl++) {
+        if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
+        ran++;
+#if TR__X86
+        if (lvl) atan2_avx512(y, x, r, N);
+        else atan2_avx2(y, x, r, N);
+#endif
+        for (i = 0; i < N; i++) {
+            double ref = atan2((double)y[i], (double)x[i]), a = fabs(ref), ulp = nextafterf((float)a, INFINITY) - (float)a, e;
+            if (isnan(ref)) {
+                assert_true(isnan(r[i]));
+                continue;
+            }
+            e = fabs((double)r[i] - ref) / ulp;
+            if (e > 3.0) fail_msg("atan2 %s (%.9g, %.9g): %.9g, want %.17g (%.2f ulp)", simd_levels[lvl], y[i], x[i], r[i], ref, e);
+            if (ref == 0) assert_int_equal(!!signbit(r[i]), !!signbit(ref));
+        }
+    }
+    tr_ctx_destroy(ctx);
+    free(y), free(x), free(r), free(u);
+    if (!ran) skip();
+}
+
+/* Each SIMD set's AdamATan2 and EMA against the scalar twins over 3 steps on 70001 parameters
+   (masked tails, several 4096-long spans, two threads). The moments are bit-identical; p differs
+   only through atan2: step * its error (3 ulp of a value <= pi/2: < 3.6e-7; atol step * 1e-6)
+   plus one rounding of p (rtol 2^-23). The EMA is bit-identical. Both sets give the same bits (no reduction), and one
+   thread the same as two. */
+static void test_adam_ema_simd(void **state) {
+    enum { N = 70001 };
+    float *p0 = (float *)malloc(N * 4), *g = (float *)malloc(N * 4), *pr = (float *)malloc(N * 4), *mr = (float *)calloc(N, 4), *vr = (float *)calloc(N, 4);
+    float *ps[2], *ms[2], *vs[2], *sr = (float *)malloc(N * 4), *ss = (float *)malloc(N * 4);
+    float lr = 1e-2f, wd = 0.1f, b1 = 0.9f, b2 = 0.95f;
+    tr_ctx *ctx = tu_ctx(2, 1), *one = tu_ctx(1, 1);
+    int lvl, step, ran = 0;
+    (void)state;
+    tu_fill(p0, N, 90, 1.0f);
+    for (lvl = 0; lvl < 2; lvl++) ps[lvl] = (float *)malloc(N * 4), ms[lvl] = (float *)calloc(N, 4), vs[lvl] = (float *)calloc(N, 4);
+    for (lvl = 0; lvl < 2; lvl++) {
+        float *p1 = (float *)malloc(N * 4), *m1 = (float *)calloc(N, 4), *v1 = (float *)calloc(N, 4);
+        if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK || tr_ctx_set_simd(one, simd_levels[lvl]) != TR_OK) {
+            free(p1), free(m1), free(v1);
+            continue;
+        }
+        ran |= 1 << lvl;
+        memcpy(pr, p0, N * 4), memset(mr, 0, N * 4), memset(vr, 0, N * 4);
+        memcpy(ps[lvl], p0, N * 4), memcpy(p1, p0, N * 4);
+        for (step = 1; step <= 3; step++) {
+            float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+            tu_fill(g, N, 100 + step, step == 2 ? 1e-3f : 1.0f);
+            g[0] = 0.0f, g[N - 1] = 0.0f; /* atan2(0, 0) = 0 */
+            tr__adam_atan2_ref(N, pr, g, mr, vr, lr, wd, b1, b2, bc1, bc2, 2);
+            tr__adam_atan2(ctx, N, ps[lvl], g, ms[lvl], vs[lvl], lr, wd, b1, b2, bc1, bc2);
+            tr__adam_atan2(one, N, p1, g, m1, v1, lr, wd, b1, b2, bc1, bc2);
+            assert_memory_equal(ms[lvl], mr, N * 4);
+            assert_memory_equal(vs[lvl], vr, N * 4);
+            tu_assert_close(simd_levels[lvl], ps[lvl], pr, N, lr / bc1 * 1e-6, 1.2e-7);
+            memcpy(pr, ps[lvl], N * 4); /* the next step from the same point: errors do not compound */
+            assert_memory_equal(p1, ps[lvl], N * 4);
+        }
+        tu_fill(sr, N, 110, 1.0f);
+        memcpy(ss, sr, N * 4);
+        tr__ema_ref(N, sr, p0, 0.999f, 2);
+        tr__ema(ctx, N, ss, p0, 0.999f);
+        assert_memory_equal(ss, sr, N * 4);
+        free(p1), free(m1), free(v1);
+    }
+    if (ran == 3) {
+        assert_memory_equal(ps[0], ps[1], N * 4);
+        assert_memory_equal(ms[0], ms[1], N * 4);
+    }
+    for (lvl = 0; lvl < 2; lvl++) free(ps[lvl]), free(ms[lvl]), free(vs[lvl]);
+    free(p0), free(g), free(pr), free(mr), free(vr), free(sr), free(ss);
+    tr_ctx_destroy(ctx), tr_ctx_destroy(one);
+    if (!ran) skip();
+}
+
 /* --- losses -------------------------------------------------------------------------------- */
 typedef struct { int V, label; tr_loss_type type; } xent_case;
 static double xent_loss(const float *x, void *u) {
@@ -401,7 +544,7 @@ static void test_halfs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu),
-        cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd),   cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
     };
