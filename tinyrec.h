@@ -2865,7 +2865,8 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
                        from L2.
                   When N is cut into ranges (few M blocks), op(A) is packed whole once, with
                   op(B), instead of by every range's jobs. Weights are packed once per version
-                  (tr__pw), and products that share op(A) run as one (tr__sgemm_nb).
+                  (tr__pw), and products that share op(A) run as one (tr__sgemm_nb), as do
+                  products summed into one C (their KC blocks in turn).
                   The packing routines absorb the transposes and zero-pad the edges; the
                   micro-kernels mask the edge tiles on store. K is never split between threads
                   and the KC blocking depends on K alone, so each element of C is summed in the
@@ -3584,6 +3585,7 @@ typedef struct tr__sgemm_job {
     float *apre;            /* or all of op(A) packed once: KC block k0 at apre + k0 * mpad */
     size_t mpad, naunits;   /* and its packing units (naunits = 0: packed already) */
     size_t nbat, pb, sB, sC; /* nbat products sharing op(A): B + b*sB, C + b*sC, pb panels each */
+    size_t kbat, nkbp, sAk, sBk; /* or kbat products summed into C: A + b*sAk, B + b*sBk, nkbp KC blocks each */
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
     size_t astr, bstr;
@@ -3591,21 +3593,21 @@ typedef struct tr__sgemm_job {
 
 /* B-packing unit u: one KC block x bunit panels. */
 TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
-    size_t ngroups = (J->npan + J->bunit - 1) / J->bunit;
-    size_t k0 = (u / ngroups) * J->kc_nom, g = u % ngroups, NR = J->kern.nr;
+    size_t ngroups = (J->npan + J->bunit - 1) / J->bunit, q = u / ngroups;
+    size_t k0 = (q % J->nkbp) * J->kc_nom, g = u % ngroups, NR = J->kern.nr;
     size_t kc = TR__MIN(J->kc_nom, J->K - k0), p0 = g * J->bunit, p1 = TR__MIN(J->npan, p0 + J->bunit), b, e;
+    const float *B = J->B + (q / J->nkbp) * J->sBk;
     for (; p0 < p1; p0 = e) { /* the panels of each product in the unit */
         b = p0 / J->pb, e = TR__MIN(p1, (b + 1) * J->pb);
-        J->kern.pack_b(J->transB, J->B + b * J->sB, J->ldb, J->N, p0 - b * J->pb, e - b * J->pb, k0, kc, NR,
-                       J->bpack + k0 * J->npan * NR + b * J->pb * kc * NR);
+        J->kern.pack_b(J->transB, B + b * J->sB, J->ldb, J->N, p0 - b * J->pb, e - b * J->pb, k0, kc, NR, J->bpack + q * J->kc_nom * J->npan * NR + b * J->pb * kc * NR);
     }
 }
 
 /* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
 TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
-    size_t MR = J->kern.mr, ngroups = (J->mpad / MR + 3) / 4;
-    size_t k0 = (u / ngroups) * J->kc_nom, m0 = (u % ngroups) * 4 * MR, kc = TR__MIN(J->kc_nom, J->K - k0);
-    J->kern.pack_a(J->transA, J->A, J->lda, m0, TR__MIN(4 * MR, J->M - m0), k0, kc, MR, J->apre + k0 * J->mpad + m0 * kc);
+    size_t MR = J->kern.mr, ngroups = (J->mpad / MR + 3) / 4, q = u / ngroups;
+    size_t k0 = (q % J->nkbp) * J->kc_nom, m0 = (u % ngroups) * 4 * MR, kc = TR__MIN(J->kc_nom, J->K - k0);
+    J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, J->M - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + m0 * kc);
 }
 
 /* Job u: M block u % nmb, N range u / nmb, all of K. */
@@ -3613,14 +3615,14 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1);
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->M - m0);
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
-    size_t k0, q0, ir, p;
+    size_t q, q0, ir, p;
     tr__sgemm_ukr_fn ukr = J->kern.ukr;
-    for (k0 = 0; k0 < J->K; k0 += J->kc_nom) {
-        size_t kc = TR__MIN(J->kc_nom, J->K - k0);
-        const float *blk = J->bpack + k0 * J->npan * NR;
-        int acc = J->accumulate || k0 > 0;
-        const float *aslab = J->apre ? J->apre + k0 * J->mpad + m0 * kc : apack;
-        if (!J->apre) J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, k0, kc, MR, apack);
+    for (q = 0; q < J->nkbp * J->kbat; q++) { /* the KC blocks, product after product */
+        size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0);
+        const float *blk = J->bpack + q * J->kc_nom * J->npan * NR;
+        int acc = J->accumulate || q > 0;
+        const float *aslab = J->apre ? J->apre + q * J->kc_nom * J->mpad + m0 * kc : apack;
+        if (!J->apre) J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, mc, k0, kc, MR, apack);
         for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
             size_t q1 = TR__MIN(q0 + ncp, p_hi);
             for (ir = 0; ir < mc; ir += MR) {
@@ -3724,17 +3726,22 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
    panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
-   one team of threads, op(A) packed once. Shapes of the unpacked paths run one by one. */
-TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                              const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate) {
+   one team of threads, op(A) packed once. Or (nbat = 1) kbat products summed into C,
+   C (=|+=) sum_b op(A + b*sA) op(B + b*sB), run as one: every product's KC blocks one after
+   another (each product's own blocking, and C takes each block's sum in that order, as the
+   products run one by one sum it). Shapes of the unpacked paths run one by one. */
+TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate) {
     tr__sgemm_job J;
-    size_t MR, NR, nkb, bfloats, afloats, total, i, njobs, nbunits;
+    size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
     if (M == 0 || N == 0) return TR_OK;
-    if (nbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
-        for (i = 0; i < nbat; i++)
-            if ((st = tr__sgemm_nb(ctx, 1, transA, transB, M, N, K, A, lda, B + i * sB, ldb, 0, C + i * sC, ldc, 0, accumulate)) != TR_OK) return st;
+    if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
+        for (i = 0; i < nbat * kbat; i++)
+            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, B + i * sB, ldb, 0, C + (nbat > 1 ? i * sC : 0),
+                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate)) != TR_OK)
+                return st;
         return TR_OK;
     }
     if (K == 0) {
@@ -3744,6 +3751,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
     }
     memset(&J, 0, sizeof J);
     J.nbat = nbat, J.sB = sB, J.sC = sC;
+    J.kbat = kbat, J.sAk = sA, J.sBk = sB;
     J.transA = transA != 0;
     J.transB = transB != 0;
     J.accumulate = accumulate != 0;
@@ -3760,6 +3768,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
     NR = J.kern.nr;
     nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
     J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
+    J.nkbp = nkb;
+    Ktot = (kbat - 1) * nkb * J.kc_nom + K; /* the packed depth: every product's blocks kc_nom apart */
     J.pb = (N + NR - 1) / NR;
     J.npan = nbat * J.pb;
     /* M blocks of nearly equal height (a multiple of MR) */
@@ -3773,8 +3783,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
     J.nnb = (J.npan + J.pcb - 1) / J.pcb;
     njobs = J.nmb * J.nnb;
     J.bunit = 8;
-    nbunits = nkb * ((J.npan + J.bunit - 1) / J.bunit);
-    nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K * (double)nbat, njobs);
+    nbunits = nkb * kbat * ((J.npan + J.bunit - 1) / J.bunit);
+    nt = tr__sgemm_threads(ctx, 2.0 * (double)M * (double)N * (double)K * (double)(nbat * kbat), njobs);
 
     /* workspace: packed op(B), then op(A): one slab per thread, or all of it packed once when N
        is cut into ranges (every range's jobs would repack the same slabs); each 64-byte aligned.
@@ -3784,12 +3794,12 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         float *bpre, *apre;
         int ashared = 0;
         J.mpad = (M + MR - 1) / MR * MR;
-        if (!tr__size_mul(K, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(K, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
+        if (!tr__size_mul(Ktot, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(Ktot, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
-        if ((st = tr__pw_find(ctx, 1, !J.transB, nbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
-            (st = tr__pw_find(ctx, 0, J.transA, A, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
+        if ((st = tr__pw_find(ctx, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
+            (st = tr__pw_find(ctx, 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (bpre) bfloats = 0;
         else packb = 1;
@@ -3806,7 +3816,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
         J.apre = ashared ? J.apack : apre;
-        J.naunits = J.apre && packa ? nkb * ((J.mpad / MR + 3) / 4) : 0;
+        J.naunits = J.apre && packa ? nkb * kbat * ((J.mpad / MR + 3) / 4) : 0;
         if (!packb) nbunits = 0;
     }
 
@@ -3838,16 +3848,27 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, int transA, int transB, 
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
-    return tr__sgemm_nb(ctx, 1, transA, transB, M, N, K, A, lda, B, ldb, 0, C, ldc, 0, accumulate);
+    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
-   that share A and write apart (the token mix) run as one (tr__sgemm_nb). */
+   that share A and write apart (the token mix) run as one (tr__sgemm_nb), and so do products
+   summed into C (the token mix's weight gradients, one product per batch row), in groups whose
+   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). */
+#define TR__SG_KB_FLOATS ((size_t)1 << 21)
 TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                    const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     int b;
     tr_status st;
-    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, ta, tb, M, N, K, A, lda, B, ldb, sB, C, ldc, sC, acc);
+    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc);
+    if (nb > 1 && sC == 0) {
+        size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
+        for (b = 0; b < nb; b += (int)g)
+            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, B + b * sB, ldb, sB, C, ldc, 0, b > 0 ? 1 : acc)) !=
+                TR_OK)
+                return st;
+        return TR_OK;
+    }
     for (b = 0; b < nb; b++)
         if ((st = tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, C + b * sC, ldc, sC == 0 && b > 0 ? 1 : acc)) != TR_OK) return st;
     return TR_OK;

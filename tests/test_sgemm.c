@@ -269,6 +269,45 @@ static void test_shared_a(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* Products summed into C (the token mix's weight gradients: one product per batch row) run as one
+   GEMM, every product's KC blocks in turn: bit-identical to the products one by one (C takes each
+   block's sum in the same order), at 1 and 2 threads, for depths of one and of several KC blocks
+   and no multiple of 4, every transpose, with and without accumulation, batches split into
+   several groups (the 200 x 50 x 600 shape), and shapes of the unpacked paths (run one by one). */
+static void run_summed(tr_ctx *ctx) {
+    static const size_t shapes[][4] = {{97, 512, 128, 9}, {1024, 97, 128, 3}, {200, 50, 600, 25}, {40, 70, 1100, 3}, {12, 40, 30, 3}, {70, 6, 20, 4}};
+    size_t s, b;
+    int t, th;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (t = 0; t < 8; t++) {
+            size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], nb = shapes[s][3], ldc = N + 3, sA = M * K + 5, sB = K * N + 7;
+            int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+            size_t lda = ta ? M : K, ldb = tb ? K : N;
+            float *A = rnd_buf(nb * sA), *B = rnd_buf(nb * sB), *C = rnd_buf(M * ldc), *R = (float *)malloc(M * ldc * sizeof(float));
+            float *C0 = (float *)malloc(M * ldc * sizeof(float));
+            assert_non_null(R), assert_non_null(C0);
+            memcpy(R, C, M * ldc * sizeof(float));
+            memcpy(C0, C, M * ldc * sizeof(float));
+            for (b = 0; b < nb; b++) assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R, ldc, b > 0 ? 1 : acc), TR_OK);
+            for (th = 1; th <= 2; th++) {
+                memcpy(C, C0, M * ldc * sizeof(float));
+                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, 0, acc), TR_OK);
+                if (memcmp(C, R, M * ldc * sizeof(float)) != 0)
+                    fail_msg("simd %s, %d thread(s): summed batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th, M, N,
+                             K, nb, ta, tb, acc);
+            }
+            free(A), free(B), free(C), free(R), free(C0);
+        }
+}
+static void test_summed(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_summed);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 /* Weight operands packed once (tr__pw): with A and B inside an attached region, the product is
    bit-identical to the uncached one on first use and on reuse, at 1 and 2 threads; a write the
    region's version does not see is still served from the cache (which shows the packing is
@@ -352,7 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
-        cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a),
+        cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
