@@ -3065,7 +3065,7 @@ TR__FN void tr__sgemm_rows_c(size_t K, const float *a, size_t sar, size_t sak, s
     } while (0)
 #define TR__SG_TST(j) \
     if (j < ncols) _mm512_mask_storeu_ps(dst + (size_t)(j) * ldd, smask, o##j)
-TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd,
+TR__SG_AVX512 static inline void tr__sg_tr512(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd,
                                                      __mmask16 smask) {
     __mmask16 cm = tr__mask512(ncols);
     __m512 o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15;
@@ -3089,56 +3089,6 @@ TR__SG_AVX512 static inline void tr__sg_tr16_avx512(const float *src, size_t lds
     }
     TR__SG_TST(0); TR__SG_TST(1); TR__SG_TST(2); TR__SG_TST(3); TR__SG_TST(4); TR__SG_TST(5); TR__SG_TST(6); TR__SG_TST(7);
     TR__SG_TST(8); TR__SG_TST(9); TR__SG_TST(10); TR__SG_TST(11); TR__SG_TST(12); TR__SG_TST(13); TR__SG_TST(14); TR__SG_TST(15);
-}
-
-TR__SG_AVX512 TR__FN void tr__sgemm_pack_a_avx512(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc,
-                                                  size_t MR, float *dst) {
-    size_t p, k;
-    __mmask16 sm = tr__mask512(MR);
-    for (p = 0; p < mc; p += MR) {
-        size_t mr = TR__MIN(MR, mc - p);
-        if (!transA) {
-            const float *src = A + (m0 + p) * lda + k0;
-            for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, lda, mr, TR__MIN(16, kc - k), dst + k * MR, MR, sm);
-        } else {
-            __mmask16 lm = tr__mask512(mr);
-            for (k = 0; k < kc; k++) _mm512_mask_storeu_ps(dst + k * MR, sm, _mm512_maskz_loadu_ps(lm, A + (k0 + k) * lda + m0 + p));
-        }
-        dst += kc * MR;
-    }
-}
-
-/* NR == 32 */
-TR__SG_AVX512 TR__FN void tr__sgemm_pack_b_avx512(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0,
-                                                  size_t kc, size_t NR, float *blk) {
-    size_t p, k;
-    TR__UNUSED(NR);
-    if (!transB) {
-        for (k = 0; k < kc; k++) {
-            const float *src = B + (k0 + k) * ldb;
-            for (p = p0; p < p1; p++) {
-                size_t n0 = p * 32, nr = TR__MIN(32, N - n0);
-                float *d = blk + p * kc * 32 + k * 32;
-                if (nr == 32) {
-                    _mm512_store_ps(d, _mm512_loadu_ps(src + n0));
-                    _mm512_store_ps(d + 16, _mm512_loadu_ps(src + n0 + 16));
-                } else {
-                    _mm512_store_ps(d, _mm512_maskz_loadu_ps(tr__mask512(nr), src + n0));
-                    _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(tr__mask512(nr > 16 ? nr - 16 : 0), src + n0 + 16));
-                }
-            }
-        }
-        return;
-    }
-    for (p = p0; p < p1; p++) {
-        size_t n0 = p * 32, nr = TR__MIN(32, N - n0), h;
-        float *d = blk + p * kc * 32;
-        for (h = 0; h < 2; h++) {
-            size_t rows = nr > 16 * h ? TR__MIN(16, nr - 16 * h) : 0;
-            const float *src = rows ? B + (n0 + 16 * h) * ldb + k0 : B;
-            for (k = 0; k < kc; k += 16) tr__sg_tr16_avx512(src + k, ldb, rows, TR__MIN(16, kc - k), d + k * 32 + 16 * h, 32, 0xffff);
-        }
-    }
 }
 
 /* 14x32 micro-kernel */
@@ -3291,7 +3241,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t
 #define TR__SG_YLD(i) __m256 r##i = (i) < nrows ? _mm256_maskload_ps(src + (size_t)(i) * lds, cm) : _mm256_setzero_ps()
 #define TR__SG_YTST(j, v) \
     if (j < ncols) _mm256_maskstore_ps(dst + (size_t)(j) * ldd, smask, v)
-TR__SG_AVX2 static inline void tr__sg_tr8_avx2(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd, __m256i smask) {
+TR__SG_AVX2 static inline void tr__sg_tr256(const float *src, size_t lds, size_t nrows, size_t ncols, float *dst, size_t ldd, __m256i smask) {
     __m256i cm = tr__mask256((long)ncols);
     TR__SG_YLD(0); TR__SG_YLD(1); TR__SG_YLD(2); TR__SG_YLD(3); TR__SG_YLD(4); TR__SG_YLD(5); TR__SG_YLD(6); TR__SG_YLD(7);
     {
@@ -3307,51 +3257,61 @@ TR__SG_AVX2 static inline void tr__sg_tr8_avx2(const float *src, size_t lds, siz
     }
 }
 
-/* MR <= 8 */
-TR__SG_AVX2 TR__FN void tr__sgemm_pack_a_avx2(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR,
-                                              float *dst) {
-    size_t p, k;
-    __m256i sm = tr__mask256((long)MR);
-    for (p = 0; p < mc; p += MR) {
-        size_t mr = TR__MIN(MR, mc - p);
-        if (!transA) {
-            const float *src = A + (m0 + p) * lda + k0;
-            for (k = 0; k < kc; k += 8) tr__sg_tr8_avx2(src + k, lda, mr, TR__MIN(8, kc - k), dst + k * MR, MR, sm);
-        } else {
-            __m256i lm = tr__mask256((long)mr);
-            for (k = 0; k < kc; k++) _mm256_maskstore_ps(dst + k * MR, sm, _mm256_maskload_ps(A + (k0 + k) * lda + m0 + p, lm));
-        }
-        dst += kc * MR;
+/* Packing, one width-generic body for both sets (B = 512: MR <= 16, NR = 32; B = 256: MR <= 8,
+   NR = 16): op(A) panels through the lanes-square transposes (plain A) or masked row copies
+   (transposed A); op(B) panels as vector copies (plain B) or transposes (transposed B). */
+#define TR__SG_PACKS(B, TARGET, NAME)                                                                                    \
+    TARGET TR__FN void tr__sgemm_pack_a_##NAME(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, \
+                                               float *dst) {                                                            \
+        enum { L = TR__LANES(B) };                                                                                      \
+        size_t p, k;                                                                                                    \
+        tr__kmask##B sm = tr__mask##B((long)MR);                                                                        \
+        for (p = 0; p < mc; p += MR) {                                                                                  \
+            size_t mr = TR__MIN(MR, mc - p);                                                                            \
+            if (!transA) {                                                                                              \
+                const float *src = A + (m0 + p) * lda + k0;                                                             \
+                for (k = 0; k < kc; k += L) tr__sg_tr##B(src + k, lda, mr, TR__MIN(L, kc - k), dst + k * MR, MR, sm);   \
+            } else {                                                                                                    \
+                tr__kmask##B lm = tr__mask##B((long)mr);                                                                \
+                for (k = 0; k < kc; k++) tr__store##B(dst + k * MR, sm, tr__load##B(lm, A + (k0 + k) * lda + m0 + p));  \
+            }                                                                                                           \
+            dst += kc * MR;                                                                                             \
+        }                                                                                                               \
+    }                                                                                                                   \
+    TARGET TR__FN void tr__sgemm_pack_b_##NAME(int transB, const float *B_, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, \
+                                               size_t NR, float *blk) {                                                 \
+        enum { L = TR__LANES(B), W = 2 * L };                                                                           \
+        size_t p, k;                                                                                                    \
+        TR__UNUSED(NR);                                                                                                 \
+        if (!transB) {                                                                                                  \
+            for (k = 0; k < kc; k++) {                                                                                  \
+                const float *src = B_ + (k0 + k) * ldb;                                                                 \
+                for (p = p0; p < p1; p++) {                                                                             \
+                    size_t n0 = p * W, nr = TR__MIN(W, N - n0);                                                         \
+                    float *d = blk + p * kc * W + k * W;                                                                \
+                    if (nr == W) {                                                                                      \
+                        TR__MM(B, store_ps)(d, TR__MM(B, loadu_ps)(src + n0));                                          \
+                        TR__MM(B, store_ps)(d + L, TR__MM(B, loadu_ps)(src + n0 + L));                                  \
+                    } else {                                                                                            \
+                        TR__MM(B, store_ps)(d, tr__load##B(tr__mask##B((long)nr), src + n0));                           \
+                        TR__MM(B, store_ps)(d + L, tr__load##B(tr__mask##B(nr > L ? (long)nr - L : 0), src + n0 + L));  \
+                    }                                                                                                   \
+                }                                                                                                       \
+            }                                                                                                           \
+            return;                                                                                                     \
+        }                                                                                                               \
+        for (p = p0; p < p1; p++) {                                                                                     \
+            size_t n0 = p * W, nr = TR__MIN(W, N - n0), h;                                                              \
+            float *d = blk + p * kc * W;                                                                                \
+            for (h = 0; h < 2; h++) {                                                                                   \
+                size_t rows = nr > L * h ? TR__MIN(L, nr - L * h) : 0;                                                  \
+                const float *src = rows ? B_ + (n0 + L * h) * ldb + k0 : B_;                                            \
+                for (k = 0; k < kc; k += L) tr__sg_tr##B(src + k, ldb, rows, TR__MIN(L, kc - k), d + k * W + L * h, W, tr__mask##B(L)); \
+            }                                                                                                           \
+        }                                                                                                               \
     }
-}
-
-/* NR == 16 */
-TR__SG_AVX2 TR__FN void tr__sgemm_pack_b_avx2(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc,
-                                              size_t NR, float *blk) {
-    size_t p, k;
-    TR__UNUSED(NR);
-    if (!transB) {
-        for (k = 0; k < kc; k++) {
-            const float *src = B + (k0 + k) * ldb;
-            for (p = p0; p < p1; p++) {
-                size_t n0 = p * 16, nr = TR__MIN(16, N - n0);
-                float *d = blk + p * kc * 16 + k * 16;
-                _mm256_store_ps(d, nr == 16 ? _mm256_loadu_ps(src + n0) : _mm256_maskload_ps(src + n0, tr__mask256((long)nr)));
-                _mm256_store_ps(d + 8, nr == 16 ? _mm256_loadu_ps(src + n0 + 8) : _mm256_maskload_ps(src + n0 + 8, tr__mask256(nr > 8 ? (long)nr - 8 : 0)));
-            }
-        }
-        return;
-    }
-    for (p = p0; p < p1; p++) {
-        size_t n0 = p * 16, nr = TR__MIN(16, N - n0), h;
-        float *d = blk + p * kc * 16;
-        for (h = 0; h < 2; h++) {
-            size_t rows = nr > 8 * h ? TR__MIN(8, nr - 8 * h) : 0;
-            const float *src = rows ? B + (n0 + 8 * h) * ldb + k0 : B;
-            for (k = 0; k < kc; k += 8) tr__sg_tr8_avx2(src + k, ldb, rows, TR__MIN(8, kc - k), d + k * 16 + 8 * h, 16, _mm256_set1_epi32(-1));
-        }
-    }
-}
+TR__SG_PACKS(512, TR__SG_AVX512, avx512)
+TR__SG_PACKS(256, TR__SG_AVX2, avx2)
 
 /* 6x16 micro-kernel */
 TR__SG_AVX2 TR__FN void tr__sgemm_ukr_avx2(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr,

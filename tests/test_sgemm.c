@@ -231,35 +231,41 @@ static void test_alloc_failure(void **state) {
     free(R);
 }
 
-/* Products sharing A (the token mix: one weight times each batch row) run as one GEMM with
-   every product's panels side by side: bit-identical to the products one by one, at 1 and 2
-   threads, for widths that are no multiple of the panel, every transpose, with and without
-   accumulation, and for shapes of the unpacked paths (run one by one). */
+/* nb products of one call to tr__sgemm_batched against the same products one by one, bit for
+   bit, at 1 and 2 threads, every transpose, with and without accumulation. summed = 0: products
+   sharing A (sA = 0; the token mix: one weight times each batch row), run as one GEMM with every
+   product's panels side by side. summed = 1: products summed into one C (sC = 0; the token mix's
+   weight gradients), run as one GEMM with every product's KC blocks in turn, C taking each block's
+   sum in the same order. */
+static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, size_t nb) {
+    size_t b, ldc = N + 3, sA = summed ? M * K + 5 : 0, sB = K * N + 7, sC = summed ? 0 : M * ldc + 5;
+    size_t na = (nb - 1) * sA + M * K, nc = (nb - 1) * sC + M * ldc;
+    int t, th;
+    for (t = 0; t < 8; t++) {
+        int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+        size_t lda = ta ? M : K, ldb = tb ? K : N;
+        float *A = rnd_buf(na), *B = rnd_buf(nb * sB), *C = rnd_buf(nc), *R = (float *)malloc(nc * sizeof(float)), *C0 = (float *)malloc(nc * sizeof(float));
+        assert_non_null(R), assert_non_null(C0);
+        memcpy(R, C, nc * sizeof(float));
+        memcpy(C0, C, nc * sizeof(float));
+        for (b = 0; b < nb; b++)
+            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, ldc, summed && b > 0 ? 1 : acc), TR_OK);
+        for (th = 1; th <= 2; th++) {
+            memcpy(C, C0, nc * sizeof(float));
+            assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc), TR_OK);
+            if (memcmp(C, R, nc * sizeof(float)) != 0)
+                fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th,
+                         summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
+        }
+        free(A), free(B), free(C), free(R), free(C0);
+    }
+}
+/* Widths that are no multiple of the panel, and shapes of the unpacked paths (run one by one). */
 static void run_shared_a(tr_ctx *ctx) {
     static const size_t shapes[][4] = {{96, 37, 81, 5}, {512, 128, 81, 3}, {81, 64, 256, 4}, {12, 40, 30, 3}, {70, 6, 20, 3}, {200, 50, 600, 2}};
-    size_t s, b;
-    int t, th;
-    for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (t = 0; t < 8; t++) {
-            size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], nb = shapes[s][3], ldc = N + 3, sB = K * N + 7, sC = M * ldc + 5;
-            int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
-            size_t lda = ta ? M : K, ldb = tb ? K : N;
-            float *A = rnd_buf(M * K), *B = rnd_buf(nb * sB), *C = rnd_buf(nb * sC), *R = (float *)malloc(nb * sC * sizeof(float));
-            float *C0 = (float *)malloc(nb * sC * sizeof(float));
-            assert_non_null(R), assert_non_null(C0);
-            memcpy(R, C, nb * sC * sizeof(float));
-            memcpy(C0, C, nb * sC * sizeof(float));
-            for (b = 0; b < nb; b++) assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B + b * sB, ldb, R + b * sC, ldc, acc), TR_OK);
-            for (th = 1; th <= 2; th++) {
-                memcpy(C, C0, nb * sC * sizeof(float));
-                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc), TR_OK);
-                if (memcmp(C, R, nb * sC * sizeof(float)) != 0)
-                    fail_msg("simd %s, %d thread(s): shared-A batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th,
-                             M, N, K, nb, ta, tb, acc);
-            }
-            free(A), free(B), free(C), free(R), free(C0);
-        }
+    size_t s;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 0, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
 static void test_shared_a(void **state) {
     tr_ctx *ctx = new_ctx(2);
@@ -268,37 +274,12 @@ static void test_shared_a(void **state) {
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
 }
-
-/* Products summed into C (the token mix's weight gradients: one product per batch row) run as one
-   GEMM, every product's KC blocks in turn: bit-identical to the products one by one (C takes each
-   block's sum in the same order), at 1 and 2 threads, for depths of one and of several KC blocks
-   and no multiple of 4, every transpose, with and without accumulation, batches split into
-   several groups (the 200 x 50 x 600 shape), and shapes of the unpacked paths (run one by one). */
+/* Depths of one and of several KC blocks and no multiple of 4, batches split into several groups
+   (200 x 50 x 600 x 25), and shapes of the unpacked paths (run one by one). */
 static void run_summed(tr_ctx *ctx) {
     static const size_t shapes[][4] = {{97, 512, 128, 9}, {1024, 97, 128, 3}, {200, 50, 600, 25}, {40, 70, 1100, 3}, {12, 40, 30, 3}, {70, 6, 20, 4}};
-    size_t s, b;
-    int t, th;
-    for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (t = 0; t < 8; t++) {
-            size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], nb = shapes[s][3], ldc = N + 3, sA = M * K + 5, sB = K * N + 7;
-            int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
-            size_t lda = ta ? M : K, ldb = tb ? K : N;
-            float *A = rnd_buf(nb * sA), *B = rnd_buf(nb * sB), *C = rnd_buf(M * ldc), *R = (float *)malloc(M * ldc * sizeof(float));
-            float *C0 = (float *)malloc(M * ldc * sizeof(float));
-            assert_non_null(R), assert_non_null(C0);
-            memcpy(R, C, M * ldc * sizeof(float));
-            memcpy(C0, C, M * ldc * sizeof(float));
-            for (b = 0; b < nb; b++) assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R, ldc, b > 0 ? 1 : acc), TR_OK);
-            for (th = 1; th <= 2; th++) {
-                memcpy(C, C0, M * ldc * sizeof(float));
-                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, 0, acc), TR_OK);
-                if (memcmp(C, R, M * ldc * sizeof(float)) != 0)
-                    fail_msg("simd %s, %d thread(s): summed batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th, M, N,
-                             K, nb, ta, tb, acc);
-            }
-            free(A), free(B), free(C), free(R), free(C0);
-        }
+    size_t s;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
 static void test_summed(void **state) {
     tr_ctx *ctx = new_ctx(2);
