@@ -2567,7 +2567,8 @@ TR__ATT_KERNELS(256, TR__TARGET_AVX2)
 
 /* Elementwise kernels: RoPE, the AdamATan2 step and the EMA, one width-generic body each. They
    run the scalar twin's operations in its order and without FMA (RoPE and the EMA are bit-identical
-   to it, in every set and at any thread count); the one difference is AdamATan2's atan2, a vector
+   to it, in every set and at any thread count, where the compiler does not contract a * b + c:
+   ISO C modes; GNU C++ may); the one difference is AdamATan2's atan2, a vector
    polynomial (tr__atan2##B, <= 3 ulp, where atan2f is <= 1). Tails are masked lanes, so an element
    gets the same bits wherever a thread's range puts it. Compare, select and bit ops differ between
    the widths: the small functions below. */
@@ -3263,7 +3264,7 @@ TR__SG_AVX2 static inline void tr__sg_tr256(const float *src, size_t lds, size_t
 #define TR__SG_PACKS(B, TARGET, NAME)                                                                                    \
     TARGET TR__FN void tr__sgemm_pack_a_##NAME(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, \
                                                float *dst) {                                                            \
-        enum { L = TR__LANES(B) };                                                                                      \
+        const size_t L = TR__LANES(B);                                                                                  \
         size_t p, k;                                                                                                    \
         tr__kmask##B sm = tr__mask##B((long)MR);                                                                        \
         for (p = 0; p < mc; p += MR) {                                                                                  \
@@ -3280,7 +3281,7 @@ TR__SG_AVX2 static inline void tr__sg_tr256(const float *src, size_t lds, size_t
     }                                                                                                                   \
     TARGET TR__FN void tr__sgemm_pack_b_##NAME(int transB, const float *B_, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, \
                                                size_t NR, float *blk) {                                                 \
-        enum { L = TR__LANES(B), W = 2 * L };                                                                           \
+        const size_t L = TR__LANES(B), W = 2 * L;                                                                       \
         size_t p, k;                                                                                                    \
         TR__UNUSED(NR);                                                                                                 \
         if (!transB) {                                                                                                  \
@@ -3294,7 +3295,7 @@ TR__SG_AVX2 static inline void tr__sg_tr256(const float *src, size_t lds, size_t
                         TR__MM(B, store_ps)(d + L, TR__MM(B, loadu_ps)(src + n0 + L));                                  \
                     } else {                                                                                            \
                         TR__MM(B, store_ps)(d, tr__load##B(tr__mask##B((long)nr), src + n0));                           \
-                        TR__MM(B, store_ps)(d + L, tr__load##B(tr__mask##B(nr > L ? (long)nr - L : 0), src + n0 + L));  \
+                        TR__MM(B, store_ps)(d + L, tr__load##B(tr__mask##B(nr > L ? (long)(nr - L) : 0), src + n0 + L)); \
                     }                                                                                                   \
                 }                                                                                                       \
             }                                                                                                           \
@@ -3306,7 +3307,7 @@ TR__SG_AVX2 static inline void tr__sg_tr256(const float *src, size_t lds, size_t
             for (h = 0; h < 2; h++) {                                                                                   \
                 size_t rows = nr > L * h ? TR__MIN(L, nr - L * h) : 0;                                                  \
                 const float *src = rows ? B_ + (n0 + L * h) * ldb + k0 : B_;                                            \
-                for (k = 0; k < kc; k += L) tr__sg_tr##B(src + k, ldb, rows, TR__MIN(L, kc - k), d + k * W + L * h, W, tr__mask##B(L)); \
+                for (k = 0; k < kc; k += L) tr__sg_tr##B(src + k, ldb, rows, TR__MIN(L, kc - k), d + k * W + L * h, W, tr__mask##B((long)L)); \
             }                                                                                                           \
         }                                                                                                               \
     }
