@@ -54,6 +54,8 @@ def parse():
                     help="also print PyTorch's N slowest kernels (torch.profiler) over one training step")
     ap.add_argument("--tinyrec-device", default=None,
                     help="device for tinyrec-bench (default: opencl with --device cuda, else cpu)")
+    ap.add_argument("--attention", default="auto", choices=["auto", "sdpa", "explicit"],
+                    help="PyTorch's attention: F.scaled_dot_product_attention (auto: where this torch has it) or softmax(QK^T)V")
     return ap.parse_args()
 
 
@@ -78,6 +80,7 @@ def main():
     hrm = p.get("hrm", False)
     S, V, L = p["L"] + Lp, p["V"], p["L"]
     hd = D // H
+    SDPA = args.attention == "sdpa" or (args.attention == "auto" and hasattr(F, "scaled_dot_product_attention"))
 
     def width(d):
         return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
@@ -129,7 +132,10 @@ def main():
             q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
             q, k = q * cos[:, None] + rot(q) * sin[:, None], k * cos[:, None] + rot(k) * sin[:, None]
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
+            if SDPA:  # fused attention, as a careful port of the reference's flash_attn would run it
+                a = F.scaled_dot_product_attention(q, k, v)
+            else:
+                a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
             h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
         return rms(h + swiglu(h, ly["gu"], ly["down"]))
 
@@ -288,9 +294,10 @@ def main():
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         ours = json.loads(out)
 
-    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s)" % (
+    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s%s)" % (
         torch.__version__, torch.cuda.get_device_name() if args.device == "cuda" else args.device, args.threads, args.preset, args.batch,
-        ", TF32 off" if args.device == "cuda" else ""))
+        ", TF32 off" if args.device == "cuda" else "",
+        "" if p["mlp_t"] else (", attention: scaled_dot_product_attention" if SDPA else ", attention: softmax(QK^T)V")))
     if ours:
         print("tinyrec on %s" % ours.get("device", "cpu"))
     names = [("train", "train step B=%d" % args.batch), ("infer1", "infer sup. step B=1"),
