@@ -3,10 +3,19 @@ CC      ?= gcc
 CXX     ?= g++
 OPT     ?= -O2
 WARN    := -Wall -Wextra
-CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 -fopenmp -pthread
-CXXFLAGS?= $(OPT) -g $(WARN) -fopenmp -pthread
+# OPENMP=0: no -fopenmp; the library's parallel loops run on its own pthread pool (as with Apple
+# clang). Its build goes to build-noomp/ so that the two never mix.
+OPENMP  ?= 1
+ifeq ($(OPENMP),1)
+OMP     := -fopenmp
+BUILD   ?= build
+else
+OMP     :=
+BUILD   ?= build-noomp
+endif
+CFLAGS  ?= $(OPT) -g $(WARN) -std=c99 $(OMP) -pthread
+CXXFLAGS?= $(OPT) -g $(WARN) $(OMP) -pthread
 LDLIBS  := -lm
-BUILD   := build
 # OpenCL is loaded at run time (dlopen), so building it in needs no headers or library; a binary
 # runs on the CPU where no OpenCL exists. OPENCL=0 leaves the backend out.
 OPENCL  ?= 1
@@ -61,9 +70,9 @@ $(BUILD)/compile_cpp: tests/compile/impl.cpp $(HDR) | $(BUILD)
 	$(CXX) $(WARN) -Werror -I. tests/compile/impl.cpp -o $@ -lm
 	$(CXX) $(WARN) -Werror -DTINYREC_OPENCL=1 -I. tests/compile/impl.cpp -o $(BUILD)/compile_cpp_opencl -lm -ldl
 $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(HDR) | $(BUILD)
-	$(CC) -std=c99 $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
-	$(CXX) $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
-	clang -std=c99 $(WARN) -Werror -fopenmp -pthread $(CL_FLAGS) -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
+	$(CC) -std=c99 $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
+	$(CXX) $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
+	clang -std=c99 $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
 
 # The README's quick start is a program: extracted verbatim (its first ```c block), built as the README
 # says (plus -Werror), and run by make test.
@@ -71,10 +80,10 @@ $(BUILD)/readme_quickstart.c: README.md | $(BUILD)
 	awk '/^```c$$/ { f = 1; next } /^```$$/ { if (f) exit } f' README.md > $@
 	@test -s $@ || { echo "README.md has no \`\`\`c block" >&2; exit 1; }
 $(BUILD)/readme_quickstart: $(BUILD)/readme_quickstart.c $(HDR)
-	$(CC) -O2 -std=c99 $(WARN) -Werror -fopenmp -I. $< -o $@ -lm
+	$(CC) -O2 -std=c99 $(WARN) -Werror $(OMP) -pthread -I. $< -o $@ -lm
 
 test: all
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; OMP_WAIT_POLICY=passive $$t; done
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $$t; done
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors

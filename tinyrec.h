@@ -56,20 +56,22 @@
        tr_model_save(m, "model.safetensors", NULL);
        tr_trainer_destroy(t);  tr_model_destroy(m);  tr_ctx_destroy(ctx);
 
-   Link with -lm, and -fopenmp for threads (optional). POSIX systems: the data sampler's prefetch
-   thread uses pthreads (part of libc on current glibc; add -pthread elsewhere).
+   Link with -lm; -fopenmp optional. Without OpenMP the parallel loops run on the library's own
+   pthread pool, with the same results. POSIX systems: the pool and the data sampler's prefetch
+   thread use pthreads (part of libc on current glibc; add -pthread elsewhere).
 
    Build flags (define before including)
        TINYREC_STATIC          all functions get static linkage (TRDEF = static)
        TRDEF                   override the linkage of public functions yourself
-       TINYREC_NO_OPENMP       never use OpenMP, even when compiled with -fopenmp
+       TINYREC_NO_OPENMP       never use OpenMP, even when compiled with -fopenmp (the library's own
+                               pthread pool runs the parallel loops then, as in any build without OpenMP)
        TINYREC_NO_SIMD         scalar kernels only (the reference path)
        TINYREC_OPENCL          1: the OpenCL backend. libOpenCL is opened with dlopen when the first
                                model is created (link -ldl on old glibc); no OpenCL headers needed
        TINYREC_OPENCL_LINKED   with TINYREC_OPENCL: call the linked OpenCL library (-lOpenCL) instead
 
    Environment variables (read by tr_ctx_create and the example programs)
-       TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, or 1)
+       TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
@@ -90,6 +92,10 @@
    system header is read. */
 #if defined(TINYREC_IMPLEMENTATION) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
 #define _POSIX_C_SOURCE 200809L
+#endif
+/* (macOS hides sysctlbyname's types under strict POSIX unless asked) */
+#if defined(TINYREC_IMPLEMENTATION) && defined(__APPLE__) && !defined(_DARWIN_C_SOURCE)
+#define _DARWIN_C_SOURCE 1
 #endif
 
 #include <stddef.h>
@@ -145,7 +151,7 @@ typedef struct tr_ctx_config {
     tr_allocator allocator; /* alloc == NULL selects the C library (posix_memalign / _aligned_malloc) */
     tr_log_fn log;          /* NULL: messages are dropped */
     void *log_user;
-    int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else 1 */
+    int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else the CPUs (macOS: performance cores) */
     uint64_t seed;          /* root of every random stream the context hands out */
     const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512" force one */
     size_t memory_limit;    /* bytes of host memory a model, trainer, dataset or file read may need; one that
@@ -836,6 +842,7 @@ TRDEF tr_status tr_sudoku_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, i
    drawn from the stream (seed, index); the same map is applied to the puzzle and the solution. */
 TRDEF void tr_sudoku_augment(uint64_t seed, uint64_t index, const uint8_t q[81], const uint8_t a[81], uint8_t q_out[81], uint8_t a_out[81]);
 
+/* The parse's parallel solve: need[k] stays 1 for a puzzle that fails its verdict. */
 typedef struct tr_sudoku_set {
     int64_t count;
     uint8_t *puzzles;   /* [count * 81] */
@@ -1249,6 +1256,9 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #include <sys/types.h>
 #include <unistd.h>
 #define TR__POSIX 1
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 #else
 #include <direct.h>
 #define TR__POSIX 0
@@ -1258,6 +1268,13 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #define TR__OMP 1
 #else
 #define TR__OMP 0
+#endif
+/* Without OpenMP the parallel loops run on the library's own pthread pool (>>base, threads); it
+   needs GCC/clang's __atomic builtins and __thread. */
+#if !TR__OMP && TR__POSIX && (defined(__GNUC__) || defined(__clang__))
+#define TR__POOL 1
+#else
+#define TR__POOL 0
 #endif
 #ifndef TINYREC_OPENCL
 #define TINYREC_OPENCL 0
@@ -1449,6 +1466,165 @@ TR__FN double tr__now(void) {
 #endif
 }
 
+/* --- threads -------------------------------------------------------------------------------
+   tr__par_for(nt, n, chunk, fn, arg) runs fn(arg, i0, i1) over [0, n) on up to nt threads: the
+   OpenMP team when the build has OpenMP, else a small pthread pool (TR__POOL: Apple clang,
+   `make OPENMP=0`, TINYREC_NO_OPENMP). chunk 0 is the static schedule: part t of nt gets the same
+   contiguous range in both builds (tr__par_split); chunk > 0 hands out chunks of that many in
+   turn (dynamic). The loop bodies write disjoint outputs and never reduce across parts, so
+   results are the same for any thread count and either build. tr__thread_id() is the running
+   part's thread (0 .. nt-1), for per-thread scratch.
+   The pool is process-wide and grows to the largest team asked for; its workers spin briefly,
+   then sleep. It runs one loop at a time: a loop asked for while it is busy (another application
+   thread, or a loop inside a loop) runs on its caller's thread alone. */
+typedef void (*tr__range_fn)(void *arg, long i0, long i1);
+
+/* Part t of [0, n) split in nt nearly equal contiguous ranges (the first n % nt one longer). */
+TR__FN void tr__par_split(long n, int nt, int t, long *i0, long *i1) {
+    long q = n / nt, r = n % nt;
+    *i0 = t * q + TR__MIN((long)t, r);
+    *i1 = *i0 + q + (t < r ? 1 : 0);
+}
+
+#if TR__POOL
+#define TR__POOL_MAX 1024 /* tr_ctx_set_num_threads' limit */
+#define TR__POOL_SPIN 20000
+static __thread int tr__pool_tid; /* the part this thread runs (workers: their index) */
+static pthread_mutex_t tr__pool_busy = PTHREAD_MUTEX_INITIALIZER; /* held by the thread running a loop */
+static pthread_mutex_t tr__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tr__pool_wake = PTHREAD_COND_INITIALIZER, tr__pool_done = PTHREAD_COND_INITIALIZER;
+static struct {
+    unsigned long gen; /* bumped (under tr__pool_mu) to start a loop */
+    int workers;       /* started, never stopped */
+    int pending;       /* workers that have not finished the current loop */
+    int nt;
+    long n, chunk, next;
+    tr__range_fn fn;
+    void *arg;
+} tr__pool;
+
+TR__FN void tr__pool_part(int t) {
+    if (tr__pool.chunk <= 0) {
+        long i0, i1;
+        tr__par_split(tr__pool.n, tr__pool.nt, t, &i0, &i1);
+        if (i0 < i1) tr__pool.fn(tr__pool.arg, i0, i1);
+    } else
+        for (;;) {
+            long i = __atomic_fetch_add(&tr__pool.next, tr__pool.chunk, __ATOMIC_RELAXED);
+            if (i >= tr__pool.n) break;
+            tr__pool.fn(tr__pool.arg, i, TR__MIN(i + tr__pool.chunk, tr__pool.n));
+        }
+}
+
+static void *tr__pool_worker(void *p) {
+    unsigned long seen = 0, g = 0;
+    int i;
+    tr__pool_tid = (int)(intptr_t)p;
+    for (;;) {
+        for (i = 0; i < TR__POOL_SPIN && (g = __atomic_load_n(&tr__pool.gen, __ATOMIC_ACQUIRE)) == seen; i++) {}
+        if (g == seen) {
+            pthread_mutex_lock(&tr__pool_mu);
+            while ((g = __atomic_load_n(&tr__pool.gen, __ATOMIC_ACQUIRE)) == seen) pthread_cond_wait(&tr__pool_wake, &tr__pool_mu);
+            pthread_mutex_unlock(&tr__pool_mu);
+        }
+        seen = g;
+        if (tr__pool_tid < tr__pool.nt) tr__pool_part(tr__pool_tid);
+        if (__atomic_sub_fetch(&tr__pool.pending, 1, __ATOMIC_ACQ_REL) == 0) { /* every worker answers each loop */
+            pthread_mutex_lock(&tr__pool_mu);
+            pthread_cond_signal(&tr__pool_done);
+            pthread_mutex_unlock(&tr__pool_mu);
+        }
+    }
+    return NULL;
+}
+
+/* Runs the loop on the pool (the caller is part 0); 0 when the pool is busy. */
+TR__FN int tr__pool_run(int nt, long n, long chunk, tr__range_fn fn, void *arg) {
+    int i;
+    if (pthread_mutex_trylock(&tr__pool_busy) != 0) return 0;
+    while (tr__pool.workers < nt - 1 && tr__pool.workers < TR__POOL_MAX - 1) {
+        pthread_t th;
+        pthread_attr_t at;
+        int ok;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&th, &at, tr__pool_worker, (void *)(intptr_t)(tr__pool.workers + 1)) == 0;
+        pthread_attr_destroy(&at);
+        if (!ok) break;
+        tr__pool.workers++;
+    }
+    nt = TR__MIN(nt, tr__pool.workers + 1); /* fewer threads when the system refused more */
+    tr__pool.nt = nt, tr__pool.n = n, tr__pool.chunk = chunk, tr__pool.next = 0;
+    tr__pool.fn = fn, tr__pool.arg = arg;
+    tr__pool.pending = tr__pool.workers;
+    pthread_mutex_lock(&tr__pool_mu);
+    __atomic_store_n(&tr__pool.gen, tr__pool.gen + 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&tr__pool_wake);
+    pthread_mutex_unlock(&tr__pool_mu);
+    tr__pool_part(0);
+    for (i = 0; i < TR__POOL_SPIN && __atomic_load_n(&tr__pool.pending, __ATOMIC_ACQUIRE) != 0; i++) {}
+    pthread_mutex_lock(&tr__pool_mu);
+    while (__atomic_load_n(&tr__pool.pending, __ATOMIC_ACQUIRE) != 0) pthread_cond_wait(&tr__pool_done, &tr__pool_mu);
+    pthread_mutex_unlock(&tr__pool_mu);
+    pthread_mutex_unlock(&tr__pool_busy);
+    return 1;
+}
+#endif
+
+/* Threads to use when nobody says: on macOS the performance cores (sysctl; a static split that
+   gives efficiency cores equal shares waits for them), else the online CPUs. */
+TR__FN int tr__cpu_count(void) {
+#if defined(__APPLE__)
+    int n = 0;
+    size_t len = sizeof n;
+    if (sysctlbyname("hw.perflevel0.physicalcpu", &n, &len, NULL, 0) == 0 && n > 0) return n;
+    len = sizeof n;
+    if (sysctlbyname("hw.logicalcpu", &n, &len, NULL, 0) == 0 && n > 0) return n;
+#endif
+#if defined(_SC_NPROCESSORS_ONLN)
+    {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        if (c > 0) return (int)TR__MIN(c, 1024);
+    }
+#endif
+    return 1;
+}
+
+TR__FN int tr__thread_id(void) {
+#if TR__OMP
+    return omp_get_thread_num();
+#elif TR__POOL
+    return tr__pool_tid;
+#else
+    return 0;
+#endif
+}
+
+TR__FN void tr__par_for(int nt, long n, long chunk, tr__range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (nt > 1 && n > 1) {
+#if TR__OMP
+        if (chunk <= 0) {
+            int t;
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (t = 0; t < nt; t++) {
+                long i0, i1;
+                tr__par_split(n, nt, t, &i0, &i1);
+                if (i0 < i1) fn(arg, i0, i1);
+            }
+        } else {
+            long c, nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+            for (c = 0; c < nc; c++) fn(arg, c * chunk, TR__MIN((c + 1) * chunk, n));
+        }
+        return;
+#elif TR__POOL
+        if (tr__pool_run(nt, n, chunk, fn, arg)) return;
+#endif
+    }
+    fn(arg, 0, n);
+}
+
 /* --- CPU features ------------------------------------------------------------------------ */
 /* The one cpuid/xgetbv probe: each feature the CPU has and the OS saves the registers of
    (XCR0: ymm for AVX, zmm and opmask for AVX-512, tile state for AMX), and the brand string
@@ -1541,6 +1717,8 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
         n = env ? atoi(env) : 0;
 #if TR__OMP
         if (n <= 0) n = omp_get_max_threads();
+#elif TR__POOL
+        if (n <= 0) n = tr__cpu_count();
 #endif
         if (n <= 0) n = 1;
     }
@@ -1828,14 +2006,9 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
 /* >>cpu
    Kernels. Each op has a plain scalar reference (tr__*_ref, kept forever and used by the tests)
    and, for the hot ones, SIMD variants chosen at run time from ctx->simd. Row loops are split
-   across OpenMP threads with a static schedule and disjoint writes; no kernel reduces across
-   threads, so results do not depend on the thread count. */
-#define TR__PRAGMA(x) _Pragma(#x)
-#if TR__OMP
-#define TR__PARALLEL_FOR(nthreads) TR__PRAGMA(omp parallel for num_threads(nthreads) schedule(static))
-#else
-#define TR__PARALLEL_FOR(nthreads)
-#endif
+   across threads by tr__par_for (OpenMP or the library's pool) with a static schedule and
+   disjoint writes: a loop's body is a range function over an argument block (tr__X_range,
+   tr__X_args). No kernel reduces across threads, so results do not depend on the thread count. */
 #if TR__X86
 #define TR__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define TR__TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -1843,11 +2016,17 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
 
 /* y = r * rstd with r = x + add (add may be NULL), rstd = 1/sqrt(mean(r^2) + eps), per row of D.
    out may alias x. This is the post-norm residual of every block. */
-TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+typedef struct tr__rms_rows_fwd_args { int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_rows_fwd_args;
+TR__FN void tr__rms_rows_fwd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_fwd_args *a = (const tr__rms_rows_fwd_args *)arg;
+    int D = a->D;
+    const float *x = a->x;
+    const float *add = a->add;
+    float *out = a->out;
+    float *rstd = a->rstd;
+    float eps = a->eps;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *xr = x + (size_t)r * D, *ar = add ? add + (size_t)r * D : NULL;
         float *o = out + (size_t)r * D;
         double ss = 0;
@@ -1863,13 +2042,22 @@ TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *
         for (j = 0; j < D; j++) o[j] *= inv;
     }
 }
+TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+    tr__rms_rows_fwd_args a = {D, x, add, out, rstd, eps};
+    tr__par_for(nthreads, rows, 0, tr__rms_rows_fwd_range, &a);
+}
 
 /* dx = rstd * (dy - y * mean(dy * y)), the backward of y = x * rstd over a row. */
-TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+typedef struct tr__rms_rows_bwd_args { int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_rows_bwd_args;
+TR__FN void tr__rms_rows_bwd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_bwd_args *a = (const tr__rms_rows_bwd_args *)arg;
+    int D = a->D;
+    const float *dy = a->dy;
+    const float *y = a->y;
+    const float *rstd = a->rstd;
+    float *dx = a->dx;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *dyr = dy + (size_t)r * D, *yr = y + (size_t)r * D;
         float *o = dx + (size_t)r * D;
         double dot = 0;
@@ -1880,14 +2068,25 @@ TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float 
         for (j = 0; j < D; j++) o[j] = rstd[r] * (dyr[j] - yr[j] * mean);
     }
 }
+TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+    tr__rms_rows_bwd_args a = {D, dy, y, rstd, dx};
+    tr__par_for(nthreads, rows, 0, tr__rms_rows_bwd_range, &a);
+}
 
 /* The mlp_t norm: over the sequence axis S, separately for each (batch, channel). x is [B,S,D];
    rstd is [B,D]. */
-TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+typedef struct tr__rms_cols_fwd_args { int S; int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_cols_fwd_args;
+TR__FN void tr__rms_cols_fwd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_fwd_args *a = (const tr__rms_cols_fwd_args *)arg;
+    int S = a->S;
+    int D = a->D;
+    const float *x = a->x;
+    const float *add = a->add;
+    float *out = a->out;
+    float *rstd = a->rstd;
+    float eps = a->eps;
     long t, nblk = (D + 63) / 64;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (t = 0; t < (long)B * nblk; t++) { /* one task = one batch row x 64 channels */
+    for (t = i0; t < i1; t++) { /* one task = one batch row x 64 channels */
         int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
         size_t base = (size_t)b * S * D;
         double ss[64];
@@ -1904,12 +2103,22 @@ TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const floa
             for (j = j0; j < j1; j++) out[base + (size_t)s * D + j] *= rstd[(size_t)b * D + j];
     }
 }
+TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+    tr__rms_cols_fwd_args a = {S, D, x, add, out, rstd, eps};
+    tr__par_for(nthreads, (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_range, &a);
+}
 
-TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+typedef struct tr__rms_cols_bwd_args { int S; int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_cols_bwd_args;
+TR__FN void tr__rms_cols_bwd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_bwd_args *a = (const tr__rms_cols_bwd_args *)arg;
+    int S = a->S;
+    int D = a->D;
+    const float *dy = a->dy;
+    const float *y = a->y;
+    const float *rstd = a->rstd;
+    float *dx = a->dx;
     long t, nblk = (D + 63) / 64;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (t = 0; t < (long)B * nblk; t++) {
+    for (t = i0; t < i1; t++) {
         int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
         size_t base = (size_t)b * S * D;
         double dot[64];
@@ -1923,28 +2132,47 @@ TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const flo
             }
     }
 }
+TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+    tr__rms_cols_bwd_args a = {S, D, dy, y, rstd, dx};
+    tr__par_for(nthreads, (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_range, &a);
+}
 
 /* SwiGLU activation: out = silu(gate) * up, where gate = g[0..width) and up = g[width..2 width)
    of each of `rows` rows (row strides g_stride and out_stride). */
 TR__FN float tr__silu(float x) { return x / (1.0f + expf(-x)); }
-TR__FN void tr__swiglu_fwd_ref(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
+typedef struct tr__swiglu_fwd_args { long width; const float *g; size_t g_stride; float *out; size_t out_stride; } tr__swiglu_fwd_args;
+TR__FN void tr__swiglu_fwd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_fwd_args *a = (const tr__swiglu_fwd_args *)arg;
+    long width = a->width;
+    const float *g = a->g;
+    size_t g_stride = a->g_stride;
+    float *out = a->out;
+    size_t out_stride = a->out_stride;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *gate = g + (size_t)r * g_stride, *up = gate + width;
         float *o = out + (size_t)r * out_stride;
         long j;
         for (j = 0; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
     }
 }
+TR__FN void tr__swiglu_fwd_ref(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
+    tr__swiglu_fwd_args a = {width, g, g_stride, out, out_stride};
+    tr__par_for(nthreads, rows, 0, tr__swiglu_fwd_range, &a);
+}
 
 /* Backward: d gate = da * up * silu'(gate), d up = da * silu(gate). dg has g's layout. */
-TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg, int nthreads) {
+typedef struct tr__swiglu_bwd_args { long width; const float *g; size_t g_stride; const float *da; size_t da_stride; float *dg; } tr__swiglu_bwd_args;
+TR__FN void tr__swiglu_bwd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_bwd_args *a = (const tr__swiglu_bwd_args *)arg;
+    long width = a->width;
+    const float *g = a->g;
+    size_t g_stride = a->g_stride;
+    const float *da = a->da;
+    size_t da_stride = a->da_stride;
+    float *dg = a->dg;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *gate = g + (size_t)r * g_stride, *up = gate + width, *d = da + (size_t)r * da_stride;
         float *dgate = dg + (size_t)r * g_stride, *dup = dgate + width;
         long j;
@@ -1956,16 +2184,27 @@ TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_s
         }
     }
 }
+TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg, int nthreads) {
+    tr__swiglu_bwd_args a = {width, g, g_stride, da, da_stride, dg};
+    tr__par_for(nthreads, rows, 0, tr__swiglu_bwd_range, &a);
+}
 
 /* RoPE, NeoX "rotate half", in place on the q and k heads of a [B*S, 3D] qkv buffer.
    cosv/sinv are [S, hd]. inverse = 1 applies the transpose rotation (the backward). */
-TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse, int nthreads) {
+typedef struct tr__rope_args { int S; int H; int hd; float *qkv; const float *cosv; const float *sinv; int inverse; } tr__rope_args;
+TR__FN void tr__rope_range(void *arg, long i0, long i1) {
+    const tr__rope_args *a = (const tr__rope_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    float *qkv = a->qkv;
+    const float *cosv = a->cosv;
+    const float *sinv = a->sinv;
+    int inverse = a->inverse;
     long r;
     int half = hd / 2, D = H * hd;
     float sgn = inverse ? -1.0f : 1.0f;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         int pos = (int)(r % S), h, j, qk;
         const float *c = cosv + (size_t)pos * hd, *sn = sinv + (size_t)pos * hd;
         for (qk = 0; qk < 2; qk++)
@@ -1979,17 +2218,25 @@ TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const floa
             }
     }
 }
+TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse, int nthreads) {
+    tr__rope_args a = {S, H, hd, qkv, cosv, sinv, inverse};
+    tr__par_for(nthreads, rows, 0, tr__rope_range, &a);
+}
 
 /* Threads for a kernel call of `work` element-operations: one below ~64k, so that tiny models
    and batch-1 calls do not pay for waking (and, on a busy machine, waiting for) a team. */
 TR__FN int tr__threads_for(const tr_ctx *ctx, double work) { return work < 65536.0 ? 1 : ctx->num_threads; }
 
 /* y = a + b over n floats (y may alias a or b), split across threads. */
-TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+typedef struct tr__add_args { const float *a, *b; float *y; } tr__add_args;
+TR__FN void tr__add_range(void *arg, long i0, long i1) {
+    const tr__add_args *p = (const tr__add_args *)arg;
     long i;
-    TR__UNUSED(ctx);
-    TR__PARALLEL_FOR(tr__threads_for(ctx, (double)n))
-    for (i = 0; i < (long)n; i++) y[i] = a[i] + b[i];
+    for (i = i0; i < i1; i++) p->y[i] = p->a[i] + p->b[i];
+}
+TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+    tr__add_args p = {a, b, y};
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__add_range, &p);
 }
 
 TR__FN float tr__dot(const float *a, const float *b, int n) {
@@ -2002,18 +2249,23 @@ TR__FN float tr__dot(const float *a, const float *b, int n) {
 /* Non-causal attention for each (batch, head). qkv is [B,S,3D] (post-RoPE); o is [B,S,D];
    lse [B,H,S] keeps the log-sum-exp of each row for the backward, which recomputes the
    probabilities instead of storing S x S of them. scratch: nthreads * S floats. */
-TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
+typedef struct tr__attention_fwd_args { int S; int H; int hd; const float *qkv; float *o; float *lse; float *scratch; } tr__attention_fwd_args;
+TR__FN void tr__attention_fwd_range(void *arg, long i0, long i1) {
+    const tr__attention_fwd_args *a = (const tr__attention_fwd_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    const float *qkv = a->qkv;
+    float *o = a->o;
+    float *lse = a->lse;
+    float *scratch = a->scratch;
     long bh;
     int D = H * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
+    for (bh = i0; bh < i1; bh++) {
         int b = (int)(bh / H), h = (int)(bh % H), i, j, t = 0;
         float *p;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
+        t = tr__thread_id();
         p = scratch + (size_t)t * S;
         for (i = 0; i < S; i++) {
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
@@ -2040,20 +2292,31 @@ TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv,
         }
     }
 }
+TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
+    tr__attention_fwd_args a = {S, H, hd, qkv, o, lse, scratch};
+    tr__par_for(nthreads, (long)B * H, 0, tr__attention_fwd_range, &a);
+}
 
 /* Backward of the attention: dqkv ([B,S,3D], overwritten) from do_ ([B,S,D]). */
-TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
+typedef struct tr__attention_bwd_args { int S; int H; int hd; const float *qkv; const float *o; const float *lse; const float *do_; float *dqkv; float *scratch; } tr__attention_bwd_args;
+TR__FN void tr__attention_bwd_range(void *arg, long i0, long i1) {
+    const tr__attention_bwd_args *a = (const tr__attention_bwd_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    const float *qkv = a->qkv;
+    const float *o = a->o;
+    const float *lse = a->lse;
+    const float *do_ = a->do_;
+    float *dqkv = a->dqkv;
+    float *scratch = a->scratch;
     long bh;
     int D = H * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
+    for (bh = i0; bh < i1; bh++) {
         int b = (int)(bh / H), h = (int)(bh % H), i, j, c, t = 0;
         float *dp;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
+        t = tr__thread_id();
         dp = scratch + (size_t)t * S;
         for (i = 0; i < S; i++) {
             float *dst = dqkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
@@ -2080,6 +2343,10 @@ TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv,
         }
         TR__UNUSED(dp);
     }
+}
+TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
+    tr__attention_bwd_args a = {S, H, hd, qkv, o, lse, do_, dqkv, scratch};
+    tr__par_for(nthreads, (long)B * H, 0, tr__attention_bwd_range, &a);
 }
 
 /* Stablemax / softmax cross-entropy over one row of V logits, accumulated in fp64 as the
@@ -2123,12 +2390,22 @@ TR__FN double tr__bce_logits(double x, double y, double *grad) {
 
 /* AdamATan2 exactly as the reference kernel: decoupled decay first, no epsilon, bias
    correction 1 outside atan2 and 2 only on the denominator. fp32 math. */
-TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1, float bc2, int nthreads) {
+typedef struct tr__adam_atan2_args { float *p; const float *g; float *m; float *v; float lr; float wd; float beta1; float beta2; float bc1; float bc2; } tr__adam_atan2_args;
+TR__FN void tr__adam_atan2_range(void *arg, long i0, long i1) {
+    const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
+    float *p = a->p;
+    const float *g = a->g;
+    float *m = a->m;
+    float *v = a->v;
+    float lr = a->lr;
+    float wd = a->wd;
+    float beta1 = a->beta1;
+    float beta2 = a->beta2;
+    float bc1 = a->bc1;
+    float bc2 = a->bc2;
     long i;
     float decay = 1.0f - lr * wd, step = lr / bc1, sbc2 = sqrtf(bc2);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (i = 0; i < (long)n; i++) {
+    for (i = i0; i < i1; i++) {
         float pi = p[i] * decay;
         float mi = m[i] + (1.0f - beta1) * (g[i] - m[i]);
         float vi = v[i] + (1.0f - beta2) * (g[i] * g[i] - v[i]);
@@ -2137,12 +2414,23 @@ TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, flo
         p[i] = pi - step * atan2f(mi, sqrtf(vi) / sbc2);
     }
 }
+TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1, float bc2, int nthreads) {
+    tr__adam_atan2_args a = {p, g, m, v, lr, wd, beta1, beta2, bc1, bc2};
+    tr__par_for(nthreads, (long)n, 0, tr__adam_atan2_range, &a);
+}
 
-TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, int nthreads) {
+typedef struct tr__ema_args { float *shadow; const float *p; float decay; } tr__ema_args;
+TR__FN void tr__ema_range(void *arg, long i0, long i1) {
+    const tr__ema_args *a = (const tr__ema_args *)arg;
+    float *shadow = a->shadow;
+    const float *p = a->p;
+    float decay = a->decay;
     long i;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (i = 0; i < (long)n; i++) shadow[i] = (1.0f - decay) * p[i] + decay * shadow[i];
+    for (i = i0; i < i1; i++) shadow[i] = (1.0f - decay) * p[i] + decay * shadow[i];
+}
+TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, int nthreads) {
+    tr__ema_args a = {shadow, p, decay};
+    tr__par_for(nthreads, (long)n, 0, tr__ema_range, &a);
 }
 
 /* Attention scratch per thread (the scalar kernels use the first S floats). */
@@ -2565,137 +2853,137 @@ TR__ATT_KERNELS(256, TR__TARGET_AVX2)
 #endif
 
 /* Dispatchers: the model calls these; they pick the kernel set of the context and run the
-   parallel loops. */
+   parallel loops. A SIMD loop's argument block is the reference kernel's plus the chosen set's
+   function for one row (or task). */
+typedef struct tr__swiglu_fwd_simd { tr__swiglu_fwd_args a; void (*row)(long, const float *, float *); } tr__swiglu_fwd_simd;
+TR__FN void tr__swiglu_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_fwd_simd *p = (const tr__swiglu_fwd_simd *)arg;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.out + (size_t)r * p->a.out_stride);
+}
 TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_fwd_row512(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_fwd_row256(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
 #endif
-    tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_simd_range, &p);
+    else tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
+}
+typedef struct tr__swiglu_bwd_simd { tr__swiglu_bwd_args a; void (*row)(long, const float *, const float *, float *); } tr__swiglu_bwd_simd;
+TR__FN void tr__swiglu_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_bwd_simd *p = (const tr__swiglu_bwd_simd *)arg;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.da + (size_t)r * p->a.da_stride, p->a.dg + (size_t)r * p->a.g_stride);
 }
 TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
+    tr__swiglu_bwd_simd p = {{width, g, g_stride, da, da_stride, dg}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_bwd_row512(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_bwd_row256(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_bwd_row512 : tr__swiglu_bwd_row256;
 #endif
-    tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_bwd_simd_range, &p);
+    else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
+}
+typedef struct tr__rms_rows_fwd_simd { tr__rms_rows_fwd_args a; float (*row)(int, const float *, const float *, float *, float); } tr__rms_rows_fwd_simd;
+TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
+    size_t D = (size_t)p->a.D;
+    long r;
+    for (r = i0; r < i1; r++) p->a.rstd[r] = p->row(p->a.D, p->a.x + r * D, p->a.add ? p->a.add + r * D : NULL, p->a.out + r * D, p->a.eps);
 }
 TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd512(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd256(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
 #endif
-    tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
+    else tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+typedef struct tr__rms_rows_bwd_simd { tr__rms_rows_bwd_args a; void (*row)(int, const float *, const float *, float, float *); } tr__rms_rows_bwd_simd;
+TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_bwd_simd *p = (const tr__rms_rows_bwd_simd *)arg;
+    size_t D = (size_t)p->a.D;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
 }
 TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) tr__rms_row_bwd512(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) tr__rms_row_bwd256(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
 #endif
-    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
+    else tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+}
+/* The column norms: one task = one batch row x 64 channels. */
+typedef struct tr__rms_cols_fwd_simd { tr__rms_cols_fwd_args a; void (*task)(int, int, int, const float *, const float *, float *, float *, float); } tr__rms_cols_fwd_simd;
+TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
+    long t, nblk = (p->a.D + 63) / 64;
+    for (t = i0; t < i1; t++) {
+        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
+        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.x + base, p->a.add ? p->a.add + base : NULL, p->a.out + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.eps);
+    }
 }
 TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*task)(int, int, int, const float *, const float *, float *, float *, float) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
-        long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
-        for (t = 0; t < (long)B * nblk; t++) {
-            size_t base = (size_t)(t / nblk) * S * D;
-            task(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
-        }
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
 #endif
-    tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
+    else tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+typedef struct tr__rms_cols_bwd_simd { tr__rms_cols_bwd_args a; void (*task)(int, int, int, const float *, const float *, const float *, float *); } tr__rms_cols_bwd_simd;
+TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_bwd_simd *p = (const tr__rms_cols_bwd_simd *)arg;
+    long t, nblk = (p->a.D + 63) / 64;
+    for (t = i0; t < i1; t++) {
+        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
+        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.dx + base);
+    }
 }
 TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*task)(int, int, int, const float *, const float *, const float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
-        long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
-        for (t = 0; t < (long)B * nblk; t++) {
-            size_t base = (size_t)(t / nblk) * S * D;
-            task(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
-        }
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
 #endif
-    tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
+    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
+    else tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
 }
-TR__FN int tr__thread_id(void) {
-#if TR__OMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
+/* Attention: one task = one (batch, head), with its thread's scratch. */
+typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
+TR__FN void tr__attention_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__attention_fwd_simd *p = (const tr__attention_fwd_simd *)arg;
+    const tr__attention_fwd_args *a = &p->a;
+    size_t per = tr__attention_scratch_floats(a->S, a->hd);
+    long bh;
+    for (bh = i0; bh < i1; bh++) p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
+    tr__attention_fwd_simd p = {{S, H, hd, qkv, o, lse, scratch}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*one)(int, int, int, int, int, const float *, float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
-        long bh;
-        size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
 #endif
-    tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
+    if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_fwd_simd_range, &p);
+    else tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
+}
+typedef struct tr__attention_bwd_simd {
+    tr__attention_bwd_args a;
+    void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+} tr__attention_bwd_simd;
+TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__attention_bwd_simd *p = (const tr__attention_bwd_simd *)arg;
+    const tr__attention_bwd_args *a = &p->a;
+    size_t per = tr__attention_scratch_floats(a->S, a->hd);
+    long bh;
+    for (bh = i0; bh < i1; bh++)
+        p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->do_, a->dqkv, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
+    tr__attention_bwd_simd p = {{S, H, hd, qkv, o, lse, do_, dqkv, scratch}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
-        long bh;
-        size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
 #endif
-    tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
+    if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_bwd_simd_range, &p);
+    else tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
 }
 
 /* >>sgemm
@@ -3334,7 +3622,7 @@ TR__FN void tr__sgemm_rows_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
 /* Threads worth starting for `flops` of work in `units` pieces (about 2 MFLOP per thread at least). */
 TR__FN int tr__sgemm_threads(const tr_ctx *ctx, double flops, size_t units) {
     int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
-#if TR__OMP
+#if TR__OMP || TR__POOL
     if (flops < 2e6 * nt) nt = (int)TR__MAX(1.0, flops / 2e6);
     if ((size_t)nt > units) nt = (int)TR__MAX(units, 1);
 #else
@@ -3346,10 +3634,18 @@ TR__FN int tr__sgemm_threads(const tr_ctx *ctx, double flops, size_t units) {
 }
 
 /* The unpacked paths: 4x4 dot blocks (dot != 0) or 4-row streaming of B's rows. */
+typedef struct tr__sgemm_small_args { const tr__sgemm_job *J; size_t ngi; int dot; } tr__sgemm_small_args;
+TR__FN void tr__sgemm_small_range(void *arg, long u0, long u1) {
+    const tr__sgemm_small_args *p = (const tr__sgemm_small_args *)arg;
+    long u;
+    for (u = u0; u < u1; u++) {
+        if (p->dot) tr__sgemm_dot_unit(p->J, p->ngi, (size_t)u);
+        else tr__sgemm_rows_unit(p->J, p->ngi, (size_t)u);
+    }
+}
 TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
     size_t ngi = (J->M + 3) / 4, ngj = dot ? (J->N + 3) / 4 : (J->N + J->kern.rw - 1) / J->kern.rw, nunits = ngi * ngj;
-    long u;
-    int nt;
+    tr__sgemm_small_args p;
     if (dot) {
         size_t i, j, k;
         J->arow = J->A, J->astr = J->lda;
@@ -3371,24 +3667,27 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
             }
         }
     }
-    nt = tr__sgemm_threads(ctx, 2.0 * (double)J->M * (double)J->N * (double)J->K, nunits);
-    TR__UNUSED(nt);
-#if TR__OMP
-    if (nt > 1) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (u = 0; u < (long)nunits; u++) {
-            if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
-            else tr__sgemm_rows_unit(J, ngi, (size_t)u);
-        }
-        return TR_OK;
-    }
-#endif
-    for (u = 0; u < (long)nunits; u++) {
-        if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
-        else tr__sgemm_rows_unit(J, ngi, (size_t)u);
-    }
+    p.J = J, p.ngi = ngi, p.dot = dot;
+    tr__par_for(tr__sgemm_threads(ctx, 2.0 * (double)J->M * (double)J->N * (double)J->K, nunits), (long)nunits, 0, tr__sgemm_small_range, &p);
     return TR_OK;
 }
+
+#if TR__POOL
+/* The packed path's two loops on the pool (OpenMP runs them in one region, below). */
+typedef struct tr__sgemm_pool_args { const tr__sgemm_job *J; int nt; } tr__sgemm_pool_args;
+TR__FN void tr__sgemm_pack_b_range(void *arg, long u0, long u1) {
+    const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
+    long u;
+    for (u = u0; u < u1; u++) tr__sgemm_pack_b_unit(p->J, (size_t)u);
+}
+TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
+    const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
+    int t = tr__thread_id();
+    float *ap = p->J->apack + (size_t)(t < p->nt ? t : 0) * p->J->astride; /* (t >= nt: a loop run alone inside another) */
+    long u;
+    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, (size_t)u);
+}
+#endif
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
@@ -3460,6 +3759,14 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #pragma omp for schedule(dynamic, 1)
             for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
         }
+        return TR_OK;
+    }
+#elif TR__POOL
+    if (nt > 1) {
+        tr__sgemm_pool_args p;
+        p.J = &J, p.nt = nt;
+        tr__par_for(nt, (long)nbunits, 1, tr__sgemm_pack_b_range, &p); /* returns when op(B) is fully packed */
+        tr__par_for(nt, (long)njobs, 1, tr__sgemm_jobs_range, &p);
         return TR_OK;
     }
 #endif
@@ -12675,6 +12982,14 @@ TR__FN const char *tr__sudoku_verdict(const uint8_t *q, uint8_t *a, int puzzles_
     return r == 0 ? "the puzzle has no solution" : r == 2 ? "the puzzle has more than one solution" : "the puzzle has clashing givens";
 }
 
+typedef struct tr__sudoku_solve_args { tr_sudoku_set *set; uint8_t *need; int puzzles_only; } tr__sudoku_solve_args;
+TR__FN void tr__sudoku_solve_range(void *arg, long k0, long k1) {
+    const tr__sudoku_solve_args *p = (const tr__sudoku_solve_args *)arg;
+    long k;
+    for (k = k0; k < k1; k++)
+        if (p->need[k]) p->need[k] = tr__sudoku_verdict(p->set->puzzles + k * 81, p->set->solutions + k * 81, p->puzzles_only) ? 1 : 0;
+}
+
 TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *opt, tr_sudoku_set *out, int64_t *rejected) {
     tr__lines L;
     tr_status st = TR_OK;
@@ -12768,13 +13083,9 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
     /* solve the puzzles that came without a solution (in parallel), report the first failure */
     if (st == TR_OK) {
         int64_t cnt = out->count;
-        int nth = tr_ctx_num_threads(ctx);
-        (void)nth;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 64) num_threads(nth)
-#endif
-        for (k = 0; k < cnt; k++)
-            if (need_solve[k]) need_solve[k] = tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only) ? 1 : 0;
+        tr__sudoku_solve_args sa;
+        sa.set = out, sa.need = need_solve, sa.puzzles_only = o.puzzles_only;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)cnt, 64, tr__sudoku_solve_range, &sa);
         for (k = 0; k < cnt && st == TR_OK; k++)
             if (need_solve[k]) st = tr__bad_record(ctx, &o, what, out->lines[k], "%s", tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only));
     }
@@ -12803,28 +13114,35 @@ TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr
 
 #define TR__GEN_CHUNK 2048
 
+/* Puzzles base + [i0, i1) of a generated set, each from its own random stream; *failed = 1 when
+   one could not reach its clue count. */
+typedef struct tr__sudoku_gen_args { tr_sudoku_set *out; int64_t base; uint64_t seed; int clues; int *failed; } tr__sudoku_gen_args;
+TR__FN void tr__sudoku_gen_range(void *arg, long i0, long i1) {
+    const tr__sudoku_gen_args *p = (const tr__sudoku_gen_args *)arg;
+    int64_t k;
+    for (k = p->base + i0; k < p->base + i1; k++) {
+        tr__rng rng = tr__rng_kind(p->seed, TR__STREAM_SUDOKU_GEN, (uint64_t)k);
+        int attempt, ok = 0;
+        for (attempt = 0; attempt < 1000 && !ok; attempt++) ok = tr__sudoku_gen_once(&rng, p->clues, p->out->puzzles + k * 81, p->out->solutions + k * 81);
+        p->out->ratings[k] = -1;
+        if (!ok) *p->failed = 1;
+    }
+}
+
 TRDEF tr_status tr_sudoku_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int clues, tr_progress_fn progress, void *user, tr_sudoku_set *out) {
     tr_status st;
     int64_t c0;
-    int nth = tr_ctx_num_threads(ctx);
+    tr__sudoku_gen_args ga;
     if (!ctx || !out || count < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_generate_set: invalid argument");
     memset(out, 0, sizeof *out);
     if (clues < 17 || clues > 81) return tr__err(ctx, TR_ERR_INVALID_ARG, "sudoku: clues %d is outside 17..81 (no 16-clue puzzle has a unique solution)", clues);
     if ((st = tr__sudoku_set_alloc(ctx, out, count)) != TR_OK) return st;
-    (void)nth;
+    ga.out = out, ga.seed = seed, ga.clues = clues;
     for (c0 = 0; c0 < count && st == TR_OK; c0 += TR__GEN_CHUNK) {
-        int64_t c1 = c0 + TR__GEN_CHUNK < count ? c0 + TR__GEN_CHUNK : count, k;
+        int64_t c1 = c0 + TR__GEN_CHUNK < count ? c0 + TR__GEN_CHUNK : count;
         int failed = 0;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
-#endif
-        for (k = c0; k < c1; k++) {
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_GEN, (uint64_t)k);
-            int attempt, ok = 0;
-            for (attempt = 0; attempt < 1000 && !ok; attempt++) ok = tr__sudoku_gen_once(&rng, clues, out->puzzles + k * 81, out->solutions + k * 81);
-            out->ratings[k] = -1;
-            if (!ok) failed = 1;
-        }
+        ga.base = c0, ga.failed = &failed;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)(c1 - c0), 4, tr__sudoku_gen_range, &ga);
         if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "sudoku: could not reach %d clues (try more clues)", clues);
         else st = tr__progress(ctx, progress, user, "sudoku: generate", c1, count);
     }
@@ -12863,38 +13181,45 @@ TR__FN tr_status tr__subsample(tr_ctx *ctx, uint64_t seed, int64_t n, int64_t k,
 }
 
 /* Fills a split from a Sudoku set: puzzle p becomes group p with 1 + num_aug one-example puzzles. */
+typedef struct tr__sudoku_fill_args { const tr_sudoku_set *set; const int64_t *pick; int64_t base, per; uint64_t seed; tr_split *s; } tr__sudoku_fill_args;
+TR__FN void tr__sudoku_fill_range(void *arg, long i0, long i1) {
+    const tr__sudoku_fill_args *f = (const tr__sudoku_fill_args *)arg;
+    const tr_sudoku_set *set = f->set;
+    int64_t per = f->per, p;
+    tr_split *s = f->s;
+    for (p = f->base + i0; p < f->base + i1; p++) {
+        int64_t src = f->pick ? f->pick[p] : p, a;
+        const uint8_t *q = set->puzzles + src * 81, *sol = set->solutions + src * 81;
+        uint8_t *qo = s->inputs + (size_t)(p * per) * 81, *ao = s->labels + (size_t)(p * per) * 81;
+        tr__rng rng = tr__rng_kind(f->seed, TR__STREAM_SUDOKU_AUG, (uint64_t)src);
+        int j;
+        for (a = 0; a < per; a++, qo += 81, ao += 81) {
+            if (a == 0) {
+                memcpy(qo, q, 81);
+                memcpy(ao, sol, 81);
+            } else
+                tr__sudoku_augment_rng(&rng, q, sol, qo, ao);
+            for (j = 0; j < 81; j++) {
+                qo[j] = (uint8_t)(qo[j] + 1);
+                ao[j] = (uint8_t)(ao[j] + 1);
+            }
+        }
+    }
+}
+
 TR__FN tr_status tr__sudoku_fill(tr_ctx *ctx, const tr_sudoku_set *set, const int64_t *pick, int64_t n, int num_aug, uint64_t seed,
                                  tr_progress_fn progress, void *user, tr_split *s) {
     int64_t per = 1 + (int64_t)num_aug, total, p0, i;
     tr_status st;
-    int nth = tr_ctx_num_threads(ctx);
-    (void)nth;
+    tr__sudoku_fill_args fa;
     if (n > 0 && per > INT32_MAX / n) return tr__err(ctx, TR_ERR_OVERFLOW, "sudoku: %lld puzzles x %lld versions exceed the int32 offsets", (long long)n, (long long)per);
     total = n * per;
     if ((st = tr_split_init(ctx, s, 81, total + 1)) != TR_OK) return st;
+    fa.set = set, fa.pick = pick, fa.per = per, fa.seed = seed, fa.s = s;
     for (p0 = 0; p0 < n && st == TR_OK; p0 += 256) {
-        int64_t p1 = p0 + 256 < n ? p0 + 256 : n, p;
-#if TR__OMP
-#pragma omp parallel for schedule(static) num_threads(nth)
-#endif
-        for (p = p0; p < p1; p++) {
-            int64_t src = pick ? pick[p] : p, a;
-            const uint8_t *q = set->puzzles + src * 81, *sol = set->solutions + src * 81;
-            uint8_t *qo = s->inputs + (size_t)(p * per) * 81, *ao = s->labels + (size_t)(p * per) * 81;
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_AUG, (uint64_t)src);
-            int j;
-            for (a = 0; a < per; a++, qo += 81, ao += 81) {
-                if (a == 0) {
-                    memcpy(qo, q, 81);
-                    memcpy(ao, sol, 81);
-                } else
-                    tr__sudoku_augment_rng(&rng, q, sol, qo, ao);
-                for (j = 0; j < 81; j++) {
-                    qo[j] = (uint8_t)(qo[j] + 1);
-                    ao[j] = (uint8_t)(ao[j] + 1);
-                }
-            }
-        }
+        int64_t p1 = p0 + 256 < n ? p0 + 256 : n;
+        fa.base = p0;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)(p1 - p0), 0, tr__sudoku_fill_range, &fa);
         st = tr__progress(ctx, progress, user, num_aug ? "sudoku: augment" : "sudoku: encode", p1, n);
     }
     if (st != TR_OK) {
@@ -13805,12 +14130,29 @@ TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out) {
     return st;
 }
 
+/* Mazes base + [i0, i1), each from its own random stream, with its thread's BFS buffers. */
+typedef struct tr__maze_gen_args { tr_maze_set *out; int64_t base; uint64_t seed; int n, min_path; int *dist, *failed; } tr__maze_gen_args;
+TR__FN void tr__maze_gen_range(void *arg, long i0, long i1) {
+    const tr__maze_gen_args *g = (const tr__maze_gen_args *)arg;
+    size_t cells = (size_t)g->n * (size_t)g->n;
+    int *dist = g->dist + (size_t)tr__thread_id() * 2 * cells;
+    int64_t k;
+    for (k = g->base + i0; k < g->base + i1; k++) {
+        int len = -1, attempt;
+        tr__rng rng = tr__rng_kind(g->seed, TR__STREAM_MAZE_GEN, (uint64_t)k);
+        for (attempt = 0; attempt < 1000 && len < 0; attempt++)
+            len = tr__maze_gen_once(&rng, g->n, g->min_path, g->out->mazes + (size_t)k * cells, g->out->solutions + (size_t)k * cells, dist, dist + cells);
+        if (len < 0) *g->failed = 1;
+    }
+}
+
 TR__FN tr_status tr__maze_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int n, int min_path, tr_progress_fn progress, void *user, tr_maze_set *out) {
     size_t cells = (size_t)n * (size_t)n;
-    int nth = tr_ctx_num_threads(ctx), t;
+    int nth = tr_ctx_num_threads(ctx);
     int *dist;
     int64_t c0;
     tr_status st = TR_OK;
+    tr__maze_gen_args ga;
     memset(out, 0, sizeof *out);
     if (n < 5 || n > 256) return tr__err(ctx, TR_ERR_INVALID_ARG, "maze: size %d is outside 5..256", n);
     out->n = n;
@@ -13822,23 +14164,12 @@ TR__FN tr_status tr__maze_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count
         tr_maze_set_free(ctx, out);
         return TR_ERR_OUT_OF_MEMORY;
     }
-    (void)t;
+    ga.out = out, ga.seed = seed, ga.n = n, ga.min_path = min_path, ga.dist = dist;
     for (c0 = 0; c0 < count && st == TR_OK; c0 += 256) {
-        int64_t c1 = c0 + 256 < count ? c0 + 256 : count, k;
+        int64_t c1 = c0 + 256 < count ? c0 + 256 : count;
         int failed = 0;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
-#endif
-        for (k = c0; k < c1; k++) {
-            int tid = 0, len = -1, attempt;
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_MAZE_GEN, (uint64_t)k);
-#if TR__OMP
-            tid = omp_get_thread_num();
-#endif
-            for (attempt = 0; attempt < 1000 && len < 0; attempt++)
-                len = tr__maze_gen_once(&rng, n, min_path, out->mazes + (size_t)k * cells, out->solutions + (size_t)k * cells, dist + (size_t)tid * 2 * cells, dist + (size_t)tid * 2 * cells + cells);
-            if (len < 0) failed = 1;
-        }
+        ga.base = c0, ga.failed = &failed;
+        tr__par_for(nth, (long)(c1 - c0), 4, tr__maze_gen_range, &ga);
         if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "maze: no %dx%d maze with a path longer than %d found (lower min_path)", n, n, min_path);
         else st = tr__progress(ctx, progress, user, "maze: generate", c1, count);
     }
@@ -14571,6 +14902,16 @@ done:
     return st;
 }
 
+/* Tasks base + [i0, i1) augmented, each on its own random stream, with its thread's tables. */
+typedef struct tr__arc_aug_args { tr__arc_task *tasks; uint64_t seed; int base, num_aug, tcap, maxpairs; tr__h128 *tables, *exh; uint8_t *bufs; } tr__arc_aug_args;
+TR__FN void tr__arc_aug_range(void *arg, long i0, long i1) {
+    const tr__arc_aug_args *a = (const tr__arc_aug_args *)arg;
+    size_t tid = (size_t)tr__thread_id();
+    long t;
+    for (t = a->base + i0; t < a->base + i1; t++)
+        tr__arc_augment_task(&a->tasks[t], a->seed, (uint64_t)t, a->num_aug, a->tables + tid * (size_t)a->tcap, a->tcap, a->exh + tid * (size_t)a->maxpairs, a->bufs + tid * 900);
+}
+
 TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, tr_build_summary *sum) {
     char **subdirs = NULL, **subnames = NULL;
     int nsub = 0, capsub = 0, i, j, ntasks = 0, t;
@@ -14735,16 +15076,10 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
         }
         for (i = 0; i < ntasks && st == TR_OK; i += 64) {
             int i1 = i + 64 < ntasks ? i + 64 : ntasks;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-#endif
-            for (t = i; t < i1; t++) {
-                int tid = 0;
-#if TR__OMP
-                tid = omp_get_thread_num();
-#endif
-                tr__arc_augment_task(&tasks[t], o->seed, (uint64_t)t, o->num_aug, tables + (size_t)tid * (size_t)tcap, tcap, exh + (size_t)tid * (size_t)maxpairs, bufs + (size_t)tid * 900);
-            }
+            tr__arc_aug_args aa;
+            aa.tasks = tasks, aa.base = i, aa.seed = o->seed, aa.num_aug = o->num_aug, aa.tcap = tcap, aa.maxpairs = maxpairs;
+            aa.tables = tables, aa.exh = exh, aa.bufs = bufs;
+            tr__par_for(nth, (long)(i1 - i), 1, tr__arc_aug_range, &aa);
             st = tr__progress(ctx, o->progress, o->progress_user, "arc: augment", i1, ntasks);
         }
         tr__free(ctx, tables);
