@@ -72,7 +72,7 @@
 
    Environment variables (read by tr_ctx_create and the example programs)
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
-       TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
+       TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
                                oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N
@@ -153,7 +153,7 @@ typedef struct tr_ctx_config {
     void *log_user;
     int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else the CPUs (macOS: performance cores) */
     uint64_t seed;          /* root of every random stream the context hands out */
-    const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512" force one */
+    const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512", "neon" force one */
     size_t memory_limit;    /* bytes of host memory a model, trainer, dataset or file read may need; one that
                                needs more is refused before anything is allocated, with the sizes in
                                the reason. 0: the machine's physical memory */
@@ -203,7 +203,7 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int num_threads);
 TRDEF uint64_t tr_ctx_seed(const tr_ctx *ctx);
 /* The memory limit in force (tr_ctx_config.memory_limit, or the machine's memory; 0 when unknown). */
 TRDEF size_t tr_ctx_memory_limit(const tr_ctx *ctx);
-/* The kernel set in use: "scalar", "avx2" or "avx512". */
+/* The kernel set in use: "scalar", "avx2", "avx512" or "neon". */
 TRDEF const char *tr_ctx_simd_name(const tr_ctx *ctx);
 TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name);
 /* Fault injection: the n-th allocation from now (1-based) fails; n <= 0 turns it off. */
@@ -234,7 +234,7 @@ typedef enum tr_cpu_feature {
 /* "sse4.2", "avx", ..., "amx_int8" (Linux /proc/cpuinfo spelling); "" out of range. */
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f);
 
-#define TR_KERNEL_SETS 3 /* "scalar", "avx2", "avx512": the names tr_ctx_set_simd takes */
+#define TR_KERNEL_SETS 4 /* "scalar", "avx2", "avx512", "neon": the names tr_ctx_set_simd takes */
 typedef struct tr_cpu_info {
     char model[256];                            /* the model name, "unknown" if none is found */
     char arch[16];                              /* "x86_64", "x86", "aarch64" or "unknown" */
@@ -1285,6 +1285,13 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #else
 #define TR__X86 0
 #endif
+/* NEON is part of every aarch64 CPU: its kernels need no run-time check, only the choice. */
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__)) && !defined(TINYREC_NO_SIMD)
+#define TR__NEON 1
+#include <arm_neon.h>
+#else
+#define TR__NEON 0
+#endif
 /* cpuid also without SIMD kernels: tr_cpu_info_get reports what the CPU has either way. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TR__CPUID 1
@@ -1312,7 +1319,7 @@ extern "C" {
 #define TR__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TR__MAX(a, b) ((a) > (b) ? (a) : (b))
 
-typedef enum tr__simd { TR__SIMD_SCALAR = 0, TR__SIMD_AVX2 = 1, TR__SIMD_AVX512 = 2 } tr__simd;
+typedef enum tr__simd { TR__SIMD_SCALAR = 0, TR__SIMD_AVX2 = 1, TR__SIMD_AVX512 = 2, TR__SIMD_NEON = 3 } tr__simd;
 
 struct tr_ctx {
     tr_allocator allocator;
@@ -1681,10 +1688,15 @@ TR__FN tr__simd tr__detect_simd(void) {
     if (f[TR_CPU_AVX512F] && f[TR_CPU_AVX512DQ] && f[TR_CPU_AVX512BW] && f[TR_CPU_AVX512VL]) return TR__SIMD_AVX512;
     if (f[TR_CPU_AVX2]) return TR__SIMD_AVX2;
 #endif
+#if TR__NEON
+    return TR__SIMD_NEON;
+#endif
     return TR__SIMD_SCALAR;
 }
 
-static const char *tr__simd_names[] = {"scalar", "avx2", "avx512"};
+static const char *tr__simd_names[TR_KERNEL_SETS] = {"scalar", "avx2", "avx512", "neon"};
+/* 1 when a CPU whose best set is `best` runs set s: scalar always, the x86 sets up to the best. */
+TR__FN int tr__simd_runs(tr__simd best, int s) { return s == TR__SIMD_SCALAR || (best == TR__SIMD_NEON ? s == TR__SIMD_NEON : s <= (int)best && s != TR__SIMD_NEON); }
 
 TRDEF tr_ctx_config tr_ctx_config_default(void) {
     tr_ctx_config c;
@@ -1700,14 +1712,14 @@ TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name) {
         ctx->simd = ctx->simd_best;
         return TR_OK;
     }
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < TR_KERNEL_SETS; i++)
         if (strcmp(name, tr__simd_names[i]) == 0) {
-            if ((int)ctx->simd_best < i)
+            if (!tr__simd_runs(ctx->simd_best, i))
                 return tr__err(ctx, TR_ERR_UNSUPPORTED, "simd '%s' is not supported by this CPU (best: %s)", name, tr__simd_names[ctx->simd_best]);
             ctx->simd = (tr__simd)i;
             return TR_OK;
         }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd '%s' (valid: auto, scalar, avx2, avx512)", name);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd '%s' (valid: auto, scalar, avx2, avx512, neon)", name);
 }
 
 TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
@@ -2445,7 +2457,7 @@ TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_P
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 /* --- SIMD variants ----------------------------------------------------------------------- */
-#if TR__X86
+#if TR__X86 || TR__NEON
 /* exp(x) = 2^n * p(r), r = x - n ln2 (ln2 split in two for accuracy), p a degree-7 polynomial:
    the constants both vector widths share. */
 #define TR__EXP_LN2_HI 0.693359375f
@@ -2456,6 +2468,8 @@ TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_P
 #define TR__EXP_P3 4.1665795894e-2f
 #define TR__EXP_P4 1.6666665459e-1f
 #define TR__EXP_P5 5.0000001201e-1f
+#endif
+#if TR__X86
 /* exp for x in float range via 2^n * p(r), max rel. error ~2 ulp; saturates outside [-87, 88]. */
 TR__TARGET_AVX512 static inline __m512 tr__exp512(__m512 x) {
     const __m512 log2e = _mm512_set1_ps(1.44269504f), ln2hi = _mm512_set1_ps(TR__EXP_LN2_HI), ln2lo = _mm512_set1_ps(TR__EXP_LN2_LO);
@@ -2641,14 +2655,153 @@ TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const fl
     for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
 }
 
+#endif /* TR__X86 */
+
+#if TR__NEON
+/* NEON as the 128-bit width (B = 128: 4 lanes) of the x86 kernels' spelling: the names that the
+   width-generic kernels below paste (__m128, _mm128_op) and the AVX2 row kernels use are defined
+   here for aarch64 only, where no x86 header declares them, so the NEON twins are the same
+   source as the x86 ones. Masks are lane counts; a partial vector's masked load or store goes
+   through a 4-float buffer (only at the ends of rows). */
+typedef float32x4_t __m128;
+typedef long tr__kmask128;
+static inline __m128 _mm128_set1_ps(float x) { return vdupq_n_f32(x); }
+static inline __m128 _mm128_setzero_ps(void) { return vdupq_n_f32(0.0f); }
+static inline __m128 _mm128_loadu_ps(const float *p) { return vld1q_f32(p); }
+static inline void _mm128_storeu_ps(float *p, __m128 v) { vst1q_f32(p, v); }
+static inline __m128 _mm128_add_ps(__m128 a, __m128 b) { return vaddq_f32(a, b); }
+static inline __m128 _mm128_sub_ps(__m128 a, __m128 b) { return vsubq_f32(a, b); }
+static inline __m128 _mm128_mul_ps(__m128 a, __m128 b) { return vmulq_f32(a, b); }
+static inline __m128 _mm128_div_ps(__m128 a, __m128 b) { return vdivq_f32(a, b); }
+static inline __m128 _mm128_sqrt_ps(__m128 a) { return vsqrtq_f32(a); }
+static inline __m128 _mm128_fmadd_ps(__m128 a, __m128 b, __m128 c) { return vfmaq_f32(c, a, b); }  /* a b + c, fused */
+static inline __m128 _mm128_fnmadd_ps(__m128 a, __m128 b, __m128 c) { return vfmsq_f32(c, a, b); } /* c - a b, fused */
+static inline long tr__mask128(long left) { return TR__MIN(left, 4); }
+static inline uint32x4_t tr__lanes128(long k) {
+    static const uint32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(idx), vdupq_n_u32((uint32_t)TR__MAX(k, 0)));
+}
+static inline __m128 tr__load128(long k, const float *p) {
+    float t[4] = {0, 0, 0, 0};
+    if (k >= 4) return vld1q_f32(p);
+    if (k > 0) memcpy(t, p, (size_t)k * sizeof(float));
+    return vld1q_f32(t);
+}
+static inline void tr__store128(float *p, long k, __m128 v) {
+    float t[4];
+    if (k >= 4) {
+        vst1q_f32(p, v);
+        return;
+    }
+    vst1q_f32(t, v);
+    if (k > 0) memcpy(p, t, (size_t)k * sizeof(float));
+}
+static inline __m128 tr__keep128(long k, __m128 v) { return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), tr__lanes128(k))); }
+static inline __m128 tr__max_in128(__m128 a, long k, __m128 b) { return vbslq_f32(tr__lanes128(k), vmaxq_f32(a, b), a); }
+static inline float tr__hsum128(__m128 v) { return vaddvq_f32(v); }
+static inline float tr__hmax128(__m128 v) { return vmaxvq_f32(v); }
+/* exp as tr__exp256: the same reduction and polynomial, 2^n put into the exponent. */
+static inline __m128 tr__exp128(__m128 x) {
+    const __m128 log2e = vdupq_n_f32(1.44269504f), ln2hi = vdupq_n_f32(TR__EXP_LN2_HI), ln2lo = vdupq_n_f32(TR__EXP_LN2_LO);
+    __m128 n, r, p;
+    int32x4_t e;
+    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.3f)), vdupq_n_f32(88.3f));
+    n = vrndnq_f32(vmulq_f32(x, log2e));
+    r = vfmsq_f32(x, n, ln2hi);
+    r = vfmsq_f32(r, n, ln2lo);
+    p = vdupq_n_f32(TR__EXP_P0);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P5), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23); /* 2^n, n in [-126, 128) */
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+/* The AVX2 row kernels on 4 lanes (tails run the scalar formula). */
+static void tr__swiglu_fwd_row128(long width, const float *gate, float *o) {
+    const float *up = gate + width;
+    const __m128 one = _mm128_set1_ps(1.0f);
+    long j = 0;
+    for (; j + 4 <= width; j += 4) {
+        __m128 x = _mm128_loadu_ps(gate + j);
+        __m128 sv = _mm128_div_ps(x, _mm128_add_ps(one, tr__exp128(_mm128_sub_ps(_mm128_setzero_ps(), x))));
+        _mm128_storeu_ps(o + j, _mm128_mul_ps(sv, _mm128_loadu_ps(up + j)));
+    }
+    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
+}
+
+static void tr__swiglu_bwd_row128(long width, const float *gate, const float *d, float *dgate) {
+    const float *up = gate + width;
+    float *dup = dgate + width;
+    const __m128 one = _mm128_set1_ps(1.0f);
+    long j = 0;
+    for (; j + 4 <= width; j += 4) {
+        __m128 x = _mm128_loadu_ps(gate + j), u = _mm128_loadu_ps(up + j), dv = _mm128_loadu_ps(d + j);
+        __m128 sg = _mm128_div_ps(one, _mm128_add_ps(one, tr__exp128(_mm128_sub_ps(_mm128_setzero_ps(), x))));
+        __m128 dsil = _mm128_mul_ps(sg, _mm128_fmadd_ps(x, _mm128_sub_ps(one, sg), one));
+        _mm128_storeu_ps(dgate + j, _mm128_mul_ps(_mm128_mul_ps(dv, u), dsil));
+        _mm128_storeu_ps(dup + j, _mm128_mul_ps(dv, _mm128_mul_ps(x, sg)));
+    }
+    for (; j < width; j++) {
+        float sg = 1.0f / (1.0f + expf(-gate[j]));
+        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));
+        dup[j] = d[j] * gate[j] * sg;
+    }
+}
+
+static float tr__rms_row_fwd128(int D, const float *xr, const float *ar, float *o, float eps) {
+    __m128 acc = _mm128_setzero_ps(), inv;
+    float ss, invs;
+    int j = 0;
+    for (; j + 4 <= D; j += 4) {
+        __m128 v = _mm128_loadu_ps(xr + j);
+        if (ar) v = _mm128_add_ps(v, _mm128_loadu_ps(ar + j));
+        _mm128_storeu_ps(o + j, v);
+        acc = _mm128_fmadd_ps(v, v, acc);
+    }
+    ss = tr__hsum128(acc);
+    for (; j < D; j++) {
+        float v = ar ? xr[j] + ar[j] : xr[j];
+        o[j] = v;
+        ss += v * v;
+    }
+    invs = (float)(1.0 / sqrt((double)ss / D + eps));
+    inv = _mm128_set1_ps(invs);
+    for (j = 0; j + 4 <= D; j += 4) _mm128_storeu_ps(o + j, _mm128_mul_ps(_mm128_loadu_ps(o + j), inv));
+    for (; j < D; j++) o[j] *= invs;
+    return invs;
+}
+
+static void tr__rms_row_bwd128(int D, const float *dyr, const float *yr, float rstd, float *o) {
+    __m128 acc = _mm128_setzero_ps(), mean, rs = _mm128_set1_ps(rstd);
+    float dot, m;
+    int j = 0;
+    for (; j + 4 <= D; j += 4) acc = _mm128_fmadd_ps(_mm128_loadu_ps(dyr + j), _mm128_loadu_ps(yr + j), acc);
+    dot = tr__hsum128(acc);
+    for (; j < D; j++) dot += dyr[j] * yr[j];
+    m = dot / (float)D;
+    mean = _mm128_set1_ps(m);
+    for (j = 0; j + 4 <= D; j += 4)
+        _mm128_storeu_ps(o + j, _mm128_mul_ps(_mm128_fnmadd_ps(_mm128_loadu_ps(yr + j), mean, _mm128_loadu_ps(dyr + j)), rs));
+    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
+}
+
+#endif /* TR__NEON */
+
 /* Width-generic kernels: one body each, instantiated for AVX-512 (B = 512: 16 lanes, mask
    registers) and AVX2 (B = 256: 8 lanes, vector masks, masked loads that do not fault past the
    end), so the two sets cannot drift apart. Per element, both widths run the same operations in
    the same order (sums along S or hd are per lane); only the horizontal reductions (the softmax
    denominator) regroup. TR__MM(B, op) names the intrinsic _mm<B>_op; the operations whose names
    differ between the widths are the small functions below. */
+#if TR__X86 || TR__NEON
 #define TR__MM(B, op) _mm##B##_##op
 #define TR__LANES(B) ((B) / 32)
+#endif
+#if TR__X86
 typedef __mmask16 tr__kmask512;
 typedef __m256i tr__kmask256;
 /* The first `left` lanes (0 <= left; all of them from 16 / 8 on). */
@@ -2673,7 +2826,9 @@ TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
     s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
 }
+#endif /* TR__X86 */
 
+#if TR__X86 || TR__NEON
 /* The sequence-axis RMSNorm for one batch row and channels [j0, j0 + 64): 64 / lanes
    accumulators run down the S positions (fp32 sums of S squares, S ~ 100..1000). */
 #define TR__RMS_COLS_TASKS(B, TARGET)                                                                                    \
@@ -2729,8 +2884,12 @@ TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
                 tr__store##B(dx + i, mk[q], TR__MM(B, mul_ps)(v, rs[q]));                                               \
             }                                                                                                           \
     }
+#if TR__X86
 TR__RMS_COLS_TASKS(512, TR__TARGET_AVX512)
 TR__RMS_COLS_TASKS(256, TR__TARGET_AVX2)
+#else
+TR__RMS_COLS_TASKS(128, )
+#endif
 
 /* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
 TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
@@ -2844,9 +3003,13 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                      \
         }                                                                                                               \
     }
+#if TR__X86
 TR__ATT_KERNELS(512, TR__TARGET_AVX512)
 TR__ATT_KERNELS(256, TR__TARGET_AVX2)
+#else
+TR__ATT_KERNELS(128, )
 #endif
+#endif /* TR__X86 || TR__NEON */
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -2866,6 +3029,9 @@ TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, s
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
 #endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_fwd_row128;
+#endif
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_simd_range, &p);
     else tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
 }
@@ -2879,6 +3045,9 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
     tr__swiglu_bwd_simd p = {{width, g, g_stride, da, da_stride, dg}, NULL};
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_bwd_row512 : tr__swiglu_bwd_row256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_bwd_row128;
 #endif
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_bwd_simd_range, &p);
     else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
@@ -2895,6 +3064,9 @@ TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, cons
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
 #endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_fwd128;
+#endif
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
     else tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
 }
@@ -2909,6 +3081,9 @@ TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, con
     tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL};
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_bwd128;
 #endif
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
     else tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
@@ -2928,6 +3103,9 @@ TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, c
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
 #endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_fwd128;
+#endif
     if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
     else tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
 }
@@ -2945,6 +3123,9 @@ TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, 
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
 #endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_bwd128;
+#endif
     if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
     else tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
 }
@@ -2961,6 +3142,9 @@ TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     tr__attention_fwd_simd p = {{S, H, hd, qkv, o, lse, scratch}, NULL};
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.one = tr__attention_fwd_bh128;
 #endif
     if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_fwd_simd_range, &p);
     else tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
@@ -2981,6 +3165,9 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     tr__attention_bwd_simd p = {{S, H, hd, qkv, o, lse, do_, dqkv, scratch}, NULL};
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.one = tr__attention_bwd_bh128;
 #endif
     if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_bwd_simd_range, &p);
     else tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
@@ -3505,6 +3692,34 @@ TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar
 #endif
 #endif /* TR__X86 */
 
+#if TR__NEON
+/* --- NEON (aarch64) ------------------------------------------------------------------------
+   8x12 micro-kernel: 24 accumulators of 4 lanes, 2 registers of A and 3 of B, 29 of the 32.
+   Each k broadcasts an A lane into 3 FMAs (vfmaq_laneq_f32), so every element of C is one fused
+   sum over k in order, like the x86 kernels. The packing and the short paths are the plain C ones. */
+#define TR__SG_NROW(i, av, l)                                                                                                   \
+    c##i##0 = vfmaq_laneq_f32(c##i##0, b0, av, l), c##i##1 = vfmaq_laneq_f32(c##i##1, b1, av, l), c##i##2 = vfmaq_laneq_f32(c##i##2, b2, av, l)
+#define TR__SG_NOUT(i) vst1q_f32(t[i], c##i##0), vst1q_f32(t[i] + 4, c##i##1), vst1q_f32(t[i] + 8, c##i##2)
+TR__FN void tr__sgemm_ukr_neon(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    float32x4_t z = vdupq_n_f32(0.0f), a0, a1, b0, b1, b2;
+    float32x4_t c00 = z, c01 = z, c02 = z, c10 = z, c11 = z, c12 = z, c20 = z, c21 = z, c22 = z, c30 = z, c31 = z, c32 = z;
+    float32x4_t c40 = z, c41 = z, c42 = z, c50 = z, c51 = z, c52 = z, c60 = z, c61 = z, c62 = z, c70 = z, c71 = z, c72 = z;
+    float t[8][12];
+    size_t k, i, j;
+    for (k = 0; k < kc; k++, a += 8, b += 12) {
+        a0 = vld1q_f32(a), a1 = vld1q_f32(a + 4);
+        b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8);
+        TR__SG_NROW(0, a0, 0); TR__SG_NROW(1, a0, 1); TR__SG_NROW(2, a0, 2); TR__SG_NROW(3, a0, 3);
+        TR__SG_NROW(4, a1, 0); TR__SG_NROW(5, a1, 1); TR__SG_NROW(6, a1, 2); TR__SG_NROW(7, a1, 3);
+    }
+    TR__SG_NOUT(0); TR__SG_NOUT(1); TR__SG_NOUT(2); TR__SG_NOUT(3); TR__SG_NOUT(4); TR__SG_NOUT(5); TR__SG_NOUT(6); TR__SG_NOUT(7);
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+#undef TR__SG_NROW
+#undef TR__SG_NOUT
+#endif /* TR__NEON */
+
 TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
     tr__sgemm_kern k;
     k.mr = TR__SG_SMR;
@@ -3533,9 +3748,15 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
         k.dot = tr__sgemm_dot_avx2;
         k.rows = tr__sgemm_rows_avx2;
     }
-#else
-    TR__UNUSED(simd);
 #endif
+#if TR__NEON
+    if (simd == TR__SIMD_NEON) {
+        k.mr = 8;
+        k.nr = 12;
+        k.ukr = tr__sgemm_ukr_neon;
+    }
+#endif
+    TR__UNUSED(simd);
     return k;
 }
 
@@ -7486,7 +7707,7 @@ TRDEF tr_status tr_cpu_info_get(tr_ctx *ctx, tr_cpu_info *out) {
 #endif
     for (i = 0; i < TR_KERNEL_SETS; i++) {
         out->kernel_sets[i] = tr__simd_names[i];
-        out->kernel_set_ok[i] = i <= (int)ctx->simd_best;
+        out->kernel_set_ok[i] = tr__simd_runs(ctx->simd_best, i);
     }
     out->kernels = tr__simd_names[ctx->simd_best];
     out->threads = ctx->num_threads;

@@ -33,7 +33,7 @@ static double tu_wsum(const float *y, const float *w, size_t n) {
     return s;
 }
 
-static const char *const simd_levels[2] = {"avx2", "avx512"};
+static const char *const simd_levels[3] = {"avx2", "avx512", "neon"};
 
 /* --- RMSNorm over rows ------------------------------------------------------------------- */
 enum { RR = 5, RD = 37 };
@@ -58,7 +58,7 @@ static void test_rms_rows(void **state) {
     tu_assert_close("rms_rows bwd vs FD", dx, fd, RR * RD, FD_ATOL, FD_RTOL);
     /* the gradient w.r.t. `add` equals the one w.r.t. x (it is a residual sum) */
     memcpy(dsum, dx, sizeof dx);
-    for (lvl = 0; lvl < 2; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
+    for (lvl = 0; lvl < 3; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         tr__rms_rows_fwd(ctx, RR, RD, x, rr_add, y2, rs2, 1e-5f);
         tu_assert_close(simd_levels[lvl], y2, y, RR * RD, 1e-6, 1e-5);
@@ -108,7 +108,7 @@ static void test_rms_cols(void **state) {
         tu_fill(add, CB * CS * CD, 6, 0.5f);
         tr__rms_cols_fwd_ref(CB, CS, CD, x, add, y, rs, 1e-5f, 1);
         tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
-        for (lvl = 0; lvl < 2; lvl++) {
+        for (lvl = 0; lvl < 3; lvl++) {
             if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
             tr__rms_cols_fwd(ctx, CB, CS, CD, x, add, y2, rs2, 1e-5f);
             tu_assert_close(simd_levels[lvl], y2, y, CB * CS * CD, 1e-6, 1e-5);
@@ -140,7 +140,7 @@ static void test_swiglu(void **state) {
     tr__swiglu_bwd_ref(SR, SW, g, 2 * SW, sw_w, SW, dg, 1);
     tu_fd(sw_loss, g, SR * 2 * SW, NULL, fd);
     tu_assert_close("swiglu bwd vs FD", dg, fd, SR * 2 * SW, FD_ATOL, FD_RTOL);
-    for (lvl = 0; lvl < 2; lvl++) { /* the vector exp is accurate to a few ulp: rtol 1e-6 */
+    for (lvl = 0; lvl < 3; lvl++) { /* the vector exp is accurate to a few ulp: rtol 1e-6 */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         tr__swiglu_fwd(ctx, SR, SW, g, 2 * SW, a2, SW);
         tu_assert_close(simd_levels[lvl], a2, a, SR * SW, 1e-7, 1e-6);
@@ -255,7 +255,7 @@ static void test_attention_simd(void **state) {
     size_t k;
     int lvl, ran = 0;
     (void)state;
-    for (lvl = 0; lvl < 2; lvl++) {
+    for (lvl = 0; lvl < 3; lvl++) {
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         ran++;
         for (k = 0; k < sizeof shapes / sizeof shapes[0]; k++) attention_simd_case(ctx, simd_levels[lvl], shapes[k], (unsigned)k);

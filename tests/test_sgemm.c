@@ -81,12 +81,12 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
     free(C0);
 }
 
-static const char *levels[] = {"scalar", "avx2", "avx512"};
+static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 
 /* Every SIMD level the CPU supports; `fn` runs once per level. */
 static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     int l;
-    for (l = 0; l < 3; l++) {
+    for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         fn(ctx);
     }
@@ -155,7 +155,7 @@ static void test_degenerate(void **state) {
     float A[4] = {1, 2, 3, 4}, B[4] = {1, 2, 3, 4}, C[6] = {1, 2, 3, 4, 5, 6};
     int l;
     (void)state;
-    for (l = 0; l < 3; l++) {
+    for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         C[0] = 1, C[1] = 2, C[2] = 3, C[3] = 4, C[4] = 5, C[5] = 6;
         assert_int_equal(tr__sgemm(ctx, 0, 0, 2, 2, 0, A, 1, B, 2, C, 3, 1), TR_OK);

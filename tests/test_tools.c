@@ -9,9 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define DEVICES "build/tinyrec-devices"
-#define ARC_EVAL "build/tinyrec-arc-eval"
-#define DATA_TOOL "build/tinyrec-data"
+#ifndef TINYREC_TEST_BUILD_DIR /* the Makefile's build folder (build-noomp/ for OPENMP=0) */
+#define TINYREC_TEST_BUILD_DIR "build"
+#endif
+#define DEVICES TINYREC_TEST_BUILD_DIR "/tinyrec-devices"
+#define ARC_EVAL TINYREC_TEST_BUILD_DIR "/tinyrec-arc-eval"
+#define DATA_TOOL TINYREC_TEST_BUILD_DIR "/tinyrec-data"
 #define ARC1 "../shared/data/arc-agi-1"
 
 static char g_tmp[256];
