@@ -287,6 +287,7 @@ static void json_double(FILE *f, const char *key, double v) {
 static void add_metrics(tr_metrics *sum, const tr_metrics *m, double rows) {
     sum->count += m->count, sum->accuracy += m->accuracy, sum->exact_accuracy += m->exact_accuracy, sum->q_halt_accuracy += m->q_halt_accuracy;
     sum->steps += m->steps, sum->loss += m->loss / rows, sum->lm_loss += m->lm_loss / rows, sum->q_halt_loss += m->q_halt_loss / rows;
+    sum->q_continue_loss += m->q_continue_loss / rows;
 }
 
 /* One train line: the means over the window's trained steps and the count of skipped ones. */
@@ -298,6 +299,7 @@ static void log_train(long step, double epoch, const tr_metrics *w, int n, int s
     else fprintf(R.jsonl, ",\"loss\":null");
     json_double(R.jsonl, "lm_loss", w->lm_loss / n);
     json_double(R.jsonl, "q_halt_loss", w->q_halt_loss / n);
+    if (tr_model_get_config(R.model)->arch == TR_ARCH_HRM) json_double(R.jsonl, "q_continue_loss", w->q_continue_loss / n); /* its Q-learning */
     json_double(R.jsonl, "accuracy", c ? w->accuracy / c : NAN);
     json_double(R.jsonl, "exact_accuracy", c ? w->exact_accuracy / c : NAN);
     json_double(R.jsonl, "q_halt_accuracy", c ? w->q_halt_accuracy / c : NAN);
@@ -400,7 +402,7 @@ static void usage(FILE *f) {
             "usage: tinyrec-train PRESET data_path=DIR [key=value ...] [--overwrite]\n"
             "       tinyrec-train --resume checkpoint_path=DIR [key=value ...]\n"
             "       tinyrec-train --list-presets | --list-keys | --help\n\n"
-            "Trains a TRM on a dataset in the reference layout (build one with tinyrec-data), e.g.\n"
+            "Trains a TRM or an HRM (hrm-* presets) on a dataset in the reference layout (build one with tinyrec-data), e.g.\n"
             "  tinyrec-data sudoku --output-dir data/sudoku --generate 20000 --generate-test 200 --clues 50 --num-aug 0\n"
             "  tinyrec-train sudoku-tiny data_path=data/sudoku checkpoint_path=runs/sudoku epochs=2\n"
             "  tinyrec-solve runs/sudoku/best.safetensors puzzles.txt\n\n"
@@ -665,8 +667,11 @@ static int train(int mode) {
     memset(&win, 0, sizeof win);
     memset(&disp, 0, sizeof disp);
     tr_model_memory(R.model, B, &train_bytes, NULL);
-    printf("tinyrec-train %s: preset %s, %zu parameters (D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
-           tr_model_num_params(R.model), c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
+    char kind[32];
+    if (c->arch == TR_ARCH_HRM) snprintf(kind, sizeof kind, "HRM %d+%d layers", c->H_layers, c->L_layers);
+    else snprintf(kind, sizeof kind, "TRM %d layers", c->L_layers);
+    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
+           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
            tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
     printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
            (long long)R.train_ds->num_examples, (long long)R.train_ds->meta.total_groups, R.test_ds ? (long long)R.test_ds->num_examples : 0LL, B, o->epochs, R.total_steps,
