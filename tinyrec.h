@@ -1407,6 +1407,12 @@ TR__FN void tr__log(tr_ctx *ctx, tr_log_level level, const char *fmt, ...) {
     ctx->log(ctx->log_user, level, buf);
 }
 
+#if !defined(_WIN32) && !defined(__cplusplus)
+/* A C99 program that reads a system header before the implementation (a test's cmocka.h) leaves
+   glibc without POSIX, and stdlib.h then hides posix_memalign (x86 builds see it through
+   mm_malloc.h; aarch64 ones do not): its POSIX declaration, repeated. (C++ always has it.) */
+int posix_memalign(void **memptr, size_t alignment, size_t size);
+#endif
 TR__FN void *tr__default_alloc(void *user, size_t size, size_t align) {
     void *p = NULL;
     TR__UNUSED(user);
@@ -3701,10 +3707,13 @@ TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar
 /* --- NEON (aarch64) ------------------------------------------------------------------------
    8x12 micro-kernel: 24 accumulators of 4 lanes, 2 registers of A and 3 of B, 29 of the 32.
    Each k broadcasts an A lane into 3 FMAs (vfmaq_laneq_f32), so every element of C is one fused
-   sum over k in order, like the x86 kernels. The packing and the short paths are the plain C ones. */
+   sum over k in order, like the x86 kernels. The packing is the plain C one (gcc vectorises its
+   copies). */
 #define TR__SG_NROW(i, av, l)                                                                                                   \
     c##i##0 = vfmaq_laneq_f32(c##i##0, b0, av, l), c##i##1 = vfmaq_laneq_f32(c##i##1, b1, av, l), c##i##2 = vfmaq_laneq_f32(c##i##2, b2, av, l)
 #define TR__SG_NOUT(i) vst1q_f32(t[i], c##i##0), vst1q_f32(t[i] + 4, c##i##1), vst1q_f32(t[i] + 8, c##i##2)
+#define TR__SG_NACC(i, q) vst1q_f32(c + (i) * ldc + 4 * (q), acc ? vaddq_f32(vld1q_f32(c + (i) * ldc + 4 * (q)), c##i##q) : c##i##q)
+#define TR__SG_NFULL(i) TR__SG_NACC(i, 0), TR__SG_NACC(i, 1), TR__SG_NACC(i, 2)
 TR__FN void tr__sgemm_ukr_neon(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
     float32x4_t z = vdupq_n_f32(0.0f), a0, a1, b0, b1, b2;
     float32x4_t c00 = z, c01 = z, c02 = z, c10 = z, c11 = z, c12 = z, c20 = z, c21 = z, c22 = z, c30 = z, c31 = z, c32 = z;
@@ -3717,12 +3726,77 @@ TR__FN void tr__sgemm_ukr_neon(size_t kc, const float *a, const float *b, float 
         TR__SG_NROW(0, a0, 0); TR__SG_NROW(1, a0, 1); TR__SG_NROW(2, a0, 2); TR__SG_NROW(3, a0, 3);
         TR__SG_NROW(4, a1, 0); TR__SG_NROW(5, a1, 1); TR__SG_NROW(6, a1, 2); TR__SG_NROW(7, a1, 3);
     }
+    if (mr == 8 && nr == 12) { /* a whole tile straight from the registers */
+        TR__SG_NFULL(0); TR__SG_NFULL(1); TR__SG_NFULL(2); TR__SG_NFULL(3); TR__SG_NFULL(4); TR__SG_NFULL(5); TR__SG_NFULL(6); TR__SG_NFULL(7);
+        return;
+    }
     TR__SG_NOUT(0); TR__SG_NOUT(1); TR__SG_NOUT(2); TR__SG_NOUT(3); TR__SG_NOUT(4); TR__SG_NOUT(5); TR__SG_NOUT(6); TR__SG_NOUT(7);
     for (i = 0; i < mr; i++)
         for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
 }
 #undef TR__SG_NROW
 #undef TR__SG_NOUT
+#undef TR__SG_NACC
+#undef TR__SG_NFULL
+
+/* 4x4 dot products: 16 accumulators of 4 lanes (K's tail zero-filled), each summed across its
+   lanes at the end, as the x86 dot kernels do. */
+#define TR__SG_NDOT(r, av)                                                                                                      \
+    s[4 * (r)] = vfmaq_f32(s[4 * (r)], av, b0), s[4 * (r) + 1] = vfmaq_f32(s[4 * (r) + 1], av, b1),                             \
+    s[4 * (r) + 2] = vfmaq_f32(s[4 * (r) + 2], av, b2), s[4 * (r) + 3] = vfmaq_f32(s[4 * (r) + 3], av, b3)
+TR__FN void tr__sgemm_dot_neon(size_t K, const float *const *a, const float *const *b, float *out) {
+    float32x4_t s[16], b0, b1, b2, b3;
+    size_t k, c;
+    for (c = 0; c < 16; c++) s[c] = vdupq_n_f32(0.0f);
+    for (k = 0; k + 4 <= K; k += 4) {
+        b0 = vld1q_f32(b[0] + k), b1 = vld1q_f32(b[1] + k), b2 = vld1q_f32(b[2] + k), b3 = vld1q_f32(b[3] + k);
+        TR__SG_NDOT(0, vld1q_f32(a[0] + k)); TR__SG_NDOT(1, vld1q_f32(a[1] + k));
+        TR__SG_NDOT(2, vld1q_f32(a[2] + k)); TR__SG_NDOT(3, vld1q_f32(a[3] + k));
+    }
+    if (k < K) {
+        long left = (long)(K - k);
+        b0 = tr__load128(left, b[0] + k), b1 = tr__load128(left, b[1] + k), b2 = tr__load128(left, b[2] + k), b3 = tr__load128(left, b[3] + k);
+        TR__SG_NDOT(0, tr__load128(left, a[0] + k)); TR__SG_NDOT(1, tr__load128(left, a[1] + k));
+        TR__SG_NDOT(2, tr__load128(left, a[2] + k)); TR__SG_NDOT(3, tr__load128(left, a[3] + k));
+    }
+    for (c = 0; c < 16; c++) out[c] = vaddvq_f32(s[c]);
+}
+#undef TR__SG_NDOT
+
+/* Up to 4 rows of C, 16 columns: 16 accumulators, B's row in 4 registers (its tail zero-filled);
+   every element a fused sum over k in order, like the micro-kernel. */
+#define TR__SG_NRW 16
+#define TR__SG_NRFMA(r)                                                                                                         \
+    do {                                                                                                                        \
+        float32x4_t av_ = vld1q_dup_f32(ar[r] + k * sak);                                                                       \
+        s##r##0 = vfmaq_f32(s##r##0, av_, b0), s##r##1 = vfmaq_f32(s##r##1, av_, b1);                                           \
+        s##r##2 = vfmaq_f32(s##r##2, av_, b2), s##r##3 = vfmaq_f32(s##r##3, av_, b3);                                           \
+    } while (0)
+#define TR__SG_NROUT(r) vst1q_f32(t[r], s##r##0), vst1q_f32(t[r] + 4, s##r##1), vst1q_f32(t[r] + 8, s##r##2), vst1q_f32(t[r] + 12, s##r##3)
+TR__FN void tr__sgemm_rows_neon(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb, size_t w,
+                                float *C, size_t ldc, int acc) {
+    float32x4_t z = vdupq_n_f32(0.0f), b0, b1, b2, b3;
+    float32x4_t s00 = z, s01 = z, s02 = z, s03 = z, s10 = z, s11 = z, s12 = z, s13 = z;
+    float32x4_t s20 = z, s21 = z, s22 = z, s23 = z, s30 = z, s31 = z, s32 = z, s33 = z;
+    const float *ar[4];
+    float t[4][TR__SG_NRW];
+    size_t k, r, j;
+    for (r = 0; r < 4; r++) ar[r] = a + (r < nrows ? r : 0) * sar;
+    for (k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        if (w == TR__SG_NRW) b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+        else {
+            long left = (long)w;
+            b0 = tr__load128(left, b), b1 = tr__load128(left - 4, b + 4), b2 = tr__load128(left - 8, b + 8), b3 = tr__load128(left - 12, b + 12);
+        }
+        TR__SG_NRFMA(0); TR__SG_NRFMA(1); TR__SG_NRFMA(2); TR__SG_NRFMA(3);
+    }
+    TR__SG_NROUT(0); TR__SG_NROUT(1); TR__SG_NROUT(2); TR__SG_NROUT(3);
+    for (r = 0; r < nrows; r++)
+        for (j = 0; j < w; j++) C[r * ldc + j] = acc ? C[r * ldc + j] + t[r][j] : t[r][j];
+}
+#undef TR__SG_NRFMA
+#undef TR__SG_NROUT
 #endif /* TR__NEON */
 
 TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
@@ -3758,7 +3832,10 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
     if (simd == TR__SIMD_NEON) {
         k.mr = 8;
         k.nr = 12;
+        k.rw = TR__SG_NRW;
         k.ukr = tr__sgemm_ukr_neon;
+        k.dot = tr__sgemm_dot_neon;
+        k.rows = tr__sgemm_rows_neon;
     }
 #endif
     TR__UNUSED(simd);

@@ -385,6 +385,31 @@ static void test_trunc_normal(void **state) {
     }
 }
 
+/* The kernel sets by architecture: "auto" is neon on aarch64, which runs no x86 set; an x86 CPU
+   refuses neon. */
+static void test_simd_sets(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 1);
+    const char *best;
+    (void)state;
+    assert_int_equal(tr_ctx_set_simd(ctx, "auto"), TR_OK);
+    best = tr_ctx_simd_name(ctx);
+#if defined(__aarch64__)
+    assert_string_equal(tr_ctx_simd_name(ctx), "neon");
+    assert_int_equal(tr_ctx_set_simd(ctx, "avx2"), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr_ctx_set_simd(ctx, "avx512"), TR_ERR_UNSUPPORTED);
+#else
+    assert_int_equal(tr_ctx_set_simd(ctx, "neon"), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "not supported by this CPU"));
+    assert_string_not_equal(tr_ctx_simd_name(ctx), "neon");
+#endif
+    assert_string_equal(tr_ctx_simd_name(ctx), best); /* a refused set leaves the one in use */
+    assert_int_equal(tr_ctx_set_simd(ctx, "neon2"), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "neon"));
+    assert_int_equal(tr_ctx_set_simd(ctx, "scalar"), TR_OK);
+    assert_string_equal(tr_ctx_simd_name(ctx), "scalar");
+    tr_ctx_destroy(ctx);
+}
+
 static void test_halfs(void **state) {
     float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-8f, 6.1e-5f, 3.14159f, 1e30f};
     size_t i;
@@ -404,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
+        cmocka_unit_test(test_simd_sets),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

@@ -124,6 +124,24 @@ static void test_edges(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* Shapes around the NEON tiles (8x12 micro-tile, 16-wide rows kernel, K tails of the 4-lane dot
+   kernel), at every level like the others. */
+static void run_neon_edges(tr_ctx *ctx) {
+    static const size_t ms[] = {3, 4, 8, 9, 17, 23, 24, 25};
+    static const size_t ns[] = {4, 12, 13, 23, 24, 25, 36};
+    size_t a, b;
+    int t;
+    for (a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (t = 0; t < 4; t++) check_one(ctx, t & 1, t >> 1, ms[a], ns[b], 1 + rnd_below(23), 0, 1, 0, t & 1);
+}
+static void test_neon_edges(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_neon_edges);
+    tr_ctx_destroy(ctx);
+}
+
 /* Larger shapes: several KC blocks, MC blocks, NC blocks and skinny products. */
 static void run_large(tr_ctx *ctx) {
     int t;
@@ -234,6 +252,7 @@ static void test_alloc_failure(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_neon_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
