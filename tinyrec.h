@@ -80,7 +80,8 @@
                                (see tr_ctx_inject_fault)
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
-       TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
+       TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
+       TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
 
    Error handling: every fallible call returns a tr_status (0 = ok, negative = error) and leaves
    a human-readable reason in tr_ctx_last_error(). The library never exits, aborts or prints; it
@@ -266,6 +267,8 @@ typedef struct tr_opencl_device {
     const char *extensions;
     size_t global_mem, local_mem, max_alloc; /* bytes */
     unsigned compute_units, clock_mhz;
+    int host_unified; /* the device works in host memory (integrated and Apple GPUs, PoCL): transfers are
+                         zero-copy maps unless TINYREC_CL_ZEROCOPY=0 */
 } tr_opencl_device;
 typedef struct tr_opencl_list {
     int loaded;        /* the OpenCL library was found */
@@ -4169,6 +4172,7 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_DRIVER_VERSION 0x102Du
 #define TR__CL_DEVICE_VERSION 0x102Fu
 #define TR__CL_DEVICE_EXTENSIONS 0x1030u
+#define TR__CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035u
 #define TR__CL_DEVICE_OPENCL_C_VERSION 0x103Du
 #define TR__CL_CONTEXT_PLATFORM 0x1084
 #define TR__CL_PROGRAM_BUILD_LOG 0x1183u
@@ -4177,6 +4181,7 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_MEM_ALLOC_HOST_PTR ((tr__cl_bitfield)1 << 4)
 #define TR__CL_MAP_READ ((tr__cl_bitfield)1 << 0)
 #define TR__CL_MAP_WRITE ((tr__cl_bitfield)1 << 1)
+#define TR__CL_MAP_WRITE_INVALIDATE_REGION ((tr__cl_bitfield)1 << 2)
 
 /* Every entry point: X(return type, name without "cl", parameter list). */
 #define TR__CL_FUNCS(X)                                                                                                   \
@@ -4460,6 +4465,7 @@ typedef enum tr__cl_fault { TR__CLF_NONE = 0, TR__CLF_NO_LIBRARY, TR__CLF_NO_PLA
 typedef struct tr__cl_info {
     char name[256], vendor[256], version[128];
     int is_gpu, has_fp64;
+    int host_unified; /* CL_DEVICE_HOST_UNIFIED_MEMORY: the device works in host memory (integrated GPUs, Apple, PoCL) */
     int nv_sm; /* NVIDIA compute capability as 10 * major + minor (cl_nv_device_attribute_query), else 0 */
     size_t max_wg, max_item[3], local_mem, max_alloc, global_mem, compute_units;
 } tr__cl_info;
@@ -4531,6 +4537,13 @@ struct tr__cl {
     long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
+    /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
+       host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
+       copying through the staging buffers and the driver. */
+    int zerocopy;
+    double xfer_seconds[2]; /* (profile) host -> device writes, device -> host reads: time, calls, bytes */
+    long xfer_calls[2];
+    double xfer_bytes[2];
 };
 typedef struct tr__cl tr__cl;
 
@@ -4697,6 +4710,7 @@ TR__FN tr_status tr__cl_describe(tr_ctx *ctx, tr_opencl_list *out) {
         u = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL), D->max_alloc = (size_t)u;
         v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof v, &v, NULL), D->compute_units = v;
         v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof v, &v, NULL), D->clock_mhz = v;
+        v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof v, &v, NULL), D->host_unified = v != 0;
         if (D->is_gpu && out->auto_pick < 0) out->auto_pick = i;
     }
     tr__free(ctx, devs);
@@ -4748,6 +4762,9 @@ TR__FN void tr__cl_query_info(tr__cl *cl) {
     I->global_mem = (size_t)(u > (tr__cl_ulong)SIZE_MAX ? SIZE_MAX : u);
     f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
     I->compute_units = cu;
+    cu = 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof cu, &cu, NULL); /* (deprecated in 2.0, still answered) */
+    I->host_unified = cu != 0;
     sz = 0;
     if (f->GetDeviceInfo(cl->device, TR__CL_DEVICE_EXTENSIONS, 0, NULL, &sz) == TR__CL_SUCCESS && sz &&
         (ext = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
@@ -5022,6 +5039,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     tr__free(ctx, devs);
     devs = NULL;
     tr__cl_query_info(cl);
+    cl->zerocopy = cl->info.host_unified && !(getenv("TINYREC_CL_ZEROCOPY") && strcmp(getenv("TINYREC_CL_ZEROCOPY"), "0") == 0);
 
     {
         intptr_t props[3];
@@ -5050,9 +5068,10 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     st = tr__cl_build(cl, sources, nsources, opts, fault == TR__CLF_BUILD);
     if (st != TR_OK) goto fail;
 
-    tr__log(ctx, TR_LOG_INFO, "opencl: using \"%s\" on \"%s\" (%s): %s, %zu compute units, %zu MiB memory, %zu MiB max allocation, work-group %zu, %zu KiB local%s",
+    tr__log(ctx, TR_LOG_INFO, "opencl: using \"%s\" on \"%s\" (%s): %s, %zu compute units, %zu MiB memory, %zu MiB max allocation, work-group %zu, %zu KiB local%s%s",
             cl->info.name, cl->platform_name, cl->info.version, cl->info.is_gpu ? "GPU" : "not a GPU", cl->info.compute_units,
-            cl->info.global_mem >> 20, cl->info.max_alloc >> 20, cl->info.max_wg, cl->info.local_mem >> 10, cl->info.has_fp64 ? ", fp64" : "");
+            cl->info.global_mem >> 20, cl->info.max_alloc >> 20, cl->info.max_wg, cl->info.local_mem >> 10, cl->info.has_fp64 ? ", fp64" : "",
+            cl->zerocopy ? ", host-unified memory (zero-copy transfers)" : cl->info.host_unified ? ", host-unified memory (zero-copy off)" : "");
     if (!cl->info.is_gpu)
         tr__log(ctx, TR_LOG_WARN, "opencl: \"%s\" is not a GPU; it will likely be slower than the CPU backend", cl->info.name);
     *out = cl;
@@ -5148,7 +5167,7 @@ TR__FN void *tr__cl_alloc(tr__cl *cl, size_t bytes, int keep) {
         }
     } else {
         uint32_t zero = 0;
-        a.mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE, bytes, NULL, &err);
+        a.mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | (cl->zerocopy ? TR__CL_MEM_ALLOC_HOST_PTR : 0), bytes, NULL, &err);
         if (!a.mem || err != TR__CL_SUCCESS) {
             if (a.mem) f->ReleaseMemObject(a.mem);
             tr__cl_unreserve(a.base, a.reserved);
@@ -5272,18 +5291,12 @@ TR__FN int tr__cl_stage_ready(tr__cl *cl) {
     return 1;
 }
 
-TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, size_t bytes) {
-    const tr__clfn *f;
-    tr__cl_mem mem;
-    size_t off, done;
+/* Staged writes: through the pinned buffers in turn (the source is reusable on return), or
+   straight from user memory when there are none. */
+TR__FN tr_status tr__cl_write_staged(tr__cl *cl, tr__cl_mem mem, size_t off, const void *src_host, size_t bytes) {
+    const tr__clfn *f = &cl->lib.f;
+    size_t done;
     tr__cl_int err;
-    tr_status st;
-    if (!cl || (!src_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_write: NULL argument");
-    if ((st = tr__cl_check_live(cl, "write")) != TR_OK) return st;
-    if (!bytes) return TR_OK;
-    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "write", &mem, &off)) != TR_OK) return st;
-    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueWriteBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
-    f = &cl->lib.f;
     if (!tr__cl_stage_ready(cl)) {
         err = f->EnqueueWriteBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, src_host, 0, NULL, NULL);
         return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueWriteBuffer", NULL, err);
@@ -5309,15 +5322,8 @@ TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, s
     return TR_OK;
 }
 
-TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, size_t bytes) {
-    tr__cl_mem mem;
-    size_t off;
+TR__FN tr_status tr__cl_read_staged(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, size_t bytes) {
     tr__cl_int err;
-    tr_status st;
-    if (!cl || (!dst_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_read: NULL argument");
-    if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
-    if (!bytes) return tr__cl_finish(cl);
-    if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
     if (bytes <= TR__CL_STAGE_BYTES && tr__cl_stage_ready(cl)) {
         /* small reads (the per-step metrics) land in pinned memory, then one memcpy */
         int s = cl->stage_next;
@@ -5332,6 +5338,65 @@ TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, si
     } else
         err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, dst_host, 0, NULL, NULL);
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueReadBuffer", NULL, err);
+}
+
+/* Zero-copy: maps [off, off + bytes) of mem (blocking: the in-order queue runs the work queued
+   before it first), copies once, and queues the unmap, which later commands wait for. */
+TR__FN tr_status tr__cl_map_copy(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, const void *src_host, size_t bytes) {
+    const tr__clfn *f = &cl->lib.f;
+    const char *what = dst_host ? "read" : "write";
+    tr__cl_int err = 0;
+    void *p = f->EnqueueMapBuffer(cl->queue, mem, TR__CL_TRUE, dst_host ? TR__CL_MAP_READ : TR__CL_MAP_WRITE_INVALIDATE_REGION, off, bytes, 0, NULL, NULL, &err);
+    if (!p || err != TR__CL_SUCCESS) return tr__cl_fail(cl, "clEnqueueMapBuffer", what, err != TR__CL_SUCCESS ? err : TR__CL_OUT_OF_RESOURCES);
+    if (dst_host) memcpy(dst_host, p, bytes);
+    else memcpy(p, src_host, bytes);
+    err = f->EnqueueUnmapMemObject(cl->queue, mem, p, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueUnmapMemObject", what, err);
+}
+
+/* One read (dst_host set) or write (src_host set) the device's way. With TINYREC_CL_PROFILE=1 it
+   runs alone (the queue drained before, the copy finished after) and is timed. */
+TR__FN tr_status tr__cl_transfer(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, const void *src_host, size_t bytes) {
+    int dir = dst_host != NULL;
+    double t0 = 0;
+    tr_status st;
+    if (cl->profile) {
+        cl->lib.f.Finish(cl->queue);
+        t0 = tr__now();
+    }
+    if (cl->zerocopy) st = tr__cl_map_copy(cl, mem, off, dst_host, src_host, bytes);
+    else st = dir ? tr__cl_read_staged(cl, mem, off, dst_host, bytes) : tr__cl_write_staged(cl, mem, off, src_host, bytes);
+    if (cl->profile) {
+        tr__cl_int err = cl->lib.f.Finish(cl->queue);
+        if (st == TR_OK && err != TR__CL_SUCCESS) st = tr__cl_fail(cl, "clFinish after the transfer", dir ? "read" : "write", err);
+        cl->xfer_seconds[dir] += tr__now() - t0;
+        cl->xfer_calls[dir]++;
+        cl->xfer_bytes[dir] += (double)bytes;
+    }
+    return st;
+}
+
+TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr_status st;
+    if (!cl || (!src_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_write: NULL argument");
+    if ((st = tr__cl_check_live(cl, "write")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "write", &mem, &off)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueWriteBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    return tr__cl_transfer(cl, mem, off, NULL, src_host, bytes);
+}
+
+TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr_status st;
+    if (!cl || (!dst_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_read: NULL argument");
+    if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
+    if (!bytes) return tr__cl_finish(cl);
+    if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
+    return tr__cl_transfer(cl, mem, off, dst_host, NULL, bytes);
 }
 
 TR__FN tr_status tr__cl_copy(tr__cl *cl, void *dst_dev, const void *src_dev, size_t bytes) {
@@ -5590,6 +5655,10 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
                     total > 0 ? 100.0 * cl->kernels[best].seconds / total : 0.0, cl->kernels[best].calls);
             cl->kernels[best].calls = -1;
         }
+        for (i = 0; i < 2; i++) /* the transfers (zero-copy or staged: TINYREC_CL_ZEROCOPY) */
+            if (cl->xfer_calls[i])
+                tr__log(cl->ctx, TR_LOG_INFO, "opencl profile: %-40s %9.3f ms %8ld calls %10.1f MiB (%s)", i ? "reads (device -> host)" : "writes (host -> device)",
+                        1e3 * cl->xfer_seconds[i], cl->xfer_calls[i], cl->xfer_bytes[i] / 1048576.0, cl->zerocopy ? "zero-copy" : "staged");
     }
     tr__cl_stage_release(cl);
     for (i = 0; i < cl->nkernels; i++)

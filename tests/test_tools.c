@@ -107,8 +107,10 @@ static void test_devices_report(void **state) {
         tr_ctx *ctx = tu_ctx(1, 0);
         if (tr_ctx_set_simd(ctx, "avx2") == TR_OK) assert_non_null(strstr(out, "avx2    PASS"));
         if (tr_ctx_set_simd(ctx, "avx512") == TR_OK) assert_non_null(strstr(out, "avx512  PASS"));
+        if (tr_ctx_set_simd(ctx, "neon") == TR_OK) assert_non_null(strstr(out, "neon    PASS"));
         tr_ctx_destroy(ctx);
     }
+    if (strstr(out, "Portable Computing Language")) assert_non_null(strstr(out, "host-unified (zero-copy transfers)")); /* PoCL says so */
     free(out);
     rc = run_cmd(DEVICES " --threads 1 --preset trm-arc --json", &out);
     if (rc != 0) fail_msg("tinyrec-devices --json exited %d:\n%s", rc, out);
