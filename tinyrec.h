@@ -228,10 +228,13 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx);
    the OpenCL devices the library can open, a short self-test of each against the reference path,
    and the batch sizes a model fits. tinyrec-devices prints these. */
 
-/* ISA features, each found by cpuid and enabled by the OS (xgetbv); all 0 off x86. */
+/* ISA features. x86: each found by cpuid and enabled by the OS (xgetbv). aarch64: from the
+   kernel's hwcaps (Linux) or sysctl hw.optional.* (macOS). The other architecture's are 0. */
 typedef enum tr_cpu_feature {
     TR_CPU_SSE42, TR_CPU_AVX, TR_CPU_AVX2, TR_CPU_FMA, TR_CPU_AVX512F, TR_CPU_AVX512BW, TR_CPU_AVX512DQ, TR_CPU_AVX512VL,
-    TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8, TR_CPU_FEATURE_COUNT
+    TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8,
+    TR_CPU_ASIMD, TR_CPU_ASIMDDP, TR_CPU_ARM_BF16, TR_CPU_I8MM, /* aarch64: NEON, dot product, BFDOT/BFMMLA, int8 matrix */
+    TR_CPU_FEATURE_COUNT
 } tr_cpu_feature;
 /* "sse4.2", "avx", ..., "amx_int8" (Linux /proc/cpuinfo spelling); "" out of range. */
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f);
@@ -242,7 +245,7 @@ typedef struct tr_cpu_info {
     char arch[16];                              /* "x86_64", "x86", "aarch64" or "unknown" */
     int logical_cpus;
     int features[TR_CPU_FEATURE_COUNT];         /* 1: present (tr_cpu_feature order) */
-    const char *kernel_sets[TR_KERNEL_SETS];    /* every kernel set of the library, narrowest first */
+    const char *kernel_sets[TR_KERNEL_SETS];    /* every kernel set of the library: scalar, the x86 ones narrowest first, neon */
     int kernel_set_ok[TR_KERNEL_SETS];          /* 1: this CPU (and build) can run it */
     const char *kernels;                        /* the set "auto" picks (tr_ctx_set_simd) */
     int threads;                                /* the context's thread count */
@@ -1267,6 +1270,9 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #if defined(__APPLE__)
 #include <sys/sysctl.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #else
 #include <direct.h>
 #define TR__POSIX 0
@@ -1688,6 +1694,29 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
             feat[TR_CPU_AMX_INT8] = ((d >> 25) & 1) && os_amx;
             if (sub1 >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) feat[TR_CPU_AVX512_BF16] = ((a >> 5) & 1) && os_avx512;
         }
+    }
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+    { /* HWCAP_ASIMD, HWCAP_ASIMDDP; HWCAP2_I8MM, HWCAP2_BF16 (numbers: older headers lack the names) */
+        unsigned long h1 = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+        feat[TR_CPU_ASIMD] = (h1 >> 1) & 1;
+        feat[TR_CPU_ASIMDDP] = (h1 >> 20) & 1;
+        feat[TR_CPU_I8MM] = (h2 >> 13) & 1;
+        feat[TR_CPU_ARM_BF16] = (h2 >> 14) & 1;
+    }
+#elif defined(__aarch64__) && defined(__APPLE__)
+    {
+        static const char *const keys[4] = {"hw.optional.AdvSIMD", "hw.optional.arm.FEAT_DotProd", "hw.optional.arm.FEAT_BF16", "hw.optional.arm.FEAT_I8MM"};
+        static const tr_cpu_feature ids[4] = {TR_CPU_ASIMD, TR_CPU_ASIMDDP, TR_CPU_ARM_BF16, TR_CPU_I8MM};
+        size_t len = 48;
+        int k, v;
+        for (k = 0; k < 4; k++) {
+            size_t vl = sizeof v;
+            v = 0;
+            feat[ids[k]] = sysctlbyname(keys[k], &v, &vl, NULL, 0) == 0 && v != 0; /* (absent on older macOS: 0) */
+        }
+        if (sysctlbyname("machdep.cpu.brand_string", brand, &len, NULL, 0) != 0) len = 0; /* "Apple M2" */
+        brand[len < 48 ? len : 48] = 0;
     }
 #endif
 }
@@ -2458,6 +2487,84 @@ TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, in
     tr__ema_args a = {shadow, p, decay};
     tr__par_for(nthreads, (long)n, 0, tr__ema_range, &a);
 }
+
+#if TR__NEON
+/* --- NEON twins of the elementwise kernels: RoPE and the EMA, the scalar formulas on 4 lanes in
+   the same operation order (nothing fused), so they round as the scalar ones do. */
+TR__FN void tr__rope_range_neon(void *arg, long i0, long i1) {
+    const tr__rope_args *a = (const tr__rope_args *)arg;
+    int half = a->hd / 2, D = a->H * a->hd, h, j, qk;
+    float sgn = a->inverse ? -1.0f : 1.0f;
+    float32x4_t sg = vdupq_n_f32(sgn);
+    long r;
+    for (r = i0; r < i1; r++) {
+        int pos = (int)(r % a->S);
+        const float *c = a->cosv + (size_t)pos * a->hd, *sn = a->sinv + (size_t)pos * a->hd;
+        for (qk = 0; qk < 2; qk++)
+            for (h = 0; h < a->H; h++) {
+                float *v = a->qkv + (size_t)r * 3 * D + (size_t)qk * D + (size_t)h * a->hd;
+                for (j = 0; j + 4 <= half; j += 4) {
+                    float32x4_t x1 = vld1q_f32(v + j), x2 = vld1q_f32(v + j + half);
+                    vst1q_f32(v + j, vsubq_f32(vmulq_f32(x1, vld1q_f32(c + j)), vmulq_f32(vmulq_f32(sg, x2), vld1q_f32(sn + j))));
+                    vst1q_f32(v + j + half, vaddq_f32(vmulq_f32(x2, vld1q_f32(c + j + half)), vmulq_f32(vmulq_f32(sg, x1), vld1q_f32(sn + j + half))));
+                }
+                for (; j < half; j++) {
+                    float x1 = v[j], x2 = v[j + half];
+                    v[j] = x1 * c[j] - sgn * x2 * sn[j];
+                    v[j + half] = x2 * c[j + half] + sgn * x1 * sn[j + half];
+                }
+            }
+    }
+}
+
+TR__FN void tr__ema_range_neon(void *arg, long i0, long i1) {
+    const tr__ema_args *a = (const tr__ema_args *)arg;
+    float32x4_t keep = vdupq_n_f32(a->decay), take = vdupq_n_f32(1.0f - a->decay);
+    long i = i0;
+    for (; i + 4 <= i1; i += 4) vst1q_f32(a->shadow + i, vaddq_f32(vmulq_f32(take, vld1q_f32(a->p + i)), vmulq_f32(keep, vld1q_f32(a->shadow + i))));
+    if (i < i1) tr__ema_range(arg, i, i1);
+}
+
+/* atan2(y, x) for x >= 0 (Adam-atan2's denominator is a square root): the smaller magnitude over
+   the larger, atan(t) = t + t^3 P(t^2) on [0, 1] (Arm optimized-routines' minimax coefficients;
+   abs. error ~1.2e-7 in float), reflected as pi/2 - atan where |y| > x, and y's sign. 0 where
+   both are 0, as atan2f(+-0, 0) = +-0; NaN in, NaN out. */
+static inline float32x4_t tr__atan2_pos128(float32x4_t y, float32x4_t x) {
+    float32x4_t ay = vabsq_f32(y), hi = vmaxq_f32(ay, x), lo = vminq_f32(ay, x), t, z, p, a;
+    uint32x4_t swap = vcgtq_f32(ay, x), none = vceqq_f32(hi, vdupq_n_f32(0.0f));
+    t = vdivq_f32(lo, vbslq_f32(none, vdupq_n_f32(1.0f), hi));
+    z = vmulq_f32(t, t);
+    p = vdupq_n_f32(3.936620429e-03f);
+    p = vfmaq_f32(vdupq_n_f32(-2.027806640e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(4.927194118e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-8.035188168e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(1.087526381e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-1.425878853e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(1.999881119e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-3.333332539e-01f), p, z);
+    a = vfmaq_f32(t, vmulq_f32(t, z), p);
+    a = vbslq_f32(swap, vsubq_f32(vdupq_n_f32(1.57079632679489662f), a), a);
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vandq_u32(vreinterpretq_u32_f32(y), vdupq_n_u32(0x80000000u))));
+}
+
+/* Adam-atan2 as tr__adam_atan2_range: the moments in the same operations (they match to the
+   bit), the update through the vector atan2 above; the tail is the scalar twin's. */
+TR__FN void tr__adam_atan2_range_neon(void *arg, long i0, long i1) {
+    const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
+    float32x4_t decay = vdupq_n_f32(1.0f - a->lr * a->wd), step = vdupq_n_f32(a->lr / a->bc1), sbc2 = vdupq_n_f32(sqrtf(a->bc2));
+    float32x4_t k1 = vdupq_n_f32(1.0f - a->beta1), k2 = vdupq_n_f32(1.0f - a->beta2);
+    long i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        float32x4_t g = vld1q_f32(a->g + i), m = vld1q_f32(a->m + i), v = vld1q_f32(a->v + i), p = vmulq_f32(vld1q_f32(a->p + i), decay);
+        m = vaddq_f32(m, vmulq_f32(k1, vsubq_f32(g, m)));
+        v = vaddq_f32(v, vmulq_f32(k2, vsubq_f32(vmulq_f32(g, g), v)));
+        vst1q_f32(a->m + i, m);
+        vst1q_f32(a->v + i, v);
+        vst1q_f32(a->p + i, vsubq_f32(p, vmulq_f32(step, tr__atan2_pos128(m, vdivq_f32(vsqrtq_f32(v), sbc2)))));
+    }
+    if (i < i1) tr__adam_atan2_range(arg, i, i1);
+}
+#endif /* TR__NEON */
 
 /* Attention scratch per thread (the scalar kernels use the first S floats). */
 #define TR__ATT_PAD(n) (((n) + 15) & ~(size_t)15)
@@ -7778,7 +7885,8 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
 
 /* --- what this machine offers (>>api-device) ----------------------------------------------------- */
 static const char *const tr__cpu_feature_names[TR_CPU_FEATURE_COUNT] = {"sse4.2",   "avx",      "avx2",        "fma",      "avx512f",  "avx512bw",
-                                                                         "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"};
+                                                                         "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
+                                                                         "asimd",    "asimddp",  "bf16",        "i8mm"};
 
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f) { return (int)f >= 0 && f < TR_CPU_FEATURE_COUNT ? tr__cpu_feature_names[f] : ""; }
 
@@ -8374,6 +8482,13 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     TR__ON_CL(ctx, tr__cl_rope(ctx->cl, rows, S, H, hd, qkv, cosv, sinv, inverse));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__rope_args a = {S, H, hd, qkv, cosv, sinv, inverse};
+        tr__par_for(tr__threads_for(ctx, (double)rows * 2 * H * hd), rows, 0, tr__rope_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, ctx->num_threads);
     return TR_OK;
 }
@@ -8395,6 +8510,13 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
                                    float bc2) {
     TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__adam_atan2_args a = {p, g, m, v, lr, wd, b1, b2, bc1, bc2};
+        tr__par_for(tr__threads_for(ctx, 8.0 * (double)n), (long)n, 0, tr__adam_atan2_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__adam_atan2_ref(n, p, g, m, v, lr, wd, b1, b2, bc1, bc2, ctx->num_threads);
     return TR_OK;
 }
@@ -8420,6 +8542,13 @@ TR__FN tr_status tr__op_all_finite(tr_ctx *ctx, size_t n, const float *x, int *o
 
 TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
     TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__ema_args a = {shadow, p, decay};
+        tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__ema_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__ema_ref(n, shadow, p, decay, ctx->num_threads);
     return TR_OK;
 }

@@ -352,6 +352,49 @@ static void test_signsgd_ema(void **state) {
     assert_true(fabs(sh[0] - 1.1f) < 1e-6 && fabs(sh[2] - 2.9f) < 1e-6);
 }
 
+/* The elementwise kernels with twins (RoPE, the EMA, Adam-atan2) through their tr__op_ entry at
+   every level against the scalar reference. RoPE and the EMA run the same operations in the same
+   order (1e-7 absolute: only the compiler's contraction of the scalar code into fma could tell
+   them apart); Adam-atan2's moments too (to the bit), its update goes through a vector atan2 of
+   ~2e-7 absolute error against atan2f's, times the step (lr / bc1 = 0.1 here), which can flip the
+   rounding of the new weight: atol 1e-7 + 2 ulp. n = 1003 and half = 7 exercise the tails. */
+static void test_elementwise_simd(void **state) {
+    enum { N = 1003, RB = 3, RS = 5, RH = 2, RHD = 14, RD = RH * RHD };
+    static float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N], sh[N], sh2[N], q[RB * RS * 3 * RD], q2[RB * RS * 3 * RD];
+    float c[RS * RHD], sn[RS * RHD];
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int lvl, i, inv;
+    (void)state;
+    for (i = 0; i < RS * RHD; i++) c[i] = (float)cos(0.3 * i), sn[i] = (float)sin(0.3 * i);
+    for (lvl = 0; lvl < 3; lvl++) {
+        if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
+        for (inv = 0; inv < 2; inv++) {
+            tu_fill(q, RB * RS * 3 * RD, 30 + inv, 1.0f);
+            memcpy(q2, q, sizeof q);
+            tr__rope_ref(RB * RS, RS, RH, RHD, q, c, sn, inv, 1);
+            assert_int_equal(tr__op_rope(ctx, RB * RS, RS, RH, RHD, q2, c, sn, inv), TR_OK);
+            tu_assert_close(simd_levels[lvl], q2, q, RB * RS * 3 * RD, 1e-7, 0);
+        }
+        tu_fill(sh, N, 40, 1.0f), tu_fill(p, N, 41, 1.0f);
+        memcpy(sh2, sh, sizeof sh);
+        tr__ema_ref(N, sh, p, 0.999f, 1);
+        assert_int_equal(tr__op_ema(ctx, N, sh2, p, 0.999f), TR_OK);
+        tu_assert_close(simd_levels[lvl], sh2, sh, N, 1e-7, 0);
+        /* moments that put |m| above and below sqrt(v), exact zeros (atan2(0, 0) = 0) and both signs */
+        tu_fill(p, N, 42, 1.0f), tu_fill(g, N, 43, 2.0f), tu_fill(m, N, 44, 0.5f), tu_fill(v, N, 45, 0.5f);
+        for (i = 0; i < N; i++) v[i] = v[i] * v[i] * (i % 3 ? 1.0f : 1e-4f);
+        for (i = 0; i < N; i += 17) g[i] = m[i] = v[i] = 0.0f;
+        memcpy(p2, p, sizeof p), memcpy(m2, m, sizeof m), memcpy(v2, v, sizeof v);
+        tr__adam_atan2_ref(N, p, g, m, v, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f, 1);
+        assert_int_equal(tr__op_adam_atan2(ctx, N, p2, g, m2, v2, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f), TR_OK);
+        assert_memory_equal(m2, m, sizeof m);
+        assert_memory_equal(v2, v, sizeof v);
+        tu_assert_close(simd_levels[lvl], p2, p, N, 1e-7, 2.4e-7);
+        for (i = 0; i < N; i += 17) assert_true(p2[i] == p[i]); /* the zero moments: only the decay */
+    }
+    tr_ctx_destroy(ctx);
+}
+
 static void test_lr_schedule(void **state) {
     tr_train_config tc = tr_train_config_default();
     (void)state;
@@ -389,15 +432,20 @@ static void test_trunc_normal(void **state) {
    refuses neon. */
 static void test_simd_sets(void **state) {
     tr_ctx *ctx = tu_ctx(1, 1);
+    tr_cpu_info ci;
     const char *best;
     (void)state;
     assert_int_equal(tr_ctx_set_simd(ctx, "auto"), TR_OK);
     best = tr_ctx_simd_name(ctx);
+    assert_int_equal(tr_cpu_info_get(ctx, &ci), TR_OK);
 #if defined(__aarch64__)
+    assert_true(ci.features[TR_CPU_ASIMD] && !ci.features[TR_CPU_AVX]); /* (the kernel's hwcaps, also under qemu) */
+    assert_string_equal(ci.arch, "aarch64");
     assert_string_equal(tr_ctx_simd_name(ctx), "neon");
     assert_int_equal(tr_ctx_set_simd(ctx, "avx2"), TR_ERR_UNSUPPORTED);
     assert_int_equal(tr_ctx_set_simd(ctx, "avx512"), TR_ERR_UNSUPPORTED);
 #else
+    assert_false(ci.features[TR_CPU_ASIMD] || ci.features[TR_CPU_ASIMDDP] || ci.features[TR_CPU_ARM_BF16] || ci.features[TR_CPU_I8MM]);
     assert_int_equal(tr_ctx_set_simd(ctx, "neon"), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(tr_ctx_last_error(ctx), "not supported by this CPU"));
     assert_string_not_equal(tr_ctx_simd_name(ctx), "neon");
@@ -429,7 +477,7 @@ int main(void) {
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
-        cmocka_unit_test(test_simd_sets),
+        cmocka_unit_test(test_simd_sets),   cmocka_unit_test(test_elementwise_simd),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }
