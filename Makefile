@@ -112,6 +112,9 @@ $(CMOCKA_DEP):
 # (test_threads is left out: under qemu it takes minutes; the NEON kernels are what this run is for)
 QEMU_SUITES := test_kernels test_sgemm test_model test_parity
 qemu-test: $(patsubst %,$(BUILD)/%,$(QEMU_SUITES))
+	@echo "== the header for aarch64 as strict C99 (gcc) and as C++ (clang)"
+	$(CC) -std=c99 -pedantic $(WARN) -Werror -DTINYREC_OPENCL=1 -fsyntax-only -I. tests/compile/impl.c
+	clang++ --target=aarch64-linux-gnu -isystem /usr/aarch64-linux-gnu/include $(WARN) -Werror -DTINYREC_OPENCL=1 -fsyntax-only -I. -x c++ tests/compile/impl.cpp
 	@set -e; for t in $(QEMU_SUITES); do echo "== qemu-aarch64 $(BUILD)/$$t"; \
 	  TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive qemu-aarch64 -L /usr/aarch64-linux-gnu $(BUILD)/$$t; done
 	@echo "aarch64 suites passed under qemu"

@@ -2708,74 +2708,6 @@ TR__TARGET_AVX2 static float tr__hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-TR__TARGET_AVX2 static void tr__swiglu_fwd_row256(long width, const float *gate, float *o) {
-    const float *up = gate + width;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 8 <= width; j += 8) {
-        __m256 x = _mm256_loadu_ps(gate + j);
-        __m256 sv = _mm256_div_ps(x, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-        _mm256_storeu_ps(o + j, _mm256_mul_ps(sv, _mm256_loadu_ps(up + j)));
-    }
-    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
-}
-
-TR__TARGET_AVX2 static void tr__swiglu_bwd_row256(long width, const float *gate, const float *d, float *dgate) {
-    const float *up = gate + width;
-    float *dup = dgate + width;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 8 <= width; j += 8) {
-        __m256 x = _mm256_loadu_ps(gate + j), u = _mm256_loadu_ps(up + j), dv = _mm256_loadu_ps(d + j);
-        __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-        __m256 dsil = _mm256_mul_ps(sg, _mm256_fmadd_ps(x, _mm256_sub_ps(one, sg), one));
-        _mm256_storeu_ps(dgate + j, _mm256_mul_ps(_mm256_mul_ps(dv, u), dsil));
-        _mm256_storeu_ps(dup + j, _mm256_mul_ps(dv, _mm256_mul_ps(x, sg)));
-    }
-    for (; j < width; j++) {
-        float sg = 1.0f / (1.0f + expf(-gate[j]));
-        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));
-        dup[j] = d[j] * gate[j] * sg;
-    }
-}
-
-TR__TARGET_AVX2 static float tr__rms_row_fwd256(int D, const float *xr, const float *ar, float *o, float eps) {
-    __m256 acc = _mm256_setzero_ps(), inv;
-    float ss, invs;
-    int j = 0;
-    for (; j + 8 <= D; j += 8) {
-        __m256 v = _mm256_loadu_ps(xr + j);
-        if (ar) v = _mm256_add_ps(v, _mm256_loadu_ps(ar + j));
-        _mm256_storeu_ps(o + j, v);
-        acc = _mm256_fmadd_ps(v, v, acc);
-    }
-    ss = tr__hsum256(acc);
-    for (; j < D; j++) {
-        float v = ar ? xr[j] + ar[j] : xr[j];
-        o[j] = v;
-        ss += v * v;
-    }
-    invs = (float)(1.0 / sqrt((double)ss / D + eps));
-    inv = _mm256_set1_ps(invs);
-    for (j = 0; j + 8 <= D; j += 8) _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(o + j), inv));
-    for (; j < D; j++) o[j] *= invs;
-    return invs;
-}
-
-TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const float *yr, float rstd, float *o) {
-    __m256 acc = _mm256_setzero_ps(), mean, rs = _mm256_set1_ps(rstd);
-    float dot, m;
-    int j = 0;
-    for (; j + 8 <= D; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j), acc);
-    dot = tr__hsum256(acc);
-    for (; j < D; j++) dot += dyr[j] * yr[j];
-    m = dot / (float)D;
-    mean = _mm256_set1_ps(m);
-    for (j = 0; j + 8 <= D; j += 8)
-        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_fnmadd_ps(_mm256_loadu_ps(yr + j), mean, _mm256_loadu_ps(dyr + j)), rs));
-    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
-}
-
 #endif /* TR__X86 */
 
 #if TR__NEON
@@ -2839,75 +2771,6 @@ static inline __m128 tr__exp128(__m128 x) {
     p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
     e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23); /* 2^n, n in [-126, 128) */
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
-}
-
-/* The AVX2 row kernels on 4 lanes (tails run the scalar formula). */
-static void tr__swiglu_fwd_row128(long width, const float *gate, float *o) {
-    const float *up = gate + width;
-    const __m128 one = _mm128_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 4 <= width; j += 4) {
-        __m128 x = _mm128_loadu_ps(gate + j);
-        __m128 sv = _mm128_div_ps(x, _mm128_add_ps(one, tr__exp128(_mm128_sub_ps(_mm128_setzero_ps(), x))));
-        _mm128_storeu_ps(o + j, _mm128_mul_ps(sv, _mm128_loadu_ps(up + j)));
-    }
-    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
-}
-
-static void tr__swiglu_bwd_row128(long width, const float *gate, const float *d, float *dgate) {
-    const float *up = gate + width;
-    float *dup = dgate + width;
-    const __m128 one = _mm128_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 4 <= width; j += 4) {
-        __m128 x = _mm128_loadu_ps(gate + j), u = _mm128_loadu_ps(up + j), dv = _mm128_loadu_ps(d + j);
-        __m128 sg = _mm128_div_ps(one, _mm128_add_ps(one, tr__exp128(_mm128_sub_ps(_mm128_setzero_ps(), x))));
-        __m128 dsil = _mm128_mul_ps(sg, _mm128_fmadd_ps(x, _mm128_sub_ps(one, sg), one));
-        _mm128_storeu_ps(dgate + j, _mm128_mul_ps(_mm128_mul_ps(dv, u), dsil));
-        _mm128_storeu_ps(dup + j, _mm128_mul_ps(dv, _mm128_mul_ps(x, sg)));
-    }
-    for (; j < width; j++) {
-        float sg = 1.0f / (1.0f + expf(-gate[j]));
-        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));
-        dup[j] = d[j] * gate[j] * sg;
-    }
-}
-
-static float tr__rms_row_fwd128(int D, const float *xr, const float *ar, float *o, float eps) {
-    __m128 acc = _mm128_setzero_ps(), inv;
-    float ss, invs;
-    int j = 0;
-    for (; j + 4 <= D; j += 4) {
-        __m128 v = _mm128_loadu_ps(xr + j);
-        if (ar) v = _mm128_add_ps(v, _mm128_loadu_ps(ar + j));
-        _mm128_storeu_ps(o + j, v);
-        acc = _mm128_fmadd_ps(v, v, acc);
-    }
-    ss = tr__hsum128(acc);
-    for (; j < D; j++) {
-        float v = ar ? xr[j] + ar[j] : xr[j];
-        o[j] = v;
-        ss += v * v;
-    }
-    invs = (float)(1.0 / sqrt((double)ss / D + eps));
-    inv = _mm128_set1_ps(invs);
-    for (j = 0; j + 4 <= D; j += 4) _mm128_storeu_ps(o + j, _mm128_mul_ps(_mm128_loadu_ps(o + j), inv));
-    for (; j < D; j++) o[j] *= invs;
-    return invs;
-}
-
-static void tr__rms_row_bwd128(int D, const float *dyr, const float *yr, float rstd, float *o) {
-    __m128 acc = _mm128_setzero_ps(), mean, rs = _mm128_set1_ps(rstd);
-    float dot, m;
-    int j = 0;
-    for (; j + 4 <= D; j += 4) acc = _mm128_fmadd_ps(_mm128_loadu_ps(dyr + j), _mm128_loadu_ps(yr + j), acc);
-    dot = tr__hsum128(acc);
-    for (; j < D; j++) dot += dyr[j] * yr[j];
-    m = dot / (float)D;
-    mean = _mm128_set1_ps(m);
-    for (j = 0; j + 4 <= D; j += 4)
-        _mm128_storeu_ps(o + j, _mm128_mul_ps(_mm128_fnmadd_ps(_mm128_loadu_ps(yr + j), mean, _mm128_loadu_ps(dyr + j)), rs));
-    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
 }
 
 #endif /* TR__NEON */
@@ -3005,11 +2868,83 @@ TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
                 tr__store##B(dx + i, mk[q], TR__MM(B, mul_ps)(v, rs[q]));                                               \
             }                                                                                                           \
     }
+/* The row kernels of SwiGLU and the row RMSNorm on unmasked vectors of B bits (tails run the scalar
+   formula): AVX2 (256) and NEON (128). */
+#define TR__ROW_KERNELS(B, TARGET)                                                                                                                 \
+TARGET static void tr__swiglu_fwd_row##B(long width, const float *gate, float *o) {                                                                \
+    const float *up = gate + width;                                                                                                                \
+    const __m##B one = TR__MM(B, set1_ps)(1.0f);                                                                                                   \
+    long j = 0;                                                                                                                                    \
+    for (; j + TR__LANES(B) <= width; j += TR__LANES(B)) {                                                                                         \
+        __m##B x = TR__MM(B, loadu_ps)(gate + j);                                                                                                  \
+        __m##B sv = TR__MM(B, div_ps)(x, TR__MM(B, add_ps)(one, tr__exp##B(TR__MM(B, sub_ps)(TR__MM(B, setzero_ps)(), x))));                       \
+        TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(sv, TR__MM(B, loadu_ps)(up + j)));                                                           \
+    }                                                                                                                                              \
+    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];                                                                                       \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static void tr__swiglu_bwd_row##B(long width, const float *gate, const float *d, float *dgate) {                                            \
+    const float *up = gate + width;                                                                                                                \
+    float *dup = dgate + width;                                                                                                                    \
+    const __m##B one = TR__MM(B, set1_ps)(1.0f);                                                                                                   \
+    long j = 0;                                                                                                                                    \
+    for (; j + TR__LANES(B) <= width; j += TR__LANES(B)) {                                                                                         \
+        __m##B x = TR__MM(B, loadu_ps)(gate + j), u = TR__MM(B, loadu_ps)(up + j), dv = TR__MM(B, loadu_ps)(d + j);                                \
+        __m##B sg = TR__MM(B, div_ps)(one, TR__MM(B, add_ps)(one, tr__exp##B(TR__MM(B, sub_ps)(TR__MM(B, setzero_ps)(), x))));                     \
+        __m##B dsil = TR__MM(B, mul_ps)(sg, TR__MM(B, fmadd_ps)(x, TR__MM(B, sub_ps)(one, sg), one));                                              \
+        TR__MM(B, storeu_ps)(dgate + j, TR__MM(B, mul_ps)(TR__MM(B, mul_ps)(dv, u), dsil));                                                        \
+        TR__MM(B, storeu_ps)(dup + j, TR__MM(B, mul_ps)(dv, TR__MM(B, mul_ps)(x, sg)));                                                            \
+    }                                                                                                                                              \
+    for (; j < width; j++) {                                                                                                                       \
+        float sg = 1.0f / (1.0f + expf(-gate[j]));                                                                                                 \
+        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));                                                                           \
+        dup[j] = d[j] * gate[j] * sg;                                                                                                              \
+    }                                                                                                                                              \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static float tr__rms_row_fwd##B(int D, const float *xr, const float *ar, float *o, float eps) {                                             \
+    __m##B acc = TR__MM(B, setzero_ps)(), inv;                                                                                                     \
+    float ss, invs;                                                                                                                                \
+    int j = 0;                                                                                                                                     \
+    for (; j + TR__LANES(B) <= D; j += TR__LANES(B)) {                                                                                             \
+        __m##B v = TR__MM(B, loadu_ps)(xr + j);                                                                                                    \
+        if (ar) v = TR__MM(B, add_ps)(v, TR__MM(B, loadu_ps)(ar + j));                                                                             \
+        TR__MM(B, storeu_ps)(o + j, v);                                                                                                            \
+        acc = TR__MM(B, fmadd_ps)(v, v, acc);                                                                                                      \
+    }                                                                                                                                              \
+    ss = tr__hsum##B(acc);                                                                                                                         \
+    for (; j < D; j++) {                                                                                                                           \
+        float v = ar ? xr[j] + ar[j] : xr[j];                                                                                                      \
+        o[j] = v;                                                                                                                                  \
+        ss += v * v;                                                                                                                               \
+    }                                                                                                                                              \
+    invs = (float)(1.0 / sqrt((double)ss / D + eps));                                                                                              \
+    inv = TR__MM(B, set1_ps)(invs);                                                                                                                \
+    for (j = 0; j + TR__LANES(B) <= D; j += TR__LANES(B)) TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(TR__MM(B, loadu_ps)(o + j), inv));         \
+    for (; j < D; j++) o[j] *= invs;                                                                                                               \
+    return invs;                                                                                                                                   \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static void tr__rms_row_bwd##B(int D, const float *dyr, const float *yr, float rstd, float *o) {                                            \
+    __m##B acc = TR__MM(B, setzero_ps)(), mean, rs = TR__MM(B, set1_ps)(rstd);                                                                     \
+    float dot, m;                                                                                                                                  \
+    int j = 0;                                                                                                                                     \
+    for (; j + TR__LANES(B) <= D; j += TR__LANES(B)) acc = TR__MM(B, fmadd_ps)(TR__MM(B, loadu_ps)(dyr + j), TR__MM(B, loadu_ps)(yr + j), acc);    \
+    dot = tr__hsum##B(acc);                                                                                                                        \
+    for (; j < D; j++) dot += dyr[j] * yr[j];                                                                                                      \
+    m = dot / (float)D;                                                                                                                            \
+    mean = TR__MM(B, set1_ps)(m);                                                                                                                  \
+    for (j = 0; j + TR__LANES(B) <= D; j += TR__LANES(B))                                                                                          \
+        TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(TR__MM(B, fnmadd_ps)(TR__MM(B, loadu_ps)(yr + j), mean, TR__MM(B, loadu_ps)(dyr + j)), rs)); \
+    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);                                                                                         \
+}
 #if TR__X86
 TR__RMS_COLS_TASKS(512, TR__TARGET_AVX512)
 TR__RMS_COLS_TASKS(256, TR__TARGET_AVX2)
+TR__ROW_KERNELS(256, TR__TARGET_AVX2)
 #else
 TR__RMS_COLS_TASKS(128, )
+TR__ROW_KERNELS(128, )
 #endif
 
 /* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */

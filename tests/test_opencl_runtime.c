@@ -245,6 +245,22 @@ static void test_clrt_launch(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* nb bytes (more than the staging buffers hold) written at an odd byte offset of a new buffer and
+   read back; the source is reusable at once. Returns the buffer. */
+static unsigned char *clrt_big_roundtrip(tr__cl *cl, unsigned char *big, unsigned char *back, size_t nb) {
+    unsigned char *d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
+    size_t k;
+    assert_non_null(d);
+    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 7 + (k >> 13));
+    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
+    memset(big, 0, nb);
+    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
+    for (k = 0; k < nb; k++)
+        if (back[k] != (unsigned char)(k * 7 + (k >> 13))) break;
+    assert_true(k == nb);
+    return d;
+}
+
 /* Arenas and transfers on the suite's device: zero fill, offsets, copy, fill, staged writes, bounds. */
 static void test_clrt_transfers(void **state) {
     enum { N = 1000 };
@@ -252,7 +268,7 @@ static void test_clrt_transfers(void **state) {
     tr__cl *cl = tu_cl_open(ctx);
     float *ha = (float *)malloc(N * 4), *hy = (float *)malloc(N * 4);
     float *a = (float *)tr__cl_alloc(cl, N * 4, 1), *y = (float *)tr__cl_alloc(cl, N * 4, 0);
-    size_t nb = ((size_t)9 << 20) + 12, k;
+    size_t nb = ((size_t)9 << 20) + 12;
     unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb), *d;
     int i;
     (void)state;
@@ -275,15 +291,7 @@ static void test_clrt_transfers(void **state) {
     assert_int_equal(tr__cl_read(cl, hy, ha, 4), TR_ERR_INVALID_ARG);
     assert_int_equal(tr__cl_fill(cl, (char *)y + 2, 0, 4), TR_ERR_INVALID_ARG);
     /* a write larger than the staging buffers, at an odd byte offset; the source is reusable at once */
-    d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
-    assert_non_null(d);
-    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 7 + (k >> 13));
-    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
-    memset(big, 0, nb);
-    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
-    for (k = 0; k < nb; k++)
-        if (back[k] != (unsigned char)(k * 7 + (k >> 13))) break;
-    assert_true(k == nb);
+    d = clrt_big_roundtrip(cl, big, back, nb);
     tr__cl_free(cl, d);
     assert_false(tr__cl_owns(cl, d));
     tr__cl_free(cl, a);
@@ -304,8 +312,8 @@ static void clrt_xfer_case(const char *zc, int profile) {
     tr_opencl_list en;
     float ha[N], hb[N], hy[N];
     float *a, *b, *y;
-    size_t nb = ((size_t)9 << 20) + 5, k, g = N;
-    unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb), *d;
+    size_t nb = ((size_t)9 << 20) + 5, g = N;
+    unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb);
     tr__clargs A;
     int i, listed = 0, zerocopy;
     setenv("TINYREC_CL_ZEROCOPY", zc, 1);
@@ -343,16 +351,7 @@ static void clrt_xfer_case(const char *zc, int profile) {
     for (i = 0; i < N; i++) assert_true(hy[i] == (float)i + (i >= 7 ? (float)(2 * (i - 7)) : 0.0f));
     assert_int_equal(tr__cl_read(cl, hy, a + 2, 12 * 4), TR_OK);
     assert_true(hy[0] == 2.0f && hy[1] == -1.0f && hy[10] == -1.0f && hy[11] == 13.0f);
-    /* larger than the staging buffers, at an odd byte offset; the source is reusable at once */
-    d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
-    assert_non_null(d);
-    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 5 + (k >> 11));
-    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
-    memset(big, 0, nb);
-    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
-    for (k = 0; k < nb; k++)
-        if (back[k] != (unsigned char)(k * 5 + (k >> 11))) break;
-    assert_true(k == nb);
+    clrt_big_roundtrip(cl, big, back, nb);
     /* the staged way keeps its pinned buffers; the zero-copy way never makes them */
     assert_int_equal(cl->stage_state != 0, !cl->zerocopy);
     assert_int_equal(tr__cl_finish(cl), TR_OK);
