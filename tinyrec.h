@@ -9262,8 +9262,7 @@ TR__FN int tr__check_finite(tr_trainer *t, tr_metrics *mt) {
 /* A communicator's failure, with what was being moved; never TR_ERR_DEVICE (which would move work to
    the CPU and repeat a collective the other ranks will not repeat). */
 TR__FN tr_status tr__comm_err(tr_ctx *ctx, const tr_comm *cm, tr_status st, const char *what) {
-    TR__UNUSED(st);
-    return tr__err(ctx, TR_ERR_GENERIC, "communicator: %s failed on rank %d of %d (%s)", what, cm->rank, cm->size, ctx->error[0] ? ctx->error : "no reason given");
+    return tr__err(ctx, TR_ERR_GENERIC, "communicator: %s failed on rank %d of %d (%s; the communicator has the reason)", what, cm->rank, cm->size, tr_status_string(st));
 }
 
 /* Data-parallel: every rank's share of the step becomes the global batch's. The gradients are

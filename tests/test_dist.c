@@ -160,19 +160,20 @@ static job new_job(int from, int to, const char *load, const char *save) {
 }
 
 /* N ranks against one process. The ranks' gradients are summed in another order than one process's
-   (per-rank partial sums, then the all-reduce): an fp32 reassociation, ~1e-7 relative per add. The losses
-   of these few steps move by about that much (measured: < 1e-6 relative); rtol 1e-4 is far above it and
-   far below what a wrong row, a missed rank or a misaligned random draw does (the loss changes in its 3rd
-   digit). The weights are compared as a whole (relative L2 distance, measured ~1e-6; bound 1e-4): an
-   element whose gradient cancels to ~0 takes AdamATan2's sign-like step of up to lr either way, so no
-   elementwise tolerance holds for it under any summation order. */
+   (per-rank partial sums, then the all-reduce): an fp32 reassociation, ~1e-7 relative per add. An
+   element whose gradient cancels to ~0 then takes AdamATan2's sign-like step of up to lr either way, so
+   the difference grows over the steps: measured, the losses differ by up to 2e-5 relative after 5 steps
+   and the weights by 6e-7 (relative L2 distance; no elementwise tolerance holds for such elements under
+   any summation order). rtol 1e-3 on the losses and 1e-4 on the weights' distance are 50x and 150x
+   above that, and far below what a wrong row, a missed rank or a misaligned exploration draw does (the
+   loss changes by ~3%: checked by breaking TR__HALT_DRAWS). */
 static void check_same(const job *one, const job *r, int from, int to) {
     double d = 0, w = 0, worst = 0;
     size_t i;
     int k;
     for (k = from; k < to; k++) worst = fmax(worst, fabs(r->loss[k] - one->loss[k]) / fabs(one->loss[k]));
     for (k = from; k < to; k++)
-        if (!(fabs(r->loss[k] - one->loss[k]) <= 1e-4 * fabs(one->loss[k]))) fail_msg("step %d: loss %.9g with ranks, %.9g in one process", k + 1, r->loss[k], one->loss[k]);
+        if (!(fabs(r->loss[k] - one->loss[k]) <= 1e-3 * fabs(one->loss[k]))) fail_msg("step %d: loss %.9g with ranks, %.9g in one process", k + 1, r->loss[k], one->loss[k]);
     for (i = 0; i < one->n_params; i++) d += ((double)r->params[i] - one->params[i]) * ((double)r->params[i] - one->params[i]), w += (double)one->params[i] * one->params[i];
     if (getenv("TEST_DIST_VERBOSE")) printf("loss relative difference %.3g, weights relative distance %.3g\n", worst, sqrt(d / w));
     if (!(sqrt(d) <= 1e-4 * sqrt(w))) fail_msg("weights: relative L2 distance %.3g to one process's", sqrt(d / w));
