@@ -12,7 +12,8 @@
    Overview
    --------
    tinyrec.h trains and runs the Tiny Recursive Model (TRM, "Less is More: Recursive Reasoning
-   with Tiny Networks") in both of its variants (mlp_t token mixing, RoPE attention) on the CPU,
+   with Tiny Networks") in both of its variants (mlp_t token mixing, RoPE attention), and the
+   Hierarchical Reasoning Model (HRM: two modules, the 1-step gradient, Q-learned halting), on the CPU,
    with SIMD kernels chosen at run time (AVX-512, AVX2+FMA, scalar) and OpenMP threads, or on any
    OpenCL device (TINYREC_OPENCL; the library is loaded at run time) with the CPU as the fallback
    that loses no work. Its numerics follow the reference PyTorch code: the same initialisation, the same recursion and
@@ -31,7 +32,7 @@
        opencl      the OpenCL backend (TINYREC_OPENCL): opencl-runtime (loader, devices, launches,
                    memory), opencl-ops and opencl-gemm (host wrappers and the embedded kernels)
        device      device selection and fallback, CPU info, OpenCL listing, self-test, batch advice
-       model       TRM: parameter layout, initialisation, forward, backward, ACT
+       model       TRM and HRM: parameter layout, initialisation, forward, backward, ACT
        optim       AdamATan2, sign-SGD, EMA, learning-rate schedule
        train       the trainer step: non-finite guard, device recovery
        config      presets and the key table of every config field
@@ -342,7 +343,7 @@ typedef struct tr_model_config {
     int hidden_size;            /* D */
     int num_heads;              /* H; D must be a multiple, head size even */
     double expansion;           /* SwiGLU width factor (4) */
-    int H_layers, L_layers;     /* TRM uses only L_layers (one shared module) */
+    int H_layers, L_layers;     /* HRM: H_level's and L_level's blocks; TRM uses only L_layers (one shared module) */
     int H_cycles, L_cycles;     /* T and n */
     int puzzle_emb_ndim;        /* Dp; 0 = no puzzle embedding */
     int puzzle_emb_len;         /* Lp; 0 = ceil(Dp / D) as in HRM */
@@ -357,9 +358,10 @@ typedef struct tr_model_config {
 } tr_model_config;
 
 /* Fills cfg with the model of a preset (see tr_preset): "trm-sudoku-mlp", "trm-sudoku-att", "trm-maze",
-   "trm-arc" (the reference configurations), "trm-tiny" (a small CPU configuration), or any tr_preset's name. */
+   "trm-arc", "hrm-sudoku", "hrm-maze", "hrm-arc" (the reference configurations), "hrm-sudoku-tiny" and
+   "trm-tiny" (small CPU configurations), or any tr_preset's name. */
 TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name);
-/* The arch names of the presets (the five above), NULL-terminated. */
+/* The arch names of the presets (the nine above), NULL-terminated. */
 TRDEF const char *const *tr_model_config_preset_names(void);
 /* Checks every field; on failure the reason names the field. ctx may be NULL. */
 TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg);
@@ -428,7 +430,8 @@ typedef struct tr_step_outputs {
 /* One supervision (ACT) step without gradient, in eval mode: halted rows take the incoming
    batch's rows, every row runs halt_max_steps steps (learned halting is ignored). */
 TRDEF tr_status tr_model_eval_step(tr_model *m, tr_carry *c, const tr_batch *batch, tr_step_outputs *out, tr_metrics *metrics);
-/* Inference: runs ACT steps until every row halts (q_halt > 0 or halt_max_steps), or exactly
+/* Inference: runs ACT steps until every row halts (q_halt > 0, or q_halt > q_continue when
+   no_ACT_continue is off as in HRM, or halt_max_steps), or exactly
    `force_steps` steps when > 0. per_step (may be NULL) is called after each step. */
 typedef void (*tr_step_callback)(void *user, int step, const tr_step_outputs *out);
 TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, int force_steps,
@@ -483,10 +486,11 @@ typedef struct tr_trainer tr_trainer;
 TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_trainer **out);
 TRDEF void tr_trainer_destroy(tr_trainer *t);
 /* One training step: ACT carry update with the incoming batch (halted rows are refilled),
-   forward with T-1 no-grad cycles and one with gradient, loss, backward, AdamATan2 on the
-   dense parameters, sign-SGD on the puzzle embedding, EMA. batch->batch_size must equal
-   global_batch_size (divided by comm->size with a communicator; every rank then calls it, and the
-   metrics are those of the global batch). metrics may be NULL. */
+   forward (TRM: T-1 no-grad cycles and one with gradient; HRM: the 1-step gradient, then, when
+   no_ACT_continue is off, a second no-grad step for q_continue's Q-learning target), loss,
+   backward, AdamATan2 on the dense parameters, sign-SGD on the puzzle embedding, EMA.
+   batch->batch_size must equal global_batch_size (divided by comm->size with a communicator; every
+   rank then calls it, and the metrics are those of the global batch). metrics may be NULL. */
 TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics);
 TRDEF long tr_trainer_step_count(const tr_trainer *t);
 /* The learning rate of step s (1-based) for a base rate, per the reference schedule. */
@@ -517,7 +521,7 @@ typedef enum tr_key_type {
 /* Which struct a key's offset is into: the library's two, or (from TR_KEY_IN_USER on) a program's own. */
 enum { TR_KEY_IN_MODEL = 0, TR_KEY_IN_TRAIN = 1, TR_KEY_IN_USER = 2 };
 /* A key a program sets itself rather than offering it to users: the sizes and puzzle count come from
-   the dataset, total_steps from the run length; arch.name has one implemented value. */
+   the dataset, total_steps from the run length; arch.name comes with the preset. */
 #define TR_KEY_DERIVED 1u
 
 typedef struct tr_key {
@@ -1167,12 +1171,13 @@ TRDEF tr_status tr_mkdir_p(tr_ctx *ctx, const char *path);
 /* >>api-checkpoint */
 /* Model files: safetensors whose tensor names are the reference PyTorch state_dict keys without
    the "_orig_mod." prefix (tr_model_tensor's names), and whose __metadata__ holds
-       format = "tinyrec", format_version = "1", model = "trm",
+       format = "tinyrec", format_version = "1", model = "trm" or "hrm",
        config = a JSON object with the reference's arch field names (hidden_size, num_heads,
                 expansion, L_layers, H_layers, H_cycles, L_cycles, puzzle_emb_ndim,
                 puzzle_emb_len, pos_encodings, mlp_t, rope_theta, rms_norm_eps, halt_max_steps,
                 halt_exploration_prob, forward_dtype, no_ACT_continue, loss_type) plus
-                vocab_size, seq_len and num_puzzle_identifiers.
+                vocab_size, seq_len, num_puzzle_identifiers and arch ("trm" or "hrm"; when
+                absent, the model's: HRM's optional fields then take HRM's defaults).
    tools/convert_checkpoint.py converts reference torch.save checkpoints to and from this format.
 
    Trainer state files (tr_trainer_save) sit beside the model file (tr_trainer_state_path) and hold
@@ -7779,8 +7784,8 @@ TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p
 
 
 /* >>model
-   TRM (and, later, HRM) built from one block set. A module is a stack of blocks; TRM has one
-   (L_level), HRM two (H_level, L_level). Parameters live in one flat buffer with named views
+   TRM and HRM built from one block set. A module is a stack of blocks; TRM has one (L_level),
+   HRM two (H_level, L_level). Parameters live in one flat buffer with named views
    (llm.c style); gradients and optimizer moments mirror it. Only the last H cycle of a
    supervision step records activations (the "tape") for the backward. */
 #define TR__MAX_LAYERS 32
@@ -7874,7 +7879,6 @@ TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg
     int Lp;
     if (!cfg) return tr__err(ctx, TR_ERR_INVALID_ARG, "config is NULL");
     if (cfg->arch != TR_ARCH_TRM && cfg->arch != TR_ARCH_HRM) return tr__err(ctx, TR_ERR_CONFIG, "config: arch %d is unknown", (int)cfg->arch);
-    if (cfg->arch == TR_ARCH_HRM) return tr__err(ctx, TR_ERR_UNSUPPORTED, "config: arch HRM is not implemented yet");
     TR__CHECK_RANGE(vocab_size, 2, 1 << 20);
     TR__CHECK_RANGE(seq_len, 1, 1 << 16);
     TR__CHECK_RANGE(num_puzzle_identifiers, 1, 1 << 28);
@@ -7882,6 +7886,7 @@ TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg
     TR__CHECK_RANGE(num_heads, 1, 1024);
     TR__CHECK_RANGE(expansion, 0.01, 64);
     TR__CHECK_RANGE(L_layers, 1, TR__MAX_LAYERS);
+    if (cfg->arch == TR_ARCH_HRM) TR__CHECK_RANGE(H_layers, 1, TR__MAX_LAYERS); /* TRM ignores H_layers */
     TR__CHECK_RANGE(H_cycles, 1, 1000);
     TR__CHECK_RANGE(L_cycles, 1, 1000);
     TR__CHECK_RANGE(puzzle_emb_ndim, 0, 1 << 16);
@@ -8035,9 +8040,12 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     m->Dp = cfg->puzzle_emb_ndim;
     m->I = tr__swiglu_width(cfg->expansion, m->D);
     m->It = cfg->mlp_t ? tr__swiglu_width(cfg->expansion, m->S) : 0;
-    m->n_modules = 1;
-    m->modules[0].name = "L_level";
-    m->modules[0].n_layers = cfg->L_layers;
+    /* TRM: one module applied for both z_L and z_H; HRM: H_level and L_level, each with its own weights */
+    m->n_modules = cfg->arch == TR_ARCH_HRM ? 2 : 1;
+    m->modules[0].name = cfg->arch == TR_ARCH_HRM ? "H_level" : "L_level";
+    m->modules[0].n_layers = cfg->arch == TR_ARCH_HRM ? cfg->H_layers : cfg->L_layers;
+    m->modules[1].name = "L_level";
+    m->modules[1].n_layers = cfg->L_layers;
     n = tr__layout(m, NULL);
     m->n_params = n;
     tr__dev_select(ctx);
@@ -8220,13 +8228,16 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     return TR_OK;
 }
 
+/* Blocks one recorded net application holds: the deeper module's (HRM's H and L may differ). */
+TR__FN int tr__rec_layers(const tr_model *m) { return TR__MAX(m->modules[0].n_layers, m->modules[m->n_modules - 1].n_layers); }
+
 TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
     int i, l;
     if (B == m->tape_B && nets == m->tape_nets) return TR_OK;
     tr__tape_free(m, m->tape_nets);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
-    per_net = (size_t)B * ((size_t)m->S * m->D + tr__block_rec_floats(m) * (size_t)m->cfg.L_layers) + 64;
+    per_net = (size_t)B * ((size_t)m->S * m->D + tr__block_rec_floats(m) * (size_t)tr__rec_layers(m)) + 64;
     if (!tr__size_mul(per_net, (size_t)nets, &n)) return tr__err(m->ctx, TR_ERR_OVERFLOW, "tape size overflows");
     m->nets = (tr__net_rec *)tr__calloc(m->ctx, (size_t)nets, sizeof(tr__net_rec));
     if (!m->nets) return TR_ERR_OUT_OF_MEMORY;
@@ -8237,7 +8248,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
             return TR_ERR_OUT_OF_MEMORY;
         }
         m->nets[i].h0 = tr__carve(&cur, (size_t)B * m->S * m->D);
-        for (l = 0; l < m->cfg.L_layers; l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
+        for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
     }
     m->tape_B = B;
     m->tape_nets = nets;
@@ -8643,6 +8654,37 @@ TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
 /* Debug hook for the parity tests: called after each H cycle with (z_H, z_L) (device pointers). */
 typedef void (*tr__cycle_hook)(void *user, int cycle, const float *z_H, const float *z_L);
 
+/* One supervision step of HRM (§2.2): H_cycles updates of z_H by H_level, each after L_cycles
+   updates of z_L by L_level. With grad, only the very last L_level and H_level applications are
+   recorded (the 1-step gradient): tape net 0 is L's, net 1 is H's. The hook follows each z_H update. */
+TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
+    const tr__module *fH = &m->modules[0], *fL = &m->modules[1];
+    int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
+    size_t N = (size_t)B * m->S * m->D;
+    tr_status st;
+    if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
+    if (grad && (st = tr__reserve_tape(m, B, 2)) != TR_OK) return st;
+    if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
+    for (t = 0; t < T; t++) {
+        int rec = grad && t == T - 1;
+        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
+        for (i = 0; i < n; i++) {
+            if (rec && i == n - 1) {
+                if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, NULL, &m->nets[0])) != TR_OK) return st;
+                if ((st = tr__dcopy(m->ctx, c->z_L, m->nets[0].blocks[fL->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
+            } else if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, NULL)) != TR_OK)
+                return st;
+        }
+        if (rec) {
+            if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, NULL, &m->nets[1])) != TR_OK) return st;
+            if ((st = tr__dcopy(m->ctx, c->z_H, m->nets[1].blocks[fH->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
+        } else if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, c->z_H, NULL)) != TR_OK)
+            return st;
+        if (hook) hook(hook_user, t, c->z_H, c->z_L);
+    }
+    return tr__heads_fwd(m, c);
+}
+
 /* One supervision step of TRM on the carry's current data. With grad, the last H cycle is
    recorded on the tape for tr__inner_bwd. The new (detached) carry replaces z_H / z_L. */
 TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
@@ -8650,6 +8692,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
+    if (m->cfg.arch == TR_ARCH_HRM) return tr__hrm_fwd(m, c, grad, hook, hook_user);
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
@@ -8682,6 +8725,12 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     size_t N = (size_t)c->B * m->S * m->D;
     tr_status st;
     float *dzl = bufA, *dh0 = bufB, *t;
+    if (m->cfg.arch == TR_ARCH_HRM) {
+        /* z_H' = f_H(z_H + z_L'), z_L' = f_L(z_L + (z_H + x)): z_H and z_L are detached, so the
+           gradient goes through z_L' to x alone */
+        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl)) != TR_OK) return st;
+        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx);
+    }
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
     if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl)) != TR_OK) return st;
     if ((st = tr__dzero(m->ctx, dx, N * sizeof(float))) != TR_OK) return st;
@@ -8728,8 +8777,9 @@ TR__FN tr_status tr__op_xent(tr_model *m, tr_carry *c, double grad_div, float *d
 }
 
 /* Loss, halting target and metrics of the step. With dlogits != NULL, also the gradients of
-   total / grad_div w.r.t. the logits and q_halt (dq [B,2] on the device, hdq its host copy). */
-TR__FN tr_status tr__loss(tr_model *m, tr_carry *c, double grad_div, float *dlogits, float *dq, float *hdq, tr_metrics *mt) {
+   total / grad_div w.r.t. the logits, q_halt and q_continue (dq [B,2] on the device, hdq its host
+   copy). qtarget [B] (may be NULL): q_continue's Q-learning target (tr__q_target). */
+TR__FN tr_status tr__loss(tr_model *m, tr_carry *c, double grad_div, float *dlogits, float *dq, float *hdq, const float *qtarget, tr_metrics *mt) {
     int b;
     tr_status st;
     memset(mt, 0, sizeof *mt);
@@ -8741,10 +8791,9 @@ TR__FN tr_status tr__loss(tr_model *m, tr_carry *c, double grad_div, float *dlog
         int seq_correct = rs[2] == rs[1];
         mt->lm_loss += (double)rs[0] + (double)rs[3];
         mt->q_halt_loss += tr__bce_logits(qh, seq_correct ? 1.0 : 0.0, &gq);
-        if (hdq) {
-            hdq[2 * b] = (float)(0.5 * gq / grad_div);
-            hdq[2 * b + 1] = 0.0f;
-        }
+        if (hdq) hdq[2 * b] = (float)(0.5 * gq / grad_div);
+        if (qtarget) mt->q_continue_loss += tr__bce_logits(c->hq[2 * b + 1], qtarget[b], &gq);
+        if (hdq) hdq[2 * b + 1] = qtarget ? (float)(0.5 * gq / grad_div) : 0.0f;
         if (c->halted[b] && count > 0) {
             mt->count += 1;
             mt->accuracy += rs[2] / div;
@@ -8757,6 +8806,11 @@ TR__FN tr_status tr__loss(tr_model *m, tr_carry *c, double grad_div, float *dlog
     return hdq ? tr__dput(m->ctx, dq, hdq, 2 * (size_t)c->B * sizeof(float)) : TR_OK;
 }
 
+/* Learned halting: q_halt > 0 (TRM), or q_halt > q_continue (HRM, no_ACT_continue off). */
+/* Training learns q_continue by Q-learning (HRM) when it takes part in halting. */
+TR__FN int tr__q_learning(const tr_model *m) { return !m->cfg.no_ACT_continue && m->cfg.halt_max_steps > 1; }
+TR__FN int tr__wants_halt(const tr_model *m, const float *q) { return q[0] > (m->cfg.no_ACT_continue ? 0.0f : q[1]); }
+
 /* ACT step 3: count the step and decide who halts. */
 TR__FN void tr__update_halting(tr_model *m, tr_carry *c, int training, tr__rng *rng) {
     int b, M = m->cfg.halt_max_steps;
@@ -8767,7 +8821,7 @@ TR__FN void tr__update_halting(tr_model *m, tr_carry *c, int training, tr__rng *
         if (training && M > 1) {
             double u = tr__rng_uniform_d(rng);
             int min_steps = 2 + (int)tr__rng_below(rng, (uint64_t)(M - 1)); /* uniform in 2..M */
-            h = h || c->hq[2 * b] > (m->cfg.no_ACT_continue ? 0.0f : c->hq[2 * b + 1]);
+            h = h || tr__wants_halt(m, c->hq + 2 * b);
             if (u < m->cfg.halt_exploration_prob) h = h && c->steps[b] >= min_steps;
         }
         c->halted[b] = h;
@@ -8812,7 +8866,7 @@ TRDEF tr_status tr_model_eval_step(tr_model *m, tr_carry *c, const tr_batch *bat
     if ((st = tr__carry_refill(m, c, batch)) != TR_OK) return st;
     if ((st = tr__inner_fwd(m, c, 0, NULL, NULL)) != TR_OK) return st;
     tr__update_halting(m, c, 0, NULL);
-    if ((st = tr__loss(m, c, 1.0, NULL, NULL, NULL, &mt)) != TR_OK) return st;
+    if ((st = tr__loss(m, c, 1.0, NULL, NULL, NULL, NULL, &mt)) != TR_OK) return st;
     if (metrics) *metrics = mt;
     return tr__fill_outputs(m, c, out, 0);
 }
@@ -8832,7 +8886,7 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
         for (b = 0; b < c->B; b++) {
             if (c->halted[b]) continue;
             c->steps[b] = step;
-            c->halted[b] = step >= maxs || (force_steps <= 0 && c->hq[2 * b] > 0.0f);
+            c->halted[b] = step >= maxs || (force_steps <= 0 && tr__wants_halt(m, c->hq + 2 * b));
         }
         if ((st = tr__fill_outputs(m, c, out, step)) != TR_OK) return st;
         if (per_step) per_step(user, step, out);
@@ -8914,6 +8968,7 @@ struct tr_trainer {
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
     float *dlogits, *dq, *prow, *psum;
     float *hdq;                   /* host copy of dq (== dq on the CPU) */
+    float *qtarget;               /* [B] q_continue's Q-learning target (HRM), host; NULL without Q-learning */
     int32_t *groups, *groups_dev; /* sign-SGD's rows by puzzle id (tr__group_rows_by_id), and its device copy */
     long step;
     tr__rng rng;
@@ -8950,6 +9005,7 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__dfree(ctx, t->adam_m);
     tr__dfree(ctx, t->dz);
     if (t->hdq != t->dq) tr__free(ctx, t->hdq);
+    tr__free(ctx, t->qtarget);
     tr__free(ctx, t->groups);
     tr__dfree(ctx, t->groups_dev);
     tr__dfree(ctx, t->snap);
@@ -9020,6 +9076,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     /* sign-SGD groups the rows of the whole global batch (every rank's, gathered) */
     t->groups = t->dz ? (int32_t *)tr__calloc(ctx, 3 * (size_t)tc->global_batch_size + 1, sizeof(int32_t)) : NULL;
     if (!t->groups) goto oom;
+    if (tr__q_learning(m) && !(t->qtarget = (float *)tr__calloc(ctx, (size_t)B, sizeof(float)))) goto oom;
     t->dx = t->dz + N;
     t->bufA = t->dx + N;
     t->bufB = t->bufA + N;
@@ -9067,6 +9124,31 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     return tr__qhead_bwd(m, c, dq, dz);
 }
 
+/* HRM's Q-learning target of q_continue (§3): a second no-grad step from the new carry on the same
+   data (halted rows are not reset) gives (q_halt', q_continue'); the target is sigmoid(q_halt') for
+   rows at their last step, else sigmoid(max(q_halt', q_continue')). The step runs on scratch that
+   the loss and the backward fill only afterwards: the carry copied to dz and dx, the logits in
+   dlogits, q in dq; the carry, the tape and the logits of the step stay as they are. */
+TR__FN tr_status tr__q_target(tr_trainer *t, const tr_carry *c, int r0, float *target) {
+    tr_model *m = t->m;
+    tr_carry nx = *c;
+    size_t N = (size_t)c->B * m->S * m->D;
+    tr_status st;
+    int b;
+    nx.z_H = t->dz, nx.z_L = t->dx;
+    nx.logits = t->dlogits + (size_t)r0 * m->L * m->V;
+    nx.q = t->dq + 2 * (size_t)r0, nx.hq = t->hdq + 2 * (size_t)r0;
+    if ((st = tr__dcopy(m->ctx, nx.z_H, c->z_H, N * sizeof(float))) != TR_OK || (st = tr__dcopy(m->ctx, nx.z_L, c->z_L, N * sizeof(float))) != TR_OK ||
+        (st = tr__inner_fwd(m, &nx, 0, NULL, NULL)) != TR_OK)
+        return st;
+    for (b = 0; b < c->B; b++) {
+        const float *q = nx.hq + 2 * (size_t)b;
+        double v = c->steps[b] >= m->cfg.halt_max_steps ? q[0] : TR__MAX(q[0], q[1]);
+        target[b] = (float)(1.0 / (1.0 + exp(-v)));
+    }
+    return TR_OK;
+}
+
 /* A training batch: valid ids, and labels. */
 TR__FN tr_status tr__check_train_batch(tr_trainer *t, const tr_batch *batch) {
     tr_status st;
@@ -9096,7 +9178,10 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
         if ((st = tr__carry_refill(m, &v, &bt)) != TR_OK) return st;
         if ((st = tr__inner_fwd(m, &v, 1, hook, hook_user)) != TR_OK) return st;
         tr__update_halting(m, &v, 1, &t->rng);
-        if ((st = tr__loss(m, &v, (double)t->tc.global_batch_size, t->dlogits + r0 * LV, t->dq + 2 * r0, t->hdq + 2 * r0, &part)) != TR_OK) return st;
+        if (t->qtarget && (st = tr__q_target(t, &v, r0, t->qtarget + r0)) != TR_OK) return st;
+        if ((st = tr__loss(m, &v, (double)t->tc.global_batch_size, t->dlogits + r0 * LV, t->dq + 2 * r0, t->hdq + 2 * r0, t->qtarget ? t->qtarget + r0 : NULL,
+                           &part)) != TR_OK)
+            return st;
         mt.count += part.count, mt.accuracy += part.accuracy, mt.exact_accuracy += part.exact_accuracy;
         mt.q_halt_accuracy += part.q_halt_accuracy, mt.steps += part.steps;
         mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
@@ -9420,20 +9505,25 @@ TRDEF void tr_trainer_reset_carry(tr_trainer *t) {
 TRDEF double tr_time_seconds(void) { return tr__now(); }
 
 TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_step) {
-    double S = m->S, D = m->D, I = m->I, blk, heads;
-    int T = m->cfg.H_cycles, n = m->cfg.L_cycles, nl = m->cfg.L_layers;
+    double S = m->S, D = m->D, I = m->I, blk, heads, fwd, rec, q = tr__q_learning(m);
+    int T = m->cfg.H_cycles, n = m->cfg.L_cycles, nl = m->cfg.L_layers, nh = m->cfg.H_layers;
     blk = m->cfg.mlp_t ? 6.0 * S * D * I + 6.0 * D * S * m->It : 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D;
     heads = 2.0 * m->L * D * m->V + 4.0 * D;
-    /* backward of a block ~ 2x its forward, for the n + 1 net calls of the last cycle */
-    if (train_step) *train_step = ((double)T * (n + 1) + 2.0 * (n + 1)) * nl * blk + 3.0 * heads;
-    if (infer_step) *infer_step = (double)T * (n + 1) * nl * blk + heads;
+    /* blocks applied per supervision step, and those of the recorded applications (backward ~ 2x forward):
+       TRM T(n+1) applications of one module, the last n+1 recorded; HRM Tn of L_level and T of H_level,
+       the last of each recorded, plus the Q-learning target's second forward */
+    fwd = m->cfg.arch == TR_ARCH_HRM ? (double)T * n * nl + (double)T * nh : (double)T * (n + 1) * nl;
+    rec = m->cfg.arch == TR_ARCH_HRM ? (double)nl + nh : (double)(n + 1) * nl;
+    if (train_step) *train_step = (fwd * (1 + q) + 2.0 * rec) * blk + (3.0 + q) * heads;
+    if (infer_step) *infer_step = fwd * blk + heads;
 }
 
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
     double ws = (double)tr__block_rec_floats(m) * Bd + (double)tr__block_tmp_floats(m, B) +
                 Bd * ((double)m->S * m->D * 6 + 2.0 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2.0 * m->It * m->D);
-    double tape = (double)(m->cfg.L_cycles + 1) * (N + Bd * (double)tr__block_rec_floats(m) * m->cfg.L_layers);
+    double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
+    double tape = nets * (N + Bd * (double)tr__block_rec_floats(m) * tr__rec_layers(m));
     double carry = 4 * N + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
     if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + fixed + ws + tape + 2 * carry));
@@ -9501,15 +9591,15 @@ static const tr_key tr__config_keys[] = {
     TR__TK("ema", ema, TR_KEY_BOOL, 0, "keep an EMA of the weights; evaluate and checkpoint it"),
     TR__TK("ema_rate", ema_decay, TR_KEY_DOUBLE, 0, "EMA decay"),
     TR__TK("max_nonfinite_steps", max_nonfinite_steps, TR_KEY_INT, 0, "steps in a row with a NaN/inf loss or gradient (each skipped) before training stops"),
-    {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (HRM is not implemented yet)"},
+    {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (set by the preset)"},
     TR__MK(vocab_size, TR_KEY_INT, TR_KEY_DERIVED, "V, from the dataset"),
     TR__MK(seq_len, TR_KEY_INT, TR_KEY_DERIVED, "L, from the dataset"),
     TR__MK(num_puzzle_identifiers, TR_KEY_INT, TR_KEY_DERIVED, "rows of the puzzle-embedding table, from the dataset"),
     TR__MK(hidden_size, TR_KEY_INT, 0, "D"),
     TR__MK(num_heads, TR_KEY_INT, 0, "attention heads"),
     TR__MK(expansion, TR_KEY_DOUBLE, 0, "SwiGLU width factor"),
-    TR__MK(H_layers, TR_KEY_INT, 0, "H layers (HRM; unused by TRM)"),
-    TR__MK(L_layers, TR_KEY_INT, 0, "layers of the shared module"),
+    TR__MK(H_layers, TR_KEY_INT, 0, "layers of HRM's H_level (unused by TRM)"),
+    TR__MK(L_layers, TR_KEY_INT, 0, "layers of TRM's shared module / HRM's L_level"),
     TR__MK(H_cycles, TR_KEY_INT, 0, "T"),
     TR__MK(L_cycles, TR_KEY_INT, 0, "n"),
     TR__MK(puzzle_emb_ndim, TR_KEY_INT, 0, "puzzle embedding width (0 = none)"),
@@ -9520,7 +9610,7 @@ static const tr_key tr__config_keys[] = {
     TR__MK(rms_norm_eps, TR_KEY_DOUBLE, 0, "RMSNorm epsilon"),
     TR__MK(halt_max_steps, TR_KEY_INT, 0, "M_max, supervision steps"),
     TR__MK(halt_exploration_prob, TR_KEY_DOUBLE, 0, "ACT exploration probability"),
-    TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM)"),
+    TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM); false: on q_halt > q_continue, learned by Q-learning (HRM)"),
     {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
 };
 #undef TR__MK
@@ -9718,6 +9808,16 @@ static const tr__preset_def tr__presets[] = {
      "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3"},
     {"maze-tiny", NULL, "tiny", "maze", 6, 0, 5, 1, "arch.mlp_t=false arch.pos_encodings=rope", "CPU: D=64 attention+RoPE T=2 n=2, any maze size"},
     /* the sizes are placeholders (a Sudoku's): the dataset replaces them */
+    /* config/arch/hrm_v1.yaml with the HRM README's commands: 4+4 layers, T = n = 2, a 1-token puzzle prefix */
+    {"hrm-sudoku", "hrm-sudoku", NULL, "sudoku", 11, 81, 20000, 2000,
+     "arch.name=hrm arch.H_layers=4 arch.L_layers=4 arch.H_cycles=2 arch.L_cycles=2 arch.puzzle_emb_len=0 arch.no_ACT_continue=false ema=false",
+     "reference HRM Sudoku-Extreme (27.3M params, 20k epochs, batch 768)"},
+    {"hrm-maze", "hrm-maze", "hrm-sudoku", "maze", 6, 900, 20000, 2000, "", "reference HRM Maze-Hard 30x30 (27.3M params)"},
+    {"hrm-arc", "hrm-arc", "hrm-sudoku", "arc", 12, 900, 100000, 10000, "arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
+     "reference HRM ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
+    {"hrm-sudoku-tiny", "hrm-sudoku-tiny", "hrm-sudoku", "sudoku", 11, 81, 5, 1,
+     "arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 arch.H_layers=2 arch.L_layers=2 " TR__CPU_RECIPE " ema=false",
+     "CPU: HRM D=64 attention+RoPE 2+2 layers T=n=2, batch 32, lr 1e-3, 5 epochs"},
     {"tiny", "trm-tiny", NULL, NULL, 0, 0, 5, 1,
      "arch.vocab_size=11 arch.seq_len=81 arch.mlp_t=true arch.pos_encodings=none arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 "
      "arch.puzzle_emb_len=2 arch.H_cycles=2 arch.L_cycles=2 " TR__CPU_RECIPE,
@@ -9726,7 +9826,7 @@ static const tr__preset_def tr__presets[] = {
 #undef TR__CPU_RECIPE
 #define TR__NPRESETS ((int)(sizeof tr__presets / sizeof tr__presets[0]))
 /* The arch names of the table, in its order (test_config checks that they agree). */
-static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "trm-tiny", NULL};
+static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "hrm-sudoku", "hrm-maze", "hrm-arc", "hrm-sudoku-tiny", "trm-tiny", NULL};
 
 TR__FN const tr__preset_def *tr__preset_lookup(const char *name, int arch_too) {
     int i;
@@ -15479,7 +15579,7 @@ TR__FN void tr__ck_tensor(tr_st_tensor *t, const char *name, tr_dtype dt, int nd
 }
 
 /* ---- config <-> JSON ---------------------------------------------------------------------- */
-typedef enum tr__ck_kind { TR__CK_INT, TR__CK_LONG, TR__CK_DBL, TR__CK_BOOL, TR__CK_POS, TR__CK_LOSS, TR__CK_FWD } tr__ck_kind;
+typedef enum tr__ck_kind { TR__CK_INT, TR__CK_LONG, TR__CK_DBL, TR__CK_BOOL, TR__CK_POS, TR__CK_LOSS, TR__CK_FWD, TR__CK_ARCH } tr__ck_kind;
 typedef struct tr__ck_field {
     const char *name;
     tr__ck_kind kind;
@@ -15507,6 +15607,7 @@ static const tr__ck_field tr__ck_model_fields[] = {
     {"forward_dtype", TR__CK_FWD, 0, 0},
     TR__CK_MF(no_ACT_continue, TR__CK_BOOL, 0),
     TR__CK_MF(loss_type, TR__CK_LOSS, 0),
+    {"arch", TR__CK_ARCH, offsetof(tr_model_config, arch), 0}, /* trm | hrm; files without it: the metadata's model */
     TR__CK_MF(vocab_size, TR__CK_INT, 1),
     TR__CK_MF(seq_len, TR__CK_INT, 1),
     TR__CK_MF(num_puzzle_identifiers, TR__CK_INT, 1),
@@ -15560,6 +15661,7 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
             break;
         }
         case TR__CK_FWD: tr__sb_json_string(sb, "float32"); break;
+        case TR__CK_ARCH: tr__sb_json_string(sb, *(const tr_arch *)p == TR_ARCH_HRM ? "hrm" : "trm"); break;
         }
     }
     tr__sb_append(sb, "}", 1);
@@ -15610,6 +15712,12 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
             else *(tr_loss_type *)p = (tr_loss_type)found;
             break;
         }
+        case TR__CK_ARCH: {
+            int found = v->type == TR_JSON_STRING ? tr__enum_parse(TR_KEY_ARCH, v->string, 0) : -1;
+            if (found < 0) return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'arch' must be \"trm\" or \"hrm\"", what);
+            *(tr_arch *)p = (tr_arch)found;
+            break;
+        }
         case TR__CK_FWD:
             /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
             if (v->type != TR_JSON_STRING || tr__enum_parse(TR_KEY_DTYPE, v->string, 0) < 0)
@@ -15620,27 +15728,35 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
     return TR_OK;
 }
 
-TR__FN void tr__ck_model_defaults(tr_model_config *c) {
+/* The values of optional fields: the reference's defaults of the arch (HRM has no no_ACT_continue:
+   it halts on q_halt > q_continue). */
+TR__FN void tr__ck_model_defaults(tr_model_config *c, tr_arch arch) {
     memset(c, 0, sizeof *c);
-    c->arch = TR_ARCH_TRM;
+    c->arch = arch;
     c->rope_theta = 10000.0;
     c->rms_norm_eps = 1e-5;
-    c->no_ACT_continue = 1;
+    c->no_ACT_continue = arch != TR_ARCH_HRM;
     c->loss_type = TR_LOSS_STABLEMAX;
 }
 
-/* Parses and validates; what names the source. */
-TR__FN tr_status tr__ck_config_parse(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out) {
+/* Parses and validates; what names the source. arch: the model kind a file's metadata says (a JSON
+   "arch" that contradicts it is an error), or -1: the JSON's "arch", else TRM. */
+TR__FN tr_status tr__ck_config_parse(tr_ctx *ctx, const char *json, size_t len, const char *what, int arch, tr_model_config *out) {
     tr_json *root = NULL;
     tr_status st;
     tr_model_config c;
     char w[300];
+    const tr_json *named;
     snprintf(w, sizeof w, "%.260s config", what);
-    tr__ck_model_defaults(&c);
     if ((st = tr_json_parse(ctx, json, len, w, &root)) != TR_OK) return st;
+    named = root->type == TR_JSON_OBJECT ? tr_json_get(root, "arch") : NULL;
+    /* the defaults of the arch the JSON names, so that an HRM config without no_ACT_continue gets HRM's */
+    tr__ck_model_defaults(&c, named && named->type == TR_JSON_STRING && strcmp(named->string, "hrm") == 0 ? TR_ARCH_HRM : arch == TR_ARCH_HRM ? TR_ARCH_HRM : TR_ARCH_TRM);
     st = tr__ck_parse_fields(ctx, root, tr__ck_model_fields, TR__CK_NMODEL, &c, w);
     tr_json_free(ctx, root);
     if (st != TR_OK) return st;
+    if (arch >= 0 && c.arch != (tr_arch)arch)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'arch' is '%s' but the file's model is '%s'", w, c.arch == TR_ARCH_HRM ? "hrm" : "trm", arch == TR_ARCH_HRM ? "hrm" : "trm");
     if ((st = tr_model_config_validate(ctx, &c)) != TR_OK) {
         char reason[TR__ERRLEN];
         snprintf(reason, sizeof reason, "%s", tr_ctx_last_error(ctx));
@@ -15653,7 +15769,7 @@ TR__FN tr_status tr__ck_config_parse(tr_ctx *ctx, const char *json, size_t len, 
 TRDEF tr_status tr_model_config_from_json(tr_ctx *ctx, const char *json, size_t len, const char *what, tr_model_config *out) {
     if (!ctx) return TR_ERR_INVALID_ARG;
     if (!json || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_config_from_json: NULL argument");
-    return tr__ck_config_parse(ctx, json, len, what ? what : "JSON", out);
+    return tr__ck_config_parse(ctx, json, len, what ? what : "JSON", -1, out);
 }
 
 /* Builds the model config JSON into sb. */
@@ -15709,6 +15825,10 @@ TR__FN int tr__ck_diff_fields(const tr__ck_field *fl, int nf, const void *a, con
             same = *(const tr_loss_type *)x == *(const tr_loss_type *)y;
             snprintf(s1, sizeof s1, "%d", (int)*(const tr_loss_type *)x), snprintf(s2, sizeof s2, "%d", (int)*(const tr_loss_type *)y);
             break;
+        case TR__CK_ARCH:
+            same = *(const tr_arch *)x == *(const tr_arch *)y;
+            snprintf(s1, sizeof s1, "%s", *(const tr_arch *)x == TR_ARCH_HRM ? "hrm" : "trm"), snprintf(s2, sizeof s2, "%s", *(const tr_arch *)y == TR_ARCH_HRM ? "hrm" : "trm");
+            break;
         case TR__CK_FWD: TR__UNUSED(skip_fwd); break;
         }
         if (!same) {
@@ -15746,9 +15866,7 @@ TR__FN tr_status tr__ck_read_meta(tr_ctx *ctx, const tr_st_file *f, const char *
         return tr__err(ctx, TR_ERR_FORMAT, "%s: is a '%.40s' file, not a model file", path, content);
     if (!model) {
         if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'model' (trm or hrm)", path);
-    } else if (strcmp(model, "hrm") == 0)
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s: model 'hrm' is not implemented yet", path);
-    else if (strcmp(model, "trm") != 0)
+    } else if (strcmp(model, "trm") != 0 && strcmp(model, "hrm") != 0)
         return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ model is '%.40s' (expected trm or hrm)", path, model);
     if (!conf) {
         if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'config'", path);
@@ -15758,7 +15876,7 @@ TR__FN tr_status tr__ck_read_meta(tr_ctx *ctx, const tr_st_file *f, const char *
         char w[300];
         tr_status st;
         snprintf(w, sizeof w, "%.200s: __metadata__", path);
-        if ((st = tr__ck_config_parse(ctx, conf, strlen(conf), w, cfg)) != TR_OK) return st;
+        if ((st = tr__ck_config_parse(ctx, conf, strlen(conf), w, model && strcmp(model, "hrm") == 0 ? TR_ARCH_HRM : TR_ARCH_TRM, cfg)) != TR_OK) return st;
     }
     *has_cfg = 1;
     return TR_OK;
@@ -15960,7 +16078,7 @@ TRDEF tr_status tr_model_load_weights(tr_model *m, const char *path, const tr_mo
    a config far larger than the file before the model is allocated. */
 TR__FN double tr__ck_min_floats(const tr_model_config *c) {
     double V = c->vocab_size, D = c->hidden_size, I = tr__swiglu_width(c->expansion, c->hidden_size);
-    return 2.0 * V * D + (double)c->L_layers * 3.0 * I * D;
+    return 2.0 * V * D + (double)(c->L_layers + (c->arch == TR_ARCH_HRM ? c->H_layers : 0)) * 3.0 * I * D;
 }
 
 TRDEF tr_status tr_model_load(tr_ctx *ctx, const char *path, const tr_model_load_options *opt, tr_model **out) {

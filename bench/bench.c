@@ -105,7 +105,9 @@ int main(int argc, char **argv) {
         bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = B;
         if (!skip_train) {
             tr_train_config tc = tr_train_config_default();
+            tr_preset pr;
             tr_trainer *tr;
+            if (tr_preset_find(preset, &pr) == TR_OK) tc = pr.train; /* the preset's recipe: HRM has no EMA */
             tc.global_batch_size = B;
             if (tr_trainer_create(m, &tc, &tr) != TR_OK) {
                 fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));

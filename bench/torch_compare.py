@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""Side-by-side: the same TRM config in PyTorch and in tinyrec.h, on this machine, in one run.
+"""Side-by-side: the same TRM or HRM config in PyTorch and in tinyrec.h, on this machine, in one run.
 
     /usr/bin/python3 bench/torch_compare.py [--preset trm-sudoku-mlp] [--batch 64] [--threads 2]
                                             [--reps 3] [--device cpu|cuda] [--peak-gflops G]
 
 It times, in PyTorch (fp32; on CUDA with TF32 off, plus a bf16 autocast reference line):
-  - one training supervision step (T-1 no-grad cycles, the last with grad, stablemax CE in
-    float64 + 0.5 BCE on q_halt, backward, AdamATan2, EMA) at --batch,
+  - one training supervision step (TRM: T-1 no-grad cycles, the last with grad; HRM: everything
+    no-grad but the last L_level and H_level applications, plus the Q-learning target's second
+    no-grad step; stablemax CE in float64 + 0.5 BCE on q_halt (and q_continue for HRM),
+    backward, AdamATan2, EMA for TRM) at --batch,
   - one inference supervision step (no grad) at batch 1 and --batch,
   - x . W^T GEMMs at (M,K,N) = (6208,512,3072) and (6208,1536,512),
 then runs build/tinyrec-bench --json with the same preset, batch and thread count, and prints
@@ -32,6 +34,9 @@ PRESETS = {  # the fields tinyrec's presets use (see tr_model_config_preset)
     "trm-sudoku-att": dict(V=11, L=81, mlp_t=False, rope=True, T=3, n=6),
     "trm-maze": dict(V=6, L=900, mlp_t=False, rope=True, T=3, n=4),
     "trm-arc": dict(V=12, L=900, mlp_t=False, rope=True, T=3, n=4),
+    # HRM: H_level and L_level of 4 blocks each, T = n = 2, a 1-token puzzle prefix, no EMA
+    "hrm-sudoku": dict(V=11, L=81, mlp_t=False, rope=True, T=2, n=2, hrm=True, Lp=1, H_layers=4, L_layers=4),
+    "hrm-maze": dict(V=6, L=900, mlp_t=False, rope=True, T=2, n=2, hrm=True, Lp=1, H_layers=4, L_layers=4),
 }
 
 
@@ -69,7 +74,8 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     p = PRESETS[args.preset]
-    D, H, Lp = 512, 8, 16
+    D, H, Lp = 512, 8, p.get("Lp", 16)
+    hrm = p.get("hrm", False)
     S, V, L = p["L"] + Lp, p["V"], p["L"]
     hd = D // H
 
@@ -81,18 +87,20 @@ def main():
     def lin(o, i):
         return (torch.randn(o, i, device=dev) / math.sqrt(i)).requires_grad_()
 
-    layers = []
-    for _ in range(2):
+    def make_layer():
         ly = {"gu": lin(2 * I, D), "down": lin(D, I)}
         if p["mlp_t"]:
             ly.update(tgu=lin(2 * It, S), tdown=lin(S, It))
         else:
             ly.update(qkv=lin(3 * D, D), o=lin(D, D))
-        layers.append(ly)
+        return ly
+
+    layers = [make_layer() for _ in range(p.get("L_layers", 2))]  # TRM's shared module, HRM's L_level
+    H_mod = [make_layer() for _ in range(p.get("H_layers", 0))]  # HRM's H_level
     W_tok, W_lm = lin(V, D), lin(V, D)
     W_q = torch.zeros(2, D, device=dev, requires_grad=True)
     b_q = torch.full((2,), -5.0, device=dev, requires_grad=True)
-    params = [W_tok, W_lm, W_q, b_q] + [t for ly in layers for t in ly.values()]
+    params = [W_tok, W_lm, W_q, b_q] + [t for ly in layers + H_mod for t in ly.values()]
     puzzle = torch.zeros(1, 512, device=dev)
     H_init, L_init = torch.randn(D, device=dev), torch.randn(D, device=dev)
     pos = torch.arange(S, device=dev, dtype=torch.float32)
@@ -125,13 +133,27 @@ def main():
             h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
         return rms(h + swiglu(h, ly["gu"], ly["down"]))
 
-    def net(z, inj):
+    def net(z, inj, mod=None):
         h = z + inj
-        for ly in layers:
+        for ly in layers if mod is None else mod:
             h = block(h, ly)
         return h
 
     def inner(zH, zL, x, grad):
+        if hrm:  # the 1-step gradient: only the last L_level and H_level applications
+            with torch.no_grad():
+                for t in range(p["T"]):
+                    for i in range(p["n"]):
+                        if t < p["T"] - 1 or i < p["n"] - 1:
+                            zL = net(zL, zH + x)
+                    if t < p["T"] - 1:
+                        zH = net(zH, zL, H_mod)
+            with torch.enable_grad() if grad else torch.no_grad():
+                zL = net(zL, zH + x)
+                zH = net(zH, zL, H_mod)
+            logits = F.linear(zH[:, Lp:], W_lm)
+            q = F.linear(zH[:, 0], W_q, b_q)
+            return zH.detach(), zL.detach(), logits, q
         for t in range(p["T"]):
             ctx = torch.enable_grad() if (grad and t == p["T"] - 1) else torch.no_grad()
             with ctx:
@@ -145,7 +167,7 @@ def main():
     def embed(tokens):
         B = tokens.shape[0]
         e = torch.cat([puzzle[torch.zeros(B, dtype=torch.long, device=dev)].view(B, 1, D).expand(B, 1, D),
-                       torch.zeros(B, Lp - 1, D, device=dev), W_tok[tokens]], 1)
+                       torch.zeros(B, Lp - 1, D, device=dev), W_tok[tokens]], 1)  # Dp = 512 = D: one token holds it
         return math.sqrt(D) * e
 
     def stablemax_ce(logits, labels):
@@ -167,6 +189,11 @@ def main():
         ce = stablemax_ce(logits, labels).mean(-1).sum()
         correct = (logits.argmax(-1) == labels).all(-1).to(q.dtype)
         loss = ce + 0.5 * F.binary_cross_entropy_with_logits(q[:, 0], correct, reduction="sum")
+        if hrm:  # the Q-learning target of q_continue: a second no-grad step from the new carry
+            with torch.no_grad():
+                q2 = inner(zH, zL, x.detach(), False)[3]
+                target = torch.sigmoid(torch.maximum(q2[:, 0], q2[:, 1]))
+            loss = loss + 0.5 * F.binary_cross_entropy_with_logits(q[:, 1], target, reduction="sum")
         (loss / B).backward()
         step_count[0] += 1
         s = step_count[0]
@@ -179,7 +206,8 @@ def main():
                 v.lerp_(t.grad.square(), 0.05)
                 t.sub_((1e-4 / bc1) * torch.atan2(m, v.sqrt() / math.sqrt(bc2)))
                 t.grad = None
-                ema[i].mul_(0.999).add_(t, alpha=0.001)
+                if not hrm:
+                    ema[i].mul_(0.999).add_(t, alpha=0.001)
 
     def infer_step(tokens):
         B = tokens.shape[0]
@@ -215,8 +243,14 @@ def main():
     else:
         F_blk = 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D
     F_h = 2.0 * L * D * V + 4 * D
-    F_fwd = T * (n + 1) * 2 * F_blk + F_h
-    F_train = (T * (n + 1) + 2 * (n + 1)) * 2 * F_blk + 3 * F_h
+    if hrm:  # as tr_model_flops: blocks applied per step, the recorded ones (backward ~ 2x), the target's forward
+        nL, nH = p["L_layers"], p["H_layers"]
+        blocks = T * n * nL + T * nH
+        F_fwd = blocks * F_blk + F_h
+        F_train = (2 * blocks + 2 * (nL + nH)) * F_blk + 4 * F_h
+    else:
+        F_fwd = T * (n + 1) * 2 * F_blk + F_h
+        F_train = (T * (n + 1) + 2 * (n + 1)) * 2 * F_blk + 3 * F_h
 
     res = {}
     tok, lab = gen(args.batch)

@@ -307,6 +307,7 @@ static void json_double(FILE *f, const char *key, double v) {
 static void add_metrics(tr_metrics *sum, const tr_metrics *m, double rows) {
     sum->count += m->count, sum->accuracy += m->accuracy, sum->exact_accuracy += m->exact_accuracy, sum->q_halt_accuracy += m->q_halt_accuracy;
     sum->steps += m->steps, sum->loss += m->loss / rows, sum->lm_loss += m->lm_loss / rows, sum->q_halt_loss += m->q_halt_loss / rows;
+    sum->q_continue_loss += m->q_continue_loss / rows;
 }
 
 /* One train line: the means over the window's trained steps and the count of skipped ones. */
@@ -319,6 +320,7 @@ static void log_train(long step, double epoch, const tr_metrics *w, int n, int s
     else fprintf(R.jsonl, ",\"loss\":null");
     json_double(R.jsonl, "lm_loss", w->lm_loss / n);
     json_double(R.jsonl, "q_halt_loss", w->q_halt_loss / n);
+    if (tr_model_get_config(R.model)->arch == TR_ARCH_HRM) json_double(R.jsonl, "q_continue_loss", w->q_continue_loss / n); /* its Q-learning */
     json_double(R.jsonl, "accuracy", c ? w->accuracy / c : NAN);
     json_double(R.jsonl, "exact_accuracy", c ? w->exact_accuracy / c : NAN);
     json_double(R.jsonl, "q_halt_accuracy", c ? w->q_halt_accuracy / c : NAN);
@@ -425,7 +427,7 @@ static void usage(FILE *f) {
             "usage: tinyrec-train PRESET data_path=DIR [key=value ...] [--overwrite]\n"
             "       tinyrec-train --resume checkpoint_path=DIR [key=value ...]\n"
             "       tinyrec-train --list-presets | --list-keys | --help\n\n"
-            "Trains a TRM on a dataset in the reference layout (build one with tinyrec-data), e.g.\n"
+            "Trains a TRM or an HRM (hrm-* presets) on a dataset in the reference layout (build one with tinyrec-data), e.g.\n"
             "  tinyrec-data sudoku --output-dir data/sudoku --generate 20000 --generate-test 200 --clues 50 --num-aug 0\n"
             "  tinyrec-train sudoku-tiny data_path=data/sudoku checkpoint_path=runs/sudoku epochs=2\n"
             "  tinyrec-solve runs/sudoku/best.safetensors puzzles.txt\n\n"
@@ -716,13 +718,18 @@ static int stop_requested(void) {
 static int print_header(int mode, long step, size_t train_bytes) {
     options *o = &R.o;
     const tr_model_config *c = tr_model_get_config(R.model);
-    char names[64][96], mine[96];
+    char (*names)[96] = NULL, mine[96], kind[32];
     int r, B = o->tc.global_batch_size;
     snprintf(mine, sizeof mine, "%.95s", tr_ctx_device_name(R.ctx));
-    if (g_size > 1 && g_size <= 64 && g_comm->allgather(g_comm->user, mine, names, sizeof mine) != TR_OK) return fail("gathering the ranks' devices failed");
-    if (g_rank != 0) return 0;
-    printf("tinyrec-train %s: preset %s, %zu parameters (D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB", tr_version_string(), o->preset,
-           tr_model_num_params(R.model), c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
+    if (g_size > 1) { /* a rank that fails here aborts the job (main), so the others do not wait */
+        if (!(names = (char (*)[96])malloc((size_t)g_size * sizeof *names))) return say(1, "out of memory");
+        if (g_comm->allgather(g_comm->user, mine, names, sizeof mine) != TR_OK) return free(names), fail("gathering the ranks' devices failed");
+    }
+    if (g_rank != 0) return free(names), 0;
+    if (c->arch == TR_ARCH_HRM) snprintf(kind, sizeof kind, "HRM %d+%d layers", c->H_layers, c->L_layers);
+    else snprintf(kind, sizeof kind, "TRM %d layers", c->L_layers);
+    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB", tr_version_string(), o->preset,
+           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
            tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
     if (g_size > 1) printf(" per rank, %d ranks", g_size);
     printf("\n");
@@ -732,9 +739,10 @@ static int print_header(int mode, long step, size_t train_bytes) {
     if (g_size == 1) printf("device %s\n", mine); /* where the run happens, fallbacks included */
     else {
         printf("%d ranks, %d rows each of the global batch of %d; devices:", g_size, B / g_size, B);
-        for (r = 0; r < g_size && r < 64; r++) printf("%s rank %d %s", r ? ";" : "", r, names[r]);
-        printf("%s\n", g_size > 64 ? "; ..." : "");
+        for (r = 0; r < g_size; r++) printf("%s rank %d %s", r ? ";" : "", r, names[r]);
+        printf("\n");
     }
+    free(names);
     if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, R.pos.epoch, o->checkpoint_path);
     printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
     fflush(stdout);

@@ -484,7 +484,7 @@ static void test_bad_metadata(void **state) {
             {"format_version", "99", TR_ERR_UNSUPPORTED, "format_version 99 is newer"},
             {"format_version", "x", TR_ERR_FORMAT, "format_version 'x'"},
             {"format_version", NULL, TR_ERR_FORMAT, "no 'format_version'"},
-            {"model", "hrm", TR_ERR_UNSUPPORTED, "'hrm' is not implemented"},
+            {"model", "hrm", TR_ERR_FORMAT, "field 'arch' is 'trm' but the file's model is 'hrm'"},
             {"model", "gpt", TR_ERR_FORMAT, "model is 'gpt'"},
             {"model", NULL, TR_ERR_FORMAT, "no 'model'"},
             {"config", NULL, TR_ERR_FORMAT, "no 'config'"},
@@ -570,10 +570,12 @@ static tr_train_config resume_tc(void) {
     return tc;
 }
 
+/* mlp_t 2: an HRM (attention), whose trainer also keeps the Q-learning target */
 static tr_model *resume_model(tr_ctx *ctx, int mlp_t) {
     tr_model_config c;
     tr_model *m;
-    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    if (mlp_t == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5, c.halt_max_steps = 4;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     tu_fill(m->W_q, 2 * (size_t)m->D, 31, 0.5f); /* q_halt of both signs: some rows halt early */
@@ -694,6 +696,79 @@ static void test_resume_mlp_t(void **state) {
 static void test_resume_attention(void **state) {
     (void)state;
     resume_variant(0, 1);
+}
+static void test_resume_hrm(void **state) {
+    (void)state;
+    resume_variant(2, 0);
+}
+
+/* An HRM file: both modules' reference names, model = "hrm", and the arch in the config; a file
+   whose config has no "arch" (as older converters wrote) takes the model's from the metadata, with
+   HRM's defaults for the optional fields. */
+static void test_roundtrip_hrm(void **state) {
+    tr_ctx *ctx = make_ctx(1, 1);
+    char p[512], q[512], cj[2048];
+    tr_model_config c, rc;
+    tr_model *m, *m2;
+    tr_st_file *f;
+    edit e;
+    int i;
+    (void)state;
+    tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    for (i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].trainable || m->tensors[i].data == m->W_q) tu_fill(m->tensors[i].data, m->tensors[i].numel, 100 + (uint64_t)i, 0.7f);
+    path_in(p, sizeof p, "hrm.safetensors");
+    path_in(q, sizeof q, "hrm2.safetensors");
+    assert_int_equal(tr_model_save(m, p, NULL), TR_OK);
+    assert_int_equal(tr_st_open(ctx, p, &f), TR_OK);
+    assert_string_equal(tr_st_metadata(f, "model"), "hrm");
+    assert_non_null(tr_st_find(f, "model.inner.H_level.layers.0.self_attn.qkv_proj.weight"));
+    assert_null(tr_st_find(f, "model.inner.H_level.layers.1.self_attn.qkv_proj.weight")); /* H_layers = 1 */
+    assert_non_null(tr_st_find(f, "model.inner.L_level.layers.1.mlp.down_proj.weight"));
+    assert_non_null(strstr(tr_st_metadata(f, "config"), "\"arch\":\"hrm\""));
+    assert_non_null(strstr(tr_st_metadata(f, "config"), "\"H_layers\":1"));
+    tr_st_close(f);
+    assert_int_equal(tr_model_load(ctx, p, NULL, &m2), TR_OK);
+    assert_models_equal(m, m2);
+    assert_memory_equal(&m2->cfg, &m->cfg, sizeof c);
+    tr_model_destroy(m2);
+    /* the config without "arch" and without no_ACT_continue: HRM, halting on q_continue */
+    {
+        tr_model_config d = m->cfg;
+        size_t len;
+        char *a;
+        assert_int_equal(tr_model_config_to_json(&d, cj, sizeof cj, &len), TR_OK);
+        a = strstr(cj, ",\"no_ACT_continue\":false");
+        assert_non_null(a);
+        memmove(a, a + strlen(",\"no_ACT_continue\":false"), strlen(a + strlen(",\"no_ACT_continue\":false")) + 1);
+        a = strstr(cj, ",\"arch\":\"hrm\"");
+        assert_non_null(a);
+        memmove(a, a + strlen(",\"arch\":\"hrm\""), strlen(a + strlen(",\"arch\":\"hrm\"")) + 1);
+        edit_open(ctx, &e, p);
+        edit_meta(&e, "config", cj);
+        edit_write(ctx, &e, q);
+        edit_close(&e);
+        assert_int_equal(tr_checkpoint_read_config(ctx, q, &rc), TR_OK);
+        assert_memory_equal(&rc, &m->cfg, sizeof rc);
+        /* the same JSON read on its own is a TRM's (no arch) */
+        assert_int_equal(tr_model_config_from_json(ctx, cj, strlen(cj), NULL, &rc), TR_OK);
+        assert_int_equal(rc.arch, TR_ARCH_TRM);
+        assert_int_equal(rc.no_ACT_continue, 1);
+    }
+    /* the metadata and the config must agree on the model kind */
+    edit_open(ctx, &e, p);
+    edit_meta(&e, "model", "trm");
+    edit_write(ctx, &e, q);
+    edit_close(&e);
+    {
+        tr_model *m3 = NULL;
+        ASSERT_ERR(tr_model_load(ctx, q, NULL, &m3), TR_ERR_FORMAT, "field 'arch' is 'hrm' but the file's model is 'trm'");
+        assert_null(m3);
+    }
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
 }
 
 static void test_trainer_state_errors(void **state) {
@@ -1246,6 +1321,8 @@ int main(void) {
         cmocka_unit_test(test_config_json),
         cmocka_unit_test(test_resume_mlp_t),
         cmocka_unit_test(test_resume_attention),
+        cmocka_unit_test(test_resume_hrm),
+        cmocka_unit_test(test_roundtrip_hrm),
         cmocka_unit_test(test_trainer_state_errors),
         cmocka_unit_test(test_alloc_faults),
         cmocka_unit_test(test_atomic_save),

@@ -1,4 +1,4 @@
-/* The TRM model: parameter counts, config validation, whole-model gradients against finite
+/* The TRM and HRM models: parameter counts, config validation, whole-model gradients against finite
    differences, thread-count independence, determinism, allocation failure, ACT behaviour. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
@@ -7,11 +7,13 @@
 
 static void test_param_counts(void **state) {
     static const struct { const char *name; size_t n; } want[] = {
-        {"trm-sudoku-mlp", 5028866}, {"trm-sudoku-att", 6828034}, {"trm-maze", 6822914}, {"trm-arc", 6829058}};
+        {"trm-sudoku-mlp", 5028866}, {"trm-sudoku-att", 6828034}, {"trm-maze", 6822914}, {"trm-arc", 6829058},
+        /* the reference's HRM counts (reference-models.md §6) */
+        {"hrm-sudoku", 27275266}, {"hrm-maze", 27270146}, {"hrm-arc", 27276290}};
     tr_ctx *ctx = tu_ctx(1, 0);
     size_t i;
     (void)state;
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < sizeof want / sizeof want[0]; i++) {
         tr_model_config c;
         tr_model *m;
         assert_int_equal(tr_model_config_preset(&c, want[i].name), TR_OK);
@@ -50,7 +52,18 @@ static void test_bad_config(void **state) {
     EXPECT_BAD(c.num_heads = 512 / 3 + 1, "num_heads");
     EXPECT_BAD(c.rms_norm_eps = -1, "rms_norm_eps");
     EXPECT_BAD(c.pos_encodings = (tr_pos_encoding)7, "pos_encodings");
+    /* HRM: its own fields, and the shared ones name the field as for TRM */
+    EXPECT_BAD((c.arch = TR_ARCH_HRM, c.H_layers = 0), "H_layers");
+    EXPECT_BAD((c.arch = TR_ARCH_HRM, c.H_layers = 4, c.L_layers = 0), "L_layers");
+    EXPECT_BAD((c.arch = TR_ARCH_HRM, c.H_layers = 33), "H_layers");
+    EXPECT_BAD((c.arch = TR_ARCH_HRM, c.H_layers = 4, c.H_cycles = 0), "H_cycles");
+    EXPECT_BAD((c.arch = TR_ARCH_HRM, c.H_layers = 4, c.num_heads = 7), "num_heads");
+    EXPECT_BAD(c.arch = (tr_arch)5, "arch");
 #undef EXPECT_BAD
+    /* TRM ignores H_layers */
+    tr_model_config_preset(&c, "trm-tiny");
+    c.H_layers = -3;
+    assert_int_equal(tr_model_config_validate(ctx, &c), TR_OK);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
 }
@@ -69,16 +82,19 @@ static double step_loss(fd_state *s) {
     tr_model *m = s->t->m;
     tr_carry *c = s->t->carry;
     size_t n = (size_t)c->B * m->S * m->D;
-    int T = m->cfg.H_cycles;
+    int T = m->cfg.H_cycles, n_L = m->cfg.L_cycles;
     tr_metrics mt;
     tr_carry_reset(c);
     tr__carry_refill(m, c, &s->batch);
     memcpy(c->z_H, s->z_H, n * 4);
     memcpy(c->z_L, s->z_L, n * 4);
+    /* TRM: the last H cycle; HRM: the last L and H applications, i.e. one cycle of one L update */
     m->cfg.H_cycles = 1;
+    if (m->cfg.arch == TR_ARCH_HRM) m->cfg.L_cycles = 1;
     assert_int_equal(tr__inner_fwd(m, c, 0, NULL, NULL), TR_OK);
-    m->cfg.H_cycles = T;
-    assert_int_equal(tr__loss(m, c, (double)c->B, NULL, NULL, NULL, &mt), TR_OK);
+    m->cfg.H_cycles = T, m->cfg.L_cycles = n_L;
+    /* HRM's q_continue target is a constant of the step (the trainer's) */
+    assert_int_equal(tr__loss(m, c, (double)c->B, NULL, NULL, NULL, s->t->qtarget, &mt), TR_OK);
     return mt.loss / c->B;
 }
 
@@ -94,12 +110,18 @@ static void save_prefix_carry(fd_state *s) {
         assert_int_equal(tr__inner_fwd(m, c, 0, NULL, NULL), TR_OK);
         m->cfg.H_cycles = T;
     }
+    if (m->cfg.arch == TR_ARCH_HRM) { /* and the L updates of the last cycle before its last one */
+        int i;
+        assert_int_equal(tr__embed_fwd(m, c, c->x), TR_OK);
+        assert_int_equal(tr__op_add(m->ctx, n, c->z_H, c->x, c->inj), TR_OK);
+        for (i = 0; i < m->cfg.L_cycles - 1; i++) assert_int_equal(tr__net_fwd(m, &m->modules[1], c->B, c->z_L, c->inj, c->z_L, NULL), TR_OK);
+    }
     s->z_H = (float *)malloc(n * 4), s->z_L = (float *)malloc(n * 4);
     memcpy(s->z_H, c->z_H, n * 4);
     memcpy(s->z_L, c->z_L, n * 4);
 }
 
-static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
     enum { B = 3 };
     tr_ctx *ctx = tu_ctx(2, 5);
     tr_model_config c;
@@ -109,7 +131,8 @@ static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss)
     int32_t in[B * 16], lab[B * 16], pid[B];
     float *g, *prow;
     int i;
-    tu_tiny_config(&c, mlp_t, pos, loss);
+    if (hrm) tu_tiny_hrm_config(&c, mlp_t, pos, loss);
+    else tu_tiny_config(&c, mlp_t, pos, loss);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     /* make the heads and the puzzle table non-trivial, as after some training */
     tu_fill(m->W_q, 2 * (size_t)m->D, 21, 0.3f);
@@ -121,6 +144,7 @@ static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss)
     save_prefix_carry(&s);
     tr_carry_reset(s.t->carry);
     assert_int_equal(tr__train_fwd_bwd(s.t, &s.batch, NULL, NULL, NULL), TR_OK);
+    if (hrm) assert_non_null(s.t->qtarget); /* so the q_continue loss is part of what FD checks */
     g = (float *)malloc(m->n_params * sizeof(float));
     prow = (float *)malloc((size_t)B * m->Dp * sizeof(float));
     memcpy(g, m->grads, m->n_params * sizeof(float));
@@ -167,12 +191,15 @@ static void check_model_grads(int mlp_t, tr_pos_encoding pos, tr_loss_type loss)
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
 }
-static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(1, TR_POS_NONE, TR_LOSS_STABLEMAX); }
-static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
-static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
+static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX); }
+static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
+static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
+static void test_grad_hrm_rope(void **state) { (void)state; check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
+static void test_grad_hrm_learned_softmax(void **state) { (void)state; check_model_grads(1, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
 
 /* --- training runs: threads, determinism ---------------------------------------------------- */
-static void run_steps(int threads, int mlp_t, int steps, float *params_out, double *losses) {
+/* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention */
+static void run_steps(int threads, int variant, int steps, float *params_out, double *losses) {
     enum { B = 4 };
     tr_ctx *ctx = tu_ctx(threads, 11);
     tr_model_config c;
@@ -181,7 +208,9 @@ static void run_steps(int threads, int mlp_t, int steps, float *params_out, doub
     tr_train_config tc = tr_train_config_default();
     int32_t in[B * 16], lab[B * 16], pid[B];
     int k;
-    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    int mlp_t = variant == 1;
+    if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2;
@@ -201,24 +230,25 @@ static void run_steps(int threads, int mlp_t, int steps, float *params_out, doub
 }
 
 static void test_threads_and_determinism(void **state) {
-    int mlp_t;
+    int variant;
     (void)state;
-    for (mlp_t = 0; mlp_t < 2; mlp_t++) {
+    for (variant = 0; variant < 3; variant++) {
         tr_ctx *ctx = tu_ctx(1, 0);
         tr_model_config c;
         tr_model *m;
         size_t n;
         float *p1, *p2, *p3;
         double l1[5], l2[5], l3[5];
-        tu_tiny_config(&c, mlp_t, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+        if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+        else tu_tiny_config(&c, variant == 1, TR_POS_ROPE, TR_LOSS_STABLEMAX);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         n = m->n_params;
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
         p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4);
-        run_steps(1, mlp_t, 5, p1, l1);
-        run_steps(2, mlp_t, 5, p2, l2);
-        run_steps(2, mlp_t, 5, p3, l3);
+        run_steps(1, variant, 5, p1, l1);
+        run_steps(2, variant, 5, p2, l2);
+        run_steps(2, variant, 5, p3, l3);
         /* a fixed seed and thread count is bit-identical */
         assert_memory_equal(p2, p3, n * 4);
         assert_memory_equal(l2, l3, sizeof l2);
@@ -342,12 +372,12 @@ static void test_memory_limit(void **state) {
 }
 
 /* --- allocation failure --------------------------------------------------------------------- */
-static void test_alloc_faults(void **state) {
+static void alloc_faults(int hrm) {
     tr_ctx *ctx = tu_ctx(2, 0);
     tr_model_config c;
     int k, ok = 0;
-    (void)state;
-    tu_tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    if (hrm) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
     for (k = 1; k < 200 && !ok; k++) {
         tr_model *m = NULL;
         tr_trainer *t = NULL;
@@ -376,8 +406,90 @@ static void test_alloc_faults(void **state) {
     tr_ctx_fail_alloc_at(ctx, 0);
     tr_ctx_destroy(ctx);
 }
+static void test_alloc_faults(void **state) { (void)state; alloc_faults(0); }
+/* HRM's creation and step, its Q-learning target's buffer and second forward included */
+static void test_alloc_faults_hrm(void **state) { (void)state; alloc_faults(1); }
 
 /* --- ACT ------------------------------------------------------------------------------------ */
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* HRM's ACT: halting on q_halt > q_continue, and the Q-learning target of q_continue:
+   sigmoid(max(q_halt', q_continue')) of the next step, or sigmoid(q_halt') at the last step. With
+   W_q = 0 the q head is its bias, so every q of every forward is known; lr = 0 keeps it so. */
+static void test_hrm_act_q_learning(void **state) {
+    enum { B = 4 };
+    tr_ctx *ctx = tu_ctx(2, 3);
+    tr_model_config c;
+    tr_model *m;
+    tr_trainer *t;
+    tr_train_config tc = tr_train_config_default();
+    int32_t in[B * 16], lab[B * 16], pid[B], steps[B];
+    tr_batch b;
+    tr_metrics mt;
+    tr_carry *ev;
+    tr_step_outputs o;
+    int k, r;
+    (void)state;
+    tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    c.halt_exploration_prob = 0; /* halt_max_steps = 3 */
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    memset(m->W_q, 0, 2 * (size_t)m->D * 4);
+    tc.global_batch_size = B, tc.lr = 0, tc.puzzle_emb_lr = 0;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    assert_non_null(t->qtarget);
+    tu_tiny_batch(B, 16, 6, 1, in, lab, pid, 3, 0);
+    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+    /* q_halt 1 < q_continue 2: no row halts before halt_max_steps, although q_halt > 0 (TRM's rule) */
+    m->b_q[0] = 1, m->b_q[1] = 2;
+    for (k = 1; k <= 3; k++) {
+        double want = k < 3 ? sigmoid(2) : sigmoid(1); /* the last step bootstraps from q_halt' alone */
+        assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
+        for (r = 0; r < B; r++) {
+            assert_int_equal(t->carry->steps[r], k);
+            assert_int_equal(t->carry->halted[r], k == 3);
+            assert_float_equal(t->qtarget[r], want, 1e-6);
+        }
+        /* sum over rows of BCE(q_continue = 2, target) */
+        assert_float_equal(mt.q_continue_loss, B * (log1p(exp(-2.0)) + 2.0 - 2.0 * want), 1e-5);
+        assert_float_equal(mt.loss, mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss), 1e-9);
+    }
+    /* q_halt 2 > q_continue 1: every row halts after its first step; the target is sigmoid(max) = sigmoid(2) */
+    m->b_q[0] = 2, m->b_q[1] = 1;
+    tr_carry_reset(t->carry);
+    assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
+    for (r = 0; r < B; r++) {
+        assert_int_equal(t->carry->halted[r], 1);
+        assert_float_equal(t->qtarget[r], sigmoid(2), 1e-6);
+    }
+    /* inference halts by the same rule: q_halt > q_continue stops at step 1; otherwise all 3 steps */
+    assert_int_equal(tr_carry_create(m, B, &ev), TR_OK);
+    memset(&o, 0, sizeof o);
+    o.steps = steps;
+    assert_int_equal(tr_model_infer(m, ev, &b, 0, NULL, NULL, &o), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(steps[r], 1);
+    m->b_q[0] = 1, m->b_q[1] = 2;
+    assert_int_equal(tr_model_infer(m, ev, &b, 0, NULL, NULL, &o), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(steps[r], 3);
+    /* evaluation has no target: no q_continue loss */
+    tr_carry_reset(ev);
+    assert_int_equal(tr_model_eval_step(m, ev, &b, NULL, &mt), TR_OK);
+    assert_true(mt.q_continue_loss == 0);
+    tr_carry_destroy(ev);
+    tr_trainer_destroy(t);
+    /* no_ACT_continue on an HRM: TRM's halting (q_halt > 0), and no Q-learning */
+    m->cfg.no_ACT_continue = 1;
+    m->b_q[0] = 1, m->b_q[1] = 2;
+    assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
+    assert_null(t->qtarget);
+    assert_int_equal(tr_trainer_step(t, &b, &mt), TR_OK);
+    for (r = 0; r < B; r++) assert_int_equal(t->carry->halted[r], 1);
+    assert_true(mt.q_continue_loss == 0);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 static void test_act_carry(void **state) {
     enum { B = 4 };
     tr_ctx *ctx = tu_ctx(2, 3);
@@ -461,8 +573,12 @@ int main(void) {
         cmocka_unit_test(test_grad_mlp_t),
         cmocka_unit_test(test_grad_attention_rope),
         cmocka_unit_test(test_grad_attention_learned_softmax),
+        cmocka_unit_test(test_grad_hrm_rope),
+        cmocka_unit_test(test_grad_hrm_learned_softmax),
         cmocka_unit_test(test_threads_and_determinism),
         cmocka_unit_test(test_alloc_faults),
+        cmocka_unit_test(test_alloc_faults_hrm),
+        cmocka_unit_test(test_hrm_act_q_learning),
         cmocka_unit_test(test_act_carry),
         cmocka_unit_test(test_nonfinite_steps),
         cmocka_unit_test(test_memory_limit),

@@ -66,6 +66,12 @@ static void train_steps(tr_trainer *t, int from, int to, double *loss) {
     }
 }
 
+/* mlp_t 0: TRM attention, 1: TRM mlp_t, 2: HRM attention (with its Q-learning second forward) */
+static void variant_config(tr_model_config *c, int mlp_t) {
+    if (mlp_t == 2) tu_tiny_hrm_config(c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+}
+
 /* The reference trajectory: the same model and batches on the CPU. */
 static void cpu_trajectory(int mlp_t, double *loss) {
     log_capture lc;
@@ -74,7 +80,7 @@ static void cpu_trajectory(int mlp_t, double *loss) {
     tr_model *m;
     tr_trainer *t;
     tr_train_config tc = train_config();
-    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    variant_config(&c, mlp_t);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
@@ -99,7 +105,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     tr_trainer *t;
     tr_train_config tc = train_config();
     tr_ctx_inject_fault(ctx, fault, at, rows);
-    tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    variant_config(&c, mlp_t);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
@@ -138,10 +144,25 @@ static void check_trajectory(int mlp_t) {
     log_capture lc;
     assert_true(device_run(mlp_t, TR_FAULT_NONE, 0, 0, &lc, ref, got));
     assert_int_equal(lc.device_lines, 0);
-    assert_trajectory(mlp_t ? "opencl mlp_t" : "opencl attention", got, ref, 0, NSTEPS);
+    assert_trajectory(mlp_t == 2 ? "opencl hrm" : mlp_t ? "opencl mlp_t" : "opencl attention", got, ref, 0, NSTEPS);
 }
 static void test_trajectory_mlp_t(void **state) { (void)state; check_trajectory(1); }
 static void test_trajectory_attention(void **state) { (void)state; check_trajectory(0); }
+static void test_trajectory_hrm(void **state) { (void)state; check_trajectory(2); }
+
+/* HRM's fallbacks: micro-batches (the Q target's scratch is per micro-batch) and a failed
+   command mid-step, whose redo on the CPU must start from the carry the step began with. */
+static void test_hrm_oom_and_enqueue_faults(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    (void)state;
+    assert_true(device_run(2, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("hrm oom, halved", got, ref, 0, NSTEPS);
+    assert_false(run_with_fault(2, TR_FAULT_ENQUEUE, 4, 60, &lc, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("hrm enqueue failure", got, ref, 0, NSTEPS);
+}
 
 /* No library, no platform, no device, a build failure: the CPU, one line saying why, and the
    CPU's own results (bit for bit: it is the CPU path). */
@@ -377,6 +398,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trajectory_mlp_t),
         cmocka_unit_test(test_trajectory_attention),
+        cmocka_unit_test(test_trajectory_hrm),
+        cmocka_unit_test(test_hrm_oom_and_enqueue_faults),
         cmocka_unit_test(test_open_faults_fall_back_to_cpu),
         cmocka_unit_test(test_oom_halves_the_micro_batch),
         cmocka_unit_test(test_oom_everywhere_moves_to_cpu),

@@ -1,7 +1,9 @@
 /* Parity with the PyTorch twin (tools/torch_reference.py): the fixtures in tests/data hold the
    weights, 3 training batches, and for each step the input embedding, the carries after every
    H cycle, logits, q values, halting, losses, metrics and learning rates, plus every gradient of
-   step 1 and the weights, puzzle table and EMA after step 3.
+   step 1 and the weights, puzzle table and EMA after step 3. The HRM fixtures (hrm_tiny_*) add
+   config.arch / H_layers / no_ACT_continue and per step the Q-learning target and the q_continue
+   loss; they run through the same code with the same tolerances.
 
    Tolerances (atol + rtol * |ref|), fp32 against fp32 PyTorch on the same math:
    - carries and logits: rtol 1e-4, atol carry_atol(step). Both sides round every op in fp32
@@ -11,7 +13,9 @@
      up as O(1) errors.
    - accuracy metric: the twin sums it in fp32, so 1e-6.
    - gradients: rtol 1e-3, atol 1e-4 * max|ref| of the tensor (see fx_close_grad).
-   - losses in fp64 from the logits: rtol 1e-5.
+   - losses in fp64 from the logits: rtol 1e-5 (HRM's q_continue loss too: its target is a sigmoid
+     of q values that carry the same rounding as q_halt; the twin's fp32 vs float64 drift of it is
+     at most 1.7e-6 relative).
    - weights after 3 steps: atol 2e-5 (AdamATan2 steps are bounded by lr * pi/2 / bc1 and
      barely depend on the gradient's size, so parameters agree far better than activations:
      measured worst 8.3e-6 after 3 steps of lr 1e-3). */
@@ -175,7 +179,10 @@ static void run_fixture(const char *path, int threads, int opencl) {
     char name[192];
     fx_load(path, &f);
     memset(&c, 0, sizeof c);
-    c.arch = TR_ARCH_TRM;
+    /* The TRM fixtures predate these records: TRM, halting on q_halt > 0. */
+    c.arch = fx_get(&f, "config.arch") ? (tr_arch)(int)fx_cfg(&f, "arch") : TR_ARCH_TRM;
+    c.H_layers = fx_get(&f, "config.H_layers") ? (int)fx_cfg(&f, "H_layers") : 0;
+    c.no_ACT_continue = fx_get(&f, "config.no_ACT_continue") ? (int)fx_cfg(&f, "no_ACT_continue") : 1;
     c.vocab_size = (int)fx_cfg(&f, "vocab_size");
     c.seq_len = (int)fx_cfg(&f, "seq_len");
     c.hidden_size = (int)fx_cfg(&f, "hidden_size");
@@ -194,7 +201,6 @@ static void run_fixture(const char *path, int threads, int opencl) {
     c.halt_max_steps = (int)fx_cfg(&f, "halt_max_steps");
     c.halt_exploration_prob = fx_cfg(&f, "halt_exploration_prob");
     c.loss_type = (tr_loss_type)(int)fx_cfg(&f, "loss_type");
-    c.no_ACT_continue = 1;
     tc.lr = fx_cfg(&f, "lr");
     tc.puzzle_emb_lr = fx_cfg(&f, "puzzle_emb_lr");
     tc.weight_decay = fx_cfg(&f, "weight_decay");
@@ -207,7 +213,7 @@ static void run_fixture(const char *path, int threads, int opencl) {
     tc.ema_decay = fx_cfg(&f, "ema_decay");
     tc.ema = 1;
     tc.global_batch_size = B = (int)fx_cfg(&f, "batch_size");
-    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    if (tr_model_create(ctx, &c, &m) != TR_OK) fail_msg("%s: %s", path, tr_ctx_last_error(ctx));
     /* load every tensor the model has, by its reference name */
     for (i = 0; i < m->n_tensors; i++) {
         const fx_rec *r = fx_need(&f, m->tensors[i].name);
@@ -246,6 +252,13 @@ static void run_fixture(const char *path, int threads, int opencl) {
             snprintf(name, sizeof name, "step%d.q_continue", k);
             fx_close_f32(&f, name, qc, (size_t)B, carry_atol(k), 1e-4);
         }
+        /* HRM: q_continue's target from the second no-grad forward (a sigmoid of its q values) */
+        snprintf(name, sizeof name, "step%d.target_q_continue", k);
+        if (fx_get(&f, name)) {
+            if (!t->qtarget) fail_msg("%s: the trainer has no Q-learning target", name);
+            fx_close_f32(&f, name, t->qtarget, (size_t)B, carry_atol(k), 1e-4);
+        } else if (t->qtarget)
+            fail_msg("%s: the fixture has no Q-learning, the trainer does", name);
         snprintf(name, sizeof name, "step%d.halted_after", k);
         fx_equal_i32(&f, name, t->carry->halted, (size_t)B);
         snprintf(name, sizeof name, "step%d.steps", k);
@@ -254,6 +267,9 @@ static void run_fixture(const char *path, int threads, int opencl) {
         fx_close_num(&f, name, mt.lm_loss, 1e-7, 1e-5);
         snprintf(name, sizeof name, "step%d.q_halt_loss", k);
         fx_close_num(&f, name, mt.q_halt_loss, 1e-7, 1e-5);
+        snprintf(name, sizeof name, "step%d.q_continue_loss", k);
+        if (fx_get(&f, name)) fx_close_num(&f, name, mt.q_continue_loss, 1e-7, 1e-5);
+        else if (mt.q_continue_loss != 0) fail_msg("%s: no Q-learning here, yet q_continue_loss is %g", name, mt.q_continue_loss);
         snprintf(name, sizeof name, "step%d.loss", k);
         fx_close_num(&f, name, mt.loss, 1e-7, 1e-5);
 #define METRIC(field, tol)                                              \
@@ -306,6 +322,13 @@ static void test_parity_one_thread(void **state) { (void)state; run_fixture("tes
 /* The same three steps with the whole model on the OpenCL device (skipped without one). */
 static void test_parity_opencl_mlp_t(void **state) { (void)state; run_fixture("tests/data/trm_tiny_mlp.trfx", 2, 1); }
 static void test_parity_opencl_attention(void **state) { (void)state; run_fixture("tests/data/trm_tiny_att.trfx", 2, 1); }
+/* HRM: H_level (1 block) + L_level (2) with RoPE; and H_level (2) + L_level (1), mlp_t, learned
+   positions. Both with a 3-slot puzzle prefix from puzzle_emb_len 0 (ceil(40 / 16)). */
+static void test_parity_hrm_attention(void **state) { (void)state; run_fixture("tests/data/hrm_tiny_att.trfx", 2, 0); }
+static void test_parity_hrm_mlp_t(void **state) { (void)state; run_fixture("tests/data/hrm_tiny_mlp.trfx", 2, 0); }
+static void test_parity_hrm_one_thread(void **state) { (void)state; run_fixture("tests/data/hrm_tiny_att.trfx", 1, 0); }
+static void test_parity_hrm_opencl_attention(void **state) { (void)state; run_fixture("tests/data/hrm_tiny_att.trfx", 2, 1); }
+static void test_parity_hrm_opencl_mlp_t(void **state) { (void)state; run_fixture("tests/data/hrm_tiny_mlp.trfx", 2, 1); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -314,6 +337,11 @@ int main(void) {
         cmocka_unit_test(test_parity_one_thread),
         cmocka_unit_test(test_parity_opencl_mlp_t),
         cmocka_unit_test(test_parity_opencl_attention),
+        cmocka_unit_test(test_parity_hrm_attention),
+        cmocka_unit_test(test_parity_hrm_mlp_t),
+        cmocka_unit_test(test_parity_hrm_one_thread),
+        cmocka_unit_test(test_parity_hrm_opencl_attention),
+        cmocka_unit_test(test_parity_hrm_opencl_mlp_t),
     };
     return cmocka_run_group_tests_name("parity", tests, NULL, NULL);
 }

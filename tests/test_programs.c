@@ -504,6 +504,33 @@ static void test_solve_sudoku(void **state) {
     free(out);
 }
 
+/* An HRM trained by tinyrec-train (a few steps) and solved by tinyrec-solve: the kind comes from
+   the preset and then from the checkpoint, with no flag of its own. */
+static void test_train_solve_hrm(void **state) {
+    char in[1024], ck[1024], *out;
+    (void)state;
+    ensure_smoke_run(); /* the data */
+    assert_int_equal(run_cmd("hrm", "'%s' hrm-sudoku-tiny data_path='%s/data' global_batch_size=8 arch.halt_max_steps=2 threads=1 lr_warmup_steps=2 "
+                                    "checkpoint_path='%s/hrm' epochs=1 eval_interval=1 eval_batches=2 max_steps=6",
+                             g_train, g_dir, g_dir),
+                     0);
+    out = tag_file("hrm", "out");
+    assert_non_null(strstr(out, "HRM 2+2 layers"));
+    free(out);
+    pathf(in, sizeof in, "%s", "hrm/metrics.jsonl");
+    out = tu_slurp(in, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "\"q_continue_loss\":")); /* its Q-learning */
+    free(out);
+    pathf(in, sizeof in, "%s", "sudoku.txt");
+    pathf(ck, sizeof ck, "%s", "hrm/latest.safetensors");
+    write_sudoku_input(in);
+    assert_int_equal(run_cmd("hrm_solve", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
+    out = tag_file("hrm_solve", "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    free(out);
+}
+
 /* A model saved by the library (no training) for the Maze and ARC input paths. */
 static void save_untrained(const char *path, int vocab, int seq_len, int num_ids) {
     tr_ctx *ctx = tu_ctx(1, 5);
@@ -913,7 +940,7 @@ static void test_train_disk_full(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
-        cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
+        cmocka_unit_test(test_train_solve_hrm), cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
         cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report), cmocka_unit_test(test_train_keys),
         cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full),
     };

@@ -1,7 +1,9 @@
 /* The user programs tinyrec-devices and tinyrec-arc-eval, run as a user would (from the repository
    root, after `make all`): the device report and its JSON, the ARC voting and pass@K logic on a
    hand-made predictions file with known answers, a smoke run of the evaluator with a tiny untrained
-   model on a tiny ARC dataset built from three ARC-AGI-1 tasks, and bad command lines. */
+   model on a tiny ARC dataset built from three ARC-AGI-1 tasks, and bad command lines; and
+   tools/convert_checkpoint.py on an HRM run directory in the reference's layout written by the
+   PyTorch twin, loaded back by the library. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 #include <string.h>
@@ -346,11 +348,14 @@ static void test_arc_eval_bad_input(void **state) {
 }
 
 /* ---- smoke run on a tiny real dataset ---------------------------------------------------------- */
+/* hidden < 0: an HRM of width -hidden (one H block), which the programs take from the file alone */
 static void make_model(const char *path, int num_ids, int hidden) {
     tr_ctx *ctx = tu_ctx(1, 7);
+    int hrm = hidden < 0;
     tr_model_config cfg;
     tr_model *m = NULL;
     assert_int_equal(tr_model_config_preset(&cfg, "trm-tiny"), TR_OK);
+    if (hrm) hidden = -hidden, cfg.arch = TR_ARCH_HRM, cfg.H_layers = 1, cfg.no_ACT_continue = 0;
     cfg.vocab_size = 12, cfg.seq_len = 900, cfg.num_puzzle_identifiers = num_ids;
     cfg.hidden_size = hidden, cfg.num_heads = 2, cfg.expansion = 2;
     cfg.puzzle_emb_ndim = hidden, cfg.puzzle_emb_len = 1;
@@ -365,7 +370,7 @@ static void make_model(const char *path, int num_ids, int hidden) {
 static void test_arc_eval_smoke(void **state) {
     /* one training task, two evaluation tasks (6ea4a07e has two test inputs) */
     static const char *const files[] = {"training/0d3d703e.json", "evaluation/6ea4a07e.json", "evaluation/17cae0c1.json"};
-    char in[320], ds[320], ck[320], ck_bad[320], sub[320], sub2[320], preds[320], cmd[2600], abs_src[1024], *out;
+    char in[320], ds[320], ck[320], ck_bad[320], ck_hrm[320], sub[320], sub2[320], preds[320], cmd[2600], abs_src[1024], *out;
     int i, rc;
     (void)state;
     need_programs();
@@ -403,6 +408,8 @@ static void test_arc_eval_smoke(void **state) {
         snprintf(ck_bad, sizeof ck_bad, "%s/tiny_wrong_table.safetensors", g_tmp);
         make_model(ck, (int)meta.num_puzzle_identifiers, 32);
         make_model(ck_bad, (int)meta.num_puzzle_identifiers + 3, 32);
+        snprintf(ck_hrm, sizeof ck_hrm, "%s/tiny_hrm.safetensors", g_tmp);
+        make_model(ck_hrm, (int)meta.num_puzzle_identifiers, -32);
         tr_dataset_close(d);
         tr_ctx_destroy(ctx);
     }
@@ -427,6 +434,14 @@ static void test_arc_eval_smoke(void **state) {
     if (rc != 0) fail_msg("arc-eval --limit 1 exited %d:\n%s", rc, out);
     assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
     free(out);
+    /* an HRM checkpoint runs without any new flag */
+    {
+        snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 3 --threads 1 --limit 1 --all-inputs --quiet", ck_hrm, ds);
+        rc = run_cmd(cmd, &out);
+        if (rc != 0) fail_msg("arc-eval on an HRM exited %d:\n%s", rc, out);
+        assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
+        free(out);
+    }
     /* the saved predictions give back the same submission without the model */
     snprintf(cmd, sizeof cmd, ARC_EVAL " --predictions '%s' '%s' --output '%s' && cmp '%s' '%s'", preds, ds, sub2, sub, sub2);
     rc = run_cmd(cmd, &out);
@@ -464,6 +479,133 @@ static void test_arc_eval_smoke(void **state) {
     free(out);
 }
 
+/* ---- HRM checkpoints through tools/convert_checkpoint.py --------------------------------------- */
+/* A python with torch, numpy and PyYAML (the Debian one has them), or NULL. */
+static const char *python_torch(void) {
+    static const char *const cands[2] = {"/usr/bin/python3", "python3"};
+    char cmd[256];
+    int i;
+    for (i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s -c 'import torch, numpy, yaml' >/dev/null 2>&1", cands[i]);
+        if (system(cmd) == 0) return cands[i];
+    }
+    return NULL;
+}
+
+static double json_num(const tr_json *o, const char *key) {
+    const tr_json *v = tr_json_get(o, key);
+    if (!v || v->type != TR_JSON_NUMBER) fail_msg("expected config has no number '%s'", key);
+    return v->number;
+}
+
+/* The converted file's config is the twin's (HRM_CKPT in tools/torch_reference.py) with HRM's
+   semantics, and every tensor the model has equals the twin's bit for bit (the bf16 H_init/L_init
+   widened exactly), with none left over. */
+static void check_converted_hrm(const char *path, const char *expected) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_model_config c;
+    tr_model *m = NULL;
+    tr_st_file *ef = NULL;
+    tr_json *want = NULL;
+    const char *js;
+    int i, n;
+    if (tr_checkpoint_read_config(ctx, path, &c) != TR_OK) fail_msg("%s", tr_ctx_last_error(ctx));
+    assert_int_equal(tr_st_open(ctx, expected, &ef), TR_OK);
+    assert_non_null(js = tr_st_metadata(ef, "config"));
+    assert_int_equal(tr_json_parse(ctx, js, strlen(js), expected, &want), TR_OK);
+    assert_int_equal(c.arch, TR_ARCH_HRM);
+    assert_int_equal(c.no_ACT_continue, 0); /* HRM halts on q_halt > q_continue */
+    assert_int_equal(c.mlp_t, 0);
+    assert_int_equal(c.pos_encodings, TR_POS_ROPE);
+    assert_int_equal(c.puzzle_emb_len, 0); /* HRM's ceil(puzzle_emb_ndim / hidden_size) */
+#define SAME(field) assert_int_equal(c.field, (int)json_num(want, #field))
+    SAME(hidden_size); SAME(num_heads); SAME(H_layers); SAME(L_layers); SAME(H_cycles); SAME(L_cycles);
+    SAME(puzzle_emb_ndim); SAME(vocab_size); SAME(seq_len); SAME(num_puzzle_identifiers); SAME(halt_max_steps);
+#undef SAME
+    assert_true(c.expansion == json_num(want, "expansion"));
+    assert_true(c.halt_exploration_prob == json_num(want, "halt_exploration_prob"));
+    tr_json_free(ctx, want);
+    if (tr_model_load(ctx, path, NULL, &m) != TR_OK) fail_msg("%s", tr_ctx_last_error(ctx));
+    n = tr_model_num_tensors(m);
+    assert_int_equal((size_t)n, tr_st_count(ef));
+    for (i = 0; i < n; i++) {
+        tr_tensor_view v;
+        const tr_st_tensor *t;
+        float *ref;
+        assert_int_equal(tr_model_tensor(m, i, &v), TR_OK);
+        if (!(t = tr_st_find(ef, v.name))) fail_msg("%s: the twin has no tensor %s", expected, v.name);
+        assert_int_equal(tr_st_numel(t), v.numel);
+        ref = (float *)malloc(v.numel * sizeof *ref);
+        assert_int_equal(tr_st_read_f32(ctx, t, ref, v.numel), TR_OK);
+        if (memcmp(ref, v.data, v.numel * sizeof *ref) != 0) fail_msg("%s: tensor %s differs from the twin's", path, v.name);
+        free(ref);
+    }
+    tr_model_destroy(m);
+    tr_st_close(ef);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
+/* Expects the command to fail (exit 1, no crash) with each needle in its message, and out not written. */
+static void expect_convert_error(const char *cmd, const char *out_path, const char *needle1, const char *needle2) {
+    char *out;
+    int rc = run_cmd(cmd, &out);
+    if (rc != 1) fail_msg("'%s' exited %d:\n%s", cmd, rc, out);
+    if (!strstr(out, needle1) || !strstr(out, needle2)) fail_msg("'%s': the message lacks '%s' / '%s':\n%s", cmd, needle1, needle2, out);
+    assert_false(file_exists(out_path));
+    free(out);
+}
+
+static void test_convert_hrm_checkpoint(void **state) {
+    const char *py = python_torch();
+    char dir[320], ds[400], exp_[400], o1[400], o2[400], o3[400], cmd[2048], *out;
+    int rc;
+    (void)state;
+    if (!py) skip(); /* needs torch and PyYAML, as the converter does */
+    snprintf(dir, sizeof dir, "%s/hrm", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s tools/torch_reference.py --hrm-checkpoint '%s'", py, dir);
+    rc = run_cmd(cmd, &out);
+    if (rc != 0) fail_msg("the twin exited %d:\n%s", rc, out);
+    free(out);
+    snprintf(ds, sizeof ds, "%s/dataset.json", dir);
+    snprintf(exp_, sizeof exp_, "%s/expected.safetensors", dir);
+    /* the released layout: a run directory, "_orig_mod." keys, bf16 H_init/L_init kept as BF16 */
+    snprintf(o1, sizeof o1, "%s/hrm_run.safetensors", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/run' '%s' --dataset-json '%s'", py, dir, o1, ds);
+    rc = run_cmd(cmd, &out);
+    if (rc != 0) fail_msg("'%s' exited %d:\n%s", cmd, rc, out);
+    assert_non_null(strstr(out, "model hrm"));
+    free(out);
+    check_converted_hrm(o1, exp_);
+    /* a step_N file without the prefix, all_config.yaml found beside it, stored as F32 */
+    snprintf(o2, sizeof o2, "%s/hrm_plain.safetensors", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/plain/step_10' '%s' --dataset-json '%s' --dtype f32", py, dir, o2, ds);
+    rc = run_cmd(cmd, &out);
+    if (rc != 0) fail_msg("'%s' exited %d:\n%s", cmd, rc, out);
+    free(out);
+    check_converted_hrm(o2, exp_);
+    {
+        tr_ctx *ctx = tu_ctx(1, 0);
+        tr_st_file *f;
+        assert_int_equal(tr_st_open(ctx, o1, &f), TR_OK);
+        assert_string_equal(tr_st_metadata(f, "model"), "hrm");
+        assert_int_equal(tr_st_find(f, "model.inner.H_init")->dtype, TR_BF16);
+        assert_int_equal(tr_st_find(f, "model.inner.lm_head.weight")->dtype, TR_F32);
+        tr_st_close(f);
+        tr_ctx_destroy(ctx);
+    }
+    /* errors name the file and the key */
+    snprintf(o3, sizeof o3, "%s/hrm_bad.safetensors", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/noconfig' '%s' --dataset-json '%s'", py, dir, o3, ds);
+    expect_convert_error(cmd, o3, "noconfig/all_config.yaml", "no all_config.yaml");
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/noconfig/checkpoint' '%s' --dataset-json '%s'", py, dir, o3, ds);
+    expect_convert_error(cmd, o3, "noconfig/all_config.yaml", "no all_config.yaml");
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/badshape' '%s' --dataset-json '%s'", py, dir, o3, ds);
+    expect_convert_error(cmd, o3, "badshape/checkpoint", "model.inner.H_level.layers.1.mlp.down_proj.weight [16, 128] (expected [16, 256])");
+    snprintf(cmd, sizeof cmd, "%s tools/convert_checkpoint.py '%s/run' '%s'", py, dir, o3); /* seq_len is the dataset's */
+    expect_convert_error(cmd, o3, "seq_len", "--dataset-json");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices_report),
@@ -471,6 +613,7 @@ int main(void) {
         cmocka_unit_test(test_arc_voting),
         cmocka_unit_test(test_arc_eval_bad_input),
         cmocka_unit_test(test_arc_eval_smoke),
+        cmocka_unit_test(test_convert_hrm_checkpoint),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

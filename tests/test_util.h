@@ -104,6 +104,13 @@ static inline void tu_tiny_config(tr_model_config *c, int mlp_t, tr_pos_encoding
     c->mlp_t = mlp_t, c->pos_encodings = pos, c->loss_type = loss;
 }
 
+/* The tiny config as an HRM: H_level of 1 block and L_level of 2 (different depths on purpose),
+   halting on q_halt > q_continue with the Q-learning target. */
+static inline void tu_tiny_hrm_config(tr_model_config *c, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+    tu_tiny_config(c, mlp_t, pos, loss);
+    c->arch = TR_ARCH_HRM, c->H_layers = 1, c->no_ACT_continue = 0;
+}
+
 /* A whole file, NUL-terminated (malloc'ed; NULL if it cannot be read); its size in *len if len. */
 static inline char *tu_slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

@@ -1,21 +1,27 @@
 #!/usr/bin/python3
-"""Convert reference TRM checkpoints (torch.save state_dicts) to tinyrec safetensors, and back.
+"""Convert reference TRM and HRM checkpoints (torch.save state_dicts) to tinyrec safetensors, and back.
 
 PyTorch -> tinyrec:
-    /usr/bin/python3 tools/convert_checkpoint.py CKPT OUT.safetensors --config config/arch/trm.yaml \
+    /usr/bin/python3 tools/convert_checkpoint.py CKPT OUT.safetensors [--config config/arch/trm.yaml] \
         [--dataset-json data/sudoku/train/dataset.json] [--seq-len N] [--vocab-size N] \
-        [--num-puzzle-identifiers N] [--set key=value ...] [--dtype keep|f32|bf16|f16]
+        [--num-puzzle-identifiers N] [--arch trm|hrm] [--set key=value ...] [--dtype keep|f32|bf16|f16]
 
     CKPT is what the reference's pretrain.py writes (torch.save(model.state_dict())): keys
     "_orig_mod.model.inner.<name>" (the prefix comes from torch.compile and is stripped) or
-    "model.inner.<name>". The architecture comes from the reference's yaml: an arch file
-    (config/arch/trm.yaml) or a run's all_config.yaml (its "arch" section); `${.hidden_size}`
-    style references are resolved. vocab_size, seq_len and num_puzzle_identifiers come from the
-    dataset (--dataset-json: the reference's dataset.json), from flags, or from the tensor shapes
-    (the embedding and puzzle tables, the mlp_t or learned-position weights). --set overrides any
-    field. Every tensor is checked against the shapes the config implies before anything is
-    written. BF16/F16 tensors stay as they are unless --dtype says otherwise; tinyrec loads F32,
-    BF16 and F16 (converting to fp32).
+    "model.inner.<name>". It may be a run directory, as the released HRM checkpoints are laid out
+    (DIR/checkpoint, or the newest DIR/step_N, beside DIR/all_config.yaml). The architecture comes
+    from the reference's yaml: --config (an arch file such as config/arch/trm.yaml or
+    config/arch/hrm_v1.yaml, or a run's all_config.yaml), else the all_config.yaml next to CKPT;
+    `${.hidden_size}` style references are resolved. The model kind comes from the arch name
+    (hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1, hrm_v1, ...@TinyRecursiveReasoningModel_ACTV1),
+    else from the tensor names (H_level.* is HRM), or --arch. vocab_size, seq_len and
+    num_puzzle_identifiers come from the dataset (--dataset-json: the reference's dataset.json; by
+    default the all_config.yaml's data_path/{train,test}/dataset.json when that exists, relative to
+    the current folder), from flags, or from the tensor shapes (the embedding and puzzle tables, the
+    mlp_t or learned-position weights). --set overrides any field. Every tensor is checked against
+    the shapes the config implies before anything is written. BF16/F16 tensors stay as they are
+    unless --dtype says otherwise (HRM's H_init/L_init are bfloat16); tinyrec loads F32, BF16 and
+    F16 (converting to fp32).
 
 tinyrec -> PyTorch:
     /usr/bin/python3 tools/convert_checkpoint.py --to-torch IN.safetensors OUT.pt [--no-prefix] \
@@ -26,7 +32,8 @@ tinyrec -> PyTorch:
     reference's yaml.
 
 The safetensors files are read and written here directly (numpy + struct), with the layout and
-__metadata__ (format=tinyrec, format_version, model=trm, config=<JSON>) that tinyrec.h expects.
+__metadata__ (format=tinyrec, format_version, model=trm or hrm, config=<JSON>; for HRM the JSON
+also has "arch":"hrm") that tinyrec.h expects.
 Needs torch only for the .pt side (Debian's /usr/bin/python3 has it) and PyYAML for --config.
 """
 import argparse
@@ -62,6 +69,16 @@ DEFAULTS = dict(hidden_size=512, num_heads=8, expansion=4.0, L_layers=2, H_layer
                 mlp_t=False, rope_theta=10000.0, rms_norm_eps=1e-5, halt_max_steps=16,
                 halt_exploration_prob=0.1, forward_dtype="bfloat16", no_ACT_continue=True,
                 loss_type="stablemax_cross_entropy")
+# config/arch/hrm_v1.yaml and HierarchicalReasoningModel_ACTV1Config's defaults. HRM has no
+# puzzle_emb_len (0: ceil(puzzle_emb_ndim / hidden_size) slots), no mlp_t, and halts on
+# q_halt > q_continue (no_ACT_continue false).
+HRM_DEFAULTS = dict(hidden_size=512, num_heads=8, expansion=4.0, L_layers=4, H_layers=4, H_cycles=2,
+                    L_cycles=2, puzzle_emb_ndim=512, puzzle_emb_len=0, pos_encodings="rope",
+                    mlp_t=False, rope_theta=10000.0, rms_norm_eps=1e-5, halt_max_steps=16,
+                    halt_exploration_prob=0.1, forward_dtype="bfloat16", no_ACT_continue=False,
+                    loss_type="stablemax_cross_entropy")
+ARCH_NAMES = {"trm": "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1",
+              "hrm": "hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1"}
 
 ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "I32": ("<i4", 4),
              "I64": ("<i8", 8), "U8": ("u1", 1), "BOOL": ("u1", 1)}
@@ -152,6 +169,12 @@ def read_safetensors(path):
 # config
 # ----------------------------------------------------------------------------------------------
 def load_yaml(path):
+    """The arch fields of a reference yaml."""
+    return load_yaml_info(path)[0]
+
+
+def load_yaml_info(path):
+    """(arch fields, {"name": the arch name, "data_path": the run's data_path} where present)."""
     try:
         import yaml
     except ImportError:
@@ -187,7 +210,11 @@ def load_yaml(path):
                 return resolve(cur, depth + 1)
         return v
 
-    cfg = {}
+    cfg, info = {}, {}
+    if isinstance(doc.get("name"), str):
+        info["name"] = doc["name"]
+    if root is not doc and isinstance(root.get("data_path"), str):
+        info["data_path"] = root["data_path"]
     for k, v in doc.items():
         if k == "loss" and isinstance(v, dict):
             if "loss_type" in v:
@@ -195,13 +222,16 @@ def load_yaml(path):
             continue
         if k in CONFIG_FIELDS:
             cfg[k] = resolve(v)
-    return cfg
+    return cfg, info
 
 
 def normalise(cfg):
     out = collections.OrderedDict()
     for k in CONFIG_FIELDS:
         if k not in cfg or cfg[k] is None:
+            if k in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
+                die("config field %s is unknown: it is the dataset's; give --dataset-json "
+                    "DATA/train/dataset.json or --%s N" % (k, k.replace("_", "-")))
             die("config field %s is unknown: give it with --set %s=... (or a flag)" % (k, k))
         v = cfg[k]
         if k in INT_FIELDS:
@@ -230,8 +260,19 @@ def normalise(cfg):
     return out
 
 
-def config_json(cfg):
-    parts = []
+def arch_of_name(name):
+    """The model kind an arch name means, or None: hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1,
+    hrm_v1, recursive_reasoning.hrm@... are HRM; ...trm@TinyRecursiveReasoningModel_ACTV1 is TRM."""
+    n = name.lower()
+    if "hierarchicalreasoning" in n or re.search(r"(^|[._/@])hrm", n):
+        return "hrm"
+    if "tinyrecursive" in n or re.search(r"(^|[._/@])trm", n):
+        return "trm"
+    return None
+
+
+def config_json(cfg, arch="trm"):
+    parts = ['"arch":"hrm"'] if arch == "hrm" else []
     for k in CONFIG_FIELDS:
         v = cfg[k]
         if isinstance(v, bool):
@@ -260,7 +301,7 @@ def prefix_len(cfg):
     return -(-cfg["puzzle_emb_ndim"] // cfg["hidden_size"])
 
 
-def expected_shapes(cfg):
+def expected_shapes(cfg, arch="trm"):
     """name (without prefix) -> shape, as tinyrec's model has them."""
     V, D, L = cfg["vocab_size"], cfg["hidden_size"], cfg["seq_len"]
     S = L + prefix_len(cfg)
@@ -269,17 +310,20 @@ def expected_shapes(cfg):
     sh[INNER + "embed_tokens.embedding_weight"] = (V, D)
     if cfg["pos_encodings"] == "learned":
         sh[INNER + "embed_pos.embedding_weight"] = (S, D)
-    for i in range(cfg["L_layers"]):
-        p = INNER + "L_level.layers.%d." % i
-        if cfg["mlp_t"]:
-            It = swiglu_width(cfg["expansion"], S)
-            sh[p + "mlp_t.gate_up_proj.weight"] = (2 * It, S)
-            sh[p + "mlp_t.down_proj.weight"] = (S, It)
-        else:
-            sh[p + "self_attn.qkv_proj.weight"] = (3 * D, D)
-            sh[p + "self_attn.o_proj.weight"] = (D, D)
-        sh[p + "mlp.gate_up_proj.weight"] = (2 * I, D)
-        sh[p + "mlp.down_proj.weight"] = (D, I)
+    levels = [("H_level", cfg["H_layers"]), ("L_level", cfg["L_layers"])] if arch == "hrm" else \
+        [("L_level", cfg["L_layers"])]
+    for level, n_layers in levels:
+        for i in range(n_layers):
+            p = INNER + "%s.layers.%d." % (level, i)
+            if cfg["mlp_t"]:
+                It = swiglu_width(cfg["expansion"], S)
+                sh[p + "mlp_t.gate_up_proj.weight"] = (2 * It, S)
+                sh[p + "mlp_t.down_proj.weight"] = (S, It)
+            else:
+                sh[p + "self_attn.qkv_proj.weight"] = (3 * D, D)
+                sh[p + "self_attn.o_proj.weight"] = (D, D)
+            sh[p + "mlp.gate_up_proj.weight"] = (2 * I, D)
+            sh[p + "mlp.down_proj.weight"] = (D, I)
     sh[INNER + "lm_head.weight"] = (V, D)
     sh[INNER + "q_head.weight"] = (2, D)
     sh[INNER + "q_head.bias"] = (2,)
@@ -305,7 +349,8 @@ def infer_sizes(cfg, shapes):
         except (KeyError, TypeError, ValueError):
             pass
         pos = shapes.get(INNER + "embed_pos.embedding_weight")
-        mt = shapes.get(INNER + "L_level.layers.0.mlp_t.gate_up_proj.weight")
+        mt = shapes.get(INNER + "L_level.layers.0.mlp_t.gate_up_proj.weight",
+                        shapes.get(INNER + "H_level.layers.0.mlp_t.gate_up_proj.weight"))
         if lp is not None and pos is not None:
             cfg["seq_len"] = pos[0] - lp
         elif lp is not None and mt is not None:
@@ -381,20 +426,66 @@ def load_state_dict(path):
     return sd
 
 
+def locate(path, config):
+    """(checkpoint file, config yaml or None). A directory is a reference run directory: its
+    `checkpoint` (the released checkpoints' name) or newest `step_N`, and its all_config.yaml."""
+    if os.path.isdir(path):
+        ck = os.path.join(path, "checkpoint")
+        if not os.path.isfile(ck):
+            steps = sorted((int(m.group(1)), f) for f in os.listdir(path)
+                           for m in [re.match(r"^step_(\d+)$", f)] if m)
+            if not steps:
+                die("%s: a directory without a 'checkpoint' or 'step_N' file" % path)
+            ck = os.path.join(path, steps[-1][1])
+        if config is None:
+            config = os.path.join(path, "all_config.yaml")
+            if not os.path.isfile(config):
+                die("%s: no all_config.yaml in the run directory (the reference writes it beside "
+                    "the weights; give the arch yaml with --config)" % config)
+        return ck, config
+    if not os.path.isfile(path):
+        die("%s: no such file or directory" % path)
+    if config is None:
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), "all_config.yaml")
+        if os.path.isfile(beside):
+            config = beside
+    return path, config
+
+
+def dataset_json_of(data_path):
+    """The reference's dataset.json under a run's data_path, when it is there."""
+    for split in ("train", "test"):
+        p = os.path.join(data_path, split, "dataset.json")
+        if os.path.isfile(p):
+            return p
+    return None
+
+
 def to_tinyrec(args):
-    sd = load_state_dict(args.input)
+    ckpt, config = locate(args.input, args.config)
+    sd = load_state_dict(ckpt)
     bare = collections.OrderedDict()
     for k, v in sd.items():
         name = k[len(ORIG_MOD):] if k.startswith(ORIG_MOD) else k
         if name in bare:
-            die("%s: tensor %s is there twice (with and without %s)" % (args.input, name, ORIG_MOD))
+            die("%s: tensor %s is there twice (with and without %s)" % (ckpt, name, ORIG_MOD))
         bare[name] = v
     shapes = {k: tuple(v.shape) for k, v in bare.items()}
-    cfg = dict(DEFAULTS)
-    if args.config:
-        cfg.update(load_yaml(args.config))
-    if args.dataset_json:
-        with open(args.dataset_json) as f:
+    yml, info = load_yaml_info(config) if config else ({}, {})
+    keys_hrm = any(n.startswith(INNER + "H_level.") for n in bare)
+    arch = args.arch or (arch_of_name(info["name"]) if "name" in info else None) or \
+        ("hrm" if keys_hrm else "trm")
+    if arch == "hrm" and not config:
+        die("%s: no all_config.yaml next to this HRM checkpoint (the reference writes it beside the "
+            "weights; give the arch yaml with --config)" %
+            os.path.join(os.path.dirname(os.path.abspath(ckpt)), "all_config.yaml"))
+    cfg = dict(HRM_DEFAULTS if arch == "hrm" else DEFAULTS)
+    cfg.update(yml)
+    dataset_json = args.dataset_json
+    if not dataset_json and "data_path" in info:
+        dataset_json = dataset_json_of(info["data_path"])
+    if dataset_json:
+        with open(dataset_json) as f:
             ds = json.load(f)
         for k in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
             if k in ds:
@@ -405,7 +496,7 @@ def to_tinyrec(args):
             cfg[k] = flag
     cfg.update(parse_set(args.set))
     cfg = normalise(infer_sizes(cfg, shapes))
-    want = expected_shapes(cfg)
+    want = expected_shapes(cfg, arch)
     missing = [n for n in want if n not in bare]
     unexpected = [n for n in bare if n not in want]
     bad = ["%s %s (expected %s)" % (n, list(shapes[n]), list(want[n])) for n in want
@@ -418,14 +509,17 @@ def to_tinyrec(args):
     if bad:
         problems.append("mis-shaped: " + "; ".join(bad))
     if problems and not args.no_check:
-        die("%s does not match the config %s:\n  %s" % (args.input, config_json(cfg), "\n  ".join(problems)))
+        die("%s does not match the %s config%s %s:\n  %s" % (
+            ckpt, arch.upper(), " of " + config if config else "", config_json(cfg, arch),
+            "\n  ".join(problems)))
     records = [torch_to_record(n, bare[n], args.dtype) for n in bare]
     meta = collections.OrderedDict([
-        ("format", "tinyrec"), ("format_version", str(FORMAT_VERSION)), ("model", "trm"),
-        ("config", config_json(cfg)), ("converted_from", os.path.basename(args.input))])
+        ("format", "tinyrec"), ("format_version", str(FORMAT_VERSION)), ("model", arch),
+        ("config", config_json(cfg, arch)), ("converted_from", os.path.basename(ckpt))])
     write_safetensors(args.output, records, meta)
-    print("%s: %d tensors (%s), config %s" % (args.output, len(records),
-                                               ", ".join(sorted({r[1] for r in records})), config_json(cfg)))
+    print("%s: %d tensors (%s), model %s, config %s" % (
+        args.output, len(records), ", ".join(sorted({r[1] for r in records})), arch,
+        config_json(cfg, arch)))
 
 
 def to_torch(args):
@@ -445,10 +539,10 @@ def to_torch(args):
         cfg = json.loads(meta["config"])
         import yaml
         arch = collections.OrderedDict()
-        arch["name"] = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
+        arch["name"] = ARCH_NAMES["hrm" if meta.get("model") == "hrm" else "trm"]
         arch["loss"] = {"name": "losses@ACTLossHead", "loss_type": cfg.get("loss_type", "stablemax_cross_entropy")}
         for k in CONFIG_FIELDS:
-            if k in ("loss_type", "vocab_size", "seq_len", "num_puzzle_identifiers"):
+            if k in ("loss_type", "vocab_size", "seq_len", "num_puzzle_identifiers", "arch"):
                 continue
             if k in cfg:
                 arch[k] = cfg[k]
@@ -462,10 +556,13 @@ def to_torch(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("input")
+    ap.add_argument("input", help="a state_dict file or a run directory (checkpoint + all_config.yaml)")
     ap.add_argument("output")
     ap.add_argument("--to-torch", action="store_true", help="tinyrec safetensors -> torch state_dict")
-    ap.add_argument("--config", help="reference yaml: config/arch/trm.yaml or a run's all_config.yaml")
+    ap.add_argument("--config", help="reference yaml: config/arch/{trm,hrm_v1}.yaml or a run's "
+                                     "all_config.yaml (default: the all_config.yaml beside the input)")
+    ap.add_argument("--arch", choices=("trm", "hrm"), help="model kind (default: from the arch name, "
+                                                           "else from the tensor names)")
     ap.add_argument("--dataset-json", help="the reference's dataset.json (vocab_size, seq_len, num_puzzle_identifiers)")
     ap.add_argument("--vocab-size", type=int)
     ap.add_argument("--seq-len", type=int)
