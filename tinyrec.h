@@ -446,6 +446,9 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
 typedef struct tr_comm {
     int rank, size;  /* this rank in [0, size), and the number of ranks (>= 1) */
     int local_rank;  /* rank among those on this machine (programs pick the device by it) */
+    int overlap;     /* 1: all-reduce each layer's gradients as soon as the backward has finished them, while
+                        a device computes the rest (several all-reduces a step); 0: one all-reduce after the
+                        backward. The same on every rank. The results are the same either way. */
     void *user;      /* passed to every callback */
     /* data[0..n) becomes the sum over ranks of every rank's data[0..n), on every rank */
     tr_status (*allreduce_sum)(void *user, float *data, size_t n);
@@ -4761,6 +4764,65 @@ TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, si
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueReadBuffer", NULL, err);
 }
 
+/* Pinned host memory of the caller's own (CL_MEM_ALLOC_HOST_PTR, mapped until tr__cl_pinned_free): the
+   device reads into it and writes from it at full speed, without the staging copies of tr__cl_write.
+   The data-parallel trainer stages its gradients there. NULL (and *mem NULL) when the device has none. */
+TR__FN void *tr__cl_pinned_alloc(tr__cl *cl, size_t bytes, tr__cl_mem *mem) {
+    const tr__clfn *f = &cl->lib.f;
+    tr__cl_int err = 0;
+    void *p;
+    *mem = NULL;
+    if (cl->migrated || !bytes) return NULL;
+    *mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | TR__CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
+    p = *mem && err == TR__CL_SUCCESS ? f->EnqueueMapBuffer(cl->queue, *mem, TR__CL_TRUE, TR__CL_MAP_READ | TR__CL_MAP_WRITE, 0, bytes, 0, NULL, NULL, &err) : NULL;
+    if (!p || err != TR__CL_SUCCESS) {
+        if (*mem) f->ReleaseMemObject(*mem);
+        *mem = NULL;
+        return NULL;
+    }
+    return p;
+}
+
+/* Also after a fallback to the CPU (the queue lives as long as cl). */
+TR__FN void tr__cl_pinned_free(tr__cl *cl, tr__cl_mem mem, void *p) {
+    if (!cl || !mem) return;
+    cl->lib.f.EnqueueUnmapMemObject(cl->queue, mem, p, 0, NULL, NULL);
+    cl->lib.f.Finish(cl->queue);
+    cl->lib.f.ReleaseMemObject(mem);
+}
+
+/* A non-blocking device -> host (to_dev 0) or host -> device copy behind what is already enqueued;
+   host must stay untouched until tr__cl_wait(*ev) (ev NULL: blocking). */
+TR__FN tr_status tr__cl_copy_host(tr__cl *cl, int to_dev, void *host, void *dev, size_t bytes, tr__cl_event *ev) {
+    tr__cl_mem mem;
+    size_t off;
+    tr__cl_int err;
+    tr_status st;
+    if (ev) *ev = NULL;
+    if ((st = tr__cl_check_live(cl, to_dev ? "write" : "read")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dev, bytes, to_dev ? "write" : "read", &mem, &off)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, to_dev ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    if (to_dev) err = cl->lib.f.EnqueueWriteBuffer(cl->queue, mem, ev ? TR__CL_FALSE : TR__CL_TRUE, off, bytes, host, 0, NULL, ev);
+    else err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, ev ? TR__CL_FALSE : TR__CL_TRUE, off, bytes, host, 0, NULL, ev);
+    if (err != TR__CL_SUCCESS) {
+        if (ev) *ev = NULL;
+        return tr__cl_fail(cl, to_dev ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", NULL, err);
+    }
+    return TR_OK;
+}
+
+/* Waits for ev and releases it (also when the wait fails); what names it in the error (NULL: a
+   transfer being abandoned, whose failure is no news and leaves the context's error as it is). */
+TR__FN tr_status tr__cl_wait(tr__cl *cl, tr__cl_event ev, const char *what) {
+    tr__cl_int err;
+    if (!ev) return TR_OK;
+    err = cl->lib.f.WaitForEvents(1, &ev);
+    cl->lib.f.ReleaseEvent(ev);
+    if (err == TR__CL_SUCCESS || !what) return err == TR__CL_SUCCESS ? TR_OK : TR_ERR_DEVICE;
+    return tr__cl_fail(cl, "clWaitForEvents", what, err);
+}
+
 TR__FN tr_status tr__cl_copy(tr__cl *cl, void *dst_dev, const void *src_dev, size_t bytes) {
     tr__cl_mem dm, sm;
     size_t doff, soff;
@@ -8359,8 +8421,31 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
     return TR_OK;
 }
 
-/* Backward through a recorded module application: dout -> dh0 (overwritten). */
-TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0) {
+/* Backward progress for data-parallel training: fn(user, lo, hi) once m->grads[lo, hi) holds its final
+   value for the step; the ranges cover the parameters once per backward, in an order that depends on the
+   configuration alone (the same on every rank, whatever its device): the heads, each module's layers from
+   the last (at the module's last application), the embeddings. */
+typedef struct tr__grad_ready {
+    tr_status (*fn)(void *user, size_t lo, size_t hi);
+    void *user;
+} tr__grad_ready;
+
+/* Where layer l of module mi starts in the flat parameters. */
+TR__FN size_t tr__layer_start(const tr_model *m, int mi, int l) {
+    const tr__layer *ly = &m->modules[mi].layers[l];
+    return (size_t)((m->cfg.mlp_t ? ly->tgu : ly->qkv) - m->params);
+}
+
+/* The parameter range of layer l of module mi: up to the next layer's start (the heads' after the last). */
+TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr__module *md, int l) {
+    int mi = (int)(md - m->modules);
+    size_t hi = l + 1 < md->n_layers ? tr__layer_start(m, mi, l + 1) : mi + 1 < m->n_modules ? tr__layer_start(m, mi + 1, 0) : (size_t)(m->W_lm - m->params);
+    return gr ? gr->fn(gr->user, tr__layer_start(m, mi, l), hi) : TR_OK;
+}
+
+/* Backward through a recorded module application: dout -> dh0 (overwritten). gr (may be NULL): this is
+   the module's last application in the backward, and its layers' gradients are final as it passes them. */
+TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
     float *g1 = m->ws + tr__block_rec_floats(m) * (size_t)B + tr__block_tmp_floats(m, B);
     float *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n;
@@ -8371,6 +8456,7 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l ? gnext : dh0, *t;
         if ((st = tr__block_bwd(m, &md->layers[l], &rec->blocks[l], B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
+        if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
     }
     return TR_OK;
@@ -8718,8 +8804,9 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     return tr__heads_fwd(m, c);
 }
 
-/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx. bufA, bufB scratch. */
-TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB) {
+/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx. bufA, bufB scratch. gr (may
+   be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
+TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, const tr__grad_ready *gr) {
     const tr__module *md = &m->modules[0];
     int n = m->cfg.L_cycles, i;
     size_t N = (size_t)c->B * m->S * m->D;
@@ -8728,15 +8815,15 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     if (m->cfg.arch == TR_ARCH_HRM) {
         /* z_H' = f_H(z_H + z_L'), z_L' = f_L(z_L + (z_H + x)): z_H and z_L are detached, so the
            gradient goes through z_L' to x alone */
-        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl)) != TR_OK) return st;
-        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx);
+        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl, gr)) != TR_OK) return st;
+        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx, gr);
     }
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
-    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl)) != TR_OK) return st;
+    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl, n ? NULL : gr)) != TR_OK) return st;
     if ((st = tr__dzero(m->ctx, dx, N * sizeof(float))) != TR_OK) return st;
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
-        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0)) != TR_OK) return st;
+        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, i ? NULL : gr)) != TR_OK) return st;
         if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
@@ -8982,7 +9069,16 @@ struct tr_trainer {
     int32_t *snap_ints;
     tr__rng snap_rng;
     /* data-parallel (tc.comm of size > 1): host staging of what the collectives move, and the result */
-    float *hgrad;    /* [P] the gradients, all-reduced */
+    float *hgrad;    /* [P] on a device: pinned host memory where the gradients are staged and all-reduced */
+    float *stage;    /* this step's gradient staging: hgrad, or m->grads itself on the CPU */
+    size_t bk_lo[2], bk_hi[2]; /* buckets (tr__dist_bucket) staged but not all-reduced yet, oldest first */
+    int bk_n;
+    int bk_seen;     /* buckets the backward pass under way has finished */
+    int bk_done;     /* buckets all-reduced this step: a pass redone after a device failure skips them */
+#if TINYREC_OPENCL
+    tr__cl_mem hgrad_mem; /* hgrad's pinned buffer (NULL: plain host memory) */
+    tr__cl_event bk_ev[2]; /* the buckets' copies to hgrad */
+#endif
     float *hrows;    /* [(size + 1) * B * Dp] every rank's puzzle-row gradients in rank order, then this rank's staged */
     int32_t *gids;   /* [size * B] their puzzle ids */
     double *hmet;    /* [size * TR__NMET] every rank's metrics */
@@ -8996,6 +9092,18 @@ struct tr_trainer {
 
 /* 1 when the trainer runs data-parallel over more than one rank. */
 TR__FN int tr__dist(const tr_trainer *t) { return t->tc.comm && t->tc.comm->size > 1; }
+
+/* Forgets the buckets staged but not all-reduced (a pass that failed), once their copies have ended. */
+TR__FN void tr__dist_drop(tr_trainer *t) {
+#if TINYREC_OPENCL
+    int i;
+    for (i = 0; i < t->bk_n; i++) {
+        if (t->bk_ev[i]) tr__cl_wait(t->m->ctx->cl, t->bk_ev[i], NULL);
+        t->bk_ev[i] = NULL;
+    }
+#endif
+    t->bk_n = 0;
+}
 
 TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr_ctx *ctx;
@@ -9012,6 +9120,12 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__free(ctx, t->snap_ints);
     tr__free(ctx, t->hmet);
     tr__dfree(ctx, t->gprow);
+    tr__dist_drop(t);
+#if TINYREC_OPENCL
+    if (t->hgrad_mem) tr__cl_pinned_free(ctx->cl, t->hgrad_mem, t->hgrad);
+    else
+#endif
+        tr__free(ctx, t->hgrad);
     tr__free(ctx, t);
 }
 
@@ -9093,11 +9207,15 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     }
     if (tc->comm && tc->comm->size > 1) {
         size_t n = tc->comm->size, rows = (size_t)B * m->Dp;
-        /* one block: hmet (doubles first, for their alignment) | hgrad | hrows | gids */
-        size_t floats = 2 * n * TR__NMET + P + (n + 1) * rows + n * B;
+        /* one block: hmet (doubles first, for their alignment) | hrows | gids */
+        size_t floats = 2 * n * TR__NMET + (n + 1) * rows + n * B;
         if (!(t->hmet = (double *)tr__calloc(ctx, floats, sizeof(float)))) goto oom;
-        t->hgrad = (float *)(t->hmet + n * TR__NMET);
-        t->hrows = t->hgrad + P;
+        t->hrows = (float *)(t->hmet + n * TR__NMET);
+#if TINYREC_OPENCL
+        /* pinned, so that the device copies the gradients to and from it at full speed, no staging copies */
+        if (ctx->dev_active) t->hgrad = (float *)tr__cl_pinned_alloc(ctx->cl, P * sizeof(float), &t->hgrad_mem);
+#endif
+        if (ctx->dev_active && !t->hgrad && !(t->hgrad = (float *)tr__calloc(ctx, P, sizeof(float)))) goto oom;
         t->gids = (int32_t *)(t->hrows + (n + 1) * rows);
         if (rows && !(t->gprow = (float *)tr__dalloc(ctx, n * rows * sizeof(float), 1))) goto oom;
     }
@@ -9156,6 +9274,8 @@ TR__FN tr_status tr__check_train_batch(tr_trainer *t, const tr_batch *batch) {
     return batch->labels ? TR_OK : tr__err(t->m->ctx, TR_ERR_INVALID_ARG, "batch: training needs labels");
 }
 
+TR__FN tr_status tr__dist_bucket(void *user, size_t lo, size_t hi);
+
 /* Forward + backward of one training step; leaves the gradients in m->grads (and the puzzle
    rows' grads in t->prow). The batch runs in micro-batches of t->micro rows whose gradients
    accumulate (the loss is divided by the global batch either way). Separate from the update
@@ -9166,12 +9286,15 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
     tr_metrics mt, part;
     tr_status st;
     int r0, nb;
+    tr__grad_ready ready = {tr__dist_bucket, t};
+    t->bk_seen = 0;
     if ((st = tr__dzero(m->ctx, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
     memset(&mt, 0, sizeof mt);
     for (r0 = 0; r0 < c->B; r0 += nb) {
         tr_carry v;
         tr_batch bt;
         size_t LV = (size_t)m->L * m->V;
+        const tr__grad_ready *gr;
         nb = TR__MIN(t->micro, c->B - r0);
         tr__carry_view(c, r0, nb, &v);
         bt = tr__batch_rows(m, batch, r0, nb);
@@ -9185,9 +9308,13 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
         mt.count += part.count, mt.accuracy += part.accuracy, mt.exact_accuracy += part.exact_accuracy;
         mt.q_halt_accuracy += part.q_halt_accuracy, mt.steps += part.steps;
         mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
+        /* data-parallel with overlap: in the last micro-batch, each gradient is all-reduced once final */
+        gr = tr__dist(t) && t->tc.comm->overlap && r0 + nb == c->B ? &ready : NULL;
         if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz)) != TR_OK) return st;
-        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB)) != TR_OK) return st;
+        if (gr && (st = tr__dist_bucket(t, (size_t)(m->W_lm - m->params), m->n_params)) != TR_OK) return st;
+        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, gr)) != TR_OK) return st;
         if ((st = tr__embed_bwd(m, &v, t->dx, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
+        if (gr && (st = tr__dist_bucket(t, 0, tr__layer_start(m, 0, 0))) != TR_OK) return st;
     }
     mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
     if (metrics) *metrics = mt;
@@ -9350,12 +9477,58 @@ TR__FN tr_status tr__comm_err(tr_ctx *ctx, const tr_comm *cm, tr_status st, cons
     return tr__err(ctx, TR_ERR_GENERIC, "communicator: %s failed on rank %d of %d (%s; the communicator has the reason)", what, cm->rank, cm->size, tr_status_string(st));
 }
 
-/* Data-parallel: every rank's share of the step becomes the global batch's. The gradients are
-   all-reduced, the puzzle-row gradients and ids gathered (the reference's distributed sign-SGD
-   gathers them too: the sign of the summed rows is the same on every rank) and the metrics summed
-   in rank order. What is sent is staged on the host first, so that a device failure can only
-   happen before the collectives (the step is then redone on the CPU and the collectives run once);
-   the all-reduce is not overlapped with the backward. Sets t->reduced. */
+/* All-reduces the staged buckets but the newest keep (0 or 1), oldest first: on a device, each one once
+   its copy to the host has ended. */
+TR__FN tr_status tr__dist_drain(tr_trainer *t, int keep) {
+    const tr_comm *cm = t->tc.comm;
+    tr_status st = TR_OK;
+    while (t->bk_n > keep) {
+        size_t lo = t->bk_lo[0], hi = t->bk_hi[0];
+#if TINYREC_OPENCL
+        tr__cl_event ev = t->bk_ev[0];
+        t->bk_ev[0] = t->bk_ev[1], t->bk_ev[1] = NULL;
+        if (ev) st = tr__cl_wait(t->m->ctx->cl, ev, "staging the gradients");
+#endif
+        t->bk_lo[0] = t->bk_lo[1], t->bk_hi[0] = t->bk_hi[1], t->bk_n--;
+        if (st != TR_OK) return st;
+        if ((st = cm->allreduce_sum(cm->user, t->stage + lo, hi - lo)) != TR_OK) return tr__comm_err(t->m->ctx, cm, st, "the gradient all-reduce");
+        t->bk_done++;
+    }
+    return TR_OK;
+}
+
+/* m->grads[lo, hi) is final for the step (tr__grad_ready, or the whole buffer without overlap): it is
+   staged (on a device, a copy to the pinned hgrad queued behind the backward) and the buckets before it
+   are all-reduced, so that on a device an all-reduce runs while the device computes what is queued after
+   its copy. Every rank sees the same buckets in the same order, whatever its device; a pass redone after
+   a device failure skips those already all-reduced (their sums wait in t->stage). */
+TR__FN tr_status tr__dist_bucket(void *user, size_t lo, size_t hi) {
+    tr_trainer *t = (tr_trainer *)user;
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
+    tr_status st = TR_OK;
+    int k;
+    if (t->bk_seen++ < t->bk_done) return TR_OK;
+    k = t->bk_n;
+    if (t->stage != m->grads) {
+#if TINYREC_OPENCL
+        if (ctx->dev_active) st = tr__cl_copy_host(ctx->cl, 0, t->stage + lo, m->grads + lo, (hi - lo) * sizeof(float), &t->bk_ev[k]);
+        else
+#endif
+            st = tr__dget(ctx, t->stage + lo, m->grads + lo, (hi - lo) * sizeof(float));
+        if (st != TR_OK) return st;
+    }
+    t->bk_lo[k] = lo, t->bk_hi[k] = hi, t->bk_n++;
+    return tr__dist_drain(t, ctx->dev_active); /* on a device the newest copy is still under way */
+}
+
+/* Data-parallel, after the backward: every rank's share of the step becomes the global batch's. The
+   gradients are all-reduced (in buckets during the backward with comm->overlap, else here in one), the
+   puzzle-row gradients and ids gathered (the reference's distributed sign-SGD gathers them too: the sign
+   of the summed rows is the same on every rank) and the metrics summed in rank order. The sums land in
+   host memory (t->stage: pinned on a device; on the CPU the gradients themselves), so a device failure
+   after a collective loses nothing: the step is redone on the CPU and no collective runs twice. Sets
+   t->reduced. */
 TR__FN tr_status tr__dist_reduce(tr_trainer *t, const tr_metrics *mt) {
     const tr_comm *cm = t->tc.comm;
     tr_model *m = t->m;
@@ -9364,10 +9537,10 @@ TR__FN tr_status tr__dist_reduce(tr_trainer *t, const tr_metrics *mt) {
     double loc[TR__NMET], sum[TR__NMET];
     float *mine = t->hrows + n * rows;
     tr_status st;
-    if ((st = tr__dget(ctx, t->hgrad, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
+    if (!cm->overlap && (st = tr__dist_bucket(t, 0, m->n_params)) != TR_OK) return st;
+    if ((st = tr__dist_drain(t, 0)) != TR_OK) return st;
     if (rows && (st = tr__dget(ctx, mine, t->prow, rows * sizeof(float))) != TR_OK) return st;
     memcpy(loc, mt, sizeof loc);
-    if ((st = cm->allreduce_sum(cm->user, t->hgrad, m->n_params)) != TR_OK) return tr__comm_err(ctx, cm, st, "the gradient all-reduce");
     if ((st = cm->allgather(cm->user, loc, t->hmet, sizeof loc)) != TR_OK) return tr__comm_err(ctx, cm, st, "the metrics all-gather");
     if (rows && ((st = cm->allgather(cm->user, mine, t->hrows, rows * sizeof(float))) != TR_OK ||
                  (st = cm->allgather(cm->user, t->carry->pids, t->gids, (size_t)t->carry->B * sizeof(int32_t))) != TR_OK))
@@ -9384,7 +9557,12 @@ TR__FN tr_status tr__dist_commit(tr_trainer *t, tr_metrics *mt) {
     tr_model *m = t->m;
     size_t rows = (size_t)t->carry->B * m->Dp * (size_t)t->tc.comm->size;
     tr_status st;
-    if ((st = tr__dput(m->ctx, m->grads, t->hgrad, m->n_params * sizeof(float))) != TR_OK) return st;
+#if TINYREC_OPENCL
+    if (m->ctx->dev_active && t->hgrad_mem) st = tr__cl_copy_host(m->ctx->cl, 1, t->stage, m->grads, m->n_params * sizeof(float), NULL); /* straight from pinned memory */
+    else
+#endif
+        st = tr__dput(m->ctx, m->grads, t->stage, m->n_params * sizeof(float)); /* nothing when the CPU reduced in place */
+    if (st != TR_OK) return st;
     if (rows && (st = tr__dput(m->ctx, t->gprow, t->hrows, rows * sizeof(float))) != TR_OK) return st;
     *mt = t->gmt;
     return TR_OK;
@@ -9418,6 +9596,8 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
     }
     t->phase = 0;
     t->reduced = 0;
+    t->bk_done = t->bk_n = 0;
+    t->stage = ctx->dev_active && t->hgrad ? t->hgrad : m->grads; /* for the whole step, a fallback included */
     if (ctx->dev_active && tr__snapshot(t, 0) != TR_OK) {
         /* nothing has changed yet: continue on the CPU */
         char why[TR__ERRLEN + 64];
@@ -9453,6 +9633,7 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         }
         if (st == TR_OK) st = tr__optimizer_update(t);
         if (st == TR_OK) return TR_OK;
+        tr__dist_drop(t);
         if (!on_dev || (st != TR_ERR_DEVICE && st != TR_ERR_OUT_OF_MEMORY)) return st; /* only the device's failures move work */
         if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {
             int was = t->micro;

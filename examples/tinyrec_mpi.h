@@ -8,8 +8,16 @@
    Every collective is started non-blocking and waited on with a deadline (TINYREC_MPI_TIMEOUT seconds,
    default 600; 0 waits forever): a rank that died or hangs makes the others' call fail with a reason
    (tr_mpi_error) instead of blocking forever; the program then ends every rank with tr_mpi_abort. Errors
-   of MPI are returned, not fatal (MPI_ERRORS_RETURN). The buffers are plain host memory: a device's
-   gradients are staged through them by the library (no GPU-aware MPI needed). */
+   of MPI are returned, not fatal (MPI_ERRORS_RETURN). The buffers are host memory: a device's gradients
+   are staged through pinned memory by the library (no GPU-aware MPI needed).
+
+   Environment (rank 0's value counts for TINYREC_MPI_OVERLAP, which every rank must share):
+     TINYREC_MPI_TIMEOUT  seconds a collective may wait (default 600; 0: no limit)
+     TINYREC_MPI_OVERLAP  1 (default): all-reduce each layer's gradients while the backward goes on
+                          (tr_comm.overlap); 0: one all-reduce after the backward
+     TINYREC_MPI_SPIN     seconds a wait polls MPI without sleeping (default 0.05): Open MPI moves a
+                          non-blocking collective on only inside MPI calls, so a large all-reduce wants
+                          polling; after that the wait naps between polls, leaving its core to others */
 #ifndef TINYREC_MPI_H
 #define TINYREC_MPI_H
 #include <mpi.h>
@@ -22,6 +30,7 @@
 typedef struct tr_mpi {
     tr_comm comm;     /* hand &comm to tr_train_config.comm */
     double timeout;   /* seconds a collective may wait; 0: no limit */
+    double spin;      /* seconds a wait polls before it naps */
     char error[512];  /* why the last call failed */
 } tr_mpi;
 
@@ -31,9 +40,9 @@ static void tr_mpi__sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
-/* Waits for req until it completes or the deadline passes. Spins on MPI_Test for the first
-   millisecond (gradients of a small model arrive in microseconds), then sleeps between tests so that
-   a rank waiting for a slower one leaves its core to the others. */
+/* Waits for req until it completes or the deadline passes. Polls MPI_Test for m->spin seconds (MPI
+   progresses the collective inside it), then sleeps up to 200 us between tests so that a rank waiting
+   for a much slower one leaves its core to the others. */
 static tr_status tr_mpi__wait(tr_mpi *m, MPI_Request *req, const char *what) {
     double t0 = MPI_Wtime();
     long nap = 0;
@@ -54,8 +63,8 @@ static tr_status tr_mpi__wait(tr_mpi *m, MPI_Request *req, const char *what) {
                      "rank %d: the other ranks did not answer for %.0f s (MPI %s): a rank died or hangs (TINYREC_MPI_TIMEOUT sets the limit)", m->comm.rank, waited, what);
             return TR_ERR_IO;
         }
-        if (waited > 1e-3) {
-            nap = nap < 1000 ? nap + 50 : nap; /* up to 1 ms between tests */
+        if (waited > m->spin) {
+            nap = nap < 200 ? nap + 20 : nap;
             tr_mpi__sleep_us(nap);
         }
     }
@@ -114,7 +123,7 @@ static tr_status tr_mpi__barrier(void *user) {
    Returns 0, or -1 with a message on stderr. */
 static int tr_mpi_init(int *argc, char ***argv, tr_mpi *m) {
     MPI_Comm local;
-    const char *to = getenv("TINYREC_MPI_TIMEOUT");
+    const char *to = getenv("TINYREC_MPI_TIMEOUT"), *ov = getenv("TINYREC_MPI_OVERLAP"), *sp = getenv("TINYREC_MPI_SPIN");
     memset(m, 0, sizeof *m);
     if (MPI_Init(argc, argv) != MPI_SUCCESS) {
         fprintf(stderr, "tinyrec: MPI_Init failed\n");
@@ -128,6 +137,13 @@ static int tr_mpi_init(int *argc, char ***argv, tr_mpi *m) {
         MPI_Comm_free(&local);
     }
     m->timeout = to && *to ? atof(to) : 600.0;
+    m->spin = sp && *sp ? atof(sp) : 0.05;
+    /* rank 0's choice for all: another bucketing on one rank would pair all-reduces of different sizes */
+    m->comm.overlap = ov && *ov ? atoi(ov) != 0 : 1;
+    if (MPI_Bcast(&m->comm.overlap, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        fprintf(stderr, "tinyrec: rank %d: MPI_Bcast failed\n", m->comm.rank);
+        return -1;
+    }
     m->comm.user = m;
     m->comm.allreduce_sum = tr_mpi__allreduce;
     m->comm.allgather = tr_mpi__allgather;
@@ -139,8 +155,14 @@ static int tr_mpi_init(int *argc, char ***argv, tr_mpi *m) {
 /* The reason of the last failed collective ("" when none failed). */
 static const char *tr_mpi_error(const tr_mpi *m) { return m->error; }
 
-/* Ends every rank of the job (after this rank printed why). */
-static void tr_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code ? code : 1); }
+/* Ends every rank of the job (after this rank printed why). mpirun forwards a rank's output through a
+   pipe and kills the job on MPI_Abort: a pause first lets the reason reach the terminal. */
+static void tr_mpi_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    tr_mpi__sleep_us(300000);
+    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+}
 
 static void tr_mpi_finalize(tr_mpi *m) {
     (void)m;

@@ -740,7 +740,7 @@ static int print_header(int mode, long step, size_t train_bytes) {
     else {
         printf("%d ranks, %d rows each of the global batch of %d; devices:", g_size, B / g_size, B);
         for (r = 0; r < g_size; r++) printf("%s rank %d %s", r ? ";" : "", r, names[r]);
-        printf("\n");
+        printf("; gradients all-reduced %s\n", g_comm->overlap ? "layer by layer during the backward" : "after the backward");
     }
     free(names);
     if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, R.pos.epoch, o->checkpoint_path);

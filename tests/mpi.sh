@@ -1,7 +1,7 @@
 #!/bin/sh
 # Data-parallel tinyrec-train under mpirun, on the CPU (make test-mpi; CI installs Open MPI):
 #   1. 2 ranks at global batch 8 give one process's losses at batch 8 (metrics.jsonl, every step, and
-#      the evaluations, which the ranks split and reduce);
+#      the evaluations, which the ranks split and reduce), with the all-reduce overlapped or not;
 #   2. a checkpoint of 2 ranks resumes in 1 process and one of 1 process on 2 ranks, with the same losses;
 #   3. a rank killed mid-run ends the job with a message, and the last checkpoint still resumes;
 #   4. a rank that hangs (stopped) makes the others give up after TINYREC_MPI_TIMEOUT with a message.
@@ -66,6 +66,15 @@ losses "$dir/one/metrics.jsonl" > "$dir/one.loss"
 losses "$dir/two/metrics.jsonl" > "$dir/two.loss"
 [ "$(wc -l < "$dir/one.loss")" = 24 ] || fail "one process logged $(wc -l < "$dir/one.loss") steps, not 24"
 same "2 ranks against one process: train losses" 3e-3 "$dir/one.loss" "$dir/two.loss"
+# Overlap off (one all-reduce a step instead of one per layer): each element is summed over the same
+# ranks either way, so the losses are the same to the last digit.
+export TINYREC_MPI_OVERLAP=0
+run two0 2 $ARGS checkpoint_path="$dir/two0"
+unset TINYREC_MPI_OVERLAP
+grep -q "gradients all-reduced after the backward" "$dir/two0.out" || fail "TINYREC_MPI_OVERLAP=0 is not in the header: $(head -5 "$dir/two0.out")"
+grep -q "gradients all-reduced layer by layer during the backward" "$dir/two.out" || fail "the overlap is not in the header: $(head -5 "$dir/two.out")"
+losses "$dir/two0/metrics.jsonl" > "$dir/two0.loss"
+cmp -s "$dir/two.loss" "$dir/two0.loss" || fail "overlap on and off give other losses: $(diff "$dir/two.loss" "$dir/two0.loss" | head -5)"
 evals "$dir/one/metrics.jsonl" > "$dir/one.eval"
 evals "$dir/two/metrics.jsonl" > "$dir/two.eval"
 [ "$(wc -l < "$dir/one.eval")" = 2 ] || fail "not 2 evaluations"

@@ -15,10 +15,14 @@ typedef struct world {
     int size;
     const void *slot[MAXR];
     int fail_at; /* > 0: the fail_at-th collective (counted on each rank) returns an error */
+    int overlap; /* tr_comm.overlap */
 } world;
 typedef struct rank_comm {
     world *w;
     int rank, calls;
+    int allreduces;      /* all-reduce calls */
+    int first_cpu;       /* the first all-reduce made with ctx off its device (-1: none) */
+    tr_ctx *ctx;         /* the rank's context, to see where it computes */
     tr_comm comm;
 } rank_comm;
 
@@ -32,6 +36,8 @@ static tr_status fake_allreduce(void *user, float *data, size_t n) {
     size_t i;
     int k;
     if (fake_fail(r)) return TR_ERR_IO;
+    if (r->first_cpu < 0 && r->ctx && !tr_ctx_use_device(r->ctx)) r->first_cpu = r->allreduces;
+    r->allreduces++;
     sum = (float *)calloc(n ? n : 1, sizeof(float));
     r->w->slot[r->rank] = data;
     wait_all(r);
@@ -69,7 +75,9 @@ static tr_status fake_barrier(void *user) {
 }
 
 static void comm_init(rank_comm *r, world *w, int rank) {
-    r->w = w, r->rank = rank, r->calls = 0;
+    memset(r, 0, sizeof *r);
+    r->w = w, r->rank = rank, r->first_cpu = -1;
+    r->comm.overlap = w->overlap;
     r->comm.rank = rank, r->comm.size = w->size, r->comm.local_rank = rank, r->comm.user = r;
     r->comm.allreduce_sum = fake_allreduce, r->comm.allgather = fake_allgather, r->comm.broadcast = fake_broadcast, r->comm.barrier = fake_barrier;
 }
@@ -87,6 +95,11 @@ typedef struct job {
     tr_status st;        /* of the first failing call */
     char err[256];
     tr_ctx *ctx;         /* NULL: a CPU context of the job's own; else the caller's (an OpenCL one) */
+    int hrm;             /* 1: the tiny HRM (Q-learning target included), else the tiny TRM */
+    int overlap;         /* tr_comm.overlap (jobs[0]'s for the whole world) */
+    int allreduces;      /* the communicator's all-reduce calls */
+    int first_cpu;       /* the first of them made off the device (-1: none) */
+    double qcl;          /* the last step's q_continue_loss */
 } job;
 
 static void global_batch(int step, int32_t *in, int32_t *lab, int32_t *pid) {
@@ -103,7 +116,8 @@ static void *run_job(void *arg) {
     tr_trainer *t = NULL;
     tr_train_config tc = tr_train_config_default();
     int32_t in[GB * 16], lab[GB * 16], pid[GB];
-    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    if (j->hrm) tu_tiny_hrm_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5, c.halt_max_steps = 6; /* the exploration's draws must line up with one process's */
     tc.global_batch_size = GB, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2, tc.comm = j->comm;
     j->st = tr_model_create(ctx, &c, &m);
@@ -124,7 +138,7 @@ static void *run_job(void *arg) {
         global_batch(k, in, lab, pid);
         b.inputs = in + rank * B * 16, b.labels = lab + rank * B * 16, b.puzzle_identifiers = pid + rank * B, b.batch_size = B;
         j->st = tr_trainer_step(t, &b, &mt);
-        j->loss[k] = mt.loss;
+        j->loss[k] = mt.loss, j->qcl = mt.q_continue_loss;
     }
     if (j->st == TR_OK && j->save) j->st = tr_trainer_save(t, j->save, NULL, 0);
     snprintf(j->err, sizeof j->err, "%.200s", tr_ctx_last_error(ctx));
@@ -145,14 +159,16 @@ static void run_world(int n, job *jobs, int fail_at) {
     rank_comm rc[MAXR];
     pthread_t th[MAXR];
     int k;
-    w.size = n, w.fail_at = fail_at;
+    w.size = n, w.fail_at = fail_at, w.overlap = jobs[0].overlap;
     pthread_barrier_init(&w.bar, NULL, (unsigned)n);
     for (k = 0; k < n; k++) {
         comm_init(&rc[k], &w, k);
+        rc[k].ctx = jobs[k].ctx;
         if (n > 1) jobs[k].comm = &rc[k].comm;
         pthread_create(&th[k], NULL, run_job, &jobs[k]);
     }
     for (k = 0; k < n; k++) pthread_join(th[k], NULL);
+    for (k = 0; k < n; k++) jobs[k].allreduces = rc[k].allreduces, jobs[k].first_cpu = rc[k].first_cpu;
     pthread_barrier_destroy(&w.bar);
 }
 
@@ -188,25 +204,41 @@ static void free_jobs(job *j, int n) {
     for (k = 0; k < n; k++) free(j[k].params);
 }
 
-static void check_ranks(int n) {
-    job one = new_job(0, STEPS, NULL, NULL), r[MAXR];
-    int k;
+/* n ranks against one process, without overlap and with it (tr_comm.overlap): the buckets sum every
+   element in the same rank order as the single all-reduce, so both give the same bits. hrm: the tiny HRM,
+   whose Q-learning target comes from a second no-grad step on each rank's own rows. */
+static void check_ranks(int n, int hrm) {
+    job one = new_job(0, STEPS, NULL, NULL), r[MAXR], o[MAXR];
+    int k, layers = hrm ? 1 + 2 : 2; /* tu_tiny_hrm_config: H_layers 1 + L_layers 2; the TRM: L_layers 2 */
+    one.hrm = hrm;
     run_world(1, &one, 0);
     assert_int_equal(one.st, TR_OK);
-    for (k = 0; k < n; k++) r[k] = new_job(0, STEPS, NULL, NULL);
+    if (hrm) assert_true(one.qcl > 0); /* the Q-learning target is in the loss */
+    for (k = 0; k < n; k++) {
+        r[k] = o[k] = new_job(0, STEPS, NULL, NULL);
+        r[k].hrm = o[k].hrm = hrm, o[k].overlap = 1;
+    }
     run_world(n, r, 0);
+    run_world(n, o, 0);
     for (k = 0; k < n; k++) {
         if (r[k].st != TR_OK) fail_msg("rank %d: %s", k, r[k].err);
+        if (o[k].st != TR_OK) fail_msg("rank %d with overlap: %s", k, o[k].err);
         /* the update is the same on every rank: bit for bit, losses too */
         assert_memory_equal(r[k].params, r[0].params, r[0].n_params * sizeof(float));
         assert_memory_equal(r[k].loss, r[0].loss, sizeof r[0].loss);
+        assert_memory_equal(o[k].params, r[0].params, r[0].n_params * sizeof(float));
+        assert_memory_equal(o[k].loss, r[0].loss, sizeof r[0].loss);
+        /* one all-reduce a step; with overlap one per bucket: the heads, each layer, the embeddings */
+        assert_int_equal(r[k].allreduces, STEPS);
+        assert_int_equal(o[k].allreduces, STEPS * (2 + layers));
     }
     check_same(&one, &r[0], 0, STEPS);
     free_jobs(&one, 1);
-    free_jobs(r, n);
+    free_jobs(r, n), free_jobs(o, n);
 }
-static void test_two_ranks_equal_one_process(void **state) { (void)state; check_ranks(2); }
-static void test_four_ranks_equal_one_process(void **state) { (void)state; check_ranks(4); }
+static void test_two_ranks_equal_one_process(void **state) { (void)state; check_ranks(2, 0); }
+static void test_four_ranks_equal_one_process(void **state) { (void)state; check_ranks(4, 0); }
+static void test_hrm_two_ranks_equal_one_process(void **state) { (void)state; check_ranks(2, 1); }
 
 /* A trainer state saved by 2 ranks resumes in one process, and one saved by one process on 2 or 4
    ranks: the file holds the global batch's carry. */
@@ -243,52 +275,77 @@ static void test_resume_other_rank_count(void **state) {
     free_jobs(&ref, 1), free_jobs(a, 2), free_jobs(&b, 1), free_jobs(c, 2), free_jobs(d, 4);
 }
 
-/* The ranks on OpenCL devices (PoCL in CI; each rank its own context): the gradients and puzzle rows
-   staged through the host, the sign-SGD on the device over every rank's rows. Against one process on
-   the same device. Then rank 1's device fails in step 3 (an injected enqueue failure): that rank
-   finishes on its CPU while rank 0 waits in the all-reduce, and the run goes on with the same losses
-   (the CPU's kernels differ from the device's by reassociation only: the tolerance of check_same). */
+/* The ranks on OpenCL devices (PoCL in CI; each rank its own context): the gradients staged through
+   pinned host memory, with and without overlap (the same bits either way), the sign-SGD on the device
+   over every rank's rows. Against one process on the same device. Then rank 1's device fails in step 3
+   (an injected enqueue failure) before the step's collectives, between two buckets of the overlapped
+   all-reduce, and after them: that rank finishes on its CPU while rank 0 waits in the collective, no
+   collective runs twice, and the run goes on with the same losses (the CPU's kernels differ from the
+   device's by reassociation only: the tolerance of check_same). */
 static void test_ranks_on_opencl(void **state) {
-    job one = new_job(0, STEPS, NULL, NULL), r[2], f[2];
-    int k;
+    /* the nth enqueue of step 3 fails: found by probing the tiny TRM's kernels (4 buckets a step) */
+    static const struct { int nth, overlap, first_cpu; } faults[] = {{5, 0, 2}, {5, 1, 8}, {205, 1, 9}, {214, 1, 10}, {260, 1, 12}};
+    job one = new_job(0, STEPS, NULL, NULL), r[2], o[2];
+    int k, i;
     (void)state;
     one.ctx = tu_ctx_opencl(1, 11);
     run_world(1, &one, 0);
     if (one.st != TR_OK) fail_msg("%s", one.err);
     for (k = 0; k < 2; k++) {
-        r[k] = new_job(0, STEPS, NULL, NULL), f[k] = new_job(0, STEPS, NULL, NULL);
-        r[k].ctx = tu_ctx_opencl(1, 11), f[k].ctx = tu_ctx_opencl(1, 11);
+        r[k] = o[k] = new_job(0, STEPS, NULL, NULL);
+        r[k].ctx = tu_ctx_opencl(1, 11), o[k].ctx = tu_ctx_opencl(1, 11), o[k].overlap = 1;
     }
-    tr_ctx_inject_fault(f[1].ctx, TR_FAULT_ENQUEUE, 3, 5);
     run_world(2, r, 0);
-    run_world(2, f, 0);
+    run_world(2, o, 0);
     for (k = 0; k < 2; k++) {
         if (r[k].st != TR_OK) fail_msg("rank %d: %s", k, r[k].err);
-        if (f[k].st != TR_OK) fail_msg("rank %d with a failing device: %s", k, f[k].err);
+        if (o[k].st != TR_OK) fail_msg("rank %d with overlap: %s", k, o[k].err);
         check_same(&one, &r[k], 0, STEPS);
-        check_same(&one, &f[k], 0, STEPS);
+        assert_memory_equal(r[k].params, r[0].params, r[0].n_params * sizeof(float));
+        assert_memory_equal(o[k].params, r[0].params, r[0].n_params * sizeof(float));
+        assert_int_equal(o[k].allreduces, STEPS * 4);
+        assert_int_equal(o[k].first_cpu, -1);
     }
-    assert_memory_equal(r[1].params, r[0].params, r[0].n_params * sizeof(float));
-    assert_int_equal(tr_ctx_use_device(f[1].ctx), 0); /* rank 1 fell back to its CPU */
-    assert_int_equal(tr_ctx_use_device(f[0].ctx), 1);
+    for (i = 0; i < (int)(sizeof faults / sizeof faults[0]); i++) {
+        job f[2];
+        for (k = 0; k < 2; k++) f[k] = new_job(0, STEPS, NULL, NULL), f[k].ctx = tu_ctx_opencl(1, 11), f[k].overlap = faults[i].overlap;
+        tr_ctx_inject_fault(f[1].ctx, TR_FAULT_ENQUEUE, 3, faults[i].nth);
+        run_world(2, f, 0);
+        for (k = 0; k < 2; k++) {
+            if (f[k].st != TR_OK) fail_msg("fault at enqueue %d, rank %d: %s", faults[i].nth, k, f[k].err);
+            check_same(&one, &f[k], 0, STEPS);
+        }
+        assert_int_equal(tr_ctx_use_device(f[1].ctx), 0); /* rank 1 fell back to its CPU */
+        assert_int_equal(tr_ctx_use_device(f[0].ctx), 1);
+        /* where it fell back: the all-reduce it made first on the CPU */
+        if (f[1].first_cpu != faults[i].first_cpu)
+            fail_msg("the fault at enqueue %d fell back before all-reduce %d, not %d: the kernels changed, probe the positions again", faults[i].nth, f[1].first_cpu,
+                     faults[i].first_cpu);
+        for (k = 0; k < 2; k++) tr_ctx_destroy(f[k].ctx);
+        free_jobs(f, 2);
+    }
     tr_ctx_destroy(one.ctx);
-    for (k = 0; k < 2; k++) tr_ctx_destroy(r[k].ctx), tr_ctx_destroy(f[k].ctx);
-    free_jobs(&one, 1), free_jobs(r, 2), free_jobs(f, 2);
+    for (k = 0; k < 2; k++) tr_ctx_destroy(r[k].ctx), tr_ctx_destroy(o[k].ctx);
+    free_jobs(&one, 1), free_jobs(r, 2), free_jobs(o, 2);
 }
 
 /* A communicator that fails makes the step fail on every rank with a message, whatever the call. */
 static void test_comm_failure(void **state) {
-    int at, k;
+    int at, k, overlap;
     (void)state;
-    for (at = 1; at <= 3; at++) { /* the all-reduce, the metrics gather, the puzzle rows' gather */
-        job r[2];
-        r[0] = r[1] = new_job(0, 2, NULL, NULL);
-        run_world(2, r, at);
-        for (k = 0; k < 2; k++) {
-            assert_int_equal(r[k].st, TR_ERR_GENERIC);
-            if (!strstr(r[k].err, "communicator:") || !strstr(r[k].err, "of 2")) fail_msg("rank %d: '%s'", k, r[k].err);
+    /* the all-reduce (with overlap: its 4 buckets), the metrics gather, the puzzle rows' gather */
+    for (overlap = 0; overlap <= 1; overlap++) {
+        for (at = 1; at <= (overlap ? 6 : 3); at++) {
+            job r[2];
+            r[0] = r[1] = new_job(0, 2, NULL, NULL);
+            r[0].overlap = overlap;
+            run_world(2, r, at);
+            for (k = 0; k < 2; k++) {
+                assert_int_equal(r[k].st, TR_ERR_GENERIC);
+                if (!strstr(r[k].err, "communicator:") || !strstr(r[k].err, "of 2")) fail_msg("overlap %d, call %d, rank %d: '%s'", overlap, at, k, r[k].err);
+            }
+            free_jobs(r, 2);
         }
-        free_jobs(r, 2);
     }
 }
 
@@ -417,6 +474,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
         cmocka_unit_test(test_four_ranks_equal_one_process),
+        cmocka_unit_test(test_hrm_two_ranks_equal_one_process),
         cmocka_unit_test(test_resume_other_rank_count),
         cmocka_unit_test(test_ranks_on_opencl),
         cmocka_unit_test(test_comm_failure),
