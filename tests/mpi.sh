@@ -3,6 +3,7 @@
 #   1. 2 ranks at global batch 8 give one process's losses at batch 8 (metrics.jsonl, every step, and
 #      the evaluations, which the ranks split and reduce), with the all-reduce overlapped or not;
 #   2. a checkpoint of 2 ranks resumes in 1 process and one of 1 process on 2 ranks, with the same losses;
+#      2 ranks on OpenCL devices (PoCL), one of which falls back to its CPU mid-run, give the same losses;
 #   3. a rank killed mid-run ends the job with a message, and the last checkpoint still resumes;
 #   4. a rank that hangs (stopped) makes the others give up after TINYREC_MPI_TIMEOUT with a message.
 # usage: sh tests/mpi.sh build/mpi/tinyrec-train build/tinyrec-data
@@ -90,6 +91,25 @@ losses "$dir/r21/metrics.jsonl" > "$dir/r21.loss"
 losses "$dir/r12/metrics.jsonl" > "$dir/r12.loss"
 same "resumed from 2 ranks in one process" 3e-3 "$dir/one.loss" "$dir/r21.loss"
 same "resumed from one process on 2 ranks" 3e-3 "$dir/one.loss" "$dir/r12.loss"
+
+# The ranks on OpenCL devices (PoCL here: device=opencl, which wins over the TINYREC_DEVICE above), the
+# gradients staged through pinned memory while the backward goes on; rank 1's device fails in step 7 (an
+# injected enqueue failure, its own TINYREC_FAULT) and it goes on on its CPU. Against one process on
+# PoCL, with the tolerance above (the CPU's kernels differ from PoCL's by reassociation only).
+echo "mpi: 2 ranks on OpenCL devices, one of which fails mid-run"
+if $MPIRUN 1 "$TRAIN" $ARGS device=opencl checkpoint_path="$dir/cl1" > "$dir/cl1.out" 2>&1 && grep -q "^device opencl" "$dir/cl1.out"; then
+    $MPIRUN 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then export TINYREC_FAULT=enqueue@7:200; fi; exec "$@"' sh "$TRAIN" $ARGS device=opencl \
+        checkpoint_path="$dir/cl2" > "$dir/cl2.out" 2>&1 || fail "cl2: exit status $?: $(tail -20 "$dir/cl2.out")"
+    grep -q "devices: rank 0 opencl.*; rank 1 opencl" "$dir/cl2.out" || fail "cl2: the ranks are not on OpenCL: $(head -5 "$dir/cl2.out")"
+    grep -q "rank 1: warning: device: .*during step 7; moved .* to the cpu" "$dir/cl2.out" || fail "cl2: rank 1 did not fall back in step 7: $(grep -i warn "$dir/cl2.out")"
+    losses "$dir/cl1/metrics.jsonl" > "$dir/cl1.loss"
+    losses "$dir/cl2/metrics.jsonl" > "$dir/cl2.loss"
+    same "2 OpenCL ranks, one falling back, against one process on OpenCL: train losses" 3e-3 "$dir/cl1.loss" "$dir/cl2.loss"
+elif [ "${TINYREC_REQUIRE_OPENCL:-}" = 1 ]; then
+    fail "no OpenCL device, and TINYREC_REQUIRE_OPENCL=1: $(tail -5 "$dir/cl1.out")"
+else
+    echo "mpi: skipped: no OpenCL device"
+fi
 
 # A long run whose ranks write their pids; a checkpoint every epoch (6 steps).
 long_run() { # tag: starts 2 ranks in the background ($mpid)
