@@ -40,6 +40,15 @@ static void tr_mpi__sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
+/* An MPI call's failure, MPI's reason kept for tr_mpi_error. */
+static tr_status tr_mpi__failed(tr_mpi *m, int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    snprintf(m->error, sizeof m->error, "rank %d: MPI %s failed: %s", m->comm.rank, what, s);
+    return TR_ERR_IO;
+}
+
 /* Waits for req until it completes or the deadline passes. Polls MPI_Test for m->spin seconds (MPI
    progresses the collective inside it), then sleeps up to 200 us between tests so that a rank waiting
    for a much slower one leaves its core to the others. */
@@ -49,13 +58,7 @@ static tr_status tr_mpi__wait(tr_mpi *m, MPI_Request *req, const char *what) {
     for (;;) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         double waited;
-        if (rc != MPI_SUCCESS) {
-            char s[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, s, &len);
-            snprintf(m->error, sizeof m->error, "rank %d: MPI %s failed: %s", m->comm.rank, what, s);
-            return TR_ERR_IO;
-        }
+        if (rc != MPI_SUCCESS) return tr_mpi__failed(m, rc, what);
         if (done) return TR_OK;
         waited = MPI_Wtime() - t0;
         if (m->timeout > 0 && waited > m->timeout) {
@@ -71,14 +74,7 @@ static tr_status tr_mpi__wait(tr_mpi *m, MPI_Request *req, const char *what) {
 }
 
 static tr_status tr_mpi__started(tr_mpi *m, int rc, MPI_Request *req, const char *what) {
-    if (rc != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, s, &len);
-        snprintf(m->error, sizeof m->error, "rank %d: MPI %s failed: %s", m->comm.rank, what, s);
-        return TR_ERR_IO;
-    }
-    return tr_mpi__wait(m, req, what);
+    return rc != MPI_SUCCESS ? tr_mpi__failed(m, rc, what) : tr_mpi__wait(m, req, what);
 }
 
 static tr_status tr_mpi__allreduce(void *user, float *data, size_t n) {
