@@ -57,28 +57,31 @@
        tr_model_save(m, "model.safetensors", NULL);
        tr_trainer_destroy(t);  tr_model_destroy(m);  tr_ctx_destroy(ctx);
 
-   Link with -lm, and -fopenmp for threads (optional). POSIX systems: the data sampler's prefetch
-   thread uses pthreads (part of libc on current glibc; add -pthread elsewhere).
+   Link with -lm; -fopenmp optional. Without OpenMP the parallel loops run on the library's own
+   pthread pool, with the same results. POSIX systems: the pool and the data sampler's prefetch
+   thread use pthreads (part of libc on current glibc; add -pthread elsewhere).
 
    Build flags (define before including)
        TINYREC_STATIC          all functions get static linkage (TRDEF = static)
        TRDEF                   override the linkage of public functions yourself
-       TINYREC_NO_OPENMP       never use OpenMP, even when compiled with -fopenmp
+       TINYREC_NO_OPENMP       never use OpenMP, even when compiled with -fopenmp (the library's own
+                               pthread pool runs the parallel loops then, as in any build without OpenMP)
        TINYREC_NO_SIMD         scalar kernels only (the reference path)
        TINYREC_OPENCL          1: the OpenCL backend. libOpenCL is opened with dlopen when the first
                                model is created (link -ldl on old glibc); no OpenCL headers needed
        TINYREC_OPENCL_LINKED   with TINYREC_OPENCL: call the linked OpenCL library (-lOpenCL) instead
 
    Environment variables (read by tr_ctx_create and the example programs)
-       TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, or 1)
-       TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512
+       TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
+       TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
                                oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N
                                (see tr_ctx_inject_fault)
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
-       TINYREC_CL_PROFILE      1: time every OpenCL kernel (logged when the context is destroyed)
+       TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
+       TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
 
    Error handling: every fallible call returns a tr_status (0 = ok, negative = error) and leaves
    a human-readable reason in tr_ctx_last_error(). The library never exits, aborts or prints; it
@@ -91,6 +94,10 @@
    system header is read. */
 #if defined(TINYREC_IMPLEMENTATION) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
 #define _POSIX_C_SOURCE 200809L
+#endif
+/* (macOS hides sysctlbyname's types under strict POSIX unless asked) */
+#if defined(TINYREC_IMPLEMENTATION) && defined(__APPLE__) && !defined(_DARWIN_C_SOURCE)
+#define _DARWIN_C_SOURCE 1
 #endif
 
 #include <stddef.h>
@@ -146,9 +153,9 @@ typedef struct tr_ctx_config {
     tr_allocator allocator; /* alloc == NULL selects the C library (posix_memalign / _aligned_malloc) */
     tr_log_fn log;          /* NULL: messages are dropped */
     void *log_user;
-    int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else 1 */
+    int num_threads;        /* <= 0: TINYREC_NUM_THREADS, else OpenMP's maximum, else the CPUs (macOS: performance cores) */
     uint64_t seed;          /* root of every random stream the context hands out */
-    const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512" force one */
+    const char *simd;       /* NULL or "auto": best available; "scalar", "avx2", "avx512", "neon" force one */
     size_t memory_limit;    /* bytes of host memory a model, trainer, dataset or file read may need; one that
                                needs more is refused before anything is allocated, with the sizes in
                                the reason. 0: the machine's physical memory */
@@ -198,7 +205,7 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int num_threads);
 TRDEF uint64_t tr_ctx_seed(const tr_ctx *ctx);
 /* The memory limit in force (tr_ctx_config.memory_limit, or the machine's memory; 0 when unknown). */
 TRDEF size_t tr_ctx_memory_limit(const tr_ctx *ctx);
-/* The kernel set in use: "scalar", "avx2" or "avx512". */
+/* The kernel set in use: "scalar", "avx2", "avx512" or "neon". */
 TRDEF const char *tr_ctx_simd_name(const tr_ctx *ctx);
 TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name);
 /* Fault injection: the n-th allocation from now (1-based) fails; n <= 0 turns it off. */
@@ -221,21 +228,24 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx);
    the OpenCL devices the library can open, a short self-test of each against the reference path,
    and the batch sizes a model fits. tinyrec-devices prints these. */
 
-/* ISA features, each found by cpuid and enabled by the OS (xgetbv); all 0 off x86. */
+/* ISA features. x86: each found by cpuid and enabled by the OS (xgetbv). aarch64: from the
+   kernel's hwcaps (Linux) or sysctl hw.optional.* (macOS). The other architecture's are 0. */
 typedef enum tr_cpu_feature {
     TR_CPU_SSE42, TR_CPU_AVX, TR_CPU_AVX2, TR_CPU_FMA, TR_CPU_AVX512F, TR_CPU_AVX512BW, TR_CPU_AVX512DQ, TR_CPU_AVX512VL,
-    TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8, TR_CPU_FEATURE_COUNT
+    TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8,
+    TR_CPU_ASIMD, TR_CPU_ASIMDDP, TR_CPU_ARM_BF16, TR_CPU_I8MM, /* aarch64: NEON, dot product, BFDOT/BFMMLA, int8 matrix */
+    TR_CPU_FEATURE_COUNT
 } tr_cpu_feature;
 /* "sse4.2", "avx", ..., "amx_int8" (Linux /proc/cpuinfo spelling); "" out of range. */
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f);
 
-#define TR_KERNEL_SETS 3 /* "scalar", "avx2", "avx512": the names tr_ctx_set_simd takes */
+#define TR_KERNEL_SETS 4 /* "scalar", "avx2", "avx512", "neon": the names tr_ctx_set_simd takes */
 typedef struct tr_cpu_info {
     char model[256];                            /* the model name, "unknown" if none is found */
     char arch[16];                              /* "x86_64", "x86", "aarch64" or "unknown" */
     int logical_cpus;
     int features[TR_CPU_FEATURE_COUNT];         /* 1: present (tr_cpu_feature order) */
-    const char *kernel_sets[TR_KERNEL_SETS];    /* every kernel set of the library, narrowest first */
+    const char *kernel_sets[TR_KERNEL_SETS];    /* every kernel set of the library: scalar, the x86 ones narrowest first, neon */
     int kernel_set_ok[TR_KERNEL_SETS];          /* 1: this CPU (and build) can run it */
     const char *kernels;                        /* the set "auto" picks (tr_ctx_set_simd) */
     int threads;                                /* the context's thread count */
@@ -260,6 +270,8 @@ typedef struct tr_opencl_device {
     const char *extensions;
     size_t global_mem, local_mem, max_alloc; /* bytes */
     unsigned compute_units, clock_mhz;
+    int host_unified; /* the device works in host memory (integrated and Apple GPUs, PoCL): transfers are
+                         zero-copy maps unless TINYREC_CL_ZEROCOPY=0 */
 } tr_opencl_device;
 typedef struct tr_opencl_list {
     int loaded;        /* the OpenCL library was found */
@@ -868,6 +880,7 @@ TRDEF tr_status tr_sudoku_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, i
    drawn from the stream (seed, index); the same map is applied to the puzzle and the solution. */
 TRDEF void tr_sudoku_augment(uint64_t seed, uint64_t index, const uint8_t q[81], const uint8_t a[81], uint8_t q_out[81], uint8_t a_out[81]);
 
+/* The parse's parallel solve: need[k] stays 1 for a puzzle that fails its verdict. */
 typedef struct tr_sudoku_set {
     int64_t count;
     uint8_t *puzzles;   /* [count * 81] */
@@ -1289,6 +1302,12 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #include <sys/types.h>
 #include <unistd.h>
 #define TR__POSIX 1
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #else
 #include <direct.h>
 #define TR__POSIX 0
@@ -1299,6 +1318,13 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #else
 #define TR__OMP 0
 #endif
+/* Without OpenMP the parallel loops run on the library's own pthread pool (>>base, threads); it
+   needs GCC/clang's __atomic builtins and __thread. */
+#if !TR__OMP && TR__POSIX && (defined(__GNUC__) || defined(__clang__))
+#define TR__POOL 1
+#else
+#define TR__POOL 0
+#endif
 #ifndef TINYREC_OPENCL
 #define TINYREC_OPENCL 0
 #endif
@@ -1307,6 +1333,13 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
 #include <immintrin.h>
 #else
 #define TR__X86 0
+#endif
+/* NEON is part of every aarch64 CPU: its kernels need no run-time check, only the choice. */
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__)) && !defined(TINYREC_NO_SIMD)
+#define TR__NEON 1
+#include <arm_neon.h>
+#else
+#define TR__NEON 0
 #endif
 /* cpuid also without SIMD kernels: tr_cpu_info_get reports what the CPU has either way. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -1335,7 +1368,7 @@ extern "C" {
 #define TR__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TR__MAX(a, b) ((a) > (b) ? (a) : (b))
 
-typedef enum tr__simd { TR__SIMD_SCALAR = 0, TR__SIMD_AVX2 = 1, TR__SIMD_AVX512 = 2 } tr__simd;
+typedef enum tr__simd { TR__SIMD_SCALAR = 0, TR__SIMD_AVX2 = 1, TR__SIMD_AVX512 = 2, TR__SIMD_NEON = 3 } tr__simd;
 
 struct tr_ctx {
     tr_allocator allocator;
@@ -1418,6 +1451,12 @@ TR__FN void tr__log(tr_ctx *ctx, tr_log_level level, const char *fmt, ...) {
     ctx->log(ctx->log_user, level, buf);
 }
 
+#if !defined(_WIN32) && !defined(__cplusplus)
+/* A C99 program that reads a system header before the implementation (a test's cmocka.h) leaves
+   glibc without POSIX, and stdlib.h then hides posix_memalign (x86 builds see it through
+   mm_malloc.h; aarch64 ones do not): its POSIX declaration, repeated. (C++ always has it.) */
+int posix_memalign(void **memptr, size_t alignment, size_t size);
+#endif
 TR__FN void *tr__default_alloc(void *user, size_t size, size_t align) {
     void *p = NULL;
     TR__UNUSED(user);
@@ -1489,6 +1528,165 @@ TR__FN double tr__now(void) {
 #endif
 }
 
+/* --- threads -------------------------------------------------------------------------------
+   tr__par_for(nt, n, chunk, fn, arg) runs fn(arg, i0, i1) over [0, n) on up to nt threads: the
+   OpenMP team when the build has OpenMP, else a small pthread pool (TR__POOL: Apple clang,
+   `make OPENMP=0`, TINYREC_NO_OPENMP). chunk 0 is the static schedule: part t of nt gets the same
+   contiguous range in both builds (tr__par_split); chunk > 0 hands out chunks of that many in
+   turn (dynamic). The loop bodies write disjoint outputs and never reduce across parts, so
+   results are the same for any thread count and either build. tr__thread_id() is the running
+   part's thread (0 .. nt-1), for per-thread scratch.
+   The pool is process-wide and grows to the largest team asked for; its workers spin briefly,
+   then sleep. It runs one loop at a time: a loop asked for while it is busy (another application
+   thread, or a loop inside a loop) runs on its caller's thread alone. */
+typedef void (*tr__range_fn)(void *arg, long i0, long i1);
+
+/* Part t of [0, n) split in nt nearly equal contiguous ranges (the first n % nt one longer). */
+TR__FN void tr__par_split(long n, int nt, int t, long *i0, long *i1) {
+    long q = n / nt, r = n % nt;
+    *i0 = t * q + TR__MIN((long)t, r);
+    *i1 = *i0 + q + (t < r ? 1 : 0);
+}
+
+#if TR__POOL
+#define TR__POOL_MAX 1024 /* tr_ctx_set_num_threads' limit */
+#define TR__POOL_SPIN 20000
+static __thread int tr__pool_tid; /* the part this thread runs (workers: their index) */
+static pthread_mutex_t tr__pool_busy = PTHREAD_MUTEX_INITIALIZER; /* held by the thread running a loop */
+static pthread_mutex_t tr__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tr__pool_wake = PTHREAD_COND_INITIALIZER, tr__pool_done = PTHREAD_COND_INITIALIZER;
+static struct {
+    unsigned long gen; /* bumped (under tr__pool_mu) to start a loop */
+    int workers;       /* started, never stopped */
+    int pending;       /* workers that have not finished the current loop */
+    int nt;
+    long n, chunk, next;
+    tr__range_fn fn;
+    void *arg;
+} tr__pool;
+
+TR__FN void tr__pool_part(int t) {
+    if (tr__pool.chunk <= 0) {
+        long i0, i1;
+        tr__par_split(tr__pool.n, tr__pool.nt, t, &i0, &i1);
+        if (i0 < i1) tr__pool.fn(tr__pool.arg, i0, i1);
+    } else
+        for (;;) {
+            long i = __atomic_fetch_add(&tr__pool.next, tr__pool.chunk, __ATOMIC_RELAXED);
+            if (i >= tr__pool.n) break;
+            tr__pool.fn(tr__pool.arg, i, TR__MIN(i + tr__pool.chunk, tr__pool.n));
+        }
+}
+
+static void *tr__pool_worker(void *p) {
+    unsigned long seen = 0, g = 0;
+    int i;
+    tr__pool_tid = (int)(intptr_t)p;
+    for (;;) {
+        for (i = 0; i < TR__POOL_SPIN && (g = __atomic_load_n(&tr__pool.gen, __ATOMIC_ACQUIRE)) == seen; i++) {}
+        if (g == seen) {
+            pthread_mutex_lock(&tr__pool_mu);
+            while ((g = __atomic_load_n(&tr__pool.gen, __ATOMIC_ACQUIRE)) == seen) pthread_cond_wait(&tr__pool_wake, &tr__pool_mu);
+            pthread_mutex_unlock(&tr__pool_mu);
+        }
+        seen = g;
+        if (tr__pool_tid < tr__pool.nt) tr__pool_part(tr__pool_tid);
+        if (__atomic_sub_fetch(&tr__pool.pending, 1, __ATOMIC_ACQ_REL) == 0) { /* every worker answers each loop */
+            pthread_mutex_lock(&tr__pool_mu);
+            pthread_cond_signal(&tr__pool_done);
+            pthread_mutex_unlock(&tr__pool_mu);
+        }
+    }
+    return NULL;
+}
+
+/* Runs the loop on the pool (the caller is part 0); 0 when the pool is busy. */
+TR__FN int tr__pool_run(int nt, long n, long chunk, tr__range_fn fn, void *arg) {
+    int i;
+    if (pthread_mutex_trylock(&tr__pool_busy) != 0) return 0;
+    while (tr__pool.workers < nt - 1 && tr__pool.workers < TR__POOL_MAX - 1) {
+        pthread_t th;
+        pthread_attr_t at;
+        int ok;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&th, &at, tr__pool_worker, (void *)(intptr_t)(tr__pool.workers + 1)) == 0;
+        pthread_attr_destroy(&at);
+        if (!ok) break;
+        tr__pool.workers++;
+    }
+    nt = TR__MIN(nt, tr__pool.workers + 1); /* fewer threads when the system refused more */
+    tr__pool.nt = nt, tr__pool.n = n, tr__pool.chunk = chunk, tr__pool.next = 0;
+    tr__pool.fn = fn, tr__pool.arg = arg;
+    tr__pool.pending = tr__pool.workers;
+    pthread_mutex_lock(&tr__pool_mu);
+    __atomic_store_n(&tr__pool.gen, tr__pool.gen + 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&tr__pool_wake);
+    pthread_mutex_unlock(&tr__pool_mu);
+    tr__pool_part(0);
+    for (i = 0; i < TR__POOL_SPIN && __atomic_load_n(&tr__pool.pending, __ATOMIC_ACQUIRE) != 0; i++) {}
+    pthread_mutex_lock(&tr__pool_mu);
+    while (__atomic_load_n(&tr__pool.pending, __ATOMIC_ACQUIRE) != 0) pthread_cond_wait(&tr__pool_done, &tr__pool_mu);
+    pthread_mutex_unlock(&tr__pool_mu);
+    pthread_mutex_unlock(&tr__pool_busy);
+    return 1;
+}
+#endif
+
+/* Threads to use when nobody says: on macOS the performance cores (sysctl; a static split that
+   gives efficiency cores equal shares waits for them), else the online CPUs. */
+TR__FN int tr__cpu_count(void) {
+#if defined(__APPLE__)
+    int n = 0;
+    size_t len = sizeof n;
+    if (sysctlbyname("hw.perflevel0.physicalcpu", &n, &len, NULL, 0) == 0 && n > 0) return n;
+    len = sizeof n;
+    if (sysctlbyname("hw.logicalcpu", &n, &len, NULL, 0) == 0 && n > 0) return n;
+#endif
+#if defined(_SC_NPROCESSORS_ONLN)
+    {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        if (c > 0) return (int)TR__MIN(c, 1024);
+    }
+#endif
+    return 1;
+}
+
+TR__FN int tr__thread_id(void) {
+#if TR__OMP
+    return omp_get_thread_num();
+#elif TR__POOL
+    return tr__pool_tid;
+#else
+    return 0;
+#endif
+}
+
+TR__FN void tr__par_for(int nt, long n, long chunk, tr__range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (nt > 1 && n > 1) {
+#if TR__OMP
+        if (chunk <= 0) {
+            int t;
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (t = 0; t < nt; t++) {
+                long i0, i1;
+                tr__par_split(n, nt, t, &i0, &i1);
+                if (i0 < i1) fn(arg, i0, i1);
+            }
+        } else {
+            long c, nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+            for (c = 0; c < nc; c++) fn(arg, c * chunk, TR__MIN((c + 1) * chunk, n));
+        }
+        return;
+#elif TR__POOL
+        if (tr__pool_run(nt, n, chunk, fn, arg)) return;
+#endif
+    }
+    fn(arg, 0, n);
+}
+
 /* --- CPU features ------------------------------------------------------------------------ */
 /* The one cpuid/xgetbv probe: each feature the CPU has and the OS saves the registers of
    (XCR0: ymm for AVX, zmm and opmask for AVX-512, tile state for AMX), and the brand string
@@ -1533,6 +1731,29 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
         }
     }
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+    { /* HWCAP_ASIMD, HWCAP_ASIMDDP; HWCAP2_I8MM, HWCAP2_BF16 (numbers: older headers lack the names) */
+        unsigned long h1 = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+        feat[TR_CPU_ASIMD] = (h1 >> 1) & 1;
+        feat[TR_CPU_ASIMDDP] = (h1 >> 20) & 1;
+        feat[TR_CPU_I8MM] = (h2 >> 13) & 1;
+        feat[TR_CPU_ARM_BF16] = (h2 >> 14) & 1;
+    }
+#elif defined(__aarch64__) && defined(__APPLE__)
+    {
+        static const char *const keys[4] = {"hw.optional.AdvSIMD", "hw.optional.arm.FEAT_DotProd", "hw.optional.arm.FEAT_BF16", "hw.optional.arm.FEAT_I8MM"};
+        static const tr_cpu_feature ids[4] = {TR_CPU_ASIMD, TR_CPU_ASIMDDP, TR_CPU_ARM_BF16, TR_CPU_I8MM};
+        size_t len = 48;
+        int k, v;
+        for (k = 0; k < 4; k++) {
+            size_t vl = sizeof v;
+            v = 0;
+            feat[ids[k]] = sysctlbyname(keys[k], &v, &vl, NULL, 0) == 0 && v != 0; /* (absent on older macOS: 0) */
+        }
+        if (sysctlbyname("machdep.cpu.brand_string", brand, &len, NULL, 0) != 0) len = 0; /* "Apple M2" */
+        brand[len < 48 ? len : 48] = 0;
+    }
+#endif
 }
 
 /* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA. */
@@ -1545,10 +1766,15 @@ TR__FN tr__simd tr__detect_simd(void) {
     if (f[TR_CPU_AVX512F] && f[TR_CPU_AVX512DQ] && f[TR_CPU_AVX512BW] && f[TR_CPU_AVX512VL]) return TR__SIMD_AVX512;
     if (f[TR_CPU_AVX2]) return TR__SIMD_AVX2;
 #endif
+#if TR__NEON
+    return TR__SIMD_NEON;
+#endif
     return TR__SIMD_SCALAR;
 }
 
-static const char *tr__simd_names[] = {"scalar", "avx2", "avx512"};
+static const char *tr__simd_names[TR_KERNEL_SETS] = {"scalar", "avx2", "avx512", "neon"};
+/* 1 when a CPU whose best set is `best` runs set s: scalar always, the x86 sets up to the best. */
+TR__FN int tr__simd_runs(tr__simd best, int s) { return s == TR__SIMD_SCALAR || (best == TR__SIMD_NEON ? s == TR__SIMD_NEON : s <= (int)best && s != TR__SIMD_NEON); }
 
 TRDEF tr_ctx_config tr_ctx_config_default(void) {
     tr_ctx_config c;
@@ -1564,14 +1790,14 @@ TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name) {
         ctx->simd = ctx->simd_best;
         return TR_OK;
     }
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < TR_KERNEL_SETS; i++)
         if (strcmp(name, tr__simd_names[i]) == 0) {
-            if ((int)ctx->simd_best < i)
+            if (!tr__simd_runs(ctx->simd_best, i))
                 return tr__err(ctx, TR_ERR_UNSUPPORTED, "simd '%s' is not supported by this CPU (best: %s)", name, tr__simd_names[ctx->simd_best]);
             ctx->simd = (tr__simd)i;
             return TR_OK;
         }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd '%s' (valid: auto, scalar, avx2, avx512)", name);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd '%s' (valid: auto, scalar, avx2, avx512, neon)", name);
 }
 
 TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
@@ -1581,6 +1807,8 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
         n = env ? atoi(env) : 0;
 #if TR__OMP
         if (n <= 0) n = omp_get_max_threads();
+#elif TR__POOL
+        if (n <= 0) n = tr__cpu_count();
 #endif
         if (n <= 0) n = 1;
     }
@@ -1868,14 +2096,9 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
 /* >>cpu
    Kernels. Each op has a plain scalar reference (tr__*_ref, kept forever and used by the tests)
    and, for the hot ones, SIMD variants chosen at run time from ctx->simd. Row loops are split
-   across OpenMP threads with a static schedule and disjoint writes; no kernel reduces across
-   threads, so results do not depend on the thread count. */
-#define TR__PRAGMA(x) _Pragma(#x)
-#if TR__OMP
-#define TR__PARALLEL_FOR(nthreads) TR__PRAGMA(omp parallel for num_threads(nthreads) schedule(static))
-#else
-#define TR__PARALLEL_FOR(nthreads)
-#endif
+   across threads by tr__par_for (OpenMP or the library's pool) with a static schedule and
+   disjoint writes: a loop's body is a range function over an argument block (tr__X_range,
+   tr__X_args). No kernel reduces across threads, so results do not depend on the thread count. */
 #if TR__X86
 #define TR__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define TR__TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -1883,11 +2106,17 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
 
 /* y = r * rstd with r = x + add (add may be NULL), rstd = 1/sqrt(mean(r^2) + eps), per row of D.
    out may alias x. This is the post-norm residual of every block. */
-TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+typedef struct tr__rms_rows_fwd_args { int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_rows_fwd_args;
+TR__FN void tr__rms_rows_fwd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_fwd_args *a = (const tr__rms_rows_fwd_args *)arg;
+    int D = a->D;
+    const float *x = a->x;
+    const float *add = a->add;
+    float *out = a->out;
+    float *rstd = a->rstd;
+    float eps = a->eps;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *xr = x + (size_t)r * D, *ar = add ? add + (size_t)r * D : NULL;
         float *o = out + (size_t)r * D;
         double ss = 0;
@@ -1903,13 +2132,22 @@ TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *
         for (j = 0; j < D; j++) o[j] *= inv;
     }
 }
+TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+    tr__rms_rows_fwd_args a = {D, x, add, out, rstd, eps};
+    tr__par_for(nthreads, rows, 0, tr__rms_rows_fwd_range, &a);
+}
 
 /* dx = rstd * (dy - y * mean(dy * y)), the backward of y = x * rstd over a row. */
-TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+typedef struct tr__rms_rows_bwd_args { int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_rows_bwd_args;
+TR__FN void tr__rms_rows_bwd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_bwd_args *a = (const tr__rms_rows_bwd_args *)arg;
+    int D = a->D;
+    const float *dy = a->dy;
+    const float *y = a->y;
+    const float *rstd = a->rstd;
+    float *dx = a->dx;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *dyr = dy + (size_t)r * D, *yr = y + (size_t)r * D;
         float *o = dx + (size_t)r * D;
         double dot = 0;
@@ -1920,14 +2158,25 @@ TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float 
         for (j = 0; j < D; j++) o[j] = rstd[r] * (dyr[j] - yr[j] * mean);
     }
 }
+TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+    tr__rms_rows_bwd_args a = {D, dy, y, rstd, dx};
+    tr__par_for(nthreads, rows, 0, tr__rms_rows_bwd_range, &a);
+}
 
 /* The mlp_t norm: over the sequence axis S, separately for each (batch, channel). x is [B,S,D];
    rstd is [B,D]. */
-TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+typedef struct tr__rms_cols_fwd_args { int S; int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_cols_fwd_args;
+TR__FN void tr__rms_cols_fwd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_fwd_args *a = (const tr__rms_cols_fwd_args *)arg;
+    int S = a->S;
+    int D = a->D;
+    const float *x = a->x;
+    const float *add = a->add;
+    float *out = a->out;
+    float *rstd = a->rstd;
+    float eps = a->eps;
     long t, nblk = (D + 63) / 64;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (t = 0; t < (long)B * nblk; t++) { /* one task = one batch row x 64 channels */
+    for (t = i0; t < i1; t++) { /* one task = one batch row x 64 channels */
         int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
         size_t base = (size_t)b * S * D;
         double ss[64];
@@ -1944,12 +2193,22 @@ TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const floa
             for (j = j0; j < j1; j++) out[base + (size_t)s * D + j] *= rstd[(size_t)b * D + j];
     }
 }
+TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
+    tr__rms_cols_fwd_args a = {S, D, x, add, out, rstd, eps};
+    tr__par_for(nthreads, (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_range, &a);
+}
 
-TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+typedef struct tr__rms_cols_bwd_args { int S; int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_cols_bwd_args;
+TR__FN void tr__rms_cols_bwd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_bwd_args *a = (const tr__rms_cols_bwd_args *)arg;
+    int S = a->S;
+    int D = a->D;
+    const float *dy = a->dy;
+    const float *y = a->y;
+    const float *rstd = a->rstd;
+    float *dx = a->dx;
     long t, nblk = (D + 63) / 64;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (t = 0; t < (long)B * nblk; t++) {
+    for (t = i0; t < i1; t++) {
         int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
         size_t base = (size_t)b * S * D;
         double dot[64];
@@ -1963,28 +2222,47 @@ TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const flo
             }
     }
 }
+TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
+    tr__rms_cols_bwd_args a = {S, D, dy, y, rstd, dx};
+    tr__par_for(nthreads, (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_range, &a);
+}
 
 /* SwiGLU activation: out = silu(gate) * up, where gate = g[0..width) and up = g[width..2 width)
    of each of `rows` rows (row strides g_stride and out_stride). */
 TR__FN float tr__silu(float x) { return x / (1.0f + expf(-x)); }
-TR__FN void tr__swiglu_fwd_ref(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
+typedef struct tr__swiglu_fwd_args { long width; const float *g; size_t g_stride; float *out; size_t out_stride; } tr__swiglu_fwd_args;
+TR__FN void tr__swiglu_fwd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_fwd_args *a = (const tr__swiglu_fwd_args *)arg;
+    long width = a->width;
+    const float *g = a->g;
+    size_t g_stride = a->g_stride;
+    float *out = a->out;
+    size_t out_stride = a->out_stride;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *gate = g + (size_t)r * g_stride, *up = gate + width;
         float *o = out + (size_t)r * out_stride;
         long j;
         for (j = 0; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
     }
 }
+TR__FN void tr__swiglu_fwd_ref(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
+    tr__swiglu_fwd_args a = {width, g, g_stride, out, out_stride};
+    tr__par_for(nthreads, rows, 0, tr__swiglu_fwd_range, &a);
+}
 
 /* Backward: d gate = da * up * silu'(gate), d up = da * silu(gate). dg has g's layout. */
-TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg, int nthreads) {
+typedef struct tr__swiglu_bwd_args { long width; const float *g; size_t g_stride; const float *da; size_t da_stride; float *dg; } tr__swiglu_bwd_args;
+TR__FN void tr__swiglu_bwd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_bwd_args *a = (const tr__swiglu_bwd_args *)arg;
+    long width = a->width;
+    const float *g = a->g;
+    size_t g_stride = a->g_stride;
+    const float *da = a->da;
+    size_t da_stride = a->da_stride;
+    float *dg = a->dg;
     long r;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         const float *gate = g + (size_t)r * g_stride, *up = gate + width, *d = da + (size_t)r * da_stride;
         float *dgate = dg + (size_t)r * g_stride, *dup = dgate + width;
         long j;
@@ -1996,16 +2274,27 @@ TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_s
         }
     }
 }
+TR__FN void tr__swiglu_bwd_ref(long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg, int nthreads) {
+    tr__swiglu_bwd_args a = {width, g, g_stride, da, da_stride, dg};
+    tr__par_for(nthreads, rows, 0, tr__swiglu_bwd_range, &a);
+}
 
 /* RoPE, NeoX "rotate half", in place on the q and k heads of a [B*S, 3D] qkv buffer.
    cosv/sinv are [S, hd]. inverse = 1 applies the transpose rotation (the backward). */
-TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse, int nthreads) {
+typedef struct tr__rope_args { int S; int H; int hd; float *qkv; const float *cosv; const float *sinv; int inverse; } tr__rope_args;
+TR__FN void tr__rope_range(void *arg, long i0, long i1) {
+    const tr__rope_args *a = (const tr__rope_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    float *qkv = a->qkv;
+    const float *cosv = a->cosv;
+    const float *sinv = a->sinv;
+    int inverse = a->inverse;
     long r;
     int half = hd / 2, D = H * hd;
     float sgn = inverse ? -1.0f : 1.0f;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (r = 0; r < rows; r++) {
+    for (r = i0; r < i1; r++) {
         int pos = (int)(r % S), h, j, qk;
         const float *c = cosv + (size_t)pos * hd, *sn = sinv + (size_t)pos * hd;
         for (qk = 0; qk < 2; qk++)
@@ -2019,17 +2308,25 @@ TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const floa
             }
     }
 }
+TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse, int nthreads) {
+    tr__rope_args a = {S, H, hd, qkv, cosv, sinv, inverse};
+    tr__par_for(nthreads, rows, 0, tr__rope_range, &a);
+}
 
 /* Threads for a kernel call of `work` element-operations: one below ~64k, so that tiny models
    and batch-1 calls do not pay for waking (and, on a busy machine, waiting for) a team. */
 TR__FN int tr__threads_for(const tr_ctx *ctx, double work) { return work < 65536.0 ? 1 : ctx->num_threads; }
 
 /* y = a + b over n floats (y may alias a or b), split across threads. */
-TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+typedef struct tr__add_args { const float *a, *b; float *y; } tr__add_args;
+TR__FN void tr__add_range(void *arg, long i0, long i1) {
+    const tr__add_args *p = (const tr__add_args *)arg;
     long i;
-    TR__UNUSED(ctx);
-    TR__PARALLEL_FOR(tr__threads_for(ctx, (double)n))
-    for (i = 0; i < (long)n; i++) y[i] = a[i] + b[i];
+    for (i = i0; i < i1; i++) p->y[i] = p->a[i] + p->b[i];
+}
+TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+    tr__add_args p = {a, b, y};
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__add_range, &p);
 }
 
 TR__FN float tr__dot(const float *a, const float *b, int n) {
@@ -2042,18 +2339,23 @@ TR__FN float tr__dot(const float *a, const float *b, int n) {
 /* Non-causal attention for each (batch, head). qkv is [B,S,3D] (post-RoPE); o is [B,S,D];
    lse [B,H,S] keeps the log-sum-exp of each row for the backward, which recomputes the
    probabilities instead of storing S x S of them. scratch: nthreads * S floats. */
-TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
+typedef struct tr__attention_fwd_args { int S; int H; int hd; const float *qkv; float *o; float *lse; float *scratch; } tr__attention_fwd_args;
+TR__FN void tr__attention_fwd_range(void *arg, long i0, long i1) {
+    const tr__attention_fwd_args *a = (const tr__attention_fwd_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    const float *qkv = a->qkv;
+    float *o = a->o;
+    float *lse = a->lse;
+    float *scratch = a->scratch;
     long bh;
     int D = H * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
+    for (bh = i0; bh < i1; bh++) {
         int b = (int)(bh / H), h = (int)(bh % H), i, j, t = 0;
         float *p;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
+        t = tr__thread_id();
         p = scratch + (size_t)t * S;
         for (i = 0; i < S; i++) {
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
@@ -2080,20 +2382,31 @@ TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv,
         }
     }
 }
+TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch, int nthreads) {
+    tr__attention_fwd_args a = {S, H, hd, qkv, o, lse, scratch};
+    tr__par_for(nthreads, (long)B * H, 0, tr__attention_fwd_range, &a);
+}
 
 /* Backward of the attention: dqkv ([B,S,3D], overwritten) from do_ ([B,S,D]). */
-TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
+typedef struct tr__attention_bwd_args { int S; int H; int hd; const float *qkv; const float *o; const float *lse; const float *do_; float *dqkv; float *scratch; } tr__attention_bwd_args;
+TR__FN void tr__attention_bwd_range(void *arg, long i0, long i1) {
+    const tr__attention_bwd_args *a = (const tr__attention_bwd_args *)arg;
+    int S = a->S;
+    int H = a->H;
+    int hd = a->hd;
+    const float *qkv = a->qkv;
+    const float *o = a->o;
+    const float *lse = a->lse;
+    const float *do_ = a->do_;
+    float *dqkv = a->dqkv;
+    float *scratch = a->scratch;
     long bh;
     int D = H * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (bh = 0; bh < (long)B * H; bh++) {
+    for (bh = i0; bh < i1; bh++) {
         int b = (int)(bh / H), h = (int)(bh % H), i, j, c, t = 0;
         float *dp;
-#if TR__OMP
-        t = omp_get_thread_num();
-#endif
+        t = tr__thread_id();
         dp = scratch + (size_t)t * S;
         for (i = 0; i < S; i++) {
             float *dst = dqkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;
@@ -2120,6 +2433,10 @@ TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv,
         }
         TR__UNUSED(dp);
     }
+}
+TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
+    tr__attention_bwd_args a = {S, H, hd, qkv, o, lse, do_, dqkv, scratch};
+    tr__par_for(nthreads, (long)B * H, 0, tr__attention_bwd_range, &a);
 }
 
 /* Stablemax / softmax cross-entropy over one row of V logits, accumulated in fp64 as the
@@ -2163,12 +2480,22 @@ TR__FN double tr__bce_logits(double x, double y, double *grad) {
 
 /* AdamATan2 exactly as the reference kernel: decoupled decay first, no epsilon, bias
    correction 1 outside atan2 and 2 only on the denominator. fp32 math. */
-TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1, float bc2, int nthreads) {
+typedef struct tr__adam_atan2_args { float *p; const float *g; float *m; float *v; float lr; float wd; float beta1; float beta2; float bc1; float bc2; } tr__adam_atan2_args;
+TR__FN void tr__adam_atan2_range(void *arg, long i0, long i1) {
+    const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
+    float *p = a->p;
+    const float *g = a->g;
+    float *m = a->m;
+    float *v = a->v;
+    float lr = a->lr;
+    float wd = a->wd;
+    float beta1 = a->beta1;
+    float beta2 = a->beta2;
+    float bc1 = a->bc1;
+    float bc2 = a->bc2;
     long i;
     float decay = 1.0f - lr * wd, step = lr / bc1, sbc2 = sqrtf(bc2);
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (i = 0; i < (long)n; i++) {
+    for (i = i0; i < i1; i++) {
         float pi = p[i] * decay;
         float mi = m[i] + (1.0f - beta1) * (g[i] - m[i]);
         float vi = v[i] + (1.0f - beta2) * (g[i] * g[i] - v[i]);
@@ -2177,13 +2504,102 @@ TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, flo
         p[i] = pi - step * atan2f(mi, sqrtf(vi) / sbc2);
     }
 }
-
-TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, int nthreads) {
-    long i;
-    TR__UNUSED(nthreads);
-    TR__PARALLEL_FOR(nthreads)
-    for (i = 0; i < (long)n; i++) shadow[i] = (1.0f - decay) * p[i] + decay * shadow[i];
+TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1, float bc2, int nthreads) {
+    tr__adam_atan2_args a = {p, g, m, v, lr, wd, beta1, beta2, bc1, bc2};
+    tr__par_for(nthreads, (long)n, 0, tr__adam_atan2_range, &a);
 }
+
+typedef struct tr__ema_args { float *shadow; const float *p; float decay; } tr__ema_args;
+TR__FN void tr__ema_range(void *arg, long i0, long i1) {
+    const tr__ema_args *a = (const tr__ema_args *)arg;
+    float *shadow = a->shadow;
+    const float *p = a->p;
+    float decay = a->decay;
+    long i;
+    for (i = i0; i < i1; i++) shadow[i] = (1.0f - decay) * p[i] + decay * shadow[i];
+}
+TR__FN void tr__ema_ref(size_t n, float *shadow, const float *p, float decay, int nthreads) {
+    tr__ema_args a = {shadow, p, decay};
+    tr__par_for(nthreads, (long)n, 0, tr__ema_range, &a);
+}
+
+#if TR__NEON
+/* --- NEON twins of the elementwise kernels: RoPE and the EMA, the scalar formulas on 4 lanes in
+   the same operation order (nothing fused), so they round as the scalar ones do. */
+TR__FN void tr__rope_range_neon(void *arg, long i0, long i1) {
+    const tr__rope_args *a = (const tr__rope_args *)arg;
+    int half = a->hd / 2, D = a->H * a->hd, h, j, qk;
+    float sgn = a->inverse ? -1.0f : 1.0f;
+    float32x4_t sg = vdupq_n_f32(sgn);
+    long r;
+    for (r = i0; r < i1; r++) {
+        int pos = (int)(r % a->S);
+        const float *c = a->cosv + (size_t)pos * a->hd, *sn = a->sinv + (size_t)pos * a->hd;
+        for (qk = 0; qk < 2; qk++)
+            for (h = 0; h < a->H; h++) {
+                float *v = a->qkv + (size_t)r * 3 * D + (size_t)qk * D + (size_t)h * a->hd;
+                for (j = 0; j + 4 <= half; j += 4) {
+                    float32x4_t x1 = vld1q_f32(v + j), x2 = vld1q_f32(v + j + half);
+                    vst1q_f32(v + j, vsubq_f32(vmulq_f32(x1, vld1q_f32(c + j)), vmulq_f32(vmulq_f32(sg, x2), vld1q_f32(sn + j))));
+                    vst1q_f32(v + j + half, vaddq_f32(vmulq_f32(x2, vld1q_f32(c + j + half)), vmulq_f32(vmulq_f32(sg, x1), vld1q_f32(sn + j + half))));
+                }
+                for (; j < half; j++) {
+                    float x1 = v[j], x2 = v[j + half];
+                    v[j] = x1 * c[j] - sgn * x2 * sn[j];
+                    v[j + half] = x2 * c[j + half] + sgn * x1 * sn[j + half];
+                }
+            }
+    }
+}
+
+TR__FN void tr__ema_range_neon(void *arg, long i0, long i1) {
+    const tr__ema_args *a = (const tr__ema_args *)arg;
+    float32x4_t keep = vdupq_n_f32(a->decay), take = vdupq_n_f32(1.0f - a->decay);
+    long i = i0;
+    for (; i + 4 <= i1; i += 4) vst1q_f32(a->shadow + i, vaddq_f32(vmulq_f32(take, vld1q_f32(a->p + i)), vmulq_f32(keep, vld1q_f32(a->shadow + i))));
+    if (i < i1) tr__ema_range(arg, i, i1);
+}
+
+/* atan2(y, x) for x >= 0 (Adam-atan2's denominator is a square root): the smaller magnitude over
+   the larger, atan(t) = t + t^3 P(t^2) on [0, 1] (Arm optimized-routines' minimax coefficients;
+   abs. error ~1.2e-7 in float), reflected as pi/2 - atan where |y| > x, and y's sign. 0 where
+   both are 0, as atan2f(+-0, 0) = +-0; NaN in, NaN out. */
+static inline float32x4_t tr__atan2_pos128(float32x4_t y, float32x4_t x) {
+    float32x4_t ay = vabsq_f32(y), hi = vmaxq_f32(ay, x), lo = vminq_f32(ay, x), t, z, p, a;
+    uint32x4_t swap = vcgtq_f32(ay, x), none = vceqq_f32(hi, vdupq_n_f32(0.0f));
+    t = vdivq_f32(lo, vbslq_f32(none, vdupq_n_f32(1.0f), hi));
+    z = vmulq_f32(t, t);
+    p = vdupq_n_f32(3.936620429e-03f);
+    p = vfmaq_f32(vdupq_n_f32(-2.027806640e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(4.927194118e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-8.035188168e-02f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(1.087526381e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-1.425878853e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(1.999881119e-01f), p, z);
+    p = vfmaq_f32(vdupq_n_f32(-3.333332539e-01f), p, z);
+    a = vfmaq_f32(t, vmulq_f32(t, z), p);
+    a = vbslq_f32(swap, vsubq_f32(vdupq_n_f32(1.57079632679489662f), a), a);
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vandq_u32(vreinterpretq_u32_f32(y), vdupq_n_u32(0x80000000u))));
+}
+
+/* Adam-atan2 as tr__adam_atan2_range: the moments in the same operations (they match to the
+   bit), the update through the vector atan2 above; the tail is the scalar twin's. */
+TR__FN void tr__adam_atan2_range_neon(void *arg, long i0, long i1) {
+    const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
+    float32x4_t decay = vdupq_n_f32(1.0f - a->lr * a->wd), step = vdupq_n_f32(a->lr / a->bc1), sbc2 = vdupq_n_f32(sqrtf(a->bc2));
+    float32x4_t k1 = vdupq_n_f32(1.0f - a->beta1), k2 = vdupq_n_f32(1.0f - a->beta2);
+    long i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        float32x4_t g = vld1q_f32(a->g + i), m = vld1q_f32(a->m + i), v = vld1q_f32(a->v + i), p = vmulq_f32(vld1q_f32(a->p + i), decay);
+        m = vaddq_f32(m, vmulq_f32(k1, vsubq_f32(g, m)));
+        v = vaddq_f32(v, vmulq_f32(k2, vsubq_f32(vmulq_f32(g, g), v)));
+        vst1q_f32(a->m + i, m);
+        vst1q_f32(a->v + i, v);
+        vst1q_f32(a->p + i, vsubq_f32(p, vmulq_f32(step, tr__atan2_pos128(m, vdivq_f32(vsqrtq_f32(v), sbc2)))));
+    }
+    if (i < i1) tr__adam_atan2_range(arg, i, i1);
+}
+#endif /* TR__NEON */
 
 /* Attention scratch per thread (the scalar kernels use the first S floats). */
 #define TR__ATT_PAD(n) (((n) + 15) & ~(size_t)15)
@@ -2197,7 +2613,7 @@ TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_P
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 /* --- SIMD variants ----------------------------------------------------------------------- */
-#if TR__X86
+#if TR__X86 || TR__NEON
 /* exp(x) = 2^n * p(r), r = x - n ln2 (ln2 split in two for accuracy), p a degree-7 polynomial:
    the constants both vector widths share. */
 #define TR__EXP_LN2_HI 0.693359375f
@@ -2208,6 +2624,8 @@ TR__FN size_t tr__attention_scratch_floats(int S, int hd) { return 4 * TR__ATT_P
 #define TR__EXP_P3 4.1665795894e-2f
 #define TR__EXP_P4 1.6666665459e-1f
 #define TR__EXP_P5 5.0000001201e-1f
+#endif
+#if TR__X86
 /* exp for x in float range via 2^n * p(r), max rel. error ~2 ulp; saturates outside [-87, 88]. */
 TR__TARGET_AVX512 static inline __m512 tr__exp512(__m512 x) {
     const __m512 log2e = _mm512_set1_ps(1.44269504f), ln2hi = _mm512_set1_ps(TR__EXP_LN2_HI), ln2lo = _mm512_set1_ps(TR__EXP_LN2_LO);
@@ -2325,73 +2743,72 @@ TR__TARGET_AVX2 static float tr__hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-TR__TARGET_AVX2 static void tr__swiglu_fwd_row256(long width, const float *gate, float *o) {
-    const float *up = gate + width;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 8 <= width; j += 8) {
-        __m256 x = _mm256_loadu_ps(gate + j);
-        __m256 sv = _mm256_div_ps(x, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-        _mm256_storeu_ps(o + j, _mm256_mul_ps(sv, _mm256_loadu_ps(up + j)));
+#endif /* TR__X86 */
+
+#if TR__NEON
+/* NEON as the 128-bit width (B = 128: 4 lanes) of the x86 kernels' spelling: the names that the
+   width-generic kernels below paste (__m128, _mm128_op) and the AVX2 row kernels use are defined
+   here for aarch64 only, where no x86 header declares them, so the NEON twins are the same
+   source as the x86 ones. Masks are lane counts; a partial vector's masked load or store goes
+   through a 4-float buffer (only at the ends of rows). */
+typedef float32x4_t __m128;
+typedef long tr__kmask128;
+static inline __m128 _mm128_set1_ps(float x) { return vdupq_n_f32(x); }
+static inline __m128 _mm128_setzero_ps(void) { return vdupq_n_f32(0.0f); }
+static inline __m128 _mm128_loadu_ps(const float *p) { return vld1q_f32(p); }
+static inline void _mm128_storeu_ps(float *p, __m128 v) { vst1q_f32(p, v); }
+static inline __m128 _mm128_add_ps(__m128 a, __m128 b) { return vaddq_f32(a, b); }
+static inline __m128 _mm128_sub_ps(__m128 a, __m128 b) { return vsubq_f32(a, b); }
+static inline __m128 _mm128_mul_ps(__m128 a, __m128 b) { return vmulq_f32(a, b); }
+static inline __m128 _mm128_div_ps(__m128 a, __m128 b) { return vdivq_f32(a, b); }
+static inline __m128 _mm128_sqrt_ps(__m128 a) { return vsqrtq_f32(a); }
+static inline __m128 _mm128_fmadd_ps(__m128 a, __m128 b, __m128 c) { return vfmaq_f32(c, a, b); }  /* a b + c, fused */
+static inline __m128 _mm128_fnmadd_ps(__m128 a, __m128 b, __m128 c) { return vfmsq_f32(c, a, b); } /* c - a b, fused */
+static inline long tr__mask128(long left) { return TR__MIN(left, 4); }
+static inline uint32x4_t tr__lanes128(long k) {
+    static const uint32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(idx), vdupq_n_u32((uint32_t)TR__MAX(k, 0)));
+}
+static inline __m128 tr__load128(long k, const float *p) {
+    float t[4] = {0, 0, 0, 0};
+    if (k >= 4) return vld1q_f32(p);
+    if (k > 0) memcpy(t, p, (size_t)k * sizeof(float));
+    return vld1q_f32(t);
+}
+static inline void tr__store128(float *p, long k, __m128 v) {
+    float t[4];
+    if (k >= 4) {
+        vst1q_f32(p, v);
+        return;
     }
-    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
+    vst1q_f32(t, v);
+    if (k > 0) memcpy(p, t, (size_t)k * sizeof(float));
+}
+static inline __m128 tr__keep128(long k, __m128 v) { return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), tr__lanes128(k))); }
+static inline __m128 tr__max_in128(__m128 a, long k, __m128 b) { return vbslq_f32(tr__lanes128(k), vmaxq_f32(a, b), a); }
+static inline float tr__hsum128(__m128 v) { return vaddvq_f32(v); }
+static inline float tr__hmax128(__m128 v) { return vmaxvq_f32(v); }
+/* exp as tr__exp256: the same reduction and polynomial, 2^n put into the exponent. */
+static inline __m128 tr__exp128(__m128 x) {
+    const __m128 log2e = vdupq_n_f32(1.44269504f), ln2hi = vdupq_n_f32(TR__EXP_LN2_HI), ln2lo = vdupq_n_f32(TR__EXP_LN2_LO);
+    __m128 n, r, p;
+    int32x4_t e;
+    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.3f)), vdupq_n_f32(88.3f));
+    n = vrndnq_f32(vmulq_f32(x, log2e));
+    r = vfmsq_f32(x, n, ln2hi);
+    r = vfmsq_f32(r, n, ln2lo);
+    p = vdupq_n_f32(TR__EXP_P0);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(TR__EXP_P5), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23); /* 2^n, n in [-126, 128) */
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
 
-TR__TARGET_AVX2 static void tr__swiglu_bwd_row256(long width, const float *gate, const float *d, float *dgate) {
-    const float *up = gate + width;
-    float *dup = dgate + width;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    long j = 0;
-    for (; j + 8 <= width; j += 8) {
-        __m256 x = _mm256_loadu_ps(gate + j), u = _mm256_loadu_ps(up + j), dv = _mm256_loadu_ps(d + j);
-        __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, tr__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-        __m256 dsil = _mm256_mul_ps(sg, _mm256_fmadd_ps(x, _mm256_sub_ps(one, sg), one));
-        _mm256_storeu_ps(dgate + j, _mm256_mul_ps(_mm256_mul_ps(dv, u), dsil));
-        _mm256_storeu_ps(dup + j, _mm256_mul_ps(dv, _mm256_mul_ps(x, sg)));
-    }
-    for (; j < width; j++) {
-        float sg = 1.0f / (1.0f + expf(-gate[j]));
-        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));
-        dup[j] = d[j] * gate[j] * sg;
-    }
-}
-
-TR__TARGET_AVX2 static float tr__rms_row_fwd256(int D, const float *xr, const float *ar, float *o, float eps) {
-    __m256 acc = _mm256_setzero_ps(), inv;
-    float ss, invs;
-    int j = 0;
-    for (; j + 8 <= D; j += 8) {
-        __m256 v = _mm256_loadu_ps(xr + j);
-        if (ar) v = _mm256_add_ps(v, _mm256_loadu_ps(ar + j));
-        _mm256_storeu_ps(o + j, v);
-        acc = _mm256_fmadd_ps(v, v, acc);
-    }
-    ss = tr__hsum256(acc);
-    for (; j < D; j++) {
-        float v = ar ? xr[j] + ar[j] : xr[j];
-        o[j] = v;
-        ss += v * v;
-    }
-    invs = (float)(1.0 / sqrt((double)ss / D + eps));
-    inv = _mm256_set1_ps(invs);
-    for (j = 0; j + 8 <= D; j += 8) _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_loadu_ps(o + j), inv));
-    for (; j < D; j++) o[j] *= invs;
-    return invs;
-}
-
-TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const float *yr, float rstd, float *o) {
-    __m256 acc = _mm256_setzero_ps(), mean, rs = _mm256_set1_ps(rstd);
-    float dot, m;
-    int j = 0;
-    for (; j + 8 <= D; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j), acc);
-    dot = tr__hsum256(acc);
-    for (; j < D; j++) dot += dyr[j] * yr[j];
-    m = dot / (float)D;
-    mean = _mm256_set1_ps(m);
-    for (j = 0; j + 8 <= D; j += 8)
-        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_fnmadd_ps(_mm256_loadu_ps(yr + j), mean, _mm256_loadu_ps(dyr + j)), rs));
-    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);
-}
+#endif /* TR__NEON */
 
 /* Width-generic kernels: one body each, instantiated for AVX-512 (B = 512: 16 lanes, mask
    registers) and AVX2 (B = 256: 8 lanes, vector masks, masked loads that do not fault past the
@@ -2399,8 +2816,11 @@ TR__TARGET_AVX2 static void tr__rms_row_bwd256(int D, const float *dyr, const fl
    the same order (sums along S or hd are per lane); only the horizontal reductions (the softmax
    denominator) regroup. TR__MM(B, op) names the intrinsic _mm<B>_op; the operations whose names
    differ between the widths are the small functions below. */
+#if TR__X86 || TR__NEON
 #define TR__MM(B, op) _mm##B##_##op
 #define TR__LANES(B) ((B) / 32)
+#endif
+#if TR__X86
 typedef __mmask16 tr__kmask512;
 typedef __m256i tr__kmask256;
 /* The first `left` lanes (0 <= left; all of them from 16 / 8 on). */
@@ -2425,7 +2845,9 @@ TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
     s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
 }
+#endif /* TR__X86 */
 
+#if TR__X86 || TR__NEON
 /* The sequence-axis RMSNorm for one batch row and channels [j0, j0 + 64): 64 / lanes
    accumulators run down the S positions (fp32 sums of S squares, S ~ 100..1000). */
 #define TR__RMS_COLS_TASKS(B, TARGET)                                                                                    \
@@ -2481,8 +2903,84 @@ TR__TARGET_AVX2 static inline float tr__hmax256(__m256 v) {
                 tr__store##B(dx + i, mk[q], TR__MM(B, mul_ps)(v, rs[q]));                                               \
             }                                                                                                           \
     }
+/* The row kernels of SwiGLU and the row RMSNorm on unmasked vectors of B bits (tails run the scalar
+   formula): AVX2 (256) and NEON (128). */
+#define TR__ROW_KERNELS(B, TARGET)                                                                                                                 \
+TARGET static void tr__swiglu_fwd_row##B(long width, const float *gate, float *o) {                                                                \
+    const float *up = gate + width;                                                                                                                \
+    const __m##B one = TR__MM(B, set1_ps)(1.0f);                                                                                                   \
+    long j = 0;                                                                                                                                    \
+    for (; j + TR__LANES(B) <= width; j += TR__LANES(B)) {                                                                                         \
+        __m##B x = TR__MM(B, loadu_ps)(gate + j);                                                                                                  \
+        __m##B sv = TR__MM(B, div_ps)(x, TR__MM(B, add_ps)(one, tr__exp##B(TR__MM(B, sub_ps)(TR__MM(B, setzero_ps)(), x))));                       \
+        TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(sv, TR__MM(B, loadu_ps)(up + j)));                                                           \
+    }                                                                                                                                              \
+    for (; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];                                                                                       \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static void tr__swiglu_bwd_row##B(long width, const float *gate, const float *d, float *dgate) {                                            \
+    const float *up = gate + width;                                                                                                                \
+    float *dup = dgate + width;                                                                                                                    \
+    const __m##B one = TR__MM(B, set1_ps)(1.0f);                                                                                                   \
+    long j = 0;                                                                                                                                    \
+    for (; j + TR__LANES(B) <= width; j += TR__LANES(B)) {                                                                                         \
+        __m##B x = TR__MM(B, loadu_ps)(gate + j), u = TR__MM(B, loadu_ps)(up + j), dv = TR__MM(B, loadu_ps)(d + j);                                \
+        __m##B sg = TR__MM(B, div_ps)(one, TR__MM(B, add_ps)(one, tr__exp##B(TR__MM(B, sub_ps)(TR__MM(B, setzero_ps)(), x))));                     \
+        __m##B dsil = TR__MM(B, mul_ps)(sg, TR__MM(B, fmadd_ps)(x, TR__MM(B, sub_ps)(one, sg), one));                                              \
+        TR__MM(B, storeu_ps)(dgate + j, TR__MM(B, mul_ps)(TR__MM(B, mul_ps)(dv, u), dsil));                                                        \
+        TR__MM(B, storeu_ps)(dup + j, TR__MM(B, mul_ps)(dv, TR__MM(B, mul_ps)(x, sg)));                                                            \
+    }                                                                                                                                              \
+    for (; j < width; j++) {                                                                                                                       \
+        float sg = 1.0f / (1.0f + expf(-gate[j]));                                                                                                 \
+        dgate[j] = d[j] * up[j] * (sg * (1.0f + gate[j] * (1.0f - sg)));                                                                           \
+        dup[j] = d[j] * gate[j] * sg;                                                                                                              \
+    }                                                                                                                                              \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static float tr__rms_row_fwd##B(int D, const float *xr, const float *ar, float *o, float eps) {                                             \
+    __m##B acc = TR__MM(B, setzero_ps)(), inv;                                                                                                     \
+    float ss, invs;                                                                                                                                \
+    int j = 0;                                                                                                                                     \
+    for (; j + TR__LANES(B) <= D; j += TR__LANES(B)) {                                                                                             \
+        __m##B v = TR__MM(B, loadu_ps)(xr + j);                                                                                                    \
+        if (ar) v = TR__MM(B, add_ps)(v, TR__MM(B, loadu_ps)(ar + j));                                                                             \
+        TR__MM(B, storeu_ps)(o + j, v);                                                                                                            \
+        acc = TR__MM(B, fmadd_ps)(v, v, acc);                                                                                                      \
+    }                                                                                                                                              \
+    ss = tr__hsum##B(acc);                                                                                                                         \
+    for (; j < D; j++) {                                                                                                                           \
+        float v = ar ? xr[j] + ar[j] : xr[j];                                                                                                      \
+        o[j] = v;                                                                                                                                  \
+        ss += v * v;                                                                                                                               \
+    }                                                                                                                                              \
+    invs = (float)(1.0 / sqrt((double)ss / D + eps));                                                                                              \
+    inv = TR__MM(B, set1_ps)(invs);                                                                                                                \
+    for (j = 0; j + TR__LANES(B) <= D; j += TR__LANES(B)) TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(TR__MM(B, loadu_ps)(o + j), inv));         \
+    for (; j < D; j++) o[j] *= invs;                                                                                                               \
+    return invs;                                                                                                                                   \
+}                                                                                                                                                  \
+                                                                                                                                                   \
+TARGET static void tr__rms_row_bwd##B(int D, const float *dyr, const float *yr, float rstd, float *o) {                                            \
+    __m##B acc = TR__MM(B, setzero_ps)(), mean, rs = TR__MM(B, set1_ps)(rstd);                                                                     \
+    float dot, m;                                                                                                                                  \
+    int j = 0;                                                                                                                                     \
+    for (; j + TR__LANES(B) <= D; j += TR__LANES(B)) acc = TR__MM(B, fmadd_ps)(TR__MM(B, loadu_ps)(dyr + j), TR__MM(B, loadu_ps)(yr + j), acc);    \
+    dot = tr__hsum##B(acc);                                                                                                                        \
+    for (; j < D; j++) dot += dyr[j] * yr[j];                                                                                                      \
+    m = dot / (float)D;                                                                                                                            \
+    mean = TR__MM(B, set1_ps)(m);                                                                                                                  \
+    for (j = 0; j + TR__LANES(B) <= D; j += TR__LANES(B))                                                                                          \
+        TR__MM(B, storeu_ps)(o + j, TR__MM(B, mul_ps)(TR__MM(B, fnmadd_ps)(TR__MM(B, loadu_ps)(yr + j), mean, TR__MM(B, loadu_ps)(dyr + j)), rs)); \
+    for (; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * m);                                                                                         \
+}
+#if TR__X86
 TR__RMS_COLS_TASKS(512, TR__TARGET_AVX512)
 TR__RMS_COLS_TASKS(256, TR__TARGET_AVX2)
+TR__ROW_KERNELS(256, TR__TARGET_AVX2)
+#else
+TR__RMS_COLS_TASKS(128, )
+TR__ROW_KERNELS(128, )
+#endif
 
 /* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
 TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
@@ -2596,146 +3094,174 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                      \
         }                                                                                                               \
     }
+#if TR__X86
 TR__ATT_KERNELS(512, TR__TARGET_AVX512)
 TR__ATT_KERNELS(256, TR__TARGET_AVX2)
+#else
+TR__ATT_KERNELS(128, )
 #endif
+#endif /* TR__X86 || TR__NEON */
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
 /* Dispatchers: the model calls these; they pick the kernel set of the context and run the
-   parallel loops. */
+   parallel loops. A SIMD loop's argument block is the reference kernel's plus the chosen set's
+   function for one row (or task). */
+typedef struct tr__swiglu_fwd_simd { tr__swiglu_fwd_args a; void (*row)(long, const float *, float *); } tr__swiglu_fwd_simd;
+TR__FN void tr__swiglu_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_fwd_simd *p = (const tr__swiglu_fwd_simd *)arg;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.out + (size_t)r * p->a.out_stride);
+}
 TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_fwd_row512(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_fwd_row256(width, g + (size_t)r * g_stride, out + (size_t)r * out_stride);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
 #endif
-    tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_fwd_row128;
+#endif
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_simd_range, &p);
+    else tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
+}
+typedef struct tr__swiglu_bwd_simd { tr__swiglu_bwd_args a; void (*row)(long, const float *, const float *, float *); } tr__swiglu_bwd_simd;
+TR__FN void tr__swiglu_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__swiglu_bwd_simd *p = (const tr__swiglu_bwd_simd *)arg;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.da + (size_t)r * p->a.da_stride, p->a.dg + (size_t)r * p->a.g_stride);
 }
 TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
+    tr__swiglu_bwd_simd p = {{width, g, g_stride, da, da_stride, dg}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_bwd_row512(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * width))
-        for (r = 0; r < rows; r++) tr__swiglu_bwd_row256(width, g + (size_t)r * g_stride, da + (size_t)r * da_stride, dg + (size_t)r * g_stride);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_bwd_row512 : tr__swiglu_bwd_row256;
 #endif
-    tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_bwd_row128;
+#endif
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_bwd_simd_range, &p);
+    else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
+}
+typedef struct tr__rms_rows_fwd_simd { tr__rms_rows_fwd_args a; float (*row)(int, const float *, const float *, float *, float); } tr__rms_rows_fwd_simd;
+TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
+    size_t D = (size_t)p->a.D;
+    long r;
+    for (r = i0; r < i1; r++) p->a.rstd[r] = p->row(p->a.D, p->a.x + r * D, p->a.add ? p->a.add + r * D : NULL, p->a.out + r * D, p->a.eps);
 }
 TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd512(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) rstd[r] = tr__rms_row_fwd256(D, x + (size_t)r * D, add ? add + (size_t)r * D : NULL, out + (size_t)r * D, eps);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
 #endif
-    tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_fwd128;
+#endif
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
+    else tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+typedef struct tr__rms_rows_bwd_simd { tr__rms_rows_bwd_args a; void (*row)(int, const float *, const float *, float, float *); } tr__rms_rows_bwd_simd;
+TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_bwd_simd *p = (const tr__rms_rows_bwd_simd *)arg;
+    size_t D = (size_t)p->a.D;
+    long r;
+    for (r = i0; r < i1; r++) p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
 }
 TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL};
 #if TR__X86
-    if (ctx->simd == TR__SIMD_AVX512) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) tr__rms_row_bwd512(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
-        return;
-    }
-    if (ctx->simd == TR__SIMD_AVX2) {
-        long r;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)rows * D))
-        for (r = 0; r < rows; r++) tr__rms_row_bwd256(D, dy + (size_t)r * D, y + (size_t)r * D, rstd[r], dx + (size_t)r * D);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
 #endif
-    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_bwd128;
+#endif
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
+    else tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+}
+/* The column norms: one task = one batch row x 64 channels. */
+typedef struct tr__rms_cols_fwd_simd { tr__rms_cols_fwd_args a; void (*task)(int, int, int, const float *, const float *, float *, float *, float); } tr__rms_cols_fwd_simd;
+TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
+    long t, nblk = (p->a.D + 63) / 64;
+    for (t = i0; t < i1; t++) {
+        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
+        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.x + base, p->a.add ? p->a.add + base : NULL, p->a.out + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.eps);
+    }
 }
 TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*task)(int, int, int, const float *, const float *, float *, float *, float) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
-        long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
-        for (t = 0; t < (long)B * nblk; t++) {
-            size_t base = (size_t)(t / nblk) * S * D;
-            task(S, D, (int)(t % nblk) * 64, x + base, add ? add + base : NULL, out + base, rstd + (size_t)(t / nblk) * D, eps);
-        }
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
 #endif
-    tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_fwd128;
+#endif
+    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
+    else tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+}
+typedef struct tr__rms_cols_bwd_simd { tr__rms_cols_bwd_args a; void (*task)(int, int, int, const float *, const float *, const float *, float *); } tr__rms_cols_bwd_simd;
+TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__rms_cols_bwd_simd *p = (const tr__rms_cols_bwd_simd *)arg;
+    long t, nblk = (p->a.D + 63) / 64;
+    for (t = i0; t < i1; t++) {
+        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
+        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.dx + base);
+    }
 }
 TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*task)(int, int, int, const float *, const float *, const float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
-        long t, nblk = (D + 63) / 64;
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * S * D))
-        for (t = 0; t < (long)B * nblk; t++) {
-            size_t base = (size_t)(t / nblk) * S * D;
-            task(S, D, (int)(t % nblk) * 64, dy + base, y + base, rstd + (size_t)(t / nblk) * D, dx + base);
-        }
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
 #endif
-    tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_bwd128;
+#endif
+    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
+    else tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
 }
-TR__FN int tr__thread_id(void) {
-#if TR__OMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
+/* Attention: one task = one (batch, head), with its thread's scratch. */
+typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
+TR__FN void tr__attention_fwd_simd_range(void *arg, long i0, long i1) {
+    const tr__attention_fwd_simd *p = (const tr__attention_fwd_simd *)arg;
+    const tr__attention_fwd_args *a = &p->a;
+    size_t per = tr__attention_scratch_floats(a->S, a->hd);
+    long bh;
+    for (bh = i0; bh < i1; bh++) p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
+    tr__attention_fwd_simd p = {{S, H, hd, qkv, o, lse, scratch}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*one)(int, int, int, int, int, const float *, float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
-        long bh;
-        size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, scratch + (size_t)tr__thread_id() * per);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
 #endif
-    tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.one = tr__attention_fwd_bh128;
+#endif
+    if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_fwd_simd_range, &p);
+    else tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scratch, ctx->num_threads);
+}
+typedef struct tr__attention_bwd_simd {
+    tr__attention_bwd_args a;
+    void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+} tr__attention_bwd_simd;
+TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
+    const tr__attention_bwd_simd *p = (const tr__attention_bwd_simd *)arg;
+    const tr__attention_bwd_args *a = &p->a;
+    size_t per = tr__attention_scratch_floats(a->S, a->hd);
+    long bh;
+    for (bh = i0; bh < i1; bh++)
+        p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->do_, a->dqkv, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
+    tr__attention_bwd_simd p = {{S, H, hd, qkv, o, lse, do_, dqkv, scratch}, NULL};
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) {
-        void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *) = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
-        long bh;
-        size_t per = tr__attention_scratch_floats(S, hd);
-        TR__PARALLEL_FOR(tr__threads_for(ctx, (double)B * H * S * S * hd))
-        for (bh = 0; bh < (long)B * H; bh++) one((int)(bh / H), (int)(bh % H), S, H, hd, qkv, o, lse, do_, dqkv, scratch + (size_t)tr__thread_id() * per);
-        return;
-    }
+    if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
 #endif
-    tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.one = tr__attention_bwd_bh128;
+#endif
+    if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_bwd_simd_range, &p);
+    else tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
 }
 
 /* >>sgemm
@@ -3257,6 +3783,102 @@ TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar
 #endif
 #endif /* TR__X86 */
 
+#if TR__NEON
+/* --- NEON (aarch64) ------------------------------------------------------------------------
+   8x12 micro-kernel: 24 accumulators of 4 lanes, 2 registers of A and 3 of B, 29 of the 32.
+   Each k broadcasts an A lane into 3 FMAs (vfmaq_laneq_f32), so every element of C is one fused
+   sum over k in order, like the x86 kernels. The packing is the plain C one (gcc vectorises its
+   copies). */
+#define TR__SG_NROW(i, av, l)                                                                                                   \
+    c##i##0 = vfmaq_laneq_f32(c##i##0, b0, av, l), c##i##1 = vfmaq_laneq_f32(c##i##1, b1, av, l), c##i##2 = vfmaq_laneq_f32(c##i##2, b2, av, l)
+#define TR__SG_NOUT(i) vst1q_f32(t[i], c##i##0), vst1q_f32(t[i] + 4, c##i##1), vst1q_f32(t[i] + 8, c##i##2)
+#define TR__SG_NACC(i, q) vst1q_f32(c + (i) * ldc + 4 * (q), acc ? vaddq_f32(vld1q_f32(c + (i) * ldc + 4 * (q)), c##i##q) : c##i##q)
+#define TR__SG_NFULL(i) TR__SG_NACC(i, 0), TR__SG_NACC(i, 1), TR__SG_NACC(i, 2)
+TR__FN void tr__sgemm_ukr_neon(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    float32x4_t z = vdupq_n_f32(0.0f), a0, a1, b0, b1, b2;
+    float32x4_t c00 = z, c01 = z, c02 = z, c10 = z, c11 = z, c12 = z, c20 = z, c21 = z, c22 = z, c30 = z, c31 = z, c32 = z;
+    float32x4_t c40 = z, c41 = z, c42 = z, c50 = z, c51 = z, c52 = z, c60 = z, c61 = z, c62 = z, c70 = z, c71 = z, c72 = z;
+    float t[8][12];
+    size_t k, i, j;
+    for (k = 0; k < kc; k++, a += 8, b += 12) {
+        a0 = vld1q_f32(a), a1 = vld1q_f32(a + 4);
+        b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8);
+        TR__SG_NROW(0, a0, 0); TR__SG_NROW(1, a0, 1); TR__SG_NROW(2, a0, 2); TR__SG_NROW(3, a0, 3);
+        TR__SG_NROW(4, a1, 0); TR__SG_NROW(5, a1, 1); TR__SG_NROW(6, a1, 2); TR__SG_NROW(7, a1, 3);
+    }
+    if (mr == 8 && nr == 12) { /* a whole tile straight from the registers */
+        TR__SG_NFULL(0); TR__SG_NFULL(1); TR__SG_NFULL(2); TR__SG_NFULL(3); TR__SG_NFULL(4); TR__SG_NFULL(5); TR__SG_NFULL(6); TR__SG_NFULL(7);
+        return;
+    }
+    TR__SG_NOUT(0); TR__SG_NOUT(1); TR__SG_NOUT(2); TR__SG_NOUT(3); TR__SG_NOUT(4); TR__SG_NOUT(5); TR__SG_NOUT(6); TR__SG_NOUT(7);
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+#undef TR__SG_NROW
+#undef TR__SG_NOUT
+#undef TR__SG_NACC
+#undef TR__SG_NFULL
+
+/* 4x4 dot products: 16 accumulators of 4 lanes (K's tail zero-filled), each summed across its
+   lanes at the end, as the x86 dot kernels do. */
+#define TR__SG_NDOT(r, av)                                                                                                      \
+    s[4 * (r)] = vfmaq_f32(s[4 * (r)], av, b0), s[4 * (r) + 1] = vfmaq_f32(s[4 * (r) + 1], av, b1),                             \
+    s[4 * (r) + 2] = vfmaq_f32(s[4 * (r) + 2], av, b2), s[4 * (r) + 3] = vfmaq_f32(s[4 * (r) + 3], av, b3)
+TR__FN void tr__sgemm_dot_neon(size_t K, const float *const *a, const float *const *b, float *out) {
+    float32x4_t s[16], b0, b1, b2, b3;
+    size_t k, c;
+    for (c = 0; c < 16; c++) s[c] = vdupq_n_f32(0.0f);
+    for (k = 0; k + 4 <= K; k += 4) {
+        b0 = vld1q_f32(b[0] + k), b1 = vld1q_f32(b[1] + k), b2 = vld1q_f32(b[2] + k), b3 = vld1q_f32(b[3] + k);
+        TR__SG_NDOT(0, vld1q_f32(a[0] + k)); TR__SG_NDOT(1, vld1q_f32(a[1] + k));
+        TR__SG_NDOT(2, vld1q_f32(a[2] + k)); TR__SG_NDOT(3, vld1q_f32(a[3] + k));
+    }
+    if (k < K) {
+        long left = (long)(K - k);
+        b0 = tr__load128(left, b[0] + k), b1 = tr__load128(left, b[1] + k), b2 = tr__load128(left, b[2] + k), b3 = tr__load128(left, b[3] + k);
+        TR__SG_NDOT(0, tr__load128(left, a[0] + k)); TR__SG_NDOT(1, tr__load128(left, a[1] + k));
+        TR__SG_NDOT(2, tr__load128(left, a[2] + k)); TR__SG_NDOT(3, tr__load128(left, a[3] + k));
+    }
+    for (c = 0; c < 16; c++) out[c] = vaddvq_f32(s[c]);
+}
+#undef TR__SG_NDOT
+
+/* Up to 4 rows of C, 16 columns: 16 accumulators, B's row in 4 registers (its tail zero-filled);
+   every element a fused sum over k in order, like the micro-kernel. */
+#define TR__SG_NRW 16
+#define TR__SG_NRFMA(r)                                                                                                         \
+    do {                                                                                                                        \
+        float32x4_t av_ = vld1q_dup_f32(ar[r] + k * sak);                                                                       \
+        s##r##0 = vfmaq_f32(s##r##0, av_, b0), s##r##1 = vfmaq_f32(s##r##1, av_, b1);                                           \
+        s##r##2 = vfmaq_f32(s##r##2, av_, b2), s##r##3 = vfmaq_f32(s##r##3, av_, b3);                                           \
+    } while (0)
+#define TR__SG_NROUT(r) vst1q_f32(t[r], s##r##0), vst1q_f32(t[r] + 4, s##r##1), vst1q_f32(t[r] + 8, s##r##2), vst1q_f32(t[r] + 12, s##r##3)
+TR__FN void tr__sgemm_rows_neon(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb, size_t w,
+                                float *C, size_t ldc, int acc) {
+    float32x4_t z = vdupq_n_f32(0.0f), b0, b1, b2, b3;
+    float32x4_t s00 = z, s01 = z, s02 = z, s03 = z, s10 = z, s11 = z, s12 = z, s13 = z;
+    float32x4_t s20 = z, s21 = z, s22 = z, s23 = z, s30 = z, s31 = z, s32 = z, s33 = z;
+    const float *ar[4];
+    float t[4][TR__SG_NRW];
+    size_t k, r, j;
+    for (r = 0; r < 4; r++) ar[r] = a + (r < nrows ? r : 0) * sar;
+    for (k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        if (w == TR__SG_NRW) b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+        else {
+            long left = (long)w;
+            b0 = tr__load128(left, b), b1 = tr__load128(left - 4, b + 4), b2 = tr__load128(left - 8, b + 8), b3 = tr__load128(left - 12, b + 12);
+        }
+        TR__SG_NRFMA(0); TR__SG_NRFMA(1); TR__SG_NRFMA(2); TR__SG_NRFMA(3);
+    }
+    TR__SG_NROUT(0); TR__SG_NROUT(1); TR__SG_NROUT(2); TR__SG_NROUT(3);
+    for (r = 0; r < nrows; r++)
+        for (j = 0; j < w; j++) C[r * ldc + j] = acc ? C[r * ldc + j] + t[r][j] : t[r][j];
+}
+#undef TR__SG_NRFMA
+#undef TR__SG_NROUT
+#endif /* TR__NEON */
+
 TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
     tr__sgemm_kern k;
     k.mr = TR__SG_SMR;
@@ -3285,9 +3907,18 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
         k.dot = tr__sgemm_dot_avx2;
         k.rows = tr__sgemm_rows_avx2;
     }
-#else
-    TR__UNUSED(simd);
 #endif
+#if TR__NEON
+    if (simd == TR__SIMD_NEON) {
+        k.mr = 8;
+        k.nr = 12;
+        k.rw = TR__SG_NRW;
+        k.ukr = tr__sgemm_ukr_neon;
+        k.dot = tr__sgemm_dot_neon;
+        k.rows = tr__sgemm_rows_neon;
+    }
+#endif
+    TR__UNUSED(simd);
     return k;
 }
 
@@ -3374,7 +4005,7 @@ TR__FN void tr__sgemm_rows_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
 /* Threads worth starting for `flops` of work in `units` pieces (about 2 MFLOP per thread at least). */
 TR__FN int tr__sgemm_threads(const tr_ctx *ctx, double flops, size_t units) {
     int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
-#if TR__OMP
+#if TR__OMP || TR__POOL
     if (flops < 2e6 * nt) nt = (int)TR__MAX(1.0, flops / 2e6);
     if ((size_t)nt > units) nt = (int)TR__MAX(units, 1);
 #else
@@ -3386,10 +4017,18 @@ TR__FN int tr__sgemm_threads(const tr_ctx *ctx, double flops, size_t units) {
 }
 
 /* The unpacked paths: 4x4 dot blocks (dot != 0) or 4-row streaming of B's rows. */
+typedef struct tr__sgemm_small_args { const tr__sgemm_job *J; size_t ngi; int dot; } tr__sgemm_small_args;
+TR__FN void tr__sgemm_small_range(void *arg, long u0, long u1) {
+    const tr__sgemm_small_args *p = (const tr__sgemm_small_args *)arg;
+    long u;
+    for (u = u0; u < u1; u++) {
+        if (p->dot) tr__sgemm_dot_unit(p->J, p->ngi, (size_t)u);
+        else tr__sgemm_rows_unit(p->J, p->ngi, (size_t)u);
+    }
+}
 TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
     size_t ngi = (J->M + 3) / 4, ngj = dot ? (J->N + 3) / 4 : (J->N + J->kern.rw - 1) / J->kern.rw, nunits = ngi * ngj;
-    long u;
-    int nt;
+    tr__sgemm_small_args p;
     if (dot) {
         size_t i, j, k;
         J->arow = J->A, J->astr = J->lda;
@@ -3411,24 +4050,27 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
             }
         }
     }
-    nt = tr__sgemm_threads(ctx, 2.0 * (double)J->M * (double)J->N * (double)J->K, nunits);
-    TR__UNUSED(nt);
-#if TR__OMP
-    if (nt > 1) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (u = 0; u < (long)nunits; u++) {
-            if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
-            else tr__sgemm_rows_unit(J, ngi, (size_t)u);
-        }
-        return TR_OK;
-    }
-#endif
-    for (u = 0; u < (long)nunits; u++) {
-        if (dot) tr__sgemm_dot_unit(J, ngi, (size_t)u);
-        else tr__sgemm_rows_unit(J, ngi, (size_t)u);
-    }
+    p.J = J, p.ngi = ngi, p.dot = dot;
+    tr__par_for(tr__sgemm_threads(ctx, 2.0 * (double)J->M * (double)J->N * (double)J->K, nunits), (long)nunits, 0, tr__sgemm_small_range, &p);
     return TR_OK;
 }
+
+#if TR__POOL
+/* The packed path's two loops on the pool (OpenMP runs them in one region, below). */
+typedef struct tr__sgemm_pool_args { const tr__sgemm_job *J; int nt; } tr__sgemm_pool_args;
+TR__FN void tr__sgemm_pack_b_range(void *arg, long u0, long u1) {
+    const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
+    long u;
+    for (u = u0; u < u1; u++) tr__sgemm_pack_b_unit(p->J, (size_t)u);
+}
+TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
+    const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
+    int t = tr__thread_id();
+    float *ap = p->J->apack + (size_t)(t < p->nt ? t : 0) * p->J->astride; /* (t >= nt: a loop run alone inside another) */
+    long u;
+    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, (size_t)u);
+}
+#endif
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
@@ -3500,6 +4142,14 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 #pragma omp for schedule(dynamic, 1)
             for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
         }
+        return TR_OK;
+    }
+#elif TR__POOL
+    if (nt > 1) {
+        tr__sgemm_pool_args p;
+        p.J = &J, p.nt = nt;
+        tr__par_for(nt, (long)nbunits, 1, tr__sgemm_pack_b_range, &p); /* returns when op(B) is fully packed */
+        tr__par_for(nt, (long)njobs, 1, tr__sgemm_jobs_range, &p);
         return TR_OK;
     }
 #endif
@@ -3599,6 +4249,7 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_DRIVER_VERSION 0x102Du
 #define TR__CL_DEVICE_VERSION 0x102Fu
 #define TR__CL_DEVICE_EXTENSIONS 0x1030u
+#define TR__CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035u
 #define TR__CL_DEVICE_OPENCL_C_VERSION 0x103Du
 #define TR__CL_CONTEXT_PLATFORM 0x1084
 #define TR__CL_PROGRAM_BUILD_LOG 0x1183u
@@ -3607,6 +4258,7 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_MEM_ALLOC_HOST_PTR ((tr__cl_bitfield)1 << 4)
 #define TR__CL_MAP_READ ((tr__cl_bitfield)1 << 0)
 #define TR__CL_MAP_WRITE ((tr__cl_bitfield)1 << 1)
+#define TR__CL_MAP_WRITE_INVALIDATE_REGION ((tr__cl_bitfield)1 << 2)
 
 /* Every entry point: X(return type, name without "cl", parameter list). */
 #define TR__CL_FUNCS(X)                                                                                                   \
@@ -3890,6 +4542,7 @@ typedef enum tr__cl_fault { TR__CLF_NONE = 0, TR__CLF_NO_LIBRARY, TR__CLF_NO_PLA
 typedef struct tr__cl_info {
     char name[256], vendor[256], version[128];
     int is_gpu, has_fp64;
+    int host_unified; /* CL_DEVICE_HOST_UNIFIED_MEMORY: the device works in host memory (integrated GPUs, Apple, PoCL) */
     int nv_sm; /* NVIDIA compute capability as 10 * major + minor (cl_nv_device_attribute_query), else 0 */
     size_t max_wg, max_item[3], local_mem, max_alloc, global_mem, compute_units;
 } tr__cl_info;
@@ -3961,6 +4614,13 @@ struct tr__cl {
     long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
+    /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
+       host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
+       copying through the staging buffers and the driver. */
+    int zerocopy;
+    double xfer_seconds[2]; /* (profile) host -> device writes, device -> host reads: time, calls, bytes */
+    long xfer_calls[2];
+    double xfer_bytes[2];
 };
 typedef struct tr__cl tr__cl;
 
@@ -4127,6 +4787,7 @@ TR__FN tr_status tr__cl_describe(tr_ctx *ctx, tr_opencl_list *out) {
         u = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL), D->max_alloc = (size_t)u;
         v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof v, &v, NULL), D->compute_units = v;
         v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof v, &v, NULL), D->clock_mhz = v;
+        v = 0, L.f.GetDeviceInfo(d, TR__CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof v, &v, NULL), D->host_unified = v != 0;
         if (D->is_gpu && out->auto_pick < 0) out->auto_pick = i;
     }
     tr__free(ctx, devs);
@@ -4178,6 +4839,9 @@ TR__FN void tr__cl_query_info(tr__cl *cl) {
     I->global_mem = (size_t)(u > (tr__cl_ulong)SIZE_MAX ? SIZE_MAX : u);
     f->GetDeviceInfo(cl->device, TR__CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
     I->compute_units = cu;
+    cu = 0;
+    f->GetDeviceInfo(cl->device, TR__CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof cu, &cu, NULL); /* (deprecated in 2.0, still answered) */
+    I->host_unified = cu != 0;
     sz = 0;
     if (f->GetDeviceInfo(cl->device, TR__CL_DEVICE_EXTENSIONS, 0, NULL, &sz) == TR__CL_SUCCESS && sz &&
         (ext = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
@@ -4452,6 +5116,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     tr__free(ctx, devs);
     devs = NULL;
     tr__cl_query_info(cl);
+    cl->zerocopy = cl->info.host_unified && !(getenv("TINYREC_CL_ZEROCOPY") && strcmp(getenv("TINYREC_CL_ZEROCOPY"), "0") == 0);
 
     {
         intptr_t props[3];
@@ -4480,9 +5145,10 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     st = tr__cl_build(cl, sources, nsources, opts, fault == TR__CLF_BUILD);
     if (st != TR_OK) goto fail;
 
-    tr__log(ctx, TR_LOG_INFO, "opencl: using \"%s\" on \"%s\" (%s): %s, %zu compute units, %zu MiB memory, %zu MiB max allocation, work-group %zu, %zu KiB local%s",
+    tr__log(ctx, TR_LOG_INFO, "opencl: using \"%s\" on \"%s\" (%s): %s, %zu compute units, %zu MiB memory, %zu MiB max allocation, work-group %zu, %zu KiB local%s%s",
             cl->info.name, cl->platform_name, cl->info.version, cl->info.is_gpu ? "GPU" : "not a GPU", cl->info.compute_units,
-            cl->info.global_mem >> 20, cl->info.max_alloc >> 20, cl->info.max_wg, cl->info.local_mem >> 10, cl->info.has_fp64 ? ", fp64" : "");
+            cl->info.global_mem >> 20, cl->info.max_alloc >> 20, cl->info.max_wg, cl->info.local_mem >> 10, cl->info.has_fp64 ? ", fp64" : "",
+            cl->zerocopy ? ", host-unified memory (zero-copy transfers)" : cl->info.host_unified ? ", host-unified memory (zero-copy off)" : "");
     if (!cl->info.is_gpu)
         tr__log(ctx, TR_LOG_WARN, "opencl: \"%s\" is not a GPU; it will likely be slower than the CPU backend", cl->info.name);
     *out = cl;
@@ -4578,7 +5244,7 @@ TR__FN void *tr__cl_alloc(tr__cl *cl, size_t bytes, int keep) {
         }
     } else {
         uint32_t zero = 0;
-        a.mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE, bytes, NULL, &err);
+        a.mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | (cl->zerocopy ? TR__CL_MEM_ALLOC_HOST_PTR : 0), bytes, NULL, &err);
         if (!a.mem || err != TR__CL_SUCCESS) {
             if (a.mem) f->ReleaseMemObject(a.mem);
             tr__cl_unreserve(a.base, a.reserved);
@@ -4702,18 +5368,12 @@ TR__FN int tr__cl_stage_ready(tr__cl *cl) {
     return 1;
 }
 
-TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, size_t bytes) {
-    const tr__clfn *f;
-    tr__cl_mem mem;
-    size_t off, done;
+/* Staged writes: through the pinned buffers in turn (the source is reusable on return), or
+   straight from user memory when there are none. */
+TR__FN tr_status tr__cl_write_staged(tr__cl *cl, tr__cl_mem mem, size_t off, const void *src_host, size_t bytes) {
+    const tr__clfn *f = &cl->lib.f;
+    size_t done;
     tr__cl_int err;
-    tr_status st;
-    if (!cl || (!src_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_write: NULL argument");
-    if ((st = tr__cl_check_live(cl, "write")) != TR_OK) return st;
-    if (!bytes) return TR_OK;
-    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "write", &mem, &off)) != TR_OK) return st;
-    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueWriteBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
-    f = &cl->lib.f;
     if (!tr__cl_stage_ready(cl)) {
         err = f->EnqueueWriteBuffer(cl->queue, mem, TR__CL_TRUE, off, bytes, src_host, 0, NULL, NULL);
         return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueWriteBuffer", NULL, err);
@@ -4739,15 +5399,8 @@ TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, s
     return TR_OK;
 }
 
-TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, size_t bytes) {
-    tr__cl_mem mem;
-    size_t off;
+TR__FN tr_status tr__cl_read_staged(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, size_t bytes) {
     tr__cl_int err;
-    tr_status st;
-    if (!cl || (!dst_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_read: NULL argument");
-    if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
-    if (!bytes) return tr__cl_finish(cl);
-    if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
     if (bytes <= TR__CL_STAGE_BYTES && tr__cl_stage_ready(cl)) {
         /* small reads (the per-step metrics) land in pinned memory, then one memcpy */
         int s = cl->stage_next;
@@ -4821,6 +5474,65 @@ TR__FN tr_status tr__cl_wait(tr__cl *cl, tr__cl_event ev, const char *what) {
     cl->lib.f.ReleaseEvent(ev);
     if (err == TR__CL_SUCCESS || !what) return err == TR__CL_SUCCESS ? TR_OK : TR_ERR_DEVICE;
     return tr__cl_fail(cl, "clWaitForEvents", what, err);
+}
+
+/* Zero-copy: maps [off, off + bytes) of mem (blocking: the in-order queue runs the work queued
+   before it first), copies once, and queues the unmap, which later commands wait for. */
+TR__FN tr_status tr__cl_map_copy(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, const void *src_host, size_t bytes) {
+    const tr__clfn *f = &cl->lib.f;
+    const char *what = dst_host ? "read" : "write";
+    tr__cl_int err = 0;
+    void *p = f->EnqueueMapBuffer(cl->queue, mem, TR__CL_TRUE, dst_host ? TR__CL_MAP_READ : TR__CL_MAP_WRITE_INVALIDATE_REGION, off, bytes, 0, NULL, NULL, &err);
+    if (!p || err != TR__CL_SUCCESS) return tr__cl_fail(cl, "clEnqueueMapBuffer", what, err != TR__CL_SUCCESS ? err : TR__CL_OUT_OF_RESOURCES);
+    if (dst_host) memcpy(dst_host, p, bytes);
+    else memcpy(p, src_host, bytes);
+    err = f->EnqueueUnmapMemObject(cl->queue, mem, p, 0, NULL, NULL);
+    return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueUnmapMemObject", what, err);
+}
+
+/* One read (dst_host set) or write (src_host set) the device's way. With TINYREC_CL_PROFILE=1 it
+   runs alone (the queue drained before, the copy finished after) and is timed. */
+TR__FN tr_status tr__cl_transfer(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, const void *src_host, size_t bytes) {
+    int dir = dst_host != NULL;
+    double t0 = 0;
+    tr_status st;
+    if (cl->profile) {
+        cl->lib.f.Finish(cl->queue);
+        t0 = tr__now();
+    }
+    if (cl->zerocopy) st = tr__cl_map_copy(cl, mem, off, dst_host, src_host, bytes);
+    else st = dir ? tr__cl_read_staged(cl, mem, off, dst_host, bytes) : tr__cl_write_staged(cl, mem, off, src_host, bytes);
+    if (cl->profile) {
+        tr__cl_int err = cl->lib.f.Finish(cl->queue);
+        if (st == TR_OK && err != TR__CL_SUCCESS) st = tr__cl_fail(cl, "clFinish after the transfer", dir ? "read" : "write", err);
+        cl->xfer_seconds[dir] += tr__now() - t0;
+        cl->xfer_calls[dir]++;
+        cl->xfer_bytes[dir] += (double)bytes;
+    }
+    return st;
+}
+
+TR__FN tr_status tr__cl_write(tr__cl *cl, void *dst_dev, const void *src_host, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr_status st;
+    if (!cl || (!src_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_write: NULL argument");
+    if ((st = tr__cl_check_live(cl, "write")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dst_dev, bytes, "write", &mem, &off)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueWriteBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    return tr__cl_transfer(cl, mem, off, NULL, src_host, bytes);
+}
+
+TR__FN tr_status tr__cl_read(tr__cl *cl, void *dst_host, const void *src_dev, size_t bytes) {
+    tr__cl_mem mem;
+    size_t off;
+    tr_status st;
+    if (!cl || (!dst_host && bytes)) return tr__err(cl ? cl->ctx : NULL, TR_ERR_INVALID_ARG, "tr__cl_read: NULL argument");
+    if ((st = tr__cl_check_live(cl, "read")) != TR_OK) return st;
+    if (!bytes) return tr__cl_finish(cl);
+    if ((st = tr__cl_resolve(cl, src_dev, bytes, "read", &mem, &off)) != TR_OK) return st;
+    return tr__cl_transfer(cl, mem, off, dst_host, NULL, bytes);
 }
 
 TR__FN tr_status tr__cl_copy(tr__cl *cl, void *dst_dev, const void *src_dev, size_t bytes) {
@@ -5079,6 +5791,10 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
                     total > 0 ? 100.0 * cl->kernels[best].seconds / total : 0.0, cl->kernels[best].calls);
             cl->kernels[best].calls = -1;
         }
+        for (i = 0; i < 2; i++) /* the transfers (zero-copy or staged: TINYREC_CL_ZEROCOPY) */
+            if (cl->xfer_calls[i])
+                tr__log(cl->ctx, TR_LOG_INFO, "opencl profile: %-40s %9.3f ms %8ld calls %10.1f MiB (%s)", i ? "reads (device -> host)" : "writes (host -> device)",
+                        1e3 * cl->xfer_seconds[i], cl->xfer_calls[i], cl->xfer_bytes[i] / 1048576.0, cl->zerocopy ? "zero-copy" : "staged");
     }
     tr__cl_stage_release(cl);
     for (i = 0; i < cl->nkernels; i++)
@@ -7198,7 +7914,8 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
 
 /* --- what this machine offers (>>api-device) ----------------------------------------------------- */
 static const char *const tr__cpu_feature_names[TR_CPU_FEATURE_COUNT] = {"sse4.2",   "avx",      "avx2",        "fma",      "avx512f",  "avx512bw",
-                                                                         "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"};
+                                                                         "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
+                                                                         "asimd",    "asimddp",  "bf16",        "i8mm"};
 
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f) { return (int)f >= 0 && f < TR_CPU_FEATURE_COUNT ? tr__cpu_feature_names[f] : ""; }
 
@@ -7278,7 +7995,7 @@ TRDEF tr_status tr_cpu_info_get(tr_ctx *ctx, tr_cpu_info *out) {
 #endif
     for (i = 0; i < TR_KERNEL_SETS; i++) {
         out->kernel_sets[i] = tr__simd_names[i];
-        out->kernel_set_ok[i] = i <= (int)ctx->simd_best;
+        out->kernel_set_ok[i] = tr__simd_runs(ctx->simd_best, i);
     }
     out->kernels = tr__simd_names[ctx->simd_best];
     out->threads = ctx->num_threads;
@@ -7794,6 +8511,13 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     TR__ON_CL(ctx, tr__cl_rope(ctx->cl, rows, S, H, hd, qkv, cosv, sinv, inverse));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__rope_args a = {S, H, hd, qkv, cosv, sinv, inverse};
+        tr__par_for(tr__threads_for(ctx, (double)rows * 2 * H * hd), rows, 0, tr__rope_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, ctx->num_threads);
     return TR_OK;
 }
@@ -7815,6 +8539,13 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
                                    float bc2) {
     TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__adam_atan2_args a = {p, g, m, v, lr, wd, b1, b2, bc1, bc2};
+        tr__par_for(tr__threads_for(ctx, 8.0 * (double)n), (long)n, 0, tr__adam_atan2_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__adam_atan2_ref(n, p, g, m, v, lr, wd, b1, b2, bc1, bc2, ctx->num_threads);
     return TR_OK;
 }
@@ -7840,6 +8571,13 @@ TR__FN tr_status tr__op_all_finite(tr_ctx *ctx, size_t n, const float *x, int *o
 
 TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
     TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) {
+        tr__ema_args a = {shadow, p, decay};
+        tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__ema_range_neon, &a);
+        return TR_OK;
+    }
+#endif
     tr__ema_ref(n, shadow, p, decay, ctx->num_threads);
     return TR_OK;
 }
@@ -9997,8 +10735,10 @@ static const tr__preset_def tr__presets[] = {
     {"hrm-arc", "hrm-arc", "hrm-sudoku", "arc", 12, 900, 100000, 10000, "arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
      "reference HRM ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
     {"hrm-sudoku-tiny", "hrm-sudoku-tiny", "hrm-sudoku", "sudoku", 11, 81, 5, 1,
-     "arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 arch.H_layers=2 arch.L_layers=2 " TR__CPU_RECIPE " ema=false",
-     "CPU: HRM D=64 attention+RoPE 2+2 layers T=n=2, batch 32, lr 1e-3, 5 epochs"},
+     "arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 arch.H_layers=2 arch.L_layers=2 arch.mlp_t=true arch.pos_encodings=none "
+     TR__CPU_RECIPE " ema=false",
+     /* the token-mixing MLP, as sudoku-tiny: at D=64 attention learns Sudoku far slower, for TRM and HRM alike (README) */
+     "CPU: HRM D=64 mlp_t 2+2 layers T=n=2, batch 32, lr 1e-3, 5 epochs"},
     {"tiny", "trm-tiny", NULL, NULL, 0, 0, 5, 1,
      "arch.vocab_size=11 arch.seq_len=81 arch.mlp_t=true arch.pos_encodings=none arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 "
      "arch.puzzle_emb_len=2 arch.H_cycles=2 arch.L_cycles=2 " TR__CPU_RECIPE,
@@ -13133,6 +13873,14 @@ TR__FN const char *tr__sudoku_verdict(const uint8_t *q, uint8_t *a, int puzzles_
     return r == 0 ? "the puzzle has no solution" : r == 2 ? "the puzzle has more than one solution" : "the puzzle has clashing givens";
 }
 
+typedef struct tr__sudoku_solve_args { tr_sudoku_set *set; uint8_t *need; int puzzles_only; } tr__sudoku_solve_args;
+TR__FN void tr__sudoku_solve_range(void *arg, long k0, long k1) {
+    const tr__sudoku_solve_args *p = (const tr__sudoku_solve_args *)arg;
+    long k;
+    for (k = k0; k < k1; k++)
+        if (p->need[k]) p->need[k] = tr__sudoku_verdict(p->set->puzzles + k * 81, p->set->solutions + k * 81, p->puzzles_only) ? 1 : 0;
+}
+
 TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *opt, tr_sudoku_set *out, int64_t *rejected) {
     tr__lines L;
     tr_status st = TR_OK;
@@ -13226,13 +13974,9 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
     /* solve the puzzles that came without a solution (in parallel), report the first failure */
     if (st == TR_OK) {
         int64_t cnt = out->count;
-        int nth = tr_ctx_num_threads(ctx);
-        (void)nth;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 64) num_threads(nth)
-#endif
-        for (k = 0; k < cnt; k++)
-            if (need_solve[k]) need_solve[k] = tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only) ? 1 : 0;
+        tr__sudoku_solve_args sa;
+        sa.set = out, sa.need = need_solve, sa.puzzles_only = o.puzzles_only;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)cnt, 64, tr__sudoku_solve_range, &sa);
         for (k = 0; k < cnt && st == TR_OK; k++)
             if (need_solve[k]) st = tr__bad_record(ctx, &o, what, out->lines[k], "%s", tr__sudoku_verdict(out->puzzles + k * 81, out->solutions + k * 81, o.puzzles_only));
     }
@@ -13261,28 +14005,35 @@ TRDEF tr_status tr_sudoku_read(tr_ctx *ctx, const char *path, int min_rating, tr
 
 #define TR__GEN_CHUNK 2048
 
+/* Puzzles base + [i0, i1) of a generated set, each from its own random stream; *failed = 1 when
+   one could not reach its clue count. */
+typedef struct tr__sudoku_gen_args { tr_sudoku_set *out; int64_t base; uint64_t seed; int clues; int *failed; } tr__sudoku_gen_args;
+TR__FN void tr__sudoku_gen_range(void *arg, long i0, long i1) {
+    const tr__sudoku_gen_args *p = (const tr__sudoku_gen_args *)arg;
+    int64_t k;
+    for (k = p->base + i0; k < p->base + i1; k++) {
+        tr__rng rng = tr__rng_kind(p->seed, TR__STREAM_SUDOKU_GEN, (uint64_t)k);
+        int attempt, ok = 0;
+        for (attempt = 0; attempt < 1000 && !ok; attempt++) ok = tr__sudoku_gen_once(&rng, p->clues, p->out->puzzles + k * 81, p->out->solutions + k * 81);
+        p->out->ratings[k] = -1;
+        if (!ok) *p->failed = 1;
+    }
+}
+
 TRDEF tr_status tr_sudoku_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int clues, tr_progress_fn progress, void *user, tr_sudoku_set *out) {
     tr_status st;
     int64_t c0;
-    int nth = tr_ctx_num_threads(ctx);
+    tr__sudoku_gen_args ga;
     if (!ctx || !out || count < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sudoku_generate_set: invalid argument");
     memset(out, 0, sizeof *out);
     if (clues < 17 || clues > 81) return tr__err(ctx, TR_ERR_INVALID_ARG, "sudoku: clues %d is outside 17..81 (no 16-clue puzzle has a unique solution)", clues);
     if ((st = tr__sudoku_set_alloc(ctx, out, count)) != TR_OK) return st;
-    (void)nth;
+    ga.out = out, ga.seed = seed, ga.clues = clues;
     for (c0 = 0; c0 < count && st == TR_OK; c0 += TR__GEN_CHUNK) {
-        int64_t c1 = c0 + TR__GEN_CHUNK < count ? c0 + TR__GEN_CHUNK : count, k;
+        int64_t c1 = c0 + TR__GEN_CHUNK < count ? c0 + TR__GEN_CHUNK : count;
         int failed = 0;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
-#endif
-        for (k = c0; k < c1; k++) {
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_GEN, (uint64_t)k);
-            int attempt, ok = 0;
-            for (attempt = 0; attempt < 1000 && !ok; attempt++) ok = tr__sudoku_gen_once(&rng, clues, out->puzzles + k * 81, out->solutions + k * 81);
-            out->ratings[k] = -1;
-            if (!ok) failed = 1;
-        }
+        ga.base = c0, ga.failed = &failed;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)(c1 - c0), 4, tr__sudoku_gen_range, &ga);
         if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "sudoku: could not reach %d clues (try more clues)", clues);
         else st = tr__progress(ctx, progress, user, "sudoku: generate", c1, count);
     }
@@ -13321,38 +14072,45 @@ TR__FN tr_status tr__subsample(tr_ctx *ctx, uint64_t seed, int64_t n, int64_t k,
 }
 
 /* Fills a split from a Sudoku set: puzzle p becomes group p with 1 + num_aug one-example puzzles. */
+typedef struct tr__sudoku_fill_args { const tr_sudoku_set *set; const int64_t *pick; int64_t base, per; uint64_t seed; tr_split *s; } tr__sudoku_fill_args;
+TR__FN void tr__sudoku_fill_range(void *arg, long i0, long i1) {
+    const tr__sudoku_fill_args *f = (const tr__sudoku_fill_args *)arg;
+    const tr_sudoku_set *set = f->set;
+    int64_t per = f->per, p;
+    tr_split *s = f->s;
+    for (p = f->base + i0; p < f->base + i1; p++) {
+        int64_t src = f->pick ? f->pick[p] : p, a;
+        const uint8_t *q = set->puzzles + src * 81, *sol = set->solutions + src * 81;
+        uint8_t *qo = s->inputs + (size_t)(p * per) * 81, *ao = s->labels + (size_t)(p * per) * 81;
+        tr__rng rng = tr__rng_kind(f->seed, TR__STREAM_SUDOKU_AUG, (uint64_t)src);
+        int j;
+        for (a = 0; a < per; a++, qo += 81, ao += 81) {
+            if (a == 0) {
+                memcpy(qo, q, 81);
+                memcpy(ao, sol, 81);
+            } else
+                tr__sudoku_augment_rng(&rng, q, sol, qo, ao);
+            for (j = 0; j < 81; j++) {
+                qo[j] = (uint8_t)(qo[j] + 1);
+                ao[j] = (uint8_t)(ao[j] + 1);
+            }
+        }
+    }
+}
+
 TR__FN tr_status tr__sudoku_fill(tr_ctx *ctx, const tr_sudoku_set *set, const int64_t *pick, int64_t n, int num_aug, uint64_t seed,
                                  tr_progress_fn progress, void *user, tr_split *s) {
     int64_t per = 1 + (int64_t)num_aug, total, p0, i;
     tr_status st;
-    int nth = tr_ctx_num_threads(ctx);
-    (void)nth;
+    tr__sudoku_fill_args fa;
     if (n > 0 && per > INT32_MAX / n) return tr__err(ctx, TR_ERR_OVERFLOW, "sudoku: %lld puzzles x %lld versions exceed the int32 offsets", (long long)n, (long long)per);
     total = n * per;
     if ((st = tr_split_init(ctx, s, 81, total + 1)) != TR_OK) return st;
+    fa.set = set, fa.pick = pick, fa.per = per, fa.seed = seed, fa.s = s;
     for (p0 = 0; p0 < n && st == TR_OK; p0 += 256) {
-        int64_t p1 = p0 + 256 < n ? p0 + 256 : n, p;
-#if TR__OMP
-#pragma omp parallel for schedule(static) num_threads(nth)
-#endif
-        for (p = p0; p < p1; p++) {
-            int64_t src = pick ? pick[p] : p, a;
-            const uint8_t *q = set->puzzles + src * 81, *sol = set->solutions + src * 81;
-            uint8_t *qo = s->inputs + (size_t)(p * per) * 81, *ao = s->labels + (size_t)(p * per) * 81;
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_SUDOKU_AUG, (uint64_t)src);
-            int j;
-            for (a = 0; a < per; a++, qo += 81, ao += 81) {
-                if (a == 0) {
-                    memcpy(qo, q, 81);
-                    memcpy(ao, sol, 81);
-                } else
-                    tr__sudoku_augment_rng(&rng, q, sol, qo, ao);
-                for (j = 0; j < 81; j++) {
-                    qo[j] = (uint8_t)(qo[j] + 1);
-                    ao[j] = (uint8_t)(ao[j] + 1);
-                }
-            }
-        }
+        int64_t p1 = p0 + 256 < n ? p0 + 256 : n;
+        fa.base = p0;
+        tr__par_for(tr_ctx_num_threads(ctx), (long)(p1 - p0), 0, tr__sudoku_fill_range, &fa);
         st = tr__progress(ctx, progress, user, num_aug ? "sudoku: augment" : "sudoku: encode", p1, n);
     }
     if (st != TR_OK) {
@@ -14263,12 +15021,29 @@ TRDEF tr_status tr_maze_read(tr_ctx *ctx, const char *path, tr_maze_set *out) {
     return st;
 }
 
+/* Mazes base + [i0, i1), each from its own random stream, with its thread's BFS buffers. */
+typedef struct tr__maze_gen_args { tr_maze_set *out; int64_t base; uint64_t seed; int n, min_path; int *dist, *failed; } tr__maze_gen_args;
+TR__FN void tr__maze_gen_range(void *arg, long i0, long i1) {
+    const tr__maze_gen_args *g = (const tr__maze_gen_args *)arg;
+    size_t cells = (size_t)g->n * (size_t)g->n;
+    int *dist = g->dist + (size_t)tr__thread_id() * 2 * cells;
+    int64_t k;
+    for (k = g->base + i0; k < g->base + i1; k++) {
+        int len = -1, attempt;
+        tr__rng rng = tr__rng_kind(g->seed, TR__STREAM_MAZE_GEN, (uint64_t)k);
+        for (attempt = 0; attempt < 1000 && len < 0; attempt++)
+            len = tr__maze_gen_once(&rng, g->n, g->min_path, g->out->mazes + (size_t)k * cells, g->out->solutions + (size_t)k * cells, dist, dist + cells);
+        if (len < 0) *g->failed = 1;
+    }
+}
+
 TR__FN tr_status tr__maze_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count, int n, int min_path, tr_progress_fn progress, void *user, tr_maze_set *out) {
     size_t cells = (size_t)n * (size_t)n;
-    int nth = tr_ctx_num_threads(ctx), t;
+    int nth = tr_ctx_num_threads(ctx);
     int *dist;
     int64_t c0;
     tr_status st = TR_OK;
+    tr__maze_gen_args ga;
     memset(out, 0, sizeof *out);
     if (n < 5 || n > 256) return tr__err(ctx, TR_ERR_INVALID_ARG, "maze: size %d is outside 5..256", n);
     out->n = n;
@@ -14280,23 +15055,12 @@ TR__FN tr_status tr__maze_generate_set(tr_ctx *ctx, uint64_t seed, int64_t count
         tr_maze_set_free(ctx, out);
         return TR_ERR_OUT_OF_MEMORY;
     }
-    (void)t;
+    ga.out = out, ga.seed = seed, ga.n = n, ga.min_path = min_path, ga.dist = dist;
     for (c0 = 0; c0 < count && st == TR_OK; c0 += 256) {
-        int64_t c1 = c0 + 256 < count ? c0 + 256 : count, k;
+        int64_t c1 = c0 + 256 < count ? c0 + 256 : count;
         int failed = 0;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nth)
-#endif
-        for (k = c0; k < c1; k++) {
-            int tid = 0, len = -1, attempt;
-            tr__rng rng = tr__rng_kind(seed, TR__STREAM_MAZE_GEN, (uint64_t)k);
-#if TR__OMP
-            tid = omp_get_thread_num();
-#endif
-            for (attempt = 0; attempt < 1000 && len < 0; attempt++)
-                len = tr__maze_gen_once(&rng, n, min_path, out->mazes + (size_t)k * cells, out->solutions + (size_t)k * cells, dist + (size_t)tid * 2 * cells, dist + (size_t)tid * 2 * cells + cells);
-            if (len < 0) failed = 1;
-        }
+        ga.base = c0, ga.failed = &failed;
+        tr__par_for(nth, (long)(c1 - c0), 4, tr__maze_gen_range, &ga);
         if (failed) st = tr__err(ctx, TR_ERR_GENERIC, "maze: no %dx%d maze with a path longer than %d found (lower min_path)", n, n, min_path);
         else st = tr__progress(ctx, progress, user, "maze: generate", c1, count);
     }
@@ -15029,6 +15793,16 @@ done:
     return st;
 }
 
+/* Tasks base + [i0, i1) augmented, each on its own random stream, with its thread's tables. */
+typedef struct tr__arc_aug_args { tr__arc_task *tasks; uint64_t seed; int base, num_aug, tcap, maxpairs; tr__h128 *tables, *exh; uint8_t *bufs; } tr__arc_aug_args;
+TR__FN void tr__arc_aug_range(void *arg, long i0, long i1) {
+    const tr__arc_aug_args *a = (const tr__arc_aug_args *)arg;
+    size_t tid = (size_t)tr__thread_id();
+    long t;
+    for (t = a->base + i0; t < a->base + i1; t++)
+        tr__arc_augment_task(&a->tasks[t], a->seed, (uint64_t)t, a->num_aug, a->tables + tid * (size_t)a->tcap, a->tcap, a->exh + tid * (size_t)a->maxpairs, a->bufs + tid * 900);
+}
+
 TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, tr_build_summary *sum) {
     char **subdirs = NULL, **subnames = NULL;
     int nsub = 0, capsub = 0, i, j, ntasks = 0, t;
@@ -15193,16 +15967,10 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
         }
         for (i = 0; i < ntasks && st == TR_OK; i += 64) {
             int i1 = i + 64 < ntasks ? i + 64 : ntasks;
-#if TR__OMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-#endif
-            for (t = i; t < i1; t++) {
-                int tid = 0;
-#if TR__OMP
-                tid = omp_get_thread_num();
-#endif
-                tr__arc_augment_task(&tasks[t], o->seed, (uint64_t)t, o->num_aug, tables + (size_t)tid * (size_t)tcap, tcap, exh + (size_t)tid * (size_t)maxpairs, bufs + (size_t)tid * 900);
-            }
+            tr__arc_aug_args aa;
+            aa.tasks = tasks, aa.base = i, aa.seed = o->seed, aa.num_aug = o->num_aug, aa.tcap = tcap, aa.maxpairs = maxpairs;
+            aa.tables = tables, aa.exh = exh, aa.bufs = bufs;
+            tr__par_for(nth, (long)(i1 - i), 1, tr__arc_aug_range, &aa);
             st = tr__progress(ctx, o->progress, o->progress_user, "arc: augment", i1, ntasks);
         }
         tr__free(ctx, tables);

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/torch_compare.py [--preset trm-sudoku-mlp] [--batch 64] [--threads 2]
                                             [--reps 3] [--device cpu|cuda] [--peak-gflops G]
+                                            [--simd avx2|avx512] [--attention auto|sdpa|explicit]
 
 It times, in PyTorch (fp32; on CUDA with TF32 off, plus a bf16 autocast reference line):
   - one training supervision step (TRM: T-1 no-grad cycles, the last with grad; HRM: everything
@@ -15,6 +16,7 @@ then runs build/tinyrec-bench --json with the same preset, batch and thread coun
 the ratios (tinyrec / PyTorch throughput). On the CPU it uses the "tuned" PyTorch setup of
 ../shared/docs/perf-baseline.md (OpenMP OpenBLAS, no mmap churn), re-executing itself with
 those variables when they are missing. Needs Debian's python3-torch (and libopenblas0-openmp).
+Presets: the reference ones (D=512) and the CPU-sized sudoku-tiny (the demo's model) and sudoku-small.
 """
 import argparse
 import json
@@ -37,6 +39,9 @@ PRESETS = {  # the fields tinyrec's presets use (see tr_model_config_preset)
     # HRM: H_level and L_level of 4 blocks each, T = n = 2, a 1-token puzzle prefix, no EMA
     "hrm-sudoku": dict(V=11, L=81, mlp_t=False, rope=True, T=2, n=2, hrm=True, Lp=1, H_layers=4, L_layers=4),
     "hrm-maze": dict(V=6, L=900, mlp_t=False, rope=True, T=2, n=2, hrm=True, Lp=1, H_layers=4, L_layers=4),
+    # the CPU-sized TRMs: the demo's model (sudoku-tiny, D=64) and sudoku-small (D=128); a 2-token puzzle prefix
+    "sudoku-tiny": dict(V=11, L=81, mlp_t=True, rope=False, T=2, n=2, D=64, H=4, Lp=2),
+    "sudoku-small": dict(V=11, L=81, mlp_t=True, rope=False, T=3, n=4, D=128, H=4, Lp=2),
 }
 
 
@@ -54,6 +59,11 @@ def parse():
                     help="also print PyTorch's N slowest kernels (torch.profiler) over one training step")
     ap.add_argument("--tinyrec-device", default=None,
                     help="device for tinyrec-bench (default: opencl with --device cuda, else cpu)")
+    ap.add_argument("--attention", default="auto", choices=["auto", "sdpa", "explicit"],
+                    help="PyTorch's attention: F.scaled_dot_product_attention (auto: where this torch has it) or softmax(QK^T)V")
+    ap.add_argument("--simd", default=None, choices=["avx2", "avx512"],
+                    help="CPU: both sides limited to this vector set (tinyrec --simd; PyTorch ATEN_CPU_CAPABILITY and "
+                         "OpenBLAS OPENBLAS_CORETYPE), to stand in for a CPU without AVX-512")
     return ap.parse_args()
 
 
@@ -61,6 +71,14 @@ def main():
     args = parse()
     if args.device == "cpu" and os.environ.get("TINYREC_TUNED") != "1":
         env = dict(os.environ, TINYREC_TUNED="1", OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads), **TUNED)
+        # OpenBLAS's kernels for the vector set PyTorch may use: a machine-wide OPENBLAS_CORETYPE=Haswell
+        # (this project's machines set one) would hold PyTorch's GEMMs to AVX2 on an AVX-512 CPU
+        # (208 against 338 GFLOP/s for x.W^T (6208,512,3072) on 2 Zen 5 cores).
+        avx512 = " avx512f" in open("/proc/cpuinfo").read()
+        if args.simd == "avx2":
+            env.update(ATEN_CPU_CAPABILITY="avx2", OPENBLAS_CORETYPE="Haswell")
+        elif avx512:
+            env.update(ATEN_CPU_CAPABILITY="avx512", OPENBLAS_CORETYPE="SkylakeX")
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
     import torch
@@ -74,10 +92,11 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     p = PRESETS[args.preset]
-    D, H, Lp = 512, 8, p.get("Lp", 16)
+    D, H, Lp = p.get("D", 512), p.get("H", 8), p.get("Lp", 16)
     hrm = p.get("hrm", False)
     S, V, L = p["L"] + Lp, p["V"], p["L"]
     hd = D // H
+    SDPA = args.attention == "sdpa" or (args.attention == "auto" and hasattr(F, "scaled_dot_product_attention"))
 
     def width(d):
         return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
@@ -101,7 +120,7 @@ def main():
     W_q = torch.zeros(2, D, device=dev, requires_grad=True)
     b_q = torch.full((2,), -5.0, device=dev, requires_grad=True)
     params = [W_tok, W_lm, W_q, b_q] + [t for ly in layers + H_mod for t in ly.values()]
-    puzzle = torch.zeros(1, 512, device=dev)
+    puzzle = torch.zeros(1, D, device=dev)  # every preset here has puzzle_emb_ndim = D: one token holds it
     H_init, L_init = torch.randn(D, device=dev), torch.randn(D, device=dev)
     pos = torch.arange(S, device=dev, dtype=torch.float32)
     inv = 10000.0 ** (-torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)
@@ -129,7 +148,10 @@ def main():
             q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
             q, k = q * cos[:, None] + rot(q) * sin[:, None], k * cos[:, None] + rot(k) * sin[:, None]
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
+            if SDPA:  # fused attention, as a careful port of the reference's flash_attn would run it
+                a = F.scaled_dot_product_attention(q, k, v)
+            else:
+                a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
             h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
         return rms(h + swiglu(h, ly["gu"], ly["down"]))
 
@@ -167,7 +189,7 @@ def main():
     def embed(tokens):
         B = tokens.shape[0]
         e = torch.cat([puzzle[torch.zeros(B, dtype=torch.long, device=dev)].view(B, 1, D).expand(B, 1, D),
-                       torch.zeros(B, Lp - 1, D, device=dev), W_tok[tokens]], 1)  # Dp = 512 = D: one token holds it
+                       torch.zeros(B, Lp - 1, D, device=dev), W_tok[tokens]], 1)
         return math.sqrt(D) * e
 
     def stablemax_ce(logits, labels):
@@ -283,14 +305,19 @@ def main():
     if not args.skip_tinyrec:
         tdev = args.tinyrec_device or ("opencl" if args.device == "cuda" else "cpu")
         cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps),
-               "--device", tdev, "--json"]
-        env = {k: v for k, v in os.environ.items() if k not in TUNED}
+               "--device", tdev, "--json"] + (["--simd", args.simd] if args.simd else [])
+        env = {k: v for k, v in os.environ.items() if k not in TUNED and k not in ("ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         ours = json.loads(out)
 
-    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s)" % (
+    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s%s)" % (
         torch.__version__, torch.cuda.get_device_name() if args.device == "cuda" else args.device, args.threads, args.preset, args.batch,
-        ", TF32 off" if args.device == "cuda" else ""))
+        ", TF32 off" if args.device == "cuda" else "",
+        "" if p["mlp_t"] else (", attention: scaled_dot_product_attention" if SDPA else ", attention: softmax(QK^T)V")))
+    if args.device == "cpu":
+        print("PyTorch's vector set: ATEN_CPU_CAPABILITY=%s, OPENBLAS_CORETYPE=%s%s" % (
+            os.environ.get("ATEN_CPU_CAPABILITY", "default"), os.environ.get("OPENBLAS_CORETYPE", "default"),
+            "; tinyrec --simd " + args.simd if args.simd else ""))
     if ours:
         print("tinyrec on %s" % ours.get("device", "cpu"))
     names = [("train", "train step B=%d" % args.batch), ("infer1", "infer sup. step B=1"),

@@ -219,8 +219,8 @@ static void print_json(const report *R) {
             printf(", \"type\": "), js(d->type);
             printf(", \"version\": "), js(d->version);
             printf(", \"driver\": "), js(d->driver);
-            printf(", \"compute_units\": %u, \"clock_mhz\": %u, \"global_mem_bytes\": %zu, \"local_mem_bytes\": %zu, \"max_alloc_bytes\": %zu", d->compute_units,
-                   d->clock_mhz, d->global_mem, d->local_mem, d->max_alloc);
+            printf(", \"compute_units\": %u, \"clock_mhz\": %u, \"global_mem_bytes\": %zu, \"local_mem_bytes\": %zu, \"max_alloc_bytes\": %zu, \"host_unified\": %s", d->compute_units,
+                   d->clock_mhz, d->global_mem, d->local_mem, d->max_alloc, jb(d->host_unified));
             printf(", \"extensions\": "), js(d->extensions);
             printf(", \"selector\": \"opencl:%d\", \"auto\": %s, \"used\": true}", d->index, jb(i == R->auto_cl));
         }
@@ -301,8 +301,9 @@ static void print_text(const report *R) {
                    : i == cl->opencl_pick              ? " (\"opencl\" picks it; auto does not: not a GPU)"
                                                          : "");
             printf("      vendor %s, %s, driver %s\n", d->vendor, d->version, d->driver);
-            printf("      %u compute units at %u MHz, global memory %.1f MiB (max allocation %.1f MiB), local memory %.1f KiB\n", d->compute_units, d->clock_mhz,
-                   (double)d->global_mem / 1048576.0, (double)d->max_alloc / 1048576.0, (double)d->local_mem / 1024.0);
+            printf("      %u compute units at %u MHz, global memory %.1f MiB (max allocation %.1f MiB), local memory %.1f KiB%s\n", d->compute_units, d->clock_mhz,
+                   (double)d->global_mem / 1048576.0, (double)d->max_alloc / 1048576.0, (double)d->local_mem / 1024.0,
+                   d->host_unified ? ", host-unified (zero-copy transfers)" : "");
             if (d->extensions[0]) print_wrapped("      extensions: ", d->extensions, 100);
         }
     }

@@ -33,7 +33,7 @@ static double tu_wsum(const float *y, const float *w, size_t n) {
     return s;
 }
 
-static const char *const simd_levels[2] = {"avx2", "avx512"};
+static const char *const simd_levels[3] = {"avx2", "avx512", "neon"};
 
 /* --- RMSNorm over rows ------------------------------------------------------------------- */
 enum { RR = 5, RD = 37 };
@@ -58,7 +58,7 @@ static void test_rms_rows(void **state) {
     tu_assert_close("rms_rows bwd vs FD", dx, fd, RR * RD, FD_ATOL, FD_RTOL);
     /* the gradient w.r.t. `add` equals the one w.r.t. x (it is a residual sum) */
     memcpy(dsum, dx, sizeof dx);
-    for (lvl = 0; lvl < 2; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
+    for (lvl = 0; lvl < 3; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         tr__rms_rows_fwd(ctx, RR, RD, x, rr_add, y2, rs2, 1e-5f);
         tu_assert_close(simd_levels[lvl], y2, y, RR * RD, 1e-6, 1e-5);
@@ -108,7 +108,7 @@ static void test_rms_cols(void **state) {
         tu_fill(add, CB * CS * CD, 6, 0.5f);
         tr__rms_cols_fwd_ref(CB, CS, CD, x, add, y, rs, 1e-5f, 1);
         tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
-        for (lvl = 0; lvl < 2; lvl++) {
+        for (lvl = 0; lvl < 3; lvl++) {
             if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
             tr__rms_cols_fwd(ctx, CB, CS, CD, x, add, y2, rs2, 1e-5f);
             tu_assert_close(simd_levels[lvl], y2, y, CB * CS * CD, 1e-6, 1e-5);
@@ -140,7 +140,7 @@ static void test_swiglu(void **state) {
     tr__swiglu_bwd_ref(SR, SW, g, 2 * SW, sw_w, SW, dg, 1);
     tu_fd(sw_loss, g, SR * 2 * SW, NULL, fd);
     tu_assert_close("swiglu bwd vs FD", dg, fd, SR * 2 * SW, FD_ATOL, FD_RTOL);
-    for (lvl = 0; lvl < 2; lvl++) { /* the vector exp is accurate to a few ulp: rtol 1e-6 */
+    for (lvl = 0; lvl < 3; lvl++) { /* the vector exp is accurate to a few ulp: rtol 1e-6 */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         tr__swiglu_fwd(ctx, SR, SW, g, 2 * SW, a2, SW);
         tu_assert_close(simd_levels[lvl], a2, a, SR * SW, 1e-7, 1e-6);
@@ -255,7 +255,7 @@ static void test_attention_simd(void **state) {
     size_t k;
     int lvl, ran = 0;
     (void)state;
-    for (lvl = 0; lvl < 2; lvl++) {
+    for (lvl = 0; lvl < 3; lvl++) {
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
         ran++;
         for (k = 0; k < sizeof shapes / sizeof shapes[0]; k++) attention_simd_case(ctx, simd_levels[lvl], shapes[k], (unsigned)k);
@@ -352,6 +352,49 @@ static void test_signsgd_ema(void **state) {
     assert_true(fabs(sh[0] - 1.1f) < 1e-6 && fabs(sh[2] - 2.9f) < 1e-6);
 }
 
+/* The elementwise kernels with twins (RoPE, the EMA, Adam-atan2) through their tr__op_ entry at
+   every level against the scalar reference. RoPE and the EMA run the same operations in the same
+   order (1e-7 absolute: only the compiler's contraction of the scalar code into fma could tell
+   them apart); Adam-atan2's moments too (to the bit), its update goes through a vector atan2 of
+   ~2e-7 absolute error against atan2f's, times the step (lr / bc1 = 0.1 here), which can flip the
+   rounding of the new weight: atol 1e-7 + 2 ulp. n = 1003 and half = 7 exercise the tails. */
+static void test_elementwise_simd(void **state) {
+    enum { N = 1003, RB = 3, RS = 5, RH = 2, RHD = 14, RD = RH * RHD };
+    static float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N], sh[N], sh2[N], q[RB * RS * 3 * RD], q2[RB * RS * 3 * RD];
+    float c[RS * RHD], sn[RS * RHD];
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int lvl, i, inv;
+    (void)state;
+    for (i = 0; i < RS * RHD; i++) c[i] = (float)cos(0.3 * i), sn[i] = (float)sin(0.3 * i);
+    for (lvl = 0; lvl < 3; lvl++) {
+        if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
+        for (inv = 0; inv < 2; inv++) {
+            tu_fill(q, RB * RS * 3 * RD, 30 + inv, 1.0f);
+            memcpy(q2, q, sizeof q);
+            tr__rope_ref(RB * RS, RS, RH, RHD, q, c, sn, inv, 1);
+            assert_int_equal(tr__op_rope(ctx, RB * RS, RS, RH, RHD, q2, c, sn, inv), TR_OK);
+            tu_assert_close(simd_levels[lvl], q2, q, RB * RS * 3 * RD, 1e-7, 0);
+        }
+        tu_fill(sh, N, 40, 1.0f), tu_fill(p, N, 41, 1.0f);
+        memcpy(sh2, sh, sizeof sh);
+        tr__ema_ref(N, sh, p, 0.999f, 1);
+        assert_int_equal(tr__op_ema(ctx, N, sh2, p, 0.999f), TR_OK);
+        tu_assert_close(simd_levels[lvl], sh2, sh, N, 1e-7, 0);
+        /* moments that put |m| above and below sqrt(v), exact zeros (atan2(0, 0) = 0) and both signs */
+        tu_fill(p, N, 42, 1.0f), tu_fill(g, N, 43, 2.0f), tu_fill(m, N, 44, 0.5f), tu_fill(v, N, 45, 0.5f);
+        for (i = 0; i < N; i++) v[i] = v[i] * v[i] * (i % 3 ? 1.0f : 1e-4f);
+        for (i = 0; i < N; i += 17) g[i] = m[i] = v[i] = 0.0f;
+        memcpy(p2, p, sizeof p), memcpy(m2, m, sizeof m), memcpy(v2, v, sizeof v);
+        tr__adam_atan2_ref(N, p, g, m, v, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f, 1);
+        assert_int_equal(tr__op_adam_atan2(ctx, N, p2, g, m2, v2, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f), TR_OK);
+        assert_memory_equal(m2, m, sizeof m);
+        assert_memory_equal(v2, v, sizeof v);
+        tu_assert_close(simd_levels[lvl], p2, p, N, 1e-7, 2.4e-7);
+        for (i = 0; i < N; i += 17) assert_true(p2[i] == p[i]); /* the zero moments: only the decay */
+    }
+    tr_ctx_destroy(ctx);
+}
+
 static void test_lr_schedule(void **state) {
     tr_train_config tc = tr_train_config_default();
     (void)state;
@@ -385,6 +428,36 @@ static void test_trunc_normal(void **state) {
     }
 }
 
+/* The kernel sets by architecture: "auto" is neon on aarch64, which runs no x86 set; an x86 CPU
+   refuses neon. */
+static void test_simd_sets(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr_cpu_info ci;
+    const char *best;
+    (void)state;
+    assert_int_equal(tr_ctx_set_simd(ctx, "auto"), TR_OK);
+    best = tr_ctx_simd_name(ctx);
+    assert_int_equal(tr_cpu_info_get(ctx, &ci), TR_OK);
+#if defined(__aarch64__)
+    assert_true(ci.features[TR_CPU_ASIMD] && !ci.features[TR_CPU_AVX]); /* (the kernel's hwcaps, also under qemu) */
+    assert_string_equal(ci.arch, "aarch64");
+    assert_string_equal(tr_ctx_simd_name(ctx), "neon");
+    assert_int_equal(tr_ctx_set_simd(ctx, "avx2"), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr_ctx_set_simd(ctx, "avx512"), TR_ERR_UNSUPPORTED);
+#else
+    assert_false(ci.features[TR_CPU_ASIMD] || ci.features[TR_CPU_ASIMDDP] || ci.features[TR_CPU_ARM_BF16] || ci.features[TR_CPU_I8MM]);
+    assert_int_equal(tr_ctx_set_simd(ctx, "neon"), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "not supported by this CPU"));
+    assert_string_not_equal(tr_ctx_simd_name(ctx), "neon");
+#endif
+    assert_string_equal(tr_ctx_simd_name(ctx), best); /* a refused set leaves the one in use */
+    assert_int_equal(tr_ctx_set_simd(ctx, "neon2"), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "neon"));
+    assert_int_equal(tr_ctx_set_simd(ctx, "scalar"), TR_OK);
+    assert_string_equal(tr_ctx_simd_name(ctx), "scalar");
+    tr_ctx_destroy(ctx);
+}
+
 static void test_halfs(void **state) {
     float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-8f, 6.1e-5f, 3.14159f, 1e30f};
     size_t i;
@@ -404,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
+        cmocka_unit_test(test_simd_sets),   cmocka_unit_test(test_elementwise_simd),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

@@ -245,6 +245,22 @@ static void test_clrt_launch(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* nb bytes (more than the staging buffers hold) written at an odd byte offset of a new buffer and
+   read back; the source is reusable at once. Returns the buffer. */
+static unsigned char *clrt_big_roundtrip(tr__cl *cl, unsigned char *big, unsigned char *back, size_t nb) {
+    unsigned char *d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
+    size_t k;
+    assert_non_null(d);
+    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 7 + (k >> 13));
+    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
+    memset(big, 0, nb);
+    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
+    for (k = 0; k < nb; k++)
+        if (back[k] != (unsigned char)(k * 7 + (k >> 13))) break;
+    assert_true(k == nb);
+    return d;
+}
+
 /* Arenas and transfers on the suite's device: zero fill, offsets, copy, fill, staged writes, bounds. */
 static void test_clrt_transfers(void **state) {
     enum { N = 1000 };
@@ -252,7 +268,7 @@ static void test_clrt_transfers(void **state) {
     tr__cl *cl = tu_cl_open(ctx);
     float *ha = (float *)malloc(N * 4), *hy = (float *)malloc(N * 4);
     float *a = (float *)tr__cl_alloc(cl, N * 4, 1), *y = (float *)tr__cl_alloc(cl, N * 4, 0);
-    size_t nb = ((size_t)9 << 20) + 12, k;
+    size_t nb = ((size_t)9 << 20) + 12;
     unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb), *d;
     int i;
     (void)state;
@@ -275,15 +291,7 @@ static void test_clrt_transfers(void **state) {
     assert_int_equal(tr__cl_read(cl, hy, ha, 4), TR_ERR_INVALID_ARG);
     assert_int_equal(tr__cl_fill(cl, (char *)y + 2, 0, 4), TR_ERR_INVALID_ARG);
     /* a write larger than the staging buffers, at an odd byte offset; the source is reusable at once */
-    d = (unsigned char *)tr__cl_alloc(cl, nb + 3, 1);
-    assert_non_null(d);
-    for (k = 0; k < nb; k++) big[k] = (unsigned char)(k * 7 + (k >> 13));
-    assert_int_equal(tr__cl_write(cl, d + 3, big, nb), TR_OK);
-    memset(big, 0, nb);
-    assert_int_equal(tr__cl_read(cl, back, d + 3, nb), TR_OK);
-    for (k = 0; k < nb; k++)
-        if (back[k] != (unsigned char)(k * 7 + (k >> 13))) break;
-    assert_true(k == nb);
+    d = clrt_big_roundtrip(cl, big, back, nb);
     tr__cl_free(cl, d);
     assert_false(tr__cl_owns(cl, d));
     tr__cl_free(cl, a);
@@ -291,6 +299,84 @@ static void test_clrt_transfers(void **state) {
     assert_int_equal(tr__cl_finish(cl), TR_OK);
     free(ha), free(hy), free(big), free(back);
     tr_ctx_destroy(ctx); /* closes cl */
+}
+
+/* Zero-copy transfers (host-unified devices, e.g. PoCL) and the staged ones (TINYREC_CL_ZEROCOPY=0,
+   and every device that is not host-unified): round trips at odd offsets, larger than the staging
+   buffers, a write after a queued kernel that read the old data, and the profile's transfer lines. */
+static void clrt_xfer_case(const char *zc, int profile) {
+    enum { N = 1000 };
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    tr__cl *cl;
+    tr_opencl_list en;
+    float ha[N], hb[N], hy[N];
+    float *a, *b, *y;
+    size_t nb = ((size_t)9 << 20) + 5, g = N;
+    unsigned char *big = (unsigned char *)malloc(nb), *back = (unsigned char *)malloc(nb);
+    tr__clargs A;
+    int i, listed = 0, zerocopy;
+    setenv("TINYREC_CL_ZEROCOPY", zc, 1);
+    setenv("TINYREC_CL_PROFILE", profile ? "1" : "0", 1);
+    cc.log = clrt_log;
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    clrt_lognum = 0;
+    cl = clrt_open(ctx, NULL);
+    unsetenv("TINYREC_CL_PROFILE");
+    if (strstr(cl->platform_name, "Portable Computing Language")) assert_true(cl->info.host_unified); /* CI's PoCL runs the zero-copy way */
+    /* zero-copy exactly where the device is host-unified and the switch is not 0; the list agrees */
+    assert_int_equal(cl->zerocopy, cl->info.host_unified && strcmp(zc, "0") != 0);
+    for (i = 0; i < clrt_lognum && !strstr(clrt_logs[i], "opencl: using"); i++) {} /* (the profile logs the build options first) */
+    assert_true(i < clrt_lognum);
+    if (cl->info.host_unified) assert_non_null(strstr(clrt_logs[i], cl->zerocopy ? "(zero-copy transfers)" : "(zero-copy off)"));
+    assert_int_equal(tr_opencl_list_devices(ctx, &en), TR_OK);
+    for (i = 0; i < en.num_devices; i++)
+        if (!strcmp(en.devices[i].name, cl->info.name)) listed = 1, assert_int_equal(en.devices[i].host_unified, cl->info.host_unified);
+    assert_true(listed);
+    tr_opencl_list_free(ctx, &en);
+    a = (float *)tr__cl_alloc(cl, N * 4, 1), b = (float *)tr__cl_alloc(cl, N * 4, 1), y = (float *)tr__cl_alloc(cl, N * 4, 1);
+    assert_true(a && b && y && big && back);
+    assert_int_equal(tr__cl_read(cl, hy, y + 1, (N - 1) * 4), TR_OK);
+    for (i = 0; i < N - 1; i++) assert_true(hy[i] == 0.0f); /* zero-filled */
+    for (i = 0; i < N; i++) ha[i] = (float)i, hb[i] = (float)(2 * i);
+    assert_int_equal(tr__cl_write(cl, a, ha, N * 4), TR_OK);
+    assert_int_equal(tr__cl_write(cl, b + 7, hb, (N - 7) * 4), TR_OK);
+    /* y = a + b; then a is overwritten at once: the kernel queued before must still see the old a */
+    A.n = 0;
+    tr__cla_buf(&A, a), tr__cla_buf(&A, b), tr__cla_buf(&A, y), tr__cla_i32(&A, N), tr__cla_f32(&A, 1.0f);
+    assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK);
+    for (i = 0; i < N; i++) ha[i] = -1.0f;
+    assert_int_equal(tr__cl_write(cl, a + 3, ha, 10 * 4), TR_OK);
+    assert_int_equal(tr__cl_read(cl, hy, y, N * 4), TR_OK);
+    for (i = 0; i < N; i++) assert_true(hy[i] == (float)i + (i >= 7 ? (float)(2 * (i - 7)) : 0.0f));
+    assert_int_equal(tr__cl_read(cl, hy, a + 2, 12 * 4), TR_OK);
+    assert_true(hy[0] == 2.0f && hy[1] == -1.0f && hy[10] == -1.0f && hy[11] == 13.0f);
+    clrt_big_roundtrip(cl, big, back, nb);
+    /* the staged way keeps its pinned buffers; the zero-copy way never makes them */
+    assert_int_equal(cl->stage_state != 0, !cl->zerocopy);
+    assert_int_equal(tr__cl_finish(cl), TR_OK);
+    zerocopy = cl->zerocopy;
+    clrt_lognum = 0;
+    tr__cl_destroy(cl);
+    if (profile) { /* the transfer lines name the way */
+        int w = 0, r = 0;
+        for (i = 0; i < clrt_lognum; i++) {
+            if (strstr(clrt_logs[i], "writes (host -> device)")) w = 1, assert_non_null(strstr(clrt_logs[i], zerocopy ? "(zero-copy)" : "(staged)"));
+            if (strstr(clrt_logs[i], "reads (device -> host)")) r = 1;
+        }
+        assert_true(w && r);
+    }
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+    free(big), free(back);
+}
+static void test_clrt_zerocopy(void **state) {
+    (void)state;
+    clrt_xfer_case("1", 0);
+    clrt_xfer_case("0", 0);
+    clrt_xfer_case("1", 1);
+    clrt_xfer_case("0", 1);
+    unsetenv("TINYREC_CL_ZEROCOPY");
 }
 
 /* Scratch slots: reused while big enough, grown on demand, usable, bounded slot numbers. */
@@ -474,6 +560,7 @@ static const struct CMUnitTest cl_runtime_tests[] = {
     cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
     cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
     cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file), cmocka_unit_test(test_clrt_log_maps_kernel_lines),
+    cmocka_unit_test(test_clrt_zerocopy),
 };
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }

@@ -81,12 +81,12 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
     free(C0);
 }
 
-static const char *levels[] = {"scalar", "avx2", "avx512"};
+static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 
 /* Every SIMD level the CPU supports; `fn` runs once per level. */
 static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     int l;
-    for (l = 0; l < 3; l++) {
+    for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         fn(ctx);
     }
@@ -124,6 +124,24 @@ static void test_edges(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* Shapes around the NEON tiles (8x12 micro-tile, 16-wide rows kernel, K tails of the 4-lane dot
+   kernel), at every level like the others. */
+static void run_neon_edges(tr_ctx *ctx) {
+    static const size_t ms[] = {3, 4, 8, 9, 17, 23, 24, 25};
+    static const size_t ns[] = {4, 12, 13, 23, 24, 25, 36};
+    size_t a, b;
+    int t;
+    for (a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (t = 0; t < 4; t++) check_one(ctx, t & 1, t >> 1, ms[a], ns[b], 1 + rnd_below(23), 0, 1, 0, t & 1);
+}
+static void test_neon_edges(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_neon_edges);
+    tr_ctx_destroy(ctx);
+}
+
 /* Larger shapes: several KC blocks, MC blocks, NC blocks and skinny products. */
 static void run_large(tr_ctx *ctx) {
     int t;
@@ -155,7 +173,7 @@ static void test_degenerate(void **state) {
     float A[4] = {1, 2, 3, 4}, B[4] = {1, 2, 3, 4}, C[6] = {1, 2, 3, 4, 5, 6};
     int l;
     (void)state;
-    for (l = 0; l < 3; l++) {
+    for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         C[0] = 1, C[1] = 2, C[2] = 3, C[3] = 4, C[4] = 5, C[5] = 6;
         assert_int_equal(tr__sgemm(ctx, 0, 0, 2, 2, 0, A, 1, B, 2, C, 3, 1), TR_OK);
@@ -234,6 +252,7 @@ static void test_alloc_failure(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_neon_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
