@@ -40,6 +40,12 @@ LDLIBS   += -ldl
 endif
 CFLAGS   += $(CL_FLAGS)
 CXXFLAGS += $(CL_FLAGS)
+# Data-parallel training over MPI: MPI=1 builds tinyrec-train with mpicc and examples/tinyrec_mpi.h
+# (run it with mpirun -np N). Whenever mpicc exists, make test also builds that program as
+# build/mpi/tinyrec-train and runs tests/mpi.sh (test-mpi); TINYREC_REQUIRE_MPI=1 (CI) fails without it.
+MPI     ?= 0
+MPICC   ?= mpicc
+HAVE_MPICC := $(shell command -v $(MPICC) 2>/dev/null)
 
 TEST_SRCS    := $(wildcard tests/test_*.c)
 TEST_BINS    := $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRCS))
@@ -51,7 +57,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
-.PHONY: all test bench demo fuzz clean compile-tests sanitize qemu-test test-aarch64
+.PHONY: all test test-mpi bench demo fuzz clean compile-tests sanitize qemu-test test-aarch64
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
@@ -71,6 +77,15 @@ $(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_
 
 $(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(BUILD)/mpi:
+	mkdir -p $@
+$(BUILD)/mpi/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)/mpi
+	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
+ifeq ($(MPI),1)
+$(BUILD)/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)
+	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
+endif
 
 $(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
@@ -102,7 +117,16 @@ test: all
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
+ifneq ($(HAVE_MPICC),)
+	@$(MAKE) --no-print-directory test-mpi
+else
+	@if [ "$$TINYREC_REQUIRE_MPI" = 1 ]; then echo "no $(MPICC), and TINYREC_REQUIRE_MPI=1" >&2; exit 1; else echo "== MPI tests skipped: no $(MPICC)"; fi
+endif
 	@echo "all test suites passed"
+
+# mpirun -np 2 on the CPU: equal losses to one process, resume across rank counts, a killed or hung rank.
+test-mpi: $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
+	@echo "== tests/mpi.sh" && sh tests/mpi.sh $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
 
 # (CROSS=aarch64) libcmocka0 and libcmocka-dev for arm64, unpacked into the sysroot.
 $(CMOCKA_DEP):

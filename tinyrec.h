@@ -450,6 +450,27 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
                                tr_step_callback per_step, void *user, tr_step_outputs *out);
 
 /* >>api-train */
+/* A communicator for data-parallel training: size processes (ranks) each train on their share of every
+   global batch and keep identical weights. The library has no MPI in it; a program plugs one in
+   (examples/tinyrec_mpi.h wraps MPI). Every callback is collective: all ranks call it in the same order
+   with the same sizes, and it returns TR_OK or an error (never hangs forever: an implementation gives
+   up after a timeout when a rank is gone). */
+typedef struct tr_comm {
+    int rank, size;  /* this rank in [0, size), and the number of ranks (>= 1) */
+    int local_rank;  /* rank among those on this machine (programs pick the device by it) */
+    int overlap;     /* 1: all-reduce each layer's gradients as soon as the backward has finished them, while
+                        a device computes the rest (several all-reduces a step); 0: one all-reduce after the
+                        backward. The same on every rank. The results are the same either way. */
+    void *user;      /* passed to every callback */
+    /* data[0..n) becomes the sum over ranks of every rank's data[0..n), on every rank */
+    tr_status (*allreduce_sum)(void *user, float *data, size_t n);
+    /* recv[r*bytes .. (r+1)*bytes) becomes rank r's send[0..bytes), on every rank */
+    tr_status (*allgather)(void *user, const void *send, void *recv, size_t bytes);
+    /* data[0..bytes) becomes rank root's data, on every rank */
+    tr_status (*broadcast)(void *user, void *data, size_t bytes, int root);
+    tr_status (*barrier)(void *user);
+} tr_comm;
+
 typedef struct tr_train_config {
     double lr;                 /* 1e-4 */
     double lr_min_ratio;       /* 1.0 = constant after warmup */
@@ -464,6 +485,12 @@ typedef struct tr_train_config {
     int global_batch_size;     /* rows per optimizer step; the loss is divided by it */
     int max_nonfinite_steps;   /* steps in a row whose loss or gradients are NaN/inf (each skipped) before
                                   tr_trainer_step fails with TR_ERR_NONFINITE (5; >= 1) */
+    const tr_comm *comm;       /* NULL: one process. Else data-parallel over comm->size ranks: each rank's
+                                  batches have global_batch_size / size rows (its slice of the global batch,
+                                  see tr_sampler_config.rank), its own ACT carry, and every step all-reduces
+                                  the gradients, gathers the puzzle-embedding rows and reduces the metrics,
+                                  so the update and the metrics are the same on every rank. Not a setting
+                                  (no config key): it lives as long as the trainer. */
 } tr_train_config;
 TRDEF tr_train_config tr_train_config_default(void);
 /* Checks every field (tr_trainer_create does too); the reason names the field by its key
@@ -476,8 +503,9 @@ TRDEF void tr_trainer_destroy(tr_trainer *t);
 /* One training step: ACT carry update with the incoming batch (halted rows are refilled),
    forward (TRM: T-1 no-grad cycles and one with gradient; HRM: the 1-step gradient, then, when
    no_ACT_continue is off, a second no-grad step for q_continue's Q-learning target), loss,
-   backward, AdamATan2 on the dense parameters, sign-SGD on the puzzle embedding, EMA. batch->batch_size must equal
-   global_batch_size. metrics may be NULL. */
+   backward, AdamATan2 on the dense parameters, sign-SGD on the puzzle embedding, EMA.
+   batch->batch_size must equal global_batch_size (divided by comm->size with a communicator; every
+   rank then calls it, and the metrics are those of the global batch). metrics may be NULL. */
 TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics);
 TRDEF long tr_trainer_step_count(const tr_trainer *t);
 /* The learning rate of step s (1-based) for a base rate, per the reference schedule. */
@@ -1145,6 +1173,10 @@ typedef struct tr_eval_result {
    progress (may be NULL) is called before each batch with the batches done and the total ("evaluate");
    non-zero stops with TR_ERR_INTERRUPTED. To evaluate the EMA weights, tr_trainer_swap_ema around it. */
 TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int64_t max_batches, tr_progress_fn progress, void *user, tr_eval_result *out);
+/* Data-parallel evaluation: each rank evaluates its slice (a test sampler with rank and num_replicas) and
+   this combines the ranks' results on every rank (counts summed, means weighted by count, batches and
+   seconds the largest rank's). Collective; comm NULL or of size 1 leaves r as it is. */
+TRDEF tr_status tr_eval_result_reduce(tr_ctx *ctx, const tr_comm *comm, tr_eval_result *r);
 
 /* Creates a folder and its missing parents (mkdir -p). An existing folder is fine; a file in the
    way is TR_ERR_IO with the path and the reason. */
@@ -1213,7 +1245,10 @@ TRDEF tr_status tr_model_config_from_json(tr_ctx *ctx, const char *json, size_t 
    ".state.safetensors" appended). TR_ERR_OVERFLOW if cap is too small. */
 TRDEF tr_status tr_trainer_state_path(const char *model_path, char *buf, size_t cap);
 /* Saves the trainer's state; extra/extra_len is stored as is (e.g. a tr_sampler_state), and may
-   be NULL/0. Save the model file too (tr_model_save): resuming creates the model from it. */
+   be NULL/0. Save the model file too (tr_model_save): resuming creates the model from it.
+   Data-parallel (tc.comm): collective; the ranks' ACT carries are gathered into the global batch's,
+   rank 0 alone writes, and every rank returns rank 0's status. The file is the same for any number of
+   ranks, so a run resumes with another (tr_trainer_load takes this rank's rows of it). */
 TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *extra, size_t extra_len);
 /* Restores a state saved by tr_trainer_save into a trainer of the same model config and
    global_batch_size: step, RNG, moments, EMA, parameters and buffers, carry. The blob is copied to
@@ -1229,7 +1264,7 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
 /* Saves a checkpoint into the folder dir (which must exist): the model (with the EMA weights when
    the trainer keeps an EMA, as evaluation uses them) to TR_CHECKPOINT_LATEST and, when best, to
    TR_CHECKPOINT_BEST; then the trainer state with extra (e.g. the sampler position; may be NULL/0) to
-   TR_CHECKPOINT_LATEST_STATE. Weights that hold a NaN or an infinity are refused with
+   TR_CHECKPOINT_LATEST_STATE (data-parallel: collective, rank 0 alone writes, as tr_trainer_save). Weights that hold a NaN or an infinity are refused with
    TR_ERR_NONFINITE before anything is written. Each file is replaced atomically: a failure (TR_ERR_IO
    naming the file and the system's reason, e.g. "No space left on device") leaves it as it was. */
 TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, const void *extra, size_t extra_len);
@@ -5772,6 +5807,65 @@ TR__FN tr_status tr__cl_read_staged(tr__cl *cl, tr__cl_mem mem, size_t off, void
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueReadBuffer", NULL, err);
 }
 
+/* Pinned host memory of the caller's own (CL_MEM_ALLOC_HOST_PTR, mapped until tr__cl_pinned_free): the
+   device reads into it and writes from it at full speed, without the staging copies of tr__cl_write.
+   The data-parallel trainer stages its gradients there. NULL (and *mem NULL) when the device has none. */
+TR__FN void *tr__cl_pinned_alloc(tr__cl *cl, size_t bytes, tr__cl_mem *mem) {
+    const tr__clfn *f = &cl->lib.f;
+    tr__cl_int err = 0;
+    void *p;
+    *mem = NULL;
+    if (cl->migrated || !bytes) return NULL;
+    *mem = f->CreateBuffer(cl->context, TR__CL_MEM_READ_WRITE | TR__CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
+    p = *mem && err == TR__CL_SUCCESS ? f->EnqueueMapBuffer(cl->queue, *mem, TR__CL_TRUE, TR__CL_MAP_READ | TR__CL_MAP_WRITE, 0, bytes, 0, NULL, NULL, &err) : NULL;
+    if (!p || err != TR__CL_SUCCESS) {
+        if (*mem) f->ReleaseMemObject(*mem);
+        *mem = NULL;
+        return NULL;
+    }
+    return p;
+}
+
+/* Also after a fallback to the CPU (the queue lives as long as cl). */
+TR__FN void tr__cl_pinned_free(tr__cl *cl, tr__cl_mem mem, void *p) {
+    if (!cl || !mem) return;
+    cl->lib.f.EnqueueUnmapMemObject(cl->queue, mem, p, 0, NULL, NULL);
+    cl->lib.f.Finish(cl->queue);
+    cl->lib.f.ReleaseMemObject(mem);
+}
+
+/* A non-blocking device -> host (to_dev 0) or host -> device copy behind what is already enqueued;
+   host must stay untouched until tr__cl_wait(*ev) (ev NULL: blocking). */
+TR__FN tr_status tr__cl_copy_host(tr__cl *cl, int to_dev, void *host, void *dev, size_t bytes, tr__cl_event *ev) {
+    tr__cl_mem mem;
+    size_t off;
+    tr__cl_int err;
+    tr_status st;
+    if (ev) *ev = NULL;
+    if ((st = tr__cl_check_live(cl, to_dev ? "write" : "read")) != TR_OK) return st;
+    if (!bytes) return TR_OK;
+    if ((st = tr__cl_resolve(cl, dev, bytes, to_dev ? "write" : "read", &mem, &off)) != TR_OK) return st;
+    if (tr__cl_injected(cl)) return tr__cl_fail(cl, to_dev ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", "injected fault", TR__CL_OUT_OF_RESOURCES);
+    if (to_dev) err = cl->lib.f.EnqueueWriteBuffer(cl->queue, mem, ev ? TR__CL_FALSE : TR__CL_TRUE, off, bytes, host, 0, NULL, ev);
+    else err = cl->lib.f.EnqueueReadBuffer(cl->queue, mem, ev ? TR__CL_FALSE : TR__CL_TRUE, off, bytes, host, 0, NULL, ev);
+    if (err != TR__CL_SUCCESS) {
+        if (ev) *ev = NULL;
+        return tr__cl_fail(cl, to_dev ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", NULL, err);
+    }
+    return TR_OK;
+}
+
+/* Waits for ev and releases it (also when the wait fails); what names it in the error (NULL: a
+   transfer being abandoned, whose failure is no news and leaves the context's error as it is). */
+TR__FN tr_status tr__cl_wait(tr__cl *cl, tr__cl_event ev, const char *what) {
+    tr__cl_int err;
+    if (!ev) return TR_OK;
+    err = cl->lib.f.WaitForEvents(1, &ev);
+    cl->lib.f.ReleaseEvent(ev);
+    if (err == TR__CL_SUCCESS || !what) return err == TR__CL_SUCCESS ? TR_OK : TR_ERR_DEVICE;
+    return tr__cl_fail(cl, "clWaitForEvents", what, err);
+}
+
 /* Zero-copy: maps [off, off + bytes) of mem (blocking: the in-order queue runs the work queued
    before it first), copies once, and queues the unmap, which later commands wait for. */
 TR__FN tr_status tr__cl_map_copy(tr__cl *cl, tr__cl_mem mem, size_t off, void *dst_host, const void *src_host, size_t bytes) {
@@ -9434,8 +9528,31 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
     return TR_OK;
 }
 
-/* Backward through a recorded module application: dout -> dh0 (overwritten). */
-TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0) {
+/* Backward progress for data-parallel training: fn(user, lo, hi) once m->grads[lo, hi) holds its final
+   value for the step; the ranges cover the parameters once per backward, in an order that depends on the
+   configuration alone (the same on every rank, whatever its device): the heads, each module's layers from
+   the last (at the module's last application), the embeddings. */
+typedef struct tr__grad_ready {
+    tr_status (*fn)(void *user, size_t lo, size_t hi);
+    void *user;
+} tr__grad_ready;
+
+/* Where layer l of module mi starts in the flat parameters. */
+TR__FN size_t tr__layer_start(const tr_model *m, int mi, int l) {
+    const tr__layer *ly = &m->modules[mi].layers[l];
+    return (size_t)((m->cfg.mlp_t ? ly->tgu : ly->qkv) - m->params);
+}
+
+/* The parameter range of layer l of module mi: up to the next layer's start (the heads' after the last). */
+TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr__module *md, int l) {
+    int mi = (int)(md - m->modules);
+    size_t hi = l + 1 < md->n_layers ? tr__layer_start(m, mi, l + 1) : mi + 1 < m->n_modules ? tr__layer_start(m, mi + 1, 0) : (size_t)(m->W_lm - m->params);
+    return gr ? gr->fn(gr->user, tr__layer_start(m, mi, l), hi) : TR_OK;
+}
+
+/* Backward through a recorded module application: dout -> dh0 (overwritten). gr (may be NULL): this is
+   the module's last application in the backward, and its layers' gradients are final as it passes them. */
+TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
     float *g1 = m->ws + tr__block_rec_floats(m) * (size_t)B + tr__block_tmp_floats(m, B);
     float *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n;
@@ -9446,6 +9563,7 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l ? gnext : dh0, *t;
         if ((st = tr__block_bwd(m, &md->layers[l], &rec->blocks[l], B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
+        if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
     }
     return TR_OK;
@@ -9794,8 +9912,9 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     return tr__heads_fwd(m, c);
 }
 
-/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx. bufA, bufB scratch. */
-TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB) {
+/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx. bufA, bufB scratch. gr (may
+   be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
+TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, const tr__grad_ready *gr) {
     const tr__module *md = &m->modules[0];
     int n = m->cfg.L_cycles, i;
     size_t N = (size_t)c->B * m->S * m->D;
@@ -9804,15 +9923,15 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     if (m->cfg.arch == TR_ARCH_HRM) {
         /* z_H' = f_H(z_H + z_L'), z_L' = f_L(z_L + (z_H + x)): z_H and z_L are detached, so the
            gradient goes through z_L' to x alone */
-        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl)) != TR_OK) return st;
-        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx);
+        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl, gr)) != TR_OK) return st;
+        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx, gr);
     }
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
-    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl)) != TR_OK) return st;
+    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl, n ? NULL : gr)) != TR_OK) return st;
     if ((st = tr__dzero(m->ctx, dx, N * sizeof(float))) != TR_OK) return st;
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
-        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0)) != TR_OK) return st;
+        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, i ? NULL : gr)) != TR_OK) return st;
         if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
@@ -10057,7 +10176,42 @@ struct tr_trainer {
     float *snap;
     int32_t *snap_ints;
     tr__rng snap_rng;
+    /* data-parallel (tc.comm of size > 1): host staging of what the collectives move, and the result */
+    float *hgrad;    /* [P] on a device: pinned host memory where the gradients are staged and all-reduced */
+    float *stage;    /* this step's gradient staging: hgrad, or m->grads itself on the CPU */
+    size_t bk_lo[2], bk_hi[2]; /* buckets (tr__dist_bucket) staged but not all-reduced yet, oldest first */
+    int bk_n;
+    int bk_seen;     /* buckets the backward pass under way has finished */
+    int bk_done;     /* buckets all-reduced this step: a pass redone after a device failure skips them */
+#if TINYREC_OPENCL
+    tr__cl_mem hgrad_mem; /* hgrad's pinned buffer (NULL: plain host memory) */
+    tr__cl_event bk_ev[2]; /* the buckets' copies to hgrad */
+#endif
+    float *hrows;    /* [(size + 1) * B * Dp] every rank's puzzle-row gradients in rank order, then this rank's staged */
+    int32_t *gids;   /* [size * B] their puzzle ids */
+    double *hmet;    /* [size * TR__NMET] every rank's metrics */
+    float *gprow;    /* device [size * B * Dp]: hrows where the sign-SGD runs */
+    tr_metrics gmt;  /* the step's global metrics */
+    int reduced;     /* 1 once this step's collectives are done: a device fallback after them must not repeat them */
 };
+
+/* tr_metrics is all doubles; the collectives move it as an array of them. */
+#define TR__NMET (sizeof(tr_metrics) / sizeof(double))
+
+/* 1 when the trainer runs data-parallel over more than one rank. */
+TR__FN int tr__dist(const tr_trainer *t) { return t->tc.comm && t->tc.comm->size > 1; }
+
+/* Forgets the buckets staged but not all-reduced (a pass that failed), once their copies have ended. */
+TR__FN void tr__dist_drop(tr_trainer *t) {
+#if TINYREC_OPENCL
+    int i;
+    for (i = 0; i < t->bk_n; i++) {
+        if (t->bk_ev[i]) tr__cl_wait(t->m->ctx->cl, t->bk_ev[i], NULL);
+        t->bk_ev[i] = NULL;
+    }
+#endif
+    t->bk_n = 0;
+}
 
 TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr_ctx *ctx;
@@ -10072,6 +10226,14 @@ TRDEF void tr_trainer_destroy(tr_trainer *t) {
     tr__dfree(ctx, t->groups_dev);
     tr__dfree(ctx, t->snap);
     tr__free(ctx, t->snap_ints);
+    tr__free(ctx, t->hmet);
+    tr__dfree(ctx, t->gprow);
+    tr__dist_drop(t);
+#if TINYREC_OPENCL
+    if (t->hgrad_mem) tr__cl_pinned_free(ctx->cl, t->hgrad_mem, t->hgrad);
+    else
+#endif
+        tr__free(ctx, t->hgrad);
     tr__free(ctx, t);
 }
 
@@ -10088,6 +10250,14 @@ TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc)
         return tr__err(ctx, TR_ERR_CONFIG, "train config: weight_decay and puzzle_emb_weight_decay must be finite");
     if (!(tc->ema_decay >= 0 && tc->ema_decay < 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_rate %g must be in [0, 1)", tc->ema_decay);
     if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    if (tc->comm) {
+        const tr_comm *c = tc->comm;
+        if (c->size < 1 || c->rank < 0 || c->rank >= c->size || c->local_rank < 0)
+            return tr__err(ctx, TR_ERR_CONFIG, "train config: communicator rank %d / local rank %d out of range for size %d", c->rank, c->local_rank, c->size);
+        if (!c->allreduce_sum || !c->allgather || !c->broadcast || !c->barrier) return tr__err(ctx, TR_ERR_CONFIG, "train config: the communicator lacks a callback");
+        if (tc->global_batch_size % c->size)
+            return tr__err(ctx, TR_ERR_CONFIG, "train config: global_batch_size %d is not a multiple of the %d ranks", tc->global_batch_size, c->size);
+    }
     return TR_OK;
 }
 
@@ -10100,8 +10270,8 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     if (!m || !tc || !out) return TR_ERR_INVALID_ARG;
     ctx = m->ctx;
     *out = NULL;
-    B = tc->global_batch_size;
     if ((st = tr_train_config_validate(ctx, tc)) != TR_OK) return st;
+    B = tc->global_batch_size / (tc->comm ? tc->comm->size : 1); /* this rank's rows */
     if (!ctx->dev_active) {
         size_t need;
         char what[96];
@@ -10125,7 +10295,8 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
     t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
-    t->groups = t->dz ? (int32_t *)tr__calloc(ctx, 3 * (size_t)B + 1, sizeof(int32_t)) : NULL;
+    /* sign-SGD groups the rows of the whole global batch (every rank's, gathered) */
+    t->groups = t->dz ? (int32_t *)tr__calloc(ctx, 3 * (size_t)tc->global_batch_size + 1, sizeof(int32_t)) : NULL;
     if (!t->groups) goto oom;
     if (tr__q_learning(m) && !(t->qtarget = (float *)tr__calloc(ctx, (size_t)B, sizeof(float)))) goto oom;
     t->dx = t->dz + N;
@@ -10138,9 +10309,23 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->hdq = t->dq;
     if (ctx->dev_active) {
         t->hdq = (float *)tr__calloc(ctx, 2 * (size_t)B, sizeof(float));
-        t->groups_dev = t->hdq ? (int32_t *)tr__dalloc(ctx, (3 * (size_t)B + 1) * sizeof(int32_t), 1) : NULL;
+        t->groups_dev = t->hdq ? (int32_t *)tr__dalloc(ctx, (3 * (size_t)tc->global_batch_size + 1) * sizeof(int32_t), 1) : NULL;
         t->snap = t->groups_dev ? (float *)tr__dalloc(ctx, 2 * N * sizeof(float), 1) : NULL;
         if (!t->snap) goto oom;
+    }
+    if (tc->comm && tc->comm->size > 1) {
+        size_t n = tc->comm->size, rows = (size_t)B * m->Dp;
+        /* one block: hmet (doubles first, for their alignment) | hrows | gids */
+        size_t floats = 2 * n * TR__NMET + (n + 1) * rows + n * B;
+        if (!(t->hmet = (double *)tr__calloc(ctx, floats, sizeof(float)))) goto oom;
+        t->hrows = (float *)(t->hmet + n * TR__NMET);
+#if TINYREC_OPENCL
+        /* pinned, so that the device copies the gradients to and from it at full speed, no staging copies */
+        if (ctx->dev_active) t->hgrad = (float *)tr__cl_pinned_alloc(ctx->cl, P * sizeof(float), &t->hgrad_mem);
+#endif
+        if (ctx->dev_active && !t->hgrad && !(t->hgrad = (float *)tr__calloc(ctx, P, sizeof(float)))) goto oom;
+        t->gids = (int32_t *)(t->hrows + (n + 1) * rows);
+        if (rows && !(t->gprow = (float *)tr__dalloc(ctx, n * rows * sizeof(float), 1))) goto oom;
     }
     *out = t;
     return TR_OK;
@@ -10197,6 +10382,8 @@ TR__FN tr_status tr__check_train_batch(tr_trainer *t, const tr_batch *batch) {
     return batch->labels ? TR_OK : tr__err(t->m->ctx, TR_ERR_INVALID_ARG, "batch: training needs labels");
 }
 
+TR__FN tr_status tr__dist_bucket(void *user, size_t lo, size_t hi);
+
 /* Forward + backward of one training step; leaves the gradients in m->grads (and the puzzle
    rows' grads in t->prow). The batch runs in micro-batches of t->micro rows whose gradients
    accumulate (the loss is divided by the global batch either way). Separate from the update
@@ -10207,12 +10394,15 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
     tr_metrics mt, part;
     tr_status st;
     int r0, nb;
+    tr__grad_ready ready = {tr__dist_bucket, t};
+    t->bk_seen = 0;
     if ((st = tr__dzero(m->ctx, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
     memset(&mt, 0, sizeof mt);
     for (r0 = 0; r0 < c->B; r0 += nb) {
         tr_carry v;
         tr_batch bt;
         size_t LV = (size_t)m->L * m->V;
+        const tr__grad_ready *gr;
         nb = TR__MIN(t->micro, c->B - r0);
         tr__carry_view(c, r0, nb, &v);
         bt = tr__batch_rows(m, batch, r0, nb);
@@ -10226,9 +10416,13 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
         mt.count += part.count, mt.accuracy += part.accuracy, mt.exact_accuracy += part.exact_accuracy;
         mt.q_halt_accuracy += part.q_halt_accuracy, mt.steps += part.steps;
         mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
+        /* data-parallel with overlap: in the last micro-batch, each gradient is all-reduced once final */
+        gr = tr__dist(t) && t->tc.comm->overlap && r0 + nb == c->B ? &ready : NULL;
         if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz)) != TR_OK) return st;
-        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB)) != TR_OK) return st;
+        if (gr && (st = tr__dist_bucket(t, (size_t)(m->W_lm - m->params), m->n_params)) != TR_OK) return st;
+        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, gr)) != TR_OK) return st;
         if ((st = tr__embed_bwd(m, &v, t->dx, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
+        if (gr && (st = tr__dist_bucket(t, 0, tr__layer_start(m, 0, 0))) != TR_OK) return st;
     }
     mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
     if (metrics) *metrics = mt;
@@ -10237,13 +10431,26 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
 
 /* Sign-SGD on the device: the host groups the rows by puzzle id (it has the ids), the device
    sums each group's gradient rows and updates the table rows, in tr__signsgd_rows' order. */
+/* The puzzle rows the sign-SGD update takes: this batch's, or with several ranks every rank's
+   (gathered by tr__dist_reduce, in rank order: the global batch's row order). */
+TR__FN int tr__update_rows(tr_trainer *t, float **prow, const int32_t **ids) {
+    if (!tr__dist(t)) {
+        *prow = t->prow, *ids = t->carry->pids;
+        return t->carry->B;
+    }
+    *prow = t->gprow, *ids = t->gids;
+    return t->carry->B * t->tc.comm->size;
+}
+
 TR__FN tr_status tr__signsgd_dev(tr_trainer *t, float lr, float wd) {
 #if TINYREC_OPENCL
     tr_model *m = t->m;
-    int B = t->carry->B, ng = tr__group_rows_by_id(t->carry->pids, B, t->groups);
+    float *prow;
+    const int32_t *ids;
+    int B = tr__update_rows(t, &prow, &ids), ng = tr__group_rows_by_id(ids, B, t->groups);
     tr_status st;
     if ((st = tr__dput(m->ctx, t->groups_dev, t->groups, (3 * (size_t)B + 1) * sizeof(int32_t))) != TR_OK) return st;
-    return tr__cl_signsgd(m->ctx->cl, m->puzzle_emb, m->Dp, ng, t->groups_dev, t->groups_dev + B, t->groups_dev + 2 * B + 1, t->prow, lr, wd);
+    return tr__cl_signsgd(m->ctx->cl, m->puzzle_emb, m->Dp, ng, t->groups_dev, t->groups_dev + B, t->groups_dev + 2 * B + 1, prow, lr, wd);
 #else
     TR__UNUSED(t), TR__UNUSED(lr), TR__UNUSED(wd);
     return TR_ERR_UNSUPPORTED;
@@ -10278,8 +10485,12 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
         if (m->Dp > 0) {
             if (ctx->dev_active) {
                 if ((st = tr__signsgd_dev(t, (float)plr, (float)tc->puzzle_emb_weight_decay)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK) return st;
-            } else
-                tr__signsgd_rows(m->puzzle_emb, m->Dp, t->carry->pids, t->prow, t->carry->B, t->groups, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
+            } else {
+                float *prow;
+                const int32_t *ids;
+                int B = tr__update_rows(t, &prow, &ids);
+                tr__signsgd_rows(m->puzzle_emb, m->Dp, ids, prow, B, t->groups, t->psum, (float)plr, (float)tc->puzzle_emb_weight_decay);
+            }
         }
         t->phase = 3;
     }
@@ -10316,11 +10527,13 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
 TR__FN tr_status tr__nonfinite_grad(tr_trainer *t, const char **bad) {
     tr_model *m = t->m;
     tr_ctx *ctx = m->ctx;
-    size_t nrows = m->Dp > 0 ? (size_t)t->carry->B * m->Dp : 0;
+    float *prow = NULL;
+    const int32_t *ids;
+    size_t nrows = m->Dp > 0 ? (size_t)tr__update_rows(t, &prow, &ids) * m->Dp : 0;
     int i, ok, rows_ok;
     tr_status st;
     *bad = "";
-    if ((st = tr__op_all_finite(ctx, m->n_params, m->grads, &ok)) != TR_OK || (st = tr__op_all_finite(ctx, nrows, t->prow, &rows_ok)) != TR_OK) return st;
+    if ((st = tr__op_all_finite(ctx, m->n_params, m->grads, &ok)) != TR_OK || (st = tr__op_all_finite(ctx, nrows, prow, &rows_ok)) != TR_OK) return st;
     if (!rows_ok) *bad = "model.inner.puzzle_emb.weights";
     for (i = 0; !ok && rows_ok && i < m->n_tensors; i++) {
         int tensor_ok;
@@ -10367,6 +10580,107 @@ TR__FN int tr__check_finite(tr_trainer *t, tr_metrics *mt) {
     return 1;
 }
 
+/* A communicator's failure, with what was being moved; never TR_ERR_DEVICE (which would move work to
+   the CPU and repeat a collective the other ranks will not repeat). */
+TR__FN tr_status tr__comm_err(tr_ctx *ctx, const tr_comm *cm, tr_status st, const char *what) {
+    return tr__err(ctx, TR_ERR_GENERIC, "communicator: %s failed on rank %d of %d (%s; the communicator has the reason)", what, cm->rank, cm->size, tr_status_string(st));
+}
+
+/* All-reduces the staged buckets but the newest keep (0 or 1), oldest first: on a device, each one once
+   its copy to the host has ended. */
+TR__FN tr_status tr__dist_drain(tr_trainer *t, int keep) {
+    const tr_comm *cm = t->tc.comm;
+    tr_status st = TR_OK;
+    while (t->bk_n > keep) {
+        size_t lo = t->bk_lo[0], hi = t->bk_hi[0];
+#if TINYREC_OPENCL
+        tr__cl_event ev = t->bk_ev[0];
+        t->bk_ev[0] = t->bk_ev[1], t->bk_ev[1] = NULL;
+        if (ev) st = tr__cl_wait(t->m->ctx->cl, ev, "staging the gradients");
+#endif
+        t->bk_lo[0] = t->bk_lo[1], t->bk_hi[0] = t->bk_hi[1], t->bk_n--;
+        if (st != TR_OK) return st;
+        if ((st = cm->allreduce_sum(cm->user, t->stage + lo, hi - lo)) != TR_OK) return tr__comm_err(t->m->ctx, cm, st, "the gradient all-reduce");
+        t->bk_done++;
+    }
+    return TR_OK;
+}
+
+/* m->grads[lo, hi) is final for the step (tr__grad_ready, or the whole buffer without overlap): it is
+   staged (on a device, a copy to the pinned hgrad queued behind the backward) and the buckets before it
+   are all-reduced, so that on a device an all-reduce runs while the device computes what is queued after
+   its copy. Every rank sees the same buckets in the same order, whatever its device; a pass redone after
+   a device failure skips those already all-reduced (their sums wait in t->stage). */
+TR__FN tr_status tr__dist_bucket(void *user, size_t lo, size_t hi) {
+    tr_trainer *t = (tr_trainer *)user;
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
+    tr_status st = TR_OK;
+    int k;
+    if (t->bk_seen++ < t->bk_done) return TR_OK;
+    k = t->bk_n;
+    if (t->stage != m->grads) {
+#if TINYREC_OPENCL
+        if (ctx->dev_active) st = tr__cl_copy_host(ctx->cl, 0, t->stage + lo, m->grads + lo, (hi - lo) * sizeof(float), &t->bk_ev[k]);
+        else
+#endif
+            st = tr__dget(ctx, t->stage + lo, m->grads + lo, (hi - lo) * sizeof(float));
+        if (st != TR_OK) return st;
+    }
+    t->bk_lo[k] = lo, t->bk_hi[k] = hi, t->bk_n++;
+    return tr__dist_drain(t, ctx->dev_active); /* on a device the newest copy is still under way */
+}
+
+/* Data-parallel, after the backward: every rank's share of the step becomes the global batch's. The
+   gradients are all-reduced (in buckets during the backward with comm->overlap, else here in one), the
+   puzzle-row gradients and ids gathered (the reference's distributed sign-SGD gathers them too: the sign
+   of the summed rows is the same on every rank) and the metrics summed in rank order. The sums land in
+   host memory (t->stage: pinned on a device; on the CPU the gradients themselves), so a device failure
+   after a collective loses nothing: the step is redone on the CPU and no collective runs twice. Sets
+   t->reduced. */
+TR__FN tr_status tr__dist_reduce(tr_trainer *t, const tr_metrics *mt) {
+    const tr_comm *cm = t->tc.comm;
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
+    size_t rows = (size_t)t->carry->B * m->Dp, n = (size_t)cm->size, i, k;
+    double loc[TR__NMET], sum[TR__NMET];
+    float *mine = t->hrows + n * rows;
+    tr_status st;
+    if (!cm->overlap && (st = tr__dist_bucket(t, 0, m->n_params)) != TR_OK) return st;
+    if ((st = tr__dist_drain(t, 0)) != TR_OK) return st;
+    if (rows && (st = tr__dget(ctx, mine, t->prow, rows * sizeof(float))) != TR_OK) return st;
+    memcpy(loc, mt, sizeof loc);
+    if ((st = cm->allgather(cm->user, loc, t->hmet, sizeof loc)) != TR_OK) return tr__comm_err(ctx, cm, st, "the metrics all-gather");
+    if (rows && ((st = cm->allgather(cm->user, mine, t->hrows, rows * sizeof(float))) != TR_OK ||
+                 (st = cm->allgather(cm->user, t->carry->pids, t->gids, (size_t)t->carry->B * sizeof(int32_t))) != TR_OK))
+        return tr__comm_err(ctx, cm, st, "the puzzle-embedding all-gather");
+    for (k = 0; k < TR__NMET; k++)
+        for (sum[k] = 0, i = 0; i < n; i++) sum[k] += t->hmet[i * TR__NMET + k];
+    memcpy(&t->gmt, sum, sizeof sum);
+    t->reduced = 1;
+    return TR_OK;
+}
+
+/* The reduced step into where the update runs (the device, or the CPU after a fallback). */
+TR__FN tr_status tr__dist_commit(tr_trainer *t, tr_metrics *mt) {
+    tr_model *m = t->m;
+    size_t rows = (size_t)t->carry->B * m->Dp * (size_t)t->tc.comm->size;
+    tr_status st;
+#if TINYREC_OPENCL
+    if (m->ctx->dev_active && t->hgrad_mem) st = tr__cl_copy_host(m->ctx->cl, 1, t->stage, m->grads, m->n_params * sizeof(float), NULL); /* straight from pinned memory */
+    else
+#endif
+        st = tr__dput(m->ctx, m->grads, t->stage, m->n_params * sizeof(float)); /* nothing when the CPU reduced in place */
+    if (st != TR_OK) return st;
+    if (rows && (st = tr__dput(m->ctx, t->gprow, t->hrows, rows * sizeof(float))) != TR_OK) return st;
+    *mt = t->gmt;
+    return TR_OK;
+}
+
+/* Random draws per row of tr__update_halting in training (the exploration's u and min_steps): rank r
+   starts its rows' draws where one process would reach its first row, so both draw the same. */
+#define TR__HALT_DRAWS 2
+
 /* Micro-batches of 1/8 of the batch are the last try on a device before the CPU. */
 #define TR__MAX_HALVINGS 3
 
@@ -10390,6 +10704,9 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
 #endif
     }
     t->phase = 0;
+    t->reduced = 0;
+    t->bk_done = t->bk_n = 0;
+    t->stage = ctx->dev_active && t->hgrad ? t->hgrad : m->grads; /* for the whole step, a fallback included */
     if (ctx->dev_active && tr__snapshot(t, 0) != TR_OK) {
         /* nothing has changed yet: continue on the CPU */
         char why[TR__ERRLEN + 64];
@@ -10401,7 +10718,20 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         int on_dev = ctx->dev_active;
         tr_metrics mt;
         memset(&mt, 0, sizeof mt);
-        st = t->phase == 0 ? tr__train_fwd_bwd(t, batch, &mt, NULL, NULL) : TR_OK;
+        st = TR_OK;
+        if (t->phase == 0 && !t->reduced) {
+            uint64_t base = t->rng.counter;
+            int ranks = tr__dist(t) ? t->tc.comm->size : 1;
+            if (ranks > 1 && m->cfg.halt_max_steps > 1) t->rng.counter += (uint64_t)t->tc.comm->rank * (uint64_t)t->carry->B * TR__HALT_DRAWS;
+            st = tr__train_fwd_bwd(t, batch, &mt, NULL, NULL);
+            if (st == TR_OK && ranks > 1) {
+                /* every rank ends where one process would after the whole global batch */
+                uint64_t drew = t->rng.counter - base - (uint64_t)t->tc.comm->rank * (m->cfg.halt_max_steps > 1 ? (uint64_t)t->carry->B * TR__HALT_DRAWS : 0);
+                t->rng.counter = base + drew * (uint64_t)ranks;
+                st = tr__dist_reduce(t, &mt);
+            }
+        }
+        if (st == TR_OK && t->phase == 0 && t->reduced) st = tr__dist_commit(t, &mt);
         if (st == TR_OK && t->phase == 0) {
             int fin = tr__check_finite(t, &mt);
             if (metrics) *metrics = mt;
@@ -10412,6 +10742,7 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         }
         if (st == TR_OK) st = tr__optimizer_update(t);
         if (st == TR_OK) return TR_OK;
+        tr__dist_drop(t);
         if (!on_dev || (st != TR_ERR_DEVICE && st != TR_ERR_OUT_OF_MEMORY)) return st; /* only the device's failures move work */
         if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {
             int was = t->micro;
@@ -10426,8 +10757,35 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
             tr__model_free_work(m);
             if ((st = tr__dev_fallback(ctx, why)) != TR_OK) return st;
         }
-        if (t->phase == 0 && (st = tr__snapshot(t, 1)) != TR_OK) return st;
+        if (t->phase == 0 && !t->reduced && (st = tr__snapshot(t, 1)) != TR_OK) return st; /* after the collectives the carry moved on */
     }
+}
+
+TRDEF tr_status tr_eval_result_reduce(tr_ctx *ctx, const tr_comm *comm, tr_eval_result *r) {
+    enum { NV = 8 }; /* count, the five means times count, batches, seconds */
+    double loc[NV], *all, acc[NV];
+    double *means[5];
+    int i, k;
+    tr_status st;
+    if (!ctx || !r) return TR_ERR_INVALID_ARG;
+    if (!comm || comm->size <= 1) return TR_OK;
+    means[0] = &r->accuracy, means[1] = &r->exact_accuracy, means[2] = &r->q_halt_accuracy, means[3] = &r->steps, means[4] = &r->lm_loss;
+    loc[0] = r->count;
+    for (k = 0; k < 5; k++) loc[1 + k] = r->count > 0 ? *means[k] * r->count : 0.0; /* a rank with no rows holds NAN means */
+    loc[6] = (double)r->batches, loc[7] = r->seconds;
+    if (!(all = (double *)tr__alloc(ctx, (size_t)comm->size * sizeof loc))) return TR_ERR_OUT_OF_MEMORY;
+    if ((st = comm->allgather(comm->user, loc, all, sizeof loc)) != TR_OK) {
+        tr__free(ctx, all);
+        return tr__comm_err(ctx, comm, st, "the evaluation all-gather");
+    }
+    for (k = 0; k < NV; k++) acc[k] = 0;
+    for (i = 0; i < comm->size; i++)
+        for (k = 0; k < NV; k++) acc[k] = k >= 6 ? TR__MAX(acc[k], all[i * NV + k]) : acc[k] + all[i * NV + k]; /* batches: each rank ran a slice of the same ones */
+    tr__free(ctx, all);
+    r->count = acc[0];
+    for (k = 0; k < 5; k++) *means[k] = acc[0] > 0 ? acc[1 + k] / acc[0] : NAN;
+    r->batches = (int64_t)acc[6], r->seconds = acc[7];
+    return TR_OK;
 }
 
 TRDEF void tr_trainer_reset_carry(tr_trainer *t) {
@@ -17115,6 +17473,40 @@ TR__FN void tr__trainer_host_state_free(tr_trainer *t, float *opt) {
     if (opt && opt != t->adam_m) tr__free(t->m->ctx, opt);
 }
 
+/* Data-parallel checkpoints hold the global batch's ACT carry, so that a run resumes with any number of
+   ranks: every rank's rows are gathered, in rank order, into *gz (z_H | z_L, [Bg,S,D] each) and *gi
+   (steps | halted | inputs | labels | puzzle ids, the carry's own layout for Bg rows), one block to free
+   with *gz. Collective. */
+TR__FN tr_status tr__carry_gather(tr_trainer *t, const float *hz, float **gz, int32_t **gi) {
+    const tr_comm *cm = t->tc.comm;
+    tr_model *m = t->m;
+    tr_carry *c = t->carry;
+    size_t B = (size_t)c->B, Bg = B * (size_t)cm->size, SD = (size_t)m->S * m->D, L = (size_t)m->L;
+    const void *part[7];
+    size_t len[7], at[7], k, off = 0;
+    tr_status st;
+    *gz = (float *)tr__alloc(m->ctx, (2 * Bg * SD + Bg * (3 + 2 * L)) * sizeof(float));
+    if (!*gz) return TR_ERR_OUT_OF_MEMORY;
+    *gi = (int32_t *)(*gz + 2 * Bg * SD);
+    part[0] = hz, part[1] = hz + B * SD, part[2] = c->steps, part[3] = c->halted, part[4] = c->inputs, part[5] = c->labels, part[6] = c->pids;
+    len[0] = len[1] = SD, len[2] = len[3] = 1, len[4] = len[5] = L, len[6] = 1; /* 4-byte items per row */
+    for (k = 0; k < 7; k++) at[k] = off, off += Bg * len[k];
+    for (k = 0; k < 7; k++)
+        if ((st = cm->allgather(cm->user, part[k], *gz + at[k], B * len[k] * 4)) != TR_OK) return tr__comm_err(m->ctx, cm, st, "the ACT carry all-gather");
+    return TR_OK;
+}
+
+/* Data-parallel: rank 0's status of a write it alone did, on every rank (st is this rank's own). */
+TR__FN tr_status tr__root_status(tr_trainer *t, tr_status st) {
+    const tr_comm *cm = t->tc.comm;
+    int v = (int)st;
+    tr_status bs;
+    if (!tr__dist(t)) return st;
+    if ((bs = cm->broadcast(cm->user, &v, sizeof v, 0)) != TR_OK) return tr__comm_err(t->m->ctx, cm, bs, "the checkpoint status broadcast");
+    if (cm->rank != 0 && v != TR_OK) return tr__err(t->m->ctx, (tr_status)v, "rank 0 could not write the checkpoint (%s; its log says why)", tr_status_string((tr_status)v));
+    return (tr_status)v;
+}
+
 TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void *extra, size_t extra_len, const tr__io_fault *fault) {
     tr_model *m;
     tr_ctx *ctx;
@@ -17127,7 +17519,8 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     size_t n = 0, cap, nl = TR__NAME_LEN + 32;
     int i, p, B, S, D, L;
     unsigned char hdr[24]; /* step (i64) + rng key, counter (i64 x 2), little-endian */
-    float *hopt = NULL, *hz = NULL;
+    float *hopt = NULL, *hz = NULL, *gz = NULL;
+    const int32_t *ci; /* steps | halted | inputs | labels | pids */
     tr_status st;
     if (!t) return TR_ERR_INVALID_ARG;
     m = t->m, ctx = m->ctx, c = t->carry;
@@ -17135,9 +17528,15 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     if (extra_len && !extra) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: extra is NULL but extra_len is %zu", path, extra_len);
     B = c->B, S = m->S, D = m->D, L = m->L;
     if ((st = tr__model_download(m)) != TR_OK || (st = tr__trainer_host_state(t, &hopt, &hz)) != TR_OK) return st;
+    ci = c->steps;
     own.ctx = ctx, own.p = NULL, own.n = own.cap = 0;
     tr__sb_init(&cfg, ctx);
     tr__sb_init(&tcfg, ctx);
+    if (tr__dist(t)) {
+        int32_t *gi;
+        if ((st = tr__carry_gather(t, hz, &gz, &gi)) != TR_OK || t->tc.comm->rank != 0) goto done; /* rank 0 alone writes */
+        B = t->tc.global_batch_size, hz = gz, ci = gi;
+    }
     tr__ck_config_json(&cfg, &m->cfg);
     tr__ck_json_fields(&tcfg, tr__ck_train_fields, TR__CK_NTRAIN, &t->tc);
     if ((st = tr__sb_status(&cfg)) != TR_OK || (st = tr__sb_status(&tcfg)) != TR_OK) goto done;
@@ -17175,9 +17574,9 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
         }
     {
         const void *zh = tr__ck_le(&own, hz, 4, (size_t)B * S * D), *zl = tr__ck_le(&own, hz + (size_t)B * S * D, 4, (size_t)B * S * D);
-        const void *stp = tr__ck_le(&own, c->steps, 4, (size_t)B), *hl = tr__ck_le(&own, c->halted, 4, (size_t)B);
-        const void *in = tr__ck_le(&own, c->inputs, 4, (size_t)B * L), *lb = tr__ck_le(&own, c->labels, 4, (size_t)B * L);
-        const void *pid = tr__ck_le(&own, c->pids, 4, (size_t)B);
+        const void *stp = tr__ck_le(&own, ci, 4, (size_t)B), *hl = tr__ck_le(&own, ci + B, 4, (size_t)B);
+        const void *in = tr__ck_le(&own, ci + 2 * (size_t)B, 4, (size_t)B * L), *lb = tr__ck_le(&own, ci + (2 + (size_t)L) * B, 4, (size_t)B * L);
+        const void *pid = tr__ck_le(&own, ci + (2 + 2 * (size_t)L) * B, 4, (size_t)B);
         if (!zh || !zl || !stp || !hl || !in || !lb || !pid) {
             st = TR_ERR_OUT_OF_MEMORY;
             goto done;
@@ -17202,6 +17601,7 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     mk[6] = "step", mv[6] = stepbuf;
     st = tr__st_write_ex(ctx, path, ts, n, mk, mv, 7, fault);
 done:
+    tr__free(ctx, gz);
     tr__trainer_host_state_free(t, hopt);
     tr__free(ctx, names);
     tr__free(ctx, ts);
@@ -17220,7 +17620,7 @@ TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *ext
     if (swapped) tr_trainer_swap_ema(t);
     st = tr__trainer_save_ex(t, path, extra, extra_len, NULL);
     if (swapped) tr_trainer_swap_ema(t);
-    return st;
+    return tr__root_status(t, st);
 }
 
 /* A required state tensor with an exact dtype and shape. */
@@ -17258,14 +17658,16 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
     const tr_st_tensor *t_step, *t_rng, *t_zh, *t_zl, *t_steps, *t_halted, *t_in, *t_lab, *t_pid, *t_samp;
     float *hopt = NULL, *hz = NULL;
     int64_t hdr[3];
-    int has_cfg, i, p, B, S, D, L, nexp = 0;
-    size_t j, k, nf, expected = 0;
+    int has_cfg, i, p, B, Bl, S, D, L, nexp = 0;
+    size_t j, k, nf, expected = 0, r0;
     char diff[300], list[TR__CK_ERRBUF];
     tr_status st;
     if (!t) return TR_ERR_INVALID_ARG;
     m = t->m, ctx = m->ctx, c = t->carry;
     if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_trainer_load: path is NULL");
-    B = c->B, S = m->S, D = m->D, L = m->L;
+    /* the file holds the global batch's carry (tr__carry_gather); this rank takes its rows */
+    B = t->tc.global_batch_size, Bl = c->B, S = m->S, D = m->D, L = m->L;
+    r0 = (size_t)(t->tc.comm ? t->tc.comm->rank : 0) * (size_t)Bl;
     if ((st = tr_st_open(ctx, path, &f)) != TR_OK) return st;
     if ((st = tr__ck_read_meta(ctx, f, path, "trainer_state", 1, &fc, &has_cfg)) != TR_OK) goto done;
     if (tr__ck_diff_fields(tr__ck_model_fields, TR__CK_NMODEL, &fc, &m->cfg, diff, sizeof diff, 1)) {
@@ -17387,19 +17789,25 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
             dst = p == 3 ? e->data : hopt + (size_t)p * m->n_params + (e->dev - m->params);
             tr_st_read_f32(ctx, s, dst, e->numel);
         }
-    tr_st_read_f32(ctx, t_zh, hz, (size_t)B * S * D);
-    tr_st_read_f32(ctx, t_zl, hz + (size_t)B * S * D, (size_t)B * S * D);
-    if ((st = tr__model_upload(m)) != TR_OK || (st = tr__dput(ctx, t->adam_m, hopt, 3 * m->n_params * sizeof(float))) != TR_OK ||
-        (st = tr__dput(ctx, c->z_H, hz, 2 * (size_t)B * S * D * sizeof(float))) != TR_OK)
-        goto done;
-    for (j = 0; j < (size_t)B; j++) {
-        c->steps[j] = tr__ck_i32(t_steps, j);
-        c->halted[j] = tr__ck_i32(t_halted, j);
-        c->pids[j] = tr__ck_i32(t_pid, j);
+    {
+        size_t N = (size_t)Bl * S * D;
+        tr_st_tensor zh = *t_zh, zl = *t_zl; /* this rank's rows of them */
+        zh.data = (const unsigned char *)zh.data + r0 * S * D * 4, zl.data = (const unsigned char *)zl.data + r0 * S * D * 4;
+        zh.nbytes = zl.nbytes = N * 4, zh.shape[0] = zl.shape[0] = Bl;
+        tr_st_read_f32(ctx, &zh, hz, N);
+        tr_st_read_f32(ctx, &zl, hz + N, N);
     }
-    for (j = 0; j < (size_t)B * L; j++) {
-        c->inputs[j] = tr__ck_i32(t_in, j);
-        c->labels[j] = tr__ck_i32(t_lab, j);
+    if ((st = tr__model_upload(m)) != TR_OK || (st = tr__dput(ctx, t->adam_m, hopt, 3 * m->n_params * sizeof(float))) != TR_OK ||
+        (st = tr__dput(ctx, c->z_H, hz, 2 * (size_t)Bl * S * D * sizeof(float))) != TR_OK)
+        goto done;
+    for (j = 0; j < (size_t)Bl; j++) {
+        c->steps[j] = tr__ck_i32(t_steps, r0 + j);
+        c->halted[j] = tr__ck_i32(t_halted, r0 + j);
+        c->pids[j] = tr__ck_i32(t_pid, r0 + j);
+    }
+    for (j = 0; j < (size_t)Bl * L; j++) {
+        c->inputs[j] = tr__ck_i32(t_in, r0 * L + j);
+        c->labels[j] = tr__ck_i32(t_lab, r0 * L + j);
     }
     t->step = (long)hdr[0];
     memcpy(&t->rng.key, &hdr[1], 8);
@@ -17443,9 +17851,13 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
         swapped = 1;
         st = tr__ck_check_finite(t->m, "EMA");
     }
-    if (st == TR_OK) st = tr_model_save(t->m, latest, NULL);
-    if (st == TR_OK && best) st = tr_model_save(t->m, bestp, NULL);
+    /* data-parallel: every rank has the same weights; rank 0 alone writes, the others join the carry's gather */
+    if (st == TR_OK && (!tr__dist(t) || t->tc.comm->rank == 0)) {
+        st = tr_model_save(t->m, latest, NULL);
+        if (st == TR_OK && best) st = tr_model_save(t->m, bestp, NULL);
+    }
     if (swapped && (st2 = tr_trainer_swap_ema(t)) != TR_OK && st == TR_OK) st = st2;
+    st = tr__root_status(t, st);
     if (st == TR_OK) st = tr_trainer_save(t, state, extra, extra_len);
     tr__free(ctx, latest);
     tr__free(ctx, bestp);

@@ -28,7 +28,11 @@
      training   tr_model_create (or tr_model_load to resume), tr_trainer_create/step/load
      evaluation tr_evaluate over the test sampler, the EMA weights swapped in (tr_trainer_swap_ema)
      saving     tr_mkdir_p, tr_checkpoint_save (latest/best + trainer state + our run position),
-                tr_metrics_history and tr_metrics_plot_svg for metrics.svg */
+                tr_metrics_history and tr_metrics_plot_svg for metrics.svg
+     ranks      built with `make MPI=1`: `mpirun -np N build/tinyrec-train ...` trains data-parallel through
+                tr_train_config.comm (examples/tinyrec_mpi.h): each rank its slice of every global batch
+                (tr_sampler_config.rank) on its own device, rank 0 alone prints and writes files, the
+                evaluation is split and reduced (tr_eval_result_reduce) */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <errno.h>
@@ -41,6 +45,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if TINYREC_MPI
+#include "tinyrec_mpi.h"
+static tr_mpi g_mpi;
+#endif
 
 #define PATH_CAP 1024
 
@@ -193,6 +201,10 @@ static struct run {
 
 static volatile sig_atomic_t g_stop = 0;
 
+/* Data-parallel ranks (make MPI=1 under mpirun); NULL: one process. */
+static const tr_comm *g_comm = NULL;
+static int g_rank = 0, g_size = 1;
+
 static void on_signal(int sig) {
     static const char msg[] = "\ntinyrec-train: stopping after this step (signal again to quit without saving)\n";
     if (g_stop) _exit(130);
@@ -212,6 +224,7 @@ static int say(int code, const char *fmt, ...) {
     va_list ap;
     clear_bar();
     fputs("tinyrec-train: ", stderr);
+    if (g_size > 1) fprintf(stderr, "rank %d: ", g_rank);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -220,7 +233,12 @@ static int say(int code, const char *fmt, ...) {
 }
 
 /* A failed library call: what we did, and the library's reason. */
-static int fail(const char *what) { return say(1, "%s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : ""); }
+static int fail(const char *what) {
+#if TINYREC_MPI
+    if (tr_mpi_error(&g_mpi)[0]) return say(1, "%s: %s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : "", tr_mpi_error(&g_mpi));
+#endif
+    return say(1, "%s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : "");
+}
 
 static int die_usage(const char *msg) {
     say(2, "%s\n", msg);
@@ -231,6 +249,7 @@ static int die_usage(const char *msg) {
 
 static void status_msg(const char *fmt, ...) {
     va_list ap;
+    if (g_rank != 0) return; /* rank 0 alone reports */
     clear_bar();
     va_start(ap, fmt);
     vfprintf(stdout, fmt, ap);
@@ -242,7 +261,7 @@ static void status_msg(const char *fmt, ...) {
    a resized puzzle table) go to stderr; errors are reported from tr_ctx_last_error. */
 static void on_log(void *user, tr_log_level level, const char *message) {
     (void)user;
-    if (level == TR_LOG_WARN) say(0, "warning: %s", message);
+    if (level == TR_LOG_WARN) say(0, "warning: %s", message); /* every rank: a device fallback is that rank's */
 }
 
 static void fmt_dur(double s, char *buf, size_t cap) {
@@ -257,6 +276,7 @@ static void fmt_dur(double s, char *buf, size_t cap) {
 static void show_progress(long step, double loss, double acc, double exact, double act) {
     double now = tr_time_seconds(), rate = 0, eta;
     char etab[32], elb[32], skb[48] = "";
+    if (g_rank != 0) return;
     if (R.step0_time > 0 && step > R.step0) rate = (step - R.step0) / R.step0_time;
     eta = rate > 0 ? (R.target_steps - step) / rate : NAN;
     fmt_dur(eta, etab, sizeof etab);
@@ -294,6 +314,7 @@ static void add_metrics(tr_metrics *sum, const tr_metrics *m, double rows) {
 static void log_train(long step, double epoch, const tr_metrics *w, int n, int skipped) {
     double c = w->count;
     tr_metrics_point pt;
+    if (!R.jsonl) return; /* not rank 0 */
     fprintf(R.jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g", step, epoch, tr_lr_schedule(&R.o.tc, R.o.tc.lr, step));
     if (n) fprintf(R.jsonl, ",\"loss\":%.17g", w->loss / n);
     else fprintf(R.jsonl, ",\"loss\":null");
@@ -338,7 +359,7 @@ static int save_checkpoint(const tr_sampler_state *sampler_pos, int is_best) {
         fail("saving the checkpoint failed");
         return -1;
     }
-    if (tr_metrics_plot_svg(R.ctx, R.svg_path, R.o.preset, &R.hist) != TR_OK) status_msg("tinyrec-train: warning: cannot write %s\n", R.svg_path);
+    if (g_rank == 0 && tr_metrics_plot_svg(R.ctx, R.svg_path, R.o.preset, &R.hist) != TR_OK) status_msg("tinyrec-train: warning: cannot write %s\n", R.svg_path);
     return 0;
 }
 
@@ -350,6 +371,7 @@ static int interrupted(long step) {
 /* tr_evaluate calls this before each test batch: the bar on a terminal; a signal stops it. */
 static int eval_progress(void *user, const char *stage, int64_t done, int64_t total) {
     (void)user, (void)stage;
+    if (g_size > 1) return 0; /* ranks stop together, at a step (stop_requested) */
     if (R.tty && done > 0 && tr_time_seconds() - R.last_bar > 0.25) {
         printf("\r\033[K  evaluating: batch %lld/%lld", (long long)done, (long long)total);
         fflush(stdout);
@@ -371,6 +393,7 @@ static int eval_and_checkpoint(long step, const tr_sampler_state *pos_before, in
         st = tr_sampler_set_state(R.test_s, &R.test_start);
         if (st == TR_OK && R.o.tc.ema && (st = tr_trainer_swap_ema(R.trainer)) == TR_OK) swapped = 1;
         if (st == TR_OK) st = tr_evaluate(R.model, R.eval_carry, R.test_s, R.o.eval_batches, eval_progress, NULL, &e);
+        if (st == TR_OK) st = tr_eval_result_reduce(R.ctx, g_comm, &e); /* each rank evaluated its slice */
         if (swapped && tr_trainer_swap_ema(R.trainer) != TR_OK && st == TR_OK) st = TR_ERR_DEVICE;
         clear_bar();
         if (st == TR_ERR_INTERRUPTED) return 0;
@@ -379,14 +402,16 @@ static int eval_and_checkpoint(long step, const tr_sampler_state *pos_before, in
         if (best) R.pos.best_exact = e.exact_accuracy, R.pos.best_step = step;
         R.pos.evals++;
         R.pos.last_eval_step = step;
-        fprintf(R.jsonl, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%.6g", step, R.pos.epoch);
-        json_double(R.jsonl, "accuracy", e.accuracy);
-        json_double(R.jsonl, "exact_accuracy", e.exact_accuracy);
-        json_double(R.jsonl, "steps", e.steps);
-        json_double(R.jsonl, "lm_loss", e.lm_loss);
-        json_double(R.jsonl, "q_halt_accuracy", e.q_halt_accuracy);
-        fprintf(R.jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
-        fflush(R.jsonl);
+        if (R.jsonl) { /* rank 0 */
+            fprintf(R.jsonl, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%.6g", step, R.pos.epoch);
+            json_double(R.jsonl, "accuracy", e.accuracy);
+            json_double(R.jsonl, "exact_accuracy", e.exact_accuracy);
+            json_double(R.jsonl, "steps", e.steps);
+            json_double(R.jsonl, "lm_loss", e.lm_loss);
+            json_double(R.jsonl, "q_halt_accuracy", e.q_halt_accuracy);
+            fprintf(R.jsonl, ",\"count\":%.0f,\"best\":%s,\"seconds\":%.3f}\n", e.count, best ? "true" : "false", e.seconds);
+            fflush(R.jsonl);
+        }
         pt.step = step, pt.loss = e.lm_loss, pt.accuracy = e.accuracy, pt.exact_accuracy = e.exact_accuracy;
         tr_metrics_history_add(R.ctx, &R.hist, 1, &pt);
         status_msg("eval  step %ld  epoch %.2f  accuracy %.4f  exact %.4f  steps %.2f  lm_loss %.4f  (%.0f puzzles, %.1fs)%s\n", step, R.pos.epoch, e.accuracy, e.exact_accuracy,
@@ -554,6 +579,22 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* With several ranks and device auto: this rank's GPU, the (local rank)-th of this machine's OpenCL GPUs
+   (round robin when there are fewer), so that the ranks of a machine share its GPUs; none: "auto". */
+static const char *rank_device(char *buf, size_t cap) {
+    tr_opencl_list l;
+    int i, ngpu = 0, want;
+    snprintf(buf, cap, "auto");
+    if (tr_opencl_list_devices(R.ctx, &l) == TR_OK) {
+        for (i = 0; i < l.num_devices; i++) ngpu += l.devices[i].is_gpu;
+        want = ngpu ? g_comm->local_rank % ngpu : -1;
+        for (i = 0; i < l.num_devices && want >= 0; i++)
+            if (l.devices[i].is_gpu && want-- == 0) snprintf(buf, cap, "opencl:%d", l.devices[i].index);
+    }
+    tr_opencl_list_free(R.ctx, &l);
+    return buf;
+}
+
 /* The context, the data (which decides vocab_size, seq_len and the puzzle-id count), the model and
    trainer (new, or loaded to resume), the samplers, metrics.jsonl and train_config.txt. Returns -1
    when ready, else the exit status. */
@@ -563,15 +604,20 @@ static int setup(int mode) {
     tr_sampler_config sc = tr_sampler_config_default();
     tr_preset p;
     const tr_dataset_meta *m;
-    char buf[PATH_CAP + 64];
+    char buf[PATH_CAP + 64], pick[32];
+    const char *dev;
     int B = o->tc.global_batch_size;
     int64_t per_pass;
     tr_preset_find(o->preset, &p); /* found when the options were read */
     cc.num_threads = o->threads, cc.seed = (uint64_t)o->seed, cc.log = on_log;
     cc.device = "cpu"; /* replaced below, where a bad TINYREC_DEVICE gets a readable message */
     if (tr_ctx_create(&cc, &R.ctx) != TR_OK) return say(1, "cannot create a context");
-    if (tr_ctx_set_device(R.ctx, o->device[0] ? o->device : getenv("TINYREC_DEVICE")) != TR_OK)
+    dev = o->device[0] ? o->device : getenv("TINYREC_DEVICE");
+    if (g_size > 1 && (!dev || !*dev || !strcmp(dev, "auto"))) dev = rank_device(pick, sizeof pick); /* device= still wins */
+    if (tr_ctx_set_device(R.ctx, dev) != TR_OK)
         return say(2, "%s%s", tr_ctx_last_error(R.ctx), o->device[0] ? "" : " (from TINYREC_DEVICE)");
+    if (B % g_size) return say(2, "global_batch_size %d is not a multiple of the %d ranks", B, g_size);
+    o->tc.comm = g_comm;
     if (tr_dataset_open(R.ctx, o->data_path, "train", 0, &R.train_ds) != TR_OK) return fail("cannot open the train split");
     m = &R.train_ds->meta;
     snprintf(buf, sizeof buf, "%s/test/dataset.json", o->data_path);
@@ -602,7 +648,9 @@ static int setup(int mode) {
     snprintf(R.config_path, sizeof R.config_path, "%s/train_config.txt", o->checkpoint_path);
     if (mode == 0 && (file_exists(R.model_path) || file_exists(R.state_path) || file_exists(R.config_path)))
         return say(2, "%s already holds a run; pass --resume to continue it or --overwrite to start over", o->checkpoint_path);
-    if (tr_mkdir_p(R.ctx, o->checkpoint_path) != TR_OK) return fail("cannot create the checkpoint folder");
+    /* every rank has looked before rank 0 writes there */
+    if (g_size > 1 && g_comm->barrier(g_comm->user) != TR_OK) return fail("the ranks' barrier failed");
+    if (g_rank == 0 && tr_mkdir_p(R.ctx, o->checkpoint_path) != TR_OK) return fail("cannot create the checkpoint folder");
 
     /* model and trainer: a resumed run loads the model it saved, then the trainer state (live
        weights, optimizer, carry) with our run_pos */
@@ -631,19 +679,21 @@ static int setup(int mode) {
     /* samplers: train draws eval_interval epochs per pass, as the reference's iterations; test
        walks the split in order, from test_start at every evaluation */
     sc.global_batch_size = B, sc.epochs_per_iter = (int)o->eval_interval, sc.seed = (uint64_t)o->seed, sc.prefetch = o->prefetch;
+    sc.rank = g_rank, sc.num_replicas = g_size; /* this rank's slice of every global batch; the position is the global one */
     if (tr_sampler_create(R.ctx, R.train_ds, &sc, &R.train_s) != TR_OK) return fail("cannot create the train sampler");
     if (mode == 1 && tr_sampler_set_state(R.train_s, &R.pos.sampler) != TR_OK) return fail("cannot restore the sampler position");
     if (R.test_ds) {
         sc.test_mode = 1, sc.epochs_per_iter = 1;
         if (tr_sampler_create(R.ctx, R.test_ds, &sc, &R.test_s) != TR_OK) return fail("cannot create the test sampler");
         tr_sampler_get_state(R.test_s, &R.test_start);
-        if (tr_carry_create(R.model, B, &R.eval_carry) != TR_OK) return fail("cannot create the evaluation carry");
+        if (tr_carry_create(R.model, B / g_size, &R.eval_carry) != TR_OK) return fail("cannot create the evaluation carry");
     }
     per_pass = tr_sampler_batches_per_pass(R.train_s);
     R.target_steps = R.total_steps;
     if (per_pass > 0 && per_pass * R.total_iters < R.target_steps) R.target_steps = (long)(per_pass * R.total_iters);
     if (o->max_steps > 0 && o->max_steps < R.target_steps) R.target_steps = o->max_steps;
 
+    if (g_rank != 0) return -1; /* rank 0 alone writes metrics.jsonl and train_config.txt */
     /* metrics.jsonl: a resumed run keeps the lines up to its checkpoint */
     if (mode == 1 && tr_metrics_history_load(R.ctx, R.jsonl_path, tr_trainer_step_count(R.trainer), 1, &R.hist) != TR_OK)
         return say(1, "cannot rewrite %s: %s", R.jsonl_path, tr_ctx_last_error(R.ctx));
@@ -655,9 +705,52 @@ static int setup(int mode) {
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-static int train(int mode) {
+/* Whether to stop now (a signal): with several ranks, every rank stops at the same step when any got
+   one (mpirun forwards SIGINT/SIGTERM, not at the same instant). -1: the communicator failed. */
+static int stop_requested(void) {
+    float v = g_stop != 0;
+    if (g_size == 1) return g_stop != 0;
+    if (g_comm->allreduce_sum(g_comm->user, &v, 1) != TR_OK) return fail("the stop flag's all-reduce failed"), -1;
+    return v > 0;
+}
+
+/* The run's header; with several ranks, their count and every rank's device (gathered to rank 0). */
+static int print_header(int mode, long step, size_t train_bytes) {
     options *o = &R.o;
     const tr_model_config *c = tr_model_get_config(R.model);
+    char (*names)[96] = NULL, mine[96], kind[32];
+    int r, B = o->tc.global_batch_size;
+    snprintf(mine, sizeof mine, "%.95s", tr_ctx_device_name(R.ctx));
+    if (g_size > 1) { /* a rank that fails here aborts the job (main), so the others do not wait */
+        if (!(names = (char (*)[96])malloc((size_t)g_size * sizeof *names))) return say(1, "out of memory");
+        if (g_comm->allgather(g_comm->user, mine, names, sizeof mine) != TR_OK) return free(names), fail("gathering the ranks' devices failed");
+    }
+    if (g_rank != 0) return free(names), 0;
+    if (c->arch == TR_ARCH_HRM) snprintf(kind, sizeof kind, "HRM %d+%d layers", c->H_layers, c->L_layers);
+    else snprintf(kind, sizeof kind, "TRM %d layers", c->L_layers);
+    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB", tr_version_string(), o->preset,
+           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
+           tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
+    if (g_size > 1) printf(" per rank, %d ranks", g_size);
+    printf("\n");
+    printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
+           (long long)R.train_ds->num_examples, (long long)R.train_ds->meta.total_groups, R.test_ds ? (long long)R.test_ds->num_examples : 0LL, B, o->epochs, R.total_steps,
+           o->eval_interval);
+    if (g_size == 1) printf("device %s\n", mine); /* where the run happens, fallbacks included */
+    else {
+        printf("%d ranks, %d rows each of the global batch of %d; devices:", g_size, B / g_size, B);
+        for (r = 0; r < g_size; r++) printf("%s rank %d %s", r ? ";" : "", r, names[r]);
+        printf("; gradients all-reduced %s\n", g_comm->overlap ? "layer by layer during the backward" : "after the backward");
+    }
+    free(names);
+    if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, R.pos.epoch, o->checkpoint_path);
+    printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
+    fflush(stdout);
+    return 0;
+}
+
+static int train(int mode) {
+    options *o = &R.o;
     int B = o->tc.global_batch_size, n_window = 0, win_skipped = 0;
     long step = tr_trainer_step_count(R.trainer);
     size_t train_bytes = 0;
@@ -666,20 +759,8 @@ static int train(int mode) {
     struct sigaction sa;
     memset(&win, 0, sizeof win);
     memset(&disp, 0, sizeof disp);
-    tr_model_memory(R.model, B, &train_bytes, NULL);
-    char kind[32];
-    if (c->arch == TR_ARCH_HRM) snprintf(kind, sizeof kind, "HRM %d+%d layers", c->H_layers, c->L_layers);
-    else snprintf(kind, sizeof kind, "TRM %d layers", c->L_layers);
-    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB\n", tr_version_string(), o->preset,
-           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
-           tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
-    printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
-           (long long)R.train_ds->num_examples, (long long)R.train_ds->meta.total_groups, R.test_ds ? (long long)R.test_ds->num_examples : 0LL, B, o->epochs, R.total_steps,
-           o->eval_interval);
-    printf("device %s\n", tr_ctx_device_name(R.ctx)); /* where the run happens, fallbacks included */
-    if (mode == 1) printf("resuming at step %ld (epoch %.2f) from %s\n", step, R.pos.epoch, o->checkpoint_path);
-    printf("checkpoints, metrics.jsonl and metrics.svg in %s\n", o->checkpoint_path);
-    fflush(stdout);
+    tr_model_memory(R.model, B / g_size, &train_bytes, NULL);
+    if (print_header(mode, step, train_bytes) != 0) return 1;
     R.tty = isatty(fileno(stdout));
 
     memset(&sa, 0, sizeof sa);
@@ -698,10 +779,12 @@ static int train(int mode) {
         tr_sampler_state before;
         tr_status st;
         double t0, now;
+        int stop;
         tr_sampler_get_state(R.train_s, &before);
-        if (g_stop || (o->max_steps > 0 && step >= o->max_steps)) {
+        if ((stop = stop_requested()) < 0) return 1;
+        if (stop || (o->max_steps > 0 && step >= o->max_steps)) {
             if (save_checkpoint(&before, 0) != 0) return 1;
-            if (g_stop) return interrupted(step);
+            if (stop) return interrupted(step);
             status_msg("reached max_steps %ld: saved %s\n", o->max_steps, R.model_path);
             break;
         }
@@ -725,7 +808,7 @@ static int train(int mode) {
                 return save_checkpoint(&before, 0) != 0 ? 1 : interrupted(step);
             }
             if (info.pass >= R.total_iters) break; /* all epochs done */
-            if (g_stop) return interrupted(step);
+            if (g_size == 1 && g_stop) return interrupted(step); /* ranks: at the next step, together */
             t0 = tr_time_seconds();
         }
         /* A step whose loss or gradients are NaN or infinite is skipped by the library (a warning
@@ -760,10 +843,12 @@ static int train(int mode) {
         }
     }
     clear_bar();
-    if (tr_metrics_plot_svg(R.ctx, R.svg_path, o->preset, &R.hist) != TR_OK) say(0, "warning: cannot write %s", R.svg_path);
-    printf("done: %ld steps, %.1fs of training", step, R.pos.train_seconds);
-    if (R.pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", R.pos.best_exact, (long long)R.pos.best_step, R.best_path);
-    printf("\n");
+    if (g_rank == 0 && tr_metrics_plot_svg(R.ctx, R.svg_path, o->preset, &R.hist) != TR_OK) say(0, "warning: cannot write %s", R.svg_path);
+    if (g_rank == 0) {
+        printf("done: %ld steps, %.1fs of training", step, R.pos.train_seconds);
+        if (R.pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", R.pos.best_exact, (long long)R.pos.best_step, R.best_path);
+        printf("\n");
+    }
     return 0;
 }
 
@@ -771,6 +856,10 @@ int main(int argc, char **argv) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *kctx = NULL;
     int mode = 0, rc;
+#if TINYREC_MPI
+    if (tr_mpi_init(&argc, &argv, &g_mpi) != 0) return 1;
+    g_comm = &g_mpi.comm, g_rank = g_comm->rank, g_size = g_comm->size;
+#endif
     build_keys();
     /* a context for reading settings: it holds the reasons of bad values */
     cc.device = "cpu", cc.num_threads = 1;
@@ -789,5 +878,10 @@ int main(int argc, char **argv) {
     tr_dataset_close(R.test_ds);
     tr_metrics_history_free(R.ctx, &R.hist);
     tr_ctx_destroy(R.ctx);
+#if TINYREC_MPI
+    /* a failure (said above, with the rank) ends every rank: the others may wait in a collective */
+    if (g_size > 1 && rc != 0 && rc != 130) tr_mpi_abort(rc);
+    tr_mpi_finalize(&g_mpi);
+#endif
     return rc;
 }
