@@ -232,12 +232,19 @@ static int say(int code, const char *fmt, ...) {
     return code;
 }
 
-/* A failed library call: what we did, and the library's reason. */
-static int fail(const char *what) {
+/* The reason of the last failed MPI collective, or "" (the library's message then says the communicator has it). */
+static const char *comm_reason(void) {
 #if TINYREC_MPI
-    if (tr_mpi_error(&g_mpi)[0]) return say(1, "%s: %s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : "", tr_mpi_error(&g_mpi));
+    return tr_mpi_error(&g_mpi);
+#else
+    return "";
 #endif
-    return say(1, "%s: %s", what, R.ctx ? tr_ctx_last_error(R.ctx) : "");
+}
+
+/* A failed library call: what we did, and the library's reason (and the communicator's). */
+static int fail(const char *what) {
+    const char *why = comm_reason();
+    return say(1, "%s: %s%s%s", what, R.ctx ? tr_ctx_last_error(R.ctx) : "", *why ? ": " : "", why);
 }
 
 static int die_usage(const char *msg) {
@@ -397,7 +404,8 @@ static int eval_and_checkpoint(long step, const tr_sampler_state *pos_before, in
         if (swapped && tr_trainer_swap_ema(R.trainer) != TR_OK && st == TR_OK) st = TR_ERR_DEVICE;
         clear_bar();
         if (st == TR_ERR_INTERRUPTED) return 0;
-        if (st != TR_OK) return say(-1, "evaluation failed: %s (%s)", tr_ctx_last_error(R.ctx), tr_status_string(st));
+        if (st != TR_OK)
+            return say(-1, "evaluation failed: %s (%s)%s%s", tr_ctx_last_error(R.ctx), tr_status_string(st), *comm_reason() ? ": " : "", comm_reason());
         best = e.count > 0 && e.exact_accuracy > R.pos.best_exact;
         if (best) R.pos.best_exact = e.exact_accuracy, R.pos.best_step = step;
         R.pos.evals++;
