@@ -76,7 +76,8 @@
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
-                               oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N
+                               oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N |
+                               no-bf16 | no-half
                                (see tr_ctx_inject_fault)
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages)
        TINYREC_CL_OPTIONS      extra OpenCL build options
@@ -175,7 +176,9 @@ typedef struct tr_ctx_config {
    `at_step`-th file (1-based, counted from the injection) that the context writes atomically (model,
    trainer state, .npy, JSON and SVG files): TR_FAULT_IO_ENOSPC ("enospc@N") makes its first write fail
    with ENOSPC (a full disk), TR_FAULT_IO_EROFS ("erofs@N") the creation of its temporary file with
-   EROFS (a read-only folder); either way the previous file stays as it was. */
+   EROFS (a read-only folder); either way the previous file stays as it was. "no-bf16" and "no-half" make
+   the device report no bfloat16, or no bfloat16 and no float16, to models created from then on
+   (tr_forward_dtype's fallback chain). */
 typedef enum tr_fault {
     TR_FAULT_NONE = 0,
     TR_FAULT_NO_LIBRARY,
@@ -186,7 +189,9 @@ typedef enum tr_fault {
     TR_FAULT_ENQUEUE,
     TR_FAULT_NONFINITE,
     TR_FAULT_IO_ENOSPC,
-    TR_FAULT_IO_EROFS
+    TR_FAULT_IO_EROFS,
+    TR_FAULT_NO_BF16, /* "no-bf16": the device reports no bfloat16 (a bfloat16 model falls back to float16) */
+    TR_FAULT_NO_HALF  /* "no-half": no bfloat16 and no float16 (a reduced-precision model falls back to float32) */
 } tr_fault;
 
 typedef struct tr_ctx tr_ctx;
@@ -234,6 +239,7 @@ typedef enum tr_cpu_feature {
     TR_CPU_SSE42, TR_CPU_AVX, TR_CPU_AVX2, TR_CPU_FMA, TR_CPU_AVX512F, TR_CPU_AVX512BW, TR_CPU_AVX512DQ, TR_CPU_AVX512VL,
     TR_CPU_AVX512_BF16, TR_CPU_AMX_TILE, TR_CPU_AMX_BF16, TR_CPU_AMX_INT8,
     TR_CPU_ASIMD, TR_CPU_ASIMDDP, TR_CPU_ARM_BF16, TR_CPU_I8MM, /* aarch64: NEON, dot product, BFDOT/BFMMLA, int8 matrix */
+    TR_CPU_F16C, /* x86: fp16 <-> fp32 conversions (the avx2 and avx512 kernel sets require it) */
     TR_CPU_FEATURE_COUNT
 } tr_cpu_feature;
 /* "sse4.2", "avx", ..., "amx_int8" (Linux /proc/cpuinfo spelling); "" out of range. */
@@ -344,6 +350,15 @@ TRDEF tr_status tr_recommend_batch(tr_ctx *ctx, const struct tr_model_config *cf
 typedef enum tr_arch { TR_ARCH_TRM = 0, TR_ARCH_HRM = 1 } tr_arch;
 typedef enum tr_pos_encoding { TR_POS_NONE = 0, TR_POS_ROPE = 1, TR_POS_LEARNED = 2 } tr_pos_encoding;
 typedef enum tr_loss_type { TR_LOSS_STABLEMAX = 0, TR_LOSS_SOFTMAX = 1 } tr_loss_type;
+/* The forward (compute) precision, the reference's arch.forward_dtype. Master weights, gradients and
+   optimizer state are fp32 in every case. With bfloat16 or float16 the model rounds, at the reference's
+   points (reference-models.md 1.5), every activation, carry and matmul weight to that precision, and the
+   backward rounds the activation gradients likewise; norms, RoPE and softmax statistics are computed in
+   fp32 from the rounded values, every GEMM accumulates in fp32 and the losses in fp64. float16 training
+   uses dynamic loss scaling (tr_metrics.loss_scale). AUTO picks the fastest precision the device
+   computes natively. A precision the device cannot compute falls back bf16 -> fp16 -> fp32; each choice
+   is logged once with its reason, and tr_model_get_config shows the one in force (never AUTO). */
+typedef enum tr_forward_dtype { TR_FWD_FLOAT32 = 0, TR_FWD_BFLOAT16 = 1, TR_FWD_FLOAT16 = 2, TR_FWD_AUTO = 3 } tr_forward_dtype;
 
 /* Every field of the reference's arch config (config/arch/trm.yaml, hrm_v1.yaml), with the
    reference's names, plus the dataset-derived sizes. */
@@ -367,6 +382,7 @@ typedef struct tr_model_config {
     double halt_exploration_prob;
     int no_ACT_continue;        /* TRM: 1 (halt on q_halt > 0); HRM: 0 (q_halt > q_continue, Q target) */
     tr_loss_type loss_type;
+    tr_forward_dtype forward_dtype; /* 0 = float32 (an all-zero config computes in fp32) */
 } tr_model_config;
 
 /* Fills cfg with the model of a preset (see tr_preset): "trm-sudoku-mlp", "trm-sudoku-att", "trm-maze",
@@ -377,6 +393,10 @@ TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name);
 TRDEF const char *const *tr_model_config_preset_names(void);
 /* Checks every field; on failure the reason names the field. ctx may be NULL. */
 TRDEF tr_status tr_model_config_validate(tr_ctx *ctx, const tr_model_config *cfg);
+/* "float32", "bfloat16", "float16", "auto" (the reference's spelling); NULL for another value. */
+TRDEF const char *tr_forward_dtype_name(tr_forward_dtype dtype);
+/* The value a name spells: those four, or the short bf16 | fp16 | fp32 (any case); -1 when none. */
+TRDEF int tr_forward_dtype_parse(const char *name);
 
 typedef struct tr_model tr_model;
 
@@ -386,6 +406,9 @@ TRDEF void tr_model_destroy(tr_model *m);
 TRDEF const tr_model_config *tr_model_get_config(const tr_model *m);
 /* Dense trainable parameters (the reference's "#params"; excludes buffers). */
 TRDEF size_t tr_model_num_params(const tr_model *m);
+/* Changes the forward precision of a model (AUTO and the fallbacks resolve as at creation): a model
+   trained in one precision runs or goes on training in another, since the master weights are fp32. */
+TRDEF tr_status tr_model_set_forward_dtype(tr_model *m, tr_forward_dtype dtype);
 
 /* Named tensors of the model: trainable parameters first, then the buffers H_init, L_init,
    puzzle_emb.weights. Names are the reference state_dict keys without "_orig_mod."
@@ -419,6 +442,8 @@ typedef struct tr_metrics {
     double count, accuracy, exact_accuracy, q_halt_accuracy, steps;
     double lm_loss, q_halt_loss, q_continue_loss, loss;
     double skipped; /* tr_trainer_step: 1 when the loss or a gradient was NaN or infinite and no update was made */
+    double loss_scale; /* tr_trainer_step in float16: the loss scale this step's gradients were computed with
+                          (halved after a skipped step, doubled after loss_scale_window good ones); else 0 */
 } tr_metrics;
 
 /* The ACT carry: per row latent state, step count, halted flag and current data. */
@@ -485,6 +510,10 @@ typedef struct tr_train_config {
     int global_batch_size;     /* rows per optimizer step; the loss is divided by it */
     int max_nonfinite_steps;   /* steps in a row whose loss or gradients are NaN/inf (each skipped) before
                                   tr_trainer_step fails with TR_ERR_NONFINITE (5; >= 1) */
+    int loss_scale_window;     /* float16 models: the loss scale starts at 65536, halves at each step whose
+                                  gradients overflow (skipped, counted in tr_metrics.skipped; these do not count
+                                  toward max_nonfinite_steps while the scale is above 1) and doubles after this
+                                  many good steps in a row (2000; >= 1), as torch.cuda.amp.GradScaler */
     const tr_comm *comm;       /* NULL: one process. Else data-parallel over comm->size ranks: each rank's
                                   batches have global_batch_size / size rows (its slice of the global batch,
                                   see tr_sampler_config.rank), its own ACT carry, and every step all-reduces
@@ -530,7 +559,7 @@ typedef enum tr_key_type {
     TR_KEY_ARCH,         /* tr_arch: trm | hrm */
     TR_KEY_POS_ENCODING, /* tr_pos_encoding: rope | learned | none (any case) */
     TR_KEY_LOSS_TYPE,    /* tr_loss_type: stablemax_cross_entropy | softmax_cross_entropy (or stablemax | softmax) */
-    TR_KEY_DTYPE         /* char[size]: bfloat16 | float16 | float32 (the reference's forward_dtype) */
+    TR_KEY_DTYPE         /* tr_forward_dtype: float32 | bfloat16 | float16 | auto (the reference's forward_dtype; any case) */
 } tr_key_type;
 
 /* Which struct a key's offset is into: the library's two, or (from TR_KEY_IN_USER on) a program's own. */
@@ -544,7 +573,7 @@ typedef struct tr_key {
     tr_key_type type;
     int in;          /* TR_KEY_IN_MODEL, TR_KEY_IN_TRAIN or a program's TR_KEY_IN_USER + n */
     size_t offset;   /* of the field in that struct */
-    size_t size;     /* TR_KEY_STRING, TR_KEY_DTYPE: the char array's size */
+    size_t size;     /* TR_KEY_STRING: the char array's size */
     unsigned flags;  /* TR_KEY_DERIVED */
     const char *help;
 } tr_key;
@@ -1717,6 +1746,7 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
             feat[TR_CPU_SSE42] = (c >> 20) & 1;
             feat[TR_CPU_AVX] = ((c >> 28) & 1) && os_avx;
             feat[TR_CPU_FMA] = ((c >> 12) & 1) && os_avx;
+            feat[TR_CPU_F16C] = ((c >> 29) & 1) && os_avx;
         }
         if (max_leaf >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
             unsigned sub1 = a;
@@ -1757,13 +1787,14 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
 #endif
 }
 
-/* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA. */
+/* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA and F16C
+   (every AVX2 CPU has them; the reduced-precision rounding uses F16C). */
 TR__FN tr__simd tr__detect_simd(void) {
 #if TR__X86
     int f[TR_CPU_FEATURE_COUNT];
     char brand[49];
     tr__cpu_features(f, brand);
-    if (!f[TR_CPU_AVX] || !f[TR_CPU_FMA]) return TR__SIMD_SCALAR;
+    if (!f[TR_CPU_AVX] || !f[TR_CPU_FMA] || !f[TR_CPU_F16C]) return TR__SIMD_SCALAR;
     if (f[TR_CPU_AVX512F] && f[TR_CPU_AVX512DQ] && f[TR_CPU_AVX512BW] && f[TR_CPU_AVX512VL]) return TR__SIMD_AVX512;
     if (f[TR_CPU_AVX2]) return TR__SIMD_AVX2;
 #endif
@@ -1840,14 +1871,14 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
 /* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]" |
    "nan@STEP[:N]" | "enospc@N" | "erofs@N" (the names in tr_fault's order). */
 TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
-    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan", "enospc", "erofs"};
+    static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan", "enospc", "erofs", "no-bf16", "no-half"};
     int i;
     long step = 0, rows = 0;
     if (!v || !v[0]) return TR_OK;
     for (i = 1; i < (int)(sizeof names / sizeof *names); i++) {
         size_t n = strlen(names[i]);
         if (strncmp(v, names[i], n) != 0) continue;
-        if (i >= TR_FAULT_DEVICE_OOM) {
+        if (i >= TR_FAULT_DEVICE_OOM && i <= TR_FAULT_IO_EROFS) {
             char *end;
             if (v[n] != '@') break;
             step = strtol(v + n + 1, &end, 10);
@@ -1858,7 +1889,7 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
         tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
         return TR_OK;
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N", v);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N, no-bf16, no-half", v);
 }
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
@@ -2094,6 +2125,26 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
     }
 }
 
+/* Rounding to a reduced forward precision (tr_forward_dtype: 1 bfloat16, 2 float16), in place, to nearest
+   even; NaN stays NaN (quiet), a value beyond the format's range becomes infinite (float16 above 65504, with
+   its subnormals below 2^-14). The scalar reference of tr__round. */
+TR__FN uint32_t tr__bf16_round_bits(uint32_t u) {
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? ((u | 0x00400000u) & 0xffff0000u) : r;
+}
+TR__FN void tr__round_ref(int fdt, float *x, size_t n) {
+    size_t i;
+    if (fdt == TR_FWD_BFLOAT16)
+        for (i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, x + i, 4);
+            u = tr__bf16_round_bits(u);
+            memcpy(x + i, &u, 4);
+        }
+    else if (fdt == TR_FWD_FLOAT16)
+        for (i = 0; i < n; i++) x[i] = tr__f16_to_f32(tr__f32_to_f16(x[i]));
+}
+
 /* >>cpu
    Kernels. Each op has a plain scalar reference (tr__*_ref, kept forever and used by the tests)
    and, for the hot ones, SIMD variants chosen at run time from ctx->simd. Row loops are split
@@ -2103,6 +2154,7 @@ TR__FN uint16_t tr__f32_to_f16(float f) {
 #if TR__X86
 #define TR__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define TR__TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TR__TARGET_F16C __attribute__((target("avx2,fma,f16c")))
 #endif
 
 /* y = r * rstd with r = x + add (add may be NULL), rstd = 1/sqrt(mean(r^2) + eps), per row of D.
@@ -3196,6 +3248,25 @@ TR__TARGET_AVX2 static inline __m256 tr__sel256(__m256i k, __m256 a, __m256 b) {
     }
 TR__ELEM_KERNELS(512, TR__TARGET_AVX512)
 TR__ELEM_KERNELS(256, TR__TARGET_AVX2)
+/* tr__round_ref on [i0, i1) with 256-bit integer ops (bf16) or F16C (fp16; NaN payloads may differ from the
+   scalar twin's, NaN-ness not). Memory-bound, so the avx512 set uses these too. */
+TR__TARGET_F16C static void tr__round_span256(int fdt, float *x, size_t i0, size_t i1) {
+    size_t i = i0;
+    if (fdt == TR_FWD_BFLOAT16) {
+        const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), hi = _mm256_set1_epi32((int)0xffff0000u);
+        const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x00400000);
+        for (; i + 8 <= i1; i += 8) {
+            __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+            __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), hi);
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf);
+            r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, quiet), hi), nan);
+            _mm256_storeu_si256((__m256i *)(void *)(x + i), r);
+        }
+    } else
+        for (; i + 8 <= i1; i += 8)
+            _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    tr__round_ref(fdt, x + i, i1 - i);
+}
 #else
 TR__ATT_KERNELS(128, )
 #endif
@@ -3412,6 +3483,27 @@ TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, floa
 #endif
     if (q.span) tr__par_for(nt, (long)n, 0, tr__adam_atan2_simd_range, &q);
     else tr__adam_atan2_ref(n, p, g, m, v, lr, wd, beta1, beta2, bc1, bc2, nt);
+}
+/* tr__round_ref over n floats, split across threads. */
+typedef struct tr__round_args { int fdt; float *x; } tr__round_args;
+TR__FN void tr__round_range(void *arg, long i0, long i1) {
+    const tr__round_args *p = (const tr__round_args *)arg;
+    tr__round_ref(p->fdt, p->x + i0, (size_t)(i1 - i0));
+}
+#if TR__X86
+TR__FN void tr__round_simd_range(void *arg, long i0, long i1) {
+    const tr__round_args *p = (const tr__round_args *)arg;
+    tr__round_span256(p->fdt, p->x, (size_t)i0, (size_t)i1);
+}
+#endif
+TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
+    tr__round_args p = {fdt, x};
+    tr__range_fn fn = tr__round_range;
+    if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) fn = tr__round_simd_range;
+#endif
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, fn, &p);
 }
 typedef struct tr__ema_simd { tr__ema_args a; void (*span)(size_t, size_t, float *, const float *, float); } tr__ema_simd;
 TR__FN void tr__ema_simd_range(void *arg, long i0, long i1) {
@@ -6254,6 +6346,27 @@ static const char tr__cl_src_ops_1[] =
 "    sh += sh_off; p += p_off;\n"
 "    sh[i] = omd * p[i] + decay * sh[i];\n"
 "}\n"
+"/* x[0..n) rounded in place to bfloat16 (fdt 1) or float16 (fdt 2) values, to nearest even, as the host's\n"
+"   tr__round_ref: NaN stays NaN (quiet), beyond the range is infinite. Integer arithmetic, so no device\n"
+"   extension is needed. */\n"
+"float tr_round1(float v, int fdt) {\n"
+"    uint u = as_uint(v), a = u & 0x7fffffffu, r;\n"
+"    if (fdt != 1 && fdt != 2) return v;\n"
+"    if (a > 0x7f800000u) r = (u | 0x00400000u) & (fdt == 1 ? 0xffff0000u : 0xffffe000u);\n"
+"    else if (fdt == 1) r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;\n"
+"    else if (a >= 0x477ff000u) r = (u & 0x80000000u) | 0x7f800000u; /* >= 65520 rounds past 65504 */\n"
+"    else if (a >= 0x38800000u) r = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u; /* normal: 10 mantissa bits */\n"
+"    else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */\n"
+"    return as_float(r);\n"
+"}\n"
+"__kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {\n"
+"    size_t i = get_global_id(0);\n"
+"    if (i < n) x[x_off + i] *= a;\n"
+"}\n"
+"__kernel void tr_k_round(ulong n, __global float *x, ulong x_off, int fdt) {\n"
+"    size_t i = get_global_id(0);\n"
+"    if (i < n) x[x_off + i] = tr_round1(x[x_off + i], fdt);\n"
+"}\n"
 "/* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */\n"
 "__kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {\n"
 "    size_t i = get_global_id(0), step = get_global_size(0);\n"
@@ -6280,7 +6393,8 @@ static const char tr__cl_src_ops_1[] =
 "    sg = 1.0f / (1.0f + exp(-x));\n"
 "    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));\n"
 "    dg[j + width] = d * (x * sg);\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_2[] =
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                        __global const float *sn, ulong sn_off, float sgn) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
@@ -6304,11 +6418,11 @@ static const char tr__cl_src_ops_1[] =
 "    halted += halted_off;\n"
 "    if (!halted[b]) return;\n"
 "    o = (size_t)b * S * D + i;\n"
-"    zh[zh_off + o] = hi[hi_off + i % D];\n";
-static const char tr__cl_src_ops_2[] =
+"    zh[zh_off + o] = hi[hi_off + i % D];\n"
 "    zl[zl_off + o] = li[li_off + i % D];\n"
 "}\n"
-"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,\n"
+"/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's */\n"
+"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
 "                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
@@ -6316,11 +6430,11 @@ static const char tr__cl_src_ops_2[] =
 "    if (j >= D || b >= B) return;\n"
 "    if (s < Lp) {\n"
 "        k = s * D + j;\n"
-"        v = k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f;\n"
+"        v = tr_round1(k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f, fdt);\n"
 "    } else\n"
 "        v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];\n"
-"    if (has_pos) v = 0.707106781f * (v + wp[wp_off + (size_t)s * D + j]);\n"
-"    x[x_off + (size_t)bs * D + j] = v * scale;\n"
+"    if (has_pos) v = tr_round1(0.707106781f * tr_round1(v + wp[wp_off + (size_t)s * D + j], fdt), fdt);\n"
+"    x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);\n"
 "}\n"
 "tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
 "    int lid = get_local_id(0), s;\n"
@@ -6360,7 +6474,8 @@ static const char tr__cl_src_ops_2[] =
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs = rstd[rstd_off + r];\n"
-"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
+"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n";
+static const char tr__cl_src_ops_3[] =
 "    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
 "    dot = tr_k1_wg_sum(sh, dot);\n"
 "    mean = (float)(dot / D);\n"
@@ -6389,8 +6504,7 @@ static const char tr__cl_src_ops_2[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n";
-static const char tr__cl_src_ops_3[] =
+"    if (j >= D || b >= B) return;\n"
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -6439,7 +6553,8 @@ static const char tr__cl_src_ops_3[] =
 "    }\n"
 "    shv[lid] = mx; shi[lid] = am;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    for (s = tpr / 2; s > 0; s >>= 1) {\n"
+"    for (s = tpr / 2; s > 0; s >>= 1) {\n";
+static const char tr__cl_src_ops_4[] =
 "        if (lane < s) {\n"
 "            float v2 = shv[lid + s];\n"
 "            int i2 = shi[lid + s];\n"
@@ -6476,8 +6591,7 @@ static const char tr__cl_src_ops_3[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
-static const char tr__cl_src_ops_4[] =
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -6532,7 +6646,8 @@ static const char tr__cl_src_ops_4[] =
 "    for (t = t0; t < t1; t += n) {\n"
 "        m = (int)min((long)n, t1 - t);\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-"        if (lid < m) tile[lid] = in[t + lid];\n"
+"        if (lid < m) tile[lid] = in[t + lid];\n";
+static const char tr__cl_src_ops_5[] =
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (j < D)\n"
 "            for (u = 0; u < m; u++)\n"
@@ -6566,8 +6681,7 @@ static const char tr__cl_src_ops_4[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n";
-static const char tr__cl_src_ops_5[] =
+"    float acc;\n"
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -6790,6 +6904,25 @@ TR__FN tr_status tr__cl_ema(tr__cl *cl, size_t n, float *shadow, const float *p,
     return tr__cl_k1_launch1(cl, "tr_k_ema", n, &A);
 }
 
+TR__FN tr_status tr__cl_scale(tr__cl *cl, size_t n, float *x, float a) {
+    tr__clargs A;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, x);
+    tr__cla_f32(&A, a);
+    return tr__cl_k1_launch1(cl, "tr_k_scale", n, &A);
+}
+
+TR__FN tr_status tr__cl_round(tr__cl *cl, int fdt, float *x, size_t n) {
+    tr__clargs A;
+    if (n == 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, x);
+    tr__cla_i32(&A, fdt);
+    return tr__cl_k1_launch1(cl, "tr_k_round", n, &A);
+}
+
 #define TR__CL_SLOT_FLAG 8 /* tr__cl_scratch slot of tr__cl_all_finite's flag */
 /* *ok = 1 when every element of x[0..n) is finite. At most 64k work-items stride over x, so one
    int comes back for any n. */
@@ -6812,8 +6945,8 @@ TR__FN tr_status tr__cl_all_finite(tr__cl *cl, size_t n, const float *x, int *ok
     return TR_OK;
 }
 
-TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, const float *W_tok, const float *W_pos, const float *puzzle_emb,
-                                  const int32_t *inputs, const int32_t *pids, float *x) {
+TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, int fdt, const float *W_tok, const float *W_pos,
+                                  const float *puzzle_emb, const int32_t *inputs, const int32_t *pids, float *x) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -6825,6 +6958,7 @@ TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D
     tr__cla_i32(&A, Dp);
     tr__cla_f32(&A, sqrtf((float)D));
     tr__cla_i32(&A, W_pos != NULL);
+    tr__cla_i32(&A, fdt);
     tr__cla_buf(&A, W_tok);
     tr__cla_buf(&A, W_pos);
     tr__cla_buf(&A, puzzle_emb);
@@ -8305,7 +8439,7 @@ TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
 /* --- what this machine offers (>>api-device) ----------------------------------------------------- */
 static const char *const tr__cpu_feature_names[TR_CPU_FEATURE_COUNT] = {"sse4.2",   "avx",      "avx2",        "fma",      "avx512f",  "avx512bw",
                                                                          "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
-                                                                         "asimd",    "asimddp",  "bf16",        "i8mm"};
+                                                                         "asimd",    "asimddp",  "bf16",        "i8mm",     "f16c"};
 
 TRDEF const char *tr_cpu_feature_name(tr_cpu_feature f) { return (int)f >= 0 && f < TR_CPU_FEATURE_COUNT ? tr__cpu_feature_names[f] : ""; }
 
@@ -8826,6 +8960,29 @@ TR__FN tr_status tr__op_add(tr_ctx *ctx, size_t n, const float *a, const float *
     return TR_OK;
 }
 
+/* x[0..n) *= a. */
+typedef struct tr__scale_args { float *x; float a; } tr__scale_args;
+TR__FN void tr__scale_range(void *arg, long i0, long i1) {
+    const tr__scale_args *p = (const tr__scale_args *)arg;
+    long i;
+    for (i = i0; i < i1; i++) p->x[i] *= p->a;
+}
+TR__FN tr_status tr__op_scale(tr_ctx *ctx, size_t n, float *x, float a) {
+    tr__scale_args p = {x, a};
+    if (!n) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_scale(ctx->cl, n, x, a));
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__scale_range, &p);
+    return TR_OK;
+}
+
+/* x[0..n) rounded in place to the forward precision fdt (tr_forward_dtype); nothing for float32. */
+TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n) {
+    if ((fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || !n) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_round(ctx->cl, fdt, x, n));
+    tr__round(ctx, fdt, x, n);
+    return TR_OK;
+}
+
 TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, rows, D, x, add, out, rstd, eps));
     tr__rms_rows_fwd(ctx, rows, D, x, add, out, rstd, eps);
@@ -8866,16 +9023,17 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, long rows, long width, const flo
    as the gate_up tensor (per batch: the gate half, then the up half `rows * cols` further; ld = cols). On a device the
    activation is computed as the GEMM fetches it (nt only, the token-mix weight gradient); otherwise it is written to
    act first (packed, batch stride rows * cols), then multiplied. */
-TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *gu, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, float *act) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
     if (ldb != cols) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: the gate_up operand must have ld = its columns");
 #if TINYREC_OPENCL
-    if (ctx->dev_active && tr__cl_gemm_sw_ok(ta, tb, 2))
+    if (ctx->dev_active && !fdt && tr__cl_gemm_sw_ok(ta, tb, 2))
         return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, rows * cols);
 #endif
     if ((st = tr__op_swiglu_fwd(ctx, nb, (long)(rows * cols), gu, sB, act, rows * cols))) return st;
+    if ((st = tr__op_round(ctx, fdt, act, (size_t)nb * rows * cols))) return st; /* the activation the forward rounded */
     return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
 }
 
@@ -8883,16 +9041,23 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int nb, int ta, int tb, size_t
    act_b[half, N] = silu(gate) * up (batch stride s_act). On a device in one product: the activation comes out of its
    registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not). Elsewhere (the CPU,
    or a tile configuration that cannot pair the halves) the product, then the elementwise pass. */
-TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
+TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
     tr_status st;
+    size_t b;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
+    if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
 #endif
     TR__UNUSED(keep_gu);
     if ((st = tr__op_sgemm_batched(ctx, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0))) return st;
-    return tr__op_swiglu_fwd(ctx, nb, (long)(half * N), C, sC, act, s_act);
+    /* bfloat16 / float16: the product and the activation are rounded (rows of each batch are contiguous) */
+    for (b = 0; fdt && b < (size_t)nb; b++)
+        if ((st = tr__op_round(ctx, fdt, C + b * sC, 2 * half * N))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, nb, (long)(half * N), C, sC, act, s_act))) return st;
+    for (b = 0; fdt && b < (size_t)nb; b++)
+        if ((st = tr__op_round(ctx, fdt, act + b * s_act, half * N))) return st;
+    return TR_OK;
 }
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
@@ -9017,10 +9182,16 @@ struct tr_model {
     float *ws;
     int tape_B, tape_nets;
     tr__net_rec *nets;
-    tr__pw pw; /* the GEMM packings of params' weights; pw.version++ at every write of params */
+    tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
+    int fdt;    /* the forward precision in force (tr_forward_dtype, never AUTO) */
+    float *wlo; /* bfloat16 / float16: params rounded to it, refreshed at each forward (NULL in float32) */
 };
 
 #define TR__GRAD(m, p) ((m)->grads + ((p) - (m)->params))
+/* The copy of weight p that products read: rounded to the forward precision (CastedLinear's cast). */
+#define TR__W(m, p) ((m)->wlo ? (m)->wlo + ((p) - (m)->params) : (p))
+/* x[0..n) rounded to the forward precision: where the reference stores an activation or gradient in it. */
+#define TR__RND(m, x, n) tr__op_round((m)->ctx, (m)->fdt, (x), (n))
 
 /* SwiGLU intermediate width: 256 * ceil(round(expansion * d * 2/3) / 256), as the reference. */
 TR__FN int tr__swiglu_width(double expansion, int d) {
@@ -9151,6 +9322,7 @@ TRDEF void tr_model_destroy(tr_model *m) {
     ctx = m->ctx;
     tr__pw_detach(ctx, &m->pw);
     tr__model_free_work(m);
+    tr__dfree(ctx, m->wlo);
     tr__dfree(ctx, m->params);
     tr__dfree(ctx, m->grads);
     tr__dfree(ctx, m->H_init);
@@ -9240,7 +9412,9 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     if (!m->rope_cos) goto oom;
     m->rope_sin = m->rope_cos + (size_t)m->S * m->hd;
     tr__layout(m, m->params);
+    m->fdt = TR_FWD_FLOAT32;
     tr__pw_attach(ctx, &m->pw, m->params, n);
+    if ((st = tr_model_set_forward_dtype(m, cfg->forward_dtype)) != TR_OK) goto fail;
     tr__add_tensor(m, "model.inner.H_init", m->H_init, 1, m->D, 0, 0);
     tr__add_tensor(m, "model.inner.L_init", m->L_init, 1, m->D, 0, 0);
     if (m->Dp > 0) tr__add_tensor(m, "model.inner.puzzle_emb.weights", m->puzzle_emb, 2, cfg->num_puzzle_identifiers, m->Dp, 0);
@@ -9269,6 +9443,69 @@ oom:
 fail:
     tr_model_destroy(m);
     return st;
+}
+
+/* --- forward precision -------------------------------------------------------------------------- */
+TR__FN int tr__streq_ci(const char *a, const char *b);
+static const char *const tr__fdt_names[] = {"float32", "bfloat16", "float16", "auto", NULL};
+TRDEF const char *tr_forward_dtype_name(tr_forward_dtype dtype) { return (unsigned)dtype <= TR_FWD_AUTO ? tr__fdt_names[dtype] : NULL; }
+TRDEF int tr_forward_dtype_parse(const char *name) {
+    static const char *const short_names[] = {"fp32", "bf16", "fp16", NULL};
+    int i;
+    if (!name) return -1;
+    for (i = 0; tr__fdt_names[i]; i++)
+        if (tr__streq_ci(name, tr__fdt_names[i]) || (short_names[i] && tr__streq_ci(name, short_names[i]))) return i;
+    return -1;
+}
+
+/* Whether the device can compute fdt, and if not why. Every device can: the rounding is done by kernels of
+   the baseline (integer arithmetic on fp32 storage), so only an injected fault (no-bf16, no-half) says no. */
+TR__FN int tr__fdt_supported(const tr_ctx *ctx, int fdt, const char **why) {
+    if (fdt == TR_FWD_BFLOAT16 && (ctx->fault == TR_FAULT_NO_BF16 || ctx->fault == TR_FAULT_NO_HALF)) return *why = "the device has no bfloat16 (injected fault)", 0;
+    if (fdt == TR_FWD_FLOAT16 && ctx->fault == TR_FAULT_NO_HALF) return *why = "the device has no float16 (injected fault)", 0;
+    return 1;
+}
+
+/* AUTO and the fallback chain bf16 -> fp16 -> fp32, each decision logged with its reason. */
+TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
+    int fdt = (int)want;
+    const char *why = "";
+    if (want == TR_FWD_AUTO) {
+        tr__log(ctx, TR_LOG_INFO,
+                "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points, which "
+                "matches the reference's numerics but costs time; float32 is the fastest precision this version computes)",
+                ctx->dev_name);
+        return TR_FWD_FLOAT32;
+    }
+    while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
+        int next = fdt == TR_FWD_BFLOAT16 ? TR_FWD_FLOAT16 : TR_FWD_FLOAT32;
+        tr__log(ctx, TR_LOG_WARN, "forward_dtype %s: %s; falling back to %s", tr__fdt_names[fdt], why, tr__fdt_names[next]);
+        fdt = next;
+    }
+    if (fdt != TR_FWD_FLOAT32)
+        tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s",
+                tr__fdt_names[fdt], ctx->dev_name, tr__fdt_names[fdt], fdt == TR_FWD_FLOAT16 ? "; dynamic loss scaling when training" : "");
+    return fdt;
+}
+
+TRDEF tr_status tr_model_set_forward_dtype(tr_model *m, tr_forward_dtype dtype) {
+    tr_ctx *ctx;
+    int fdt;
+    if (!m) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
+    if ((unsigned)dtype > TR_FWD_AUTO) return tr__err(ctx, TR_ERR_CONFIG, "config: forward_dtype %d is unknown (float32, bfloat16, float16, auto)", (int)dtype);
+    fdt = tr__fdt_resolve(ctx, dtype);
+    if (fdt != TR_FWD_FLOAT32 && !m->wlo && !(m->wlo = (float *)tr__dalloc(ctx, m->n_params * sizeof(float), 0))) return TR_ERR_OUT_OF_MEMORY;
+    if (fdt == TR_FWD_FLOAT32) {
+        tr__dfree(ctx, m->wlo);
+        m->wlo = NULL;
+    }
+    m->fdt = fdt;
+    m->cfg.forward_dtype = (tr_forward_dtype)fdt;
+    /* the products read the rounded copy: its packings are the ones worth keeping */
+    tr__pw_detach(ctx, &m->pw);
+    tr__pw_attach(ctx, &m->pw, m->wlo ? m->wlo : m->params, m->n_params);
+    return TR_OK;
 }
 
 /* The host copy of a tensor's device pointer (itself on the CPU). */
@@ -9432,23 +9669,37 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     float eps = (float)m->cfg.rms_norm_eps;
     float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     tr_status st;
+    /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
+       rounded, and a residual sum is rounded before its norm (so the norm's input is passed as one operand),
+       whose fp32 result is rounded in turn (reference-models.md 1.5). */
+    const float *res = m->fdt ? proj : r->in, *add = m->fdt ? NULL : proj;
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b) */
-        if ((st = tr__op_sgemm_gate_up(ctx, B, It, D, S, ly->tgu, S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, ly->tdown, It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
-        if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_sgemm_gate_up(ctx, m->fdt, B, It, D, S, TR__W(m, ly->tgu), S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, TR__W(m, ly->tdown), It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
+        if (m->fdt && ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->in, proj, proj)) || (st = TR__RND(m, proj, BS * D)))) return st;
+        if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
     } else {
-        if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, ly->qkv, D, r->mix, 3 * D, 0))) return st;
-        if (m->cfg.pos_encodings == TR_POS_ROPE && (st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0))) return st;
-        if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, ly->o, D, proj, D, 0))) return st;
-        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, TR__W(m, ly->qkv), D, r->mix, 3 * D, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))) return st;
+        if (m->cfg.pos_encodings == TR_POS_ROPE &&
+            ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))))
+            return st;
+        if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows)) || (st = TR__RND(m, r->att_o, BS * D))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, TR__W(m, ly->o), D, proj, D, 0))) return st;
+        if (m->fdt && ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->in, proj, proj)) || (st = TR__RND(m, proj, BS * D)))) return st;
+        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
     }
+    if ((st = TR__RND(m, r->h1, BS * D))) return st;
     /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, ly->gu, D, r->gu, 2 * I, 0))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, ly->down, I, proj, D, 0))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, TR__W(m, ly->gu), D, r->gu, 2 * I, 0)) || (st = TR__RND(m, r->gu, BS * 2 * I))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I)) || (st = TR__RND(m, act, BS * I))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, TR__W(m, ly->down), I, proj, D, 0))) return st;
+    if (m->fdt) {
+        if ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->h1, proj, proj)) || (st = TR__RND(m, proj, BS * D))) return st;
+        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, proj, NULL, r->out, r->rstd2, eps))) return st;
+        return TR__RND(m, r->out, BS * D);
+    }
     return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
@@ -9461,40 +9712,46 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     float *act = tmp, *dact = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = dact + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     tr_status st;
+    /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
+       complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
-    if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
+    if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
        elementwise pass instead of S * I more floats per row and block */
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I)) || (st = TR__RND(m, act, BS * I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, ly->down, I, act, I, 0))) return st; /* act <- d act */
-    if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
+    if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, TR__W(m, ly->down), I, act, I, 0)) || (st = TR__RND(m, act, BS * I))) return st; /* act <- d act */
+    if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig)) || (st = TR__RND(m, dbig, BS * 2 * I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
     if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 2 * I, dbig, 2 * I, ly->gu, D, g2, D, 1))) return st; /* g2 = d h1 */
+    if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 2 * I, dbig, 2 * I, TR__W(m, ly->gu), D, g2, D, 1)) || (st = TR__RND(m, g2, BS * D))) return st; /* g2 = d h1 */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        if ((st = tr__op_sgemm_swiglu(ctx, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, ly->tdown, It, 0, g1, D, S * D, dact, D, It * D, 0))) return st;
-        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
+        if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, D, It * D, 0)) ||
+            (st = TR__RND(m, dact, BS / S * It * D)))
+            return st;
+        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig)) || (st = TR__RND(m, dbig, BS / S * 2 * It * D))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, ly->tgu, S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
+        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, D, g1, D, ly->o, D, g2, D, 0))) return st; /* g2 = d att_o */
-        if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows))) return st;
-        if (m->cfg.pos_encodings == TR_POS_ROPE && (st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, D, g1, D, TR__W(m, ly->o), D, g2, D, 0)) || (st = TR__RND(m, g2, BS * D))) return st; /* g2 = d att_o */
+        if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows)) || (st = TR__RND(m, dbig, BS * 3 * D))) return st;
+        if (m->cfg.pos_encodings == TR_POS_ROPE &&
+            ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)) || (st = TR__RND(m, dbig, BS * 3 * D))))
+            return st;
         if ((st = tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 3 * D, dbig, 3 * D, ly->qkv, D, din, D, 1))) return st;
+        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 3 * D, dbig, 3 * D, TR__W(m, ly->qkv), D, din, D, 1))) return st;
     }
-    return TR_OK;
+    return TR__RND(m, din, BS * D);
 }
 
 /* Applies a module: out = blocks(z + inj). With rec != NULL the activations go to the tape
@@ -9515,7 +9772,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
         tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
         h0 = out;
     }
-    if ((st = tr__op_add(m->ctx, n, z, inj, h0))) return st;
+    if ((st = tr__op_add(m->ctx, n, z, inj, h0)) || (st = TR__RND(m, h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = rec ? &rec->blocks[l] : &scratch;
         if (rec) r->in = l ? rec->blocks[l - 1].out : h0;
@@ -9742,22 +9999,37 @@ TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) 
             (st = tr__dput(m->ctx, c->d_halted, c->halted, (size_t)B * sizeof(int32_t))) != TR_OK)
             return st;
     }
-    TR__ON_CL(m->ctx, tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L));
-    for (b = 0; b < B; b++) {
-        if (!c->halted[b]) continue;
-        for (s = 0; s < m->S; s++) {
-            memcpy(c->z_H + b * SD + (size_t)s * m->D, m->H_init, (size_t)m->D * sizeof(float));
-            memcpy(c->z_L + b * SD + (size_t)s * m->D, m->L_init, (size_t)m->D * sizeof(float));
+#if TINYREC_OPENCL
+    if (m->ctx->dev_active) {
+        if ((st = tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L)) != TR_OK) return st;
+    } else
+#endif
+        for (b = 0; b < B; b++) {
+            if (!c->halted[b]) continue;
+            for (s = 0; s < m->S; s++) {
+                memcpy(c->z_H + b * SD + (size_t)s * m->D, m->H_init, (size_t)m->D * sizeof(float));
+                memcpy(c->z_L + b * SD + (size_t)s * m->D, m->L_init, (size_t)m->D * sizeof(float));
+            }
         }
-    }
-    return TR_OK;
+    /* the reference keeps the carries in the forward precision: H_init / L_init rounded (the other rows are
+       block outputs, already rounded) */
+    if ((st = TR__RND(m, c->z_H, (size_t)B * SD)) != TR_OK) return st;
+    return TR__RND(m, c->z_L, (size_t)B * SD);
 }
 
 /* x = sqrt(D) * [puzzle prefix ; token embeddings] (+ learned positions). */
+TR__FN float tr__round1(int fdt, float x) {
+    tr__round_ref(fdt, &x, 1);
+    return x;
+}
+
+/* In bfloat16 / float16 the embedding rows, their sum with the positions, its 1/sqrt(2) and the scaled
+   result are each rounded (W_tok and W_pos through the rounded copy). */
 TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
-    int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
+    int b, s, j, D = m->D, S = m->S, Lp = m->Lp, fdt = m->fdt;
     float scale = sqrtf((float)D);
-    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->W_tok, m->W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x));
+    const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
+    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x));
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             float *xr = x + ((size_t)b * S + s) * D;
@@ -9767,11 +10039,12 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
                     int k = s * D + j;
                     xr[j] = k < m->Dp ? p[k] : 0.0f;
                 }
+                tr__round_ref(fdt, xr, (size_t)D);
             } else
-                memcpy(xr, m->W_tok + (size_t)c->inputs[(size_t)b * m->L + s - Lp] * D, (size_t)D * sizeof(float));
-            if (m->W_pos)
-                for (j = 0; j < D; j++) xr[j] = 0.707106781f * (xr[j] + m->W_pos[(size_t)s * D + j]);
-            for (j = 0; j < D; j++) xr[j] *= scale;
+                memcpy(xr, W_tok + (size_t)c->inputs[(size_t)b * m->L + s - Lp] * D, (size_t)D * sizeof(float));
+            if (W_pos)
+                for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, 0.707106781f * tr__round1(fdt, xr[j] + W_pos[(size_t)s * D + j]));
+            for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, xr[j] * scale);
         }
     return TR_OK;
 }
@@ -9806,9 +10079,10 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
 TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     int b, j;
     size_t SD = (size_t)m->S * m->D;
-    TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, m->W_q, m->b_q, c->q));
+    const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
+    TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
     for (b = 0; b < c->B; b++)
-        for (j = 0; j < 2; j++) c->q[2 * b + j] = m->b_q[j] + tr__dot(c->z_H + b * SD, m->W_q + (size_t)j * m->D, m->D);
+        for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(c->z_H + b * SD, W_q + (size_t)j * m->D, m->D);
     return TR_OK;
 }
 
@@ -9816,7 +10090,8 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
     int b, j, k;
     size_t SD = (size_t)m->S * m->D;
     float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, m->W_q, dz, g_q, g_bq));
+    const float *W_q = TR__W(m, m->W_q);
+    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, W_q, dz, g_q, g_bq));
     for (b = 0; b < c->B; b++) {
         const float *zh = c->z_H + b * SD;
         float *dzb = dz + b * SD;
@@ -9824,7 +10099,7 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
             float g = dq[2 * b + j];
             if (g == 0.0f) continue;
             for (k = 0; k < m->D; k++) {
-                dzb[k] += g * m->W_q[(size_t)j * m->D + k];
+                dzb[k] += g * W_q[(size_t)j * m->D + k];
                 g_q[(size_t)j * m->D + k] += g * zh[k];
             }
             g_bq[j] += g;
@@ -9837,10 +10112,11 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
 TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
     tr_status st;
-    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, m->W_lm, D, 0, c->logits,
-                                   (size_t)m->V, (size_t)m->L * m->V, 0)) != TR_OK)
+    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, TR__W(m, m->W_lm), D, 0, c->logits,
+                                   (size_t)m->V, (size_t)m->L * m->V, 0)) != TR_OK ||
+        (st = TR__RND(m, c->logits, (size_t)c->B * m->L * m->V)) != TR_OK)
         return st;
-    if ((st = tr__qhead_fwd(m, c)) != TR_OK) return st;
+    if ((st = tr__qhead_fwd(m, c)) != TR_OK || (st = TR__RND(m, c->q, 2 * (size_t)c->B)) != TR_OK) return st;
     return tr__dget(m->ctx, c->hq, c->q, 2 * (size_t)c->B * sizeof(float));
 }
 
@@ -9860,7 +10136,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
+        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* z_H is fixed during the L updates */
         for (i = 0; i < n; i++) {
             if (rec && i == n - 1) {
                 if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, NULL, &m->nets[0])) != TR_OK) return st;
@@ -9886,6 +10162,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
     m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
+    if (m->wlo && ((st = tr__dcopy(m->ctx, m->wlo, m->params, m->n_params * sizeof(float))) != TR_OK || (st = TR__RND(m, m->wlo, m->n_params)) != TR_OK)) return st;
     if (m->cfg.arch == TR_ARCH_HRM) return tr__hrm_fwd(m, c, grad, hook, hook_user);
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
@@ -9893,7 +10170,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
         const float *zl = c->z_L;
-        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
+        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* the injection is formed first */
         for (i = 0; i < n; i++) {
             if (rec) {
                 if ((st = tr__net_fwd(m, md, B, zl, c->inj, NULL, &m->nets[i])) != TR_OK) return st;
@@ -9932,7 +10209,7 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
         if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, i ? NULL : gr)) != TR_OK) return st;
-        if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK) return st;
+        if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK || (st = TR__RND(m, dx, N)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;
@@ -10107,6 +10384,7 @@ TRDEF tr_train_config tr_train_config_default(void) {
     t.ema_decay = 0.999;
     t.global_batch_size = 768;
     t.max_nonfinite_steps = 5;
+    t.loss_scale_window = 2000;
     return t;
 }
 
@@ -10172,6 +10450,8 @@ struct tr_trainer {
     int halvings;    /* at most TR__MAX_HALVINGS, then the CPU */
     int phase;       /* progress inside a step: 0 fwd/bwd, 1.. optimizer updates done */
     int nonfinite_run; /* steps in a row skipped for NaN/inf */
+    double loss_scale; /* float16: the dynamic loss scale (tr_train_config.loss_scale_window) */
+    int scale_good;    /* good steps since the scale last changed */
     /* the carry as it was when the step began, so a failed device step is redone on the CPU */
     float *snap;
     int32_t *snap_ints;
@@ -10194,6 +10474,12 @@ struct tr_trainer {
     tr_metrics gmt;  /* the step's global metrics */
     int reduced;     /* 1 once this step's collectives are done: a device fallback after them must not repeat them */
 };
+
+/* float16's dynamic loss scaling (torch.cuda.amp.GradScaler's defaults): the gradients are computed for
+   loss * scale, so that small ones do not underflow float16, and divided by it before the update. */
+#define TR__LOSS_SCALE_INIT 65536.0
+#define TR__LOSS_SCALE_MAX 16777216.0
+TR__FN double tr__loss_scale(const tr_trainer *t) { return t->m->fdt == TR_FWD_FLOAT16 ? t->loss_scale : 1.0; }
 
 /* tr_metrics is all doubles; the collectives move it as an array of them. */
 #define TR__NMET (sizeof(tr_metrics) / sizeof(double))
@@ -10250,6 +10536,7 @@ TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc)
         return tr__err(ctx, TR_ERR_CONFIG, "train config: weight_decay and puzzle_emb_weight_decay must be finite");
     if (!(tc->ema_decay >= 0 && tc->ema_decay < 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_rate %g must be in [0, 1)", tc->ema_decay);
     if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
+    if (tc->loss_scale_window < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: loss_scale_window %d must be >= 1", tc->loss_scale_window);
     if (tc->comm) {
         const tr_comm *c = tc->comm;
         if (c->size < 1 || c->rank < 0 || c->rank >= c->size || c->local_rank < 0)
@@ -10285,6 +10572,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->tc = *tc;
     t->rng = tr__rng_make(ctx->seed, 7);
     t->micro = B;
+    t->loss_scale = TR__LOSS_SCALE_INIT;
     P = m->n_params;
     N = (size_t)B * m->S * m->D;
     if ((st = tr_carry_create(m, B, &t->carry)) != TR_OK) goto fail;
@@ -10345,9 +10633,10 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     tr_status st;
     if ((st = tr__dzero(m->ctx, dz, (size_t)c->B * SD * sizeof(float))) != TR_OK) return st;
     /* dz_b[Lp:] = dlogits_b . W_lm; g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] */
-    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, m->W_lm, D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
+    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
     if ((st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, c->z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK) return st;
-    return tr__qhead_bwd(m, c, dq, dz);
+    if ((st = tr__qhead_bwd(m, c, dq, dz)) != TR_OK) return st;
+    return TR__RND(m, dz, (size_t)c->B * SD);
 }
 
 /* HRM's Q-learning target of q_continue (§3): a second no-grad step from the new carry on the same
@@ -10410,8 +10699,9 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
         if ((st = tr__inner_fwd(m, &v, 1, hook, hook_user)) != TR_OK) return st;
         tr__update_halting(m, &v, 1, &t->rng);
         if (t->qtarget && (st = tr__q_target(t, &v, r0, t->qtarget + r0)) != TR_OK) return st;
-        if ((st = tr__loss(m, &v, (double)t->tc.global_batch_size, t->dlogits + r0 * LV, t->dq + 2 * r0, t->hdq + 2 * r0, t->qtarget ? t->qtarget + r0 : NULL,
-                           &part)) != TR_OK)
+        if ((st = tr__loss(m, &v, (double)t->tc.global_batch_size / tr__loss_scale(t), t->dlogits + r0 * LV, t->dq + 2 * r0, t->hdq + 2 * r0,
+                           t->qtarget ? t->qtarget + r0 : NULL, &part)) != TR_OK ||
+            (st = TR__RND(m, t->dlogits + r0 * LV, (size_t)nb * LV)) != TR_OK || (st = TR__RND(m, t->dq + 2 * r0, 2 * (size_t)nb)) != TR_OK)
             return st;
         mt.count += part.count, mt.accuracy += part.accuracy, mt.exact_accuracy += part.exact_accuracy;
         mt.q_halt_accuracy += part.q_halt_accuracy, mt.steps += part.steps;
@@ -10569,8 +10859,16 @@ TR__FN int tr__check_finite(tr_trainer *t, tr_metrics *mt) {
         snprintf(what, sizeof what, "the gradient of %s", bad);
     t->step++;
     t->phase = 0;
-    t->nonfinite_run++;
     mt->skipped = 1;
+    if (bad[0] && t->m->fdt == TR_FWD_FLOAT16 && t->loss_scale > 1.0) {
+        /* float16 overflow of the scaled gradients: a smaller scale, and the carry goes on (its forward was finite) */
+        t->loss_scale /= 2;
+        t->scale_good = 0;
+        tr__log(ctx, TR_LOG_WARN, "step %ld: %s is NaN or infinite at float16 loss scale %g: update skipped, loss scale halved to %g", t->step, what,
+                t->loss_scale * 2, t->loss_scale);
+        return 1;
+    }
+    t->nonfinite_run++;
     tr_carry_reset(t->carry);
     if (t->nonfinite_run >= t->tc.max_nonfinite_steps)
         return tr__err(ctx, TR_ERR_NONFINITE, "step %ld: %s is NaN or infinite, %d step(s) in a row (max_nonfinite_steps %d): training stops before the weights are harmed",
@@ -10733,15 +11031,26 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
         }
         if (st == TR_OK && t->phase == 0 && t->reduced) st = tr__dist_commit(t, &mt);
         if (st == TR_OK && t->phase == 0) {
+            double scale = tr__loss_scale(t);
             int fin = tr__check_finite(t, &mt);
+            mt.loss_scale = m->fdt == TR_FWD_FLOAT16 ? scale : 0.0;
             if (metrics) *metrics = mt;
             if (fin == 1) return TR_OK; /* skipped: mt.skipped says so */
             if (fin == TR_ERR_NONFINITE) return TR_ERR_NONFINITE;
             st = (tr_status)fin;
+            /* the gradients of loss * scale back to the loss's (a power of two: exact); sign-SGD's puzzle rows
+               need no unscaling, the sign of their sum is the same */
+            if (st == TR_OK && scale != 1.0) st = tr__op_scale(ctx, m->n_params, m->grads, (float)(1.0 / scale));
             if (st == TR_OK) t->phase = 1;
         }
         if (st == TR_OK) st = tr__optimizer_update(t);
-        if (st == TR_OK) return TR_OK;
+        if (st == TR_OK) {
+            if (m->fdt == TR_FWD_FLOAT16 && ++t->scale_good >= t->tc.loss_scale_window) {
+                t->scale_good = 0;
+                if (t->loss_scale < TR__LOSS_SCALE_MAX) t->loss_scale *= 2;
+            }
+            return TR_OK;
+        }
         tr__dist_drop(t);
         if (!on_dev || (st != TR_ERR_DEVICE && st != TR_ERR_OUT_OF_MEMORY)) return st; /* only the device's failures move work */
         if (t->phase == 0 && st == TR_ERR_OUT_OF_MEMORY && t->micro > 1 && t->halvings < TR__MAX_HALVINGS) {
@@ -10903,6 +11212,8 @@ static const tr_key tr__config_keys[] = {
     TR__MK(halt_exploration_prob, TR_KEY_DOUBLE, 0, "ACT exploration probability"),
     TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM); false: on q_halt > q_continue, learned by Q-learning (HRM)"),
     {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
+    TR__MK(forward_dtype, TR_KEY_DTYPE, 0, "float32 | bfloat16 | float16 | auto: the compute precision (fp32 master weights)"),
+    TR__TK("loss_scale_window", loss_scale_window, TR_KEY_INT, 0, "float16: good steps before the loss scale doubles"),
 };
 #undef TR__MK
 #undef TR__TK
@@ -10932,7 +11243,6 @@ static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
 static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
 static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
 static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
-static const char *const tr__forward_dtype_names[] = {"bfloat16", "float16", "float32", NULL};
 
 TR__FN const char *const *tr__enum_names(tr_key_type t) {
     switch (t) {
@@ -10940,7 +11250,7 @@ TR__FN const char *const *tr__enum_names(tr_key_type t) {
     case TR_KEY_ARCH: return tr__arch_names;
     case TR_KEY_POS_ENCODING: return tr__pos_names;
     case TR_KEY_LOSS_TYPE: return tr__loss_names;
-    case TR_KEY_DTYPE: return tr__forward_dtype_names;
+    case TR_KEY_DTYPE: return tr__fdt_names;
     default: return NULL;
     }
 }
@@ -10974,7 +11284,7 @@ TR__FN const char *tr__key_expected(tr_key_type t) {
     case TR_KEY_ARCH: return "trm or hrm";
     case TR_KEY_POS_ENCODING: return "rope, learned or none";
     case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy or softmax_cross_entropy";
-    case TR_KEY_DTYPE: return "bfloat16, float16 or float32";
+    case TR_KEY_DTYPE: return "float32, bfloat16, float16 or auto (or fp32, bf16, fp16)";
     default: return "a value";
     }
 }
@@ -10983,7 +11293,7 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
     char *p, *end = NULL;
     int e;
     if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
-    if ((k->type == TR_KEY_STRING || k->type == TR_KEY_DTYPE) && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
+    if (k->type == TR_KEY_STRING && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
     p = (char *)base + k->offset;
     errno = 0;
     switch (k->type) {
@@ -11026,9 +11336,9 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
         if ((e = tr__enum_parse(k->type, val, 0)) < 0) break;
         *(tr_loss_type *)p = (tr_loss_type)e;
         return TR_OK;
-    case TR_KEY_DTYPE: /* accepted for compatibility: tinyrec computes in float32 */
-        if (tr__enum_parse(k->type, val, 0) < 0 || strlen(val) >= k->size) break;
-        memcpy(p, val, strlen(val) + 1);
+    case TR_KEY_DTYPE:
+        if ((e = tr_forward_dtype_parse(val)) < 0) break;
+        *(tr_forward_dtype *)p = (tr_forward_dtype)e;
         return TR_OK;
     default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
     }
@@ -11046,8 +11356,13 @@ TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size
     case TR_KEY_U64: n = snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
     case TR_KEY_DOUBLE: n = snprintf(buf, cap, "%.17g", *(const double *)p); break;
     case TR_KEY_BOOL: n = snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
-    case TR_KEY_STRING:
     case TR_KEY_DTYPE: {
+        const char *name = tr_forward_dtype_name(*(const tr_forward_dtype *)p);
+        if (!name) return TR_ERR_INVALID_ARG;
+        n = snprintf(buf, cap, "%s", name);
+        break;
+    }
+    case TR_KEY_STRING: {
         const char *z = (const char *)memchr(p, 0, k->size); /* a full array holds no terminator */
         n = snprintf(buf, cap, "%.*s", z ? (int)(z - p) : (int)k->size, p);
         break;
@@ -16925,7 +17240,7 @@ static const tr__ck_field tr__ck_model_fields[] = {
     TR__CK_MF(rms_norm_eps, TR__CK_DBL, 0),
     TR__CK_MF(halt_max_steps, TR__CK_INT, 1),
     TR__CK_MF(halt_exploration_prob, TR__CK_DBL, 1),
-    {"forward_dtype", TR__CK_FWD, 0, 0},
+    {"forward_dtype", TR__CK_FWD, offsetof(tr_model_config, forward_dtype), 0},
     TR__CK_MF(no_ACT_continue, TR__CK_BOOL, 0),
     TR__CK_MF(loss_type, TR__CK_LOSS, 0),
     {"arch", TR__CK_ARCH, offsetof(tr_model_config, arch), 0}, /* trm | hrm; files without it: the metadata's model */
@@ -16981,7 +17296,7 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
             tr__sb_json_string(sb, name ? name : "?");
             break;
         }
-        case TR__CK_FWD: tr__sb_json_string(sb, "float32"); break;
+        case TR__CK_FWD: tr__sb_json_string(sb, tr_forward_dtype_name(*(const tr_forward_dtype *)p) ? tr_forward_dtype_name(*(const tr_forward_dtype *)p) : "float32"); break;
         case TR__CK_ARCH: tr__sb_json_string(sb, *(const tr_arch *)p == TR_ARCH_HRM ? "hrm" : "trm"); break;
         }
     }
@@ -17039,11 +17354,12 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
             *(tr_arch *)p = (tr_arch)found;
             break;
         }
-        case TR__CK_FWD:
-            /* tinyrec computes in fp32 whatever the file says; the reference trains in bfloat16 */
-            if (v->type != TR_JSON_STRING || tr__enum_parse(TR_KEY_DTYPE, v->string, 0) < 0)
-                return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\" or \"float16\"", what);
+        case TR__CK_FWD: {
+            int found = v->type == TR_JSON_STRING ? tr_forward_dtype_parse(v->string) : -1;
+            if (found < 0) return tr__err(ctx, TR_ERR_FORMAT, "%s: field 'forward_dtype' must be \"float32\", \"bfloat16\", \"float16\" or \"auto\"", what);
+            *(tr_forward_dtype *)p = (tr_forward_dtype)found;
             break;
+        }
         }
     }
     return TR_OK;
@@ -17150,7 +17466,11 @@ TR__FN int tr__ck_diff_fields(const tr__ck_field *fl, int nf, const void *a, con
             same = *(const tr_arch *)x == *(const tr_arch *)y;
             snprintf(s1, sizeof s1, "%s", *(const tr_arch *)x == TR_ARCH_HRM ? "hrm" : "trm"), snprintf(s2, sizeof s2, "%s", *(const tr_arch *)y == TR_ARCH_HRM ? "hrm" : "trm");
             break;
-        case TR__CK_FWD: TR__UNUSED(skip_fwd); break;
+        case TR__CK_FWD: /* the precision may change between runs (the master weights are fp32) */
+            same = skip_fwd || *(const tr_forward_dtype *)x == *(const tr_forward_dtype *)y;
+            snprintf(s1, sizeof s1, "%s", tr_forward_dtype_name(*(const tr_forward_dtype *)x) ? tr_forward_dtype_name(*(const tr_forward_dtype *)x) : "?");
+            snprintf(s2, sizeof s2, "%s", tr_forward_dtype_name(*(const tr_forward_dtype *)y) ? tr_forward_dtype_name(*(const tr_forward_dtype *)y) : "?");
+            break;
         }
         if (!same) {
             snprintf(buf, cap, "'%s' is %s in the file but %s here", fl[i].name, s1, s2);
@@ -17515,7 +17835,8 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     tr__sb cfg, tcfg;
     tr_st_tensor *ts = NULL;
     char *names = NULL, ver[16], stepbuf[32];
-    const char *mk[7], *mv[7];
+    const char *mk[8], *mv[8];
+    char scalebuf[64];
     size_t n = 0, cap, nl = TR__NAME_LEN + 32;
     int i, p, B, S, D, L;
     unsigned char hdr[24]; /* step (i64) + rng key, counter (i64 x 2), little-endian */
@@ -17599,7 +17920,9 @@ TR__FN tr_status tr__trainer_save_ex(tr_trainer *t, const char *path, const void
     mk[4] = "config", mv[4] = cfg.data;
     mk[5] = "train_config", mv[5] = tcfg.data;
     mk[6] = "step", mv[6] = stepbuf;
-    st = tr__st_write_ex(ctx, path, ts, n, mk, mv, 7, fault);
+    snprintf(scalebuf, sizeof scalebuf, "%.17g %d", t->loss_scale, t->scale_good);
+    mk[7] = "loss_scale", mv[7] = scalebuf; /* float16's dynamic loss scale and its good-step count */
+    st = tr__st_write_ex(ctx, path, ts, n, mk, mv, 8, fault);
 done:
     tr__free(ctx, gz);
     tr__trainer_host_state_free(t, hopt);
@@ -17810,6 +18133,14 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
         c->labels[j] = tr__ck_i32(t_lab, r0 * L + j);
     }
     t->step = (long)hdr[0];
+    {
+        const char *ls = tr_st_metadata(f, "loss_scale");
+        double scale;
+        int good;
+        t->loss_scale = TR__LOSS_SCALE_INIT, t->scale_good = 0; /* files written before float16 existed */
+        if (ls && sscanf(ls, "%lf %d", &scale, &good) == 2 && scale >= 1.0 && scale <= TR__LOSS_SCALE_MAX && good >= 0)
+            t->loss_scale = scale, t->scale_good = good;
+    }
     memcpy(&t->rng.key, &hdr[1], 8);
     memcpy(&t->rng.counter, &hdr[2], 8);
     t->ema_swapped = 0; /* the state holds the live weights */

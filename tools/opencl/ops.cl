@@ -33,6 +33,27 @@ __kernel void tr_k_ema(ulong n, __global float *sh, ulong sh_off, __global const
     sh += sh_off; p += p_off;
     sh[i] = omd * p[i] + decay * sh[i];
 }
+/* x[0..n) rounded in place to bfloat16 (fdt 1) or float16 (fdt 2) values, to nearest even, as the host's
+   tr__round_ref: NaN stays NaN (quiet), beyond the range is infinite. Integer arithmetic, so no device
+   extension is needed. */
+float tr_round1(float v, int fdt) {
+    uint u = as_uint(v), a = u & 0x7fffffffu, r;
+    if (fdt != 1 && fdt != 2) return v;
+    if (a > 0x7f800000u) r = (u | 0x00400000u) & (fdt == 1 ? 0xffff0000u : 0xffffe000u);
+    else if (fdt == 1) r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    else if (a >= 0x477ff000u) r = (u & 0x80000000u) | 0x7f800000u; /* >= 65520 rounds past 65504 */
+    else if (a >= 0x38800000u) r = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u; /* normal: 10 mantissa bits */
+    else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */
+    return as_float(r);
+}
+__kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {
+    size_t i = get_global_id(0);
+    if (i < n) x[x_off + i] *= a;
+}
+__kernel void tr_k_round(ulong n, __global float *x, ulong x_off, int fdt) {
+    size_t i = get_global_id(0);
+    if (i < n) x[x_off + i] = tr_round1(x[x_off + i], fdt);
+}
 /* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */
 __kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {
     size_t i = get_global_id(0), step = get_global_size(0);
@@ -86,7 +107,8 @@ __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong
     zh[zh_off + o] = hi[hi_off + i % D];
     zl[zl_off + o] = li[li_off + i % D];
 }
-__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, __global const float *wt, ulong wt_off,
+/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's */
+__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,
                              __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,
                              __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {
     int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;
@@ -94,11 +116,11 @@ __kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float s
     if (j >= D || b >= B) return;
     if (s < Lp) {
         k = s * D + j;
-        v = k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f;
+        v = tr_round1(k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f, fdt);
     } else
         v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];
-    if (has_pos) v = 0.707106781f * (v + wp[wp_off + (size_t)s * D + j]);
-    x[x_off + (size_t)bs * D + j] = v * scale;
+    if (has_pos) v = tr_round1(0.707106781f * tr_round1(v + wp[wp_off + (size_t)s * D + j], fdt), fdt);
+    x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);
 }
 tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
     int lid = get_local_id(0), s;
