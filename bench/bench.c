@@ -47,7 +47,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
-    int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0;
+    int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
     double peak = 0;
     row rows[16];
     tr_ctx_config cc = tr_ctx_config_default();
@@ -62,11 +62,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--peak-gflops") && i + 1 < argc) peak = atof(argv[++i]);
         else if (!strcmp(argv[i], "--simd") && i + 1 < argc) simd = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            if ((dtype = tr_forward_dtype_parse(argv[++i])) < 0) {
+                fprintf(stderr, "tinyrec-bench: --dtype takes float32, bfloat16, float16 or auto (fp32, bf16, fp16), not '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--verbose")) cc.log = log_stderr;
         else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
         else {
-            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--json] [--skip-train] [--verbose]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--dtype T] [--json] [--skip-train] [--verbose]\n", argv[0]);
             return 2;
         }
     }
@@ -90,6 +96,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tinyrec-bench: unknown preset '%s'\n", preset);
         return 2;
     }
+    cfg.forward_dtype = (tr_forward_dtype)dtype;
     if (tr_model_create(ctx, &cfg, &m) != TR_OK) {
         fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
         return 1;

@@ -95,6 +95,7 @@ static int read_predictions(tr_ctx *ctx, const char *path, tr_arc_votes *v, FILE
 typedef struct run_opts {
     const char *checkpoint, *data;
     int batch, max_steps, limit, quiet;
+    int dtype; /* tr_forward_dtype, or -1: the checkpoint's */
 } run_opts;
 
 static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *save, int64_t *ngroups_used) {
@@ -125,6 +126,10 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
     memset(&lo, 0, sizeof lo);
     lo.num_puzzle_identifiers = (int)ds->meta.num_puzzle_identifiers;
     if (tr_model_load(ctx, ro->checkpoint, &lo, &m) != TR_OK) {
+        fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
+        goto done;
+    }
+    if (ro->dtype >= 0 && tr_model_set_forward_dtype(m, (tr_forward_dtype)ro->dtype) != TR_OK) {
         fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
         goto done;
     }
@@ -251,6 +256,7 @@ static void usage(FILE *f) {
             "  --all-inputs            also report HRM's score: a task counts only if all its test inputs are solved\n"
             "  --output FILE           write the top-2 attempts in the ARC Prize submission format\n"
             "  --save-predictions FILE write every prediction as JSONL (for --predictions later)\n"
+            "  --dtype T               float32 | bfloat16 | float16 | auto (default: the checkpoint's forward_dtype)\n"
             "  --threads N, --verbose (per-input votes), --quiet (no progress), --help\n"
             "Positional arguments: CHECKPOINT DATA_DIR (or DATA_DIR alone with --predictions).\n");
 }
@@ -281,13 +287,14 @@ int main(int argc, char **argv) {
     int64_t ngroups = 0;
     memset(&ro, 0, sizeof ro);
     ro.batch = 16;
+    ro.dtype = -1;
     ks[0] = 1, ks[1] = 2, ks[2] = 5, ks[3] = 10;
     /* ---- the command line ---- */
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "--checkpoint") || !strcmp(a, "--data") || !strcmp(a, "--predictions") || !strcmp(a, "--puzzles") || !strcmp(a, "--output") ||
                     !strcmp(a, "--save-predictions") || !strcmp(a, "--max-steps") || !strcmp(a, "--batch") || !strcmp(a, "--limit") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--pass-k");
+                    !strcmp(a, "--pass-k") || !strcmp(a, "--dtype");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -310,6 +317,12 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--limit")) {
             if (!parse_int(a, v, 1, 1 << 30, &ro.limit)) return 2;
+            i++;
+        } else if (!strcmp(a, "--dtype")) {
+            if ((ro.dtype = tr_forward_dtype_parse(v)) < 0) {
+                fprintf(stderr, "tinyrec-arc-eval: --dtype takes float32, bfloat16, float16 or auto (fp32, bf16, fp16), not '%s'\n", v);
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--threads")) {
             if (!parse_int(a, v, 1, 1024, &threads)) return 2;

@@ -391,6 +391,8 @@ static void usage(FILE *f) {
             "  --threads N          CPU threads (default: TINYREC_NUM_THREADS or all)\n"
             "  --device D           auto | cpu | opencl | opencl:N | opencl:<name> (default: TINYREC_DEVICE, else\n"
             "                       auto: an OpenCL GPU when there is one, else the CPU; tinyrec-devices lists them)\n"
+            "  --dtype T            float32 | bfloat16 | float16 | auto: the compute precision (default: the\n"
+            "                       checkpoint's forward_dtype)\n"
             "  --brief              one line per puzzle, no grids\n"
             "  --color WHEN         auto | always | never (default auto: on a terminal, unless NO_COLOR is set)\n"
             "  --help\n\n"
@@ -418,7 +420,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 
 int main(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL, *ids_path = NULL, *color = "auto", *device = NULL;
-    int force_steps = 0, jsonl = 0, brief = 0, task = TASK_AUTO, B = 1, threads = 0, i, L, V, n_side = 0, rc = 0;
+    int force_steps = 0, dtype = -1, jsonl = 0, brief = 0, task = TASK_AUTO, B = 1, threads = 0, i, L, V, n_side = 0, rc = 0;
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx = NULL;
     tr_model *model = NULL;
@@ -442,7 +444,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--brief")) brief = 1;
         else if (!strcmp(a, "--no-color")) color = "never";
         else if (!strcmp(a, "--steps") || !strcmp(a, "--batch") || !strcmp(a, "--threads") || !strcmp(a, "--identifiers") || !strcmp(a, "--task") ||
-                 !strcmp(a, "--color") || !strcmp(a, "--device")) {
+                 !strcmp(a, "--color") || !strcmp(a, "--device") || !strcmp(a, "--dtype")) {
             if (!v) return bad_usage("%s needs a value", a);
             i++;
             if (!strcmp(a, "--steps") && parse_int(v, 1, 10000, &force_steps)) return bad_usage("--steps needs an integer from 1 to 10000, not '%s'", v);
@@ -450,6 +452,8 @@ int main(int argc, char **argv) {
             if (!strcmp(a, "--threads") && parse_int(v, 0, 4096, &threads)) return bad_usage("--threads needs an integer >= 0, not '%s'", v);
             if (!strcmp(a, "--identifiers")) ids_path = v;
             if (!strcmp(a, "--device")) device = v;
+            if (!strcmp(a, "--dtype") && (dtype = tr_forward_dtype_parse(v)) < 0)
+                return bad_usage("--dtype takes float32, bfloat16, float16 or auto (fp32, bf16, fp16), not '%s'", v);
             if (!strcmp(a, "--color")) {
                 if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return bad_usage("--color takes auto, always or never, not '%s'", v);
                 color = v;
@@ -487,6 +491,11 @@ int main(int argc, char **argv) {
     }
     if (tr_model_load(ctx, ckpt, NULL, &model) != TR_OK) {
         fprintf(stderr, "tinyrec-solve: cannot load %s: %s\n", ckpt, tr_ctx_last_error(ctx));
+        rc = 1;
+        goto out;
+    }
+    if (dtype >= 0 && tr_model_set_forward_dtype(model, (tr_forward_dtype)dtype) != TR_OK) {
+        fprintf(stderr, "tinyrec-solve: %s\n", tr_ctx_last_error(ctx));
         rc = 1;
         goto out;
     }

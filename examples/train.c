@@ -59,7 +59,6 @@ typedef struct options {
     char preset[64];
     tr_model_config arch;
     tr_train_config tc;
-    char forward_dtype[32];
     char data_path[PATH_CAP];
     char checkpoint_path[PATH_CAP];
     long epochs, eval_interval, min_eval_interval;
@@ -89,7 +88,6 @@ static const own_key OWN_KEYS[] = {
     OWN("eval_interval", eval_interval, TR_KEY_LONG, 0, "lr", 1, "epochs between evaluations and checkpoints; must divide epochs"),
     OWN("min_eval_interval", min_eval_interval, TR_KEY_LONG, 0, "lr", 1, "evaluate only from this iteration (of eval_interval epochs) on"),
     OWN("seed", seed, TR_KEY_U64, 0, "arch.hidden_size", 1, "seed of the initialisation, the sampler and the ACT exploration"),
-    OWN("arch.forward_dtype", forward_dtype, TR_KEY_DTYPE, 32, NULL, 1, "accepted for compatibility; the CPU computes in float32"),
     OWN("max_steps", max_steps, TR_KEY_LONG, 0, NULL, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"),
     OWN("threads", threads, TR_KEY_INT, 0, NULL, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"),
     OWN("device", device, TR_KEY_STRING, 64, NULL, 1, "(tinyrec) auto | cpu | opencl | opencl:N | opencl:<name>; default TINYREC_DEVICE, else auto"),
@@ -155,7 +153,6 @@ static void apply_preset(options *o, const tr_preset *p) {
     o->tc = p->train;
     o->epochs = p->epochs, o->eval_interval = p->eval_interval;
     snprintf(o->preset, sizeof o->preset, "%s", p->name);
-    snprintf(o->forward_dtype, sizeof o->forward_dtype, "bfloat16");
     o->min_eval_interval = 0, o->seed = 0, o->max_steps = 0, o->eval_batches = 0, o->threads = 0, o->device[0] = 0;
     o->log_interval = 1, o->print_interval = 10, o->prefetch = 2;
     if (!o->checkpoint_path[0]) snprintf(o->checkpoint_path, sizeof o->checkpoint_path, "checkpoints/%s", p->name);
@@ -197,6 +194,7 @@ static struct run {
     long skipped;     /* steps skipped for NaN/inf losses or gradients in this process */
     long total_steps, target_steps, total_iters, step0;
     double t_start, step0_time;
+    double loss_scale; /* float16: the last step's loss scale (0 otherwise) */
 } R;
 
 static volatile sig_atomic_t g_stop = 0;
@@ -323,6 +321,8 @@ static void log_train(long step, double epoch, const tr_metrics *w, int n, int s
     tr_metrics_point pt;
     if (!R.jsonl) return; /* not rank 0 */
     fprintf(R.jsonl, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%.6g,\"lr\":%.6g", step, epoch, tr_lr_schedule(&R.o.tc, R.o.tc.lr, step));
+    fprintf(R.jsonl, ",\"forward_dtype\":\"%s\"", tr_forward_dtype_name(tr_model_get_config(R.model)->forward_dtype));
+    if (R.loss_scale > 0) fprintf(R.jsonl, ",\"loss_scale\":%.9g", R.loss_scale); /* float16's, at the window's last step */
     if (n) fprintf(R.jsonl, ",\"loss\":%.17g", w->loss / n);
     else fprintf(R.jsonl, ",\"loss\":null");
     json_double(R.jsonl, "lm_loss", w->lm_loss / n);
@@ -736,9 +736,9 @@ static int print_header(int mode, long step, size_t train_bytes) {
     if (g_rank != 0) return free(names), 0;
     if (c->arch == TR_ARCH_HRM) snprintf(kind, sizeof kind, "HRM %d+%d layers", c->H_layers, c->L_layers);
     else snprintf(kind, sizeof kind, "TRM %d layers", c->L_layers);
-    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %d threads, %s kernels, ~%.0f MB", tr_version_string(), o->preset,
-           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps, tr_ctx_num_threads(R.ctx),
-           tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
+    printf("tinyrec-train %s: preset %s, %zu parameters (%s, D=%d, %s, T=%d, n=%d, M_max=%d), %s, %d threads, %s kernels, ~%.0f MB", tr_version_string(), o->preset,
+           tr_model_num_params(R.model), kind, c->hidden_size, c->mlp_t ? "mlp_t" : "attention", c->H_cycles, c->L_cycles, c->halt_max_steps,
+           tr_forward_dtype_name(c->forward_dtype), tr_ctx_num_threads(R.ctx), tr_ctx_simd_name(R.ctx), train_bytes / 1048576.0);
     if (g_size > 1) printf(" per rank, %d ranks", g_size);
     printf("\n");
     printf("data %s: %lld train examples in %lld groups, %lld test examples; batch %d, %ld epochs = %ld steps, eval every %ld epochs\n", o->data_path,
@@ -822,7 +822,9 @@ static int train(int mode) {
         /* A step whose loss or gradients are NaN or infinite is skipped by the library (a warning
            names it; the weights stay as they were); max_nonfinite_steps of them in a row fail with
            TR_ERR_NONFINITE. Nothing is saved after that: the last checkpoint stays good. */
-        if ((st = tr_trainer_step(R.trainer, &b, &mt)) == TR_ERR_NONFINITE)
+        st = tr_trainer_step(R.trainer, &b, &mt);
+        if (st == TR_OK) R.loss_scale = mt.loss_scale;
+        if (st == TR_ERR_NONFINITE)
             return say(1, "training stopped: %s\n  nothing was saved after the last checkpoint in %s; lower lr (or check the data) and --resume", tr_ctx_last_error(R.ctx),
                        o->checkpoint_path);
         if (st != TR_OK) return fail("training step failed");

@@ -1255,6 +1255,10 @@ static void check_fixture(const char *name) {
     snprintf(mp, sizeof mp, "%s%stests/data/%s.safetensors", dir ? dir : "", dir ? "/" : "", name);
     snprintf(ep, sizeof ep, "%s%stests/data/%s.expected.safetensors", dir ? dir : "", dir ? "/" : "", name);
     if (tr_model_load(ctx, mp, NULL, &m) != TR_OK) fail_msg("%s (run from the repository root)", tr_ctx_last_error(ctx));
+    /* the converted config says the reference's forward_dtype, bfloat16, and the model takes it; the twin's
+       logits are fp32 */
+    assert_int_equal(tr_model_get_config(m)->forward_dtype, TR_FWD_BFLOAT16);
+    assert_int_equal(tr_model_set_forward_dtype(m, TR_FWD_FLOAT32), TR_OK);
     assert_int_equal(tr_st_open(ctx, ep, &ef), TR_OK);
     assert_non_null(tin = tr_st_find(ef, "inputs"));
     B = (int)tin->shape[0];

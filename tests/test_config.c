@@ -105,6 +105,7 @@ static size_t type_size(const tr_key *k) {
     case TR_KEY_ARCH: return sizeof(tr_arch);
     case TR_KEY_POS_ENCODING: return sizeof(tr_pos_encoding);
     case TR_KEY_LOSS_TYPE: return sizeof(tr_loss_type);
+    case TR_KEY_DTYPE: return sizeof(tr_forward_dtype);
     default: return k->size;
     }
 }
@@ -191,7 +192,7 @@ static const char *sample(tr_key_type t, const char **canon) {
     case TR_KEY_ARCH: return *canon = "hrm", "HRM";
     case TR_KEY_POS_ENCODING: return *canon = "learned", "Learned";
     case TR_KEY_LOSS_TYPE: return *canon = "softmax_cross_entropy", "softmax";
-    case TR_KEY_DTYPE: return *canon = "float16", "float16";
+    case TR_KEY_DTYPE: return *canon = "float16", "FP16";
     default: return *canon = "abc", "abc";
     }
 }
@@ -279,14 +280,14 @@ static void test_bad_values(void **state) {
 /* A program's own keys: the same parser and formatter over its own struct. */
 typedef struct own {
     char path[8];
-    char dtype[16];
+    tr_forward_dtype dtype;
     unsigned long long seed;
 } own;
 
 static void test_own_keys(void **state) {
     static const tr_key keys[] = {
         {"data_path", TR_KEY_STRING, TR_KEY_IN_USER, offsetof(own, path), 8, 0, "a path"},
-        {"arch.forward_dtype", TR_KEY_DTYPE, TR_KEY_IN_USER, offsetof(own, dtype), 16, 0, "compute type"},
+        {"arch.forward_dtype", TR_KEY_DTYPE, TR_KEY_IN_USER, offsetof(own, dtype), 0, 0, "compute type"},
         {"seed", TR_KEY_U64, TR_KEY_IN_USER, offsetof(own, seed), 0, 0, "seed"},
     };
     tr_ctx *ctx = tu_ctx(1, 0);
@@ -308,9 +309,12 @@ static void test_own_keys(void **state) {
     assert_string_equal(buf, "1234567");
     assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "bfloat16"), TR_OK);
     assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "float64"), TR_ERR_INVALID_ARG);
-    assert_err_has(ctx, "bad value 'float64' for key 'arch.forward_dtype': expected bfloat16, float16 or float32");
+    assert_err_has(ctx, "bad value 'float64' for key 'arch.forward_dtype': expected float32, bfloat16, float16 or auto");
+    assert_int_equal(o.dtype, TR_FWD_BFLOAT16);
     assert_int_equal(tr_key_format(&keys[1], &o, buf, sizeof buf), TR_OK);
     assert_string_equal(buf, "bfloat16");
+    assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "Auto"), TR_OK);
+    assert_int_equal(o.dtype, TR_FWD_AUTO);
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "-1"), TR_ERR_INVALID_ARG);
     assert_err_has(ctx, "bad value '-1' for key 'seed': expected an integer");
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "99999999999999999999"), TR_ERR_INVALID_ARG);

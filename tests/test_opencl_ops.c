@@ -364,7 +364,7 @@ static void test_embed(void **state) {
                     xr[j] *= scale;
                 }
             }
-        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, dWt, dWp, dPe, dIn, dPid, dX), TR_OK);
+        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, 0, dWt, dWp, dPe, dIn, dPid, dX), TR_OK);
         check("embed fwd", down(dX, nx), x, nx, 1e-12, 1e-6, 1e-6);
         for (b = 0; b < B; b++) /* tr__embed_bwd */
             for (s = 0; s < S; s++) {

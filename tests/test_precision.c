@@ -1,0 +1,430 @@
+/* The forward precision (tr_forward_dtype): the rounding kernels against their scalar twin, the policy
+   (auto, the fallback chain under injected faults, each choice logged), the model's rounding points,
+   float16's dynamic loss scaling, and checkpoints written in one precision and used in another. The
+   parity with the PyTorch twin in bfloat16 / float16 is in test_parity, the OpenCL twins in
+   test_opencl_model. */
+#define TINYREC_IMPLEMENTATION
+#include "test_util.h"
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Values that exercise every branch: ties to even at both widths, the float16 range edges (65504, 65520,
+   the smallest normal 2^-14, subnormals down to 2^-24 and the half-way 2^-25), infinities, NaNs, zeros. */
+static size_t edge_values(float *x, size_t cap) {
+    static const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x3f808000u, 0x3f818000u,
+                                        0x3f807fffu, 0x3f808001u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x477ff001u, 0x38800000u, 0x387fffffu, 0x33800000u,
+                                        0x33000000u, 0x33000001u, 0x33c00000u, 0x7f7fffffu, 0x7f7f8000u, 0x00000001u, 0x3f801000u, 0x3f803000u, 0x3f800fffu};
+    size_t n = 0, i;
+    uint32_t e, s = 12345u;
+    for (i = 0; i < sizeof specials / sizeof *specials && n < cap; i++) x[n++] = from_bits(specials[i]), x[n++] = -from_bits(specials[i]);
+    /* every exponent, with random mantissas */
+    for (e = 0; e < 256 && n + 8 <= cap; e++)
+        for (i = 0; i < 8; i++) {
+            s = s * 1664525u + 1013904223u;
+            x[n++] = from_bits((e << 23) | (s >> 9) | ((s & 1u) << 31));
+        }
+    return n;
+}
+
+static void test_round_scalar_values(void **state) {
+    float x[] = {1.00390625f, 1.01171875f, 1.0f + 1.0f / 1024.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 3e-8f, 6.0e-8f, 100000.0f};
+    (void)state;
+    tr__round_ref(TR_FWD_BFLOAT16, x, 3);
+    assert_true(x[0] == 1.0f);         /* 1 + 2^-8: a tie, to the even 1.0 */
+    assert_true(x[1] == 1.015625f);    /* 1 + 3 * 2^-8: a tie, to the even 1 + 2^-6 */
+    assert_true(x[2] == 1.0f);         /* below half an ulp of bf16 */
+    tr__round_ref(TR_FWD_FLOAT16, x + 2, 8);
+    assert_true(x[3] == 65504.0f);
+    assert_true(x[4] == 65504.0f);     /* below the half-way point 65520 */
+    assert_true(isinf(x[5]));          /* 65520 is a tie that rounds past the largest value */
+    assert_true(x[6] == 0.0f);         /* below 2^-25: to zero */
+    assert_true(x[7] == 5.9604644775390625e-8f); /* nearest subnormal 2^-24 */
+    assert_true(x[8] == 5.9604644775390625e-8f);
+    assert_true(isinf(x[9]));
+}
+
+/* The SIMD twins (every set this CPU runs) give the scalar twin's bits; NaN payloads may differ in float16,
+   NaN-ness not. Odd lengths and offsets exercise the tails. */
+static void test_round_simd_matches_scalar(void **state) {
+    static const char *const sets[] = {"scalar", "avx2", "avx512", "neon"};
+    enum { CAP = 4096 };
+    float *x = (float *)malloc(CAP * sizeof(float)), *a = (float *)malloc(CAP * sizeof(float)), *b = (float *)malloc(CAP * sizeof(float));
+    size_t n = edge_values(x, CAP - 1), i;
+    int fdt, si, tested = 0;
+    (void)state;
+    for (si = 0; si < 4; si++) {
+        tr_ctx *ctx = tu_ctx(2, 0);
+        if (tr_ctx_set_simd(ctx, sets[si]) != TR_OK) {
+            tr_ctx_destroy(ctx);
+            continue;
+        }
+        tested++;
+        for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+            size_t off;
+            for (off = 0; off < 3; off++) {
+                memcpy(a, x, n * sizeof(float));
+                memcpy(b, x, n * sizeof(float));
+                tr__round_ref(fdt, a + off, n - off);
+                tr__round(ctx, fdt, b + off, n - off);
+                for (i = 0; i < n; i++) {
+                    if (isnan(a[i]) && isnan(b[i]) && fdt == TR_FWD_FLOAT16) continue;
+                    if (bits(a[i]) != bits(b[i]))
+                        fail_msg("%s %s: element %zu (0x%08x): scalar 0x%08x, kernel 0x%08x", sets[si], fdt == TR_FWD_BFLOAT16 ? "bf16" : "fp16", i,
+                                 (unsigned)bits(x[i]), (unsigned)bits(a[i]), (unsigned)bits(b[i]));
+                }
+            }
+            /* idempotent: a rounded value is representable */
+            memcpy(a, b, n * sizeof(float));
+            tr__round(ctx, fdt, a, n);
+            for (i = 0; i < n; i++) assert_true(bits(a[i]) == bits(b[i]) || (isnan(a[i]) && isnan(b[i])));
+        }
+        tr_ctx_destroy(ctx);
+    }
+    assert_true(tested >= 1);
+    /* the converters the checkpoints use agree with the rounding */
+    for (i = 0; i < n; i++) {
+        float r = x[i];
+        tr__round_ref(TR_FWD_BFLOAT16, &r, 1);
+        assert_true(bits(r) == bits(tr__bf16_to_f32(tr__f32_to_bf16(x[i]))) || isnan(r));
+    }
+    free(x), free(a), free(b);
+}
+
+/* A log that remembers what it was told. */
+typedef struct log_buf {
+    char text[8192];
+} log_buf;
+static void log_keep(void *user, tr_log_level level, const char *msg) {
+    log_buf *b = (log_buf *)user;
+    size_t n = strlen(b->text);
+    (void)level;
+    snprintf(b->text + n, sizeof b->text - n, "%s\n", msg);
+}
+static tr_ctx *log_ctx(log_buf *lb) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx;
+    memset(lb, 0, sizeof *lb);
+    cc.num_threads = 1, cc.device = "cpu", cc.log = log_keep, cc.log_user = lb;
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    return ctx;
+}
+
+static void test_policy(void **state) {
+    static const struct {
+        tr_forward_dtype want;
+        tr_fault fault;
+        tr_forward_dtype got;
+        const char *log;
+    } cases[] = {
+        {TR_FWD_FLOAT32, TR_FAULT_NONE, TR_FWD_FLOAT32, ""},
+        {TR_FWD_AUTO, TR_FAULT_NONE, TR_FWD_FLOAT32, "forward_dtype auto: float32 on cpu"},
+        {TR_FWD_BFLOAT16, TR_FAULT_NONE, TR_FWD_BFLOAT16, "forward_dtype bfloat16 on cpu"},
+        {TR_FWD_FLOAT16, TR_FAULT_NONE, TR_FWD_FLOAT16, "dynamic loss scaling"},
+        {TR_FWD_BFLOAT16, TR_FAULT_NO_BF16, TR_FWD_FLOAT16, "forward_dtype bfloat16: the device has no bfloat16 (injected fault); falling back to float16"},
+        {TR_FWD_BFLOAT16, TR_FAULT_NO_HALF, TR_FWD_FLOAT32, "the device has no float16 (injected fault); falling back to float32"},
+        {TR_FWD_FLOAT16, TR_FAULT_NO_BF16, TR_FWD_FLOAT16, "forward_dtype float16 on cpu"},
+        {TR_FWD_FLOAT16, TR_FAULT_NO_HALF, TR_FWD_FLOAT32, "forward_dtype float16: the device has no float16"},
+    };
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        log_buf lb;
+        tr_ctx *ctx = log_ctx(&lb);
+        tr_model_config c;
+        tr_model *m;
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        c.forward_dtype = cases[i].want;
+        if (cases[i].fault) tr_ctx_inject_fault(ctx, cases[i].fault, 0, 0);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        if (tr_model_get_config(m)->forward_dtype != cases[i].got)
+            fail_msg("case %zu: %s -> %s, want %s", i, tr_forward_dtype_name(cases[i].want), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype),
+                     tr_forward_dtype_name(cases[i].got));
+        if (!strstr(lb.text, cases[i].log)) fail_msg("case %zu: the log lacks '%s':\n%s", i, cases[i].log, lb.text);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
+    /* names, parsing, a bad value */
+    assert_string_equal(tr_forward_dtype_name(TR_FWD_BFLOAT16), "bfloat16");
+    assert_null(tr_forward_dtype_name((tr_forward_dtype)9));
+    assert_int_equal(tr_forward_dtype_parse("BF16"), TR_FWD_BFLOAT16);
+    assert_int_equal(tr_forward_dtype_parse("float16"), TR_FWD_FLOAT16);
+    assert_int_equal(tr_forward_dtype_parse("auto"), TR_FWD_AUTO);
+    assert_int_equal(tr_forward_dtype_parse("int8"), -1);
+    {
+        tr_ctx *ctx = tu_ctx(1, 0);
+        tr_model_config c;
+        tr_model *m;
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_int_equal(tr_model_set_forward_dtype(m, (tr_forward_dtype)7), TR_ERR_CONFIG);
+        assert_non_null(strstr(tr_ctx_last_error(ctx), "forward_dtype 7 is unknown"));
+        assert_int_equal(tr_model_get_config(m)->forward_dtype, TR_FWD_FLOAT32);
+        tr_model_destroy(m);
+        assert_int_equal(tr__fault_from_env(ctx, "no-bf16"), TR_OK);
+        assert_int_equal(ctx->fault, TR_FAULT_NO_BF16);
+        assert_int_equal(tr__fault_from_env(ctx, "no-half"), TR_OK);
+        assert_int_equal(ctx->fault, TR_FAULT_NO_HALF);
+        assert_int_equal(tr__fault_from_env(ctx, "no-half@3"), TR_ERR_INVALID_ARG);
+        tr_ctx_destroy(ctx);
+    }
+}
+
+static int all_rounded(int fdt, const float *x, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float r = x[i];
+        tr__round_ref(fdt, &r, 1);
+        if (bits(r) != bits(x[i])) return 0;
+    }
+    return 1;
+}
+
+/* Everything the reference stores in the forward precision is representable in it: the carries, the
+   logits, the q values, the input embedding; and the fp32 answer is close but not the same. Both mixers,
+   TRM and HRM, bfloat16 and float16. */
+static void test_model_rounding_points(void **state) {
+    int variant, fdt;
+    (void)state;
+    for (variant = 0; variant < 3; variant++)
+        for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+            tr_ctx *ctx = tu_ctx(2, 5);
+            tr_model_config c;
+            tr_model *m, *m32;
+            tr_carry *cr, *cr32;
+            enum { B = 3 };
+            int32_t in[B * 16], lab[B * 16], pid[B];
+            tr_batch bt;
+            float logits[B * 16 * 6], logits32[B * 16 * 6], qh[B];
+            tr_step_outputs o;
+            size_t N, i;
+            double worst = 0, mx = 0;
+            if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+            else tu_tiny_config(&c, variant == 0, variant == 0 ? TR_POS_LEARNED : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+            assert_int_equal(tr_model_create(ctx, &c, &m32), TR_OK);
+            c.forward_dtype = (tr_forward_dtype)fdt;
+            assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+            {
+                tr_tensor_view v; /* a non-zero puzzle table, so that the prefix rows are rounded too */
+                assert_int_equal(tr_model_find_tensor(m, "model.inner.puzzle_emb.weights", &v), TR_OK);
+                tu_fill(v.data, v.numel, 3, 0.7f);
+                assert_int_equal(tr_model_find_tensor(m32, "model.inner.puzzle_emb.weights", &v), TR_OK);
+                tu_fill(v.data, v.numel, 3, 0.7f);
+            }
+            tu_tiny_batch(B, 16, 6, 9, in, lab, pid, 3, 0);
+            bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = B;
+            assert_int_equal(tr_carry_create(m, B, &cr), TR_OK);
+            assert_int_equal(tr_carry_create(m32, B, &cr32), TR_OK);
+            memset(&o, 0, sizeof o);
+            o.logits = logits, o.q_halt = qh;
+            assert_int_equal(tr_model_eval_step(m, cr, &bt, &o, NULL), TR_OK);
+            o.logits = logits32;
+            assert_int_equal(tr_model_eval_step(m32, cr32, &bt, &o, NULL), TR_OK);
+            N = (size_t)B * m->S * m->D;
+            assert_true(all_rounded(fdt, cr->z_H, N));
+            assert_true(all_rounded(fdt, cr->z_L, N));
+            assert_true(all_rounded(fdt, cr->x, N));
+            assert_true(all_rounded(fdt, cr->inj, N));
+            assert_true(all_rounded(fdt, logits, sizeof logits / sizeof *logits));
+            assert_true(all_rounded(fdt, qh, B));
+            assert_false(all_rounded(fdt, cr32->z_H, N)); /* (the check can fail) */
+            for (i = 0; i < sizeof logits / sizeof *logits; i++) {
+                worst = fmax(worst, fabs((double)logits[i] - logits32[i]));
+                mx = fmax(mx, fabs((double)logits32[i]));
+            }
+            /* 2 x T x (n + 1) post-norm applications with errors of 2^-9 (bf16) or 2^-12 (fp16) each: a few
+               percent of the logits' scale at most, and never zero */
+            if (!(worst > 0 && worst < (fdt == TR_FWD_BFLOAT16 ? 0.15 : 0.02) * mx))
+                fail_msg("variant %d %s: max |logit - fp32 logit| = %g of max %g", variant, tr_forward_dtype_name((tr_forward_dtype)fdt), worst, mx);
+            tr_carry_destroy(cr), tr_carry_destroy(cr32);
+            tr_model_destroy(m), tr_model_destroy(m32);
+            tr_ctx_destroy(ctx);
+        }
+}
+
+static tr_trainer *tiny_trainer(tr_ctx *ctx, tr_forward_dtype fdt, int window, tr_model **mout) {
+    tr_model_config c;
+    tr_train_config tc = tr_train_config_default();
+    tr_trainer *t;
+    tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+    c.forward_dtype = fdt;
+    assert_int_equal(tr_model_create(ctx, &c, mout), TR_OK);
+    tc.global_batch_size = 4, tc.lr = 1e-3, tc.lr_warmup_steps = 0, tc.loss_scale_window = window;
+    assert_int_equal(tr_trainer_create(*mout, &tc, &t), TR_OK);
+    return t;
+}
+
+/* float16: an injected NaN gradient at step 3 skips that step alone, halves the scale and does not count
+   toward max_nonfinite_steps; good steps double it after the window; the losses
+   are the loss's, not the scaled one's; bfloat16 and float32 report no scale. */
+static void test_loss_scaling(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 7);
+    tr_model *m, *mb;
+    tr_trainer *t = tiny_trainer(ctx, TR_FWD_FLOAT16, 3, &m), *tb;
+    int32_t in[4 * 16], lab[4 * 16], pid[4];
+    tr_batch bt;
+    tr_metrics mt;
+    double want[] = {65536, 65536, 65536, 32768, 32768, 32768, 65536, 65536};
+    int s, skipped = 0;
+    (void)state;
+    tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
+    bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+    tr_ctx_inject_fault(ctx, TR_FAULT_NONFINITE, 3, 1);
+    for (s = 0; s < 8; s++) {
+        assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_OK);
+        if (mt.loss_scale != want[s]) fail_msg("step %d: loss scale %g, want %g", s + 1, mt.loss_scale, want[s]);
+        skipped += mt.skipped != 0;
+        assert_int_equal(mt.skipped != 0, s == 2);
+        assert_true(isfinite(mt.loss) && mt.loss > 0 && mt.loss < 100); /* the loss of the model, not of loss * 65536 */
+    }
+    assert_int_equal(skipped, 1);
+    assert_int_equal(tr_trainer_step_count(t), 8);
+    assert_int_equal(t->nonfinite_run, 0);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    /* bfloat16: no scale, and a NaN is the ordinary non-finite skip */
+    tr_ctx_inject_fault(ctx, TR_FAULT_NONE, 0, 0);
+    tb = tiny_trainer(ctx, TR_FWD_BFLOAT16, 3, &mb);
+    assert_int_equal(tr_trainer_step(tb, &bt, &mt), TR_OK);
+    assert_true(mt.loss_scale == 0 && !mt.skipped);
+    tr_trainer_destroy(tb);
+    tr_model_destroy(mb);
+    tr_ctx_destroy(ctx);
+}
+
+/* A float16 run that overflows in the scaled gradients halves until it fits: a tiny scale window and a
+   forced scale of 2^24 give inf gradients at first, then training settles, every skip counted. */
+static void test_loss_scale_overflow(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 7);
+    tr_model *m;
+    tr_trainer *t = tiny_trainer(ctx, TR_FWD_FLOAT16, 1000, &m);
+    int32_t in[4 * 16], lab[4 * 16], pid[4];
+    tr_batch bt;
+    tr_metrics mt;
+    int s, skipped = 0, good = 0;
+    double last = 0;
+    (void)state;
+    tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
+    bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+    t->loss_scale = 1e30; /* far past float16's range: every scaled gradient overflows to inf */
+    for (s = 0; s < 120 && good < 3; s++) {
+        assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_OK);
+        if (mt.skipped) {
+            skipped++;
+            assert_true(mt.loss_scale > t->loss_scale); /* halved after it */
+        } else
+            good++;
+        last = mt.loss_scale;
+    }
+    assert_int_equal(good, 3);
+    assert_true(skipped >= 10); /* 1e30 / 2^k must come below ~65504 / max|grad| */
+    assert_true(last < 1e30 && last >= 1);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+}
+
+/* The model file records the precision; a file written in one precision loads into another; a trainer
+   state saved in float16 (with its loss scale) resumes bit for bit in float16, and in bfloat16 too. */
+static void test_checkpoints_across_precisions(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 11);
+    tr_model *m, *m2, *m3;
+    tr_trainer *t, *t2;
+    tr_model_config rc;
+    int32_t in[4 * 16], lab[4 * 16], pid[4];
+    tr_batch bt;
+    tr_metrics a, b;
+    const char *mp = TINYREC_TEST_BUILD_DIR "/precision_model.safetensors", *sp = TINYREC_TEST_BUILD_DIR "/precision_state.safetensors";
+    int s;
+    (void)state;
+    tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
+    bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+    t = tiny_trainer(ctx, TR_FWD_FLOAT16, 2, &m);
+    for (s = 0; s < 3; s++) assert_int_equal(tr_trainer_step(t, &bt, &a), TR_OK);
+    assert_true(t->loss_scale == 131072); /* doubled after 2 good steps */
+    assert_int_equal(tr_model_save(m, mp, NULL), TR_OK);
+    assert_int_equal(tr_trainer_save(t, sp, NULL, 0), TR_OK);
+    assert_int_equal(tr_checkpoint_read_config(ctx, mp, &rc), TR_OK);
+    assert_int_equal(rc.forward_dtype, TR_FWD_FLOAT16);
+    assert_int_equal(tr_model_load(ctx, mp, NULL, &m2), TR_OK);
+    assert_int_equal(tr_model_get_config(m2)->forward_dtype, TR_FWD_FLOAT16);
+    /* resume in float16: the same next step as the run that goes on */
+    assert_int_equal(tr_trainer_create(m2, &t->tc, &t2), TR_OK);
+    assert_int_equal(tr_trainer_load(t2, sp, NULL, 0, NULL), TR_OK);
+    assert_true(t2->loss_scale == 131072 && t2->scale_good == 1);
+    assert_int_equal(tr_trainer_step(t, &bt, &a), TR_OK);
+    assert_int_equal(tr_trainer_step(t2, &bt, &b), TR_OK);
+    assert_true(a.loss == b.loss && a.loss_scale == b.loss_scale);
+    tr_trainer_destroy(t2);
+    /* the same state resumed with the model in bfloat16 (and the weights in fp32 in the file) */
+    assert_int_equal(tr_model_set_forward_dtype(m2, TR_FWD_BFLOAT16), TR_OK);
+    assert_int_equal(tr_trainer_create(m2, &t->tc, &t2), TR_OK);
+    assert_int_equal(tr_trainer_load(t2, sp, NULL, 0, NULL), TR_OK);
+    assert_int_equal(tr_trainer_step(t2, &bt, &b), TR_OK);
+    assert_true(isfinite(b.loss) && b.loss_scale == 0 && fabs(b.loss - a.loss) < 0.05 * a.loss);
+    tr_trainer_destroy(t2);
+    /* and a float32 model loads the float16 file's weights bit for bit */
+    assert_int_equal(tr_model_set_forward_dtype(m2, TR_FWD_FLOAT32), TR_OK);
+    assert_int_equal(tr_model_save(m2, mp, NULL), TR_OK);
+    assert_int_equal(tr_model_load(ctx, mp, NULL, &m3), TR_OK);
+    assert_int_equal(tr_model_get_config(m3)->forward_dtype, TR_FWD_FLOAT32);
+    assert_memory_equal(m3->params, m2->params, m2->n_params * sizeof(float));
+    tr_model_destroy(m3);
+    tr_model_destroy(m2);
+    tr_trainer_destroy(t);
+    tr_model_destroy(m);
+    remove(mp), remove(sp);
+    tr_ctx_destroy(ctx);
+}
+
+/* bfloat16 training on the CPU learns the tiny task as float32 does: the loss falls by a similar amount. */
+static void test_bf16_learns(void **state) {
+    double first[2] = {0, 0}, last[2] = {0, 0};
+    int k;
+    (void)state;
+    for (k = 0; k < 2; k++) {
+        tr_ctx *ctx = tu_ctx(2, 3);
+        tr_model *m;
+        tr_trainer *t = tiny_trainer(ctx, k ? TR_FWD_BFLOAT16 : TR_FWD_FLOAT32, 2000, &m);
+        int32_t in[4 * 16], lab[4 * 16], pid[4];
+        tr_batch bt;
+        tr_metrics mt;
+        int s;
+        tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
+        bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+        for (s = 0; s < 60; s++) {
+            assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_OK);
+            if (s < 5) first[k] += mt.lm_loss;
+            if (s >= 55) last[k] += mt.lm_loss;
+        }
+        tr_trainer_destroy(t);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
+    print_message("lm loss, first 5 -> last 5 steps: float32 %.4f -> %.4f, bfloat16 %.4f -> %.4f\n", first[0] / 5, last[0] / 5, first[1] / 5, last[1] / 5);
+    assert_true(last[0] < 0.7 * first[0]);
+    assert_true(last[1] < 0.7 * first[1]);
+    assert_true(fabs(last[1] - last[0]) < 0.25 * last[0] + 0.05 * first[0]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_scalar_values),
+        cmocka_unit_test(test_round_simd_matches_scalar),
+        cmocka_unit_test(test_policy),
+        cmocka_unit_test(test_model_rounding_points),
+        cmocka_unit_test(test_loss_scaling),
+        cmocka_unit_test(test_loss_scale_overflow),
+        cmocka_unit_test(test_checkpoints_across_precisions),
+        cmocka_unit_test(test_bf16_learns),
+    };
+    return cmocka_run_group_tests_name("precision", tests, NULL, NULL);
+}
