@@ -6,11 +6,21 @@
    carries differ by float rounding that grows through the recursion (the parity suite
    measures up to 3e-4 after 3 steps); the loss, a mean over tokens, is compared at rtol 2e-3.
    A lost or repeated step, a wrong micro-batch accumulation or a stale carry changes the loss
-   by O(1e-2) or more, and the step counter is checked exactly. */
+   by O(1e-2) or more, and the step counter is checked exactly.
+
+   The same cases run in bfloat16 and float16 (g_fdt), against the CPU's scalar kernels, whose sums
+   are ordered much as the device's: both round at the same points with bit-identical rounding
+   kernels, and the first 3 steps agree to 1e-6 relative (PoCL), so they are held to the fp32
+   tolerance. After that a sum that differs in its last fp32 bit sometimes rounds to the neighbouring
+   bf16 value, a gradient near zero changes sign, and AdamATan2 turns that into a full lr step: the
+   runs drift apart chaotically (measured on the CPU alone, its scalar and AVX2 kernels differ by 0.7%
+   at step 3 and 0.8% at step 6; PoCL against the scalar CPU by 1.9% at step 6), so steps 4-6 are
+   compared at rtol 5e-2 there. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 
 enum { NB = 8, NSTEPS = 6, SEQ = 16, VOCAB = 6 };
+static tr_forward_dtype g_fdt = TR_FWD_FLOAT32; /* the precision every model of the suite is created in */
 
 typedef struct log_capture {
     char text[8192];
@@ -70,6 +80,7 @@ static void train_steps(tr_trainer *t, int from, int to, double *loss) {
 static void variant_config(tr_model_config *c, int mlp_t) {
     if (mlp_t == 2) tu_tiny_hrm_config(c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
     else tu_tiny_config(c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    c->forward_dtype = g_fdt;
 }
 
 /* The reference trajectory: the same model and batches on the CPU. */
@@ -81,6 +92,7 @@ static void cpu_trajectory(int mlp_t, double *loss) {
     tr_trainer *t;
     tr_train_config tc = train_config();
     variant_config(&c, mlp_t);
+    if (g_fdt != TR_FWD_FLOAT32) assert_int_equal(tr_ctx_set_simd(ctx, "scalar"), TR_OK); /* (see the top) */
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
@@ -91,8 +103,14 @@ static void cpu_trajectory(int mlp_t, double *loss) {
 
 static void assert_trajectory(const char *what, const double *got, const double *ref, int from, int to) {
     int k;
-    for (k = from; k < to; k++)
-        if (!(fabs(got[k] - ref[k]) <= 2e-3 * fabs(ref[k]))) fail_msg("%s: step %d loss %.9g, CPU %.9g", what, k + 1, got[k], ref[k]);
+    double rtol, worst = 0;
+    for (k = from; k < to; k++) {
+        rtol = g_fdt == TR_FWD_FLOAT32 || k < 3 ? 2e-3 : 5e-2;
+        if (getenv("TRAJ_DEBUG")) print_message("  step %d: %.9g vs cpu %.9g\n", k + 1, got[k], ref[k]);
+        worst = fmax(worst, fabs(got[k] - ref[k]) / fabs(ref[k]));
+        if (!(fabs(got[k] - ref[k]) <= rtol * fabs(ref[k]))) fail_msg("%s (%s): step %d loss %.9g, CPU %.9g", what, tr_forward_dtype_name(g_fdt), k + 1, got[k], ref[k]);
+    }
+    if (g_fdt != TR_FWD_FLOAT32) print_message("%s (%s): worst relative loss difference %.2e\n", what, tr_forward_dtype_name(g_fdt), worst);
 }
 
 /* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
@@ -394,11 +412,83 @@ static void test_bad_batch_stays_on_device(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* bfloat16 and float16 on the device: the trajectories of both mixers and HRM against the CPU in the same
+   precision, then the fallbacks (micro-batch halving, a failed command moving the step to the CPU). */
+static void test_trajectory_reduced(void **state) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    (void)state;
+    for (g_fdt = TR_FWD_BFLOAT16; g_fdt <= TR_FWD_FLOAT16; g_fdt = (tr_forward_dtype)(g_fdt + 1)) {
+        check_trajectory(1);
+        check_trajectory(0);
+        if (g_fdt == TR_FWD_BFLOAT16) check_trajectory(2);
+    }
+    g_fdt = TR_FWD_BFLOAT16;
+    assert_true(device_run(1, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("bf16 oom, halved", got, ref, 0, NSTEPS);
+    assert_false(run_with_fault(1, TR_FAULT_ENQUEUE, 4, 40, &lc, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
+    assert_trajectory("bf16 enqueue failure", got, ref, 0, NSTEPS);
+    g_fdt = TR_FWD_FLOAT32;
+}
+
+/* The device's rounding kernel gives the CPU's bits (NaN-ness only for NaN in float16), and the fallback
+   chain is the same on the device. */
+static void test_round_kernel_matches_cpu(void **state) {
+    log_capture lc;
+    tr_ctx *ctx;
+    enum { N = 1 << 16 };
+    float *x = (float *)malloc(N * sizeof(float)), *ref = (float *)malloc(N * sizeof(float)), *got, *d;
+    uint32_t s = 99;
+    int fdt, i;
+    (void)state;
+    need_device();
+    ctx = make_ctx("opencl", &lc);
+    assert_true(tr_ctx_use_device(ctx));
+    for (i = 0; i < N; i++) { /* every exponent, random mantissas and signs */
+        uint32_t u;
+        s = s * 1664525u + 1013904223u;
+        u = ((uint32_t)(i & 255) << 23) | (s >> 9) | ((s & 2u) << 30);
+        memcpy(x + i, &u, 4);
+    }
+    d = (float *)tr__dalloc(ctx, N * sizeof(float), 0);
+    assert_non_null(d);
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+        memcpy(ref, x, N * sizeof(float));
+        tr__round_ref(fdt, ref, N);
+        assert_int_equal(tr__dput(ctx, d, x, N * sizeof(float)), TR_OK);
+        assert_int_equal(tr__op_round(ctx, fdt, d, N), TR_OK);
+        got = tu_get(ctx, d, N);
+        for (i = 0; i < N; i++)
+            if (memcmp(got + i, ref + i, 4) != 0 && !(isnan(got[i]) && isnan(ref[i])))
+                fail_msg("%s: element %d: device %.9g, cpu %.9g", fdt == 1 ? "bf16" : "fp16", i, got[i], ref[i]);
+        free(got);
+    }
+    tr__dfree(ctx, d);
+    tr_ctx_inject_fault(ctx, TR_FAULT_NO_BF16, 0, 0);
+    {
+        tr_model_config c;
+        tr_model *m;
+        g_fdt = TR_FWD_BFLOAT16;
+        variant_config(&c, 1);
+        g_fdt = TR_FWD_FLOAT32;
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_int_equal(tr_model_get_config(m)->forward_dtype, TR_FWD_FLOAT16);
+        if (!strstr(lc.text, "falling back to float16")) fail_msg("log:\n%s", lc.text);
+        tr_model_destroy(m);
+    }
+    tr_ctx_destroy(ctx);
+    free(x), free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trajectory_mlp_t),
         cmocka_unit_test(test_trajectory_attention),
         cmocka_unit_test(test_trajectory_hrm),
+        cmocka_unit_test(test_trajectory_reduced),
+        cmocka_unit_test(test_round_kernel_matches_cpu),
         cmocka_unit_test(test_hrm_oom_and_enqueue_faults),
         cmocka_unit_test(test_open_faults_fall_back_to_cpu),
         cmocka_unit_test(test_oom_halves_the_micro_batch),
