@@ -48,7 +48,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
     int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
-    double peak = 0;
+    double peak = 0, mem_mb = 0;
     row rows[16];
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx;
@@ -199,9 +199,17 @@ int main(int argc, char **argv) {
             free(A), free(Bm);
         }
     }
+    {
+        /* the training step's activation memory per sample: the recorded cycle and the workspace (their
+           floats are fp32 in every precision: the reduced ones are rounded, not stored in 16 bits) */
+        double tape = m->nets ? (double)m->tape_nets * ((double)m->tape_B * ((double)m->S * m->D + (double)tr__block_rec_floats(m) * tr__rec_layers(m)) + 64) : 0;
+        double ws = (double)tr__block_rec_floats(m) * B + (double)tr__block_tmp_floats(m, B) +
+                    (double)B * ((double)m->S * m->D * 6 + 2.0 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2.0 * m->It * m->D);
+        mem_mb = skip_train ? 0 : (tape + ws) * sizeof(float) / B / 1048576.0;
+    }
     if (json) {
-        printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"results\": [", preset, tr_ctx_device_name(ctx),
-               tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B);
+        printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"dtype\": \"%s\", \"mem_per_sample_mb\": %.3f, \"results\": [",
+               preset, tr_ctx_device_name(ctx), tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B, tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb);
         for (i = 0; i < nrows; i++) {
             printf("%s{\"name\": \"%s\", \"ms\": %.3f, \"per_s\": %.4f, \"gflops\": %.2f", i ? ", " : "", rows[i].name, rows[i].ms, rows[i].per_s, rows[i].gflops);
             if (peak > 0) printf(", \"frac_peak\": %.4f", rows[i].gflops / peak);
@@ -209,7 +217,8 @@ int main(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("tinyrec-bench %s: preset %s, device %s\n", tr_version_string(), preset, tr_ctx_device_name(ctx));
+        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample\n", tr_version_string(), preset, tr_ctx_device_name(ctx),
+               tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb);
         printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
         for (i = 0; i < nrows; i++) {
             printf("%-34s %12.2f ", rows[i].name, rows[i].ms);

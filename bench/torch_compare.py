@@ -4,6 +4,7 @@
     /usr/bin/python3 bench/torch_compare.py [--preset trm-sudoku-mlp] [--batch 64] [--threads 2]
                                             [--reps 3] [--device cpu|cuda] [--peak-gflops G]
                                             [--simd avx2|avx512] [--attention auto|sdpa|explicit]
+                                            [--dtype float32|bfloat16|float16] [--compile]
 
 It times, in PyTorch (fp32; on CUDA with TF32 off, plus a bf16 autocast reference line):
   - one training supervision step (TRM: T-1 no-grad cycles, the last with grad; HRM: everything
@@ -17,6 +18,10 @@ the ratios (tinyrec / PyTorch throughput). On the CPU it uses the "tuned" PyTorc
 ../shared/docs/perf-baseline.md (OpenMP OpenBLAS, no mmap churn), re-executing itself with
 those variables when they are missing. Needs Debian's python3-torch (and libopenblas0-openmp).
 Presets: the reference ones (D=512) and the CPU-sized sudoku-tiny (the demo's model) and sudoku-small.
+--dtype bfloat16|float16 runs PyTorch's training and inference steps and GEMMs under torch.autocast in that
+precision (the reference's own setting; float16 needs CUDA or a torch whose CPU autocast has it) and
+tinyrec-bench with --dtype; --compile also times the PyTorch training step under torch.compile where the
+torch has it.
 """
 import argparse
 import json
@@ -64,6 +69,9 @@ def parse():
     ap.add_argument("--simd", default=None, choices=["avx2", "avx512"],
                     help="CPU: both sides limited to this vector set (tinyrec --simd; PyTorch ATEN_CPU_CAPABILITY and "
                          "OpenBLAS OPENBLAS_CORETYPE), to stand in for a CPU without AVX-512")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="both sides in this forward precision (PyTorch: torch.autocast; tinyrec: --dtype)")
+    ap.add_argument("--compile", action="store_true", help="also time PyTorch's training step under torch.compile")
     return ap.parse_args()
 
 
@@ -274,6 +282,19 @@ def main():
         F_fwd = T * (n + 1) * 2 * F_blk + F_h
         F_train = (T * (n + 1) + 2 * (n + 1)) * 2 * F_blk + 3 * F_h
 
+    import contextlib
+    low = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(args.dtype)
+
+    def autocast():  # the reference's precision: matmuls in low, norms and losses as autocast decides
+        return torch.autocast(args.device, dtype=low) if low is not None else contextlib.nullcontext()
+
+    def in_dtype(fn):
+        def run(*a):
+            with autocast():
+                return fn(*a)
+        return run
+    train_step, infer_step = in_dtype(train_step), in_dtype(infer_step)
+
     res = {}
     tok, lab = gen(args.batch)
     t = timeit(lambda: train_step(tok, lab), args.reps)
@@ -291,12 +312,17 @@ def main():
         t = timeit(lambda: infer_step(tk), args.reps)
         res["infer%d" % B] = (t, B / t, F_fwd * B / t / 1e9)
     for (M, K, N) in ((6208, 512, 3072), (6208, 1536, 512)):
-        a = torch.randn(M, K, device=dev)
-        w = torch.randn(N, K, device=dev)
+        a = torch.randn(M, K, device=dev, dtype=low or torch.float32)
+        w = torch.randn(N, K, device=dev, dtype=low or torch.float32)
         t = timeit(lambda: F.linear(a, w), args.reps + 2)
         res["sgemm%dx%dx%d" % (M, K, N)] = (t, 0.0, 2.0 * M * N * K / t / 1e9)
     bf16 = {}
-    if args.device == "cuda":
+    compiled = None
+    if args.compile and hasattr(torch, "compile"):
+        ct = torch.compile(train_step)
+        t = timeit(lambda: ct(tok, lab), args.reps)
+        compiled = (t, args.batch / t, F_train * args.batch / t / 1e9)
+    if args.device == "cuda" and low is None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             t = timeit(lambda: train_step(tok, lab), args.reps)
         bf16["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
@@ -305,13 +331,14 @@ def main():
     if not args.skip_tinyrec:
         tdev = args.tinyrec_device or ("opencl" if args.device == "cuda" else "cpu")
         cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps),
-               "--device", tdev, "--json"] + (["--simd", args.simd] if args.simd else [])
+               "--device", tdev, "--json", "--dtype", args.dtype] + (["--simd", args.simd] if args.simd else [])
         env = {k: v for k, v in os.environ.items() if k not in TUNED and k not in ("ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         ours = json.loads(out)
 
-    print("PyTorch %s on %s, %d threads, preset %s, batch %d (fp32%s%s)" % (
+    print("PyTorch %s on %s, %d threads, preset %s, batch %d (%s%s%s)" % (
         torch.__version__, torch.cuda.get_device_name() if args.device == "cuda" else args.device, args.threads, args.preset, args.batch,
+        "fp32" if low is None else "autocast " + args.dtype,
         ", TF32 off" if args.device == "cuda" else "",
         "" if p["mlp_t"] else (", attention: scaled_dot_product_attention" if SDPA else ", attention: softmax(QK^T)V")))
     if args.device == "cpu":
@@ -348,6 +375,14 @@ def main():
             line += " | %12.2f %10.1f | %7.2fx" % (r["ms"], r["gflops"], t * 1e3 / r["ms"])
             summary["ratio"]["train step vs torch bf16"] = t * 1e3 / r["ms"]
         print(line + "   (PyTorch bf16 autocast: a reference line; tinyrec stays fp32)")
+    if compiled:
+        t, per_s, gf = compiled
+        line = "%-30s %12.2f %12.3f %10.1f" % ("train step, torch.compile", t * 1e3, per_s, gf)
+        r = ours and next((x for x in ours["results"] if x["name"].startswith("train step")), None)
+        if r:
+            line += " | %12.2f %10.1f | %7.2fx" % (r["ms"], r["gflops"], t * 1e3 / r["ms"])
+            summary["ratio"]["train step vs torch.compile"] = t * 1e3 / r["ms"]
+        print(line)
     print("ratio = PyTorch time / tinyrec time (higher is better for tinyrec)")
     print("JSON " + json.dumps(summary))
 

@@ -2,6 +2,10 @@
    small TRM for a fixed time, then solves held-out puzzles it never saw.
 
    build/tinyrec-demo [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S]
+                      [--dtype float32|bfloat16|float16] [--steps N]
+
+   --dtype trains and solves in that precision (fp32 master weights either way); --steps trains exactly
+   N steps instead of for M minutes (to compare precisions at equal work).
 
    The device follows TINYREC_DEVICE (auto, cpu, opencl, opencl:N; default auto: an OpenCL GPU when
    the build has OpenCL and there is one, else the CPU).
@@ -56,7 +60,8 @@ static void print_grid(const char *title, const int32_t *tokens, const uint8_t *
 
 int main(int argc, char **argv) {
     double minutes = 5.0, ema_decay = 0.99;
-    int n_train = 20000, n_test = 200, clues = 50, B = 32, i;
+    int n_train = 20000, n_test = 200, clues = 50, B = 32, i, dtype = TR_FWD_FLOAT32;
+    long max_steps = 0;
     uint64_t seed = 1;
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx;
@@ -75,8 +80,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = (uint64_t)atoll(argv[++i]);
         else if (!strcmp(argv[i], "--ema") && i + 1 < argc) ema_decay = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) max_steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            if ((dtype = tr_forward_dtype_parse(argv[++i])) < 0) {
+                fprintf(stderr, "tinyrec-demo: --dtype takes float32, bfloat16, float16 or auto, not '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else {
-            fprintf(stderr, "usage: %s [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S] [--ema DECAY]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--minutes M] [--train N] [--test N] [--clues K] [--batch B] [--seed S] [--ema DECAY] [--dtype T] [--steps N]\n", argv[0]);
             return 2;
         }
     }
@@ -114,6 +126,7 @@ int main(int argc, char **argv) {
     /* the library's sudoku-tiny preset: the trm-tiny model and a recipe for minutes of CPU training */
     if (tr_preset_find("sudoku-tiny", &preset) != TR_OK) return 1;
     cfg = preset.model;
+    cfg.forward_dtype = (tr_forward_dtype)dtype;
     if (tr_model_create(ctx, &cfg, &model) != TR_OK) {
         fprintf(stderr, "tinyrec-demo: %s\n", tr_ctx_last_error(ctx));
         return 1;
@@ -126,12 +139,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tinyrec-demo: %s\n", tr_ctx_last_error(ctx));
         return 1;
     }
-    printf("training TRM (%zu parameters, mlp_t, T=%d, n=%d) for %.1f minutes at batch %d...\n", tr_model_num_params(model), cfg.H_cycles, cfg.L_cycles, minutes, B);
+    if (max_steps > 0)
+        printf("training TRM (%zu parameters, mlp_t, T=%d, n=%d, %s) for %ld steps at batch %d...\n", tr_model_num_params(model), cfg.H_cycles, cfg.L_cycles,
+               tr_forward_dtype_name(tr_model_get_config(model)->forward_dtype), max_steps, B);
+    else
+        printf("training TRM (%zu parameters, mlp_t, T=%d, n=%d, %s) for %.1f minutes at batch %d...\n", tr_model_num_params(model), cfg.H_cycles, cfg.L_cycles,
+               tr_forward_dtype_name(tr_model_get_config(model)->forward_dtype), minutes, B);
     {
         double t0 = now_s(), last = t0, acc_sum = 0, exact_sum = 0, count = 0, steps_sum = 0, loss_sum = 0;
         long step = 0, cursor = 0, interval_steps = 0;
         int tty = isatty(1);
-        while (now_s() - t0 < minutes * 60.0) {
+        while (max_steps > 0 ? step < max_steps : now_s() - t0 < minutes * 60.0) {
             tr_batch b;
             tr_metrics m;
             int r;
