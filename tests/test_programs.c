@@ -531,6 +531,53 @@ static void test_train_solve_hrm(void **state) {
     free(out);
 }
 
+/* The precision through the programs: tinyrec-train in float16 names it in its header, writes it and the
+   loss scale into metrics.jsonl and into the checkpoint; tinyrec-solve takes the checkpoint's precision or
+   --dtype; a bad --dtype is a usage error. */
+static void test_precision_cli(void **state) {
+    char in[1024], ck[1024], *out;
+    (void)state;
+    ensure_smoke_run(); /* the data */
+    assert_int_equal(run_cmd("fp16", "'%s' " TINY_ARGS " checkpoint_path='%s/fp16' epochs=1 eval_interval=1 eval_batches=2 max_steps=4 arch.forward_dtype=float16",
+                             g_train, g_dir, g_dir),
+                     0);
+    out = tag_file("fp16", "out");
+    assert_non_null(strstr(out, "float16"));
+    free(out);
+    pathf(in, sizeof in, "%s", "fp16/metrics.jsonl");
+    out = tu_slurp(in, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "\"forward_dtype\":\"float16\""));
+    assert_non_null(strstr(out, "\"loss_scale\":65536"));
+    free(out);
+    pathf(ck, sizeof ck, "%s", "fp16/latest.safetensors");
+    {
+        tr_ctx *ctx = tu_ctx(1, 0);
+        tr_model_config c;
+        assert_int_equal(tr_checkpoint_read_config(ctx, ck, &c), TR_OK);
+        assert_int_equal(c.forward_dtype, TR_FWD_FLOAT16);
+        tr_ctx_destroy(ctx);
+    }
+    pathf(in, sizeof in, "%s", "sudoku.txt");
+    write_sudoku_input(in);
+    assert_int_equal(run_cmd("solve_fp16", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
+    out = tag_file("solve_fp16", "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    free(out);
+    assert_int_equal(run_cmd("solve_bf16", "'%s' '%s' '%s' --jsonl --threads 1 --dtype bf16", g_solve, ck, in), 0);
+    out = tag_file("solve_bf16", "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    free(out);
+    assert_int_equal(run_cmd("solve_baddtype", "'%s' '%s' '%s' --dtype int8", g_solve, ck, in), 2);
+    out = tag_file("solve_baddtype", "err");
+    assert_non_null(strstr(out, "--dtype takes float32, bfloat16, float16 or auto"));
+    free(out);
+    assert_int_equal(run_cmd("train_baddtype", "'%s' " TINY_ARGS " checkpoint_path='%s/b' arch.forward_dtype=float64", g_train, g_dir, g_dir), 2);
+    out = tag_file("train_baddtype", "err");
+    assert_non_null(strstr(out, "arch.forward_dtype"));
+    free(out);
+}
+
 /* A model saved by the library (no training) for the Maze and ARC input paths. */
 static void save_untrained(const char *path, int vocab, int seq_len, int num_ids) {
     tr_ctx *ctx = tu_ctx(1, 5);
@@ -942,7 +989,7 @@ int main(void) {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
         cmocka_unit_test(test_train_solve_hrm), cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
         cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report), cmocka_unit_test(test_train_keys),
-        cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full),
+        cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full), cmocka_unit_test(test_precision_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
