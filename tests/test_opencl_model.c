@@ -168,18 +168,27 @@ static void test_trajectory_mlp_t(void **state) { (void)state; check_trajectory(
 static void test_trajectory_attention(void **state) { (void)state; check_trajectory(0); }
 static void test_trajectory_hrm(void **state) { (void)state; check_trajectory(2); }
 
+/* Device memory short of the whole batch at step 3 (halved micro-batches, on the device), then the
+   enqueue-th command of step 4 failing (the step redone on the CPU from the carry it began with). */
+static void check_oom_and_enqueue(int mlp_t, int enqueue, const char *what) {
+    double ref[NSTEPS], got[NSTEPS];
+    log_capture lc;
+    char name[64];
+    assert_true(device_run(mlp_t, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
+    snprintf(name, sizeof name, "%s oom, halved", what);
+    assert_trajectory(name, got, ref, 0, NSTEPS);
+    assert_false(run_with_fault(mlp_t, TR_FAULT_ENQUEUE, 4, enqueue, &lc, got));
+    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
+    snprintf(name, sizeof name, "%s enqueue failure", what);
+    assert_trajectory(name, got, ref, 0, NSTEPS);
+}
+
 /* HRM's fallbacks: micro-batches (the Q target's scratch is per micro-batch) and a failed
    command mid-step, whose redo on the CPU must start from the carry the step began with. */
 static void test_hrm_oom_and_enqueue_faults(void **state) {
-    double ref[NSTEPS], got[NSTEPS];
-    log_capture lc;
     (void)state;
-    assert_true(device_run(2, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
-    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
-    assert_trajectory("hrm oom, halved", got, ref, 0, NSTEPS);
-    assert_false(run_with_fault(2, TR_FAULT_ENQUEUE, 4, 60, &lc, got));
-    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
-    assert_trajectory("hrm enqueue failure", got, ref, 0, NSTEPS);
+    check_oom_and_enqueue(2, 60, "hrm");
 }
 
 /* No library, no platform, no device, a build failure: the CPU, one line saying why, and the
@@ -415,8 +424,6 @@ static void test_bad_batch_stays_on_device(void **state) {
 /* bfloat16 and float16 on the device: the trajectories of both mixers and HRM against the CPU in the same
    precision, then the fallbacks (micro-batch halving, a failed command moving the step to the CPU). */
 static void test_trajectory_reduced(void **state) {
-    double ref[NSTEPS], got[NSTEPS];
-    log_capture lc;
     (void)state;
     for (g_fdt = TR_FWD_BFLOAT16; g_fdt <= TR_FWD_FLOAT16; g_fdt = (tr_forward_dtype)(g_fdt + 1)) {
         check_trajectory(1);
@@ -424,12 +431,7 @@ static void test_trajectory_reduced(void **state) {
         if (g_fdt == TR_FWD_BFLOAT16) check_trajectory(2);
     }
     g_fdt = TR_FWD_BFLOAT16;
-    assert_true(device_run(1, TR_FAULT_DEVICE_OOM, 3, NB / 2, &lc, ref, got));
-    if (lc.device_lines != 1 || !strstr(lc.text, "micro-batches of 4 rows")) fail_msg("log:\n%s", lc.text);
-    assert_trajectory("bf16 oom, halved", got, ref, 0, NSTEPS);
-    assert_false(run_with_fault(1, TR_FAULT_ENQUEUE, 4, 40, &lc, got));
-    if (lc.device_lines != 1 || !strstr(lc.text, "during step 4") || !strstr(lc.text, "to the cpu")) fail_msg("log:\n%s", lc.text);
-    assert_trajectory("bf16 enqueue failure", got, ref, 0, NSTEPS);
+    check_oom_and_enqueue(1, 40, "bf16");
     g_fdt = TR_FWD_FLOAT32;
 }
 
