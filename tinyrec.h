@@ -2144,6 +2144,10 @@ TR__FN void tr__round_ref(int fdt, float *x, size_t n) {
     else if (fdt == TR_FWD_FLOAT16)
         for (i = 0; i < n; i++) x[i] = tr__f16_to_f32(tr__f32_to_f16(x[i]));
 }
+TR__FN float tr__round1(int fdt, float x) {
+    tr__round_ref(fdt, &x, 1);
+    return x;
+}
 
 /* >>cpu
    Kernels. Each op has a plain scalar reference (tr__*_ref, kept forever and used by the tests)
@@ -2281,9 +2285,10 @@ TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const flo
 }
 
 /* SwiGLU activation: out = silu(gate) * up, where gate = g[0..width) and up = g[width..2 width)
-   of each of `rows` rows (row strides g_stride and out_stride). */
+   of each of `rows` rows (row strides g_stride and out_stride). With fdt (bfloat16 / float16), as
+   PyTorch computes F.silu(gate) * up on tensors of that type: silu in fp32, rounded, times up, rounded. */
 TR__FN float tr__silu(float x) { return x / (1.0f + expf(-x)); }
-typedef struct tr__swiglu_fwd_args { long width; const float *g; size_t g_stride; float *out; size_t out_stride; } tr__swiglu_fwd_args;
+typedef struct tr__swiglu_fwd_args { long width; const float *g; size_t g_stride; float *out; size_t out_stride; int fdt; } tr__swiglu_fwd_args;
 TR__FN void tr__swiglu_fwd_range(void *arg, long i0, long i1) {
     const tr__swiglu_fwd_args *a = (const tr__swiglu_fwd_args *)arg;
     long width = a->width;
@@ -2296,11 +2301,14 @@ TR__FN void tr__swiglu_fwd_range(void *arg, long i0, long i1) {
         const float *gate = g + (size_t)r * g_stride, *up = gate + width;
         float *o = out + (size_t)r * out_stride;
         long j;
-        for (j = 0; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
+        if (a->fdt)
+            for (j = 0; j < width; j++) o[j] = tr__round1(a->fdt, tr__round1(a->fdt, tr__silu(gate[j])) * up[j]);
+        else
+            for (j = 0; j < width; j++) o[j] = tr__silu(gate[j]) * up[j];
     }
 }
 TR__FN void tr__swiglu_fwd_ref(long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride, int nthreads) {
-    tr__swiglu_fwd_args a = {width, g, g_stride, out, out_stride};
+    tr__swiglu_fwd_args a = {width, g, g_stride, out, out_stride, 0};
     tr__par_for(nthreads, rows, 0, tr__swiglu_fwd_range, &a);
 }
 
@@ -3285,16 +3293,45 @@ TR__FN void tr__swiglu_fwd_simd_range(void *arg, long i0, long i1) {
     long r;
     for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.out + (size_t)r * p->a.out_stride);
 }
-TR__FN void tr__swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
-    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride}, NULL};
+/* bfloat16 / float16 (a.fdt): the set's row kernel gives silu(gate) on chunks whose up half is ones (x * 1 is
+   exact), then silu is rounded, multiplied by up and rounded, as tr__swiglu_fwd_range does it. */
+TR__FN void tr__swiglu_fwd_lp_range(void *arg, long i0, long i1) {
+    const tr__swiglu_fwd_simd *p = (const tr__swiglu_fwd_simd *)arg;
+    enum { CH = 256 };
+    float buf[2 * CH], sl[CH];
+    long r, j0, k, fdt = p->a.fdt;
+    for (k = 0; k < CH; k++) buf[CH + k] = 1.0f;
+    for (r = i0; r < i1; r++) {
+        const float *gate = p->a.g + (size_t)r * p->a.g_stride, *up = gate + p->a.width;
+        float *o = p->a.out + (size_t)r * p->a.out_stride;
+        for (j0 = 0; j0 < p->a.width; j0 += CH) {
+            long n = TR__MIN(CH, p->a.width - j0);
+            memcpy(buf + CH - n, gate + j0, (size_t)n * sizeof(float)); /* gate | ones: the row kernel's layout for width n */
+            p->row(n, buf + CH - n, sl);
+#if TR__X86
+            tr__round_span256((int)fdt, sl, 0, (size_t)n);
+#else
+            tr__round_ref((int)fdt, sl, (size_t)n);
+#endif
+            for (k = 0; k < n; k++) o[j0 + k] = sl[k] * up[j0 + k];
+#if TR__X86
+            tr__round_span256((int)fdt, o + j0, 0, (size_t)n);
+#else
+            tr__round_ref((int)fdt, o + j0, (size_t)n);
+#endif
+        }
+    }
+}
+TR__FN void tr__swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride, fdt}, NULL};
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
 #endif
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_fwd_row128;
 #endif
-    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_simd_range, &p);
-    else tr__swiglu_fwd_ref(rows, width, g, g_stride, out, out_stride, ctx->num_threads);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fdt ? tr__swiglu_fwd_lp_range : tr__swiglu_fwd_simd_range, &p);
+    else tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_range, &p.a);
 }
 typedef struct tr__swiglu_bwd_simd { tr__swiglu_bwd_args a; void (*row)(long, const float *, const float *, float *); } tr__swiglu_bwd_simd;
 TR__FN void tr__swiglu_bwd_simd_range(void *arg, long i0, long i1) {
@@ -6375,26 +6412,27 @@ static const char tr__cl_src_ops_1[] =
 "    for (; i < n; i += step) bad |= !isfinite(x[i]);\n"
 "    if (bad) flag[f_off] = 1;\n"
 "}\n"
-"__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {\n"
+"/* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */\n"
+"__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
 "    long j = get_global_id(0), r = get_global_id(1);\n"
 "    float x;\n"
 "    if (j >= width || r >= rows) return;\n"
 "    g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;\n"
 "    x = g[j];\n"
-"    o[j] = x / (1.0f + exp(-x)) * g[j + width];\n"
+"    o[j] = fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * g[j + width], fdt) : x / (1.0f + exp(-x)) * g[j + width];\n"
 "}\n"
 "__kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,\n"
 "                              __global float *dg, ulong dg_off) {\n"
 "    long j = get_global_id(0), r = get_global_id(1);\n"
 "    float x, up, d, sg;\n"
 "    if (j >= width || r >= rows) return;\n"
-"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n"
+"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n";
+static const char tr__cl_src_ops_2[] =
 "    x = g[j]; up = g[j + width]; d = da[j];\n"
 "    sg = 1.0f / (1.0f + exp(-x));\n"
 "    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));\n"
 "    dg[j + width] = d * (x * sg);\n"
-"}\n";
-static const char tr__cl_src_ops_2[] =
+"}\n"
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                        __global const float *sn, ulong sn_off, float sgn) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
@@ -6470,12 +6508,12 @@ static const char tr__cl_src_ops_2[] =
 "__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
 "                                ulong rstd_off, __global float *dx, ulong dx_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
+"    size_t r = get_group_id(0);\n";
+static const char tr__cl_src_ops_3[] =
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs = rstd[rstd_off + r];\n"
-"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n";
-static const char tr__cl_src_ops_3[] =
+"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
 "    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
 "    dot = tr_k1_wg_sum(sh, dot);\n"
 "    mean = (float)(dot / D);\n"
@@ -6547,14 +6585,14 @@ static const char tr__cl_src_ops_3[] =
 "        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);\n"
 "    }\n"
 "    if (act && label != -100) {\n"
-"        am = V;\n"
+"        am = V;\n";
+static const char tr__cl_src_ops_4[] =
 "        for (k = lane; k < V; k += tpr)\n"
 "            if (am == V || x[k] > mx) mx = x[k], am = k;\n"
 "    }\n"
 "    shv[lid] = mx; shi[lid] = am;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    for (s = tpr / 2; s > 0; s >>= 1) {\n";
-static const char tr__cl_src_ops_4[] =
+"    for (s = tpr / 2; s > 0; s >>= 1) {\n"
 "        if (lane < s) {\n"
 "            float v2 = shv[lid + s];\n"
 "            int i2 = shi[lid + s];\n"
@@ -6641,13 +6679,13 @@ static const char tr__cl_src_ops_4[] =
 "    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;\n"
 "    float acc = 0;\n"
 "    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;\n"
-"    if (nchunk == 1 && j < D) acc = *dst;\n"
+"    if (nchunk == 1 && j < D) acc = *dst;\n";
+static const char tr__cl_src_ops_5[] =
 "    dx += dx_off + j; in += in_off;\n"
 "    for (t = t0; t < t1; t += n) {\n"
 "        m = (int)min((long)n, t1 - t);\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-"        if (lid < m) tile[lid] = in[t + lid];\n";
-static const char tr__cl_src_ops_5[] =
+"        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (j < D)\n"
 "            for (u = 0; u < m; u++)\n"
@@ -6831,7 +6869,7 @@ TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int B, int S, int D, const floa
     return tr__cl_k1_launch2(cl, "tr_k_rms_cols_bwd", (size_t)D, (size_t)B, &A);
 }
 
-TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
     tr__clargs A;
     if (rows <= 0 || width <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -6841,6 +6879,7 @@ TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, long rows, long width, const floa
     tr__cla_i64(&A, (int64_t)g_stride);
     tr__cla_buf(&A, out);
     tr__cla_i64(&A, (int64_t)out_stride);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch2(cl, "tr_k_swiglu_fwd", (size_t)width, (size_t)rows, &A);
 }
 
@@ -9007,9 +9046,10 @@ TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const flo
     return TR_OK;
 }
 
-TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, long rows, long width, const float *g, size_t gs, float *out, size_t os) {
-    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, rows, width, g, gs, out, os));
-    tr__swiglu_fwd(ctx, rows, width, g, gs, out, os);
+/* fdt (tr_forward_dtype): bfloat16 / float16 round silu(gate) and the product, as PyTorch does on such tensors */
+TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, float *out, size_t os) {
+    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, fdt, rows, width, g, gs, out, os));
+    tr__swiglu_fwd(ctx, fdt, rows, width, g, gs, out, os);
     return TR_OK;
 }
 
@@ -9032,8 +9072,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
     if (ctx->dev_active && !fdt && tr__cl_gemm_sw_ok(ta, tb, 2))
         return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, rows * cols);
 #endif
-    if ((st = tr__op_swiglu_fwd(ctx, nb, (long)(rows * cols), gu, sB, act, rows * cols))) return st;
-    if ((st = tr__op_round(ctx, fdt, act, (size_t)nb * rows * cols))) return st; /* the activation the forward rounded */
+    if ((st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols))) return st; /* the activation the forward made */
     return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
 }
 
@@ -9054,10 +9093,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     /* bfloat16 / float16: the product and the activation are rounded (rows of each batch are contiguous) */
     for (b = 0; fdt && b < (size_t)nb; b++)
         if ((st = tr__op_round(ctx, fdt, C + b * sC, 2 * half * N))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, nb, (long)(half * N), C, sC, act, s_act))) return st;
-    for (b = 0; fdt && b < (size_t)nb; b++)
-        if ((st = tr__op_round(ctx, fdt, act + b * s_act, half * N))) return st;
-    return TR_OK;
+    return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
 }
 
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
@@ -9693,7 +9729,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     if ((st = TR__RND(m, r->h1, BS * D))) return st;
     /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, TR__W(m, ly->gu), D, r->gu, 2 * I, 0)) || (st = TR__RND(m, r->gu, BS * 2 * I))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I)) || (st = TR__RND(m, act, BS * I))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, TR__W(m, ly->down), I, proj, D, 0))) return st;
     if (m->fdt) {
         if ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->h1, proj, proj)) || (st = TR__RND(m, proj, BS * D))) return st;
@@ -9718,7 +9754,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
        elementwise pass instead of S * I more floats per row and block */
-    if ((st = tr__op_swiglu_fwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I)) || (st = TR__RND(m, act, BS * I))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, TR__W(m, ly->down), I, act, I, 0)) || (st = TR__RND(m, act, BS * I))) return st; /* act <- d act */
     if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig)) || (st = TR__RND(m, dbig, BS * 2 * I))) return st;
@@ -10018,11 +10054,6 @@ TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) 
 }
 
 /* x = sqrt(D) * [puzzle prefix ; token embeddings] (+ learned positions). */
-TR__FN float tr__round1(int fdt, float x) {
-    tr__round_ref(fdt, &x, 1);
-    return x;
-}
-
 /* In bfloat16 / float16 the embedding rows, their sum with the positions, its 1/sqrt(2) and the scaled
    result are each rounded (W_tok and W_pos through the rounded copy). */
 TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {

@@ -142,14 +142,14 @@ static void test_swiglu(void **state) {
     tu_assert_close("swiglu bwd vs FD", dg, fd, SR * 2 * SW, FD_ATOL, FD_RTOL);
     for (lvl = 0; lvl < 3; lvl++) { /* the vector exp is accurate to a few ulp: rtol 1e-6 */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
-        tr__swiglu_fwd(ctx, SR, SW, g, 2 * SW, a2, SW);
+        tr__swiglu_fwd(ctx, 0, SR, SW, g, 2 * SW, a2, SW);
         tu_assert_close(simd_levels[lvl], a2, a, SR * SW, 1e-7, 1e-6);
         tr__swiglu_bwd(ctx, SR, SW, g, 2 * SW, sw_w, SW, dg2);
         tu_assert_close(simd_levels[lvl], dg2, dg, SR * 2 * SW, 1e-7, 1e-6);
     }
     {   /* extreme inputs stay finite */
         float big[4] = {-200.0f, 200.0f, 1.0f, 1.0f}, out[2];
-        tr__swiglu_fwd(ctx, 1, 2, big, 4, out, 2);
+        tr__swiglu_fwd(ctx, 0, 1, 2, big, 4, out, 2);
         assert_true(isfinite(out[0]) && isfinite(out[1]));
     }
     tr_ctx_destroy(ctx);

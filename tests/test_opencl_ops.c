@@ -260,7 +260,7 @@ static void test_swiglu(void **state) {
         float *dG = dev_f(g, ng), *dO = dev_f(o, no), *dDA = dev_f(da, no), *dDG = dev_f(dg, ng);
         tr__swiglu_fwd_ref(R, W, g, gs, o, os, 1);
         tr__swiglu_bwd_ref(R, W, g, gs, da, os, dg, 1);
-        assert_int_equal(tr__cl_swiglu_fwd(g_cl, R, W, dG, gs, dO, os), TR_OK);
+        assert_int_equal(tr__cl_swiglu_fwd(g_cl, 0, R, W, dG, gs, dO, os), TR_OK);
         check("swiglu fwd", down(dO, no), o, no, 1e-10, 1e-6, 4e-6);
         assert_int_equal(tr__cl_swiglu_bwd(g_cl, R, W, dG, gs, dDA, os, dDG), TR_OK);
         check("swiglu bwd", down(dDG, ng), dg, ng, 1e-10, 1e-6, 4e-6);

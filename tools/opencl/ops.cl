@@ -62,13 +62,14 @@ __kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __gl
     for (; i < n; i += step) bad |= !isfinite(x[i]);
     if (bad) flag[f_off] = 1;
 }
-__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os) {
+/* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */
+__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {
     long j = get_global_id(0), r = get_global_id(1);
     float x;
     if (j >= width || r >= rows) return;
     g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;
     x = g[j];
-    o[j] = x / (1.0f + exp(-x)) * g[j + width];
+    o[j] = fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * g[j + width], fdt) : x / (1.0f + exp(-x)) * g[j + width];
 }
 __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,
                               __global float *dg, ulong dg_off) {
