@@ -3305,7 +3305,7 @@ TR__FN void tr__swiglu_fwd_lp_range(void *arg, long i0, long i1) {
         const float *gate = p->a.g + (size_t)r * p->a.g_stride, *up = gate + p->a.width;
         float *o = p->a.out + (size_t)r * p->a.out_stride;
         for (j0 = 0; j0 < p->a.width; j0 += CH) {
-            long n = TR__MIN(CH, p->a.width - j0);
+            long n = TR__MIN((long)CH, p->a.width - j0);
             memcpy(buf + CH - n, gate + j0, (size_t)n * sizeof(float)); /* gate | ones: the row kernel's layout for width n */
             p->row(n, buf + CH - n, sl);
 #if TR__X86
