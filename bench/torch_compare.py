@@ -328,6 +328,10 @@ def main():
         bf16["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
 
     ours = None
+    if args.device == "cuda":  # PyTorch's cached blocks back to the GPU: tinyrec-bench needs the memory (fp32 at B=768: ~46 GB)
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
     if not args.skip_tinyrec:
         tdev = args.tinyrec_device or ("opencl" if args.device == "cuda" else "cpu")
         cmd = [args.bench, "--preset", args.preset, "--batch", str(args.batch), "--threads", str(args.threads), "--reps", str(args.reps),

@@ -9,13 +9,13 @@
    by O(1e-2) or more, and the step counter is checked exactly.
 
    The same cases run in bfloat16 and float16 (g_fdt), against the CPU's scalar kernels, whose sums
-   are ordered much as the device's: both round at the same points with bit-identical rounding
-   kernels, and the first 3 steps agree to 1e-6 relative (PoCL), so they are held to the fp32
+   are ordered much as PoCL's: both round at the same points with bit-identical rounding kernels, and
+   the first 2 steps agree to 1e-6 relative on PoCL (2e-4 on an H100), so they are held to the fp32
    tolerance. After that a sum that differs in its last fp32 bit sometimes rounds to the neighbouring
-   bf16 value, a gradient near zero changes sign, and AdamATan2 turns that into a full lr step: the
+   16-bit value, a gradient near zero changes sign, and AdamATan2 turns that into a full lr step: the
    runs drift apart chaotically (measured on the CPU alone, its scalar and AVX2 kernels differ by 0.7%
-   at step 3 and 0.8% at step 6; PoCL against the scalar CPU by 1.9% at step 6), so steps 4-6 are
-   compared at rtol 5e-2 there. */
+   at step 3 and 0.8% at step 6; PoCL against the scalar CPU by 1.9% at step 6; an H100 by 0.3% at
+   step 3 in float16), so steps 3-6 are compared at rtol 5e-2 there. */
 #define TINYREC_IMPLEMENTATION
 #include "test_util.h"
 
@@ -105,7 +105,7 @@ static void assert_trajectory(const char *what, const double *got, const double 
     int k;
     double rtol, worst = 0;
     for (k = from; k < to; k++) {
-        rtol = g_fdt == TR_FWD_FLOAT32 || k < 3 ? 2e-3 : 5e-2;
+        rtol = g_fdt == TR_FWD_FLOAT32 || k < 2 ? 2e-3 : 5e-2;
         if (getenv("TRAJ_DEBUG")) print_message("  step %d: %.9g vs cpu %.9g\n", k + 1, got[k], ref[k]);
         worst = fmax(worst, fabs(got[k] - ref[k]) / fabs(ref[k]));
         if (!(fabs(got[k] - ref[k]) <= rtol * fabs(ref[k]))) fail_msg("%s (%s): step %d loss %.9g, CPU %.9g", what, tr_forward_dtype_name(g_fdt), k + 1, got[k], ref[k]);
