@@ -286,7 +286,9 @@ def main():
     low = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(args.dtype)
 
     def autocast():  # the reference's precision: matmuls in low, norms and losses as autocast decides
-        return torch.autocast(args.device, dtype=low) if low is not None else contextlib.nullcontext()
+        # no cast cache: a weight first cast inside a no-grad cycle would be reused, without its autograd link, by
+        # the cycle with grad (torch 1.13's CPU autocast then leaves the weights without gradients)
+        return torch.autocast(args.device, dtype=low, cache_enabled=False) if low is not None else contextlib.nullcontext()
 
     def in_dtype(fn):
         def run(*a):
