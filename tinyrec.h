@@ -18,7 +18,8 @@
    OpenCL device (TINYREC_OPENCL; the library is loaded at run time) with the CPU as the fallback
    that loses no work. Its numerics follow the reference PyTorch code: the same initialisation, the same recursion and
    ACT carry, stablemax cross-entropy accumulated in fp64, AdamATan2, sign-SGD for the puzzle
-   embedding, EMA and the warmup/cosine schedule. Around the model: the reference dataset layout
+   embedding, EMA and the warmup/cosine schedule; in float32, or in bfloat16 / float16 rounded at the
+   reference's points (tr_model_config.forward_dtype, with float16's dynamic loss scaling). Around the model: the reference dataset layout
    (.npy, memory-mapped) with Sudoku / Maze / ARC builders and a prefetching sampler, and
    safetensors checkpoints with the reference tensor names and exact trainer-state resume.
 
