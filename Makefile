@@ -57,7 +57,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
-.PHONY: all test test-mpi bench demo fuzz clean compile-tests sanitize qemu-test test-aarch64
+.PHONY: all test test-mpi test-pool bench demo fuzz clean compile-tests sanitize qemu-test test-aarch64
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
@@ -127,6 +127,14 @@ endif
 # mpirun -np 2 on the CPU: equal losses to one process, resume across rank counts, a killed or hung rank.
 test-mpi: $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
 	@echo "== tests/mpi.sh" && sh tests/mpi.sh $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
+
+# The suites whose code paths change without OpenMP (the library's pthread pool runs every parallel loop):
+# `make OPENMP=0 test-pool` is CI's run of the pool build (test_threads also writes the final weights that
+# .ci/run compares with the OpenMP build's); `make OPENMP=0 test` runs every suite that way.
+POOL_SUITES := test_threads test_kernels test_sgemm test_model test_parity test_precision test_dist
+test-pool: $(patsubst %,$(BUILD)/%,$(POOL_SUITES))
+	@set -e; for t in $(POOL_SUITES); do echo "== $(BUILD)/$$t"; TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $(BUILD)/$$t; done
+	@echo "pool suites passed"
 
 # (CROSS=aarch64) libcmocka0 and libcmocka-dev for arm64, unpacked into the sysroot.
 $(CMOCKA_DEP):

@@ -342,9 +342,12 @@ static void test_checkpoints_across_precisions(void **state) {
     int32_t in[4 * 16], lab[4 * 16], pid[4];
     tr_batch bt;
     tr_metrics a, b;
-    const char *mp = TINYREC_TEST_BUILD_DIR "/precision_model.safetensors", *sp = TINYREC_TEST_BUILD_DIR "/precision_state.safetensors";
+    char dir[] = "/tmp/tinyrec_test_prec_XXXXXX", mp[64], sp[64];
     int s;
     (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(mp, sizeof mp, "%s/model.safetensors", dir);
+    snprintf(sp, sizeof sp, "%s/state.safetensors", dir);
     tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
     bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
     t = tiny_trainer(ctx, TR_FWD_FLOAT16, 2, &m);
@@ -381,7 +384,7 @@ static void test_checkpoints_across_precisions(void **state) {
     tr_model_destroy(m2);
     tr_trainer_destroy(t);
     tr_model_destroy(m);
-    remove(mp), remove(sp);
+    remove(mp), remove(sp), rmdir(dir);
     tr_ctx_destroy(ctx);
 }
 
