@@ -3296,6 +3296,14 @@ TR__FN void tr__swiglu_fwd_simd_range(void *arg, long i0, long i1) {
 }
 /* bfloat16 / float16 (a.fdt): the set's row kernel gives silu(gate) on chunks whose up half is ones (x * 1 is
    exact), then silu is rounded, multiplied by up and rounded, as tr__swiglu_fwd_range does it. */
+/* tr__round_ref on a row, with the SIMD span where the build has it (callers run only on a SIMD set). */
+TR__FN void tr__round_row(int fdt, float *x, size_t n) {
+#if TR__X86
+    tr__round_span256(fdt, x, 0, n);
+#else
+    tr__round_ref(fdt, x, n);
+#endif
+}
 TR__FN void tr__swiglu_fwd_lp_range(void *arg, long i0, long i1) {
     const tr__swiglu_fwd_simd *p = (const tr__swiglu_fwd_simd *)arg;
     enum { CH = 256 };
@@ -3309,17 +3317,9 @@ TR__FN void tr__swiglu_fwd_lp_range(void *arg, long i0, long i1) {
             long n = TR__MIN((long)CH, p->a.width - j0);
             memcpy(buf + CH - n, gate + j0, (size_t)n * sizeof(float)); /* gate | ones: the row kernel's layout for width n */
             p->row(n, buf + CH - n, sl);
-#if TR__X86
-            tr__round_span256((int)fdt, sl, 0, (size_t)n);
-#else
-            tr__round_ref((int)fdt, sl, (size_t)n);
-#endif
+            tr__round_row((int)fdt, sl, (size_t)n);
             for (k = 0; k < n; k++) o[j0 + k] = sl[k] * up[j0 + k];
-#if TR__X86
-            tr__round_span256((int)fdt, o + j0, 0, (size_t)n);
-#else
-            tr__round_ref((int)fdt, o + j0, (size_t)n);
-#endif
+            tr__round_row((int)fdt, o + j0, (size_t)n);
         }
     }
 }
@@ -9699,6 +9699,14 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 }
 
 /* --- blocks ------------------------------------------------------------------------------- */
+/* bfloat16 / float16: proj = R(x + R(proj)), the residual sum the reference forms in the forward precision
+   before its norm. */
+TR__FN tr_status tr__round_residual(tr_model *m, const float *x, float *proj, size_t n) {
+    tr_status st;
+    if ((st = TR__RND(m, proj, n)) || (st = tr__op_add(m->ctx, n, x, proj, proj))) return st;
+    return TR__RND(m, proj, n);
+}
+
 /* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
 TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped) {
     tr_ctx *ctx = m->ctx;
@@ -9715,7 +9723,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b) */
         if ((st = tr__op_sgemm_gate_up(ctx, m->fdt, B, It, D, S, TR__W(m, ly->tgu), S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, TR__W(m, ly->tdown), It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
-        if (m->fdt && ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->in, proj, proj)) || (st = TR__RND(m, proj, BS * D)))) return st;
+        if (m->fdt && (st = tr__round_residual(m, r->in, proj, BS * D))) return st;
         if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, TR__W(m, ly->qkv), D, r->mix, 3 * D, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))) return st;
@@ -9724,7 +9732,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
             return st;
         if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows)) || (st = TR__RND(m, r->att_o, BS * D))) return st;
         if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, TR__W(m, ly->o), D, proj, D, 0))) return st;
-        if (m->fdt && ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->in, proj, proj)) || (st = TR__RND(m, proj, BS * D)))) return st;
+        if (m->fdt && (st = tr__round_residual(m, r->in, proj, BS * D))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
     }
     if ((st = TR__RND(m, r->h1, BS * D))) return st;
@@ -9733,8 +9741,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, TR__W(m, ly->down), I, proj, D, 0))) return st;
     if (m->fdt) {
-        if ((st = TR__RND(m, proj, BS * D)) || (st = tr__op_add(ctx, BS * D, r->h1, proj, proj)) || (st = TR__RND(m, proj, BS * D))) return st;
-        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, proj, NULL, r->out, r->rstd2, eps))) return st;
+        if ((st = tr__round_residual(m, r->h1, proj, BS * D)) || (st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, proj, NULL, r->out, r->rstd2, eps))) return st;
         return TR__RND(m, r->out, BS * D);
     }
     return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
@@ -9770,9 +9777,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, D, It * D, 0)) ||
-            (st = TR__RND(m, dact, BS / S * It * D)))
+            (st = TR__RND(m, dact, (size_t)B * It * D)))
             return st;
-        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig)) || (st = TR__RND(m, dbig, BS / S * 2 * It * D))) return st;
+        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig)) || (st = TR__RND(m, dbig, (size_t)B * 2 * It * D))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
     } else {

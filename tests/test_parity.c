@@ -123,7 +123,8 @@ static const tol_set *g_tol = &TOL_F32;
      0.03-0.05 too), so step 1 must also agree on average: mean |C - twin| <= 0.25% of mean |ref| after the
      first H cycle, 0.5% after the second, ... (measured: 0 to 0.06% after the first; the fp32 path against
      the bf16 twin: 0.53% after the first). fp16: 0.025% per cycle (measured 0.004% after the first, 0.052%
-     after the third on PoCL; the fp32 path against the fp16 twin: 0.075% after the first).
+     after the third on PoCL; the fp32 path against the fp16 twin: 0.075% after the first) (PARITY_FORCE_FP32=1
+     runs that control: the reduced-precision cases must then fail).
    - losses: rtol 1e-2 (bf16), 2e-3 (fp16) (a q value one ulp off moves its BCE by ~2e-3).
    - gradients: rtol 5e-2 and 2% of max|ref| (bf16; jitter 1.3%), 2e-2 and 0.5% (fp16; jitter 0.24%).
    - weights and EMA after 3 steps: 3e-3 (a flipped gradient sign moves a weight by 2 lr = 2e-3); the

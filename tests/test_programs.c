@@ -250,6 +250,16 @@ static void check_solve_jsonl(const char *text, int expect_lines, int cells, int
     }
 }
 
+/* tinyrec-solve --jsonl on the 3 good puzzles of write_sudoku_input, with the checkpoint's ACT halting and
+   `extra` options: exit 0 and one well-formed record each. */
+static void solve_sudoku_jsonl(const char *tag, const char *ck, const char *in, const char *extra) {
+    char *out;
+    assert_int_equal(run_cmd(tag, "'%s' '%s' '%s' --jsonl --threads 1 %s", g_solve, ck, in, extra), 0);
+    out = tag_file(tag, "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    free(out);
+}
+
 /* (step, loss text) of the train lines of a metrics.jsonl */
 static int train_losses(const char *path, long *steps, char (*loss)[40], int cap) {
     char *text = tu_slurp(path, NULL), *p;
@@ -525,10 +535,7 @@ static void test_train_solve_hrm(void **state) {
     pathf(in, sizeof in, "%s", "sudoku.txt");
     pathf(ck, sizeof ck, "%s", "hrm/latest.safetensors");
     write_sudoku_input(in);
-    assert_int_equal(run_cmd("hrm_solve", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
-    out = tag_file("hrm_solve", "out");
-    check_solve_jsonl(out, 3, 81, 0);
-    free(out);
+    solve_sudoku_jsonl("hrm_solve", ck, in, "");
 }
 
 /* The precision through the programs: tinyrec-train in float16 names it in its header, writes it and the
@@ -560,14 +567,8 @@ static void test_precision_cli(void **state) {
     }
     pathf(in, sizeof in, "%s", "sudoku.txt");
     write_sudoku_input(in);
-    assert_int_equal(run_cmd("solve_fp16", "'%s' '%s' '%s' --jsonl --threads 1", g_solve, ck, in), 0);
-    out = tag_file("solve_fp16", "out");
-    check_solve_jsonl(out, 3, 81, 0);
-    free(out);
-    assert_int_equal(run_cmd("solve_bf16", "'%s' '%s' '%s' --jsonl --threads 1 --dtype bf16", g_solve, ck, in), 0);
-    out = tag_file("solve_bf16", "out");
-    check_solve_jsonl(out, 3, 81, 0);
-    free(out);
+    solve_sudoku_jsonl("solve_fp16", ck, in, "");
+    solve_sudoku_jsonl("solve_bf16", ck, in, "--dtype bf16");
     assert_int_equal(run_cmd("solve_baddtype", "'%s' '%s' '%s' --dtype int8", g_solve, ck, in), 2);
     out = tag_file("solve_baddtype", "err");
     assert_non_null(strstr(out, "--dtype takes float32, bfloat16, float16 or auto"));
