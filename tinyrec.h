@@ -1426,6 +1426,8 @@ struct tr_ctx {
     int fault_rows;
     int fault_armed; /* the trainer reached fault_step */
     long io_files;   /* files written atomically since the fault was injected (TR_FAULT_IO_*) */
+    int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
+                        all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
 };
 
@@ -5073,6 +5075,9 @@ typedef struct tr__cl_gemm_cfg {
     int wl, db;     /* warp layout 4 x 8, double-buffered local tiles: 0/1, -1 = the kernel's default */
     int cp;         /* tiles copied with cp.async (inline PTX, NVIDIA sm_80+): -1 = where available, 0 = never, 2 = emulated (tests) */
     int st;         /* local buffers (pipeline stages) of the cp.async kernels, 2..4 */
+    int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
+                       (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
+                       parsing = not given (automatic) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -5134,6 +5139,7 @@ struct tr__cl {
     long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
+    long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
     /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
        host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
        copying through the staging buffers and the driver. */
@@ -7711,6 +7717,250 @@ static const char tr__cl_src_gemm_8[] =
 "TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)\n"
 "#endif\n"
 "#endif\n"
+"/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain\n"
+" fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,\n"
+" whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such\n"
+" values) to 16-bit pairs of consecutive depths in 32-bit words in local memory, x-major (As[m][k], Bs[n][k]) as the\n"
+" fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,\n"
+" columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is\n"
+" fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K\n"
+" pieces) and outputs as tr_sgemm. */\n"
+"#ifdef TR_GEMM_MMA\n"
+"#define TR_MT 128                       /* tile rows and columns */\n"
+"#define TR_MK 32                        /* tile depth */\n"
+"#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */\n"
+"#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */\n"
+"/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */\n";
+static const char tr__cl_src_gemm_9[] =
+"static inline uint tr_mma_bits(float x, const int F16) {\n"
+"  const uint u = as_uint(x), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
+"  if (!F16) return a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* NaN stays NaN */\n"
+"  if (a > 0x7f800000u) return sg | 0x7e00u;\n"
+"  if (a >= 0x477ff000u) return sg | 0x7c00u;                          /* >= 65520: inf */\n"
+"  if (a < 0x38800000u) return sg | (uint)rint(as_float(a) * 16777216.0f); /* subnormal: units of 2^-24 */\n"
+"  return sg | ((a - 0x38000000u + 0xfffu + (((a - 0x38000000u) >> 13) & 1u)) >> 13);\n"
+"}\n"
+"/* the float value of the 16-bit pattern in the low half of w */\n"
+"static inline float tr_mma_val(uint w, const int F16) {\n"
+"  const uint h = w & 0xffffu, sg = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+"  if (!F16) return as_float(h << 16);\n"
+"  if (e == 0) return as_float(sg | as_uint((float)m * 5.9604644775390625e-8f)); /* subnormal: m 2^-24 */\n"
+"  return as_float(sg | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13)));\n"
+"}\n"
+"/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
+"static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"  uint r;\n"
+"  if (F16) __asm__(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+"  else __asm__(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+"  return r;\n"
+"#else\n"
+"  return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;\n"
+"#endif\n"
+"}\n"
+"/* Word l of this work-item's share of a tile: row x (of 128) and depth pair kp (of 16). k-contiguous operands (CK)\n"
+" run kp fastest, k-major ones x fastest, so that consecutive work-items read consecutive addresses. */\n"
+"#define TR_MIDX(CK, l) \\\n"
+"  const int e = tid + (l) * 256, x = (CK) ? e / (TR_MK / 2) : e % TR_MT, kp = (CK) ? e % (TR_MK / 2) : e / TR_MT;\n"
+"/* w = the work-item's words of the tile of P at rows x0.. (< X), depths k0.. (< ke); zeros outside */\n"
+"static inline void tr_mma_fetch(__global const float *P, long ld, const int CK, int x0, int X, int k0, int ke, int tid,\n"
+"                                uint *w, const int F16) {\n"
+"  const int full = x0 + TR_MT <= X && k0 + TR_MK <= ke;\n"
+"  const long s1 = CK ? 1 : ld; /* the next depth */\n"
+"  int l;\n"
+"#pragma unroll\n"
+"  for (l = 0; l < TR_MW; l++) {\n"
+"    TR_MIDX(CK, l)\n"
+"    const int k = k0 + 2 * kp;\n"
+"    __global const float *p = P + (CK ? (long)(x0 + x) * ld + k : (long)k * ld + (x0 + x));\n"
+"    float lo = 0.0f, hi = 0.0f;\n"
+"    if (full) {\n"
+"      lo = p[0], hi = p[s1];\n"
+"    } else if (x0 + x < X) {\n"
+"      if (k < ke) lo = p[0];\n"
+"      if (k + 1 < ke) hi = p[s1];\n"
+"    }\n"
+"    w[l] = tr_mma_pack(lo, hi, F16);\n"
+"  }\n"
+"}\n"
+"static inline void tr_mma_stage(__local uint *S, const int CK, int tid, const uint *w) {\n"
+"  int l;\n"
+"#pragma unroll\n"
+"  for (l = 0; l < TR_MW; l++) {\n"
+"    TR_MIDX(CK, l)\n"
+"    S[x * TR_MP + kp] = w[l];\n"
+"  }\n"
+"}\n"
+"/* The same for an interior tile whose rows are 16-byte aligned, with float4 loads (a quarter of the load instructions):\n"
+" CK: four float4 along k per work-item (row e / 8, depths 4 (e % 8)..), two words each; k-major: two pairs of float4\n"
+" along x at depths k, k + 1 (columns 4 (e % 32).., depth pair e / 32), four words each. tr_mma_vstage places them. */\n"
+"static inline void tr_mma_vfetch(__global const float *P, long ld, const int CK, int x0, int k0, int tid, uint *w, const int F16) {\n"
+"  int l;\n"
+"  if (CK) {\n"
+"#pragma unroll\n"
+"    for (l = 0; l < 4; l++) {\n"
+"      const int e = tid + l * 256;\n"
+"      const float4 v = *(__global const float4 *)(P + (long)(x0 + (e >> 3)) * ld + k0 + 4 * (e & 7));\n"
+"      w[2 * l] = tr_mma_pack(v.s0, v.s1, F16), w[2 * l + 1] = tr_mma_pack(v.s2, v.s3, F16);\n"
+"    }\n"
+"  } else {\n"
+"#pragma unroll\n"
+"    for (l = 0; l < 2; l++) {\n"
+"      const int e = tid + l * 256;\n"
+"      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);\n"
+"      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);\n"
+"      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n";
+static const char tr__cl_src_gemm_10[] =
+"      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);\n"
+"    }\n"
+"  }\n"
+"}\n"
+"static inline void tr_mma_vstage(__local uint *S, const int CK, int tid, const uint *w) {\n"
+"  int l, i;\n"
+"  if (CK) {\n"
+"#pragma unroll\n"
+"    for (l = 0; l < 4; l++) {\n"
+"      const int e = tid + l * 256;\n"
+"      *(__local uint2 *)(S + (e >> 3) * TR_MP + 2 * (e & 7)) = (uint2)(w[2 * l], w[2 * l + 1]);\n"
+"    }\n"
+"  } else {\n"
+"#pragma unroll\n"
+"    for (l = 0; l < 2; l++) {\n"
+"      const int e = tid + l * 256;\n"
+"#pragma unroll\n"
+"      for (i = 0; i < 4; i++) S[(4 * (e & 31) + i) * TR_MP + (e >> 5)] = w[4 * l + i];\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_MMA_BF16 \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
+"#define TR_MMA_F16 \"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \"\n"
+"#define TR_MMA_OPS \"{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\"\n"
+"#define TR_MMA_ARGS(c, a, b) \\\n"
+"  : \"=f\"(c[0]), \"=f\"(c[1]), \"=f\"(c[2]), \"=f\"(c[3]) \\\n"
+"  : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]), \"f\"(c[0]), \"f\"(c[1]), \"f\"(c[2]), \"f\"(c[3])\n"
+"#endif\n"
+"static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
+"              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,\n"
+"              __local uint *As0, __local uint *Bs0, const int TA, const int TB, const int F16, int rnd) {\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
+"  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
+"  const int bz = z / ks, kz = z - bz * ks;\n"
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
+"  const int ntk = ke > kb ? (ke - kb + TR_MK - 1) / TR_MK : 0;\n"
+"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
+"  float c[4][4][4];\n"
+"  uint wa[TR_MW], wb[TR_MW];\n"
+"  int i, j, r, s, t, ib = b0, ik = kb, va = 0, vb = 0;\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"    for (j = 0; j < 4; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
+"  for (t = -1; t < nt; t++) {\n"
+"    __local uint *As = As0 + (t & 1) * (TR_MT * TR_MP), *Bs = Bs0 + (t & 1) * (TR_MT * TR_MP);\n"
+"    if (t >= 0) { /* stage the words fetched last round */\n"
+"      if (va) tr_mma_vstage(As, !TA, tid, wa);\n"
+"      else tr_mma_stage(As, !TA, tid, wa);\n"
+"      if (vb) tr_mma_vstage(Bs, TB, tid, wb);\n"
+"      else tr_mma_stage(Bs, TB, tid, wb);\n"
+"      barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    }\n"
+"    if (t + 1 < nt) { /* the next tile into registers (batch ib, depth ik) */\n"
+"      va = (al & 1) && m0 + TR_MT <= M && ik + TR_MK <= ke, vb = (al & 2) && n0 + TR_MT <= N && ik + TR_MK <= ke;\n"
+"      if (va) tr_mma_vfetch(A + (long)ib * sA, lda, !TA, m0, ik, tid, wa, F16);\n"
+"      else tr_mma_fetch(A + (long)ib * sA, lda, !TA, m0, M, ik, ke, tid, wa, F16);\n"
+"      if (vb) tr_mma_vfetch(B + (long)ib * sB, ldb, TB, n0, ik, tid, wb, F16);\n"
+"      else tr_mma_fetch(B + (long)ib * sB, ldb, TB, n0, N, ik, ke, tid, wb, F16);\n"
+"      ik += TR_MK;\n"
+"      if (ik >= ke) ik = kb, ib++;\n"
+"    }\n"
+"    if (t < 0) continue;\n"
+"#pragma unroll\n"
+"    for (s = 0; s < TR_MK / 16; s++) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"      uint a[4][4], b[4][2];\n"
+"#pragma unroll\n"
+"      for (i = 0; i < 4; i++) {\n"
+"        __local const uint *pa = As + (wm + i * 16 + g) * TR_MP + s * 8 + q;\n"
+"        a[i][0] = pa[0], a[i][1] = pa[8 * TR_MP], a[i][2] = pa[4], a[i][3] = pa[8 * TR_MP + 4];\n"
+"      }\n"
+"#pragma unroll\n"
+"      for (j = 0; j < 4; j++) {\n"
+"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n"
+"        b[j][0] = pb[0], b[j][1] = pb[4];\n"
+"      }\n"
+"#pragma unroll\n"
+"      for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"        for (j = 0; j < 4; j++) {\n"
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n";
+static const char tr__cl_src_gemm_11[] =
+"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"        }\n"
+"#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1), from the tile in local memory */\n"
+"      for (i = 0; i < 4; i++)\n"
+"        for (j = 0; j < 4; j++)\n"
+"          for (r = 0; r < 4; r++) {\n"
+"            __local const uint *pa = As + (wm + i * 16 + g + (r >> 1) * 8) * TR_MP + s * 8;\n"
+"            __local const uint *pb = Bs + (wn + j * 8 + 2 * q + (r & 1)) * TR_MP + s * 8;\n"
+"            int kk;\n"
+"            for (kk = 0; kk < 16; kk++)\n"
+"              c[i][j][r] = fma(tr_mma_val(pa[kk >> 1] >> (16 * (kk & 1)), F16), tr_mma_val(pb[kk >> 1] >> (16 * (kk & 1)), F16), c[i][j][r]);\n"
+"          }\n"
+"#endif\n"
+"    }\n"
+"  }\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 2; r++) {\n"
+"      const int m = m0 + wm + i * 16 + g + r * 8;\n"
+"      __global float *cr = C + (long)m * ldc;\n"
+"      if (m >= M) continue;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < 4; j++) {\n"
+"        const int n = n0 + wn + j * 8 + 2 * q;\n"
+"        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
+"        if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */\n"
+"          if (acc) v += *(__global float2 *)(cr + n);\n"
+"          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));\n"
+"          *(__global float2 *)(cr + n) = v;\n"
+"        } else {\n"
+"          if (acc) v += (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f);\n"
+"          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));\n"
+"          if (n < N) cr[n] = v.s0;\n"
+"          if (n + 1 < N) cr[n + 1] = v.s1;\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"}\n"
+"/* tr_k_mma_<case>_<bf16|f16>: the arguments of the SGEMM kernels; wc (rnd): C rounded to bfloat16 (1) / float16 (2)\n"
+" after the product (and the accumulation), as tr_k_round would */\n"
+"#define TR_MMA_K(T, TA, TB, D, F16)                                                                                        \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_mma_##T##_##D(__global const float *A, ulong A_off,  \\\n"
+"    long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \\\n"
+"    long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \\\n"
+"    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \\\n"
+"    __local uint As[2 * TR_MT * TR_MP], Bs[2 * TR_MT * TR_MP];                                                           \\\n"
+"    const int z = z0 + get_group_id(2);                                                                                  \\\n"
+"    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
+"    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \\\n"
+"                   ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \\\n"
+"    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al, As, Bs, TA,  \\\n"
+"                 TB, F16, wc);                                                                                           \\\n"
+"  }\n"
+"TR_MMA_K(nn, 0, 0, bf16, 0)\n"
+"TR_MMA_K(nt, 0, 1, bf16, 0)\n"
+"TR_MMA_K(tn, 1, 0, bf16, 0)\n"
+"TR_MMA_K(tt, 1, 1, bf16, 0)\n"
+"TR_MMA_K(nn, 0, 0, f16, 1)\n"
+"TR_MMA_K(nt, 0, 1, f16, 1)\n"
+"TR_MMA_K(tn, 1, 0, f16, 1)\n"
+"TR_MMA_K(tt, 1, 1, f16, 1)\n"
+"#endif\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
@@ -7719,7 +7969,8 @@ static const char tr__cl_src_gemm_8[] =
 "  float s;\n"
 "  int z;\n"
 "  if (n >= N || m >= M) return;\n"
-"  P += P_off;\n"
+"  P += P_off;\n";
+static const char tr__cl_src_gemm_12[] =
 "  C += C_off + (long)m * ldc + n;\n"
 "  s = acc ? *C : 0.0f;\n"
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
@@ -7740,7 +7991,8 @@ static const char tr__cl_src_gemm_8[] =
 "}\n";
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
-    tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8
+    tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -8040,17 +8292,27 @@ TR__FN int tr__cl_gemm_cp_ok(const tr__cl_gemm_cfg *g, const tr__cl_info *info) 
     return tr__cl_gemm_cp_side_ok(g->tm, nt, g->tk, cq) && tr__cl_gemm_cp_side_ok(g->tn, nt, g->tk, cq);
 }
 
+/* The tensor-core kernels' mode (tr__cl_gemm_cfg.mma) for a request (-1: automatic): the kernels need 256
+   work-items and 40 KiB of local memory; the real ones (1) an NVIDIA sm_80+ device (mma.sync with bfloat16 inputs). */
+TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
+    if (!info || want == 0 || (info->max_wg && info->max_wg < 256) || (info->max_item[0] && info->max_item[0] < 256) ||
+        (info->local_mem && info->local_mem < 40960))
+        return 0;
+    if (want == 2) return 2;
+    return info->nv_sm >= 80 ? 1 : 0;
+}
+
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
    WN=8,VW=4"; keys that are not given keep the automatic value) if the result is valid (otherwise it is ignored).
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     const char *env = getenv("TINYREC_CL_SGEMM");
@@ -8084,11 +8346,13 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
             else if (!strcmp(key, "DB")) g.db = (int)v;
             else if (!strcmp(key, "CP")) g.cp = (int)v;
             else if (!strcmp(key, "ST")) g.st = (int)v;
+            else if (!strcmp(key, "MMA")) g.mma = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
     }
     out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info) ? (out->cp == 2 ? 2 : 1) : 0;
+    out->mma = tr__cl_gemm_mma_mode(info, out->mma);
 }
 
 /* Build options with the tile defines of g; the runtime passes them to clBuildProgram. */
@@ -8100,7 +8364,8 @@ TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
     if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
-    if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=%d -DTR_GEMM_ST=%d", g.cp, g.st);
+    if (n > 0 && (size_t)n < cap && g.cp > 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=%d -DTR_GEMM_ST=%d", g.cp, g.st);
+    if (n > 0 && (size_t)n < cap && g.mma > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_MMA=%d", g.mma);
 }
 
 /* The build options this device's configuration gives (tests, benches). */
@@ -8132,6 +8397,7 @@ typedef struct tr__cl_gemm_fuse {
     int sw, gu, write_gu;
     size_t so, half, ld_act, s_act;
     float *act;
+    int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -8156,7 +8422,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -8165,6 +8431,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     int sum, ks = 1, bpg = 1, kc, nz, np = 1, z0, rows_per_group;
     float *out = C, *P = NULL;
     tr_status st;
+    int mma = 0; /* the tensor-core kernels: bfloat16 1, float16 2 */
     if (!cl || !info) return TR_ERR_INVALID_ARG;
     if (M == 0 || N == 0) return TR_OK;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || nb < 0 || (double)M * N > 9e15)
@@ -8181,6 +8448,12 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
+    if (g.mma && !fz->sw && !fz->gu && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16)) {
+        mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
+        cl->mma_products++;
+        g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_sgemm_mma's tile (TR_MT, TR_MK) */
+    }
+    if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
     tiles = ((M + (size_t)rows_per_group - 1) / (size_t)rows_per_group) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
@@ -8222,10 +8495,15 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if ((st = tr__cl_launch(cl, "tr_k_transpose", 2, tg, tl, &a)) != TR_OK) return st;
         B = Bt, ldb = N, tb = 0;
     }
-    snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
-             fz->sw == 2 ? "_swb" : fz->gu ? (tr__cl_gemm_gu_cp_ok(&g) ? "_gu_cp" : "_gu") : g.cp ? "_cp" : "",
-             g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
-    ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
+    if (mma) {
+        snprintf(kname, sizeof kname, "tr_k_mma_%s_%s", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"), mma == 1 ? "bf16" : "f16");
+        ls[0] = 256, ls[1] = 1, ls[2] = 1;
+    } else {
+        snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
+                 fz->sw == 2 ? "_swb" : fz->gu ? (tr__cl_gemm_gu_cp_ok(&g) ? "_gu_cp" : "_gu") : g.cp ? "_cp" : "",
+                 g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
+        ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
+    }
     gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];
     for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
         gs[2] = (size_t)TR__MIN(nz - z0, 65535);
@@ -8237,7 +8515,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         tr__cla_i32(&a, P ? 0 : acc != 0);
         tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
         tr__cla_i64(&a, (int64_t)fz->so), tr__cla_i64(&a, (int64_t)fz->half);
-        tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act), tr__cla_i32(&a, fz->write_gu);
+        tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
+        tr__cla_i32(&a, mma ? (fz->rnd && !P ? mma : 0) : fz->write_gu); /* the tensor-core kernels: round C to this precision */
         if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
     }
     if (P) {
@@ -8247,7 +8526,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         tr__cla_init(&a);
         tr__cla_buf(&a, P), tr__cla_i32(&a, np), tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N);
         tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i32(&a, acc != 0);
-        return tr__cl_launch(cl, "tr_k_gemm_reduce", 2, rg, rl, &a);
+        if ((st = tr__cl_launch(cl, "tr_k_gemm_reduce", 2, rg, rl, &a)) != TR_OK) return st;
+        if (fz->rnd) return tr__cl_round(cl, mma, C, M * N); /* the partials were not rounded (ldc = N) */
     }
     return TR_OK;
 }
@@ -8270,7 +8550,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
     fz.sw = sw, fz.so = so;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -8281,7 +8561,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -8994,6 +9274,26 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_
     return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
 }
 
+/* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
+   bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; elsewhere a pass over C. */
+TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
+TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                  const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
+    tr_status st;
+    int b;
+#if TINYREC_OPENCL
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && ctx->cl->gemm.mma) {
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1};
+        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
+    }
+#endif
+    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK || !fdt) return st;
+    if (nb == 1 || sC == M * N || sC == 0) return tr__op_round(ctx, fdt, C, (sC == 0 ? 1 : (size_t)nb) * M * N);
+    for (b = 0; b < nb; b++)
+        if ((st = tr__op_round(ctx, fdt, C + (size_t)b * sC, M * N)) != TR_OK) return st;
+    return TR_OK;
+}
+
 TR__FN tr_status tr__op_add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
     TR__ON_CL(ctx, tr__cl_add(ctx->cl, n, a, b, y));
     tr__add(ctx, n, a, b, y);
@@ -9084,16 +9384,13 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
 TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
     tr_status st;
-    size_t b;
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
 #endif
     TR__UNUSED(keep_gu);
-    if ((st = tr__op_sgemm_batched(ctx, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0))) return st;
-    /* bfloat16 / float16: the product and the activation are rounded (rows of each batch are contiguous) */
-    for (b = 0; fdt && b < (size_t)nb; b++)
-        if ((st = tr__op_round(ctx, fdt, C + b * sC, 2 * half * N))) return st;
+    /* bfloat16 / float16: the product and the activation are rounded */
+    if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, sC, 0))) return st;
     return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
 }
 
@@ -9726,7 +10023,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if (m->fdt && (st = tr__round_residual(m, r->in, proj, BS * D))) return st;
         if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
     } else {
-        if ((st = tr__op_sgemm(ctx, 0, 1, BS, 3 * D, D, r->in, D, TR__W(m, ly->qkv), D, r->mix, 3 * D, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))))
             return st;
@@ -9737,7 +10034,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     }
     if ((st = TR__RND(m, r->h1, BS * D))) return st;
     /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_sgemm(ctx, 0, 1, BS, 2 * I, D, r->h1, D, TR__W(m, ly->gu), D, r->gu, 2 * I, 0)) || (st = TR__RND(m, r->gu, BS * 2 * I))) return st;
+    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 2 * I, D, r->h1, D, 0, TR__W(m, ly->gu), D, 0, r->gu, 0, 0))) return st;
     if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, TR__W(m, ly->down), I, proj, D, 0))) return st;
     if (m->fdt) {
@@ -9764,11 +10061,11 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        elementwise pass instead of S * I more floats per row and block */
     if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 0, BS, I, D, g1, D, TR__W(m, ly->down), I, act, I, 0)) || (st = TR__RND(m, act, BS * I))) return st; /* act <- d act */
+    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0))) return st; /* act <- d act */
     if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig)) || (st = TR__RND(m, dbig, BS * 2 * I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
     if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 2 * I, dbig, 2 * I, TR__W(m, ly->gu), D, g2, D, 1)) || (st = TR__RND(m, g2, BS * D))) return st; /* g2 = d h1 */
+    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1))) return st; /* g2 = d h1 */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
@@ -9776,9 +10073,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, D, It * D, 0)) ||
-            (st = TR__RND(m, dact, (size_t)B * It * D)))
-            return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0))) return st;
         if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig)) || (st = TR__RND(m, dbig, (size_t)B * 2 * It * D))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
@@ -9786,7 +10081,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
         if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, D, g1, D, TR__W(m, ly->o), D, g2, D, 0)) || (st = TR__RND(m, g2, BS * D))) return st; /* g2 = d att_o */
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
         if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows)) || (st = TR__RND(m, dbig, BS * 3 * D))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)) || (st = TR__RND(m, dbig, BS * 3 * D))))
@@ -10151,9 +10446,8 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
 TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
     tr_status st;
-    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, TR__W(m, m->W_lm), D, 0, c->logits,
-                                   (size_t)m->V, (size_t)m->L * m->V, 0)) != TR_OK ||
-        (st = TR__RND(m, c->logits, (size_t)c->B * m->L * m->V)) != TR_OK)
+    if ((st = tr__op_sgemm_rnd(m->ctx, m->fdt, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, TR__W(m, m->W_lm), D, 0,
+                               c->logits, (size_t)m->L * m->V, 0)) != TR_OK)
         return st;
     if ((st = tr__qhead_fwd(m, c)) != TR_OK || (st = TR__RND(m, c->q, 2 * (size_t)c->B)) != TR_OK) return st;
     return tr__dget(m->ctx, c->hq, c->q, 2 * (size_t)c->B * sizeof(float));
@@ -10195,7 +10489,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
 
 /* One supervision step of TRM on the carry's current data. With grad, the last H cycle is
    recorded on the tape for tr__inner_bwd. The new (detached) carry replaces z_H / z_L. */
-TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
+TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
     const tr__module *md = &m->modules[0];
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
     size_t N = (size_t)B * m->S * m->D;
@@ -10252,6 +10546,16 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;
+}
+
+/* tr__inner_fwd_run with ctx->gemm_fdt set to the model's precision while it runs (tr__train_fwd_bwd: likewise). */
+TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
+    int saved = m->ctx->gemm_fdt;
+    tr_status st;
+    m->ctx->gemm_fdt = m->fdt;
+    st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
+    m->ctx->gemm_fdt = saved;
+    return st;
 }
 
 /* Per-row token statistics of the loss: rowstat[4b..] = (sum of -log p / count as hi, count,
@@ -10716,7 +11020,7 @@ TR__FN tr_status tr__dist_bucket(void *user, size_t lo, size_t hi);
    rows' grads in t->prow). The batch runs in micro-batches of t->micro rows whose gradients
    accumulate (the loss is divided by the global batch either way). Separate from the update
    so tests can check gradients. The batch was checked by the caller (tr__check_train_batch). */
-TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
+TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
     tr_model *m = t->m;
     tr_carry *c = t->carry;
     tr_metrics mt, part;
@@ -10756,6 +11060,14 @@ TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metr
     mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
     if (metrics) *metrics = mt;
     return TR_OK;
+}
+TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
+    int saved = t->m->ctx->gemm_fdt;
+    tr_status st;
+    t->m->ctx->gemm_fdt = t->m->fdt;
+    st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
+    t->m->ctx->gemm_fdt = saved;
+    return st;
 }
 
 /* Sign-SGD on the device: the host groups the rows by puzzle id (it has the ids), the device

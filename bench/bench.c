@@ -167,6 +167,7 @@ int main(int argc, char **argv) {
     {
         static const size_t sz[2][3] = {{6208, 512, 3072}, {6208, 1536, 512}};
         static char nm[2][64];
+        const int fdt = (int)tr_model_get_config(m)->forward_dtype;
         int k;
         for (k = 0; k < 2; k++) {
             size_t M = sz[k][0], K = sz[k][1], N = sz[k][2];
@@ -181,7 +182,9 @@ int main(int argc, char **argv) {
             }
             for (q = 0; q < M * K; q++) A[q] = (float)((q * 37) % 101) * 0.01f - 0.5f;
             for (q = 0; q < N * K; q++) Bm[q] = (float)((q * 53) % 97) * 0.01f - 0.5f;
+            tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, Bm, N * K); /* a model's operands are values of its precision */
             tr__dput(ctx, dA, A, M * K * 4), tr__dput(ctx, dB, Bm, N * K * 4);
+            ctx->gemm_fdt = fdt; /* as while the model runs: a device may multiply natively (tensor cores) */
             for (r = 0; r <= reps + 2 && r < 64; r++) {
                 double t0 = tr_time_seconds();
                 if (tr__op_sgemm(ctx, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0) != TR_OK || tr__dfinish(ctx) != TR_OK) {
@@ -190,10 +193,11 @@ int main(int argc, char **argv) {
                 }
                 if (r) t[r - 1] = tr_time_seconds() - t0;
             }
+            ctx->gemm_fdt = 0;
             tr__dfree(ctx, dA), tr__dfree(ctx, dB), tr__dfree(ctx, dC);
             {
                 double s = median(t, reps + 2 < 64 ? reps + 2 : 63);
-                snprintf(nm[k], sizeof nm[k], "sgemm %zux%zux%zu (M,K,N)", M, K, N);
+                snprintf(nm[k], sizeof nm[k], "gemm %zux%zux%zu (M,K,N)", M, K, N); /* in the model's precision */
                 rows[nrows].name = nm[k], rows[nrows].ms = s * 1e3, rows[nrows].per_s = 0, rows[nrows].gflops = 2.0 * M * N * K / s / 1e9, nrows++;
             }
             free(A), free(Bm);

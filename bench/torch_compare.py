@@ -355,7 +355,7 @@ def main():
         print("tinyrec on %s" % ours.get("device", "cpu"))
     names = [("train", "train step B=%d" % args.batch), ("infer1", "infer sup. step B=1"),
              ("infer%d" % args.batch, "infer sup. step B=%d" % args.batch),
-             ("sgemm6208x512x3072", "sgemm 6208x512x3072 (M,K,N)"), ("sgemm6208x1536x512", "sgemm 6208x1536x512 (M,K,N)")]
+             ("sgemm6208x512x3072", "gemm 6208x512x3072 (M,K,N)"), ("sgemm6208x1536x512", "gemm 6208x1536x512 (M,K,N)")]
     peak = args.peak_gflops
     print("%-30s %12s %12s %10s | %12s %10s | %8s" % ("case", "torch ms", "torch /s", "GFLOP/s", "tinyrec ms", "GFLOP/s", "ratio"))
     summary = {"torch": {}, "tinyrec": {}, "ratio": {}}

@@ -59,27 +59,49 @@ static void check(const char *what, const float *got, const float *ref, size_t n
     tu_assert_close(what, got, ref, n, atol, rtol);
 }
 
+/* test_sgemm_mma: the reference multiplies the operands rounded to g_ref_fdt (bfloat16 / float16; 0: as they are).
+   The device gets them rounded too (a model's operands are values of its precision), unless g_raw_inputs: then the
+   kernel's conversion must round them itself. */
+static int g_ref_fdt, g_raw_inputs;
+/* The reference's copy of operand X (n floats): X itself, rounded in place, or (g_raw_inputs) a rounded copy. */
+static float *ref_operand(float *X, size_t n) {
+    float *R;
+    if (!g_ref_fdt) return X;
+    if (!g_raw_inputs) {
+        tr__round_ref(g_ref_fdt, X, n);
+        return X;
+    }
+    R = (float *)malloc(n * 4);
+    memcpy(R, X, n * 4);
+    tr__round_ref(g_ref_fdt, R, n);
+    return R;
+}
+
 /* One product op(A) op(B) on the device vs tr__sgemm_ref, with padded leading dimensions (pad) and a C whose
    padding columns must survive. pieces: 0 = the public wrapper, else forced split-K. */
 static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, size_t pad, int acc, int pieces, uint64_t seed) {
     size_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
     size_t na = (ta ? K : M) * lda + 1, nbb = (tb ? N : K) * ldb + 1, nc = M * ldc + 1;
     float *A = (float *)malloc(na * 4), *B = (float *)malloc(nbb * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
-    float *dA, *dB, *dC;
+    float *dA, *dB, *dC, *RA, *RB;
     char what[160];
     tr_status st;
     tu_fill(A, na, seed, 1.0f);
     tu_fill(B, nbb, seed + 1, 1.0f);
     tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
+    RA = ref_operand(A, na), RB = ref_operand(B, nbb);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
     st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces, NULL)
                 : tr__cl_sgemm(cl, ta, tb, M, N, K, dA, lda, dB, ldb, dC, ldc, acc);
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
-    tr__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
-    snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%zu N=%zu K=%zu pad=%zu acc=%d pieces=%d", ta, tb, M, N, K, pad, acc, pieces);
+    tr__sgemm_ref(ta, tb, M, N, K, RA, lda, RB, ldb, R, ldc, acc);
+    snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%zu N=%zu K=%zu pad=%zu acc=%d pieces=%d fdt=%d%s", ta, tb, M, N, K, pad, acc, pieces,
+             g_ref_fdt, g_raw_inputs ? " raw" : "");
     check(what, C, R, nc, 1e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm); /* includes the padding: it must be untouched */
+    if (RA != A) free(RA);
+    if (RB != B) free(RB);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
     free(A), free(B), free(C), free(R);
 }
@@ -133,6 +155,7 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     int b;
     tu_fill(A, na, seed, 1.0f), tu_fill(B, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
+    ref_operand(A, na), ref_operand(B, nbb); /* (test_sgemm_mma: rounded in place) */
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
     assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces, NULL), TR_OK);
     down(cl, C, dC, nc);
@@ -350,6 +373,87 @@ static void test_sgemm_cp_staging(void **state) {
     free(A), free(B), free(C1), free(C2);
 }
 
+/* The tensor-core kernels (bfloat16 / float16 models) on device cl of context ctx: every transpose case, odd shapes
+   (edges of the 128 x 128 x 32 tile, unaligned rows), aligned interior tiles (float4 fetches), split-K, batches and batch sums, against the reference on the
+   rounded operands; raw operands (the kernel's conversion rounds them); and with no low-precision model running,
+   the fp32 SGEMM (raw operands, unrounded reference: a rounding kernel would fail it by ~1e-3 of |C|). */
+/* The rounding epilogue (tr__op_sgemm_rnd on a device): C = round(C + A B) to the precision, batched or split-K (then
+   rounded after the reduction). Every output must be a value of the precision, within one of its ulps of the
+   reference rounded the same way (the fp32 sums differ in order, so a value near a tie may round the other way). */
+static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, int acc, uint64_t seed) {
+    size_t lda = ta ? M : K, ldb = tb ? K : N, sA = (ta ? K : M) * lda, sB = (tb ? N : K) * ldb, sC = M * N, n = sC * (size_t)nb, i;
+    float *A = (float *)malloc(sA * nb * 4), *B = (float *)malloc(sB * nb * 4), *C = (float *)malloc(n * 4), *R = (float *)malloc(n * 4);
+    float *dA, *dB, *dC;
+    int b;
+    tu_fill(A, sA * nb, seed, 1.0f), tu_fill(B, sB * nb, seed + 1, 1.0f), tu_fill(C, n, seed + 2, 1.0f);
+    tr__round_ref(fdt, A, sA * nb), tr__round_ref(fdt, B, sB * nb);
+    memcpy(R, C, n * 4);
+    dA = up(cl, A, sA * nb), dB = up(cl, B, sB * nb), dC = up(cl, C, n);
+    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, sC, acc), TR_OK);
+    down(cl, C, dC, n);
+    for (b = 0; b < nb; b++) tr__sgemm_ref(ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, N, acc);
+    tr__round_ref(fdt, R, n);
+    for (i = 0; i < n; i++)
+        if (tr__round1(fdt, C[i]) != C[i]) fail_msg("rnd fdt=%d: C[%zu] = %.9g is not a value of the precision", fdt, i, C[i]);
+    tu_assert_close("sgemm_rnd", C, R, n, 1e-6 * (double)K, fdt == TR_FWD_BFLOAT16 ? 1.0 / 128 : 1.0 / 1024);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
+    free(A), free(B), free(C), free(R);
+}
+
+static void mma_products(tr_ctx *ctx, tr__cl *cl) {
+    static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {129, 257, 45}, {300, 31, 130}};
+    size_t i;
+    int f, ta, tb;
+    for (f = 0; f < 2; f++) {
+        ctx->gemm_fdt = g_ref_fdt = f ? TR_FWD_FLOAT16 : TR_FWD_BFLOAT16;
+        for (i = 0; i < sizeof sz / sizeof sz[0]; i++)
+            for (ta = 0; ta < 2; ta++)
+                for (tb = 0; tb < 2; tb++)
+                    run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)tb) % 2 ? 3 : 0, (int)(i & 1), 0, 300 + 4 * i + 2 * (size_t)ta + (size_t)tb);
+        for (ta = 0; ta < 2; ta++) /* 16-byte aligned rows, interior tiles: the float4 fetches (and a short last k-tile) */
+            for (tb = 0; tb < 2; tb++) {
+                run_gemm(cl, ta, tb, 256, 132, 64, 0, ta, 0, 330 + 2 * (size_t)ta + (size_t)tb);
+                run_gemm(cl, ta, tb, 260, 256, 100, 0, tb, 0, 335 + 2 * (size_t)ta + (size_t)tb);
+            }
+        run_gemm(cl, 1, 0, 70, 33, 2100, 0, 1, 3, 340); /* split-K */
+        run_gemm(cl, 0, 1, 17, 5, 1000, 1, 0, 5, 341);
+        run_batched(cl, 5, 0, 0, 33, 20, 97, 0, 0, 0, 0, 342);
+        run_batched(cl, 6, 1, 0, 13, 17, 7, 1, 0, 1, 0, 343);
+        run_batched(cl, 7, 0, 1, 9, 70, 33, 1, 1, 1, 3, 344); /* batch sum in 3 groups */
+        g_raw_inputs = 1;
+        run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 345);
+        run_gemm(cl, 1, 0, 97, 140, 70, 0, 1, 0, 346);
+        g_raw_inputs = 0;
+        assert_true(ctx->dev_active); /* tr__op_sgemm_rnd takes the device path (tu_cl_open made it active) */
+        run_gemm_rnd(ctx, cl, g_ref_fdt, 3, 0, 1, 130, 70, 45, 0, 350);
+        run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 0, 0, 97, 256, 64, 1, 351);
+        run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 1, 0, 33, 40, 3000, 0, 352); /* split-K on a big device: rounded after the sum */
+    }
+    ctx->gemm_fdt = g_ref_fdt = 0;
+    run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);
+}
+
+static void test_sgemm_mma(void **state) {
+    const char *old = getenv("TINYREC_CL_SGEMM");
+    tr__cl *cl = dev();
+    tr_ctx *ctx2;
+    (void)state;
+    assert_int_equal(cl->gemm.mma, tr__cl_get_info(cl)->nv_sm >= 80 ? 1 : 0); /* automatic: where mma.sync exists */
+    if (cl->gemm.mma) mma_products(g_ctx, cl);                                 /* the inline-PTX kernels */
+    setenv("TINYREC_CL_SGEMM", "MMA=2", 1);                                    /* the emulation, any device */
+    ctx2 = tu_ctx(2, 1);
+    cl = tu_cl_open(ctx2);
+    assert_int_equal(cl->gemm.mma, 2);
+    mma_products(ctx2, cl);
+    tr_ctx_destroy(ctx2);
+    setenv("TINYREC_CL_SGEMM", "MMA=0", 1);
+    ctx2 = tu_ctx(2, 1);
+    assert_int_equal(tu_cl_open(ctx2)->gemm.mma, 0);
+    tr_ctx_destroy(ctx2);
+    if (old) setenv("TINYREC_CL_SGEMM", old, 1);
+    else unsetenv("TINYREC_CL_SGEMM");
+}
+
 /* Attention forward and backward vs the CPU references. */
 static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed) {
     size_t D = (size_t)H * hd, nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
@@ -400,6 +504,13 @@ static void test_sgemm_defines(void **state) {
     in.is_gpu = 1, in.max_wg = 1024, in.max_item[0] = in.max_item[1] = 1024, in.max_item[2] = 64, in.local_mem = 49152, in.compute_units = 132;
     tr__cl_sgemm_defines(&in, buf, sizeof buf);
     assert_string_equal(buf, "-DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4");
+    in.nv_sm = 90; /* NVIDIA sm_90: cp.async and the tensor-core kernels */
+    tr__cl_sgemm_defines(&in, buf, sizeof buf);
+    assert_non_null(strstr(buf, " -DTR_GEMM_CP=1 -DTR_GEMM_ST=2 -DTR_GEMM_MMA=1"));
+    in.local_mem = 32768; /* too little local memory for the tensor-core tiles */
+    tr__cl_gemm_config(&in, &g);
+    assert_int_equal(g.mma, 0);
+    in.local_mem = 49152, in.nv_sm = 0;
     in.max_wg = 128; /* a small GPU */
     tr__cl_gemm_config(&in, &g);
     assert_int_equal(g.tm, 128), assert_int_equal(g.tn, 64);
@@ -417,7 +528,7 @@ static void test_sgemm_defines(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
-        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_sgemm_cp_staging),
+        cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_sgemm_cp_staging), cmocka_unit_test(test_sgemm_mma),
         cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests_name("opencl_gemm", tests, setup, teardown);

@@ -115,6 +115,7 @@ static void assert_trajectory(const char *what, const double *got, const double 
 
 /* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
    whether the training ended on an OpenCL device. */
+static long g_mma_products; /* the last run_on's products on the tensor-core kernels */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
     tr_ctx *ctx = make_ctx(device, lc);
@@ -128,6 +129,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
+    g_mma_products = ctx->cl ? ctx->cl->mma_products : 0;
     tr_trainer_destroy(t);
     tr_model_destroy(m);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
@@ -435,6 +437,26 @@ static void test_trajectory_reduced(void **state) {
     g_fdt = TR_FWD_FLOAT32;
 }
 
+/* The tensor-core products (emulated where the device has no mma.sync: the same tiles, conversion and epilogue)
+   in a training run: the same trajectories, and the products went there. */
+static void test_trajectory_tensor_cores(void **state) {
+    const char *old = getenv("TINYREC_CL_SGEMM");
+    static const int runs[][2] = {{TR_FWD_BFLOAT16, 0}, {TR_FWD_BFLOAT16, 2}, {TR_FWD_FLOAT16, 1}};
+    size_t i;
+    (void)state;
+    setenv("TINYREC_CL_SGEMM", "MMA=2", 1);
+    for (i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        g_fdt = (tr_forward_dtype)runs[i][0];
+        check_trajectory(runs[i][1]);
+        if (g_mma_products <= 0) fail_msg("fdt %d variant %d: no product ran on the tensor-core kernels", runs[i][0], runs[i][1]);
+    }
+    g_fdt = TR_FWD_FLOAT32;
+    check_trajectory(1); /* float32: none */
+    assert_int_equal(g_mma_products, 0);
+    if (old) setenv("TINYREC_CL_SGEMM", old, 1);
+    else unsetenv("TINYREC_CL_SGEMM");
+}
+
 /* The device's rounding kernel gives the CPU's bits (NaN-ness only for NaN in float16), and the fallback
    chain is the same on the device. */
 static void test_round_kernel_matches_cpu(void **state) {
@@ -490,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_trajectory_attention),
         cmocka_unit_test(test_trajectory_hrm),
         cmocka_unit_test(test_trajectory_reduced),
+        cmocka_unit_test(test_trajectory_tensor_cores),
         cmocka_unit_test(test_round_kernel_matches_cpu),
         cmocka_unit_test(test_hrm_oom_and_enqueue_faults),
         cmocka_unit_test(test_open_faults_fall_back_to_cpu),

@@ -454,6 +454,247 @@ TR_SGEMM_K(tt_cp, 1, 1, 1, 1, 0, 0, 0, 0, 1)
 TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #endif
 #endif
+/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain
+ fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,
+ whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such
+ values) to 16-bit pairs of consecutive depths in 32-bit words in local memory, x-major (As[m][k], Bs[n][k]) as the
+ fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,
+ columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is
+ fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K
+ pieces) and outputs as tr_sgemm. */
+#ifdef TR_GEMM_MMA
+#define TR_MT 128                       /* tile rows and columns */
+#define TR_MK 32                        /* tile depth */
+#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */
+#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */
+/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */
+static inline uint tr_mma_bits(float x, const int F16) {
+  const uint u = as_uint(x), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;
+  if (!F16) return a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* NaN stays NaN */
+  if (a > 0x7f800000u) return sg | 0x7e00u;
+  if (a >= 0x477ff000u) return sg | 0x7c00u;                          /* >= 65520: inf */
+  if (a < 0x38800000u) return sg | (uint)rint(as_float(a) * 16777216.0f); /* subnormal: units of 2^-24 */
+  return sg | ((a - 0x38000000u + 0xfffu + (((a - 0x38000000u) >> 13) & 1u)) >> 13);
+}
+/* the float value of the 16-bit pattern in the low half of w */
+static inline float tr_mma_val(uint w, const int F16) {
+  const uint h = w & 0xffffu, sg = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (!F16) return as_float(h << 16);
+  if (e == 0) return as_float(sg | as_uint((float)m * 5.9604644775390625e-8f)); /* subnormal: m 2^-24 */
+  return as_float(sg | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13)));
+}
+/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
+static inline uint tr_mma_pack(float lo, float hi, const int F16) {
+#if TR_GEMM_MMA == 1
+  uint r;
+  if (F16) __asm__("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else __asm__("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;
+#endif
+}
+/* Word l of this work-item's share of a tile: row x (of 128) and depth pair kp (of 16). k-contiguous operands (CK)
+ run kp fastest, k-major ones x fastest, so that consecutive work-items read consecutive addresses. */
+#define TR_MIDX(CK, l) \
+  const int e = tid + (l) * 256, x = (CK) ? e / (TR_MK / 2) : e % TR_MT, kp = (CK) ? e % (TR_MK / 2) : e / TR_MT;
+/* w = the work-item's words of the tile of P at rows x0.. (< X), depths k0.. (< ke); zeros outside */
+static inline void tr_mma_fetch(__global const float *P, long ld, const int CK, int x0, int X, int k0, int ke, int tid,
+                                uint *w, const int F16) {
+  const int full = x0 + TR_MT <= X && k0 + TR_MK <= ke;
+  const long s1 = CK ? 1 : ld; /* the next depth */
+  int l;
+#pragma unroll
+  for (l = 0; l < TR_MW; l++) {
+    TR_MIDX(CK, l)
+    const int k = k0 + 2 * kp;
+    __global const float *p = P + (CK ? (long)(x0 + x) * ld + k : (long)k * ld + (x0 + x));
+    float lo = 0.0f, hi = 0.0f;
+    if (full) {
+      lo = p[0], hi = p[s1];
+    } else if (x0 + x < X) {
+      if (k < ke) lo = p[0];
+      if (k + 1 < ke) hi = p[s1];
+    }
+    w[l] = tr_mma_pack(lo, hi, F16);
+  }
+}
+static inline void tr_mma_stage(__local uint *S, const int CK, int tid, const uint *w) {
+  int l;
+#pragma unroll
+  for (l = 0; l < TR_MW; l++) {
+    TR_MIDX(CK, l)
+    S[x * TR_MP + kp] = w[l];
+  }
+}
+/* The same for an interior tile whose rows are 16-byte aligned, with float4 loads (a quarter of the load instructions):
+ CK: four float4 along k per work-item (row e / 8, depths 4 (e % 8)..), two words each; k-major: two pairs of float4
+ along x at depths k, k + 1 (columns 4 (e % 32).., depth pair e / 32), four words each. tr_mma_vstage places them. */
+static inline void tr_mma_vfetch(__global const float *P, long ld, const int CK, int x0, int k0, int tid, uint *w, const int F16) {
+  int l;
+  if (CK) {
+#pragma unroll
+    for (l = 0; l < 4; l++) {
+      const int e = tid + l * 256;
+      const float4 v = *(__global const float4 *)(P + (long)(x0 + (e >> 3)) * ld + k0 + 4 * (e & 7));
+      w[2 * l] = tr_mma_pack(v.s0, v.s1, F16), w[2 * l + 1] = tr_mma_pack(v.s2, v.s3, F16);
+    }
+  } else {
+#pragma unroll
+    for (l = 0; l < 2; l++) {
+      const int e = tid + l * 256;
+      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);
+      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);
+      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);
+      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);
+    }
+  }
+}
+static inline void tr_mma_vstage(__local uint *S, const int CK, int tid, const uint *w) {
+  int l, i;
+  if (CK) {
+#pragma unroll
+    for (l = 0; l < 4; l++) {
+      const int e = tid + l * 256;
+      *(__local uint2 *)(S + (e >> 3) * TR_MP + 2 * (e & 7)) = (uint2)(w[2 * l], w[2 * l + 1]);
+    }
+  } else {
+#pragma unroll
+    for (l = 0; l < 2; l++) {
+      const int e = tid + l * 256;
+#pragma unroll
+      for (i = 0; i < 4; i++) S[(4 * (e & 31) + i) * TR_MP + (e >> 5)] = w[4 * l + i];
+    }
+  }
+}
+/* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */
+#if TR_GEMM_MMA == 1
+#define TR_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#define TR_MMA_F16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#define TR_MMA_OPS "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+#define TR_MMA_ARGS(c, a, b) \
+  : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3])
+#endif
+static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,
+              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,
+              __local uint *As0, __local uint *Bs0, const int TA, const int TB, const int F16, int rnd) {
+  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
+  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
+  const int bz = z / ks, kz = z - bz * ks;
+  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);
+  const int ntk = ke > kb ? (ke - kb + TR_MK - 1) / TR_MK : 0;
+  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
+  float c[4][4][4];
+  uint wa[TR_MW], wb[TR_MW];
+  int i, j, r, s, t, ib = b0, ik = kb, va = 0, vb = 0;
+#pragma unroll
+  for (i = 0; i < 4; i++)
+#pragma unroll
+    for (j = 0; j < 4; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
+  for (t = -1; t < nt; t++) {
+    __local uint *As = As0 + (t & 1) * (TR_MT * TR_MP), *Bs = Bs0 + (t & 1) * (TR_MT * TR_MP);
+    if (t >= 0) { /* stage the words fetched last round */
+      if (va) tr_mma_vstage(As, !TA, tid, wa);
+      else tr_mma_stage(As, !TA, tid, wa);
+      if (vb) tr_mma_vstage(Bs, TB, tid, wb);
+      else tr_mma_stage(Bs, TB, tid, wb);
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t + 1 < nt) { /* the next tile into registers (batch ib, depth ik) */
+      va = (al & 1) && m0 + TR_MT <= M && ik + TR_MK <= ke, vb = (al & 2) && n0 + TR_MT <= N && ik + TR_MK <= ke;
+      if (va) tr_mma_vfetch(A + (long)ib * sA, lda, !TA, m0, ik, tid, wa, F16);
+      else tr_mma_fetch(A + (long)ib * sA, lda, !TA, m0, M, ik, ke, tid, wa, F16);
+      if (vb) tr_mma_vfetch(B + (long)ib * sB, ldb, TB, n0, ik, tid, wb, F16);
+      else tr_mma_fetch(B + (long)ib * sB, ldb, TB, n0, N, ik, ke, tid, wb, F16);
+      ik += TR_MK;
+      if (ik >= ke) ik = kb, ib++;
+    }
+    if (t < 0) continue;
+#pragma unroll
+    for (s = 0; s < TR_MK / 16; s++) {
+#if TR_GEMM_MMA == 1
+      uint a[4][4], b[4][2];
+#pragma unroll
+      for (i = 0; i < 4; i++) {
+        __local const uint *pa = As + (wm + i * 16 + g) * TR_MP + s * 8 + q;
+        a[i][0] = pa[0], a[i][1] = pa[8 * TR_MP], a[i][2] = pa[4], a[i][3] = pa[8 * TR_MP + 4];
+      }
+#pragma unroll
+      for (j = 0; j < 4; j++) {
+        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;
+        b[j][0] = pb[0], b[j][1] = pb[4];
+      }
+#pragma unroll
+      for (i = 0; i < 4; i++)
+#pragma unroll
+        for (j = 0; j < 4; j++) {
+          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+        }
+#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1), from the tile in local memory */
+      for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++)
+          for (r = 0; r < 4; r++) {
+            __local const uint *pa = As + (wm + i * 16 + g + (r >> 1) * 8) * TR_MP + s * 8;
+            __local const uint *pb = Bs + (wn + j * 8 + 2 * q + (r & 1)) * TR_MP + s * 8;
+            int kk;
+            for (kk = 0; kk < 16; kk++)
+              c[i][j][r] = fma(tr_mma_val(pa[kk >> 1] >> (16 * (kk & 1)), F16), tr_mma_val(pb[kk >> 1] >> (16 * (kk & 1)), F16), c[i][j][r]);
+          }
+#endif
+    }
+  }
+#pragma unroll
+  for (i = 0; i < 4; i++)
+#pragma unroll
+    for (r = 0; r < 2; r++) {
+      const int m = m0 + wm + i * 16 + g + r * 8;
+      __global float *cr = C + (long)m * ldc;
+      if (m >= M) continue;
+#pragma unroll
+      for (j = 0; j < 4; j++) {
+        const int n = n0 + wn + j * 8 + 2 * q;
+        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
+        if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */
+          if (acc) v += *(__global float2 *)(cr + n);
+          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));
+          *(__global float2 *)(cr + n) = v;
+        } else {
+          if (acc) v += (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f);
+          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));
+          if (n < N) cr[n] = v.s0;
+          if (n + 1 < N) cr[n + 1] = v.s1;
+        }
+      }
+    }
+}
+/* tr_k_mma_<case>_<bf16|f16>: the arguments of the SGEMM kernels; wc (rnd): C rounded to bfloat16 (1) / float16 (2)
+ after the product (and the accumulation), as tr_k_round would */
+#define TR_MMA_K(T, TA, TB, D, F16)                                                                                        \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_mma_##T##_##D(__global const float *A, ulong A_off,  \
+    long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \
+    long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \
+    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \
+    __local uint As[2 * TR_MT * TR_MP], Bs[2 * TR_MT * TR_MP];                                                           \
+    const int z = z0 + get_group_id(2);                                                                                  \
+    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
+    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \
+                   ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \
+    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al, As, Bs, TA,  \
+                 TB, F16, wc);                                                                                           \
+  }
+TR_MMA_K(nn, 0, 0, bf16, 0)
+TR_MMA_K(nt, 0, 1, bf16, 0)
+TR_MMA_K(tn, 1, 0, bf16, 0)
+TR_MMA_K(tt, 1, 1, bf16, 0)
+TR_MMA_K(nn, 0, 0, f16, 1)
+TR_MMA_K(nt, 0, 1, f16, 1)
+TR_MMA_K(tn, 1, 0, f16, 1)
+TR_MMA_K(tt, 1, 1, f16, 1)
+#endif
 /* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */
 __kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,
                __global float *C, ulong C_off, long ldc, int acc) {
