@@ -5140,6 +5140,7 @@ struct tr__cl {
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
+    tr__cl_program mma_program; /* the tensor-core kernels' own program (tr__cl_mma_ready), NULL until built */
     /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
        host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
        copying through the staging buffers and the driver. */
@@ -6157,7 +6158,7 @@ TR__FN tr__cl_kcache *tr__cl_kernel_get(tr__cl *cl, const char *name) {
     }
     e = &cl->kernels[cl->nkernels];
     memset(e, 0, sizeof *e);
-    e->k = f->CreateKernel(cl->program, name, &err);
+    e->k = f->CreateKernel(strncmp(name, "tr_k_mma_", 9) ? cl->program : cl->mma_program, name, &err);
     if (!e->k || err != TR__CL_SUCCESS) {
         tr__cl_fail(cl, "clCreateKernel", name, err);
         return NULL;
@@ -6328,6 +6329,7 @@ TR__FN void tr__cl_destroy(tr__cl *cl) {
     for (i = 0; i < cl->narenas; i++) tr__cl_arena_release(cl, &cl->arenas[i]);
     if (cl->dummy) f->ReleaseMemObject(cl->dummy);
     if (cl->program) f->ReleaseProgram(cl->program);
+    if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
     if (cl->queue) f->ReleaseCommandQueue(cl->queue);
     if (cl->context) f->ReleaseContext(cl->context);
     tr__cl_unload(&cl->lib);
@@ -7694,6 +7696,8 @@ static const char tr__cl_src_gemm_8[] =
 "          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
 "          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
 "  }\n"
+"/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only the tr_k_mma_* ones. */\n"
+"#ifndef TR_MMA_ONLY\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
 "TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)\n"
@@ -7717,6 +7721,7 @@ static const char tr__cl_src_gemm_8[] =
 "TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)\n"
 "#endif\n"
 "#endif\n"
+"#endif /* TR_MMA_ONLY */\n"
 "/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain\n"
 " fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,\n"
 " whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such\n"
@@ -7724,14 +7729,14 @@ static const char tr__cl_src_gemm_8[] =
 " fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,\n"
 " columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is\n"
 " fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K\n"
-" pieces) and outputs as tr_sgemm. */\n"
+" pieces) and outputs as tr_sgemm. Built in a program of their own (TR_MMA_ONLY), at the first such product. */\n"
 "#ifdef TR_GEMM_MMA\n"
 "#define TR_MT 128                       /* tile rows and columns */\n"
 "#define TR_MK 32                        /* tile depth */\n"
-"#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */\n"
-"#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */\n"
-"/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */\n";
+"#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */\n";
 static const char tr__cl_src_gemm_9[] =
+"#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */\n"
+"/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */\n"
 "static inline uint tr_mma_bits(float x, const int F16) {\n"
 "  const uint u = as_uint(x), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
 "  if (!F16) return a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* NaN stays NaN */\n"
@@ -7806,11 +7811,11 @@ static const char tr__cl_src_gemm_9[] =
 "  } else {\n"
 "#pragma unroll\n"
 "    for (l = 0; l < 2; l++) {\n"
-"      const int e = tid + l * 256;\n"
+"      const int e = tid + l * 256;\n";
+static const char tr__cl_src_gemm_10[] =
 "      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);\n"
 "      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);\n"
-"      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n";
-static const char tr__cl_src_gemm_10[] =
+"      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n"
 "      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);\n"
 "    }\n"
 "  }\n"
@@ -7889,15 +7894,15 @@ static const char tr__cl_src_gemm_10[] =
 "      }\n"
 "#pragma unroll\n"
 "      for (j = 0; j < 4; j++) {\n"
-"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n"
+"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n";
+static const char tr__cl_src_gemm_11[] =
 "        b[j][0] = pb[0], b[j][1] = pb[4];\n"
 "      }\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "        for (j = 0; j < 4; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n";
-static const char tr__cl_src_gemm_11[] =
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "        }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1), from the tile in local memory */\n"
@@ -7944,13 +7949,13 @@ static const char tr__cl_src_gemm_11[] =
 "    long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \\\n"
 "    long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \\\n"
 "    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \\\n"
-"    __local uint As[2 * TR_MT * TR_MP], Bs[2 * TR_MT * TR_MP];                                                           \\\n"
+"    __local uint4 As[2 * TR_MT * TR_MP / 4], Bs[2 * TR_MT * TR_MP / 4]; /* 16-byte aligned: uint2 stores */               \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \\\n"
 "                   ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \\\n"
-"    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al, As, Bs, TA,  \\\n"
-"                 TB, F16, wc);                                                                                           \\\n"
+"    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,              \\\n"
+"                 (__local uint *)As, (__local uint *)Bs, TA, TB, F16, wc);                                          \\\n"
 "  }\n"
 "TR_MMA_K(nn, 0, 0, bf16, 0)\n"
 "TR_MMA_K(nt, 0, 1, bf16, 0)\n"
@@ -7961,16 +7966,17 @@ static const char tr__cl_src_gemm_11[] =
 "TR_MMA_K(tn, 1, 0, f16, 1)\n"
 "TR_MMA_K(tt, 1, 1, f16, 1)\n"
 "#endif\n"
+"#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
-"__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
+"__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n";
+static const char tr__cl_src_gemm_12[] =
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
 "  const int n = get_global_id(0), m = get_global_id(1);\n"
 "  const long mn = (long)M * N, idx = (long)m * N + n;\n"
 "  float s;\n"
 "  int z;\n"
 "  if (n >= N || m >= M) return;\n"
-"  P += P_off;\n";
-static const char tr__cl_src_gemm_12[] =
+"  P += P_off;\n"
 "  C += C_off + (long)m * ldc + n;\n"
 "  s = acc ? *C : 0.0f;\n"
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
@@ -7988,7 +7994,8 @@ static const char tr__cl_src_gemm_12[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  for (i = ly; i < 32; i += 8)\n"
 "    if (c0 + i < C && r0 + lx < R) Y[(long)(c0 + i) * ldy + r0 + lx] = t[lx][i];\n"
-"}\n";
+"}\n"
+"#endif /* TR_MMA_ONLY */\n";
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
@@ -8364,8 +8371,7 @@ TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap
                  g.tk, g.wm, g.wn, g.vw);
     if (n > 0 && (size_t)n < cap && g.wl >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_WL=%d", g.wl);
     if (n > 0 && (size_t)n < cap && g.db >= 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_DB=%d", g.db);
-    if (n > 0 && (size_t)n < cap && g.cp > 0) n += snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=%d -DTR_GEMM_ST=%d", g.cp, g.st);
-    if (n > 0 && (size_t)n < cap && g.mma > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_MMA=%d", g.mma);
+    if (n > 0 && (size_t)n < cap && g.cp > 0) snprintf(buf + n, cap - (size_t)n, " -DTR_GEMM_CP=%d -DTR_GEMM_ST=%d", g.cp, g.st);
 }
 
 /* The build options this device's configuration gives (tests, benches). */
@@ -8411,6 +8417,30 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
+/* Whether the tensor-core kernels can run: their program (the ops and tr_k_mma_*, TR_MMA_ONLY) is built at the first
+   bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
+   PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
+TR__FN int tr__cl_mma_ready(tr__cl *cl) {
+    static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
+    const tr__clfn *f = &cl->lib.f;
+    char opts[128];
+    tr__cl_int err = 0;
+    if (cl->mma_program) return 1;
+    if (!cl->gemm.mma) return 0;
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "",
+             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma);
+    cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
+    if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
+    if (!cl->mma_program || err != TR__CL_SUCCESS) {
+        if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
+        cl->mma_program = NULL, cl->gemm.mma = 0;
+        tr__log(cl->ctx, TR_LOG_WARN, "opencl: the tensor-core kernels did not build (%s, %d); bfloat16 / float16 products run on the fp32 kernels",
+                tr__cl_errname(err), (int)err);
+        return 0;
+    }
+    return 1;
+}
+
 #ifndef TR__CL_GEMM_BT_MIN_M
 #define TR__CL_GEMM_BT_MIN_M 1024 /* rows of C from which x W^T is run as x (W^T) on the cp.async kernels */
 #endif
@@ -8448,7 +8478,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
-    if (g.mma && !fz->sw && !fz->gu && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16)) {
+    if (g.mma && !fz->sw && !fz->gu && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) && tr__cl_mma_ready(cl)) {
         mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_sgemm_mma's tile (TR_MT, TR_MK) */
@@ -9282,7 +9312,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
     int b;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && ctx->cl->gemm.mma) {
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
         tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }

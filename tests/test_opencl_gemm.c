@@ -444,7 +444,9 @@ static void test_sgemm_mma(void **state) {
     ctx2 = tu_ctx(2, 1);
     cl = tu_cl_open(ctx2);
     assert_int_equal(cl->gemm.mma, 2);
+    assert_null(cl->mma_program); /* built at the first low-precision product */
     mma_products(ctx2, cl);
+    assert_non_null(cl->mma_program);
     tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "MMA=0", 1);
     ctx2 = tu_ctx(2, 1);
@@ -504,9 +506,11 @@ static void test_sgemm_defines(void **state) {
     in.is_gpu = 1, in.max_wg = 1024, in.max_item[0] = in.max_item[1] = 1024, in.max_item[2] = 64, in.local_mem = 49152, in.compute_units = 132;
     tr__cl_sgemm_defines(&in, buf, sizeof buf);
     assert_string_equal(buf, "-DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4");
-    in.nv_sm = 90; /* NVIDIA sm_90: cp.async and the tensor-core kernels */
+    in.nv_sm = 90; /* NVIDIA sm_90: cp.async and the tensor-core kernels (their own program: no define here) */
     tr__cl_sgemm_defines(&in, buf, sizeof buf);
-    assert_non_null(strstr(buf, " -DTR_GEMM_CP=1 -DTR_GEMM_ST=2 -DTR_GEMM_MMA=1"));
+    assert_string_equal(buf, "-DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4 -DTR_GEMM_CP=1 -DTR_GEMM_ST=2");
+    tr__cl_gemm_config(&in, &g);
+    assert_int_equal(g.mma, 1);
     in.local_mem = 32768; /* too little local memory for the tensor-core tiles */
     tr__cl_gemm_config(&in, &g);
     assert_int_equal(g.mma, 0);

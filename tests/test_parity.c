@@ -134,6 +134,13 @@ static const tol_set *g_tol = &TOL_F32;
 static const tol_set TOL_BF16 = {5e-2, 2.0, 2e-2, 1e-2, 5e-2, 2e-2, 3e-3, 2e-2, 1e-6, 2.5e-3};
 static const tol_set TOL_F16 = {1e-2, 2.5, 5e-3, 2e-3, 2e-2, 5e-3, 3e-3, 2e-2, 1e-6, 2.5e-4};
 static void fx_close_mean(const fx_file *f, const char *name, const float *got, size_t n, int cycle);
+/* float16 on NVIDIA tensor cores (tr_k_mma_*, sm_80+): their fp32 accumulation truncates instead of rounding to
+   nearest (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021; PyTorch's CUDA bf16/fp16 GEMMs run on the
+   same units), a bias that float16's finer grid turns into more neighbour-value roundings than the twin's order
+   does: on an H100 the mean error of step 1 was 0.025% after the first H cycle and 0.063% after the second (the
+   SIMT kernels on the same GPU: 0.005%, 0.027%). So 0.05% per cycle, which the fp32 control (0.075% after the
+   first) still fails; bfloat16's grid hides the bias (its first cycle stays bit-identical on tensor cores). */
+static const tol_set TOL_F16_TC = {1e-2, 2.5, 5e-3, 2e-3, 2e-2, 5e-3, 3e-3, 2e-2, 1e-6, 5e-4};
 static const tol_set *tol_for(tr_forward_dtype fdt) { return fdt == TR_FWD_BFLOAT16 ? &TOL_BF16 : fdt == TR_FWD_FLOAT16 ? &TOL_F16 : &TOL_F32; }
 static double carry_atol(int step) { return g_tol->carry0 * pow(g_tol->carry_growth, step - 1); }
 
@@ -281,6 +288,9 @@ static void run_fixture(const char *path, int threads, int opencl) {
     tc.ema = 1;
     tc.global_batch_size = B = (int)fx_cfg(&f, "batch_size");
     if (tr_model_create(ctx, &c, &m) != TR_OK) fail_msg("%s: %s", path, tr_ctx_last_error(ctx));
+#if TINYREC_OPENCL
+    if (g_tol == &TOL_F16 && ctx->dev_active && ctx->cl->gemm.mma == 1) g_tol = &TOL_F16_TC;
+#endif
     /* load every tensor the model has, by its reference name */
     for (i = 0; i < m->n_tensors; i++) {
         const fx_rec *r = fx_need(&f, m->tensors[i].name);

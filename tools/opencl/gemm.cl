@@ -431,6 +431,8 @@ static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __glo
           (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \
           X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \
   }
+/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only the tr_k_mma_* ones. */
+#ifndef TR_MMA_ONLY
 /* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on
  the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */
 TR_SGEMM_K(nn, 0, 0, 1, 0, 1, 1, 0, 0, 0)
@@ -454,6 +456,7 @@ TR_SGEMM_K(tt_cp, 1, 1, 1, 1, 0, 0, 0, 0, 1)
 TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #endif
 #endif
+#endif /* TR_MMA_ONLY */
 /* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain
  fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,
  whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such
@@ -461,7 +464,7 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
  fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,
  columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is
  fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K
- pieces) and outputs as tr_sgemm. */
+ pieces) and outputs as tr_sgemm. Built in a program of their own (TR_MMA_ONLY), at the first such product. */
 #ifdef TR_GEMM_MMA
 #define TR_MT 128                       /* tile rows and columns */
 #define TR_MK 32                        /* tile depth */
@@ -678,13 +681,13 @@ static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __gl
     long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \
     long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \
     __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \
-    __local uint As[2 * TR_MT * TR_MP], Bs[2 * TR_MT * TR_MP];                                                           \
+    __local uint4 As[2 * TR_MT * TR_MP / 4], Bs[2 * TR_MT * TR_MP / 4]; /* 16-byte aligned: uint2 stores */               \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \
                    ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \
-    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al, As, Bs, TA,  \
-                 TB, F16, wc);                                                                                           \
+    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,              \
+                 (__local uint *)As, (__local uint *)Bs, TA, TB, F16, wc);                                          \
   }
 TR_MMA_K(nn, 0, 0, bf16, 0)
 TR_MMA_K(nt, 0, 1, bf16, 0)
@@ -695,6 +698,7 @@ TR_MMA_K(nt, 0, 1, f16, 1)
 TR_MMA_K(tn, 1, 0, f16, 1)
 TR_MMA_K(tt, 1, 1, f16, 1)
 #endif
+#ifndef TR_MMA_ONLY
 /* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */
 __kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,
                __global float *C, ulong C_off, long ldc, int acc) {
@@ -722,3 +726,4 @@ __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__g
   for (i = ly; i < 32; i += 8)
     if (c0 + i < C && r0 + lx < R) Y[(long)(c0 + i) * ldy + r0 + lx] = t[lx][i];
 }
+#endif /* TR_MMA_ONLY */
