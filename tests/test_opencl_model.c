@@ -490,6 +490,18 @@ static void test_round_kernel_matches_cpu(void **state) {
         free(got);
     }
     tr__dfree(ctx, d);
+    { /* auto: bfloat16 where the device has tensor-core kernels (NVIDIA sm_80+), float32 elsewhere (PoCL) */
+        tr_model_config c;
+        tr_model *m;
+        int tc = ctx->cl->gemm.mma == 1;
+        g_fdt = TR_FWD_AUTO;
+        variant_config(&c, 1);
+        g_fdt = TR_FWD_FLOAT32;
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_int_equal(tr_model_get_config(m)->forward_dtype, tc ? TR_FWD_BFLOAT16 : TR_FWD_FLOAT32);
+        if (!strstr(lc.text, tc ? "auto: bfloat16" : "auto: float32")) fail_msg("log:\n%s", lc.text);
+        tr_model_destroy(m);
+    }
     tr_ctx_inject_fault(ctx, TR_FAULT_NO_BF16, 0, 0);
     {
         tr_model_config c;
