@@ -7744,14 +7744,14 @@ static const char tr__cl_src_gemm_8[] =
 "#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */\n";
 static const char tr__cl_src_gemm_9[] =
 "#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */\n"
-"/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */\n"
+"/* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then\n"
+" repacked exactly; integer arithmetic, no extension needed */\n"
 "static inline uint tr_mma_bits(float x, const int F16) {\n"
-"  const uint u = as_uint(x), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
-"  if (!F16) return a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* NaN stays NaN */\n"
-"  if (a > 0x7f800000u) return sg | 0x7e00u;\n"
-"  if (a >= 0x477ff000u) return sg | 0x7c00u;                          /* >= 65520: inf */\n"
-"  if (a < 0x38800000u) return sg | (uint)rint(as_float(a) * 16777216.0f); /* subnormal: units of 2^-24 */\n"
-"  return sg | ((a - 0x38000000u + 0xfffu + (((a - 0x38000000u) >> 13) & 1u)) >> 13);\n"
+"  const uint u = as_uint(tr_round1(x, F16 ? 2 : 1)), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
+"  if (!F16) return u >> 16;\n"
+"  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */\n"
+"  if (a < 0x38800000u) return sg | (uint)(as_float(a) * 16777216.0f);        /* subnormal: a multiple of 2^-24 */\n"
+"  return sg | ((a - 0x38000000u) >> 13);\n"
 "}\n"
 "/* the float value of the 16-bit pattern in the low half of w */\n"
 "static inline float tr_mma_val(uint w, const int F16) {\n"
@@ -7819,9 +7819,9 @@ static const char tr__cl_src_gemm_9[] =
 "  } else {\n"
 "#pragma unroll\n"
 "    for (l = 0; l < 2; l++) {\n"
-"      const int e = tid + l * 256;\n";
+"      const int e = tid + l * 256;\n"
+"      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);\n";
 static const char tr__cl_src_gemm_10[] =
-"      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);\n"
 "      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);\n"
 "      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n"
 "      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);\n"
@@ -7902,13 +7902,13 @@ static const char tr__cl_src_gemm_10[] =
 "      }\n"
 "#pragma unroll\n"
 "      for (j = 0; j < 4; j++) {\n"
-"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n";
-static const char tr__cl_src_gemm_11[] =
+"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n"
 "        b[j][0] = pb[0], b[j][1] = pb[4];\n"
 "      }\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_11[] =
 "        for (j = 0; j < 4; j++) {\n"
 "          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
@@ -7976,10 +7976,10 @@ static const char tr__cl_src_gemm_11[] =
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
-"__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n";
-static const char tr__cl_src_gemm_12[] =
+"__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
-"  const int n = get_global_id(0), m = get_global_id(1);\n"
+"  const int n = get_global_id(0), m = get_global_id(1);\n";
+static const char tr__cl_src_gemm_12[] =
 "  const long mn = (long)M * N, idx = (long)m * N + n;\n"
 "  float s;\n"
 "  int z;\n"

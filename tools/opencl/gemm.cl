@@ -470,14 +470,14 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_MK 32                        /* tile depth */
 #define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */
 #define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */
-/* the 16-bit pattern of x as bfloat16 or (F16) float16, to nearest even; integer arithmetic, no extension needed */
+/* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then
+ repacked exactly; integer arithmetic, no extension needed */
 static inline uint tr_mma_bits(float x, const int F16) {
-  const uint u = as_uint(x), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;
-  if (!F16) return a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* NaN stays NaN */
-  if (a > 0x7f800000u) return sg | 0x7e00u;
-  if (a >= 0x477ff000u) return sg | 0x7c00u;                          /* >= 65520: inf */
-  if (a < 0x38800000u) return sg | (uint)rint(as_float(a) * 16777216.0f); /* subnormal: units of 2^-24 */
-  return sg | ((a - 0x38000000u + 0xfffu + (((a - 0x38000000u) >> 13) & 1u)) >> 13);
+  const uint u = as_uint(tr_round1(x, F16 ? 2 : 1)), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;
+  if (!F16) return u >> 16;
+  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */
+  if (a < 0x38800000u) return sg | (uint)(as_float(a) * 16777216.0f);        /* subnormal: a multiple of 2^-24 */
+  return sg | ((a - 0x38000000u) >> 13);
 }
 /* the float value of the 16-bit pattern in the low half of w */
 static inline float tr_mma_val(uint w, const int F16) {
