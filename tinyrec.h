@@ -80,6 +80,9 @@
                                oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N |
                                no-bf16 | no-half
                                (see tr_ctx_inject_fault)
+       TINYREC_CPU_BF16        bfloat16 models' products on the CPU: 1 (default) AMX tiles, else vdpbf16ps, where the CPU has
+                               them (AVX512_BF16); 0 always the fp32 kernels; 2 the scalar twin of vdpbf16ps on any CPU (for
+                               tests); 3 vdpbf16ps also where AMX is
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests)
        TINYREC_CL_OPTIONS      extra OpenCL build options
@@ -1427,6 +1430,9 @@ struct tr_ctx {
     int fault_rows;
     int fault_armed; /* the trainer reached fault_step */
     long io_files;   /* files written atomically since the fault was injected (TR_FAULT_IO_*) */
+    int cpu_bf16;    /* the CPU has AVX512_BF16 */
+    int cpu_amx;     /* and AMX-BF16 tiles, which the OS granted this process */
+    int bf16_gemm;   /* TINYREC_CPU_BF16 (tr__bgemm_mode in >>sgemm) */
     int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
                         all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
@@ -1791,6 +1797,18 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
 #endif
 }
 
+/* Linux gives a process the tile registers' state only when asked (arch_prctl ARCH_REQ_XCOMP_PERM
+   for XFEATURE_XTILEDATA); 1 when granted. The raw system call: the header asks for POSIX only. */
+TR__FN int tr__amx_permit(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "0"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return ret == 0;
+#else
+    return 0;
+#endif
+}
+
 /* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA and F16C
    (every AVX2 CPU has them; the reduced-precision rounding uses F16C). */
 TR__FN tr__simd tr__detect_simd(void) {
@@ -1941,6 +1959,22 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     ctx->mem_limit = cfg.memory_limit ? cfg.memory_limit : tr__machine_memory();
     ctx->simd_best = tr__detect_simd();
     ctx->simd = ctx->simd_best;
+    {
+        int f[TR_CPU_FEATURE_COUNT];
+        char brand[49];
+        const char *e = getenv("TINYREC_CPU_BF16");
+        tr__cpu_features(f, brand);
+        ctx->cpu_bf16 = f[TR_CPU_AVX512_BF16];
+        ctx->cpu_amx = ctx->cpu_bf16 && f[TR_CPU_AMX_TILE] && f[TR_CPU_AMX_BF16] && tr__amx_permit();
+        ctx->bf16_gemm = 1;
+        if (e && e[0]) {
+            if (e[0] < '0' || e[0] > '3' || e[1]) {
+                cfg.allocator.free(cfg.allocator.user, ctx);
+                return TR_ERR_INVALID_ARG;
+            }
+            ctx->bf16_gemm = e[0] - '0';
+        }
+    }
     simd_env = cfg.simd ? cfg.simd : getenv("TINYREC_SIMD");
     st = tr_ctx_set_num_threads(ctx, cfg.num_threads);
     if (st == TR_OK) st = tr_ctx_set_simd(ctx, simd_env);
@@ -3636,6 +3670,7 @@ typedef struct tr__sgemm_kern {
     tr__sgemm_pack_b_fn pack_b;
     tr__sgemm_dot_fn dot;
     tr__sgemm_rows_fn rows;
+    void (*enter)(void), (*leave)(void); /* or NULL: a thread's set-up around its jobs' micro-kernel calls (AMX: the tile configuration) */
 } tr__sgemm_kern;
 
 /* --- reference ----------------------------------------------------------------------------- */
@@ -4213,8 +4248,334 @@ TR__FN void tr__sgemm_rows_neon(size_t K, const float *a, size_t sar, size_t sak
 #undef TR__SG_NROUT
 #endif /* TR__NEON */
 
+/* --- bfloat16 pairs (a bfloat16 model's products) -------------------------------------------------
+   While a bfloat16 model computes (ctx->gemm_fdt), every GEMM operand is a bfloat16 value in fp32
+   storage, so the packed path may multiply in bfloat16 with fp32 sums: the packings round each value
+   to bfloat16 (exact for such values; round to nearest even for others) and store two consecutive k
+   per 32-bit word, low half the even k: A panels as ceil(kc/2) x MR words, B panels ceil(kc/2) x NR
+   (an odd kc's last word has zero high halves), at the fp32 layout's panel offsets. The kernel per
+   word and element of C: c += a_odd*b_odd, then c += a_even*b_even, each product exact and each sum
+   rounded once to nearest even (the twin sums in double and rounds to float: the same, as the terms
+   carry 24 and 16 significant bits),
+   denormal inputs and results flushed to zero (sign kept): the semantics of
+   AVX512_BF16's vdpbf16ps. tr__bgemm_ukr_c is that rule in plain C (the scalar twin, 4x16; it runs
+   only with TINYREC_CPU_BF16=2, for the tests); tr__bgemm_ukr_avx512 is the instruction (14x32).
+   Short products (the unpacked paths) stay on the fp32 kernels: same values, fp32 sums. */
+TR__FN uint32_t tr__bf16_pair(float even, float odd) { return (uint32_t)tr__f32_to_bf16(even) | (uint32_t)tr__f32_to_bf16(odd) << 16; }
+
+/* Words of a kc-deep AMX panel row: whole tiles of 32 k (16 words). */
+TR__FN size_t tr__amx_kpad(size_t kc) { return (kc + 31) / 32 * 16; }
+/* The pair packings in plain C (the twin's): A panels word (kp, i) at kp*MR + i (the kernels
+   broadcast a word per row), B panels word (kp, j) at kp*NR + j. */
+TR__FN void tr__bgemm_pack_a_c(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, float *dst) {
+    size_t p, i, k, kc2 = (kc + 1) / 2;
+    for (p = 0; p < mc; p += MR) {
+        size_t mr = TR__MIN(MR, mc - p);
+        uint32_t *d = (uint32_t *)dst;
+        for (k = 0; k < kc2; k++)
+            for (i = 0; i < MR; i++) {
+                size_t row = m0 + p + i, ke = k0 + 2 * k;
+                float e = 0.0f, o = 0.0f;
+                if (i < mr) {
+                    e = transA ? A[ke * lda + row] : A[row * lda + ke];
+                    if (2 * k + 1 < kc) o = transA ? A[(ke + 1) * lda + row] : A[row * lda + ke + 1];
+                }
+                d[k * MR + i] = tr__bf16_pair(e, o);
+            }
+        dst += kc * MR;
+    }
+}
+TR__FN void tr__bgemm_pack_b_c(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
+                               float *blk) {
+    size_t p, j, k, kc2 = (kc + 1) / 2;
+    for (p = p0; p < p1; p++) {
+        size_t n0 = p * NR, nr = TR__MIN(NR, N - n0);
+        uint32_t *d = (uint32_t *)(blk + p * kc * NR);
+        for (k = 0; k < kc2; k++)
+            for (j = 0; j < NR; j++) {
+                size_t col = n0 + j, ke = k0 + 2 * k;
+                float e = 0.0f, o = 0.0f;
+                if (j < nr) {
+                    e = transB ? B[col * ldb + ke] : B[ke * ldb + col];
+                    if (2 * k + 1 < kc) o = transB ? B[col * ldb + ke + 1] : B[(ke + 1) * ldb + col];
+                }
+                d[k * NR + j] = tr__bf16_pair(e, o);
+            }
+    }
+}
+
+/* Flush to zero (sign kept): vdpbf16ps's treatment of denormals. */
+TR__FN float tr__ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+TR__FN void tr__bgemm_ukr_c(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    float t[TR__SG_SMR][TR__SG_SNR];
+    const uint32_t *aw = (const uint32_t *)a, *bw = (const uint32_t *)b;
+    size_t i, j, k, h, kc2 = (kc + 1) / 2;
+    for (i = 0; i < TR__SG_SMR; i++)
+        for (j = 0; j < TR__SG_SNR; j++) t[i][j] = 0.0f;
+    for (k = 0; k < kc2; k++, aw += TR__SG_SMR, bw += TR__SG_SNR)
+        for (i = 0; i < TR__SG_SMR; i++)
+            for (j = 0; j < TR__SG_SNR; j++)
+                for (h = 2; h-- > 0;) { /* the odd k first */
+                    double x = tr__ftz(tr__bf16_to_f32((uint16_t)(aw[i] >> (16 * h)))), y = tr__ftz(tr__bf16_to_f32((uint16_t)(bw[j] >> (16 * h))));
+                    t[i][j] = tr__ftz((float)((double)t[i][j] + x * y));
+                }
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
+#if TR__X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define TR__SG_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+/* 14x32 on vdpbf16ps: the fp32 kernel's registers (28 accumulators, B as two zmm loads, A's words
+   broadcast), one instruction per two k. */
+#define TR__SG_BDOT(i, ap)                                                                                             \
+    do {                                                                                                                \
+        __m512bh av_ = (__m512bh)_mm512_set1_epi32((int)(ap)[i]);                                                       \
+        c##i##a = _mm512_dpbf16_ps(c##i##a, av_, b0);                                                                   \
+        c##i##b = _mm512_dpbf16_ps(c##i##b, av_, b1);                                                                   \
+    } while (0)
+#define TR__SG_BSTEP(ap, bp)                                                                                           \
+    do {                                                                                                                \
+        b0 = (__m512bh)_mm512_load_si512((const void *)(bp));                                                           \
+        b1 = (__m512bh)_mm512_load_si512((const void *)((bp) + 16));                                                    \
+        TR__SG_BDOT(0, ap); TR__SG_BDOT(1, ap); TR__SG_BDOT(2, ap); TR__SG_BDOT(3, ap); TR__SG_BDOT(4, ap);            \
+        TR__SG_BDOT(5, ap); TR__SG_BDOT(6, ap); TR__SG_BDOT(7, ap); TR__SG_BDOT(8, ap); TR__SG_BDOT(9, ap);            \
+        TR__SG_BDOT(10, ap); TR__SG_BDOT(11, ap); TR__SG_BDOT(12, ap); TR__SG_BDOT(13, ap);                            \
+    } while (0)
+TR__SG_BF16 TR__FN void tr__bgemm_ukr_avx512(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    __m512 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b, c6a, c6b;
+    __m512 c7a, c7b, c8a, c8b, c9a, c9b, c10a, c10b, c11a, c11b, c12a, c12b, c13a, c13b;
+    __m512bh b0, b1;
+    __mmask16 m0 = tr__mask512(nr), m1 = tr__mask512(nr > 16 ? nr - 16 : 0);
+    const uint32_t *aw = (const uint32_t *)a, *bw = (const uint32_t *)b;
+    size_t k, i, kc2 = (kc + 1) / 2;
+    for (i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
+    TR__SG_ZROW(0); TR__SG_ZROW(1); TR__SG_ZROW(2); TR__SG_ZROW(3); TR__SG_ZROW(4); TR__SG_ZROW(5); TR__SG_ZROW(6);
+    TR__SG_ZROW(7); TR__SG_ZROW(8); TR__SG_ZROW(9); TR__SG_ZROW(10); TR__SG_ZROW(11); TR__SG_ZROW(12); TR__SG_ZROW(13);
+    for (k = 0; k + 2 <= kc2; k += 2) {
+        TR__SG_BSTEP(aw, bw);
+        TR__SG_BSTEP(aw + 14, bw + 32);
+        aw += 28;
+        bw += 64;
+    }
+    if (k < kc2) TR__SG_BSTEP(aw, bw);
+    TR__SG_ZSTORE(0) TR__SG_ZSTORE(1) TR__SG_ZSTORE(2) TR__SG_ZSTORE(3) TR__SG_ZSTORE(4) TR__SG_ZSTORE(5)
+    TR__SG_ZSTORE(6) TR__SG_ZSTORE(7) TR__SG_ZSTORE(8) TR__SG_ZSTORE(9) TR__SG_ZSTORE(10) TR__SG_ZSTORE(11)
+    TR__SG_ZSTORE(12) TR__SG_ZSTORE(13)
+}
+#undef TR__SG_BDOT
+#undef TR__SG_BSTEP
+
+/* The pair packings in vectors (vcvtne2ps2bf16 rounds to nearest even; fp32 denormals become zeros,
+   which the products flush anyway). Rows of op(A) / columns of op(B) that are contiguous in k convert
+   straight to words (tr__bf_row); k-major ones pair two rows of 16 (tr__bf_pairs); the layouts that
+   need the other orientation go through a buffer and tr__sg_tr512's 16x16 transposes. A panels are
+   k-major (word (kp, i) at kp*MR + i, for vdpbf16ps) or row-major (row i's kpad words, for AMX tiles);
+   B panels are word (kp, j) at kp*32 + j, kpad rows, for both. Everything past the data is zero. */
+#define TR__BG_KC2 ((TR__SG_KC + 1) / 2)
+TR__SG_BF16 static inline void tr__bf_row(const float *src, size_t n, uint32_t *dst) {
+    size_t k;
+    for (k = 0; k < n; k += 32) {
+        size_t left = n - k;
+        __m512 lo = _mm512_maskz_loadu_ps(tr__mask512((long)left), src + k);
+        __m512 hi = _mm512_maskz_loadu_ps(tr__mask512(left > 16 ? (long)(left - 16) : 0), src + k + 16);
+        _mm512_mask_storeu_epi32(dst + k / 2, tr__mask512((long)(TR__MIN(left, 32) + 1) / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+TR__SG_BF16 static inline void tr__bf_pairs(const float *e, const float *o, size_t n, uint32_t *dst) {
+    static const uint16_t mix[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512((const void *)mix);
+    size_t j;
+    for (j = 0; j < n; j += 16) {
+        __mmask16 m = tr__mask512((long)(n - j));
+        __m512 ev = _mm512_maskz_loadu_ps(m, e + j), ov = o ? _mm512_maskz_loadu_ps(m, o + j) : _mm512_setzero_ps();
+        _mm512_mask_storeu_epi32(dst + j, m, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(ov, ev)));
+    }
+}
+TR__SG_BF16 static void tr__bgemm_pack_a_v(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, float *dst,
+                                           int rowmajor) {
+    uint32_t tmp[32 * TR__BG_KC2];
+    size_t p, i, k, kc2 = (kc + 1) / 2, kpad = rowmajor ? tr__amx_kpad(kc) : kc2;
+    for (p = 0; p < mc; p += MR, dst += kc * MR) {
+        size_t mr = TR__MIN(MR, mc - p);
+        uint32_t *d = (uint32_t *)dst;
+        if (!rowmajor && transA) {
+            for (k = 0; k < kc2; k++) {
+                const float *e = A + (k0 + 2 * k) * lda + m0 + p;
+                tr__bf_pairs(e, 2 * k + 1 < kc ? e + lda : NULL, mr, d + k * MR);
+                for (i = mr; i < MR; i++) d[k * MR + i] = 0;
+            }
+        } else if (!rowmajor) {
+            for (i = 0; i < mr; i++) tr__bf_row(A + (m0 + p + i) * lda + k0, kc, tmp + i * kc2);
+            for (k = 0; k < kc2; k += 16) tr__sg_tr512((const float *)(tmp + k), kc2, mr, TR__MIN(16, kc2 - k), (float *)(d + k * MR), MR, tr__mask512((long)MR));
+        } else if (!transA) {
+            for (i = 0; i < MR; i++) {
+                if (i < mr) tr__bf_row(A + (m0 + p + i) * lda + k0, kc, d + i * kpad);
+                for (k = i < mr ? kc2 : 0; k < kpad; k++) d[i * kpad + k] = 0;
+            }
+        } else {
+            for (k = 0; k < kc2; k++) {
+                const float *e = A + (k0 + 2 * k) * lda + m0 + p;
+                tr__bf_pairs(e, 2 * k + 1 < kc ? e + lda : NULL, mr, tmp + k * 32);
+            }
+            for (i = 0; i < mr; i += 16)
+                for (k = 0; k < kpad; k += 16)
+                    tr__sg_tr512((const float *)(tmp + k * 32 + i), 32, k < kc2 ? TR__MIN(16, kc2 - k) : 0, TR__MIN(16, mr - i), (float *)(d + i * kpad + k), kpad,
+                                 tr__mask512(16));
+            for (i = mr; i < MR; i++) memset(d + i * kpad, 0, kpad * sizeof *d);
+        }
+    }
+}
+TR__SG_BF16 static void tr__bgemm_pack_b_v(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
+                                           float *blk, size_t kpad) {
+    uint32_t tmp[32 * TR__BG_KC2];
+    size_t p, j, k, h, kc2 = (kc + 1) / 2;
+    for (p = p0; p < p1; p++) {
+        size_t n0 = p * NR, nr = TR__MIN(NR, N - n0);
+        uint32_t *d = (uint32_t *)(blk + p * kc * NR);
+        if (!transB)
+            for (k = 0; k < kc2; k++) {
+                const float *e = B + (k0 + 2 * k) * ldb + n0;
+                tr__bf_pairs(e, 2 * k + 1 < kc ? e + ldb : NULL, nr, d + k * NR);
+                for (j = nr; j < NR; j++) d[k * NR + j] = 0;
+            }
+        else {
+            for (j = 0; j < nr; j++) tr__bf_row(B + (n0 + j) * ldb + k0, kc, tmp + j * kc2);
+            for (h = 0; h < NR; h += 16)
+                for (k = 0; k < kc2; k += 16)
+                    tr__sg_tr512((const float *)(tmp + h * kc2 + k), kc2, nr > h ? TR__MIN(16, nr - h) : 0, TR__MIN(16, kc2 - k), (float *)(d + k * NR + h), NR, tr__mask512(16));
+        }
+        memset(d + kc2 * NR, 0, (kpad - kc2) * NR * sizeof *d);
+    }
+}
+TR__SG_BF16 TR__FN void tr__bgemm_pack_a_avx512(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, float *dst) {
+    tr__bgemm_pack_a_v(transA, A, lda, m0, mc, k0, kc, MR, dst, 0);
+}
+TR__SG_BF16 TR__FN void tr__bgemm_pack_b_avx512(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
+                                                float *blk) {
+    tr__bgemm_pack_b_v(transB, B, ldb, N, p0, p1, k0, kc, NR, blk, (kc + 1) / 2);
+}
+TR__SG_BF16 TR__FN void tr__bgemm_pack_a_amx(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, float *dst) {
+    tr__bgemm_pack_a_v(transA, A, lda, m0, mc, k0, kc, MR, dst, 1);
+}
+TR__SG_BF16 TR__FN void tr__bgemm_pack_b_amx(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
+                                             float *blk) {
+    tr__bgemm_pack_b_v(transB, B, ldb, N, p0, p1, k0, kc, NR, blk, tr__amx_kpad(kc));
+}
+
+/* AMX, 32x32: C as 2x2 tiles of 16x16 fp32 (tmm0-3), A as two 16-row tiles of 32 k (tmm4-5, from the
+   row-major A panel), B as two 16-column tiles of 16 pairs (tmm6-7, from the B panel with a 128-byte
+   row stride). A whole tile of C goes straight between C and the tiles (loaded first when summed
+   into); an edge tile through a buffer, under the edge masks. The tile configuration is loaded when a
+   thread starts its jobs and released when it ends them (tr__sgemm_kern's enter / leave).
+   tdpbf16ps's rounding of its sums is the implementation's: the tests hold it to the fp32 bound,
+   not to the twin's bits. */
+#define TR__SG_AMX __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma,amx-tile,amx-bf16")))
+typedef struct tr__amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tr__amx_cfg;
+TR__SG_AMX static void tr__amx_enter(void) {
+    tr__amx_cfg cfg __attribute__((aligned(64)));
+    int i;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (i = 0; i < 8; i++) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+    _tile_loadconfig(&cfg);
+}
+TR__SG_AMX static void tr__amx_leave(void) { _tile_release(); }
+TR__SG_AMX TR__FN void tr__bgemm_ukr_amx(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
+    float t[32 * 32] __attribute__((aligned(64)));
+    const uint32_t *aw = (const uint32_t *)a, *bw = (const uint32_t *)b;
+    size_t kpad = tr__amx_kpad(kc), w, i;
+    int whole = mr == 32 && nr == 32;
+    if (whole && acc) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (w = 0; w < kpad; w += 16) {
+        _tile_loadd(4, aw + w, kpad * 4);
+        _tile_loadd(5, aw + 16 * kpad + w, kpad * 4);
+        _tile_loadd(6, bw + w * 32, 128);
+        _tile_loadd(7, bw + w * 32 + 16, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if (whole) {
+        _tile_stored(0, c, ldc * 4);
+        _tile_stored(1, c + 16, ldc * 4);
+        _tile_stored(2, c + 16 * ldc, ldc * 4);
+        _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+        return;
+    }
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 16 * 32, 128);
+    _tile_stored(3, t + 16 * 32 + 16, 128);
+    {
+        __mmask16 m0 = tr__mask512((long)nr), m1 = tr__mask512(nr > 16 ? (long)nr - 16 : 0);
+        for (i = 0; i < mr; i++) {
+            float *cr = c + i * ldc;
+            __m512 x = _mm512_load_ps(t + 32 * i), y = _mm512_load_ps(t + 32 * i + 16);
+            if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m0, cr)), y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m1, cr + 16));
+            _mm512_mask_storeu_ps(cr, m0, x);
+            _mm512_mask_storeu_ps(cr + 16, m1, y);
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* TR__X86 */
+
+/* The packed path's kernels for a bfloat16 model's products: 0 the fp32 kernels, 1 vdpbf16ps, 2 the
+   scalar twin, 3 AMX. ctx->bf16_gemm (TINYREC_CPU_BF16): 1 (default) the best the CPU has while the
+   avx512 set runs, AMX then vdpbf16ps; 0 never; 2 the twin on any CPU; 3 vdpbf16ps also where AMX is. */
+#define TR__BG_DPBF16 1
+#define TR__BG_TWIN 2
+#define TR__BG_AMX 3
+TR__FN int tr__bgemm_mode(const tr_ctx *ctx) {
+    if (ctx->gemm_fdt != TR_FWD_BFLOAT16 || ctx->bf16_gemm == 0) return 0;
+    if (ctx->bf16_gemm == 2) return TR__BG_TWIN;
+    if (ctx->simd != TR__SIMD_AVX512 || !ctx->cpu_bf16) return 0;
+    return ctx->bf16_gemm == 1 && ctx->cpu_amx ? TR__BG_AMX : TR__BG_DPBF16;
+}
+TR__FN void tr__bgemm_kernels(tr__sgemm_kern *k, int mode) {
+    k->mr = TR__SG_SMR, k->nr = TR__SG_SNR;
+    k->ukr = tr__bgemm_ukr_c;
+    k->pack_a = tr__bgemm_pack_a_c;
+    k->pack_b = tr__bgemm_pack_b_c;
+#if TR__X86
+    if (mode == TR__BG_DPBF16) k->mr = 14, k->nr = 32, k->ukr = tr__bgemm_ukr_avx512, k->pack_a = tr__bgemm_pack_a_avx512, k->pack_b = tr__bgemm_pack_b_avx512;
+    if (mode == TR__BG_AMX) {
+        k->mr = 32, k->nr = 32, k->ukr = tr__bgemm_ukr_amx, k->pack_a = tr__bgemm_pack_a_amx, k->pack_b = tr__bgemm_pack_b_amx;
+        k->enter = tr__amx_enter, k->leave = tr__amx_leave;
+    }
+#else
+    TR__UNUSED(mode);
+#endif
+}
 TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
     tr__sgemm_kern k;
+    k.enter = k.leave = NULL;
     k.mr = TR__SG_SMR;
     k.nr = TR__SG_SNR;
     k.rw = TR__SG_SRW;
@@ -4271,7 +4632,7 @@ typedef struct tr__pw_entry {
     const float *src;
     size_t ld, outer, K;   /* op(X) is outer x K: M x K for A (side 0), N x K for B (side 1) */
     int side, kmajor;      /* kmajor: X is stored K x outer (transposed A, plain B) */
-    tr__simd simd;         /* the packing's layout follows the kernel set */
+    tr__sgemm_ukr_fn ukr;  /* the packing's layout follows the micro-kernel */
     unsigned long version; /* the region's version when packed */
     float *data;
     size_t bytes;
@@ -4315,8 +4676,8 @@ TR__FN void tr__pw_detach(tr_ctx *ctx, tr__pw *pw) {
    *out = NULL when X lies in no region, or the region is full, or caching it would take the
    region's parameters and gradients plus its packings past the memory limit. *stale = 1: the
    caller packs into *out before reading it. */
-TR__FN tr_status tr__pw_find(tr_ctx *ctx, int side, int kmajor, const float *X, size_t ld, size_t outer, size_t K, size_t floats, float **out,
-                             int *stale) {
+TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int kmajor, const float *X, size_t ld, size_t outer, size_t K, size_t floats,
+                             float **out, int *stale) {
     size_t span = kmajor ? (K - 1) * ld + outer : (outer - 1) * ld + K, bytes = floats * sizeof(float);
     tr__pw *pw;
     tr__pw_entry *e;
@@ -4328,7 +4689,7 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, int side, int kmajor, const float *X, 
     if (!pw) return TR_OK;
     for (i = 0; i < pw->count; i++) {
         e = &pw->e[i];
-        if (e->src == X && e->side == side && e->kmajor == kmajor && e->ld == ld && e->outer == outer && e->K == K && e->simd == ctx->simd) {
+        if (e->src == X && e->side == side && e->kmajor == kmajor && e->ld == ld && e->outer == outer && e->K == K && e->ukr == ukr) {
             *stale = e->version != pw->version;
             pw->packs += *stale;
             e->version = pw->version;
@@ -4339,7 +4700,7 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, int side, int kmajor, const float *X, 
     if (pw->count == TR__PW_MAX || (ctx->mem_limit && (double)pw->bytes + (double)bytes + 8.0 * (double)pw->n > (double)ctx->mem_limit)) return TR_OK;
     e = &pw->e[pw->count];
     if (!(e->data = (float *)tr__alloc(ctx, bytes))) return TR_ERR_OUT_OF_MEMORY;
-    e->src = X, e->ld = ld, e->outer = outer, e->K = K, e->side = side, e->kmajor = kmajor, e->simd = ctx->simd;
+    e->src = X, e->ld = ld, e->outer = outer, e->K = K, e->side = side, e->kmajor = kmajor, e->ukr = ukr;
     e->version = pw->version;
     e->bytes = bytes;
     pw->bytes += bytes;
@@ -4400,6 +4761,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
     size_t q, q0, ir, p;
     tr__sgemm_ukr_fn ukr = J->kern.ukr;
+    if (J->kern.enter) J->kern.enter();
     for (q = 0; q < J->nkbp * J->kbat; q++) { /* the KC blocks, product after product */
         size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0);
         const float *blk = J->bpack + q * J->kc_nom * J->npan * NR;
@@ -4419,6 +4781,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
             }
         }
     }
+    if (J->kern.leave) J->kern.leave();
 }
 
 /* Dot unit u: a 4x4 block of C. Consecutive units walk the short dimension, so that the four
@@ -4561,11 +4924,15 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     if (M <= TR__SG_SMALL_M) return tr__sgemm_small(ctx, &J, transB);
     if (N <= TR__SG_SMALL_N && !transA) return tr__sgemm_small(ctx, &J, 1);
 
-    MR = J.kern.mr;
-    NR = J.kern.nr;
     nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
     J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
     J.nkbp = nkb;
+    if ((i = (size_t)tr__bgemm_mode(ctx)) != 0) { /* AMX needs blocks 16 deep at least (its padded rows fit the fp32 layout's room) */
+        if (i == TR__BG_AMX && (K < 32 || K - (nkb - 1) * J.kc_nom < 16)) i = TR__BG_DPBF16;
+        tr__bgemm_kernels(&J.kern, (int)i);
+    }
+    MR = J.kern.mr;
+    NR = J.kern.nr;
     Ktot = (kbat - 1) * nkb * J.kc_nom + K; /* the packed depth: every product's blocks kc_nom apart */
     J.pb = (N + NR - 1) / NR;
     J.npan = nbat * J.pb;
@@ -4595,8 +4962,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
-        if ((st = tr__pw_find(ctx, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
-            (st = tr__pw_find(ctx, 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
+        if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
+            (st = tr__pw_find(ctx, J.kern.ukr, 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (bpre) bfloats = 0;
         else packb = 1;

@@ -2,9 +2,12 @@
    measured in the same process (the peak loop is bench/peak_fma.c's, built with a target
    attribute so that no -march flag is needed).
        gcc -O2 -fopenmp -I. bench/sgemm_bench.c -o build/sgemm_bench -lm
-       OMP_WAIT_POLICY=active ./build/sgemm_bench [reps]
-   Each figure is the best of `reps` runs (default 7); the machine this was written on is shared,
-   so the peak is re-measured between shapes and the best value seen is the reference. */
+       OMP_WAIT_POLICY=active ./build/sgemm_bench [reps] [threads]
+   Each figure is the best of `reps` runs (default 7) at 1 thread and at `threads` (default 2); the
+   machine this was written on is shared, so the peak is re-measured between shapes and the best
+   value seen is the reference. Where the CPU has native bfloat16 products (AVX512_BF16, AMX), each
+   shape is also timed as a bfloat16 model's product (ctx->gemm_fdt; TINYREC_CPU_BF16's kernels),
+   in the same process, with its ratio to the fp32 time. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <omp.h>
@@ -65,39 +68,48 @@ int main(int argc, char **argv) {
         {"batch-16 NT         ", 16, 512, 1536, 0, 1, 0},
         {"head N=11 NT        ", 6208, 512, 11, 0, 1, 0},
     };
-    int reps = argc > 1 ? atoi(argv[1]) : 7;
+    int reps = argc > 1 ? atoi(argv[1]) : 7, threads = argc > 2 ? atoi(argv[2]) : 2, ti;
     size_t s;
-    double pk[3] = {0, 0, 0};
+    double pk[2] = {0, 0};
     tr_ctx *ctx;
-    if (tr_ctx_create(NULL, &ctx) != TR_OK) return 1;
-    printf("simd %s\n", tr_ctx_simd_name(ctx));
+    if (reps < 1 || threads < 1 || tr_ctx_create(NULL, &ctx) != TR_OK) return 1;
+    printf("simd %s, bfloat16 products: %s\n", tr_ctx_simd_name(ctx), ctx->cpu_amx ? "amx, vdpbf16ps" : ctx->cpu_bf16 ? "vdpbf16ps" : "none (fp32 kernels)");
     for (s = 0; s < sizeof S / sizeof *S; s++) {
         size_t M = S[s].M, K = S[s].K, N = S[s].N;
         float *A = buf(M * K), *B = buf(K * N), *C = buf(M * N);
-        int nt;
         double flops = 2.0 * (double)M * (double)N * (double)K;
-        for (nt = 1; nt <= 2; nt++) {
-            double best = 1e30, p;
-            int r;
+        for (ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
+            static const int modes[3] = {0, 1, 3}; /* fp32, then TINYREC_CPU_BF16 = 1 (AMX where present), 3 (vdpbf16ps) */
+            double best[3] = {0, 0, 0}, p;
+            int nt = ti ? threads : 1, m, r;
             tr_ctx_set_num_threads(ctx, nt);
-            p = peak(nt);
-            if (p > pk[nt]) pk[nt] = p;
-            for (r = 0; r < reps; r++) {
-                double t0 = tr__now(), t;
-                if (tr__sgemm(ctx, S[s].ta, S[s].tb, M, N, K, A, S[s].ta ? M : K, B, S[s].tb ? K : N, C, N, S[s].acc) != TR_OK) return 1;
-                t = tr__now() - t0;
-                if (t < best) best = t;
+            p = ctx->simd_best == TR__SIMD_AVX512 ? peak(nt) : 0; /* (the peak loop is AVX-512) */
+            if (p > pk[ti]) pk[ti] = p;
+            for (m = 0; m < 3; m++) {
+                if (m > 0 && (!ctx->cpu_bf16 || (m == 1 && !ctx->cpu_amx))) continue;
+                ctx->gemm_fdt = m ? TR_FWD_BFLOAT16 : 0;
+                ctx->bf16_gemm = modes[m];
+                best[m] = 1e30;
+                for (r = 0; r < reps; r++) {
+                    double t0 = tr__now(), t;
+                    if (tr__sgemm(ctx, S[s].ta, S[s].tb, M, N, K, A, S[s].ta ? M : K, B, S[s].tb ? K : N, C, N, S[s].acc) != TR_OK) return 1;
+                    t = tr__now() - t0;
+                    if (t < best[m]) best[m] = t;
+                }
             }
-            printf("%s M %5zu K %5zu N %5zu %s%s%s  %d thr: %8.3f ms %7.1f GFLOP/s  %5.1f%% of peak (%.0f)\n", S[s].name, M, K, N,
-                   S[s].ta ? "T" : "N", S[s].tb ? "T" : "N", S[s].acc ? "+" : " ", nt, best * 1e3, flops / best * 1e-9,
-                   100.0 * flops / best * 1e-9 / pk[nt], pk[nt]);
+            ctx->gemm_fdt = 0;
+            printf("%s M %5zu K %5zu N %5zu %s%s%s %2d thr: %8.3f ms %7.1f GFLOP/s %5.1f%% of peak (%.0f)", S[s].name, M, K, N, S[s].ta ? "T" : "N",
+                   S[s].tb ? "T" : "N", S[s].acc ? "+" : " ", nt, best[0] * 1e3, flops / best[0] * 1e-9, pk[ti] > 0 ? 100.0 * flops / best[0] * 1e-9 / pk[ti] : 0.0, pk[ti]);
+            if (best[1] > 0) printf(" | amx %8.3f ms %7.1f GFLOP/s %5.2fx", best[1] * 1e3, flops / best[1] * 1e-9, best[0] / best[1]);
+            if (best[2] > 0) printf(" | vdpbf16ps %8.3f ms %7.1f GFLOP/s %5.2fx", best[2] * 1e3, flops / best[2] * 1e-9, best[0] / best[2]);
+            printf("\n");
             fflush(stdout);
         }
         free(A);
         free(B);
         free(C);
     }
-    printf("peak fp32 FMA: 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s\n", pk[1], pk[2]);
+    printf("peak fp32 FMA: 1 thread %.1f GFLOP/s, %d threads %.1f GFLOP/s\n", pk[0], threads, pk[1]);
     tr_ctx_destroy(ctx);
     return 0;
 }

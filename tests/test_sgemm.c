@@ -44,13 +44,25 @@ static tr_ctx *new_ctx(int threads) {
     return ctx;
 }
 
-/* One product at the context's SIMD level, checked element by element against the reference. */
+/* The kernels in use: the SIMD level, and the bfloat16 products' kernel. */
+static const char *kern_name(tr_ctx *ctx) {
+    static char buf[64];
+    int mode = tr__bgemm_mode(ctx);
+    snprintf(buf, sizeof buf, "%s%s", tr_ctx_simd_name(ctx), mode == TR__BG_DPBF16 ? "+vdpbf16ps" : mode == TR__BG_TWIN ? "+bf16 twin" : mode == TR__BG_AMX ? "+amx" : "");
+    return buf;
+}
+
+/* One product at the context's SIMD level, checked element by element against the reference.
+   While a bfloat16 model's products run (ctx->gemm_fdt), the operands are bfloat16 values, as the
+   model's are: the products are then exact and every kernel's result is a float sum of the same
+   terms, within the same bound. */
 static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t pa, size_t pb, size_t pc, int acc) {
     size_t lda = (ta ? M : K) + pa, ldb = (tb ? K : N) + pb, ldc = N + pc;
     size_t arows = ta ? K : M, brows = tb ? N : K;
     float *A = rnd_buf(arows * lda), *B = rnd_buf(brows * ldb), *C = rnd_buf(M * ldc), *R = rnd_buf(M * ldc);
     float *C0 = rnd_buf(M * ldc);
     size_t i, j, k;
+    if (ctx->gemm_fdt) tr__round_ref(ctx->gemm_fdt, A, arows * lda), tr__round_ref(ctx->gemm_fdt, B, brows * ldb);
     memcpy(R, C, M * ldc * sizeof *C);
     memcpy(C0, C, M * ldc * sizeof *C);
     assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc), TR_OK);
@@ -67,7 +79,7 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
             tol = 1e-30 + (double)(K + 2) * (1.0 / 8388608.0) * S;
             if (!(fabs((double)x - (double)r) <= tol))
                 fail_msg("simd %s ta %d tb %d M %zu N %zu K %zu acc %d: C[%zu][%zu] = %.9g, ref %.9g, tol %.3g",
-                         tr_ctx_simd_name(ctx), ta, tb, M, N, K, acc, i, j, (double)x, (double)r, tol);
+                         kern_name(ctx), ta, tb, M, N, K, acc, i, j, (double)x, (double)r, tol);
         }
         /* the padding of C is never written */
         for (j = N; j < ldc; j++)
@@ -83,13 +95,34 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
 
 static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 
-/* Every SIMD level the CPU supports; `fn` runs once per level. */
+/* Every SIMD level the CPU supports; `fn` runs once per level. Then as a bfloat16 model's products
+   (ctx->gemm_fdt): on the scalar twin of vdpbf16ps at the best level (its short products on that
+   level's fp32 kernels), and on vdpbf16ps itself where the CPU has AVX512_BF16. */
 static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     int l;
     for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         fn(ctx);
     }
+    tr_ctx_set_simd(ctx, "auto");
+    ctx->gemm_fdt = TR_FWD_BFLOAT16;
+    ctx->bf16_gemm = 2;
+    assert_int_equal(tr__bgemm_mode(ctx), 2);
+    fn(ctx);
+    if (tr_ctx_set_simd(ctx, "avx512") == TR_OK && ctx->cpu_bf16) {
+        ctx->bf16_gemm = 3;
+        assert_int_equal(tr__bgemm_mode(ctx), TR__BG_DPBF16);
+        fn(ctx);
+        ctx->bf16_gemm = 1;
+        if (ctx->cpu_amx) {
+            assert_int_equal(tr__bgemm_mode(ctx), TR__BG_AMX);
+            fn(ctx);
+        } else
+            print_message("(no AMX on this CPU: its kernel not run)\n");
+    } else
+        print_message("(no AVX512_BF16 on this CPU: vdpbf16ps not run, its twin was)\n");
+    ctx->bf16_gemm = 1;
+    ctx->gemm_fdt = 0;
     tr_ctx_set_simd(ctx, "auto");
 }
 
@@ -207,7 +240,7 @@ static void run_threads(tr_ctx *ctx) {
             assert_int_equal(tr_ctx_set_num_threads(ctx, 2), TR_OK);
             assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C2, N, acc), TR_OK);
             if (memcmp(C1, C2, M * N * sizeof(float)) != 0)
-                fail_msg("simd %s: 1 and 2 threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), M,
+                fail_msg("simd %s: 1 and 2 threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", kern_name(ctx), M,
                          N, K, ta, tb, acc);
             free(A);
             free(B);
@@ -273,7 +306,7 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
             assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc), TR_OK);
             if (memcmp(C, R, nc * sizeof(float)) != 0)
-                fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", tr_ctx_simd_name(ctx), th,
+                fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", kern_name(ctx), th,
                          summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
         }
         free(A), free(B), free(C), free(R), free(C0);
@@ -329,7 +362,7 @@ static void run_packed_weights(tr_ctx *ctx) {
                 assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                 assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
                 if (memcmp(C, R, M * N * sizeof(float)) != 0)
-                    fail_msg("simd %s, %d thread(s): cached packing differs, M %zu N %zu K %zu ta %d tb %d", tr_ctx_simd_name(ctx), th, M, N, K, ta, tb);
+                    fail_msg("simd %s, %d thread(s): cached packing differs, M %zu N %zu K %zu ta %d tb %d", kern_name(ctx), th, M, N, K, ta, tb);
             }
             assert_int_equal(pw.count, 2); /* op(A) and op(B), packed once for both calls */
             assert_int_equal(pw.packs, 2);
@@ -386,12 +419,128 @@ static void test_packed_weights_limits(void **state) {
     free(W), free(C), free(R);
 }
 
+/* vdpbf16ps's rule written out directly (the test's own, from Intel's SDM): C's element takes, KC
+   block by KC block (the driver's blocking: ceil(K/512) blocks of a multiple of 4 deep, the last
+   shallower), the block's sum t, where t runs over the pairs (k, k+1) of the block as
+   t = ftz(t + a_{k+1} b_{k+1}), then t = ftz(t + a_k b_k), on operands rounded to bfloat16 and
+   flushed to zero if denormal; each product exact and each sum rounded once to float. */
+static float ftz(float x) { return fabsf(x) < FLT_MIN ? 0.0f * x : x; }
+static void ref_bf16_pairs(int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc, int acc) {
+    size_t nkb = (K + 511) / 512, kc = ((K + nkb - 1) / nkb + 3) / 4 * 4, i, j, k0, k, h;
+    if (kc > K) kc = K;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++)
+            for (k0 = 0; k0 < K; k0 += kc) {
+                float t = 0.0f;
+                for (k = k0; k < k0 + kc && k < K; k += 2)
+                    for (h = 2; h-- > 0;) {
+                        float a, b;
+                        if (k + h >= K || k + h >= k0 + kc) continue;
+                        a = tr__round1(TR_FWD_BFLOAT16, ta ? A[(k + h) * lda + i] : A[i * lda + k + h]);
+                        b = tr__round1(TR_FWD_BFLOAT16, tb ? B[j * ldb + k + h] : B[(k + h) * ldb + j]);
+                        t = ftz((float)((double)t + (double)ftz(a) * (double)ftz(b))); /* (24 + 16 bits: one rounding, to float) */
+                    }
+                C[i * ldc + j] = acc || k0 > 0 ? C[i * ldc + j] + t : t;
+            }
+}
+
+/* The bfloat16 products bit for bit: the scalar twin (and vdpbf16ps, where the CPU has it) against
+   the rule above, on raw operands (the packings round them to nearest even: those of a bfloat16
+   model are bfloat16 values already), every transpose, odd depths (a half-empty last pair) and
+   several KC blocks, at 1 and 2 threads. Products that do not run in bfloat16 pairs: a float32
+   model's (the fp32 kernels, bit-identical to no setting at all), TINYREC_CPU_BF16=0, and the short
+   products (M <= 16), which stay on the fp32 kernels. The two layouts get separate weight packings. */
+static void test_bf16_pairs(void **state) {
+    static const size_t shapes[][3] = {{37, 45, 1}, {17, 9, 3}, {64, 64, 64}, {100, 70, 1101}, {300, 130, 255}, {20, 300, 513}};
+    tr_ctx *ctx = new_ctx(2);
+    tr_cpu_info ci;
+    int is_intel, mode, t, th, native = 0;
+    size_t s;
+    (void)state;
+    assert_int_equal(tr_cpu_info_get(ctx, &ci), TR_OK);
+    is_intel = strstr(ci.model, "Intel") != NULL;
+    static const int settings[3] = {2, 3, 1}; /* TINYREC_CPU_BF16: the twin, vdpbf16ps, AMX */
+    int set;
+    for (set = 0; set < 3; set++) {
+        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = settings[set];
+        if (set > 0 && (tr_ctx_set_simd(ctx, "avx512") != TR_OK || !ctx->cpu_bf16)) break;
+        if (set == 2 && !ctx->cpu_amx) break;
+        mode = tr__bgemm_mode(ctx);
+        assert_int_equal(mode, set == 0 ? TR__BG_TWIN : set == 1 ? TR__BG_DPBF16 : TR__BG_AMX);
+        native += set > 0;
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (t = 0; t < 8; t++) {
+                size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], n;
+                int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+                float *A = rnd_buf(M * K), *B = rnd_buf(K * N), *C = rnd_buf(M * N), *R = (float *)malloc(M * N * sizeof(float)), *C0 = (float *)malloc(M * N * sizeof(float));
+                assert_non_null(R), assert_non_null(C0);
+                for (n = 0; n < M * K; n += 7) A[n] *= 1e-19f; /* some products that flush to zero */
+                for (n = 0; n < K * N; n += 5) B[n] *= 1e-20f;
+                memcpy(R, C, M * N * sizeof(float)), memcpy(C0, C, M * N * sizeof(float));
+                ref_bf16_pairs(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, R, N, acc);
+                for (th = 1; th <= 2; th++) {
+                    memcpy(C, C0, M * N * sizeof(float));
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, acc), TR_OK);
+                    /* vdpbf16ps is checked bit for bit where its semantics are Intel's documented ones; elsewhere, and AMX (whose
+                       rounding of its sums the SDM leaves open), within the fp32 bound of check_one */
+                    if (mode == TR__BG_TWIN || (mode == TR__BG_DPBF16 && is_intel)) {
+                        for (n = 0; n < M * N; n++)
+                            if (memcmp(&C[n], &R[n], sizeof(float)) != 0)
+                                fail_msg("%s, %d thread(s), M %zu N %zu K %zu ta %d tb %d acc %d: C[%zu] = %.9g, the rule %.9g", kern_name(ctx), th, M, N, K, ta, tb, acc, n,
+                                         (double)C[n], (double)R[n]);
+                    } else
+                        for (n = 0; n < M * N; n++)
+                            if (!(fabs((double)C[n] - (double)R[n]) <= (double)(K + 2) / 8388608.0 * ((double)K + fabs((double)C0[n]))))
+                                fail_msg("%s: C[%zu] = %.9g, the rule %.9g", kern_name(ctx), n, (double)C[n], (double)R[n]);
+                }
+                free(A), free(B), free(C), free(R), free(C0);
+            }
+    }
+    if (!native) print_message("(no AVX512_BF16 on this CPU: vdpbf16ps not run, its twin was)\n");
+    { /* who runs in pairs, and the packed weights' separate layouts */
+        size_t M = 40, N = 50, K = 60;
+        float *W = rnd_buf(M * K + K * N), *C1 = rnd_buf(M * N), *C2 = rnd_buf(M * N);
+        tr__pw pw;
+        tr_ctx_set_simd(ctx, "auto");
+        ctx->bf16_gemm = TR__BG_TWIN;
+        ctx->gemm_fdt = 0;
+        assert_int_equal(tr__bgemm_mode(ctx), 0);
+        ctx->gemm_fdt = TR_FWD_FLOAT16;
+        assert_int_equal(tr__bgemm_mode(ctx), 0);
+        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 0;
+        assert_int_equal(tr__bgemm_mode(ctx), 0);
+        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        ctx->gemm_fdt = 0;
+        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_memory_equal(C1, C2, M * N * sizeof(float));
+        tr__pw_attach(ctx, &pw, W, M * K + K * N);
+        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 2;
+        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_int_equal(pw.count, 4);
+        ref_bf16_pairs(0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0);
+        assert_memory_equal(C1, C2, M * N * sizeof(float));
+        tr__pw_detach(ctx, &pw);
+        /* short products: the fp32 kernels on the (already bfloat16) values */
+        tr__round_ref(TR_FWD_BFLOAT16, W, M * K + K * N);
+        assert_int_equal(tr__sgemm(ctx, 0, 0, 16, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        ctx->gemm_fdt = 0;
+        assert_int_equal(tr__sgemm(ctx, 0, 0, 16, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_memory_equal(C1, C2, 16 * N * sizeof(float));
+        free(W), free(C1), free(C2);
+    }
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_neon_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
+        cmocka_unit_test(test_bf16_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
