@@ -4489,7 +4489,8 @@ TR__SG_AMX static void tr__amx_enter(void) {
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (i = 0; i < 8; i++) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-    _tile_loadconfig(&cfg);
+    /* (not GCC 12's _tile_loadconfig: its asm names only 8 bytes of the operand, so the rest of cfg's stores may be dropped) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 TR__SG_AMX static void tr__amx_leave(void) { _tile_release(); }
 TR__SG_AMX TR__FN void tr__bgemm_ukr_amx(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc) {
@@ -4552,11 +4553,13 @@ TR__SG_AMX TR__FN void tr__bgemm_ukr_amx(size_t kc, const float *a, const float 
 #define TR__BG_DPBF16 1
 #define TR__BG_TWIN 2
 #define TR__BG_AMX 3
+/* 1 when a bfloat16 model's products run on AMX tiles here (forward_dtype auto's CPU test). */
+TR__FN int tr__cpu_amx_ready(const tr_ctx *ctx) { return ctx->bf16_gemm == 1 && ctx->simd == TR__SIMD_AVX512 && ctx->cpu_amx; }
 TR__FN int tr__bgemm_mode(const tr_ctx *ctx) {
     if (ctx->gemm_fdt != TR_FWD_BFLOAT16 || ctx->bf16_gemm == 0) return 0;
     if (ctx->bf16_gemm == 2) return TR__BG_TWIN;
     if (ctx->simd != TR__SIMD_AVX512 || !ctx->cpu_bf16) return 0;
-    return ctx->bf16_gemm == 1 && ctx->cpu_amx ? TR__BG_AMX : TR__BG_DPBF16;
+    return tr__cpu_amx_ready(ctx) ? TR__BG_AMX : TR__BG_DPBF16;
 }
 TR__FN void tr__bgemm_kernels(tr__sgemm_kern *k, int mode) {
     k->mr = TR__SG_SMR, k->nr = TR__SG_SNR;
@@ -10219,10 +10222,17 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
             return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
         }
 #endif
+        if (!ctx->dev_active && tr__cpu_amx_ready(ctx)) {
+            tr__log(ctx, TR_LOG_INFO,
+                    "forward_dtype auto: bfloat16 on %s (its AMX tiles multiply bfloat16 natively; the training step measured 1.47-1.63x "
+                    "the float32 one on a 16-core Xeon)",
+                    ctx->dev_name);
+            return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
+        }
         tr__log(ctx, TR_LOG_INFO,
-                "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points, which "
+                "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points%s, which "
                 "matches the reference's numerics but costs time; float32 is the fastest precision this version computes here)",
-                ctx->dev_name);
+                ctx->dev_name, !ctx->dev_active && ctx->cpu_bf16 ? ", bfloat16's products on vdpbf16ps, no faster than fp32 on the Xeon measured" : "");
         return TR_FWD_FLOAT32;
     }
     while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {

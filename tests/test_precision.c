@@ -141,14 +141,32 @@ static void test_policy(void **state) {
         tr_ctx *ctx = log_ctx(&lb);
         tr_model_config c;
         tr_model *m;
+        tr_forward_dtype got;
+        const char *want_log;
         tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
         c.forward_dtype = cases[i].want;
+        got = cases[i].got, want_log = cases[i].log;
         if (cases[i].fault) tr_ctx_inject_fault(ctx, cases[i].fault, 0, 0);
+        if (cases[i].want == TR_FWD_AUTO && tr__cpu_amx_ready(ctx)) got = TR_FWD_BFLOAT16, want_log = "its AMX tiles multiply bfloat16 natively";
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
-        if (tr_model_get_config(m)->forward_dtype != cases[i].got)
+        if (tr_model_get_config(m)->forward_dtype != got)
             fail_msg("case %zu: %s -> %s, want %s", i, tr_forward_dtype_name(cases[i].want), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype),
-                     tr_forward_dtype_name(cases[i].got));
-        if (!strstr(lb.text, cases[i].log)) fail_msg("case %zu: the log lacks '%s':\n%s", i, cases[i].log, lb.text);
+                     tr_forward_dtype_name(got));
+        if (!strstr(lb.text, want_log)) fail_msg("case %zu: the log lacks '%s':\n%s", i, want_log, lb.text);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
+    { /* auto on a CPU with AMX picks bfloat16 (the case above); TINYREC_CPU_BF16=0 (no native products) keeps float32 there too */
+        log_buf lb;
+        tr_ctx *ctx = log_ctx(&lb);
+        tr_model_config c;
+        tr_model *m;
+        ctx->bf16_gemm = 0;
+        assert_false(tr__cpu_amx_ready(ctx));
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        c.forward_dtype = TR_FWD_AUTO;
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_int_equal(tr_model_get_config(m)->forward_dtype, TR_FWD_FLOAT32);
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
     }
