@@ -155,8 +155,10 @@ qemu-test: $(patsubst %,$(BUILD)/%,$(QEMU_SUITES))
 test-aarch64:
 	$(MAKE) CROSS=aarch64 qemu-test
 
-bench: $(BUILD)/tinyrec-bench
+bench: $(BUILD)/tinyrec-bench $(BUILD)/sgemm_bench
 	$(BUILD)/tinyrec-bench
+$(BUILD)/sgemm_bench: bench/sgemm_bench.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # The README's main job: generate Sudoku, train a small TRM on the CPU, solve held-out puzzles.
 DEMO_ARGS ?=
