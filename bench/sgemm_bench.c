@@ -47,6 +47,7 @@ static double peak(int nt) {
         g = nt * (double)n * 12 * 32 / (tr__now() - t0) * 1e-9;
 #else
         g = (double)n * 12 * 32 / (tr__now() - t0) * 1e-9; /* (one thread ran it) */
+        (void)nt;
 #endif
         if (sink == 1.2345f) printf(" ");
         if (g > best) best = g;
