@@ -360,8 +360,9 @@ typedef enum tr_loss_type { TR_LOSS_STABLEMAX = 0, TR_LOSS_SOFTMAX = 1 } tr_loss
    points (reference-models.md 1.5), every activation, carry and matmul weight to that precision, and the
    backward rounds the activation gradients likewise; norms, RoPE and softmax statistics are computed in
    fp32 from the rounded values, every GEMM accumulates in fp32 and the losses in fp64. float16 training
-   uses dynamic loss scaling (tr_metrics.loss_scale). AUTO picks the fastest precision the device
-   computes natively. A precision the device cannot compute falls back bf16 -> fp16 -> fp32; each choice
+   uses dynamic loss scaling (tr_metrics.loss_scale). bfloat16's products run natively on NVIDIA tensor
+   cores (OpenCL) and on x86 CPUs with AMX or AVX512_BF16. AUTO picks the fastest precision the device
+   computes natively (bfloat16 with tensor cores or AMX, else float32). A precision the device cannot compute falls back bf16 -> fp16 -> fp32; each choice
    is logged once with its reason, and tr_model_get_config shows the one in force (never AUTO). */
 typedef enum tr_forward_dtype { TR_FWD_FLOAT32 = 0, TR_FWD_BFLOAT16 = 1, TR_FWD_FLOAT16 = 2, TR_FWD_AUTO = 3 } tr_forward_dtype;
 
@@ -3628,7 +3629,8 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
                   small enough to transpose), and M <= 16 with op(B) = B streams B's rows
                   through a 4-row register tile.
    Micro-kernels: AVX-512 14x32 (28 zmm accumulators; B as two zmm loads, A as broadcasts),
-   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). */
+   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). A bfloat16 model's products (ctx->gemm_fdt)
+   run on bfloat16-pair packings: AMX 32x32, vdpbf16ps 14x32, or their scalar twin (tr__bgemm_*). */
 
 /* Cache blocking (Zen 5: 48 KiB L1d, 1 MiB L2 per core, 32 MiB L3).
    KC: depth of a packed block; the 14 x KC A panel (28 KiB at 512) stays in L1 and K = 512
