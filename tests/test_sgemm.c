@@ -9,14 +9,13 @@
    3.1). Two such results are within 2 gamma_n S of each other, so we allow
    |x - ref| <= atol + rtol * S with rtol = (K + 2) * 2^-23 (a hair above 2 gamma_{K+1}), and a
    tiny atol for S == 0. */
+#define TINYREC_IMPLEMENTATION
+#include "tinyrec.h" /* (first: it asks for POSIX, for setenv) */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
-
-#define TINYREC_IMPLEMENTATION
-#include "tinyrec.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static uint64_t rnd_u64(void) {
@@ -537,6 +536,25 @@ static void test_bf16_pairs(void **state) {
     }
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
+    { /* TINYREC_CPU_BF16: 0..3, anything else refused at tr_ctx_create */
+        static const char *const bad[] = {"4", "-1", "1x", "amx", " 1"};
+        size_t b;
+        tr_ctx *c2 = NULL;
+        setenv("TINYREC_CPU_BF16", "3", 1);
+        assert_int_equal(tr_ctx_create(NULL, &c2), TR_OK);
+        assert_int_equal(c2->bf16_gemm, 3);
+        tr_ctx_destroy(c2);
+        for (b = 0; b < sizeof bad / sizeof *bad; b++) {
+            setenv("TINYREC_CPU_BF16", bad[b], 1);
+            c2 = (tr_ctx *)&b;
+            assert_int_equal(tr_ctx_create(NULL, &c2), TR_ERR_INVALID_ARG);
+            assert_null(c2);
+        }
+        unsetenv("TINYREC_CPU_BF16");
+        assert_int_equal(tr_ctx_create(NULL, &c2), TR_OK);
+        assert_int_equal(c2->bf16_gemm, 1);
+        tr_ctx_destroy(c2);
+    }
 }
 
 int main(void) {
