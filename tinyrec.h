@@ -10242,9 +10242,18 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
         tr__log(ctx, TR_LOG_WARN, "forward_dtype %s: %s; falling back to %s", tr__fdt_names[fdt], why, tr__fdt_names[next]);
         fdt = next;
     }
-    if (fdt != TR_FWD_FLOAT32)
-        tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s",
-                tr__fdt_names[fdt], ctx->dev_name, tr__fdt_names[fdt], fdt == TR_FWD_FLOAT16 ? "; dynamic loss scaling when training" : "");
+    if (fdt != TR_FWD_FLOAT32) {
+        const char *products = "";
+        if (!ctx->dev_active && fdt == TR_FWD_BFLOAT16) { /* which kernels a bfloat16 model's CPU products run on (tr__bgemm_mode) */
+            int saved = ctx->gemm_fdt, mode;
+            ctx->gemm_fdt = TR_FWD_BFLOAT16;
+            mode = tr__bgemm_mode(ctx);
+            ctx->gemm_fdt = saved;
+            products = mode == TR__BG_AMX ? "; products on AMX tiles" : mode == TR__BG_DPBF16 ? "; products on vdpbf16ps" : mode == TR__BG_TWIN ? "; products on the scalar twin of vdpbf16ps" : "; products on the fp32 kernels";
+        }
+        tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s%s",
+                tr__fdt_names[fdt], ctx->dev_name, tr__fdt_names[fdt], fdt == TR_FWD_FLOAT16 ? "; dynamic loss scaling when training" : "", products);
+    }
     return fdt;
 }
 

@@ -170,6 +170,24 @@ static void test_policy(void **state) {
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
     }
+    { /* the log names the kernels a bfloat16 model's CPU products run on */
+        log_buf lb;
+        tr_ctx *ctx = log_ctx(&lb);
+        tr_model_config c;
+        tr_model *m;
+        ctx->bf16_gemm = 2;
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        c.forward_dtype = TR_FWD_BFLOAT16;
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        if (!strstr(lb.text, "; products on the scalar twin of vdpbf16ps")) fail_msg("the log lacks the products' kernels:\n%s", lb.text);
+        tr_model_destroy(m);
+        ctx->bf16_gemm = 0;
+        memset(&lb, 0, sizeof lb);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        if (!strstr(lb.text, "; products on the fp32 kernels")) fail_msg("the log lacks the products' kernels:\n%s", lb.text);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
     /* names, parsing, a bad value */
     assert_string_equal(tr_forward_dtype_name(TR_FWD_BFLOAT16), "bfloat16");
     assert_null(tr_forward_dtype_name((tr_forward_dtype)9));
