@@ -1810,13 +1810,11 @@ TR__FN int tr__amx_permit(void) {
 #endif
 }
 
-/* The widest kernel set this build and CPU can run: avx512 needs F, DQ, BW and VL, both sets FMA and F16C
-   (every AVX2 CPU has them; the reduced-precision rounding uses F16C). */
-TR__FN tr__simd tr__detect_simd(void) {
+/* The widest kernel set this build and a CPU with features f (tr__cpu_features) can run: avx512 needs F, DQ, BW
+   and VL, both sets FMA and F16C (every AVX2 CPU has them; the reduced-precision rounding uses F16C). */
+TR__FN tr__simd tr__detect_simd(const int f[TR_CPU_FEATURE_COUNT]) {
+    TR__UNUSED(f);
 #if TR__X86
-    int f[TR_CPU_FEATURE_COUNT];
-    char brand[49];
-    tr__cpu_features(f, brand);
     if (!f[TR_CPU_AVX] || !f[TR_CPU_FMA] || !f[TR_CPU_F16C]) return TR__SIMD_SCALAR;
     if (f[TR_CPU_AVX512F] && f[TR_CPU_AVX512DQ] && f[TR_CPU_AVX512BW] && f[TR_CPU_AVX512VL]) return TR__SIMD_AVX512;
     if (f[TR_CPU_AVX2]) return TR__SIMD_AVX2;
@@ -1958,13 +1956,13 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     ctx->log_user = cfg.log_user;
     ctx->seed = cfg.seed;
     ctx->mem_limit = cfg.memory_limit ? cfg.memory_limit : tr__machine_memory();
-    ctx->simd_best = tr__detect_simd();
-    ctx->simd = ctx->simd_best;
     {
         int f[TR_CPU_FEATURE_COUNT];
         char brand[49];
         const char *e = getenv("TINYREC_CPU_BF16");
         tr__cpu_features(f, brand);
+        ctx->simd_best = tr__detect_simd(f);
+        ctx->simd = ctx->simd_best;
         ctx->cpu_bf16 = f[TR_CPU_AVX512_BF16];
         ctx->cpu_amx = ctx->cpu_bf16 && f[TR_CPU_AMX_TILE] && f[TR_CPU_AMX_BF16] && tr__amx_permit();
         ctx->bf16_gemm = 1;
@@ -3862,6 +3860,17 @@ TR__SG_AVX512 static inline void tr__sg_tr512(const float *src, size_t lds, size
         TR__SG_ZFMA(5, ap); TR__SG_ZFMA(6, ap); TR__SG_ZFMA(7, ap); TR__SG_ZFMA(8, ap); TR__SG_ZFMA(9, ap);            \
         TR__SG_ZFMA(10, ap); TR__SG_ZFMA(11, ap); TR__SG_ZFMA(12, ap); TR__SG_ZFMA(13, ap);                            \
     } while (0)
+/* The 14x32 kernels' start: C's rows prefetched (C is needed only at the end: its lines arrive during the loop),
+   the accumulators zeroed. */
+#define TR__SG_ZBEGIN                                                                                                  \
+    do {                                                                                                                \
+        for (i = 0; i < mr; i++) {                                                                                      \
+            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);                                                     \
+            _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);                                                \
+        }                                                                                                               \
+        TR__SG_ZROW(0); TR__SG_ZROW(1); TR__SG_ZROW(2); TR__SG_ZROW(3); TR__SG_ZROW(4); TR__SG_ZROW(5); TR__SG_ZROW(6); \
+        TR__SG_ZROW(7); TR__SG_ZROW(8); TR__SG_ZROW(9); TR__SG_ZROW(10); TR__SG_ZROW(11); TR__SG_ZROW(12); TR__SG_ZROW(13); \
+    } while (0)
 #define TR__SG_ZSTORE(i)                                                                                               \
     if (i < mr) {                                                                                                       \
         float *cr_ = c + (size_t)i * ldc;                                                                               \
@@ -3880,12 +3889,7 @@ TR__SG_AVX512 TR__FN void tr__sgemm_ukr_avx512(size_t kc, const float *a, const 
     __m512 b0, b1;
     __mmask16 m0 = tr__mask512(nr), m1 = tr__mask512(nr > 16 ? nr - 16 : 0);
     size_t k, i;
-    for (i = 0; i < mr; i++) { /* C is needed only at the end: its lines arrive during the loop */
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
-    }
-    TR__SG_ZROW(0); TR__SG_ZROW(1); TR__SG_ZROW(2); TR__SG_ZROW(3); TR__SG_ZROW(4); TR__SG_ZROW(5); TR__SG_ZROW(6);
-    TR__SG_ZROW(7); TR__SG_ZROW(8); TR__SG_ZROW(9); TR__SG_ZROW(10); TR__SG_ZROW(11); TR__SG_ZROW(12); TR__SG_ZROW(13);
+    TR__SG_ZBEGIN;
     for (k = 0; k + 4 <= kc; k += 4) {
         TR__SG_ZSTEP(a, b);
         TR__SG_ZSTEP(a + 14, b + 32);
@@ -4355,12 +4359,7 @@ TR__SG_BF16 TR__FN void tr__bgemm_ukr_avx512(size_t kc, const float *a, const fl
     __mmask16 m0 = tr__mask512(nr), m1 = tr__mask512(nr > 16 ? nr - 16 : 0);
     const uint32_t *aw = (const uint32_t *)a, *bw = (const uint32_t *)b;
     size_t k, i, kc2 = (kc + 1) / 2;
-    for (i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
-    }
-    TR__SG_ZROW(0); TR__SG_ZROW(1); TR__SG_ZROW(2); TR__SG_ZROW(3); TR__SG_ZROW(4); TR__SG_ZROW(5); TR__SG_ZROW(6);
-    TR__SG_ZROW(7); TR__SG_ZROW(8); TR__SG_ZROW(9); TR__SG_ZROW(10); TR__SG_ZROW(11); TR__SG_ZROW(12); TR__SG_ZROW(13);
+    TR__SG_ZBEGIN;
     for (k = 0; k + 2 <= kc2; k += 2) {
         TR__SG_BSTEP(aw, bw);
         TR__SG_BSTEP(aw + 14, bw + 32);
@@ -4555,14 +4554,15 @@ TR__SG_AMX TR__FN void tr__bgemm_ukr_amx(size_t kc, const float *a, const float 
 #define TR__BG_DPBF16 1
 #define TR__BG_TWIN 2
 #define TR__BG_AMX 3
-/* 1 when a bfloat16 model's products run on AMX tiles here (forward_dtype auto's CPU test). */
-TR__FN int tr__cpu_amx_ready(const tr_ctx *ctx) { return ctx->bf16_gemm == 1 && ctx->simd == TR__SIMD_AVX512 && ctx->cpu_amx; }
-TR__FN int tr__bgemm_mode(const tr_ctx *ctx) {
-    if (ctx->gemm_fdt != TR_FWD_BFLOAT16 || ctx->bf16_gemm == 0) return 0;
+/* The kernels a bfloat16 model's products run on here (what the model's log line and forward_dtype auto ask). */
+TR__FN int tr__bgemm_kernel(const tr_ctx *ctx) {
+    if (ctx->bf16_gemm == 0) return 0;
     if (ctx->bf16_gemm == 2) return TR__BG_TWIN;
     if (ctx->simd != TR__SIMD_AVX512 || !ctx->cpu_bf16) return 0;
-    return tr__cpu_amx_ready(ctx) ? TR__BG_AMX : TR__BG_DPBF16;
+    return ctx->bf16_gemm == 1 && ctx->cpu_amx ? TR__BG_AMX : TR__BG_DPBF16;
 }
+/* The kernels of the products running now: tr__bgemm_kernel's while a bfloat16 model computes. */
+TR__FN int tr__bgemm_mode(const tr_ctx *ctx) { return ctx->gemm_fdt == TR_FWD_BFLOAT16 ? tr__bgemm_kernel(ctx) : 0; }
 TR__FN void tr__bgemm_kernels(tr__sgemm_kern *k, int mode) {
     k->mr = TR__SG_SMR, k->nr = TR__SG_SNR;
     k->ukr = tr__bgemm_ukr_c;
@@ -5057,6 +5057,7 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M
 #undef TR__SG_TFIN
 #undef TR__SG_TST
 #undef TR__SG_ZROW
+#undef TR__SG_ZBEGIN
 #undef TR__SG_ZFMA
 #undef TR__SG_ZSTEP
 #undef TR__SG_ZSTORE
@@ -10224,7 +10225,7 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
             return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
         }
 #endif
-        if (!ctx->dev_active && tr__cpu_amx_ready(ctx)) {
+        if (!ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_AMX) {
             tr__log(ctx, TR_LOG_INFO,
                     "forward_dtype auto: bfloat16 on %s (its AMX tiles multiply bfloat16 natively; the training step measured 1.47-1.63x "
                     "the float32 one on a 16-core Xeon)",
@@ -10234,7 +10235,7 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
         tr__log(ctx, TR_LOG_INFO,
                 "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points%s, which "
                 "matches the reference's numerics but costs time; float32 is the fastest precision this version computes here)",
-                ctx->dev_name, !ctx->dev_active && ctx->cpu_bf16 ? ", bfloat16's products on vdpbf16ps, no faster than fp32 on the Xeon measured" : "");
+                ctx->dev_name, !ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_DPBF16 ? ", bfloat16's products on vdpbf16ps, no faster than fp32 on the Xeon measured" : "");
         return TR_FWD_FLOAT32;
     }
     while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
@@ -10244,11 +10245,8 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
     }
     if (fdt != TR_FWD_FLOAT32) {
         const char *products = "";
-        if (!ctx->dev_active && fdt == TR_FWD_BFLOAT16) { /* which kernels a bfloat16 model's CPU products run on (tr__bgemm_mode) */
-            int saved = ctx->gemm_fdt, mode;
-            ctx->gemm_fdt = TR_FWD_BFLOAT16;
-            mode = tr__bgemm_mode(ctx);
-            ctx->gemm_fdt = saved;
+        if (!ctx->dev_active && fdt == TR_FWD_BFLOAT16) { /* which kernels a bfloat16 model's CPU products run on */
+            int mode = tr__bgemm_kernel(ctx);
             products = mode == TR__BG_AMX ? "; products on AMX tiles" : mode == TR__BG_DPBF16 ? "; products on vdpbf16ps" : mode == TR__BG_TWIN ? "; products on the scalar twin of vdpbf16ps" : "; products on the fp32 kernels";
         }
         tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s%s",

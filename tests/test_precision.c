@@ -147,7 +147,7 @@ static void test_policy(void **state) {
         c.forward_dtype = cases[i].want;
         got = cases[i].got, want_log = cases[i].log;
         if (cases[i].fault) tr_ctx_inject_fault(ctx, cases[i].fault, 0, 0);
-        if (cases[i].want == TR_FWD_AUTO && tr__cpu_amx_ready(ctx)) got = TR_FWD_BFLOAT16, want_log = "its AMX tiles multiply bfloat16 natively";
+        if (cases[i].want == TR_FWD_AUTO && tr__bgemm_kernel(ctx) == TR__BG_AMX) got = TR_FWD_BFLOAT16, want_log = "its AMX tiles multiply bfloat16 natively";
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         if (tr_model_get_config(m)->forward_dtype != got)
             fail_msg("case %zu: %s -> %s, want %s", i, tr_forward_dtype_name(cases[i].want), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype),
@@ -162,7 +162,7 @@ static void test_policy(void **state) {
         tr_model_config c;
         tr_model *m;
         ctx->bf16_gemm = 0;
-        assert_false(tr__cpu_amx_ready(ctx));
+        assert_int_not_equal(tr__bgemm_kernel(ctx), TR__BG_AMX);
         tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
         c.forward_dtype = TR_FWD_AUTO;
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
