@@ -113,7 +113,8 @@ $(BUILD)/readme_quickstart: $(BUILD)/readme_quickstart.c $(HDR)
 	$(CC) -O2 -std=c99 $(WARN) -Werror $(OMP) -pthread -I. $< -o $@ -lm
 
 test: all
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $$t; done
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; s=$$(date +%s); \
+	  TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $$t; echo "   ($$t: $$(( $$(date +%s) - s )) s)"; done
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
@@ -133,7 +134,8 @@ test-mpi: $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
 # .ci/run compares with the OpenMP build's); `make OPENMP=0 test` runs every suite that way.
 POOL_SUITES := test_threads test_kernels test_sgemm test_model test_parity test_precision test_dist
 test-pool: $(patsubst %,$(BUILD)/%,$(POOL_SUITES))
-	@set -e; for t in $(POOL_SUITES); do echo "== $(BUILD)/$$t"; TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $(BUILD)/$$t; done
+	@set -e; for t in $(POOL_SUITES); do echo "== $(BUILD)/$$t"; s=$$(date +%s); \
+	  TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive $(BUILD)/$$t; echo "   ($$t: $$(( $$(date +%s) - s )) s)"; done
 	@echo "pool suites passed"
 
 # (CROSS=aarch64) libcmocka0 and libcmocka-dev for arm64, unpacked into the sysroot.
@@ -149,8 +151,9 @@ qemu-test: $(patsubst %,$(BUILD)/%,$(QEMU_SUITES))
 	@echo "== the header for aarch64 as strict C99 (gcc) and as C++ (clang)"
 	$(CC) -std=c99 -pedantic $(WARN) -Werror -DTINYREC_OPENCL=1 -fsyntax-only -I. tests/compile/impl.c
 	clang++ --target=aarch64-linux-gnu -isystem /usr/aarch64-linux-gnu/include $(WARN) -Werror -DTINYREC_OPENCL=1 -fsyntax-only -I. -x c++ tests/compile/impl.cpp
-	@set -e; for t in $(QEMU_SUITES); do echo "== qemu-aarch64 $(BUILD)/$$t"; \
-	  TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive qemu-aarch64 -L /usr/aarch64-linux-gnu $(BUILD)/$$t; done
+	@set -e; for t in $(QEMU_SUITES); do echo "== qemu-aarch64 $(BUILD)/$$t"; s=$$(date +%s); \
+	  TINYREC_BUILD_DIR=$(BUILD) OMP_WAIT_POLICY=passive qemu-aarch64 -L /usr/aarch64-linux-gnu $(BUILD)/$$t; \
+	  echo "   ($$t: $$(( $$(date +%s) - s )) s)"; done
 	@echo "aarch64 suites passed under qemu"
 test-aarch64:
 	$(MAKE) CROSS=aarch64 qemu-test
@@ -196,9 +199,9 @@ $(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O1 $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
 sanitize: $(SAN_BINS) $(SAN_PROGS) $(SAN_REPLAY)
-	@set -e; for t in $(SAN_BINS); do echo "== $$t"; \
+	@set -e; for t in $(SAN_BINS); do echo "== $$t"; s=$$(date +%s); \
 	  TINYREC_BUILD_DIR=$(BUILD)/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive $$t; done
+	  UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive $$t; echo "   ($$t: $$(( $$(date +%s) - s )) s)"; done
 	@set -e; for t in $(FUZZ_TARGETS); do ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  $(BUILD)/san/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@echo "all sanitized suites passed"
