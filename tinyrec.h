@@ -83,6 +83,8 @@
        TINYREC_CPU_BF16        bfloat16 models' products on the CPU: 1 (default) AMX tiles, else vdpbf16ps, where the CPU has
                                them (AVX512_BF16); 0 always the fp32 kernels; 2 the scalar twin of vdpbf16ps on any CPU (for
                                tests); 3 vdpbf16ps also where AMX is
+       TINYREC_TAPE16          1 (default): bfloat16 / float16 models record the activations of their last cycle (the tape
+                               the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests)
        TINYREC_CL_OPTIONS      extra OpenCL build options
@@ -1434,6 +1436,7 @@ struct tr_ctx {
     int cpu_bf16;    /* the CPU has AVX512_BF16 */
     int cpu_amx;     /* and AMX-BF16 tiles, which the OS granted this process */
     int bf16_gemm;   /* TINYREC_CPU_BF16 (tr__bgemm_mode in >>sgemm) */
+    int tape16;      /* TINYREC_TAPE16: a bfloat16 / float16 model records its activations in 16 bits (>>model) */
     int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
                         all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
@@ -1973,6 +1976,15 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
             }
             ctx->bf16_gemm = e[0] - '0';
         }
+        e = getenv("TINYREC_TAPE16");
+        ctx->tape16 = 1;
+        if (e && e[0]) {
+            if ((e[0] != '0' && e[0] != '1') || e[1]) {
+                cfg.allocator.free(cfg.allocator.user, ctx);
+                return TR_ERR_INVALID_ARG;
+            }
+            ctx->tape16 = e[0] - '0';
+        }
     }
     simd_env = cfg.simd ? cfg.simd : getenv("TINYREC_SIMD");
     st = tr_ctx_set_num_threads(ctx, cfg.num_threads);
@@ -2184,6 +2196,17 @@ TR__FN void tr__round_ref(int fdt, float *x, size_t n) {
 TR__FN float tr__round1(int fdt, float x) {
     tr__round_ref(fdt, &x, 1);
     return x;
+}
+/* A bfloat16 / float16 model records its activations as 16-bit values (the tape, >>model). pack (unpack = 0):
+   h[i] = x[i] in fdt's 16 bits, rounded to nearest even, so exact on values already rounded to fdt; unpack:
+   x[i] = h[i]. unpack(pack(x)) == tr__round_ref(x). The scalar reference of tr__half. */
+TR__FN void tr__half_ref(int fdt, int unpack, float *x, uint16_t *h, size_t n) {
+    size_t i;
+    int bf = fdt == TR_FWD_BFLOAT16;
+    if (unpack)
+        for (i = 0; i < n; i++) x[i] = bf ? tr__bf16_to_f32(h[i]) : tr__f16_to_f32(h[i]);
+    else
+        for (i = 0; i < n; i++) h[i] = bf ? tr__f32_to_bf16(x[i]) : tr__f32_to_f16(x[i]);
 }
 
 /* >>cpu
@@ -3295,22 +3318,44 @@ TR__ELEM_KERNELS(512, TR__TARGET_AVX512)
 TR__ELEM_KERNELS(256, TR__TARGET_AVX2)
 /* tr__round_ref on [i0, i1) with 256-bit integer ops (bf16) or F16C (fp16; NaN payloads may differ from the
    scalar twin's, NaN-ness not). Memory-bound, so the avx512 set uses these too. */
+/* tr__bf16_round_bits on 8 lanes */
+TR__TARGET_F16C static inline __m256i tr__bf16_round256(__m256i u) {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), hi = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x00400000);
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), hi);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf);
+    return _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, quiet), hi), nan);
+}
 TR__TARGET_F16C static void tr__round_span256(int fdt, float *x, size_t i0, size_t i1) {
     size_t i = i0;
     if (fdt == TR_FWD_BFLOAT16) {
-        const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), hi = _mm256_set1_epi32((int)0xffff0000u);
-        const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x00400000);
-        for (; i + 8 <= i1; i += 8) {
-            __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
-            __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), hi);
-            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf);
-            r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, quiet), hi), nan);
-            _mm256_storeu_si256((__m256i *)(void *)(x + i), r);
-        }
+        for (; i + 8 <= i1; i += 8)
+            _mm256_storeu_si256((__m256i *)(void *)(x + i), tr__bf16_round256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i))));
     } else
         for (; i + 8 <= i1; i += 8)
             _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
     tr__round_ref(fdt, x + i, i1 - i);
+}
+/* tr__half_ref on [i0, i1): bfloat16 is packed with tr__round_span256's rounding (then the high halves),
+   float16 with F16C (NaN payloads may differ from the scalar twin's, NaN-ness not). */
+TR__TARGET_F16C static void tr__half_span256(int fdt, int unpack, float *x, uint16_t *h, size_t i0, size_t i1) {
+    size_t i = i0;
+    if (unpack && fdt == TR_FWD_BFLOAT16)
+        for (; i + 8 <= i1; i += 8)
+            _mm256_storeu_si256((__m256i *)(void *)(x + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(h + i))), 16));
+    else if (unpack)
+        for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
+    else if (fdt == TR_FWD_BFLOAT16)
+        for (; i + 8 <= i1; i += 8) {
+            __m256i u = _mm256_srli_epi32(tr__bf16_round256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i))), 16);
+            /* packus works within 128-bit lanes: both lanes' four words, then the lanes' low halves together */
+            u = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
+            _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_castsi256_si128(u));
+        }
+    else
+        for (; i + 8 <= i1; i += 8)
+            _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    tr__half_ref(fdt, unpack, x + i, h + i, i1 - i);
 }
 #else
 TR__ATT_KERNELS(128, )
@@ -3570,6 +3615,27 @@ TR__FN void tr__round_simd_range(void *arg, long i0, long i1) {
     tr__round_span256(p->fdt, p->x, (size_t)i0, (size_t)i1);
 }
 #endif
+/* tr__half_ref over n values, split across threads. */
+typedef struct tr__half_args { int fdt, unpack; float *x; uint16_t *h; } tr__half_args;
+TR__FN void tr__half_range(void *arg, long i0, long i1) {
+    const tr__half_args *p = (const tr__half_args *)arg;
+    tr__half_ref(p->fdt, p->unpack, p->x + i0, p->h + i0, (size_t)(i1 - i0));
+}
+#if TR__X86
+TR__FN void tr__half_simd_range(void *arg, long i0, long i1) {
+    const tr__half_args *p = (const tr__half_args *)arg;
+    tr__half_span256(p->fdt, p->unpack, p->x, p->h, (size_t)i0, (size_t)i1);
+}
+#endif
+TR__FN void tr__half(tr_ctx *ctx, int fdt, int unpack, float *x, uint16_t *h, size_t n) {
+    tr__half_args p = {fdt, unpack, x, h};
+    tr__range_fn fn = tr__half_range;
+    if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) fn = tr__half_simd_range;
+#endif
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, fn, &p);
+}
 TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     tr__round_args p = {fdt, x};
     tr__range_fn fn = tr__round_range;
@@ -6779,6 +6845,30 @@ static const char tr__cl_src_ops_1[] =
 "    else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */\n"
 "    return as_float(r);\n"
 "}\n"
+"/* The 16-bit tape (the host's tr__half_ref): unpack 0 stores x[i] rounded to bfloat16 (fdt 1) or float16 (fdt 2) as\n"
+"   its 16 bits in h, unpack 1 loads it back. Integer arithmetic (no cl_khr_fp16 needed); h_off counts floats. */\n"
+"__kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {\n"
+"    size_t i = get_global_id(0);\n"
+"    uint u, a, s;\n"
+"    if (i >= n) return;\n"
+"    x += x_off; h += 2 * h_off;\n"
+"    if (fdt == 1) {\n"
+"        if (unpack) x[i] = as_float((uint)h[i] << 16);\n"
+"        else h[i] = (ushort)(as_uint(tr_round1(x[i], 1)) >> 16);\n"
+"        return;\n"
+"    }\n"
+"    if (unpack) {\n"
+"        u = h[i]; a = u & 0x7fffu; s = (u & 0x8000u) << 16;\n"
+"        if (a >= 0x7c00u) x[i] = as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));\n"
+"        else if (a >= 0x400u) x[i] = as_float(s | ((a << 13) + 0x38000000u));\n"
+"        else x[i] = as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */\n"
+"        return;\n"
+"    }\n"
+"    u = as_uint(tr_round1(x[i], 2)); a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;\n"
+"    if (a >= 0x7f800000u) h[i] = (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));\n"
+"    else if (a >= 0x38800000u) h[i] = (ushort)(s | ((a - 0x38000000u) >> 13));\n"
+"    else h[i] = (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */\n"
+"}\n"
 "__kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {\n"
 "    size_t i = get_global_id(0);\n"
 "    if (i < n) x[x_off + i] *= a;\n"
@@ -6786,7 +6876,8 @@ static const char tr__cl_src_ops_1[] =
 "__kernel void tr_k_round(ulong n, __global float *x, ulong x_off, int fdt) {\n"
 "    size_t i = get_global_id(0);\n"
 "    if (i < n) x[x_off + i] = tr_round1(x[x_off + i], fdt);\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_2[] =
 "/* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */\n"
 "__kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {\n"
 "    size_t i = get_global_id(0), step = get_global_size(0);\n"
@@ -6809,8 +6900,7 @@ static const char tr__cl_src_ops_1[] =
 "    long j = get_global_id(0), r = get_global_id(1);\n"
 "    float x, up, d, sg;\n"
 "    if (j >= width || r >= rows) return;\n"
-"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n";
-static const char tr__cl_src_ops_2[] =
+"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n"
 "    x = g[j]; up = g[j + width]; d = da[j];\n"
 "    sg = 1.0f / (1.0f + exp(-x));\n"
 "    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));\n"
@@ -6859,7 +6949,8 @@ static const char tr__cl_src_ops_2[] =
 "}\n"
 "tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
 "    int lid = get_local_id(0), s;\n"
-"    tr_k1_acc t;\n"
+"    tr_k1_acc t;\n";
+static const char tr__cl_src_ops_3[] =
 "    sh[lid] = v;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = get_local_size(0) / 2; s > 0; s >>= 1) {\n"
@@ -6891,8 +6982,7 @@ static const char tr__cl_src_ops_2[] =
 "__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
 "                                ulong rstd_off, __global float *dx, ulong dx_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n";
-static const char tr__cl_src_ops_3[] =
+"    size_t r = get_group_id(0);\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs = rstd[rstd_off + r];\n"
@@ -6941,7 +7031,8 @@ static const char tr__cl_src_ops_3[] =
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_4[] =
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
@@ -6968,8 +7059,7 @@ static const char tr__cl_src_ops_3[] =
 "        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);\n"
 "    }\n"
 "    if (act && label != -100) {\n"
-"        am = V;\n";
-static const char tr__cl_src_ops_4[] =
+"        am = V;\n"
 "        for (k = lane; k < V; k += tpr)\n"
 "            if (am == V || x[k] > mx) mx = x[k], am = k;\n"
 "    }\n"
@@ -7036,7 +7126,8 @@ static const char tr__cl_src_ops_4[] =
 "        c += ts[3 * t + 2];\n"
 "    }\n"
 "    div = max(rs[1], 1.0f);\n"
-"    rs[0] = (float)(loss / div);\n"
+"    rs[0] = (float)(loss / div);\n";
+static const char tr__cl_src_ops_5[] =
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
 "}\n"
@@ -7062,8 +7153,7 @@ static const char tr__cl_src_ops_4[] =
 "    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;\n"
 "    float acc = 0;\n"
 "    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;\n"
-"    if (nchunk == 1 && j < D) acc = *dst;\n";
-static const char tr__cl_src_ops_5[] =
+"    if (nchunk == 1 && j < D) acc = *dst;\n"
 "    dx += dx_off + j; in += in_off;\n"
 "    for (t = t0; t < t1; t += n) {\n"
 "        m = (int)min((long)n, t1 - t);\n"
@@ -7126,7 +7216,8 @@ static const char tr__cl_src_ops_5[] =
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
-"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
+"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n";
+static const char tr__cl_src_ops_6[] =
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
@@ -7134,7 +7225,7 @@ static const char tr__cl_src_ops_5[] =
 "    *row = *row * decay - lr * sg;\n"
 "}\n";
 #define TR__CL_SRC_OPS_LIST \
-    tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5
+    tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6
 /* >>cl-embed-end */
 
 
@@ -7343,6 +7434,17 @@ TR__FN tr_status tr__cl_round(tr__cl *cl, int fdt, float *x, size_t n) {
     tr__cla_buf(&A, x);
     tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch1(cl, "tr_k_round", n, &A);
+}
+
+TR__FN tr_status tr__cl_half(tr__cl *cl, int fdt, int unpack, float *x, float *h, size_t n) {
+    tr__clargs A;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, x);
+    tr__cla_buf(&A, h);
+    tr__cla_i32(&A, fdt);
+    tr__cla_i32(&A, unpack);
+    return tr__cl_k1_launch1(cl, "tr_k_half", n, &A);
 }
 
 #define TR__CL_SLOT_FLAG 8 /* tr__cl_scratch slot of tr__cl_all_finite's flag */
@@ -9734,6 +9836,15 @@ TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     return TR_OK;
 }
 
+/* x[0..n) <-> 16-bit values of the forward precision fdt (tr__half_ref) in h, a region of (n + 1) / 2 floats
+   (device memory is handed out and addressed in floats). */
+TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *h, size_t n) {
+    if ((fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || !n) return TR_OK;
+    TR__ON_CL(ctx, tr__cl_half(ctx->cl, fdt, unpack, x, h, n));
+    tr__half(ctx, fdt, unpack, x, (uint16_t *)(void *)h, n);
+    return TR_OK;
+}
+
 TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, rows, D, x, add, out, rstd, eps));
     tr__rms_rows_fwd(ctx, rows, D, x, add, out, rstd, eps);
@@ -9900,9 +10011,12 @@ typedef struct tr__block_rec {
     float *out, *rstd2;
 } tr__block_rec;
 
+/* On a 16-bit tape (tr__net_rec.half) in, mix, att_o, h1, gu, out and h0 hold 16-bit values of the forward
+   precision (tr__op_half), and lse, rstd1, rstd2 stay fp32: the backward unpacks a block's record before using it. */
 typedef struct tr__net_rec {
     float *mem; /* this record's buffer: one per net, so no single device buffer is huge */
     float *h0;  /* the net input z + injection [B,S,D] */
+    int half;   /* activations stored as 16-bit values (a bfloat16 / float16 model, ctx->tape16) */
     tr__block_rec blocks[TR__MAX_LAYERS];
 } tr__net_rec;
 
@@ -9925,7 +10039,7 @@ struct tr_model {
     /* working memory, grown on demand */
     int ws_B;
     float *ws;
-    int tape_B, tape_nets;
+    int tape_B, tape_nets, tape_half;
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
     int fdt;    /* the forward precision in force (tr_forward_dtype, never AUTO) */
@@ -10346,11 +10460,13 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 }
 
 /* --- working memory ----------------------------------------------------------------------- */
-/* Floats one block records per batch row. */
-TR__FN size_t tr__block_rec_floats(const tr_model *m) {
+/* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
+TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
+/* Floats one block records per batch row (half: a 16-bit tape's record). */
+TR__FN size_t tr__block_rec_floats(const tr_model *m, int half) {
     size_t S = (size_t)m->S, D = (size_t)m->D, n;
-    n = m->cfg.mlp_t ? 2 * (size_t)m->It * D + D /* mix, rstd1 */ : 3 * S * D + S * D + (size_t)m->H * S + S;
-    n += S * D /* h1 */ + 2 * S * (size_t)m->I /* gu */ + S * D /* out */ + S /* rstd2 */;
+    n = m->cfg.mlp_t ? tr__vals(2 * (size_t)m->It * D, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
+    n += tr__vals(S * D /* h1 */ + 2 * S * (size_t)m->I /* gu */ + S * D /* out */, half) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
 /* Scratch a block needs besides its record: activation A, projection output, attention rows. */
@@ -10366,31 +10482,39 @@ TR__FN float *tr__carve(float **cursor, size_t n) {
     return p;
 }
 
-/* Points a record's buffers at consecutive memory for B rows; `out` is set separately. */
-TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out) {
+/* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's); without with_out,
+   `out` is set separately. */
+TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
     if (m->cfg.mlp_t) {
-        r->mix = tr__carve(cur, (size_t)B * 2 * m->It * D);
+        r->mix = tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
         r->rstd1 = tr__carve(cur, (size_t)B * D);
         r->att_o = r->lse = NULL;
     } else {
-        r->mix = tr__carve(cur, (size_t)B * 3 * S * D);
-        r->att_o = tr__carve(cur, (size_t)B * S * D);
+        r->mix = tr__carve(cur, tr__vals((size_t)B * 3 * S * D, half));
+        r->att_o = tr__carve(cur, tr__vals((size_t)B * S * D, half));
         r->lse = tr__carve(cur, (size_t)B * m->H * S);
         r->rstd1 = tr__carve(cur, (size_t)B * S);
     }
-    r->h1 = tr__carve(cur, (size_t)B * S * D);
-    r->gu = tr__carve(cur, (size_t)B * S * 2 * m->I);
+    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
+    r->gu = tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
     r->rstd2 = tr__carve(cur, (size_t)B * S);
-    r->out = with_out ? tr__carve(cur, (size_t)B * S * D) : NULL;
+    r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
 }
 
-/* No-grad workspace: one block record, block scratch, and the backward's gradient buffers. */
+/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers, and last
+   (tr__ws_in) a block input unpacked from a 16-bit tape. */
+TR__FN size_t tr__ws_floats(const tr_model *m, int B) {
+    return tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B) +
+           (size_t)B * ((size_t)m->S * m->D * 7 + 2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2 * (size_t)m->It * m->D) + 256;
+}
+TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B) - (size_t)B * m->S * m->D; }
+
+/* The workspace (tr__ws_floats) for B rows. */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
     if (B <= m->ws_B) return TR_OK;
-    n = tr__block_rec_floats(m) * (size_t)B + tr__block_tmp_floats(m, B) +
-        (size_t)B * ((size_t)m->S * m->D * 6 + 2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2 * (size_t)m->It * m->D) + 256;
+    n = tr__ws_floats(m, B);
     tr__dfree(m->ctx, m->ws);
     m->ws_B = 0;
     m->ws = NULL;
@@ -10404,13 +10528,21 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
 /* Blocks one recorded net application holds: the deeper module's (HRM's H and L may differ). */
 TR__FN int tr__rec_layers(const tr_model *m) { return TR__MAX(m->modules[0].n_layers, m->modules[m->n_modules - 1].n_layers); }
 
+/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
+   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
+TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
+/* Floats of one recorded net application for B rows. */
+TR__FN size_t tr__tape_net_floats(const tr_model *m, int B, int half) {
+    return (size_t)B * (tr__vals((size_t)m->S * m->D, half) + tr__block_rec_floats(m, half) * (size_t)tr__rec_layers(m)) + 64;
+}
+
 TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
-    int i, l;
-    if (B == m->tape_B && nets == m->tape_nets) return TR_OK;
+    int i, l, half = tr__tape_half(m);
+    if (B == m->tape_B && nets == m->tape_nets && half == m->tape_half) return TR_OK;
     tr__tape_free(m, m->tape_nets);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
-    per_net = (size_t)B * ((size_t)m->S * m->D + tr__block_rec_floats(m) * (size_t)tr__rec_layers(m)) + 64;
+    per_net = tr__tape_net_floats(m, B, half);
     if (!tr__size_mul(per_net, (size_t)nets, &n)) return tr__err(m->ctx, TR_ERR_OVERFLOW, "tape size overflows");
     m->nets = (tr__net_rec *)tr__calloc(m->ctx, (size_t)nets, sizeof(tr__net_rec));
     if (!m->nets) return TR_ERR_OUT_OF_MEMORY;
@@ -10420,11 +10552,13 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
             tr__tape_free(m, i);
             return TR_ERR_OUT_OF_MEMORY;
         }
-        m->nets[i].h0 = tr__carve(&cur, (size_t)B * m->S * m->D);
-        for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1);
+        m->nets[i].half = half;
+        m->nets[i].h0 = tr__carve(&cur, tr__vals((size_t)B * m->S * m->D, half));
+        for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1, half);
     }
     m->tape_B = B;
     m->tape_nets = nets;
+    m->tape_half = half;
     return TR_OK;
 }
 
@@ -10526,35 +10660,47 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     return TR__RND(m, din, BS * D);
 }
 
-/* Applies a module: out = blocks(z + inj). With rec != NULL the activations go to the tape
-   (rec->blocks[last].out holds the result, and `out` is ignored); otherwise the workspace is
-   used and the result is written to `out` (which may alias z). */
+/* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
+   (lse, rstd) are not copied: the fp32 record points at the tape's. */
+TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_rec *t, tr__block_rec *f) {
+    size_t BS = (size_t)B * m->S, D = (size_t)m->D, I = (size_t)m->I;
+    tr_status st;
+    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D))) return st;
+    if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
+    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))) return st;
+    return tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D);
+}
+
+/* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
+TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
+    float *cur = m->ws;
+    tr__rec_bind(m, r, &cur, B, with_out, 0);
+    if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
+}
+
+/* Applies a module: out = blocks(z + inj) (out may alias z). With rec != NULL the activations go to the tape:
+   computed there (an fp32 tape, then the result is copied to out), or in the workspace and out and then
+   packed (a 16-bit tape). */
 TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
     size_t n = (size_t)B * m->S * m->D;
-    int l;
+    int l, in_tape = rec && !rec->half;
     tr_status st;
-    float *tmp, *h0;
+    float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B, *h0 = in_tape ? rec->h0 : out;
     tr__block_rec scratch;
-    if (rec) {
-        h0 = rec->h0;
-        tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
-    } else {
-        float *cur = m->ws;
-        tr__rec_bind(m, &scratch, &cur, B, 0);
-        tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
-        h0 = out;
-    }
     if ((st = tr__op_add(m->ctx, n, z, inj, h0)) || (st = TR__RND(m, h0, n))) return st;
+    if (rec && rec->half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
-        tr__block_rec *r = rec ? &rec->blocks[l] : &scratch;
-        if (rec) r->in = l ? rec->blocks[l - 1].out : h0;
+        tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
+        if (in_tape) r->in = l ? rec->blocks[l - 1].out : h0;
         else {
+            tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, r);
             r->in = out;
             r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
         }
         if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL)) != TR_OK) return st;
+        if (rec && rec->half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
-    return TR_OK;
+    return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;
 }
 
 /* Backward progress for data-parallel training: fn(user, lo, hi) once m->grads[lo, hi) holds its final
@@ -10583,15 +10729,24 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
    the module's last application in the backward, and its layers' gradients are final as it passes them. */
 TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
-    float *g1 = m->ws + tr__block_rec_floats(m) * (size_t)B + tr__block_tmp_floats(m, B);
+    float *g1 = m->ws + tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B);
     float *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n;
-    float *tmp = m->ws + tr__block_rec_floats(m) * (size_t)B;
+    float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B;
     int l;
     tr_status st;
     if ((st = tr__dcopy(m->ctx, gcur, dout, n * sizeof(float)))) return st;
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l ? gnext : dh0, *t;
-        if ((st = tr__block_bwd(m, &md->layers[l], &rec->blocks[l], B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
+        tr__block_rec unpacked;
+        const tr__block_rec *r = &rec->blocks[l];
+        if (rec->half) { /* the block's record and input back in fp32, in the workspace */
+            tr__ws_rec(m, B, 1, r, &unpacked);
+            unpacked.in = tr__ws_in(m, B);
+            if ((st = tr__rec_half(m, B, 1, r, &unpacked)) || (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n)))
+                return st;
+            r = &unpacked;
+        }
+        if ((st = tr__block_bwd(m, &md->layers[l], r, B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
     }
@@ -10904,17 +11059,9 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
         int rec = grad && t == T - 1;
         if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* z_H is fixed during the L updates */
         for (i = 0; i < n; i++) {
-            if (rec && i == n - 1) {
-                if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, NULL, &m->nets[0])) != TR_OK) return st;
-                if ((st = tr__dcopy(m->ctx, c->z_L, m->nets[0].blocks[fL->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
-            } else if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, NULL)) != TR_OK)
-                return st;
+            if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, rec && i == n - 1 ? &m->nets[0] : NULL)) != TR_OK) return st;
         }
-        if (rec) {
-            if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, NULL, &m->nets[1])) != TR_OK) return st;
-            if ((st = tr__dcopy(m->ctx, c->z_H, m->nets[1].blocks[fH->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
-        } else if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, c->z_H, NULL)) != TR_OK)
-            return st;
+        if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, c->z_H, rec ? &m->nets[1] : NULL)) != TR_OK) return st;
         if (hook) hook(hook_user, t, c->z_H, c->z_L);
     }
     return tr__heads_fwd(m, c);
@@ -10935,21 +11082,10 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        const float *zl = c->z_L;
         if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* the injection is formed first */
-        for (i = 0; i < n; i++) {
-            if (rec) {
-                if ((st = tr__net_fwd(m, md, B, zl, c->inj, NULL, &m->nets[i])) != TR_OK) return st;
-                zl = m->nets[i].blocks[md->n_layers - 1].out;
-            } else if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, NULL)) != TR_OK)
-                return st;
-        }
-        if (rec) {
-            if ((st = tr__dcopy(m->ctx, c->z_L, zl, N * sizeof(float))) != TR_OK) return st;
-            if ((st = tr__net_fwd(m, md, B, c->z_H, zl, NULL, &m->nets[n])) != TR_OK) return st;
-            if ((st = tr__dcopy(m->ctx, c->z_H, m->nets[n].blocks[md->n_layers - 1].out, N * sizeof(float))) != TR_OK) return st;
-        } else if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, NULL)) != TR_OK)
-            return st;
+        for (i = 0; i < n; i++)
+            if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, rec ? &m->nets[i] : NULL)) != TR_OK) return st;
+        if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, rec ? &m->nets[n] : NULL)) != TR_OK) return st;
         if (hook) hook(hook_user, t, c->z_H, c->z_L);
     }
     return tr__heads_fwd(m, c);
@@ -11903,14 +12039,14 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
-    double ws = (double)tr__block_rec_floats(m) * Bd + (double)tr__block_tmp_floats(m, B) +
-                Bd * ((double)m->S * m->D * 6 + 2.0 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2.0 * m->It * m->D);
+    double ws = (double)tr__ws_floats(m, B);
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
-    double tape = nets * (N + Bd * (double)tr__block_rec_floats(m) * tr__rec_layers(m));
+    double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
     double carry = 4 * N + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
-    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + fixed + ws + tape + 2 * carry));
-    if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + fixed + ws + carry));
+    double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
+    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
+    if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + lo + fixed + ws + carry));
 }
 
 TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,

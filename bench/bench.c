@@ -204,11 +204,10 @@ int main(int argc, char **argv) {
         }
     }
     {
-        /* the training step's activation memory per sample: the recorded cycle and the workspace (their
-           floats are fp32 in every precision: the reduced ones are rounded, not stored in 16 bits) */
-        double tape = m->nets ? (double)m->tape_nets * ((double)m->tape_B * ((double)m->S * m->D + (double)tr__block_rec_floats(m) * tr__rec_layers(m)) + 64) : 0;
-        double ws = (double)tr__block_rec_floats(m) * B + (double)tr__block_tmp_floats(m, B) +
-                    (double)B * ((double)m->S * m->D * 6 + 2.0 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2.0 * m->It * m->D);
+        /* the training step's activation memory per sample: the recorded cycle (16-bit values in bfloat16 /
+           float16, unless TINYREC_TAPE16=0) and the workspace */
+        double tape = m->nets ? (double)m->tape_nets * (double)tr__tape_net_floats(m, m->tape_B, m->tape_half) : 0;
+        double ws = (double)tr__ws_floats(m, B);
         mem_mb = skip_train ? 0 : (tape + ws) * sizeof(float) / B / 1048576.0;
     }
     if (json) {

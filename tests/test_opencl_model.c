@@ -437,6 +437,27 @@ static void test_trajectory_reduced(void **state) {
     g_fdt = TR_FWD_FLOAT32;
 }
 
+/* The 16-bit tape (the default for bfloat16 / float16) gives the device the fp32 tape's losses bit for bit
+   (TINYREC_TAPE16=0), both mixers, both precisions. */
+static void test_tape16_on_device(void **state) {
+    int variant;
+    (void)state;
+    need_device();
+    for (g_fdt = TR_FWD_BFLOAT16; g_fdt <= TR_FWD_FLOAT16; g_fdt = (tr_forward_dtype)(g_fdt + 1))
+        for (variant = 0; variant < 2; variant++) {
+            double half[NSTEPS], full[NSTEPS];
+            log_capture lc;
+            int k;
+            assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, half));
+            setenv("TINYREC_TAPE16", "0", 1);
+            assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, full));
+            unsetenv("TINYREC_TAPE16");
+            for (k = 0; k < NSTEPS; k++)
+                if (half[k] != full[k]) fail_msg("%s variant %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", tr_forward_dtype_name(g_fdt), variant, k + 1, half[k], full[k]);
+        }
+    g_fdt = TR_FWD_FLOAT32;
+}
+
 /* The tensor-core products (emulated where the device has no mma.sync: the same tiles, conversion and epilogue)
    in a training run: the same trajectories, and the products went there. */
 static void test_trajectory_tensor_cores(void **state) {
@@ -489,6 +510,28 @@ static void test_round_kernel_matches_cpu(void **state) {
                 fail_msg("%s: element %d: device %.9g, cpu %.9g", fdt == 1 ? "bf16" : "fp16", i, got[i], ref[i]);
         free(got);
     }
+    { /* the 16-bit tape's packing: the CPU's 16 bits (NaN-ness only for NaN in float16), and back */
+        uint16_t *h = (uint16_t *)malloc(N * sizeof(uint16_t)), *hr = (uint16_t *)malloc(N * sizeof(uint16_t));
+        float *dh = (float *)tr__dalloc(ctx, N * sizeof(uint16_t), 0);
+        assert_non_null(dh);
+        for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+            memcpy(ref, x, N * sizeof(float));
+            tr__half_ref(fdt, 0, ref, hr, N);
+            tr__round_ref(fdt, ref, N);
+            assert_int_equal(tr__dput(ctx, d, x, N * sizeof(float)), TR_OK);
+            assert_int_equal(tr__op_half(ctx, fdt, 0, d, dh, N), TR_OK);
+            assert_int_equal(tr__dget(ctx, h, dh, N * sizeof(uint16_t)), TR_OK);
+            assert_int_equal(tr__dzero(ctx, d, N * sizeof(float)), TR_OK);
+            assert_int_equal(tr__op_half(ctx, fdt, 1, d, dh, N), TR_OK);
+            got = tu_get(ctx, d, N);
+            for (i = 0; i < N; i++)
+                if ((h[i] != hr[i] || memcmp(got + i, ref + i, 4) != 0) && !(isnan(got[i]) && isnan(ref[i])))
+                    fail_msg("%s half: element %d: device 0x%04x -> %.9g, cpu 0x%04x -> %.9g", fdt == 1 ? "bf16" : "fp16", i, h[i], got[i], hr[i], ref[i]);
+            free(got);
+        }
+        tr__dfree(ctx, dh);
+        free(h), free(hr);
+    }
     tr__dfree(ctx, d);
     { /* auto: bfloat16 where the device has tensor-core kernels (NVIDIA sm_80+), float32 elsewhere (PoCL) */
         tr_model_config c;
@@ -525,6 +568,7 @@ int main(void) {
         cmocka_unit_test(test_trajectory_hrm),
         cmocka_unit_test(test_trajectory_reduced),
         cmocka_unit_test(test_trajectory_tensor_cores),
+        cmocka_unit_test(test_tape16_on_device),
         cmocka_unit_test(test_round_kernel_matches_cpu),
         cmocka_unit_test(test_hrm_oom_and_enqueue_faults),
         cmocka_unit_test(test_open_faults_fall_back_to_cpu),

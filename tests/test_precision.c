@@ -82,6 +82,25 @@ static void test_round_simd_matches_scalar(void **state) {
                                  (unsigned)bits(x[i]), (unsigned)bits(a[i]), (unsigned)bits(b[i]));
                 }
             }
+            /* the 16-bit tape's packing: the scalar twin's 16 bits, and unpacked it is the rounded value */
+            {
+                uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t)), *hr = (uint16_t *)malloc(n * sizeof(uint16_t));
+                for (off = 0; off < 3; off++) {
+                    memset(h, 0, n * sizeof(uint16_t));
+                    tr__half_ref(fdt, 0, x + off, hr, n - off);
+                    tr__half(ctx, fdt, 0, x + off, h, n - off);
+                    tr__half(ctx, fdt, 1, b, h, n - off);
+                    memcpy(a, x + off, (n - off) * sizeof(float));
+                    tr__round_ref(fdt, a, n - off);
+                    for (i = 0; i < n - off; i++) {
+                        if (isnan(a[i]) && isnan(b[i])) continue;
+                        if (h[i] != hr[i] || bits(a[i]) != bits(b[i]))
+                            fail_msg("%s %s half: element %zu (0x%08x): 16 bits 0x%04x (scalar 0x%04x), back 0x%08x, rounded 0x%08x", sets[si],
+                                     fdt == TR_FWD_BFLOAT16 ? "bf16" : "fp16", i, (unsigned)bits(x[off + i]), h[i], hr[i], (unsigned)bits(b[i]), (unsigned)bits(a[i]));
+                    }
+                }
+                free(h), free(hr);
+            }
             /* idempotent: a rounded value is representable */
             memcpy(a, b, n * sizeof(float));
             tr__round(ctx, fdt, a, n);
@@ -424,6 +443,66 @@ static void test_checkpoints_across_precisions(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* A bfloat16 / float16 model's tape in 16 bits (TINYREC_TAPE16, the default) trains to the same bits as an fp32
+   tape, in both mixers and HRM, with less memory; TINYREC_TAPE16 takes 0 or 1. */
+static void test_tape16_same_bits(void **state) {
+    int variant, fdt;
+    (void)state;
+    for (variant = 0; variant < 3; variant++)
+        for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+            tr_model *m[2];
+            tr_trainer *t[2];
+            tr_ctx *ctx[2];
+            size_t train[2];
+            double loss[2][4];
+            int32_t in[4 * 16], lab[4 * 16], pid[4];
+            tr_batch bt;
+            int k, s;
+            tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
+            bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+            for (k = 0; k < 2; k++) {
+                tr_model_config c;
+                tr_train_config tc = tr_train_config_default();
+                tr_metrics mt;
+                ctx[k] = tu_ctx(2, 7);
+                ctx[k]->tape16 = k == 0;
+                if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+                else tu_tiny_config(&c, variant == 0, variant == 0 ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+                c.forward_dtype = (tr_forward_dtype)fdt;
+                assert_int_equal(tr_model_create(ctx[k], &c, &m[k]), TR_OK);
+                tc.global_batch_size = 4, tc.lr = 1e-3, tc.lr_warmup_steps = 0;
+                assert_int_equal(tr_trainer_create(m[k], &tc, &t[k]), TR_OK);
+                for (s = 0; s < 4; s++) {
+                    assert_int_equal(tr_trainer_step(t[k], &bt, &mt), TR_OK);
+                    loss[k][s] = mt.loss;
+                }
+                assert_int_equal(m[k]->nets[0].half, k == 0);
+                tr_model_memory(m[k], 64, &train[k], NULL);
+            }
+            for (s = 0; s < 4; s++)
+                if (loss[0][s] != loss[1][s]) fail_msg("variant %d fdt %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, fdt, s + 1, loss[0][s], loss[1][s]);
+            assert_memory_equal(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float));
+            assert_true(train[0] < train[1]);
+            for (k = 0; k < 2; k++) {
+                tr_trainer_destroy(t[k]);
+                tr_model_destroy(m[k]);
+                tr_ctx_destroy(ctx[k]);
+            }
+        }
+    {
+        tr_ctx_config cc = tr_ctx_config_default();
+        tr_ctx *c = NULL;
+        cc.device = "cpu";
+        setenv("TINYREC_TAPE16", "2", 1);
+        assert_int_equal(tr_ctx_create(&cc, &c), TR_ERR_INVALID_ARG);
+        setenv("TINYREC_TAPE16", "0", 1);
+        assert_int_equal(tr_ctx_create(&cc, &c), TR_OK);
+        assert_int_equal(c->tape16, 0);
+        tr_ctx_destroy(c);
+        unsetenv("TINYREC_TAPE16");
+    }
+}
+
 /* bfloat16 training on the CPU learns the tiny task as float32 does: the loss falls by a similar amount. */
 static void test_bf16_learns(void **state) {
     double first[2] = {0, 0}, last[2] = {0, 0};
@@ -463,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_loss_scale_overflow),
         cmocka_unit_test(test_checkpoints_across_precisions),
+        cmocka_unit_test(test_tape16_same_bits),
         cmocka_unit_test(test_bf16_learns),
     };
     return cmocka_run_group_tests_name("precision", tests, NULL, NULL);

@@ -46,6 +46,30 @@ float tr_round1(float v, int fdt) {
     else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */
     return as_float(r);
 }
+/* The 16-bit tape (the host's tr__half_ref): unpack 0 stores x[i] rounded to bfloat16 (fdt 1) or float16 (fdt 2) as
+   its 16 bits in h, unpack 1 loads it back. Integer arithmetic (no cl_khr_fp16 needed); h_off counts floats. */
+__kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {
+    size_t i = get_global_id(0);
+    uint u, a, s;
+    if (i >= n) return;
+    x += x_off; h += 2 * h_off;
+    if (fdt == 1) {
+        if (unpack) x[i] = as_float((uint)h[i] << 16);
+        else h[i] = (ushort)(as_uint(tr_round1(x[i], 1)) >> 16);
+        return;
+    }
+    if (unpack) {
+        u = h[i]; a = u & 0x7fffu; s = (u & 0x8000u) << 16;
+        if (a >= 0x7c00u) x[i] = as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));
+        else if (a >= 0x400u) x[i] = as_float(s | ((a << 13) + 0x38000000u));
+        else x[i] = as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */
+        return;
+    }
+    u = as_uint(tr_round1(x[i], 2)); a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;
+    if (a >= 0x7f800000u) h[i] = (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));
+    else if (a >= 0x38800000u) h[i] = (ushort)(s | ((a - 0x38000000u) >> 13));
+    else h[i] = (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */
+}
 __kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {
     size_t i = get_global_id(0);
     if (i < n) x[x_off + i] *= a;
