@@ -3649,6 +3649,15 @@ TR__FN void tr__round_simd_range(void *arg, long i0, long i1) {
     const tr__round_args *p = (const tr__round_args *)arg;
     tr__round_span256(p->fdt, p->x, (size_t)i0, (size_t)i1);
 }
+/* tr__round_ref with tr__round512 (the last lanes under a mask) */
+TR__TARGET_AVX512 static void tr__round512_range(void *arg, long i0, long i1) {
+    const tr__round_args *p = (const tr__round_args *)arg;
+    long i;
+    for (i = i0; i < i1; i += 16) {
+        __mmask16 k = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        _mm512_mask_storeu_ps(p->x + i, k, tr__round512(p->fdt, _mm512_maskz_loadu_ps(k, p->x + i)));
+    }
+}
 #endif
 /* tr__half_ref over n values, split across threads. */
 typedef struct tr__half_args { int fdt, unpack; float *x; uint16_t *h; } tr__half_args;
@@ -3676,7 +3685,7 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     tr__range_fn fn = tr__round_range;
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) fn = tr__round_simd_range;
+    if (ctx->simd != TR__SIMD_SCALAR) fn = ctx->simd == TR__SIMD_AVX512 ? tr__round512_range : tr__round_simd_range;
 #endif
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, fn, &p);
 }
