@@ -2773,30 +2773,20 @@ TR__TARGET_AVX512 static inline __m512 tr__rcp512(__m512 d) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-TR__TARGET_AVX512 static void tr__swiglu_fwd_row512(long width, const float *gate, float *o) {
-    const float *up = gate + width;
-    long j;
-    for (j = 0; j < width; j += 16) {
-        __mmask16 k = width - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (width - j)) - 1);
-        __m512 x = _mm512_maskz_loadu_ps(k, gate + j), u = _mm512_maskz_loadu_ps(k, up + j);
-        __m512 e = tr__exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        __m512 sv = _mm512_mul_ps(x, tr__rcp512(_mm512_add_ps(_mm512_set1_ps(1.0f), e)));
-        _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(sv, u));
-    }
-}
-
-/* x rounded to bfloat16 (fdt 1, tr__bf16_round_bits) or float16 (fdt 2, the F16C conversion's rounding) in 16 lanes */
+/* x rounded to bfloat16 (fdt 1, tr__bf16_round_bits) or float16 (fdt 2, the F16C conversion's rounding) in 16 lanes;
+   x itself for fdt 0 */
 TR__TARGET_AVX512 static inline __m512 tr__round512(int fdt, __m512 x) {
     __m512i u = _mm512_castps_si512(x), r;
     __mmask16 nan;
+    if (fdt == 0) return x;
     if (fdt != TR_FWD_BFLOAT16) return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
     nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
-/* tr__swiglu_fwd_row512 in a reduced precision: silu rounded, times up, rounded (tr__swiglu_fwd_range's order),
-   in registers: the same bits as the row kernel followed by rounding passes, in one pass over the row. */
+/* SwiGLU rows: silu(gate) * up; in a reduced precision fdt, silu rounded, times up, rounded (tr__swiglu_fwd_range's
+   order) in registers: the same bits as the fp32 row followed by rounding passes, in one pass over the row. */
 TR__TARGET_AVX512 static void tr__swiglu_fwd_lp_row512(long width, const float *gate, float *o, int fdt) {
     const float *up = gate + width;
     long j;
@@ -2808,6 +2798,7 @@ TR__TARGET_AVX512 static void tr__swiglu_fwd_lp_row512(long width, const float *
         _mm512_mask_storeu_ps(o + j, k, tr__round512(fdt, _mm512_mul_ps(sv, u)));
     }
 }
+TR__TARGET_AVX512 static void tr__swiglu_fwd_row512(long width, const float *gate, float *o) { tr__swiglu_fwd_lp_row512(width, gate, o, 0); }
 
 TR__TARGET_AVX512 static void tr__swiglu_bwd_row512(long width, const float *gate, const float *d, float *dgate) {
     const float *up = gate + width;
