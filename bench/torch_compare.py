@@ -309,6 +309,14 @@ def main():
         key = "self_cuda_time_total" if args.device == "cuda" else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=key, row_limit=args.profile, max_name_column_width=70))
     res["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
+    mem = None
+    if args.device == "cuda":  # the training step's peak beyond what lives between steps (weights, optimizer state), per sample
+        sync()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        train_step(tok, lab)
+        sync()
+        mem = (torch.cuda.max_memory_allocated() - base) / args.batch / 1048576.0
     for B in (1, args.batch):
         tk, _ = gen(B)
         t = timeit(lambda: infer_step(tk), args.reps)
@@ -390,6 +398,9 @@ def main():
             summary["ratio"]["train step vs torch.compile"] = t * 1e3 / r["ms"]
         print(line)
     print("ratio = PyTorch time / tinyrec time (higher is better for tinyrec)")
+    if mem is not None:
+        print("training step memory per sample: PyTorch %.1f MB (CUDA peak beyond the steady state)%s" % (
+            mem, ", tinyrec %.1f MB (its recorded cycle and workspace)" % ours["mem_per_sample_mb"] if ours and "mem_per_sample_mb" in ours else ""))
     print("JSON " + json.dumps(summary))
 
 
