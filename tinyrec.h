@@ -3351,7 +3351,7 @@ TR__TARGET_F16C static void tr__round_span256(int fdt, float *x, size_t i0, size
             _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
     tr__round_ref(fdt, x + i, i1 - i);
 }
-/* tr__half_ref on [i0, i1): bfloat16 is packed with tr__round_span256's rounding (then the high halves),
+/* tr__half_ref on [i0, i1): bfloat16 is packed with tr__bf16_round256's rounding (then the high halves),
    float16 with F16C (NaN payloads may differ from the scalar twin's, NaN-ness not). */
 TR__TARGET_F16C static void tr__half_span256(int fdt, int unpack, float *x, uint16_t *h, size_t i0, size_t i1) {
     size_t i = i0;
