@@ -117,6 +117,8 @@ $(BUILD)/readme_quickstart: $(BUILD)/readme_quickstart.c $(HDR)
 # suite then uses. Each suite makes its own temporary folders, so none sees another's files. test_opencl_model
 # is not among the first: it builds the programs test_opencl_gemm builds first, found in PoCL's cache then.
 TEST_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+# -O (output kept per suite) needs GNU make 4; macOS's make 3.81 runs the suites with their output interleaved
+SYNC_OUT   := $(if $(filter 3.%,$(MAKE_VERSION)),,-O)
 SLOW_FIRST := test_opencl_gemm test_device test_sgemm test_programs test_tools
 in_order    = $(filter $(SLOW_FIRST),$(1)) $(filter-out $(SLOW_FIRST),$(1))
 # run-NAME: suite NAME of $(BUILD) (SAN=1: of $(BUILD)/san, with the sanitizers' options)
@@ -126,7 +128,7 @@ run-%:
 	@echo "== $(SUITE_DIR)/$*"; s=$$(date +%s); TINYREC_BUILD_DIR=$(SUITE_DIR) $(SUITE_ENV) OMP_WAIT_POLICY=passive $(SUITE_DIR)/$* && \
 	  echo "   ($(SUITE_DIR)/$*: $$(( $$(date +%s) - s )) s)"
 test: all
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(patsubst %,run-%,$(call in_order,$(notdir $(TEST_BINS))))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) $(SYNC_OUT) $(patsubst %,run-%,$(call in_order,$(notdir $(TEST_BINS))))
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
@@ -146,7 +148,7 @@ test-mpi: $(BUILD)/mpi/tinyrec-train $(BUILD)/tinyrec-data
 # .ci/run compares with the OpenMP build's); `make OPENMP=0 test` runs every suite that way.
 POOL_SUITES := test_threads test_kernels test_sgemm test_model test_parity test_precision test_dist
 test-pool: $(patsubst %,$(BUILD)/%,$(POOL_SUITES))
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(patsubst %,run-%,$(call in_order,$(POOL_SUITES)))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) $(SYNC_OUT) $(patsubst %,run-%,$(call in_order,$(POOL_SUITES)))
 	@echo "pool suites passed"
 
 # (CROSS=aarch64) libcmocka0 and libcmocka-dev for arm64, unpacked into the sysroot.
@@ -210,7 +212,7 @@ $(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O1 $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
 sanitize: $(SAN_BINS) $(SAN_PROGS) $(SAN_REPLAY)
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O SAN=1 $(patsubst %,run-%,$(call in_order,$(notdir $(SAN_BINS))))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) $(SYNC_OUT) SAN=1 $(patsubst %,run-%,$(call in_order,$(notdir $(SAN_BINS))))
 	@set -e; for t in $(FUZZ_TARGETS); do ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  $(BUILD)/san/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@echo "all sanitized suites passed"
