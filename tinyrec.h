@@ -10398,8 +10398,9 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
             int mode = tr__bgemm_kernel(ctx);
             products = mode == TR__BG_AMX ? "; products on AMX tiles" : mode == TR__BG_DPBF16 ? "; products on vdpbf16ps" : mode == TR__BG_TWIN ? "; products on the scalar twin of vdpbf16ps" : "; products on the fp32 kernels";
         }
-        tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s%s",
-                tr__fdt_names[fdt], ctx->dev_name, tr__fdt_names[fdt], fdt == TR_FWD_FLOAT16 ? "; dynamic loss scaling when training" : "", products);
+        tr__log(ctx, TR_LOG_INFO, "forward_dtype %s on %s: fp32 master weights, gradients and optimizer state; activations, carries and matmul weights rounded to %s%s%s%s",
+                tr__fdt_names[fdt], ctx->dev_name, tr__fdt_names[fdt], fdt == TR_FWD_FLOAT16 ? "; dynamic loss scaling when training" : "", products,
+                ctx->tape16 ? "; the backward's tape in 16 bits" : "; the backward's tape in fp32 (TINYREC_TAPE16=0)");
     }
     return fdt;
 }

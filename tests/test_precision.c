@@ -199,11 +199,13 @@ static void test_policy(void **state) {
         c.forward_dtype = TR_FWD_BFLOAT16;
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         if (!strstr(lb.text, "; products on the scalar twin of vdpbf16ps")) fail_msg("the log lacks the products' kernels:\n%s", lb.text);
+        if (!strstr(lb.text, "; the backward's tape in 16 bits")) fail_msg("the log lacks the tape's width:\n%s", lb.text);
         tr_model_destroy(m);
-        ctx->bf16_gemm = 0;
+        ctx->bf16_gemm = 0, ctx->tape16 = 0;
         memset(&lb, 0, sizeof lb);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         if (!strstr(lb.text, "; products on the fp32 kernels")) fail_msg("the log lacks the products' kernels:\n%s", lb.text);
+        if (!strstr(lb.text, "; the backward's tape in fp32 (TINYREC_TAPE16=0)")) fail_msg("the log lacks the tape's width:\n%s", lb.text);
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
     }
