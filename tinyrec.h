@@ -10046,12 +10046,11 @@ typedef struct tr__block_rec {
     float *out, *rstd2;
 } tr__block_rec;
 
-/* On a 16-bit tape (tr__net_rec.half) in, mix, att_o, h1, gu, out and h0 hold 16-bit values of the forward
+/* On a 16-bit tape (tr_model.tape_half) in, mix, att_o, h1, gu, out and h0 hold 16-bit values of the forward
    precision (tr__op_half), and lse, rstd1, rstd2 stay fp32: the backward unpacks a block's record before using it. */
 typedef struct tr__net_rec {
     float *mem; /* this record's buffer: one per net, so no single device buffer is huge */
     float *h0;  /* the net input z + injection [B,S,D] */
-    int half;   /* activations stored as 16-bit values (a bfloat16 / float16 model, ctx->tape16) */
     tr__block_rec blocks[TR__MAX_LAYERS];
 } tr__net_rec;
 
@@ -10074,7 +10073,7 @@ struct tr_model {
     /* working memory, grown on demand */
     int ws_B;
     float *ws;
-    int tape_B, tape_nets, tape_half;
+    int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
     int fdt;    /* the forward precision in force (tr_forward_dtype, never AUTO) */
@@ -10588,7 +10587,6 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
             tr__tape_free(m, i);
             return TR_ERR_OUT_OF_MEMORY;
         }
-        m->nets[i].half = half;
         m->nets[i].h0 = tr__carve(&cur, tr__vals((size_t)B * m->S * m->D, half));
         for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1, half);
     }
@@ -10719,12 +10717,12 @@ TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t,
    packed (a 16-bit tape). */
 TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
     size_t n = (size_t)B * m->S * m->D;
-    int l, in_tape = rec && !rec->half;
+    int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
     float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B, *h0 = in_tape ? rec->h0 : out;
     tr__block_rec scratch;
     if ((st = tr__op_add(m->ctx, n, z, inj, h0)) || (st = TR__RND(m, h0, n))) return st;
-    if (rec && rec->half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
+    if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
         if (in_tape) r->in = l ? rec->blocks[l - 1].out : h0;
@@ -10734,7 +10732,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
             r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
         }
         if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL)) != TR_OK) return st;
-        if (rec && rec->half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
+        if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
     return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;
 }
@@ -10775,7 +10773,7 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
         float *dst = l ? gnext : dh0, *t;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
-        if (rec->half) { /* the block's record and input back in fp32, in the workspace */
+        if (m->tape_half) { /* the block's record and input back in fp32, in the workspace */
             tr__ws_rec(m, B, 1, r, &unpacked);
             unpacked.in = tr__ws_in(m, B);
             if ((st = tr__rec_half(m, B, 1, r, &unpacked)) || (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n)))

@@ -478,7 +478,7 @@ static void test_tape16_same_bits(void **state) {
                     assert_int_equal(tr_trainer_step(t[k], &bt, &mt), TR_OK);
                     loss[k][s] = mt.loss;
                 }
-                assert_int_equal(m[k]->nets[0].half, k == 0);
+                assert_int_equal(m[k]->tape_half, k == 0);
                 tr_model_memory(m[k], 64, &train[k], NULL);
             }
             for (s = 0; s < 4; s++)
