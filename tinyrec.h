@@ -71,6 +71,9 @@
        TINYREC_OPENCL          1: the OpenCL backend. libOpenCL is opened with dlopen when the first
                                model is created (link -ldl on old glibc); no OpenCL headers needed
        TINYREC_OPENCL_LINKED   with TINYREC_OPENCL: call the linked OpenCL library (-lOpenCL) instead
+       TINYREC_WS_TOKENS       batch rows x positions one block's working memory holds (default 32768):
+                               a larger batch runs the recursion in equal slices of rows, so that this
+                               scratch stays bounded and only the backward's tape grows with the batch
 
    Environment variables (read by tr_ctx_create and the example programs)
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
@@ -8941,12 +8944,13 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
     const tr__clfn *f = &cl->lib.f;
-    char opts[128];
+    const char *extra = getenv("TINYREC_CL_OPTIONS"); /* as for the main program */
+    char opts[512];
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
-    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "",
-             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma);
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d %.380s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "",
+             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, extra ? extra : "");
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
     if (!cl->mma_program || err != TR__CL_SUCCESS) {
@@ -10010,6 +10014,9 @@ TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p
    (llm.c style); gradients and optimizer moments mirror it. Only the last H cycle of a
    supervision step records activations (the "tape") for the backward. */
 #define TR__MAX_LAYERS 32
+#ifndef TINYREC_WS_TOKENS
+#define TINYREC_WS_TOKENS 32768 /* batch rows x positions one block's scratch holds (tr__ws_rows) */
+#endif
 #define TR__MAX_TENSORS (8 + 2 * TR__MAX_LAYERS * 4 + 8)
 #define TR__NAME_LEN 96
 
@@ -10073,6 +10080,7 @@ struct tr_model {
     /* working memory, grown on demand */
     int ws_B;
     float *ws;
+    int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
@@ -10272,6 +10280,7 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     m->Dp = cfg->puzzle_emb_ndim;
     m->I = tr__swiglu_width(cfg->expansion, m->D);
     m->It = cfg->mlp_t ? tr__swiglu_width(cfg->expansion, m->S) : 0;
+    m->ws_tokens = TINYREC_WS_TOKENS;
     /* TRM: one module applied for both z_L and z_H; HRM: H_level and L_level, each with its own weights */
     m->n_modules = cfg->arch == TR_ARCH_HRM ? 2 : 1;
     m->modules[0].name = cfg->arch == TR_ARCH_HRM ? "H_level" : "L_level";
@@ -10537,11 +10546,22 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
     r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
 }
 
-/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers, and last
-   (tr__ws_in) a block input unpacked from a 16-bit tape. */
+/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (dbig the
+   largest of its uses, tr__block_bwd), and last (tr__ws_in) a block input unpacked from a 16-bit tape. */
 TR__FN size_t tr__ws_floats(const tr_model *m, int B) {
-    return tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B) +
-           (size_t)B * ((size_t)m->S * m->D * 7 + 2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) + 2 * (size_t)m->It * m->D) + 256;
+    size_t dbig = TR__MAX(2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), 2 * (size_t)m->It * m->D);
+    return tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 7 + dbig) + 256;
+}
+/* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
+   the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
+   grows with it. Even, so that a slice starts on a whole float of a 16-bit tape. */
+TR__FN int tr__ws_rows(const tr_model *m, int B) {
+    int r = m->ws_tokens / m->S, n;
+    r = r < 2 ? 2 : r & ~1;
+    if (B <= r) return B;
+    n = (B + r - 1) / r; /* slices, then equal ones (a short last slice would waste the device) */
+    r = (B + n - 1) / n;
+    return r + (r & 1);
 }
 TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B) - (size_t)B * m->S * m->D; }
 
@@ -10712,10 +10732,33 @@ TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t,
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
-/* Applies a module: out = blocks(z + inj) (out may alias z). With rec != NULL the activations go to the tape:
-   computed there (an fp32 tape, then the result is copied to out), or in the workspace and out and then
-   packed (a 16-bit tape). */
-TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
+/* Rows b0.. of a tape record laid out for a larger batch: each field is row-major [B, ...], so a slice is
+   an offset (b0 is even: on a 16-bit tape a slice starts on a whole float). Each block's `in` is the output
+   of the one before (h0 for the first). */
+TR__FN void tr__net_rows(const tr_model *m, const tr__net_rec *rec, size_t b0, tr__net_rec *v) {
+    size_t S = (size_t)m->S, D = (size_t)m->D, SD = S * D;
+    int l, half = m->tape_half;
+#define TR__ROWS_OF(p, per) ((p) ? (p) + (half ? b0 * (per) / 2 : b0 * (per)) : NULL)
+    v->mem = rec->mem;
+    v->h0 = TR__ROWS_OF(rec->h0, SD);
+    for (l = 0; l < tr__rec_layers(m); l++) {
+        const tr__block_rec *r = &rec->blocks[l];
+        tr__block_rec *o = &v->blocks[l];
+        o->mix = TR__ROWS_OF(r->mix, m->cfg.mlp_t ? 2 * (size_t)m->It * D : 3 * SD);
+        o->att_o = TR__ROWS_OF(r->att_o, SD);
+        o->h1 = TR__ROWS_OF(r->h1, SD);
+        o->gu = TR__ROWS_OF(r->gu, S * 2 * (size_t)m->I);
+        o->out = TR__ROWS_OF(r->out, SD);
+        o->lse = r->lse ? r->lse + b0 * (size_t)m->H * S : NULL; /* the statistics are fp32 */
+        o->rstd1 = r->rstd1 + b0 * (m->cfg.mlp_t ? D : S);
+        o->rstd2 = r->rstd2 + b0 * S;
+        o->in = l ? v->blocks[l - 1].out : v->h0;
+    }
+#undef TR__ROWS_OF
+}
+
+/* tr__net_fwd on B rows that fit the workspace (rec: their slice of the tape). */
+TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
@@ -10725,8 +10768,7 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
-        if (in_tape) r->in = l ? rec->blocks[l - 1].out : h0;
-        else {
+        if (!in_tape) {
             tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, r);
             r->in = out;
             r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
@@ -10735,6 +10777,22 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
         if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
     return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;
+}
+
+/* Applies a module: out = blocks(z + inj) (out may alias z), in slices of tr__ws_rows rows (the rows are
+   independent). With rec != NULL the activations go to the tape: computed there (an fp32 tape, then the
+   result is copied to out), or in the workspace and out and then packed (a 16-bit tape). */
+TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
+    size_t row = (size_t)m->S * m->D;
+    int b0, nb, step = tr__ws_rows(m, B);
+    tr_status st;
+    for (b0 = 0; b0 < B; b0 += nb) {
+        tr__net_rec slice;
+        nb = TR__MIN(step, B - b0);
+        if (rec) tr__net_rows(m, rec, (size_t)b0, &slice);
+        if ((st = tr__net_fwd_rows(m, md, nb, z + b0 * row, inj + b0 * row, out + b0 * row, rec ? &slice : NULL)) != TR_OK) return st;
+    }
+    return TR_OK;
 }
 
 /* Backward progress for data-parallel training: fn(user, lo, hi) once m->grads[lo, hi) holds its final
@@ -10759,9 +10817,8 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
     return gr ? gr->fn(gr->user, tr__layer_start(m, mi, l), hi) : TR_OK;
 }
 
-/* Backward through a recorded module application: dout -> dh0 (overwritten). gr (may be NULL): this is
-   the module's last application in the backward, and its layers' gradients are final as it passes them. */
-TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
+/* tr__net_bwd on B rows that fit the workspace (rec: their slice of the tape). */
+TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
     float *g1 = m->ws + tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B);
     float *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n;
@@ -10783,6 +10840,23 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
         if ((st = tr__block_bwd(m, &md->layers[l], r, B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
+    }
+    return TR_OK;
+}
+
+/* Backward through a recorded module application: dout -> dh0 (overwritten), in the forward's slices of rows,
+   each through every layer (the weight gradients accumulate over the slices, in order). gr (may be NULL):
+   this is the module's last application in the backward; its layers' gradients are final as the last
+   slice passes them. */
+TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
+    size_t row = (size_t)m->S * m->D;
+    int b0, nb, step = tr__ws_rows(m, B);
+    tr_status st;
+    for (b0 = 0; b0 < B; b0 += nb) {
+        tr__net_rec slice;
+        nb = TR__MIN(step, B - b0);
+        tr__net_rows(m, rec, (size_t)b0, &slice);
+        if ((st = tr__net_bwd_rows(m, md, nb, &slice, dout + b0 * row, dh0 + b0 * row, b0 + nb < B ? NULL : gr)) != TR_OK) return st;
     }
     return TR_OK;
 }
@@ -11086,7 +11160,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
-    if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
+    if ((st = tr__reserve_ws(m, tr__ws_rows(m, B))) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, 2)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
@@ -11111,7 +11185,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
     if (m->wlo && ((st = tr__dcopy(m->ctx, m->wlo, m->params, m->n_params * sizeof(float))) != TR_OK || (st = TR__RND(m, m->wlo, m->n_params)) != TR_OK)) return st;
     if (m->cfg.arch == TR_ARCH_HRM) return tr__hrm_fwd(m, c, grad, hook, hook_user);
-    if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
+    if ((st = tr__reserve_ws(m, tr__ws_rows(m, B))) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
@@ -12073,7 +12147,7 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
-    double ws = (double)tr__ws_floats(m, B);
+    double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B));
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
     double carry = 4 * N + Bd * m->L * m->V;

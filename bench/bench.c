@@ -48,7 +48,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
     int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
-    double peak = 0, mem_mb = 0;
+    double peak = 0, mem_mb = 0, ws_mb = 0;
     row rows[16];
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx;
@@ -205,10 +205,11 @@ int main(int argc, char **argv) {
     }
     {
         /* the training step's activation memory per sample: the recorded cycle (16-bit values in bfloat16 /
-           float16, unless TINYREC_TAPE16=0) and the workspace */
+           float16, unless TINYREC_TAPE16=0), and the workspace of one slice of rows (tr__ws_rows) shared by all */
         double tape = m->nets ? (double)m->tape_nets * (double)tr__tape_net_floats(m, m->tape_B, m->tape_half) : 0;
-        double ws = (double)tr__ws_floats(m, B);
+        double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B));
         mem_mb = skip_train ? 0 : (tape + ws) * sizeof(float) / B / 1048576.0;
+        ws_mb = skip_train ? 0 : ws * sizeof(float) / 1048576.0;
     }
     if (json) {
         printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"dtype\": \"%s\", \"mem_per_sample_mb\": %.3f, \"results\": [",
@@ -220,8 +221,8 @@ int main(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample\n", tr_version_string(), preset, tr_ctx_device_name(ctx),
-               tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb);
+        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample (of which a %.0f MB block workspace)\n", tr_version_string(), preset,
+               tr_ctx_device_name(ctx), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb, ws_mb);
         printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
         for (i = 0; i < nrows; i++) {
             printf("%-34s %12.2f ", rows[i].name, rows[i].ms);

@@ -97,6 +97,7 @@ typedef struct job {
     tr_ctx *ctx;         /* NULL: a CPU context of the job's own; else the caller's (an OpenCL one) */
     int hrm;             /* 1: the tiny HRM (Q-learning target included), else the tiny TRM */
     int overlap;         /* tr_comm.overlap (jobs[0]'s for the whole world) */
+    int slices;          /* the recursion in slices of 2 rows (tr__ws_rows) */
     int allreduces;      /* the communicator's all-reduce calls */
     int first_cpu;       /* the first of them made off the device (-1: none) */
     double qcl;          /* the last step's q_continue_loss */
@@ -121,6 +122,7 @@ static void *run_job(void *arg) {
     c.halt_exploration_prob = 0.5, c.halt_max_steps = 6; /* the exploration's draws must line up with one process's */
     tc.global_batch_size = GB, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2, tc.comm = j->comm;
     j->st = tr_model_create(ctx, &c, &m);
+    if (j->st == TR_OK && j->slices) m->ws_tokens = 2 * m->S;
     if (j->st == TR_OK) {
         /* q_halt of either sign, so that rows halt early and the exploration's draws decide some */
         tr_tensor_view w, b;
@@ -206,7 +208,8 @@ static void free_jobs(job *j, int n) {
 
 /* n ranks against one process, without overlap and with it (tr_comm.overlap): the buckets sum every
    element in the same rank order as the single all-reduce, so both give the same bits. hrm: the tiny HRM,
-   whose Q-learning target comes from a second no-grad step on each rank's own rows. */
+   whose Q-learning target comes from a second no-grad step on each rank's own rows. Two ranks run their
+   recursion in slices of rows: a layer's bucket goes only once the last slice has added its gradient. */
 static void check_ranks(int n, int hrm) {
     job one = new_job(0, STEPS, NULL, NULL), r[MAXR], o[MAXR];
     int k, layers = hrm ? 1 + 2 : 2; /* tu_tiny_hrm_config: H_layers 1 + L_layers 2; the TRM: L_layers 2 */
@@ -217,6 +220,7 @@ static void check_ranks(int n, int hrm) {
     for (k = 0; k < n; k++) {
         r[k] = o[k] = new_job(0, STEPS, NULL, NULL);
         r[k].hrm = o[k].hrm = hrm, o[k].overlap = 1;
+        r[k].slices = o[k].slices = n == 2;
     }
     run_world(n, r, 0);
     run_world(n, o, 0);

@@ -121,7 +121,8 @@ static void save_prefix_carry(fd_state *s) {
     memcpy(s->z_L, c->z_L, n * 4);
 }
 
-static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_type loss) {
+/* slices: the recursion runs the batch of 3 in slices of 2 and 1 rows (tr__ws_rows), whose weight gradients add up */
+static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_type loss, int slices) {
     enum { B = 3 };
     tr_ctx *ctx = tu_ctx(2, 5);
     tr_model_config c;
@@ -134,6 +135,8 @@ static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_t
     if (hrm) tu_tiny_hrm_config(&c, mlp_t, pos, loss);
     else tu_tiny_config(&c, mlp_t, pos, loss);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    if (slices) m->ws_tokens = 2 * m->S;
+    assert_int_equal(tr__ws_rows(m, B), slices ? 2 : B);
     /* make the heads and the puzzle table non-trivial, as after some training */
     tu_fill(m->W_q, 2 * (size_t)m->D, 21, 0.3f);
     tu_fill(m->puzzle_emb, 3 * (size_t)m->Dp, 22, 0.5f);
@@ -191,15 +194,22 @@ static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_t
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
 }
-static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX); }
-static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
-static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
-static void test_grad_hrm_rope(void **state) { (void)state; check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX); }
-static void test_grad_hrm_learned_softmax(void **state) { (void)state; check_model_grads(1, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX); }
+static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX, 0); }
+static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 0); }
+static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX, 0); }
+static void test_grad_hrm_rope(void **state) { (void)state; check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 0); }
+static void test_grad_hrm_learned_softmax(void **state) { (void)state; check_model_grads(1, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX, 0); }
+/* the same checks with the batch in slices of rows: TRM's two mixers and HRM */
+static void test_grad_slices(void **state) {
+    (void)state;
+    check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX, 1);
+    check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 1);
+    check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 1);
+}
 
 /* --- training runs: threads, determinism ---------------------------------------------------- */
-/* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention */
-static void run_steps(int threads, int variant, int steps, float *params_out, double *losses) {
+/* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention; slices: the recursion in two slices of 2 rows */
+static void run_steps(int threads, int variant, int steps, float *params_out, double *losses, int slices) {
     enum { B = 4 };
     tr_ctx *ctx = tu_ctx(threads, 11);
     tr_model_config c;
@@ -213,6 +223,7 @@ static void run_steps(int threads, int variant, int steps, float *params_out, do
     else tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    if (slices) m->ws_tokens = 2 * m->S;
     tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2;
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     for (k = 0; k < steps; k++) {
@@ -237,18 +248,19 @@ static void test_threads_and_determinism(void **state) {
         tr_model_config c;
         tr_model *m;
         size_t n;
-        float *p1, *p2, *p3;
-        double l1[5], l2[5], l3[5];
+        float *p1, *p2, *p3, *p4;
+        double l1[5], l2[5], l3[5], l4[5];
         if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
         else tu_tiny_config(&c, variant == 1, TR_POS_ROPE, TR_LOSS_STABLEMAX);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         n = m->n_params;
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
-        p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4);
-        run_steps(1, variant, 5, p1, l1);
-        run_steps(2, variant, 5, p2, l2);
-        run_steps(2, variant, 5, p3, l3);
+        p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4), p4 = (float *)malloc(n * 4);
+        run_steps(1, variant, 5, p1, l1, 0);
+        run_steps(2, variant, 5, p2, l2, 0);
+        run_steps(2, variant, 5, p3, l3, 0);
+        run_steps(2, variant, 5, p4, l4, 1);
         /* a fixed seed and thread count is bit-identical */
         assert_memory_equal(p2, p3, n * 4);
         assert_memory_equal(l2, l3, sizeof l2);
@@ -256,7 +268,11 @@ static void test_threads_and_determinism(void **state) {
            below is the reassociation tolerance we would accept otherwise */
         tu_assert_close("1 vs 2 threads, params after 5 steps", p1, p2, n, 1e-6, 1e-5);
         assert_memory_equal(p1, p2, n * 4);
-        free(p1), free(p2), free(p3);
+        /* slices of rows: the same forward (rows are independent), so the first loss is the same bits; the
+           weight gradients are sums in another order, whose fp32 reassociation the bound allows */
+        assert_true(l4[0] == l2[0]);
+        tu_assert_close("slices vs whole batch, params after 5 steps", p4, p2, n, 1e-6, 1e-5);
+        free(p1), free(p2), free(p3), free(p4);
     }
 }
 
@@ -720,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_grad_attention_learned_softmax),
         cmocka_unit_test(test_grad_hrm_rope),
         cmocka_unit_test(test_grad_hrm_learned_softmax),
+        cmocka_unit_test(test_grad_slices),
         cmocka_unit_test(test_threads_and_determinism),
         cmocka_unit_test(test_alloc_faults),
         cmocka_unit_test(test_alloc_faults_hrm),

@@ -116,6 +116,7 @@ static void assert_trajectory(const char *what, const double *got, const double 
 /* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
    whether the training ended on an OpenCL device. */
 static long g_mma_products; /* the last run_on's products on the tensor-core kernels */
+static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
     tr_ctx *ctx = make_ctx(device, lc);
@@ -126,6 +127,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     tr_ctx_inject_fault(ctx, fault, at, rows);
     variant_config(&c, mlp_t);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    if (g_slices) m->ws_tokens = 2 * m->S;
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
@@ -438,11 +440,12 @@ static void test_trajectory_reduced(void **state) {
 }
 
 /* The 16-bit tape (the default for bfloat16 / float16) gives the device the fp32 tape's losses bit for bit
-   (TINYREC_TAPE16=0), both mixers, both precisions. */
+   (TINYREC_TAPE16=0), both mixers, both precisions, with the whole batch and in slices of 2 rows. */
 static void test_tape16_on_device(void **state) {
     int variant;
     (void)state;
     need_device();
+    for (g_slices = 0; g_slices < 2; g_slices++)
     for (g_fdt = TR_FWD_BFLOAT16; g_fdt <= TR_FWD_FLOAT16; g_fdt = (tr_forward_dtype)(g_fdt + 1))
         for (variant = 0; variant < 2; variant++) {
             double half[NSTEPS], full[NSTEPS];
@@ -453,9 +456,9 @@ static void test_tape16_on_device(void **state) {
             assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, full));
             unsetenv("TINYREC_TAPE16");
             for (k = 0; k < NSTEPS; k++)
-                if (half[k] != full[k]) fail_msg("%s variant %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", tr_forward_dtype_name(g_fdt), variant, k + 1, half[k], full[k]);
+                if (half[k] != full[k]) fail_msg("%s variant %d slices %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", tr_forward_dtype_name(g_fdt), variant, g_slices, k + 1, half[k], full[k]);
         }
-    g_fdt = TR_FWD_FLOAT32;
+    g_fdt = TR_FWD_FLOAT32, g_slices = 0;
 }
 
 /* The tensor-core products (emulated where the device has no mma.sync: the same tiles, conversion and epilogue)

@@ -446,10 +446,12 @@ static void test_checkpoints_across_precisions(void **state) {
 }
 
 /* A bfloat16 / float16 model's tape in 16 bits (TINYREC_TAPE16, the default) trains to the same bits as an fp32
-   tape, in both mixers and HRM, with less memory; TINYREC_TAPE16 takes 0 or 1. */
+   tape, in both mixers and HRM, with less memory, also with the batch of 5 in slices of 2, 2 and 1 rows (each
+   slice starts inside the 16-bit fields); TINYREC_TAPE16 takes 0 or 1. */
 static void test_tape16_same_bits(void **state) {
-    int variant, fdt;
+    int variant, fdt, sliced;
     (void)state;
+    for (sliced = 0; sliced < 2; sliced++)
     for (variant = 0; variant < 3; variant++)
         for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
             tr_model *m[2];
@@ -457,11 +459,11 @@ static void test_tape16_same_bits(void **state) {
             tr_ctx *ctx[2];
             size_t train[2];
             double loss[2][4];
-            int32_t in[4 * 16], lab[4 * 16], pid[4];
+            int32_t in[5 * 16], lab[5 * 16], pid[5];
             tr_batch bt;
             int k, s;
-            tu_tiny_batch(4, 16, 6, 3, in, lab, pid, 3, 0);
-            bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+            tu_tiny_batch(5, 16, 6, 3, in, lab, pid, 3, 0);
+            bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 5;
             for (k = 0; k < 2; k++) {
                 tr_model_config c;
                 tr_train_config tc = tr_train_config_default();
@@ -472,7 +474,9 @@ static void test_tape16_same_bits(void **state) {
                 else tu_tiny_config(&c, variant == 0, variant == 0 ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
                 c.forward_dtype = (tr_forward_dtype)fdt;
                 assert_int_equal(tr_model_create(ctx[k], &c, &m[k]), TR_OK);
-                tc.global_batch_size = 4, tc.lr = 1e-3, tc.lr_warmup_steps = 0;
+                if (sliced) m[k]->ws_tokens = 2 * m[k]->S;
+                assert_int_equal(tr__ws_rows(m[k], 5), sliced ? 2 : 5);
+                tc.global_batch_size = 5, tc.lr = 1e-3, tc.lr_warmup_steps = 0;
                 assert_int_equal(tr_trainer_create(m[k], &tc, &t[k]), TR_OK);
                 for (s = 0; s < 4; s++) {
                     assert_int_equal(tr_trainer_step(t[k], &bt, &mt), TR_OK);
@@ -482,7 +486,7 @@ static void test_tape16_same_bits(void **state) {
                 tr_model_memory(m[k], 64, &train[k], NULL);
             }
             for (s = 0; s < 4; s++)
-                if (loss[0][s] != loss[1][s]) fail_msg("variant %d fdt %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, fdt, s + 1, loss[0][s], loss[1][s]);
+                if (loss[0][s] != loss[1][s]) fail_msg("variant %d fdt %d sliced %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, fdt, sliced, s + 1, loss[0][s], loss[1][s]);
             assert_memory_equal(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float));
             assert_true(train[0] < train[1]);
             for (k = 0; k < 2; k++) {
