@@ -71,7 +71,7 @@
        TINYREC_OPENCL          1: the OpenCL backend. libOpenCL is opened with dlopen when the first
                                model is created (link -ldl on old glibc); no OpenCL headers needed
        TINYREC_OPENCL_LINKED   with TINYREC_OPENCL: call the linked OpenCL library (-lOpenCL) instead
-       TINYREC_WS_TOKENS       batch rows x positions one block's working memory holds (default 32768):
+       TINYREC_WS_TOKENS       batch rows x positions one block's working memory holds (default 65536):
                                a larger batch runs the recursion in equal slices of rows, so that this
                                scratch stays bounded and only the backward's tape grows with the batch
 
@@ -8319,7 +8319,9 @@ static const char tr__cl_src_gemm_9[] =
 "}\n"
 "/* The same for an interior tile whose rows are 16-byte aligned, with float4 loads (a quarter of the load instructions):\n"
 " CK: four float4 along k per work-item (row e / 8, depths 4 (e % 8)..), two words each; k-major: two pairs of float4\n"
-" along x at depths k, k + 1 (columns 4 (e % 32).., depth pair e / 32), four words each. tr_mma_vstage places them. */\n"
+" along x at depths k, k + 1 (depth pair e % 16, columns 4 (e / 16)..), four words each. tr_mma_vstage places them.\n"
+" k-major: a warp spans 16 depth pairs of 2 column groups, so that its stores (pitch 20 words) hit 32 distinct banks\n"
+" (with the 32 column groups of one depth pair they hit 2, a 16-way conflict); two lanes read each 32-byte sector. */\n"
 "static inline void tr_mma_vfetch(__global const float *P, long ld, const int CK, int x0, int k0, int tid, uint *w, const int F16) {\n"
 "  int l;\n"
 "  if (CK) {\n"
@@ -8329,12 +8331,12 @@ static const char tr__cl_src_gemm_9[] =
 "      const float4 v = *(__global const float4 *)(P + (long)(x0 + (e >> 3)) * ld + k0 + 4 * (e & 7));\n"
 "      w[2 * l] = tr_mma_pack(v.s0, v.s1, F16), w[2 * l + 1] = tr_mma_pack(v.s2, v.s3, F16);\n"
 "    }\n"
-"  } else {\n"
+"  } else {\n";
+static const char tr__cl_src_gemm_10[] =
 "#pragma unroll\n"
 "    for (l = 0; l < 2; l++) {\n"
 "      const int e = tid + l * 256;\n"
-"      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);\n";
-static const char tr__cl_src_gemm_10[] =
+"      __global const float *p = P + (long)(k0 + 2 * (e & 15)) * ld + x0 + 4 * (e >> 4);\n"
 "      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);\n"
 "      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n"
 "      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);\n"
@@ -8354,7 +8356,7 @@ static const char tr__cl_src_gemm_10[] =
 "    for (l = 0; l < 2; l++) {\n"
 "      const int e = tid + l * 256;\n"
 "#pragma unroll\n"
-"      for (i = 0; i < 4; i++) S[(4 * (e & 31) + i) * TR_MP + (e >> 5)] = w[4 * l + i];\n"
+"      for (i = 0; i < 4; i++) S[(4 * (e >> 4) + i) * TR_MP + (e & 15)] = w[4 * l + i];\n"
 "    }\n"
 "  }\n"
 "}\n"
@@ -8414,14 +8416,14 @@ static const char tr__cl_src_gemm_10[] =
 "        a[i][0] = pa[0], a[i][1] = pa[8 * TR_MP], a[i][2] = pa[4], a[i][3] = pa[8 * TR_MP + 4];\n"
 "      }\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n"
+"      for (j = 0; j < 4; j++) {\n";
+static const char tr__cl_src_gemm_11[] =
 "        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n"
 "        b[j][0] = pb[0], b[j][1] = pb[4];\n"
 "      }\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_11[] =
+"#pragma unroll\n"
 "        for (j = 0; j < 4; j++) {\n"
 "          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
@@ -8488,11 +8490,11 @@ static const char tr__cl_src_gemm_11[] =
 "TR_MMA_K(tt, 1, 1, f16, 1)\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
-"/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
+"/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n";
+static const char tr__cl_src_gemm_12[] =
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
-"  const int n = get_global_id(0), m = get_global_id(1);\n";
-static const char tr__cl_src_gemm_12[] =
+"  const int n = get_global_id(0), m = get_global_id(1);\n"
 "  const long mn = (long)M * N, idx = (long)m * N + n;\n"
 "  float s;\n"
 "  int z;\n"
@@ -10015,7 +10017,7 @@ TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p
    supervision step records activations (the "tape") for the backward. */
 #define TR__MAX_LAYERS 32
 #ifndef TINYREC_WS_TOKENS
-#define TINYREC_WS_TOKENS 32768 /* batch rows x positions one block's scratch holds (tr__ws_rows) */
+#define TINYREC_WS_TOKENS 65536 /* batch rows x positions one block's scratch holds (tr__ws_rows) */
 #endif
 #define TR__MAX_TENSORS (8 + 2 * TR__MAX_LAYERS * 4 + 8)
 #define TR__NAME_LEN 96

@@ -2,7 +2,7 @@
    or on an OpenCL device (--device opencl; the build needs TINYREC_OPENCL, as `make` does).
 
    build/tinyrec-bench [--preset trm-sudoku-mlp] [--batch 64] [--reps 3] [--threads N]
-                       [--peak-gflops 433] [--json] [--skip-train] [--simd scalar|avx2|avx512]
+                       [--peak-gflops 433] [--json] [--skip-train] [--skip-infer] [--simd scalar|avx2|avx512]
                        [--device cpu|opencl|opencl:N|opencl:<name>] [--verbose]
 
    FLOPs count matmuls only (2 per multiply-add), with the formulas of
@@ -47,7 +47,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
-    int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
+    int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, skip_infer = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
     double peak = 0, mem_mb = 0, ws_mb = 0;
     row rows[16];
     tr_ctx_config cc = tr_ctx_config_default();
@@ -71,8 +71,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--verbose")) cc.log = log_stderr;
         else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
+        else if (!strcmp(argv[i], "--skip-infer")) skip_infer = 1;
         else {
-            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--dtype T] [--json] [--skip-train] [--verbose]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--dtype T] [--json] [--skip-train] [--skip-infer] [--verbose]\n", argv[0]);
             return 2;
         }
     }
@@ -138,7 +139,7 @@ int main(int argc, char **argv) {
             }
             tr_trainer_destroy(tr);
         }
-        {
+        if (!skip_infer) {
             int bs[2] = {1, B}, k;
             static char nm[2][64];
             for (k = 0; k < 2; k++) {

@@ -470,9 +470,6 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_MK 32                        /* tile depth */
 #define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */
 #define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */
-#ifndef TR_MMA_LDM
-#define TR_MMA_LDM 0 /* experiment: fragments by ldmatrix */
-#endif
 /* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then
  repacked exactly; integer arithmetic, no extension needed */
 static inline uint tr_mma_bits(float x, const int F16) {
@@ -623,24 +620,6 @@ static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __gl
     for (s = 0; s < TR_MK / 16; s++) {
 #if TR_GEMM_MMA == 1
       uint a[4][4], b[4][2];
-#if TR_MMA_LDM
-      /* ldmatrix.x4: lane l addresses row l % 8 of 8 x 8 matrix l / 8; thread t receives row t / 4, word t % 4 of
-         each, which is the fragments' layout: a = (rows 0-7 | 8-15) x (words 0-3 | 4-7), b = words 0-3 | 4-7 of
-         columns j then j + 1. Rows are 80 bytes apart: the 8 rows of a matrix hit 32 distinct banks. */
-      const int lr = tid & 7, lm = (tid >> 3) & 3;
-#pragma unroll
-      for (i = 0; i < 4; i++) {
-        __local const uint *pa = As + (wm + i * 16 + (lm & 1) * 8 + lr) * TR_MP + s * 8 + (lm >> 1) * 4;
-        __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3]) : "r"((uint)(ulong)pa));
-      }
-#pragma unroll
-      for (j = 0; j < 4; j += 2) {
-        __local const uint *pb = Bs + (wn + (j + (lm >> 1)) * 8 + lr) * TR_MP + s * 8 + (lm & 1) * 4;
-        __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1]) : "r"((uint)(ulong)pb));
-      }
-#else
 #pragma unroll
       for (i = 0; i < 4; i++) {
         __local const uint *pa = As + (wm + i * 16 + g) * TR_MP + s * 8 + q;
@@ -651,7 +630,6 @@ static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __gl
         __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;
         b[j][0] = pb[0], b[j][1] = pb[4];
       }
-#endif
 #pragma unroll
       for (i = 0; i < 4; i++)
 #pragma unroll
