@@ -6636,7 +6636,7 @@ TR__FN tr__cl_kcache *tr__cl_kernel_get(tr__cl *cl, const char *name) {
     }
     e = &cl->kernels[cl->nkernels];
     memset(e, 0, sizeof *e);
-    e->k = f->CreateKernel(strncmp(name, "tr_k_mma_", 9) ? cl->program : cl->mma_program, name, &err);
+    e->k = f->CreateKernel(strncmp(name, "tr_k_hmma_", 10) && strncmp(name, "tr_k_pack16", 11) ? cl->program : cl->mma_program, name, &err);
     if (!e->k || err != TR__CL_SUCCESS) {
         tr__cl_fail(cl, "clCreateKernel", name, err);
         return NULL;
@@ -6844,11 +6844,15 @@ static const char tr__cl_src_ops_1[] =
 "#define TR_K1_TINY 1e-30f\n"
 "#endif\n"
 "#define TR_K1_WG 256\n"
+"/* The elementwise kernels below take 4 values per work-item (tr__cl_k1_launch4): a float4 where the offsets allow. */\n"
+"#define TR_V4(off) ((((off) & 3) == 0) && i + 3 < n)\n"
 "__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {\n"
-"    size_t i = get_global_id(0);\n"
+"    size_t i = 4 * get_global_id(0), e;\n"
 "    if (i >= n) return;\n"
 "    a += a_off; b += b_off; y += y_off;\n"
-"    y[i] = a[i] + b[i];\n"
+"    if (TR_V4(a_off | b_off | y_off)) *(__global float4 *)(y + i) = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);\n"
+"    else\n"
+"        for (e = i; e < i + 4 && e < n; e++) y[e] = a[e] + b[e];\n"
 "}\n"
 "__kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,\n"
 "                              __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {\n"
@@ -6883,39 +6887,57 @@ static const char tr__cl_src_ops_1[] =
 "    else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */\n"
 "    return as_float(r);\n"
 "}\n"
-"/* The 16-bit tape (the host's tr__half_ref): unpack 0 stores x[i] rounded to bfloat16 (fdt 1) or float16 (fdt 2) as\n"
-"   its 16 bits in h, unpack 1 loads it back. Integer arithmetic (no cl_khr_fp16 needed); h_off counts floats. */\n"
+"/* The 16-bit tape (the host's tr__half_ref): tr_half1 is x rounded to bfloat16 (fdt 1) or float16 (fdt 2) as its 16\n"
+"   bits, tr_unhalf1 the value back. Integer arithmetic (no cl_khr_fp16 needed). */\n"
+"ushort tr_half1(float x, int fdt) {\n"
+"    uint u = as_uint(tr_round1(x, fdt)), a, s;\n"
+"    if (fdt == 1) return (ushort)(u >> 16);\n"
+"    a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;\n"
+"    if (a >= 0x7f800000u) return (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));\n"
+"    if (a >= 0x38800000u) return (ushort)(s | ((a - 0x38000000u) >> 13));\n"
+"    return (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */\n"
+"}\n"
+"float tr_unhalf1(ushort h, int fdt) {\n"
+"    uint u = h, a = u & 0x7fffu, s = (u & 0x8000u) << 16;\n"
+"    if (fdt == 1) return as_float(u << 16);\n"
+"    if (a >= 0x7c00u) return as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));\n"
+"    if (a >= 0x400u) return as_float(s | ((a << 13) + 0x38000000u));\n"
+"    return as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */\n"
+"}\n"
+"/* unpack 0 stores x[i] as its 16 bits in h, unpack 1 loads them back; h_off counts floats (two values each) */\n"
 "__kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {\n"
-"    size_t i = get_global_id(0);\n"
-"    uint u, a, s;\n"
+"    size_t i = 4 * get_global_id(0), e;\n";
+static const char tr__cl_src_ops_2[] =
 "    if (i >= n) return;\n"
 "    x += x_off; h += 2 * h_off;\n"
-"    if (fdt == 1) {\n"
-"        if (unpack) x[i] = as_float((uint)h[i] << 16);\n"
-"        else h[i] = (ushort)(as_uint(tr_round1(x[i], 1)) >> 16);\n"
-"        return;\n"
-"    }\n"
-"    if (unpack) {\n"
-"        u = h[i]; a = u & 0x7fffu; s = (u & 0x8000u) << 16;\n"
-"        if (a >= 0x7c00u) x[i] = as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));\n"
-"        else if (a >= 0x400u) x[i] = as_float(s | ((a << 13) + 0x38000000u));\n"
-"        else x[i] = as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */\n"
-"        return;\n"
-"    }\n"
-"    u = as_uint(tr_round1(x[i], 2)); a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;\n"
-"    if (a >= 0x7f800000u) h[i] = (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));\n"
-"    else if (a >= 0x38800000u) h[i] = (ushort)(s | ((a - 0x38000000u) >> 13));\n"
-"    else h[i] = (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */\n"
+"    if (TR_V4(x_off | 2 * h_off)) {\n"
+"        if (unpack) {\n"
+"            ushort4 v = *(__global ushort4 *)(h + i);\n"
+"            *(__global float4 *)(x + i) = (float4)(tr_unhalf1(v.s0, fdt), tr_unhalf1(v.s1, fdt), tr_unhalf1(v.s2, fdt), tr_unhalf1(v.s3, fdt));\n"
+"        } else {\n"
+"            float4 v = *(__global float4 *)(x + i);\n"
+"            *(__global ushort4 *)(h + i) = (ushort4)(tr_half1(v.s0, fdt), tr_half1(v.s1, fdt), tr_half1(v.s2, fdt), tr_half1(v.s3, fdt));\n"
+"        }\n"
+"    } else\n"
+"        for (e = i; e < i + 4 && e < n; e++) {\n"
+"            if (unpack) x[e] = tr_unhalf1(h[e], fdt);\n"
+"            else h[e] = tr_half1(x[e], fdt);\n"
+"        }\n"
 "}\n"
 "__kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {\n"
 "    size_t i = get_global_id(0);\n"
 "    if (i < n) x[x_off + i] *= a;\n"
 "}\n"
 "__kernel void tr_k_round(ulong n, __global float *x, ulong x_off, int fdt) {\n"
-"    size_t i = get_global_id(0);\n"
-"    if (i < n) x[x_off + i] = tr_round1(x[x_off + i], fdt);\n"
-"}\n";
-static const char tr__cl_src_ops_2[] =
+"    size_t i = 4 * get_global_id(0), e;\n"
+"    if (i >= n) return;\n"
+"    x += x_off;\n"
+"    if (TR_V4(x_off)) {\n"
+"        float4 v = *(__global float4 *)(x + i);\n"
+"        *(__global float4 *)(x + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));\n"
+"    } else\n"
+"        for (e = i; e < i + 4 && e < n; e++) x[e] = tr_round1(x[e], fdt);\n"
+"}\n"
 "/* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */\n"
 "__kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {\n"
 "    size_t i = get_global_id(0), step = get_global_size(0);\n"
@@ -6925,24 +6947,45 @@ static const char tr__cl_src_ops_2[] =
 "    if (bad) flag[f_off] = 1;\n"
 "}\n"
 "/* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */\n"
-"__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
-"    long j = get_global_id(0), r = get_global_id(1);\n"
-"    float x;\n"
-"    if (j >= width || r >= rows) return;\n"
-"    g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;\n"
-"    x = g[j];\n"
-"    o[j] = fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * g[j + width], fdt) : x / (1.0f + exp(-x)) * g[j + width];\n"
+"float tr_swiglu1(float x, float up, int fdt) {\n"
+"    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;\n"
 "}\n"
+"/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n"
+"__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
+"    long j = 4 * get_global_id(0), r = get_global_id(1), e;\n"
+"    const ulong go = g_off + (size_t)r * gs, oo = o_off + (size_t)r * os;\n"
+"    if (j >= width || r >= rows) return;\n"
+"    g += go; o += oo;\n"
+"    if (((go | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
+"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);\n"
+"        *(__global float4 *)(o + j) = (float4)(tr_swiglu1(x.s0, u.s0, fdt), tr_swiglu1(x.s1, u.s1, fdt), tr_swiglu1(x.s2, u.s2, fdt), tr_swiglu1(x.s3, u.s3, fdt));\n"
+"    } else\n"
+"        for (e = j; e < j + 4 && e < width; e++) o[e] = tr_swiglu1(g[e], g[e + width], fdt);\n"
+"}\n"
+"/* dg (gate, up halves) of one value: d * up * silu'(x), d * silu(x) */\n"
+"float2 tr_swiglu_bwd1(float x, float up, float d) {\n"
+"    const float sg = 1.0f / (1.0f + exp(-x));\n"
+"    return (float2)(d * up * (sg * (1.0f + x * (1.0f - sg))), d * (x * sg));\n"
+"}\n"
+"/* 4 columns per work-item (tr__cl_swiglu_bwd) */\n"
 "__kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,\n"
 "                              __global float *dg, ulong dg_off) {\n"
-"    long j = get_global_id(0), r = get_global_id(1);\n"
-"    float x, up, d, sg;\n"
+"    long j = 4 * get_global_id(0), r = get_global_id(1), e;\n"
+"    const ulong go = g_off + (size_t)r * gs, ao = da_off + (size_t)r * das, oo = dg_off + (size_t)r * gs;\n"
 "    if (j >= width || r >= rows) return;\n"
-"    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;\n"
-"    x = g[j]; up = g[j + width]; d = da[j];\n"
-"    sg = 1.0f / (1.0f + exp(-x));\n"
-"    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));\n"
-"    dg[j + width] = d * (x * sg);\n"
+"    g += go; da += ao; dg += oo;\n"
+"    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
+"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);\n"
+"        const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),\n"
+"                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);\n";
+static const char tr__cl_src_ops_3[] =
+"        *(__global float4 *)(dg + j) = (float4)(v0.s0, v1.s0, v2.s0, v3.s0);\n"
+"        *(__global float4 *)(dg + j + width) = (float4)(v0.s1, v1.s1, v2.s1, v3.s1);\n"
+"    } else\n"
+"        for (e = j; e < j + 4 && e < width; e++) {\n"
+"            const float2 v = tr_swiglu_bwd1(g[e], g[e + width], da[e]);\n"
+"            dg[e] = v.s0, dg[e + width] = v.s1;\n"
+"        }\n"
 "}\n"
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                        __global const float *sn, ulong sn_off, float sgn) {\n"
@@ -6987,8 +7030,7 @@ static const char tr__cl_src_ops_2[] =
 "}\n"
 "tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
 "    int lid = get_local_id(0), s;\n"
-"    tr_k1_acc t;\n";
-static const char tr__cl_src_ops_3[] =
+"    tr_k1_acc t;\n"
 "    sh[lid] = v;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = get_local_size(0) / 2; s > 0; s >>= 1) {\n"
@@ -7017,7 +7059,8 @@ static const char tr__cl_src_ops_3[] =
 "    if (lid == 0) rstd[rstd_off + r] = inv;\n"
 "    for (j = lid; j < D; j += n) o[j] *= inv;\n"
 "}\n"
-"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n";
+static const char tr__cl_src_ops_4[] =
 "                                ulong rstd_off, __global float *dx, ulong dx_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    size_t r = get_group_id(0);\n"
@@ -7069,8 +7112,7 @@ static const char tr__cl_src_ops_3[] =
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
-"}\n";
-static const char tr__cl_src_ops_4[] =
+"}\n"
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
@@ -7093,7 +7135,8 @@ static const char tr__cl_src_ops_4[] =
 "    if (act) {\n"
 "        label = lab[lab_off + row];\n"
 "        x += x_off + (size_t)row * V;\n"
-"        dl += dl_off + (size_t)row * V;\n"
+"        dl += dl_off + (size_t)row * V;\n";
+static const char tr__cl_src_ops_5[] =
 "        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);\n"
 "    }\n"
 "    if (act && label != -100) {\n"
@@ -7164,8 +7207,7 @@ static const char tr__cl_src_ops_4[] =
 "        c += ts[3 * t + 2];\n"
 "    }\n"
 "    div = max(rs[1], 1.0f);\n"
-"    rs[0] = (float)(loss / div);\n";
-static const char tr__cl_src_ops_5[] =
+"    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
 "}\n"
@@ -7189,7 +7231,8 @@ static const char tr__cl_src_ops_5[] =
 "    __local int tile[TR_K1_WG];\n"
 "    int j = get_global_id(0), v = get_global_id(1), c = get_global_id(2), lid = get_local_id(0), n = get_local_size(0), u, m;\n"
 "    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;\n"
-"    float acc = 0;\n"
+"    float acc = 0;\n";
+static const char tr__cl_src_ops_6[] =
 "    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;\n"
 "    if (nchunk == 1 && j < D) acc = *dst;\n"
 "    dx += dx_off + j; in += in_off;\n"
@@ -7254,8 +7297,7 @@ static const char tr__cl_src_ops_5[] =
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
-"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n";
-static const char tr__cl_src_ops_6[] =
+"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
@@ -7293,6 +7335,9 @@ TR__FN tr_status tr__cl_k1_launch1(tr__cl *cl, const char *name, size_t n, const
     return tr__cl_launch(cl, name, 1, &g, &l, A);
 }
 
+/* 1-D launch for n values, 4 per work-item (the elementwise kernels that take a float4 at a time) */
+TR__FN tr_status tr__cl_k1_launch4(tr__cl *cl, const char *name, size_t n, const tr__clargs *A) { return tr__cl_k1_launch1(cl, name, (n + 3) / 4, A); }
+
 /* 2-D launch over (n0, n1): a group is (l0, l1) with l0 the smallest power of two covering n0 (at most 256) and
    l0 * l1 = 256, so narrow rows still fill a group; dimension 0 is the contiguous one. */
 TR__FN tr_status tr__cl_k1_launch2(tr__cl *cl, const char *name, size_t n0, size_t n1, const tr__clargs *A) {
@@ -7320,7 +7365,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, size_t n, const float *a, const float *b
     tr__cla_buf(&A, a);
     tr__cla_buf(&A, b);
     tr__cla_buf(&A, y);
-    return tr__cl_k1_launch1(cl, "tr_k_add", n, &A);
+    return tr__cl_k1_launch4(cl, "tr_k_add", n, &A);
 }
 
 TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
@@ -7392,7 +7437,7 @@ TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, int fdt, long rows, long width, c
     tr__cla_buf(&A, out);
     tr__cla_i64(&A, (int64_t)out_stride);
     tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, "tr_k_swiglu_fwd", (size_t)width, (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, "tr_k_swiglu_fwd", ((size_t)width + 3) / 4, (size_t)rows, &A); /* 4 columns per work-item */
 }
 
 TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
@@ -7406,7 +7451,7 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, long rows, long width, const floa
     tr__cla_buf(&A, da);
     tr__cla_i64(&A, (int64_t)da_stride);
     tr__cla_buf(&A, dg);
-    return tr__cl_k1_launch2(cl, "tr_k_swiglu_bwd", (size_t)width, (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, "tr_k_swiglu_bwd", ((size_t)width + 3) / 4, (size_t)rows, &A); /* 4 columns per work-item */
 }
 
 /* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
@@ -7471,7 +7516,7 @@ TR__FN tr_status tr__cl_round(tr__cl *cl, int fdt, float *x, size_t n) {
     tr__cla_i64(&A, (int64_t)n);
     tr__cla_buf(&A, x);
     tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch1(cl, "tr_k_round", n, &A);
+    return tr__cl_k1_launch4(cl, "tr_k_round", n, &A);
 }
 
 TR__FN tr_status tr__cl_half(tr__cl *cl, int fdt, int unpack, float *x, float *h, size_t n) {
@@ -7482,7 +7527,7 @@ TR__FN tr_status tr__cl_half(tr__cl *cl, int fdt, int unpack, float *x, float *h
     tr__cla_buf(&A, h);
     tr__cla_i32(&A, fdt);
     tr__cla_i32(&A, unpack);
-    return tr__cl_k1_launch1(cl, "tr_k_half", n, &A);
+    return tr__cl_k1_launch4(cl, "tr_k_half", n, &A);
 }
 
 #define TR__CL_SLOT_FLAG 8 /* tr__cl_scratch slot of tr__cl_all_finite's flag */
@@ -7761,13 +7806,17 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
      and kept with the device (tr__cl.gemm), which every launch uses.
-   Tensor cores (tr_k_mma_*, TR_GEMM_MMA; NVIDIA sm_80+): while a bfloat16 / float16 model runs (ctx->gemm_fdt), its
-     products, whose operands are values of that precision, run as inline-PTX mma.sync.m16n8k16 with fp32
-     accumulation: 128 x 128 x 32 tiles converted once to 16-bit pairs in local memory (float4 fetches of interior
-     aligned tiles), 8 warps of 64 x 32 outputs, the output optionally rounded in the epilogue (tr__op_sgemm_rnd).
-     Their program is built at the first such product (float32 users never compile it); MMA=2 runs the same tiles
-     with fma on any device (PoCL in CI). On an H100: 69-72 TFLOP/s at the training shapes (the SIMT kernels 35-42,
-     cuBLAS bf16 about 300). The fused SwiGLU products stay fp32-only.
+   Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): while a bfloat16 / float16 model runs (ctx->gemm_fdt), its
+     products, whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 (and
+     tr_k_pack16_t, through local memory, for a transposed one) writes each as rows of 16-bit values along the depth,
+     padded with zeros to whole 128 x 32 tiles, into scratch (tr__cl_pack16). tr_k_hmma then copies the tiles with
+     cp.async into three stages of local memory (48 KiB; XOR-swizzled 16-byte chunks, so ldmatrix is conflict-free),
+     loads fragments with ldmatrix and multiplies with mma.sync.m16n8k16 in fp32: 8 warps of 64 x 32 outputs, the
+     output optionally rounded in the epilogue (tr__op_sgemm_rnd). Their program is built at the first such product
+     (float32 users never compile it); MMA=2 runs the same packing, tiles and staging with plain copies and fma on
+     any device (PoCL in CI). On an H100 at the training shapes: 134 / 67 TFLOP/s with the packing (the earlier
+     kernel, converting fp32 tiles through registers with two buffers: 70 / 47; the SIMT kernels 35-42; cuBLAS bf16
+     about 300). The fused SwiGLU products stay fp32-only.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
@@ -8217,7 +8266,7 @@ static const char tr__cl_src_gemm_8[] =
 "          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
 "          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
 "  }\n"
-"/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only the tr_k_mma_* ones. */\n"
+"/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16*. */\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
@@ -8243,26 +8292,21 @@ static const char tr__cl_src_gemm_8[] =
 "#endif\n"
 "#endif\n"
 "#endif /* TR_MMA_ONLY */\n"
-"/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain\n"
-" fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,\n"
-" whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such\n"
-" values) to 16-bit pairs of consecutive depths in 32-bit words in local memory, x-major (As[m][k], Bs[n][k]) as the\n"
-" fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,\n"
-" columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is\n"
-" fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K\n"
-" pieces) and outputs as tr_sgemm. Built in a program of their own (TR_MMA_ONLY), at the first such product. */\n"
+"/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX cp.async, ldmatrix and mma.sync on NVIDIA sm_80+; 2 = the same tiles,\n"
+" staging and epilogue with plain copies and fma, so that they are tested on any device). For models computing in\n"
+" bfloat16 / float16, whose GEMM operands are values of that type: tr_k_pack16 converts each operand once (round to\n"
+" nearest even, exact for such values) to rows of 16-bit values along the depth, then tr_k_hmma multiplies them. Built\n"
+" in a program of their own (TR_MMA_ONLY), at the first such product. */\n"
 "#ifdef TR_GEMM_MMA\n"
 "#define TR_MT 128                       /* tile rows and columns */\n"
 "#define TR_MK 32                        /* tile depth */\n"
-"#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */\n";
-static const char tr__cl_src_gemm_9[] =
-"#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */\n"
 "/* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then\n"
 " repacked exactly; integer arithmetic, no extension needed */\n"
 "static inline uint tr_mma_bits(float x, const int F16) {\n"
 "  const uint u = as_uint(tr_round1(x, F16 ? 2 : 1)), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
 "  if (!F16) return u >> 16;\n"
-"  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */\n"
+"  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */\n";
+static const char tr__cl_src_gemm_9[] =
 "  if (a < 0x38800000u) return sg | (uint)(as_float(a) * 16777216.0f);        /* subnormal: a multiple of 2^-24 */\n"
 "  return sg | ((a - 0x38000000u) >> 13);\n"
 "}\n"
@@ -8284,82 +8328,6 @@ static const char tr__cl_src_gemm_9[] =
 "  return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;\n"
 "#endif\n"
 "}\n"
-"/* Word l of this work-item's share of a tile: row x (of 128) and depth pair kp (of 16). k-contiguous operands (CK)\n"
-" run kp fastest, k-major ones x fastest, so that consecutive work-items read consecutive addresses. */\n"
-"#define TR_MIDX(CK, l) \\\n"
-"  const int e = tid + (l) * 256, x = (CK) ? e / (TR_MK / 2) : e % TR_MT, kp = (CK) ? e % (TR_MK / 2) : e / TR_MT;\n"
-"/* w = the work-item's words of the tile of P at rows x0.. (< X), depths k0.. (< ke); zeros outside */\n"
-"static inline void tr_mma_fetch(__global const float *P, long ld, const int CK, int x0, int X, int k0, int ke, int tid,\n"
-"                                uint *w, const int F16) {\n"
-"  const int full = x0 + TR_MT <= X && k0 + TR_MK <= ke;\n"
-"  const long s1 = CK ? 1 : ld; /* the next depth */\n"
-"  int l;\n"
-"#pragma unroll\n"
-"  for (l = 0; l < TR_MW; l++) {\n"
-"    TR_MIDX(CK, l)\n"
-"    const int k = k0 + 2 * kp;\n"
-"    __global const float *p = P + (CK ? (long)(x0 + x) * ld + k : (long)k * ld + (x0 + x));\n"
-"    float lo = 0.0f, hi = 0.0f;\n"
-"    if (full) {\n"
-"      lo = p[0], hi = p[s1];\n"
-"    } else if (x0 + x < X) {\n"
-"      if (k < ke) lo = p[0];\n"
-"      if (k + 1 < ke) hi = p[s1];\n"
-"    }\n"
-"    w[l] = tr_mma_pack(lo, hi, F16);\n"
-"  }\n"
-"}\n"
-"static inline void tr_mma_stage(__local uint *S, const int CK, int tid, const uint *w) {\n"
-"  int l;\n"
-"#pragma unroll\n"
-"  for (l = 0; l < TR_MW; l++) {\n"
-"    TR_MIDX(CK, l)\n"
-"    S[x * TR_MP + kp] = w[l];\n"
-"  }\n"
-"}\n"
-"/* The same for an interior tile whose rows are 16-byte aligned, with float4 loads (a quarter of the load instructions):\n"
-" CK: four float4 along k per work-item (row e / 8, depths 4 (e % 8)..), two words each; k-major: two pairs of float4\n"
-" along x at depths k, k + 1 (depth pair e % 16, columns 4 (e / 16)..), four words each. tr_mma_vstage places them.\n"
-" k-major: a warp spans 16 depth pairs of 2 column groups, so that its stores (pitch 20 words) hit 32 distinct banks\n"
-" (with the 32 column groups of one depth pair they hit 2, a 16-way conflict); two lanes read each 32-byte sector. */\n"
-"static inline void tr_mma_vfetch(__global const float *P, long ld, const int CK, int x0, int k0, int tid, uint *w, const int F16) {\n"
-"  int l;\n"
-"  if (CK) {\n"
-"#pragma unroll\n"
-"    for (l = 0; l < 4; l++) {\n"
-"      const int e = tid + l * 256;\n"
-"      const float4 v = *(__global const float4 *)(P + (long)(x0 + (e >> 3)) * ld + k0 + 4 * (e & 7));\n"
-"      w[2 * l] = tr_mma_pack(v.s0, v.s1, F16), w[2 * l + 1] = tr_mma_pack(v.s2, v.s3, F16);\n"
-"    }\n"
-"  } else {\n";
-static const char tr__cl_src_gemm_10[] =
-"#pragma unroll\n"
-"    for (l = 0; l < 2; l++) {\n"
-"      const int e = tid + l * 256;\n"
-"      __global const float *p = P + (long)(k0 + 2 * (e & 15)) * ld + x0 + 4 * (e >> 4);\n"
-"      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);\n"
-"      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);\n"
-"      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);\n"
-"    }\n"
-"  }\n"
-"}\n"
-"static inline void tr_mma_vstage(__local uint *S, const int CK, int tid, const uint *w) {\n"
-"  int l, i;\n"
-"  if (CK) {\n"
-"#pragma unroll\n"
-"    for (l = 0; l < 4; l++) {\n"
-"      const int e = tid + l * 256;\n"
-"      *(__local uint2 *)(S + (e >> 3) * TR_MP + 2 * (e & 7)) = (uint2)(w[2 * l], w[2 * l + 1]);\n"
-"    }\n"
-"  } else {\n"
-"#pragma unroll\n"
-"    for (l = 0; l < 2; l++) {\n"
-"      const int e = tid + l * 256;\n"
-"#pragma unroll\n"
-"      for (i = 0; i < 4; i++) S[(4 * (e >> 4) + i) * TR_MP + (e & 15)] = w[4 * l + i];\n"
-"    }\n"
-"  }\n"
-"}\n"
 "/* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_MMA_BF16 \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
@@ -8369,88 +8337,21 @@ static const char tr__cl_src_gemm_10[] =
 "  : \"=f\"(c[0]), \"=f\"(c[1]), \"=f\"(c[2]), \"=f\"(c[3]) \\\n"
 "  : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]), \"f\"(c[0]), \"f\"(c[1]), \"f\"(c[2]), \"f\"(c[3])\n"
 "#endif\n"
-"static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,\n"
-"              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,\n"
-"              __local uint *As0, __local uint *Bs0, const int TA, const int TB, const int F16, int rnd) {\n"
-"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
-"  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
-"  const int bz = z / ks, kz = z - bz * ks;\n"
-"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);\n"
-"  const int ntk = ke > kb ? (ke - kb + TR_MK - 1) / TR_MK : 0;\n"
-"  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
-"  float c[4][4][4];\n"
-"  uint wa[TR_MW], wb[TR_MW];\n"
-"  int i, j, r, s, t, ib = b0, ik = kb, va = 0, vb = 0;\n"
-"#pragma unroll\n"
-"  for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n"
-"    for (j = 0; j < 4; j++)\n"
-"#pragma unroll\n"
-"      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
-"  for (t = -1; t < nt; t++) {\n"
-"    __local uint *As = As0 + (t & 1) * (TR_MT * TR_MP), *Bs = Bs0 + (t & 1) * (TR_MT * TR_MP);\n"
-"    if (t >= 0) { /* stage the words fetched last round */\n"
-"      if (va) tr_mma_vstage(As, !TA, tid, wa);\n"
-"      else tr_mma_stage(As, !TA, tid, wa);\n"
-"      if (vb) tr_mma_vstage(Bs, TB, tid, wb);\n"
-"      else tr_mma_stage(Bs, TB, tid, wb);\n"
-"      barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    }\n"
-"    if (t + 1 < nt) { /* the next tile into registers (batch ib, depth ik) */\n"
-"      va = (al & 1) && m0 + TR_MT <= M && ik + TR_MK <= ke, vb = (al & 2) && n0 + TR_MT <= N && ik + TR_MK <= ke;\n"
-"      if (va) tr_mma_vfetch(A + (long)ib * sA, lda, !TA, m0, ik, tid, wa, F16);\n"
-"      else tr_mma_fetch(A + (long)ib * sA, lda, !TA, m0, M, ik, ke, tid, wa, F16);\n"
-"      if (vb) tr_mma_vfetch(B + (long)ib * sB, ldb, TB, n0, ik, tid, wb, F16);\n"
-"      else tr_mma_fetch(B + (long)ib * sB, ldb, TB, n0, N, ik, ke, tid, wb, F16);\n"
-"      ik += TR_MK;\n"
-"      if (ik >= ke) ik = kb, ib++;\n"
-"    }\n"
-"    if (t < 0) continue;\n"
-"#pragma unroll\n"
-"    for (s = 0; s < TR_MK / 16; s++) {\n"
-"#if TR_GEMM_MMA == 1\n"
-"      uint a[4][4], b[4][2];\n"
-"#pragma unroll\n"
-"      for (i = 0; i < 4; i++) {\n"
-"        __local const uint *pa = As + (wm + i * 16 + g) * TR_MP + s * 8 + q;\n"
-"        a[i][0] = pa[0], a[i][1] = pa[8 * TR_MP], a[i][2] = pa[4], a[i][3] = pa[8 * TR_MP + 4];\n"
-"      }\n"
-"#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n";
-static const char tr__cl_src_gemm_11[] =
-"        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;\n"
-"        b[j][0] = pb[0], b[j][1] = pb[4];\n"
-"      }\n"
-"#pragma unroll\n"
-"      for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
-"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
-"        }\n"
-"#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1), from the tile in local memory */\n"
-"      for (i = 0; i < 4; i++)\n"
-"        for (j = 0; j < 4; j++)\n"
-"          for (r = 0; r < 4; r++) {\n"
-"            __local const uint *pa = As + (wm + i * 16 + g + (r >> 1) * 8) * TR_MP + s * 8;\n"
-"            __local const uint *pb = Bs + (wn + j * 8 + 2 * q + (r & 1)) * TR_MP + s * 8;\n"
-"            int kk;\n"
-"            for (kk = 0; kk < 16; kk++)\n"
-"              c[i][j][r] = fma(tr_mma_val(pa[kk >> 1] >> (16 * (kk & 1)), F16), tr_mma_val(pb[kk >> 1] >> (16 * (kk & 1)), F16), c[i][j][r]);\n"
-"          }\n"
-"#endif\n"
-"    }\n"
-"  }\n"
+"/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
+" rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would */\n"
+"static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int al, int rnd,\n"
+"                                float c[4][4][4]) {\n"
+"  int i, j, r;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "    for (r = 0; r < 2; r++) {\n"
-"      const int m = m0 + wm + i * 16 + g + r * 8;\n"
+"      const int m = mw + i * 16 + g + r * 8;\n"
 "      __global float *cr = C + (long)m * ldc;\n"
 "      if (m >= M) continue;\n"
 "#pragma unroll\n"
 "      for (j = 0; j < 4; j++) {\n"
-"        const int n = n0 + wn + j * 8 + 2 * q;\n"
+"        const int n = nw + j * 8 + 2 * q;\n"
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
 "        if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */\n"
 "          if (acc) v += *(__global float2 *)(cr + n);\n"
@@ -8465,33 +8366,159 @@ static const char tr__cl_src_gemm_11[] =
 "      }\n"
 "    }\n"
 "}\n"
-"/* tr_k_mma_<case>_<bf16|f16>: the arguments of the SGEMM kernels; wc (rnd): C rounded to bfloat16 (1) / float16 (2)\n"
-" after the product (and the accumulation), as tr_k_round would */\n"
-"#define TR_MMA_K(T, TA, TB, D, F16)                                                                                        \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_mma_##T##_##D(__global const float *A, ulong A_off,  \\\n"
-"    long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \\\n"
-"    long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \\\n"
-"    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \\\n"
-"    __local uint4 As[2 * TR_MT * TR_MP / 4], Bs[2 * TR_MT * TR_MP / 4]; /* 16-byte aligned: uint2 stores */               \\\n"
+"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
+" (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
+" Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so\n"
+" that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.\n"
+" A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32\n"
+" distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns\n"
+" (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
+"#define TR_HS 3\n"
+"#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
+"#if TR_GEMM_MMA == 1\n";
+static const char tr__cl_src_gemm_10[] =
+"#define TR_HCP(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
+"#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
+"#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
+"  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
+"#else /* 2: plain copies, and the fragments' values read one by one */\n"
+"#define TR_HCP(dst, src) (*(__local uint4 *)(dst) = *(__global const uint4 *)(src))\n"
+"#define TR_HCOMMIT()\n"
+"#define TR_HWAIT()\n"
+"#endif\n"
+"/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */\n"
+"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid) {\n"
+"  int l;\n"
+"#pragma unroll\n"
+"  for (l = 0; l < 2; l++) {\n"
+"    const int e = tid + l * 256, r = e >> 2, c = e & 3;\n"
+"    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);\n"
+"  }\n"
+"}\n"
+"#if TR_GEMM_MMA != 1\n"
+"/* the 16-bit value at row r, depth k of a staged tile, as a float */\n"
+"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {\n"
+"  return tr_mma_val(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1)), F16);\n"
+"}\n"
+"#endif\n"
+"static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
+"                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int al, __local uint *As0,\n"
+"                           __local uint *Bs0, const int F16, int rnd) {\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
+"  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
+"  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
+"  const int bz = z / ks, kz = z - bz * ks;\n"
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
+"  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
+"  float c[4][4][4];\n"
+"  int i, j, r, s, t;\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"    for (j = 0; j < 4; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
+"  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
+"    if (t < nt) {\n"
+"      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
+"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);\n"
+"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);\n"
+"    }\n"
+"    TR_HCOMMIT();\n"
+"  }\n"
+"  for (t = 0; t < nt; t++) {\n"
+"    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);\n"
+"    const int u = t + TR_HS - 1;\n"
+"    TR_HWAIT();\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
+"    if (u < nt) {\n"
+"      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);\n"
+"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);\n"
+"    }\n"
+"    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
+"#pragma unroll\n"
+"    for (s = 0; s < TR_MK / 16; s++) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"      uint a[4][4], b[4][2];\n"
+"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
+"         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */\n"
+"#pragma unroll\n"
+"      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_11[] =
+"      for (j = 0; j < 4; j += 2) TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(wn + (j + (lm >> 1)) * 8 + lr, 2 * s + (lm & 1)));\n"
+"#pragma unroll\n"
+"      for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"        for (j = 0; j < 4; j++) {\n"
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"        }\n"
+"#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
+"      for (i = 0; i < 4; i++)\n"
+"        for (j = 0; j < 4; j++)\n"
+"          for (r = 0; r < 4; r++) {\n"
+"            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
+"            int kk;\n"
+"            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16), tr_hmma_at(Bs, bn, 16 * s + kk, F16), c[i][j][r]);\n"
+"          }\n"
+"#endif\n"
+"    }\n"
+"  }\n"
+"  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, al, rnd, c);\n"
+"}\n"
+"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
+" rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
+" accumulation), as tr_k_round would */\n"
+"#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n"
+"    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n"
+"    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
+"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
-"    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \\\n"
-"                   ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \\\n"
-"    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,              \\\n"
-"                 (__local uint *)As, (__local uint *)Bs, TA, TB, F16, wc);                                          \\\n"
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
+"            (((co | (ulong)ldc) & 1) == 0) << 2, (__local uint *)As, (__local uint *)Bs, F16, wc);                        \\\n"
 "  }\n"
-"TR_MMA_K(nn, 0, 0, bf16, 0)\n"
-"TR_MMA_K(nt, 0, 1, bf16, 0)\n"
-"TR_MMA_K(tn, 1, 0, bf16, 0)\n"
-"TR_MMA_K(tt, 1, 1, bf16, 0)\n"
-"TR_MMA_K(nn, 0, 0, f16, 1)\n"
-"TR_MMA_K(nt, 0, 1, f16, 1)\n"
-"TR_MMA_K(tn, 1, 0, f16, 1)\n"
-"TR_MMA_K(tt, 1, 1, f16, 1)\n"
+"TR_HMMA_K(bf16, 0)\n"
+"TR_HMMA_K(f16, 1)\n"
+"/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
+" (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is\n"
+" 16-byte aligned). Offsets and strides in floats (P) and words (D). */\n"
+"__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
+"                          int kp, int rp, int fdt) {\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1);\n"
+"  const long b = get_global_id(2);\n"
+"  const ulong o = P_off + b * sP + (long)x * ld;\n"
+"  float4 v = (float4)(0.0f);\n"
+"  if (x >= rp || k >= kp) return;\n"
+"  if (x < rows) {\n"
+"    if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);\n"
+"    else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);\n"
+"  }\n"
+"  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
+"}\n"
+"/* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through\n"
+" local memory, reading along x and writing along the depth pairs, both coalesced. */\n"
+"__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,\n"
+"                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {\n"
+"  __local float T[64][33];\n";
+static const char tr__cl_src_gemm_12[] =
+"  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;\n"
+"  const long b = get_global_id(2);\n"
+"  int i;\n"
+"  P += P_off + b * sP;\n"
+"  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? P[(long)(k0 + i) * ld + x0 + tx] : 0.0f;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  if (k0 + 2 * tx >= kp) return;\n"
+"  for (i = ty; i < 32; i += 8)\n"
+"    if (x0 + i < rp) D[D_off + (b * rp + x0 + i) * (long)(kp / 2) + k0 / 2 + tx] = tr_mma_pack(T[2 * tx][i], T[2 * tx + 1][i], fdt == 2);\n"
+"}\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
-"/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n";
-static const char tr__cl_src_gemm_12[] =
+"/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
 "               __global float *C, ulong C_off, long ldc, int acc) {\n"
 "  const int n = get_global_id(0), m = get_global_id(1);\n"
@@ -8779,6 +8806,8 @@ static const char tr__cl_src_attention_3[] =
 #endif
 #ifndef TR__CL_SLOT_GEMM_BT
 #define TR__CL_SLOT_GEMM_BT 7 /* tr__cl_scratch slot of B^T (x W^T products run as x (W^T)) */
+#define TR__CL_SLOT_PACK_A 9 /* tr__cl_scratch slots of the tensor-core kernels' 16-bit operands (tr__cl_pack16) */
+#define TR__CL_SLOT_PACK_B 10
 #endif
 #ifndef TR__CL_SLOT_ATT
 #define TR__CL_SLOT_ATT 6 /* tr__cl_scratch slot of the attention backward's row dots */
@@ -8940,7 +8969,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
-/* Whether the tensor-core kernels can run: their program (the ops and tr_k_mma_*, TR_MMA_ONLY) is built at the first
+/* Whether the tensor-core kernels can run: their program (the ops, tr_k_hmma_* and tr_k_pack16*, TR_MMA_ONLY) is built at the first
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
@@ -8968,6 +8997,28 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 #ifndef TR__CL_GEMM_BT_MIN_M
 #define TR__CL_GEMM_BT_MIN_M 1024 /* rows of C from which x W^T is run as x (W^T) on the cp.async kernels */
 #endif
+
+/* One operand of tr_k_hmma: op(P) (rows x K; trans: P is K x rows) of each of nbp batches (stride sP floats), rounded
+   to the precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch
+   (zeros past the operand). *out: the packed operand. */
+TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int trans,
+                               int nbp, size_t rp, size_t kp, uint32_t **out) {
+    size_t gs[3], ls[3];
+    tr__clargs a;
+    float *D = tr__cl_scratch(cl, slot, (size_t)nbp * rp * (kp / 2));
+    if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if (trans) /* tr_k_pack16_t: 32 rows x 64 depths per work-group */
+        ls[0] = 32, ls[1] = 8, gs[0] = rp, gs[1] = (kp + 63) / 64 * 8;
+    else
+        ls[0] = 8, ls[1] = 32, gs[0] = kp / 4, gs[1] = rp; /* tr_k_pack16: four depths per work-item */
+    ls[2] = 1, gs[2] = (size_t)nbp;
+    tr__cla_init(&a);
+    tr__cla_buf(&a, P), tr__cla_i64(&a, (int64_t)ld), tr__cla_i64(&a, (int64_t)sP);
+    tr__cla_i32(&a, (int32_t)rows), tr__cla_i32(&a, (int32_t)K);
+    tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma);
+    *out = (uint32_t *)D;
+    return tr__cl_launch(cl, trans ? "tr_k_pack16_t" : "tr_k_pack16", 3, gs, ls, &a);
+}
 
 /* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
    splits (nb == 1) or the batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed
@@ -9002,10 +9053,11 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
-    if (g.mma && !fz->sw && !fz->gu && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) && tr__cl_mma_ready(cl)) {
+    if (g.mma && !fz->sw && !fz->gu && nb <= 65535 && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) &&
+        tr__cl_mma_ready(cl)) { /* (the packing's grid has a dimension per batch: at most 65535) */
         mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
-        g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_sgemm_mma's tile (TR_MT, TR_MK) */
+        g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
@@ -9050,28 +9102,50 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         B = Bt, ldb = N, tb = 0;
     }
     if (mma) {
-        snprintf(kname, sizeof kname, "tr_k_mma_%s_%s", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"), mma == 1 ? "bf16" : "f16");
+        /* both operands rounded and packed as 16-bit rows (k-contiguous, padded to whole tiles), then the cp.async
+           tensor-core kernel */
+        size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
+        int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
+        uint32_t *A16, *B16;
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, &A16)) != TR_OK ||
+            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, &B16)) != TR_OK)
+            return st;
+        if (ks > 1) kc = (kc + 31) / 32 * 32;
+        else kc = (int)Kp;
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
+        gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
+        for (z0 = 0; z0 < nz; z0 += 65535) {
+            gs[2] = (size_t)TR__MIN(nz - z0, 65535);
+            tr__cla_init(&a);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(Mp * Kp / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(Np * Kp / 2) : 0);
+            tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
+            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp);
+            tr__cla_i32(&a, P ? 0 : acc != 0);
+            tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
+            tr__cla_i32(&a, fz->rnd && !P ? mma : 0);
+            if ((st = tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_bf16" : "tr_k_hmma_f16", 3, gs, ls, &a)) != TR_OK) return st;
+        }
     } else {
         snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
                  fz->sw == 2 ? "_swb" : fz->gu ? (tr__cl_gemm_gu_cp_ok(&g) ? "_gu_cp" : "_gu") : g.cp ? "_cp" : "",
                  g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
         ls[0] = (size_t)(g.tn / g.wn), ls[1] = (size_t)(g.tm / g.wm), ls[2] = 1;
-    }
-    gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];
-    for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
-        gs[2] = (size_t)TR__MIN(nz - z0, 65535);
-        tr__cla_init(&a);
-        tr__cla_buf(&a, A), tr__cla_i64(&a, (int64_t)lda), tr__cla_i64(&a, (int64_t)sA);
-        tr__cla_buf(&a, B), tr__cla_i64(&a, (int64_t)ldb), tr__cla_i64(&a, (int64_t)sB);
-        tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
-        tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
-        tr__cla_i32(&a, P ? 0 : acc != 0);
-        tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
-        tr__cla_i64(&a, (int64_t)fz->so), tr__cla_i64(&a, (int64_t)fz->half);
-        tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
-        tr__cla_i32(&a, mma ? (fz->rnd && !P ? mma : 0) : fz->write_gu); /* the tensor-core kernels: round C to this precision */
-        if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
+        gs[0] = (N + (size_t)g.tn - 1) / (size_t)g.tn * ls[0], gs[1] = (M + (size_t)rows_per_group - 1) / (size_t)rows_per_group * ls[1];
+        for (z0 = 0; z0 < nz; z0 += 65535) { /* the third grid dimension is limited to 65535 groups on some devices */
+            gs[2] = (size_t)TR__MIN(nz - z0, 65535);
+            tr__cla_init(&a);
+            tr__cla_buf(&a, A), tr__cla_i64(&a, (int64_t)lda), tr__cla_i64(&a, (int64_t)sA);
+            tr__cla_buf(&a, B), tr__cla_i64(&a, (int64_t)ldb), tr__cla_i64(&a, (int64_t)sB);
+            tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
+            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K);
+            tr__cla_i32(&a, P ? 0 : acc != 0);
+            tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
+            tr__cla_i64(&a, (int64_t)fz->so), tr__cla_i64(&a, (int64_t)fz->half);
+            tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
+            tr__cla_i32(&a, fz->write_gu);
+            if ((st = tr__cl_launch(cl, kname, 3, gs, ls, &a)) != TR_OK) return st;
+        }
     }
     if (P) {
         size_t rl[2], rg[2];

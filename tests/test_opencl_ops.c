@@ -51,18 +51,19 @@ static int group_teardown(void **state) {
     return 0;
 }
 
-/* --- device buffers: each is its own arena, used from element 3 on ------------------------------------------------- */
+/* --- device buffers: each is its own arena, used from element g_skew on (3: offsets reach the kernels; 0: 16-byte
+   aligned, so the elementwise kernels take their float4 path) ------------------------------------------------------ */
 #define DEV_MAX 128
-#define DEV_SKEW 3
+static int g_skew = 3;
 static void *dev_bases[DEV_MAX];
 static int dev_n;
 
 static void *dev_alloc(size_t n) {
-    void *p = tr__cl_alloc(g_cl, (n + DEV_SKEW + 1) * 4, 1);
+    void *p = tr__cl_alloc(g_cl, (n + (size_t)g_skew + 1) * 4, 1);
     assert_non_null(p);
     assert_true(dev_n < DEV_MAX);
     dev_bases[dev_n++] = p;
-    return (char *)p + DEV_SKEW * 4;
+    return (char *)p + g_skew * 4;
 }
 static float *dev_f(const float *host, size_t n) {
     float *d = (float *)dev_alloc(n);
@@ -141,6 +142,7 @@ static void test_add(void **state) {
     size_t t, i;
     (void)state;
     cl_get();
+    for (g_skew = 3; g_skew >= 0; g_skew -= 3)
     for (t = 0; t < sizeof ns / sizeof *ns; t++) {
         size_t n = ns[t];
         float *a = hrand(n, 1 + t, 2.0f), *b = hrand(n, 11 + t, 2.0f), *ref = hbuf(n);
@@ -152,6 +154,7 @@ static void test_add(void **state) {
         check("add y=a", down(da, n), ref, n, 0, 0, 0);
         dev_free_all();
     }
+    g_skew = 3;
 }
 
 /* --- the non-finite scan the trainer runs over the gradients ------------------------------------------------------ */
@@ -249,10 +252,13 @@ static void test_rms_cols(void **state) {
 
 /* --- SwiGLU, with row strides wider than the rows: the gaps must stay untouched ------------------------------------- */
 static void test_swiglu(void **state) {
-    static const long cases[][4] = {{1, 1, 2, 1}, {3, 3, 7, 5}, {17, 130, 260, 130}, {5, 97, 201, 100}};
+    /* rows x width, strides of g and o; without the skew the last two take the float4 path (width and row starts
+       multiples of 4) on every row, or on every other row (130: rows alternate between 16-byte aligned and not) */
+    static const long cases[][4] = {{1, 1, 2, 1}, {3, 3, 7, 5}, {17, 130, 260, 130}, {5, 97, 201, 100}, {4, 128, 256, 128}, {6, 64, 130, 66}};
     size_t t;
     (void)state;
     cl_get();
+    for (g_skew = 3; g_skew >= 0; g_skew -= 3)
     for (t = 0; t < sizeof cases / sizeof *cases; t++) {
         long R = cases[t][0], W = cases[t][1];
         size_t gs = (size_t)cases[t][2], os = (size_t)cases[t][3], ng = (size_t)R * gs, no = (size_t)R * os;
@@ -266,6 +272,7 @@ static void test_swiglu(void **state) {
         check("swiglu bwd", down(dDG, ng), dg, ng, 1e-10, 1e-6, 4e-6);
         dev_free_all();
     }
+    g_skew = 3;
 }
 
 /* --- RoPE, forward and inverse (hd odd leaves the last channel alone) ----------------------------------------------- */

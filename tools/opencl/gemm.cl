@@ -431,7 +431,7 @@ static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __glo
           (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \
           X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \
   }
-/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only the tr_k_mma_* ones. */
+/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16*. */
 #ifndef TR_MMA_ONLY
 /* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on
  the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */
@@ -457,19 +457,14 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #endif
 #endif
 #endif /* TR_MMA_ONLY */
-/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX mma.sync on NVIDIA sm_80+; 2 = the same tiles, layout and grid with plain
- fma, so that the staging and the epilogue are tested on any device). For models computing in bfloat16 / float16,
- whose GEMM operands are values of that type: each tile is converted once (round to nearest even, exact for such
- values) to 16-bit pairs of consecutive depths in 32-bit words in local memory, x-major (As[m][k], Bs[n][k]) as the
- fragments want them. Tile 128 x 128 x 32, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64,
- columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32; the epilogue can round C to the precision. Two local buffers (40 KiB): the next tile is
- fetched into registers while this one is multiplied, one barrier per tile. Same arguments, grid (batches, K
- pieces) and outputs as tr_sgemm. Built in a program of their own (TR_MMA_ONLY), at the first such product. */
+/* Tensor cores (TR_GEMM_MMA: 1 = inline-PTX cp.async, ldmatrix and mma.sync on NVIDIA sm_80+; 2 = the same tiles,
+ staging and epilogue with plain copies and fma, so that they are tested on any device). For models computing in
+ bfloat16 / float16, whose GEMM operands are values of that type: tr_k_pack16 converts each operand once (round to
+ nearest even, exact for such values) to rows of 16-bit values along the depth, then tr_k_hmma multiplies them. Built
+ in a program of their own (TR_MMA_ONLY), at the first such product. */
 #ifdef TR_GEMM_MMA
 #define TR_MT 128                       /* tile rows and columns */
 #define TR_MK 32                        /* tile depth */
-#define TR_MP (TR_MK / 2 + 4)           /* local pitch in words: a warp's fragment loads hit 32 distinct banks */
-#define TR_MW (TR_MT * TR_MK / 2 / 256) /* words of a tile each work-item converts, per operand */
 /* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then
  repacked exactly; integer arithmetic, no extension needed */
 static inline uint tr_mma_bits(float x, const int F16) {
@@ -497,79 +492,6 @@ static inline uint tr_mma_pack(float lo, float hi, const int F16) {
   return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;
 #endif
 }
-/* Word l of this work-item's share of a tile: row x (of 128) and depth pair kp (of 16). k-contiguous operands (CK)
- run kp fastest, k-major ones x fastest, so that consecutive work-items read consecutive addresses. */
-#define TR_MIDX(CK, l) \
-  const int e = tid + (l) * 256, x = (CK) ? e / (TR_MK / 2) : e % TR_MT, kp = (CK) ? e % (TR_MK / 2) : e / TR_MT;
-/* w = the work-item's words of the tile of P at rows x0.. (< X), depths k0.. (< ke); zeros outside */
-static inline void tr_mma_fetch(__global const float *P, long ld, const int CK, int x0, int X, int k0, int ke, int tid,
-                                uint *w, const int F16) {
-  const int full = x0 + TR_MT <= X && k0 + TR_MK <= ke;
-  const long s1 = CK ? 1 : ld; /* the next depth */
-  int l;
-#pragma unroll
-  for (l = 0; l < TR_MW; l++) {
-    TR_MIDX(CK, l)
-    const int k = k0 + 2 * kp;
-    __global const float *p = P + (CK ? (long)(x0 + x) * ld + k : (long)k * ld + (x0 + x));
-    float lo = 0.0f, hi = 0.0f;
-    if (full) {
-      lo = p[0], hi = p[s1];
-    } else if (x0 + x < X) {
-      if (k < ke) lo = p[0];
-      if (k + 1 < ke) hi = p[s1];
-    }
-    w[l] = tr_mma_pack(lo, hi, F16);
-  }
-}
-static inline void tr_mma_stage(__local uint *S, const int CK, int tid, const uint *w) {
-  int l;
-#pragma unroll
-  for (l = 0; l < TR_MW; l++) {
-    TR_MIDX(CK, l)
-    S[x * TR_MP + kp] = w[l];
-  }
-}
-/* The same for an interior tile whose rows are 16-byte aligned, with float4 loads (a quarter of the load instructions):
- CK: four float4 along k per work-item (row e / 8, depths 4 (e % 8)..), two words each; k-major: two pairs of float4
- along x at depths k, k + 1 (columns 4 (e % 32).., depth pair e / 32), four words each. tr_mma_vstage places them. */
-static inline void tr_mma_vfetch(__global const float *P, long ld, const int CK, int x0, int k0, int tid, uint *w, const int F16) {
-  int l;
-  if (CK) {
-#pragma unroll
-    for (l = 0; l < 4; l++) {
-      const int e = tid + l * 256;
-      const float4 v = *(__global const float4 *)(P + (long)(x0 + (e >> 3)) * ld + k0 + 4 * (e & 7));
-      w[2 * l] = tr_mma_pack(v.s0, v.s1, F16), w[2 * l + 1] = tr_mma_pack(v.s2, v.s3, F16);
-    }
-  } else {
-#pragma unroll
-    for (l = 0; l < 2; l++) {
-      const int e = tid + l * 256;
-      __global const float *p = P + (long)(k0 + 2 * (e >> 5)) * ld + x0 + 4 * (e & 31);
-      const float4 lo = *(__global const float4 *)p, hi = *(__global const float4 *)(p + ld);
-      w[4 * l] = tr_mma_pack(lo.s0, hi.s0, F16), w[4 * l + 1] = tr_mma_pack(lo.s1, hi.s1, F16);
-      w[4 * l + 2] = tr_mma_pack(lo.s2, hi.s2, F16), w[4 * l + 3] = tr_mma_pack(lo.s3, hi.s3, F16);
-    }
-  }
-}
-static inline void tr_mma_vstage(__local uint *S, const int CK, int tid, const uint *w) {
-  int l, i;
-  if (CK) {
-#pragma unroll
-    for (l = 0; l < 4; l++) {
-      const int e = tid + l * 256;
-      *(__local uint2 *)(S + (e >> 3) * TR_MP + 2 * (e & 7)) = (uint2)(w[2 * l], w[2 * l + 1]);
-    }
-  } else {
-#pragma unroll
-    for (l = 0; l < 2; l++) {
-      const int e = tid + l * 256;
-#pragma unroll
-      for (i = 0; i < 4; i++) S[(4 * (e & 31) + i) * TR_MP + (e >> 5)] = w[4 * l + i];
-    }
-  }
-}
 /* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */
 #if TR_GEMM_MMA == 1
 #define TR_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -579,87 +501,21 @@ static inline void tr_mma_vstage(__local uint *S, const int CK, int tid, const u
   : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3]) \
   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3])
 #endif
-static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __global const float *B, long ldb, long sB,
-              __global float *C, long ldc, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z, int al,
-              __local uint *As0, __local uint *Bs0, const int TA, const int TB, const int F16, int rnd) {
-  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
-  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
-  const int bz = z / ks, kz = z - bz * ks;
-  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(K, kb + kc);
-  const int ntk = ke > kb ? (ke - kb + TR_MK - 1) / TR_MK : 0;
-  const int nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
-  float c[4][4][4];
-  uint wa[TR_MW], wb[TR_MW];
-  int i, j, r, s, t, ib = b0, ik = kb, va = 0, vb = 0;
-#pragma unroll
-  for (i = 0; i < 4; i++)
-#pragma unroll
-    for (j = 0; j < 4; j++)
-#pragma unroll
-      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
-  for (t = -1; t < nt; t++) {
-    __local uint *As = As0 + (t & 1) * (TR_MT * TR_MP), *Bs = Bs0 + (t & 1) * (TR_MT * TR_MP);
-    if (t >= 0) { /* stage the words fetched last round */
-      if (va) tr_mma_vstage(As, !TA, tid, wa);
-      else tr_mma_stage(As, !TA, tid, wa);
-      if (vb) tr_mma_vstage(Bs, TB, tid, wb);
-      else tr_mma_stage(Bs, TB, tid, wb);
-      barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (t + 1 < nt) { /* the next tile into registers (batch ib, depth ik) */
-      va = (al & 1) && m0 + TR_MT <= M && ik + TR_MK <= ke, vb = (al & 2) && n0 + TR_MT <= N && ik + TR_MK <= ke;
-      if (va) tr_mma_vfetch(A + (long)ib * sA, lda, !TA, m0, ik, tid, wa, F16);
-      else tr_mma_fetch(A + (long)ib * sA, lda, !TA, m0, M, ik, ke, tid, wa, F16);
-      if (vb) tr_mma_vfetch(B + (long)ib * sB, ldb, TB, n0, ik, tid, wb, F16);
-      else tr_mma_fetch(B + (long)ib * sB, ldb, TB, n0, N, ik, ke, tid, wb, F16);
-      ik += TR_MK;
-      if (ik >= ke) ik = kb, ib++;
-    }
-    if (t < 0) continue;
-#pragma unroll
-    for (s = 0; s < TR_MK / 16; s++) {
-#if TR_GEMM_MMA == 1
-      uint a[4][4], b[4][2];
-#pragma unroll
-      for (i = 0; i < 4; i++) {
-        __local const uint *pa = As + (wm + i * 16 + g) * TR_MP + s * 8 + q;
-        a[i][0] = pa[0], a[i][1] = pa[8 * TR_MP], a[i][2] = pa[4], a[i][3] = pa[8 * TR_MP + 4];
-      }
-#pragma unroll
-      for (j = 0; j < 4; j++) {
-        __local const uint *pb = Bs + (wn + j * 8 + g) * TR_MP + s * 8 + q;
-        b[j][0] = pb[0], b[j][1] = pb[4];
-      }
-#pragma unroll
-      for (i = 0; i < 4; i++)
-#pragma unroll
-        for (j = 0; j < 4; j++) {
-          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
-          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
-        }
-#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1), from the tile in local memory */
-      for (i = 0; i < 4; i++)
-        for (j = 0; j < 4; j++)
-          for (r = 0; r < 4; r++) {
-            __local const uint *pa = As + (wm + i * 16 + g + (r >> 1) * 8) * TR_MP + s * 8;
-            __local const uint *pb = Bs + (wn + j * 8 + 2 * q + (r & 1)) * TR_MP + s * 8;
-            int kk;
-            for (kk = 0; kk < 16; kk++)
-              c[i][j][r] = fma(tr_mma_val(pa[kk >> 1] >> (16 * (kk & 1)), F16), tr_mma_val(pb[kk >> 1] >> (16 * (kk & 1)), F16), c[i][j][r]);
-          }
-#endif
-    }
-  }
+/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
+ rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would */
+static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int al, int rnd,
+                                float c[4][4][4]) {
+  int i, j, r;
 #pragma unroll
   for (i = 0; i < 4; i++)
 #pragma unroll
     for (r = 0; r < 2; r++) {
-      const int m = m0 + wm + i * 16 + g + r * 8;
+      const int m = mw + i * 16 + g + r * 8;
       __global float *cr = C + (long)m * ldc;
       if (m >= M) continue;
 #pragma unroll
       for (j = 0; j < 4; j++) {
-        const int n = n0 + wn + j * 8 + 2 * q;
+        const int n = nw + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
         if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */
           if (acc) v += *(__global float2 *)(cr + n);
@@ -674,29 +530,153 @@ static inline void tr_sgemm_mma(__global const float *A, long lda, long sA, __gl
       }
     }
 }
-/* tr_k_mma_<case>_<bf16|f16>: the arguments of the SGEMM kernels; wc (rnd): C rounded to bfloat16 (1) / float16 (2)
- after the product (and the accumulation), as tr_k_round would */
-#define TR_MMA_K(T, TA, TB, D, F16)                                                                                        \
-  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_mma_##T##_##D(__global const float *A, ulong A_off,  \
-    long lda, long sA, __global const float *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,   \
-    long sC, int M, int N, int K, int acc, int nb, int bpg, int ks, int kc, int z0, long so, long gh,                     \
-    __global float *X, ulong X_off, long ldx, long sx, int wc) {                                                         \
-    __local uint4 As[2 * TR_MT * TR_MP / 4], Bs[2 * TR_MT * TR_MP / 4]; /* 16-byte aligned: uint2 stores */               \
+/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values
+ (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.
+ Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so
+ that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.
+ A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32
+ distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns
+ (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */
+#define TR_HS 3
+#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
+#if TR_GEMM_MMA == 1
+#define TR_HCP(dst, src) __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((uint)(ulong)(dst)), "l"(src) : "memory")
+#define TR_HCOMMIT() __asm__ volatile("cp.async.commit_group;" ::: "memory")
+#define TR_HWAIT() __asm__ volatile("cp.async.wait_group 1;" ::: "memory") /* TR_HS - 2 groups may stay in flight */
+#define TR_LDM4(r0, r1, r2, r3, p) \
+  __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
+#else /* 2: plain copies, and the fragments' values read one by one */
+#define TR_HCP(dst, src) (*(__local uint4 *)(dst) = *(__global const uint4 *)(src))
+#define TR_HCOMMIT()
+#define TR_HWAIT()
+#endif
+/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */
+static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid) {
+  int l;
+#pragma unroll
+  for (l = 0; l < 2; l++) {
+    const int e = tid + l * 256, r = e >> 2, c = e & 3;
+    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);
+  }
+}
+#if TR_GEMM_MMA != 1
+/* the 16-bit value at row r, depth k of a staged tile, as a float */
+static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {
+  return tr_mma_val(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1)), F16);
+}
+#endif
+static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
+                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int al, __local uint *As0,
+                           __local uint *Bs0, const int F16, int rnd) {
+  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
+  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
+  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
+  const int bz = z / ks, kz = z - bz * ks;
+  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);
+  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
+  float c[4][4][4];
+  int i, j, r, s, t;
+#pragma unroll
+  for (i = 0; i < 4; i++)
+#pragma unroll
+    for (j = 0; j < 4; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
+  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
+    if (t < nt) {
+      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
+      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);
+      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);
+    }
+    TR_HCOMMIT();
+  }
+  for (t = 0; t < nt; t++) {
+    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);
+    const int u = t + TR_HS - 1;
+    TR_HWAIT();
+    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
+    if (u < nt) {
+      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
+      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);
+      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);
+    }
+    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
+#pragma unroll
+    for (s = 0; s < TR_MK / 16; s++) {
+#if TR_GEMM_MMA == 1
+      uint a[4][4], b[4][2];
+      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of
+         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */
+#pragma unroll
+      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));
+#pragma unroll
+      for (j = 0; j < 4; j += 2) TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(wn + (j + (lm >> 1)) * 8 + lr, 2 * s + (lm & 1)));
+#pragma unroll
+      for (i = 0; i < 4; i++)
+#pragma unroll
+        for (j = 0; j < 4; j++) {
+          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+        }
+#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */
+      for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++)
+          for (r = 0; r < 4; r++) {
+            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);
+            int kk;
+            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16), tr_hmma_at(Bs, bn, 16 * s + kk, F16), c[i][j][r]);
+          }
+#endif
+    }
+  }
+  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, al, rnd, c);
+}
+/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
+ rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the
+ accumulation), as tr_k_round would */
+#define TR_HMMA_K(D, F16)                                                                                                  \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \
+    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \
+    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \
+    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
-    const int al = (((A_off | (ulong)lda | (ulong)sA) & 3) == 0) | ((((B_off | (ulong)ldb | (ulong)sB) & 3) == 0) << 1) |  \
-                   ((((co | (ulong)ldc) & 1) == 0) << 2);                                                              \
-    tr_sgemm_mma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, acc, nb, bpg, ks, kc, z, al,              \
-                 (__local uint *)As, (__local uint *)Bs, TA, TB, F16, wc);                                          \
+    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
+            (((co | (ulong)ldc) & 1) == 0) << 2, (__local uint *)As, (__local uint *)Bs, F16, wc);                        \
   }
-TR_MMA_K(nn, 0, 0, bf16, 0)
-TR_MMA_K(nt, 0, 1, bf16, 0)
-TR_MMA_K(tn, 1, 0, bf16, 0)
-TR_MMA_K(tt, 1, 1, bf16, 0)
-TR_MMA_K(nn, 0, 0, f16, 1)
-TR_MMA_K(nt, 0, 1, f16, 1)
-TR_MMA_K(tn, 1, 0, f16, 1)
-TR_MMA_K(tt, 1, 1, f16, 1)
+TR_HMMA_K(bf16, 0)
+TR_HMMA_K(f16, 1)
+/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words
+ (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is
+ 16-byte aligned). Offsets and strides in floats (P) and words (D). */
+__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,
+                          int kp, int rp, int fdt) {
+  const int k = 4 * get_global_id(0), x = get_global_id(1);
+  const long b = get_global_id(2);
+  const ulong o = P_off + b * sP + (long)x * ld;
+  float4 v = (float4)(0.0f);
+  if (x >= rp || k >= kp) return;
+  if (x < rows) {
+    if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);
+    else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);
+  }
+  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));
+}
+/* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through
+ local memory, reading along x and writing along the depth pairs, both coalesced. */
+__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,
+                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {
+  __local float T[64][33];
+  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;
+  const long b = get_global_id(2);
+  int i;
+  P += P_off + b * sP;
+  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? P[(long)(k0 + i) * ld + x0 + tx] : 0.0f;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (k0 + 2 * tx >= kp) return;
+  for (i = ty; i < 32; i += 8)
+    if (x0 + i < rp) D[D_off + (b * rp + x0 + i) * (long)(kp / 2) + k0 / 2 + tx] = tr_mma_pack(T[2 * tx][i], T[2 * tx + 1][i], fdt == 2);
+}
 #endif
 #ifndef TR_MMA_ONLY
 /* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */

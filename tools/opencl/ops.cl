@@ -7,11 +7,15 @@ typedef float tr_k1_acc;
 #define TR_K1_TINY 1e-30f
 #endif
 #define TR_K1_WG 256
+/* The elementwise kernels below take 4 values per work-item (tr__cl_k1_launch4): a float4 where the offsets allow. */
+#define TR_V4(off) ((((off) & 3) == 0) && i + 3 < n)
 __kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {
-    size_t i = get_global_id(0);
+    size_t i = 4 * get_global_id(0), e;
     if (i >= n) return;
     a += a_off; b += b_off; y += y_off;
-    y[i] = a[i] + b[i];
+    if (TR_V4(a_off | b_off | y_off)) *(__global float4 *)(y + i) = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);
+    else
+        for (e = i; e < i + 4 && e < n; e++) y[e] = a[e] + b[e];
 }
 __kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,
                               __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {
@@ -46,37 +50,55 @@ float tr_round1(float v, int fdt) {
     else r = (u & 0x80000000u) | as_uint(rint(as_float(a) * 16777216.0f) * 5.9604644775390625e-8f); /* subnormal: steps of 2^-24 */
     return as_float(r);
 }
-/* The 16-bit tape (the host's tr__half_ref): unpack 0 stores x[i] rounded to bfloat16 (fdt 1) or float16 (fdt 2) as
-   its 16 bits in h, unpack 1 loads it back. Integer arithmetic (no cl_khr_fp16 needed); h_off counts floats. */
+/* The 16-bit tape (the host's tr__half_ref): tr_half1 is x rounded to bfloat16 (fdt 1) or float16 (fdt 2) as its 16
+   bits, tr_unhalf1 the value back. Integer arithmetic (no cl_khr_fp16 needed). */
+ushort tr_half1(float x, int fdt) {
+    uint u = as_uint(tr_round1(x, fdt)), a, s;
+    if (fdt == 1) return (ushort)(u >> 16);
+    a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;
+    if (a >= 0x7f800000u) return (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));
+    if (a >= 0x38800000u) return (ushort)(s | ((a - 0x38000000u) >> 13));
+    return (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */
+}
+float tr_unhalf1(ushort h, int fdt) {
+    uint u = h, a = u & 0x7fffu, s = (u & 0x8000u) << 16;
+    if (fdt == 1) return as_float(u << 16);
+    if (a >= 0x7c00u) return as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));
+    if (a >= 0x400u) return as_float(s | ((a << 13) + 0x38000000u));
+    return as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */
+}
+/* unpack 0 stores x[i] as its 16 bits in h, unpack 1 loads them back; h_off counts floats (two values each) */
 __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {
-    size_t i = get_global_id(0);
-    uint u, a, s;
+    size_t i = 4 * get_global_id(0), e;
     if (i >= n) return;
     x += x_off; h += 2 * h_off;
-    if (fdt == 1) {
-        if (unpack) x[i] = as_float((uint)h[i] << 16);
-        else h[i] = (ushort)(as_uint(tr_round1(x[i], 1)) >> 16);
-        return;
-    }
-    if (unpack) {
-        u = h[i]; a = u & 0x7fffu; s = (u & 0x8000u) << 16;
-        if (a >= 0x7c00u) x[i] = as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));
-        else if (a >= 0x400u) x[i] = as_float(s | ((a << 13) + 0x38000000u));
-        else x[i] = as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */
-        return;
-    }
-    u = as_uint(tr_round1(x[i], 2)); a = u & 0x7fffffffu; s = (u >> 16) & 0x8000u;
-    if (a >= 0x7f800000u) h[i] = (ushort)(s | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u));
-    else if (a >= 0x38800000u) h[i] = (ushort)(s | ((a - 0x38000000u) >> 13));
-    else h[i] = (ushort)(s | (uint)(as_float(a) * 16777216.0f)); /* exact: a multiple of 2^-24 below 2^-14 */
+    if (TR_V4(x_off | 2 * h_off)) {
+        if (unpack) {
+            ushort4 v = *(__global ushort4 *)(h + i);
+            *(__global float4 *)(x + i) = (float4)(tr_unhalf1(v.s0, fdt), tr_unhalf1(v.s1, fdt), tr_unhalf1(v.s2, fdt), tr_unhalf1(v.s3, fdt));
+        } else {
+            float4 v = *(__global float4 *)(x + i);
+            *(__global ushort4 *)(h + i) = (ushort4)(tr_half1(v.s0, fdt), tr_half1(v.s1, fdt), tr_half1(v.s2, fdt), tr_half1(v.s3, fdt));
+        }
+    } else
+        for (e = i; e < i + 4 && e < n; e++) {
+            if (unpack) x[e] = tr_unhalf1(h[e], fdt);
+            else h[e] = tr_half1(x[e], fdt);
+        }
 }
 __kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {
     size_t i = get_global_id(0);
     if (i < n) x[x_off + i] *= a;
 }
 __kernel void tr_k_round(ulong n, __global float *x, ulong x_off, int fdt) {
-    size_t i = get_global_id(0);
-    if (i < n) x[x_off + i] = tr_round1(x[x_off + i], fdt);
+    size_t i = 4 * get_global_id(0), e;
+    if (i >= n) return;
+    x += x_off;
+    if (TR_V4(x_off)) {
+        float4 v = *(__global float4 *)(x + i);
+        *(__global float4 *)(x + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));
+    } else
+        for (e = i; e < i + 4 && e < n; e++) x[e] = tr_round1(x[e], fdt);
 }
 /* flag[0] = 1 when any of x[0..n) is NaN or infinite; a grid-stride loop, and every writer writes 1. */
 __kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __global int *flag, ulong f_off) {
@@ -87,24 +109,44 @@ __kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __gl
     if (bad) flag[f_off] = 1;
 }
 /* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */
-__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {
-    long j = get_global_id(0), r = get_global_id(1);
-    float x;
-    if (j >= width || r >= rows) return;
-    g += g_off + (size_t)r * gs; o += o_off + (size_t)r * os;
-    x = g[j];
-    o[j] = fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * g[j + width], fdt) : x / (1.0f + exp(-x)) * g[j + width];
+float tr_swiglu1(float x, float up, int fdt) {
+    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;
 }
+/* 4 columns per work-item (tr__cl_swiglu_fwd) */
+__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {
+    long j = 4 * get_global_id(0), r = get_global_id(1), e;
+    const ulong go = g_off + (size_t)r * gs, oo = o_off + (size_t)r * os;
+    if (j >= width || r >= rows) return;
+    g += go; o += oo;
+    if (((go | oo | (ulong)width) & 3) == 0 && j + 3 < width) {
+        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);
+        *(__global float4 *)(o + j) = (float4)(tr_swiglu1(x.s0, u.s0, fdt), tr_swiglu1(x.s1, u.s1, fdt), tr_swiglu1(x.s2, u.s2, fdt), tr_swiglu1(x.s3, u.s3, fdt));
+    } else
+        for (e = j; e < j + 4 && e < width; e++) o[e] = tr_swiglu1(g[e], g[e + width], fdt);
+}
+/* dg (gate, up halves) of one value: d * up * silu'(x), d * silu(x) */
+float2 tr_swiglu_bwd1(float x, float up, float d) {
+    const float sg = 1.0f / (1.0f + exp(-x));
+    return (float2)(d * up * (sg * (1.0f + x * (1.0f - sg))), d * (x * sg));
+}
+/* 4 columns per work-item (tr__cl_swiglu_bwd) */
 __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,
                               __global float *dg, ulong dg_off) {
-    long j = get_global_id(0), r = get_global_id(1);
-    float x, up, d, sg;
+    long j = 4 * get_global_id(0), r = get_global_id(1), e;
+    const ulong go = g_off + (size_t)r * gs, ao = da_off + (size_t)r * das, oo = dg_off + (size_t)r * gs;
     if (j >= width || r >= rows) return;
-    g += g_off + (size_t)r * gs; da += da_off + (size_t)r * das; dg += dg_off + (size_t)r * gs;
-    x = g[j]; up = g[j + width]; d = da[j];
-    sg = 1.0f / (1.0f + exp(-x));
-    dg[j] = d * up * (sg * (1.0f + x * (1.0f - sg)));
-    dg[j + width] = d * (x * sg);
+    g += go; da += ao; dg += oo;
+    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {
+        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);
+        const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),
+                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);
+        *(__global float4 *)(dg + j) = (float4)(v0.s0, v1.s0, v2.s0, v3.s0);
+        *(__global float4 *)(dg + j + width) = (float4)(v0.s1, v1.s1, v2.s1, v3.s1);
+    } else
+        for (e = j; e < j + 4 && e < width; e++) {
+            const float2 v = tr_swiglu_bwd1(g[e], g[e + width], da[e]);
+            dg[e] = v.s0, dg[e + width] = v.s1;
+        }
 }
 __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
                         __global const float *sn, ulong sn_off, float sgn) {
