@@ -8300,23 +8300,6 @@ static const char tr__cl_src_gemm_8[] =
 "#ifdef TR_GEMM_MMA\n"
 "#define TR_MT 128                       /* tile rows and columns */\n"
 "#define TR_MK 32                        /* tile depth */\n"
-"/* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then\n"
-" repacked exactly; integer arithmetic, no extension needed */\n"
-"static inline uint tr_mma_bits(float x, const int F16) {\n"
-"  const uint u = as_uint(tr_round1(x, F16 ? 2 : 1)), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;\n"
-"  if (!F16) return u >> 16;\n"
-"  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */\n";
-static const char tr__cl_src_gemm_9[] =
-"  if (a < 0x38800000u) return sg | (uint)(as_float(a) * 16777216.0f);        /* subnormal: a multiple of 2^-24 */\n"
-"  return sg | ((a - 0x38000000u) >> 13);\n"
-"}\n"
-"/* the float value of the 16-bit pattern in the low half of w */\n"
-"static inline float tr_mma_val(uint w, const int F16) {\n"
-"  const uint h = w & 0xffffu, sg = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
-"  if (!F16) return as_float(h << 16);\n"
-"  if (e == 0) return as_float(sg | as_uint((float)m * 5.9604644775390625e-8f)); /* subnormal: m 2^-24 */\n"
-"  return as_float(sg | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13)));\n"
-"}\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
 "#if TR_GEMM_MMA == 1\n"
@@ -8324,10 +8307,11 @@ static const char tr__cl_src_gemm_9[] =
 "  if (F16) __asm__(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
 "  else __asm__(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
 "  return r;\n"
-"#else\n"
-"  return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;\n"
+"#else /* the tape's conversion (ops.cl): x rounded by tr_round1, the one rounding rule, repacked exactly */\n"
+"  return (uint)tr_half1(lo, F16 ? 2 : 1) | (uint)tr_half1(hi, F16 ? 2 : 1) << 16;\n"
 "#endif\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_gemm_9[] =
 "/* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_MMA_BF16 \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
@@ -8338,8 +8322,9 @@ static const char tr__cl_src_gemm_9[] =
 "  : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]), \"f\"(c[0]), \"f\"(c[1]), \"f\"(c[2]), \"f\"(c[3])\n"
 "#endif\n"
 "/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
-" rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would */\n"
-"static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int al, int rnd,\n"
+" rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
+" start 8-byte aligned */\n"
+"static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
 "                                float c[4][4][4]) {\n"
 "  int i, j, r;\n"
 "#pragma unroll\n"
@@ -8353,7 +8338,7 @@ static const char tr__cl_src_gemm_9[] =
 "      for (j = 0; j < 4; j++) {\n"
 "        const int n = nw + j * 8 + 2 * q;\n"
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
-"        if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */\n"
+"        if (c8 && n + 1 < N) { /* n is even: a float2 */\n"
 "          if (acc) v += *(__global float2 *)(cr + n);\n"
 "          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));\n"
 "          *(__global float2 *)(cr + n) = v;\n"
@@ -8375,8 +8360,7 @@ static const char tr__cl_src_gemm_9[] =
 " (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HS 3\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
-"#if TR_GEMM_MMA == 1\n";
-static const char tr__cl_src_gemm_10[] =
+"#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
 "#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
@@ -8395,15 +8379,16 @@ static const char tr__cl_src_gemm_10[] =
 "    const int e = tid + l * 256, r = e >> 2, c = e & 3;\n"
 "    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);\n"
 "  }\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_gemm_10[] =
 "#if TR_GEMM_MMA != 1\n"
 "/* the 16-bit value at row r, depth k of a staged tile, as a float */\n"
 "static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {\n"
-"  return tr_mma_val(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1)), F16);\n"
+"  return tr_unhalf1((ushort)(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1))), F16 ? 2 : 1);\n"
 "}\n"
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
-"                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int al, __local uint *As0,\n"
+"                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd) {\n"
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
@@ -8446,8 +8431,7 @@ static const char tr__cl_src_gemm_10[] =
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_11[] =
+"#pragma unroll\n"
 "      for (j = 0; j < 4; j += 2) TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(wn + (j + (lm >> 1)) * 8 + lr, 2 * s + (lm & 1)));\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
@@ -8467,9 +8451,10 @@ static const char tr__cl_src_gemm_11[] =
 "#endif\n"
 "    }\n"
 "  }\n"
-"  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, al, rnd, c);\n"
+"  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
-"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
+"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n";
+static const char tr__cl_src_gemm_11[] =
 " rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
 " accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
@@ -8480,7 +8465,7 @@ static const char tr__cl_src_gemm_11[] =
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            (((co | (ulong)ldc) & 1) == 0) << 2, (__local uint *)As, (__local uint *)Bs, F16, wc);                        \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc);                               \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
 "TR_HMMA_K(f16, 1)\n"
@@ -8504,8 +8489,7 @@ static const char tr__cl_src_gemm_11[] =
 " local memory, reading along x and writing along the depth pairs, both coalesced. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,\n"
 "                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {\n"
-"  __local float T[64][33];\n";
-static const char tr__cl_src_gemm_12[] =
+"  __local float T[64][33];\n"
 "  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;\n"
 "  const long b = get_global_id(2);\n"
 "  int i;\n"
@@ -8531,7 +8515,8 @@ static const char tr__cl_src_gemm_12[] =
 "  s = acc ? *C : 0.0f;\n"
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_gemm_12[] =
 "/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
 "               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
@@ -9110,8 +9095,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, &A16)) != TR_OK ||
             (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, &B16)) != TR_OK)
             return st;
-        if (ks > 1) kc = (kc + 31) / 32 * 32;
-        else kc = (int)Kp;
+        if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
         for (z0 = 0; z0 < nz; z0 += 65535) {
@@ -10641,9 +10625,10 @@ TR__FN int tr__ws_rows(const tr_model *m, int B) {
 }
 TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B) - (size_t)B * m->S * m->D; }
 
-/* The workspace (tr__ws_floats) for B rows. */
+/* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
+    B = tr__ws_rows(m, B);
     if (B <= m->ws_B) return TR_OK;
     n = tr__ws_floats(m, B);
     tr__dfree(m->ctx, m->ws);
@@ -10814,7 +10799,7 @@ TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t,
 TR__FN void tr__net_rows(const tr_model *m, const tr__net_rec *rec, size_t b0, tr__net_rec *v) {
     size_t S = (size_t)m->S, D = (size_t)m->D, SD = S * D;
     int l, half = m->tape_half;
-#define TR__ROWS_OF(p, per) ((p) ? (p) + (half ? b0 * (per) / 2 : b0 * (per)) : NULL)
+#define TR__ROWS_OF(p, per) ((p) ? (p) + tr__vals(b0 * (per), half) : NULL)
     v->mem = rec->mem;
     v->h0 = TR__ROWS_OF(rec->h0, SD);
     for (l = 0; l < tr__rec_layers(m); l++) {
@@ -11236,7 +11221,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
-    if ((st = tr__reserve_ws(m, tr__ws_rows(m, B))) != TR_OK) return st;
+    if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, 2)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
@@ -11261,7 +11246,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
     if (m->wlo && ((st = tr__dcopy(m->ctx, m->wlo, m->params, m->n_params * sizeof(float))) != TR_OK || (st = TR__RND(m, m->wlo, m->n_params)) != TR_OK)) return st;
     if (m->cfg.arch == TR_ARCH_HRM) return tr__hrm_fwd(m, c, grad, hook, hook_user);
-    if ((st = tr__reserve_ws(m, tr__ws_rows(m, B))) != TR_OK) return st;
+    if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {

@@ -465,22 +465,6 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #ifdef TR_GEMM_MMA
 #define TR_MT 128                       /* tile rows and columns */
 #define TR_MK 32                        /* tile depth */
-/* the 16-bit pattern of x as bfloat16 or (F16) float16: x rounded by tr_round1 (ops.cl, the one rounding rule), then
- repacked exactly; integer arithmetic, no extension needed */
-static inline uint tr_mma_bits(float x, const int F16) {
-  const uint u = as_uint(tr_round1(x, F16 ? 2 : 1)), a = u & 0x7fffffffu, sg = (u >> 16) & 0x8000u;
-  if (!F16) return u >> 16;
-  if (a >= 0x7f800000u) return sg | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u); /* inf, NaN */
-  if (a < 0x38800000u) return sg | (uint)(as_float(a) * 16777216.0f);        /* subnormal: a multiple of 2^-24 */
-  return sg | ((a - 0x38000000u) >> 13);
-}
-/* the float value of the 16-bit pattern in the low half of w */
-static inline float tr_mma_val(uint w, const int F16) {
-  const uint h = w & 0xffffu, sg = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (!F16) return as_float(h << 16);
-  if (e == 0) return as_float(sg | as_uint((float)m * 5.9604644775390625e-8f)); /* subnormal: m 2^-24 */
-  return as_float(sg | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13)));
-}
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
 #if TR_GEMM_MMA == 1
@@ -488,8 +472,8 @@ static inline uint tr_mma_pack(float lo, float hi, const int F16) {
   if (F16) __asm__("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   else __asm__("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
-#else
-  return tr_mma_bits(lo, F16) | tr_mma_bits(hi, F16) << 16;
+#else /* the tape's conversion (ops.cl): x rounded by tr_round1, the one rounding rule, repacked exactly */
+  return (uint)tr_half1(lo, F16 ? 2 : 1) | (uint)tr_half1(hi, F16 ? 2 : 1) << 16;
 #endif
 }
 /* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */
@@ -502,8 +486,9 @@ static inline uint tr_mma_pack(float lo, float hi, const int F16) {
   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3])
 #endif
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
- rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would */
-static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int al, int rnd,
+ rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
+ start 8-byte aligned */
+static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
                                 float c[4][4][4]) {
   int i, j, r;
 #pragma unroll
@@ -517,7 +502,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       for (j = 0; j < 4; j++) {
         const int n = nw + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
-        if ((al & 4) && n + 1 < N) { /* C rows 8-byte aligned (n is even) */
+        if (c8 && n + 1 < N) { /* n is even: a float2 */
           if (acc) v += *(__global float2 *)(cr + n);
           if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));
           *(__global float2 *)(cr + n) = v;
@@ -562,11 +547,11 @@ static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld
 #if TR_GEMM_MMA != 1
 /* the 16-bit value at row r, depth k of a staged tile, as a float */
 static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {
-  return tr_mma_val(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1)), F16);
+  return tr_unhalf1((ushort)(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1))), F16 ? 2 : 1);
 }
 #endif
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
-                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int al, __local uint *As0,
+                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
@@ -629,7 +614,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #endif
     }
   }
-  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, al, rnd, c);
+  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
 /* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
  rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the
@@ -642,7 +627,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
-            (((co | (ulong)ldc) & 1) == 0) << 2, (__local uint *)As, (__local uint *)Bs, F16, wc);                        \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc);                               \
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
