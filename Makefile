@@ -189,12 +189,12 @@ fuzz:
 
 # Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang; leaks checked), in build/san/.
 SAN_CC    ?= clang
-SAN_FLAGS := -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SAN_FLAGS := -gline-tables-only -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # -O0 for the suites that only parse, write files and drive the programs (and the fuzz replays), -O1 for the rest
 # and the programs: clang takes 45 s to compile the header at -O1 with the sanitizers and 9 s at -O0, while a
 # suite that computes runs 3-8x slower at -O0 (test_sgemm 25 s -> 210 s, test_device 118 s -> over 8 minutes on
 # a Zen 3).
-SAN_O0    := test_checkpoint test_cl_embed test_config test_io test_data test_programs test_tools
+SAN_O0    := test_cl_embed test_config test_io test_data test_programs test_tools
 SAN_OPT    = $(if $(filter $(1),$(SAN_O0)),-O0,-O1)
 # OpenMP from libgomp: with clang 14's own libomp, LeakSanitizer's tracer crashes (SIGSEGV in
 # StopTheWorld) at the exit of a process that made many contexts (test_device).

@@ -4422,13 +4422,18 @@ TR__FN void tr__bgemm_ukr_c(size_t kc, const float *a, const float *b, float *c,
     size_t i, j, k, h, kc2 = (kc + 1) / 2;
     for (i = 0; i < TR__SG_SMR; i++)
         for (j = 0; j < TR__SG_SNR; j++) t[i][j] = 0.0f;
-    for (k = 0; k < kc2; k++, aw += TR__SG_SMR, bw += TR__SG_SNR)
+    for (k = 0; k < kc2; k++, aw += TR__SG_SMR, bw += TR__SG_SNR) {
+        double x[2][TR__SG_SMR], y[2][TR__SG_SNR]; /* the pair's operands, decoded once per k */
+        for (h = 0; h < 2; h++) {
+            for (i = 0; i < TR__SG_SMR; i++) x[h][i] = tr__ftz(tr__bf16_to_f32((uint16_t)(aw[i] >> (16 * h))));
+            for (j = 0; j < TR__SG_SNR; j++) y[h][j] = tr__ftz(tr__bf16_to_f32((uint16_t)(bw[j] >> (16 * h))));
+        }
         for (i = 0; i < TR__SG_SMR; i++)
-            for (j = 0; j < TR__SG_SNR; j++)
-                for (h = 2; h-- > 0;) { /* the odd k first */
-                    double x = tr__ftz(tr__bf16_to_f32((uint16_t)(aw[i] >> (16 * h)))), y = tr__ftz(tr__bf16_to_f32((uint16_t)(bw[j] >> (16 * h))));
-                    t[i][j] = tr__ftz((float)((double)t[i][j] + x * y));
-                }
+            for (j = 0; j < TR__SG_SNR; j++) { /* the odd k first */
+                t[i][j] = tr__ftz((float)((double)t[i][j] + x[1][i] * y[1][j]));
+                t[i][j] = tr__ftz((float)((double)t[i][j] + x[0][i] * y[0][j]));
+            }
+    }
     for (i = 0; i < mr; i++)
         for (j = 0; j < nr; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
 }

@@ -4,16 +4,16 @@
 #include "test_util.h"
 #include <string.h>
 
-/* Every allocation count from 1 to the number a successful call makes (stepping so that at most
-   about 40 calls run): each fails cleanly with TR_ERR_OUT_OF_MEMORY, or succeeds, and leaks
-   nothing. call returns the status; ok_after checks a success. */
+/* Every allocation count from 1 to the number a successful call makes (the first 8, then stepping so
+   that about `spread` more calls run): each fails cleanly with TR_ERR_OUT_OF_MEMORY, or succeeds,
+   and leaks nothing. call returns the status. */
 typedef tr_status (*dev_call)(tr_ctx *ctx, void *arg);
-static void dev_sweep(tr_ctx *ctx, dev_call call, void *arg) {
+static void dev_sweep(tr_ctx *ctx, dev_call call, void *arg, long spread) {
     long before = tr_ctx_alloc_count(ctx), total, n, step;
     assert_int_equal(call(ctx, arg), TR_OK);
     total = tr_ctx_alloc_count(ctx) - before;
     assert_true(total > 0);
-    step = total / 40 + 1;
+    step = total / spread + 1;
     for (n = 1; n <= total; n += (n < 8 ? 1 : step)) {
         tr_status st;
         tr_ctx_fail_alloc_at(ctx, n);
@@ -80,7 +80,7 @@ static void test_cpu_info_alloc(void **state) {
     if (!f) skip(); /* it allocates only to read /proc */
     fclose(f);
     ctx = tu_ctx(1, 1);
-    dev_sweep(ctx, call_cpu_info, &ci);
+    dev_sweep(ctx, call_cpu_info, &ci, 40);
     tr_ctx_destroy(ctx);
 }
 
@@ -168,7 +168,7 @@ static void test_selftest_alloc(void **state) {
     tr_ctx *ctx = tu_ctx(1, 1);
     tr_selftest_result r;
     (void)state;
-    dev_sweep(ctx, call_selftest, &r);
+    dev_sweep(ctx, call_selftest, &r, 12); /* (each call trains four small models) */
     tr_ctx_destroy(ctx);
 }
 
@@ -249,7 +249,7 @@ static void test_opencl_list_alloc(void **state) {
         return;
     }
     tr_opencl_list_free(ctx, &L);
-    dev_sweep(ctx, call_opencl_list, &L);
+    dev_sweep(ctx, call_opencl_list, &L, 40);
     tr_ctx_destroy(ctx);
 }
 
@@ -344,8 +344,8 @@ static void test_recommend_batch_alloc(void **state) {
     tr_ctx *ctx = tu_ctx(1, 1);
     double machine = -1, fixed = 4096;
     (void)state;
-    dev_sweep(ctx, call_recommend, &fixed);
-    dev_sweep(ctx, call_recommend, &machine); /* also reads /proc/meminfo */
+    dev_sweep(ctx, call_recommend, &fixed, 40);
+    dev_sweep(ctx, call_recommend, &machine, 40); /* also reads /proc/meminfo */
     tr_ctx_destroy(ctx);
 }
 

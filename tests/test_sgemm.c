@@ -100,6 +100,9 @@ static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     int l;
     for (l = 0; l < 4; l++) {
+#if !TR__X86 /* (the scalar kernels are the same C on every architecture and run natively on x86; CI runs aarch64 under qemu, where they would double this suite's time) */
+        if (l == 0 && tr_ctx_set_simd(ctx, "neon") == TR_OK) continue;
+#endif
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         fn(ctx);
     }
@@ -179,7 +182,7 @@ static void test_neon_edges(void **state) {
 /* Larger shapes: several KC blocks, MC blocks, NC blocks and skinny products. */
 static void run_large(tr_ctx *ctx) {
     int t;
-    for (t = 0; t < 8; t++) check_one(ctx, t & 1, (t >> 1) & 1, 300, 257, 129, 3, 0, 5, t >> 2);
+    for (t = 0; t < 8; t++) check_one(ctx, t & 1, (t >> 1) & 1, 170, 257, 67, 3, 0, 5, t >> 2);
     check_one(ctx, 0, 1, 67, 45, 1100, 1, 1, 1, 0);   /* 3 KC blocks */
     check_one(ctx, 1, 0, 45, 67, 777, 2, 0, 0, 1);    /* 2 KC blocks, accumulate */
     check_one(ctx, 0, 0, 1030, 70, 33, 0, 0, 0, 0);  /* several MC blocks */
@@ -191,7 +194,7 @@ static void run_large(tr_ctx *ctx) {
     check_one(ctx, 0, 1, 500, 11, 300, 0, 0, 0, 0);  /* narrow outputs */
     check_one(ctx, 0, 0, 500, 2, 130, 1, 0, 0, 1);
     check_one(ctx, 1, 1, 300, 2, 70, 0, 0, 0, 0);
-    check_one(ctx, 0, 1, 97, 512, 512, 0, 0, 0, 1);
+    check_one(ctx, 0, 1, 97, 260, 513, 0, 0, 0, 1);
     check_one(ctx, 0, 0, 1024, 51, 97, 0, 0, 0, 0);
 }
 static void test_large(void **state) {
@@ -224,7 +227,7 @@ static void test_degenerate(void **state) {
 
 /* Results do not depend on the thread count: 1 and 2 threads give the same bits. */
 static void run_threads(tr_ctx *ctx) {
-    static const size_t shapes[][3] = {{300, 257, 129}, {97, 512, 512}, {1030, 70, 700}, {5, 300, 77}, {640, 11, 200},
+    static const size_t shapes[][3] = {{170, 257, 67}, {97, 260, 513}, {520, 70, 530}, {5, 300, 77}, {640, 11, 200},
                                        {200, 640, 20}, {1, 512, 512}, {64, 64, 64}};
     size_t s;
     int t;
@@ -315,7 +318,7 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
 }
 /* Widths that are no multiple of the panel, and shapes of the unpacked paths (run one by one). */
 static void run_shared_a(tr_ctx *ctx) {
-    static const size_t shapes[][4] = {{96, 37, 81, 5}, {512, 128, 81, 3}, {81, 64, 256, 4}, {12, 40, 30, 3}, {70, 6, 20, 3}, {200, 50, 600, 2}};
+    static const size_t shapes[][4] = {{96, 37, 81, 5}, {200, 128, 81, 3}, {81, 64, 256, 4}, {12, 40, 30, 3}, {70, 6, 20, 3}, {100, 50, 600, 2}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 0, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
@@ -326,10 +329,12 @@ static void test_shared_a(void **state) {
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
 }
-/* Depths of one and of several KC blocks and no multiple of 4, batches split into several groups
-   (200 x 50 x 600 x 25), and shapes of the unpacked paths (run one by one). */
+/* Several NC blocks (N 300 > 256) and several MC blocks (M 400 > 168), depths of one and of several
+   KC blocks and no multiple of 4, batches split into several groups (40 x 20 x 520 x 40: 32 products
+   of that size fill the 2M floats of packings a group may take), and shapes of the unpacked paths
+   (run one by one). */
 static void run_summed(tr_ctx *ctx) {
-    static const size_t shapes[][4] = {{97, 512, 128, 9}, {1024, 97, 128, 3}, {200, 50, 600, 25}, {40, 70, 1100, 3}, {12, 40, 30, 3}, {70, 6, 20, 4}};
+    static const size_t shapes[][4] = {{97, 300, 64, 9}, {400, 97, 64, 3}, {40, 20, 520, 40}, {40, 70, 1100, 3}, {12, 40, 30, 3}, {70, 6, 20, 4}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
@@ -455,7 +460,7 @@ static void ref_bf16_pairs(int ta, int tb, size_t M, size_t N, size_t K, const f
    model's (the fp32 kernels, bit-identical to no setting at all), TINYREC_CPU_BF16=0, and the short
    products (M <= 16), which stay on the fp32 kernels. The two layouts get separate weight packings. */
 static void test_bf16_pairs(void **state) {
-    static const size_t shapes[][3] = {{37, 45, 1}, {17, 9, 3}, {64, 64, 64}, {100, 70, 1101}, {300, 130, 255}, {20, 300, 513}};
+    static const size_t shapes[][3] = {{37, 45, 1}, {17, 9, 3}, {64, 64, 64}, {60, 40, 1101}, {170, 130, 255}, {20, 300, 513}};
     tr_ctx *ctx = new_ctx(2);
     tr_cpu_info ci;
     int is_intel, mode, t, th, native = 0;
