@@ -6851,13 +6851,17 @@ static const char tr__cl_src_ops_1[] =
 "#define TR_K1_WG 256\n"
 "/* The elementwise kernels below take 4 values per work-item (tr__cl_k1_launch4): a float4 where the offsets allow. */\n"
 "#define TR_V4(off) ((((off) & 3) == 0) && i + 3 < n)\n"
-"__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {\n"
+"float tr_round1(float v, int fdt);\n"
+"/* y = a + b, rounded to the forward precision fdt (tr_round1; 0: float32, as is) */\n"
+"__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
 "    if (i >= n) return;\n"
 "    a += a_off; b += b_off; y += y_off;\n"
-"    if (TR_V4(a_off | b_off | y_off)) *(__global float4 *)(y + i) = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);\n"
-"    else\n"
-"        for (e = i; e < i + 4 && e < n; e++) y[e] = a[e] + b[e];\n"
+"    if (TR_V4(a_off | b_off | y_off)) {\n"
+"        const float4 v = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);\n"
+"        *(__global float4 *)(y + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));\n"
+"    } else\n"
+"        for (e = i; e < i + 4 && e < n; e++) y[e] = tr_round1(a[e] + b[e], fdt);\n"
 "}\n"
 "__kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,\n"
 "                              __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {\n"
@@ -6908,11 +6912,11 @@ static const char tr__cl_src_ops_1[] =
 "    if (a >= 0x7c00u) return as_float(s | 0x7f800000u | ((a & 0x3ffu) << 13));\n"
 "    if (a >= 0x400u) return as_float(s | ((a << 13) + 0x38000000u));\n"
 "    return as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_2[] =
 "/* unpack 0 stores x[i] as its 16 bits in h, unpack 1 loads them back; h_off counts floats (two values each) */\n"
 "__kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {\n"
-"    size_t i = 4 * get_global_id(0), e;\n";
-static const char tr__cl_src_ops_2[] =
+"    size_t i = 4 * get_global_id(0), e;\n"
 "    if (i >= n) return;\n"
 "    x += x_off; h += 2 * h_off;\n"
 "    if (TR_V4(x_off | 2 * h_off)) {\n"
@@ -6974,22 +6978,22 @@ static const char tr__cl_src_ops_2[] =
 "}\n"
 "/* 4 columns per work-item (tr__cl_swiglu_bwd) */\n"
 "__kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,\n"
-"                              __global float *dg, ulong dg_off) {\n"
+"                              __global float *dg, ulong dg_off, int fdt) {\n"
 "    long j = 4 * get_global_id(0), r = get_global_id(1), e;\n"
 "    const ulong go = g_off + (size_t)r * gs, ao = da_off + (size_t)r * das, oo = dg_off + (size_t)r * gs;\n"
 "    if (j >= width || r >= rows) return;\n"
 "    g += go; da += ao; dg += oo;\n"
-"    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
+"    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n";
+static const char tr__cl_src_ops_3[] =
 "        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);\n"
 "        const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),\n"
-"                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);\n";
-static const char tr__cl_src_ops_3[] =
-"        *(__global float4 *)(dg + j) = (float4)(v0.s0, v1.s0, v2.s0, v3.s0);\n"
-"        *(__global float4 *)(dg + j + width) = (float4)(v0.s1, v1.s1, v2.s1, v3.s1);\n"
+"                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);\n"
+"        *(__global float4 *)(dg + j) = (float4)(tr_round1(v0.s0, fdt), tr_round1(v1.s0, fdt), tr_round1(v2.s0, fdt), tr_round1(v3.s0, fdt));\n"
+"        *(__global float4 *)(dg + j + width) = (float4)(tr_round1(v0.s1, fdt), tr_round1(v1.s1, fdt), tr_round1(v2.s1, fdt), tr_round1(v3.s1, fdt));\n"
 "    } else\n"
 "        for (e = j; e < j + 4 && e < width; e++) {\n"
 "            const float2 v = tr_swiglu_bwd1(g[e], g[e + width], da[e]);\n"
-"            dg[e] = v.s0, dg[e + width] = v.s1;\n"
+"            dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);\n"
 "        }\n"
 "}\n"
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
@@ -7046,8 +7050,12 @@ static const char tr__cl_src_ops_3[] =
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    return t;\n"
 "}\n"
-"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {\n"
+"/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the\n"
+"   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
+"   product's output, already of the precision). */\n"
+"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n";
+static const char tr__cl_src_ops_4[] =
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    size_t r = get_group_id(0);\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
@@ -7055,18 +7063,17 @@ static const char tr__cl_src_ops_3[] =
 "    float inv;\n"
 "    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
 "    for (j = lid; j < D; j += n) {\n"
-"        float v = has_add ? x[j] + ad[j] : x[j];\n"
+"        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];\n"
 "        o[j] = v;\n"
 "        ss += (tr_k1_acc)v * v;\n"
 "    }\n"
 "    ss = tr_k1_wg_sum(sh, ss);\n"
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
 "    if (lid == 0) rstd[rstd_off + r] = inv;\n"
-"    for (j = lid; j < D; j += n) o[j] *= inv;\n"
+"    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);\n"
 "}\n"
-"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n";
-static const char tr__cl_src_ops_4[] =
-"                                ulong rstd_off, __global float *dx, ulong dx_off) {\n"
+"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    size_t r = get_group_id(0);\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
@@ -7076,10 +7083,10 @@ static const char tr__cl_src_ops_4[] =
 "    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
 "    dot = tr_k1_wg_sum(sh, dot);\n"
 "    mean = (float)(dot / D);\n"
-"    for (j = lid; j < D; j += n) dx[j] = rs * (dy[j] - y[j] * mean);\n"
+"    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);\n"
 "}\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {\n"
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc ss = 0;\n"
@@ -7087,16 +7094,16 @@ static const char tr__cl_src_ops_4[] =
 "    if (j >= D || b >= B) return;\n"
 "    x += x_off + base; ad += ad_off + base; o += o_off + base;\n"
 "    for (s = 0; s < S; s++) {\n"
-"        float v = has_add ? x[(size_t)s * D] + ad[(size_t)s * D] : x[(size_t)s * D];\n"
+"        float v = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];\n"
 "        o[(size_t)s * D] = v;\n"
 "        ss += (tr_k1_acc)v * v;\n"
 "    }\n"
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));\n"
 "    rstd[rstd_off + (size_t)b * D + j] = inv;\n"
-"    for (s = 0; s < S; s++) o[(size_t)s * D] *= inv;\n"
+"    for (s = 0; s < S; s++) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);\n"
 "}\n"
 "__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,\n"
-"                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off) {\n"
+"                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
@@ -7106,7 +7113,7 @@ static const char tr__cl_src_ops_4[] =
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
 "    mean = (float)(dot / S);\n"
-"    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);\n"
+"    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
 "}\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
@@ -7121,7 +7128,8 @@ static const char tr__cl_src_ops_4[] =
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
-"    if (b >= B) return;\n"
+"    if (b >= B) return;\n";
+static const char tr__cl_src_ops_5[] =
 "    lab += lab_off + (size_t)b * L;\n"
 "    for (t = 0; t < L; t++) c += lab[t] != -100;\n"
 "    rs[rs_off + 4 * (size_t)b + 1] = (float)c;\n"
@@ -7140,8 +7148,7 @@ static const char tr__cl_src_ops_4[] =
 "    if (act) {\n"
 "        label = lab[lab_off + row];\n"
 "        x += x_off + (size_t)row * V;\n"
-"        dl += dl_off + (size_t)row * V;\n";
-static const char tr__cl_src_ops_5[] =
+"        dl += dl_off + (size_t)row * V;\n"
 "        div = max(rs[rs_off + 4 * (size_t)(row / L) + 1], 1.0f);\n"
 "    }\n"
 "    if (act && label != -100) {\n"
@@ -7220,7 +7227,8 @@ static const char tr__cl_src_ops_5[] =
 "    size_t i = get_global_id(0), n = (size_t)S * D;\n"
 "    int b;\n"
 "    float acc;\n"
-"    if (i >= n) return;\n"
+"    if (i >= n) return;\n";
+static const char tr__cl_src_ops_6[] =
 "    dx += dx_off + i; gp += gp_off + i;\n"
 "    acc = *gp;\n"
 "    for (b = 0; b < B; b++) acc += f * dx[(size_t)b * n];\n"
@@ -7236,8 +7244,7 @@ static const char tr__cl_src_ops_5[] =
 "    __local int tile[TR_K1_WG];\n"
 "    int j = get_global_id(0), v = get_global_id(1), c = get_global_id(2), lid = get_local_id(0), n = get_local_size(0), u, m;\n"
 "    long T = (long)B * L, t0 = T * c / nchunk, t1 = T * (c + 1) / nchunk, t;\n"
-"    float acc = 0;\n";
-static const char tr__cl_src_ops_6[] =
+"    float acc = 0;\n"
 "    __global float *dst = out + out_off + ((size_t)c * V + v) * D + j;\n"
 "    if (nchunk == 1 && j < D) acc = *dst;\n"
 "    dx += dx_off + j; in += in_off;\n"
@@ -7362,7 +7369,7 @@ TR__FN tr_status tr__cl_k1_launch_rows(tr__cl *cl, const char *name, size_t rows
     return tr__cl_launch(cl, name, 1, &g, &l, A);
 }
 
-TR__FN tr_status tr__cl_add(tr__cl *cl, size_t n, const float *a, const float *b, float *y) {
+TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, size_t n, const float *a, const float *b, float *y) {
     tr__clargs A;
     if (n == 0) return TR_OK;
     tr__cla_init(&A);
@@ -7370,10 +7377,11 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, size_t n, const float *a, const float *b
     tr__cla_buf(&A, a);
     tr__cla_buf(&A, b);
     tr__cla_buf(&A, y);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch4(cl, "tr_k_add", n, &A);
 }
 
-TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr__clargs A;
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -7384,10 +7392,11 @@ TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, long rows, int D, const float *
     tr__cla_buf(&A, add);
     tr__cla_buf(&A, out);
     tr__cla_buf(&A, rstd);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
 }
 
-TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
     tr__clargs A;
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -7396,12 +7405,13 @@ TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, long rows, int D, const float *
     tr__cla_buf(&A, y);
     tr__cla_buf(&A, rstd);
     tr__cla_buf(&A, dx);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
 }
 
 /* Column norms: one work-item per (b, channel) walks S; dimension 0 runs over channels so each step of the walk reads
    a contiguous run of the row. */
-TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -7414,10 +7424,11 @@ TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int B, int S, int D, const floa
     tr__cla_buf(&A, add);
     tr__cla_buf(&A, out);
     tr__cla_buf(&A, rstd);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch2(cl, "tr_k_rms_cols_fwd", (size_t)D, (size_t)B, &A);
 }
 
-TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -7428,6 +7439,7 @@ TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int B, int S, int D, const floa
     tr__cla_buf(&A, y);
     tr__cla_buf(&A, rstd);
     tr__cla_buf(&A, dx);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch2(cl, "tr_k_rms_cols_bwd", (size_t)D, (size_t)B, &A);
 }
 
@@ -7445,7 +7457,7 @@ TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, int fdt, long rows, long width, c
     return tr__cl_k1_launch2(cl, "tr_k_swiglu_fwd", ((size_t)width + 3) / 4, (size_t)rows, &A); /* 4 columns per work-item */
 }
 
-TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
+TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
     tr__clargs A;
     if (rows <= 0 || width <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -7456,6 +7468,7 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, long rows, long width, const floa
     tr__cla_buf(&A, da);
     tr__cla_i64(&A, (int64_t)da_stride);
     tr__cla_buf(&A, dg);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch2(cl, "tr_k_swiglu_bwd", ((size_t)width + 3) / 4, (size_t)rows, &A); /* 4 columns per work-item */
 }
 
@@ -9911,10 +9924,14 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     return TR_OK;
 }
 
-TR__FN tr_status tr__op_add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, n, a, b, y));
+/* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
+   what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
+TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
+/* y = R(a + b). */
+TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, const float *b, float *y) {
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, n, a, b, y));
     tr__add(ctx, n, a, b, y);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, y, n);
 }
 
 /* x[0..n) *= a. */
@@ -9949,28 +9966,41 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
     return TR_OK;
 }
 
-TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, rows, D, x, add, out, rstd, eps));
+/* The norms: out = R(r * rstd) with r = x + add (add may be NULL), whose sum is rounded first, R(x + add), as the
+   reference forms a residual sum in the forward precision (add is a product's output, already of it). */
+TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr_status st;
+    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, x, add, out, rstd, eps));
+    if (fdt && add) { /* (out may alias x) */
+        if ((st = tr__op_add(ctx, fdt, (size_t)rows * D, x, add, out)) != TR_OK) return st;
+        x = out, add = NULL;
+    }
     tr__rms_rows_fwd(ctx, rows, D, x, add, out, rstd, eps);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, out, (size_t)rows * D);
 }
 
-TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, rows, D, dy, y, rstd, dx));
+TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, dy, y, rstd, dx));
     tr__rms_rows_bwd(ctx, rows, D, dy, y, rstd, dx);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
 }
 
-TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    TR__ON_CL(ctx, tr__cl_rms_cols_fwd(ctx->cl, B, S, D, x, add, out, rstd, eps));
+TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    size_t n = (size_t)B * S * D;
+    tr_status st;
+    TR__ON_CL(ctx, tr__cl_rms_cols_fwd(ctx->cl, fdt, B, S, D, x, add, out, rstd, eps));
+    if (fdt && add) {
+        if ((st = tr__op_add(ctx, fdt, n, x, add, out)) != TR_OK) return st;
+        x = out, add = NULL;
+    }
     tr__rms_cols_fwd(ctx, B, S, D, x, add, out, rstd, eps);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, out, n);
 }
 
-TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    TR__ON_CL(ctx, tr__cl_rms_cols_bwd(ctx->cl, B, S, D, dy, y, rstd, dx));
+TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    TR__ON_CL(ctx, tr__cl_rms_cols_bwd(ctx->cl, fdt, B, S, D, dy, y, rstd, dx));
     tr__rms_cols_bwd(ctx, B, S, D, dy, y, rstd, dx);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, dx, (size_t)B * S * D);
 }
 
 /* fdt (tr_forward_dtype): bfloat16 / float16 round silu(gate) and the product, as PyTorch does on such tensors */
@@ -9980,9 +10010,15 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return TR_OK;
 }
 
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
-    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, rows, width, g, gs, da, das, dg));
+/* dg (rows of stride gs, like g) rounded to fdt. */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
+    tr_status st;
+    long r;
+    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
+    if (gs == 2 * (size_t)width) return tr__op_round(ctx, fdt, dg, (size_t)rows * gs);
+    for (r = 0; r < rows; r++)
+        if ((st = tr__op_round(ctx, fdt, dg + (size_t)r * gs, 2 * (size_t)width)) != TR_OK) return st;
     return TR_OK;
 }
 
@@ -10683,14 +10719,6 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 }
 
 /* --- blocks ------------------------------------------------------------------------------- */
-/* bfloat16 / float16: proj = R(x + R(proj)), the residual sum the reference forms in the forward precision
-   before its norm. */
-TR__FN tr_status tr__round_residual(tr_model *m, const float *x, float *proj, size_t n) {
-    tr_status st;
-    if ((st = TR__RND(m, proj, n)) || (st = tr__op_add(m->ctx, n, x, proj, proj))) return st;
-    return TR__RND(m, proj, n);
-}
-
 /* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
 TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped) {
     tr_ctx *ctx = m->ctx;
@@ -10699,36 +10727,28 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     tr_status st;
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
-       rounded, and a residual sum is rounded before its norm (so the norm's input is passed as one operand),
-       whose fp32 result is rounded in turn (reference-models.md 1.5). */
-    const float *res = m->fdt ? proj : r->in, *add = m->fdt ? NULL : proj;
+       rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
+       (reference-models.md 1.5; the norm ops round both). */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b) */
         if ((st = tr__op_sgemm_gate_up(ctx, m->fdt, B, It, D, S, TR__W(m, ly->tgu), S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 0, S, D, It, TR__W(m, ly->tdown), It, 0, act, D, It * D, proj, D, S * D, 0))) return st;
-        if (m->fdt && (st = tr__round_residual(m, r->in, proj, BS * D))) return st;
-        if ((st = tr__op_rms_cols_fwd(ctx, B, (int)S, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 0, 0, S, D, It, TR__W(m, ly->tdown), It, 0, act, D, It * D, proj, S * D, 0))) return st;
+        if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))))
             return st;
         if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows)) || (st = TR__RND(m, r->att_o, BS * D))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, D, r->att_o, D, TR__W(m, ly->o), D, proj, D, 0))) return st;
-        if (m->fdt && (st = tr__round_residual(m, r->in, proj, BS * D))) return st;
-        if ((st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, res, add, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
+        if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
-    if ((st = TR__RND(m, r->h1, BS * D))) return st;
     /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 2 * I, D, r->h1, D, 0, TR__W(m, ly->gu), D, 0, r->gu, 0, 0))) return st;
     if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
-    if ((st = tr__op_sgemm(ctx, 0, 1, BS, D, I, act, I, TR__W(m, ly->down), I, proj, D, 0))) return st;
-    if (m->fdt) {
-        if ((st = tr__round_residual(m, r->h1, proj, BS * D)) || (st = tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, proj, NULL, r->out, r->rstd2, eps))) return st;
-        return TR__RND(m, r->out, BS * D);
-    }
-    return tr__op_rms_rows_fwd(ctx, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
+    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, I, act, I, 0, TR__W(m, ly->down), I, 0, proj, 0, 0))) return st;
+    return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl.
@@ -10743,30 +10763,30 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
-    if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, dout, r->out, r->rstd2, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(h1 + proj) */
+    if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
        elementwise pass instead of S * I more floats per row and block */
     if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0))) return st; /* act <- d act */
-    if ((st = tr__op_swiglu_bwd(ctx, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig)) || (st = TR__RND(m, dbig, BS * 2 * I))) return st;
+    if ((st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
     if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1))) return st; /* g2 = d h1 */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        if ((st = tr__op_rms_cols_bwd(ctx, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0))) return st;
-        if ((st = tr__op_swiglu_bwd(ctx, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig)) || (st = TR__RND(m, dbig, (size_t)B * 2 * It * D))) return st;
+        if ((st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, D, S * D, 1))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1))) return st;
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        if ((st = tr__op_rms_rows_bwd(ctx, (long)BS, (int)D, g2, r->h1, r->rstd1, g1)) || (st = TR__RND(m, g1, BS * D))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
         if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows)) || (st = TR__RND(m, dbig, BS * 3 * D))) return st;
@@ -10775,9 +10795,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             return st;
         if ((st = tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
-        if ((st = tr__op_sgemm(ctx, 0, 0, BS, D, 3 * D, dbig, 3 * D, TR__W(m, ly->qkv), D, din, D, 1))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
     }
-    return TR__RND(m, din, BS * D);
+    return TR_OK; /* (din's last product rounded it) */
 }
 
 /* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
@@ -10830,7 +10850,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     tr_status st;
     float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B, *h0 = in_tape ? rec->h0 : out;
     tr__block_rec scratch;
-    if ((st = tr__op_add(m->ctx, n, z, inj, h0)) || (st = TR__RND(m, h0, n))) return st;
+    if ((st = tr__op_add(m->ctx, m->fdt, n, z, inj, h0))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
@@ -11231,7 +11251,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* z_H is fixed during the L updates */
+        if ((st = tr__op_add(m->ctx, m->fdt, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
         for (i = 0; i < n; i++) {
             if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, rec && i == n - 1 ? &m->nets[0] : NULL)) != TR_OK) return st;
         }
@@ -11256,7 +11276,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add(m->ctx, N, c->z_H, c->x, c->inj)) != TR_OK || (st = TR__RND(m, c->inj, N)) != TR_OK) return st; /* the injection is formed first */
+        if ((st = tr__op_add(m->ctx, m->fdt, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
         for (i = 0; i < n; i++)
             if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, rec ? &m->nets[i] : NULL)) != TR_OK) return st;
         if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, rec ? &m->nets[n] : NULL)) != TR_OK) return st;
@@ -11285,7 +11305,7 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
         if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, i ? NULL : gr)) != TR_OK) return st;
-        if ((st = tr__op_add(m->ctx, N, dx, dh0, dx)) != TR_OK || (st = TR__RND(m, dx, N)) != TR_OK) return st;
+        if ((st = tr__op_add(m->ctx, m->fdt, N, dx, dh0, dx)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;

@@ -148,9 +148,9 @@ static void test_add(void **state) {
         float *a = hrand(n, 1 + t, 2.0f), *b = hrand(n, 11 + t, 2.0f), *ref = hbuf(n);
         float *da = dev_f(a, n), *db = dev_f(b, n), *dy = dev_f(NULL, n);
         for (i = 0; i < n; i++) ref[i] = a[i] + b[i];
-        assert_int_equal(tr__cl_add(g_cl, n, da, db, dy), TR_OK);
+        assert_int_equal(tr__cl_add(g_cl, 0, n, da, db, dy), TR_OK);
         check("add", down(dy, n), ref, n, 0, 0, 0); /* a single rounding: bit-exact */
-        assert_int_equal(tr__cl_add(g_cl, n, da, db, da), TR_OK); /* y aliases a */
+        assert_int_equal(tr__cl_add(g_cl, 0, n, da, db, da), TR_OK); /* y aliases a */
         check("add y=a", down(da, n), ref, n, 0, 0, 0);
         dev_free_all();
     }
@@ -208,13 +208,13 @@ static void test_rms_rows(void **state) {
                 float *dDY = dev_f(dy, n), *dDX = dev_f(NULL, n);
                 tr__rms_rows_fwd_ref(R, D, x, ad, y, rs, 1e-5f, 1);
                 tr__rms_rows_bwd_ref(R, D, dy, y, rs, dx, 1);
-                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
                 check("rms_rows fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
                 check("rms_rows fwd rstd", down(dR, (size_t)R), rs, (size_t)R, 1e-10, 0, 1e-5);
                 /* the backward from the CPU's y and rstd, so that it is tested on its own */
                 {
                     float *dYc = dev_f(y, n), *dRc = dev_f(rs, (size_t)R);
-                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, R, D, dDY, dYc, dRc, dDX), TR_OK);
+                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dYc, dRc, dDX), TR_OK);
                     check_mag("rms_rows bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_row, (size_t)D, 0), n, 1e-10, 2e-6, 1e-5);
                 }
                 dev_free_all();
@@ -239,12 +239,12 @@ static void test_rms_cols(void **state) {
                 float *dDY = dev_f(dy, n), *dYc = dev_f(NULL, n), *dRc = dev_f(NULL, nr), *dDX = dev_f(NULL, n);
                 tr__rms_cols_fwd_ref(B, S, D, x, ad, y, rs, 1e-5f, 1);
                 tr__rms_cols_bwd_ref(B, S, D, dy, y, rs, dx, 1);
-                assert_int_equal(tr__cl_rms_cols_fwd(g_cl, B, S, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                assert_int_equal(tr__cl_rms_cols_fwd(g_cl, 0, B, S, D, dX, dA, dY, dR, 1e-5f), TR_OK);
                 check("rms_cols fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
                 check("rms_cols fwd rstd", down(dR, nr), rs, nr, 1e-10, 0, 1e-5);
                 assert_int_equal(tr__cl_write(g_cl, dYc, y, n * 4), TR_OK);
                 assert_int_equal(tr__cl_write(g_cl, dRc, rs, nr * 4), TR_OK);
-                assert_int_equal(tr__cl_rms_cols_bwd(g_cl, B, S, D, dDY, dYc, dRc, dDX), TR_OK);
+                assert_int_equal(tr__cl_rms_cols_bwd(g_cl, 0, B, S, D, dDY, dYc, dRc, dDX), TR_OK);
                 check_mag("rms_cols bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_col, (size_t)S, (size_t)D), n, 1e-10, 2e-6, 1e-5);
                 dev_free_all();
             }
@@ -268,11 +268,78 @@ static void test_swiglu(void **state) {
         tr__swiglu_bwd_ref(R, W, g, gs, da, os, dg, 1);
         assert_int_equal(tr__cl_swiglu_fwd(g_cl, 0, R, W, dG, gs, dO, os), TR_OK);
         check("swiglu fwd", down(dO, no), o, no, 1e-10, 1e-6, 4e-6);
-        assert_int_equal(tr__cl_swiglu_bwd(g_cl, R, W, dG, gs, dDA, os, dDG), TR_OK);
+        assert_int_equal(tr__cl_swiglu_bwd(g_cl, 0, R, W, dG, gs, dDA, os, dDG), TR_OK);
         check("swiglu bwd", down(dDG, ng), dg, ng, 1e-10, 1e-6, 4e-6);
         dev_free_all();
     }
     g_skew = 3;
+}
+
+/* --- outputs rounded in the same pass (bfloat16 fdt 1, float16 fdt 2) -------------------------------------------------- */
+static void same_bits(const char *what, int fdt, const float *got, const float *ref, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (memcmp(&got[i], &ref[i], 4) != 0) fail_msg("%s (fdt %d): element %zu is %.9g, the fp32 kernel's rounded %.9g", what, fdt, i, (double)got[i], (double)ref[i]);
+}
+/* A device copy of d, rounded to fdt on the host. */
+static float *down_rounded(int fdt, const float *d, size_t n) {
+    float *h = down(d, n);
+    tr__round_ref(fdt, h, n);
+    return h;
+}
+/* Each op with fdt gives, bit for bit, the float32 kernel's result rounded after (tr__round_ref), on an input whose
+   residual sum was rounded first: the kernels round in registers what the CPU rounds in a pass after. Odd sizes (the
+   scalar tails of the 4-wide add) and a row stride wider than the row (SwiGLU). */
+static void test_rounded_outputs(void **state) {
+    enum { R = 7, D = 130, B = 2, S = 9, W = 33, GS = 70 };
+    int fdt;
+    size_t i;
+    (void)state;
+    cl_get();
+    for (fdt = 1; fdt <= 2; fdt++) {
+        size_t n = (size_t)R * D, nc = (size_t)B * S * D, ng = (size_t)R * GS;
+        float *x = hrand(n, 61, 1.5f), *ad = hrand(n, 67, 1.0f), *dy = hrand(n, 71, 1.0f), *xs = hbuf(n);
+        float *cx = hrand(nc, 73, 1.5f), *cad = hrand(nc, 79, 1.0f), *cdy = hrand(nc, 83, 1.0f), *cxs = hbuf(nc);
+        float *g = hrand(ng, 89, 3.0f), *da = hrand(ng, 97, 1.0f);
+        float *dY = dev_f(NULL, n), *dR = dev_f(NULL, R), *dY0 = dev_f(NULL, n), *dR0 = dev_f(NULL, R), *dDX = dev_f(NULL, n), *dDX0 = dev_f(NULL, n);
+        float *cY = dev_f(NULL, nc), *cR = dev_f(NULL, (size_t)B * D), *cY0 = dev_f(NULL, nc), *cR0 = dev_f(NULL, (size_t)B * D), *cDX = dev_f(NULL, nc), *cDX0 = dev_f(NULL, nc);
+        float *dG = dev_f(g, ng), *dDA = dev_f(da, ng), *dDG = dev_f(g, ng), *dDG0 = dev_f(g, ng);
+        float *dX, *dA, *dDY, *cX, *cA, *cDY;
+        tr__round_ref(fdt, ad, n), tr__round_ref(fdt, cad, nc); /* (a product's output) */
+        dX = dev_f(x, n), dA = dev_f(ad, n), dDY = dev_f(dy, n), cX = dev_f(cx, nc), cA = dev_f(cad, nc), cDY = dev_f(cdy, nc);
+        for (i = 0; i < n; i++) xs[i] = x[i] + ad[i];
+        for (i = 0; i < nc; i++) cxs[i] = cx[i] + cad[i];
+        tr__round_ref(fdt, xs, n), tr__round_ref(fdt, cxs, nc);
+        /* add: R(a + b) */
+        assert_int_equal(tr__cl_add(g_cl, fdt, n - 1, dX, dA, dY), TR_OK);
+        same_bits("add", fdt, down(dY, n - 1), xs, n - 1);
+        /* the row norm and its backward */
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+        same_bits("rms_rows fwd y", fdt, down(dY, n), down_rounded(fdt, dY0, n), n);
+        same_bits("rms_rows fwd rstd", fdt, down(dR, R), down(dR0, R), R);
+        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dY, dR, dDX0), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dDY, dY, dR, dDX), TR_OK);
+        same_bits("rms_rows bwd", fdt, down(dDX, n), down_rounded(fdt, dDX0, n), n);
+        /* the column norm and its backward */
+        assert_int_equal(tr__cl_rms_cols_fwd(g_cl, 0, B, S, D, dev_f(cxs, nc), NULL, cY0, cR0, 1e-5f), TR_OK);
+        assert_int_equal(tr__cl_rms_cols_fwd(g_cl, fdt, B, S, D, cX, cA, cY, cR, 1e-5f), TR_OK);
+        same_bits("rms_cols fwd y", fdt, down(cY, nc), down_rounded(fdt, cY0, nc), nc);
+        same_bits("rms_cols fwd rstd", fdt, down(cR, (size_t)B * D), down(cR0, (size_t)B * D), (size_t)B * D);
+        assert_int_equal(tr__cl_rms_cols_bwd(g_cl, 0, B, S, D, cDY, cY, cR, cDX0), TR_OK);
+        assert_int_equal(tr__cl_rms_cols_bwd(g_cl, fdt, B, S, D, cDY, cY, cR, cDX), TR_OK);
+        same_bits("rms_cols bwd", fdt, down(cDX, nc), down_rounded(fdt, cDX0, nc), nc);
+        /* SwiGLU backward: both halves of each row rounded, the gap between rows (GS > 2 W) untouched */
+        assert_int_equal(tr__cl_swiglu_bwd(g_cl, 0, R, W, dG, GS, dDA, GS, dDG0), TR_OK);
+        assert_int_equal(tr__cl_swiglu_bwd(g_cl, fdt, R, W, dG, GS, dDA, GS, dDG), TR_OK);
+        {
+            float *got = down(dDG, ng), *ref = down(dDG0, ng);
+            long r;
+            for (r = 0; r < R; r++) tr__round_ref(fdt, ref + r * GS, 2 * W);
+            same_bits("swiglu bwd", fdt, got, ref, ng);
+        }
+        dev_free_all();
+    }
 }
 
 /* --- RoPE, forward and inverse (hd odd leaves the last channel alone) ----------------------------------------------- */
@@ -552,7 +619,7 @@ static void test_small_workgroups(void **state) {
         info->max_wg = caps[c];
         dY = dev_f(NULL, n), dR = dev_f(NULL, (size_t)R);
         tr__rms_rows_fwd_ref(R, D, x, NULL, y, rs, 1e-5f, 1);
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f), TR_OK);
         check("rms_rows small wg", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
         dev_free_all();
         xent_case(3, 5, 130, TR_LOSS_SOFTMAX, 1, 1.0f, 173, 1);
@@ -563,7 +630,7 @@ static void test_small_workgroups(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu), cmocka_unit_test(test_rounded_outputs),
         cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill),
         cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups), cmocka_unit_test(test_all_finite),
     };

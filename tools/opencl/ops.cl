@@ -9,13 +9,17 @@ typedef float tr_k1_acc;
 #define TR_K1_WG 256
 /* The elementwise kernels below take 4 values per work-item (tr__cl_k1_launch4): a float4 where the offsets allow. */
 #define TR_V4(off) ((((off) & 3) == 0) && i + 3 < n)
-__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off) {
+float tr_round1(float v, int fdt);
+/* y = a + b, rounded to the forward precision fdt (tr_round1; 0: float32, as is) */
+__kernel void tr_k_add(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt) {
     size_t i = 4 * get_global_id(0), e;
     if (i >= n) return;
     a += a_off; b += b_off; y += y_off;
-    if (TR_V4(a_off | b_off | y_off)) *(__global float4 *)(y + i) = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);
-    else
-        for (e = i; e < i + 4 && e < n; e++) y[e] = a[e] + b[e];
+    if (TR_V4(a_off | b_off | y_off)) {
+        const float4 v = *(__global const float4 *)(a + i) + *(__global const float4 *)(b + i);
+        *(__global float4 *)(y + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));
+    } else
+        for (e = i; e < i + 4 && e < n; e++) y[e] = tr_round1(a[e] + b[e], fdt);
 }
 __kernel void tr_k_adam_atan2(ulong n, __global float *p, ulong p_off, __global const float *g, ulong g_off, __global float *m, ulong m_off,
                               __global float *v, ulong v_off, float decay, float step, float sbc2, float c1, float c2) {
@@ -131,7 +135,7 @@ float2 tr_swiglu_bwd1(float x, float up, float d) {
 }
 /* 4 columns per work-item (tr__cl_swiglu_bwd) */
 __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off, ulong das,
-                              __global float *dg, ulong dg_off) {
+                              __global float *dg, ulong dg_off, int fdt) {
     long j = 4 * get_global_id(0), r = get_global_id(1), e;
     const ulong go = g_off + (size_t)r * gs, ao = da_off + (size_t)r * das, oo = dg_off + (size_t)r * gs;
     if (j >= width || r >= rows) return;
@@ -140,12 +144,12 @@ __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ul
         const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);
         const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),
                      v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);
-        *(__global float4 *)(dg + j) = (float4)(v0.s0, v1.s0, v2.s0, v3.s0);
-        *(__global float4 *)(dg + j + width) = (float4)(v0.s1, v1.s1, v2.s1, v3.s1);
+        *(__global float4 *)(dg + j) = (float4)(tr_round1(v0.s0, fdt), tr_round1(v1.s0, fdt), tr_round1(v2.s0, fdt), tr_round1(v3.s0, fdt));
+        *(__global float4 *)(dg + j + width) = (float4)(tr_round1(v0.s1, fdt), tr_round1(v1.s1, fdt), tr_round1(v2.s1, fdt), tr_round1(v3.s1, fdt));
     } else
         for (e = j; e < j + 4 && e < width; e++) {
             const float2 v = tr_swiglu_bwd1(g[e], g[e + width], da[e]);
-            dg[e] = v.s0, dg[e + width] = v.s1;
+            dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);
         }
 }
 __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
@@ -202,8 +206,11 @@ tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return t;
 }
+/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the
+   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a
+   product's output, already of the precision). */
 __kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     __local tr_k1_acc sh[TR_K1_WG];
     size_t r = get_group_id(0);
     int j, lid = get_local_id(0), n = get_local_size(0);
@@ -211,17 +218,17 @@ __kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const fl
     float inv;
     x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;
     for (j = lid; j < D; j += n) {
-        float v = has_add ? x[j] + ad[j] : x[j];
+        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];
         o[j] = v;
         ss += (tr_k1_acc)v * v;
     }
     ss = tr_k1_wg_sum(sh, ss);
     inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
     if (lid == 0) rstd[rstd_off + r] = inv;
-    for (j = lid; j < D; j += n) o[j] *= inv;
+    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);
 }
 __kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
-                                ulong rstd_off, __global float *dx, ulong dx_off) {
+                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
     __local tr_k1_acc sh[TR_K1_WG];
     size_t r = get_group_id(0);
     int j, lid = get_local_id(0), n = get_local_size(0);
@@ -231,10 +238,10 @@ __kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, _
     for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];
     dot = tr_k1_wg_sum(sh, dot);
     mean = (float)(dot / D);
-    for (j = lid; j < D; j += n) dx[j] = rs * (dy[j] - y[j] * mean);
+    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);
 }
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off) {
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     int j = get_global_id(0), b = get_global_id(1), s;
     size_t base = (size_t)b * S * D + j;
     tr_k1_acc ss = 0;
@@ -242,16 +249,16 @@ __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __g
     if (j >= D || b >= B) return;
     x += x_off + base; ad += ad_off + base; o += o_off + base;
     for (s = 0; s < S; s++) {
-        float v = has_add ? x[(size_t)s * D] + ad[(size_t)s * D] : x[(size_t)s * D];
+        float v = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];
         o[(size_t)s * D] = v;
         ss += (tr_k1_acc)v * v;
     }
     inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));
     rstd[rstd_off + (size_t)b * D + j] = inv;
-    for (s = 0; s < S; s++) o[(size_t)s * D] *= inv;
+    for (s = 0; s < S; s++) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);
 }
 __kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,
-                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off) {
+                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
     int j = get_global_id(0), b = get_global_id(1), s;
     size_t base = (size_t)b * S * D + j;
     tr_k1_acc dot = 0;
@@ -261,7 +268,7 @@ __kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, u
     rs = rstd[rstd_off + (size_t)b * D + j];
     for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];
     mean = (float)(dot / S);
-    for (s = 0; s < S; s++) dx[(size_t)s * D] = rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean);
+    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);
 }
 __kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,
                              __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {
