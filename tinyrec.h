@@ -6997,7 +6997,7 @@ static const char tr__cl_src_ops_3[] =
 "        }\n"
 "}\n"
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                        __global const float *sn, ulong sn_off, float sgn) {\n"
+"                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
 "    float x1, x2;\n"
@@ -7008,8 +7008,8 @@ static const char tr__cl_src_ops_3[] =
 "    cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;\n"
 "    v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;\n"
 "    x1 = v[j]; x2 = v[j + hf];\n"
-"    v[j] = x1 * cs[j] - sgn * x2 * sn[j];\n"
-"    v[j + hf] = x2 * cs[j + hf] + sgn * x1 * sn[j + hf];\n"
+"    v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);\n"
+"    v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);\n"
 "}\n"
 "__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {\n"
@@ -7052,9 +7052,9 @@ static const char tr__cl_src_ops_3[] =
 "}\n"
 "/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the\n"
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
-"   product's output, already of the precision). */\n"
-"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n";
+"   product's output, already of the precision). */\n";
 static const char tr__cl_src_ops_4[] =
+"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    size_t r = get_group_id(0);\n"
@@ -7125,11 +7125,11 @@ static const char tr__cl_src_ops_4[] =
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
 "}\n"
-"#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
+"#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n";
+static const char tr__cl_src_ops_5[] =
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
-"    if (b >= B) return;\n";
-static const char tr__cl_src_ops_5[] =
+"    if (b >= B) return;\n"
 "    lab += lab_off + (size_t)b * L;\n"
 "    for (t = 0; t < L; t++) c += lab[t] != -100;\n"
 "    rs[rs_off + 4 * (size_t)b + 1] = (float)c;\n"
@@ -7222,13 +7222,13 @@ static const char tr__cl_src_ops_5[] =
 "    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_6[] =
 "__kernel void tr_k_embed_bwd_pos(int B, int S, int D, float f, __global const float *dx, ulong dx_off, __global float *gp, ulong gp_off) {\n"
 "    size_t i = get_global_id(0), n = (size_t)S * D;\n"
 "    int b;\n"
 "    float acc;\n"
-"    if (i >= n) return;\n";
-static const char tr__cl_src_ops_6[] =
+"    if (i >= n) return;\n"
 "    dx += dx_off + i; gp += gp_off + i;\n"
 "    acc = *gp;\n"
 "    for (b = 0; b < B; b++) acc += f * dx[(size_t)b * n];\n"
@@ -7310,14 +7310,16 @@ static const char tr__cl_src_ops_6[] =
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
 "    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
-"    j1 = gst[g + 1];\n"
+"    j1 = gst[g + 1];\n";
+static const char tr__cl_src_ops_7[] =
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
 "    row = tab + tab_off + (size_t)gid[gid_off + g] * Dp + k;\n"
 "    *row = *row * decay - lr * sg;\n"
 "}\n";
 #define TR__CL_SRC_OPS_LIST \
-    tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, tr__cl_src_ops_6
+    tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, \
+    tr__cl_src_ops_6, tr__cl_src_ops_7
 /* >>cl-embed-end */
 
 
@@ -7473,7 +7475,7 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, c
 }
 
 /* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
-TR__FN tr_status tr__cl_rope(tr__cl *cl, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     tr__clargs A;
     if (rows <= 0 || S <= 0 || H <= 0 || hd < 2) return TR_OK;
     tr__cla_init(&A);
@@ -7485,6 +7487,7 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, long rows, int S, int H, int hd, float 
     tr__cla_buf(&A, cosv);
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
+    tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch2(cl, "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
 
@@ -8562,7 +8565,7 @@ static const char tr__cl_src_attention_1[] =
 "#define TR_ATT_TD 16\n"
 "#define TR_QROW(r) (qkv + ((long)b * S + (r)) * ld + (long)h * hd)\n"
 "static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,\n"
-"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC) {\n"
+"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;\n"
@@ -8618,7 +8621,7 @@ static const char tr__cl_src_attention_1[] =
 "    __global float *orow = o + ((long)b * S + q0 + qi) * D + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
 "      d = dj + TR_ATT_TD * c;\n"
-"      if (d < hd) orow[d] = oa[c] / l;\n"
+"      if (d < hd) orow[d] = tr_round1(oa[c] / l, fdt);\n"
 "    }\n"
 "    if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);\n"
 "  }\n"
@@ -8626,8 +8629,8 @@ static const char tr__cl_src_attention_1[] =
 "#define TR_ATT_FWD(NAME, NC)                                                                                         \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
 "           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
-"           __local float *Vs, __local float *Ps) {                                                       \\\n"
-"    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC);                 \\\n"
+"           __local float *Vs, __local float *Ps, int fdt) {                                              \\\n"
+"    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, fdt);            \\\n"
 "  }\n"
 "TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
 "TR_ATT_FWD(tr_k_att_fwd256, 16)\n"
@@ -8650,7 +8653,7 @@ static const char tr__cl_src_attention_2[] =
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
 "            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
-"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC) {\n"
+"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt) {\n"
 "  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
 "  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;\n"
@@ -8709,7 +8712,7 @@ static const char tr__cl_src_attention_2[] =
 "    __global float *r = dqkv + ((long)b * S + j0 + kj) * ld + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
 "      d = dj + TR_ATT_TD * c;\n"
-"      if (d < hd) r[D + d] = dk[c] * scale, r[2 * D + d] = dv[c];\n"
+"      if (d < hd) r[D + d] = tr_round1(dk[c] * scale, fdt), r[2 * D + d] = tr_round1(dv[c], fdt);\n"
 "    }\n"
 "  }\n"
 "}\n"
@@ -8718,10 +8721,10 @@ static const char tr__cl_src_attention_2[] =
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n"
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
-"           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \\\n"
-"    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n"
-"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC);                                                              \\\n";
+"           __local float *Ls, __local float *Ps, __local float *Ss, int fdt) {                        \\\n"
+"    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n";
 static const char tr__cl_src_attention_3[] =
+"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt);                                                         \\\n"
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
 "TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n"
@@ -8729,7 +8732,7 @@ static const char tr__cl_src_attention_3[] =
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
-"           const int NC) {\n"
+"           const int NC, int fdt) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;\n"
@@ -8785,7 +8788,7 @@ static const char tr__cl_src_attention_3[] =
 "    __global float *r = dqkv + ((long)b * S + q0 + qi) * ld + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
 "      d = dj + TR_ATT_TD * c;\n"
-"      if (d < hd) r[d] = dq[c] * scale;\n"
+"      if (d < hd) r[d] = tr_round1(dq[c] * scale, fdt);\n"
 "    }\n"
 "  }\n"
 "}\n"
@@ -8794,9 +8797,9 @@ static const char tr__cl_src_attention_3[] =
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \\\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
-"           __local float *Ss) {                                                                       \\\n"
+"           __local float *Ss, int fdt) {                                                              \\\n"
 "    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n"
-"         Qs, Os, Ks, Vs, Ss, NC);                                                                        \\\n"
+"         Qs, Os, Ks, Vs, Ss, NC, fdt);                                                                   \\\n"
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
@@ -9219,7 +9222,7 @@ TR__FN tr_status tr__cl_att_check(tr__cl *cl, int B, int S, int H, int hd) {
 }
 
 /* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. */
-TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int B, int S, int H, int hd, const float *qkv, float *o, float *lse) {
+TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const float *qkv, float *o, float *lse) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nqb;
     int BQ, BK = 64; /* BK <= 64: the kernels score 4 keys of 16 per work-item */
@@ -9241,13 +9244,14 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int B, int S, int H, int hd, c
     tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nqb), tr__cla_i32(&a, BK);
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * hd), tr__cla_local(&a, 4 * (size_t)BQ * (BK + 1));
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_FWD_BYTES
     return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_fwd64" : "tr_k_att_fwd256", 2, gs, ls, &a);
 }
 
 /* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
    queries) and dq per query block (looping over keys); each output is written once, no atomics. */
-TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse,
+TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse,
                                       const float *do_, float *dqkv) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nblk, rows;
@@ -9280,6 +9284,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)2 * BQ), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1));
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_DKDV_BYTES
     if ((st = tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dkdv64" : "tr_k_att_dkdv256", 2, gs, ls, &a)) != TR_OK) return st;
     /* dq: R queries per group, key blocks of BK */
@@ -9297,6 +9302,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int B, int S, int H, int hd, c
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)R * (BK + 1));
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_DQ_BYTES
     return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dq64" : "tr_k_att_dq256", 2, gs, ls, &a);
 }
@@ -10056,24 +10062,26 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
 }
 
-TR__FN tr_status tr__op_rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
-    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, rows, S, H, hd, qkv, cosv, sinv, inverse));
+/* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
+TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse));
     tr__rope(ctx, rows, S, H, hd, qkv, cosv, sinv, inverse);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, qkv, (size_t)rows * 3 * H * hd);
 }
 
-/* scratch: the CPU kernels' per-thread rows (unused on the device) */
-TR__FN tr_status tr__op_attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, B, S, H, hd, qkv, o, lse));
+/* o (and, backward, dqkv) rounded to fdt; lse stays fp32. scratch: the CPU kernels' per-thread rows (unused on the
+   device) */
+TR__FN tr_status tr__op_attention_fwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
+    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse));
     tr__attention_fwd(ctx, B, S, H, hd, qkv, o, lse, scratch);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, o, (size_t)B * S * H * hd);
 }
 
-TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_,
+TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_,
                                       float *dqkv, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, B, S, H, hd, qkv, o, lse, do_, dqkv));
+    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv));
     tr__attention_bwd(ctx, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch);
-    return TR_OK;
+    return tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd);
 }
 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
@@ -10738,9 +10746,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)) || (st = TR__RND(m, r->mix, BS * 3 * D))))
+            (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)))
             return st;
-        if ((st = tr__op_attention_fwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows)) || (st = TR__RND(m, r->att_o, BS * D))) return st;
+        if ((st = tr__op_attention_fwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
@@ -10789,9 +10797,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
-        if ((st = tr__op_attention_bwd(ctx, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows)) || (st = TR__RND(m, dbig, BS * 3 * D))) return st;
+        if ((st = tr__op_attention_bwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            ((st = tr__op_rope(ctx, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)) || (st = TR__RND(m, dbig, BS * 3 * D))))
+            (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
         if ((st = tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;

@@ -550,7 +550,7 @@ static void test_elementwise_simd(void **state) {
             tu_fill(q, RB * RS * 3 * RD, 30 + inv, 1.0f);
             memcpy(q2, q, sizeof q);
             tr__rope_ref(RB * RS, RS, RH, RHD, q, c, sn, inv, 1);
-            assert_int_equal(tr__op_rope(ctx, RB * RS, RS, RH, RHD, q2, c, sn, inv), TR_OK);
+            assert_int_equal(tr__op_rope(ctx, 0, RB * RS, RS, RH, RHD, q2, c, sn, inv), TR_OK);
             tu_assert_close(simd_levels[lvl], q2, q, RB * RS * 3 * RD, 1e-7, 0);
         }
         tu_fill(sh, N, 40, 1.0f), tu_fill(p, N, 41, 1.0f);

@@ -466,7 +466,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     char what[128];
     tu_fill(qkv, nq, seed, 1.5f), tu_fill(dO, no, seed + 1, 1.0f), tu_fill(dqkv, nq, seed + 2, 1.0f);
     dq = up(cl, qkv, nq), dout = up(cl, dqkv, no), dl = up(cl, dqkv, nl), ddo = up(cl, dO, no), dd = up(cl, dqkv, nq);
-    assert_int_equal(tr__cl_attention_fwd(cl, B, S, H, hd, dq, dout, dl), TR_OK);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, B, S, H, hd, dq, dout, dl), TR_OK);
     down(cl, o, dout, no), down(cl, lse, dl, nl);
     tr__attention_fwd_ref(B, S, H, hd, qkv, ro, rl, scr, 1);
     snprintf(what, sizeof what, "attention fwd o B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -476,7 +476,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     /* backward from the reference forward (so both sides see the same o and lse) */
     assert_int_equal(tr__cl_write(cl, dout, ro, no * 4), TR_OK);
     assert_int_equal(tr__cl_write(cl, dl, rl, nl * 4), TR_OK);
-    assert_int_equal(tr__cl_attention_bwd(cl, B, S, H, hd, dq, dout, dl, ddo, dd), TR_OK);
+    assert_int_equal(tr__cl_attention_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd), TR_OK);
     down(cl, dqkv, dd, nq);
     tr__attention_bwd_ref(B, S, H, hd, qkv, ro, rl, dO, rd, scr, 1);
     snprintf(what, sizeof what, "attention bwd B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -491,8 +491,8 @@ static void test_attention(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention(cl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 70 + i);
-    assert_int_equal(tr__cl_attention_fwd(cl, 1, 4, 1, 257, NULL, NULL, NULL), TR_ERR_UNSUPPORTED);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, 4, 1, 8, NULL, NULL, NULL), TR_OK);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, 1, 4, 1, 257, NULL, NULL, NULL), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, 0, 4, 1, 8, NULL, NULL, NULL), TR_OK);
     print_message("worst NMSE: sgemm %.3g, attention %.3g\n", g_worst_gemm, g_worst_att);
 }
 

@@ -287,8 +287,8 @@ static float *down_rounded(int fdt, const float *d, size_t n) {
     tr__round_ref(fdt, h, n);
     return h;
 }
-/* Each op with fdt gives, bit for bit, the float32 kernel's result rounded after (tr__round_ref), on an input whose
-   residual sum was rounded first: the kernels round in registers what the CPU rounds in a pass after. Odd sizes (the
+/* Each op with fdt gives, bit for bit, the float32 kernel's result rounded after (tr__round_ref), on inputs of the
+   precision and a residual sum rounded first: the kernels round in registers what the CPU rounds in a pass after. Odd sizes (the
    scalar tails of the 4-wide add) and a row stride wider than the row (SwiGLU). */
 static void test_rounded_outputs(void **state) {
     enum { R = 7, D = 130, B = 2, S = 9, W = 33, GS = 70 };
@@ -338,6 +338,29 @@ static void test_rounded_outputs(void **state) {
             for (r = 0; r < R; r++) tr__round_ref(fdt, ref + r * GS, 2 * W);
             same_bits("swiglu bwd", fdt, got, ref, ng);
         }
+        { /* RoPE (hd odd: the last channel, already of the precision, is left alone) and attention on values of the precision */
+            enum { AB = 2, AS = 11, AH = 2, HD = 7 };
+            size_t nq = (size_t)AB * AS * 3 * AH * HD, no = (size_t)AB * AS * AH * HD, nl = (size_t)AB * AH * AS;
+            float *q = hrand(nq, 101, 1.0f), *cs = hrand((size_t)AS * HD, 103, 1.0f), *sn = hrand((size_t)AS * HD, 107, 1.0f), *dout = hrand(no, 109, 1.0f);
+            float *dQ, *dQ0, *dO, *dO0, *dL, *dL0, *dDO, *dD, *dD0;
+            int inv;
+            tr__round_ref(fdt, q, nq), tr__round_ref(fdt, dout, no);
+            for (inv = 0; inv < 2; inv++) {
+                dQ = dev_f(q, nq), dQ0 = dev_f(q, nq);
+                assert_int_equal(tr__cl_rope(g_cl, 0, AB * AS, AS, AH, HD, dQ0, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
+                same_bits(inv ? "rope inverse" : "rope", fdt, down(dQ, nq), down_rounded(fdt, dQ0, nq), nq);
+            }
+            dQ = dev_f(q, nq), dO = dev_f(NULL, no), dO0 = dev_f(NULL, no), dL = dev_f(NULL, nl), dL0 = dev_f(NULL, nl);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, 0, AB, AS, AH, HD, dQ, dO0, dL0), TR_OK);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL), TR_OK);
+            same_bits("attention fwd o", fdt, down(dO, no), down_rounded(fdt, dO0, no), no);
+            same_bits("attention fwd lse", fdt, down(dL, nl), down(dL0, nl), nl);
+            dDO = dev_f(dout, no), dD = dev_f(NULL, nq), dD0 = dev_f(NULL, nq);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, 0, AB, AS, AH, HD, dQ, dO, dL, dDO, dD0), TR_OK);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dDO, dD), TR_OK);
+            same_bits("attention bwd dqkv", fdt, down(dD, nq), down_rounded(fdt, dD0, nq), nq);
+        }
         dev_free_all();
     }
 }
@@ -357,7 +380,7 @@ static void test_rope(void **state) {
             float *q = hrand(n, 41 + t, 1.0f), *cs = hrand(nc, 43 + t, 1.0f), *sn = hrand(nc, 47 + t, 1.0f);
             float *dQ = dev_f(q, n), *dC = dev_f(cs, nc), *dS = dev_f(sn, nc);
             tr__rope_ref(R, S, H, hd, q, cs, sn, inv, 1);
-            assert_int_equal(tr__cl_rope(g_cl, R, S, H, hd, dQ, dC, dS, inv), TR_OK);
+            assert_int_equal(tr__cl_rope(g_cl, 0, R, S, H, hd, dQ, dC, dS, inv), TR_OK);
             check(inv ? "rope inverse" : "rope", down(dQ, n), q, n, 1e-12, 1e-6, 1e-6);
             dev_free_all();
         }

@@ -3,7 +3,7 @@
 #define TR_ATT_TD 16
 #define TR_QROW(r) (qkv + ((long)b * S + (r)) * ld + (long)h * hd)
 static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,
-           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC) {
+           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt) {
   const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;
   const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;
@@ -59,7 +59,7 @@ static inline void tr_att_fwd(__global const float *qkv, __global float *o, __gl
     __global float *orow = o + ((long)b * S + q0 + qi) * D + (long)h * hd;
     for (c = 0; c < NC; c++) {
       d = dj + TR_ATT_TD * c;
-      if (d < hd) orow[d] = oa[c] / l;
+      if (d < hd) orow[d] = tr_round1(oa[c] / l, fdt);
     }
     if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);
   }
@@ -67,8 +67,8 @@ static inline void tr_att_fwd(__global const float *qkv, __global float *o, __gl
 #define TR_ATT_FWD(NAME, NC)                                                                                         \
   __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \
            ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \
-           __local float *Vs, __local float *Ps) {                                                       \
-    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC);                 \
+           __local float *Vs, __local float *Ps, int fdt) {                                              \
+    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, fdt);            \
   }
 TR_ATT_FWD(tr_k_att_fwd64, 4)
 TR_ATT_FWD(tr_k_att_fwd256, 16)
@@ -90,7 +90,7 @@ __kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const 
 static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,
             __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,
             __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,
-            __local float *Ls, __local float *Ps, __local float *Ss, const int NC) {
+            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt) {
   const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;
   const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;
@@ -149,7 +149,7 @@ static inline void tr_att_dkdv(__global const float *qkv, __global const float *
     __global float *r = dqkv + ((long)b * S + j0 + kj) * ld + (long)h * hd;
     for (c = 0; c < NC; c++) {
       d = dj + TR_ATT_TD * c;
-      if (d < hd) r[D + d] = dk[c] * scale, r[2 * D + d] = dv[c];
+      if (d < hd) r[D + d] = tr_round1(dk[c] * scale, fdt), r[2 * D + d] = tr_round1(dv[c], fdt);
     }
   }
 }
@@ -158,9 +158,9 @@ static inline void tr_att_dkdv(__global const float *qkv, __global const float *
            __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \
            __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \
            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \
-           __local float *Ls, __local float *Ps, __local float *Ss) {                                 \
+           __local float *Ls, __local float *Ps, __local float *Ss, int fdt) {                        \
     tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \
-          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC);                                                              \
+          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt);                                                         \
   }
 TR_ATT_DKDV(tr_k_att_dkdv64, 4)
 TR_ATT_DKDV(tr_k_att_dkdv256, 16)
@@ -168,7 +168,7 @@ TR_ATT_DKDV(tr_k_att_dkdv256, 16)
 static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,
            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,
            __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,
-           const int NC) {
+           const int NC, int fdt) {
   const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;
   const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;
@@ -224,7 +224,7 @@ static inline void tr_att_dq(__global const float *qkv, __global const float *dO
     __global float *r = dqkv + ((long)b * S + q0 + qi) * ld + (long)h * hd;
     for (c = 0; c < NC; c++) {
       d = dj + TR_ATT_TD * c;
-      if (d < hd) r[d] = dq[c] * scale;
+      if (d < hd) r[d] = tr_round1(dq[c] * scale, fdt);
     }
   }
 }
@@ -233,9 +233,9 @@ static inline void tr_att_dq(__global const float *qkv, __global const float *dO
            __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \
            __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \
            __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \
-           __local float *Ss) {                                                                       \
+           __local float *Ss, int fdt) {                                                              \
     tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \
-         Qs, Os, Ks, Vs, Ss, NC);                                                                        \
+         Qs, Os, Ks, Vs, Ss, NC, fdt);                                                                   \
   }
 TR_ATT_DQ(tr_k_att_dq64, 4)
 TR_ATT_DQ(tr_k_att_dq256, 16)

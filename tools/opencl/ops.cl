@@ -153,7 +153,7 @@ __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ul
         }
 }
 __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                        __global const float *sn, ulong sn_off, float sgn) {
+                        __global const float *sn, ulong sn_off, float sgn, int fdt) {
     int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;
     long r = get_global_id(1);
     float x1, x2;
@@ -164,8 +164,8 @@ __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ul
     cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;
     v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;
     x1 = v[j]; x2 = v[j + hf];
-    v[j] = x1 * cs[j] - sgn * x2 * sn[j];
-    v[j + hf] = x2 * cs[j + hf] + sgn * x1 * sn[j + hf];
+    v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);
+    v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);
 }
 __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
                           __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {
