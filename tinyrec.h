@@ -9932,7 +9932,6 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
    what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
-TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 /* y = R(a + b). */
 TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, const float *b, float *y) {
     TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, n, a, b, y));
