@@ -9913,21 +9913,18 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_
 /* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
    bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; elsewhere a pass over C. */
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
+TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
 TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                   const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
     tr_status st;
-    int b;
 #if TINYREC_OPENCL
     if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
         tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
-    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK || !fdt) return st;
-    if (nb == 1 || sC == M * N || sC == 0) return tr__op_round(ctx, fdt, C, (sC == 0 ? 1 : (size_t)nb) * M * N);
-    for (b = 0; b < nb; b++)
-        if ((st = tr__op_round(ctx, fdt, C + (size_t)b * sC, M * N)) != TR_OK) return st;
-    return TR_OK;
+    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
+    return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
 }
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
@@ -9959,6 +9956,16 @@ TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     if ((fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || !n) return TR_OK;
     TR__ON_CL(ctx, tr__cl_round(ctx->cl, fdt, x, n));
     tr__round(ctx, fdt, x, n);
+    return TR_OK;
+}
+
+/* rows of width values, stride apart, rounded as tr__op_round: one pass where they are contiguous. */
+TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride) {
+    tr_status st;
+    size_t r;
+    if (!fdt || rows == 1 || stride == width) return tr__op_round(ctx, fdt, x, rows * width);
+    for (r = 0; r < rows; r++)
+        if ((st = tr__op_round(ctx, fdt, x + r * stride, width)) != TR_OK) return st;
     return TR_OK;
 }
 
@@ -10017,14 +10024,9 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
 
 /* dg (rows of stride gs, like g) rounded to fdt. */
 TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
-    tr_status st;
-    long r;
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
-    if (gs == 2 * (size_t)width) return tr__op_round(ctx, fdt, dg, (size_t)rows * gs);
-    for (r = 0; r < rows; r++)
-        if ((st = tr__op_round(ctx, fdt, dg + (size_t)r * gs, 2 * (size_t)width)) != TR_OK) return st;
-    return TR_OK;
+    return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
 /* C (+)= op(A_b) act_bᵀ-style products whose B operand is the token mix's SwiGLU activation silu(gate) * up, passed
