@@ -5912,6 +5912,28 @@ TR__FN int tr__cl_source_line(const char *const *sources, int n, long global, ch
     return 1;
 }
 
+/* With TINYREC_CL_PROFILE=1: the build options and the compiler's notes on each kernel (register use, spills with
+   -cl-nv-verbose in TINYREC_CL_OPTIONS) in the log. */
+TR__FN void tr__cl_build_notes(tr__cl *cl, tr__cl_program prog, const char *options) {
+    const tr__clfn *f = &cl->lib.f;
+    size_t sz = 0;
+    char *log, *line, *next;
+    tr__log(cl->ctx, TR_LOG_INFO, "opencl: build options: %s", options);
+    if (f->GetProgramBuildInfo(prog, cl->device, TR__CL_PROGRAM_BUILD_LOG, 0, NULL, &sz) != TR__CL_SUCCESS || sz <= 1 ||
+        !(log = (char *)tr__alloc(cl->ctx, sz + 1)))
+        return;
+    memset(log, 0, sz + 1);
+    f->GetProgramBuildInfo(prog, cl->device, TR__CL_PROGRAM_BUILD_LOG, sz, log, NULL);
+    for (line = log; *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        else next = line + strlen(line);
+        if (strstr(line, "entry function") || strstr(line, "registers") || strstr(line, "spill")) tr__log(cl->ctx, TR_LOG_INFO, "opencl build: %.300s", line);
+    }
+    tr__free(cl->ctx, log);
+}
+
+
 /* The build log with every "<kernel>:LINE:" replaced by "file.cl:line:" (tr__cl_source_line); a
    tr__alloc'ed copy, or NULL (then use the log as it is). */
 TR__FN char *tr__cl_map_log(tr_ctx *ctx, const char *const *sources, int n, const char *log) {
@@ -5975,23 +5997,7 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
         return tr__cl_fail(cl, "clCreateProgramWithSource", NULL, err);
     }
     err = f->BuildProgram(cl->program, 1, &cl->device, options, NULL, NULL);
-    if (err == TR__CL_SUCCESS && cl->profile) { /* the compiler's notes (e.g. register use with -cl-nv-verbose) */
-        size_t sz = 0;
-        char *log;
-        tr__log(cl->ctx, TR_LOG_INFO, "opencl: build options: %s", options);
-        if (f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, 0, NULL, &sz) == TR__CL_SUCCESS && sz > 1 &&
-            (log = (char *)tr__alloc(cl->ctx, sz + 1)) != NULL) {
-            char *line, *next;
-            memset(log, 0, sz + 1);
-            f->GetProgramBuildInfo(cl->program, cl->device, TR__CL_PROGRAM_BUILD_LOG, sz, log, NULL);
-            for (line = log; line && *line; line = next) {
-                next = strchr(line, '\n');
-                if (next) *next++ = 0;
-                if (strstr(line, "sgemm") || strstr(line, "registers")) tr__log(cl->ctx, TR_LOG_INFO, "opencl build: %.300s", line);
-            }
-            tr__free(cl->ctx, log);
-        }
-    }
+    if (err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->program, options);
     tr__free(cl->ctx, options);
     if (err != TR__CL_SUCCESS) {
         /* The log into the error text (truncated to fit), and line by line into the log callback. */
@@ -8372,6 +8378,29 @@ static const char tr__cl_src_gemm_9[] =
 "      }\n"
 "    }\n"
 "}\n"
+"/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed interleaved (tr_k_pack16's il),\n"
+" so C's columns n, n + 1 (n even), which one work-item holds, are gate and up of column n / 2. Each is rounded as\n"
+" tr_mma_store would; act[m][n / 2] = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets gate at n / 2 and up\n"
+" nh = N / 2 further only with keep (a pass without the tape never reads them). */\n"
+"static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int mw, int nw,\n"
+"                                       int g, int q, int rnd, float c[4][4][4]) {\n"
+"  int i, j, r;\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 2; r++) {\n"
+"      const int m = mw + i * 16 + g + r * 8;\n"
+"      if (m >= M) continue;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < 4; j++) {\n"
+"        const int col = (nw + j * 8 + 2 * q) >> 1;\n"
+"        const float gate = tr_round1(c[i][j][2 * r], rnd), up = tr_round1(c[i][j][2 * r + 1], rnd);\n"
+"        if (col >= nh) continue;\n"
+"        if (keep) C[(long)m * ldc + col] = gate, C[(long)m * ldc + nh + col] = up;\n"
+"        act[(long)m * ld_act + col] = tr_swiglu1(gate, up, rnd);\n"
+"      }\n"
+"    }\n"
+"}\n"
 "/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
 " (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
 " Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so\n"
@@ -8379,7 +8408,8 @@ static const char tr__cl_src_gemm_9[] =
 " A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32\n"
 " distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns\n"
 " (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
-"#define TR_HS 3\n"
+"#define TR_HS 3\n";
+static const char tr__cl_src_gemm_10[] =
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
@@ -8400,8 +8430,7 @@ static const char tr__cl_src_gemm_9[] =
 "    const int e = tid + l * 256, r = e >> 2, c = e & 3;\n"
 "    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);\n"
 "  }\n"
-"}\n";
-static const char tr__cl_src_gemm_10[] =
+"}\n"
 "#if TR_GEMM_MMA != 1\n"
 "/* the 16-bit value at row r, depth k of a staged tile, as a float */\n"
 "static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {\n"
@@ -8410,7 +8439,7 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
-"                           __local uint *Bs0, const int F16, int rnd) {\n"
+"                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int keep) {\n"
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
@@ -8448,7 +8477,8 @@ static const char tr__cl_src_gemm_10[] =
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
 "#if TR_GEMM_MMA == 1\n"
 "      uint a[4][4], b[4][2];\n"
-"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
+"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n";
+static const char tr__cl_src_gemm_11[] =
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));\n"
@@ -8472,10 +8502,10 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "    }\n"
 "  }\n"
-"  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
-"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n";
-static const char tr__cl_src_gemm_11[] =
+"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
 " rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
 " accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
@@ -8486,18 +8516,29 @@ static const char tr__cl_src_gemm_11[] =
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc);                               \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0);                      \\\n"
+"  }                                                                                                                      \\\n"
+"  /* the same with the channel SwiGLU's epilogue (tr_mma_store_swiglu): one product (nb 1, no K pieces, C = gate | up  \\\n"
+"     halves of N / 2 columns, ldc = N), B packed with its halves interleaved */                                          \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
+"    ulong A_off, long lda, __global const uint *B, ulong B_off, long ldb, __global float *C, ulong C_off, int M, int N,   \\\n"
+"    int Kp, int wc, __global float *act, ulong act_off, long ld_act, int keep) {                                         \\\n"
+"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
+"    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0, 0, (__local uint *)As,        \\\n"
+"            (__local uint *)Bs, F16, wc, act + act_off, ld_act, keep);                                                   \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
-"TR_HMMA_K(f16, 1)\n"
+"TR_HMMA_K(f16, 1)\n";
+static const char tr__cl_src_gemm_12[] =
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
 " (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is\n"
-" 16-byte aligned). Offsets and strides in floats (P) and words (D). */\n"
+" 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il): rows x < il and il + x\n"
+" interleaved, packed at 2x and 2x + 1 (the SwiGLU's gate and up, tr_mma_store_swiglu). */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
-"                          int kp, int rp, int fdt) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1);\n"
+"                          int kp, int rp, int fdt, int il) {\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), src = il ? (x & 1) * il + (x >> 1) : x;\n"
 "  const long b = get_global_id(2);\n"
-"  const ulong o = P_off + b * sP + (long)x * ld;\n"
+"  const ulong o = P_off + b * sP + (long)src * ld;\n"
 "  float4 v = (float4)(0.0f);\n"
 "  if (x >= rp || k >= kp) return;\n"
 "  if (x < rows) {\n"
@@ -8536,8 +8577,7 @@ static const char tr__cl_src_gemm_11[] =
 "  s = acc ? *C : 0.0f;\n"
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
-"}\n";
-static const char tr__cl_src_gemm_12[] =
+"}\n"
 "/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
 "               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
@@ -8962,6 +9002,8 @@ typedef struct tr__cl_gemm_fuse {
     size_t so, half, ld_act, s_act;
     float *act;
     int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
+    int swc; /* the channel SwiGLU in the tensor-core epilogue: C = gate | up column halves (N = 2 half, ldc = N),
+                act (ld_act) = silu(gate) * up, C written only with write_gu (tr__op_sgemm_swiglu_cols) */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -8990,6 +9032,7 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
              cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, extra ? extra : "");
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
+    if (cl->mma_program && err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
     if (!cl->mma_program || err != TR__CL_SUCCESS) {
         if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
         cl->mma_program = NULL, cl->gemm.mma = 0;
@@ -9006,9 +9049,9 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 
 /* One operand of tr_k_hmma: op(P) (rows x K; trans: P is K x rows) of each of nbp batches (stride sP floats), rounded
    to the precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch
-   (zeros past the operand). *out: the packed operand. */
+   (zeros past the operand). il > 0 (not trans, rows = 2 il): the halves' rows interleaved. *out: the packed operand. */
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int trans,
-                               int nbp, size_t rp, size_t kp, uint32_t **out) {
+                               int nbp, size_t rp, size_t kp, size_t il, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
     float *D = tr__cl_scratch(cl, slot, (size_t)nbp * rp * (kp / 2));
@@ -9022,6 +9065,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, si
     tr__cla_buf(&a, P), tr__cla_i64(&a, (int64_t)ld), tr__cla_i64(&a, (int64_t)sP);
     tr__cla_i32(&a, (int32_t)rows), tr__cla_i32(&a, (int32_t)K);
     tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma);
+    if (!trans) tr__cla_i32(&a, (int32_t)il); /* (interleaved halves: tr_k_pack16 only) */
     *out = (uint32_t *)D;
     return tr__cl_launch(cl, trans ? "tr_k_pack16_t" : "tr_k_pack16", 3, gs, ls, &a);
 }
@@ -9033,7 +9077,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, si
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9066,6 +9110,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
+    if (fz->swc && (!mma || nb != 1 || ta || !tb || acc || ldc != N || N % 2 || !fz->act))
+        return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
+    if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
     tiles = ((M + (size_t)rows_per_group - 1) / (size_t)rows_per_group) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
@@ -9113,12 +9160,20 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *A16, *B16;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, &A16)) != TR_OK ||
-            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, &B16)) != TR_OK)
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, 0, &A16)) != TR_OK ||
+            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc ? N / 2 : 0, &B16)) != TR_OK)
             return st;
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
+        if (fz->swc) {
+            gs[2] = 1;
+            tr__cla_init(&a);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2));
+            tr__cla_buf(&a, C), tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, mma);
+            tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i32(&a, fz->write_gu);
+            return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
+        }
         for (z0 = 0; z0 < nz; z0 += 65535) {
             gs[2] = (size_t)TR__MIN(nz - z0, 65535);
             tr__cla_init(&a);
@@ -9183,7 +9238,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     fz.sw = sw, fz.so = so;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -9194,7 +9249,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -9919,7 +9974,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -10027,6 +10082,26 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
+}
+
+/* The channel SwiGLU's product: gu = R(A Wᵀ) (rows x 2 half, gate | up columns; W: 2 half x K, rows of K) and
+   act = R(silu(gate) * up) (rows x half), R the rounding to fdt. On a device with tensor cores (bfloat16 / float16)
+   in one product: W's gate and up rows are packed interleaved, so that the epilogue holds each gate next to its up
+   and writes act, and gu only with keep_gu (a pass without the tape never reads it). Elsewhere the product, then the
+   elementwise pass (gu always written). */
+TR__FN tr_status tr__op_sgemm_swiglu_cols(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W,
+                                          float *gu, int keep_gu, float *act) {
+    tr_status st;
+#if TINYREC_OPENCL
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && rows <= INT_MAX && tr__cl_mma_ready(ctx->cl)) {
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1};
+        fz.act = act, fz.ld_act = half, fz.write_gu = keep_gu;
+        return tr__cl_gemm_run(ctx->cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W, K, 0, gu, 2 * half, 0, 0, 1, &fz);
+    }
+#endif
+    TR__UNUSED(keep_gu);
+    if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W, K, 0, gu, 0, 0))) return st;
+    return tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
 }
 
 /* C (+)= op(A_b) act_bᵀ-style products whose B operand is the token mix's SwiGLU activation silu(gate) * up, passed
@@ -10753,9 +10828,8 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
-    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 2 * I, D, r->h1, D, 0, TR__W(m, ly->gu), D, 0, r->gu, 0, 0))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
+    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u (gu kept for the tape), proj = act . W_downᵀ */
+    if ((st = tr__op_sgemm_swiglu_cols(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), r->gu, taped, act))) return st;
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, I, act, I, 0, TR__W(m, ly->down), I, 0, proj, 0, 0))) return st;
     return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }

@@ -400,6 +400,31 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     free(A), free(B), free(C), free(R);
 }
 
+/* The channel SwiGLU in the tensor-core epilogue (tr__op_sgemm_swiglu_cols) against the same product rounded into gu
+   (tr__op_sgemm_rnd's path), then tr_k_swiglu_fwd: act (and gu with keep) the same bits; without keep, gu untouched
+   (which the unfused path cannot do: the fused one ran). Widths that are not whole tiles of the interleaved rows. */
+static void run_swiglu_cols(tr_ctx *ctx, tr__cl *cl, int fdt, size_t rows, size_t half, size_t K, size_t pad, int keep, uint64_t seed) {
+    size_t lda = K + pad, na = rows * lda, nw = 2 * half * K, ng = rows * 2 * half, nact = rows * half;
+    float *A = (float *)malloc(na * 4), *W = (float *)malloc(nw * 4), *G = (float *)malloc(ng * 4), *R = (float *)malloc(ng * 4);
+    float *act = (float *)malloc(nact * 4), *ract = (float *)malloc(nact * 4), *dA, *dW, *dG, *dR, *dact, *dract;
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0};
+    size_t i;
+    tu_fill(A, na, seed, 1.0f), tu_fill(W, nw, seed + 1, 0.5f);
+    tr__round_ref(fdt, A, na), tr__round_ref(fdt, W, nw); /* a model's operands: values of its precision */
+    for (i = 0; i < ng; i++) G[i] = 12345.0f;
+    dA = up(cl, A, na), dW = up(cl, W, nw), dG = up(cl, G, ng), dR = up(cl, G, ng), dact = up(cl, G, nact), dract = up(cl, G, nact);
+    assert_int_equal(tr__op_sgemm_swiglu_cols(ctx, fdt, rows, half, K, dA, lda, dW, dG, keep, dact), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, dA, lda, 0, dW, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
+    assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)half, dR, 2 * half, dract, half), TR_OK);
+    down(cl, G, dG, ng), down(cl, R, dR, ng), down(cl, act, dact, nact), down(cl, ract, dract, nact);
+    assert_memory_equal(act, ract, nact * 4);
+    if (keep) assert_memory_equal(G, R, ng * 4);
+    else
+        for (i = 0; i < ng; i++) assert_true(G[i] == 12345.0f);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dW), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dact), tr__cl_free(cl, dract);
+    free(A), free(W), free(G), free(R), free(act), free(ract);
+}
+
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
     static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {129, 257, 45}, {300, 31, 130}};
     size_t i;
@@ -428,6 +453,10 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_gemm_rnd(ctx, cl, g_ref_fdt, 3, 0, 1, 130, 70, 45, 0, 350);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 0, 0, 97, 256, 64, 1, 351);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 1, 0, 33, 40, 3000, 0, 352); /* split-K on a big device: rounded after the sum */
+        run_swiglu_cols(ctx, cl, g_ref_fdt, 291, 80, 40, 3, 1, 360);
+        run_swiglu_cols(ctx, cl, g_ref_fdt, 130, 64, 64, 0, 0, 361);
+        run_swiglu_cols(ctx, cl, g_ref_fdt, 1, 3, 7, 1, 1, 362);
+        run_swiglu_cols(ctx, cl, g_ref_fdt, 300, 200, 33, 0, 0, 363);
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);

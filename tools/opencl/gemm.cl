@@ -515,6 +515,29 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       }
     }
 }
+/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed interleaved (tr_k_pack16's il),
+ so C's columns n, n + 1 (n even), which one work-item holds, are gate and up of column n / 2. Each is rounded as
+ tr_mma_store would; act[m][n / 2] = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets gate at n / 2 and up
+ nh = N / 2 further only with keep (a pass without the tape never reads them). */
+static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int mw, int nw,
+                                       int g, int q, int rnd, float c[4][4][4]) {
+  int i, j, r;
+#pragma unroll
+  for (i = 0; i < 4; i++)
+#pragma unroll
+    for (r = 0; r < 2; r++) {
+      const int m = mw + i * 16 + g + r * 8;
+      if (m >= M) continue;
+#pragma unroll
+      for (j = 0; j < 4; j++) {
+        const int col = (nw + j * 8 + 2 * q) >> 1;
+        const float gate = tr_round1(c[i][j][2 * r], rnd), up = tr_round1(c[i][j][2 * r + 1], rnd);
+        if (col >= nh) continue;
+        if (keep) C[(long)m * ldc + col] = gate, C[(long)m * ldc + nh + col] = up;
+        act[(long)m * ld_act + col] = tr_swiglu1(gate, up, rnd);
+      }
+    }
+}
 /* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values
  (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.
  Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so
@@ -552,7 +575,7 @@ static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F1
 #endif
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
                            long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
-                           __local uint *Bs0, const int F16, int rnd) {
+                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int keep) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
@@ -614,7 +637,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #endif
     }
   }
-  tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, m0 + wm, n0 + wn, g, q, rnd, c);
+  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
 /* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
  rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the
@@ -627,18 +651,28 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
-            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc);                               \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0);                      \
+  }                                                                                                                      \
+  /* the same with the channel SwiGLU's epilogue (tr_mma_store_swiglu): one product (nb 1, no K pieces, C = gate | up  \
+     halves of N / 2 columns, ldc = N), B packed with its halves interleaved */                                          \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \
+    ulong A_off, long lda, __global const uint *B, ulong B_off, long ldb, __global float *C, ulong C_off, int M, int N,   \
+    int Kp, int wc, __global float *act, ulong act_off, long ld_act, int keep) {                                         \
+    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
+    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0, 0, (__local uint *)As,        \
+            (__local uint *)Bs, F16, wc, act + act_off, ld_act, keep);                                                   \
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
 /* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words
  (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is
- 16-byte aligned). Offsets and strides in floats (P) and words (D). */
+ 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il): rows x < il and il + x
+ interleaved, packed at 2x and 2x + 1 (the SwiGLU's gate and up, tr_mma_store_swiglu). */
 __kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,
-                          int kp, int rp, int fdt) {
-  const int k = 4 * get_global_id(0), x = get_global_id(1);
+                          int kp, int rp, int fdt, int il) {
+  const int k = 4 * get_global_id(0), x = get_global_id(1), src = il ? (x & 1) * il + (x >> 1) : x;
   const long b = get_global_id(2);
-  const ulong o = P_off + b * sP + (long)x * ld;
+  const ulong o = P_off + b * sP + (long)src * ld;
   float4 v = (float4)(0.0f);
   if (x >= rp || k >= kp) return;
   if (x < rows) {
