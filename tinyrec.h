@@ -8378,13 +8378,14 @@ static const char tr__cl_src_gemm_9[] =
 "      }\n"
 "    }\n"
 "}\n"
-"/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed interleaved (tr_k_pack16's il),\n"
-" so C's columns n, n + 1 (n even), which one work-item holds, are gate and up of column n / 2. Each is rounded as\n"
-" tr_mma_store would; act[m][n / 2] = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets gate at n / 2 and up\n"
-" nh = N / 2 further only with keep (a pass without the tape never reads them). */\n"
-"static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int mw, int nw,\n"
-"                                       int g, int q, int rnd, float c[4][4][4]) {\n"
-"  int i, j, r;\n"
+"/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed in alternating blocks of 8\n"
+" (tr_k_pack16's il), so a warp's fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, each\n"
+" work-item two adjacent ones. Each value is rounded as tr_mma_store would; act[m][col] = silu(gate) * up as\n"
+" tr_k_swiglu_fwd computes it, and C gets gate at col and up nh = N / 2 further only with keep (a pass without the\n"
+" tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2 stores). */\n"
+"static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int a8, int c8,\n"
+"                                       int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"  int i, j, r, e;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
@@ -8392,24 +8393,33 @@ static const char tr__cl_src_gemm_9[] =
 "      const int m = mw + i * 16 + g + r * 8;\n"
 "      if (m >= M) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n"
-"        const int col = (nw + j * 8 + 2 * q) >> 1;\n"
-"        const float gate = tr_round1(c[i][j][2 * r], rnd), up = tr_round1(c[i][j][2 * r + 1], rnd);\n"
-"        if (col >= nh) continue;\n"
-"        if (keep) C[(long)m * ldc + col] = gate, C[(long)m * ldc + nh + col] = up;\n"
-"        act[(long)m * ld_act + col] = tr_swiglu1(gate, up, rnd);\n"
+"      for (j = 0; j < 4; j += 2) {\n"
+"        const int col = (nw + j * 8) / 2 + 2 * q;\n"
+"        const float2 gate = (float2)(tr_round1(c[i][j][2 * r], rnd), tr_round1(c[i][j][2 * r + 1], rnd));\n"
+"        const float2 up = (float2)(tr_round1(c[i][j + 1][2 * r], rnd), tr_round1(c[i][j + 1][2 * r + 1], rnd));\n"
+"        const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));\n"
+"        __global float *cr = C + (long)m * ldc + col, *ar = act + (long)m * ld_act + col;\n"
+"        if (col + 1 < nh && a8) *(__global float2 *)ar = v;\n"
+"        else\n"
+"          for (e = 0; e < 2; e++)\n"
+"            if (col + e < nh) ar[e] = e ? v.s1 : v.s0;\n"
+"        if (!keep) continue;\n"
+"        if (col + 1 < nh && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + nh) = up;\n"
+"        else\n"
+"          for (e = 0; e < 2; e++)\n"
+"            if (col + e < nh) cr[e] = e ? gate.s1 : gate.s0, cr[nh + e] = e ? up.s1 : up.s0;\n"
 "      }\n"
 "    }\n"
 "}\n"
-"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
+"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n";
+static const char tr__cl_src_gemm_10[] =
 " (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
 " Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so\n"
 " that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.\n"
 " A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32\n"
 " distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns\n"
 " (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
-"#define TR_HS 3\n";
-static const char tr__cl_src_gemm_10[] =
+"#define TR_HS 3\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
@@ -8465,7 +8475,8 @@ static const char tr__cl_src_gemm_10[] =
 "  for (t = 0; t < nt; t++) {\n"
 "    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
-"    TR_HWAIT();\n"
+"    TR_HWAIT();\n";
+static const char tr__cl_src_gemm_11[] =
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
@@ -8477,8 +8488,7 @@ static const char tr__cl_src_gemm_10[] =
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
 "#if TR_GEMM_MMA == 1\n"
 "      uint a[4][4], b[4][2];\n"
-"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n";
-static const char tr__cl_src_gemm_11[] =
+"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));\n"
@@ -8502,7 +8512,7 @@ static const char tr__cl_src_gemm_11[] =
 "#endif\n"
 "    }\n"
 "  }\n"
-"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
@@ -8520,28 +8530,30 @@ static const char tr__cl_src_gemm_11[] =
 "  }                                                                                                                      \\\n"
 "  /* the same with the channel SwiGLU's epilogue (tr_mma_store_swiglu): one product (nb 1, no K pieces, C = gate | up  \\\n"
 "     halves of N / 2 columns, ldc = N), B packed with its halves interleaved */                                          \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n";
+static const char tr__cl_src_gemm_12[] =
 "    ulong A_off, long lda, __global const uint *B, ulong B_off, long ldb, __global float *C, ulong C_off, int M, int N,   \\\n"
 "    int Kp, int wc, __global float *act, ulong act_off, long ld_act, int keep) {                                         \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
-"    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0, 0, (__local uint *)As,        \\\n"
+"    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0,                            \\\n"
+"            (((act_off | (ulong)ld_act) & 1) == 0) | ((((C_off | (ulong)N / 2) & 1) == 0) << 1), (__local uint *)As,         \\\n"
 "            (__local uint *)Bs, F16, wc, act + act_off, ld_act, keep);                                                   \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
-"TR_HMMA_K(f16, 1)\n";
-static const char tr__cl_src_gemm_12[] =
+"TR_HMMA_K(f16, 1)\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
 " (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is\n"
-" 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il): rows x < il and il + x\n"
-" interleaved, packed at 2x and 2x + 1 (the SwiGLU's gate and up, tr_mma_store_swiglu). */\n"
+" 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il: the SwiGLU's gate and up\n"
+" halves, tr_mma_store_swiglu): blocks of 8 rows of each half alternate, row x taken from gate (or up) row\n"
+" (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
 "                          int kp, int rp, int fdt, int il) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), src = il ? (x & 1) * il + (x >> 1) : x;\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
 "  float4 v = (float4)(0.0f);\n"
 "  if (x >= rp || k >= kp) return;\n"
-"  if (x < rows) {\n"
+"  if (il ? hx < il : x < rows) {\n"
 "    if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);\n"
 "    else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);\n"
 "  }\n"
@@ -8578,7 +8590,8 @@ static const char tr__cl_src_gemm_12[] =
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
 "}\n"
-"/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
+"/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n";
+static const char tr__cl_src_gemm_13[] =
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
 "               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
 "  __local float t[32][33];\n"
@@ -8595,7 +8608,7 @@ static const char tr__cl_src_gemm_12[] =
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
-    tr__cl_src_gemm_11, tr__cl_src_gemm_12
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =

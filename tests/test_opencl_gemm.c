@@ -456,7 +456,7 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_cols(ctx, cl, g_ref_fdt, 291, 80, 40, 3, 1, 360);
         run_swiglu_cols(ctx, cl, g_ref_fdt, 130, 64, 64, 0, 0, 361);
         run_swiglu_cols(ctx, cl, g_ref_fdt, 1, 3, 7, 1, 1, 362);
-        run_swiglu_cols(ctx, cl, g_ref_fdt, 300, 200, 33, 0, 0, 363);
+        run_swiglu_cols(ctx, cl, g_ref_fdt, 300, 203, 33, 0, 1, 363);
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);

@@ -515,13 +515,14 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       }
     }
 }
-/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed interleaved (tr_k_pack16's il),
- so C's columns n, n + 1 (n even), which one work-item holds, are gate and up of column n / 2. Each is rounded as
- tr_mma_store would; act[m][n / 2] = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets gate at n / 2 and up
- nh = N / 2 further only with keep (a pass without the tape never reads them). */
-static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int mw, int nw,
-                                       int g, int q, int rnd, float c[4][4][4]) {
-  int i, j, r;
+/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed in alternating blocks of 8
+ (tr_k_pack16's il), so a warp's fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, each
+ work-item two adjacent ones. Each value is rounded as tr_mma_store would; act[m][col] = silu(gate) * up as
+ tr_k_swiglu_fwd computes it, and C gets gate at col and up nh = N / 2 further only with keep (a pass without the
+ tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2 stores). */
+static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int a8, int c8,
+                                       int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
+  int i, j, r, e;
 #pragma unroll
   for (i = 0; i < 4; i++)
 #pragma unroll
@@ -529,12 +530,21 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
       const int m = mw + i * 16 + g + r * 8;
       if (m >= M) continue;
 #pragma unroll
-      for (j = 0; j < 4; j++) {
-        const int col = (nw + j * 8 + 2 * q) >> 1;
-        const float gate = tr_round1(c[i][j][2 * r], rnd), up = tr_round1(c[i][j][2 * r + 1], rnd);
-        if (col >= nh) continue;
-        if (keep) C[(long)m * ldc + col] = gate, C[(long)m * ldc + nh + col] = up;
-        act[(long)m * ld_act + col] = tr_swiglu1(gate, up, rnd);
+      for (j = 0; j < 4; j += 2) {
+        const int col = (nw + j * 8) / 2 + 2 * q;
+        const float2 gate = (float2)(tr_round1(c[i][j][2 * r], rnd), tr_round1(c[i][j][2 * r + 1], rnd));
+        const float2 up = (float2)(tr_round1(c[i][j + 1][2 * r], rnd), tr_round1(c[i][j + 1][2 * r + 1], rnd));
+        const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));
+        __global float *cr = C + (long)m * ldc + col, *ar = act + (long)m * ld_act + col;
+        if (col + 1 < nh && a8) *(__global float2 *)ar = v;
+        else
+          for (e = 0; e < 2; e++)
+            if (col + e < nh) ar[e] = e ? v.s1 : v.s0;
+        if (!keep) continue;
+        if (col + 1 < nh && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + nh) = up;
+        else
+          for (e = 0; e < 2; e++)
+            if (col + e < nh) cr[e] = e ? gate.s1 : gate.s0, cr[nh + e] = e ? up.s1 : up.s0;
       }
     }
 }
@@ -637,7 +647,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #endif
     }
   }
-  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, m0 + wm, n0 + wn, g, q, rnd, c);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
 /* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
@@ -659,23 +669,25 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     ulong A_off, long lda, __global const uint *B, ulong B_off, long ldb, __global float *C, ulong C_off, int M, int N,   \
     int Kp, int wc, __global float *act, ulong act_off, long ld_act, int keep) {                                         \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
-    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0, 0, (__local uint *)As,        \
+    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0,                            \
+            (((act_off | (ulong)ld_act) & 1) == 0) | ((((C_off | (ulong)N / 2) & 1) == 0) << 1), (__local uint *)As,         \
             (__local uint *)Bs, F16, wc, act + act_off, ld_act, keep);                                                   \
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
 /* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words
  (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is
- 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il): rows x < il and il + x
- interleaved, packed at 2x and 2x + 1 (the SwiGLU's gate and up, tr_mma_store_swiglu). */
+ 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il: the SwiGLU's gate and up
+ halves, tr_mma_store_swiglu): blocks of 8 rows of each half alternate, row x taken from gate (or up) row
+ (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
 __kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,
                           int kp, int rp, int fdt, int il) {
-  const int k = 4 * get_global_id(0), x = get_global_id(1), src = il ? (x & 1) * il + (x >> 1) : x;
+  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;
   const long b = get_global_id(2);
   const ulong o = P_off + b * sP + (long)src * ld;
   float4 v = (float4)(0.0f);
   if (x >= rp || k >= kp) return;
-  if (x < rows) {
+  if (il ? hx < il : x < rows) {
     if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);
     else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);
   }
