@@ -8378,41 +8378,57 @@ static const char tr__cl_src_gemm_9[] =
 "      }\n"
 "    }\n"
 "}\n"
-"/* The channel SwiGLU's epilogue (tr_k_hmma_swiglu_*): B's gate and up rows were packed in alternating blocks of 8\n"
-" (tr_k_pack16's il), so a warp's fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, each\n"
-" work-item two adjacent ones. Each value is rounded as tr_mma_store would; act[m][col] = silu(gate) * up as\n"
-" tr_k_swiglu_fwd computes it, and C gets gate at col and up nh = N / 2 further only with keep (a pass without the\n"
-" tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2 stores). */\n"
-"static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int nh, int keep, int a8, int c8,\n"
-"                                       int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
-"  int i, j, r, e;\n"
-"#pragma unroll\n"
-"  for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n"
-"    for (r = 0; r < 2; r++) {\n"
-"      const int m = mw + i * 16 + g + r * 8;\n"
-"      if (m >= M) continue;\n"
-"#pragma unroll\n"
-"      for (j = 0; j < 4; j += 2) {\n"
-"        const int col = (nw + j * 8) / 2 + 2 * q;\n"
-"        const float2 gate = (float2)(tr_round1(c[i][j][2 * r], rnd), tr_round1(c[i][j][2 * r + 1], rnd));\n"
-"        const float2 up = (float2)(tr_round1(c[i][j + 1][2 * r], rnd), tr_round1(c[i][j + 1][2 * r + 1], rnd));\n"
-"        const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));\n"
-"        __global float *cr = C + (long)m * ldc + col, *ar = act + (long)m * ld_act + col;\n"
-"        if (col + 1 < nh && a8) *(__global float2 *)ar = v;\n"
-"        else\n"
-"          for (e = 0; e < 2; e++)\n"
-"            if (col + e < nh) ar[e] = e ? v.s1 : v.s0;\n"
-"        if (!keep) continue;\n"
-"        if (col + 1 < nh && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + nh) = up;\n"
-"        else\n"
-"          for (e = 0; e < 2; e++)\n"
-"            if (col + e < nh) cr[e] = e ? gate.s1 : gate.s0, cr[nh + e] = e ? up.s1 : up.s0;\n"
-"      }\n"
-"    }\n"
+"/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves (nh columns each, or with swr nh rows) were\n"
+" packed in alternating blocks of 8 rows of B (of A; tr_k_pack16's il), so that a work-item holds a gate and its up\n"
+" for two adjacent columns: fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, or with\n"
+" swr a fragment's rows g and g + 8 those of the same row. Each value is rounded as tr_mma_store would; act =\n"
+" silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates and the ups at their places only with keep (a\n"
+" pass without the tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2). */\n"
+"static inline void tr_mma_swiglu_pair(__global float *C, long ldc, long up_off, __global float *act, long ld_act, long row, int col, int ncol,\n"
+"                                      float2 gate, float2 up, int keep, int a8, int c8, int rnd) {\n"
+"  __global float *cr = C + row * ldc + col, *ar = act + row * ld_act + col;\n"
+"  const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));\n"
+"  int e;\n"
+"  if (col + 1 < ncol && a8) *(__global float2 *)ar = v;\n"
+"  else\n"
+"    for (e = 0; e < 2; e++)\n"
+"      if (col + e < ncol) ar[e] = e ? v.s1 : v.s0;\n"
+"  if (!keep) return;\n"
+"  if (col + 1 < ncol && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + up_off) = up;\n"
+"  else\n"
+"    for (e = 0; e < 2; e++)\n"
+"      if (col + e < ncol) cr[e] = e ? gate.s1 : gate.s0, cr[up_off + e] = e ? up.s1 : up.s0;\n"
 "}\n"
-"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n";
+"static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
+"                                       int c8, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"  int i, j, r;\n"
+"#define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))\n"
+"  if (swr) { /* rows hx of act (M / 2 of them): a fragment's rows g (gates) and g + 8 (ups) */\n"
+"#pragma unroll\n"
+"    for (i = 0; i < 4; i++) {\n"
+"      const int hx = (mw + i * 16) / 2 + g;\n"
+"      if (hx >= M / 2) continue;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < 4; j++)\n";
 static const char tr__cl_src_gemm_10[] =
+"        tr_mma_swiglu_pair(C, ldc, (long)(M / 2) * ldc, act, ld_act, hx, nw + j * 8 + 2 * q, N, TR_RND2(c[i][j][0], c[i][j][1]),\n"
+"                           TR_RND2(c[i][j][2], c[i][j][3]), keep, a8, c8, rnd);\n"
+"    }\n"
+"  } else /* columns of act (N / 2 of them): fragments j (gates) and j + 1 (ups) */\n"
+"#pragma unroll\n"
+"    for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 2; r++) {\n"
+"        const int m = mw + i * 16 + g + r * 8;\n"
+"        if (m >= M) continue;\n"
+"#pragma unroll\n"
+"        for (j = 0; j < 4; j += 2)\n"
+"          tr_mma_swiglu_pair(C, ldc, N / 2, act, ld_act, m, (nw + j * 8) / 2 + 2 * q, N / 2, TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]),\n"
+"                             TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]), keep, a8, c8, rnd);\n"
+"      }\n"
+"#undef TR_RND2\n"
+"}\n"
+"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
 " (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
 " Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so\n"
 " that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.\n"
@@ -8449,12 +8465,13 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
-"                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int keep) {\n"
+"                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep) {\n"
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
-"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n";
+static const char tr__cl_src_gemm_11[] =
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  float c[4][4][4];\n"
 "  int i, j, r, s, t;\n"
@@ -8475,8 +8492,7 @@ static const char tr__cl_src_gemm_10[] =
 "  for (t = 0; t < nt; t++) {\n"
 "    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
-"    TR_HWAIT();\n";
-static const char tr__cl_src_gemm_11[] =
+"    TR_HWAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
@@ -8512,7 +8528,7 @@ static const char tr__cl_src_gemm_11[] =
 "#endif\n"
 "    }\n"
 "  }\n"
-"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N / 2, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
@@ -8523,21 +8539,25 @@ static const char tr__cl_src_gemm_11[] =
 "    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n"
 "    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
-"    const int z = z0 + get_group_id(2);                                                                                  \\\n"
+"    const int z = z0 + get_group_id(2);                                                                                  \\\n";
+static const char tr__cl_src_gemm_12[] =
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0);                      \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0);                   \\\n"
 "  }                                                                                                                      \\\n"
-"  /* the same with the channel SwiGLU's epilogue (tr_mma_store_swiglu): one product (nb 1, no K pieces, C = gate | up  \\\n"
-"     halves of N / 2 columns, ldc = N), B packed with its halves interleaved */                                          \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n";
-static const char tr__cl_src_gemm_12[] =
-"    ulong A_off, long lda, __global const uint *B, ulong B_off, long ldb, __global float *C, ulong C_off, int M, int N,   \\\n"
-"    int Kp, int wc, __global float *act, ulong act_off, long ld_act, int keep) {                                         \\\n"
+"  /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \\\n"
+"     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved) or rows (swr 1, A's) */                  \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
+"    ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \\\n"
+"    ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \\\n"
+"    long s_act, int swr, int keep) {                                                                                     \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
-"    tr_hmma(A + A_off, lda, 0, B + B_off, ldb, 0, C + C_off, N, M, N, Kp, 0, 1, 1, 1, Kp, 0,                            \\\n"
-"            (((act_off | (ulong)ld_act) & 1) == 0) | ((((C_off | (ulong)N / 2) & 1) == 0) << 1), (__local uint *)As,         \\\n"
-"            (__local uint *)Bs, F16, wc, act + act_off, ld_act, keep);                                                   \\\n"
+"    const int z = get_group_id(2);                                                                                       \\\n"
+"    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
+"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \\\n"
+"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
+"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep);                                                   \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
 "TR_HMMA_K(f16, 1)\n"
@@ -8563,7 +8583,8 @@ static const char tr__cl_src_gemm_12[] =
 " local memory, reading along x and writing along the depth pairs, both coalesced. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,\n"
 "                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {\n"
-"  __local float T[64][33];\n"
+"  __local float T[64][33];\n";
+static const char tr__cl_src_gemm_13[] =
 "  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;\n"
 "  const long b = get_global_id(2);\n"
 "  int i;\n"
@@ -8590,8 +8611,7 @@ static const char tr__cl_src_gemm_12[] =
 "  for (z = 0; z < nz; z++) s += P[z * mn + idx];\n"
 "  *C = s;\n"
 "}\n"
-"/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n";
-static const char tr__cl_src_gemm_13[] =
+"/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
 "               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
 "  __local float t[32][33];\n"
@@ -9015,8 +9035,9 @@ typedef struct tr__cl_gemm_fuse {
     size_t so, half, ld_act, s_act;
     float *act;
     int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
-    int swc; /* the channel SwiGLU in the tensor-core epilogue: C = gate | up column halves (N = 2 half, ldc = N),
-                act (ld_act) = silu(gate) * up, C written only with write_gu (tr__op_sgemm_swiglu_cols) */
+    int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
+                SwiGLU, tr__op_sgemm_swiglu_cols) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up);
+                act (ld_act, s_act) = silu(gate) * up, C written only with write_gu */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -9123,7 +9144,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
-    if (fz->swc && (!mma || nb != 1 || ta || !tb || acc || ldc != N || N % 2 || !fz->act))
+    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
@@ -9173,18 +9194,21 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *A16, *B16;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, 0, &A16)) != TR_OK ||
-            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc ? N / 2 : 0, &B16)) != TR_OK)
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0, &A16)) != TR_OK ||
+            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, &B16)) != TR_OK)
             return st;
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
-        if (fz->swc) {
-            gs[2] = 1;
+        if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
+            gs[2] = (size_t)nb;
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2));
-            tr__cla_buf(&a, C), tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, mma);
-            tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i32(&a, fz->write_gu);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(Mp * Kp / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(Np * Kp / 2) : 0);
+            tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
+            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
+            tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
+            tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
             return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
         }
         for (z0 = 0; z0 < nz; z0 += 65535) {
@@ -10106,7 +10130,7 @@ TR__FN tr_status tr__op_sgemm_swiglu_cols(tr_ctx *ctx, int fdt, size_t rows, siz
                                           float *gu, int keep_gu, float *act) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && rows <= INT_MAX && tr__cl_mma_ready(ctx->cl)) {
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
         tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1};
         fz.act = act, fz.ld_act = half, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W, K, 0, gu, 2 * half, 0, 0, 1, &fz);
@@ -10136,14 +10160,21 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
 
 /* The token mix's gate_up product and SwiGLU: per batch C_b[2 half, N] = A B_b (gate | up rows, ldc = N) and
    act_b[half, N] = silu(gate) * up (batch stride s_act). On a device in one product: the activation comes out of its
-   registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not). Elsewhere (the CPU,
-   or a tile configuration that cannot pair the halves) the product, then the elementwise pass. */
+   registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not): the SIMT kernels in
+   float32, the tensor cores in bfloat16 / float16 (A's gate and up rows packed interleaved, both rounded as
+   tr__op_sgemm_rnd would). Elsewhere (the CPU, or a tile configuration that cannot pair the halves) the product,
+   then the elementwise pass. */
 TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl)) { /* tensor cores: A's halves interleaved */
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2};
+        fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
+        return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
+    }
 #endif
     TR__UNUSED(keep_gu);
     /* bfloat16 / float16: the product and the activation are rounded */

@@ -400,29 +400,37 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     free(A), free(B), free(C), free(R);
 }
 
-/* The channel SwiGLU in the tensor-core epilogue (tr__op_sgemm_swiglu_cols) against the same product rounded into gu
-   (tr__op_sgemm_rnd's path), then tr_k_swiglu_fwd: act (and gu with keep) the same bits; without keep, gu untouched
-   (which the unfused path cannot do: the fused one ran). Widths that are not whole tiles of the interleaved rows. */
-static void run_swiglu_cols(tr_ctx *ctx, tr__cl *cl, int fdt, size_t rows, size_t half, size_t K, size_t pad, int keep, uint64_t seed) {
-    size_t lda = K + pad, na = rows * lda, nw = 2 * half * K, ng = rows * 2 * half, nact = rows * half;
-    float *A = (float *)malloc(na * 4), *W = (float *)malloc(nw * 4), *G = (float *)malloc(ng * 4), *R = (float *)malloc(ng * 4);
-    float *act = (float *)malloc(nact * 4), *ract = (float *)malloc(nact * 4), *dA, *dW, *dG, *dR, *dact, *dract;
+/* The SwiGLU in the tensor-core epilogue against the same product rounded into gu (tr__op_sgemm_rnd's path), then
+   tr_k_swiglu_fwd: act (and gu with keep) the same bits; without keep, gu untouched (which the unfused path cannot do:
+   the fused one ran). rows 0: the channel SwiGLU (tr__op_sgemm_swiglu_cols: gu = A Wᵀ, gate | up columns, n rows of
+   A); rows 1: the token mix (tr__op_sgemm_gate_up: gu_b = W x_b, gate | up rows, nb batches of K x n). Halves that
+   are not whole blocks of 8 or tiles. */
+static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb, size_t n, size_t half, size_t K, size_t pad, int keep, uint64_t seed) {
+    size_t lda = rows ? K : K + pad, na = rows ? 2 * half * K : n * lda, nx = rows ? (size_t)nb * K * n : 2 * half * K;
+    size_t per = 2 * half * n, ng = (size_t)nb * per, nact = (size_t)nb * half * n, i;
+    float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(ng * 4), *R = (float *)malloc(ng * 4);
+    float *act = (float *)malloc(nact * 4), *ract = (float *)malloc(nact * 4), *dA, *dX, *dG, *dR, *dact, *dract;
     tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0};
-    size_t i;
-    tu_fill(A, na, seed, 1.0f), tu_fill(W, nw, seed + 1, 0.5f);
-    tr__round_ref(fdt, A, na), tr__round_ref(fdt, W, nw); /* a model's operands: values of its precision */
+    tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
+    tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < ng; i++) G[i] = 12345.0f;
-    dA = up(cl, A, na), dW = up(cl, W, nw), dG = up(cl, G, ng), dR = up(cl, G, ng), dact = up(cl, G, nact), dract = up(cl, G, nact);
-    assert_int_equal(tr__op_sgemm_swiglu_cols(ctx, fdt, rows, half, K, dA, lda, dW, dG, keep, dact), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, dA, lda, 0, dW, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
-    assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)half, dR, 2 * half, dract, half), TR_OK);
+    dA = up(cl, A, na), dX = up(cl, X, nx), dG = up(cl, G, ng), dR = up(cl, G, ng), dact = up(cl, G, nact), dract = up(cl, G, nact);
+    if (rows) {
+        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, nb, half, n, K, dA, K, 0, dX, n, K * n, dG, per, keep, dact, half * n), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * half, n, K, dA, K, 0, dX, n, K * n, dR, n, per, 0, 0, &rnd), TR_OK);
+        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, dract, half * n), TR_OK);
+    } else {
+        assert_int_equal(tr__op_sgemm_swiglu_cols(ctx, fdt, n, half, K, dA, lda, dX, dG, keep, dact), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, 2 * half, K, dA, lda, 0, dX, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
+        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dract, half), TR_OK);
+    }
     down(cl, G, dG, ng), down(cl, R, dR, ng), down(cl, act, dact, nact), down(cl, ract, dract, nact);
     assert_memory_equal(act, ract, nact * 4);
     if (keep) assert_memory_equal(G, R, ng * 4);
     else
         for (i = 0; i < ng; i++) assert_true(G[i] == 12345.0f);
-    tr__cl_free(cl, dA), tr__cl_free(cl, dW), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dact), tr__cl_free(cl, dract);
-    free(A), free(W), free(G), free(R), free(act), free(ract);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dX), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dact), tr__cl_free(cl, dract);
+    free(A), free(X), free(G), free(R), free(act), free(ract);
 }
 
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
@@ -453,10 +461,13 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_gemm_rnd(ctx, cl, g_ref_fdt, 3, 0, 1, 130, 70, 45, 0, 350);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 0, 0, 97, 256, 64, 1, 351);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 1, 0, 33, 40, 3000, 0, 352); /* split-K on a big device: rounded after the sum */
-        run_swiglu_cols(ctx, cl, g_ref_fdt, 291, 80, 40, 3, 1, 360);
-        run_swiglu_cols(ctx, cl, g_ref_fdt, 130, 64, 64, 0, 0, 361);
-        run_swiglu_cols(ctx, cl, g_ref_fdt, 1, 3, 7, 1, 1, 362);
-        run_swiglu_cols(ctx, cl, g_ref_fdt, 300, 203, 33, 0, 1, 363);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 291, 80, 40, 3, 1, 360);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 130, 64, 64, 0, 0, 361);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 1, 3, 7, 1, 1, 362);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 300, 203, 33, 0, 1, 363);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 3, 40, 70, 97, 0, 1, 364); /* the token mix: S = 97 deep */
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 2, 33, 13, 9, 0, 0, 365);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 1, 130, 3, 5, 0, 1, 366);
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);
