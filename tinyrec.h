@@ -8561,35 +8561,45 @@ static const char tr__cl_src_gemm_12[] =
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
 "TR_HMMA_K(f16, 1)\n"
+"/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up\n"
+" value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
+"static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
-" (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is\n"
-" 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il: the SwiGLU's gate and up\n"
-" halves, tr_mma_store_swiglu): blocks of 8 rows of each half alternate, row x taken from gate (or up) row\n"
-" (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
+" (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).\n"
+" Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
+" (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
+" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
-"                          int kp, int rp, int fdt, int il) {\n"
+"                          int kp, int rp, int fdt, long so, int il) {\n"
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
 "  float4 v = (float4)(0.0f);\n"
 "  if (x >= rp || k >= kp) return;\n"
 "  if (il ? hx < il : x < rows) {\n"
-"    if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);\n"
-"    else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);\n"
+"    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {\n"
+"      v = *(__global const float4 *)(P + o + k);\n"
+"      if (so) {\n"
+"        const float4 u = *(__global const float4 *)(P + o + k + so);\n"
+"        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));\n"
+"      }\n"
+"    } else\n";
+static const char tr__cl_src_gemm_13[] =
+"      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,\n"
+"                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);\n"
 "  }\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
 "}\n"
 "/* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through\n"
 " local memory, reading along x and writing along the depth pairs, both coalesced. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,\n"
-"                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {\n"
-"  __local float T[64][33];\n";
-static const char tr__cl_src_gemm_13[] =
+"                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt, long so) {\n"
+"  __local float T[64][33];\n"
 "  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;\n"
 "  const long b = get_global_id(2);\n"
 "  int i;\n"
 "  P += P_off + b * sP;\n"
-"  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? P[(long)(k0 + i) * ld + x0 + tx] : 0.0f;\n"
+"  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? tr_pack_at(P, (long)(k0 + i) * ld + x0 + tx, so, fdt) : 0.0f;\n"
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  if (k0 + 2 * tx >= kp) return;\n"
 "  for (i = ty; i < 32; i += 8)\n"
@@ -9083,9 +9093,10 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 
 /* One operand of tr_k_hmma: op(P) (rows x K; trans: P is K x rows) of each of nbp batches (stride sP floats), rounded
    to the precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch
-   (zeros past the operand). il > 0 (not trans, rows = 2 il): the halves' rows interleaved. *out: the packed operand. */
+   (zeros past the operand). il > 0 (not trans, rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's
+   gate_up, each value the activation of P[i] and P[i + so]. *out: the packed operand. */
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int trans,
-                               int nbp, size_t rp, size_t kp, size_t il, uint32_t **out) {
+                               int nbp, size_t rp, size_t kp, size_t il, size_t so, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
     float *D = tr__cl_scratch(cl, slot, (size_t)nbp * rp * (kp / 2));
@@ -9098,7 +9109,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, si
     tr__cla_init(&a);
     tr__cla_buf(&a, P), tr__cla_i64(&a, (int64_t)ld), tr__cla_i64(&a, (int64_t)sP);
     tr__cla_i32(&a, (int32_t)rows), tr__cla_i32(&a, (int32_t)K);
-    tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma);
+    tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma), tr__cla_i64(&a, (int64_t)so);
     if (!trans) tr__cla_i32(&a, (int32_t)il); /* (interleaved halves: tr_k_pack16 only) */
     *out = (uint32_t *)D;
     return tr__cl_launch(cl, trans ? "tr_k_pack16_t" : "tr_k_pack16", 3, gs, ls, &a);
@@ -9131,18 +9142,18 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     }
     g = cl->gemm;
     if (!fz) fz = &none;
-    if (fz->sw && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->gu) {
         if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || (nb > 1 && sC == 0) || !fz->act)
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
-    if (g.mma && !fz->sw && !fz->gu && nb <= 65535 && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) &&
+    if (g.mma && !fz->gu && nb <= 65535 && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) &&
         tr__cl_mma_ready(cl)) { /* (the packing's grid has a dimension per batch: at most 65535) */
         mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
+    if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
@@ -9194,8 +9205,10 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *A16, *B16;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0, &A16)) != TR_OK ||
-            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, &B16)) != TR_OK)
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0, fz->sw == 1 ? fz->so : 0,
+                                &A16)) != TR_OK ||
+            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, fz->sw == 2 ? fz->so : 0,
+                                &B16)) != TR_OK)
             return st;
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
@@ -10141,20 +10154,26 @@ TR__FN tr_status tr__op_sgemm_swiglu_cols(tr_ctx *ctx, int fdt, size_t rows, siz
     return tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
 }
 
-/* C (+)= op(A_b) act_bᵀ-style products whose B operand is the token mix's SwiGLU activation silu(gate) * up, passed
-   as the gate_up tensor (per batch: the gate half, then the up half `rows * cols` further; ld = cols). On a device the
-   activation is computed as the GEMM fetches it (nt only, the token-mix weight gradient); otherwise it is written to
-   act first (packed, batch stride rows * cols), then multiplied. */
+/* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
+   B operand is a SwiGLU activation given as its gate_up tensor: act_b[r][c] = silu(gu[b sB + r ldb + c]) * (the value
+   so further), r < rows, c < cols of B as stored (rows = tb ? N : K). Two layouts: the token mix's (per batch the gate
+   half, then the up half: ldb = cols, so = rows * cols) and the channel SwiGLU's (per row: so = cols, nb = 1). On a
+   device the activation is computed as the GEMM fetches it: the SIMT kernel's nt case in float32, the tensor cores'
+   packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *gu, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, float *act) {
+                                     const float *gu, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
-    if (ldb != cols) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: the gate_up operand must have ld = its columns");
+    int per_row = so == cols && nb == 1;
+    if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
 #if TINYREC_OPENCL
-    if (ctx->dev_active && !fdt && tr__cl_gemm_sw_ok(ta, tb, 2))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, rows * cols);
+    if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl))))
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so);
 #endif
-    if ((st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols))) return st; /* the activation the forward made */
+    if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
+    else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
+    if (st) return st;
+    if (per_row) return tr__op_sgemm(ctx, ta, tb, M, N, K, A, lda, act, cols, C, ldc, acc);
     return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
 }
 
@@ -10891,10 +10910,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
     if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
-    /* the activation is recomputed from the saved gate_up rather than kept on the tape: one
-       elementwise pass instead of S * I more floats per row and block */
-    if ((st = tr__op_swiglu_fwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I))) return st;
-    if ((st = tr__op_sgemm(ctx, 1, 0, D, I, BS, g1, D, act, I, g_down, I, 1))) return st;
+    /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
+       and block): an elementwise pass, or on tensor cores in the packing of the operand */
+    if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act))) return st;
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0))) return st; /* act <- d act */
     if ((st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
@@ -10906,7 +10924,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, g_tdown, It, 0, 1, act))) return st;
+        if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0))) return st;
         if ((st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;

@@ -433,6 +433,29 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     free(A), free(X), free(G), free(R), free(act), free(ract);
 }
 
+/* tr__op_sgemm_swiglu on the tensor cores (the activation computed in the operand's packing) against the activation
+   written by tr_k_swiglu_fwd, then the same product: the same bits. per_row: the channel SwiGLU's weight gradient
+   (C += Aᵀ act, act = swiglu(gu) per row, so = cols), else the token mix's (per batch, summed: C += A_b act_bᵀ). */
+static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int nb, size_t M, size_t N, size_t K, uint64_t seed) {
+    const int ta = per_row, tb = !per_row;
+    size_t rows = tb ? N : K, cols = tb ? K : N, rc = rows * cols, ldg = per_row ? 2 * cols : cols, so = per_row ? cols : rc;
+    size_t sg = per_row ? 0 : 2 * rc, lda = ta ? M : K, sa = per_row ? 0 : M * K;
+    size_t ng = per_row ? rows * ldg : (size_t)nb * sg, na = per_row ? K * M : (size_t)nb * sa, nc = M * N;
+    float *G = (float *)malloc(ng * 4), *A = (float *)malloc(na * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
+    float *dG, *dA, *dC, *dR, *dact;
+    tu_fill(G, ng, seed, 4.0f), tu_fill(A, na, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
+    tr__round_ref(fdt, G, ng), tr__round_ref(fdt, A, na), tr__round_ref(fdt, C, nc);
+    dG = up(cl, G, ng), dA = up(cl, A, na), dC = up(cl, C, nc), dR = up(cl, C, nc), dact = up(cl, G, (size_t)nb * rc);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, ldg, sg, so, dC, N, 0, 1, NULL), TR_OK);
+    if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
+    else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sa, dact, cols, rc, dR, N, 0, 1, 0, NULL), TR_OK);
+    down(cl, C, dC, nc), down(cl, R, dR, nc);
+    assert_memory_equal(C, R, nc * 4);
+    tr__cl_free(cl, dG), tr__cl_free(cl, dA), tr__cl_free(cl, dC), tr__cl_free(cl, dR), tr__cl_free(cl, dact);
+    free(G), free(A), free(C), free(R);
+}
+
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
     static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {129, 257, 45}, {300, 31, 130}};
     size_t i;
@@ -468,6 +491,9 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 3, 40, 70, 97, 0, 1, 364); /* the token mix: S = 97 deep */
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 2, 33, 13, 9, 0, 0, 365);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 1, 130, 3, 5, 0, 1, 366);
+        run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 40, 35, 291, 370); /* (D, I, rows): odd widths, the scalar fetches */
+        run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
+        run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);

@@ -695,34 +695,44 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
+/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up
+ value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */
+static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }
 /* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words
- (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k]. Four depths per work-item (a float4 where the row is
- 16-byte aligned). Offsets and strides in floats (P) and words (D). il > 0 (rows = 2 il: the SwiGLU's gate and up
- halves, tr_mma_store_swiglu): blocks of 8 rows of each half alternate, row x taken from gate (or up) row
- (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
+ (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).
+ Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words
+ (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half
+ alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
 __kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,
-                          int kp, int rp, int fdt, int il) {
+                          int kp, int rp, int fdt, long so, int il) {
   const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;
   const long b = get_global_id(2);
   const ulong o = P_off + b * sP + (long)src * ld;
   float4 v = (float4)(0.0f);
   if (x >= rp || k >= kp) return;
   if (il ? hx < il : x < rows) {
-    if ((o & 3) == 0 && k + 3 < K) v = *(__global const float4 *)(P + o + k);
-    else v = (float4)(k < K ? P[o + k] : 0.0f, k + 1 < K ? P[o + k + 1] : 0.0f, k + 2 < K ? P[o + k + 2] : 0.0f, k + 3 < K ? P[o + k + 3] : 0.0f);
+    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {
+      v = *(__global const float4 *)(P + o + k);
+      if (so) {
+        const float4 u = *(__global const float4 *)(P + o + k + so);
+        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));
+      }
+    } else
+      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,
+                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);
   }
   *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));
 }
 /* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through
  local memory, reading along x and writing along the depth pairs, both coalesced. */
 __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,
-                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt) {
+                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt, long so) {
   __local float T[64][33];
   const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;
   const long b = get_global_id(2);
   int i;
   P += P_off + b * sP;
-  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? P[(long)(k0 + i) * ld + x0 + tx] : 0.0f;
+  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? tr_pack_at(P, (long)(k0 + i) * ld + x0 + tx, so, fdt) : 0.0f;
   barrier(CLK_LOCAL_MEM_FENCE);
   if (k0 + 2 * tx >= kp) return;
   for (i = ty; i < 32; i += 8)
