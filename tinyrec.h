@@ -7843,7 +7843,10 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      (float32 users never compile it); MMA=2 runs the same packing, tiles and staging with plain copies and fma on
      any device (PoCL in CI). On an H100 at the training shapes: 134 / 67 TFLOP/s with the packing (the earlier
      kernel, converting fp32 tiles through registers with two buffers: 70 / 47; the SIMT kernels 35-42; cuBLAS bf16
-     about 300). The fused SwiGLU products stay fp32-only.
+     about 300). The SwiGLU rides along: the gate_up products (channel and token mix) write the activation from
+     their epilogue (tr_k_hmma_swiglu_*: the weight's gate and up rows packed in alternating blocks of 8, so that a
+     work-item holds each gate beside its up), and the weight-gradient products read it through their operand's
+     packing (tr_k_pack16*'s so): on the H100 500 -> 471 ms for the trm-sudoku-mlp bf16 step.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
@@ -8378,55 +8381,61 @@ static const char tr__cl_src_gemm_9[] =
 "      }\n"
 "    }\n"
 "}\n"
-"/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves (nh columns each, or with swr nh rows) were\n"
-" packed in alternating blocks of 8 rows of B (of A; tr_k_pack16's il), so that a work-item holds a gate and its up\n"
-" for two adjacent columns: fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, or with\n"
-" swr a fragment's rows g and g + 8 those of the same row. Each value is rounded as tr_mma_store would; act =\n"
-" silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates and the ups at their places only with keep (a\n"
-" pass without the tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2). */\n"
-"static inline void tr_mma_swiglu_pair(__global float *C, long ldc, long up_off, __global float *act, long ld_act, long row, int col, int ncol,\n"
-"                                      float2 gate, float2 up, int keep, int a8, int c8, int rnd) {\n"
-"  __global float *cr = C + row * ldc + col, *ar = act + row * ld_act + col;\n"
-"  const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));\n"
-"  int e;\n"
-"  if (col + 1 < ncol && a8) *(__global float2 *)ar = v;\n"
-"  else\n"
-"    for (e = 0; e < 2; e++)\n"
-"      if (col + e < ncol) ar[e] = e ? v.s1 : v.s0;\n"
-"  if (!keep) return;\n"
-"  if (col + 1 < ncol && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + up_off) = up;\n"
-"  else\n"
-"    for (e = 0; e < 2; e++)\n"
-"      if (col + e < ncol) cr[e] = e ? gate.s1 : gate.s0, cr[up_off + e] = e ? up.s1 : up.s0;\n"
+"/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */\n"
+"static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {\n"
+"  if (col + 1 < n && v8) *(__global float2 *)p = v;\n"
+"  else {\n"
+"    if (col < n) p[0] = v.s0;\n"
+"    if (col + 1 < n) p[1] = v.s1;\n"
+"  }\n"
 "}\n"
+"/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
+" the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
+" value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
+" and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start\n"
+" 8-byte aligned (float2 stores).\n"
+" swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
+" the ups of the same row; act is rows x N (ld_act, a8 as c8).\n"
+" swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
+" of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
+" values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
+" is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
-"                                       int c8, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))\n"
-"  if (swr) { /* rows hx of act (M / 2 of them): a fragment's rows g (gates) and g + 8 (ups) */\n"
+"#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
+"  if (swr) {\n"
 "#pragma unroll\n"
 "    for (i = 0; i < 4; i++) {\n"
-"      const int hx = (mw + i * 16) / 2 + g;\n"
+"      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++)\n";
+"      for (j = 0; j < 4; j++) {\n";
 static const char tr__cl_src_gemm_10[] =
-"        tr_mma_swiglu_pair(C, ldc, (long)(M / 2) * ldc, act, ld_act, hx, nw + j * 8 + 2 * q, N, TR_RND2(c[i][j][0], c[i][j][1]),\n"
-"                           TR_RND2(c[i][j][2], c[i][j][3]), keep, a8, c8, rnd);\n"
+"        const int n = nw + j * 8 + 2 * q;\n"
+"        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);\n"
+"        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);\n"
+"        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);\n"
+"      }\n"
 "    }\n"
-"  } else /* columns of act (N / 2 of them): fragments j (gates) and j + 1 (ups) */\n"
+"  } else\n"
 "#pragma unroll\n"
 "    for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "      for (r = 0; r < 2; r++) {\n"
-"        const int m = mw + i * 16 + g + r * 8;\n"
-"        if (m >= M) continue;\n"
+"        const long m = mw + i * 16 + g + r * 8;\n"
 "#pragma unroll\n"
-"        for (j = 0; j < 4; j += 2)\n"
-"          tr_mma_swiglu_pair(C, ldc, N / 2, act, ld_act, m, (nw + j * 8) / 2 + 2 * q, N / 2, TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]),\n"
-"                             TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]), keep, a8, c8, rnd);\n"
+"        for (j = 0; j < 4; j += 2) {\n"
+"          const int col = (nw + j * 8) / 2 + 2 * q;\n"
+"          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);\n"
+"          const float2 v = TR_SWIGLU2(gate, up);\n"
+"          if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
+"          if (keep && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"
+"        }\n"
 "      }\n"
 "#undef TR_RND2\n"
+"#undef TR_SWIGLU2\n"
 "}\n"
 "/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
 " (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
@@ -8465,13 +8474,14 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
-"                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep) {\n"
+"                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
+"                           __global uint *a16, long ld16, int kpa) {\n";
+static const char tr__cl_src_gemm_11[] =
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
-"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n";
-static const char tr__cl_src_gemm_11[] =
+"  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  float c[4][4][4];\n"
 "  int i, j, r, s, t;\n"
@@ -8528,36 +8538,37 @@ static const char tr__cl_src_gemm_11[] =
 "#endif\n"
 "    }\n"
 "  }\n"
-"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
 " rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
 " accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n";
+static const char tr__cl_src_gemm_12[] =
 "    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n"
 "    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
-"    const int z = z0 + get_group_id(2);                                                                                  \\\n";
-static const char tr__cl_src_gemm_12[] =
+"    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0);                   \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \\\n"
 "  }                                                                                                                      \\\n"
 "  /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \\\n"
-"     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved) or rows (swr 1, A's) */                  \\\n"
+"     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \\\n"
+"     16-bit values a row) or rows (swr 1, A's) */                                                                        \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
 "    ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \\\n"
 "    ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \\\n"
-"    long s_act, int swr, int keep) {                                                                                     \\\n"
+"    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \\\n"
 "            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
-"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep);                                                   \\\n"
+"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
 "TR_HMMA_K(f16, 1)\n"
@@ -8571,7 +8582,8 @@ static const char tr__cl_src_gemm_12[] =
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
 "                          int kp, int rp, int fdt, long so, int il) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n";
+static const char tr__cl_src_gemm_13[] =
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
 "  float4 v = (float4)(0.0f);\n"
@@ -8583,8 +8595,7 @@ static const char tr__cl_src_gemm_12[] =
 "        const float4 u = *(__global const float4 *)(P + o + k + so);\n"
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));\n"
 "      }\n"
-"    } else\n";
-static const char tr__cl_src_gemm_13[] =
+"    } else\n"
 "      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,\n"
 "                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);\n"
 "  }\n"
@@ -8897,6 +8908,7 @@ static const char tr__cl_src_attention_3[] =
 #define TR__CL_SLOT_GEMM_BT 7 /* tr__cl_scratch slot of B^T (x W^T products run as x (W^T)) */
 #define TR__CL_SLOT_PACK_A 9 /* tr__cl_scratch slots of the tensor-core kernels' 16-bit operands (tr__cl_pack16) */
 #define TR__CL_SLOT_PACK_B 10
+#define TR__CL_SLOT_PACK_ACT 11 /* the channel SwiGLU's activation, written packed by its product (tr__cl_swiglu_mlp) */
 #endif
 #ifndef TR__CL_SLOT_ATT
 #define TR__CL_SLOT_ATT 6 /* tr__cl_scratch slot of the attention backward's row dots */
@@ -9046,8 +9058,10 @@ typedef struct tr__cl_gemm_fuse {
     float *act;
     int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
-                SwiGLU, tr__op_sgemm_swiglu_cols) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up);
-                act (ld_act, s_act) = silu(gate) * up, C written only with write_gu */
+                SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
+                (ld_act, s_act) = silu(gate) * up); C written only with write_gu */
+    int act16;           /* (swc 1, required) act written only packed, into scratch slot TR__CL_SLOT_PACK_ACT, for the next product */
+    const uint32_t *a16; /* A given packed already (act16's output): no packing of A */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -9122,7 +9136,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, si
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9155,8 +9169,10 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     }
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
-    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2)))
+    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
+                    (fz->swc == 1) != (fz->act16 != 0) || (fz->act16 && nb != 1)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
+    if (fz->a16 && (!mma || ta || nb != 1)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
@@ -9204,10 +9220,15 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
            tensor-core kernel */
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
-        uint32_t *A16, *B16;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0, fz->sw == 1 ? fz->so : 0,
-                                &A16)) != TR_OK ||
-            (st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, fz->sw == 2 ? fz->so : 0,
+        uint32_t *A16, *B16, *act16 = NULL;
+        size_t kpa = fz->act16 ? (N / 2 + 31) / 32 * 32 : 0; /* act16: the next product's depth, padded */
+        if (fz->a16) A16 = (uint32_t *)fz->a16; /* (packed as this product would: Mp x Kp) */
+        else if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0,
+                                     fz->sw == 1 ? fz->so : 0, &A16)) != TR_OK)
+            return st;
+        if (kpa && !(act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, Mp * kpa / 2)))
+            return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, fz->sw == 2 ? fz->so : 0,
                                 &B16)) != TR_OK)
             return st;
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
@@ -9222,6 +9243,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
+            tr__cla_buf(&a, act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
             return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
         }
         for (z0 = 0; z0 < nz; z0 += 65535) {
@@ -9288,7 +9310,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
     fz.sw = sw, fz.so = so;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -9299,9 +9321,23 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
+}
+
+/* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu),
+   act = R(silu(gate) * up) written only packed by the first product's epilogue (scratch slot TR__CL_SLOT_PACK_ACT),
+   and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
+TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
+                                   float *gu, int keep_gu, size_t D, float *proj) {
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, 1, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
+    tr_status st;
+    fz.act = gu, fz.write_gu = keep_gu; /* (act: not written, the packed copy is) */
+    if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
+    if (!(down.a16 = (const uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (rows + 127) / 128 * 128 * ((half + 31) / 32 * 32) / 2)))
+        return TR_ERR_DEVICE; /* (allocated by the product above: the same size) */
+    return tr__cl_gemm_run(cl, 1, 0, 1, rows, D, half, NULL, half, 0, W_down, half, 0, proj, D, 0, 0, 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -10024,7 +10060,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -10134,24 +10170,23 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
-/* The channel SwiGLU's product: gu = R(A Wᵀ) (rows x 2 half, gate | up columns; W: 2 half x K, rows of K) and
-   act = R(silu(gate) * up) (rows x half), R the rounding to fdt. On a device with tensor cores (bfloat16 / float16)
-   in one product: W's gate and up rows are packed interleaved, so that the epilogue holds each gate next to its up
-   and writes act, and gu only with keep_gu (a pass without the tape never reads it). Elsewhere the product, then the
-   elementwise pass (gu always written). */
-TR__FN tr_status tr__op_sgemm_swiglu_cols(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W,
-                                          float *gu, int keep_gu, float *act) {
+/* The channel SwiGLU and its down product: gu = R(A W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K),
+   act = R(silu(gate) * up) (rows x half), proj = R(act W_downᵀ) (rows x D; W_down: D x half), R the rounding to fdt.
+   On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
+   packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
+   operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
+   product, the elementwise pass into act, the product (gu always written). */
+TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
+                                   const float *W_down, float *gu, int keep_gu, float *act, size_t D, float *proj) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1};
-        fz.act = act, fz.ld_act = half, fz.write_gu = keep_gu;
-        return tr__cl_gemm_run(ctx->cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W, K, 0, gu, 2 * half, 0, 0, 1, &fz);
-    }
+    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl))
+        return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj);
 #endif
     TR__UNUSED(keep_gu);
-    if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W, K, 0, gu, 0, 0))) return st;
-    return tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
+    if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+    if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
+    return tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
 
 /* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
@@ -10190,7 +10225,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, 0, NULL};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -10891,9 +10926,8 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
         if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
-    /* channel SwiGLU: gu = h1 . W_guᵀ, act = silu(g) * u (gu kept for the tape), proj = act . W_downᵀ */
-    if ((st = tr__op_sgemm_swiglu_cols(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), r->gu, taped, act))) return st;
-    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, I, act, I, 0, TR__W(m, ly->down), I, 0, proj, 0, 0))) return st;
+    /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
+    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, act, D, proj))) return st;
     return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 

@@ -400,37 +400,42 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     free(A), free(B), free(C), free(R);
 }
 
-/* The SwiGLU in the tensor-core epilogue against the same product rounded into gu (tr__op_sgemm_rnd's path), then
-   tr_k_swiglu_fwd: act (and gu with keep) the same bits; without keep, gu untouched (which the unfused path cannot do:
-   the fused one ran). rows 0: the channel SwiGLU (tr__op_sgemm_swiglu_cols: gu = A Wᵀ, gate | up columns, n rows of
-   A); rows 1: the token mix (tr__op_sgemm_gate_up: gu_b = W x_b, gate | up rows, nb batches of K x n). Halves that
-   are not whole blocks of 8 or tiles. */
+/* The SwiGLU in the tensor-core epilogue against the unfused device path (each product rounded into its output,
+   tr_k_swiglu_fwd between): the same bits for the activation (rows 1) or the down product that reads it packed
+   (rows 0), and gu with keep; without keep gu untouched (which the unfused path cannot do: the fused one ran).
+   rows 0: the channel SwiGLU (tr__op_swiglu_mlp: gu = A W_guᵀ, gate | up columns, n rows of A, proj = act W_downᵀ,
+   D = 24 columns); rows 1: the token mix (tr__op_sgemm_gate_up: gu_b = W x_b, gate | up rows, nb batches of K x n).
+   Halves that are not whole blocks of 8 or tiles. */
 static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb, size_t n, size_t half, size_t K, size_t pad, int keep, uint64_t seed) {
-    size_t lda = rows ? K : K + pad, na = rows ? 2 * half * K : n * lda, nx = rows ? (size_t)nb * K * n : 2 * half * K;
-    size_t per = 2 * half * n, ng = (size_t)nb * per, nact = (size_t)nb * half * n, i;
+    const size_t D = 24;
+    size_t lda = rows ? K : K + pad, na = rows ? 2 * half * K : n * lda, nx = rows ? (size_t)nb * K * n : 2 * half * K + D * half;
+    size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(ng * 4), *R = (float *)malloc(ng * 4);
-    float *act = (float *)malloc(nact * 4), *ract = (float *)malloc(nact * 4), *dA, *dX, *dG, *dR, *dact, *dract;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0};
+    float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < ng; i++) G[i] = 12345.0f;
-    dA = up(cl, A, na), dX = up(cl, X, nx), dG = up(cl, G, ng), dR = up(cl, G, ng), dact = up(cl, G, nact), dract = up(cl, G, nact);
+    dA = up(cl, A, na), dX = up(cl, X, nx), dG = up(cl, G, ng), dR = up(cl, G, ng), dout = up(cl, G, nout), drout = up(cl, G, nout);
+    dact = up(cl, G, (size_t)nb * half * n);
     if (rows) {
-        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, nb, half, n, K, dA, K, 0, dX, n, K * n, dG, per, keep, dact, half * n), TR_OK);
+        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, nb, half, n, K, dA, K, 0, dX, n, K * n, dG, per, keep, dout, half * n), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * half, n, K, dA, K, 0, dX, n, K * n, dR, n, per, 0, 0, &rnd), TR_OK);
-        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, dract, half * n), TR_OK);
-    } else {
-        assert_int_equal(tr__op_sgemm_swiglu_cols(ctx, fdt, n, half, K, dA, lda, dX, dG, keep, dact), TR_OK);
+        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
+    } else { /* W_down (D x half) after W_gu in X */
+        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep, NULL, D, dout), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, 2 * half, K, dA, lda, 0, dX, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
-        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dract, half), TR_OK);
+        assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, D, half, dact, half, 0, dX + 2 * half * K, half, 0, drout, D, 0, 0, 0, &rnd), TR_OK);
     }
-    down(cl, G, dG, ng), down(cl, R, dR, ng), down(cl, act, dact, nact), down(cl, ract, dract, nact);
-    assert_memory_equal(act, ract, nact * 4);
+    down(cl, G, dG, ng), down(cl, R, dR, ng), down(cl, out, dout, nout), down(cl, rout, drout, nout);
+    assert_memory_equal(out, rout, nout * 4);
     if (keep) assert_memory_equal(G, R, ng * 4);
     else
         for (i = 0; i < ng; i++) assert_true(G[i] == 12345.0f);
-    tr__cl_free(cl, dA), tr__cl_free(cl, dX), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dact), tr__cl_free(cl, dract);
-    free(A), free(X), free(G), free(R), free(act), free(ract);
+    tr__cl_free(cl, dA), tr__cl_free(cl, dX), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dout), tr__cl_free(cl, drout);
+    tr__cl_free(cl, dact);
+    free(A), free(X), free(G), free(R), free(out), free(rout);
 }
 
 /* tr__op_sgemm_swiglu on the tensor cores (the activation computed in the operand's packing) against the activation

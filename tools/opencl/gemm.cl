@@ -515,54 +515,60 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       }
     }
 }
-/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves (nh columns each, or with swr nh rows) were
- packed in alternating blocks of 8 rows of B (of A; tr_k_pack16's il), so that a work-item holds a gate and its up
- for two adjacent columns: fragments j, j + 1 (j even) hold the gates and the ups of the same 8 columns, or with
- swr a fragment's rows g and g + 8 those of the same row. Each value is rounded as tr_mma_store would; act =
- silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates and the ups at their places only with keep (a
- pass without the tape never reads them). a8 / c8: act's / C's rows and halves start 8-byte aligned (float2). */
-static inline void tr_mma_swiglu_pair(__global float *C, long ldc, long up_off, __global float *act, long ld_act, long row, int col, int ncol,
-                                      float2 gate, float2 up, int keep, int a8, int c8, int rnd) {
-  __global float *cr = C + row * ldc + col, *ar = act + row * ld_act + col;
-  const float2 v = (float2)(tr_swiglu1(gate.s0, up.s0, rnd), tr_swiglu1(gate.s1, up.s1, rnd));
-  int e;
-  if (col + 1 < ncol && a8) *(__global float2 *)ar = v;
-  else
-    for (e = 0; e < 2; e++)
-      if (col + e < ncol) ar[e] = e ? v.s1 : v.s0;
-  if (!keep) return;
-  if (col + 1 < ncol && c8) *(__global float2 *)cr = gate, *(__global float2 *)(cr + up_off) = up;
-  else
-    for (e = 0; e < 2; e++)
-      if (col + e < ncol) cr[e] = e ? gate.s1 : gate.s0, cr[up_off + e] = e ? up.s1 : up.s0;
+/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */
+static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {
+  if (col + 1 < n && v8) *(__global float2 *)p = v;
+  else {
+    if (col < n) p[0] = v.s0;
+    if (col + 1 < n) p[1] = v.s1;
+  }
 }
+/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of
+ the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each
+ value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates
+ and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start
+ 8-byte aligned (float2 stores).
+ swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and
+ the ups of the same row; act is rows x N (ld_act, a8 as c8).
+ swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those
+ of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit
+ values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
+ is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
-                                       int c8, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
+                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
   int i, j, r;
 #define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))
-  if (swr) { /* rows hx of act (M / 2 of them): a fragment's rows g (gates) and g + 8 (ups) */
+#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))
+  if (swr) {
 #pragma unroll
     for (i = 0; i < 4; i++) {
-      const int hx = (mw + i * 16) / 2 + g;
+      const long hx = (mw + i * 16) / 2 + g;
       if (hx >= M / 2) continue;
 #pragma unroll
-      for (j = 0; j < 4; j++)
-        tr_mma_swiglu_pair(C, ldc, (long)(M / 2) * ldc, act, ld_act, hx, nw + j * 8 + 2 * q, N, TR_RND2(c[i][j][0], c[i][j][1]),
-                           TR_RND2(c[i][j][2], c[i][j][3]), keep, a8, c8, rnd);
+      for (j = 0; j < 4; j++) {
+        const int n = nw + j * 8 + 2 * q;
+        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);
+        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);
+        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);
+      }
     }
-  } else /* columns of act (N / 2 of them): fragments j (gates) and j + 1 (ups) */
+  } else
 #pragma unroll
     for (i = 0; i < 4; i++)
 #pragma unroll
       for (r = 0; r < 2; r++) {
-        const int m = mw + i * 16 + g + r * 8;
-        if (m >= M) continue;
+        const long m = mw + i * 16 + g + r * 8;
 #pragma unroll
-        for (j = 0; j < 4; j += 2)
-          tr_mma_swiglu_pair(C, ldc, N / 2, act, ld_act, m, (nw + j * 8) / 2 + 2 * q, N / 2, TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]),
-                             TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]), keep, a8, c8, rnd);
+        for (j = 0; j < 4; j += 2) {
+          const int col = (nw + j * 8) / 2 + 2 * q;
+          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);
+          const float2 v = TR_SWIGLU2(gate, up);
+          if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
+          if (keep && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);
+        }
       }
 #undef TR_RND2
+#undef TR_SWIGLU2
 }
 /* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values
  (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.
@@ -601,7 +607,8 @@ static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F1
 #endif
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
                            long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
-                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep) {
+                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
+                           __global uint *a16, long ld16, int kpa) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
@@ -663,7 +670,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #endif
     }
   }
-  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, m0 + wm, n0 + wn, g, q, rnd, c);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
 /* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
@@ -677,21 +684,22 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
-            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0);                   \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \
   }                                                                                                                      \
   /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \
-     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved) or rows (swr 1, A's) */                  \
+     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \
+     16-bit values a row) or rows (swr 1, A's) */                                                                        \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \
     ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \
     ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \
-    long s_act, int swr, int keep) {                                                                                     \
+    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
-            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep);                                                   \
+            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
