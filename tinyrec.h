@@ -7846,7 +7846,9 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      about 300). The SwiGLU rides along: the gate_up products (channel and token mix) write the activation from
      their epilogue (tr_k_hmma_swiglu_*: the weight's gate and up rows packed in alternating blocks of 8, so that a
      work-item holds each gate beside its up), and the weight-gradient products read it through their operand's
-     packing (tr_k_pack16*'s so): on the H100 500 -> 471 ms for the trm-sudoku-mlp bf16 step.
+     packing (tr_k_pack16*'s so), and the channel activation is written only as the down product's packed operand
+     (tr__cl_swiglu_mlp): on the H100 500 -> 465 ms for the trm-sudoku-mlp bf16 step, 589 -> 575 for trm-sudoku-att.
+     Warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x of these 64 x 32 ones.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
