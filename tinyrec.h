@@ -7848,7 +7848,9 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      work-item holds each gate beside its up), and the weight-gradient products read it through their operand's
      packing (tr_k_pack16*'s so), and the channel activation is written only as the down product's packed operand
      (tr__cl_swiglu_mlp): on the H100 500 -> 465 ms for the trm-sudoku-mlp bf16 step, 589 -> 575 for trm-sudoku-att.
-     Warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x of these 64 x 32 ones.
+     Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
+     of these 64 x 32 ones; the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
+     two floats per work-item and half) took the mlp step from 465 to 508 ms.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
      dk/dv per key block looping over query blocks, and dq per query block looping over key blocks. Nothing of size
@@ -8401,40 +8403,20 @@ static const char tr__cl_src_gemm_9[] =
 " swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
 " of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
-" is 0 there, as a packed operand's padding must be.\n"
-" swr 2 (the SwiGLU backward: this product is d act, M x N, rounded as tr_mma_store would): act is the forward's\n"
-" gate_up (gate at [m ld_act + n], up so further) and C receives its gradient in the same layout (ldc, up so further),\n"
-" each value as tr_k_swiglu_bwd computes and rounds it; d act itself is not written. */\n"
+" is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
-"                                       int c8, __global uint *a16, long ld16, int kpa, long so, int mw, int nw, int g, int q, int rnd,\n"
-"                                       float c[4][4][4]) {\n"
-"  int i, j, r;\n";
-static const char tr__cl_src_gemm_10[] =
+"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"  int i, j, r;\n"
 "#define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
-"  if (swr == 2) {\n"
-"#pragma unroll\n"
-"    for (i = 0; i < 4; i++)\n"
-"#pragma unroll\n"
-"      for (r = 0; r < 2; r++) {\n"
-"        const long m = mw + i * 16 + g + r * 8;\n"
-"        if (m >= M) continue;\n"
-"#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n"
-"          const int n = nw + j * 8 + 2 * q;\n"
-"          const float2 d = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
-"          __global const float *x = act + m * ld_act + n;\n"
-"          const float2 g0 = n < N ? tr_swiglu_bwd1(x[0], x[so], d.s0) : (float2)(0.0f), g1 = n + 1 < N ? tr_swiglu_bwd1(x[1], x[so + 1], d.s1) : (float2)(0.0f);\n"
-"          tr_mma_put2(C + m * ldc + n, n, N, TR_RND2(g0.s0, g1.s0), c8), tr_mma_put2(C + m * ldc + so + n, n, N, TR_RND2(g0.s1, g1.s1), c8);\n"
-"        }\n"
-"      }\n"
-"  } else if (swr) {\n"
+"  if (swr) {\n"
 "#pragma unroll\n"
 "    for (i = 0; i < 4; i++) {\n"
 "      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n"
+"      for (j = 0; j < 4; j++) {\n";
+static const char tr__cl_src_gemm_10[] =
 "        const int n = nw + j * 8 + 2 * q;\n"
 "        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);\n"
 "        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);\n"
@@ -8479,8 +8461,7 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HCOMMIT()\n"
 "#define TR_HWAIT()\n"
 "#endif\n"
-"/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */\n";
-static const char tr__cl_src_gemm_11[] =
+"/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */\n"
 "static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid) {\n"
 "  int l;\n"
 "#pragma unroll\n"
@@ -8498,7 +8479,8 @@ static const char tr__cl_src_gemm_11[] =
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
-"                           __global uint *a16, long ld16, int kpa, long so) {\n"
+"                           __global uint *a16, long ld16, int kpa) {\n";
+static const char tr__cl_src_gemm_11[] =
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
@@ -8553,50 +8535,48 @@ static const char tr__cl_src_gemm_11[] =
 "      for (i = 0; i < 4; i++)\n"
 "        for (j = 0; j < 4; j++)\n"
 "          for (r = 0; r < 4; r++) {\n"
-"            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n";
-static const char tr__cl_src_gemm_12[] =
+"            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
 "            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16), tr_hmma_at(Bs, bn, 16 * s + kk, F16), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
 "    }\n"
 "  }\n"
-"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, so, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
 " rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
 " accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n";
+static const char tr__cl_src_gemm_12[] =
 "    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n"
 "    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, 0);       \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \\\n"
 "  }                                                                                                                      \\\n"
 "  /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \\\n"
 "     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \\\n"
-"     16-bit values a row) or rows (swr 1, A's); swr 2: the SwiGLU backward (C = the gate_up gradient, act = gate_up, \\\n"
-"     up so further in both) */                                                                                           \\\n"
+"     16-bit values a row) or rows (swr 1, A's) */                                                                        \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
 "    ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \\\n"
 "    ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \\\n"
-"    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa, long so) {                     \\\n"
+"    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
-"    const long up = swr == 2 ? so : swr ? (long)(M / 2) * ldc : N / 2;                                                   \\\n"
+"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \\\n"
 "            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
-"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, so);                     \\\n"
+"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \\\n"
 "  }\n"
 "TR_HMMA_K(bf16, 0)\n"
 "TR_HMMA_K(f16, 1)\n"
-"/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up\n";
-static const char tr__cl_src_gemm_13[] =
+"/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
 "static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
@@ -8606,7 +8586,8 @@ static const char tr__cl_src_gemm_13[] =
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
 "                          int kp, int rp, int fdt, long so, int il) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n";
+static const char tr__cl_src_gemm_13[] =
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
 "  float4 v = (float4)(0.0f);\n"
@@ -8657,8 +8638,7 @@ static const char tr__cl_src_gemm_13[] =
 "}\n"
 "/* Y = X^T (X: R x C rows of ldx, Y: C x R rows of ldy), 32 x 32 tiles through local memory; work-group 32 x 8. */\n"
 "__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_transpose(__global const float *X, ulong X_off, long ldx,\n"
-"               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n";
-static const char tr__cl_src_gemm_14[] =
+"               int R, int C, __global float *Y, ulong Y_off, long ldy) {\n"
 "  __local float t[32][33];\n"
 "  const int c0 = get_group_id(0) * 32, r0 = get_group_id(1) * 32, lx = get_local_id(0), ly = get_local_id(1);\n"
 "  int i;\n"
@@ -8673,7 +8653,7 @@ static const char tr__cl_src_gemm_14[] =
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
-    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -9083,9 +9063,7 @@ typedef struct tr__cl_gemm_fuse {
     int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
-                (ld_act, s_act) = silu(gate) * up); C written only with write_gu. 3: the backward, this product is
-                d act: C (ldc, sC) = the gate_up gradient of act = the gate_up (ld_act, s_act), up so further in both
-                (tr__op_sgemm_swiglu_bwd) */
+                (ld_act, s_act) = silu(gate) * up); C written only with write_gu */
     int act16;           /* (swc 1, required) act written only packed, into scratch slot TR__CL_SLOT_PACK_ACT, for the next product */
     const uint32_t *a16; /* A given packed already (act16's output): no packing of A */
 } tr__cl_gemm_fuse;
@@ -9194,9 +9172,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
-    if (fz->rnd && (!mma || (ldc != N && !fz->swc))) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
-    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 && (tb == 0 || N % 2 || !fz->act16 || nb != 1)) ||
-                    (fz->swc == 2 && (ta || M % 2)) || (fz->swc != 1 && fz->act16)))
+    if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
+    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
+                    (fz->swc == 1) != (fz->act16 != 0) || (fz->act16 && nb != 1)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if (fz->a16 && (!mma || ta || nb != 1)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
@@ -9268,9 +9246,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
-            tr__cla_i32(&a, fz->swc - 1), tr__cla_i32(&a, fz->write_gu);
+            tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
             tr__cla_buf(&a, act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
-            tr__cla_i64(&a, fz->swc == 3 ? (int64_t)fz->so : 0);
             return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
         }
         for (z0 = 0; z0 < nz; z0 += 65535) {
@@ -10197,26 +10174,6 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
-/* The SwiGLU backward through the product that gives d act: da = R(op(A_b) op(B_b)) (nb products of M x N, batch
-   strides sA, sB), dg = the gradient of the gate_up g, each value as tr__op_swiglu_bwd rounds it, in g's layout:
-   per_row (the channel SwiGLU, nb = 1: rows of gate N | up N, gs apart) or per batch (the token mix: gate M x N,
-   then up, gs apart). On tensor cores (bfloat16 / float16) in the product's epilogue, da never written; elsewhere
-   the product into da (ld N, batch stride M N), then tr__op_swiglu_bwd. */
-TR__FN tr_status tr__op_sgemm_swiglu_bwd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                                         size_t sA, const float *B, size_t ldb, size_t sB, const float *g, size_t gs, int per_row, float *da, float *dg) {
-    tr_status st;
-#if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 3, 0, NULL};
-        fz.act = (float *)g, fz.ld_act = per_row ? gs : N, fz.s_act = per_row ? 0 : gs, fz.so = per_row ? N : M * N;
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, dg, per_row ? gs : N, per_row ? 0 : gs, 0, 1, &fz);
-    }
-#endif
-    if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, da, nb > 1 ? M * N : 0, 0))) return st;
-    if (per_row) return tr__op_swiglu_bwd(ctx, fdt, (long)M, (long)N, g, gs, da, N, dg);
-    return tr__op_swiglu_bwd(ctx, fdt, nb, (long)(M * N), g, gs, da, M * N, dg);
-}
-
 /* The channel SwiGLU and its down product: gu = R(A W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K),
    act = R(silu(gate) * up) (rows x half), proj = R(act W_downᵀ) (rows x D; W_down: D x half), R the rounding to fdt.
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
@@ -10994,8 +10951,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act))) return st;
-    /* dbig = d gu through d act = g1 . W_down (into act where not fused) */
-    if ((st = tr__op_sgemm_swiglu_bwd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, r->gu, 2 * I, 1, act, dbig))) return st;
+    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0))) return st; /* act <- d act */
+    if ((st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
     if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1))) return st; /* g2 = d h1 */
@@ -11006,8 +10963,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act))) return st;
-        if ((st = tr__op_sgemm_swiglu_bwd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, r->mix, 2 * It * D, 0, dact, dbig)))
-            return st;
+        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0))) return st;
+        if ((st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
         if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1))) return st;
     } else {

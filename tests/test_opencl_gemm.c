@@ -461,30 +461,6 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     free(G), free(A), free(C), free(R);
 }
 
-/* tr__op_sgemm_swiglu_bwd on the tensor cores (the SwiGLU backward in the epilogue of the product giving d act)
-   against that product rounded into da, then tr_k_swiglu_bwd: the same bits. per_row: the channel SwiGLU's (d act =
-   g1 W_down: M rows, gate_up rows of 2N), else the token mix's (d act_b = W_tdownᵀ g1_b, nb batches of gate M x N,
-   then up). Gates in [-4, 4). */
-static void run_swiglu_bwd_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int nb, size_t M, size_t N, size_t K, uint64_t seed) {
-    const int ta = !per_row;
-    size_t lda = ta ? M : K, na = K * M, sb = K * N, gs = per_row ? 2 * N : 2 * M * N, ng = per_row ? M * gs : (size_t)nb * gs;
-    float *A = (float *)malloc(na * 4), *B = (float *)malloc((size_t)nb * sb * 4), *G = (float *)malloc(ng * 4), *D = (float *)malloc(ng * 4);
-    float *R = (float *)malloc(ng * 4), *dA, *dB, *dG, *dD, *dR, *dda;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
-    tu_fill(A, na, seed, 1.0f), tu_fill(B, (size_t)nb * sb, seed + 1, 1.0f), tu_fill(G, ng, seed + 2, 4.0f);
-    tr__round_ref(fdt, A, na), tr__round_ref(fdt, B, (size_t)nb * sb), tr__round_ref(fdt, G, ng);
-    dA = up(cl, A, na), dB = up(cl, B, (size_t)nb * sb), dG = up(cl, G, ng), dD = up(cl, G, ng), dR = up(cl, G, ng);
-    dda = up(cl, G, (size_t)nb * M * N);
-    assert_int_equal(tr__op_sgemm_swiglu_bwd(ctx, fdt, nb, ta, 0, M, N, K, dA, lda, 0, dB, N, sb, dG, gs, per_row, NULL, dD), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, 0, M, N, K, dA, lda, 0, dB, N, sb, dda, N, nb > 1 ? M * N : 0, 0, 0, &rnd), TR_OK);
-    if (per_row) assert_int_equal(tr__cl_swiglu_bwd(cl, fdt, (long)M, (long)N, dG, gs, dda, N, dR), TR_OK);
-    else assert_int_equal(tr__cl_swiglu_bwd(cl, fdt, nb, (long)(M * N), dG, gs, dda, M * N, dR), TR_OK);
-    down(cl, D, dD, ng), down(cl, R, dR, ng);
-    assert_memory_equal(D, R, ng * 4);
-    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dG), tr__cl_free(cl, dD), tr__cl_free(cl, dR), tr__cl_free(cl, dda);
-    free(A), free(B), free(G), free(D), free(R);
-}
-
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
     static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {129, 257, 45}, {300, 31, 130}};
     size_t i;
@@ -523,10 +499,6 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 40, 35, 291, 370); /* (D, I, rows): odd widths, the scalar fetches */
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */
-        run_swiglu_bwd_fused(ctx, cl, g_ref_fdt, 1, 1, 291, 35, 40, 380); /* (rows, I, D): odd widths */
-        run_swiglu_bwd_fused(ctx, cl, g_ref_fdt, 1, 1, 130, 64, 64, 381);
-        run_swiglu_bwd_fused(ctx, cl, g_ref_fdt, 0, 3, 20, 40, 97, 382); /* (It, D, S) per batch */
-        run_swiglu_bwd_fused(ctx, cl, g_ref_fdt, 0, 2, 13, 33, 9, 383);
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);

@@ -533,33 +533,13 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
  swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those
  of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit
  values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
- is 0 there, as a packed operand's padding must be.
- swr 2 (the SwiGLU backward: this product is d act, M x N, rounded as tr_mma_store would): act is the forward's
- gate_up (gate at [m ld_act + n], up so further) and C receives its gradient in the same layout (ldc, up so further),
- each value as tr_k_swiglu_bwd computes and rounds it; d act itself is not written. */
+ is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
-                                       int c8, __global uint *a16, long ld16, int kpa, long so, int mw, int nw, int g, int q, int rnd,
-                                       float c[4][4][4]) {
+                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
   int i, j, r;
 #define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))
 #define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))
-  if (swr == 2) {
-#pragma unroll
-    for (i = 0; i < 4; i++)
-#pragma unroll
-      for (r = 0; r < 2; r++) {
-        const long m = mw + i * 16 + g + r * 8;
-        if (m >= M) continue;
-#pragma unroll
-        for (j = 0; j < 4; j++) {
-          const int n = nw + j * 8 + 2 * q;
-          const float2 d = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]);
-          __global const float *x = act + m * ld_act + n;
-          const float2 g0 = n < N ? tr_swiglu_bwd1(x[0], x[so], d.s0) : (float2)(0.0f), g1 = n + 1 < N ? tr_swiglu_bwd1(x[1], x[so + 1], d.s1) : (float2)(0.0f);
-          tr_mma_put2(C + m * ldc + n, n, N, TR_RND2(g0.s0, g1.s0), c8), tr_mma_put2(C + m * ldc + so + n, n, N, TR_RND2(g0.s1, g1.s1), c8);
-        }
-      }
-  } else if (swr) {
+  if (swr) {
 #pragma unroll
     for (i = 0; i < 4; i++) {
       const long hx = (mw + i * 16) / 2 + g;
@@ -628,7 +608,7 @@ static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F1
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
                            long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
-                           __global uint *a16, long ld16, int kpa, long so) {
+                           __global uint *a16, long ld16, int kpa) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
@@ -690,7 +670,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #endif
     }
   }
-  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, so, m0 + wm, n0 + wn, g, q, rnd, c);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
 /* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
@@ -704,23 +684,22 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
-            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, 0);       \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \
   }                                                                                                                      \
   /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \
      C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \
-     16-bit values a row) or rows (swr 1, A's); swr 2: the SwiGLU backward (C = the gate_up gradient, act = gate_up, \
-     up so further in both) */                                                                                           \
+     16-bit values a row) or rows (swr 1, A's) */                                                                        \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \
     ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \
     ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \
-    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa, long so) {                     \
+    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
-    const long up = swr == 2 ? so : swr ? (long)(M / 2) * ldc : N / 2;                                                   \
+    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
-            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, so);                     \
+            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \
   }
 TR_HMMA_K(bf16, 0)
 TR_HMMA_K(f16, 1)
