@@ -5933,7 +5933,6 @@ TR__FN void tr__cl_build_notes(tr__cl *cl, tr__cl_program prog, const char *opti
     tr__free(cl->ctx, log);
 }
 
-
 /* The build log with every "<kernel>:LINE:" replaced by "file.cl:line:" (tr__cl_source_line); a
    tr__alloc'ed copy, or NULL (then use the log as it is). */
 TR__FN char *tr__cl_map_log(tr_ctx *ctx, const char *const *sources, int n, const char *log) {
@@ -8355,6 +8354,16 @@ static const char tr__cl_src_gemm_9[] =
 "  : \"=f\"(c[0]), \"=f\"(c[1]), \"=f\"(c[2]), \"=f\"(c[3]) \\\n"
 "  : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]), \"f\"(c[0]), \"f\"(c[1]), \"f\"(c[2]), \"f\"(c[3])\n"
 "#endif\n"
+"/* both values rounded to bfloat16 (rnd 1) / float16 (2), as tr_k_round would */\n"
+"static inline float2 tr_round2(float2 v, int rnd) { return (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd)); }\n"
+"/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */\n"
+"static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {\n"
+"  if (col + 1 < n && v8) *(__global float2 *)p = v;\n"
+"  else {\n"
+"    if (col < n) p[0] = v.s0;\n"
+"    if (col + 1 < n) p[1] = v.s1;\n"
+"  }\n"
+"}\n"
 "/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
 " rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
 " start 8-byte aligned */\n"
@@ -8372,26 +8381,11 @@ static const char tr__cl_src_gemm_9[] =
 "      for (j = 0; j < 4; j++) {\n"
 "        const int n = nw + j * 8 + 2 * q;\n"
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
-"        if (c8 && n + 1 < N) { /* n is even: a float2 */\n"
-"          if (acc) v += *(__global float2 *)(cr + n);\n"
-"          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));\n"
-"          *(__global float2 *)(cr + n) = v;\n"
-"        } else {\n"
-"          if (acc) v += (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f);\n"
-"          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));\n"
-"          if (n < N) cr[n] = v.s0;\n"
-"          if (n + 1 < N) cr[n + 1] = v.s1;\n"
-"        }\n"
+"        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
+"        if (rnd) v = tr_round2(v, rnd);\n"
+"        tr_mma_put2(cr + n, n, N, v, c8);\n"
 "      }\n"
 "    }\n"
-"}\n"
-"/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */\n"
-"static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {\n"
-"  if (col + 1 < n && v8) *(__global float2 *)p = v;\n"
-"  else {\n"
-"    if (col < n) p[0] = v.s0;\n"
-"    if (col + 1 < n) p[1] = v.s1;\n"
-"  }\n"
 "}\n"
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
@@ -8407,7 +8401,7 @@ static const char tr__cl_src_gemm_9[] =
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
 "                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
 "  int i, j, r;\n"
-"#define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))\n"
+"#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
 "  if (swr) {\n"
 "#pragma unroll\n"
@@ -8415,9 +8409,9 @@ static const char tr__cl_src_gemm_9[] =
 "      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n";
+"      for (j = 0; j < 4; j++) {\n"
+"        const int n = nw + j * 8 + 2 * q;\n";
 static const char tr__cl_src_gemm_10[] =
-"        const int n = nw + j * 8 + 2 * q;\n"
 "        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);\n"
 "        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);\n"
 "        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);\n"
@@ -8479,9 +8473,9 @@ static const char tr__cl_src_gemm_10[] =
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
-"                           __global uint *a16, long ld16, int kpa) {\n";
+"                           __global uint *a16, long ld16, int kpa) {\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n";
 static const char tr__cl_src_gemm_11[] =
-"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
@@ -8549,9 +8543,9 @@ static const char tr__cl_src_gemm_11[] =
 " rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
 " accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n";
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n"
+"    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n";
 static const char tr__cl_src_gemm_12[] =
-"    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n"
 "    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
@@ -8586,11 +8580,11 @@ static const char tr__cl_src_gemm_12[] =
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
 "                          int kp, int rp, int fdt, long so, int il) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n";
-static const char tr__cl_src_gemm_13[] =
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
-"  float4 v = (float4)(0.0f);\n"
+"  float4 v = (float4)(0.0f);\n";
+static const char tr__cl_src_gemm_13[] =
 "  if (x >= rp || k >= kp) return;\n"
 "  if (il ? hx < il : x < rows) {\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {\n"
@@ -9064,7 +9058,8 @@ typedef struct tr__cl_gemm_fuse {
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
                 (ld_act, s_act) = silu(gate) * up); C written only with write_gu */
-    int act16;           /* (swc 1, required) act written only packed, into scratch slot TR__CL_SLOT_PACK_ACT, for the next product */
+    uint32_t *act16;     /* (swc 1, required) act written only here, packed as the next product's A operand (Mp rows of
+                            (N / 2 + 31) / 32 * 32 16-bit values: tr__cl_swiglu_mlp) */
     const uint32_t *a16; /* A given packed already (act16's output): no packing of A */
 } tr__cl_gemm_fuse;
 
@@ -9140,7 +9135,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, si
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9174,7 +9169,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
-                    (fz->swc == 1) != (fz->act16 != 0) || (fz->act16 && nb != 1)))
+                    (fz->swc == 1) != (fz->act16 != NULL) || (fz->act16 && nb != 1)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if (fz->a16 && (!mma || ta || nb != 1)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
@@ -9224,14 +9219,12 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
            tensor-core kernel */
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
-        uint32_t *A16, *B16, *act16 = NULL;
+        uint32_t *A16, *B16;
         size_t kpa = fz->act16 ? (N / 2 + 31) / 32 * 32 : 0; /* act16: the next product's depth, padded */
         if (fz->a16) A16 = (uint32_t *)fz->a16; /* (packed as this product would: Mp x Kp) */
         else if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0,
                                      fz->sw == 1 ? fz->so : 0, &A16)) != TR_OK)
             return st;
-        if (kpa && !(act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, Mp * kpa / 2)))
-            return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, fz->sw == 2 ? fz->so : 0,
                                 &B16)) != TR_OK)
             return st;
@@ -9247,7 +9240,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
-            tr__cla_buf(&a, act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
+            tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
             return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
         }
         for (z0 = 0; z0 < nz; z0 += 65535) {
@@ -9314,7 +9307,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
     fz.sw = sw, fz.so = so;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -9325,7 +9318,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -9335,12 +9328,14 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, 1, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL};
     tr_status st;
-    fz.act = gu, fz.write_gu = keep_gu; /* (act: not written, the packed copy is) */
+    /* the down product's A as tr__cl_gemm_run packs it: rows padded to 128, depth to 32 */
+    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (rows + 127) / 128 * 128 * ((half + 31) / 32 * 32) / 2);
+    if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
-    if (!(down.a16 = (const uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (rows + 127) / 128 * 128 * ((half + 31) / 32 * 32) / 2)))
-        return TR_ERR_DEVICE; /* (allocated by the product above: the same size) */
+    down.a16 = act16;
     return tr__cl_gemm_run(cl, 1, 0, 1, rows, D, half, NULL, half, 0, W_down, half, 0, proj, D, 0, 0, 0, &down);
 }
 
@@ -10055,6 +10050,11 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_
     return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
 }
 
+#if TINYREC_OPENCL
+/* Whether a model computing in fdt has its products on the device's tensor cores (their program built): the
+   fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
+TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl); }
+#endif
 /* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
    bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; elsewhere a pass over C. */
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
@@ -10063,8 +10063,8 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
                                   const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, 0, NULL};
+    if (tr__op_mma(ctx, fdt)) {
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -10184,8 +10184,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
                                    const float *W_down, float *gu, int keep_gu, float *act, size_t D, float *proj) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl))
-        return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj);
+    if (tr__op_mma(ctx, fdt)) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj);
 #endif
     TR__UNUSED(keep_gu);
     if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
@@ -10206,7 +10205,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
     int per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
 #if TINYREC_OPENCL
-    if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl))))
+    if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
         return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so);
 #endif
     if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
@@ -10228,8 +10227,8 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
-    if (ctx->dev_active && fdt && ctx->gemm_fdt == fdt && nb <= 65535 && tr__cl_mma_ready(ctx->cl)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, 0, NULL};
+    if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }

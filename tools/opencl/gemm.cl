@@ -485,6 +485,16 @@ static inline uint tr_mma_pack(float lo, float hi, const int F16) {
   : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3]) \
   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3])
 #endif
+/* both values rounded to bfloat16 (rnd 1) / float16 (2), as tr_k_round would */
+static inline float2 tr_round2(float2 v, int rnd) { return (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd)); }
+/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */
+static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {
+  if (col + 1 < n && v8) *(__global float2 *)p = v;
+  else {
+    if (col < n) p[0] = v.s0;
+    if (col + 1 < n) p[1] = v.s1;
+  }
+}
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
  rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
  start 8-byte aligned */
@@ -502,26 +512,11 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       for (j = 0; j < 4; j++) {
         const int n = nw + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
-        if (c8 && n + 1 < N) { /* n is even: a float2 */
-          if (acc) v += *(__global float2 *)(cr + n);
-          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));
-          *(__global float2 *)(cr + n) = v;
-        } else {
-          if (acc) v += (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f);
-          if (rnd) v = (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd));
-          if (n < N) cr[n] = v.s0;
-          if (n + 1 < N) cr[n + 1] = v.s1;
-        }
+        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
+        if (rnd) v = tr_round2(v, rnd);
+        tr_mma_put2(cr + n, n, N, v, c8);
       }
     }
-}
-/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */
-static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {
-  if (col + 1 < n && v8) *(__global float2 *)p = v;
-  else {
-    if (col < n) p[0] = v.s0;
-    if (col + 1 < n) p[1] = v.s1;
-  }
 }
 /* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of
  the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each
@@ -537,7 +532,7 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
                                        int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
   int i, j, r;
-#define TR_RND2(x, y) (float2)(tr_round1(x, rnd), tr_round1(y, rnd))
+#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)
 #define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))
   if (swr) {
 #pragma unroll
