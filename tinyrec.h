@@ -7833,11 +7833,11 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
      and kept with the device (tr__cl.gemm), which every launch uses.
    Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): while a bfloat16 / float16 model runs (ctx->gemm_fdt), its
-     products, whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 (and
-     tr_k_pack16_t, through local memory, for a transposed one) writes each as rows of 16-bit values along the depth,
-     padded with zeros to whole 128 x 32 tiles, into scratch (tr__cl_pack16). tr_k_hmma then copies the tiles with
-     cp.async into three stages of local memory (48 KiB; XOR-swizzled 16-byte chunks, so ldmatrix is conflict-free),
-     loads fragments with ldmatrix and multiplies with mma.sync.m16n8k16 in fp32: 8 warps of 64 x 32 outputs, the
+     products, whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 writes
+     each as it is stored, rows of 16-bit values padded with zeros to whole 128 x 32 tiles, into scratch
+     (tr__cl_pack16). tr_k_hmma then copies the tiles with cp.async into three stages of local memory (48 KiB;
+     XOR-swizzled 16-byte chunks, so ldmatrix is conflict-free), loads fragments with ldmatrix (.trans for a
+     transposed operand, whose packed rows are depths: tr_k_hmma_*_ta / _tb) and multiplies with mma.sync.m16n8k16 in fp32: 8 warps of 64 x 32 outputs, the
      output optionally rounded in the epilogue (tr__op_sgemm_rnd). Their program is built at the first such product
      (float32 users never compile it); MMA=2 runs the same packing, tiles and staging with plain copies and fma on
      any device (PoCL in CI). On an H100 at the training shapes: 134 / 67 TFLOP/s with the packing (the earlier
@@ -7845,7 +7845,7 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      about 300). The SwiGLU rides along: the gate_up products (channel and token mix) write the activation from
      their epilogue (tr_k_hmma_swiglu_*: the weight's gate and up rows packed in alternating blocks of 8, so that a
      work-item holds each gate beside its up), and the weight-gradient products read it through their operand's
-     packing (tr_k_pack16*'s so), and the channel activation is written only as the down product's packed operand
+     packing (tr_k_pack16's so), and the channel activation is written only as the down product's packed operand
      (tr__cl_swiglu_mlp): on the H100 500 -> 465 ms for the trm-sudoku-mlp bf16 step, 589 -> 575 for trm-sudoku-att.
      Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
      of these 64 x 32 ones; the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
@@ -8299,7 +8299,7 @@ static const char tr__cl_src_gemm_8[] =
 "          (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \\\n"
 "          X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \\\n"
 "  }\n"
-"/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16*. */\n"
+"/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16. */\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on\n"
 " the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */\n"
@@ -8435,47 +8435,62 @@ static const char tr__cl_src_gemm_10[] =
 "#undef TR_RND2\n"
 "#undef TR_SWIGLU2\n"
 "}\n"
-"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values\n"
-" (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.\n"
-" Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so\n"
-" that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.\n"
-" A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32\n"
-" distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns\n"
-" (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
+"/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]): A and B packed by tr_k_pack16 as they are\n"
+" stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous\n"
+" (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a\n"
+" transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n"
+" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
+" one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
+" of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
+" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n"
+" the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.\n"
+" Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HS 3\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
+"#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */\n"
 "#if TR_GEMM_MMA == 1\n"
-"#define TR_HCP(dst, src) __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src) : \"memory\")\n"
+"#define TR_HCP(dst, src, n) \\\n"
+"  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
 "#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
+"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
+"  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
-"#define TR_HCP(dst, src) (*(__local uint4 *)(dst) = *(__global const uint4 *)(src))\n"
+"#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))\n"
 "#define TR_HCOMMIT()\n"
 "#define TR_HWAIT()\n"
 "#endif\n"
-"/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */\n"
-"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid) {\n"
+"/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
+" the 2 ld packed ones) into S: chunks e = tid, tid + 256 */\n"
+"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
 "  for (l = 0; l < 2; l++) {\n"
-"    const int e = tid + l * 256, r = e >> 2, c = e & 3;\n"
-"    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);\n"
+"    const int e = tid + l * 256;\n"
+"    if (T) {\n"
+"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld;\n"
+"      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
+"    } else {\n"
+"      const int r = e >> 2, c = e & 3;\n";
+static const char tr__cl_src_gemm_11[] =
+"      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);\n"
+"    }\n"
 "  }\n"
 "}\n"
 "#if TR_GEMM_MMA != 1\n"
-"/* the 16-bit value at row r, depth k of a staged tile, as a float */\n"
-"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {\n"
-"  return tr_unhalf1((ushort)(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1))), F16 ? 2 : 1);\n"
+"/* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */\n"
+"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {\n"
+"  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));\n"
+"  return tr_unhalf1((ushort)w, F16 ? 2 : 1);\n"
 "}\n"
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
 "                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
-"                           __global uint *a16, long ld16, int kpa) {\n"
-"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n";
-static const char tr__cl_src_gemm_11[] =
+"                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
@@ -8492,8 +8507,8 @@ static const char tr__cl_src_gemm_11[] =
 "  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
 "    if (t < nt) {\n"
 "      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);\n"
-"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);\n"
+"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);\n"
+"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT();\n"
 "  }\n"
@@ -8504,8 +8519,8 @@ static const char tr__cl_src_gemm_11[] =
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);\n"
-"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);\n"
+"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
@@ -8513,16 +8528,26 @@ static const char tr__cl_src_gemm_11[] =
 "#if TR_GEMM_MMA == 1\n"
 "      uint a[4][4], b[4][2];\n"
 "      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
-"         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */\n"
+"         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
+"         depth-major tile, depth l % 8 of the matrix, transposed as it loads) */\n"
 "#pragma unroll\n"
-"      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));\n"
+"      for (i = 0; i < 4; i++) {\n"
+"        const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;\n"
+"        if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));\n"
+"        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
+"      }\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j += 2) TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(wn + (j + (lm >> 1)) * 8 + lr, 2 * s + (lm & 1)));\n"
+"      for (j = 0; j < 4; j += 2) {\n"
+"        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
+"        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
+"        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
+"      }\n"
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "        for (j = 0; j < 4; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n";
+static const char tr__cl_src_gemm_12[] =
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "        }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
@@ -8531,7 +8556,7 @@ static const char tr__cl_src_gemm_11[] =
 "          for (r = 0; r < 4; r++) {\n"
 "            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
-"            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16), tr_hmma_at(Bs, bn, 16 * s + kk, F16), c[i][j][r]);\n"
+"            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
 "    }\n"
@@ -8539,42 +8564,54 @@ static const char tr__cl_src_gemm_11[] =
 "  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
 "}\n"
-"/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the\n"
-" rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the\n"
-" accumulation), as tr_k_round would */\n"
-"#define TR_HMMA_K(D, F16)                                                                                                  \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \\\n"
-"    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \\\n";
-static const char tr__cl_src_gemm_12[] =
-"    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \\\n"
+"/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
+" _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
+" to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */\n"
+"#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
+"    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
+"    int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                                    \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
-"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \\\n"
-"  }                                                                                                                      \\\n"
-"  /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \\\n"
-"     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \\\n"
-"     16-bit values a row) or rows (swr 1, A's) */                                                                        \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \\\n"
-"    ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \\\n"
-"    ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \\\n"
-"    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
+"  }\n"
+"/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
+" gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
+" values a row) or rows (swr 1, A's); _tb: B depth-major */\n"
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
+"    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
+"    int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr, int keep,  \\\n"
+"    __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \\\n"
-"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
-"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \\\n"
+"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n";
+static const char tr__cl_src_gemm_13[] =
+"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \\\n"
 "  }\n"
-"TR_HMMA_K(bf16, 0)\n"
-"TR_HMMA_K(f16, 1)\n"
-"/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up\n"
+"TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
+"TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)\n"
+"TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n"
+"TR_HMMA_K(tr_k_hmma_bf16_tab, 0, 1, 1)\n"
+"TR_HMMA_K(tr_k_hmma_f16, 1, 0, 0)\n"
+"TR_HMMA_K(tr_k_hmma_f16_ta, 1, 1, 0)\n"
+"TR_HMMA_K(tr_k_hmma_f16_tb, 1, 0, 1)\n"
+"TR_HMMA_K(tr_k_hmma_f16_tab, 1, 1, 1)\n"
+"TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16, 0, 0)\n"
+"TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16_tb, 0, 1)\n"
+"TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16, 1, 0)\n"
+"TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)\n"
+"/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
 "static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }\n"
-"/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words\n"
-" (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).\n"
+"/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n"
+" packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =\n"
+" P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
@@ -8583,8 +8620,7 @@ static const char tr__cl_src_gemm_12[] =
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
 "  const long b = get_global_id(2);\n"
 "  const ulong o = P_off + b * sP + (long)src * ld;\n"
-"  float4 v = (float4)(0.0f);\n";
-static const char tr__cl_src_gemm_13[] =
+"  float4 v = (float4)(0.0f);\n"
 "  if (x >= rp || k >= kp) return;\n"
 "  if (il ? hx < il : x < rows) {\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {\n"
@@ -8598,21 +8634,6 @@ static const char tr__cl_src_gemm_13[] =
 "                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);\n"
 "  }\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
-"}\n"
-"/* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through\n"
-" local memory, reading along x and writing along the depth pairs, both coalesced. */\n"
-"__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,\n"
-"                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt, long so) {\n"
-"  __local float T[64][33];\n"
-"  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;\n"
-"  const long b = get_global_id(2);\n"
-"  int i;\n"
-"  P += P_off + b * sP;\n"
-"  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? tr_pack_at(P, (long)(k0 + i) * ld + x0 + tx, so, fdt) : 0.0f;\n"
-"  barrier(CLK_LOCAL_MEM_FENCE);\n"
-"  if (k0 + 2 * tx >= kp) return;\n"
-"  for (i = ty; i < 32; i += 8)\n"
-"    if (x0 + i < rp) D[D_off + (b * rp + x0 + i) * (long)(kp / 2) + k0 / 2 + tx] = tr_mma_pack(T[2 * tx][i], T[2 * tx + 1][i], fdt == 2);\n"
 "}\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
@@ -8637,7 +8658,8 @@ static const char tr__cl_src_gemm_13[] =
 "  const int c0 = get_group_id(0) * 32, r0 = get_group_id(1) * 32, lx = get_local_id(0), ly = get_local_id(1);\n"
 "  int i;\n"
 "  X += X_off, Y += Y_off;\n"
-"  for (i = ly; i < 32; i += 8)\n"
+"  for (i = ly; i < 32; i += 8)\n";
+static const char tr__cl_src_gemm_14[] =
 "    if (r0 + i < R && c0 + lx < C) t[i][lx] = X[(long)(r0 + i) * ldx + c0 + lx];\n"
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  for (i = ly; i < 32; i += 8)\n"
@@ -8647,7 +8669,7 @@ static const char tr__cl_src_gemm_13[] =
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
-    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -9074,7 +9096,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
-/* Whether the tensor-core kernels can run: their program (the ops, tr_k_hmma_* and tr_k_pack16*, TR_MMA_ONLY) is built at the first
+/* Whether the tensor-core kernels can run: their program (the ops, tr_k_hmma_* and tr_k_pack16, TR_MMA_ONLY) is built at the first
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
@@ -9104,28 +9126,24 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 #define TR__CL_GEMM_BT_MIN_M 1024 /* rows of C from which x W^T is run as x (W^T) on the cp.async kernels */
 #endif
 
-/* One operand of tr_k_hmma: op(P) (rows x K; trans: P is K x rows) of each of nbp batches (stride sP floats), rounded
-   to the precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch
-   (zeros past the operand). il > 0 (not trans, rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's
-   gate_up, each value the activation of P[i] and P[i + so]. *out: the packed operand. */
-TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int trans,
-                               int nbp, size_t rp, size_t kp, size_t il, size_t so, uint32_t **out) {
+/* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
+   precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch (zeros
+   past the operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value
+   the activation of P[i] and P[i + so]. *out: the packed operand. */
+TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int nbp, size_t rp,
+                               size_t kp, size_t il, size_t so, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
     float *D = tr__cl_scratch(cl, slot, (size_t)nbp * rp * (kp / 2));
     if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
-    if (trans) /* tr_k_pack16_t: 32 rows x 64 depths per work-group */
-        ls[0] = 32, ls[1] = 8, gs[0] = rp, gs[1] = (kp + 63) / 64 * 8;
-    else
-        ls[0] = 8, ls[1] = 32, gs[0] = kp / 4, gs[1] = rp; /* tr_k_pack16: four depths per work-item */
-    ls[2] = 1, gs[2] = (size_t)nbp;
+    ls[0] = 8, ls[1] = 32, ls[2] = 1, gs[0] = kp / 4, gs[1] = rp, gs[2] = (size_t)nbp; /* four depths per work-item */
     tr__cla_init(&a);
     tr__cla_buf(&a, P), tr__cla_i64(&a, (int64_t)ld), tr__cla_i64(&a, (int64_t)sP);
     tr__cla_i32(&a, (int32_t)rows), tr__cla_i32(&a, (int32_t)K);
     tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma), tr__cla_i64(&a, (int64_t)so);
-    if (!trans) tr__cla_i32(&a, (int32_t)il); /* (interleaved halves: tr_k_pack16 only) */
+    tr__cla_i32(&a, (int32_t)il);
     *out = (uint32_t *)D;
-    return tr__cl_launch(cl, trans ? "tr_k_pack16_t" : "tr_k_pack16", 3, gs, ls, &a);
+    return tr__cl_launch(cl, "tr_k_pack16", 3, gs, ls, &a);
 }
 
 /* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
@@ -9215,18 +9233,22 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         B = Bt, ldb = N, tb = 0;
     }
     if (mma) {
-        /* both operands rounded and packed as 16-bit rows (k-contiguous, padded to whole tiles), then the cp.async
-           tensor-core kernel */
+        /* both operands rounded and packed as 16-bit rows as they are stored (padded to whole tiles: rows to 128,
+           columns to 32), then the cp.async tensor-core kernel, reading a transposed one depth-major */
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
+        size_t lda16 = ta ? (M + 31) / 32 * 32 : Kp, ldb16 = tb ? Kp : (N + 31) / 32 * 32; /* packed row lengths */
+        size_t rpa = ta ? (K + 127) / 128 * 128 : Mp, rpb = tb ? Np : (K + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *A16, *B16;
         size_t kpa = fz->act16 ? (N / 2 + 31) / 32 * 32 : 0; /* act16: the next product's depth, padded */
+        static const char *const hk[2][2][2] = {{{"tr_k_hmma_bf16", "tr_k_hmma_bf16_tb"}, {"tr_k_hmma_bf16_ta", "tr_k_hmma_bf16_tab"}},
+                                                {{"tr_k_hmma_f16", "tr_k_hmma_f16_tb"}, {"tr_k_hmma_f16_ta", "tr_k_hmma_f16_tab"}}};
         if (fz->a16) A16 = (uint32_t *)fz->a16; /* (packed as this product would: Mp x Kp) */
-        else if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, M, K, ta, nbA, Mp, Kp, fz->swc == 2 ? M / 2 : 0,
+        else if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, ta ? K : M, ta ? M : K, nbA, rpa, lda16, fz->swc == 2 ? M / 2 : 0,
                                      fz->sw == 1 ? fz->so : 0, &A16)) != TR_OK)
             return st;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, N, K, !tb, nbB, Np, Kp, fz->swc == 1 ? N / 2 : 0, fz->sw == 2 ? fz->so : 0,
-                                &B16)) != TR_OK)
+        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, tb ? N : K, tb ? K : N, nbB, rpb, ldb16, fz->swc == 1 ? N / 2 : 0,
+                                fz->sw == 2 ? fz->so : 0, &B16)) != TR_OK)
             return st;
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
@@ -9234,26 +9256,27 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
             gs[2] = (size_t)nb;
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(Mp * Kp / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(Np * Kp / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
             tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
-            return tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_f16", 3, gs, ls, &a);
+            return tr__cl_launch(cl, mma == 1 ? (tb ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_bf16_tb") : (tb ? "tr_k_hmma_swiglu_f16" : "tr_k_hmma_swiglu_f16_tb"),
+                                 3, gs, ls, &a);
         }
         for (z0 = 0; z0 < nz; z0 += 65535) {
             gs[2] = (size_t)TR__MIN(nz - z0, 65535);
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(Mp * Kp / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(Kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(Np * Kp / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
             tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);
             tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
             tr__cla_i32(&a, fz->rnd && !P ? mma : 0);
-            if ((st = tr__cl_launch(cl, mma == 1 ? "tr_k_hmma_bf16" : "tr_k_hmma_f16", 3, gs, ls, &a)) != TR_OK) return st;
+            if ((st = tr__cl_launch(cl, hk[mma - 1][ta != 0][tb == 0], 3, gs, ls, &a)) != TR_OK) return st;
         }
     } else {
         snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),

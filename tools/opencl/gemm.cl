@@ -431,7 +431,7 @@ static inline void tr_sgemm_cp(__global const float *A, long lda, long sA, __glo
           (__local float *)As4, (__local float *)Bs4, TA, TB, TR_WL(WL), TR_DB(DB), KT, UV, SW, so, GU, gh,         \
           X + X_off + (ulong)z * (ulong)sx, ldx, wc);                                                               \
   }
-/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16*. */
+/* The kernels. TR_MMA_ONLY: the tensor-core program (tr__cl_mma_ready), which has only tr_k_hmma_* and tr_k_pack16. */
 #ifndef TR_MMA_ONLY
 /* KT (short last k-tile computed to its depth) and UV (vload4 for unaligned rows) only where measured faster on
  the H200: nn (K = 97 token mix, lda = 97: +11%); elsewhere they cost ~2% through code generation. */
@@ -565,45 +565,60 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #undef TR_RND2
 #undef TR_SWIGLU2
 }
-/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>): A and B packed by tr_k_pack16 as rows of Kp 16-bit values
- (Kp a multiple of TR_MK, rows a multiple of TR_MT, zeros past the operand), both k-contiguous: C = A B^T over rows.
- Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at a time into one of TR_HS stages (48 KiB in all), so
- that the copies of the next TR_HS - 1 tiles are in flight while one is multiplied; ldmatrix loads the fragments.
- A tile row is 4 chunks of 16 bytes, chunk c stored at c ^ ((row / 2) % 4): the 8 rows one ldmatrix reads hit 32
- distinct banks. Tile 128 x 128, 256 work-items; warp w owns the 64 x 32 block of C at rows (w / 4) * 64, columns
- (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32. Same grid (batches, K pieces) and outputs as tr_sgemm. */
+/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]): A and B packed by tr_k_pack16 as they are
+ stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous
+ (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a
+ transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at
+ a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while
+ one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks
+ of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth
+ % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns
+ the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.
+ Same grid (batches, K pieces) and outputs as tr_sgemm. */
 #define TR_HS 3
 #define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
+#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */
 #if TR_GEMM_MMA == 1
-#define TR_HCP(dst, src) __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((uint)(ulong)(dst)), "l"(src) : "memory")
+#define TR_HCP(dst, src, n) \
+  __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((uint)(ulong)(dst)), "l"(src), "r"(n) : "memory")
 #define TR_HCOMMIT() __asm__ volatile("cp.async.commit_group;" ::: "memory")
 #define TR_HWAIT() __asm__ volatile("cp.async.wait_group 1;" ::: "memory") /* TR_HS - 2 groups may stay in flight */
 #define TR_LDM4(r0, r1, r2, r3, p) \
   __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
+#define TR_LDM4T(r0, r1, r2, r3, p) \
+  __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
 #else /* 2: plain copies, and the fragments' values read one by one */
-#define TR_HCP(dst, src) (*(__local uint4 *)(dst) = *(__global const uint4 *)(src))
+#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))
 #define TR_HCOMMIT()
 #define TR_HWAIT()
 #endif
-/* the copies of tile (batch ib, depth ik) of a packed operand's rows x0.. into S: chunks e = tid, tid + 256 */
-static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid) {
+/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past
+ the 2 ld packed ones) into S: chunks e = tid, tid + 256 */
+static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {
   int l;
 #pragma unroll
   for (l = 0; l < 2; l++) {
-    const int e = tid + l * 256, r = e >> 2, c = e & 3;
-    TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c);
+    const int e = tid + l * 256;
+    if (T) {
+      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld;
+      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
+    } else {
+      const int r = e >> 2, c = e & 3;
+      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);
+    }
   }
 }
 #if TR_GEMM_MMA != 1
-/* the 16-bit value at row r, depth k of a staged tile, as a float */
-static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16) {
-  return tr_unhalf1((ushort)(S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1))), F16 ? 2 : 1);
+/* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */
+static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {
+  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));
+  return tr_unhalf1((ushort)w, F16 ? 2 : 1);
 }
 #endif
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
                            long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
-                           __global uint *a16, long ld16, int kpa) {
+                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
@@ -621,8 +636,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
     if (t < nt) {
       const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
-      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);
-      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);
+      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);
+      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);
     }
     TR_HCOMMIT();
   }
@@ -633,8 +648,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
       const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
-      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid);
-      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid);
+      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);
+      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
 #pragma unroll
@@ -642,11 +657,20 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #if TR_GEMM_MMA == 1
       uint a[4][4], b[4][2];
       /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of
-         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout */
+         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a
+         depth-major tile, depth l % 8 of the matrix, transposed as it loads) */
 #pragma unroll
-      for (i = 0; i < 4; i++) TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(wm + i * 16 + (lm & 1) * 8 + lr, 2 * s + (lm >> 1)));
+      for (i = 0; i < 4; i++) {
+        const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;
+        if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));
+        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));
+      }
 #pragma unroll
-      for (j = 0; j < 4; j += 2) TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(wn + (j + (lm >> 1)) * 8 + lr, 2 * s + (lm & 1)));
+      for (j = 0; j < 4; j += 2) {
+        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;
+        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));
+        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));
+      }
 #pragma unroll
       for (i = 0; i < 4; i++)
 #pragma unroll
@@ -660,7 +684,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
           for (r = 0; r < 4; r++) {
             const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);
             int kk;
-            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16), tr_hmma_at(Bs, bn, 16 * s + kk, F16), c[i][j][r]);
+            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);
           }
 #endif
     }
@@ -668,41 +692,53 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
 }
-/* tr_k_hmma_<bf16|f16>: C (+)= A B^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words); the grid and the
- rest of the arguments as the SGEMM kernels'; wc: C rounded to bfloat16 (1) / float16 (2) after the product (and the
- accumulation), as tr_k_round would */
-#define TR_HMMA_K(D, F16)                                                                                                  \
-  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_##D(__global const uint *A, ulong A_off,       \
-    long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc,    \
-    long sC, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                            \
+/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
+ _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
+ to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */
+#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
+    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
+    int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                                    \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
-            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0);          \
-  }                                                                                                                      \
-  /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), \
-     C's gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa     \
-     16-bit values a row) or rows (swr 1, A's) */                                                                        \
-  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_hmma_swiglu_##D(__global const uint *A,           \
-    ulong A_off, long lda, long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C,           \
-    ulong C_off, long ldc, long sC, int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, \
-    long s_act, int swr, int keep, __global uint *a16, ulong a16_off, long ld16, int kpa) {                              \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \
+  }
+/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
+ gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit
+ values a row) or rows (swr 1, A's); _tb: B depth-major */
+#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
+    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
+    int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr, int keep,  \
+    __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
-            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa);                         \
+            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \
   }
-TR_HMMA_K(bf16, 0)
-TR_HMMA_K(f16, 1)
-/* Element at P[o] of an operand packed by tr_k_pack16*: itself, or with so (a SwiGLU's gate_up operand, the up
+TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)
+TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)
+TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)
+TR_HMMA_K(tr_k_hmma_bf16_tab, 0, 1, 1)
+TR_HMMA_K(tr_k_hmma_f16, 1, 0, 0)
+TR_HMMA_K(tr_k_hmma_f16_ta, 1, 1, 0)
+TR_HMMA_K(tr_k_hmma_f16_tb, 1, 0, 1)
+TR_HMMA_K(tr_k_hmma_f16_tab, 1, 1, 1)
+TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16, 0, 0)
+TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16_tb, 0, 1)
+TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16, 1, 0)
+TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)
+/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up
  value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */
 static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }
-/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma: batch b's rows x < rp of kp / 2 words
- (depth pairs), zeros past rows x K; op(P)[x][k] = P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).
+/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is
+ packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =
+ P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).
  Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words
  (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half
  alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
@@ -725,21 +761,6 @@ __kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP
                    k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);
   }
   *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));
-}
-/* The same for op(P)[x][k] = P[k ld + x] (a transposed operand): a 32 x 8 work-group moves 32 rows x 64 depths through
- local memory, reading along x and writing along the depth pairs, both coalesced. */
-__kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_pack16_t(__global const float *P, ulong P_off, long ld, long sP,
-                          int rows, int K, __global uint *D, ulong D_off, int kp, int rp, int fdt, long so) {
-  __local float T[64][33];
-  const int tx = get_local_id(0), ty = get_local_id(1), x0 = get_group_id(0) * 32, k0 = get_group_id(1) * 64;
-  const long b = get_global_id(2);
-  int i;
-  P += P_off + b * sP;
-  for (i = ty; i < 64; i += 8) T[i][tx] = x0 + tx < rows && k0 + i < K ? tr_pack_at(P, (long)(k0 + i) * ld + x0 + tx, so, fdt) : 0.0f;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  if (k0 + 2 * tx >= kp) return;
-  for (i = ty; i < 32; i += 8)
-    if (x0 + i < rp) D[D_off + (b * rp + x0 + i) * (long)(kp / 2) + k0 / 2 + tx] = tr_mma_pack(T[2 * tx][i], T[2 * tx + 1][i], fdt == 2);
 }
 #endif
 #ifndef TR_MMA_ONLY
