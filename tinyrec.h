@@ -5597,6 +5597,14 @@ typedef struct tr__cl_kcache {
 #define TR__CL_SLOTS 16
 #define TR__CL_STAGE_BYTES ((size_t)4 << 20)
 
+/* What a tensor-core operand slot holds (tr__cl_pack16's arguments), so that a product of a packing window
+   (tr__cl_pack_window) whose operand is the same takes it as it is. */
+typedef struct tr__cl_packed {
+    const float *P;
+    size_t ld, sP, rows, K, rp, kp, il, so;
+    int nbp, mma;
+} tr__cl_packed;
+
 struct tr__cl {
     tr_ctx *ctx;
     tr__cllib lib;
@@ -5623,6 +5631,11 @@ struct tr__cl {
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
+    /* the operands packed in slots TR__CL_SLOT_PACK_A / _B while a packing window is open (P NULL: none), and the
+       packings that a window saved (the tests check that they happened) */
+    tr__cl_packed packed[2];
+    int pack_window;
+    long packs_reused;
     tr__cl_program mma_program; /* the tensor-core kernels' own program (tr__cl_mma_ready), NULL until built */
     /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
        host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
@@ -8463,7 +8476,7 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HWAIT()\n"
 "#endif\n"
 "/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
-" the 2 ld packed ones) into S: chunks e = tid, tid + 256 */\n"
+" the 2 ld packed ones, so that no copy reads past the last row) into S: chunks e = tid, tid + 256 */\n"
 "static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
@@ -8472,9 +8485,9 @@ static const char tr__cl_src_gemm_10[] =
 "    if (T) {\n"
 "      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld;\n"
 "      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
-"    } else {\n"
-"      const int r = e >> 2, c = e & 3;\n";
+"    } else {\n";
 static const char tr__cl_src_gemm_11[] =
+"      const int r = e >> 2, c = e & 3;\n"
 "      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);\n"
 "    }\n"
 "  }\n"
@@ -8545,9 +8558,9 @@ static const char tr__cl_src_gemm_11[] =
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n";
+"        for (j = 0; j < 4; j++) {\n";
 static const char tr__cl_src_gemm_12[] =
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "        }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
@@ -9127,23 +9140,64 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 #endif
 
 /* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
-   precision and packed by tr_k_pack16 into scratch slot `slot` as rows of kp 16-bit values, rp rows per batch (zeros
-   past the operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value
-   the activation of P[i] and P[i + so]. *out: the packed operand. */
-TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, int mma, const float *P, size_t ld, size_t sP, size_t rows, size_t K, int nbp, size_t rp,
-                               size_t kp, size_t il, size_t so, uint32_t **out) {
+   precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
+   operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
+   activation of P[i] and P[i + so]. k->P NULL: none (only the other operand of a product is in a slot). */
+TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
-    float *D = tr__cl_scratch(cl, slot, (size_t)nbp * rp * (kp / 2));
+    float *D = tr__cl_scratch(cl, slot, (size_t)k->nbp * k->rp * (k->kp / 2));
     if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
-    ls[0] = 8, ls[1] = 32, ls[2] = 1, gs[0] = kp / 4, gs[1] = rp, gs[2] = (size_t)nbp; /* four depths per work-item */
+    ls[0] = 8, ls[1] = 32, ls[2] = 1, gs[0] = k->kp / 4, gs[1] = k->rp, gs[2] = (size_t)k->nbp; /* four depths per work-item */
     tr__cla_init(&a);
-    tr__cla_buf(&a, P), tr__cla_i64(&a, (int64_t)ld), tr__cla_i64(&a, (int64_t)sP);
-    tr__cla_i32(&a, (int32_t)rows), tr__cla_i32(&a, (int32_t)K);
-    tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)kp), tr__cla_i32(&a, (int32_t)rp), tr__cla_i32(&a, mma), tr__cla_i64(&a, (int64_t)so);
-    tr__cla_i32(&a, (int32_t)il);
+    tr__cla_buf(&a, k->P), tr__cla_i64(&a, (int64_t)k->ld), tr__cla_i64(&a, (int64_t)k->sP);
+    tr__cla_i32(&a, (int32_t)k->rows), tr__cla_i32(&a, (int32_t)k->K);
+    tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)k->kp), tr__cla_i32(&a, (int32_t)k->rp), tr__cla_i32(&a, k->mma);
+    tr__cla_i64(&a, (int64_t)k->so), tr__cla_i32(&a, (int32_t)k->il);
     *out = (uint32_t *)D;
     return tr__cl_launch(cl, "tr_k_pack16", 3, gs, ls, &a);
+}
+
+/* A packing window: open, the products that follow may take an operand that the one before packed (the same
+   tensor, read the same way) instead of packing it again. The caller promises that nothing but those products
+   writes their operands until it closes the window; a product whose output overlaps a kept operand drops it. Open
+   and close both forget what the slots hold. */
+TR__FN void tr__cl_pack_window(tr__cl *cl, int open) {
+    cl->pack_window = open;
+    cl->packed[0].P = cl->packed[1].P = NULL;
+}
+
+/* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
+   a slot that holds one already (in a window) serves it, the other packing goes to the other slot. out[i]: the
+   packed operands. */
+TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint32_t *out[2]) {
+    static const int slots[2] = {TR__CL_SLOT_PACK_A, TR__CL_SLOT_PACK_B};
+    int hit[2] = {-1, -1}, taken[2] = {0, 0}, i, j;
+    tr_status st;
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2 && want[i].P && cl->pack_window; j++)
+            if (cl->packed[j].P && !memcmp(&cl->packed[j], &want[i], sizeof want[i])) hit[i] = j;
+    for (i = 0; i < 2; i++) /* (the hits first: the other operand must not pack over one) */
+        if (hit[i] >= 0) out[i] = (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
+    for (i = 0; i < 2; i++) {
+        if (!want[i].P || hit[i] >= 0) continue;
+        j = taken[i] ? i ^ 1 : i; /* (at most the other operand's hit is taken) */
+        cl->packed[j].P = NULL;
+        if ((st = tr__cl_pack16(cl, slots[j], &want[i], &out[i])) != TR_OK) return st;
+        if (cl->pack_window) cl->packed[j] = want[i];
+        taken[j] = 1;
+    }
+    return TR_OK;
+}
+
+/* A product wrote C[0, span): a kept operand it overlaps is stale. */
+TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
+    int j;
+    for (j = 0; j < 2; j++) {
+        const tr__cl_packed *k = &cl->packed[j];
+        size_t kspan = k->P ? ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + (k->so ? k->so : 0) : 0;
+        if (k->P && C < k->P + kspan && k->P < C + span) cl->packed[j].P = NULL;
+    }
 }
 
 /* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
@@ -9239,17 +9293,23 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         size_t lda16 = ta ? (M + 31) / 32 * 32 : Kp, ldb16 = tb ? Kp : (N + 31) / 32 * 32; /* packed row lengths */
         size_t rpa = ta ? (K + 127) / 128 * 128 : Mp, rpb = tb ? Np : (K + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
-        uint32_t *A16, *B16;
+        uint32_t *pk[2] = {NULL, NULL}, *A16, *B16;
+        tr__cl_packed want[2];
         size_t kpa = fz->act16 ? (N / 2 + 31) / 32 * 32 : 0; /* act16: the next product's depth, padded */
         static const char *const hk[2][2][2] = {{{"tr_k_hmma_bf16", "tr_k_hmma_bf16_tb"}, {"tr_k_hmma_bf16_ta", "tr_k_hmma_bf16_tab"}},
                                                 {{"tr_k_hmma_f16", "tr_k_hmma_f16_tb"}, {"tr_k_hmma_f16_ta", "tr_k_hmma_f16_tab"}}};
-        if (fz->a16) A16 = (uint32_t *)fz->a16; /* (packed as this product would: Mp x Kp) */
-        else if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_A, mma, A, lda, sA, ta ? K : M, ta ? M : K, nbA, rpa, lda16, fz->swc == 2 ? M / 2 : 0,
-                                     fz->sw == 1 ? fz->so : 0, &A16)) != TR_OK)
-            return st;
-        if ((st = tr__cl_pack16(cl, TR__CL_SLOT_PACK_B, mma, B, ldb, sB, tb ? N : K, tb ? K : N, nbB, rpb, ldb16, fz->swc == 1 ? N / 2 : 0,
-                                fz->sw == 2 ? fz->so : 0, &B16)) != TR_OK)
-            return st;
+        memset(want, 0, sizeof want); /* (whole structs: the window compares them) */
+        if (!fz->a16) { /* (else packed as this product would: Mp x Kp) */
+            tr__cl_packed *w = &want[0];
+            w->P = A, w->ld = lda, w->sP = sA, w->rows = ta ? K : M, w->K = ta ? M : K, w->nbp = nbA, w->rp = rpa, w->kp = lda16;
+            w->il = fz->swc == 2 ? M / 2 : 0, w->so = fz->sw == 1 ? fz->so : 0, w->mma = mma;
+        }
+        want[1].P = B, want[1].ld = ldb, want[1].sP = sB, want[1].rows = tb ? N : K, want[1].K = tb ? K : N, want[1].nbp = nbB;
+        want[1].rp = rpb, want[1].kp = ldb16, want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0, want[1].mma = mma;
+        if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
+        A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = pk[1];
+        if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
+        else if (cl->pack_window) tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
@@ -10064,6 +10124,18 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
                               float *C, size_t ldc, int acc) {
     TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc));
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
+}
+
+/* A packing window on the device (tr__cl_pack_window; nothing on the CPU): between open and close, the products may
+   reuse the 16-bit packing of an operand that the product before them read too. The caller writes nothing that they
+   read in between (their outputs excepted). */
+TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
+#if TINYREC_OPENCL
+    if (ctx->dev_active) tr__cl_pack_window(ctx->cl, open);
+#else
+    TR__UNUSED(ctx);
+    TR__UNUSED(open);
+#endif
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
@@ -10972,23 +11044,34 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
-    if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act))) return st;
-    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0))) return st; /* act <- d act */
-    if ((st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
-    if ((st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1))) return st;
+    /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
+    tr__op_pack_window(ctx, 1);
+    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act);
+    if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    tr__op_pack_window(ctx, 0);
+    if (st || (st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
     if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
-    if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1))) return st; /* g2 = d h1 */
+    tr__op_pack_window(ctx, 1);
+    st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
+    if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+    tr__op_pack_window(ctx, 0);
+    if (st) return st;
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        if ((st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0))) return st;
-        if ((st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
-        if ((st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1))) return st;
+        tr__op_pack_window(ctx, 1); /* (g1's packing shared, then dbig's) */
+        st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
+        tr__op_pack_window(ctx, 0);
+        if (st || (st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
+        tr__op_pack_window(ctx, 1);
+        st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
+        tr__op_pack_window(ctx, 0);
+        if (st) return st;
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
         if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */

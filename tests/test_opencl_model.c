@@ -115,7 +115,8 @@ static void assert_trajectory(const char *what, const double *got, const double 
 
 /* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
    whether the training ended on an OpenCL device. */
-static long g_mma_products; /* the last run_on's products on the tensor-core kernels */
+static long g_mma_products, g_packs_reused; /* the last run_on's products on the tensor-core kernels, and the
+                                             operand packings they shared (packing windows) */
 static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
@@ -132,6 +133,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
     g_mma_products = ctx->cl ? ctx->cl->mma_products : 0;
+    g_packs_reused = ctx->cl ? ctx->cl->packs_reused : 0;
     tr_trainer_destroy(t);
     tr_model_destroy(m);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
@@ -462,7 +464,7 @@ static void test_tape16_on_device(void **state) {
 }
 
 /* The tensor-core products (emulated where the device has no mma.sync: the same tiles, conversion and epilogue)
-   in a training run: the same trajectories, and the products went there. */
+   in a training run: the same trajectories, the products went there, and the backward's pairs shared packings. */
 static void test_trajectory_tensor_cores(void **state) {
     const char *old = getenv("TINYREC_CL_SGEMM");
     static const int runs[][2] = {{TR_FWD_BFLOAT16, 0}, {TR_FWD_BFLOAT16, 2}, {TR_FWD_FLOAT16, 1}};
@@ -473,6 +475,7 @@ static void test_trajectory_tensor_cores(void **state) {
         g_fdt = (tr_forward_dtype)runs[i][0];
         check_trajectory(runs[i][1]);
         if (g_mma_products <= 0) fail_msg("fdt %d variant %d: no product ran on the tensor-core kernels", runs[i][0], runs[i][1]);
+        if (g_packs_reused <= 0) fail_msg("fdt %d variant %d: the backward's products shared no operand packing", runs[i][0], runs[i][1]);
     }
     g_fdt = TR_FWD_FLOAT32;
     check_trajectory(1); /* float32: none */

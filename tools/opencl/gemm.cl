@@ -593,7 +593,7 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #define TR_HWAIT()
 #endif
 /* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past
- the 2 ld packed ones) into S: chunks e = tid, tid + 256 */
+ the 2 ld packed ones, so that no copy reads past the last row) into S: chunks e = tid, tid + 256 */
 static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {
   int l;
 #pragma unroll
