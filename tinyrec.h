@@ -5634,6 +5634,7 @@ struct tr__cl {
     /* the operands packed in slots TR__CL_SLOT_PACK_A / _B while a packing window is open (P NULL: none), and the
        packings that a window saved (the tests check that they happened) */
     tr__cl_packed packed[2];
+    int packed_only[2]; /* its fp32 source was never written (tr__cl_swiglu_bwd_kept): no product may pack it */
     int pack_window;
     long packs_reused;
     tr__cl_program mma_program; /* the tensor-core kernels' own program (tr__cl_mma_ready), NULL until built */
@@ -8476,17 +8477,18 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HWAIT()\n"
 "#endif\n"
 "/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
-" the 2 ld packed ones, so that no copy reads past the last row) into S: chunks e = tid, tid + 256 */\n"
-"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {\n"
+" the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its\n"
+" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n"
+"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
 "  for (l = 0; l < 2; l++) {\n"
 "    const int e = tid + l * 256;\n"
 "    if (T) {\n"
-"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld;\n"
-"      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
-"    } else {\n";
+"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;\n";
 static const char tr__cl_src_gemm_11[] =
+"      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
+"    } else {\n"
 "      const int r = e >> 2, c = e & 3;\n"
 "      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);\n"
 "    }\n"
@@ -8500,7 +8502,7 @@ static const char tr__cl_src_gemm_11[] =
 "}\n"
 "#endif\n"
 "static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,\n"
-"                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
+"                           long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
 "                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {\n"
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
@@ -8520,8 +8522,8 @@ static const char tr__cl_src_gemm_11[] =
 "  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
 "    if (t < nt) {\n"
 "      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);\n"
-"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);\n"
+"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
+"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT();\n"
 "  }\n"
@@ -8532,8 +8534,8 @@ static const char tr__cl_src_gemm_11[] =
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);\n"
-"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
+"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
@@ -8555,11 +8557,11 @@ static const char tr__cl_src_gemm_11[] =
 "        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
 "        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
 "      }\n"
-"#pragma unroll\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_12[] =
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n";
-static const char tr__cl_src_gemm_12[] =
+"        for (j = 0; j < 4; j++) {\n"
 "          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "        }\n"
@@ -8583,11 +8585,11 @@ static const char tr__cl_src_gemm_12[] =
 "#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
-"    int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                                    \\\n"
+"    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
-"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \\\n"
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \\\n"
 "            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
 "  }\n"
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
@@ -8596,15 +8598,16 @@ static const char tr__cl_src_gemm_12[] =
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
-"    int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr, int keep,  \\\n"
+"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
+"    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
-"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
-"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \\\n"
-"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n";
+"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n";
 static const char tr__cl_src_gemm_13[] =
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \\\n"
+"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
 "            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \\\n"
 "  }\n"
 "TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
@@ -8648,6 +8651,27 @@ static const char tr__cl_src_gemm_13[] =
 "  }\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
 "}\n"
+"/* The SwiGLU backward (tr_k_swiglu_bwd's values, rounded to fdt) written only as the 16-bit packing of dg that\n"
+" tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
+" batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
+" (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
+" of each half per work-item (width, cols and kp multiples of 4). */\n"
+"__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,\n"
+"                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {\n"
+"  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;\n";
+static const char tr__cl_src_gemm_14[] =
+"  float4 x, u, d, dgate, dup;\n"
+"  float2 v;\n"
+"  if (j >= width || r >= rows) return;\n"
+"  g += g_off + r * gs, da += da_off + r * das;\n"
+"  x = vload4(0, g + j), u = vload4(0, g + j + width), d = vload4(0, da + j);\n"
+"#define TR_SWB(c) v = tr_swiglu_bwd1(x.c, u.c, d.c), dgate.c = tr_round1(v.s0, fdt), dup.c = tr_round1(v.s1, fdt)\n"
+"  TR_SWB(s0), TR_SWB(s1), TR_SWB(s2), TR_SWB(s3);\n"
+"#undef TR_SWB\n"
+"  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);\n"
+"  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2));\n"
+"  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2));\n"
+"}\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
@@ -8671,8 +8695,7 @@ static const char tr__cl_src_gemm_13[] =
 "  const int c0 = get_group_id(0) * 32, r0 = get_group_id(1) * 32, lx = get_local_id(0), ly = get_local_id(1);\n"
 "  int i;\n"
 "  X += X_off, Y += Y_off;\n"
-"  for (i = ly; i < 32; i += 8)\n";
-static const char tr__cl_src_gemm_14[] =
+"  for (i = ly; i < 32; i += 8)\n"
 "    if (r0 + i < R && c0 + lx < C) t[i][lx] = X[(long)(r0 + i) * ldx + c0 + lx];\n"
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  for (i = ly; i < 32; i += 8)\n"
@@ -9167,6 +9190,19 @@ TR__FN void tr__cl_pack_window(tr__cl *cl, int open) {
     cl->packed[0].P = cl->packed[1].P = NULL;
 }
 
+/* Floats from k->P that the packing reads. */
+TR__FN size_t tr__cl_packed_span(const tr__cl_packed *k) { return ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + k->so; }
+
+/* An error when a product would read [P, P + span) other than through a kept packing whose fp32 source was never
+   written (tr__cl_swiglu_bwd_kept). */
+TR__FN tr_status tr__cl_only_packed(tr__cl *cl, const float *P, size_t span) {
+    int j;
+    for (j = 0; j < 2; j++)
+        if (cl->packed[j].P && cl->packed_only[j] && P < cl->packed[j].P + tr__cl_packed_span(&cl->packed[j]) && cl->packed[j].P < P + span)
+            return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: a product reads a tensor written only packed, otherwise than packed");
+    return TR_OK;
+}
+
 /* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
    a slot that holds one already (in a window) serves it, the other packing goes to the other slot. out[i]: the
    packed operands. */
@@ -9181,8 +9217,9 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
         if (hit[i] >= 0) out[i] = (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
     for (i = 0; i < 2; i++) {
         if (!want[i].P || hit[i] >= 0) continue;
+        if ((st = tr__cl_only_packed(cl, want[i].P, tr__cl_packed_span(&want[i]))) != TR_OK) return st;
         j = taken[i] ? i ^ 1 : i; /* (at most the other operand's hit is taken) */
-        cl->packed[j].P = NULL;
+        cl->packed[j].P = NULL, cl->packed_only[j] = 0;
         if ((st = tr__cl_pack16(cl, slots[j], &want[i], &out[i])) != TR_OK) return st;
         if (cl->pack_window) cl->packed[j] = want[i];
         taken[j] = 1;
@@ -9190,13 +9227,40 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
     return TR_OK;
 }
 
+/* tr__cl_swiglu_bwd for a dg that only the tensor-core products of the open packing window read, as a matrix of cols
+   columns (row r's dgate | dup: 2 width / cols rows of it; gs = cols, or the rows are batches of gs = 2 width): dg is
+   written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
+   never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take: tr__cl_swiglu_bwd. */
+TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg,
+                                        size_t cols) {
+    tr__cl_packed k;
+    tr__clargs A;
+    size_t rpr = cols ? 2 * (size_t)width / cols : 0;
+    float *D;
+    if (!cl->pack_window || rows <= 0 || rows > 65535 || width <= 0 || width % 4 || cols % 32 || !rpr || rpr * cols != 2 * (size_t)width ||
+        gs != (rpr == 1 ? cols : 2 * (size_t)width))
+        return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
+    memset(&k, 0, sizeof k); /* (the key tr__cl_gemm_run builds for dg: compared whole) */
+    k.P = dg, k.ld = cols, k.K = cols, k.kp = cols, k.mma = fdt == TR_FWD_FLOAT16 ? 2 : 1;
+    k.rows = rpr == 1 ? (size_t)rows : rpr, k.nbp = rpr == 1 ? 1 : (int)rows, k.sP = rpr == 1 ? 0 : gs;
+    k.rp = (k.rows + 127) / 128 * 128;
+    cl->packed[0].P = NULL;
+    if (!(D = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, (size_t)k.nbp * k.rp * (k.kp / 2)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, rows), tr__cla_i64(&A, width);
+    tr__cla_buf(&A, g), tr__cla_i64(&A, (int64_t)gs), tr__cla_buf(&A, da), tr__cla_i64(&A, (int64_t)das);
+    tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, rpr == 1 ? (int32_t)rows : 1), tr__cla_i32(&A, (int32_t)k.rp);
+    tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
+    cl->packed[0] = k, cl->packed_only[0] = 1;
+    return tr__cl_k1_launch2(cl, "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
+}
+
 /* A product wrote C[0, span): a kept operand it overlaps is stale. */
 TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
     int j;
     for (j = 0; j < 2; j++) {
         const tr__cl_packed *k = &cl->packed[j];
-        size_t kspan = k->P ? ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + (k->so ? k->so : 0) : 0;
-        if (k->P && C < k->P + kspan && k->P < C + span) cl->packed[j].P = NULL;
+        if (k->P && C < k->P + tr__cl_packed_span(k) && k->P < C + span) cl->packed[j].P = NULL;
     }
 }
 
@@ -9319,7 +9383,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
             tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
-            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp), tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
+            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
+            tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
             tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
@@ -9332,13 +9397,16 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
             tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
             tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
-            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)Kp);
+            tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);
             tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
             tr__cla_i32(&a, fz->rnd && !P ? mma : 0);
             if ((st = tr__cl_launch(cl, hk[mma - 1][ta != 0][tb == 0], 3, gs, ls, &a)) != TR_OK) return st;
         }
     } else {
+        if (cl->pack_window && ((st = tr__cl_only_packed(cl, A, (size_t)(nb - 1) * sA + (ta ? K * lda : M * lda))) != TR_OK ||
+                                (st = tr__cl_only_packed(cl, B, (size_t)(nb - 1) * sB + (tb ? N * ldb : K * ldb))) != TR_OK))
+            return st;
         snprintf(kname, sizeof kname, "tr_k_sgemm_%s%s_%d_%d_%d_%d_%d_%d", ta ? (tb ? "tt" : "tn") : (tb ? "nt" : "nn"),
                  fz->sw == 2 ? "_swb" : fz->gu ? (tr__cl_gemm_gu_cp_ok(&g) ? "_gu_cp" : "_gu") : g.cp ? "_cp" : "",
                  g.tm, g.tn, g.tk, g.wm, g.wn, g.vw);
@@ -10263,7 +10331,15 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
 }
 
 /* dg (rows of stride gs, like g) rounded to fdt. */
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
+/* cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as a matrix of
+   cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept). */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg,
+                                   size_t cols) {
+#if TINYREC_OPENCL
+    if (cols && tr__op_mma(ctx, fdt)) return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g, gs, da, das, dg, cols);
+#else
+    TR__UNUSED(cols);
+#endif
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
@@ -11049,10 +11125,10 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act);
     if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
-    if (st || (st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig))) return st;
-    if ((st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
-    tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
+    if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
+    tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
+    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig, 2 * I);
+    if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
     if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     tr__op_pack_window(ctx, 0);
     if (st) return st;
@@ -11066,9 +11142,10 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
         tr__op_pack_window(ctx, 0);
-        if (st || (st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig))) return st;
+        if (st) return st;
         tr__op_pack_window(ctx, 1);
-        st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
+        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig, D);
+        if (!st) st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
         tr__op_pack_window(ctx, 0);
         if (st) return st;

@@ -516,6 +516,56 @@ static void run_pack_window(tr__cl *cl, uint64_t seed) {
     for (i = 0; i < 5; i++) free(h[i]);
 }
 
+/* The SwiGLU backward written only as its products' packing (tr__op_swiglu_bwd with cols, in a packing window: the
+   model's backward) against the fp32 dg and the same products: the same bits, the fp32 dg never written, and a
+   product reading dg otherwise than as packed fails. tok 0: the channel layout (rows of gate | up, the weight
+   gradient dgᵀ h and dg W); 1: the token mix's (per batch 2 It rows of D: dg_b h_bᵀ summed, W2ᵀ dg_b). */
+static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long rows, long width, size_t cols, size_t n, uint64_t seed) {
+    const size_t ng = (size_t)rows * 2 * width, nd = (size_t)rows * width, rpr = 2 * width / cols;
+    const size_t nh = tok ? (size_t)rows * n * cols : (size_t)rows * n, nw = tok ? rpr * n : cols * n;
+    const size_t nc1 = tok ? rpr * n : cols * n, nc2 = tok ? (size_t)rows * n * cols : (size_t)rows * n;
+    float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
+    float *out[2][2], *dG, *dDA, *dH, *dW, *ddg[2], *dout[2][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    int w, i;
+    long reused;
+    tu_fill(G, ng, seed, 2.0f), tu_fill(DA, nd, seed + 1, 1.0f), tu_fill(H, nh, seed + 2, 1.0f), tu_fill(W, nw, seed + 3, 1.0f);
+    tr__round_ref(fdt, G, ng), tr__round_ref(fdt, DA, nd), tr__round_ref(fdt, H, nh), tr__round_ref(fdt, W, nw);
+    dG = up(cl, G, ng), dDA = up(cl, DA, nd), dH = up(cl, H, nh), dW = up(cl, W, nw);
+    for (w = 0; w < 2; w++) {
+        float *dg = ddg[w] = up(cl, Z, ng);
+        dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
+        tr__op_pack_window(ctx, w);
+        reused = cl->packs_reused;
+        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, dG, 2 * width, dDA, width, dg, w ? cols : 0), TR_OK);
+        if (!tok) {
+            assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 0, rows, n, cols, dg, cols, 0, dW, n, 0, dout[w][1], 0, 1), TR_OK);
+        } else {
+            assert_int_equal(tr__op_sgemm_batched(ctx, (int)rows, 0, 1, rpr, n, cols, dg, cols, 2 * width, dH, cols, n * cols, dout[w][0], n, 0, 1), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, (int)rows, 1, 0, n, cols, rpr, dW, n, 0, dg, cols, 2 * width, dout[w][1], n * cols, 1), TR_OK);
+        }
+        if (w) { /* both products took the packing; one reading dg another way fails */
+            assert_int_equal(cl->packs_reused - reused, 2);
+            assert_int_equal(tr__op_sgemm(ctx, 0, 1, rows - 1, n, cols, dg + cols, cols, dH, cols, dout[w][0], n, 0), TR_ERR_INVALID_ARG);
+        }
+        tr__op_pack_window(ctx, 0);
+        for (i = 0; i < 2; i++) {
+            out[w][i] = (float *)malloc((i ? nc2 : nc1) * 4);
+            down(cl, out[w][i], dout[w][i], i ? nc2 : nc1);
+        }
+    }
+    assert_memory_equal(out[0][0], out[1][0], nc1 * 4);
+    assert_memory_equal(out[0][1], out[1][1], nc2 * 4);
+    down(cl, G, ddg[1], ng);
+    assert_memory_equal(G, Z, ng * 4); /* (the fp32 dg was never written) */
+    for (w = 0; w < 2; w++) {
+        tr__cl_free(cl, ddg[w]), tr__cl_free(cl, dout[w][0]), tr__cl_free(cl, dout[w][1]);
+        free(out[w][0]), free(out[w][1]);
+    }
+    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW);
+    free(G), free(DA), free(H), free(W), free(Z);
+}
+
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
     static const size_t sz[][3] = {{1, 1, 1}, {3, 5, 7}, {97, 17, 97}, {130, 65, 33}, {129, 257, 45}, {300, 31, 130}};
     size_t i;
@@ -555,6 +605,8 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */
         run_pack_window(cl, 380);
+        run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 0, 150, 48, 96, 24, 381); /* (rows, I, 2I, D) */
+        run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 1, 3, 5 * 32, 32, 13, 382); /* (B, It D, D, S): It = 5 */
     }
     ctx->gemm_fdt = g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);

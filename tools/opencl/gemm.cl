@@ -593,14 +593,15 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #define TR_HWAIT()
 #endif
 /* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past
- the 2 ld packed ones, so that no copy reads past the last row) into S: chunks e = tid, tid + 256 */
-static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int tid, const int T) {
+ the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its
+ producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */
+static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {
   int l;
 #pragma unroll
   for (l = 0; l < 2; l++) {
     const int e = tid + l * 256;
     if (T) {
-      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld;
+      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;
       TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
     } else {
       const int r = e >> 2, c = e & 3;
@@ -616,7 +617,7 @@ static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F1
 }
 #endif
 static inline void tr_hmma(__global const uint *A, long lda, long sA, __global const uint *B, long ldb, long sB, __global float *C,
-                           long ldc, int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
+                           long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
                            __global uint *a16, long ld16, int kpa, const int TA, const int TB) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
@@ -636,8 +637,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
     if (t < nt) {
       const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
-      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);
-      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);
+      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);
+      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);
     }
     TR_HCOMMIT();
   }
@@ -648,8 +649,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
       const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
-      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, tid, TA);
-      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, tid, TB);
+      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);
+      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
 #pragma unroll
@@ -698,11 +699,11 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
-    int M, int N, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                                    \
+    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
-    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, acc, nb, bpg, ks, kc, z,                     \
+    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \
             ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \
   }
 /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
@@ -711,13 +712,14 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
-    int M, int N, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr, int keep,  \
+    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
+    int keep,                                                                                                            \
     __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
-    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, Kp, 0, nb, 1, 1, Kp, z,                           \
+    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
             (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \
   }
@@ -761,6 +763,26 @@ __kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP
                    k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);
   }
   *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));
+}
+/* The SwiGLU backward (tr_k_swiglu_bwd's values, rounded to fdt) written only as the 16-bit packing of dg that
+ tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed
+ batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are
+ (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values
+ of each half per work-item (width, cols and kp multiples of 4). */
+__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,
+                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {
+  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;
+  float4 x, u, d, dgate, dup;
+  float2 v;
+  if (j >= width || r >= rows) return;
+  g += g_off + r * gs, da += da_off + r * das;
+  x = vload4(0, g + j), u = vload4(0, g + j + width), d = vload4(0, da + j);
+#define TR_SWB(c) v = tr_swiglu_bwd1(x.c, u.c, d.c), dgate.c = tr_round1(v.s0, fdt), dup.c = tr_round1(v.s1, fdt)
+  TR_SWB(s0), TR_SWB(s1), TR_SWB(s2), TR_SWB(s3);
+#undef TR_SWB
+  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);
+  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2));
+  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2));
 }
 #endif
 #ifndef TR_MMA_ONLY
