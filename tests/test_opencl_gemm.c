@@ -534,10 +534,10 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     for (w = 0; w < 2; w++) {
         float *dg = ddg[w] = up(cl, Z, ng);
         dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
-        if (w) { /* operand slot A full of ones: the packing's padding, which no product may read */
+        if (w) { /* operand slot A full of NaN: the packing's padding, which no product may read */
             float *slot = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, 1 << 16);
             assert_non_null(slot);
-            assert_int_equal(tr__cl_fill(cl, slot, 0x3f803f80u, cl->slot_floats[TR__CL_SLOT_PACK_A] * 4), TR_OK);
+            assert_int_equal(tr__cl_fill(cl, slot, 0x7fc07fc0u, cl->slot_floats[TR__CL_SLOT_PACK_A] * 4), TR_OK);
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
