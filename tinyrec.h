@@ -7861,6 +7861,10 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      work-item holds each gate beside its up), and the weight-gradient products read it through their operand's
      packing (tr_k_pack16's so), and the channel activation is written only as the down product's packed operand
      (tr__cl_swiglu_mlp): on the H100 500 -> 465 ms for the trm-sudoku-mlp bf16 step, 589 -> 575 for trm-sudoku-att.
+     Then the packing: a transposed operand packed as stored and read depth-major (ldmatrix .trans) instead of
+     through tr_k_pack16_t's local-memory transpose, 466 -> 438 ms; the backward's pairs of products sharing an
+     activation gradient's packing (tr__cl_pack_window), -> 416; the SwiGLU backward written only as that packing
+     (tr__cl_swiglu_bwd_kept), -> 391 (trm-sudoku-att 581 -> 548), the same bits throughout.
      Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
      of these 64 x 32 ones; the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
      two floats per work-item and half) took the mlp step from 465 to 508 ms.
