@@ -9169,7 +9169,7 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 /* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
    precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
    operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
-   activation of P[i] and P[i + so]. k->P NULL: none (only the other operand of a product is in a slot). */
+   activation of P[i] and P[i + so]. */
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
@@ -9234,14 +9234,15 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
 /* tr__cl_swiglu_bwd for a dg that only the tensor-core products of the open packing window read, as a matrix of cols
    columns (row r's dgate | dup: 2 width / cols rows of it; gs = cols, or the rows are batches of gs = 2 width): dg is
    written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
-   never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take: tr__cl_swiglu_bwd. */
+   never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take (or more batches
+   than the products' grids hold): tr__cl_swiglu_bwd. */
 TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg,
                                         size_t cols) {
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     float *D;
-    if (!cl->pack_window || rows <= 0 || rows > 65535 || width <= 0 || width % 4 || cols % 32 || !rpr || rpr * cols != 2 * (size_t)width ||
+    if (!cl->pack_window || rows <= 0 || (rpr > 1 && rows > 65535) || width <= 0 || width % 4 || cols % 32 || !rpr || rpr * cols != 2 * (size_t)width ||
         gs != (rpr == 1 ? cols : 2 * (size_t)width))
         return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
     memset(&k, 0, sizeof k); /* (the key tr__cl_gemm_run builds for dg: compared whole) */
