@@ -8411,7 +8411,9 @@ static const char tr__cl_src_gemm_9[] =
 " and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start\n"
 " 8-byte aligned (float2 stores).\n"
 " swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
-" the ups of the same row; act is rows x N (ld_act, a8 as c8).\n"
+" the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next\n"
+" product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
+" operand, rows past M / 2 are not written: the next product reads no depth past them).\n"
 " swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
 " of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
@@ -8422,16 +8424,17 @@ static const char tr__cl_src_gemm_9[] =
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
 "  if (swr) {\n"
-"#pragma unroll\n"
+"#pragma unroll\n";
+static const char tr__cl_src_gemm_10[] =
 "    for (i = 0; i < 4; i++) {\n"
 "      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
 "      for (j = 0; j < 4; j++) {\n"
-"        const int n = nw + j * 8 + 2 * q;\n";
-static const char tr__cl_src_gemm_10[] =
-"        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);\n"
-"        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);\n"
+"        const int n = nw + j * 8 + 2 * q;\n"
+"        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);\n"
+"        if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);\n"
+"        else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
 "        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);\n"
 "      }\n"
 "    }\n"
@@ -8482,15 +8485,15 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
 " the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its\n"
-" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n"
+" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n";
+static const char tr__cl_src_gemm_11[] =
 "static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
 "  for (l = 0; l < 2; l++) {\n"
 "    const int e = tid + l * 256;\n"
 "    if (T) {\n"
-"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;\n";
-static const char tr__cl_src_gemm_11[] =
+"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;\n"
 "      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
 "    } else {\n"
 "      const int r = e >> 2, c = e & 3;\n"
@@ -8556,13 +8559,13 @@ static const char tr__cl_src_gemm_11[] =
 "        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
 "      }\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j += 2) {\n"
+"      for (j = 0; j < 4; j += 2) {\n";
+static const char tr__cl_src_gemm_12[] =
 "        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
 "        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
 "        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
 "      }\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_12[] =
+"#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "        for (j = 0; j < 4; j++) {\n"
@@ -8598,21 +8601,22 @@ static const char tr__cl_src_gemm_12[] =
 "  }\n"
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
-" values a row) or rows (swr 1, A's); _tb: B depth-major */\n"
+" values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
+" depth-major */\n"
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
 "    int keep,                                                                                                            \\\n"
-"    __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \\\n"
-"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
+"    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
+"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n";
+static const char tr__cl_src_gemm_13[] =
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
-"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n";
-static const char tr__cl_src_gemm_13[] =
+"    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \\\n"
 "            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
-"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \\\n"
+"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB);        \\\n"
 "  }\n"
 "TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)\n"
@@ -8659,11 +8663,11 @@ static const char tr__cl_src_gemm_13[] =
 " tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
-" of each half per work-item (width, cols and kp multiples of 4). */\n"
+" of each half per work-item (width, cols and kp multiples of 4). */\n";
+static const char tr__cl_src_gemm_14[] =
 "__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,\n"
 "                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {\n"
-"  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;\n";
-static const char tr__cl_src_gemm_14[] =
+"  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;\n"
 "  float4 x, u, d, dgate, dup;\n"
 "  float2 v;\n"
 "  if (j >= width || r >= rows) return;\n"
@@ -9120,9 +9124,10 @@ typedef struct tr__cl_gemm_fuse {
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
                 (ld_act, s_act) = silu(gate) * up); C written only with write_gu */
-    uint32_t *act16;     /* (swc 1, required) act written only here, packed as the next product's A operand (Mp rows of
-                            (N / 2 + 31) / 32 * 32 16-bit values: tr__cl_swiglu_mlp) */
-    const uint32_t *a16; /* A given packed already (act16's output): no packing of A */
+    uint32_t *act16;     /* act written only here, packed as the next product's operand: (swc 1, required) its A (Mp rows
+                            of (N / 2 + 31) / 32 * 32 16-bit values: tr__cl_swiglu_mlp), (swc 2) its depth-major B (per
+                            batch (M / 2 + 127) / 128 * 128 rows of (N + 31) / 32 * 32: tr__cl_token_mlp) */
+    const uint32_t *a16, *b16; /* A / B given packed already (act16's output): no packing of it */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -9276,7 +9281,7 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9310,9 +9315,10 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
-                    (fz->swc == 1) != (fz->act16 != NULL) || (fz->act16 && nb != 1)))
+                    (fz->swc == 1 && (!fz->act16 || nb != 1))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
-    if (fz->a16 && (!mma || ta || nb != 1)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
+    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)))
+        return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
@@ -9364,7 +9370,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *pk[2] = {NULL, NULL}, *A16, *B16;
         tr__cl_packed want[2];
-        size_t kpa = fz->act16 ? (N / 2 + 31) / 32 * 32 : 0; /* act16: the next product's depth, padded */
+        size_t kpa = !fz->act16 ? 0 : fz->swc == 1 ? (N / 2 + 31) / 32 * 32 : (N + 31) / 32 * 32; /* act16's packed row */
+        size_t s16 = fz->act16 && fz->swc == 2 ? (M / 2 + 127) / 128 * 128 * kpa / 2 : 0;          /* and batch, words */
         static const char *const hk[2][2][2] = {{{"tr_k_hmma_bf16", "tr_k_hmma_bf16_tb"}, {"tr_k_hmma_bf16_ta", "tr_k_hmma_bf16_tab"}},
                                                 {{"tr_k_hmma_f16", "tr_k_hmma_f16_tb"}, {"tr_k_hmma_f16_ta", "tr_k_hmma_f16_tab"}}};
         memset(want, 0, sizeof want); /* (whole structs: the window compares them) */
@@ -9373,10 +9380,10 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             w->P = A, w->ld = lda, w->sP = sA, w->rows = ta ? K : M, w->K = ta ? M : K, w->nbp = nbA, w->rp = rpa, w->kp = lda16;
             w->il = fz->swc == 2 ? M / 2 : 0, w->so = fz->sw == 1 ? fz->so : 0, w->mma = mma;
         }
-        want[1].P = B, want[1].ld = ldb, want[1].sP = sB, want[1].rows = tb ? N : K, want[1].K = tb ? K : N, want[1].nbp = nbB;
+        want[1].P = fz->b16 ? NULL : B, want[1].ld = ldb, want[1].sP = sB, want[1].rows = tb ? N : K, want[1].K = tb ? K : N, want[1].nbp = nbB;
         want[1].rp = rpb, want[1].kp = ldb16, want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0, want[1].mma = mma;
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
-        A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = pk[1];
+        A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
         else if (cl->pack_window) tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
@@ -9392,7 +9399,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
-            tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i32(&a, (int32_t)kpa);
+            tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i64(&a, (int64_t)s16), tr__cla_i32(&a, (int32_t)kpa);
             return tr__cl_launch(cl, mma == 1 ? (tb ? "tr_k_hmma_swiglu_bf16" : "tr_k_hmma_swiglu_bf16_tb") : (tb ? "tr_k_hmma_swiglu_f16" : "tr_k_hmma_swiglu_f16_tb"),
                                  3, gs, ls, &a);
         }
@@ -9463,7 +9470,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
     fz.sw = sw, fz.so = so;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -9474,7 +9481,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -9484,7 +9491,7 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
     tr_status st;
     /* the down product's A as tr__cl_gemm_run packs it: rows padded to 128, depth to 32 */
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (rows + 127) / 128 * 128 * ((half + 31) / 32 * 32) / 2);
@@ -9493,6 +9500,22 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
     if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
     down.a16 = act16;
     return tr__cl_gemm_run(cl, 1, 0, 1, rows, D, half, NULL, half, 0, W_down, half, 0, proj, D, 0, 0, 0, &down);
+}
+
+/* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
+   up rows, written with keep_gu), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
+   (scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
+TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
+                                  const float *W_tdown, float *proj) {
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr_status st;
+    /* the down product's B as tr__cl_gemm_run packs it: per batch It rows padded to 128, D columns to 32 */
+    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (size_t)nb * ((It + 127) / 128 * 128) * ((D + 31) / 32 * 32) / 2);
+    if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
+    if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, 2 * It * D, 0, 1, &fz)) != TR_OK) return st;
+    down.b16 = act16;
+    return tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, W_tdown, It, 0, NULL, D, It * D, proj, D, S * D, 0, 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -10232,7 +10255,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -10404,7 +10427,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -10413,6 +10436,19 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     /* bfloat16 / float16: the product and the activation are rounded */
     if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, sC, 0))) return st;
     return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
+}
+
+/* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
+   act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
+   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). */
+TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
+                                  int keep_gu, float *act, const float *W_tdown, float *proj) {
+    tr_status st;
+#if TINYREC_OPENCL
+    if (nb <= 65535 && tr__op_mma(ctx, fdt)) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix, keep_gu, W_tdown, proj);
+#endif
+    if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D))) return st;
+    return tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 
 /* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
@@ -11092,9 +11128,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
        (reference-models.md 1.5; the norm ops round both). */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
-        /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b) */
-        if ((st = tr__op_sgemm_gate_up(ctx, m->fdt, B, It, D, S, TR__W(m, ly->tgu), S, 0, r->in, D, S * D, r->mix, 2 * It * D, taped, act, It * D))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, B, 0, 0, S, D, It, TR__W(m, ly->tdown), It, 0, act, D, It * D, proj, S * D, 0))) return st;
+        /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
+           proj_b = W_tdown [S,It] . act_b */
+        if ((st = tr__op_token_mlp(ctx, m->fdt, B, It, S, D, TR__W(m, ly->tgu), r->in, r->mix, taped, act, TR__W(m, ly->tdown), proj))) return st;
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;

@@ -412,7 +412,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
@@ -436,6 +436,35 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     tr__cl_free(cl, dA), tr__cl_free(cl, dX), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dout), tr__cl_free(cl, drout);
     tr__cl_free(cl, dact);
     free(A), free(X), free(G), free(R), free(out), free(rout);
+}
+
+/* The token mix's SwiGLU MLP on the tensor cores (tr__op_token_mlp: the activation written only as the second
+   product's packed, depth-major operand) against the unfused device path (each product rounded into its output,
+   tr_k_swiglu_fwd between): the same bits for proj, and mix with keep; without keep mix untouched. */
+static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, size_t S, size_t D, int keep, uint64_t seed) {
+    const size_t nw1 = 2 * It * S, nx = (size_t)nb * S * D, nw2 = S * It, nmix = (size_t)nb * 2 * It * D, nact = (size_t)nb * It * D;
+    float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
+    float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
+    float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    size_t i;
+    tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
+    tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
+    for (i = 0; i < nmix; i++) M[i] = 12345.0f;
+    dW1 = up(cl, W1, nw1), dX = up(cl, X, nx), dW2 = up(cl, W2, nw2), dM = up(cl, M, nmix), dMR = up(cl, M, nmix);
+    dP = up(cl, M, nx), dPR = up(cl, M, nx), dact = up(cl, M, nact);
+    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep, dact, dW2, dP), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, dW1, S, 0, dX, D, S * D, dMR, D, 2 * It * D, 0, 0, &rnd), TR_OK);
+    assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, dW2, It, 0, dact, D, It * D, dPR, D, S * D, 0, 0, &rnd), TR_OK);
+    down(cl, M, dM, nmix), down(cl, MR, dMR, nmix), down(cl, P, dP, nx), down(cl, PR, dPR, nx);
+    assert_memory_equal(P, PR, nx * 4);
+    if (keep) assert_memory_equal(M, MR, nmix * 4);
+    else
+        for (i = 0; i < nmix; i++) assert_true(M[i] == 12345.0f);
+    tr__cl_free(cl, dW1), tr__cl_free(cl, dX), tr__cl_free(cl, dW2), tr__cl_free(cl, dM), tr__cl_free(cl, dMR);
+    tr__cl_free(cl, dP), tr__cl_free(cl, dPR), tr__cl_free(cl, dact);
+    free(W1), free(X), free(W2), free(M), free(MR), free(P), free(PR);
 }
 
 /* tr__op_sgemm_swiglu on the tensor cores (the activation computed in the operand's packing) against the activation
@@ -606,6 +635,9 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 3, 40, 70, 97, 0, 1, 364); /* the token mix: S = 97 deep */
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 2, 33, 13, 9, 0, 0, 365);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 1, 130, 3, 5, 0, 1, 366);
+        run_token_mlp(ctx, cl, g_ref_fdt, 3, 70, 97, 40, 1, 367); /* (It, S, D): S = 97 deep, It past a tile */
+        run_token_mlp(ctx, cl, g_ref_fdt, 2, 13, 9, 33, 0, 368);  /* odd D: the packed act's last pair half padding */
+        run_token_mlp(ctx, cl, g_ref_fdt, 1, 130, 5, 130, 1, 369);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 40, 35, 291, 370); /* (D, I, rows): odd widths, the scalar fetches */
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */

@@ -524,7 +524,9 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
  and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start
  8-byte aligned (float2 stores).
  swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and
- the ups of the same row; act is rows x N (ld_act, a8 as c8).
+ the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next
+ product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded
+ operand, rows past M / 2 are not written: the next product reads no depth past them).
  swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those
  of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit
  values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
@@ -542,8 +544,9 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #pragma unroll
       for (j = 0; j < 4; j++) {
         const int n = nw + j * 8 + 2 * q;
-        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]);
-        tr_mma_put2(act + hx * ld_act + n, n, N, TR_SWIGLU2(gate, up), a8);
+        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);
+        if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);
+        else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
         if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);
       }
     }
@@ -708,20 +711,21 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   }
 /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
  gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit
- values a row) or rows (swr 1, A's); _tb: B depth-major */
+ values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B
+ depth-major */
 #define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
     int keep,                                                                                                            \
-    __global uint *a16, ulong a16_off, long ld16, int kpa) {                                                             \
+    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
-            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off, ld16, kpa, 0, TB);                  \
+            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB);        \
   }
 TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)
 TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)
