@@ -8408,8 +8408,9 @@ static const char tr__cl_src_gemm_9[] =
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
 " value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
-" and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start\n"
-" 8-byte aligned (float2 stores).\n"
+" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
+" 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
+" halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
 " swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
 " the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next\n"
 " product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
@@ -8420,12 +8421,13 @@ static const char tr__cl_src_gemm_9[] =
 " is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
 "                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n";
+static const char tr__cl_src_gemm_10[] =
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
 "  if (swr) {\n"
-"#pragma unroll\n";
-static const char tr__cl_src_gemm_10[] =
+"#pragma unroll\n"
 "    for (i = 0; i < 4; i++) {\n"
 "      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
@@ -8435,7 +8437,8 @@ static const char tr__cl_src_gemm_10[] =
 "        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);\n"
 "        if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);\n"
 "        else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
-"        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);\n"
+"        if (keep == 2 && n < N) c16[(hx * ldc + n) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[((hx + M / 2) * ldc + n) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);\n"
+"        else if (keep == 1) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);\n"
 "      }\n"
 "    }\n"
 "  } else\n"
@@ -8450,7 +8453,9 @@ static const char tr__cl_src_gemm_10[] =
 "          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);\n"
 "          const float2 v = TR_SWIGLU2(gate, up);\n"
 "          if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
-"          if (keep && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"
+"          if (keep == 2 && m < M && col < N / 2)\n"
+"            c16[(m * ldc + col) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[(m * ldc + N / 2 + col) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);\n"
+"          else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"
 "        }\n"
 "      }\n"
 "#undef TR_RND2\n"
@@ -8476,7 +8481,8 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
-"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
+"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n";
+static const char tr__cl_src_gemm_11[] =
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
 "#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))\n"
@@ -8485,8 +8491,7 @@ static const char tr__cl_src_gemm_10[] =
 "#endif\n"
 "/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
 " the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its\n"
-" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n";
-static const char tr__cl_src_gemm_11[] =
+" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n"
 "static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
@@ -8547,7 +8552,8 @@ static const char tr__cl_src_gemm_11[] =
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
-"#if TR_GEMM_MMA == 1\n"
+"#if TR_GEMM_MMA == 1\n";
+static const char tr__cl_src_gemm_12[] =
 "      uint a[4][4], b[4][2];\n"
 "      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
@@ -8559,8 +8565,7 @@ static const char tr__cl_src_gemm_11[] =
 "        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
 "      }\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j += 2) {\n";
-static const char tr__cl_src_gemm_12[] =
+"      for (j = 0; j < 4; j += 2) {\n"
 "        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
 "        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
 "        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
@@ -8603,14 +8608,14 @@ static const char tr__cl_src_gemm_12[] =
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
-"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n";
+static const char tr__cl_src_gemm_13[] =
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
 "    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
-"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n";
-static const char tr__cl_src_gemm_13[] =
+"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
@@ -8654,7 +8659,8 @@ static const char tr__cl_src_gemm_13[] =
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));\n"
 "      }\n"
 "    } else\n"
-"      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,\n"
+"      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,\n";
+static const char tr__cl_src_gemm_14[] =
 "                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);\n"
 "  }\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
@@ -8663,8 +8669,7 @@ static const char tr__cl_src_gemm_13[] =
 " tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
-" of each half per work-item (width, cols and kp multiples of 4). */\n";
-static const char tr__cl_src_gemm_14[] =
+" of each half per work-item (width, cols and kp multiples of 4). */\n"
 "__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,\n"
 "                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;\n"
@@ -9123,7 +9128,8 @@ typedef struct tr__cl_gemm_fuse {
     int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
-                (ld_act, s_act) = silu(gate) * up); C written only with write_gu */
+                (ld_act, s_act) = silu(gate) * up); C written only with write_gu: 1 as floats, 2 as 16-bit values (C holds
+                them as a 16-bit tape does, ldc of them a row; sC in floats, half the values a batch) */
     uint32_t *act16;     /* act written only here, packed as the next product's operand: (swc 1, required) its A (Mp rows
                             of (N / 2 + 31) / 32 * 32 16-bit values: tr__cl_swiglu_mlp), (swc 2) its depth-major B (per
                             batch (M / 2 + 127) / 128 * 128 rows of (N + 31) / 32 * 32: tr__cl_token_mlp) */
@@ -9315,7 +9321,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
-                    (fz->swc == 1 && (!fz->act16 || nb != 1))))
+                    (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
@@ -9486,7 +9492,8 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
-/* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu),
+/* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
+   1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
    act = R(silu(gate) * up) written only packed by the first product's epilogue (scratch slot TR__CL_SLOT_PACK_ACT),
    and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
@@ -9503,7 +9510,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
 }
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
-   up rows, written with keep_gu), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
+   up rows, written with keep_gu: 1 as floats, 2 as 16-bit values), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
    (scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj) {
@@ -9513,7 +9520,8 @@ TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (size_t)nb * ((It + 127) / 128 * 128) * ((D + 31) / 32 * 32) / 2);
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, 2 * It * D, 0, 1, &fz)) != TR_OK) return st;
+    if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0, 1, &fz)) != TR_OK)
+        return st;
     down.b16 = act16;
     return tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, W_tdown, It, 0, NULL, D, It * D, proj, D, S * D, 0, 0, &down);
 }
@@ -10380,13 +10388,17 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
    product, the elementwise pass into act, the product (gu always written). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
-                                   const float *W_down, float *gu, int keep_gu, float *act, size_t D, float *proj) {
+                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj);
+    if (tr__op_mma(ctx, fdt)) {
+        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu16, 2, D, proj);
+        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj))) return st;
+        return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
+    }
 #endif
-    TR__UNUSED(keep_gu);
     if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+    if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
     if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
     return tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
@@ -10442,12 +10454,17 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
    tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). */
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
-                                  int keep_gu, float *act, const float *W_tdown, float *proj) {
+                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (nb <= 65535 && tr__op_mma(ctx, fdt)) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix, keep_gu, W_tdown, proj);
+    if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
+        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix16, 2, W_tdown, proj);
+        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix, keep_gu, W_tdown, proj))) return st;
+        return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
+    }
 #endif
     if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D))) return st;
+    if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     return tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 
@@ -11117,7 +11134,9 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 
 /* --- blocks ------------------------------------------------------------------------------- */
 /* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
-TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped) {
+/* t16: the 16-bit tape's record of this block (else NULL), whose gate_up fields (gu; mix with mlp_t) the SwiGLU ops
+   write themselves (tr__rec_half then packs the rest). */
+TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped, const tr__block_rec *t16) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
@@ -11130,7 +11149,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
            proj_b = W_tdown [S,It] . act_b */
-        if ((st = tr__op_token_mlp(ctx, m->fdt, B, It, S, D, TR__W(m, ly->tgu), r->in, r->mix, taped, act, TR__W(m, ly->tdown), proj))) return st;
+        if ((st = tr__op_token_mlp(ctx, m->fdt, B, It, S, D, TR__W(m, ly->tgu), r->in, r->mix, taped, t16 ? t16->mix : NULL, act, TR__W(m, ly->tdown),
+                                   proj)))
+            return st;
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
@@ -11142,7 +11163,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, act, D, proj))) return st;
+    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
+                                proj)))
+        return st;
     return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
@@ -11207,13 +11230,17 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
 }
 
 /* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
-   (lse, rstd) are not copied: the fp32 record points at the tape's. */
+   (lse, rstd) are not copied: the fp32 record points at the tape's. Packing, the gate_up fields (gu; mix with
+   mlp_t) are the block forward's own (tr__block_fwd's t16). */
 TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_rec *t, tr__block_rec *f) {
     size_t BS = (size_t)B * m->S, D = (size_t)m->D, I = (size_t)m->I;
     tr_status st;
-    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D))) return st;
+    if ((unpack || !m->cfg.mlp_t) &&
+        (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
+        return st;
     if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
-    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))) return st;
+    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (unpack && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
+        return st;
     return tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D);
 }
 
@@ -11265,7 +11292,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
             r->in = out;
             r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
         }
-        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL)) != TR_OK) return st;
+        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL, half ? &rec->blocks[l] : NULL)) != TR_OK) return st;
         if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
     return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;

@@ -405,7 +405,8 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
    (rows 0), and gu with keep; without keep gu untouched (which the unfused path cannot do: the fused one ran).
    rows 0: the channel SwiGLU (tr__op_swiglu_mlp: gu = A W_guᵀ, gate | up columns, n rows of A, proj = act W_downᵀ,
    D = 24 columns); rows 1: the token mix (tr__op_sgemm_gate_up: gu_b = W x_b, gate | up rows, nb batches of K x n).
-   Halves that are not whole blocks of 8 or tiles. */
+   Halves that are not whole blocks of 8 or tiles. keep 2 (rows 0): gu given as 16 bits too (the 16-bit tape's),
+   equal to the reference's values converted. */
 static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb, size_t n, size_t half, size_t K, size_t pad, int keep, uint64_t seed) {
     const size_t D = 24;
     size_t lda = rows ? K : K + pad, na = rows ? 2 * half * K : n * lda, nx = rows ? (size_t)nb * K * n : 2 * half * K + D * half;
@@ -423,15 +424,23 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
         assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * half, n, K, dA, K, 0, dX, n, K * n, dR, n, per, 0, 0, &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
     } else { /* W_down (D x half) after W_gu in X */
-        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep, NULL, D, dout), TR_OK);
+        float *dG16 = keep == 2 ? up(cl, G, ng / 2 + 1) : NULL;
+        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep != 0, dG16, NULL, D, dout), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, 2 * half, K, dA, lda, 0, dX, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, D, half, dact, half, 0, dX + 2 * half * K, half, 0, drout, D, 0, 0, 0, &rnd), TR_OK);
+        if (dG16) {
+            uint16_t *h = (uint16_t *)malloc(ng * 2 + 4), *hr = (uint16_t *)malloc(ng * 2 + 4);
+            down(cl, (float *)h, dG16, ng / 2 + 1), down(cl, R, dR, ng);
+            tr__half_ref(fdt, 0, R, hr, ng);
+            assert_memory_equal(h, hr, ng * 2);
+            free(h), free(hr), tr__cl_free(cl, dG16);
+        }
     }
     down(cl, G, dG, ng), down(cl, R, dR, ng), down(cl, out, dout, nout), down(cl, rout, drout, nout);
     assert_memory_equal(out, rout, nout * 4);
-    if (keep) assert_memory_equal(G, R, ng * 4);
-    else
+    if (keep == 1) assert_memory_equal(G, R, ng * 4);
+    else if (!keep)
         for (i = 0; i < ng; i++) assert_true(G[i] == 12345.0f);
     tr__cl_free(cl, dA), tr__cl_free(cl, dX), tr__cl_free(cl, dG), tr__cl_free(cl, dR), tr__cl_free(cl, dout), tr__cl_free(cl, drout);
     tr__cl_free(cl, dact);
@@ -440,7 +449,8 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
 
 /* The token mix's SwiGLU MLP on the tensor cores (tr__op_token_mlp: the activation written only as the second
    product's packed, depth-major operand) against the unfused device path (each product rounded into its output,
-   tr_k_swiglu_fwd between): the same bits for proj, and mix with keep; without keep mix untouched. */
+   tr_k_swiglu_fwd between): the same bits for proj, and mix with keep; without keep mix untouched. keep 2: mix given
+   as 16 bits too (the 16-bit tape's: written by the epilogue), equal to the reference's values converted. */
 static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, size_t S, size_t D, int keep, uint64_t seed) {
     const size_t nw1 = 2 * It * S, nx = (size_t)nb * S * D, nw2 = S * It, nmix = (size_t)nb * 2 * It * D, nact = (size_t)nb * It * D;
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
@@ -453,13 +463,20 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     for (i = 0; i < nmix; i++) M[i] = 12345.0f;
     dW1 = up(cl, W1, nw1), dX = up(cl, X, nx), dW2 = up(cl, W2, nw2), dM = up(cl, M, nmix), dMR = up(cl, M, nmix);
     dP = up(cl, M, nx), dPR = up(cl, M, nx), dact = up(cl, M, nact);
-    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep, dact, dW2, dP), TR_OK);
+    float *dM16 = keep == 2 ? up(cl, M, nmix / 2 + 1) : NULL;
+    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep != 0, dM16, dact, dW2, dP), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, dW1, S, 0, dX, D, S * D, dMR, D, 2 * It * D, 0, 0, &rnd), TR_OK);
     assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, dW2, It, 0, dact, D, It * D, dPR, D, S * D, 0, 0, &rnd), TR_OK);
     down(cl, M, dM, nmix), down(cl, MR, dMR, nmix), down(cl, P, dP, nx), down(cl, PR, dPR, nx);
     assert_memory_equal(P, PR, nx * 4);
-    if (keep) assert_memory_equal(M, MR, nmix * 4);
+    if (keep == 2) {
+        uint16_t *h = (uint16_t *)malloc(nmix * 2 + 4), *hr = (uint16_t *)malloc(nmix * 2 + 4);
+        down(cl, (float *)h, dM16, nmix / 2 + 1);
+        tr__half_ref(fdt, 0, MR, hr, nmix);
+        assert_memory_equal(h, hr, nmix * 2);
+        free(h), free(hr), tr__cl_free(cl, dM16);
+    } else if (keep) assert_memory_equal(M, MR, nmix * 4);
     else
         for (i = 0; i < nmix; i++) assert_true(M[i] == 12345.0f);
     tr__cl_free(cl, dW1), tr__cl_free(cl, dX), tr__cl_free(cl, dW2), tr__cl_free(cl, dM), tr__cl_free(cl, dMR);
@@ -632,12 +649,16 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 130, 64, 64, 0, 0, 361);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 1, 3, 7, 1, 1, 362);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 300, 203, 33, 0, 1, 363);
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 291, 80, 40, 3, 2, 358); /* gu as 16 bits */
+        run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 130, 3, 7, 0, 2, 359);   /* odd half: floats, then converted */
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 3, 40, 70, 97, 0, 1, 364); /* the token mix: S = 97 deep */
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 2, 33, 13, 9, 0, 0, 365);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 1, 1, 130, 3, 5, 0, 1, 366);
         run_token_mlp(ctx, cl, g_ref_fdt, 3, 70, 97, 40, 1, 367); /* (It, S, D): S = 97 deep, It past a tile */
         run_token_mlp(ctx, cl, g_ref_fdt, 2, 13, 9, 33, 0, 368);  /* odd D: the packed act's last pair half padding */
         run_token_mlp(ctx, cl, g_ref_fdt, 1, 130, 5, 130, 1, 369);
+        run_token_mlp(ctx, cl, g_ref_fdt, 3, 70, 97, 40, 2, 370); /* mix as 16 bits */
+        run_token_mlp(ctx, cl, g_ref_fdt, 2, 13, 9, 33, 2, 371); /* odd D: written as floats, then converted */
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 40, 35, 291, 370); /* (D, I, rows): odd widths, the scalar fetches */
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */

@@ -521,8 +521,9 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
 /* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of
  the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each
  value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates
- and the ups at their places only with keep (a pass without the tape never reads them). c8: C's rows and halves start
- 8-byte aligned (float2 stores).
+ and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as
+ 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the
+ halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).
  swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and
  the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next
  product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded
@@ -533,6 +534,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
  is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
                                        int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
+  __global uint *c16 = (__global uint *)C; /* (keep 2) */
   int i, j, r;
 #define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)
 #define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))
@@ -547,7 +549,8 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
         const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);
         if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);
         else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
-        if (keep) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);
+        if (keep == 2 && n < N) c16[(hx * ldc + n) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[((hx + M / 2) * ldc + n) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);
+        else if (keep == 1) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);
       }
     }
   } else
@@ -562,7 +565,9 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
           const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);
           const float2 v = TR_SWIGLU2(gate, up);
           if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
-          if (keep && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);
+          if (keep == 2 && m < M && col < N / 2)
+            c16[(m * ldc + col) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[(m * ldc + N / 2 + col) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);
+          else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);
         }
       }
 #undef TR_RND2
