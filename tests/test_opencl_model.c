@@ -442,7 +442,8 @@ static void test_trajectory_reduced(void **state) {
 }
 
 /* The 16-bit tape (the default for bfloat16 / float16) gives the device the fp32 tape's losses bit for bit
-   (TINYREC_TAPE16=0), both mixers, both precisions, with the whole batch and in slices of 2 rows. */
+   (TINYREC_TAPE16=0), both mixers, both precisions, with the whole batch and in slices of 2 rows; and on the
+   (emulated) tensor cores in bfloat16. */
 static void test_tape16_on_device(void **state) {
     int variant;
     (void)state;
@@ -461,6 +462,25 @@ static void test_tape16_on_device(void **state) {
                 if (half[k] != full[k]) fail_msg("%s variant %d slices %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", tr_forward_dtype_name(g_fdt), variant, g_slices, k + 1, half[k], full[k]);
         }
     g_fdt = TR_FWD_FLOAT32, g_slices = 0;
+    { /* the tensor-core products (emulated), whose epilogues write the 16-bit tape's gate_up fields themselves */
+        const char *old = getenv("TINYREC_CL_SGEMM");
+        double half[NSTEPS], full[NSTEPS];
+        log_capture lc;
+        int k;
+        setenv("TINYREC_CL_SGEMM", "MMA=2", 1);
+        g_fdt = TR_FWD_BFLOAT16;
+        for (variant = 0; variant < 2; variant++) {
+            assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, half));
+            setenv("TINYREC_TAPE16", "0", 1);
+            assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, full));
+            unsetenv("TINYREC_TAPE16");
+            for (k = 0; k < NSTEPS; k++)
+                if (half[k] != full[k]) fail_msg("tensor cores variant %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, k + 1, half[k], full[k]);
+        }
+        g_fdt = TR_FWD_FLOAT32;
+        if (old) setenv("TINYREC_CL_SGEMM", old, 1);
+        else unsetenv("TINYREC_CL_SGEMM");
+    }
 }
 
 /* The tensor-core products (emulated where the device has no mma.sync: the same tiles, conversion and epilogue)
