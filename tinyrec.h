@@ -7864,7 +7864,9 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      Then the packing: a transposed operand packed as stored and read depth-major (ldmatrix .trans) instead of
      through tr_k_pack16_t's local-memory transpose, 466 -> 438 ms; the backward's pairs of products sharing an
      activation gradient's packing (tr__cl_pack_window), -> 416; the SwiGLU backward written only as that packing
-     (tr__cl_swiglu_bwd_kept), -> 391 (trm-sudoku-att 581 -> 548), the same bits throughout.
+     (tr__cl_swiglu_bwd_kept), -> 391; the token mix's activation written only as the down product's packed operand
+     (tr__cl_token_mlp), -> 376; a 16-bit tape's gate_up fields written in 16 bits by the epilogue (write_gu 2), -> 365
+     (PyTorch bf16 eager: 372 in the same call); trm-sudoku-att 581 -> 541. The same bits throughout.
      Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
      of these 64 x 32 ones; the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
      two floats per work-item and half) took the mlp step from 465 to 508 ms.
