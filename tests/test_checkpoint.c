@@ -123,16 +123,8 @@ static int group_setup(void **state) {
     return mkdtemp(g_dir) ? 0 : 1;
 }
 static int group_teardown(void **state) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    char p[600];
     (void)state;
-    if (d) {
-        while ((e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.') snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name), unlink(p);
-        closedir(d);
-    }
-    rmdir(g_dir);
+    tu_rm_tree(g_dir); /* (with the datasets and runs the tests made under it) */
     return 0;
 }
 

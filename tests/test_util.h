@@ -155,5 +155,22 @@ static inline int tu_count_tmp_files(const char *dir) {
     closedir(d);
     return n;
 }
+#include <sys/stat.h>
+#include <unistd.h>
+/* Removes path and, for a directory, everything under it (a suite's scratch directory). */
+static inline void tu_rm_tree(const char *path) {
+    struct stat sb;
+    DIR *d;
+    struct dirent *e;
+    char p[1024];
+    if (lstat(path, &sb) != 0) return;
+    if (S_ISDIR(sb.st_mode) && (d = opendir(path)) != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p) tu_rm_tree(p);
+        closedir(d);
+        rmdir(path);
+    } else
+        unlink(path);
+}
 #endif
 #endif

@@ -77,6 +77,15 @@ static void fz_use(const tr_dataset *ds) {
     }
 }
 
+/* At exit the folder goes, with the files the last input left (a crash keeps them). */
+static void fz_cleanup(void) {
+    char path[512];
+    int i;
+    for (i = 0; i < FZ_NFILES; i++) snprintf(path, sizeof path, "%s/%s", fz_dir, fz_files[i]), remove(path);
+    snprintf(path, sizeof path, "%s/train", fz_dir), remove(path);
+    remove(fz_dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int flags;
@@ -87,6 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (tr_ctx_create(NULL, &fz_ctx) != TR_OK || !mkdtemp(fz_dir)) abort();
         snprintf(sub, sizeof sub, "%s/train", fz_dir);
         if (mkdir(sub, 0700) != 0) abort();
+        atexit(fz_cleanup);
     }
     fz_write_files(data, size);
     for (flags = 0; flags < 2; flags++) {
