@@ -9132,9 +9132,9 @@ typedef struct tr__cl_gemm_fuse {
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
                 (ld_act, s_act) = silu(gate) * up); C written only with write_gu: 1 as floats, 2 as 16-bit values (C holds
                 them as a 16-bit tape does, ldc of them a row; sC in floats, half the values a batch) */
-    uint32_t *act16;     /* act written only here, packed as the next product's operand: (swc 1, required) its A (Mp rows
-                            of (N / 2 + 31) / 32 * 32 16-bit values: tr__cl_swiglu_mlp), (swc 2) its depth-major B (per
-                            batch (M / 2 + 127) / 128 * 128 rows of (N + 31) / 32 * 32: tr__cl_token_mlp) */
+    uint32_t *act16;     /* act written only here, packed as the next product's operand (tr__cl_packed_of's layout of act,
+                            M x N / 2 or, per batch, M / 2 x N): (swc 1, required) its A (tr__cl_swiglu_mlp), (swc 2) its
+                            depth-major B (tr__cl_token_mlp) */
     const uint32_t *a16, *b16; /* A / B given packed already (act16's output): no packing of it */
 } tr__cl_gemm_fuse;
 
@@ -9179,6 +9179,19 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 #define TR__CL_GEMM_BT_MIN_M 1024 /* rows of C from which x W^T is run as x (W^T) on the cp.async kernels */
 #endif
 
+/* The packing of a stored matrix P (rows x cols, nbp batches sP floats apart) that tr_k_hmma reads either way: rows
+   padded to 128, columns to 32 (whole tiles). The one place the layout is decided, for a product's operands
+   (tr__cl_gemm_run) and for the packings their producers write (tr__cl_swiglu_bwd_kept, the act16 buffers). */
+TR__FN tr__cl_packed tr__cl_packed_of(const float *P, size_t ld, size_t sP, size_t rows, size_t cols, int nbp, int mma) {
+    tr__cl_packed k;
+    memset(&k, 0, sizeof k); /* (whole structs: a packing window compares them) */
+    k.P = P, k.ld = ld, k.sP = sP, k.rows = rows, k.K = cols, k.nbp = nbp, k.mma = mma;
+    k.rp = (rows + 127) / 128 * 128, k.kp = (cols + 31) / 32 * 32;
+    return k;
+}
+/* 32-bit words of a packing, all its batches. */
+TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nbp * k->rp * (k->kp / 2); }
+
 /* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
    precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
    operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
@@ -9186,7 +9199,7 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
-    float *D = tr__cl_scratch(cl, slot, (size_t)k->nbp * k->rp * (k->kp / 2));
+    float *D = tr__cl_scratch(cl, slot, tr__cl_packed_words(k));
     if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     ls[0] = 8, ls[1] = 32, ls[2] = 1, gs[0] = k->kp / 4, gs[1] = k->rp, gs[2] = (size_t)k->nbp; /* four depths per work-item */
     tr__cla_init(&a);
@@ -9255,19 +9268,18 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     float *D;
+    int batches = rpr > 1; /* (the token mix's: rows are batches of rpr rows) */
     if (!cl->pack_window || rows <= 0 || (rpr > 1 && rows > 65535) || width <= 0 || width % 4 || cols % 32 || !rpr || rpr * cols != 2 * (size_t)width ||
         gs != (rpr == 1 ? cols : 2 * (size_t)width))
         return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
-    memset(&k, 0, sizeof k); /* (the key tr__cl_gemm_run builds for dg: compared whole) */
-    k.P = dg, k.ld = cols, k.K = cols, k.kp = cols, k.mma = fdt == TR_FWD_FLOAT16 ? 2 : 1;
-    k.rows = rpr == 1 ? (size_t)rows : rpr, k.nbp = rpr == 1 ? 1 : (int)rows, k.sP = rpr == 1 ? 0 : gs;
-    k.rp = (k.rows + 127) / 128 * 128;
+    /* (the key tr__cl_gemm_run builds for dg) */
+    k = tr__cl_packed_of(dg, cols, batches ? gs : 0, batches ? rpr : (size_t)rows, cols, batches ? (int)rows : 1, fdt == TR_FWD_FLOAT16 ? 2 : 1);
     cl->packed[0].P = NULL;
-    if (!(D = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, (size_t)k.nbp * k.rp * (k.kp / 2)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if (!(D = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, tr__cl_packed_words(&k)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&A);
     tr__cla_i64(&A, rows), tr__cla_i64(&A, width);
     tr__cla_buf(&A, g), tr__cla_i64(&A, (int64_t)gs), tr__cla_buf(&A, da), tr__cla_i64(&A, (int64_t)das);
-    tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, rpr == 1 ? (int32_t)rows : 1), tr__cla_i32(&A, (int32_t)k.rp);
+    tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, batches ? 1 : (int32_t)rows), tr__cla_i32(&A, (int32_t)k.rp);
     tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
     cl->packed[0] = k, cl->packed_only[0] = 1;
     return tr__cl_k1_launch2(cl, "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
@@ -9370,26 +9382,21 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         B = Bt, ldb = N, tb = 0;
     }
     if (mma) {
-        /* both operands rounded and packed as 16-bit rows as they are stored (padded to whole tiles: rows to 128,
-           columns to 32), then the cp.async tensor-core kernel, reading a transposed one depth-major */
+        /* both operands rounded and packed as 16-bit rows as they are stored (tr__cl_packed_of; a16 / b16 given so
+           already: P NULL), then the cp.async tensor-core kernel, reading a transposed one depth-major */
         size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
-        size_t lda16 = ta ? (M + 31) / 32 * 32 : Kp, ldb16 = tb ? Kp : (N + 31) / 32 * 32; /* packed row lengths */
-        size_t rpa = ta ? (K + 127) / 128 * 128 : Mp, rpb = tb ? Np : (K + 127) / 128 * 128;
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *pk[2] = {NULL, NULL}, *A16, *B16;
-        tr__cl_packed want[2];
-        size_t kpa = !fz->act16 ? 0 : fz->swc == 1 ? (N / 2 + 31) / 32 * 32 : (N + 31) / 32 * 32; /* act16's packed row */
-        size_t s16 = fz->act16 && fz->swc == 2 ? (M / 2 + 127) / 128 * 128 * kpa / 2 : 0;          /* and batch, words */
+        tr__cl_packed want[2], act; /* act: act16's packing, the next product's operand (rows x cols of act) */
+        size_t kpa, s16;
         static const char *const hk[2][2][2] = {{{"tr_k_hmma_bf16", "tr_k_hmma_bf16_tb"}, {"tr_k_hmma_bf16_ta", "tr_k_hmma_bf16_tab"}},
                                                 {{"tr_k_hmma_f16", "tr_k_hmma_f16_tb"}, {"tr_k_hmma_f16_ta", "tr_k_hmma_f16_tab"}}};
-        memset(want, 0, sizeof want); /* (whole structs: the window compares them) */
-        if (!fz->a16) { /* (else packed as this product would: Mp x Kp) */
-            tr__cl_packed *w = &want[0];
-            w->P = A, w->ld = lda, w->sP = sA, w->rows = ta ? K : M, w->K = ta ? M : K, w->nbp = nbA, w->rp = rpa, w->kp = lda16;
-            w->il = fz->swc == 2 ? M / 2 : 0, w->so = fz->sw == 1 ? fz->so : 0, w->mma = mma;
-        }
-        want[1].P = fz->b16 ? NULL : B, want[1].ld = ldb, want[1].sP = sB, want[1].rows = tb ? N : K, want[1].K = tb ? K : N, want[1].nbp = nbB;
-        want[1].rp = rpb, want[1].kp = ldb16, want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0, want[1].mma = mma;
+        want[0] = tr__cl_packed_of(fz->a16 ? NULL : A, lda, sA, ta ? K : M, ta ? M : K, nbA, mma);
+        want[0].il = fz->swc == 2 ? M / 2 : 0, want[0].so = fz->sw == 1 ? fz->so : 0;
+        want[1] = tr__cl_packed_of(fz->b16 ? NULL : B, ldb, sB, tb ? N : K, tb ? K : N, nbB, mma);
+        want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0;
+        act = tr__cl_packed_of(NULL, 0, 0, fz->swc == 1 ? M : M / 2, fz->swc == 1 ? N / 2 : N, 1, mma);
+        kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
@@ -9400,8 +9407,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
             gs[2] = (size_t)nb;
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(want[0].rp * want[0].kp / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(want[1].rp * want[1].kp / 2) : 0);
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
@@ -9414,8 +9421,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         for (z0 = 0; z0 < nz; z0 += 65535) {
             gs[2] = (size_t)TR__MIN(nz - z0, 65535);
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(lda16 / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(rpa * lda16 / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(ldb16 / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(rpb * ldb16 / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(want[0].rp * want[0].kp / 2) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(want[1].rp * want[1].kp / 2) : 0);
             tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);
@@ -9501,9 +9508,9 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj) {
     tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
-    /* the down product's A as tr__cl_gemm_run packs it: rows padded to 128, depth to 32 */
-    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (rows + 127) / 128 * 128 * ((half + 31) / 32 * 32) / 2);
+    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
@@ -9517,9 +9524,9 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj) {
     tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
-    /* the down product's B as tr__cl_gemm_run packs it: per batch It rows padded to 128, D columns to 32 */
-    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, (size_t)nb * ((It + 127) / 128 * 128) * ((D + 31) / 32 * 32) / 2);
+    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0, 1, &fz)) != TR_OK)
