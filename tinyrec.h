@@ -5603,6 +5603,7 @@ typedef struct tr__cl_packed {
     const float *P;
     size_t ld, sP, rows, K, rp, kp, il, so;
     int nbp, mma;
+    int h16; /* P holds 16-bit values of the precision mma (a 16-bit tape's): ld, sP, K and so count them */
 } tr__cl_packed;
 
 struct tr__cl {
@@ -8637,56 +8638,73 @@ static const char tr__cl_src_gemm_13[] =
 "TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16_tb, 0, 1)\n"
 "TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16, 1, 0)\n"
 "TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)\n"
+"/* The packing kernels read their source as floats, or (the _h kernels) as the 16-bit values of the precision fdt that\n"
+" a 16-bit tape holds (tr_k_half's): then every offset and stride counts values, the buffer's offset (in floats) two each. */\n"
+"#define TR_LDF(P, i) (P)[i]\n"
+"#define TR_LDH(P, i) tr_unhalf1((P)[i], fdt)\n"
+"#define TR_LDF4(P, i) (*(__global const float4 *)((P) + (i)))\n"
+"#define TR_LDH4(P, i) tr_unhalf4(*(__global const ushort4 *)((P) + (i)), fdt)\n"
+"static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }\n"
 "/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
-"static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }\n"
+"#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n"
 " packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =\n"
-" P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).\n"
+" P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
-"__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,\n"
-"                          int kp, int rp, int fdt, long so, int il) {\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;\n"
-"  const long b = get_global_id(2);\n"
-"  const ulong o = P_off + b * sP + (long)src * ld;\n"
-"  float4 v = (float4)(0.0f);\n"
-"  if (x >= rp || k >= kp) return;\n"
-"  if (il ? hx < il : x < rows) {\n"
-"    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {\n"
-"      v = *(__global const float4 *)(P + o + k);\n"
-"      if (so) {\n"
-"        const float4 u = *(__global const float4 *)(P + o + k + so);\n"
-"        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));\n"
-"      }\n"
-"    } else\n"
-"      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,\n";
+"#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
+"__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
+"                   int rp, int fdt, long so, int il) {                                                                        \\\n";
 static const char tr__cl_src_gemm_14[] =
-"                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);\n"
-"  }\n"
-"  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
+"  const long b = get_global_id(2);                                                                                            \\\n"
+"  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
+"  float4 v = (float4)(0.0f);                                                                                                  \\\n"
+"  if (x >= rp || k >= kp) return;                                                                                             \\\n"
+"  if (il ? hx < il : x < rows) {                                                                                              \\\n"
+"    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
+"      v = LD4(P, o + k);                                                                                                      \\\n"
+"      if (so) {                                                                                                               \\\n"
+"        const float4 u = LD4(P, o + k + so);                                                                                  \\\n"
+"        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
+"      }                                                                                                                       \\\n"
+"    } else                                                                                                                    \\\n"
+"      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n"
+"                   k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \\\n"
+"  }                                                                                                                           \\\n"
+"  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2)); \\\n"
 "}\n"
+"TR_PACK16_K(tr_k_pack16, float, 1, TR_LDF, TR_LDF4)\n"
+"TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)\n"
 "/* The SwiGLU backward (tr_k_swiglu_bwd's values, rounded to fdt) written only as the 16-bit packing of dg that\n"
 " tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
-" of each half per work-item (width, cols and kp multiples of 4). */\n"
-"__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,\n"
-"                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {\n"
-"  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;\n"
-"  float4 x, u, d, dgate, dup;\n"
-"  float2 v;\n"
-"  if (j >= width || r >= rows) return;\n"
-"  g += g_off + r * gs, da += da_off + r * das;\n"
-"  x = vload4(0, g + j), u = vload4(0, g + j + width), d = vload4(0, da + j);\n"
-"#define TR_SWB(c) v = tr_swiglu_bwd1(x.c, u.c, d.c), dgate.c = tr_round1(v.s0, fdt), dup.c = tr_round1(v.s1, fdt)\n"
-"  TR_SWB(s0), TR_SWB(s1), TR_SWB(s2), TR_SWB(s3);\n"
-"#undef TR_SWB\n"
-"  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);\n"
-"  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2));\n"
-"  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2));\n"
+" of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */\n"
+"#define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \\\n"
+"__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \\\n"
+"                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
+"  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
+"  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
+"  float2 v;                                                                                                                   \\\n"
+"  if (j >= width || r >= rows) return;                                                                                        \\\n"
+"  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \\\n";
+static const char tr__cl_src_gemm_15[] =
+"  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \\\n"
+"  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
+"  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
+"  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
+"  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n"
+"  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
+"  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
+"  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \\\n"
 "}\n"
+"#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n"
+"#define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U)\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
@@ -8720,7 +8738,7 @@ static const char tr__cl_src_gemm_14[] =
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
-    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14, tr__cl_src_gemm_15
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -9136,6 +9154,7 @@ typedef struct tr__cl_gemm_fuse {
                             M x N / 2 or, per batch, M / 2 x N): (swc 1, required) its A (tr__cl_swiglu_mlp), (swc 2) its
                             depth-major B (tr__cl_token_mlp) */
     const uint32_t *a16, *b16; /* A / B given packed already (act16's output): no packing of it */
+    int g16; /* the sw operand holds 16-bit values of the precision (a 16-bit tape's gate_up; tensor cores only) */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -9184,10 +9203,16 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
    (tr__cl_gemm_run) and for the packings their producers write (tr__cl_swiglu_bwd_kept, the act16 buffers). */
 TR__FN tr__cl_packed tr__cl_packed_of(const float *P, size_t ld, size_t sP, size_t rows, size_t cols, int nbp, int mma) {
     tr__cl_packed k;
-    memset(&k, 0, sizeof k); /* (whole structs: a packing window compares them) */
+    memset(&k, 0, sizeof k);
     k.P = P, k.ld = ld, k.sP = sP, k.rows = rows, k.K = cols, k.nbp = nbp, k.mma = mma;
     k.rp = (rows + 127) / 128 * 128, k.kp = (cols + 31) / 32 * 32;
     return k;
+}
+/* Whether two packings are of the same operand, read the same way (field by field: a copied struct's padding is
+   not). */
+TR__FN int tr__cl_packed_same(const tr__cl_packed *a, const tr__cl_packed *b) {
+    return a->P == b->P && a->ld == b->ld && a->sP == b->sP && a->rows == b->rows && a->K == b->K && a->rp == b->rp && a->kp == b->kp && a->il == b->il &&
+           a->so == b->so && a->nbp == b->nbp && a->mma == b->mma && a->h16 == b->h16;
 }
 /* 32-bit words of a packing, all its batches. */
 TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nbp * k->rp * (k->kp / 2); }
@@ -9195,7 +9220,7 @@ TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nb
 /* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
    precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
    operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
-   activation of P[i] and P[i + so]. */
+   activation of P[i] and P[i + so]. h16: P's values are 16 bits (tr_k_pack16_h). */
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
     size_t gs[3], ls[3];
     tr__clargs a;
@@ -9208,7 +9233,7 @@ TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uin
     tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)k->kp), tr__cla_i32(&a, (int32_t)k->rp), tr__cla_i32(&a, k->mma);
     tr__cla_i64(&a, (int64_t)k->so), tr__cla_i32(&a, (int32_t)k->il);
     *out = (uint32_t *)D;
-    return tr__cl_launch(cl, "tr_k_pack16", 3, gs, ls, &a);
+    return tr__cl_launch(cl, k->h16 ? "tr_k_pack16_h" : "tr_k_pack16", 3, gs, ls, &a);
 }
 
 /* A packing window: open, the products that follow may take an operand that the one before packed (the same
@@ -9220,8 +9245,11 @@ TR__FN void tr__cl_pack_window(tr__cl *cl, int open) {
     cl->packed[0].P = cl->packed[1].P = NULL;
 }
 
-/* Floats from k->P that the packing reads. */
-TR__FN size_t tr__cl_packed_span(const tr__cl_packed *k) { return ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + k->so; }
+/* Floats from k->P that the packing reads (a 16-bit source: the floats its values lie in). */
+TR__FN size_t tr__cl_packed_span(const tr__cl_packed *k) {
+    size_t n = ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + k->so;
+    return k->h16 ? (n + 1) / 2 : n;
+}
 
 /* An error when a product would read [P, P + span) other than through a kept packing whose fp32 source was never
    written (tr__cl_swiglu_bwd_kept). */
@@ -9242,7 +9270,7 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
     tr_status st;
     for (i = 0; i < 2; i++)
         for (j = 0; j < 2 && want[i].P && cl->pack_window; j++)
-            if (cl->packed[j].P && !memcmp(&cl->packed[j], &want[i], sizeof want[i])) hit[i] = j;
+            if (cl->packed[j].P && tr__cl_packed_same(&cl->packed[j], &want[i])) hit[i] = j;
     for (i = 0; i < 2; i++) /* (the hits first: the other operand must not pack over one) */
         if (hit[i] >= 0) out[i] = (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
     for (i = 0; i < 2; i++) {
@@ -9261,17 +9289,24 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
    columns (row r's dgate | dup: 2 width / cols rows of it; gs = cols, or the rows are batches of gs = 2 width): dg is
    written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
    never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take (or more batches
-   than the products' grids hold): tr__cl_swiglu_bwd. */
-TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg,
-                                        size_t cols) {
+   than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16: g holds 16-bit values (gs counts
+   them; tr_k_pack16_swiglu_bwd_h), for the kept layouts only. */
+TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
+    size_t rpr = cols ? 2 * (size_t)width / cols : 0;
+    return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
+           gs == (rpr == 1 ? cols : 2 * (size_t)width);
+}
+TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, int g16, const float *da, size_t das,
+                                        float *dg, size_t cols) {
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     float *D;
     int batches = rpr > 1; /* (the token mix's: rows are batches of rpr rows) */
-    if (!cl->pack_window || rows <= 0 || (rpr > 1 && rows > 65535) || width <= 0 || width % 4 || cols % 32 || !rpr || rpr * cols != 2 * (size_t)width ||
-        gs != (rpr == 1 ? cols : 2 * (size_t)width))
+    if (!tr__cl_swiglu_bwd_keeps(cl, rows, width, gs, cols)) {
+        if (g16) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a 16-bit gate_up needs the kept SwiGLU backward");
         return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
+    }
     /* (the key tr__cl_gemm_run builds for dg) */
     k = tr__cl_packed_of(dg, cols, batches ? gs : 0, batches ? rpr : (size_t)rows, cols, batches ? (int)rows : 1, fdt == TR_FWD_FLOAT16 ? 2 : 1);
     cl->packed[0].P = NULL;
@@ -9282,7 +9317,7 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, batches ? 1 : (int32_t)rows), tr__cla_i32(&A, (int32_t)k.rp);
     tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
     cl->packed[0] = k, cl->packed_only[0] = 1;
-    return tr__cl_k1_launch2(cl, "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, g16 ? "tr_k_pack16_swiglu_bwd_h" : "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
 }
 
 /* A product wrote C[0, span): a kept operand it overlaps is stale. */
@@ -9301,7 +9336,7 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9337,8 +9372,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
-    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)))
-        return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed operand needs the tensor cores");
+    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)))
+        return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed or 16-bit operand needs the tensor cores");
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
@@ -9395,6 +9430,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         want[0].il = fz->swc == 2 ? M / 2 : 0, want[0].so = fz->sw == 1 ? fz->so : 0;
         want[1] = tr__cl_packed_of(fz->b16 ? NULL : B, ldb, sB, tb ? N : K, tb ? K : N, nbB, mma);
         want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0;
+        if (fz->g16) want[fz->sw - 1].h16 = 1;
         act = tr__cl_packed_of(NULL, 0, 0, fz->swc == 1 ? M : M / 2, fz->swc == 1 ? N / 2 : N, 1, mma);
         kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
@@ -9482,11 +9518,11 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
 }
 
 /* tr__cl_sgemm_batched with operand sw (2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
-   activation is never written. */
+   activation is never written. g16: that operand holds 16-bit values (tensor cores only; its strides count them). */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
-    fz.sw = sw, fz.so = so;
+                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16) {
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
+    fz.sw = sw, fz.so = so, fz.g16 = g16;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
 
@@ -9496,7 +9532,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -9507,7 +9543,7 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa));
@@ -9523,7 +9559,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
    (scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb));
@@ -10272,7 +10308,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -10377,14 +10413,19 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
 
 /* dg (rows of stride gs, like g) rounded to fdt. */
 /* cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as a matrix of
-   cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept). */
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg,
+   cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept).
+   g16 (or NULL): g's values as 16 bits (a 16-bit tape's gate_up), g not written yet: read so by that packing, else
+   unpacked into g first. */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, float *dg,
                                    size_t cols) {
+    tr_status st;
 #if TINYREC_OPENCL
-    if (cols && tr__op_mma(ctx, fdt)) return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g, gs, da, das, dg, cols);
+    if (cols && tr__op_mma(ctx, fdt) && (!g16 || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
+        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, dg, cols);
 #else
     TR__UNUSED(cols);
 #endif
+    if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
@@ -10417,16 +10458,24 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
    so further), r < rows, c < cols of B as stored (rows = tb ? N : K). Two layouts: the token mix's (per batch the gate
    half, then the up half: ldb = cols, so = rows * cols) and the channel SwiGLU's (per row: so = cols, nb = 1). On a
    device the activation is computed as the GEMM fetches it: the SIMT kernel's nt case in float32, the tensor cores'
-   packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied. */
+   packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied.
+   gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
+   else unpacked into gu first. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *gu, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act) {
+                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
     int per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
 #if TINYREC_OPENCL
+    if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1);
+#endif
+    if (gu16 && nb > 0 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
+        return st;
+#if TINYREC_OPENCL
     if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so);
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0);
 #endif
     if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
     else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
@@ -10448,7 +10497,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -11179,8 +11228,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl.
-   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, 2It*D, S*3D)] scratch; tmp as in forward. */
-TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, int B, const float *dout, float *din,
+   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, 2It*D, S*3D)] scratch; tmp as in forward. t16 (or NULL): the 16-bit
+   tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
+TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const float *dout, float *din,
                                float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
@@ -11195,12 +11245,12 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
     tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, 2 * I, 0, I, g_down, I, 0, 1, act);
+    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act);
     if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
-    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, 2 * I, act, I, dbig, 2 * I);
+    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
     if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
     if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     tr__op_pack_window(ctx, 0);
@@ -11212,12 +11262,12 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         tr__op_pack_window(ctx, 1); /* (g1's packing shared, then dbig's) */
-        st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
+        st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, t16 ? t16->mix : NULL, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
         tr__op_pack_window(ctx, 0);
         if (st) return st;
         tr__op_pack_window(ctx, 1);
-        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, 2 * It * D, dact, It * D, dbig, D);
+        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, dact, It * D, dbig, D);
         if (!st) st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
         tr__op_pack_window(ctx, 0);
@@ -11238,17 +11288,31 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     return TR_OK; /* (din's last product rounded it) */
 }
 
+/* Whether the backward's SwiGLU ops read a 16-bit tape's gate_up fields (gu; mix with mlp_t) as they are, in the
+   tensor cores' packing (tr__block_bwd's t16), rather than a copy unpacked to fp32. */
+TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) {
+#if TINYREC_OPENCL
+    return tr__op_mma(ctx, fdt);
+#else
+    TR__UNUSED(ctx);
+    TR__UNUSED(fdt);
+    return 0;
+#endif
+}
+
 /* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
-   (lse, rstd) are not copied: the fp32 record points at the tape's. Packing, the gate_up fields (gu; mix with
-   mlp_t) are the block forward's own (tr__block_fwd's t16). */
+   (lse, rstd) are not copied: the fp32 record points at the tape's. The gate_up fields (gu; mix with mlp_t) are
+   the block's own: packing, its forward's (tr__block_fwd's t16); unpacking, its backward's where it reads them in
+   16 bits (tr__op_reads16). */
 TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_rec *t, tr__block_rec *f) {
     size_t BS = (size_t)B * m->S, D = (size_t)m->D, I = (size_t)m->I;
+    int gate_up = unpack && !tr__op_reads16(m->ctx, m->fdt);
     tr_status st;
-    if ((unpack || !m->cfg.mlp_t) &&
+    if ((m->cfg.mlp_t ? gate_up : 1) &&
         (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
         return st;
     if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
-    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (unpack && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
+    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (gate_up && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
         return st;
     return tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D);
 }
@@ -11365,7 +11429,9 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
                 return st;
             r = &unpacked;
         }
-        if ((st = tr__block_bwd(m, &md->layers[l], r, B, gcur, dst, g1, g2, dbig, tmp)) != TR_OK) return st;
+        if ((st = tr__block_bwd(m, &md->layers[l], r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, B, gcur, dst, g1, g2, dbig,
+                                tmp)) != TR_OK)
+            return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
     }

@@ -214,7 +214,7 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
             }
     dG = up(cl, G, ng), dX = up(cl, X, nx), dC = up(cl, C, nc);
     assert_int_equal(tr__cl_sgemm_swiglu(cl, nb, ta, tb, M, N, K, sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, sw == 1 ? dX : dG,
-                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo),
+                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo, 0),
                      TR_OK);
     down(cl, C, dC, nc);
     for (b = 0; b < (size_t)nb; b++) {
@@ -240,7 +240,7 @@ static void test_sgemm_swiglu(void **state) {
         run_swiglu(cl, 1, 0, 1, 150, 37, 70, 2, 0, pad, 0, 1, 75);   /* per row, one product */
         run_swiglu(cl, 2, 0, 1, 130, 140, 260, 2, 0, pad, 0, 0, 76); /* per row, batched, big tiles */
     }
-    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4, 0), TR_ERR_UNSUPPORTED);
 }
 
 /* The token mix's gate_up product with the SwiGLU in its epilogue vs the reference product and activation: per batch
@@ -413,7 +413,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
@@ -456,7 +456,7 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
     float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
     float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     size_t i;
     tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
     tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
@@ -486,25 +486,38 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
 
 /* tr__op_sgemm_swiglu on the tensor cores (the activation computed in the operand's packing) against the activation
    written by tr_k_swiglu_fwd, then the same product: the same bits. per_row: the channel SwiGLU's weight gradient
-   (C += Aᵀ act, act = swiglu(gu) per row, so = cols), else the token mix's (per batch, summed: C += A_b act_bᵀ). */
+   (C += Aᵀ act, act = swiglu(gu) per row, so = cols), else the token mix's (per batch, summed: C += A_b act_bᵀ).
+   And gu given as 16-bit values (a 16-bit tape's): the same bits again, read as they are (the fp32 gu it would be
+   unpacked into is never written). */
 static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int nb, size_t M, size_t N, size_t K, uint64_t seed) {
     const int ta = per_row, tb = !per_row;
     size_t rows = tb ? N : K, cols = tb ? K : N, rc = rows * cols, ldg = per_row ? 2 * cols : cols, so = per_row ? cols : rc;
     size_t sg = per_row ? 0 : 2 * rc, lda = ta ? M : K, sa = per_row ? 0 : M * K;
     size_t ng = per_row ? rows * ldg : (size_t)nb * sg, na = per_row ? K * M : (size_t)nb * sa, nc = M * N;
     float *G = (float *)malloc(ng * 4), *A = (float *)malloc(na * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
-    float *dG, *dA, *dC, *dR, *dact;
+    float *dG, *dA, *dC, *dR, *dact, *dG16, *dGs, *dC16;
+    uint16_t *G16 = (uint16_t *)calloc(ng + 8, 2);
+    size_t i;
     tu_fill(G, ng, seed, 4.0f), tu_fill(A, na, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, A, na), tr__round_ref(fdt, C, nc);
+    tr__half_ref(fdt, 0, G, G16 + 6, ng);
     dG = up(cl, G, ng), dA = up(cl, A, na), dC = up(cl, C, nc), dR = up(cl, C, nc), dact = up(cl, G, (size_t)nb * rc);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, ldg, sg, so, dC, N, 0, 1, NULL), TR_OK);
+    dG16 = up(cl, (float *)G16, ng / 2 + 4), dC16 = up(cl, C, nc), dGs = up(cl, G, ng); /* (the values 3 floats in: an offset) */
+    assert_int_equal(tr__cl_fill(cl, dGs, 0x7fc07fc0u, ng * 4), TR_OK);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, N, 0, 1, NULL), TR_OK);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, N, 0, 1, NULL), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sa, dact, cols, rc, dR, N, 0, 1, 0, NULL), TR_OK);
     down(cl, C, dC, nc), down(cl, R, dR, nc);
     assert_memory_equal(C, R, nc * 4);
+    down(cl, C, dC16, nc);
+    assert_memory_equal(C, R, nc * 4);
+    down(cl, G, dGs, ng);
+    for (i = 0; i < ng; i++) assert_true(isnan(G[i])); /* (the fp32 gu: not unpacked into) */
     tr__cl_free(cl, dG), tr__cl_free(cl, dA), tr__cl_free(cl, dC), tr__cl_free(cl, dR), tr__cl_free(cl, dact);
-    free(G), free(A), free(C), free(R);
+    tr__cl_free(cl, dG16), tr__cl_free(cl, dC16), tr__cl_free(cl, dGs);
+    free(G), free(A), free(C), free(R), free(G16);
 }
 
 /* Packing windows (tr__cl_pack_window: the backward's pairs of products sharing an operand). The same sequence of
@@ -571,13 +584,19 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     const size_t nh = tok ? (size_t)rows * n * cols : (size_t)rows * n, nw = tok ? rpr * n : cols * n;
     const size_t nc1 = tok ? rpr * n : cols * n, nc2 = tok ? (size_t)rows * n * cols : (size_t)rows * n;
     float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
-    float *out[2][2], *dG, *dDA, *dH, *dW, *ddg[2], *dout[2][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    float *out[3][2], *dG, *dDA, *dH, *dW, *ddg[3], *dout[3][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    float *dG16, *dGs;
+    uint16_t *G16 = (uint16_t *)calloc(ng + 8, 2);
     int w, i;
+    size_t e;
     long reused;
     tu_fill(G, ng, seed, 2.0f), tu_fill(DA, nd, seed + 1, 1.0f), tu_fill(H, nh, seed + 2, 1.0f), tu_fill(W, nw, seed + 3, 1.0f);
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, DA, nd), tr__round_ref(fdt, H, nh), tr__round_ref(fdt, W, nw);
+    tr__half_ref(fdt, 0, G, G16 + 6, ng);
     dG = up(cl, G, ng), dDA = up(cl, DA, nd), dH = up(cl, H, nh), dW = up(cl, W, nw);
-    for (w = 0; w < 2; w++) {
+    dG16 = up(cl, (float *)G16, ng / 2 + 4), dGs = up(cl, G, ng); /* (the values 3 floats in: an offset) */
+    assert_int_equal(tr__cl_fill(cl, dGs, 0x7fc07fc0u, ng * 4), TR_OK); /* (g given in 16 bits: the fp32 g it is never unpacked into) */
+    for (w = 0; w < 3; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g */
         float *dg = ddg[w] = up(cl, Z, ng);
         dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
         if (w) { /* operand slot A full of NaN: the packing's padding, which no product may read */
@@ -587,7 +606,7 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
-        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, dG, 2 * width, dDA, width, dg, w ? cols : 0), TR_OK);
+        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w == 2 ? dGs : dG, w == 2 ? dG16 + 3 : NULL, 2 * width, dDA, width, dg, w ? cols : 0), TR_OK);
         if (!tok) {
             assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 0, rows, n, cols, dg, cols, 0, dW, n, 0, dout[w][1], 0, 1), TR_OK);
@@ -605,16 +624,20 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
             down(cl, out[w][i], dout[w][i], i ? nc2 : nc1);
         }
     }
-    assert_memory_equal(out[0][0], out[1][0], nc1 * 4);
-    assert_memory_equal(out[0][1], out[1][1], nc2 * 4);
-    down(cl, G, ddg[1], ng);
-    assert_memory_equal(G, Z, ng * 4); /* (the fp32 dg was never written) */
-    for (w = 0; w < 2; w++) {
+    for (w = 1; w < 3; w++) {
+        assert_memory_equal(out[0][0], out[w][0], nc1 * 4);
+        assert_memory_equal(out[0][1], out[w][1], nc2 * 4);
+        down(cl, G, ddg[w], ng);
+        assert_memory_equal(G, Z, ng * 4); /* (the fp32 dg was never written) */
+    }
+    down(cl, G, dGs, ng);
+    for (e = 0; e < ng; e++) assert_true(isnan(G[e]));
+    for (w = 0; w < 3; w++) {
         tr__cl_free(cl, ddg[w]), tr__cl_free(cl, dout[w][0]), tr__cl_free(cl, dout[w][1]);
         free(out[w][0]), free(out[w][1]);
     }
-    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW);
-    free(G), free(DA), free(H), free(W), free(Z);
+    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW), tr__cl_free(cl, dG16), tr__cl_free(cl, dGs);
+    free(G), free(DA), free(H), free(W), free(Z), free(G16);
 }
 
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {

@@ -744,55 +744,71 @@ TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16, 0, 0)
 TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_bf16_tb, 0, 1)
 TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16, 1, 0)
 TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)
+/* The packing kernels read their source as floats, or (the _h kernels) as the 16-bit values of the precision fdt that
+ a 16-bit tape holds (tr_k_half's): then every offset and stride counts values, the buffer's offset (in floats) two each. */
+#define TR_LDF(P, i) (P)[i]
+#define TR_LDH(P, i) tr_unhalf1((P)[i], fdt)
+#define TR_LDF4(P, i) (*(__global const float4 *)((P) + (i)))
+#define TR_LDH4(P, i) tr_unhalf4(*(__global const ushort4 *)((P) + (i)), fdt)
+static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }
 /* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up
  value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */
-static inline float tr_pack_at(__global const float *P, ulong o, long so, int fdt) { return so ? tr_swiglu1(P[o], P[o + so], fdt) : P[o]; }
+#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))
 /* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is
  packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =
- P[x ld + k] (tr_pack_at: with so, the SwiGLU of P's gate_up).
+ P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).
  Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words
  (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half
  alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
-__kernel void tr_k_pack16(__global const float *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off,
-                          int kp, int rp, int fdt, long so, int il) {
-  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x;
-  const long b = get_global_id(2);
-  const ulong o = P_off + b * sP + (long)src * ld;
-  float4 v = (float4)(0.0f);
-  if (x >= rp || k >= kp) return;
-  if (il ? hx < il : x < rows) {
-    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {
-      v = *(__global const float4 *)(P + o + k);
-      if (so) {
-        const float4 u = *(__global const float4 *)(P + o + k + so);
-        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt));
-      }
-    } else
-      v = (float4)(k < K ? tr_pack_at(P, o + k, so, fdt) : 0.0f, k + 1 < K ? tr_pack_at(P, o + k + 1, so, fdt) : 0.0f,
-                   k + 2 < K ? tr_pack_at(P, o + k + 2, so, fdt) : 0.0f, k + 3 < K ? tr_pack_at(P, o + k + 3, so, fdt) : 0.0f);
-  }
-  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2));
+#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \
+__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \
+                   int rp, int fdt, long so, int il) {                                                                        \
+  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \
+  const long b = get_global_id(2);                                                                                            \
+  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \
+  float4 v = (float4)(0.0f);                                                                                                  \
+  if (x >= rp || k >= kp) return;                                                                                             \
+  if (il ? hx < il : x < rows) {                                                                                              \
+    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \
+      v = LD4(P, o + k);                                                                                                      \
+      if (so) {                                                                                                               \
+        const float4 u = LD4(P, o + k + so);                                                                                  \
+        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \
+      }                                                                                                                       \
+    } else                                                                                                                    \
+      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \
+                   k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \
+  }                                                                                                                           \
+  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2)); \
 }
+TR_PACK16_K(tr_k_pack16, float, 1, TR_LDF, TR_LDF4)
+TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)
 /* The SwiGLU backward (tr_k_swiglu_bwd's values, rounded to fdt) written only as the 16-bit packing of dg that
  tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed
  batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are
  (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values
- of each half per work-item (width, cols and kp multiples of 4). */
-__kernel void tr_k_pack16_swiglu_bwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,
-                                     ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {
-  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;
-  float4 x, u, d, dgate, dup;
-  float2 v;
-  if (j >= width || r >= rows) return;
-  g += g_off + r * gs, da += da_off + r * das;
-  x = vload4(0, g + j), u = vload4(0, g + j + width), d = vload4(0, da + j);
-#define TR_SWB(c) v = tr_swiglu_bwd1(x.c, u.c, d.c), dgate.c = tr_round1(v.s0, fdt), dup.c = tr_round1(v.s1, fdt)
-  TR_SWB(s0), TR_SWB(s1), TR_SWB(s2), TR_SWB(s3);
-#undef TR_SWB
-  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);
-  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2));
-  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2));
+ of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */
+#define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \
+__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \
+                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \
+  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \
+  float4 x, u, d, dgate, dup;                                                                                                 \
+  float2 v;                                                                                                                   \
+  if (j >= width || r >= rows) return;                                                                                        \
+  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \
+  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \
+  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \
+  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \
+  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \
+  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \
+  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \
+  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \
+  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \
 }
+#define TR_LDF4U(P, i) vload4(0, (P) + (i))
+#define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U)
 #endif
 #ifndef TR_MMA_ONLY
 /* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */
