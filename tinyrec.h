@@ -5595,6 +5595,7 @@ typedef struct tr__cl_kcache {
 } tr__cl_kcache;
 
 #define TR__CL_SLOTS 16
+#define TR__CL_WPACKS 64 /* packings of still weights kept at most (tr__cl_weights_still) */
 #define TR__CL_STAGE_BYTES ((size_t)4 << 20)
 
 /* What a tensor-core operand slot holds (tr__cl_pack16's arguments), so that a product of a packing window
@@ -5638,6 +5639,13 @@ struct tr__cl {
     int packed_only[2]; /* its fp32 source was never written (tr__cl_swiglu_bwd_kept): no product may pack it */
     int pack_window;
     long packs_reused;
+    /* Weights held still (tr__cl_weights_still): the packings of operands inside [still_lo, still_hi), kept in scratch
+       slot TR__CL_SLOT_WPACK (wkey[j]'s at word woff[j]) until the region is let go; and how often one was reused */
+    const float *still_lo, *still_hi;
+    tr__cl_packed wkey[TR__CL_WPACKS];
+    size_t woff[TR__CL_WPACKS], wused;
+    int nwpacks;
+    long wpacks_reused;
     tr__cl_program mma_program; /* the tensor-core kernels' own program (tr__cl_mma_ready), NULL until built */
     /* Zero-copy (host-unified devices, unless TINYREC_CL_ZEROCOPY=0): buffers are allocated in
        host memory (CL_MEM_ALLOC_HOST_PTR) and transfers map them and copy once, instead of
@@ -8998,6 +9006,7 @@ static const char tr__cl_src_attention_3[] =
 #define TR__CL_SLOT_PACK_A 9 /* tr__cl_scratch slots of the tensor-core kernels' 16-bit operands (tr__cl_pack16) */
 #define TR__CL_SLOT_PACK_B 10
 #define TR__CL_SLOT_PACK_ACT 11 /* the channel SwiGLU's activation, written packed by its product (tr__cl_swiglu_mlp) */
+#define TR__CL_SLOT_WPACK 12    /* the packings of weights held still (tr__cl_weights_still) */
 #endif
 #ifndef TR__CL_SLOT_ATT
 #define TR__CL_SLOT_ATT 6 /* tr__cl_scratch slot of the attention backward's row dots */
@@ -9221,19 +9230,60 @@ TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nb
    precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
    operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
    activation of P[i] and P[i + so]. h16: P's values are 16 bits (tr_k_pack16_h). */
-TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
+TR__FN tr_status tr__cl_pack16_into(tr__cl *cl, const tr__cl_packed *k, float *D) {
     size_t gs[3], ls[3];
     tr__clargs a;
-    float *D = tr__cl_scratch(cl, slot, tr__cl_packed_words(k));
-    if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     ls[0] = 8, ls[1] = 32, ls[2] = 1, gs[0] = k->kp / 4, gs[1] = k->rp, gs[2] = (size_t)k->nbp; /* four depths per work-item */
     tr__cla_init(&a);
     tr__cla_buf(&a, k->P), tr__cla_i64(&a, (int64_t)k->ld), tr__cla_i64(&a, (int64_t)k->sP);
     tr__cla_i32(&a, (int32_t)k->rows), tr__cla_i32(&a, (int32_t)k->K);
     tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)k->kp), tr__cla_i32(&a, (int32_t)k->rp), tr__cla_i32(&a, k->mma);
     tr__cla_i64(&a, (int64_t)k->so), tr__cla_i32(&a, (int32_t)k->il);
-    *out = (uint32_t *)D;
     return tr__cl_launch(cl, k->h16 ? "tr_k_pack16_h" : "tr_k_pack16", 3, gs, ls, &a);
+}
+/* tr__cl_pack16_into scratch slot `slot`. */
+TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
+    float *D = tr__cl_scratch(cl, slot, tr__cl_packed_words(k));
+    if (!D) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    *out = (uint32_t *)D;
+    return tr__cl_pack16_into(cl, k, D);
+}
+
+/* Weights held still: while the n floats at P (NULL: none) are not written, the tensor-core products keep the
+   packing of any operand that starts inside them and reuse it (the model's weights through a forward and backward:
+   tr__op_weights_hold). The caller promises that nothing writes there meanwhile; a product whose output overlaps
+   the region forgets the packings all the same. Setting or letting go (P NULL) forgets them too. */
+TR__FN void tr__cl_weights_still(tr__cl *cl, const float *P, size_t n) {
+    cl->still_lo = P, cl->still_hi = P ? P + n : NULL;
+    cl->nwpacks = 0, cl->wused = 0;
+}
+
+/* An operand starting inside the still weights: its kept packing, or packed now and kept (*served = 1). *served = 0:
+   elsewhere, or no entry left (the caller packs it as any other). */
+TR__FN tr_status tr__cl_pack_still(tr__cl *cl, const tr__cl_packed *k, uint32_t **out, int *served) {
+    size_t words = (tr__cl_packed_words(k) + 15) / 16 * 16; /* (each packing 64-byte aligned) */
+    float *buf;
+    int j;
+    *served = 0;
+    if (!cl->still_lo || !k->P || k->P < cl->still_lo || k->P >= cl->still_hi) return TR_OK;
+    for (j = 0; j < cl->nwpacks; j++)
+        if (tr__cl_packed_same(&cl->wkey[j], k)) {
+            *out = (uint32_t *)cl->slot[TR__CL_SLOT_WPACK] + cl->woff[j];
+            cl->wpacks_reused++;
+            *served = 1;
+            return TR_OK;
+        }
+    if (cl->nwpacks == TR__CL_WPACKS) return TR_OK;
+    if (cl->wused + words > cl->slot_floats[TR__CL_SLOT_WPACK]) { /* growing the slot moves it: the packings in it go */
+        if (!(buf = tr__cl_scratch(cl, TR__CL_SLOT_WPACK, 2 * (cl->wused + words)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+        cl->nwpacks = 0, cl->wused = 0;
+    }
+    buf = (float *)cl->slot[TR__CL_SLOT_WPACK] + cl->wused;
+    cl->wkey[cl->nwpacks] = *k, cl->woff[cl->nwpacks] = cl->wused;
+    cl->nwpacks++, cl->wused += words;
+    *out = (uint32_t *)buf;
+    *served = 1;
+    return tr__cl_pack16_into(cl, k, buf);
 }
 
 /* A packing window: open, the products that follow may take an operand that the one before packed (the same
@@ -9262,19 +9312,21 @@ TR__FN tr_status tr__cl_only_packed(tr__cl *cl, const float *P, size_t span) {
 }
 
 /* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
-   a slot that holds one already (in a window) serves it, the other packing goes to the other slot. out[i]: the
-   packed operands. */
+   still weights' from their kept packings (tr__cl_pack_still); a slot that holds one already (in a window) serves it,
+   the other packing goes to the other slot. out[i]: the packed operands. */
 TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint32_t *out[2]) {
     static const int slots[2] = {TR__CL_SLOT_PACK_A, TR__CL_SLOT_PACK_B};
-    int hit[2] = {-1, -1}, taken[2] = {0, 0}, i, j;
+    int hit[2] = {-1, -1}, taken[2] = {0, 0}, still[2] = {0, 0}, i, j;
     tr_status st;
     for (i = 0; i < 2; i++)
-        for (j = 0; j < 2 && want[i].P && cl->pack_window; j++)
+        if ((st = tr__cl_pack_still(cl, &want[i], &out[i], &still[i])) != TR_OK) return st;
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2 && want[i].P && !still[i] && cl->pack_window; j++)
             if (cl->packed[j].P && tr__cl_packed_same(&cl->packed[j], &want[i])) hit[i] = j;
     for (i = 0; i < 2; i++) /* (the hits first: the other operand must not pack over one) */
         if (hit[i] >= 0) out[i] = (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
     for (i = 0; i < 2; i++) {
-        if (!want[i].P || hit[i] >= 0) continue;
+        if (!want[i].P || hit[i] >= 0 || still[i]) continue;
         if ((st = tr__cl_only_packed(cl, want[i].P, tr__cl_packed_span(&want[i]))) != TR_OK) return st;
         j = taken[i] ? i ^ 1 : i; /* (at most the other operand's hit is taken) */
         cl->packed[j].P = NULL, cl->packed_only[j] = 0;
@@ -9437,6 +9489,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
         else if (cl->pack_window) tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
+        if (cl->still_lo && C < cl->still_hi && cl->still_lo < C + (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N)
+            cl->nwpacks = 0, cl->wused = 0; /* (a product writing into the still weights: their packings are stale) */
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
@@ -10278,6 +10332,38 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
 /* A packing window on the device (tr__cl_pack_window; nothing on the CPU): between open and close, the products may
    reuse the 16-bit packing of an operand that the product before them read too. The caller writes nothing that they
    read in between (their outputs excepted). */
+/* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
+   (tr__cl_weights_still): 1 when this call holds them, to pass to tr__op_weights_release; 0 when an outer call holds
+   them already, or off a device. */
+TR__FN int tr__op_weights_hold(tr_ctx *ctx, const float *params, size_t n) {
+#if TINYREC_OPENCL
+    if (!ctx->dev_active || ctx->cl->still_lo) return 0;
+    tr__cl_weights_still(ctx->cl, params, n);
+    return 1;
+#else
+    TR__UNUSED(ctx);
+    TR__UNUSED(params);
+    TR__UNUSED(n);
+    return 0;
+#endif
+}
+/* The held weights were written (their values refreshed): the packings of them so far are forgotten. */
+TR__FN void tr__op_weights_written(tr_ctx *ctx) {
+#if TINYREC_OPENCL
+    if (ctx->dev_active && ctx->cl->still_lo) tr__cl_weights_still(ctx->cl, ctx->cl->still_lo, (size_t)(ctx->cl->still_hi - ctx->cl->still_lo));
+#else
+    TR__UNUSED(ctx);
+#endif
+}
+TR__FN void tr__op_weights_release(tr_ctx *ctx, int held) {
+#if TINYREC_OPENCL
+    if (held && ctx->cl) tr__cl_weights_still(ctx->cl, NULL, 0); /* (also after a move to the CPU mid-step) */
+#else
+    TR__UNUSED(ctx);
+    TR__UNUSED(held);
+#endif
+}
+
 TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 #if TINYREC_OPENCL
     if (ctx->dev_active) tr__cl_pack_window(ctx->cl, open);
@@ -11778,6 +11864,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     tr_status st;
     m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
     if (m->wlo && ((st = tr__dcopy(m->ctx, m->wlo, m->params, m->n_params * sizeof(float))) != TR_OK || (st = TR__RND(m, m->wlo, m->n_params)) != TR_OK)) return st;
+    tr__op_weights_written(m->ctx); /* (the products' weights were just written: packings of them from before go) */
     if (m->cfg.arch == TR_ARCH_HRM) return tr__hrm_fwd(m, c, grad, hook, hook_user);
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
     if (grad && (st = tr__reserve_tape(m, B, n + 1)) != TR_OK) return st;
@@ -11820,12 +11907,14 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
 }
 
 /* tr__inner_fwd_run with ctx->gemm_fdt set to the model's precision while it runs (tr__train_fwd_bwd: likewise). */
+/* The weights are held still meanwhile (tr__op_weights_hold). */
 TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
-    int saved = m->ctx->gemm_fdt;
+    int saved = m->ctx->gemm_fdt, held = tr__op_weights_hold(m->ctx, TR__W(m, m->params), m->n_params);
     tr_status st;
     m->ctx->gemm_fdt = m->fdt;
     st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
     m->ctx->gemm_fdt = saved;
+    tr__op_weights_release(m->ctx, held);
     return st;
 }
 
@@ -12333,11 +12422,12 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
     return TR_OK;
 }
 TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
-    int saved = t->m->ctx->gemm_fdt;
+    int saved = t->m->ctx->gemm_fdt, held = tr__op_weights_hold(t->m->ctx, TR__W(t->m, t->m->params), t->m->n_params);
     tr_status st;
     t->m->ctx->gemm_fdt = t->m->fdt;
     st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
     t->m->ctx->gemm_fdt = saved;
+    tr__op_weights_release(t->m->ctx, held);
     return st;
 }
 

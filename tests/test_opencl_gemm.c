@@ -575,6 +575,56 @@ static void run_pack_window(tr__cl *cl, uint64_t seed) {
     for (i = 0; i < 5; i++) free(h[i]);
 }
 
+/* Weights held still (tr__cl_weights_still): the same products with and without, the same bits; held, a weight's
+   packing is made once and reused (wpacks_reused), by k-contiguous and depth-major reads alike, a second weight in
+   the region gets its own, a product writing into the region forgets them, and letting go stops the reuse. */
+static void run_weights_still(tr__cl *cl, uint64_t seed) {
+    enum { M = 150, K = 70, N = 90 };
+    const size_t nw = (size_t)K * N, nreg = 2 * nw + 8 + (size_t)M * N; /* W1 (K x N), W2 (N x K), then room for an output */
+    static const long want[6] = {0, 1, 1, 2, 3, 3}; /* weight packings reused after each product, held */
+    float *reg = (float *)malloc(nreg * 4), *X = (float *)malloc((size_t)M * K * 4), *out[2][5], *dreg, *dX, *dout[5];
+    long reused[2][6];
+    int w, i;
+    tu_fill(reg, nreg, seed, 1.0f), tu_fill(X, (size_t)M * K, seed + 1, 1.0f);
+    tr__round_ref(g_ref_fdt, reg, nreg), tr__round_ref(g_ref_fdt, X, (size_t)M * K);
+    for (w = 0; w < 2; w++) {
+        float *W1, *W2;
+        dreg = up(cl, reg, nreg), dX = up(cl, X, (size_t)M * K);
+        W1 = dreg, W2 = dreg + nw + 4;
+        for (i = 0; i < 5; i++) dout[i] = up(cl, X, (size_t)M * N);
+        cl->wpacks_reused = 0;
+        if (w) tr__cl_weights_still(cl, dreg, nreg);
+        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[0], N, 0), TR_OK); /* X W1: W1 packed, kept */
+        reused[w][0] = cl->wpacks_reused;
+        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[1], N, 0), TR_OK); /* again: reused */
+        reused[w][1] = cl->wpacks_reused;
+        assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dX, K, W2, K, dout[2], N, 0), TR_OK); /* X W2ᵀ: W2's own */
+        reused[w][2] = cl->wpacks_reused;
+        assert_int_equal(tr__cl_sgemm(cl, 1, 0, K, N, M, dX, K, dout[0], N, dout[3], N, 0), TR_OK); /* no weight */
+        assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dX, K, W2, K, dout[3], N, 0), TR_OK); /* W2 reused */
+        reused[w][3] = cl->wpacks_reused;
+        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dreg + 2 * nw + 8, N, 0), TR_OK); /* into the region */
+        if (w) assert_int_equal(cl->nwpacks, 0);
+        reused[w][4] = cl->wpacks_reused;
+        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[4], N, 0), TR_OK); /* packed anew */
+        tr__cl_weights_still(cl, NULL, 0);
+        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[4], N, 0), TR_OK); /* let go: not reused */
+        reused[w][5] = cl->wpacks_reused;
+        for (i = 0; i < 5; i++) {
+            out[w][i] = (float *)malloc((size_t)M * N * 4);
+            down(cl, out[w][i], dout[i], (size_t)M * N);
+            tr__cl_free(cl, dout[i]);
+        }
+        tr__cl_free(cl, dreg), tr__cl_free(cl, dX);
+    }
+    for (i = 0; i < 6; i++) {
+        if (i < 5) assert_memory_equal(out[0][i], out[1][i], (size_t)M * N * 4), free(out[0][i]), free(out[1][i]);
+        assert_int_equal(reused[0][i], 0);
+        assert_int_equal(reused[1][i], want[i]);
+    }
+    free(reg), free(X);
+}
+
 /* The SwiGLU backward written only as its products' packing (tr__op_swiglu_bwd with cols, in a packing window: the
    model's backward) against the fp32 dg and the same products: the same bits, the fp32 dg never written, and a
    product reading dg otherwise than as packed fails. tok 0: the channel layout (rows of gate | up, the weight
@@ -686,6 +736,7 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_packed(ctx, cl, g_ref_fdt, 1, 1, 64, 48, 200, 371);
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */
         run_pack_window(cl, 380);
+        run_weights_still(cl, 383);
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 0, 150, 48, 96, 24, 381); /* (rows, I, 2I, D) */
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 1, 3, 5 * 32, 32, 13, 382); /* (B, It D, D, S): It = 5 */
     }

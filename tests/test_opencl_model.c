@@ -115,8 +115,9 @@ static void assert_trajectory(const char *what, const double *got, const double 
 
 /* Runs the whole trajectory on `device` with a fault injected, the context's log in lc; returns
    whether the training ended on an OpenCL device. */
-static long g_mma_products, g_packs_reused; /* the last run_on's products on the tensor-core kernels, and the
-                                             operand packings they shared (packing windows) */
+static long g_mma_products, g_packs_reused, g_wpacks_reused; /* the last run_on's products on the tensor-core kernels,
+                                                               the operand packings they shared (packing windows), and
+                                                               their reuses of a weight's (weights held still) */
 static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
@@ -134,6 +135,8 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     on_dev = ctx->dev_active;
     g_mma_products = ctx->cl ? ctx->cl->mma_products : 0;
     g_packs_reused = ctx->cl ? ctx->cl->packs_reused : 0;
+    g_wpacks_reused = ctx->cl ? ctx->cl->wpacks_reused : 0;
+    if (ctx->cl) assert_null(ctx->cl->still_lo); /* (let go after each step) */
     tr_trainer_destroy(t);
     tr_model_destroy(m);
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
@@ -496,6 +499,7 @@ static void test_trajectory_tensor_cores(void **state) {
         check_trajectory(runs[i][1]);
         if (g_mma_products <= 0) fail_msg("fdt %d variant %d: no product ran on the tensor-core kernels", runs[i][0], runs[i][1]);
         if (g_packs_reused <= 0) fail_msg("fdt %d variant %d: the backward's products shared no operand packing", runs[i][0], runs[i][1]);
+        if (g_wpacks_reused <= 0) fail_msg("fdt %d variant %d: no product reused a weight's packing", runs[i][0], runs[i][1]);
     }
     g_fdt = TR_FWD_FLOAT32;
     check_trajectory(1); /* float32: none */
