@@ -8394,8 +8394,8 @@ static const char tr__cl_src_gemm_9[] =
 "  }\n"
 "}\n"
 "/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
-" rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8 bit 0: C's\n"
-" rows start 8-byte aligned; bit 2: C holds the rounded values as 16 bits (ldc of them a row; no acc) */\n"
+" rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
+" start 8-byte aligned */\n"
 "static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
 "                                float c[4][4][4]) {\n"
 "  int i, j, r;\n"
@@ -8406,16 +8406,6 @@ static const char tr__cl_src_gemm_9[] =
 "      const int m = mw + i * 16 + g + r * 8;\n"
 "      __global float *cr = C + (long)m * ldc;\n"
 "      if (m >= M) continue;\n"
-"      if (c8 & 4) {\n"
-"        __global ushort *hr = (__global ushort *)C + (long)m * ldc;\n"
-"#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n"
-"          const int n = nw + j * 8 + 2 * q;\n"
-"          if (n < N) hr[n] = tr_half1(c[i][j][2 * r], rnd);\n"
-"          if (n + 1 < N) hr[n + 1] = tr_half1(c[i][j][2 * r + 1], rnd);\n"
-"        }\n"
-"        continue;\n"
-"      }\n"
 "#pragma unroll\n"
 "      for (j = 0; j < 4; j++) {\n"
 "        const int n = nw + j * 8 + 2 * q;\n"
@@ -8437,13 +8427,13 @@ static const char tr__cl_src_gemm_9[] =
 " product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
 " operand, rows past M / 2 are not written: the next product reads no depth past them).\n"
 " swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
-" of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n";
-static const char tr__cl_src_gemm_10[] =
+" of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
 " is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
 "                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
-"  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n"
+"  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n";
+static const char tr__cl_src_gemm_10[] =
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
@@ -8497,13 +8487,13 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src, n) \\\n"
-"  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n";
-static const char tr__cl_src_gemm_11[] =
+"  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
 "#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
-"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
+"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n";
+static const char tr__cl_src_gemm_11[] =
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
 "#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))\n"
@@ -8565,8 +8555,7 @@ static const char tr__cl_src_gemm_11[] =
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
-"    if (u < nt) {\n";
-static const char tr__cl_src_gemm_12[] =
+"    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
 "      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
 "      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
@@ -8574,7 +8563,8 @@ static const char tr__cl_src_gemm_12[] =
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
-"#if TR_GEMM_MMA == 1\n"
+"#if TR_GEMM_MMA == 1\n";
+static const char tr__cl_src_gemm_12[] =
 "      uint a[4][4], b[4][2];\n"
 "      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
@@ -8614,8 +8604,7 @@ static const char tr__cl_src_gemm_12[] =
 "}\n"
 "/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
 " _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
-" to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; wc + 4: and written\n"
-" as those 16-bit values (C_off in floats, ldc and sC in values; no acc, no pieces) */\n"
+" to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */\n"
 "#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
@@ -8623,17 +8612,15 @@ static const char tr__cl_src_gemm_12[] =
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
-"    __global float *Cz = wc & 4 ? (__global float *)((__global ushort *)C + 2 * C_off + (ulong)z * (ulong)sC) : C + co;  \\\n"
-"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                       \\\n";
-static const char tr__cl_src_gemm_13[] =
-"            (((co | (ulong)ldc) & 1) == 0) | (wc & 4), (__local uint *)As, (__local uint *)Bs, F16, wc & 3, 0, 0, 0, 0, 0, 0, 0, \\\n"
-"            TA, TB);                                                                                                     \\\n"
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \\\n"
+"            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
 "  }\n"
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
-"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n";
+static const char tr__cl_src_gemm_13[] =
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
@@ -8671,14 +8658,14 @@ static const char tr__cl_src_gemm_13[] =
 "#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n"
 " packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =\n"
-" P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n";
-static const char tr__cl_src_gemm_14[] =
+" P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
 "#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
-"                   int rp, int fdt, long so, int il) {                                                                        \\\n"
+"                   int rp, int fdt, long so, int il) {                                                                        \\\n";
+static const char tr__cl_src_gemm_14[] =
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
@@ -8703,20 +8690,17 @@ static const char tr__cl_src_gemm_14[] =
 " tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
-" of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da\n"
-" as floats, or with da16 as 16-bit values (das counting them). */\n"
+" of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */\n"
 "#define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \\\n"
-"__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \\\n";
-static const char tr__cl_src_gemm_15[] =
-"                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt, int da16) {           \\\n"
+"__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \\\n"
+"                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
 "  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
 "  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
-"  g += VALS * g_off + r * gs;                                                                                                 \\\n"
-"  x = LD4(g, j), u = LD4(g, j + width);                                                                                       \\\n"
-"  if (da16) d = tr_unhalf4(vload4(0, (__global const ushort *)da + 2 * da_off + r * das + j), fdt);                          \\\n"
-"  else d = vload4(0, da + da_off + r * das + j);                                                                              \\\n"
+"  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \\\n";
+static const char tr__cl_src_gemm_15[] =
+"  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \\\n"
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
@@ -9180,7 +9164,6 @@ typedef struct tr__cl_gemm_fuse {
                             depth-major B (tr__cl_token_mlp) */
     const uint32_t *a16, *b16; /* A / B given packed already (act16's output): no packing of it */
     int g16; /* the sw operand holds 16-bit values of the precision (a 16-bit tape's gate_up; tensor cores only) */
-    int c16; /* with rnd: C written as those 16-bit values (ldc, sC count them; no acc, no sum, one piece) */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -9358,25 +9341,22 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
    columns (row r's dgate | dup: 2 width / cols rows of it; gs = cols, or the rows are batches of gs = 2 width): dg is
    written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
    never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take (or more batches
-   than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16 / da16: g / da hold 16-bit values (gs /
-   das count them; tr_k_pack16_swiglu_bwd_h reads g so), for the kept layouts only. */
-TR__FN int tr__cl_swiglu_bwd_shape_ok(long rows, long width, size_t gs, size_t cols) {
+   than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16: g holds 16-bit values (gs counts
+   them; tr_k_pack16_swiglu_bwd_h), for the kept layouts only. */
+TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
-    return rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
+    return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
            gs == (rpr == 1 ? cols : 2 * (size_t)width);
 }
-TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
-    return cl->pack_window && tr__cl_swiglu_bwd_shape_ok(rows, width, gs, cols);
-}
 TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, int g16, const float *da, size_t das,
-                                        int da16, float *dg, size_t cols) {
+                                        float *dg, size_t cols) {
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     float *D;
     int batches = rpr > 1; /* (the token mix's: rows are batches of rpr rows) */
     if (!tr__cl_swiglu_bwd_keeps(cl, rows, width, gs, cols)) {
-        if (g16 || da16) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: 16-bit operands need the kept SwiGLU backward");
+        if (g16) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a 16-bit gate_up needs the kept SwiGLU backward");
         return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
     }
     /* (the key tr__cl_gemm_run builds for dg) */
@@ -9387,7 +9367,7 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     tr__cla_i64(&A, rows), tr__cla_i64(&A, width);
     tr__cla_buf(&A, g), tr__cla_i64(&A, (int64_t)gs), tr__cla_buf(&A, da), tr__cla_i64(&A, (int64_t)das);
     tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, batches ? 1 : (int32_t)rows), tr__cla_i32(&A, (int32_t)k.rp);
-    tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt), tr__cla_i32(&A, da16 != 0);
+    tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
     cl->packed[0] = k, cl->packed_only[0] = 1;
     return tr__cl_k1_launch2(cl, g16 ? "tr_k_pack16_swiglu_bwd_h" : "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
 }
@@ -9408,7 +9388,7 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -9444,10 +9424,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
-    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)) ||
-        (fz->c16 && (!mma || !fz->rnd || acc || (nb > 1 && sC == 0) || fz->swc || fz->sw)))
+    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed or 16-bit operand needs the tensor cores");
-    if (fz->c16) pieces = 1; /* (its epilogue stores whole sums) */
     if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
     sum = nb > 1 && sC == 0;
@@ -9509,11 +9487,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
-        size_t cspan = (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N; /* (C's floats: c16 two values each) */
-        if (fz->c16) cspan = (cspan + 1) / 2;
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
-        else if (cl->pack_window) tr__cl_pack_wrote(cl, C, cspan); /* (C is written below) */
-        if (cl->still_lo && C < cl->still_hi && cl->still_lo < C + cspan)
+        else if (cl->pack_window) tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
+        if (cl->still_lo && C < cl->still_hi && cl->still_lo < C + (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N)
             cl->nwpacks = 0, cl->wused = 0; /* (a product writing into the still weights: their packings are stale) */
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
@@ -9541,7 +9517,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);
             tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
-            tr__cla_i32(&a, fz->rnd && !P ? mma | (fz->c16 ? 4 : 0) : 0);
+            tr__cla_i32(&a, fz->rnd && !P ? mma : 0);
             if ((st = tr__cl_launch(cl, hk[mma - 1][ta != 0][tb == 0], 3, gs, ls, &a)) != TR_OK) return st;
         }
     } else {
@@ -9599,7 +9575,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
    activation is never written. g16: that operand holds 16-bit values (tensor cores only; its strides count them). */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
     fz.sw = sw, fz.so = so, fz.g16 = g16;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -9610,7 +9586,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -9621,7 +9597,7 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa));
@@ -9637,7 +9613,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
    (scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb));
@@ -10418,38 +10394,12 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
     if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
-}
-
-/* tr__op_sgemm_rnd whose C (ldc = N, sC) is written as the rounded values' 16 bits (the tensor cores only: callers check
-   tr__op_swiglu_bwd_packs first). */
-TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                    const float *B, size_t ldb, size_t sB, float *C16, size_t sC) {
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 1};
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C16, N, sC, 0, 0, &fz);
-    }
-#else
-    TR__UNUSED(fdt), TR__UNUSED(nb), TR__UNUSED(ta), TR__UNUSED(tb), TR__UNUSED(M), TR__UNUSED(N), TR__UNUSED(K), TR__UNUSED(A), TR__UNUSED(lda);
-    TR__UNUSED(sA), TR__UNUSED(B), TR__UNUSED(ldb), TR__UNUSED(sB), TR__UNUSED(C16), TR__UNUSED(sC);
-#endif
-    return tr__err(ctx, TR_ERR_UNSUPPORTED, "sgemm_rnd16: a 16-bit product output needs the tensor cores");
-}
-/* Whether the SwiGLU backward of this shape (tr__op_swiglu_bwd with cols, in a packing window) is written only packed by
-   the tensor cores, reading g and da in 16 bits: the backward then has da's product write 16 bits (tr__op_sgemm_rnd16). */
-TR__FN int tr__op_swiglu_bwd_packs(tr_ctx *ctx, int fdt, long rows, long width, size_t gs, size_t cols) {
-#if TINYREC_OPENCL
-    return tr__op_mma(ctx, fdt) && tr__cl_swiglu_bwd_shape_ok(rows, width, gs, cols);
-#else
-    TR__UNUSED(ctx), TR__UNUSED(fdt), TR__UNUSED(rows), TR__UNUSED(width), TR__UNUSED(gs), TR__UNUSED(cols);
-    return 0;
-#endif
 }
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
@@ -10551,17 +10501,16 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
 /* cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as a matrix of
    cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept).
    g16 (or NULL): g's values as 16 bits (a 16-bit tape's gate_up), g not written yet: read so by that packing, else
-   unpacked into g first. da16: da holds 16-bit values (tr__op_sgemm_rnd16's; only where tr__op_swiglu_bwd_packs). */
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, int da16,
-                                   float *dg, size_t cols) {
+   unpacked into g first. */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, float *dg,
+                                   size_t cols) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (cols && tr__op_mma(ctx, fdt) && ((!g16 && !da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, da16, dg, cols);
+    if (cols && tr__op_mma(ctx, fdt) && (!g16 || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
+        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, dg, cols);
 #else
     TR__UNUSED(cols);
 #endif
-    if (da16) return tr__err(ctx, TR_ERR_INVALID_ARG, "swiglu_bwd: a 16-bit da needs the tensor cores' kept packing");
     if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
     TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
     tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
@@ -10634,7 +10583,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -11373,7 +11322,6 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float *act = tmp, *dact = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = dact + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
-    int d16;
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
@@ -11383,15 +11331,12 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
     tr__op_pack_window(ctx, 1);
-    /* (with the 16-bit tape read as it is and the SwiGLU backward written packed, d act is written in 16 bits: d16) */
-    d16 = t16 && tr__op_swiglu_bwd_packs(ctx, m->fdt, (long)BS, (long)I, 2 * I, 2 * I);
     st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act);
-    if (!st && d16) st = tr__op_sgemm_rnd16(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0);
-    else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
-    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, d16, dbig, 2 * I);
+    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
     if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
     if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     tr__op_pack_window(ctx, 0);
@@ -11403,14 +11348,12 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         tr__op_pack_window(ctx, 1); /* (g1's packing shared, then dbig's) */
-        d16 = t16 && tr__op_swiglu_bwd_packs(ctx, m->fdt, B, (long)(It * D), 2 * It * D, D);
         st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, t16 ? t16->mix : NULL, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
-        if (!st && d16) st = tr__op_sgemm_rnd16(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D);
-        else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
         tr__op_pack_window(ctx, 0);
         if (st) return st;
         tr__op_pack_window(ctx, 1);
-        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, dact, It * D, d16, dbig, D);
+        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, dact, It * D, dbig, D);
         if (!st) st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
         tr__op_pack_window(ctx, 0);

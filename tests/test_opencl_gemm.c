@@ -413,7 +413,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
@@ -456,7 +456,7 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
     float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
     float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, 0};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     size_t i;
     tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
     tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
@@ -575,27 +575,6 @@ static void run_pack_window(tr__cl *cl, uint64_t seed) {
     for (i = 0; i < 5; i++) free(h[i]);
 }
 
-/* tr__op_sgemm_rnd16 (C written as the rounded values' 16 bits) against tr__op_sgemm_rnd then tr__half_ref: the same
-   bits, per batch (sC values apart, from an offset into C's buffer), odd widths included; nothing past C written. */
-static void run_rnd16(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, size_t M, size_t N, size_t K, uint64_t seed) {
-    const size_t na = M * K, nbm = (size_t)nb * K * N, sC = M * N + 3, nc = (size_t)nb * sC;
-    float *A = (float *)malloc(na * 4), *B = (float *)malloc(nbm * 4), *C = (float *)malloc(nc * 4), *dA, *dB, *dC, *dC16;
-    uint16_t *h = (uint16_t *)malloc((nc + 16) * 2), *hr = (uint16_t *)malloc((nc + 16) * 2);
-    size_t i;
-    tu_fill(A, na, seed, 1.0f), tu_fill(B, nbm, seed + 1, 1.0f);
-    tr__round_ref(fdt, A, na), tr__round_ref(fdt, B, nbm);
-    dA = up(cl, A, na), dB = up(cl, B, nbm), dC = up(cl, B, nc);
-    for (i = 0; i < nc + 16; i++) hr[i] = 0x7fc1;
-    dC16 = up(cl, (float *)hr, (nc + 16) / 2);
-    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, 0, M, N, K, dA, ta ? M : K, 0, dB, N, K * N, dC, sC, 0), TR_OK);
-    assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, nb, ta, 0, M, N, K, dA, ta ? M : K, 0, dB, N, K * N, dC16 + 2, sC), TR_OK);
-    down(cl, C, dC, nc), down(cl, (float *)h, dC16, (nc + 16) / 2);
-    for (i = 0; i < (size_t)nb; i++) tr__half_ref(fdt, 0, C + i * sC, hr + 4 + i * sC, M * N); /* (the gaps keep 0x7fc1) */
-    assert_memory_equal(h, hr, (nc + 16) / 2 * 4);
-    tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC), tr__cl_free(cl, dC16);
-    free(A), free(B), free(C), free(h), free(hr);
-}
-
 /* Weights held still (tr__cl_weights_still): the same products with and without, the same bits; held, a weight's
    packing is made once and reused (wpacks_reused), by k-contiguous and depth-major reads alike, a second weight in
    the region gets its own, a product writing into the region forgets them, and letting go stops the reuse. */
@@ -655,21 +634,19 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     const size_t nh = tok ? (size_t)rows * n * cols : (size_t)rows * n, nw = tok ? rpr * n : cols * n;
     const size_t nc1 = tok ? rpr * n : cols * n, nc2 = tok ? (size_t)rows * n * cols : (size_t)rows * n;
     float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
-    float *out[4][2], *dG, *dDA, *dH, *dW, *ddg[4], *dout[4][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
-    float *dG16, *dGs, *dDA16;
-    uint16_t *G16 = (uint16_t *)calloc(ng + 8, 2), *DA16 = (uint16_t *)calloc(nd + 12, 2);
+    float *out[3][2], *dG, *dDA, *dH, *dW, *ddg[3], *dout[3][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    float *dG16, *dGs;
+    uint16_t *G16 = (uint16_t *)calloc(ng + 8, 2);
     int w, i;
     size_t e;
     long reused;
     tu_fill(G, ng, seed, 2.0f), tu_fill(DA, nd, seed + 1, 1.0f), tu_fill(H, nh, seed + 2, 1.0f), tu_fill(W, nw, seed + 3, 1.0f);
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, DA, nd), tr__round_ref(fdt, H, nh), tr__round_ref(fdt, W, nw);
     tr__half_ref(fdt, 0, G, G16 + 6, ng);
-    tr__half_ref(fdt, 0, DA, DA16 + 10, nd);
     dG = up(cl, G, ng), dDA = up(cl, DA, nd), dH = up(cl, H, nh), dW = up(cl, W, nw);
-    dDA16 = up(cl, (float *)DA16, nd / 2 + 6); /* (the values 5 floats in) */
     dG16 = up(cl, (float *)G16, ng / 2 + 4), dGs = up(cl, G, ng); /* (the values 3 floats in: an offset) */
     assert_int_equal(tr__cl_fill(cl, dGs, 0x7fc07fc0u, ng * 4), TR_OK); /* (g given in 16 bits: the fp32 g it is never unpacked into) */
-    for (w = 0; w < 4; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g; and a 16-bit da */
+    for (w = 0; w < 3; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g */
         float *dg = ddg[w] = up(cl, Z, ng);
         dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
         if (w) { /* operand slot A full of NaN: the packing's padding, which no product may read */
@@ -679,9 +656,7 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
-        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w >= 2 ? dGs : dG, w >= 2 ? dG16 + 3 : NULL, 2 * width, w == 3 ? dDA16 + 5 : dDA, width,
-                                           w == 3, dg, w ? cols : 0),
-                         TR_OK);
+        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w == 2 ? dGs : dG, w == 2 ? dG16 + 3 : NULL, 2 * width, dDA, width, dg, w ? cols : 0), TR_OK);
         if (!tok) {
             assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 0, rows, n, cols, dg, cols, 0, dW, n, 0, dout[w][1], 0, 1), TR_OK);
@@ -699,7 +674,7 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
             down(cl, out[w][i], dout[w][i], i ? nc2 : nc1);
         }
     }
-    for (w = 1; w < 4; w++) {
+    for (w = 1; w < 3; w++) {
         assert_memory_equal(out[0][0], out[w][0], nc1 * 4);
         assert_memory_equal(out[0][1], out[w][1], nc2 * 4);
         down(cl, G, ddg[w], ng);
@@ -707,12 +682,12 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     }
     down(cl, G, dGs, ng);
     for (e = 0; e < ng; e++) assert_true(isnan(G[e]));
-    for (w = 0; w < 4; w++) {
+    for (w = 0; w < 3; w++) {
         tr__cl_free(cl, ddg[w]), tr__cl_free(cl, dout[w][0]), tr__cl_free(cl, dout[w][1]);
         free(out[w][0]), free(out[w][1]);
     }
-    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW), tr__cl_free(cl, dG16), tr__cl_free(cl, dGs), tr__cl_free(cl, dDA16);
-    free(G), free(DA), free(H), free(W), free(Z), free(G16), free(DA16);
+    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW), tr__cl_free(cl, dG16), tr__cl_free(cl, dGs);
+    free(G), free(DA), free(H), free(W), free(Z), free(G16);
 }
 
 static void mma_products(tr_ctx *ctx, tr__cl *cl) {
@@ -762,8 +737,6 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_packed(ctx, cl, g_ref_fdt, 0, 3, 97, 20, 40, 372); /* (S, It, D) per batch, summed */
         run_pack_window(cl, 380);
         run_weights_still(cl, 383);
-        run_rnd16(ctx, cl, g_ref_fdt, 1, 0, 150, 97, 70, 384);
-        run_rnd16(ctx, cl, g_ref_fdt, 3, 1, 33, 131, 97, 385);
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 0, 150, 48, 96, 24, 381); /* (rows, I, 2I, D) */
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 1, 3, 5 * 32, 32, 13, 382); /* (B, It D, D, S): It = 5 */
     }

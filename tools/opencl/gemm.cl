@@ -496,8 +496,8 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
   }
 }
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
- rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8 bit 0: C's
- rows start 8-byte aligned; bit 2: C holds the rounded values as 16 bits (ldc of them a row; no acc) */
+ rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
+ start 8-byte aligned */
 static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
                                 float c[4][4][4]) {
   int i, j, r;
@@ -508,16 +508,6 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       const int m = mw + i * 16 + g + r * 8;
       __global float *cr = C + (long)m * ldc;
       if (m >= M) continue;
-      if (c8 & 4) {
-        __global ushort *hr = (__global ushort *)C + (long)m * ldc;
-#pragma unroll
-        for (j = 0; j < 4; j++) {
-          const int n = nw + j * 8 + 2 * q;
-          if (n < N) hr[n] = tr_half1(c[i][j][2 * r], rnd);
-          if (n + 1 < N) hr[n + 1] = tr_half1(c[i][j][2 * r + 1], rnd);
-        }
-        continue;
-      }
 #pragma unroll
       for (j = 0; j < 4; j++) {
         const int n = nw + j * 8 + 2 * q;
@@ -713,8 +703,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
- to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; wc + 4: and written
- as those 16-bit values (C_off in floats, ldc and sC in values; no acc, no pieces) */
+ to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */
 #define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
@@ -722,10 +711,8 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
-    __global float *Cz = wc & 4 ? (__global float *)((__global ushort *)C + 2 * C_off + (ulong)z * (ulong)sC) : C + co;  \
-    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                       \
-            (((co | (ulong)ldc) & 1) == 0) | (wc & 4), (__local uint *)As, (__local uint *)Bs, F16, wc & 3, 0, 0, 0, 0, 0, 0, 0, \
-            TA, TB);                                                                                                     \
+    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \
+            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \
   }
 /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
  gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit
@@ -800,19 +787,16 @@ TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)
  tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed
  batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are
  (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values
- of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da
- as floats, or with da16 as 16-bit values (das counting them). */
+ of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */
 #define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \
 __kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \
-                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt, int da16) {           \
+                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \
   const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \
   float4 x, u, d, dgate, dup;                                                                                                 \
   float2 v;                                                                                                                   \
   if (j >= width || r >= rows) return;                                                                                        \
-  g += VALS * g_off + r * gs;                                                                                                 \
-  x = LD4(g, j), u = LD4(g, j + width);                                                                                       \
-  if (da16) d = tr_unhalf4(vload4(0, (__global const ushort *)da + 2 * da_off + r * das + j), fdt);                          \
-  else d = vload4(0, da + da_off + r * das + j);                                                                              \
+  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \
+  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \
   v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \
   v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \
   v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \
