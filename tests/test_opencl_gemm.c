@@ -591,7 +591,7 @@ static void run_weights_still(tr__cl *cl, uint64_t seed) {
         float *W1, *W2;
         dreg = up(cl, reg, nreg), dX = up(cl, X, (size_t)M * K);
         W1 = dreg, W2 = dreg + nw + 4;
-        for (i = 0; i < 5; i++) dout[i] = up(cl, X, (size_t)M * N);
+        for (i = 0; i < 5; i++) dout[i] = up(cl, reg, (size_t)M * N); /* (any values: the products set them; reg holds M x N) */
         cl->wpacks_reused = 0;
         if (w) tr__cl_weights_still(cl, dreg, nreg);
         assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[0], N, 0), TR_OK); /* X W1: W1 packed, kept */
