@@ -9259,8 +9259,9 @@ TR__FN void tr__cl_weights_still(tr__cl *cl, const float *P, size_t n) {
 }
 
 /* An operand starting inside the still weights: its kept packing, or packed now and kept (*served = 1). *served = 0:
-   elsewhere, or no entry left (the caller packs it as any other). */
-TR__FN tr_status tr__cl_pack_still(tr__cl *cl, const tr__cl_packed *k, uint32_t **out, int *served) {
+   elsewhere, or no entry or room left (the caller packs it as any other). may_grow 0: the other operand of the
+   product holds a kept packing, which growing the slot would move, so it does not grow. */
+TR__FN tr_status tr__cl_pack_still(tr__cl *cl, const tr__cl_packed *k, uint32_t **out, int *served, int may_grow) {
     size_t words = (tr__cl_packed_words(k) + 15) / 16 * 16; /* (each packing 64-byte aligned) */
     float *buf;
     int j;
@@ -9275,6 +9276,7 @@ TR__FN tr_status tr__cl_pack_still(tr__cl *cl, const tr__cl_packed *k, uint32_t 
         }
     if (cl->nwpacks == TR__CL_WPACKS) return TR_OK;
     if (cl->wused + words > cl->slot_floats[TR__CL_SLOT_WPACK]) { /* growing the slot moves it: the packings in it go */
+        if (!may_grow) return TR_OK;
         if (!(buf = tr__cl_scratch(cl, TR__CL_SLOT_WPACK, 2 * (cl->wused + words)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
         cl->nwpacks = 0, cl->wused = 0;
     }
@@ -9319,7 +9321,7 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
     int hit[2] = {-1, -1}, taken[2] = {0, 0}, still[2] = {0, 0}, i, j;
     tr_status st;
     for (i = 0; i < 2; i++)
-        if ((st = tr__cl_pack_still(cl, &want[i], &out[i], &still[i])) != TR_OK) return st;
+        if ((st = tr__cl_pack_still(cl, &want[i], &out[i], &still[i], i == 0 || !still[0])) != TR_OK) return st;
     for (i = 0; i < 2; i++)
         for (j = 0; j < 2 && want[i].P && !still[i] && cl->pack_window; j++)
             if (cl->packed[j].P && tr__cl_packed_same(&cl->packed[j], &want[i])) hit[i] = j;
@@ -9372,13 +9374,15 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     return tr__cl_k1_launch2(cl, g16 ? "tr_k_pack16_swiglu_bwd_h" : "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
 }
 
-/* A product wrote C[0, span): a kept operand it overlaps is stale. */
+/* A product wrote C[0, span): a kept operand it overlaps is stale, and so are the still weights' packings if it
+   wrote into them. */
 TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
     int j;
     for (j = 0; j < 2; j++) {
         const tr__cl_packed *k = &cl->packed[j];
         if (k->P && C < k->P + tr__cl_packed_span(k) && k->P < C + span) cl->packed[j].P = NULL;
     }
+    if (cl->still_lo && C < cl->still_hi && cl->still_lo < C + span) cl->nwpacks = 0, cl->wused = 0;
 }
 
 /* The engine behind tr__cl_sgemm / tr__cl_sgemm_batched / tr__cl_sgemm_swiglu. pieces: 0 = automatic, else the K
@@ -9488,9 +9492,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
-        else if (cl->pack_window) tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
-        if (cl->still_lo && C < cl->still_hi && cl->still_lo < C + (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N)
-            cl->nwpacks = 0, cl->wused = 0; /* (a product writing into the still weights: their packings are stale) */
+        tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
@@ -10329,9 +10331,6 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
-/* A packing window on the device (tr__cl_pack_window; nothing on the CPU): between open and close, the products may
-   reuse the 16-bit packing of an operand that the product before them read too. The caller writes nothing that they
-   read in between (their outputs excepted). */
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
    (tr__cl_weights_still): 1 when this call holds them, to pass to tr__op_weights_release; 0 when an outer call holds
    them already, or off a device. */
@@ -10364,6 +10363,9 @@ TR__FN void tr__op_weights_release(tr_ctx *ctx, int held) {
 #endif
 }
 
+/* A packing window on the device (tr__cl_pack_window; nothing on the CPU): between open and close, the products may
+   reuse the 16-bit packing of an operand that the product before them read too. The caller writes nothing that they
+   read in between (their outputs excepted). */
 TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 #if TINYREC_OPENCL
     if (ctx->dev_active) tr__cl_pack_window(ctx->cl, open);
