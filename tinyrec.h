@@ -3429,20 +3429,29 @@ TR__FN void tr__swiglu_fwd_lp512_range(void *arg, long i0, long i1) {
     for (r = i0; r < i1; r++) tr__swiglu_fwd_lp_row512(a->width, a->g + (size_t)r * a->g_stride, a->out + (size_t)r * a->out_stride, a->fdt);
 }
 #endif
-TR__FN void tr__swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
-    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride, fdt}, NULL};
+/* The range kernel tr__swiglu_fwd runs for the context's SIMD set and fdt, with p's row kernel set; its argument is p
+   (whose first member is the reference's argument block, which some of them take). *whole: the row widths at which an
+   element's bits do not depend on where it sits in its row, multiples of it (the unmasked vector kernels run their
+   tails on the scalar formula; the AVX-512 ones mask them). */
+TR__FN tr__range_fn tr__swiglu_fwd_pick(const tr_ctx *ctx, int fdt, tr__swiglu_fwd_simd *p, long *whole) {
+    p->row = NULL;
+    *whole = 1;
 #if TR__X86
-    if (fdt && ctx->simd == TR__SIMD_AVX512) {
-        tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_lp512_range, &p.a);
-        return;
-    }
-    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
+    if (fdt && ctx->simd == TR__SIMD_AVX512) return tr__swiglu_fwd_lp512_range;
+    if (ctx->simd != TR__SIMD_SCALAR) p->row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
+    if (ctx->simd == TR__SIMD_AVX2) *whole = 8;
 #endif
 #if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_fwd_row128;
+    if (ctx->simd == TR__SIMD_NEON) p->row = tr__swiglu_fwd_row128, *whole = 4;
 #endif
-    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fdt ? tr__swiglu_fwd_lp_range : tr__swiglu_fwd_simd_range, &p);
-    else tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_fwd_range, &p.a);
+    if (p->row) return fdt ? tr__swiglu_fwd_lp_range : tr__swiglu_fwd_simd_range;
+    return tr__swiglu_fwd_range;
+}
+TR__FN void tr__swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
+    tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride, fdt}, NULL};
+    long whole;
+    tr__range_fn fn = tr__swiglu_fwd_pick(ctx, fdt, &p, &whole);
+    tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fn, &p);
 }
 typedef struct tr__swiglu_bwd_simd { tr__swiglu_bwd_args a; void (*row)(long, const float *, const float *, float *); } tr__swiglu_bwd_simd;
 TR__FN void tr__swiglu_bwd_simd_range(void *arg, long i0, long i1) {
@@ -3665,23 +3674,32 @@ TR__FN void tr__half_simd_range(void *arg, long i0, long i1) {
     tr__half_span256(p->fdt, p->unpack, p->x, p->h, (size_t)i0, (size_t)i1);
 }
 #endif
+/* The range kernels of tr__half and tr__round for the context's SIMD set (also run on a GEMM's micro-tiles). */
+TR__FN tr__range_fn tr__half_pick(const tr_ctx *ctx) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return tr__half_simd_range;
+#else
+    TR__UNUSED(ctx);
+#endif
+    return tr__half_range;
+}
+TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__round512_range : tr__round_simd_range;
+#else
+    TR__UNUSED(ctx);
+#endif
+    return tr__round_range;
+}
 TR__FN void tr__half(tr_ctx *ctx, int fdt, int unpack, float *x, uint16_t *h, size_t n) {
     tr__half_args p = {fdt, unpack, x, h};
-    tr__range_fn fn = tr__half_range;
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) fn = tr__half_simd_range;
-#endif
-    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, fn, &p);
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__half_pick(ctx), &p);
 }
 TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     tr__round_args p = {fdt, x};
-    tr__range_fn fn = tr__round_range;
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) fn = ctx->simd == TR__SIMD_AVX512 ? tr__round512_range : tr__round_simd_range;
-#endif
-    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, fn, &p);
+    tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__round_pick(ctx), &p);
 }
 typedef struct tr__ema_simd { tr__ema_args a; void (*span)(size_t, size_t, float *, const float *, float); } tr__ema_simd;
 TR__FN void tr__ema_simd_range(void *arg, long i0, long i1) {
@@ -4826,6 +4844,60 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int km
 }
 
 /* --- the drivers ------------------------------------------------------------------------------- */
+/* A SwiGLU's gate_up product with its activation in the epilogue (tr__sgemm_nb's epi): C's gate and up halves
+   (columns [0, half) and [half, 2 half), or rows with pair_m) are computed side by side per micro-tile, into a
+   buffer in cache, then rounded to fdt, kept (gu, unless NULL) and turned into the activation, with the kernels
+   the passes of tr__op_sgemm_rnd, tr__half and tr__swiglu_fwd run (so the same bits). C itself is never written. */
+typedef struct tr__sgemm_epi {
+    int pair_m, fdt, gu16, done; /* done: set when the product ran so (else the caller takes the passes) */
+    size_t half, whole;              /* whole: the activation's kernel gives the passes' bits on rows of multiples of it */
+    float *gu;                       /* gate (b, r, c) at gu + b gu_s + r gu_ld + c (in values: 16-bit ones with gu16), up gu_up further */
+    size_t gu_ld, gu_s, gu_up;
+    float *act;                      /* act (b, r, c) at act + b act_s + r act_ld + c */
+    size_t act_ld, act_s;
+    tr__range_fn round_fn, half_fn, swiglu_fn;
+    tr__swiglu_fwd_simd sw; /* swiglu_fn's argument, its row kernel set */
+} tr__sgemm_epi;
+TR__FN void tr__sgemm_epi_init(const tr_ctx *ctx, int fdt, tr__sgemm_epi *e) {
+    memset(e, 0, sizeof *e);
+    e->fdt = fdt;
+    e->round_fn = tr__round_pick(ctx);
+    e->half_fn = tr__half_pick(ctx);
+    long whole;
+    e->swiglu_fn = tr__swiglu_fwd_pick(ctx, fdt, &e->sw, &whole);
+    e->sw.a.fdt = fdt;
+    e->whole = (size_t)whole;
+}
+/* Micro-tile (b; rows r0.., columns c0.. of a half) in t: row i's gate values at t + i ldt, its up values nr further. */
+TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size_t b, size_t r0, size_t c0, size_t mr, size_t nr) {
+    tr__swiglu_fwd_simd p = E->sw;
+    size_t i;
+    for (i = 0; i < mr; i++) {
+        float *row = t + i * ldt;
+        if (E->fdt) {
+            tr__round_args ra;
+            ra.fdt = E->fdt, ra.x = row;
+            E->round_fn(&ra, 0, (long)(2 * nr));
+        }
+        if (E->gu) {
+            size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
+            if (E->gu16) {
+                tr__half_args ha;
+                ha.fdt = E->fdt, ha.unpack = 0, ha.x = row, ha.h = (uint16_t *)(void *)E->gu + off;
+                E->half_fn(&ha, 0, (long)nr);
+                ha.x = row + nr, ha.h += E->gu_up;
+                E->half_fn(&ha, 0, (long)nr);
+            } else {
+                memcpy(E->gu + off, row, nr * sizeof(float));
+                memcpy(E->gu + off + E->gu_up, row + nr, nr * sizeof(float));
+            }
+        }
+    }
+    p.a.width = (long)nr, p.a.g = t, p.a.g_stride = ldt;
+    p.a.out = E->act + b * E->act_s + r0 * E->act_ld + c0, p.a.out_stride = E->act_ld;
+    E->swiglu_fn(&p, 0, (long)mr);
+}
+
 typedef struct tr__sgemm_job {
     int transA, transB, accumulate;
     size_t M, N, K;
@@ -4847,6 +4919,9 @@ typedef struct tr__sgemm_job {
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
     size_t astr, bstr;
+    /* a paired product (epi): the jobs cover mrows rows and npair panels, the gate half */
+    const tr__sgemm_epi *epi;
+    size_t mrows, npair;
 } tr__sgemm_job;
 
 /* B-packing unit u: one KC block x bunit panels. */
@@ -4868,6 +4943,36 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
     J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, J->M - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + m0 * kc);
 }
 
+/* Job u of a paired product (J->epi: one KC block, nothing summed into C): each micro-tile's gate and up halves
+   side by side in t, then the epilogue. */
+#define TR__SG_PAIR_TILE (2 * 32 * 32) /* floats of t: both halves of the largest micro-tile (AMX's) */
+TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
+    const tr__sgemm_epi *E = J->epi;
+    size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
+    size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->mrows - m0);
+    size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npair, p_lo + J->pcb);
+    size_t q0, ir, p, up_a = E->pair_m ? E->half * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
+    const float *aslab = J->apre ? J->apre + m0 * kc : apack;
+    float t[TR__SG_PAIR_TILE];
+    if (J->kern.enter) J->kern.enter();
+    if (!J->apre) J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, 0, kc, MR, apack);
+    for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
+        size_t q1 = TR__MIN(q0 + ncp, p_hi);
+        for (ir = 0; ir < mc; ir += MR) {
+            const float *ap = aslab + ir * kc;
+            size_t mr = TR__MIN(MR, mc - ir);
+            for (p = q0; p < q1; p++) {
+                size_t b = p / J->pb, n0 = (p - b * J->pb) * NR, nr = TR__MIN(NR, (E->pair_m ? J->N : E->half) - n0);
+                const float *bp = J->bpack + p * kc * NR;
+                J->kern.ukr(kc, ap, bp, t, 2 * NR, mr, nr, 0);
+                J->kern.ukr(kc, ap + up_a, bp + up_b, t + nr, 2 * NR, mr, nr, 0);
+                tr__sgemm_epi_run(E, t, 2 * NR, b, m0 + ir, n0, mr, nr);
+            }
+        }
+    }
+    if (J->kern.leave) J->kern.leave();
+}
+
 /* Job u: M block u % nmb, N range u / nmb, all of K. */
 TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1);
@@ -4875,6 +4980,10 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
     size_t q, q0, ir, p;
     tr__sgemm_ukr_fn ukr = J->kern.ukr;
+    if (J->epi) {
+        tr__sgemm_job_pair(J, apack, u);
+        return;
+    }
     if (J->kern.enter) J->kern.enter();
     for (q = 0; q < J->nkbp * J->kbat; q++) { /* the KC blocks, product after product */
         size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0);
@@ -5005,16 +5114,22 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
    another (each product's own blocking, and C takes each block's sum in that order, as the
    products run one by one sum it). Shapes of the unpacked paths run one by one. */
 TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate) {
+                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi) {
     tr__sgemm_job J;
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
+    if (epi) { /* a paired product runs on the packed path in one KC block (else epi->done stays 0) */
+        epi->done = 0;
+        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) || (!epi->pair_m && nbat != 1) ||
+            (epi->pair_m ? M : N) != 2 * epi->half)
+            return TR_OK;
+    }
     if (M == 0 || N == 0) return TR_OK;
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
             if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, B + i * sB, ldb, 0, C + (nbat > 1 ? i * sC : 0),
-                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate)) != TR_OK)
+                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -5050,15 +5165,24 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     Ktot = (kbat - 1) * nkb * J.kc_nom + K; /* the packed depth: every product's blocks kc_nom apart */
     J.pb = (N + NR - 1) / NR;
     J.npan = nbat * J.pb;
+    /* the rows and panels the jobs cover: all, or a paired product's gate half (whose micro-tiles then start where
+       the up half's do, half further) */
+    J.mrows = M, J.npair = J.npan;
+    if (epi) { /* (micro-tile rows of whole vectors, as the passes' rows are: the pair's columns, or N) */
+        if (epi->half % (epi->pair_m ? MR : NR) || NR % epi->whole || (epi->pair_m ? N : epi->half) % epi->whole) return TR_OK;
+        if (epi->pair_m) J.mrows = epi->half;
+        else J.npair = epi->half / NR;
+        J.epi = epi;
+    }
     /* M blocks of nearly equal height (a multiple of MR) */
-    J.nmb = (M + TR__SG_MC - 1) / TR__SG_MC;
-    J.mcb = ((M + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
-    J.nmb = (M + J.mcb - 1) / J.mcb;
+    J.nmb = (J.mrows + TR__SG_MC - 1) / TR__SG_MC;
+    J.mcb = ((J.mrows + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
+    J.nmb = (J.mrows + J.mcb - 1) / J.mcb;
     /* few M blocks: also cut N so that there are jobs for 2 threads and more (cheap: a job
        repacks only its A slab) */
-    J.nnb = J.nmb >= 8 ? 1 : TR__MIN(J.npan, (8 + J.nmb - 1) / J.nmb);
-    J.pcb = (J.npan + J.nnb - 1) / J.nnb;
-    J.nnb = (J.npan + J.pcb - 1) / J.pcb;
+    J.nnb = J.nmb >= 8 ? 1 : TR__MIN(J.npair, (8 + J.nmb - 1) / J.nmb);
+    J.pcb = (J.npair + J.nnb - 1) / J.nnb;
+    J.nnb = (J.npair + J.pcb - 1) / J.pcb;
     njobs = J.nmb * J.nnb;
     J.bunit = 8;
     nbunits = nkb * kbat * ((J.npan + J.bunit - 1) / J.bunit);
@@ -5082,7 +5206,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         if (bpre) bfloats = 0;
         else packb = 1;
         if (apre) afloats = 0;
-        else if (J.nnb > 1) afloats = mfloats, ashared = packa = 1;
+        else if (J.nnb > 1 || (epi && epi->pair_m)) afloats = mfloats, ashared = packa = 1; /* (a pair's up rows: outside a job's slab) */
         if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
@@ -5098,6 +5222,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         if (!packb) nbunits = 0;
     }
 
+    if (epi) epi->done = 1;
 #if TR__OMP
     if (nt > 1) {
 #pragma omp parallel num_threads(nt)
@@ -5134,7 +5259,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
-    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate);
+    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
@@ -5146,11 +5271,12 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M
                                    const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     int b;
     tr_status st;
-    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc);
+    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL);
     if (nb > 1 && sC == 0) {
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
-            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, B + b * sB, ldb, sB, C, ldc, 0, b > 0 ? 1 : acc)) !=
+            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, B + b * sB, ldb, sB, C, ldc, 0, b > 0 ? 1 : acc,
+                                   NULL)) !=
                 TR_OK)
                 return st;
         return TR_OK;
@@ -10519,6 +10645,28 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
+/* The CPU's gate_up product of a SwiGLU with the activation in its epilogue (tr__sgemm_epi), in place of the product,
+   its rounding pass, the activation's pass and (gu16) the tape's conversion: C (+ b sB's product) = op(A) op(B), whose
+   halves (pair_m: rows, else columns) are gate and up; act as tr__sgemm_epi lays it out, and with keep_gu gate_up
+   rounded into gu (gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up further), as 16 bits where gu16 is given.
+   *done = 0 where it does not run so (a device, or a shape the packed path does not pair): the caller's passes then. */
+TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                                      const float *B, size_t ldb, size_t sB, int keep_gu, float *gu, float *gu16, size_t gu_ld, size_t gu_s, size_t gu_up,
+                                      float *act, size_t act_ld, size_t act_s, int *done) {
+    tr__sgemm_epi e;
+    tr_status st;
+    *done = 0;
+    if (ctx->dev_active || nb < 1) return TR_OK;
+    tr__sgemm_epi_init(ctx, fdt, &e);
+    e.pair_m = pair_m, e.half = (pair_m ? M : N) / 2;
+    e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
+    e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
+    e.act = act, e.act_ld = act_ld, e.act_s = act_s;
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e))) return st;
+    *done = e.done;
+    return TR_OK;
+}
+
 /* The channel SwiGLU and its down product: gu = R(A W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K),
    act = R(silu(gate) * up) (rows x half), proj = R(act W_downᵀ) (rows x D; W_down: D x half), R the rounding to fdt.
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
@@ -10528,6 +10676,7 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj) {
     tr_status st;
+    int fused;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
         if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu16, 2, D, proj);
@@ -10535,9 +10684,13 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
-    if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
-    if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
-    if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
+    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0, &fused)))
+        return st;
+    if (!fused) {
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+        if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
+        if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
+    }
     return tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
 
@@ -10602,6 +10755,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
                                   int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj) {
     tr_status st;
+    int fused;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
         if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix16, 2, W_tdown, proj);
@@ -10609,8 +10763,13 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
     }
 #endif
-    if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D))) return st;
-    if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
+    if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D, act, D, It * D,
+                                   &fused)))
+        return st;
+    if (!fused) {
+        if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D))) return st;
+        if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
+    }
     return tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 

@@ -562,13 +562,92 @@ static void test_bf16_pairs(void **state) {
     }
 }
 
+/* The micro-tile the products of a depth-K GEMM run on here (tr__sgemm_nb's choice). */
+static void kern_tile(tr_ctx *ctx, size_t K, size_t *mr, size_t *nr) {
+    tr__sgemm_kern k = tr__sgemm_kernels(ctx->simd);
+    int mode = tr__bgemm_mode(ctx);
+    if (mode == TR__BG_AMX && K < 32) mode = TR__BG_DPBF16;
+    if (mode) tr__bgemm_kernels(&k, mode);
+    *mr = k.mr, *nr = k.nr;
+}
+
+/* A SwiGLU's gate_up product with the activation in its epilogue (tr__op_gate_up_fused) gives the bits of the passes it
+   replaces (the rounded product, the tape's 16-bit copy, the activation), at 1 and 2 threads: the channel SwiGLU's
+   layout (halves side by side in columns) and the token mix's (halves in rows, nb products sharing the weight). It
+   runs where the halves are whole micro-tiles in one KC block, and says so; elsewhere it writes nothing. */
+static void run_gate_up_fused(tr_ctx *ctx) {
+    /* {pair_m, nb, M, N, K}: M x N is C (2 half rows with pair_m, else 2 half columns) */
+    static const size_t shapes[][5] = {{0, 1, 97, 512, 64}, {0, 1, 40, 128, 37}, {0, 1, 130, 64, 512}, {0, 1, 33, 96, 513}, {0, 1, 16, 64, 40},
+                                       {1, 3, 192, 37, 40}, {1, 2, 192, 64, 40}, {1, 2, 128, 64, 97}, {1, 1, 168, 20, 33}, {1, 2, 64, 7, 40}};
+    int fdts[3] = {0, TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 3, f, keep, th;
+    size_t s, i;
+    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    for (f = 0; f < nf; f++)
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (keep = 0; keep < 3; keep++) { /* gate_up not kept, kept in fp32, kept in 16 bits */
+                int fdt = fdts[f], pair_m = (int)shapes[s][0], nb = (int)shapes[s][1], done, expect;
+                size_t M = shapes[s][2], N = shapes[s][3], K = shapes[s][4], half = (pair_m ? M : N) / 2, mr, nr;
+                size_t lda = K, ldb = pair_m ? N : K, sB = pair_m ? K * N + 3 : 0, nC = (size_t)nb * M * N, nact = (size_t)nb * half * (pair_m ? N : M);
+                size_t gu_ld = N, gu_s = M * N, gu_up = pair_m ? half * N : half, act_ld = pair_m ? N : half, act_s = half * N;
+                float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * (sB ? sB : K * N)), *C = (float *)malloc(nC * sizeof(float));
+                float *act_ref = (float *)malloc(nact * sizeof(float)), *act = (float *)malloc(nact * sizeof(float));
+                float *gu = (float *)malloc(nC * sizeof(float)), *h_ref = (float *)malloc(nC * sizeof(float)), *h = (float *)malloc(nC * sizeof(float));
+                if (fdt == 0 && keep == 2) continue;
+                assert_non_null(C), assert_non_null(act_ref), assert_non_null(act), assert_non_null(gu), assert_non_null(h_ref), assert_non_null(h);
+                if (fdt) tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * (sB ? sB : K * N)); /* a model's operands */
+                /* the passes: the product rounded, its 16-bit copy, the activation (pair_m: each product's gate rows, then
+                   its up rows; else each row's gate columns, then its up columns) */
+                if (pair_m) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, M, N, K, A, lda, 0, B, ldb, sB, C, M * N, 0), TR_OK);
+                else assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, 0, 0), TR_OK);
+                if (fdt) assert_int_equal(tr__op_half(ctx, fdt, 0, C, h_ref, nC), TR_OK);
+                if (pair_m) assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, M * N, act_ref, act_s), TR_OK);
+                else assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, (long)M, (long)half, C, N, act_ref, half), TR_OK);
+                kern_tile(ctx, K, &mr, &nr);
+                expect = K <= TR__SG_KC && M > TR__SG_SMALL_M && N > TR__SG_SMALL_N && (pair_m ? half % mr : half % nr) == 0;
+                if (ctx->simd == TR__SIMD_AVX2 || ctx->simd == TR__SIMD_NEON) { /* (their activation's tails: scalar) */
+                    size_t lanes = ctx->simd == TR__SIMD_AVX2 ? 8 : 4;
+                    expect = expect && (pair_m ? N : half) % lanes == 0 && nr % lanes == 0;
+                }
+                for (th = 1; th <= 2; th++) {
+                    for (i = 0; i < nC; i++) gu[i] = h[i] = NAN;
+                    for (i = 0; i < nact; i++) act[i] = NAN;
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, A, lda, B, ldb, sB, keep > 0, gu, keep == 2 ? h : NULL, gu_ld,
+                                                          gu_s, gu_up, act, act_ld, act_s, &done),
+                                     TR_OK);
+                    if (done != expect)
+                        fail_msg("%s: pair_m %d M %zu N %zu K %zu: fused %d, expected %d (tile %zu x %zu)", kern_name(ctx), pair_m, M, N, K, done, expect, mr, nr);
+                    for (i = 0; i < nact; i++)
+                        if (done ? memcmp(&act[i], &act_ref[i], sizeof(float)) != 0 : !isnan(act[i]))
+                            fail_msg("%s, fdt %d, %d thread(s), pair_m %d M %zu N %zu K %zu: act[%zu] = %.9g, the passes' %.9g", kern_name(ctx), fdt, th, pair_m, M, N, K, i,
+                                     (double)act[i], (double)act_ref[i]);
+                    for (i = 0; i < nC; i++) {
+                        if (done && keep == 1 ? memcmp(&gu[i], &C[i], sizeof(float)) != 0 : !isnan(gu[i]))
+                            fail_msg("%s, fdt %d, keep %d, pair_m %d M %zu N %zu K %zu: gu[%zu] = %.9g, the product's %.9g", kern_name(ctx), fdt, keep, pair_m, M, N, K, i,
+                                     (double)gu[i], (double)C[i]);
+                        if (keep == 2 && (done ? ((uint16_t *)h)[i] != ((uint16_t *)h_ref)[i] : !isnan(h[i / 2])))
+                            fail_msg("%s, fdt %d, pair_m %d M %zu N %zu K %zu: 16-bit gu[%zu] = %04x, the copy's %04x", kern_name(ctx), fdt, pair_m, M, N, K, i,
+                                     ((uint16_t *)h)[i], ((uint16_t *)h_ref)[i]);
+                    }
+                }
+                free(A), free(B), free(C), free(act_ref), free(act), free(gu), free(h_ref), free(h);
+            }
+}
+static void test_gate_up_fused(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_gate_up_fused);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_neon_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
-        cmocka_unit_test(test_bf16_pairs),
+        cmocka_unit_test(test_bf16_pairs), cmocka_unit_test(test_gate_up_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
