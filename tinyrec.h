@@ -3459,15 +3459,21 @@ TR__FN void tr__swiglu_bwd_simd_range(void *arg, long i0, long i1) {
     long r;
     for (r = i0; r < i1; r++) p->row(p->a.width, p->a.g + (size_t)r * p->a.g_stride, p->a.da + (size_t)r * p->a.da_stride, p->a.dg + (size_t)r * p->a.g_stride);
 }
-TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
-    tr__swiglu_bwd_simd p = {{width, g, g_stride, da, da_stride, dg}, NULL};
+/* The range kernel tr__swiglu_bwd runs for the context's SIMD set, with p's row kernel set (its argument: p). */
+TR__FN tr__range_fn tr__swiglu_bwd_pick(const tr_ctx *ctx, tr__swiglu_bwd_simd *p) {
+    p->row = NULL;
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_bwd_row512 : tr__swiglu_bwd_row256;
+    if (ctx->simd != TR__SIMD_SCALAR) p->row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_bwd_row512 : tr__swiglu_bwd_row256;
 #endif
 #if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.row = tr__swiglu_bwd_row128;
+    if (ctx->simd == TR__SIMD_NEON) p->row = tr__swiglu_bwd_row128;
 #endif
-    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu_bwd_simd_range, &p);
+    return p->row ? tr__swiglu_bwd_simd_range : tr__swiglu_bwd_range;
+}
+TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, size_t g_stride, const float *da, size_t da_stride, float *dg) {
+    tr__swiglu_bwd_simd p = {{width, g, g_stride, da, da_stride, dg}, NULL};
+    tr__range_fn fn = tr__swiglu_bwd_pick(ctx, &p);
+    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fn, &p);
     else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
 }
 typedef struct tr__rms_rows_fwd_simd { tr__rms_rows_fwd_args a; float (*row)(int, const float *, const float *, float *, float); } tr__rms_rows_fwd_simd;
@@ -3700,6 +3706,60 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     tr__round_args p = {fdt, x};
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__round_pick(ctx), &p);
+}
+/* tr__swiglu_fwd (bwd = 0: out the activation, os its row stride) and tr__swiglu_bwd (bwd = 1: out d gate_up, with g's
+   row stride; da the activation's gradient) on gate_up given as 16-bit values of fdt, rows gs values apart (a 16-bit
+   tape's): each row goes through the same kernels in chunks from its start, converted exactly to fp32 in cache, so
+   every element sits where it would in its row and gets the bits of the unpacked tensor's. */
+#define TR__SW16_CH 256
+typedef struct tr__swiglu16_args {
+    int fdt, bwd;
+    long width;
+    const uint16_t *g;
+    size_t gs, os, das;
+    float *out;
+    const float *da;
+    tr__range_fn half_fn, fn;
+    tr__swiglu_fwd_simd fw;
+    tr__swiglu_bwd_simd bw;
+} tr__swiglu16_args;
+TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
+    const tr__swiglu16_args *p = (const tr__swiglu16_args *)arg;
+    float buf[2 * TR__SW16_CH], dbuf[2 * TR__SW16_CH];
+    long r, j0;
+    for (r = i0; r < i1; r++) {
+        const uint16_t *g = p->g + (size_t)r * p->gs;
+        float *out = p->out + (size_t)r * p->os;
+        for (j0 = 0; j0 < p->width; j0 += TR__SW16_CH) {
+            long n = TR__MIN((long)TR__SW16_CH, p->width - j0);
+            tr__half_args ha;
+            ha.fdt = p->fdt, ha.unpack = 1, ha.x = buf, ha.h = (uint16_t *)(uintptr_t)(g + j0);
+            p->half_fn(&ha, 0, n);
+            ha.x = buf + n, ha.h = (uint16_t *)(uintptr_t)(g + p->width + j0);
+            p->half_fn(&ha, 0, n);
+            if (!p->bwd) {
+                tr__swiglu_fwd_simd f = p->fw;
+                f.a.width = n, f.a.g = buf, f.a.g_stride = 2 * (size_t)n, f.a.out = out + j0, f.a.out_stride = (size_t)n;
+                p->fn(&f, 0, 1);
+            } else {
+                tr__swiglu_bwd_simd b = p->bw;
+                b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.da = p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n, b.a.dg = dbuf;
+                p->fn(&b, 0, 1);
+                memcpy(out + j0, dbuf, (size_t)n * sizeof(float));
+                memcpy(out + p->width + j0, dbuf + n, (size_t)n * sizeof(float));
+            }
+        }
+    }
+}
+TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int bwd, long rows, long width, const uint16_t *g, size_t gs, const float *da, size_t das, float *out, size_t os) {
+    tr__swiglu16_args p;
+    long whole;
+    memset(&p, 0, sizeof p);
+    p.fdt = fdt, p.bwd = bwd, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
+    p.half_fn = tr__half_pick(ctx);
+    p.fn = bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, &whole);
+    p.fw.a.fdt = fdt;
+    tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu16_range, &p);
 }
 typedef struct tr__ema_simd { tr__ema_args a; void (*span)(size_t, size_t, float *, const float *, float); } tr__ema_simd;
 TR__FN void tr__ema_simd_range(void *arg, long i0, long i1) {
@@ -10639,9 +10699,12 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
 #else
     TR__UNUSED(cols);
 #endif
-    if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
-    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
-    tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
+    if (g16 && !ctx->dev_active) tr__swiglu16(ctx, fdt, 1, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg, gs);
+    else {
+        if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
+        TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
+        tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
+    }
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
@@ -10712,6 +10775,13 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
         return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1);
 #endif
+    if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
+        const uint16_t *h = (const uint16_t *)(const void *)gu16;
+        if (per_row) tr__swiglu16(ctx, fdt, 0, (long)rows, (long)cols, h, ldb, NULL, 0, act, cols);
+        else tr__swiglu16(ctx, fdt, 0, nb, (long)(rows * cols), h, sB, NULL, 0, act, rows * cols);
+        if (per_row) return tr__op_sgemm(ctx, ta, tb, M, N, K, A, lda, act, cols, C, ldc, acc);
+        return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
+    }
     if (gu16 && nb > 0 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
         return st;
 #if TINYREC_OPENCL
@@ -10901,6 +10971,7 @@ struct tr_model {
     int ws_B;
     float *ws;
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
+    int ws_gate_up; /* the workspace's fp32 record has gate_up fields of its own (tr__ws_rec) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
@@ -11327,10 +11398,11 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
 /* Floats one block records per batch row (half: a 16-bit tape's record). */
-TR__FN size_t tr__block_rec_floats(const tr_model *m, int half) {
+/* Floats of one block record per row (half: a 16-bit tape's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
+TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D, n;
-    n = m->cfg.mlp_t ? tr__vals(2 * (size_t)m->It * D, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
-    n += tr__vals(S * D /* h1 */ + 2 * S * (size_t)m->I /* gu */ + S * D /* out */, half) + S /* rstd2 */;
+    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
+    n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
 /* Scratch a block needs besides its record: activation A, projection output, attention rows. */
@@ -11347,11 +11419,11 @@ TR__FN float *tr__carve(float **cursor, size_t n) {
 }
 
 /* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's); without with_out,
-   `out` is set separately. */
-TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half) {
+   `out` is set separately. gate_up (or NULL): where its gate_up fields (gu; mix with mlp_t) are instead. */
+TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half, float *gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
     if (m->cfg.mlp_t) {
-        r->mix = tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
+        r->mix = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
         r->rstd1 = tr__carve(cur, (size_t)B * D);
         r->att_o = r->lse = NULL;
     } else {
@@ -11361,17 +11433,24 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
         r->rstd1 = tr__carve(cur, (size_t)B * S);
     }
     r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
-    r->gu = tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
+    r->gu = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
     r->rstd2 = tr__carve(cur, (size_t)B * S);
     r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
 }
 
-/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (dbig the
-   largest of its uses, tr__block_bwd), and last (tr__ws_in) a block input unpacked from a 16-bit tape. */
+/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (g1, g2, the
+   running gradients, then dbig the largest of its uses, tr__block_bwd), and last (tr__ws_in) a block input unpacked
+   from a 16-bit tape. The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0): a forward writes
+   them, where its product does not compute the activation itself, only to read them back in the next pass, and a
+   backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
+   odd shapes unpack them there while dbig is written. */
 TR__FN size_t tr__ws_floats(const tr_model *m, int B) {
     size_t dbig = TR__MAX(2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), 2 * (size_t)m->It * m->D);
-    return tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 7 + dbig) + 256;
+    return tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 7 + dbig) + 256;
 }
+TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
+TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B); }
+TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
    grows with it. Even, so that a slice starts on a whole float of a 16-bit tape. */
@@ -11388,8 +11467,10 @@ TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats
 /* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
+    int gate_up = m->ctx->dev_active;
     B = tr__ws_rows(m, B);
-    if (B <= m->ws_B) return TR_OK;
+    if (B <= m->ws_B && gate_up == m->ws_gate_up) return TR_OK;
+    m->ws_gate_up = gate_up;
     n = tr__ws_floats(m, B);
     tr__dfree(m->ctx, m->ws);
     m->ws_B = 0;
@@ -11409,7 +11490,7 @@ TR__FN int tr__rec_layers(const tr_model *m) { return TR__MAX(m->modules[0].n_la
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
 /* Floats of one recorded net application for B rows. */
 TR__FN size_t tr__tape_net_floats(const tr_model *m, int B, int half) {
-    return (size_t)B * (tr__vals((size_t)m->S * m->D, half) + tr__block_rec_floats(m, half) * (size_t)tr__rec_layers(m)) + 64;
+    return (size_t)B * (tr__vals((size_t)m->S * m->D, half) + tr__block_rec_floats(m, half, 1) * (size_t)tr__rec_layers(m)) + 64;
 }
 
 TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
@@ -11429,7 +11510,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
             return TR_ERR_OUT_OF_MEMORY;
         }
         m->nets[i].h0 = tr__carve(&cur, tr__vals((size_t)B * m->S * m->D, half));
-        for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1, half);
+        for (l = 0; l < tr__rec_layers(m); l++) tr__rec_bind(m, &m->nets[i].blocks[l], &cur, B, 1, half, NULL);
     }
     m->tape_B = B;
     m->tape_nets = nets;
@@ -11535,15 +11616,15 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     return TR_OK; /* (din's last product rounded it) */
 }
 
-/* Whether the backward's SwiGLU ops read a 16-bit tape's gate_up fields (gu; mix with mlp_t) as they are, in the
-   tensor cores' packing (tr__block_bwd's t16), rather than a copy unpacked to fp32. */
+/* Whether the backward's SwiGLU ops read a 16-bit tape's gate_up fields (gu; mix with mlp_t) as they are (tr__block_bwd's
+   t16), rather than a copy unpacked to fp32: the CPU's (tr__swiglu16), and the tensor cores' packing. */
 TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) {
 #if TINYREC_OPENCL
-    return tr__op_mma(ctx, fdt);
+    return !ctx->dev_active || tr__op_mma(ctx, fdt);
 #else
     TR__UNUSED(ctx);
     TR__UNUSED(fdt);
-    return 0;
+    return 1;
 #endif
 }
 
@@ -11567,7 +11648,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, 0);
+    tr__rec_bind(m, r, &cur, B, with_out, 0, m->ws_gate_up ? NULL : tr__ws_dbig(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
@@ -11601,7 +11682,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
-    float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B, *h0 = in_tape ? rec->h0 : out;
+    float *tmp = tr__ws_tmp(m, B), *h0 = in_tape ? rec->h0 : out;
     tr__block_rec scratch;
     if ((st = tr__op_add(m->ctx, m->fdt, n, z, inj, h0))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
@@ -11659,9 +11740,7 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
 /* tr__net_bwd on B rows that fit the workspace (rec: their slice of the tape). */
 TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
-    float *g1 = m->ws + tr__block_rec_floats(m, 0) * (size_t)B + tr__block_tmp_floats(m, B);
-    float *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n;
-    float *tmp = m->ws + tr__block_rec_floats(m, 0) * (size_t)B;
+    float *g1 = tr__ws_g1(m, B), *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n, *tmp = tr__ws_tmp(m, B);
     int l;
     tr_status st;
     if ((st = tr__dcopy(m->ctx, gcur, dout, n * sizeof(float)))) return st;

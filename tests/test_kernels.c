@@ -190,6 +190,46 @@ static void test_swiglu_reduced(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+
+/* SwiGLU forward and backward on gate_up given as 16-bit values (a 16-bit tape's, read by the CPU's backward as they are:
+   tr__swiglu16) give the bits of the kernels on the unpacked fp32 tensor, at every set: rows longer than a chunk and of
+   no multiple of a vector, rows apart by more than their width. */
+static void test_swiglu16(void **state) {
+    static const int widths[3] = {300, 512, 5};
+    static const char *const sets[4] = {"scalar", "avx2", "avx512", "neon"};
+    enum { R = 3, PAD = 6 };
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int fdt, lvl, w;
+    size_t i;
+    (void)state;
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++)
+        for (w = 0; w < 3; w++) {
+            size_t W = (size_t)widths[w], gs = 2 * W + PAD, n = R * gs;
+            float *g = (float *)malloc(n * sizeof(float)), *da = (float *)malloc(R * W * sizeof(float)), *ref = (float *)malloc(n * sizeof(float)),
+                  *got = (float *)malloc(n * sizeof(float));
+            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
+            tu_fill(g, n, 11 + (uint64_t)w, 6.0f);
+            tu_fill(da, R * W, 12 + (uint64_t)w, 1.0f);
+            tr__round_ref(fdt, g, n);
+            tr__half_ref(fdt, 0, g, h, n);
+            for (lvl = 0; lvl < 4; lvl++) {
+                if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
+                tr__swiglu_fwd(ctx, fdt, R, (long)W, g, gs, ref, W);
+                tr__swiglu16(ctx, fdt, 0, R, (long)W, h, gs, NULL, 0, got, W);
+                for (i = 0; i < R * W; i++)
+                    if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                        fail_msg("%s fdt %d W %zu: act[%zu] = %.9g from 16 bits, %.9g unpacked", sets[lvl], fdt, W, i, got[i], ref[i]);
+                tr__swiglu_bwd(ctx, R, (long)W, g, gs, da, W, ref);
+                tr__swiglu16(ctx, fdt, 1, R, (long)W, h, gs, da, W, got, gs);
+                for (i = 0; i < n; i++)
+                    if (i % gs < 2 * W && memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                        fail_msg("%s fdt %d W %zu: dg[%zu] = %.9g from 16 bits, %.9g unpacked", sets[lvl], fdt, W, i, got[i], ref[i]);
+            }
+            free(g), free(da), free(ref), free(got), free(h);
+        }
+    tr_ctx_destroy(ctx);
+}
+
 /* --- RoPE: the backward is the transpose of the forward ------------------------------------- */
 static void test_rope(void **state) {
     enum { B = 2, S = 5, H = 2, hd = 8, D = H * hd };
@@ -651,7 +691,7 @@ static void test_halfs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced),
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16),
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
