@@ -3679,11 +3679,30 @@ TR__FN void tr__half_simd_range(void *arg, long i0, long i1) {
     const tr__half_args *p = (const tr__half_args *)arg;
     tr__half_span256(p->fdt, p->unpack, p->x, p->h, (size_t)i0, (size_t)i1);
 }
+/* tr__half_ref in 16 lanes, the last under a mask: bfloat16 packed with tr__round512's rounding, float16 with the
+   AVX-512 conversions (NaN payloads may differ from the scalar twin's, as tr__half_span256's). */
+TR__TARGET_AVX512 static void tr__half512_range(void *arg, long i0, long i1) {
+    const tr__half_args *p = (const tr__half_args *)arg;
+    int bf = p->fdt == TR_FWD_BFLOAT16;
+    long i;
+    for (i = i0; i < i1; i += 16) {
+        __mmask16 k = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        if (p->unpack) {
+            __m256i h = _mm256_maskz_loadu_epi16(k, p->h + i);
+            _mm512_mask_storeu_ps(p->x + i, k, bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h));
+        } else {
+            __m512 x = _mm512_maskz_loadu_ps(k, p->x + i);
+            __m256i h = bf ? _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(tr__round512(TR_FWD_BFLOAT16, x)), 16))
+                           : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm256_mask_storeu_epi16(p->h + i, k, h);
+        }
+    }
+}
 #endif
 /* The range kernels of tr__half and tr__round for the context's SIMD set (also run on a GEMM's micro-tiles). */
 TR__FN tr__range_fn tr__half_pick(const tr_ctx *ctx) {
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return tr__half_simd_range;
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__half512_range : tr__half_simd_range;
 #else
     TR__UNUSED(ctx);
 #endif
@@ -11446,7 +11465,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    odd shapes unpack them there while dbig is written. */
 TR__FN size_t tr__ws_floats(const tr_model *m, int B) {
     size_t dbig = TR__MAX(2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), 2 * (size_t)m->It * m->D);
-    return tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 7 + dbig) + 256;
+    return tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 5 + dbig) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B); }
