@@ -3727,9 +3727,10 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__round_pick(ctx), &p);
 }
 /* tr__swiglu_fwd (bwd = 0: out the activation, os its row stride) and tr__swiglu_bwd (bwd = 1: out d gate_up, with g's
-   row stride; da the activation's gradient) on gate_up given as 16-bit values of fdt, rows gs values apart (a 16-bit
-   tape's): each row goes through the same kernels in chunks from its start, converted exactly to fp32 in cache, so
-   every element sits where it would in its row and gets the bits of the unpacked tensor's. */
+   row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
+   16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
+   its start, converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of
+   the unpacked tensor's. */
 #define TR__SW16_CH 256
 typedef struct tr__swiglu16_args {
     int fdt, bwd;
@@ -3738,7 +3739,7 @@ typedef struct tr__swiglu16_args {
     size_t gs, os, das;
     float *out;
     const float *da;
-    tr__range_fn half_fn, fn;
+    tr__range_fn half_fn, round_fn, fn;
     tr__swiglu_fwd_simd fw;
     tr__swiglu_bwd_simd bw;
 } tr__swiglu16_args;
@@ -3764,6 +3765,11 @@ TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
                 tr__swiglu_bwd_simd b = p->bw;
                 b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.da = p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n, b.a.dg = dbuf;
                 p->fn(&b, 0, 1);
+                if (p->fdt) {
+                    tr__round_args ra;
+                    ra.fdt = p->fdt, ra.x = dbuf;
+                    p->round_fn(&ra, 0, 2 * n);
+                }
                 memcpy(out + j0, dbuf, (size_t)n * sizeof(float));
                 memcpy(out + p->width + j0, dbuf + n, (size_t)n * sizeof(float));
             }
@@ -3776,6 +3782,7 @@ TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int bwd, long rows, long width, c
     memset(&p, 0, sizeof p);
     p.fdt = fdt, p.bwd = bwd, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
     p.half_fn = tr__half_pick(ctx);
+    p.round_fn = tr__round_pick(ctx);
     p.fn = bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, &whole);
     p.fw.a.fdt = fdt;
     tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu16_range, &p);
@@ -4923,12 +4930,14 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int km
 }
 
 /* --- the drivers ------------------------------------------------------------------------------- */
-/* A SwiGLU's gate_up product with its activation in the epilogue (tr__sgemm_nb's epi): C's gate and up halves
-   (columns [0, half) and [half, 2 half), or rows with pair_m) are computed side by side per micro-tile, into a
-   buffer in cache, then rounded to fdt, kept (gu, unless NULL) and turned into the activation, with the kernels
-   the passes of tr__op_sgemm_rnd, tr__half and tr__swiglu_fwd run (so the same bits). C itself is never written. */
+/* A product with an epilogue (tr__sgemm_nb's epi), each micro-tile computed into a buffer in cache first, then
+   finished with the kernels of the passes it replaces (so the same bits), where the product is one KC block:
+   - round_only: C rounded to fdt as it is stored (tr__op_sgemm_rnd's pass);
+   - else a SwiGLU's gate_up product: C's gate and up halves (columns [0, half) and [half, 2 half), or rows with
+     pair_m) side by side per micro-tile, rounded to fdt, kept (gu, unless NULL) and turned into the activation
+     (tr__op_sgemm_rnd, tr__half and tr__swiglu_fwd's passes). C itself is never written. */
 typedef struct tr__sgemm_epi {
-    int pair_m, fdt, gu16, done; /* done: set when the product ran so (else the caller takes the passes) */
+    int round_only, pair_m, fdt, gu16, done; /* done: set when the product ran so (else the caller takes the passes) */
     size_t half, whole;              /* whole: the activation's kernel gives the passes' bits on rows of multiples of it */
     float *gu;                       /* gate (b, r, c) at gu + b gu_s + r gu_ld + c (in values: 16-bit ones with gu16), up gu_up further */
     size_t gu_ld, gu_s, gu_up;
@@ -5030,7 +5039,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->mrows - m0);
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npair, p_lo + J->pcb);
-    size_t q0, ir, p, up_a = E->pair_m ? E->half * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
+    size_t q0, ir, p, i, up_a = E->pair_m ? E->half * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
     const float *aslab = J->apre ? J->apre + m0 * kc : apack;
     float t[TR__SG_PAIR_TILE];
     if (J->kern.enter) J->kern.enter();
@@ -5041,8 +5050,18 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
             const float *ap = aslab + ir * kc;
             size_t mr = TR__MIN(MR, mc - ir);
             for (p = q0; p < q1; p++) {
-                size_t b = p / J->pb, n0 = (p - b * J->pb) * NR, nr = TR__MIN(NR, (E->pair_m ? J->N : E->half) - n0);
+                size_t b = p / J->pb, n0 = (p - b * J->pb) * NR, nr = TR__MIN(NR, (E->pair_m || E->round_only ? J->N : E->half) - n0);
                 const float *bp = J->bpack + p * kc * NR;
+                if (E->round_only) {
+                    J->kern.ukr(kc, ap, bp, t, NR, mr, nr, 0);
+                    for (i = 0; i < mr; i++) {
+                        tr__round_args ra;
+                        ra.fdt = E->fdt, ra.x = t + i * NR;
+                        E->round_fn(&ra, 0, (long)nr);
+                        memcpy(J->C + b * J->sC + (m0 + ir + i) * J->ldc + n0, t + i * NR, nr * sizeof(float));
+                    }
+                    continue;
+                }
                 J->kern.ukr(kc, ap, bp, t, 2 * NR, mr, nr, 0);
                 J->kern.ukr(kc, ap + up_a, bp + up_b, t + nr, 2 * NR, mr, nr, 0);
                 tr__sgemm_epi_run(E, t, 2 * NR, b, m0 + ir, n0, mr, nr);
@@ -5200,8 +5219,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     tr_status st;
     if (epi) { /* a paired product runs on the packed path in one KC block (else epi->done stays 0) */
         epi->done = 0;
-        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) || (!epi->pair_m && nbat != 1) ||
-            (epi->pair_m ? M : N) != 2 * epi->half)
+        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
+            (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
             return TR_OK;
     }
     if (M == 0 || N == 0) return TR_OK;
@@ -5247,12 +5266,12 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     /* the rows and panels the jobs cover: all, or a paired product's gate half (whose micro-tiles then start where
        the up half's do, half further) */
     J.mrows = M, J.npair = J.npan;
-    if (epi) { /* (micro-tile rows of whole vectors, as the passes' rows are: the pair's columns, or N) */
+    if (epi && !epi->round_only) { /* (micro-tile rows of whole vectors, as the passes' rows are: the pair's columns, or N) */
         if (epi->half % (epi->pair_m ? MR : NR) || NR % epi->whole || (epi->pair_m ? N : epi->half) % epi->whole) return TR_OK;
         if (epi->pair_m) J.mrows = epi->half;
         else J.npair = epi->half / NR;
-        J.epi = epi;
     }
+    J.epi = epi;
     /* M blocks of nearly equal height (a multiple of MR) */
     J.nmb = (J.mrows + TR__SG_MC - 1) / TR__SG_MC;
     J.mcb = ((J.mrows + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
@@ -10605,6 +10624,12 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
+    if (fdt && !acc && !ctx->dev_active && (nb == 1 || (sA == 0 && sC != 0))) { /* the CPU: rounded as stored, where it can */
+        tr__sgemm_epi e;
+        tr__sgemm_epi_init(ctx, fdt, &e);
+        e.round_only = 1;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e)) || e.done) return st;
+    }
     if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
 }
@@ -10718,12 +10743,13 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
 #else
     TR__UNUSED(cols);
 #endif
-    if (g16 && !ctx->dev_active) tr__swiglu16(ctx, fdt, 1, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg, gs);
-    else {
-        if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
-        TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
-        tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
+    if (g16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
+        tr__swiglu16(ctx, fdt, 1, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg, gs);
+        return TR_OK;
     }
+    if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
+    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
+    tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 

@@ -641,13 +641,57 @@ static void test_gate_up_fused(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* A product rounded as it is stored (tr__op_sgemm_rnd's epilogue on the CPU, one KC block) gives the bits of the product
+   followed by the rounding pass, at 1 and 2 threads, alone and as products sharing A; deeper ones take the pass. */
+static void run_round_epilogue(tr_ctx *ctx) {
+    /* {nb, M, N, K} */
+    static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}};
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, th, t;
+    size_t s, i;
+    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    for (f = 0; f < nf; f++)
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (t = 0; t < 4; t++) {
+                int fdt = fdts[f], ta = t & 1, tb = t >> 1, nb = (int)shapes[s][0];
+                size_t M = shapes[s][1], N = shapes[s][2], K = shapes[s][3], sB = K * N + 3, sC = M * N + 5, nC = (size_t)(nb - 1) * sC + M * N;
+                float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * sB), *R = (float *)malloc(nC * sizeof(float)), *C = (float *)malloc(nC * sizeof(float));
+                tr__sgemm_epi e;
+                assert_non_null(R), assert_non_null(C);
+                tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB);
+                for (i = 0; i < nC; i++) R[i] = C[i] = NAN;
+                assert_int_equal(tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, R, N, sC, 0), TR_OK);
+                assert_int_equal(tr__op_round_rows(ctx, fdt, R, (size_t)nb, M * N, sC), TR_OK);
+                for (th = 1; th <= 2; th++) {
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    tr__sgemm_epi_init(ctx, fdt, &e);
+                    e.round_only = 1;
+                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e), TR_OK);
+                    assert_int_equal(e.done, K <= TR__SG_KC && M > TR__SG_SMALL_M && (N > TR__SG_SMALL_N || ta));
+                    if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, sC, 0), TR_OK);
+                    for (i = 0; i < nC; i++)
+                        if (memcmp(&C[i], &R[i], sizeof(float)) != 0 && !(isnan(C[i]) && isnan(R[i])))
+                            fail_msg("%s, fdt %d, %d thread(s), nb %d M %zu N %zu K %zu ta %d tb %d: C[%zu] = %.9g, the pass's %.9g", kern_name(ctx), fdt, th, nb, M, N,
+                                     K, ta, tb, i, (double)C[i], (double)R[i]);
+                    for (i = 0; i < nC; i++) C[i] = NAN;
+                }
+                free(A), free(B), free(R), free(C);
+            }
+}
+static void test_round_epilogue(void **state) {
+    tr_ctx *ctx = new_ctx(2);
+    (void)state;
+    for_each_level(ctx, run_round_epilogue);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
         cmocka_unit_test(test_neon_edges),
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
-        cmocka_unit_test(test_bf16_pairs), cmocka_unit_test(test_gate_up_fused),
+        cmocka_unit_test(test_bf16_pairs), cmocka_unit_test(test_gate_up_fused), cmocka_unit_test(test_round_epilogue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
