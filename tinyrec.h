@@ -2441,15 +2441,26 @@ TR__FN void tr__rope_ref(long rows, int S, int H, int hd, float *qkv, const floa
    and batch-1 calls do not pay for waking (and, on a busy machine, waiting for) a team. */
 TR__FN int tr__threads_for(const tr_ctx *ctx, double work) { return work < 65536.0 ? 1 : ctx->num_threads; }
 
-/* y = a + b over n floats (y may alias a or b), split across threads. */
-typedef struct tr__add_args { const float *a, *b; float *y; } tr__add_args;
+/* y = a + b over n floats (y may alias a or b), split across threads; with rnd (tr__round's range kernel) rounded to
+   fdt a block at a time, while it is in cache. */
+typedef struct tr__round_args { int fdt; float *x; } tr__round_args; /* (tr__round's range kernels) */
+typedef struct tr__add_args { const float *a, *b; float *y; int fdt; tr__range_fn rnd; } tr__add_args;
 TR__FN void tr__add_range(void *arg, long i0, long i1) {
     const tr__add_args *p = (const tr__add_args *)arg;
-    long i;
-    for (i = i0; i < i1; i++) p->y[i] = p->a[i] + p->b[i];
+    long i, b0, b1;
+    for (b0 = i0; b0 < i1; b0 = b1) {
+        b1 = TR__MIN(i1, b0 + 2048);
+        for (i = b0; i < b1; i++) p->y[i] = p->a[i] + p->b[i];
+        if (p->rnd) {
+            tr__round_args ra;
+            ra.fdt = p->fdt, ra.x = p->y;
+            p->rnd(&ra, b0, b1);
+        }
+    }
 }
-TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
-    tr__add_args p = {a, b, y};
+TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y, int fdt, tr__range_fn rnd) {
+    tr__add_args p;
+    p.a = a, p.b = b, p.y = y, p.fdt = fdt, p.rnd = fdt ? rnd : NULL;
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__add_range, &p);
 }
 
@@ -3476,82 +3487,148 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fn, &p);
     else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
 }
-typedef struct tr__rms_rows_fwd_simd { tr__rms_rows_fwd_args a; float (*row)(int, const float *, const float *, float *, float); } tr__rms_rows_fwd_simd;
+/* The norms' SIMD dispatchers take the forward precision fdt (0: float32) and round as tr__op_rms_*'s passes would, a
+   row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
+   in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
+TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
+TR__FN void tr__round_at(tr__range_fn rnd, int fdt, float *x, size_t n) {
+    tr__round_args ra;
+    ra.fdt = fdt, ra.x = x;
+    rnd(&ra, 0, (long)n);
+}
+typedef struct tr__rms_rows_fwd_simd {
+    tr__rms_rows_fwd_args a;
+    float (*row)(int, const float *, const float *, float *, float);
+    int fdt;
+    tr__range_fn rnd;
+} tr__rms_rows_fwd_simd;
 TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
-    size_t D = (size_t)p->a.D;
+    size_t D = (size_t)p->a.D, j;
     long r;
-    for (r = i0; r < i1; r++) p->a.rstd[r] = p->row(p->a.D, p->a.x + r * D, p->a.add ? p->a.add + r * D : NULL, p->a.out + r * D, p->a.eps);
+    for (r = i0; r < i1; r++) {
+        const float *x = p->a.x + r * D, *add = p->a.add ? p->a.add + r * D : NULL;
+        float *o = p->a.out + r * D;
+        if (p->fdt && add) {
+            for (j = 0; j < D; j++) o[j] = x[j] + add[j];
+            tr__round_at(p->rnd, p->fdt, o, D);
+            x = o, add = NULL;
+        }
+        p->a.rstd[r] = p->row(p->a.D, x, add, o, p->a.eps);
+        if (p->fdt) tr__round_at(p->rnd, p->fdt, o, D);
+    }
 }
-TR__FN void tr__rms_rows_fwd(tr_ctx *ctx, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL};
+/* 1 when it ran (a SIMD set), 0 where the caller runs the reference and its passes */
+TR__FN int tr__rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL, 0, NULL};
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
 #endif
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_fwd128;
 #endif
-    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
-    else tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
+    if (!p.row) return 0;
+    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
+    return 1;
 }
-typedef struct tr__rms_rows_bwd_simd { tr__rms_rows_bwd_args a; void (*row)(int, const float *, const float *, float, float *); } tr__rms_rows_bwd_simd;
+typedef struct tr__rms_rows_bwd_simd {
+    tr__rms_rows_bwd_args a;
+    void (*row)(int, const float *, const float *, float, float *);
+    int fdt;
+    tr__range_fn rnd;
+} tr__rms_rows_bwd_simd;
 TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_rows_bwd_simd *p = (const tr__rms_rows_bwd_simd *)arg;
     size_t D = (size_t)p->a.D;
     long r;
-    for (r = i0; r < i1; r++) p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
+    for (r = i0; r < i1; r++) {
+        p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
+        if (p->fdt) tr__round_at(p->rnd, p->fdt, p->a.dx + r * D, D);
+    }
 }
-TR__FN void tr__rms_rows_bwd(tr_ctx *ctx, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL};
+TR__FN int tr__rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL, 0, NULL};
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
 #endif
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_bwd128;
 #endif
-    if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
-    else tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
+    if (!p.row) return 0;
+    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
+    return 1;
 }
 /* The column norms: one task = one batch row x 64 channels. */
-typedef struct tr__rms_cols_fwd_simd { tr__rms_cols_fwd_args a; void (*task)(int, int, int, const float *, const float *, float *, float *, float); } tr__rms_cols_fwd_simd;
+typedef struct tr__rms_cols_fwd_simd {
+    tr__rms_cols_fwd_args a;
+    void (*task)(int, int, int, const float *, const float *, float *, float *, float);
+    int fdt;
+    tr__range_fn rnd;
+} tr__rms_cols_fwd_simd;
 TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
     long t, nblk = (p->a.D + 63) / 64;
+    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s, j;
     for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
-        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.x + base, p->a.add ? p->a.add + base : NULL, p->a.out + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.eps);
+        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64, w = TR__MIN(64, D - c0);
+        const float *x = p->a.x + base, *add = p->a.add ? p->a.add + base : NULL;
+        float *o = p->a.out + base;
+        if (p->fdt && add) { /* (the task's columns of every position) */
+            for (s = 0; s < S; s++) {
+                for (j = c0; j < c0 + w; j++) o[s * D + j] = x[s * D + j] + add[s * D + j];
+                tr__round_at(p->rnd, p->fdt, o + s * D + c0, w);
+            }
+            x = o, add = NULL;
+        }
+        p->task(p->a.S, p->a.D, (int)c0, x, add, o, p->a.rstd + (size_t)(t / nblk) * D, p->a.eps);
+        if (p->fdt)
+            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, o + s * D + c0, w);
     }
 }
-TR__FN void tr__rms_cols_fwd(tr_ctx *ctx, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL};
+TR__FN int tr__rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL, 0, NULL};
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
 #endif
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_fwd128;
 #endif
-    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
-    else tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
+    if (!p.task) return 0;
+    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
+    return 1;
 }
-typedef struct tr__rms_cols_bwd_simd { tr__rms_cols_bwd_args a; void (*task)(int, int, int, const float *, const float *, const float *, float *); } tr__rms_cols_bwd_simd;
+typedef struct tr__rms_cols_bwd_simd {
+    tr__rms_cols_bwd_args a;
+    void (*task)(int, int, int, const float *, const float *, const float *, float *);
+    int fdt;
+    tr__range_fn rnd;
+} tr__rms_cols_bwd_simd;
 TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_cols_bwd_simd *p = (const tr__rms_cols_bwd_simd *)arg;
     long t, nblk = (p->a.D + 63) / 64;
+    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
     for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * p->a.S * p->a.D;
-        p->task(p->a.S, p->a.D, (int)(t % nblk) * 64, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * p->a.D, p->a.dx + base);
+        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64;
+        p->task(p->a.S, p->a.D, (int)c0, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * D, p->a.dx + base);
+        if (p->fdt)
+            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, p->a.dx + base + s * D + c0, TR__MIN(64, D - c0));
     }
 }
-TR__FN void tr__rms_cols_bwd(tr_ctx *ctx, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL};
+TR__FN int tr__rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL, 0, NULL};
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
 #endif
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_bwd128;
 #endif
-    if (p.task) tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
-    else tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
+    if (!p.task) return 0;
+    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
+    return 1;
 }
 /* Attention: one task = one (batch, head), with its thread's scratch. */
 typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
@@ -3647,8 +3724,7 @@ TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, floa
     if (q.span) tr__par_for(nt, (long)n, 0, tr__adam_atan2_simd_range, &q);
     else tr__adam_atan2_ref(n, p, g, m, v, lr, wd, beta1, beta2, bc1, bc2, nt);
 }
-/* tr__round_ref over n floats, split across threads. */
-typedef struct tr__round_args { int fdt; float *x; } tr__round_args;
+/* tr__round_ref over n floats, split across threads (tr__round_args). */
 TR__FN void tr__round_range(void *arg, long i0, long i1) {
     const tr__round_args *p = (const tr__round_args *)arg;
     tr__round_ref(p->fdt, p->x + i0, (size_t)(i1 - i0));
@@ -10639,8 +10715,8 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
 /* y = R(a + b). */
 TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, const float *b, float *y) {
     TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, n, a, b, y));
-    tr__add(ctx, n, a, b, y);
-    return tr__op_round(ctx, fdt, y, n);
+    tr__add(ctx, n, a, b, y, (fdt == TR_FWD_BFLOAT16 || fdt == TR_FWD_FLOAT16) ? fdt : 0, tr__round_pick(ctx)); /* (rounded as it goes) */
+    return TR_OK;
 }
 
 /* x[0..n) *= a. */
@@ -10690,17 +10766,19 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
 TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr_status st;
     TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, x, add, out, rstd, eps));
+    if (tr__rms_rows_fwd(ctx, fdt, rows, D, x, add, out, rstd, eps)) return TR_OK;
     if (fdt && add) { /* (out may alias x) */
         if ((st = tr__op_add(ctx, fdt, (size_t)rows * D, x, add, out)) != TR_OK) return st;
         x = out, add = NULL;
     }
-    tr__rms_rows_fwd(ctx, rows, D, x, add, out, rstd, eps);
+    tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
     return tr__op_round(ctx, fdt, out, (size_t)rows * D);
 }
 
 TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
     TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, dy, y, rstd, dx));
-    tr__rms_rows_bwd(ctx, rows, D, dy, y, rstd, dx);
+    if (tr__rms_rows_bwd(ctx, fdt, rows, D, dy, y, rstd, dx)) return TR_OK;
+    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
     return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
 }
 
@@ -10708,17 +10786,19 @@ TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, 
     size_t n = (size_t)B * S * D;
     tr_status st;
     TR__ON_CL(ctx, tr__cl_rms_cols_fwd(ctx->cl, fdt, B, S, D, x, add, out, rstd, eps));
+    if (tr__rms_cols_fwd(ctx, fdt, B, S, D, x, add, out, rstd, eps)) return TR_OK;
     if (fdt && add) {
         if ((st = tr__op_add(ctx, fdt, n, x, add, out)) != TR_OK) return st;
         x = out, add = NULL;
     }
-    tr__rms_cols_fwd(ctx, B, S, D, x, add, out, rstd, eps);
+    tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
     return tr__op_round(ctx, fdt, out, n);
 }
 
 TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
     TR__ON_CL(ctx, tr__cl_rms_cols_bwd(ctx->cl, fdt, B, S, D, dy, y, rstd, dx));
-    tr__rms_cols_bwd(ctx, B, S, D, dy, y, rstd, dx);
+    if (tr__rms_cols_bwd(ctx, fdt, B, S, D, dy, y, rstd, dx)) return TR_OK;
+    tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
     return tr__op_round(ctx, fdt, dx, (size_t)B * S * D);
 }
 

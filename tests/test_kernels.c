@@ -60,10 +60,10 @@ static void test_rms_rows(void **state) {
     memcpy(dsum, dx, sizeof dx);
     for (lvl = 0; lvl < 3; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
-        tr__rms_rows_fwd(ctx, RR, RD, x, rr_add, y2, rs2, 1e-5f);
+        tr__rms_rows_fwd(ctx, 0, RR, RD, x, rr_add, y2, rs2, 1e-5f);
         tu_assert_close(simd_levels[lvl], y2, y, RR * RD, 1e-6, 1e-5);
         tu_assert_close(simd_levels[lvl], rs2, rs, RR, 0, 1e-5);
-        tr__rms_rows_bwd(ctx, RR, RD, rr_w, y, rs, dx2);
+        tr__rms_rows_bwd(ctx, 0, RR, RD, rr_w, y, rs, dx2);
         tu_assert_close(simd_levels[lvl], dx2, dsum, RR * RD, 1e-6, 1e-5);
     }
     tr_ctx_destroy(ctx);
@@ -110,10 +110,10 @@ static void test_rms_cols(void **state) {
         tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
         for (lvl = 0; lvl < 3; lvl++) {
             if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
-            tr__rms_cols_fwd(ctx, CB, CS, CD, x, add, y2, rs2, 1e-5f);
+            tr__rms_cols_fwd(ctx, 0, CB, CS, CD, x, add, y2, rs2, 1e-5f);
             tu_assert_close(simd_levels[lvl], y2, y, CB * CS * CD, 1e-6, 1e-5);
             tu_assert_close(simd_levels[lvl], rs2, rs, CB * CD, 0, 1e-5);
-            tr__rms_cols_bwd(ctx, CB, CS, CD, rc_w, y, rs, dx2);
+            tr__rms_cols_bwd(ctx, 0, CB, CS, CD, rc_w, y, rs, dx2);
             tu_assert_close(simd_levels[lvl], dx2, dx, CB * CS * CD, 1e-6, 1e-5);
         }
         tr_ctx_destroy(ctx);
@@ -228,6 +228,69 @@ static void test_swiglu16(void **state) {
             }
             free(g), free(da), free(ref), free(got), free(h);
         }
+    tr_ctx_destroy(ctx);
+}
+
+
+/* The norms in bfloat16 / float16 round a row (or a task's columns) while it is in cache: the residual sum first, then
+   what they write (and the sum alone, tr__op_add, a block at a time). The same bits as the passes they replace (the sum rounded, the fp32 norm, its output rounded), at
+   every set; rows and columns of no multiple of a vector or a task. */
+static void test_norms_reduced(void **state) {
+    static const char *const sets[3] = {"avx2", "avx512", "neon"};
+    enum { B = 3, S = 5, D = 70, N = B * S * D, NA = 5000 /* (more than two of tr__add_range's blocks) */ };
+    float *x = (float *)malloc(N * sizeof(float)), *add = (float *)malloc(N * sizeof(float)), *dy = (float *)malloc(N * sizeof(float));
+    float *ref = (float *)malloc(N * sizeof(float)), *got = (float *)malloc(N * sizeof(float)), *dref = (float *)malloc(N * sizeof(float)),
+          *dgot = (float *)malloc(N * sizeof(float)), rs_ref[B * D], rs[B * D];
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int fdt, lvl, cols;
+    size_t i, nrs;
+    (void)state;
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+        tu_fill(x, N, 21, 2.0f), tu_fill(add, N, 22, 2.0f), tu_fill(dy, N, 23, 1.0f);
+        tr__round_ref(fdt, x, N), tr__round_ref(fdt, add, N), tr__round_ref(fdt, dy, N);
+        for (lvl = 0; lvl < 3; lvl++) {
+            if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
+            { /* the residual sum alone (tr__op_add, rounded a block at a time) */
+                float *a = (float *)malloc(2 * NA * sizeof(float)), *y = (float *)malloc(2 * NA * sizeof(float));
+                tu_fill(a, 2 * NA, 24, 2.0f);
+                tr__round_ref(fdt, a, 2 * NA);
+                for (i = 0; i < NA; i++) y[NA + i] = a[i] + a[NA + i];
+                tr__round(ctx, fdt, y + NA, NA);
+                assert_int_equal(tr__op_add(ctx, fdt, NA, a, a + NA, y), TR_OK);
+                assert_memory_equal(y, y + NA, NA * sizeof(float));
+                free(a), free(y);
+            }
+            for (cols = 0; cols < 2; cols++) {
+                nrs = cols ? B * D : B * S;
+                for (i = 0; i < N; i++) ref[i] = x[i] + add[i];
+                tr__round(ctx, fdt, ref, N);
+                if (cols) {
+                    assert_int_equal(tr__rms_cols_fwd(ctx, 0, B, S, D, ref, NULL, ref, rs_ref, 1e-5f), 1);
+                    assert_int_equal(tr__op_rms_cols_fwd(ctx, fdt, B, S, D, x, add, got, rs, 1e-5f), TR_OK);
+                } else {
+                    assert_int_equal(tr__rms_rows_fwd(ctx, 0, B * S, D, ref, NULL, ref, rs_ref, 1e-5f), 1);
+                    assert_int_equal(tr__op_rms_rows_fwd(ctx, fdt, B * S, D, x, add, got, rs, 1e-5f), TR_OK);
+                }
+                tr__round(ctx, fdt, ref, N);
+                for (i = 0; i < N; i++)
+                    if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                        fail_msg("%s fdt %d %s fwd: out[%zu] = %.9g, the passes' %.9g", sets[lvl], fdt, cols ? "cols" : "rows", i, got[i], ref[i]);
+                assert_memory_equal(rs, rs_ref, nrs * sizeof(float));
+                if (cols) {
+                    assert_int_equal(tr__rms_cols_bwd(ctx, 0, B, S, D, dy, ref, rs_ref, dref), 1);
+                    assert_int_equal(tr__op_rms_cols_bwd(ctx, fdt, B, S, D, dy, got, rs, dgot), TR_OK);
+                } else {
+                    assert_int_equal(tr__rms_rows_bwd(ctx, 0, B * S, D, dy, ref, rs_ref, dref), 1);
+                    assert_int_equal(tr__op_rms_rows_bwd(ctx, fdt, B * S, D, dy, got, rs, dgot), TR_OK);
+                }
+                tr__round(ctx, fdt, dref, N);
+                for (i = 0; i < N; i++)
+                    if (memcmp(&dgot[i], &dref[i], sizeof(float)) != 0)
+                        fail_msg("%s fdt %d %s bwd: dx[%zu] = %.9g, the passes' %.9g", sets[lvl], fdt, cols ? "cols" : "rows", i, dgot[i], dref[i]);
+            }
+        }
+    }
+    free(x), free(add), free(dy), free(ref), free(got), free(dref), free(dgot);
     tr_ctx_destroy(ctx);
 }
 
@@ -692,7 +755,7 @@ static void test_halfs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16),
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_norms_reduced),
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
