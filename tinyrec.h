@@ -4925,7 +4925,7 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
 typedef struct tr__pw_entry {
     const float *src;
     size_t ld, outer, K;   /* op(X) is outer x K: M x K for A (side 0), N x K for B (side 1) */
-    int side, kmajor;      /* kmajor: X is stored K x outer (transposed A, plain B) */
+    int side, kmajor;      /* side 2: A packed in two halves (tr__sgemm_job's asplit); kmajor: X is stored K x outer (transposed A, plain B) */
     tr__sgemm_ukr_fn ukr;  /* the packing's layout follows the micro-kernel */
     unsigned long version; /* the region's version when packed */
     float *data;
@@ -5083,9 +5083,10 @@ typedef struct tr__sgemm_job {
     /* dot path: row r of op(A) at arow + r*astr (contiguous in k), column c of op(B) at brow + c*bstr */
     const float *arow, *brow;
     size_t astr, bstr;
-    /* a paired product (epi): the jobs cover mrows rows and npair panels, the gate half */
+    /* a paired product (epi): the jobs cover mrows rows and npair panels, the gate half; pairing rows (pair_m), op(A)
+       is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
-    size_t mrows, npair;
+    size_t mrows, npair, asplit;
 } tr__sgemm_job;
 
 /* B-packing unit u: one KC block x bunit panels. */
@@ -5101,10 +5102,20 @@ TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
 }
 
 /* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
+/* (units per KC block: groups of 4 panels, per half where op(A) is packed in halves) */
+TR__FN size_t tr__sgemm_agroups(const tr__sgemm_job *J) {
+    size_t MR = J->kern.mr;
+    return J->asplit ? 2 * ((J->asplit / MR + 3) / 4) : (J->mpad / MR + 3) / 4;
+}
 TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
-    size_t MR = J->kern.mr, ngroups = (J->mpad / MR + 3) / 4, q = u / ngroups;
-    size_t k0 = (q % J->nkbp) * J->kc_nom, m0 = (u % ngroups) * 4 * MR, kc = TR__MIN(J->kc_nom, J->K - k0);
-    J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, J->M - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + m0 * kc);
+    size_t MR = J->kern.mr, ngroups = tr__sgemm_agroups(J), q = u / ngroups, g = u % ngroups;
+    size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0), m0 = g * 4 * MR, at = m0, rows = J->M;
+    if (J->asplit) { /* half g / (ngroups / 2): rows from m0 of that half, at its packed start */
+        size_t h = g / (ngroups / 2), half = J->M / 2;
+        m0 = (g % (ngroups / 2)) * 4 * MR, at = h * J->asplit + m0, rows = (h + 1) * half;
+        m0 += h * half;
+    }
+    J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, rows - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + at * kc);
 }
 
 /* Job u of a paired product (J->epi: one KC block, nothing summed into C): each micro-tile's gate and up halves
@@ -5115,7 +5126,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->mrows - m0);
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npair, p_lo + J->pcb);
-    size_t q0, ir, p, i, up_a = E->pair_m ? E->half * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
+    size_t q0, ir, p, i, up_a = E->pair_m ? J->asplit * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
     const float *aslab = J->apre ? J->apre + m0 * kc : apack;
     float t[TR__SG_PAIR_TILE];
     if (J->kern.enter) J->kern.enter();
@@ -5343,8 +5354,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
        the up half's do, half further) */
     J.mrows = M, J.npair = J.npan;
     if (epi && !epi->round_only) { /* (micro-tile rows of whole vectors, as the passes' rows are: the pair's columns, or N) */
-        if (epi->half % (epi->pair_m ? MR : NR) || NR % epi->whole || (epi->pair_m ? N : epi->half) % epi->whole) return TR_OK;
-        if (epi->pair_m) J.mrows = epi->half;
+        if ((!epi->pair_m && epi->half % NR) || NR % epi->whole || (epi->pair_m ? N : epi->half) % epi->whole) return TR_OK;
+        if (epi->pair_m) J.mrows = epi->half, J.asplit = (epi->half + MR - 1) / MR * MR;
         else J.npair = epi->half / NR;
     }
     J.epi = epi;
@@ -5369,13 +5380,13 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         size_t s, mfloats;
         float *bpre, *apre;
         int ashared = 0;
-        J.mpad = (M + MR - 1) / MR * MR;
+        J.mpad = J.asplit ? 2 * J.asplit : (M + MR - 1) / MR * MR;
         if (!tr__size_mul(Ktot, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(Ktot, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
         if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
-            (st = tr__pw_find(ctx, J.kern.ukr, 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
+            (st = tr__pw_find(ctx, J.kern.ukr, J.asplit ? 2 : 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (bpre) bfloats = 0;
         else packb = 1;
@@ -5392,7 +5403,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
         J.apre = ashared ? J.apack : apre;
-        J.naunits = J.apre && packa ? nkb * kbat * ((J.mpad / MR + 3) / 4) : 0;
+        J.naunits = J.apre && packa ? nkb * kbat * tr__sgemm_agroups(&J) : 0;
         if (!packb) nbunits = 0;
     }
 
