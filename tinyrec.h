@@ -2444,6 +2444,12 @@ TR__FN int tr__threads_for(const tr_ctx *ctx, double work) { return work < 65536
 /* y = a + b over n floats (y may alias a or b), split across threads; with rnd (tr__round's range kernel) rounded to
    fdt a block at a time, while it is in cache. */
 typedef struct tr__round_args { int fdt; float *x; } tr__round_args; /* (tr__round's range kernels) */
+/* x[0..n) rounded to fdt by rnd, one of tr__round's range kernels (tr__round_pick), in the calling thread */
+TR__FN void tr__round_at(tr__range_fn rnd, int fdt, float *x, size_t n) {
+    tr__round_args ra;
+    ra.fdt = fdt, ra.x = x;
+    rnd(&ra, 0, (long)n);
+}
 typedef struct tr__add_args { const float *a, *b; float *y; int fdt; tr__range_fn rnd; } tr__add_args;
 TR__FN void tr__add_range(void *arg, long i0, long i1) {
     const tr__add_args *p = (const tr__add_args *)arg;
@@ -2451,11 +2457,7 @@ TR__FN void tr__add_range(void *arg, long i0, long i1) {
     for (b0 = i0; b0 < i1; b0 = b1) {
         b1 = TR__MIN(i1, b0 + 2048);
         for (i = b0; i < b1; i++) p->y[i] = p->a[i] + p->b[i];
-        if (p->rnd) {
-            tr__round_args ra;
-            ra.fdt = p->fdt, ra.x = p->y;
-            p->rnd(&ra, b0, b1);
-        }
+        if (p->rnd) tr__round_at(p->rnd, p->fdt, p->y + b0, (size_t)(b1 - b0));
     }
 }
 TR__FN void tr__add(tr_ctx *ctx, size_t n, const float *a, const float *b, float *y, int fdt, tr__range_fn rnd) {
@@ -3491,11 +3493,6 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
    row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
    in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
 TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
-TR__FN void tr__round_at(tr__range_fn rnd, int fdt, float *x, size_t n) {
-    tr__round_args ra;
-    ra.fdt = fdt, ra.x = x;
-    rnd(&ra, 0, (long)n);
-}
 typedef struct tr__rms_rows_fwd_simd {
     tr__rms_rows_fwd_args a;
     float (*row)(int, const float *, const float *, float *, float);
@@ -3841,11 +3838,7 @@ TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
                 tr__swiglu_bwd_simd b = p->bw;
                 b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.da = p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n, b.a.dg = dbuf;
                 p->fn(&b, 0, 1);
-                if (p->fdt) {
-                    tr__round_args ra;
-                    ra.fdt = p->fdt, ra.x = dbuf;
-                    p->round_fn(&ra, 0, 2 * n);
-                }
+                if (p->fdt) tr__round_at(p->round_fn, p->fdt, dbuf, 2 * (size_t)n);
                 memcpy(out + j0, dbuf, (size_t)n * sizeof(float));
                 memcpy(out + p->width + j0, dbuf + n, (size_t)n * sizeof(float));
             }
@@ -5023,11 +5016,11 @@ typedef struct tr__sgemm_epi {
     tr__swiglu_fwd_simd sw; /* swiglu_fn's argument, its row kernel set */
 } tr__sgemm_epi;
 TR__FN void tr__sgemm_epi_init(const tr_ctx *ctx, int fdt, tr__sgemm_epi *e) {
+    long whole;
     memset(e, 0, sizeof *e);
     e->fdt = fdt;
     e->round_fn = tr__round_pick(ctx);
     e->half_fn = tr__half_pick(ctx);
-    long whole;
     e->swiglu_fn = tr__swiglu_fwd_pick(ctx, fdt, &e->sw, &whole);
     e->sw.a.fdt = fdt;
     e->whole = (size_t)whole;
@@ -5038,11 +5031,7 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
     size_t i;
     for (i = 0; i < mr; i++) {
         float *row = t + i * ldt;
-        if (E->fdt) {
-            tr__round_args ra;
-            ra.fdt = E->fdt, ra.x = row;
-            E->round_fn(&ra, 0, (long)(2 * nr));
-        }
+        if (E->fdt) tr__round_at(E->round_fn, E->fdt, row, 2 * nr);
         if (E->gu) {
             size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
             if (E->gu16) {
@@ -5101,12 +5090,12 @@ TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
     }
 }
 
-/* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
-/* (units per KC block: groups of 4 panels, per half where op(A) is packed in halves) */
+/* A-packing units per KC block: groups of 4 MR panels, per half where op(A) is packed in halves (asplit). */
 TR__FN size_t tr__sgemm_agroups(const tr__sgemm_job *J) {
     size_t MR = J->kern.mr;
     return J->asplit ? 2 * ((J->asplit / MR + 3) / 4) : (J->mpad / MR + 3) / 4;
 }
+/* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
 TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
     size_t MR = J->kern.mr, ngroups = tr__sgemm_agroups(J), q = u / ngroups, g = u % ngroups;
     size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0), m0 = g * 4 * MR, at = m0, rows = J->M;
@@ -5118,8 +5107,8 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
     J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, rows - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + at * kc);
 }
 
-/* Job u of a paired product (J->epi: one KC block, nothing summed into C): each micro-tile's gate and up halves
-   side by side in t, then the epilogue. */
+/* Job u of a product with an epilogue (J->epi: one KC block, nothing summed into C): each micro-tile into t (a paired
+   product's gate and up halves side by side), then the epilogue. */
 #define TR__SG_PAIR_TILE (2 * 32 * 32) /* floats of t: both halves of the largest micro-tile (AMX's) */
 TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
     const tr__sgemm_epi *E = J->epi;
@@ -5142,9 +5131,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
                 if (E->round_only) {
                     J->kern.ukr(kc, ap, bp, t, NR, mr, nr, 0);
                     for (i = 0; i < mr; i++) {
-                        tr__round_args ra;
-                        ra.fdt = E->fdt, ra.x = t + i * NR;
-                        E->round_fn(&ra, 0, (long)nr);
+                        tr__round_at(E->round_fn, E->fdt, t + i * NR, nr);
                         memcpy(J->C + b * J->sC + (m0 + ir + i) * J->ldc + n0, t + i * NR, nr * sizeof(float));
                     }
                     continue;
@@ -5304,7 +5291,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
-    if (epi) { /* a paired product runs on the packed path in one KC block (else epi->done stays 0) */
+    if (epi) { /* a product with an epilogue runs on the packed path in one KC block (else epi->done stays 0) */
         epi->done = 0;
         if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
             (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
@@ -5350,8 +5337,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     Ktot = (kbat - 1) * nkb * J.kc_nom + K; /* the packed depth: every product's blocks kc_nom apart */
     J.pb = (N + NR - 1) / NR;
     J.npan = nbat * J.pb;
-    /* the rows and panels the jobs cover: all, or a paired product's gate half (whose micro-tiles then start where
-       the up half's do, half further) */
+    /* the rows and panels the jobs cover: all, or a paired product's gate half (the up half's micro-tiles npair panels
+       further, or asplit rows further in op(A) packed in halves) */
     J.mrows = M, J.npair = J.npan;
     if (epi && !epi->round_only) { /* (micro-tile rows of whole vectors, as the passes' rows are: the pair's columns, or N) */
         if ((!epi->pair_m && epi->half % NR) || NR % epi->whole || (epi->pair_m ? N : epi->half) % epi->whole) return TR_OK;
