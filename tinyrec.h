@@ -11520,7 +11520,6 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 /* --- working memory ----------------------------------------------------------------------- */
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
-/* Floats one block records per batch row (half: a 16-bit tape's record). */
 /* Floats of one block record per row (half: a 16-bit tape's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
 TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D, n;
@@ -11566,10 +11565,11 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    from a 16-bit tape. The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
-   odd shapes unpack them there while dbig is written. */
-TR__FN size_t tr__ws_floats(const tr_model *m, int B) {
+   odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
+   workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
+TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
     size_t dbig = TR__MAX(2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), 2 * (size_t)m->It * m->D);
-    return tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 5 + dbig) + 256;
+    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 5 + dbig) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B); }
@@ -11585,7 +11585,7 @@ TR__FN int tr__ws_rows(const tr_model *m, int B) {
     r = (B + n - 1) / n;
     return r + (r & 1);
 }
-TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B) - (size_t)B * m->S * m->D; }
+TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B, m->ws_gate_up) - (size_t)B * m->S * m->D; }
 
 /* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
@@ -11594,7 +11594,7 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     B = tr__ws_rows(m, B);
     if (B <= m->ws_B && gate_up == m->ws_gate_up) return TR_OK;
     m->ws_gate_up = gate_up;
-    n = tr__ws_floats(m, B);
+    n = tr__ws_floats(m, B, gate_up);
     tr__dfree(m->ctx, m->ws);
     m->ws_B = 0;
     m->ws = NULL;
@@ -13194,7 +13194,7 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
-    double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B));
+    double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ctx->dev_active); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
     double carry = 4 * N + Bd * m->L * m->V;
