@@ -3445,25 +3445,30 @@ TR__FN void tr__swiglu_fwd_lp512_range(void *arg, long i0, long i1) {
 /* The range kernel tr__swiglu_fwd runs for the context's SIMD set and fdt, with p's row kernel set; its argument is p
    (whose first member is the reference's argument block, which some of them take). *whole: the row widths at which an
    element's bits do not depend on where it sits in its row, multiples of it (the unmasked vector kernels run their
-   tails on the scalar formula; the AVX-512 ones mask them). */
+   tails on the scalar formula; the AVX-512 ones mask them). whole may be NULL. */
 TR__FN tr__range_fn tr__swiglu_fwd_pick(const tr_ctx *ctx, int fdt, tr__swiglu_fwd_simd *p, long *whole) {
+    long w = 1;
     p->row = NULL;
-    *whole = 1;
+#if TR__X86
+    if (ctx->simd == TR__SIMD_AVX2) w = 8;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) w = 4;
+#endif
+    if (whole) *whole = w;
 #if TR__X86
     if (fdt && ctx->simd == TR__SIMD_AVX512) return tr__swiglu_fwd_lp512_range;
     if (ctx->simd != TR__SIMD_SCALAR) p->row = ctx->simd == TR__SIMD_AVX512 ? tr__swiglu_fwd_row512 : tr__swiglu_fwd_row256;
-    if (ctx->simd == TR__SIMD_AVX2) *whole = 8;
 #endif
 #if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p->row = tr__swiglu_fwd_row128, *whole = 4;
+    if (ctx->simd == TR__SIMD_NEON) p->row = tr__swiglu_fwd_row128;
 #endif
     if (p->row) return fdt ? tr__swiglu_fwd_lp_range : tr__swiglu_fwd_simd_range;
     return tr__swiglu_fwd_range;
 }
 TR__FN void tr__swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
     tr__swiglu_fwd_simd p = {{width, g, g_stride, out, out_stride, fdt}, NULL};
-    long whole;
-    tr__range_fn fn = tr__swiglu_fwd_pick(ctx, fdt, &p, &whole);
+    tr__range_fn fn = tr__swiglu_fwd_pick(ctx, fdt, &p, NULL);
     tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fn, &p);
 }
 typedef struct tr__swiglu_bwd_simd { tr__swiglu_bwd_args a; void (*row)(long, const float *, const float *, float *); } tr__swiglu_bwd_simd;
@@ -3501,14 +3506,14 @@ typedef struct tr__rms_rows_fwd_simd {
 } tr__rms_rows_fwd_simd;
 TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
-    size_t D = (size_t)p->a.D, j;
+    size_t D = (size_t)p->a.D;
+    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
     long r;
     for (r = i0; r < i1; r++) {
         const float *x = p->a.x + r * D, *add = p->a.add ? p->a.add + r * D : NULL;
         float *o = p->a.out + r * D;
         if (p->fdt && add) {
-            for (j = 0; j < D; j++) o[j] = x[j] + add[j];
-            tr__round_at(p->rnd, p->fdt, o, D);
+            tr__add_range(&sum, r * (long)D, (r + 1) * (long)D);
             x = o, add = NULL;
         }
         p->a.rstd[r] = p->row(p->a.D, x, add, o, p->a.eps);
@@ -3567,16 +3572,14 @@ typedef struct tr__rms_cols_fwd_simd {
 TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
     const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
     long t, nblk = (p->a.D + 63) / 64;
-    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s, j;
+    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
+    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
     for (t = i0; t < i1; t++) {
         size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64, w = TR__MIN(64, D - c0);
         const float *x = p->a.x + base, *add = p->a.add ? p->a.add + base : NULL;
         float *o = p->a.out + base;
         if (p->fdt && add) { /* (the task's columns of every position) */
-            for (s = 0; s < S; s++) {
-                for (j = c0; j < c0 + w; j++) o[s * D + j] = x[s * D + j] + add[s * D + j];
-                tr__round_at(p->rnd, p->fdt, o + s * D + c0, w);
-            }
+            for (s = 0; s < S; s++) tr__add_range(&sum, (long)(base + s * D + c0), (long)(base + s * D + c0 + w));
             x = o, add = NULL;
         }
         p->task(p->a.S, p->a.D, (int)c0, x, add, o, p->a.rstd + (size_t)(t / nblk) * D, p->a.eps);
@@ -3847,12 +3850,11 @@ TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
 }
 TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int bwd, long rows, long width, const uint16_t *g, size_t gs, const float *da, size_t das, float *out, size_t os) {
     tr__swiglu16_args p;
-    long whole;
     memset(&p, 0, sizeof p);
     p.fdt = fdt, p.bwd = bwd, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
     p.half_fn = tr__half_pick(ctx);
     p.round_fn = tr__round_pick(ctx);
-    p.fn = bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, &whole);
+    p.fn = bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, NULL);
     p.fw.a.fdt = fdt;
     tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu16_range, &p);
 }
@@ -10902,18 +10904,18 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
         const uint16_t *h = (const uint16_t *)(const void *)gu16;
         if (per_row) tr__swiglu16(ctx, fdt, 0, (long)rows, (long)cols, h, ldb, NULL, 0, act, cols);
         else tr__swiglu16(ctx, fdt, 0, nb, (long)(rows * cols), h, sB, NULL, 0, act, rows * cols);
-        if (per_row) return tr__op_sgemm(ctx, ta, tb, M, N, K, A, lda, act, cols, C, ldc, acc);
-        return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
-    }
-    if (gu16 && nb > 0 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
-        return st;
+    } else {
+        if (gu16 && nb > 0 && rows > 0 &&
+            (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
+            return st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0);
+        if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
+            return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0);
 #endif
-    if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
-    else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
-    if (st) return st;
+        if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
+        else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
+        if (st) return st;
+    }
     if (per_row) return tr__op_sgemm(ctx, ta, tb, M, N, K, A, lda, act, cols, C, ldc, acc);
     return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
 }

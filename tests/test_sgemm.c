@@ -130,6 +130,16 @@ static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
 #endif
 }
 
+/* test_NAME: run_NAME at every level (for_each_level), on a context of 2 threads that must free all it allocated. */
+#define PER_LEVEL_TEST(name) \
+    static void test_##name(void **state) { \
+        tr_ctx *ctx = new_ctx(2); \
+        (void)state; \
+        for_each_level(ctx, run_##name); \
+        assert_int_equal(tr_ctx_live_allocs(ctx), 0); \
+        tr_ctx_destroy(ctx); \
+    }
+
 static void run_random_small(tr_ctx *ctx) {
     int it;
     for (it = 0; it < 160; it++) {
@@ -137,12 +147,7 @@ static void run_random_small(tr_ctx *ctx) {
         check_one(ctx, it & 1, (it >> 1) & 1, M, N, K, rnd_below(6), rnd_below(6), rnd_below(6), (it >> 2) & 1);
     }
 }
-static void test_random_small(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_random_small);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(random_small)
 
 /* Shapes around the micro-tile edges (14x32, 6x16, 4x16) and the KC/MC/NC blocks. */
 static void run_edges(tr_ctx *ctx) {
@@ -154,12 +159,7 @@ static void run_edges(tr_ctx *ctx) {
         for (b = 0; b < sizeof ns / sizeof *ns; b++)
             for (t = 0; t < 4; t++) check_one(ctx, t & 1, t >> 1, ms[a], ns[b], 1 + rnd_below(40), 1, 2, 3, (int)((a + b) & 1));
 }
-static void test_edges(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_edges);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(edges)
 
 /* Shapes around the NEON tiles (8x12 micro-tile, 16-wide rows kernel, K tails of the 4-lane dot
    kernel), at every level like the others. */
@@ -172,12 +172,7 @@ static void run_neon_edges(tr_ctx *ctx) {
         for (b = 0; b < sizeof ns / sizeof *ns; b++)
             for (t = 0; t < 4; t++) check_one(ctx, t & 1, t >> 1, ms[a], ns[b], 1 + rnd_below(23), 0, 1, 0, t & 1);
 }
-static void test_neon_edges(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_neon_edges);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(neon_edges)
 
 /* Larger shapes: several KC blocks, MC blocks, NC blocks and skinny products. */
 static void run_large(tr_ctx *ctx) {
@@ -197,12 +192,7 @@ static void run_large(tr_ctx *ctx) {
     check_one(ctx, 0, 1, 97, 260, 513, 0, 0, 0, 1);
     check_one(ctx, 0, 0, 1024, 51, 97, 0, 0, 0, 0);
 }
-static void test_large(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_large);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(large)
 
 /* K == 0: C = accumulate ? C : 0. M == 0 or N == 0: nothing is touched. */
 static void test_degenerate(void **state) {
@@ -322,13 +312,7 @@ static void run_shared_a(tr_ctx *ctx) {
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 0, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
-static void test_shared_a(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_shared_a);
-    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(shared_a)
 /* Several NC blocks (N 300 > 256) and several MC blocks (M 400 > 168), depths of one and of several
    KC blocks and no multiple of 4, batches split into several groups (40 x 20 x 520 x 40: 32 products
    of that size fill the 2M floats of packings a group may take), and shapes of the unpacked paths
@@ -338,13 +322,7 @@ static void run_summed(tr_ctx *ctx) {
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) run_batched(ctx, 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
-static void test_summed(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_summed);
-    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(summed)
 
 /* Weight operands packed once (tr__pw): with A and B inside an attached region, the product is
    bit-identical to the uncached one on first use and on reuse, at 1 and 2 threads; a write the
@@ -385,13 +363,7 @@ static void run_packed_weights(tr_ctx *ctx) {
             free(W), free(R), free(C);
         }
 }
-static void test_packed_weights(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_packed_weights);
-    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(packed_weights)
 
 /* The cache's allocations fail like any other (TR_ERR_OUT_OF_MEMORY, nothing leaked once the
    region is detached); a region whose packings would pass the memory limit is not cached and
@@ -634,13 +606,7 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                 free(A), free(B), free(C), free(act_ref), free(act), free(gu), free(h_ref), free(h);
             }
 }
-static void test_gate_up_fused(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_gate_up_fused);
-    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(gate_up_fused)
 
 /* A product rounded as it is stored (tr__op_sgemm_rnd's epilogue on the CPU, one KC block) gives the bits of the product
    followed by the rounding pass, at 1 and 2 threads, alone and as products sharing A; deeper ones take the pass. */
@@ -678,13 +644,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
                 free(A), free(B), free(R), free(C);
             }
 }
-static void test_round_epilogue(void **state) {
-    tr_ctx *ctx = new_ctx(2);
-    (void)state;
-    for_each_level(ctx, run_round_epilogue);
-    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
-    tr_ctx_destroy(ctx);
-}
+PER_LEVEL_TEST(round_epilogue)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
