@@ -11529,11 +11529,12 @@ TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
-/* Scratch a block needs besides its record: activation A, projection output, attention rows. */
+/* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
+   the projection output, attention rows. */
 TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
     size_t a = TR__MAX((size_t)m->It * D, S * (size_t)m->I);
-    return (size_t)B * a + (size_t)B * TR__MAX(S * D, (size_t)m->It * D) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+    return (size_t)B * a + (size_t)B * S * D + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -11651,7 +11652,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
+    float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + BS * D;
     tr_status st;
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
@@ -11687,7 +11688,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
                                float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *dact = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = dact + (size_t)B * TR__MAX(S * D, (size_t)m->It * D);
+    float *act = tmp, *rows = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I) + BS * D;
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
@@ -11713,14 +11714,14 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
-        /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b; g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
+        /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
         tr__op_pack_window(ctx, 1); /* (g1's packing shared, then dbig's) */
         st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, t16 ? t16->mix : NULL, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, dact, It * D, 0);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, act, It * D, 0); /* act <- d act */
         tr__op_pack_window(ctx, 0);
         if (st) return st;
         tr__op_pack_window(ctx, 1);
-        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, dact, It * D, dbig, D);
+        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, act, It * D, dbig, D);
         if (!st) st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
         tr__op_pack_window(ctx, 0);
