@@ -4794,11 +4794,11 @@ TR__SG_AMX TR__FN void tr__bgemm_ukr_amx(size_t kc, const float *a, const float 
         _tile_zero(2);
         _tile_zero(3);
     }
-    for (w = 0; w < kpad; w += 16) {
+    for (w = 0; w < kpad; w += 16) { /* B's panel streams past A's, which the next panels reuse: B loaded non-temporal */
         _tile_loadd(4, aw + w, kpad * 4);
         _tile_loadd(5, aw + 16 * kpad + w, kpad * 4);
-        _tile_loadd(6, bw + w * 32, 128);
-        _tile_loadd(7, bw + w * 32 + 16, 128);
+        _tile_stream_loadd(6, bw + w * 32, 128);
+        _tile_stream_loadd(7, bw + w * 32 + 16, 128);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
