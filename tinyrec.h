@@ -11096,6 +11096,7 @@ struct tr_model {
     int ws_B;
     float *ws;
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
+    int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
     int ws_gate_up; /* the workspace's fp32 record has gate_up fields of its own (tr__ws_rec) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
@@ -11570,9 +11571,21 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
+/* Rows of B whose token-mix gate_up (2 It x D each: mlp_t's largest scratch) dbig holds at once. The CPU's workspace
+   (gate_up = 0) holds as many as fit where the channel SwiGLU's and attention's scratch of B rows fit, at least one,
+   and the token mix's forward (where its gate_up fields are dbig's) and backward run in passes of that many rows: the
+   same bits, as each row's products are its own and the weight gradient sums the rows in order either way. A device's
+   workspace holds all B. */
+TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
+    size_t per = 2 * (size_t)m->It * m->D, r;
+    if (!m->cfg.mlp_t || gate_up || !per) return B;
+    r = (size_t)B * 2 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) / per;
+    if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
+    return (int)TR__MAX(1, TR__MIN((size_t)B, r));
+}
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    size_t dbig = TR__MAX(2 * (size_t)m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), 2 * (size_t)m->It * m->D);
-    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * ((size_t)m->S * m->D * 5 + dbig) + 256;
+    size_t dbig = TR__MAX((size_t)B * 2 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
+    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * m->S * m->D * 5 + dbig + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B); }
@@ -11660,10 +11673,14 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
-           proj_b = W_tdown [S,It] . act_b */
-        if ((st = tr__op_token_mlp(ctx, m->fdt, B, It, S, D, TR__W(m, ly->tgu), r->in, r->mix, taped, t16 ? t16->mix : NULL, act, TR__W(m, ly->tdown),
-                                   proj)))
-            return st;
+           proj_b = W_tdown [S,It] . act_b; where G is the workspace's dbig, in passes of the rows it holds */
+        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = mix_ws ? tr__ws_mix_rows(m, B, 0) : B, b0;
+        for (b0 = 0; b0 < B; b0 += step) {
+            size_t o = (size_t)b0;
+            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, mix_ws ? r->mix : r->mix + o * 2 * It * D,
+                                       taped, t16 ? t16->mix + o * It * D : NULL, act + o * It * D, TR__W(m, ly->tdown), proj + o * S * D)))
+                return st;
+        }
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
@@ -11682,7 +11699,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl.
-   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, 2It*D, S*3D)] scratch; tmp as in forward. t16 (or NULL): the 16-bit
+   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D; tmp as in forward. t16 (or NULL): the 16-bit
    tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
 TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const float *dout, float *din,
                                float *g1, float *g2, float *dbig, float *tmp) {
@@ -11712,6 +11729,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
+        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
@@ -11720,12 +11738,19 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, act, It * D, 0); /* act <- d act */
         tr__op_pack_window(ctx, 0);
         if (st) return st;
-        tr__op_pack_window(ctx, 1);
-        st = tr__op_swiglu_bwd(ctx, m->fdt, B, (long)(It * D), r->mix, t16 ? t16->mix : NULL, 2 * It * D, act, It * D, dbig, D);
-        if (!st) st = tr__op_sgemm_batched(ctx, B, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in, D, S * D, g_tgu, S, 0, 1);
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din, S * D, 1);
-        tr__op_pack_window(ctx, 0);
-        if (st) return st;
+        /* d mix in dbig, in passes of the rows it holds (tr__ws_mix_rows; the record's mix is dbig's too where it is
+           a 16-bit tape's copy, which the CPU does not read) */
+        for (b0 = 0; b0 < B; b0 += step) {
+            size_t o = (size_t)b0;
+            int nb = TR__MIN(step, B - b0);
+            tr__op_pack_window(ctx, 1);
+            st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix_ws ? r->mix : r->mix + o * 2 * It * D, t16 ? t16->mix + o * It * D : NULL, 2 * It * D,
+                                   act + o * It * D, It * D, dbig, D);
+            if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din + o * S * D, S * D, 1);
+            tr__op_pack_window(ctx, 0);
+            if (st) return st;
+        }
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
         if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */

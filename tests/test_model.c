@@ -121,7 +121,8 @@ static void save_prefix_carry(fd_state *s) {
     memcpy(s->z_L, c->z_L, n * 4);
 }
 
-/* slices: the recursion runs the batch of 3 in slices of 2 and 1 rows (tr__ws_rows), whose weight gradients add up */
+/* slices 1: the recursion runs the batch of 3 in slices of 2 and 1 rows (tr__ws_rows), whose weight gradients add up;
+   2: the token mix runs in passes of one row (tr__ws_mix_rows) */
 static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_type loss, int slices) {
     enum { B = 3 };
     tr_ctx *ctx = tu_ctx(2, 5);
@@ -135,8 +136,9 @@ static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_t
     if (hrm) tu_tiny_hrm_config(&c, mlp_t, pos, loss);
     else tu_tiny_config(&c, mlp_t, pos, loss);
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
-    if (slices) m->ws_tokens = 2 * m->S;
-    assert_int_equal(tr__ws_rows(m, B), slices ? 2 : B);
+    if (slices == 1) m->ws_tokens = 2 * m->S;
+    if (slices == 2) m->ws_mix_rows = 1; /* (the token mix in passes of one row) */
+    assert_int_equal(tr__ws_rows(m, B), slices == 1 ? 2 : B);
     /* make the heads and the puzzle table non-trivial, as after some training */
     tu_fill(m->W_q, 2 * (size_t)m->D, 21, 0.3f);
     tu_fill(m->puzzle_emb, 3 * (size_t)m->Dp, 22, 0.5f);
@@ -203,13 +205,16 @@ static void test_grad_hrm_learned_softmax(void **state) { (void)state; check_mod
 static void test_grad_slices(void **state) {
     (void)state;
     check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX, 1);
+    check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX, 2);
     check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 1);
     check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 1);
 }
 
 /* --- training runs: threads, determinism ---------------------------------------------------- */
-/* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention; slices: the recursion in two slices of 2 rows */
-static void run_steps(int threads, int variant, int steps, float *params_out, double *losses, int slices) {
+/* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention; mode 1: the recursion in two slices of 2 rows, 2: the token
+   mix in passes of one row (tr__ws_mix_rows); fdt: the forward precision */
+enum { RUN_WHOLE, RUN_SLICES, RUN_MIX_PASSES };
+static void run_steps(int threads, int variant, int steps, float *params_out, double *losses, int mode, tr_forward_dtype fdt) {
     enum { B = 4 };
     tr_ctx *ctx = tu_ctx(threads, 11);
     tr_model_config c;
@@ -222,8 +227,10 @@ static void run_steps(int threads, int variant, int steps, float *params_out, do
     if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
     else tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c.halt_exploration_prob = 0.5;
+    c.forward_dtype = fdt;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
-    if (slices) m->ws_tokens = 2 * m->S;
+    if (mode == RUN_SLICES) m->ws_tokens = 2 * m->S;
+    if (mode == RUN_MIX_PASSES) m->ws_mix_rows = 1;
     tc.global_batch_size = B, tc.lr = 1e-3, tc.lr_warmup_steps = 2, tc.puzzle_emb_lr = 1e-2;
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     for (k = 0; k < steps; k++) {
@@ -257,10 +264,10 @@ static void test_threads_and_determinism(void **state) {
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
         p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4), p4 = (float *)malloc(n * 4);
-        run_steps(1, variant, 5, p1, l1, 0);
-        run_steps(2, variant, 5, p2, l2, 0);
-        run_steps(2, variant, 5, p3, l3, 0);
-        run_steps(2, variant, 5, p4, l4, 1);
+        run_steps(1, variant, 5, p1, l1, RUN_WHOLE, TR_FWD_FLOAT32);
+        run_steps(2, variant, 5, p2, l2, RUN_WHOLE, TR_FWD_FLOAT32);
+        run_steps(2, variant, 5, p3, l3, RUN_WHOLE, TR_FWD_FLOAT32);
+        run_steps(2, variant, 5, p4, l4, RUN_SLICES, TR_FWD_FLOAT32);
         /* a fixed seed and thread count is bit-identical */
         assert_memory_equal(p2, p3, n * 4);
         assert_memory_equal(l2, l3, sizeof l2);
@@ -273,6 +280,38 @@ static void test_threads_and_determinism(void **state) {
         assert_true(l4[0] == l2[0]);
         tu_assert_close("slices vs whole batch, params after 5 steps", p4, p2, n, 1e-6, 1e-5);
         free(p1), free(p2), free(p3), free(p4);
+    }
+}
+
+/* The CPU's workspace runs the token mix in passes of the rows its dbig holds (tr__ws_mix_rows): in passes of one row the
+   steps give the bits of one pass over the batch, in every precision (each row's products are its own, and the weight
+   gradient sums the rows in the same order). */
+static void test_token_mix_passes(void **state) {
+    static const tr_forward_dtype fdts[3] = {TR_FWD_FLOAT32, TR_FWD_BFLOAT16, TR_FWD_FLOAT16};
+    int f;
+    (void)state;
+    for (f = 0; f < 3; f++) {
+        tr_ctx *ctx = tu_ctx(1, 0);
+        tr_model_config c;
+        tr_model *m;
+        size_t n;
+        float *whole, *passes;
+        double lw[4], lp[4];
+        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        n = m->n_params;
+        assert_int_equal(tr__ws_mix_rows(m, 4, 0), 4); /* (the tiny model's dbig holds the batch: one pass) */
+        m->ws_mix_rows = 1;
+        assert_int_equal(tr__ws_mix_rows(m, 4, 0), 1);
+        assert_int_equal(tr__ws_mix_rows(m, 4, 1), 4); /* (a device's workspace holds all rows) */
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+        whole = (float *)malloc(n * 4), passes = (float *)malloc(n * 4);
+        run_steps(2, 1, 4, whole, lw, RUN_WHOLE, fdts[f]);
+        run_steps(2, 1, 4, passes, lp, RUN_MIX_PASSES, fdts[f]);
+        assert_memory_equal(lw, lp, sizeof lw);
+        assert_memory_equal(whole, passes, n * 4);
+        free(whole), free(passes);
     }
 }
 
@@ -732,6 +771,7 @@ int main(void) {
         cmocka_unit_test(test_param_counts),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_grad_mlp_t),
+        cmocka_unit_test(test_token_mix_passes),
         cmocka_unit_test(test_grad_attention_rope),
         cmocka_unit_test(test_grad_attention_learned_softmax),
         cmocka_unit_test(test_grad_hrm_rope),
