@@ -11530,12 +11530,25 @@ TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
+/* Rows of B whose token mix (gate_up 2 It x D, the activation It x D: mlp_t's largest scratch) the workspace holds at
+   once. The CPU's (gate_up = 0) holds as many as fit where the channel SwiGLU's of B rows fit, at least one, and the
+   token mix's forward and backward run in passes of that many rows: the same bits, as each row's products are its own
+   and the weight gradients sum the rows in order either way. A device's workspace holds all B. */
+TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
+    size_t per = (size_t)m->It * m->D, r;
+    if (!m->cfg.mlp_t || gate_up || !per) return B;
+    r = (size_t)B * m->S * m->I / per;
+    if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
+    return (int)TR__MAX(1, TR__MIN((size_t)B, r));
+}
+/* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows. */
+TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
+    return TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D);
+}
 /* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
    the projection output, attention rows. */
-TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B) {
-    size_t S = (size_t)m->S, D = (size_t)m->D;
-    size_t a = TR__MAX((size_t)m->It * D, S * (size_t)m->I);
-    return (size_t)B * a + (size_t)B * S * D + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B, int gate_up) {
+    return tr__ws_act_floats(m, B, gate_up) + (size_t)B * m->S * m->D + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -11571,24 +11584,12 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
-/* Rows of B whose token-mix gate_up (2 It x D each: mlp_t's largest scratch) dbig holds at once. The CPU's workspace
-   (gate_up = 0) holds as many as fit where the channel SwiGLU's and attention's scratch of B rows fit, at least one,
-   and the token mix's forward (where its gate_up fields are dbig's) and backward run in passes of that many rows: the
-   same bits, as each row's products are its own and the weight gradient sums the rows in order either way. A device's
-   workspace holds all B. */
-TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
-    size_t per = 2 * (size_t)m->It * m->D, r;
-    if (!m->cfg.mlp_t || gate_up || !per) return B;
-    r = (size_t)B * 2 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1) / per;
-    if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
-    return (int)TR__MAX(1, TR__MIN((size_t)B, r));
-}
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
     size_t dbig = TR__MAX((size_t)B * 2 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
-    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B) + (size_t)B * m->S * m->D * 5 + dbig + 256;
+    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * 5 + dbig + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
-TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B); }
+TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
@@ -11665,7 +11666,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    float *act = tmp, *proj = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I), *rows = proj + BS * D;
+    float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + BS * D;
     tr_status st;
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
@@ -11673,12 +11674,13 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
-           proj_b = W_tdown [S,It] . act_b; where G is the workspace's dbig, in passes of the rows it holds */
-        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = mix_ws ? tr__ws_mix_rows(m, B, 0) : B, b0;
+           proj_b = W_tdown [S,It] . act_b; in passes of the rows the workspace holds (tr__ws_mix_rows), G where it is
+           the workspace's dbig in the same place each pass */
+        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, mix_ws ? r->mix : r->mix + o * 2 * It * D,
-                                       taped, t16 ? t16->mix + o * It * D : NULL, act + o * It * D, TR__W(m, ly->tdown), proj + o * S * D)))
+                                       taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D)))
                 return st;
         }
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
@@ -11705,7 +11707,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
                                float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *rows = tmp + (size_t)B * TR__MAX((size_t)m->It * D, S * I) + BS * D;
+    float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + BS * D;
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
@@ -11732,20 +11734,21 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
-        /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b */
-        tr__op_pack_window(ctx, 1); /* (g1's packing shared, then dbig's) */
-        st = tr__op_sgemm_swiglu(ctx, m->fdt, B, 0, 1, S, It, D, g1, D, S * D, r->mix, t16 ? t16->mix : NULL, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, B, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g1, D, S * D, act, It * D, 0); /* act <- d act */
-        tr__op_pack_window(ctx, 0);
-        if (st) return st;
-        /* d mix in dbig, in passes of the rows it holds (tr__ws_mix_rows; the record's mix is dbig's too where it is
-           a 16-bit tape's copy, which the CPU does not read) */
+        /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
+           in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dbig's too where it is a
+           16-bit tape's copy, which the CPU does not read) */
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
+            const float *g = g1 + o * S * D;
+            float *mix = mix_ws ? r->mix : r->mix + o * 2 * It * D, *mix16 = t16 ? t16->mix + o * It * D : NULL;
+            tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
+            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
+            if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0); /* act <- d act */
+            tr__op_pack_window(ctx, 0);
+            if (st) return st;
             tr__op_pack_window(ctx, 1);
-            st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix_ws ? r->mix : r->mix + o * 2 * It * D, t16 ? t16->mix + o * It * D : NULL, 2 * It * D,
-                                   act + o * It * D, It * D, dbig, D);
+            st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
             if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din + o * S * D, S * D, 1);
             tr__op_pack_window(ctx, 0);

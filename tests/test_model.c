@@ -283,9 +283,9 @@ static void test_threads_and_determinism(void **state) {
     }
 }
 
-/* The CPU's workspace runs the token mix in passes of the rows its dbig holds (tr__ws_mix_rows): in passes of one row the
-   steps give the bits of one pass over the batch, in every precision (each row's products are its own, and the weight
-   gradient sums the rows in the same order). */
+/* The CPU's workspace runs the token mix in passes of the rows its scratch holds (tr__ws_mix_rows): in passes of one row
+   the steps give the bits of one pass over the batch, in every precision (each row's products are its own, and the
+   weight gradients sum the rows in the same order). */
 static void test_token_mix_passes(void **state) {
     static const tr_forward_dtype fdts[3] = {TR_FWD_FLOAT32, TR_FWD_BFLOAT16, TR_FWD_FLOAT16};
     int f;
