@@ -5352,9 +5352,13 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     J.nmb = (J.mrows + TR__SG_MC - 1) / TR__SG_MC;
     J.mcb = ((J.mrows + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
     J.nmb = (J.mrows + J.mcb - 1) / J.mcb;
-    /* few M blocks: also cut N so that there are jobs for 2 threads and more (cheap: a job
-       repacks only its A slab) */
-    J.nnb = J.nmb >= 8 ? 1 : TR__MIN(J.npair, (8 + J.nmb - 1) / J.nmb);
+    /* few M blocks: also cut N so that there are 4 jobs per thread, 8 at least, for the dynamic schedule to balance
+       (cheap: op(A) is then packed once for all; the jobs split the work, never a sum, so every thread count gives
+       the same bits) */
+    {
+        size_t want = 4 * (size_t)TR__MAX(ctx->num_threads, 2);
+        J.nnb = J.nmb >= want ? 1 : TR__MIN(J.npair, (want + J.nmb - 1) / J.nmb);
+    }
     J.pcb = (J.npair + J.nnb - 1) / J.nnb;
     J.nnb = (J.npair + J.pcb - 1) / J.pcb;
     njobs = J.nmb * J.nnb;

@@ -94,6 +94,9 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
 
 static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 
+/* The thread counts whose products must give the same bits: 1, 2, and 16 (which cuts the products into more jobs). */
+#define EACH_THREAD_COUNT(th) for ((th) = 1; (th) <= 16; (th) = (th) == 1 ? 2 : (th) == 2 ? 16 : 32)
+
 /* Every SIMD level the CPU supports; `fn` runs once per level. Then as a bfloat16 model's products
    (ctx->gemm_fdt): on the scalar twin of vdpbf16ps at the best level (its short products on that
    level's fp32 kernels), and on vdpbf16ps itself where the CPU has AVX512_BF16. */
@@ -215,7 +218,7 @@ static void test_degenerate(void **state) {
     tr_ctx_destroy(ctx);
 }
 
-/* Results do not depend on the thread count: 1 and 2 threads give the same bits. */
+/* Results do not depend on the thread count: 1, 2 and 16 threads give the same bits. */
 static void run_threads(tr_ctx *ctx) {
     static const size_t shapes[][3] = {{170, 257, 67}, {97, 260, 513}, {520, 70, 530}, {5, 300, 77}, {640, 11, 200},
                                        {200, 640, 20}, {1, 512, 512}, {64, 64, 64}};
@@ -226,16 +229,22 @@ static void run_threads(tr_ctx *ctx) {
             size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
             int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
             size_t lda = ta ? M : K, ldb = tb ? K : N;
-            float *A = rnd_buf(M * K), *B = rnd_buf(K * N), *C1 = rnd_buf(M * N), *C2 = (float *)malloc(M * N * sizeof(float));
-            assert_non_null(C2);
-            memcpy(C2, C1, M * N * sizeof(float));
+            float *A = rnd_buf(M * K), *B = rnd_buf(K * N), *C0 = rnd_buf(M * N), *C1 = (float *)malloc(M * N * sizeof(float)),
+                  *C2 = (float *)malloc(M * N * sizeof(float));
+            int nt;
+            assert_non_null(C1), assert_non_null(C2);
+            memcpy(C1, C0, M * N * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, 1), TR_OK);
             assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C1, N, acc), TR_OK);
+            for (nt = 2; nt <= 16; nt *= 8) { /* (16 threads cut the work into more jobs) */
+                memcpy(C2, C0, M * N * sizeof(float));
+                assert_int_equal(tr_ctx_set_num_threads(ctx, nt), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C2, N, acc), TR_OK);
+                if (memcmp(C1, C2, M * N * sizeof(float)) != 0)
+                    fail_msg("simd %s: 1 and %d threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", kern_name(ctx), nt, M, N, K, ta, tb, acc);
+            }
             assert_int_equal(tr_ctx_set_num_threads(ctx, 2), TR_OK);
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C2, N, acc), TR_OK);
-            if (memcmp(C1, C2, M * N * sizeof(float)) != 0)
-                fail_msg("simd %s: 1 and 2 threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", kern_name(ctx), M,
-                         N, K, ta, tb, acc);
+            free(C0);
             free(A);
             free(B);
             free(C1);
@@ -277,7 +286,7 @@ static void test_alloc_failure(void **state) {
 }
 
 /* nb products of one call to tr__sgemm_batched against the same products one by one, bit for
-   bit, at 1 and 2 threads, every transpose, with and without accumulation. summed = 0: products
+   bit, at 1, 2 and 16 threads, every transpose, with and without accumulation. summed = 0: products
    sharing A (sA = 0; the token mix: one weight times each batch row), run as one GEMM with every
    product's panels side by side. summed = 1: products summed into one C (sC = 0; the token mix's
    weight gradients), run as one GEMM with every product's KC blocks in turn, C taking each block's
@@ -295,7 +304,7 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
         memcpy(C0, C, nc * sizeof(float));
         for (b = 0; b < nb; b++)
             assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, ldc, summed && b > 0 ? 1 : acc), TR_OK);
-        for (th = 1; th <= 2; th++) {
+        EACH_THREAD_COUNT(th) {
             memcpy(C, C0, nc * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
             assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc), TR_OK);
@@ -325,7 +334,7 @@ static void run_summed(tr_ctx *ctx) {
 PER_LEVEL_TEST(summed)
 
 /* Weight operands packed once (tr__pw): with A and B inside an attached region, the product is
-   bit-identical to the uncached one on first use and on reuse, at 1 and 2 threads; a write the
+   bit-identical to the uncached one on first use and on reuse, at 1, 2 and 16 threads; a write the
    region's version does not see is still served from the cache (which shows the packing is
    reused), and a version bump repacks. The shapes span several KC blocks and MC blocks, and
    every transpose. */
@@ -342,7 +351,7 @@ static void run_packed_weights(tr_ctx *ctx) {
             lda = ta ? M : K, ldb = tb ? K : N;
             assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, R, N, 0), TR_OK); /* no region: uncached */
             tr__pw_attach(ctx, &pw, W, M * K + K * N);
-            for (th = 1; th <= 2; th++) {
+            EACH_THREAD_COUNT(th) {
                 assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                 assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
                 if (memcmp(C, R, M * N * sizeof(float)) != 0)
@@ -428,7 +437,7 @@ static void ref_bf16_pairs(int ta, int tb, size_t M, size_t N, size_t K, const f
 /* The bfloat16 products bit for bit: the scalar twin (and vdpbf16ps, where the CPU has it) against
    the rule above, on raw operands (the packings round them to nearest even: those of a bfloat16
    model are bfloat16 values already), every transpose, odd depths (a half-empty last pair) and
-   several KC blocks, at 1 and 2 threads. Products that do not run in bfloat16 pairs: a float32
+   several KC blocks, at 1, 2 and 16 threads. Products that do not run in bfloat16 pairs: a float32
    model's (the fp32 kernels, bit-identical to no setting at all), TINYREC_CPU_BF16=0, and the short
    products (M <= 16), which stay on the fp32 kernels. The two layouts get separate weight packings. */
 static void test_bf16_pairs(void **state) {
@@ -459,7 +468,7 @@ static void test_bf16_pairs(void **state) {
                 for (n = 0; n < K * N; n += 5) B[n] *= 1e-20f;
                 memcpy(R, C, M * N * sizeof(float)), memcpy(C0, C, M * N * sizeof(float));
                 ref_bf16_pairs(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, R, N, acc);
-                for (th = 1; th <= 2; th++) {
+                EACH_THREAD_COUNT(th) {
                     memcpy(C, C0, M * N * sizeof(float));
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, acc), TR_OK);
@@ -544,7 +553,7 @@ static void kern_tile(tr_ctx *ctx, size_t K, size_t *mr, size_t *nr) {
 }
 
 /* A SwiGLU's gate_up product with the activation in its epilogue (tr__op_gate_up_fused) gives the bits of the passes it
-   replaces (the rounded product, the tape's 16-bit copy, the activation), at 1 and 2 threads: the channel SwiGLU's
+   replaces (the rounded product, the tape's 16-bit copy, the activation), at 1, 2 and 16 threads: the channel SwiGLU's
    layout (halves side by side in columns) and the token mix's (halves in rows, nb products sharing the weight, packed
    in halves: half rows of no multiple of the micro-tile too). It runs where it can in one KC block, and says so;
    elsewhere it writes nothing. */
@@ -581,7 +590,7 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                     size_t lanes = ctx->simd == TR__SIMD_AVX2 ? 8 : 4;
                     expect = expect && (pair_m ? N : half) % lanes == 0 && nr % lanes == 0;
                 }
-                for (th = 1; th <= 2; th++) {
+                EACH_THREAD_COUNT(th) {
                     for (i = 0; i < nC; i++) gu[i] = h[i] = NAN;
                     for (i = 0; i < nact; i++) act[i] = NAN;
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
@@ -609,7 +618,7 @@ static void run_gate_up_fused(tr_ctx *ctx) {
 PER_LEVEL_TEST(gate_up_fused)
 
 /* A product rounded as it is stored (tr__op_sgemm_rnd's epilogue on the CPU, one KC block) gives the bits of the product
-   followed by the rounding pass, at 1 and 2 threads, alone and as products sharing A; deeper ones take the pass. */
+   followed by the rounding pass, at 1, 2 and 16 threads, alone and as products sharing A; deeper ones take the pass. */
 static void run_round_epilogue(tr_ctx *ctx) {
     /* {nb, M, N, K} */
     static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}};
@@ -628,7 +637,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
                 for (i = 0; i < nC; i++) R[i] = C[i] = NAN;
                 assert_int_equal(tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, R, N, sC, 0), TR_OK);
                 assert_int_equal(tr__op_round_rows(ctx, fdt, R, (size_t)nb, M * N, sC), TR_OK);
-                for (th = 1; th <= 2; th++) {
+                EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     tr__sgemm_epi_init(ctx, fdt, &e);
                     e.round_only = 1;

@@ -22,6 +22,7 @@ static void record_range(void *arg, long i0, long i1) {
         r->hits[i]++;
         r->tid[i] = tr__thread_id();
     }
+    (void)x; /* (clang: set but not used otherwise) */
 }
 
 static void test_par_for_schedules(void **state) {
