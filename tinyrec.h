@@ -11595,6 +11595,11 @@ TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
+/* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's dbig
+   (tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
+TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
+    return !m->ws_gate_up && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+}
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
    grows with it. Even, so that a slice starts on a whole float of a 16-bit tape. */
@@ -11680,11 +11685,11 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
            proj_b = W_tdown [S,It] . act_b; in passes of the rows the workspace holds (tr__ws_mix_rows), G where it is
            the workspace's dbig in the same place each pass */
-        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
+        int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
-            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, mix_ws ? r->mix : r->mix + o * 2 * It * D,
-                                       taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D)))
+            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, tr__rec_mix_rows(m, r, B, o), taped,
+                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D)))
                 return st;
         }
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
@@ -11735,7 +11740,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        int mix_ws = !m->ws_gate_up && r->mix == tr__ws_dbig(m, B), step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
+        int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
@@ -11745,7 +11750,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
             const float *g = g1 + o * S * D;
-            float *mix = mix_ws ? r->mix : r->mix + o * 2 * It * D, *mix16 = t16 ? t16->mix + o * It * D : NULL;
+            float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
             st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
             if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0); /* act <- d act */
