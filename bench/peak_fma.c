@@ -1,4 +1,5 @@
-/* peak_fma.c - measures this CPU's fp32 FMA peak (GFLOP/s) with 1 and 2 threads.
+/* peak_fma.c - measures this CPU's fp32 FMA peak (GFLOP/s) with 1 and 2 threads, and its bf16
+   dot-product peak (vdpbf16ps) where the compiler targets AVX512_BF16.
 
    A measuring tool, not part of the library, so it may be built for the host:
        gcc -O2 -march=native -fopenmp bench/peak_fma.c -o build/peak_fma
@@ -9,7 +10,9 @@
    there are 16 ymm registers only: 12 chains plus the two constants fit, 16 would spill to memory
    and measure loads and stores (this tool printed 113 GFLOP/s on a Zen 3 whose SGEMM ran at 168). A chain is
    acc = acc * m + a with m slightly below 1, so nothing overflows or turns denormal.
-   Every FMA is 2 flops per lane. The best of several runs is reported. */
+   Every FMA is 2 flops per lane. The best of several runs is reported.
+   A vdpbf16ps is 2 multiply-adds per fp32 lane (4 flops). Its chains add products of 1e-10 by 1e-10,
+   normal fp32 values that stay far from overflow over any run. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
@@ -68,7 +71,35 @@ __attribute__((noinline)) static float run_chains(long iters, float seed) {
     return VSUM(VADD(c0, c8));
 }
 
-static double measure(int threads, long iters) {
+#if defined(__AVX512BF16__)
+#define BF16_CHAINS 16
+__attribute__((noinline)) static float run_bf16_chains(long iters, float seed) {
+    __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-10f), _mm512_set1_ps(1e-10f));
+    __m512 c0 = VSET1(seed), c1 = VSET1(seed + 1), c2 = VSET1(seed + 2), c3 = VSET1(seed + 3);
+    __m512 c4 = VSET1(seed + 4), c5 = VSET1(seed + 5), c6 = VSET1(seed + 6), c7 = VSET1(seed + 7);
+    __m512 c8 = VSET1(seed + 8), c9 = VSET1(seed + 9), c10 = VSET1(seed + 10), c11 = VSET1(seed + 11);
+    __m512 c12 = VSET1(seed + 12), c13 = VSET1(seed + 13), c14 = VSET1(seed + 14), c15 = VSET1(seed + 15);
+    long i;
+    for (i = 0; i < iters; i++) {
+        c0 = _mm512_dpbf16_ps(c0, a, a); c1 = _mm512_dpbf16_ps(c1, a, a);
+        c2 = _mm512_dpbf16_ps(c2, a, a); c3 = _mm512_dpbf16_ps(c3, a, a);
+        c4 = _mm512_dpbf16_ps(c4, a, a); c5 = _mm512_dpbf16_ps(c5, a, a);
+        c6 = _mm512_dpbf16_ps(c6, a, a); c7 = _mm512_dpbf16_ps(c7, a, a);
+        c8 = _mm512_dpbf16_ps(c8, a, a); c9 = _mm512_dpbf16_ps(c9, a, a);
+        c10 = _mm512_dpbf16_ps(c10, a, a); c11 = _mm512_dpbf16_ps(c11, a, a);
+        c12 = _mm512_dpbf16_ps(c12, a, a); c13 = _mm512_dpbf16_ps(c13, a, a);
+        c14 = _mm512_dpbf16_ps(c14, a, a); c15 = _mm512_dpbf16_ps(c15, a, a);
+    }
+    c0 = VADD(VADD(VADD(c0, c1), VADD(c2, c3)), VADD(VADD(c4, c5), VADD(c6, c7)));
+    c8 = VADD(VADD(VADD(c8, c9), VADD(c10, c11)), VADD(VADD(c12, c13), VADD(c14, c15)));
+    return VSUM(VADD(c0, c8));
+}
+#endif
+
+typedef float (*chains_fn)(long iters, float seed);
+
+/* Best GFLOP/s of five runs; flops_per_iter is one thread's flops per loop iteration. */
+static double measure_fn(chains_fn fn, double flops_per_iter, int threads, long iters) {
     double best = 0;
     int rep;
     for (rep = 0; rep < 5; rep++) {
@@ -76,15 +107,19 @@ static double measure(int threads, long iters) {
         float sink = 0;
         t0 = now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-        sink += run_chains(iters, (float)omp_get_thread_num());
+        sink += fn(iters, (float)omp_get_thread_num());
         t1 = now();
         if (sink == 12345.0f) printf(" ");
         {
-            double gf = (double)threads * (double)iters * CHAINS * LANES * 2.0 / (t1 - t0) * 1e-9;
+            double gf = (double)threads * (double)iters * flops_per_iter / (t1 - t0) * 1e-9;
             if (gf > best) best = gf;
         }
     }
     return best;
+}
+
+static double measure(int threads, long iters) {
+    return measure_fn(run_chains, CHAINS * LANES * 2.0, threads, iters);
 }
 
 int main(int argc, char **argv) {
@@ -102,5 +137,12 @@ int main(int argc, char **argv) {
     printf("fp32 FMA peak (%d-bit vectors, %d chains/thread):\n", LANES * 32, CHAINS);
     printf("  1 thread : %8.1f GFLOP/s\n", g1);
     printf("  2 threads: %8.1f GFLOP/s\n", g2);
+#if defined(__AVX512BF16__)
+    g1 = measure_fn(run_bf16_chains, BF16_CHAINS * 16 * 4.0, 1, iters);
+    g2 = measure_fn(run_bf16_chains, BF16_CHAINS * 16 * 4.0, nt >= 2 ? 2 : 1, iters);
+    printf("bf16 dot-product peak (vdpbf16ps, 512-bit, %d chains/thread):\n", BF16_CHAINS);
+    printf("  1 thread : %8.1f GFLOP/s\n", g1);
+    printf("  2 threads: %8.1f GFLOP/s\n", g2);
+#endif
     return 0;
 }

@@ -167,6 +167,8 @@ static void test_policy(void **state) {
         got = cases[i].got, want_log = cases[i].log;
         if (cases[i].fault) tr_ctx_inject_fault(ctx, cases[i].fault, 0, 0);
         if (cases[i].want == TR_FWD_AUTO && tr__bgemm_kernel(ctx) == TR__BG_AMX) got = TR_FWD_BFLOAT16, want_log = "its AMX tiles multiply bfloat16 natively";
+        if (cases[i].want == TR_FWD_AUTO && tr__bgemm_kernel(ctx) == TR__BG_DPBF16 && ctx->cpu_dp_fast)
+            got = TR_FWD_BFLOAT16, want_log = "its vdpbf16ps multiplies bfloat16 at twice the fp32 rate";
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         if (tr_model_get_config(m)->forward_dtype != got)
             fail_msg("case %zu: %s -> %s, want %s", i, tr_forward_dtype_name(cases[i].want), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype),
@@ -188,6 +190,28 @@ static void test_policy(void **state) {
         assert_int_equal(tr_model_get_config(m)->forward_dtype, TR_FWD_FLOAT32);
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
+    }
+    { /* on vdpbf16ps (where this CPU has it): bfloat16 where it runs at twice the fp32 rate, else float32 */
+        int fast;
+        for (fast = 0; fast < 2; fast++) {
+            log_buf lb;
+            tr_ctx *ctx = log_ctx(&lb);
+            tr_model_config c;
+            tr_model *m;
+            if (tr__bgemm_kernel(ctx) != TR__BG_DPBF16) {
+                tr_ctx_destroy(ctx);
+                break;
+            }
+            ctx->cpu_dp_fast = fast;
+            tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+            c.forward_dtype = TR_FWD_AUTO;
+            assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+            assert_int_equal(tr_model_get_config(m)->forward_dtype, fast ? TR_FWD_BFLOAT16 : TR_FWD_FLOAT32);
+            if (!strstr(lb.text, fast ? "its vdpbf16ps multiplies bfloat16 at twice the fp32 rate" : "which this CPU runs at its fp32 rate"))
+                fail_msg("auto with vdpbf16ps (fast %d): the log lacks the reason:\n%s", fast, lb.text);
+            tr_model_destroy(m);
+            tr_ctx_destroy(ctx);
+        }
     }
     { /* the log names the kernels a bfloat16 model's CPU products run on */
         log_buf lb;
