@@ -3163,34 +3163,63 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
 }
 
 /* Attention on one (batch, head), reading K and V as gathered by tr__att_gather. */
-#define TR__ATT_KERNELS(B, TARGET)                                                                                       \
-    /* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. Sp is a           \
-       multiple of 16, so the loads of Kt never need a mask. */                                                        \
+#define TR__ATT_KERNELS(B, TARGET)                                                                                      \
+    /* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. Four blocks of      \
+       keys at once, four independent sums, so that the FMA latency is hidden; each block's is its own over c in        \
+       order, as when a block went alone (the same bits). Sp is a multiple of 16 (TR__ATT_PAD), so a block's loads      \
+       never need a mask; the blocks of a group past Sp read block 0's keys again and, as those past S, are not stored. */ \
     TARGET static float tr__att_scores##B(const float *q, const float *Kt, int S, size_t Sp, int hd, float scale, float *p) { \
-        int c;                                                                                                          \
+        const long L = TR__LANES(B);                                                                                    \
+        int c, t;                                                                                                       \
         long j;                                                                                                         \
-        __m##B vmax = TR__MM(B, set1_ps)(-INFINITY);                                                                    \
-        for (j = 0; j < S; j += TR__LANES(B)) {                                                                         \
-            tr__kmask##B k = tr__mask##B(S - j);                                                                        \
-            __m##B acc = TR__MM(B, setzero_ps)();                                                                       \
-            for (c = 0; c < hd; c++) acc = TR__MM(B, fmadd_ps)(TR__MM(B, set1_ps)(q[c]), TR__MM(B, loadu_ps)(Kt + (size_t)c * Sp + j), acc); \
-            acc = TR__MM(B, mul_ps)(acc, TR__MM(B, set1_ps)(scale));                                                    \
-            tr__store##B(p + j, k, acc);                                                                                \
-            vmax = tr__max_in##B(vmax, k, acc);                                                                         \
+        __m##B vmax = TR__MM(B, set1_ps)(-INFINITY), vsc = TR__MM(B, set1_ps)(scale);                                   \
+        for (j = 0; j < S; j += 4 * L) {                                                                                \
+            __m##B acc[4];                                                                                              \
+            const float *row = Kt + j;                                                                                  \
+            long left = (long)Sp - j, o1 = left > L ? L : 0, o2 = left > 2 * L ? 2 * L : 0;                             \
+            long o3 = left > 3 * L ? 3 * L : 0;                                                                         \
+            acc[0] = acc[1] = acc[2] = acc[3] = TR__MM(B, setzero_ps)();                                                \
+            for (c = 0; c < hd; c++, row += Sp) {                                                                       \
+                __m##B qc = TR__MM(B, set1_ps)(q[c]);                                                                   \
+                acc[0] = TR__MM(B, fmadd_ps)(qc, TR__MM(B, loadu_ps)(row), acc[0]);                                     \
+                acc[1] = TR__MM(B, fmadd_ps)(qc, TR__MM(B, loadu_ps)(row + o1), acc[1]);                                \
+                acc[2] = TR__MM(B, fmadd_ps)(qc, TR__MM(B, loadu_ps)(row + o2), acc[2]);                                \
+                acc[3] = TR__MM(B, fmadd_ps)(qc, TR__MM(B, loadu_ps)(row + o3), acc[3]);                                \
+            }                                                                                                           \
+            for (t = 0; t < 4 && j + t * L < S; t++) {                                                                  \
+                tr__kmask##B k = tr__mask##B(S - j - t * L);                                                            \
+                __m##B v = TR__MM(B, mul_ps)(acc[t], vsc);                                                              \
+                tr__store##B(p + j + t * L, k, v);                                                                      \
+                vmax = tr__max_in##B(vmax, k, v);                                                                       \
+            }                                                                                                           \
         }                                                                                                               \
         return tr__hmax##B(vmax);                                                                                       \
     }                                                                                                                   \
-    /* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]; hd a multiple of the lanes or masked. */            \
-    TARGET static void tr__att_wsum##B(const float *w, const float *M, int S, int hd, float *out, int accumulate) {    \
-        int c, j;                                                                                                       \
-        for (c = 0; c < hd; c += TR__LANES(B)) {                                                                        \
-            tr__kmask##B k = tr__mask##B(hd - c);                                                                       \
-            __m##B acc = accumulate ? tr__load##B(k, out + c) : TR__MM(B, setzero_ps)();                                \
-            for (j = 0; j < S; j++) acc = TR__MM(B, fmadd_ps)(TR__MM(B, set1_ps)(w[j]), tr__load##B(k, M + (size_t)j * hd + c), acc); \
-            tr__store##B(out + c, k, acc);                                                                              \
+    /* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]. Four blocks of columns at once, four independent     \
+       sums, each over j in order as when a block went alone (the same bits); a block past hd is masked out. */         \
+    TARGET static void tr__att_wsum##B(const float *w, const float *M, int S, int hd, float *out, int accumulate) {     \
+        const long L = TR__LANES(B);                                                                                    \
+        int c, j, t;                                                                                                    \
+        for (c = 0; c < hd; c += 4 * (int)L) {                                                                          \
+            tr__kmask##B k[4];                                                                                          \
+            __m##B acc[4];                                                                                              \
+            for (t = 0; t < 4; t++) {                                                                                   \
+                long left = hd - c - t * L;                                                                             \
+                k[t] = tr__mask##B(left > 0 ? left : 0);                                                                \
+                acc[t] = accumulate ? tr__load##B(k[t], out + c + t * L) : TR__MM(B, setzero_ps)();                     \
+            }                                                                                                           \
+            for (j = 0; j < S; j++) {                                                                                   \
+                const float *row = M + (size_t)j * hd + c;                                                              \
+                __m##B wj = TR__MM(B, set1_ps)(w[j]);                                                                   \
+                acc[0] = TR__MM(B, fmadd_ps)(wj, tr__load##B(k[0], row), acc[0]);                                       \
+                acc[1] = TR__MM(B, fmadd_ps)(wj, tr__load##B(k[1], row + L), acc[1]);                                   \
+                acc[2] = TR__MM(B, fmadd_ps)(wj, tr__load##B(k[2], row + 2 * L), acc[2]);                               \
+                acc[3] = TR__MM(B, fmadd_ps)(wj, tr__load##B(k[3], row + 3 * L), acc[3]);                               \
+            }                                                                                                           \
+            for (t = 0; t < 4; t++) tr__store##B(out + c + t * L, k[t], acc[t]);                                        \
         }                                                                                                               \
     }                                                                                                                   \
-    /* The forward; `scratch` is this thread's tr__attention_scratch_floats. */                                        \
+    /* The forward; `scratch` is this thread's tr__attention_scratch_floats. */                                         \
     TARGET static void tr__attention_fwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) { \
         int D = H * hd, i;                                                                                              \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
@@ -3205,7 +3234,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             __m##B vs = TR__MM(B, setzero_ps)(), vm = TR__MM(B, set1_ps)(mx);                                           \
             for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
                 tr__kmask##B k = tr__mask##B(S - j);                                                                    \
-                __m##B e = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vm));                                   \
+                __m##B e = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vm));                                    \
                 e = tr__keep##B(k, e);                                                                                  \
                 tr__store##B(p + j, k, e);                                                                              \
                 vs = TR__MM(B, add_ps)(vs, e);                                                                          \
@@ -3226,7 +3255,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
         K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;               \
         dK = dp + Sp, dV = dK + (size_t)S * hd;                                                                         \
         tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
-        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                             \
+        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                              \
         for (i = 0; i < S; i++) {                                                                                       \
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
             const float *doi = do_ + ((size_t)b * S + i) * D + (size_t)h * hd;                                          \
@@ -3239,8 +3268,8 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             tr__att_scores##B(doi, Vt, S, Sp, hd, 1.0f, dp); /* dP[j] = dO . V[j] */                                    \
             for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
                 tr__kmask##B k = tr__mask##B(S - j);                                                                    \
-                __m##B pv = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vl));                                  \
-                __m##B ds = TR__MM(B, mul_ps)(pv, TR__MM(B, sub_ps)(tr__load##B(k, dp + j), TR__MM(B, set1_ps)(di)));  \
+                __m##B pv = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vl));                                   \
+                __m##B ds = TR__MM(B, mul_ps)(pv, TR__MM(B, sub_ps)(tr__load##B(k, dp + j), TR__MM(B, set1_ps)(di)));   \
                 tr__store##B(p + j, k, pv);                                                                             \
                 tr__store##B(dp + j, k, TR__MM(B, mul_ps)(ds, TR__MM(B, set1_ps)(scale)));                              \
             }                                                                                                           \
@@ -3250,15 +3279,15 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
                 for (c = 0; c < hd; c += TR__LANES(B)) {                                                                \
                     tr__kmask##B k = tr__mask##B(hd - c);                                                               \
                     float *dk = dK + (size_t)j * hd + c, *dv = dV + (size_t)j * hd + c;                                 \
-                    tr__store##B(dk, k, TR__MM(B, fmadd_ps)(a, tr__load##B(k, q + c), tr__load##B(k, dk)));            \
+                    tr__store##B(dk, k, TR__MM(B, fmadd_ps)(a, tr__load##B(k, q + c), tr__load##B(k, dk)));             \
                     tr__store##B(dv, k, TR__MM(B, fmadd_ps)(pw, tr__load##B(k, doi + c), tr__load##B(k, dv)));          \
                 }                                                                                                       \
             }                                                                                                           \
         }                                                                                                               \
         for (j = 0; j < S; j++) {                                                                                       \
             float *dst = dqkv + ((size_t)b * S + j) * 3 * D + (size_t)h * hd;                                           \
-            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));                                          \
-            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                      \
+            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));                                           \
+            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                       \
         }                                                                                                               \
     }
 #if TR__X86
