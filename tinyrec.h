@@ -1805,9 +1805,10 @@ TR__FN void tr__cpu_features(int feat[TR_CPU_FEATURE_COUNT], char brand[49]) {
 #endif
 }
 
-/* Whether the CPU is AMD's (cpuid leaf 0: "AuthenticAMD"). Its AVX512_BF16 CPUs (Zen 4, Zen 5) run vdpbf16ps at
-   twice their fp32 FMA rate (bench/peak_fma.c on a Zen 4: 465.8 against 232.5 GFLOP/s on 2 cores); Intel's without
-   AMX (Cooper Lake) at the same rate, as on the Sapphire Rapids Xeon measured. forward_dtype auto asks. */
+/* Whether the CPU is AMD's (cpuid leaf 0: "AuthenticAMD"). Its AVX512_BF16 CPUs (Zen 4, and by the same rule Zen 5,
+   not measured here) run vdpbf16ps at twice their fp32 FMA rate (bench/peak_fma.c on a Zen 4: 465.8 against 232.5
+   GFLOP/s on 2 cores); on the Sapphire Rapids Xeon measured it was no faster than the fp32 kernels. forward_dtype
+   auto asks. */
 TR__FN int tr__cpu_is_amd(void) {
 #if TR__CPUID
     unsigned a, b, c, d;
@@ -11456,7 +11457,7 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
         }
         if (!ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_DPBF16 && ctx->cpu_dp_fast) {
             tr__log(ctx, TR_LOG_INFO,
-                    "forward_dtype auto: bfloat16 on %s (its vdpbf16ps multiplies bfloat16 at twice the fp32 rate, as on AMD's Zen 4 / 5; "
+                    "forward_dtype auto: bfloat16 on %s (its vdpbf16ps multiplies bfloat16 at twice the fp32 rate, as on AMD's Zen 4; "
                     "the training step measured 1.5-1.6x the float32 one on a 2-core Zen 4)",
                     ctx->dev_name);
             return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
