@@ -3164,7 +3164,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
 }
 
 /* Attention on one (batch, head), reading K and V as gathered by tr__att_gather. */
-#define TR__ATT_KERNELS(B, TARGET)                                                                                      \
+#define TR__ATT_KERNELS(B, TARGET)                                                                                       \
     /* scores[j] = scale * q . K[j] over all keys from the transposed Kt [hd][Sp]; returns the max. Four blocks of      \
        keys at once, four independent sums, so that the FMA latency is hidden; each block's is its own over c in        \
        order, as when a block went alone (the same bits). Sp is a multiple of 16 (TR__ATT_PAD), so a block's loads      \
@@ -3198,7 +3198,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
     }                                                                                                                   \
     /* out[c] (+)= sum_j w[j] * M[j][c] for a row-major M [S][hd]. Four blocks of columns at once, four independent     \
        sums, each over j in order as when a block went alone (the same bits); a block past hd is masked out. */         \
-    TARGET static void tr__att_wsum##B(const float *w, const float *M, int S, int hd, float *out, int accumulate) {     \
+    TARGET static void tr__att_wsum##B(const float *w, const float *M, int S, int hd, float *out, int accumulate) {    \
         const long L = TR__LANES(B);                                                                                    \
         int c, j, t;                                                                                                    \
         for (c = 0; c < hd; c += 4 * (int)L) {                                                                          \
@@ -3220,7 +3220,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             for (t = 0; t < 4; t++) tr__store##B(out + c + t * L, k[t], acc[t]);                                        \
         }                                                                                                               \
     }                                                                                                                   \
-    /* The forward; `scratch` is this thread's tr__attention_scratch_floats. */                                         \
+    /* The forward; `scratch` is this thread's tr__attention_scratch_floats. */                                        \
     TARGET static void tr__attention_fwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) { \
         int D = H * hd, i;                                                                                              \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
@@ -3235,7 +3235,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             __m##B vs = TR__MM(B, setzero_ps)(), vm = TR__MM(B, set1_ps)(mx);                                           \
             for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
                 tr__kmask##B k = tr__mask##B(S - j);                                                                    \
-                __m##B e = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vm));                                    \
+                __m##B e = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vm));                                   \
                 e = tr__keep##B(k, e);                                                                                  \
                 tr__store##B(p + j, k, e);                                                                              \
                 vs = TR__MM(B, add_ps)(vs, e);                                                                          \
@@ -3256,7 +3256,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
         K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;               \
         dK = dp + Sp, dV = dK + (size_t)S * hd;                                                                         \
         tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
-        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                              \
+        memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                             \
         for (i = 0; i < S; i++) {                                                                                       \
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
             const float *doi = do_ + ((size_t)b * S + i) * D + (size_t)h * hd;                                          \
@@ -3269,8 +3269,8 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
             tr__att_scores##B(doi, Vt, S, Sp, hd, 1.0f, dp); /* dP[j] = dO . V[j] */                                    \
             for (j = 0; j < S; j += TR__LANES(B)) {                                                                     \
                 tr__kmask##B k = tr__mask##B(S - j);                                                                    \
-                __m##B pv = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vl));                                   \
-                __m##B ds = TR__MM(B, mul_ps)(pv, TR__MM(B, sub_ps)(tr__load##B(k, dp + j), TR__MM(B, set1_ps)(di)));   \
+                __m##B pv = tr__exp##B(TR__MM(B, sub_ps)(tr__load##B(k, p + j), vl));                                  \
+                __m##B ds = TR__MM(B, mul_ps)(pv, TR__MM(B, sub_ps)(tr__load##B(k, dp + j), TR__MM(B, set1_ps)(di)));  \
                 tr__store##B(p + j, k, pv);                                                                             \
                 tr__store##B(dp + j, k, TR__MM(B, mul_ps)(ds, TR__MM(B, set1_ps)(scale)));                              \
             }                                                                                                           \
@@ -3280,15 +3280,15 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
                 for (c = 0; c < hd; c += TR__LANES(B)) {                                                                \
                     tr__kmask##B k = tr__mask##B(hd - c);                                                               \
                     float *dk = dK + (size_t)j * hd + c, *dv = dV + (size_t)j * hd + c;                                 \
-                    tr__store##B(dk, k, TR__MM(B, fmadd_ps)(a, tr__load##B(k, q + c), tr__load##B(k, dk)));             \
+                    tr__store##B(dk, k, TR__MM(B, fmadd_ps)(a, tr__load##B(k, q + c), tr__load##B(k, dk)));            \
                     tr__store##B(dv, k, TR__MM(B, fmadd_ps)(pw, tr__load##B(k, doi + c), tr__load##B(k, dv)));          \
                 }                                                                                                       \
             }                                                                                                           \
         }                                                                                                               \
         for (j = 0; j < S; j++) {                                                                                       \
             float *dst = dqkv + ((size_t)b * S + j) * 3 * D + (size_t)h * hd;                                           \
-            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));                                           \
-            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                       \
+            memcpy(dst + D, dK + (size_t)j * hd, (size_t)hd * sizeof(float));                                          \
+            memcpy(dst + 2 * D, dV + (size_t)j * hd, (size_t)hd * sizeof(float));                                      \
         }                                                                                                               \
     }
 #if TR__X86
