@@ -11448,25 +11448,23 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
             return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
         }
 #endif
-        if (!ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_AMX) {
+        { /* the CPU's products: bfloat16 where its kernels outrun the fp32 ones */
+            int kernel = ctx->dev_active ? 0 : tr__bgemm_kernel(ctx);
+            const char *native = kernel == TR__BG_AMX ? "its AMX tiles multiply bfloat16 natively; the training step measured 1.7-1.9x "
+                                                        "the float32 one on a 16-core Xeon"
+                                 : kernel == TR__BG_DPBF16 && ctx->cpu_dp_fast
+                                     ? "its vdpbf16ps multiplies bfloat16 at twice the fp32 rate, as on AMD's Zen 4; the training step "
+                                       "measured 1.5-1.6x the float32 one on a 2-core Zen 4"
+                                     : NULL;
+            if (native) {
+                tr__log(ctx, TR_LOG_INFO, "forward_dtype auto: bfloat16 on %s (%s)", ctx->dev_name, native);
+                return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
+            }
             tr__log(ctx, TR_LOG_INFO,
-                    "forward_dtype auto: bfloat16 on %s (its AMX tiles multiply bfloat16 natively; the training step measured 1.7-1.9x "
-                    "the float32 one on a 16-core Xeon)",
-                    ctx->dev_name);
-            return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
+                    "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points%s, which "
+                    "matches the reference's numerics but costs time; float32 is the fastest precision this version computes here)",
+                    ctx->dev_name, kernel == TR__BG_DPBF16 ? ", bfloat16's products on vdpbf16ps, which this CPU runs at its fp32 rate" : "");
         }
-        if (!ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_DPBF16 && ctx->cpu_dp_fast) {
-            tr__log(ctx, TR_LOG_INFO,
-                    "forward_dtype auto: bfloat16 on %s (its vdpbf16ps multiplies bfloat16 at twice the fp32 rate, as on AMD's Zen 4; "
-                    "the training step measured 1.5-1.6x the float32 one on a 2-core Zen 4)",
-                    ctx->dev_name);
-            return tr__fdt_resolve(ctx, TR_FWD_BFLOAT16);
-        }
-        tr__log(ctx, TR_LOG_INFO,
-                "forward_dtype auto: float32 on %s (bfloat16 and float16 run here as fp32 storage rounded at the reference's points%s, which "
-                "matches the reference's numerics but costs time; float32 is the fastest precision this version computes here)",
-                ctx->dev_name,
-                !ctx->dev_active && tr__bgemm_kernel(ctx) == TR__BG_DPBF16 ? ", bfloat16's products on vdpbf16ps, which this CPU runs at its fp32 rate" : "");
         return TR_FWD_FLOAT32;
     }
     while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
