@@ -118,31 +118,30 @@ static double measure_fn(chains_fn fn, double flops_per_iter, int threads, long 
     return best;
 }
 
-static double measure(int threads, long iters) {
-    return measure_fn(run_chains, CHAINS * LANES * 2.0, threads, iters);
+/* Measures fn on 1 thread and on 2 (where the machine has them) and prints both under the heading. */
+static void report(const char *heading, chains_fn fn, double flops_per_iter, long iters, int nt) {
+    double g1 = measure_fn(fn, flops_per_iter, 1, iters), g2 = measure_fn(fn, flops_per_iter, nt >= 2 ? 2 : 1, iters);
+    printf("%s:\n", heading);
+    printf("  1 thread : %8.1f GFLOP/s\n", g1);
+    printf("  2 threads: %8.1f GFLOP/s\n", g2);
 }
 
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.5;
     long iters;
-    double t0, g1, g2;
+    double t0;
+    char heading[96];
     int nt = omp_get_num_procs();
     /* calibrate: ~secs per run on one thread */
     t0 = now();
     if (run_chains(1000000, 1.0f) == 12345.0f) printf(" ");
     iters = (long)(1000000.0 * secs / (now() - t0));
     if (iters < 1000) iters = 1000;
-    g1 = measure(1, iters);
-    g2 = measure(nt >= 2 ? 2 : 1, iters);
-    printf("fp32 FMA peak (%d-bit vectors, %d chains/thread):\n", LANES * 32, CHAINS);
-    printf("  1 thread : %8.1f GFLOP/s\n", g1);
-    printf("  2 threads: %8.1f GFLOP/s\n", g2);
+    snprintf(heading, sizeof heading, "fp32 FMA peak (%d-bit vectors, %d chains/thread)", LANES * 32, CHAINS);
+    report(heading, run_chains, CHAINS * LANES * 2.0, iters, nt);
 #if defined(__AVX512BF16__)
-    g1 = measure_fn(run_bf16_chains, BF16_CHAINS * 16 * 4.0, 1, iters);
-    g2 = measure_fn(run_bf16_chains, BF16_CHAINS * 16 * 4.0, nt >= 2 ? 2 : 1, iters);
-    printf("bf16 dot-product peak (vdpbf16ps, 512-bit, %d chains/thread):\n", BF16_CHAINS);
-    printf("  1 thread : %8.1f GFLOP/s\n", g1);
-    printf("  2 threads: %8.1f GFLOP/s\n", g2);
+    snprintf(heading, sizeof heading, "bf16 dot-product peak (vdpbf16ps, 512-bit, %d chains/thread)", BF16_CHAINS);
+    report(heading, run_bf16_chains, BF16_CHAINS * 16 * 4.0, iters, nt);
 #endif
     return 0;
 }
