@@ -214,6 +214,23 @@ static void test_grad_slices(void **state) {
 /* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention; mode 1: the recursion in two slices of 2 rows, 2: the token
    mix in passes of one row (tr__ws_mix_rows); fdt: the forward precision */
 enum { RUN_WHOLE, RUN_SLICES, RUN_MIX_PASSES };
+static void variant_config(tr_model_config *c, int variant) {
+    if (variant == 2) tu_tiny_hrm_config(c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    else tu_tiny_config(c, variant == 1, variant == 1 ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+}
+/* The parameter count of a variant's model (how large run_steps' params_out is). */
+static size_t variant_params(int variant) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_model_config c;
+    tr_model *m;
+    size_t n;
+    variant_config(&c, variant);
+    assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+    n = m->n_params;
+    tr_model_destroy(m);
+    tr_ctx_destroy(ctx);
+    return n;
+}
 static void run_steps(int threads, int variant, int steps, float *params_out, double *losses, int mode, tr_forward_dtype fdt) {
     enum { B = 4 };
     tr_ctx *ctx = tu_ctx(threads, 11);
@@ -223,9 +240,7 @@ static void run_steps(int threads, int variant, int steps, float *params_out, do
     tr_train_config tc = tr_train_config_default();
     int32_t in[B * 16], lab[B * 16], pid[B];
     int k;
-    int mlp_t = variant == 1;
-    if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
-    else tu_tiny_config(&c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
+    variant_config(&c, variant);
     c.halt_exploration_prob = 0.5;
     c.forward_dtype = fdt;
     assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
@@ -251,18 +266,9 @@ static void test_threads_and_determinism(void **state) {
     int variant;
     (void)state;
     for (variant = 0; variant < 3; variant++) {
-        tr_ctx *ctx = tu_ctx(1, 0);
-        tr_model_config c;
-        tr_model *m;
-        size_t n;
+        size_t n = variant_params(variant);
         float *p1, *p2, *p3, *p4;
         double l1[5], l2[5], l3[5], l4[5];
-        if (variant == 2) tu_tiny_hrm_config(&c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
-        else tu_tiny_config(&c, variant == 1, TR_POS_ROPE, TR_LOSS_STABLEMAX);
-        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
-        n = m->n_params;
-        tr_model_destroy(m);
-        tr_ctx_destroy(ctx);
         p1 = (float *)malloc(n * 4), p2 = (float *)malloc(n * 4), p3 = (float *)malloc(n * 4), p4 = (float *)malloc(n * 4);
         run_steps(1, variant, 5, p1, l1, RUN_WHOLE, TR_FWD_FLOAT32);
         run_steps(2, variant, 5, p2, l2, RUN_WHOLE, TR_FWD_FLOAT32);
@@ -297,7 +303,7 @@ static void test_token_mix_passes(void **state) {
         size_t n;
         float *whole, *passes;
         double lw[4], lp[4];
-        tu_tiny_config(&c, 1, TR_POS_NONE, TR_LOSS_STABLEMAX);
+        variant_config(&c, 1);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         n = m->n_params;
         assert_int_equal(tr__ws_mix_rows(m, 4, 0), 4); /* (the tiny model's dbig holds the batch: one pass) */
