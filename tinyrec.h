@@ -3851,7 +3851,8 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
    row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
    16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
    its start, converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of
-   the unpacked tensor's. */
+   the unpacked tensor's. bwd = 2: as 1, out holding 16-bit values of fdt (a 16-bit workspace's, tr__ws_d16), the
+   rounded ones exactly. */
 #define TR__SW16_CH 256
 typedef struct tr__swiglu16_args {
     int fdt, bwd;
@@ -3870,7 +3871,7 @@ TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
     long r, j0;
     for (r = i0; r < i1; r++) {
         const uint16_t *g = p->g + (size_t)r * p->gs;
-        float *out = p->out + (size_t)r * p->os;
+        float *out = p->bwd == 2 ? NULL : p->out + (size_t)r * p->os;
         for (j0 = 0; j0 < p->width; j0 += TR__SW16_CH) {
             long n = TR__MIN((long)TR__SW16_CH, p->width - j0);
             tr__half_args ha;
@@ -3887,6 +3888,14 @@ TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
                 b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.da = p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n, b.a.dg = dbuf;
                 p->fn(&b, 0, 1);
                 if (p->fdt) tr__round_at(p->round_fn, p->fdt, dbuf, 2 * (size_t)n);
+                if (p->bwd == 2) { /* (out16: out's row r as 16-bit values) */
+                    uint16_t *out16 = (uint16_t *)(void *)p->out + (size_t)r * p->os;
+                    ha.unpack = 0, ha.x = dbuf, ha.h = out16 + j0;
+                    p->half_fn(&ha, 0, n);
+                    ha.x = dbuf + n, ha.h = out16 + p->width + j0;
+                    p->half_fn(&ha, 0, n);
+                    continue;
+                }
                 memcpy(out + j0, dbuf, (size_t)n * sizeof(float));
                 memcpy(out + p->width + j0, dbuf + n, (size_t)n * sizeof(float));
             }
@@ -5123,7 +5132,33 @@ typedef struct tr__sgemm_job {
        is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
     size_t mrows, npair, asplit;
+    /* a16: A holds 16-bit values of that precision (tr__op_sgemm_a16), widened a tile at a time into a thread's
+       a16_tile (a16_stride floats apart) before its packing */
+    int a16;
+    tr__range_fn half_fn;
+    float *a16_tile;
+    size_t a16_stride;
 } tr__sgemm_job;
+
+/* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
+   holds 16-bit values (J->a16), they are first widened exactly into tile, so the packing and its bits are those
+   of the fp32 values. */
+TR__FN void tr__sgemm_pack_a_op(const tr__sgemm_job *J, const float *A, size_t m0, size_t mc, size_t k0, size_t kc, float *dst, float *tile) {
+    const uint16_t *h = (const uint16_t *)(const void *)A;
+    size_t rows = J->transA ? kc : mc, cols = J->transA ? mc : kc, r; /* the tile as A stores it */
+    tr__half_args ha;
+    if (!J->a16) {
+        J->kern.pack_a(J->transA, A, J->lda, m0, mc, k0, kc, J->kern.mr, dst);
+        return;
+    }
+    ha.fdt = J->a16, ha.unpack = 1;
+    for (r = 0; r < rows; r++) {
+        ha.x = tile + r * cols;
+        ha.h = (uint16_t *)(uintptr_t)(h + (J->transA ? (k0 + r) * J->lda + m0 : (m0 + r) * J->lda + k0));
+        J->half_fn(&ha, 0, (long)cols);
+    }
+    J->kern.pack_a(J->transA, tile, cols, 0, mc, 0, kc, J->kern.mr, dst);
+}
 
 /* B-packing unit u: one KC block x bunit panels. */
 TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
@@ -5143,7 +5178,7 @@ TR__FN size_t tr__sgemm_agroups(const tr__sgemm_job *J) {
     return J->asplit ? 2 * ((J->asplit / MR + 3) / 4) : (J->mpad / MR + 3) / 4;
 }
 /* A-packing unit u: one KC block x 4 MR panels of all of op(A). */
-TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
+TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, float *tile, size_t u) {
     size_t MR = J->kern.mr, ngroups = tr__sgemm_agroups(J), q = u / ngroups, g = u % ngroups;
     size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0), m0 = g * 4 * MR, at = m0, rows = J->M;
     if (J->asplit) { /* half g / (ngroups / 2): rows from m0 of that half, at its packed start */
@@ -5151,13 +5186,13 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, size_t u) {
         m0 = (g % (ngroups / 2)) * 4 * MR, at = h * J->asplit + m0, rows = (h + 1) * half;
         m0 += h * half;
     }
-    J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, TR__MIN(4 * MR, rows - m0), k0, kc, MR, J->apre + q * J->kc_nom * J->mpad + at * kc);
+    tr__sgemm_pack_a_op(J, J->A + (q / J->nkbp) * J->sAk, m0, TR__MIN(4 * MR, rows - m0), k0, kc, J->apre + q * J->kc_nom * J->mpad + at * kc, tile);
 }
 
 /* Job u of a product with an epilogue (J->epi: one KC block, nothing summed into C): each micro-tile into t (a paired
    product's gate and up halves side by side), then the epilogue. */
 #define TR__SG_PAIR_TILE (2 * 32 * 32) /* floats of t: both halves of the largest micro-tile (AMX's) */
-TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
+TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, float *tile, size_t u) {
     const tr__sgemm_epi *E = J->epi;
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->mrows - m0);
@@ -5166,7 +5201,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
     const float *aslab = J->apre ? J->apre + m0 * kc : apack;
     float t[TR__SG_PAIR_TILE];
     if (J->kern.enter) J->kern.enter();
-    if (!J->apre) J->kern.pack_a(J->transA, J->A, J->lda, m0, mc, 0, kc, MR, apack);
+    if (!J->apre) tr__sgemm_pack_a_op(J, J->A, m0, mc, 0, kc, apack, tile);
     for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
         size_t q1 = TR__MIN(q0 + ncp, p_hi);
         for (ir = 0; ir < mc; ir += MR) {
@@ -5192,15 +5227,15 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, size_t u) {
     if (J->kern.leave) J->kern.leave();
 }
 
-/* Job u: M block u % nmb, N range u / nmb, all of K. */
-TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
+/* Job u: M block u % nmb, N range u / nmb, all of K (apack, tile: the running thread's). */
+TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile, size_t u) {
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1);
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->M - m0);
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
     size_t q, q0, ir, p;
     tr__sgemm_ukr_fn ukr = J->kern.ukr;
     if (J->epi) {
-        tr__sgemm_job_pair(J, apack, u);
+        tr__sgemm_job_pair(J, apack, tile, u);
         return;
     }
     if (J->kern.enter) J->kern.enter();
@@ -5209,7 +5244,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, size_t u) {
         const float *blk = J->bpack + q * J->kc_nom * J->npan * NR;
         int acc = J->accumulate || q > 0;
         const float *aslab = J->apre ? J->apre + q * J->kc_nom * J->mpad + m0 * kc : apack;
-        if (!J->apre) J->kern.pack_a(J->transA, J->A + (q / J->nkbp) * J->sAk, J->lda, m0, mc, k0, kc, MR, apack);
+        if (!J->apre) tr__sgemm_pack_a_op(J, J->A + (q / J->nkbp) * J->sAk, m0, mc, k0, kc, apack, tile);
         for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
             size_t q1 = TR__MIN(q0 + ncp, p_hi);
             for (ir = 0; ir < mc; ir += MR) {
@@ -5306,6 +5341,9 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
     return TR_OK;
 }
 
+/* Thread t's tile for widening 16-bit A (NULL: A is fp32); t >= nt: a loop run alone inside another. */
+TR__FN float *tr__sgemm_a16_tile(const tr__sgemm_job *J, int t, int nt) { return J->a16_tile ? J->a16_tile + (size_t)(t < nt ? t : 0) * J->a16_stride : NULL; }
+
 #if TR__POOL
 /* The packed path's two loops on the pool (OpenMP runs them in one region, below). */
 typedef struct tr__sgemm_pool_args { const tr__sgemm_job *J; int nt; size_t nbunits; } tr__sgemm_pool_args;
@@ -5314,7 +5352,7 @@ TR__FN void tr__sgemm_pack_range(void *arg, long u0, long u1) { /* op(B)'s units
     long u;
     for (u = u0; u < u1; u++) {
         if ((size_t)u < p->nbunits) tr__sgemm_pack_b_unit(p->J, (size_t)u);
-        else tr__sgemm_pack_a_unit(p->J, (size_t)u - p->nbunits);
+        else tr__sgemm_pack_a_unit(p->J, tr__sgemm_a16_tile(p->J, tr__thread_id(), p->nt), (size_t)u - p->nbunits);
     }
 }
 TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
@@ -5322,7 +5360,7 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
     int t = tr__thread_id();
     float *ap = p->J->apre ? NULL : p->J->apack + (size_t)(t < p->nt ? t : 0) * p->J->astride; /* (t >= nt: a loop run alone inside another) */
     long u;
-    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, (size_t)u);
+    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, tr__sgemm_a16_tile(p->J, t, p->nt), (size_t)u);
 }
 #endif
 
@@ -5333,22 +5371,39 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
    another (each product's own blocking, and C takes each block's sum in that order, as the
    products run one by one sum it). Shapes of the unpacked paths run one by one. */
 TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi) {
+                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi, int a16) {
     tr__sgemm_job J;
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
     if (epi) { /* a product with an epilogue runs on the packed path in one KC block (else epi->done stays 0) */
         epi->done = 0;
-        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
+        if (a16 || kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
             (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
             return TR_OK;
     }
     if (M == 0 || N == 0) return TR_OK;
+    if (a16 && (nbat * kbat > 1 || K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
+        /* the paths that read A in place (a short or narrow product's, tests' shapes) take it widened whole */
+        size_t rows = transA ? K : M, cols = transA ? M : K, bytes, r;
+        float *w;
+        tr__half_args ha;
+        if (nbat * kbat > 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm: a 16-bit operand in a batch of products");
+        if (!tr__size_mul(rows, cols * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+        if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+        ha.fdt = a16, ha.unpack = 1;
+        for (r = 0; r < rows; r++) {
+            ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)((const uint16_t *)(const void *)A + r * lda);
+            tr__half_pick(ctx)(&ha, 0, (long)cols);
+        }
+        st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, w, cols, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0);
+        tr__free(ctx, w);
+        return st;
+    }
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
             if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, B + i * sB, ldb, 0, C + (nbat > 1 ? i * sC : 0),
-                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL)) != TR_OK)
+                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, 0)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -5367,6 +5422,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     J.A = A, J.B = B, J.C = C;
     J.lda = lda, J.ldb = ldb, J.ldc = ldc;
     J.kern = tr__sgemm_kernels(ctx->simd);
+    J.a16 = a16;
+    J.half_fn = tr__half_pick(ctx);
 
     /* short or narrow: no packing (the choice depends on the shape only, never on threads) */
     if (M <= TR__SG_SMALL_M) return tr__sgemm_small(ctx, &J, transB);
@@ -5424,19 +5481,22 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
         if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
-            (st = tr__pw_find(ctx, J.kern.ukr, J.asplit ? 2 : 0, J.transA, kbat == 1 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
+            (st = tr__pw_find(ctx, J.kern.ukr, J.asplit ? 2 : 0, J.transA, kbat == 1 && !a16 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (bpre) bfloats = 0;
         else packb = 1;
         if (apre) afloats = 0;
         else if (J.nnb > 1 || (epi && epi->pair_m)) afloats = mfloats, ashared = packa = 1; /* (a pair's up rows: outside a job's slab) */
-        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s, sizeof(float), &total))
+        /* 16-bit A: a tile per thread, for an M block's or a packing unit's rows (tr__sgemm_pack_a_op) */
+        J.a16_stride = a16 ? (TR__MAX(J.mcb, 4 * MR) * J.kc_nom + 15) / 16 * 16 : 0;
+        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.a16_stride * (size_t)nt, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
             float *w = (float *)tr__scratch(ctx, total);
             if (!w) return TR_ERR_OUT_OF_MEMORY;
             J.bpack = w;
             J.apack = w + bfloats;
+            if (a16) J.a16_tile = w + bfloats + s;
         }
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
@@ -5450,18 +5510,18 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     if (nt > 1) {
 #pragma omp parallel num_threads(nt)
         {
-            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride;
+            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride, *tile = tr__sgemm_a16_tile(&J, omp_get_thread_num(), nt);
             long u;
             if (nbunits + J.naunits) {
 #pragma omp for schedule(dynamic, 1)
                 for (u = 0; u < (long)(nbunits + J.naunits); u++) {
                     if ((size_t)u < nbunits) tr__sgemm_pack_b_unit(&J, (size_t)u);
-                    else tr__sgemm_pack_a_unit(&J, (size_t)u - nbunits);
+                    else tr__sgemm_pack_a_unit(&J, tile, (size_t)u - nbunits);
                 }
                 /* (the loop's implicit barrier: what is packed once is packed past this point) */
             }
 #pragma omp for schedule(dynamic, 1)
-            for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, (size_t)u);
+            for (u = 0; u < (long)njobs; u++) tr__sgemm_job_run(&J, ap, tile, (size_t)u);
         }
         return TR_OK;
     }
@@ -5475,14 +5535,14 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     }
 #endif
     for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
-    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, i);
-    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, i);
+    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, J.a16_tile, i);
+    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, J.a16_tile, i);
     return TR_OK;
 }
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
-    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL);
+    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
@@ -5494,13 +5554,12 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M
                                    const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     int b;
     tr_status st;
-    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL);
+    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, 0);
     if (nb > 1 && sC == 0) {
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
             if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, B + b * sB, ldb, sB, C, ldc, 0, b > 0 ? 1 : acc,
-                                   NULL)) !=
-                TR_OK)
+                                   NULL, 0)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -10680,6 +10739,14 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
+/* tr__op_sgemm with A given as 16-bit values of fdt (a 16-bit workspace buffer on the CPU, tr__ws_d16): the bits of the
+   product of the fp32 values they hold. A device's workspace is fp32 and never comes here. */
+TR__FN tr_status tr__op_sgemm_a16(tr_ctx *ctx, int fdt, int ta, int tb, size_t M, size_t N, size_t K, const uint16_t *A, size_t lda, const float *B,
+                                  size_t ldb, float *C, size_t ldc, int acc) {
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
+    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt);
+}
+
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
    (tr__cl_weights_still): 1 when this call holds them, to pass to tr__op_weights_release; 0 when an outer call holds
    them already, or off a device. */
@@ -10753,7 +10820,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e)) || e.done) return st;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e, 0)) || e.done) return st;
     }
     if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
@@ -10882,6 +10949,14 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
+/* tr__op_swiglu_bwd on the CPU from a 16-bit tape's gate_up g16 into dg16 as 16-bit values of fdt (a 16-bit workspace's
+   dbig, tr__ws_d16; rows of stride gs, like g16): dg is rounded as it goes, so they hold it exactly. */
+TR__FN tr_status tr__op_swiglu_bwd16(tr_ctx *ctx, int fdt, long rows, long width, const float *g16, size_t gs, const float *da, size_t das, float *dg16) {
+    if (ctx->dev_active || !g16 || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "swiglu_bwd: a 16-bit gradient off the CPU");
+    tr__swiglu16(ctx, fdt, 2, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg16, gs);
+    return TR_OK;
+}
+
 /* The CPU's gate_up product of a SwiGLU with the activation in its epilogue (tr__sgemm_epi), in place of the product,
    its rounding pass, the activation's pass and (gu16) the tape's conversion: C (+ b sB's product) = op(A) op(B), whose
    halves (pair_m: rows, else columns) are gate and up; act as tr__sgemm_epi lays it out, and with keep_gu gate_up
@@ -10899,7 +10974,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
     e.act = act, e.act_ld = act_ld, e.act_s = act_s;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e))) return st;
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, 0))) return st;
     *done = e.done;
     return TR_OK;
 }
@@ -11147,6 +11222,7 @@ struct tr_model {
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
     int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
     int ws_gate_up; /* the workspace's fp32 record has gate_up fields of its own (tr__ws_rec) */
+    int ws_d16;     /* its dbig holds the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
@@ -11576,6 +11652,15 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 }
 
 /* --- working memory ----------------------------------------------------------------------- */
+/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
+   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
+TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
+/* Whether the workspace holds the channel SwiGLU's d gate_up (the backward's largest use of dbig) as 16-bit values: a
+   16-bit tape's model on the CPU (gate_up = 0), whose backward rounds it to 16 bits as it writes it and whose two
+   products read it so (tr__op_sgemm_a16), the same bits. dbig's other uses stay fp32 and fit in what is left: the
+   token mix runs in passes of half as many rows (tr__ws_mix_rows), attention's d qkv is smaller, and a forward's
+   gate_up product whose epilogue does not compute the activation runs in chunks of rows (tr__op_swiglu_mlp). */
+TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
 /* Floats of one block record per row (half: a 16-bit tape's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
@@ -11592,7 +11677,7 @@ TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
 TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
     size_t per = (size_t)m->It * m->D, r;
     if (!m->cfg.mlp_t || gate_up || !per) return B;
-    r = (size_t)B * m->S * m->I / per;
+    r = (size_t)B * m->S * m->I / per / (tr__ws_d16(m, gate_up) ? 2 : 1); /* (dbig's room for 2 It x D per row) */
     if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
     return (int)TR__MAX(1, TR__MIN((size_t)B, r));
 }
@@ -11634,22 +11719,31 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 
 /* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (g1, g2, the
    running gradients, then dbig the largest of its uses, tr__block_bwd), and last (tr__ws_in) a block input unpacked
-   from a 16-bit tape. The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0): a forward writes
+   from a 16-bit tape. The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
+/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
+   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
+TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
+    size_t gu = (size_t)B * 2 * m->S * m->I, g4 = (size_t)B * 4 * m->S * m->D, chan = gu;
+    if (tr__ws_d16(m, gate_up)) chan = TR__MAX(tr__vals(gu, 1), gu > g4 ? gu - g4 : 0); /* (and the forward's fp32 gate_up from g1: tr__ws_gu) */
+    return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
+}
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    size_t dbig = TR__MAX((size_t)B * 2 * m->S * TR__MAX(m->I, 3 * m->D / 2 + 1), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
-    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * 5 + dbig + 256;
+    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * 5 + tr__ws_dbig_floats(m, B, gate_up) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
-/* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's dbig
-   (tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
+/* Where the CPU's fp32 record keeps its gate_up fields (tr__ws_rec): dbig, or with a 16-bit dbig (tr__ws_d16) g1, so
+   that the forward's fp32 gate_up fits in the backward's gradient buffers and dbig together. */
+TR__FN float *tr__ws_gu(const tr_model *m, int B) { return m->ws_d16 ? tr__ws_g1(m, B) : tr__ws_dbig(m, B); }
+/* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
+   (tr__ws_gu, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
 TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
-    return !m->ws_gate_up && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+    return !m->ws_gate_up && r->mix == tr__ws_gu(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
 }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
@@ -11669,8 +11763,9 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
     int gate_up = m->ctx->dev_active;
     B = tr__ws_rows(m, B);
-    if (B <= m->ws_B && gate_up == m->ws_gate_up) return TR_OK;
+    if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16) return TR_OK;
     m->ws_gate_up = gate_up;
+    m->ws_d16 = tr__ws_d16(m, gate_up);
     n = tr__ws_floats(m, B, gate_up);
     tr__dfree(m->ctx, m->ws);
     m->ws_B = 0;
@@ -11685,9 +11780,6 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
 /* Blocks one recorded net application holds: the deeper module's (HRM's H and L may differ). */
 TR__FN int tr__rec_layers(const tr_model *m) { return TR__MAX(m->modules[0].n_layers, m->modules[m->n_modules - 1].n_layers); }
 
-/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
-   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
-TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
 /* Floats of one recorded net application for B rows. */
 TR__FN size_t tr__tape_net_floats(const tr_model *m, int B, int half) {
     return (size_t)B * (tr__vals((size_t)m->S * m->D, half) + tr__block_rec_floats(m, half, 1) * (size_t)tr__rec_layers(m)) + 64;
@@ -11783,9 +11875,17 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
-    st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
-    if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
-    if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+    if (m->ws_d16) { /* d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
+        const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
+        st = t16 ? tr__op_swiglu_bwd16(ctx, m->fdt, (long)BS, (long)I, t16->gu, 2 * I, act, I, dbig) : tr__err(ctx, TR_ERR_GENERIC, "block backward: a 16-bit workspace without a 16-bit tape");
+        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 1, 0, 2 * I, D, BS, d16, 2 * I, r->h1, D, g_gu, D, 1);
+        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 0, 0, BS, D, 2 * I, d16, 2 * I, TR__W(m, ly->gu), D, g2, D, 1);
+        if (!st) st = tr__op_round_rows(ctx, m->fdt, g2, 1, BS * D, 0); /* g2 = d h1, rounded as tr__op_sgemm_rnd would */
+    } else {
+        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
+        if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+    }
     tr__op_pack_window(ctx, 0);
     if (st) return st;
     if (m->cfg.mlp_t) {
@@ -11862,7 +11962,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, 0, m->ws_gate_up ? NULL : tr__ws_dbig(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, 0, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 

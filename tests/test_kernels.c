@@ -207,7 +207,7 @@ static void test_swiglu16(void **state) {
             size_t W = (size_t)widths[w], gs = 2 * W + PAD, n = R * gs;
             float *g = (float *)malloc(n * sizeof(float)), *da = (float *)malloc(R * W * sizeof(float)), *ref = (float *)malloc(n * sizeof(float)),
                   *got = (float *)malloc(n * sizeof(float));
-            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
+            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh_ref = (uint16_t *)malloc(n * sizeof(uint16_t));
             tu_fill(g, n, 11 + (uint64_t)w, 6.0f);
             tu_fill(da, R * W, 12 + (uint64_t)w, 1.0f);
             tr__round_ref(fdt, g, n);
@@ -225,8 +225,15 @@ static void test_swiglu16(void **state) {
                 for (i = 0; i < n; i++)
                     if (i % gs < 2 * W && memcmp(&got[i], &ref[i], sizeof(float)) != 0)
                         fail_msg("%s fdt %d W %zu: dg[%zu] = %.9g from 16 bits, %.9g unpacked", sets[lvl], fdt, W, i, got[i], ref[i]);
+                /* bwd = 2: dg written as 16-bit values (a 16-bit workspace's), the rounded ones exactly */
+                tr__half_ref(fdt, 0, ref, dh_ref, n);
+                memset(dh, 0xff, n * sizeof(uint16_t));
+                tr__swiglu16(ctx, fdt, 2, R, (long)W, h, gs, da, W, (float *)(void *)dh, gs);
+                for (i = 0; i < n; i++)
+                    if (i % gs < 2 * W ? dh[i] != dh_ref[i] : dh[i] != 0xffff)
+                        fail_msg("%s fdt %d W %zu: 16-bit dg[%zu] = %04x, the rounded %04x", sets[lvl], fdt, W, i, dh[i], dh_ref[i]);
             }
-            free(g), free(da), free(ref), free(got), free(h);
+            free(g), free(da), free(ref), free(got), free(h), free(dh), free(dh_ref);
         }
     tr_ctx_destroy(ctx);
 }

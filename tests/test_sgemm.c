@@ -639,7 +639,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     tr__sgemm_epi_init(ctx, fdt, &e);
                     e.round_only = 1;
-                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e), TR_OK);
+                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e, 0), TR_OK);
                     assert_int_equal(e.done, K <= TR__SG_KC && M > TR__SG_SMALL_M && (N > TR__SG_SMALL_N || ta));
                     if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, sC, 0), TR_OK);
                     for (i = 0; i < nC; i++)
@@ -653,6 +653,48 @@ static void run_round_epilogue(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(round_epilogue)
 
+/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace) gives the bits of the product on the fp32
+   values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow (N <= 8) products that read A in
+   place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few, N cut), deeper than one KC block,
+   with either transposition of A and accumulating or not. A batch of products with a 16-bit A is refused. */
+static void run_a16_operand(tr_ctx *ctx) {
+    /* {M, N, K} */
+    static const size_t shapes[][3] = {{12, 40, 30}, {50, 6, 70}, {1400, 24, 40}, {170, 64, 97}, {90, 33, 1101}, {3072, 32, 200}};
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, th, t;
+    size_t s, i;
+    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    for (f = 0; f < nf; f++)
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (t = 0; t < 8; t++) {
+                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+                size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda = (ta ? M : K) + 3, nA = (ta ? K : M) * lda;
+                float *A = rnd_buf(nA), *B = rnd_buf(K * N), *C0 = rnd_buf(M * N), *R = (float *)malloc(M * N * sizeof(float)),
+                      *C = (float *)malloc(M * N * sizeof(float));
+                uint16_t *A16 = (uint16_t *)malloc(nA * sizeof(uint16_t));
+                assert_non_null(R), assert_non_null(C), assert_non_null(A16);
+                tr__round_ref(fdt, A, nA), tr__round_ref(fdt, B, K * N);
+                tr__half_ref(fdt, 0, A, A16, nA);
+                memcpy(R, C0, M * N * sizeof(float));
+                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, tb ? K : N, R, N, acc), TR_OK);
+                EACH_THREAD_COUNT(th) {
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    memcpy(C, C0, M * N * sizeof(float));
+                    assert_int_equal(tr__op_sgemm_a16(ctx, fdt, ta, tb, M, N, K, A16, lda, B, tb ? K : N, C, N, acc), TR_OK);
+                    for (i = 0; i < M * N; i++)
+                        if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
+                            fail_msg("%s, fdt %d, %d thread(s), M %zu N %zu K %zu ta %d tb %d acc %d: C[%zu] = %.9g from 16 bits, %.9g from fp32", kern_name(ctx), fdt,
+                                     th, M, N, K, ta, tb, acc, i, (double)C[i], (double)R[i]);
+                }
+                free(A), free(B), free(C0), free(R), free(C), free(A16);
+            }
+    {
+        float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
+        assert_int_equal(tr__sgemm_nb(ctx, 2, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 16, C, 4, 16, 0, NULL, TR_FWD_BFLOAT16), TR_ERR_INVALID_ARG);
+        assert_int_equal(tr__op_sgemm_a16(ctx, 0, 0, 0, 4, 4, 4, (const uint16_t *)A, 4, B, 4, C, 4, 0), TR_ERR_GENERIC);
+    }
+}
+PER_LEVEL_TEST(a16_operand)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
@@ -660,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
         cmocka_unit_test(test_bf16_pairs), cmocka_unit_test(test_gate_up_fused), cmocka_unit_test(test_round_epilogue),
+        cmocka_unit_test(test_a16_operand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
