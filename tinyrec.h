@@ -5132,43 +5132,67 @@ typedef struct tr__sgemm_job {
        is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
     size_t mrows, npair, asplit;
-    /* a16: A holds 16-bit values of that precision (tr__op_sgemm_a16), widened a tile at a time into a thread's
-       a16_tile (a16_stride floats apart) before its packing */
-    int a16;
+    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm_a16,
+       tr__op_sgemm_b16), widened a tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
+    int a16, b16;
+    const uint16_t *B16;
     tr__range_fn half_fn;
-    float *a16_tile;
-    size_t a16_stride;
+    float *x16_tile;
+    size_t x16_stride;
 } tr__sgemm_job;
+
+/* rows x cols 16-bit values of fdt (rows ld apart from h) widened exactly into w (dense rows). */
+TR__FN void tr__widen16(tr__range_fn half_fn, int fdt, const uint16_t *h, size_t ld, size_t rows, size_t cols, float *w) {
+    tr__half_args ha;
+    size_t r;
+    ha.fdt = fdt, ha.unpack = 1;
+    for (r = 0; r < rows; r++) {
+        ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)(h + r * ld);
+        half_fn(&ha, 0, (long)cols);
+    }
+}
+/* An operand's product b: at offset off (values) from base, whose values are 16-bit (x16) or fp32. */
+TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
 
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
    holds 16-bit values (J->a16), they are first widened exactly into tile, so the packing and its bits are those
    of the fp32 values. */
 TR__FN void tr__sgemm_pack_a_op(const tr__sgemm_job *J, const float *A, size_t m0, size_t mc, size_t k0, size_t kc, float *dst, float *tile) {
     const uint16_t *h = (const uint16_t *)(const void *)A;
-    size_t rows = J->transA ? kc : mc, cols = J->transA ? mc : kc, r; /* the tile as A stores it */
-    tr__half_args ha;
+    size_t cols = J->transA ? mc : kc; /* (the tile as A stores it) */
     if (!J->a16) {
         J->kern.pack_a(J->transA, A, J->lda, m0, mc, k0, kc, J->kern.mr, dst);
         return;
     }
-    ha.fdt = J->a16, ha.unpack = 1;
-    for (r = 0; r < rows; r++) {
-        ha.x = tile + r * cols;
-        ha.h = (uint16_t *)(uintptr_t)(h + (J->transA ? (k0 + r) * J->lda + m0 : (m0 + r) * J->lda + k0));
-        J->half_fn(&ha, 0, (long)cols);
-    }
+    tr__widen16(J->half_fn, J->a16, h + (J->transA ? k0 * J->lda + m0 : m0 * J->lda + k0), J->lda, J->transA ? kc : mc, cols, tile);
     J->kern.pack_a(J->transA, tile, cols, 0, mc, 0, kc, J->kern.mr, dst);
+}
+/* Packs panels [p0, p1) of op(B) for the product whose B is off values from J's, depth [k0, k0+kc), into dst (panel p
+   at dst + p kc NR); 16-bit values (J->b16) widened into tile first, as tr__sgemm_pack_a_op. */
+TR__FN void tr__sgemm_pack_b_op(const tr__sgemm_job *J, size_t off, size_t p0, size_t p1, size_t k0, size_t kc, float *dst, float *tile) {
+    size_t NR = J->kern.nr, n0 = p0 * NR, w = TR__MIN(J->N, p1 * NR) - n0;
+    if (!J->b16) {
+        J->kern.pack_b(J->transB, J->B + off, J->ldb, J->N, p0, p1, k0, kc, NR, dst);
+        return;
+    }
+    if (J->transB) { /* B: N x K */
+        tr__widen16(J->half_fn, J->b16, J->B16 + off + n0 * J->ldb + k0, J->ldb, w, kc, tile);
+        J->kern.pack_b(1, tile, kc, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
+    } else { /* B: K x N */
+        tr__widen16(J->half_fn, J->b16, J->B16 + off + k0 * J->ldb + n0, J->ldb, kc, w, tile);
+        J->kern.pack_b(0, tile, w, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
+    }
 }
 
 /* B-packing unit u: one KC block x bunit panels. */
-TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, size_t u) {
+TR__FN void tr__sgemm_pack_b_unit(const tr__sgemm_job *J, float *tile, size_t u) {
     size_t ngroups = (J->npan + J->bunit - 1) / J->bunit, q = u / ngroups;
     size_t k0 = (q % J->nkbp) * J->kc_nom, g = u % ngroups, NR = J->kern.nr;
     size_t kc = TR__MIN(J->kc_nom, J->K - k0), p0 = g * J->bunit, p1 = TR__MIN(J->npan, p0 + J->bunit), b, e;
-    const float *B = J->B + (q / J->nkbp) * J->sBk;
     for (; p0 < p1; p0 = e) { /* the panels of each product in the unit */
         b = p0 / J->pb, e = TR__MIN(p1, (b + 1) * J->pb);
-        J->kern.pack_b(J->transB, B + b * J->sB, J->ldb, J->N, p0 - b * J->pb, e - b * J->pb, k0, kc, NR, J->bpack + q * J->kc_nom * J->npan * NR + b * J->pb * kc * NR);
+        tr__sgemm_pack_b_op(J, (q / J->nkbp) * J->sBk + b * J->sB, p0 - b * J->pb, e - b * J->pb, k0, kc, J->bpack + q * J->kc_nom * J->npan * NR + b * J->pb * kc * NR,
+                            tile);
     }
 }
 
@@ -5342,7 +5366,7 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
 }
 
 /* Thread t's tile for widening 16-bit A (NULL: A is fp32); t >= nt: a loop run alone inside another. */
-TR__FN float *tr__sgemm_a16_tile(const tr__sgemm_job *J, int t, int nt) { return J->a16_tile ? J->a16_tile + (size_t)(t < nt ? t : 0) * J->a16_stride : NULL; }
+TR__FN float *tr__sgemm_x16_tile(const tr__sgemm_job *J, int t, int nt) { return J->x16_tile ? J->x16_tile + (size_t)(t < nt ? t : 0) * J->x16_stride : NULL; }
 
 #if TR__POOL
 /* The packed path's two loops on the pool (OpenMP runs them in one region, below). */
@@ -5351,8 +5375,9 @@ TR__FN void tr__sgemm_pack_range(void *arg, long u0, long u1) { /* op(B)'s units
     const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
     long u;
     for (u = u0; u < u1; u++) {
-        if ((size_t)u < p->nbunits) tr__sgemm_pack_b_unit(p->J, (size_t)u);
-        else tr__sgemm_pack_a_unit(p->J, tr__sgemm_a16_tile(p->J, tr__thread_id(), p->nt), (size_t)u - p->nbunits);
+        float *tile = tr__sgemm_x16_tile(p->J, tr__thread_id(), p->nt);
+        if ((size_t)u < p->nbunits) tr__sgemm_pack_b_unit(p->J, tile, (size_t)u);
+        else tr__sgemm_pack_a_unit(p->J, tile, (size_t)u - p->nbunits);
     }
 }
 TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
@@ -5360,7 +5385,7 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
     int t = tr__thread_id();
     float *ap = p->J->apre ? NULL : p->J->apack + (size_t)(t < p->nt ? t : 0) * p->J->astride; /* (t >= nt: a loop run alone inside another) */
     long u;
-    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, tr__sgemm_a16_tile(p->J, t, p->nt), (size_t)u);
+    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, tr__sgemm_x16_tile(p->J, t, p->nt), (size_t)u);
 }
 #endif
 
@@ -5369,43 +5394,42 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
    one team of threads, op(A) packed once. Or (nbat = 1) kbat products summed into C,
    C (=|+=) sum_b op(A + b*sA) op(B + b*sB), run as one: every product's KC blocks one after
    another (each product's own blocking, and C takes each block's sum in that order, as the
-   products run one by one sum it). Shapes of the unpacked paths run one by one. */
+   products run one by one sum it). Shapes of the unpacked paths run one by one.
+   a16, b16 (0: fp32): the precision of A's, B's 16-bit values (B, and then sB and ldb, in values; A only alone). */
 TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                              size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi, int a16) {
+                              size_t sA, const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi, int a16,
+                              int b16) {
     tr__sgemm_job J;
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
     if (epi) { /* a product with an epilogue runs on the packed path in one KC block (else epi->done stays 0) */
         epi->done = 0;
-        if (a16 || kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
+        if (a16 || b16 || kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
             (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
             return TR_OK;
     }
     if (M == 0 || N == 0) return TR_OK;
-    if (a16 && (nbat * kbat > 1 || K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
-        /* the paths that read A in place (a short or narrow product's, tests' shapes) take it widened whole */
-        size_t rows = transA ? K : M, cols = transA ? M : K, bytes, r;
-        float *w;
-        tr__half_args ha;
-        if (nbat * kbat > 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm: a 16-bit operand in a batch of products");
-        if (!tr__size_mul(rows, cols * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
-        if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
-        ha.fdt = a16, ha.unpack = 1;
-        for (r = 0; r < rows; r++) {
-            ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)((const uint16_t *)(const void *)A + r * lda);
-            tr__half_pick(ctx)(&ha, 0, (long)cols);
-        }
-        st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, w, cols, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0);
-        tr__free(ctx, w);
-        return st;
-    }
+    if (a16 && nbat * kbat > 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm: a 16-bit A in a batch of products");
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
-            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, B + i * sB, ldb, 0, C + (nbat > 1 ? i * sC : 0),
-                                   ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, 0)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, tr__sgemm_at(B, b16, i * sB), ldb, 0,
+                                   C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, a16, b16)) != TR_OK)
                 return st;
         return TR_OK;
+    }
+    if ((a16 || b16) && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
+        /* the paths that read the operands in place (a short or narrow product's: tests' shapes) take them widened whole */
+        size_t ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N, an = a16 ? ar * ac : 0, bytes;
+        float *w;
+        if (!tr__size_mul(an + (b16 ? br * bc : 0), sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+        if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+        if (a16) tr__widen16(tr__half_pick(ctx), a16, (const uint16_t *)(const void *)A, lda, ar, ac, w);
+        if (b16) tr__widen16(tr__half_pick(ctx), b16, (const uint16_t *)B, ldb, br, bc, w + an);
+        st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, a16 ? w : A, a16 ? ac : lda, 0, b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, C, ldc, 0,
+                          accumulate, NULL, 0, 0);
+        tr__free(ctx, w);
+        return st;
     }
     if (K == 0) {
         if (!accumulate)
@@ -5419,10 +5443,12 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     J.transB = transB != 0;
     J.accumulate = accumulate != 0;
     J.M = M, J.N = N, J.K = K;
-    J.A = A, J.B = B, J.C = C;
+    J.A = A, J.C = C;
+    if (b16) J.B16 = (const uint16_t *)B;
+    else J.B = (const float *)B;
     J.lda = lda, J.ldb = ldb, J.ldc = ldc;
     J.kern = tr__sgemm_kernels(ctx->simd);
-    J.a16 = a16;
+    J.a16 = a16, J.b16 = b16;
     J.half_fn = tr__half_pick(ctx);
 
     /* short or narrow: no packing (the choice depends on the shape only, never on threads) */
@@ -5480,23 +5506,23 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
-        if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
+        if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? J.B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
             (st = tr__pw_find(ctx, J.kern.ukr, J.asplit ? 2 : 0, J.transA, kbat == 1 && !a16 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
             return st;
         if (bpre) bfloats = 0;
         else packb = 1;
         if (apre) afloats = 0;
         else if (J.nnb > 1 || (epi && epi->pair_m)) afloats = mfloats, ashared = packa = 1; /* (a pair's up rows: outside a job's slab) */
-        /* 16-bit A: a tile per thread, for an M block's or a packing unit's rows (tr__sgemm_pack_a_op) */
-        J.a16_stride = a16 ? (TR__MAX(J.mcb, 4 * MR) * J.kc_nom + 15) / 16 * 16 : 0;
-        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.a16_stride * (size_t)nt, sizeof(float), &total))
+        /* 16-bit A or B: a tile per thread, for an M block's or a packing unit's rows of A, a unit's panels of B */
+        J.x16_stride = (TR__MAX(a16 ? TR__MAX(J.mcb, 4 * MR) : 0, b16 ? J.bunit * NR : 0) * J.kc_nom + 15) / 16 * 16;
+        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.x16_stride * (size_t)nt, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
             float *w = (float *)tr__scratch(ctx, total);
             if (!w) return TR_ERR_OUT_OF_MEMORY;
             J.bpack = w;
             J.apack = w + bfloats;
-            if (a16) J.a16_tile = w + bfloats + s;
+            if (a16 || b16) J.x16_tile = w + bfloats + s;
         }
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
@@ -5510,12 +5536,12 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     if (nt > 1) {
 #pragma omp parallel num_threads(nt)
         {
-            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride, *tile = tr__sgemm_a16_tile(&J, omp_get_thread_num(), nt);
+            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride, *tile = tr__sgemm_x16_tile(&J, omp_get_thread_num(), nt);
             long u;
             if (nbunits + J.naunits) {
 #pragma omp for schedule(dynamic, 1)
                 for (u = 0; u < (long)(nbunits + J.naunits); u++) {
-                    if ((size_t)u < nbunits) tr__sgemm_pack_b_unit(&J, (size_t)u);
+                    if ((size_t)u < nbunits) tr__sgemm_pack_b_unit(&J, tile, (size_t)u);
                     else tr__sgemm_pack_a_unit(&J, tile, (size_t)u - nbunits);
                 }
                 /* (the loop's implicit barrier: what is packed once is packed past this point) */
@@ -5534,37 +5560,40 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         return TR_OK;
     }
 #endif
-    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, i);
-    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, J.a16_tile, i);
-    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, J.a16_tile, i);
+    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, J.x16_tile, i);
+    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, J.x16_tile, i);
+    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, J.x16_tile, i);
     return TR_OK;
 }
 
 TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                            const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
-    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0);
+    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0, 0);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
    that share A and write apart (the token mix) run as one (tr__sgemm_nb), and so do products
    summed into C (the token mix's weight gradients, one product per batch row), in groups whose
-   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). */
+   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). b16 (0: fp32): the precision of
+   B's 16-bit values (B, sB and ldb then in values). */
 #define TR__SG_KB_FLOATS ((size_t)1 << 21)
 TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                   const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+                                   const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int b16) {
     int b;
     tr_status st;
-    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, 0);
+    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, 0, b16);
     if (nb > 1 && sC == 0) {
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
-            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, B + b * sB, ldb, sB, C, ldc, 0, b > 0 ? 1 : acc,
-                                   NULL, 0)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, tr__sgemm_at(B, b16, b * sB), ldb, sB, C, ldc, 0,
+                                   b > 0 ? 1 : acc, NULL, 0, b16)) != TR_OK)
                 return st;
         return TR_OK;
     }
     for (b = 0; b < nb; b++)
-        if ((st = tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, C + b * sC, ldc, sC == 0 && b > 0 ? 1 : acc)) != TR_OK) return st;
+        if ((st = tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, A + b * sA, lda, 0, tr__sgemm_at(B, b16, b * sB), ldb, 0, C + b * sC, ldc, 0,
+                               sC == 0 && b > 0 ? 1 : acc, NULL, 0, b16)) != TR_OK)
+            return st;
     return TR_OK;
 }
 
@@ -10744,7 +10773,15 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
 TR__FN tr_status tr__op_sgemm_a16(tr_ctx *ctx, int fdt, int ta, int tb, size_t M, size_t N, size_t K, const uint16_t *A, size_t lda, const float *B,
                                   size_t ldb, float *C, size_t ldc, int acc) {
     if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
-    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt);
+    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt, 0);
+}
+
+/* tr__op_sgemm_batched with B given as 16-bit values of fdt (a 16-bit tape's, read as it is on the CPU; B, ldb and sB in
+   values): the bits of the products of the fp32 values they hold. */
+TR__FN tr_status tr__op_sgemm_b16(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                  const uint16_t *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
+    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, fdt);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -10795,7 +10832,7 @@ TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                       const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc));
-    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc);
+    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0);
 }
 
 #if TINYREC_OPENCL
@@ -10820,7 +10857,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e, 0)) || e.done) return st;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e, 0, 0)) || e.done) return st;
     }
     if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
@@ -10974,7 +11011,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
     e.act = act, e.act_ld = act_ld, e.act_s = act_s;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, 0))) return st;
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, 0, 0))) return st;
     *done = e.done;
     return TR_OK;
 }
@@ -11718,8 +11755,8 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 }
 
 /* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (g1, g2, the
-   running gradients, then dbig the largest of its uses, tr__block_bwd), and last (tr__ws_in) a block input unpacked
-   from a 16-bit tape. The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
+   running gradients, then dbig the largest of its uses, tr__block_bwd), and last on a device (tr__ws_in) a block input
+   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm_b16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
@@ -11732,7 +11769,8 @@ TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * 5 + tr__ws_dbig_floats(m, B, gate_up) + 256;
+    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * (gate_up ? 5 : 4) +
+           tr__ws_dbig_floats(m, B, gate_up) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
@@ -11861,6 +11899,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + BS * D;
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
+    /* the block input as the 16-bit tape holds it, which the CPU's weight gradient products read as it is (r->in unset) */
+    const uint16_t *in16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->in : NULL;
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
@@ -11909,7 +11949,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             if (st) return st;
             tr__op_pack_window(ctx, 1);
             st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
-            if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            if (!st && in16) st = tr__op_sgemm_b16(ctx, m->fdt, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din + o * S * D, S * D, 1);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
@@ -11923,7 +11964,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
-        if ((st = tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1))) return st;
+        if ((st = in16 ? tr__op_sgemm_b16(ctx, m->fdt, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
+                       : tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1)))
+            return st;
         if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
     }
@@ -12062,10 +12105,11 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
         float *dst = l ? gnext : dh0, *t;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
-        if (m->tape_half) { /* the block's record and input back in fp32, in the workspace */
+        if (m->tape_half) { /* the block's record and (on a device) input back in fp32, in the workspace */
             tr__ws_rec(m, B, 1, r, &unpacked);
-            unpacked.in = tr__ws_in(m, B);
-            if ((st = tr__rec_half(m, B, 1, r, &unpacked)) || (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n)))
+            unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU's products read the tape's: tr__block_bwd) */
+            if ((st = tr__rec_half(m, B, 1, r, &unpacked)) ||
+                (unpacked.in && (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n))))
                 return st;
             r = &unpacked;
         }

@@ -305,7 +305,7 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
         EACH_THREAD_COUNT(th) {
             memcpy(C, C0, nc * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc), TR_OK);
+            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0), TR_OK);
             if (memcmp(C, R, nc * sizeof(float)) != 0)
                 fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", kern_name(ctx), th,
                          summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
@@ -639,7 +639,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     tr__sgemm_epi_init(ctx, fdt, &e);
                     e.round_only = 1;
-                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e, 0), TR_OK);
+                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e, 0, 0), TR_OK);
                     assert_int_equal(e.done, K <= TR__SG_KC && M > TR__SG_SMALL_M && (N > TR__SG_SMALL_N || ta));
                     if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, sC, 0), TR_OK);
                     for (i = 0; i < nC; i++)
@@ -653,8 +653,8 @@ static void run_round_epilogue(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(round_epilogue)
 
-/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace) gives the bits of the product on the fp32
-   values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow (N <= 8) products that read A in
+/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace), or B (tr__op_sgemm_b16), gives the bits of
+   the product on the fp32 values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow (N <= 8) products that read A in
    place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few, N cut), deeper than one KC block,
    with either transposition of A and accumulating or not. A batch of products with a 16-bit A is refused. */
 static void run_a16_operand(tr_ctx *ctx) {
@@ -687,9 +687,38 @@ static void run_a16_operand(tr_ctx *ctx) {
                 }
                 free(A), free(B), free(C0), free(R), free(C), free(A16);
             }
+    /* B as 16-bit values (tr__op_sgemm_b16, a 16-bit tape's): alone, as products sharing A, and summed into C, at odd
+       batch strides (a product's B starts mid-float) */
+    for (f = 0; f < nf; f++)
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (t = 0; t < 12; t++) {
+                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, kind = t >> 2, nb = kind ? 3 : 1, acc = kind != 1;
+                size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ldb = (tb ? K : N) + 1, sB = (tb ? N : K) * ldb + 1;
+                size_t sA = kind == 2 ? M * K + 3 : 0, sC = kind == 2 ? 0 : M * N + 5, nC = (size_t)(nb - 1) * sC + M * N, nB = (size_t)nb * sB;
+                float *A = rnd_buf((size_t)(nb - 1) * sA + M * K), *B = rnd_buf(nB), *C0 = rnd_buf(nC), *R = (float *)malloc(nC * sizeof(float)),
+                      *C = (float *)malloc(nC * sizeof(float));
+                uint16_t *B16 = (uint16_t *)malloc(nB * sizeof(uint16_t));
+                assert_non_null(R), assert_non_null(C), assert_non_null(B16);
+                if (M * N * K > 4000000) nb = 1, nC = M * N; /* (the largest shape alone) */
+                tr__round_ref(fdt, B, nB);
+                tr__half_ref(fdt, 0, B, B16, nB);
+                memcpy(R, C0, nC * sizeof(float));
+                assert_int_equal(tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B, ldb, sB, R, N, sC, acc, 0), TR_OK);
+                EACH_THREAD_COUNT(th) {
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    memcpy(C, C0, nC * sizeof(float));
+                    assert_int_equal(tr__op_sgemm_b16(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B16, ldb, sB, C, N, sC, acc), TR_OK);
+                    for (i = 0; i < nC; i++)
+                        if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
+                            fail_msg("%s, fdt %d, %d thread(s), nb %d M %zu N %zu K %zu ta %d tb %d sC %zu: C[%zu] = %.9g from 16-bit B, %.9g from fp32", kern_name(ctx),
+                                     fdt, th, nb, M, N, K, ta, tb, sC, i, (double)C[i], (double)R[i]);
+                }
+                free(A), free(B), free(C0), free(R), free(C), free(B16);
+            }
     {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
-        assert_int_equal(tr__sgemm_nb(ctx, 2, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 16, C, 4, 16, 0, NULL, TR_FWD_BFLOAT16), TR_ERR_INVALID_ARG);
+        assert_int_equal(tr__sgemm_nb(ctx, 2, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 16, C, 4, 16, 0, NULL, TR_FWD_BFLOAT16, 0), TR_ERR_INVALID_ARG);
+        assert_int_equal(tr__op_sgemm_b16(ctx, 0, 1, 0, 0, 4, 4, 4, A, 4, 0, (const uint16_t *)B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
         assert_int_equal(tr__op_sgemm_a16(ctx, 0, 0, 0, 4, 4, 4, (const uint16_t *)A, 4, B, 4, C, 4, 0), TR_ERR_GENERIC);
     }
 }
