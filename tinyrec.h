@@ -2275,24 +2275,20 @@ TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *
 
 /* dx = rstd * (dy - y * mean(dy * y)), the backward of y = x * rstd over a row. */
 typedef struct tr__rms_rows_bwd_args { int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_rows_bwd_args;
+/* One row: o = rstd (dy - y mean(dy y)). */
+TR__FN void tr__rms_row_bwd_c(int D, const float *dyr, const float *yr, float rstd, float *o) {
+    double dot = 0;
+    float mean;
+    int j;
+    for (j = 0; j < D; j++) dot += (double)dyr[j] * yr[j];
+    mean = (float)(dot / D);
+    for (j = 0; j < D; j++) o[j] = rstd * (dyr[j] - yr[j] * mean);
+}
 TR__FN void tr__rms_rows_bwd_range(void *arg, long i0, long i1) {
     const tr__rms_rows_bwd_args *a = (const tr__rms_rows_bwd_args *)arg;
-    int D = a->D;
-    const float *dy = a->dy;
-    const float *y = a->y;
-    const float *rstd = a->rstd;
-    float *dx = a->dx;
+    size_t D = (size_t)a->D;
     long r;
-    for (r = i0; r < i1; r++) {
-        const float *dyr = dy + (size_t)r * D, *yr = y + (size_t)r * D;
-        float *o = dx + (size_t)r * D;
-        double dot = 0;
-        float mean;
-        int j;
-        for (j = 0; j < D; j++) dot += (double)dyr[j] * yr[j];
-        mean = (float)(dot / D);
-        for (j = 0; j < D; j++) o[j] = rstd[r] * (dyr[j] - yr[j] * mean);
-    }
+    for (r = i0; r < i1; r++) tr__rms_row_bwd_c(a->D, a->dy + r * D, a->y + r * D, a->rstd[r], a->dx + r * D);
 }
 TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
     tr__rms_rows_bwd_args a = {D, dy, y, rstd, dx};
@@ -3847,6 +3843,50 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__round_pick(ctx), &p);
 }
+/* rows x cols 16-bit values of fdt (rows ld apart from h) widened exactly into w (dense rows). */
+TR__FN void tr__widen16(tr__range_fn half_fn, int fdt, const uint16_t *h, size_t ld, size_t rows, size_t cols, float *w) {
+    tr__half_args ha;
+    size_t r;
+    ha.fdt = fdt, ha.unpack = 1;
+    for (r = 0; r < rows; r++) {
+        ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)(h + r * ld);
+        half_fn(&ha, 0, (long)cols);
+    }
+}
+/* tr__rms_rows_bwd with y given as 16-bit values of fdt (a 16-bit tape's, read as it is): each row widened exactly into
+   its thread's row of wide (threads x D floats) and through the same row kernel (the scalar one at the scalar level),
+   then rounded, so that dx has the bits of the fp32 y's. */
+typedef struct tr__rms_rows_bwd16_args { tr__rms_rows_bwd_simd s; const uint16_t *y16; float *wide; tr__range_fn half_fn; } tr__rms_rows_bwd16_args;
+TR__FN void tr__rms_rows_bwd16_range(void *arg, long i0, long i1) {
+    const tr__rms_rows_bwd16_args *p = (const tr__rms_rows_bwd16_args *)arg;
+    size_t D = (size_t)p->s.a.D;
+    float *w = p->wide + (size_t)tr__thread_id() * D;
+    long r;
+    for (r = i0; r < i1; r++) {
+        tr__widen16(p->half_fn, p->s.fdt, p->y16 + r * D, D, 1, D, w);
+        p->s.row(p->s.a.D, p->s.a.dy + r * D, w, p->s.a.rstd[r], p->s.a.dx + r * D);
+        tr__round_at(p->s.rnd, p->s.fdt, p->s.a.dx + r * D, D);
+    }
+}
+TR__FN tr_status tr__rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const uint16_t *y16, const float *rstd, float *dx) {
+    tr__rms_rows_bwd16_args p;
+    int nt = tr__threads_for(ctx, (double)rows * D);
+    size_t bytes;
+    memset(&p, 0, sizeof p);
+    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * (size_t)D, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rms_rows_bwd: scratch size overflows");
+    if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    p.s.a.D = D, p.s.a.dy = dy, p.s.a.rstd = rstd, p.s.a.dx = dx;
+    p.s.fdt = fdt, p.s.rnd = tr__round_pick(ctx), p.s.row = tr__rms_row_bwd_c;
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) p.s.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.s.row = tr__rms_row_bwd128;
+#endif
+    p.y16 = y16, p.half_fn = tr__half_pick(ctx);
+    tr__par_for(nt, rows, 0, tr__rms_rows_bwd16_range, &p);
+    return TR_OK;
+}
 /* tr__swiglu_fwd (bwd = 0: out the activation, os its row stride) and tr__swiglu_bwd (bwd = 1: out d gate_up, with g's
    row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
    16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
@@ -5141,16 +5181,6 @@ typedef struct tr__sgemm_job {
     size_t x16_stride;
 } tr__sgemm_job;
 
-/* rows x cols 16-bit values of fdt (rows ld apart from h) widened exactly into w (dense rows). */
-TR__FN void tr__widen16(tr__range_fn half_fn, int fdt, const uint16_t *h, size_t ld, size_t rows, size_t cols, float *w) {
-    tr__half_args ha;
-    size_t r;
-    ha.fdt = fdt, ha.unpack = 1;
-    for (r = 0; r < rows; r++) {
-        ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)(h + r * ld);
-        half_fn(&ha, 0, (long)cols);
-    }
-}
 /* An operand's product b: at offset off (values) from base, whose values are 16-bit (x16) or fp32. */
 TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
 
@@ -10935,6 +10965,12 @@ TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, con
     return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
 }
 
+/* tr__op_rms_rows_bwd on the CPU with y as a 16-bit tape holds it (fdt's values, read as they are): the same bits. */
+TR__FN tr_status tr__op_rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const uint16_t *y16, const float *rstd, float *dx) {
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rms_rows_bwd: a 16-bit operand off the CPU");
+    return tr__rms_rows_bwd16(ctx, fdt, rows, D, dy, y16, rstd, dx);
+}
+
 TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     size_t n = (size_t)B * S * D;
     tr_status st;
@@ -11761,6 +11797,9 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
+/* Floats of the workspace's record per row: an fp32 block record, whose output only a device's backward unpacks there
+   (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
+TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) { return tr__block_rec_floats(m, 0, gate_up) - (gate_up ? 0 : (size_t)m->S * m->D); }
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
@@ -11769,10 +11808,10 @@ TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    return tr__block_rec_floats(m, 0, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * (gate_up ? 5 : 4) +
+    return tr__ws_rec_floats(m, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * (gate_up ? 5 : 4) +
            tr__ws_dbig_floats(m, B, gate_up) + 256;
 }
-TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__block_rec_floats(m, 0, m->ws_gate_up) * (size_t)B; }
+TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
 /* Where the CPU's fp32 record keeps its gate_up fields (tr__ws_rec): dbig, or with a 16-bit dbig (tr__ws_d16) g1, so
@@ -11899,13 +11938,16 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + BS * D;
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
-    /* the block input as the 16-bit tape holds it, which the CPU's weight gradient products read as it is (r->in unset) */
+    /* the block input and output as the 16-bit tape holds them, which the CPU's weight gradient products and first norm
+       read as they are (r->in and r->out unset) */
     const uint16_t *in16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->in : NULL;
+    const uint16_t *out16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->out : NULL;
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
-    if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1))) return st; /* g1 = d(h1 + proj) */
+    st = out16 ? tr__op_rms_rows_bwd16(ctx, m->fdt, (long)BS, (int)D, dout, out16, r->rstd2, g1) : tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1);
+    if (st) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
@@ -11999,7 +12041,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
     if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (gate_up && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
         return st;
-    return tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D);
+    return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
 }
 
 /* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
@@ -12106,8 +12148,8 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32, in the workspace */
-            tr__ws_rec(m, B, 1, r, &unpacked);
-            unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU's products read the tape's: tr__block_bwd) */
+            tr__ws_rec(m, B, m->ws_gate_up, r, &unpacked);
+            unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU reads the tape's input and output: tr__block_bwd) */
             if ((st = tr__rec_half(m, B, 1, r, &unpacked)) ||
                 (unpacked.in && (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n))))
                 return st;

@@ -239,6 +239,44 @@ static void test_swiglu16(void **state) {
 }
 
 
+/* The row norm's backward reading y as 16-bit values (tr__op_rms_rows_bwd16, the 16-bit tape's block output): the bits of
+   the same op on the fp32 values they hold, rounded as that op rounds, at every level and precision, on 1 and 2 threads,
+   rows of no multiple of a vector. */
+static void test_rms_rows_bwd16(void **state) {
+    static const char *const sets[4] = {"scalar", "avx2", "avx512", "neon"};
+    static const int widths[3] = {37, 512, 5};
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int fdt, lvl, w, th;
+    size_t i;
+    (void)state;
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++)
+        for (w = 0; w < 3; w++) {
+            size_t D = (size_t)widths[w], R = 300, n = R * D;
+            float *y = (float *)malloc(n * sizeof(float)), *dy = (float *)malloc(n * sizeof(float)), *rs = (float *)malloc(R * sizeof(float)),
+                  *ref = (float *)malloc(n * sizeof(float)), *got = (float *)malloc(n * sizeof(float));
+            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
+            tu_fill(y, n, 21 + (uint64_t)w, 2.0f);
+            tu_fill(dy, n, 22 + (uint64_t)w, 1.0f);
+            tu_fill(rs, R, 23 + (uint64_t)w, 1.0f);
+            tr__round_ref(fdt, y, n);
+            tr__half_ref(fdt, 0, y, h, n);
+            for (lvl = 0; lvl < 4; lvl++) {
+                if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
+                for (th = 1; th <= 2; th++) {
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    assert_int_equal(tr__op_rms_rows_bwd(ctx, fdt, (long)R, (int)D, dy, y, rs, ref), TR_OK);
+                    assert_int_equal(tr__op_rms_rows_bwd16(ctx, fdt, (long)R, (int)D, dy, h, rs, got), TR_OK);
+                    for (i = 0; i < n; i++)
+                        if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                            fail_msg("%s fdt %d D %zu, %d thread(s): dx[%zu] = %.9g from 16 bits, %.9g from fp32", sets[lvl], fdt, D, th, i, got[i], ref[i]);
+                }
+            }
+            free(y), free(dy), free(rs), free(ref), free(got), free(h);
+        }
+    assert_int_equal(tr__op_rms_rows_bwd16(ctx, 0, 1, 4, NULL, NULL, NULL, NULL), TR_ERR_GENERIC);
+    tr_ctx_destroy(ctx);
+}
+
 /* The norms in bfloat16 / float16 round a row (or a task's columns) while it is in cache: the residual sum first, then
    what they write (and the sum alone, tr__op_add, a block at a time). The same bits as the passes they replace (the sum rounded, the fp32 norm, its output rounded), at
    every set; rows and columns of no multiple of a vector or a task. */
@@ -762,7 +800,7 @@ static void test_halfs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_norms_reduced),
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_rms_rows_bwd16), cmocka_unit_test(test_norms_reduced),
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
