@@ -5181,7 +5181,7 @@ typedef struct tr__sgemm_job {
     size_t x16_stride;
 } tr__sgemm_job;
 
-/* An operand's product b: at offset off (values) from base, whose values are 16-bit (x16) or fp32. */
+/* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch). */
 TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
 
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
@@ -5395,7 +5395,7 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
     return TR_OK;
 }
 
-/* Thread t's tile for widening 16-bit A (NULL: A is fp32); t >= nt: a loop run alone inside another. */
+/* Thread t's tile for widening a 16-bit A or B (NULL: both fp32); t >= nt: a loop run alone inside another. */
 TR__FN float *tr__sgemm_x16_tile(const tr__sgemm_job *J, int t, int nt) { return J->x16_tile ? J->x16_tile + (size_t)(t < nt ? t : 0) * J->x16_stride : NULL; }
 
 #if TR__POOL
