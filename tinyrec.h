@@ -3887,68 +3887,72 @@ TR__FN tr_status tr__rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, cons
     tr__par_for(nt, rows, 0, tr__rms_rows_bwd16_range, &p);
     return TR_OK;
 }
-/* tr__swiglu_fwd (bwd = 0: out the activation, os its row stride) and tr__swiglu_bwd (bwd = 1: out d gate_up, with g's
+/* tr__swiglu_fwd (out the activation, os its row stride) and with TR__SW_BWD tr__swiglu_bwd (out d gate_up, with g's
    row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
    16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
    its start, converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of
-   the unpacked tensor's. bwd = 2: as 1, out holding 16-bit values of fdt (a 16-bit workspace's, tr__ws_d16), the
-   rounded ones exactly. */
+   the unpacked tensor's. The other mode bits, for a 16-bit workspace (tr__ws_d16): TR__SW_OUT16 out holds 16-bit
+   values of fdt (the rounded ones exactly), TR__SW_DA16 da too, TR__SW_G32 g is fp32 after all (a forward's unfused
+   gate_up, read in the same chunks). */
 #define TR__SW16_CH 256
+enum { TR__SW_BWD = 1, TR__SW_OUT16 = 2, TR__SW_DA16 = 4, TR__SW_G32 = 8 };
 typedef struct tr__swiglu16_args {
-    int fdt, bwd;
+    int fdt, mode;
     long width;
-    const uint16_t *g;
+    const void *g;
     size_t gs, os, das;
-    float *out;
-    const float *da;
+    void *out;
+    const void *da;
     tr__range_fn half_fn, round_fn, fn;
     tr__swiglu_fwd_simd fw;
     tr__swiglu_bwd_simd bw;
 } tr__swiglu16_args;
+/* Values [j0, j0+n) of row r of x (stride s values; 16-bit of fdt where x16, else fp32) into fp32 dst, or (store) back. */
+TR__FN void tr__sw16_io(const tr__swiglu16_args *p, int x16, int store, const void *x, size_t s, long r, long j0, long n, float *dst) {
+    size_t off = (size_t)r * s + (size_t)j0;
+    tr__half_args ha;
+    if (!x16) {
+        if (store) memcpy((float *)(uintptr_t)x + off, dst, (size_t)n * sizeof(float));
+        else memcpy(dst, (const float *)x + off, (size_t)n * sizeof(float));
+        return;
+    }
+    ha.fdt = p->fdt, ha.unpack = !store, ha.x = dst, ha.h = (uint16_t *)(uintptr_t)x + off;
+    p->half_fn(&ha, 0, n);
+}
 TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
     const tr__swiglu16_args *p = (const tr__swiglu16_args *)arg;
-    float buf[2 * TR__SW16_CH], dbuf[2 * TR__SW16_CH];
+    float buf[2 * TR__SW16_CH], dbuf[2 * TR__SW16_CH], abuf[TR__SW16_CH];
+    int g16 = !(p->mode & TR__SW_G32), o16 = (p->mode & TR__SW_OUT16) != 0;
     long r, j0;
-    for (r = i0; r < i1; r++) {
-        const uint16_t *g = p->g + (size_t)r * p->gs;
-        float *out = p->bwd == 2 ? NULL : p->out + (size_t)r * p->os;
+    for (r = i0; r < i1; r++)
         for (j0 = 0; j0 < p->width; j0 += TR__SW16_CH) {
             long n = TR__MIN((long)TR__SW16_CH, p->width - j0);
-            tr__half_args ha;
-            ha.fdt = p->fdt, ha.unpack = 1, ha.x = buf, ha.h = (uint16_t *)(uintptr_t)(g + j0);
-            p->half_fn(&ha, 0, n);
-            ha.x = buf + n, ha.h = (uint16_t *)(uintptr_t)(g + p->width + j0);
-            p->half_fn(&ha, 0, n);
-            if (!p->bwd) {
+            tr__sw16_io(p, g16, 0, p->g, p->gs, r, j0, n, buf);
+            tr__sw16_io(p, g16, 0, p->g, p->gs, r, p->width + j0, n, buf + n);
+            if (!(p->mode & TR__SW_BWD)) {
                 tr__swiglu_fwd_simd f = p->fw;
-                f.a.width = n, f.a.g = buf, f.a.g_stride = 2 * (size_t)n, f.a.out = out + j0, f.a.out_stride = (size_t)n;
+                f.a.width = n, f.a.g = buf, f.a.g_stride = 2 * (size_t)n, f.a.out = o16 ? dbuf : (float *)p->out + (size_t)r * p->os + j0, f.a.out_stride = (size_t)n;
                 p->fn(&f, 0, 1);
+                if (o16) tr__sw16_io(p, 1, 1, p->out, p->os, r, j0, n, dbuf);
             } else {
                 tr__swiglu_bwd_simd b = p->bw;
-                b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.da = p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n, b.a.dg = dbuf;
+                if (p->mode & TR__SW_DA16) tr__sw16_io(p, 1, 0, p->da, p->das, r, j0, n, abuf);
+                b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.dg = dbuf;
+                b.a.da = (p->mode & TR__SW_DA16) ? abuf : (const float *)p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n;
                 p->fn(&b, 0, 1);
                 if (p->fdt) tr__round_at(p->round_fn, p->fdt, dbuf, 2 * (size_t)n);
-                if (p->bwd == 2) { /* (out16: out's row r as 16-bit values) */
-                    uint16_t *out16 = (uint16_t *)(void *)p->out + (size_t)r * p->os;
-                    ha.unpack = 0, ha.x = dbuf, ha.h = out16 + j0;
-                    p->half_fn(&ha, 0, n);
-                    ha.x = dbuf + n, ha.h = out16 + p->width + j0;
-                    p->half_fn(&ha, 0, n);
-                    continue;
-                }
-                memcpy(out + j0, dbuf, (size_t)n * sizeof(float));
-                memcpy(out + p->width + j0, dbuf + n, (size_t)n * sizeof(float));
+                tr__sw16_io(p, o16, 1, p->out, p->os, r, j0, n, dbuf);
+                tr__sw16_io(p, o16, 1, p->out, p->os, r, p->width + j0, n, dbuf + n);
             }
         }
-    }
 }
-TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int bwd, long rows, long width, const uint16_t *g, size_t gs, const float *da, size_t das, float *out, size_t os) {
+TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out, size_t os) {
     tr__swiglu16_args p;
     memset(&p, 0, sizeof p);
-    p.fdt = fdt, p.bwd = bwd, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
+    p.fdt = fdt, p.mode = mode, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
     p.half_fn = tr__half_pick(ctx);
     p.round_fn = tr__round_pick(ctx);
-    p.fn = bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, NULL);
+    p.fn = (mode & TR__SW_BWD) ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, NULL);
     p.fw.a.fdt = fdt;
     tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu16_range, &p);
 }
@@ -5101,8 +5105,10 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int km
    - else a SwiGLU's gate_up product: C's gate and up halves (columns [0, half) and [half, 2 half), or rows with
      pair_m) side by side per micro-tile, rounded to fdt, kept (gu, unless NULL) and turned into the activation
      (tr__op_sgemm_rnd, tr__half and tr__swiglu_fwd's passes). C itself is never written. */
+#define TR__SG_PAIR_TILE (2 * 32 * 32) /* floats of t: both halves of the largest micro-tile (AMX's) */
 typedef struct tr__sgemm_epi {
     int round_only, pair_m, fdt, gu16, done; /* done: set when the product ran so (else the caller takes the passes) */
+    int c16, act16; /* C (round_only) or act holds 16-bit values of fdt (a 16-bit workspace's; its strides in values) */
     size_t half, whole;              /* whole: the activation's kernel gives the passes' bits on rows of multiples of it */
     float *gu;                       /* gate (b, r, c) at gu + b gu_s + r gu_ld + c (in values: 16-bit ones with gu16), up gu_up further */
     size_t gu_ld, gu_s, gu_up;
@@ -5143,6 +5149,18 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         }
     }
     p.a.width = (long)nr, p.a.g = t, p.a.g_stride = ldt;
+    if (E->act16) { /* (through o, then stored as 16 bits) */
+        float o[TR__SG_PAIR_TILE / 2];
+        tr__half_args ha;
+        p.a.out = o, p.a.out_stride = nr;
+        E->swiglu_fn(&p, 0, (long)mr);
+        ha.fdt = E->fdt, ha.unpack = 0;
+        for (i = 0; i < mr; i++) {
+            ha.x = o + i * nr, ha.h = (uint16_t *)(void *)E->act + b * E->act_s + (r0 + i) * E->act_ld + c0;
+            E->half_fn(&ha, 0, (long)nr);
+        }
+        return;
+    }
     p.a.out = E->act + b * E->act_s + r0 * E->act_ld + c0, p.a.out_stride = E->act_ld;
     E->swiglu_fn(&p, 0, (long)mr);
 }
@@ -5245,7 +5263,6 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, float *tile, size_t u)
 
 /* Job u of a product with an epilogue (J->epi: one KC block, nothing summed into C): each micro-tile into t (a paired
    product's gate and up halves side by side), then the epilogue. */
-#define TR__SG_PAIR_TILE (2 * 32 * 32) /* floats of t: both halves of the largest micro-tile (AMX's) */
 TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, float *tile, size_t u) {
     const tr__sgemm_epi *E = J->epi;
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
@@ -5267,8 +5284,14 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, float *tile
                 if (E->round_only) {
                     J->kern.ukr(kc, ap, bp, t, NR, mr, nr, 0);
                     for (i = 0; i < mr; i++) {
+                        size_t at = b * J->sC + (m0 + ir + i) * J->ldc + n0;
                         tr__round_at(E->round_fn, E->fdt, t + i * NR, nr);
-                        memcpy(J->C + b * J->sC + (m0 + ir + i) * J->ldc + n0, t + i * NR, nr * sizeof(float));
+                        if (E->c16) {
+                            tr__half_args ha;
+                            ha.fdt = E->fdt, ha.unpack = 0, ha.x = t + i * NR, ha.h = (uint16_t *)(void *)J->C + at;
+                            E->half_fn(&ha, 0, (long)nr);
+                        } else
+                            memcpy(J->C + at, t + i * NR, nr * sizeof(float));
                     }
                     continue;
                 }
@@ -5435,7 +5458,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     tr_status st;
     if (epi) { /* a product with an epilogue runs on the packed path in one KC block (else epi->done stays 0) */
         epi->done = 0;
-        if (a16 || b16 || kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
+        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
             (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
             return TR_OK;
     }
@@ -10893,6 +10916,41 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
 }
 
+/* tr__op_sgemm_rnd on the CPU with any of A and B given as 16-bit values of fdt (TR__X16_A, TR__X16_B; A with one
+   product only) and C stored so (TR__X16_C), strides in values: a 16-bit workspace's buffers (tr__ws_d16), with the bits
+   of the fp32 product's rounding. A 16-bit C is written by the rounding epilogue; where it cannot run (a product deeper
+   than one KC block, a short or narrow one, accumulating) the product goes through an fp32 C of its own. */
+enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
+TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
+                                    size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
+    int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
+    size_t nC = (size_t)(nprod - 1) * sC + M * N, bytes;
+    float *c;
+    tr_status st;
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1 || (a16 && nb != 1))
+        return tr__err(ctx, TR_ERR_GENERIC, "sgemm: 16-bit operands off the CPU");
+    if (!acc && (nb == 1 || (sA == 0 && sC != 0))) {
+        tr__sgemm_epi e;
+        tr__sgemm_epi_init(ctx, fdt, &e);
+        e.round_only = 1, e.c16 = (x16 & TR__X16_C) != 0;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, (float *)C, N, sC, 0, &e, a16, b16)) || e.done) return st;
+    }
+    c = (float *)C;
+    if (x16 & TR__X16_C) {
+        if (!tr__size_mul(nC, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
+        if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+        for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
+    }
+    st = a16 ? tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, 0, c, N, 0, acc, NULL, a16, b16)
+             : tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, (const float *)A, lda, sA, B, ldb, sB, c, N, sC, acc, b16);
+    if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
+    if (x16 & TR__X16_C) {
+        for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
+        tr__free(ctx, c);
+    }
+    return st;
+}
+
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
    what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
 /* y = R(a + b). */
@@ -11013,7 +11071,7 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     TR__UNUSED(cols);
 #endif
     if (g16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
-        tr__swiglu16(ctx, fdt, 1, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg, gs);
+        tr__swiglu16(ctx, fdt, TR__SW_BWD, rows, width, g16, gs, da, das, dg, gs);
         return TR_OK;
     }
     if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
@@ -11022,11 +11080,11 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
-/* tr__op_swiglu_bwd on the CPU from a 16-bit tape's gate_up g16 into dg16 as 16-bit values of fdt (a 16-bit workspace's
-   dbig, tr__ws_d16; rows of stride gs, like g16): dg is rounded as it goes, so they hold it exactly. */
-TR__FN tr_status tr__op_swiglu_bwd16(tr_ctx *ctx, int fdt, long rows, long width, const float *g16, size_t gs, const float *da, size_t das, float *dg16) {
-    if (ctx->dev_active || !g16 || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "swiglu_bwd: a 16-bit gradient off the CPU");
-    tr__swiglu16(ctx, fdt, 2, rows, width, (const uint16_t *)(const void *)g16, gs, da, das, dg16, gs);
+/* tr__swiglu16 as an op: a 16-bit workspace's SwiGLU passes (tr__ws_d16), on the CPU only. */
+TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out,
+                                 size_t os) {
+    if (ctx->dev_active || !g || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: a 16-bit operand off the CPU");
+    tr__swiglu16(ctx, fdt, mode, rows, width, g, gs, da, das, out, os);
     return TR_OK;
 }
 
@@ -11037,7 +11095,7 @@ TR__FN tr_status tr__op_swiglu_bwd16(tr_ctx *ctx, int fdt, long rows, long width
    *done = 0 where it does not run so (a device, or a shape the packed path does not pair): the caller's passes then. */
 TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
                                       const float *B, size_t ldb, size_t sB, int keep_gu, float *gu, float *gu16, size_t gu_ld, size_t gu_s, size_t gu_up,
-                                      float *act, size_t act_ld, size_t act_s, int *done) {
+                                      float *act, size_t act_ld, size_t act_s, int act16, int *done) {
     tr__sgemm_epi e;
     tr_status st;
     *done = 0;
@@ -11046,7 +11104,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.pair_m = pair_m, e.half = (pair_m ? M : N) / 2;
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
-    e.act = act, e.act_ld = act_ld, e.act_s = act_s;
+    e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = act16;
     if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, 0, 0))) return st;
     *done = e.done;
     return TR_OK;
@@ -11059,7 +11117,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
    product, the elementwise pass into act, the product (gu always written). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
-                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj) {
+                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
     tr_status st;
     int fused;
 #if TINYREC_OPENCL
@@ -11069,13 +11127,17 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
-    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0, &fused)))
+    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0, act16,
+                                   &fused)))
         return st;
     if (!fused) {
         if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
         if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
-        if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
+        if (act16) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, (long)rows, (long)half, gu, 2 * half, NULL, 0, act, half);
+        else st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
+        if (st) return st;
     }
+    if (act16) return tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
     return tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
 
@@ -11086,13 +11148,20 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
    device the activation is computed as the GEMM fetches it: the SIMT kernel's nt case in float32, the tensor cores'
    packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied.
    gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
-   else unpacked into gu first. */
+   else unpacked into gu first. act16: act holds 16-bit values (a 16-bit workspace's on the CPU, which reads gu16). */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act) {
+                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int act16) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
     int per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
+    if (act16) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
+        if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
+        else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
+        if (st) return st;
+        return tr__op_sgemm_b16(ctx, fdt, per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, (const uint16_t *)(const void *)act, cols,
+                                per_row ? 0 : rows * cols, C, ldc, per_row ? 0 : sC, acc);
+    }
 #if TINYREC_OPENCL
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
         return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1);
@@ -11145,7 +11214,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
    tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). */
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
-                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj) {
+                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int act16) {
     tr_status st;
     int fused;
 #if TINYREC_OPENCL
@@ -11156,12 +11225,18 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
     }
 #endif
     if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D, act, D, It * D,
-                                   &fused)))
+                                   act16, &fused)))
         return st;
     if (!fused) {
-        if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D))) return st;
+        if (act16) { /* (tr__op_sgemm_gate_up's CPU passes, the activation stored in 16 bits) */
+            if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, 0)) ||
+                (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, nb, (long)(It * D), mix, 2 * It * D, NULL, 0, act, It * D)))
+                return st;
+        } else if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D)))
+            return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
+    if (act16) return tr__op_sgemm_rnd16(ctx, fdt, TR__X16_B, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
     return tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 
@@ -11728,11 +11803,12 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 /* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
    rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
-/* Whether the workspace holds the channel SwiGLU's d gate_up (the backward's largest use of dbig) as 16-bit values: a
-   16-bit tape's model on the CPU (gate_up = 0), whose backward rounds it to 16 bits as it writes it and whose two
-   products read it so (tr__op_sgemm_a16), the same bits. dbig's other uses stay fp32 and fit in what is left: the
-   token mix runs in passes of half as many rows (tr__ws_mix_rows), attention's d qkv is smaller, and a forward's
-   gate_up product whose epilogue does not compute the activation runs in chunks of rows (tr__op_swiglu_mlp). */
+/* Whether the workspace holds the SwiGLU activations (act, and in the backward d act) and the channel SwiGLU's d gate_up
+   (the backward's largest use of dbig) as 16-bit values: a 16-bit tape's model on the CPU (gate_up = 0), which rounds
+   them to 16 bits as it writes them; the products read them so and the epilogues store them so (tr__op_sgemm_a16,
+   tr__op_sgemm_b16, tr__op_sgemm_rnd16, tr__op_swiglu16), the same bits. dbig's other uses stay fp32 and fit in what
+   is left: the token mix runs in passes of half as many rows (tr__ws_mix_rows), attention's d qkv is smaller, and the
+   forward's fp32 gate_up (a product whose epilogue does not compute the activation) starts at g1 (tr__ws_gu). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
@@ -11756,7 +11832,7 @@ TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
 }
 /* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows. */
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
-    return TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D);
+    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
 }
 /* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
    the projection output, attention rows. */
@@ -11909,7 +11985,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, tr__rec_mix_rows(m, r, B, o), taped,
-                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D)))
+                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D, m->ws_d16)))
                 return st;
         }
         if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
@@ -11924,7 +12000,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
-                                proj)))
+                                proj, m->ws_d16)))
         return st;
     return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
@@ -11952,14 +12028,15 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
     tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act);
-    if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, m->ws_d16);
+    if (!st && m->ws_d16) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_C, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0);
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
-    if (m->ws_d16) { /* d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
+    if (m->ws_d16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
-        st = t16 ? tr__op_swiglu_bwd16(ctx, m->fdt, (long)BS, (long)I, t16->gu, 2 * I, act, I, dbig) : tr__err(ctx, TR_ERR_GENERIC, "block backward: a 16-bit workspace without a 16-bit tape");
+        st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
         if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 1, 0, 2 * I, D, BS, d16, 2 * I, r->h1, D, g_gu, D, 1);
         if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 0, 0, BS, D, 2 * I, d16, 2 * I, TR__W(m, ly->gu), D, g2, D, 1);
         if (!st) st = tr__op_round_rows(ctx, m->fdt, g2, 1, BS * D, 0); /* g2 = d h1, rounded as tr__op_sgemm_rnd would */
@@ -11985,12 +12062,15 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             const float *g = g1 + o * S * D;
             float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
-            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act);
-            if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0); /* act <- d act */
+            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, m->ws_d16);
+            if (!st && m->ws_d16)
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_C, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0); /* act <- d act */
+            else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
-            st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
+            if (m->ws_d16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dbig, 2 * It * D);
+            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
             if (!st && in16) st = tr__op_sgemm_b16(ctx, m->fdt, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
             else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din + o * S * D, S * D, 1);

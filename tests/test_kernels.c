@@ -207,7 +207,9 @@ static void test_swiglu16(void **state) {
             size_t W = (size_t)widths[w], gs = 2 * W + PAD, n = R * gs;
             float *g = (float *)malloc(n * sizeof(float)), *da = (float *)malloc(R * W * sizeof(float)), *ref = (float *)malloc(n * sizeof(float)),
                   *got = (float *)malloc(n * sizeof(float));
-            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh_ref = (uint16_t *)malloc(n * sizeof(uint16_t));
+            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh = (uint16_t *)malloc(n * sizeof(uint16_t)), *dh_ref = (uint16_t *)malloc(n * sizeof(uint16_t)),
+                     *da16 = (uint16_t *)malloc(R * W * sizeof(uint16_t));
+            float *dar = (float *)malloc(R * W * sizeof(float));
             tu_fill(g, n, 11 + (uint64_t)w, 6.0f);
             tu_fill(da, R * W, 12 + (uint64_t)w, 1.0f);
             tr__round_ref(fdt, g, n);
@@ -221,19 +223,35 @@ static void test_swiglu16(void **state) {
                         fail_msg("%s fdt %d W %zu: act[%zu] = %.9g from 16 bits, %.9g unpacked", sets[lvl], fdt, W, i, got[i], ref[i]);
                 tr__swiglu_bwd(ctx, R, (long)W, g, gs, da, W, ref);
                 tr__round(ctx, fdt, ref, n); /* (the backward's d gate_up is rounded as it goes) */
-                tr__swiglu16(ctx, fdt, 1, R, (long)W, h, gs, da, W, got, gs);
+                tr__swiglu16(ctx, fdt, TR__SW_BWD, R, (long)W, h, gs, da, W, got, gs);
                 for (i = 0; i < n; i++)
                     if (i % gs < 2 * W && memcmp(&got[i], &ref[i], sizeof(float)) != 0)
                         fail_msg("%s fdt %d W %zu: dg[%zu] = %.9g from 16 bits, %.9g unpacked", sets[lvl], fdt, W, i, got[i], ref[i]);
-                /* bwd = 2: dg written as 16-bit values (a 16-bit workspace's), the rounded ones exactly */
+                /* a 16-bit workspace's modes: dg written as 16-bit values, the rounded ones exactly; then da read as 16-bit
+                   values (of a rounded da), the activation written so, and gate_up read as fp32 */
                 tr__half_ref(fdt, 0, ref, dh_ref, n);
                 memset(dh, 0xff, n * sizeof(uint16_t));
-                tr__swiglu16(ctx, fdt, 2, R, (long)W, h, gs, da, W, (float *)(void *)dh, gs);
+                tr__swiglu16(ctx, fdt, TR__SW_BWD | TR__SW_OUT16, R, (long)W, h, gs, da, W, dh, gs);
                 for (i = 0; i < n; i++)
                     if (i % gs < 2 * W ? dh[i] != dh_ref[i] : dh[i] != 0xffff)
                         fail_msg("%s fdt %d W %zu: 16-bit dg[%zu] = %04x, the rounded %04x", sets[lvl], fdt, W, i, dh[i], dh_ref[i]);
+                memcpy(dar, da, R * W * sizeof(float));
+                tr__round_ref(fdt, dar, R * W);
+                tr__half_ref(fdt, 0, dar, da16, R * W);
+                tr__swiglu16(ctx, fdt, TR__SW_BWD, R, (long)W, h, gs, dar, W, ref, gs);
+                tr__swiglu16(ctx, fdt, TR__SW_BWD | TR__SW_DA16, R, (long)W, h, gs, da16, W, got, gs);
+                for (i = 0; i < n; i++)
+                    if (i % gs < 2 * W && memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                        fail_msg("%s fdt %d W %zu: dg[%zu] = %.9g from a 16-bit da, %.9g", sets[lvl], fdt, W, i, got[i], ref[i]);
+                tr__swiglu_fwd(ctx, fdt, R, (long)W, g, gs, ref, W);
+                tr__half_ref(fdt, 0, ref, dh_ref, R * W);
+                tr__swiglu16(ctx, fdt, TR__SW_OUT16, R, (long)W, h, gs, NULL, 0, dh, W);
+                if (memcmp(dh, dh_ref, R * W * sizeof(uint16_t)) != 0) fail_msg("%s fdt %d W %zu: the 16-bit activation differs", sets[lvl], fdt, W);
+                memset(dh, 0xff, n * sizeof(uint16_t));
+                tr__swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, R, (long)W, g, gs, NULL, 0, dh, W);
+                if (memcmp(dh, dh_ref, R * W * sizeof(uint16_t)) != 0) fail_msg("%s fdt %d W %zu: the 16-bit activation from fp32 gate_up differs", sets[lvl], fdt, W);
             }
-            free(g), free(da), free(ref), free(got), free(h), free(dh), free(dh_ref);
+            free(g), free(da), free(ref), free(got), free(h), free(dh), free(dh_ref), free(dar), free(da16);
         }
     tr_ctx_destroy(ctx);
 }

@@ -451,7 +451,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
     } else { /* W_down (D x half) after W_gu in X */
         float *dG16 = keep == 2 ? up(cl, G, ng / 2 + 1) : NULL;
-        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep != 0, dG16, NULL, D, dout), TR_OK);
+        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep != 0, dG16, NULL, D, dout, 0), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, 2 * half, K, dA, lda, 0, dX, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, D, half, dact, half, 0, dX + 2 * half * K, half, 0, drout, D, 0, 0, 0, &rnd), TR_OK);
@@ -490,7 +490,7 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     dW1 = up(cl, W1, nw1), dX = up(cl, X, nx), dW2 = up(cl, W2, nw2), dM = up(cl, M, nmix), dMR = up(cl, M, nmix);
     dP = up(cl, M, nx), dPR = up(cl, M, nx), dact = up(cl, M, nact);
     float *dM16 = keep == 2 ? up(cl, M, nmix / 2 + 1) : NULL;
-    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep != 0, dM16, dact, dW2, dP), TR_OK);
+    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep != 0, dM16, dact, dW2, dP, 0), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, dW1, S, 0, dX, D, S * D, dMR, D, 2 * It * D, 0, 0, &rnd), TR_OK);
     assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, dW2, It, 0, dact, D, It * D, dPR, D, S * D, 0, 0, &rnd), TR_OK);
@@ -526,8 +526,8 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, A, na), tr__round_ref(fdt, C, nc);
     dG = up(cl, G, ng), dA = up(cl, A, na), dC = up(cl, C, nc), dR = up(cl, C, nc), dact = up(cl, G, (size_t)nb * rc);
     dG16 = up_half(cl, fdt, G, ng), dC16 = up(cl, C, nc), dGs = up_nan(cl, ng);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, N, 0, 1, NULL), TR_OK);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, N, 0, 1, NULL), TR_OK);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, N, 0, 1, NULL, 0), TR_OK);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, N, 0, 1, NULL, 0), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sa, dact, cols, rc, dR, N, 0, 1, 0, NULL), TR_OK);

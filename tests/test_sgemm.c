@@ -593,7 +593,7 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                     for (i = 0; i < nact; i++) act[i] = NAN;
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, A, lda, B, ldb, sB, keep > 0, gu, keep == 2 ? h : NULL, gu_ld,
-                                                          gu_s, gu_up, act, act_ld, act_s, &done),
+                                                          gu_s, gu_up, act, act_ld, act_s, 0, &done),
                                      TR_OK);
                     if (done != expect)
                         fail_msg("%s: pair_m %d M %zu N %zu K %zu: fused %d, expected %d (tile %zu x %zu)", kern_name(ctx), pair_m, M, N, K, done, expect, mr, nr);
@@ -608,6 +608,17 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                         if (keep == 2 && (done ? ((uint16_t *)h)[i] != ((uint16_t *)h_ref)[i] : !isnan(h[i / 2])))
                             fail_msg("%s, fdt %d, pair_m %d M %zu N %zu K %zu: 16-bit gu[%zu] = %04x, the copy's %04x", kern_name(ctx), fdt, pair_m, M, N, K, i,
                                      ((uint16_t *)h)[i], ((uint16_t *)h_ref)[i]);
+                    }
+                    if (fdt && done) { /* the activation stored in 16 bits (a 16-bit workspace's): the passes' values exactly */
+                        uint16_t *a16 = (uint16_t *)gu, *a16_ref = (uint16_t *)h_ref; /* (nact <= nC) */
+                        tr__half_ref(fdt, 0, act_ref, a16_ref, nact);
+                        assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, A, lda, B, ldb, sB, 0, NULL, NULL, gu_ld, gu_s, gu_up,
+                                                              (float *)a16, act_ld, act_s, 1, &done),
+                                         TR_OK);
+                        assert_true(done);
+                        if (memcmp(a16, a16_ref, nact * sizeof(uint16_t)) != 0)
+                            fail_msg("%s, fdt %d, %d thread(s), pair_m %d M %zu N %zu K %zu: the 16-bit activation differs", kern_name(ctx), fdt, th, pair_m, M, N, K);
+                        if (keep == 2) assert_int_equal(tr__op_half(ctx, fdt, 0, C, h_ref, nC), TR_OK); /* (h_ref back for the next thread count) */
                     }
                 }
                 free(A), free(B), free(C), free(act_ref), free(act), free(gu), free(h_ref), free(h);
@@ -724,6 +735,49 @@ static void run_a16_operand(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(a16_operand)
 
+/* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd16): any of A (one product), B and C in 16 bits give the
+   bits of tr__op_sgemm_rnd on the fp32 values, C stored as their 16 bits, in the epilogue (one KC block) or through an
+   fp32 C (deeper, short, narrow, accumulating), alone and as products sharing A. */
+static void run_rnd16(tr_ctx *ctx) {
+    /* {nb, M, N, K} */
+    static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}, {2, 50, 6, 20}};
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, x, acc;
+    size_t s, i;
+    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    for (f = 0; f < nf; f++)
+        for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (x = 1; x < 8; x++)
+                for (acc = 0; acc < 2; acc++) {
+                    int fdt = fdts[f], nb = (int)shapes[s][0], ta = (x + (int)s) & 1, tb = ((x >> 1) + (int)s) & 1;
+                    size_t M = shapes[s][1], N = shapes[s][2], K = shapes[s][3], sB = K * N + 3, sC = M * N + 5, nC = (size_t)(nb - 1) * sC + M * N;
+                    float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * sB), *R = rnd_buf(nC), *C = (float *)malloc(nC * sizeof(float));
+                    uint16_t *A16 = (uint16_t *)malloc(M * K * sizeof(uint16_t)), *B16 = (uint16_t *)malloc((size_t)nb * sB * sizeof(uint16_t)),
+                             *C16 = (uint16_t *)malloc(nC * sizeof(uint16_t)), *R16 = (uint16_t *)malloc(nC * sizeof(uint16_t));
+                    int use_a = (x & TR__X16_A) && nb == 1;
+                    assert_non_null(C), assert_non_null(A16), assert_non_null(B16), assert_non_null(C16), assert_non_null(R16);
+                    tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB), tr__round_ref(fdt, R, nC);
+                    tr__half_ref(fdt, 0, A, A16, M * K), tr__half_ref(fdt, 0, B, B16, (size_t)nb * sB), tr__half_ref(fdt, 0, R, C16, nC);
+                    memcpy(C, R, nC * sizeof(float));
+                    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, R, sC, acc), TR_OK);
+                    assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, (x & ~TR__X16_A) | (use_a ? TR__X16_A : 0), nb, ta, tb, M, N, K, use_a ? (const void *)A16 : A,
+                                                        ta ? M : K, 0, (x & TR__X16_B) ? (const void *)B16 : B, tb ? K : N, sB, (x & TR__X16_C) ? (void *)C16 : C, sC, acc),
+                                     TR_OK);
+                    if (x & TR__X16_C) {
+                        tr__half_ref(fdt, 0, R, R16, nC);
+                        for (i = 0; i < nC; i++)
+                            if (C16[i] != R16[i])
+                                fail_msg("%s, fdt %d, x16 %d, nb %d M %zu N %zu K %zu ta %d tb %d acc %d: 16-bit C[%zu] = %04x, the fp32 product's %04x", kern_name(ctx), fdt, x,
+                                         nb, M, N, K, ta, tb, acc, i, C16[i], R16[i]);
+                    } else
+                        for (i = 0; i < nC; i++)
+                            if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
+                                fail_msg("%s, fdt %d, x16 %d, nb %d M %zu N %zu K %zu ta %d tb %d acc %d: C[%zu] = %.9g, the fp32 product's %.9g", kern_name(ctx), fdt, x,
+                                         nb, M, N, K, ta, tb, acc, i, (double)C[i], (double)R[i]);
+                    free(A), free(B), free(R), free(C), free(A16), free(B16), free(C16), free(R16);
+                }
+}
+PER_LEVEL_TEST(rnd16)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_degenerate),   cmocka_unit_test(test_random_small),    cmocka_unit_test(test_edges),
@@ -731,7 +785,7 @@ int main(void) {
         cmocka_unit_test(test_large),        cmocka_unit_test(test_threads_bitwise), cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_packed_weights), cmocka_unit_test(test_packed_weights_limits), cmocka_unit_test(test_shared_a), cmocka_unit_test(test_summed),
         cmocka_unit_test(test_bf16_pairs), cmocka_unit_test(test_gate_up_fused), cmocka_unit_test(test_round_epilogue),
-        cmocka_unit_test(test_a16_operand),
+        cmocka_unit_test(test_a16_operand), cmocka_unit_test(test_rnd16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
