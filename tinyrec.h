@@ -3590,15 +3590,20 @@ TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
         if (p->fdt) tr__round_at(p->rnd, p->fdt, p->a.dx + r * D, D);
     }
 }
-TR__FN int tr__rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
+/* The row kernel of the backward at ctx's SIMD level, or NULL at the scalar one. */
+TR__FN void (*tr__rms_row_bwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float, float *) {
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
 #endif
 #if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_bwd128;
+    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_bwd128;
 #endif
+    TR__UNUSED(ctx);
+    return NULL;
+}
+TR__FN int tr__rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL, 0, NULL};
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_bwd_pick(ctx);
     if (!p.row) return 0;
     tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
     return 1;
@@ -3876,13 +3881,8 @@ TR__FN tr_status tr__rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, cons
     if (!tr__size_mul((size_t)TR__MAX(nt, 1) * (size_t)D, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rms_rows_bwd: scratch size overflows");
     if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
     p.s.a.D = D, p.s.a.dy = dy, p.s.a.rstd = rstd, p.s.a.dx = dx;
-    p.s.fdt = fdt, p.s.rnd = tr__round_pick(ctx), p.s.row = tr__rms_row_bwd_c;
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.s.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.s.row = tr__rms_row_bwd128;
-#endif
+    p.s.fdt = fdt, p.s.rnd = tr__round_pick(ctx), p.s.row = tr__rms_row_bwd_pick(ctx);
+    if (!p.s.row) p.s.row = tr__rms_row_bwd_c;
     p.y16 = y16, p.half_fn = tr__half_pick(ctx);
     tr__par_for(nt, rows, 0, tr__rms_rows_bwd16_range, &p);
     return TR_OK;
@@ -10893,49 +10893,24 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_
    fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
 TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl); }
 #endif
-/* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
-   bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; elsewhere a pass over C. */
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
-TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                  const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
-    tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
-    }
-#endif
-    if (fdt && !acc && !ctx->dev_active && (nb == 1 || (sA == 0 && sC != 0))) { /* the CPU: rounded as stored, where it can */
-        tr__sgemm_epi e;
-        tr__sgemm_epi_init(ctx, fdt, &e);
-        e.round_only = 1;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, N, sC, 0, &e, 0, 0)) || e.done) return st;
-    }
-    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
-    return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
-}
-
-/* tr__op_sgemm_rnd on the CPU with any of A and B given as 16-bit values of fdt (TR__X16_A, TR__X16_B; A with one
-   product only) and C stored so (TR__X16_C), strides in values: a 16-bit workspace's buffers (tr__ws_d16), with the bits
-   of the fp32 product's rounding. A 16-bit C is written by the rounding epilogue; where it cannot run (a product deeper
-   than one KC block, a short or narrow one, accumulating) the product goes through an fp32 C of its own. */
+/* The CPU's rounded products (tr__op_sgemm_rnd, tr__op_sgemm_rnd16): rounded as stored where the epilogue can run, else
+   the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt (A with one product only),
+   C stored so, strides in values; a 16-bit C outside the epilogue goes through an fp32 C of its own. */
 enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
-TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
-                                    size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
+TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
+                                   const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
     size_t nC = (size_t)(nprod - 1) * sC + M * N, bytes;
-    float *c;
+    float *c = (float *)C;
     tr_status st;
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1 || (a16 && nb != 1))
-        return tr__err(ctx, TR_ERR_GENERIC, "sgemm: 16-bit operands off the CPU");
-    if (!acc && (nb == 1 || (sA == 0 && sC != 0))) {
+    if (fdt && !acc && (nb == 1 || (sA == 0 && sC != 0))) {
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1, e.c16 = (x16 & TR__X16_C) != 0;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, (float *)C, N, sC, 0, &e, a16, b16)) || e.done) return st;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, c, N, sC, 0, &e, a16, b16)) || e.done) return st;
     }
-    c = (float *)C;
     if (x16 & TR__X16_C) {
         if (!tr__size_mul(nC, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
@@ -10949,6 +10924,32 @@ TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int t
         tr__free(ctx, c);
     }
     return st;
+}
+/* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
+   bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; on the CPU as stored where
+   it can (tr__sgemm_rnd_cpu); elsewhere a pass over C. */
+TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                  const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
+    tr_status st;
+#if TINYREC_OPENCL
+    if (tr__op_mma(ctx, fdt)) {
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
+    }
+#endif
+    if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, 0, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
+    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
+    return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
+}
+
+/* tr__op_sgemm_rnd with any of A, B and C in 16 bits (x16, as tr__sgemm_rnd_cpu: a 16-bit workspace's buffers,
+   tr__ws_d16, on the CPU only), with the bits of the fp32 product's rounding; x16 = 0 is tr__op_sgemm_rnd. */
+TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
+                                    size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
+    if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1 || ((x16 & TR__X16_A) && nb != 1))
+        return tr__err(ctx, TR_ERR_GENERIC, "sgemm: 16-bit operands off the CPU");
+    return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
 }
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
@@ -11137,8 +11138,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         else st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
         if (st) return st;
     }
-    if (act16) return tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
-    return tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A : 0, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
 
 /* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
@@ -11236,8 +11236,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
             return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
-    if (act16) return tr__op_sgemm_rnd16(ctx, fdt, TR__X16_B, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
-    return tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B : 0, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 
 /* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
@@ -11370,7 +11369,7 @@ struct tr_model {
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
     int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
     int ws_gate_up; /* the workspace's fp32 record has gate_up fields of its own (tr__ws_rec) */
-    int ws_d16;     /* its dbig holds the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
+    int ws_d16;     /* it holds the SwiGLU activations and the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
@@ -12029,8 +12028,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
     tr__op_pack_window(ctx, 1);
     st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, m->ws_d16);
-    if (!st && m->ws_d16) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_C, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
-    else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0);
+    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, m->ws_d16 ? TR__X16_C : 0, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
@@ -12063,9 +12061,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
             st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, m->ws_d16);
-            if (!st && m->ws_d16)
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_C, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0); /* act <- d act */
-            else if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
+            if (!st) /* act <- d act */
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, m->ws_d16 ? TR__X16_C : 0, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
