@@ -3858,6 +3858,17 @@ TR__FN void tr__widen16(tr__range_fn half_fn, int fdt, const uint16_t *h, size_t
         half_fn(&ha, 0, (long)cols);
     }
 }
+/* rows x cols fp32 values (rows ldw apart from w) stored as 16-bit values of fdt (rows ld apart from h): exact where they
+   are fdt's values already (rounded), as every caller's are. */
+TR__FN void tr__narrow16(tr__range_fn half_fn, int fdt, const float *w, size_t ldw, size_t rows, size_t cols, uint16_t *h, size_t ld) {
+    tr__half_args ha;
+    size_t r;
+    ha.fdt = fdt, ha.unpack = 0;
+    for (r = 0; r < rows; r++) {
+        ha.x = (float *)(uintptr_t)(w + r * ldw), ha.h = h + r * ld;
+        half_fn(&ha, 0, (long)cols);
+    }
+}
 /* tr__rms_rows_bwd with y given as 16-bit values of fdt (a 16-bit tape's, read as it is): each row widened exactly into
    its thread's row of wide (threads x D floats) and through the same row kernel (the scalar one at the scalar level),
    then rounded, so that dx has the bits of the fp32 y's. */
@@ -5137,11 +5148,8 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         if (E->gu) {
             size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
             if (E->gu16) {
-                tr__half_args ha;
-                ha.fdt = E->fdt, ha.unpack = 0, ha.x = row, ha.h = (uint16_t *)(void *)E->gu + off;
-                E->half_fn(&ha, 0, (long)nr);
-                ha.x = row + nr, ha.h += E->gu_up;
-                E->half_fn(&ha, 0, (long)nr);
+                tr__narrow16(E->half_fn, E->fdt, row, 0, 1, nr, (uint16_t *)(void *)E->gu + off, 0);
+                tr__narrow16(E->half_fn, E->fdt, row + nr, 0, 1, nr, (uint16_t *)(void *)E->gu + off + E->gu_up, 0);
             } else {
                 memcpy(E->gu + off, row, nr * sizeof(float));
                 memcpy(E->gu + off + E->gu_up, row + nr, nr * sizeof(float));
@@ -5151,14 +5159,9 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
     p.a.width = (long)nr, p.a.g = t, p.a.g_stride = ldt;
     if (E->act16) { /* (through o, then stored as 16 bits) */
         float o[TR__SG_PAIR_TILE / 2];
-        tr__half_args ha;
         p.a.out = o, p.a.out_stride = nr;
         E->swiglu_fn(&p, 0, (long)mr);
-        ha.fdt = E->fdt, ha.unpack = 0;
-        for (i = 0; i < mr; i++) {
-            ha.x = o + i * nr, ha.h = (uint16_t *)(void *)E->act + b * E->act_s + (r0 + i) * E->act_ld + c0;
-            E->half_fn(&ha, 0, (long)nr);
-        }
+        tr__narrow16(E->half_fn, E->fdt, o, nr, mr, nr, (uint16_t *)(void *)E->act + b * E->act_s + r0 * E->act_ld + c0, E->act_ld);
         return;
     }
     p.a.out = E->act + b * E->act_s + r0 * E->act_ld + c0, p.a.out_stride = E->act_ld;
@@ -5197,7 +5200,22 @@ typedef struct tr__sgemm_job {
     tr__range_fn half_fn;
     float *x16_tile;
     size_t x16_stride;
+    /* stage (or NULL): a rounded product stored as 16-bit values (a rounding epilogue's c16) that is deeper than one KC
+       block, sums products (kbat) or accumulates: a job sums its C block in fp32 at ctile_at in its thread's x16_tile
+       (from C's values widened, accumulating), ukr call for ukr call as into an fp32 C, then rounds and stores it */
+    const tr__sgemm_epi *stage;
+    size_t ctile_at;
 } tr__sgemm_job;
+
+/* Micro-tile t (mr x nr, rows ldt apart) of product b at C's rows r0.., columns c0..: rounded to fdt and stored (as
+   16-bit values with E->c16). */
+TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, float *t, size_t ldt, size_t b, size_t r0, size_t c0, size_t mr, size_t nr) {
+    size_t i, at = b * J->sC + r0 * J->ldc + c0;
+    for (i = 0; i < mr; i++) tr__round_at(E->round_fn, E->fdt, t + i * ldt, nr);
+    if (E->c16) tr__narrow16(E->half_fn, E->fdt, t, ldt, mr, nr, (uint16_t *)(void *)J->C + at, J->ldc);
+    else
+        for (i = 0; i < mr; i++) memcpy(J->C + at + i * J->ldc, t + i * ldt, nr * sizeof(float));
+}
 
 /* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch). */
 TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
@@ -5268,7 +5286,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, float *tile
     size_t MR = J->kern.mr, NR = J->kern.nr, ncp = TR__MAX(TR__SG_NC / NR, 1), kc = J->K;
     size_t m0 = (u % J->nmb) * J->mcb, mc = TR__MIN(J->mcb, J->mrows - m0);
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npair, p_lo + J->pcb);
-    size_t q0, ir, p, i, up_a = E->pair_m ? J->asplit * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
+    size_t q0, ir, p, up_a = E->pair_m ? J->asplit * kc : 0, up_b = E->pair_m ? 0 : J->npair * kc * NR;
     const float *aslab = J->apre ? J->apre + m0 * kc : apack;
     float t[TR__SG_PAIR_TILE];
     if (J->kern.enter) J->kern.enter();
@@ -5283,16 +5301,7 @@ TR__FN void tr__sgemm_job_pair(const tr__sgemm_job *J, float *apack, float *tile
                 const float *bp = J->bpack + p * kc * NR;
                 if (E->round_only) {
                     J->kern.ukr(kc, ap, bp, t, NR, mr, nr, 0);
-                    for (i = 0; i < mr; i++) {
-                        size_t at = b * J->sC + (m0 + ir + i) * J->ldc + n0;
-                        tr__round_at(E->round_fn, E->fdt, t + i * NR, nr);
-                        if (E->c16) {
-                            tr__half_args ha;
-                            ha.fdt = E->fdt, ha.unpack = 0, ha.x = t + i * NR, ha.h = (uint16_t *)(void *)J->C + at;
-                            E->half_fn(&ha, 0, (long)nr);
-                        } else
-                            memcpy(J->C + at, t + i * NR, nr * sizeof(float));
-                    }
+                    tr__sgemm_store_rnd(J, E, t, NR, b, m0 + ir, n0, mr, nr);
                     continue;
                 }
                 J->kern.ukr(kc, ap, bp, t, 2 * NR, mr, nr, 0);
@@ -5311,10 +5320,22 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile,
     size_t p_lo = (u / J->nmb) * J->pcb, p_hi = TR__MIN(J->npan, p_lo + J->pcb);
     size_t q, q0, ir, p;
     tr__sgemm_ukr_fn ukr = J->kern.ukr;
+    /* where the job sums its C block: C, or staged (J->stage) its thread's fp32 tile of mc x (p_hi - p_lo) NR, ld apart */
+    float *cblk, *ct;
+    size_t ld;
     if (J->epi) {
         tr__sgemm_job_pair(J, apack, tile, u);
         return;
     }
+    ct = J->stage ? tile + J->ctile_at : NULL, ld = J->stage ? J->pcb * NR : J->ldc;
+    if (ct && J->accumulate) /* C's 16-bit values widened exactly: the fp32 values an fp32 C would hold */
+        for (p = p_lo; p < p_hi; p++) {
+            size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
+            for (ir = 0; ir < mc; ir++)
+                tr__widen16(J->half_fn, J->stage->fdt, (const uint16_t *)(const void *)J->C + b * J->sC + (m0 + ir) * J->ldc + n0, 0, 1,
+                            TR__MIN(NR, J->N - n0), ct + ir * ld + (p - p_lo) * NR);
+        }
+    cblk = ct ? ct : J->C + m0 * J->ldc;
     if (J->kern.enter) J->kern.enter();
     for (q = 0; q < J->nkbp * J->kbat; q++) { /* the KC blocks, product after product */
         size_t k0 = (q % J->nkbp) * J->kc_nom, kc = TR__MIN(J->kc_nom, J->K - k0);
@@ -5327,15 +5348,19 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile,
             for (ir = 0; ir < mc; ir += MR) {
                 const float *ap = aslab + ir * kc;
                 size_t mr = TR__MIN(MR, mc - ir);
-                float *crow = J->C + (m0 + ir) * J->ldc;
+                float *crow = cblk + ir * ld;
                 for (p = q0; p < q1; p++) {
                     size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
-                    ukr(kc, ap, blk + p * kc * NR, crow + b * J->sC + n0, J->ldc, mr, TR__MIN(NR, J->N - n0), acc);
+                    ukr(kc, ap, blk + p * kc * NR, crow + (ct ? (p - p_lo) * NR : b * J->sC + n0), ld, mr, TR__MIN(NR, J->N - n0), acc);
                 }
             }
         }
     }
     if (J->kern.leave) J->kern.leave();
+    for (p = p_lo; ct && p < p_hi; p++) {
+        size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
+        tr__sgemm_store_rnd(J, J->stage, ct + (p - p_lo) * NR, ld, b, m0, n0, mc, TR__MIN(NR, J->N - n0));
+    }
 }
 
 /* Dot unit u: a 4x4 block of C. Consecutive units walk the short dimension, so that the four
@@ -5456,9 +5481,10 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
     tr_status st;
-    if (epi) { /* a product with an epilogue runs on the packed path in one KC block (else epi->done stays 0) */
+    int stage = epi && epi->round_only && epi->c16 && (kbat != 1 || accumulate || K > TR__SG_KC);
+    if (epi) { /* a product with an epilogue runs on the packed path in one KC block, or staged (else epi->done stays 0) */
         epi->done = 0;
-        if (kbat != 1 || accumulate || K == 0 || K > TR__SG_KC || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
+        if ((!stage && (kbat != 1 || accumulate || K > TR__SG_KC)) || K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA) ||
             (!epi->round_only && ((!epi->pair_m && nbat != 1) || (epi->pair_m ? M : N) != 2 * epi->half)))
             return TR_OK;
     }
@@ -5528,7 +5554,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         if (epi->pair_m) J.mrows = epi->half, J.asplit = (epi->half + MR - 1) / MR * MR;
         else J.npair = epi->half / NR;
     }
-    J.epi = epi;
+    J.stage = stage ? epi : NULL; /* (the jobs' own loops, their C blocks staged) */
+    J.epi = stage ? NULL : epi;
     /* M blocks of nearly equal height (a multiple of MR) */
     J.nmb = (J.mrows + TR__SG_MC - 1) / TR__SG_MC;
     J.mcb = ((J.mrows + J.nmb - 1) / J.nmb + MR - 1) / MR * MR;
@@ -5568,6 +5595,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         else if (J.nnb > 1 || (epi && epi->pair_m)) afloats = mfloats, ashared = packa = 1; /* (a pair's up rows: outside a job's slab) */
         /* 16-bit A or B: a tile per thread, for an M block's or a packing unit's rows of A, a unit's panels of B */
         J.x16_stride = (TR__MAX(a16 ? TR__MAX(J.mcb, 4 * MR) : 0, b16 ? J.bunit * NR : 0) * J.kc_nom + 15) / 16 * 16;
+        if (J.stage) J.ctile_at = J.x16_stride, J.x16_stride += (J.mcb * J.pcb * NR + 15) / 16 * 16; /* (and the staged C block) */
         if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.x16_stride * (size_t)nt, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
@@ -5575,7 +5603,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
             if (!w) return TR_ERR_OUT_OF_MEMORY;
             J.bpack = w;
             J.apack = w + bfloats;
-            if (a16 || b16) J.x16_tile = w + bfloats + s;
+            if (a16 || b16 || J.stage) J.x16_tile = w + bfloats + s;
         }
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
@@ -10905,11 +10933,12 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta
     size_t nC = (size_t)(nprod - 1) * sC + M * N, bytes;
     float *c = (float *)C;
     tr_status st;
-    if (fdt && !acc && (nb == 1 || (sA == 0 && sC != 0))) {
+    /* (a 16-bit C that the epilogue's one KC block cannot take, deeper or accumulating, is staged: tr__sgemm_job.stage) */
+    if (fdt && (nb == 1 || (sA == 0 && sC != 0)) && (!acc || (x16 & TR__X16_C))) {
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1, e.c16 = (x16 & TR__X16_C) != 0;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, c, N, sC, 0, &e, a16, b16)) || e.done) return st;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, c, N, sC, acc, &e, a16, b16)) || e.done) return st;
     }
     if (x16 & TR__X16_C) {
         if (!tr__size_mul(nC, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");

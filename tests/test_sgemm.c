@@ -735,11 +735,11 @@ static void run_a16_operand(tr_ctx *ctx) {
 PER_LEVEL_TEST(a16_operand)
 
 /* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd16): any of A (one product), B and C in 16 bits give the
-   bits of tr__op_sgemm_rnd on the fp32 values, C stored as their 16 bits, in the epilogue (one KC block) or through an
-   fp32 C (deeper, short, narrow, accumulating), alone and as products sharing A. */
+   bits of tr__op_sgemm_rnd on the fp32 values, C stored as their 16 bits, in the epilogue (one KC block), staged
+   (deeper or accumulating; several M blocks) or through an fp32 C (short, narrow), alone and as products sharing A. */
 static void run_rnd16(tr_ctx *ctx) {
     /* {nb, M, N, K} */
-    static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}, {2, 50, 6, 20}};
+    static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}, {2, 50, 6, 20}, {2, 170, 24, 530}};
     int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, x, acc;
     size_t s, i;
     if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
