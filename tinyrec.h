@@ -2243,30 +2243,25 @@ TR__FN void tr__half_ref(int fdt, int unpack, float *x, uint16_t *h, size_t n) {
 /* y = r * rstd with r = x + add (add may be NULL), rstd = 1/sqrt(mean(r^2) + eps), per row of D.
    out may alias x. This is the post-norm residual of every block. */
 typedef struct tr__rms_rows_fwd_args { int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_rows_fwd_args;
+/* One row: o = r * rstd, r = xr + ar (ar may be NULL); returns rstd. */
+TR__FN float tr__rms_row_fwd_c(int D, const float *xr, const float *ar, float *o, float eps) {
+    double ss = 0;
+    float inv;
+    int j;
+    for (j = 0; j < D; j++) {
+        float v = ar ? xr[j] + ar[j] : xr[j];
+        o[j] = v;
+        ss += (double)v * v;
+    }
+    inv = (float)(1.0 / sqrt(ss / D + eps));
+    for (j = 0; j < D; j++) o[j] *= inv;
+    return inv;
+}
 TR__FN void tr__rms_rows_fwd_range(void *arg, long i0, long i1) {
     const tr__rms_rows_fwd_args *a = (const tr__rms_rows_fwd_args *)arg;
-    int D = a->D;
-    const float *x = a->x;
-    const float *add = a->add;
-    float *out = a->out;
-    float *rstd = a->rstd;
-    float eps = a->eps;
+    size_t D = (size_t)a->D;
     long r;
-    for (r = i0; r < i1; r++) {
-        const float *xr = x + (size_t)r * D, *ar = add ? add + (size_t)r * D : NULL;
-        float *o = out + (size_t)r * D;
-        double ss = 0;
-        float inv;
-        int j;
-        for (j = 0; j < D; j++) {
-            float v = ar ? xr[j] + ar[j] : xr[j];
-            o[j] = v;
-            ss += (double)v * v;
-        }
-        inv = (float)(1.0 / sqrt(ss / D + eps));
-        rstd[r] = inv;
-        for (j = 0; j < D; j++) o[j] *= inv;
-    }
+    for (r = i0; r < i1; r++) a->rstd[r] = tr__rms_row_fwd_c(a->D, a->x + r * D, a->add ? a->add + r * D : NULL, a->out + r * D, a->eps);
 }
 TR__FN void tr__rms_rows_fwd_ref(long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
     tr__rms_rows_fwd_args a = {D, x, add, out, rstd, eps};
@@ -2298,31 +2293,28 @@ TR__FN void tr__rms_rows_bwd_ref(long rows, int D, const float *dy, const float 
 /* The mlp_t norm: over the sequence axis S, separately for each (batch, channel). x is [B,S,D];
    rstd is [B,D]. */
 typedef struct tr__rms_cols_fwd_args { int S; int D; const float *x; const float *add; float *out; float *rstd; float eps; } tr__rms_cols_fwd_args;
+/* One task: channels [c0, c0 + 64) of one batch row (x, add, out: its S x D; rstd: its D). */
+TR__FN void tr__rms_cols_task_fwd_c(int S, int D, int c0, const float *x, const float *add, float *out, float *rstd, float eps) {
+    int j1 = TR__MIN(c0 + 64, D), s, j;
+    double ss[64];
+    for (j = c0; j < j1; j++) ss[j - c0] = 0;
+    for (s = 0; s < S; s++)
+        for (j = c0; j < j1; j++) {
+            size_t i = (size_t)s * D + j;
+            float v = add ? x[i] + add[i] : x[i];
+            out[i] = v;
+            ss[j - c0] += (double)v * v;
+        }
+    for (j = c0; j < j1; j++) rstd[j] = (float)(1.0 / sqrt(ss[j - c0] / S + eps));
+    for (s = 0; s < S; s++)
+        for (j = c0; j < j1; j++) out[(size_t)s * D + j] *= rstd[j];
+}
 TR__FN void tr__rms_cols_fwd_range(void *arg, long i0, long i1) {
     const tr__rms_cols_fwd_args *a = (const tr__rms_cols_fwd_args *)arg;
-    int S = a->S;
-    int D = a->D;
-    const float *x = a->x;
-    const float *add = a->add;
-    float *out = a->out;
-    float *rstd = a->rstd;
-    float eps = a->eps;
-    long t, nblk = (D + 63) / 64;
+    long t, nblk = (a->D + 63) / 64;
     for (t = i0; t < i1; t++) { /* one task = one batch row x 64 channels */
-        int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
-        size_t base = (size_t)b * S * D;
-        double ss[64];
-        for (j = j0; j < j1; j++) ss[j - j0] = 0;
-        for (s = 0; s < S; s++)
-            for (j = j0; j < j1; j++) {
-                size_t i = base + (size_t)s * D + j;
-                float v = add ? x[i] + add[i] : x[i];
-                out[i] = v;
-                ss[j - j0] += (double)v * v;
-            }
-        for (j = j0; j < j1; j++) rstd[(size_t)b * D + j] = (float)(1.0 / sqrt(ss[j - j0] / S + eps));
-        for (s = 0; s < S; s++)
-            for (j = j0; j < j1; j++) out[base + (size_t)s * D + j] *= rstd[(size_t)b * D + j];
+        size_t b = (size_t)(t / nblk), base = b * a->S * a->D;
+        tr__rms_cols_task_fwd_c(a->S, a->D, (int)(t % nblk) * 64, a->x + base, a->add ? a->add + base : NULL, a->out + base, a->rstd + b * a->D, a->eps);
     }
 }
 TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps, int nthreads) {
@@ -2331,27 +2323,24 @@ TR__FN void tr__rms_cols_fwd_ref(int B, int S, int D, const float *x, const floa
 }
 
 typedef struct tr__rms_cols_bwd_args { int S; int D; const float *dy; const float *y; const float *rstd; float *dx; } tr__rms_cols_bwd_args;
+TR__FN void tr__rms_cols_task_bwd_c(int S, int D, int c0, const float *dy, const float *y, const float *rstd, float *dx) {
+    int j1 = TR__MIN(c0 + 64, D), s, j;
+    double dot[64];
+    for (j = c0; j < j1; j++) dot[j - c0] = 0;
+    for (s = 0; s < S; s++)
+        for (j = c0; j < j1; j++) dot[j - c0] += (double)dy[(size_t)s * D + j] * y[(size_t)s * D + j];
+    for (s = 0; s < S; s++)
+        for (j = c0; j < j1; j++) {
+            size_t i = (size_t)s * D + j;
+            dx[i] = rstd[j] * (dy[i] - y[i] * (float)(dot[j - c0] / S));
+        }
+}
 TR__FN void tr__rms_cols_bwd_range(void *arg, long i0, long i1) {
     const tr__rms_cols_bwd_args *a = (const tr__rms_cols_bwd_args *)arg;
-    int S = a->S;
-    int D = a->D;
-    const float *dy = a->dy;
-    const float *y = a->y;
-    const float *rstd = a->rstd;
-    float *dx = a->dx;
-    long t, nblk = (D + 63) / 64;
+    long t, nblk = (a->D + 63) / 64;
     for (t = i0; t < i1; t++) {
-        int b = (int)(t / nblk), j0 = (int)(t % nblk) * 64, j1 = TR__MIN(j0 + 64, D), s, j;
-        size_t base = (size_t)b * S * D;
-        double dot[64];
-        for (j = j0; j < j1; j++) dot[j - j0] = 0;
-        for (s = 0; s < S; s++)
-            for (j = j0; j < j1; j++) dot[j - j0] += (double)dy[base + (size_t)s * D + j] * y[base + (size_t)s * D + j];
-        for (s = 0; s < S; s++)
-            for (j = j0; j < j1; j++) {
-                size_t i = base + (size_t)s * D + j;
-                dx[i] = rstd[(size_t)b * D + j] * (dy[i] - y[i] * (float)(dot[j - j0] / S));
-            }
+        size_t b = (size_t)(t / nblk), base = b * a->S * a->D;
+        tr__rms_cols_task_bwd_c(a->S, a->D, (int)(t % nblk) * 64, a->dy + base, a->y + base, a->rstd + b * a->D, a->dx + base);
     }
 }
 TR__FN void tr__rms_cols_bwd_ref(int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx, int nthreads) {
@@ -3561,16 +3550,41 @@ TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
         if (p->fdt) tr__round_at(p->rnd, p->fdt, o, D);
     }
 }
+/* The row kernel of the forward at ctx's SIMD level, or NULL at the scalar one (and the column norms' task kernels). */
+TR__FN float (*tr__rms_row_fwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float *, float) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_fwd128;
+#endif
+    TR__UNUSED(ctx);
+    return NULL;
+}
+TR__FN void (*tr__rms_cols_task_fwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, float *, float *, float) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_fwd128;
+#endif
+    TR__UNUSED(ctx);
+    return NULL;
+}
+TR__FN void (*tr__rms_cols_task_bwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, const float *, float *) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_bwd128;
+#endif
+    TR__UNUSED(ctx);
+    return NULL;
+}
 /* 1 when it ran (a SIMD set), 0 where the caller runs the reference and its passes */
 TR__FN int tr__rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.row = tr__rms_row_fwd128;
-#endif
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_fwd_pick(ctx);
     if (!p.row) return 0;
     tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
     return 1;
@@ -3635,13 +3649,7 @@ TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
 }
 TR__FN int tr__rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_fwd128;
-#endif
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_fwd_pick(ctx);
     if (!p.task) return 0;
     tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
     return 1;
@@ -3665,13 +3673,7 @@ TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
 }
 TR__FN int tr__rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
     tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx);
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.task = ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) p.task = tr__rms_cols_task_bwd128;
-#endif
+    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_bwd_pick(ctx);
     if (!p.task) return 0;
     tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
     return 1;
@@ -3869,33 +3871,93 @@ TR__FN void tr__narrow16(tr__range_fn half_fn, int fdt, const float *w, size_t l
         half_fn(&ha, 0, (long)cols);
     }
 }
-/* tr__rms_rows_bwd with y given as 16-bit values of fdt (a 16-bit tape's, read as it is): each row widened exactly into
-   its thread's row of wide (threads x D floats) and through the same row kernel (the scalar one at the scalar level),
-   then rounded, so that dx has the bits of the fp32 y's. */
-typedef struct tr__rms_rows_bwd16_args { tr__rms_rows_bwd_simd s; const uint16_t *y16; float *wide; tr__range_fn half_fn; } tr__rms_rows_bwd16_args;
-TR__FN void tr__rms_rows_bwd16_range(void *arg, long i0, long i1) {
-    const tr__rms_rows_bwd16_args *p = (const tr__rms_rows_bwd16_args *)arg;
-    size_t D = (size_t)p->s.a.D;
-    float *w = p->wide + (size_t)tr__thread_id() * D;
-    long r;
-    for (r = i0; r < i1; r++) {
-        tr__widen16(p->half_fn, p->s.fdt, p->y16 + r * D, D, 1, D, w);
-        p->s.row(p->s.a.D, p->s.a.dy + r * D, w, p->s.a.rstd[r], p->s.a.dx + r * D);
-        tr__round_at(p->s.rnd, p->s.fdt, p->s.a.dx + r * D, D);
+/* The norms (tr__op_rms_rows_fwd / _bwd, tr__op_rms_cols_fwd / _bwd: kind) on the CPU with operands given as 16-bit
+   values of fdt (a 16-bit tape's or workspace's, read and written as they are). x16 (TR__X16_*): A the first input
+   (x, or dy), B the second (add, or y), C the output (out, or dx). One unit at a time, a row or a column norm's task (a
+   batch row's 64 channels of every position), each operand's unit copied into its thread's scratch (widened exactly:
+   a row in place where it is fp32 already), through the SIMD op's own range and kernels (their scalar twins at the
+   scalar level), the output narrowed: the bits of the fp32 op on the widened values. */
+enum { TR__NORM_ROWS_FWD, TR__NORM_ROWS_BWD, TR__NORM_COLS_FWD, TR__NORM_COLS_BWD };
+/* Which operands an op takes as 16-bit values (tr__norm16, tr__op_sgemm_rnd16): its first, second, and output. */
+enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
+typedef struct tr__norm16_args {
+    int kind, fdt, x16, S, D;
+    const void *in1, *in2;
+    void *out;
+    float *rstd, *wide;
+    size_t wide_stride;
+    tr__range_fn half_fn;
+    tr__rms_rows_fwd_simd rf;
+    tr__rms_rows_bwd_simd rb;
+    tr__rms_cols_fwd_simd cf;
+    tr__rms_cols_bwd_simd cb;
+} tr__norm16_args;
+/* An operand's unit (nr rows of nc values from off, rows D apart) as fp32 rows nc apart: in place, or in w. */
+TR__FN const float *tr__norm16_in(const tr__norm16_args *p, const void *base, int x16, size_t off, size_t nr, size_t nc, float *w) {
+    size_t r;
+    if (!base) return NULL;
+    if (!x16 && nr == 1) return (const float *)base + off;
+    if (x16) tr__widen16(p->half_fn, p->fdt, (const uint16_t *)base + off, (size_t)p->D, nr, nc, w);
+    else
+        for (r = 0; r < nr; r++) memcpy(w + r * nc, (const float *)base + off + r * p->D, nc * sizeof(float));
+    return w;
+}
+TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
+    const tr__norm16_args *p = (const tr__norm16_args *)arg;
+    float *w = p->wide + (size_t)tr__thread_id() * p->wide_stride;
+    size_t D = (size_t)p->D, nblk = (D + 63) / 64, unit = p->wide_stride / 3;
+    int rows = p->kind == TR__NORM_ROWS_FWD || p->kind == TR__NORM_ROWS_BWD;
+    long u;
+    for (u = u0; u < u1; u++) {
+        /* the unit: row u, or batch row u / nblk's channels from c0 at every position */
+        size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->S, nc = rows ? D : TR__MIN(64, D - c0);
+        size_t off = rows ? (size_t)u * D : b * nr * D + c0, r;
+        float *rstd = p->rstd + (rows ? (size_t)u : b * D + c0);
+        const float *a = tr__norm16_in(p, p->in1, p->x16 & TR__X16_A, off, nr, nc, w), *c = tr__norm16_in(p, p->in2, p->x16 & TR__X16_B, off, nr, nc, w + unit);
+        float *o = !(p->x16 & TR__X16_C) && rows ? (float *)p->out + off : w + 2 * unit;
+        if (p->kind == TR__NORM_ROWS_FWD) {
+            tr__rms_rows_fwd_simd q = p->rf;
+            q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
+            tr__rms_rows_fwd_simd_range(&q, 0, 1);
+        } else if (p->kind == TR__NORM_ROWS_BWD) {
+            tr__rms_rows_bwd_simd q = p->rb;
+            q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
+            tr__rms_rows_bwd_simd_range(&q, 0, 1);
+        } else if (p->kind == TR__NORM_COLS_FWD) { /* (a task on nc columns, rows nc apart) */
+            tr__rms_cols_fwd_simd q = p->cf;
+            q.a.D = (int)nc, q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
+            tr__rms_cols_fwd_simd_range(&q, 0, 1);
+        } else {
+            tr__rms_cols_bwd_simd q = p->cb;
+            q.a.D = (int)nc, q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
+            tr__rms_cols_bwd_simd_range(&q, 0, 1);
+        }
+        if (p->x16 & TR__X16_C) tr__narrow16(p->half_fn, p->fdt, o, nc, nr, nc, (uint16_t *)p->out + off, D);
+        else if (!rows)
+            for (r = 0; r < nr; r++) memcpy((float *)p->out + off + r * D, o + r * nc, nc * sizeof(float));
     }
 }
-TR__FN tr_status tr__rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const uint16_t *y16, const float *rstd, float *dx) {
-    tr__rms_rows_bwd16_args p;
-    int nt = tr__threads_for(ctx, (double)rows * D);
+TR__FN tr_status tr__norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
+                            float eps) {
+    tr__norm16_args p;
+    int byrow = kind == TR__NORM_ROWS_FWD || kind == TR__NORM_ROWS_BWD;
+    long units = byrow ? rows : rows * ((D + 63) / 64);
+    int nt = tr__threads_for(ctx, (double)rows * (byrow ? 1 : S) * D);
     size_t bytes;
     memset(&p, 0, sizeof p);
-    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * (size_t)D, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rms_rows_bwd: scratch size overflows");
+    p.wide_stride = 3 * (byrow ? (size_t)D : (size_t)S * 64);
+    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * p.wide_stride, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rms norm: scratch size overflows");
     if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
-    p.s.a.D = D, p.s.a.dy = dy, p.s.a.rstd = rstd, p.s.a.dx = dx;
-    p.s.fdt = fdt, p.s.rnd = tr__round_pick(ctx), p.s.row = tr__rms_row_bwd_pick(ctx);
-    if (!p.s.row) p.s.row = tr__rms_row_bwd_c;
-    p.y16 = y16, p.half_fn = tr__half_pick(ctx);
-    tr__par_for(nt, rows, 0, tr__rms_rows_bwd16_range, &p);
+    p.kind = kind, p.fdt = fdt, p.x16 = x16, p.S = S, p.D = D, p.in1 = in1, p.in2 = in2, p.out = out, p.rstd = rstd;
+    p.half_fn = tr__half_pick(ctx);
+    p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = eps, p.cf.a.S = p.cb.a.S = S;
+    p.rf.fdt = p.rb.fdt = p.cf.fdt = p.cb.fdt = fdt;
+    p.rf.rnd = p.rb.rnd = p.cf.rnd = p.cb.rnd = tr__round_pick(ctx);
+    if (!(p.rf.row = tr__rms_row_fwd_pick(ctx))) p.rf.row = tr__rms_row_fwd_c;
+    if (!(p.rb.row = tr__rms_row_bwd_pick(ctx))) p.rb.row = tr__rms_row_bwd_c;
+    if (!(p.cf.task = tr__rms_cols_task_fwd_pick(ctx))) p.cf.task = tr__rms_cols_task_fwd_c;
+    if (!(p.cb.task = tr__rms_cols_task_bwd_pick(ctx))) p.cb.task = tr__rms_cols_task_bwd_c;
+    tr__par_for(nt, units, 0, tr__norm16_range, &p);
     return TR_OK;
 }
 /* tr__swiglu_fwd (out the activation, os its row stride) and with TR__SW_BWD tr__swiglu_bwd (out d gate_up, with g's
@@ -10926,7 +10988,6 @@ TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, 
 /* The CPU's rounded products (tr__op_sgemm_rnd, tr__op_sgemm_rnd16): rounded as stored where the epilogue can run, else
    the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt (A with one product only),
    C stored so, strides in values; a 16-bit C outside the epilogue goes through an fp32 C of its own. */
-enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
 TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
                                    const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
@@ -11053,12 +11114,6 @@ TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, con
     return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
 }
 
-/* tr__op_rms_rows_bwd on the CPU with y as a 16-bit tape holds it (fdt's values, read as they are): the same bits. */
-TR__FN tr_status tr__op_rms_rows_bwd16(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const uint16_t *y16, const float *rstd, float *dx) {
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rms_rows_bwd: a 16-bit operand off the CPU");
-    return tr__rms_rows_bwd16(ctx, fdt, rows, D, dy, y16, rstd, dx);
-}
-
 TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     size_t n = (size_t)B * S * D;
     tr_status st;
@@ -11077,6 +11132,25 @@ TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, 
     if (tr__rms_cols_bwd(ctx, fdt, B, S, D, dy, y, rstd, dx)) return TR_OK;
     tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
     return tr__op_round(ctx, fdt, dx, (size_t)B * S * D);
+}
+
+/* A norm (kind: TR__NORM_*; rows: the row norms' rows, the column norms' batch rows of S positions) with any of its
+   operands in 16 bits (x16 as tr__norm16: a 16-bit workspace's or tape's, on the CPU only), the bits of the fp32 op on
+   their values; x16 = 0 is the fp32 op. The forward's (in1, in2, out) are (x, add, out), the backward's (dy, y, dx). */
+TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
+                               float eps) {
+    if (!x16) {
+        const float *a = (const float *)in1, *b = (const float *)in2;
+        float *o = (float *)out;
+        switch (kind) {
+        case TR__NORM_ROWS_FWD: return tr__op_rms_rows_fwd(ctx, fdt, rows, D, a, b, o, rstd, eps);
+        case TR__NORM_ROWS_BWD: return tr__op_rms_rows_bwd(ctx, fdt, rows, D, a, b, rstd, o);
+        case TR__NORM_COLS_FWD: return tr__op_rms_cols_fwd(ctx, fdt, (int)rows, S, D, a, b, o, rstd, eps);
+        default: return tr__op_rms_cols_bwd(ctx, fdt, (int)rows, S, D, a, b, rstd, o);
+        }
+    }
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rms norm: a 16-bit operand off the CPU");
+    return tr__norm16(ctx, fdt, kind, x16, rows, S, D, in1, in2, out, rstd, eps);
 }
 
 /* fdt (tr_forward_dtype): bfloat16 / float16 round silu(gate) and the product, as PyTorch does on such tensors */
@@ -12050,7 +12124,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
-    st = out16 ? tr__op_rms_rows_bwd16(ctx, m->fdt, (long)BS, (int)D, dout, out16, r->rstd2, g1) : tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, dout, r->out, r->rstd2, g1);
+    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, out16 ? TR__X16_B : 0, (long)BS, (int)S, (int)D, dout, out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
     if (st) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */

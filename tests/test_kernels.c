@@ -257,41 +257,60 @@ static void test_swiglu16(void **state) {
 }
 
 
-/* The row norm's backward reading y as 16-bit values (tr__op_rms_rows_bwd16, the 16-bit tape's block output): the bits of
-   the same op on the fp32 values they hold, rounded as that op rounds, at every level and precision, on 1 and 2 threads,
-   rows of no multiple of a vector. */
-static void test_rms_rows_bwd16(void **state) {
+/* The norms with any of their operands as 16-bit values (tr__op_norm16: a 16-bit tape's or workspace's): the bits of the
+   fp32 op on the values they hold, the output stored as the 16 bits of that op's, at every level and precision, on 1
+   and 2 threads, row and column norms, forward (with and without add) and backward, widths of no multiple of a vector
+   or a column task. */
+static void test_norm16(void **state) {
     static const char *const sets[4] = {"scalar", "avx2", "avx512", "neon"};
     static const int widths[3] = {37, 512, 5};
     tr_ctx *ctx = tu_ctx(2, 1);
-    int fdt, lvl, w, th;
+    int fdt, lvl, w, th, kind, x16, noadd;
     size_t i;
     (void)state;
     for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++)
-        for (w = 0; w < 3; w++) {
-            size_t D = (size_t)widths[w], R = 300, n = R * D;
-            float *y = (float *)malloc(n * sizeof(float)), *dy = (float *)malloc(n * sizeof(float)), *rs = (float *)malloc(R * sizeof(float)),
-                  *ref = (float *)malloc(n * sizeof(float)), *got = (float *)malloc(n * sizeof(float));
-            uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
-            tu_fill(y, n, 21 + (uint64_t)w, 2.0f);
-            tu_fill(dy, n, 22 + (uint64_t)w, 1.0f);
-            tu_fill(rs, R, 23 + (uint64_t)w, 1.0f);
-            tr__round_ref(fdt, y, n);
-            tr__half_ref(fdt, 0, y, h, n);
-            for (lvl = 0; lvl < 4; lvl++) {
-                if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
-                for (th = 1; th <= 2; th++) {
-                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                    assert_int_equal(tr__op_rms_rows_bwd(ctx, fdt, (long)R, (int)D, dy, y, rs, ref), TR_OK);
-                    assert_int_equal(tr__op_rms_rows_bwd16(ctx, fdt, (long)R, (int)D, dy, h, rs, got), TR_OK);
-                    for (i = 0; i < n; i++)
-                        if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
-                            fail_msg("%s fdt %d D %zu, %d thread(s): dx[%zu] = %.9g from 16 bits, %.9g from fp32", sets[lvl], fdt, D, th, i, got[i], ref[i]);
+        for (w = 0; w < 3; w++)
+            for (kind = TR__NORM_ROWS_FWD; kind <= TR__NORM_COLS_BWD; kind++) {
+                int byrow = kind == TR__NORM_ROWS_FWD || kind == TR__NORM_ROWS_BWD, fwd = kind == TR__NORM_ROWS_FWD || kind == TR__NORM_COLS_FWD;
+                size_t D = (size_t)widths[w], S = 13, R = byrow ? 70 : 3, n = R * (byrow ? 1 : S) * D, nst = byrow ? R : R * D;
+                float *a = (float *)malloc(n * sizeof(float)), *b = (float *)malloc(n * sizeof(float)), *ref = (float *)malloc(n * sizeof(float)),
+                      *got = (float *)malloc(n * sizeof(float)), *rs = (float *)malloc(nst * sizeof(float)), *rs2 = (float *)malloc(nst * sizeof(float));
+                uint16_t *a16 = (uint16_t *)malloc(n * sizeof(uint16_t)), *b16 = (uint16_t *)malloc(n * sizeof(uint16_t)), *o16 = (uint16_t *)malloc(n * sizeof(uint16_t)),
+                         *r16 = (uint16_t *)malloc(n * sizeof(uint16_t));
+                tu_fill(a, n, 21 + (uint64_t)w, 2.0f);
+                tu_fill(b, n, 22 + (uint64_t)w, 1.0f);
+                tu_fill(rs, nst, 23 + (uint64_t)w, 1.0f);
+                tr__round_ref(fdt, a, n), tr__round_ref(fdt, b, n);
+                tr__half_ref(fdt, 0, a, a16, n), tr__half_ref(fdt, 0, b, b16, n);
+                for (lvl = 0; lvl < 4; lvl++) {
+                    if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
+                    for (th = 1; th <= 2; th++)
+                        for (x16 = 1; x16 < 8; x16++)
+                            for (noadd = 0; noadd <= fwd; noadd++) {
+                                const void *in2 = noadd ? NULL : (x16 & TR__X16_B) ? (const void *)b16 : b;
+                                assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                                if (fwd) memset(rs, 0, nst * sizeof(float)), memset(rs2, 0xff, nst * sizeof(float));
+                                assert_int_equal(tr__op_norm16(ctx, fdt, kind, 0, (long)R, (int)S, (int)D, a, noadd ? NULL : b, ref, rs, 1e-5f), TR_OK);
+                                assert_int_equal(tr__op_norm16(ctx, fdt, kind, x16, (long)R, (int)S, (int)D, (x16 & TR__X16_A) ? (const void *)a16 : a, in2,
+                                                               (x16 & TR__X16_C) ? (void *)o16 : got, fwd ? rs2 : rs, 1e-5f),
+                                                 TR_OK);
+                                if (x16 & TR__X16_C) {
+                                    tr__half_ref(fdt, 0, ref, r16, n);
+                                    for (i = 0; i < n; i++)
+                                        if (o16[i] != r16[i])
+                                            fail_msg("%s fdt %d kind %d x16 %d D %zu add %d, %d thread(s): out[%zu] = %04x, the fp32 op's %04x", sets[lvl], fdt, kind,
+                                                     x16, D, !noadd, th, i, o16[i], r16[i]);
+                                } else
+                                    for (i = 0; i < n; i++)
+                                        if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                                            fail_msg("%s fdt %d kind %d x16 %d D %zu add %d, %d thread(s): out[%zu] = %.9g, the fp32 op's %.9g", sets[lvl], fdt, kind,
+                                                     x16, D, !noadd, th, i, (double)got[i], (double)ref[i]);
+                                if (fwd) assert_memory_equal(rs, rs2, nst * sizeof(float));
+                            }
                 }
+                free(a), free(b), free(ref), free(got), free(rs), free(rs2), free(a16), free(b16), free(o16), free(r16);
             }
-            free(y), free(dy), free(rs), free(ref), free(got), free(h);
-        }
-    assert_int_equal(tr__op_rms_rows_bwd16(ctx, 0, 1, 4, NULL, NULL, NULL, NULL), TR_ERR_GENERIC);
+    assert_int_equal(tr__op_norm16(ctx, 0, TR__NORM_ROWS_BWD, TR__X16_B, 1, 1, 4, NULL, NULL, NULL, NULL, 0), TR_ERR_GENERIC);
     tr_ctx_destroy(ctx);
 }
 
@@ -818,7 +837,7 @@ static void test_halfs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_rms_rows_bwd16), cmocka_unit_test(test_norms_reduced),
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_norm16), cmocka_unit_test(test_norms_reduced),
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
