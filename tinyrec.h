@@ -11980,18 +11980,24 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) { return tr__block_rec_floats(m, 0, gate_up) - (gate_up ? 0 : (size_t)m->S * m->D); }
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
+/* Floats of the backward's gradient buffers: g1 and g2 (fp32), then the running gradients between blocks gcur and gnext
+   (16-bit with tr__ws_d16: the rounded din each block's backward writes, tr__net_bwd_rows). */
+TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) {
+    size_t n = (size_t)B * m->S * m->D;
+    return 2 * n + 2 * ((tr__vals(n, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15);
+}
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
-    size_t gu = (size_t)B * 2 * m->S * m->I, g4 = (size_t)B * 4 * m->S * m->D, chan = gu;
+    size_t gu = (size_t)B * 2 * m->S * m->I, g4 = tr__ws_grad_floats(m, B, gate_up), chan = gu;
     if (tr__ws_d16(m, gate_up)) chan = TR__MAX(tr__vals(gu, 1), gu > g4 ? gu - g4 : 0); /* (and the forward's fp32 gate_up from g1: tr__ws_gu) */
     return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    return tr__ws_rec_floats(m, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + (size_t)B * m->S * m->D * (gate_up ? 5 : 4) +
-           tr__ws_dbig_floats(m, B, gate_up) + 256;
+    return tr__ws_rec_floats(m, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + tr__ws_grad_floats(m, B, gate_up) +
+           (gate_up ? (size_t)B * m->S * m->D : 0) + tr__ws_dbig_floats(m, B, gate_up) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
-TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + 4 * (size_t)B * m->S * m->D; }
+TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
 /* Where the CPU's fp32 record keeps its gate_up fields (tr__ws_rec): dbig, or with a 16-bit dbig (tr__ws_d16) g1, so
    that the forward's fp32 gate_up fits in the backward's gradient buffers and dbig together. */
 TR__FN float *tr__ws_gu(const tr_model *m, int B) { return m->ws_d16 ? tr__ws_g1(m, B) : tr__ws_dbig(m, B); }
@@ -12107,11 +12113,12 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
-/* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl.
+/* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
+   din hold 16-bit values (a 16-bit workspace's running gradients, tr__ws_d16).
    g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D; tmp as in forward. t16 (or NULL): the 16-bit
    tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
-TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const float *dout, float *din,
-                               float *g1, float *g2, float *dbig, float *tmp) {
+TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const void *dout, void *din,
+                               int x16, float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + BS * D;
@@ -12124,7 +12131,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half */
-    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, out16 ? TR__X16_B : 0, (long)BS, (int)S, (int)D, dout, out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
+    int din16 = (x16 & TR__X16_C) != 0;
+    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0), (long)BS, (int)S, (int)D, dout, out16 ? (const void *)out16 : r->out,
+                       g1, r->rstd2, 0);
     if (st) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
@@ -12153,7 +12162,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
            in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dbig's too where it is a
            16-bit tape's copy, which the CPU does not read) */
@@ -12173,7 +12182,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
             if (!st && in16) st = tr__op_sgemm_b16(ctx, m->fdt, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
             else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
-            if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D, din + o * S * D, S * D, 1);
+            if (!st)
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D,
+                                        (char *)din + o * S * D * (din16 ? 2 : 4), S * D, 1);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
         }
@@ -12189,8 +12200,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = in16 ? tr__op_sgemm_b16(ctx, m->fdt, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
                        : tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1)))
             return st;
-        if ((st = tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
+        if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
     }
     return TR_OK; /* (din's last product rounded it) */
 }
@@ -12319,12 +12330,16 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
 /* tr__net_bwd on B rows that fit the workspace (rec: their slice of the tape). */
 TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
-    float *g1 = tr__ws_g1(m, B), *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + n, *dbig = gnext + n, *tmp = tr__ws_tmp(m, B);
-    int l;
+    /* the running gradient: dout for the last layer (read where it is), then each layer's din, in gcur / gnext by turns
+       (16-bit with tr__ws_d16; the first layer's goes to dh0) */
+    float *g1 = tr__ws_g1(m, B), *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + ((tr__vals(n, m->ws_d16) + 15) & ~(size_t)15), *dbig = tr__ws_dbig(m, B);
+    float *tmp = tr__ws_tmp(m, B);
+    const void *dcur = dout;
+    int l, cur16 = 0;
     tr_status st;
-    if ((st = tr__dcopy(m->ctx, gcur, dout, n * sizeof(float)))) return st;
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l ? gnext : dh0, *t;
+        int dst16 = l ? m->ws_d16 : 0;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32, in the workspace */
@@ -12335,11 +12350,12 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
                 return st;
             r = &unpacked;
         }
-        if ((st = tr__block_bwd(m, &md->layers[l], r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, B, gcur, dst, g1, g2, dbig,
-                                tmp)) != TR_OK)
+        if ((st = tr__block_bwd(m, &md->layers[l], r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, B, dcur, dst,
+                                (cur16 ? TR__X16_A : 0) | (dst16 ? TR__X16_C : 0), g1, g2, dbig, tmp)) != TR_OK)
             return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         t = gcur, gcur = gnext, gnext = t;
+        dcur = gcur, cur16 = dst16;
     }
     return TR_OK;
 }
