@@ -5281,6 +5281,8 @@ TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, 
 
 /* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch). */
 TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
+/* Writable memory off values from base, as tr__sgemm_at. */
+#define TR__AT16(base, x16, off) ((void *)((char *)(base) + (size_t)(off) * ((x16) ? 2 : 4)))
 
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
    holds 16-bit values (J->a16), they are first widened exactly into tile, so the packing and its bits are those
@@ -11219,7 +11221,8 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
-   product, the elementwise pass into act, the product (gu always written). */
+   product, the elementwise pass into act, the product (gu always written). act16: act and proj hold
+   16-bit values (a 16-bit CPU workspace's, tr__ws_d16). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
     tr_status st;
@@ -11241,7 +11244,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         else st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
         if (st) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A : 0, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
 
 /* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
@@ -11315,7 +11318,8 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 
 /* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
-   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). */
+   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). act16: act and proj hold
+   16-bit values (a 16-bit CPU workspace's, tr__ws_d16). */
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
                                   int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int act16) {
     tr_status st;
@@ -11339,7 +11343,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
             return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B : 0, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B | TR__X16_C : 0, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
 }
 
 /* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
@@ -11936,10 +11940,12 @@ TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
     return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
 }
+/* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
+TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
 /* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
    the projection output, attention rows. */
 TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B, int gate_up) {
-    return tr__ws_act_floats(m, B, gate_up) + (size_t)B * m->S * m->D + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+    return tr__ws_act_floats(m, B, gate_up) + tr__ws_proj_floats(m, B, gate_up) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -12079,7 +12085,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + BS * D;
+    /* (the projection in 16 bits with a 16-bit workspace, tr__ws_d16, as the activation: x16 for the ops that read it) */
+    float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + tr__ws_proj_floats(m, B, m->ws_gate_up);
+    int p16 = m->ws_d16 ? TR__X16_B : 0;
     tr_status st;
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
@@ -12093,24 +12101,24 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, tr__rec_mix_rows(m, r, B, o), taped,
-                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), proj + o * S * D, m->ws_d16)))
+                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), (float *)TR__AT16(proj, p16, o * S * D), m->ws_d16)))
                 return st;
         }
-        if ((st = tr__op_rms_cols_fwd(ctx, m->fdt, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, p16, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)))
             return st;
         if ((st = tr__op_attention_fwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
-        if ((st = tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_C : 0, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16, (long)BS, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
                                 proj, m->ws_d16)))
         return st;
-    return tr__op_rms_rows_fwd(ctx, m->fdt, (long)BS, (int)D, r->h1, proj, r->out, r->rstd2, eps);
+    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16, (long)BS, (int)S, (int)D, r->h1, proj, r->out, r->rstd2, eps);
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
@@ -12121,7 +12129,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
                                int x16, float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + BS * D;
+    float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + tr__ws_proj_floats(m, B, m->ws_gate_up);
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     /* the block input and output as the 16-bit tape holds them, which the CPU's weight gradient products and first norm
        read as they are (r->in and r->out unset) */
