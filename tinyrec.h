@@ -10915,10 +10915,10 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
 
 /* tr__op_sgemm with A given as 16-bit values of fdt (a 16-bit workspace buffer on the CPU, tr__ws_d16): the bits of the
    product of the fp32 values they hold. A device's workspace is fp32 and never comes here. */
-TR__FN tr_status tr__op_sgemm_a16(tr_ctx *ctx, int fdt, int ta, int tb, size_t M, size_t N, size_t K, const uint16_t *A, size_t lda, const float *B,
-                                  size_t ldb, float *C, size_t ldc, int acc) {
+TR__FN tr_status tr__op_sgemm_a16(tr_ctx *ctx, int fdt, int ta, int tb, size_t M, size_t N, size_t K, const uint16_t *A, size_t lda, const void *B,
+                                  size_t ldb, int b16, float *C, size_t ldc, int acc) {
     if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
-    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt, 0);
+    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt, b16 ? fdt : 0);
 }
 
 /* tr__op_sgemm_batched with B given as 16-bit values of fdt (a 16-bit tape's, read as it is on the CPU; B, ldb and sB in
@@ -11197,11 +11197,12 @@ TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long
 /* The CPU's gate_up product of a SwiGLU with the activation in its epilogue (tr__sgemm_epi), in place of the product,
    its rounding pass, the activation's pass and (gu16) the tape's conversion: C (+ b sB's product) = op(A) op(B), whose
    halves (pair_m: rows, else columns) are gate and up; act as tr__sgemm_epi lays it out, and with keep_gu gate_up
-   rounded into gu (gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up further), as 16 bits where gu16 is given.
+   rounded into gu (gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up further), as 16 bits where gu16 is given. x16:
+   TR__X16_A A holds 16-bit values (one product), TR__X16_C act is stored so.
    *done = 0 where it does not run so (a device, or a shape the packed path does not pair): the caller's passes then. */
 TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
                                       const float *B, size_t ldb, size_t sB, int keep_gu, float *gu, float *gu16, size_t gu_ld, size_t gu_s, size_t gu_up,
-                                      float *act, size_t act_ld, size_t act_s, int act16, int *done) {
+                                      float *act, size_t act_ld, size_t act_s, int x16, int *done) {
     tr__sgemm_epi e;
     tr_status st;
     *done = 0;
@@ -11210,8 +11211,8 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.pair_m = pair_m, e.half = (pair_m ? M : N) / 2;
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
-    e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = act16;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, 0, 0))) return st;
+    e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = (x16 & TR__X16_C) != 0;
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, (x16 & TR__X16_A) ? fdt : 0, 0))) return st;
     *done = e.done;
     return TR_OK;
 }
@@ -11221,8 +11222,8 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
-   product, the elementwise pass into act, the product (gu always written). act16: act and proj hold
-   16-bit values (a 16-bit CPU workspace's, tr__ws_d16). */
+   product, the elementwise pass into act, the product (gu always written). act16: A, act and proj hold 16-bit values
+   (a 16-bit CPU workspace's, tr__ws_d16). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
     tr_status st;
@@ -11234,11 +11235,11 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
-    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0, act16,
-                                   &fused)))
+    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0,
+                                   act16 ? TR__X16_A | TR__X16_C : 0, &fused)))
         return st;
     if (!fused) {
-        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A : 0, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
         if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
         if (act16) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, (long)rows, (long)half, gu, 2 * half, NULL, 0, act, half);
         else st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
@@ -11332,7 +11333,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
     }
 #endif
     if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D, act, D, It * D,
-                                   act16, &fused)))
+                                   act16 ? TR__X16_C : 0, &fused)))
         return st;
     if (!fused) {
         if (act16) { /* (tr__op_sgemm_gate_up's CPU passes, the activation stored in 16 bits) */
@@ -11918,11 +11919,14 @@ TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt =
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
-/* Floats of one block record per row (half: a 16-bit tape's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
+/* A record's precision (half): fp32, a 16-bit tape's (every activation in 16 bits), or a 16-bit workspace's (h1 alone). */
+enum { TR__REC_HALF = 1, TR__REC_H1_16 = 2 };
+/* Floats of one block record per row (half: TR__REC_*; gate_up: with the gate_up fields, gu and mlp_t's mix). */
 TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D, n;
-    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
-    n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
+    int all = half & TR__REC_HALF;
+    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, all) + D /* mix, rstd1 */ : tr__vals(4 * S * D, all) + (size_t)m->H * S + S;
+    n += tr__vals(S * D, half != 0) /* h1 */ + tr__vals((gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, all) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
 /* Rows of B whose token mix (gate_up 2 It x D, the activation It x D: mlp_t's largest scratch) the workspace holds at
@@ -11954,10 +11958,12 @@ TR__FN float *tr__carve(float **cursor, size_t n) {
     return p;
 }
 
-/* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's); without with_out,
+/* Points a record's buffers at consecutive memory for B rows (half: TR__REC_*); without with_out,
    `out` is set separately. gate_up (or NULL): where its gate_up fields (gu; mix with mlp_t) are instead. */
 TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half, float *gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
+    int h1 = half != 0;
+    half &= TR__REC_HALF;
     if (m->cfg.mlp_t) {
         r->mix = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
         r->rstd1 = tr__carve(cur, (size_t)B * D);
@@ -11968,7 +11974,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
         r->lse = tr__carve(cur, (size_t)B * m->H * S);
         r->rstd1 = tr__carve(cur, (size_t)B * S);
     }
-    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
+    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, h1));
     r->gu = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
     r->rstd2 = tr__carve(cur, (size_t)B * S);
     r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
@@ -11983,7 +11989,9 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
 /* Floats of the workspace's record per row: an fp32 block record, whose output only a device's backward unpacks there
    (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
-TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) { return tr__block_rec_floats(m, 0, gate_up) - (gate_up ? 0 : (size_t)m->S * m->D); }
+TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
+    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up) ? TR__REC_H1_16 : 0, gate_up) - (gate_up ? 0 : (size_t)m->S * m->D);
+}
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 /* Floats of the backward's gradient buffers: g1 and g2 (fp32), then the running gradients between blocks gcur and gnext
@@ -12088,6 +12096,9 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     /* (the projection in 16 bits with a 16-bit workspace, tr__ws_d16, as the activation: x16 for the ops that read it) */
     float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + tr__ws_proj_floats(m, B, m->ws_gate_up);
     int p16 = m->ws_d16 ? TR__X16_B : 0;
+    /* and h1, written straight to a 16-bit tape's record where there is one (tr__rec_half leaves it) */
+    void *h1 = m->ws_d16 && t16 ? (void *)t16->h1 : (void *)r->h1;
+    int h16 = m->ws_d16 ? TR__X16_C : 0;
     tr_status st;
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
@@ -12104,7 +12115,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
                                        t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), (float *)TR__AT16(proj, p16, o * S * D), m->ws_d16)))
                 return st;
         }
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, p16, B, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     } else {
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
@@ -12112,13 +12123,13 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
             return st;
         if ((st = tr__op_attention_fwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_C : 0, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16, (long)BS, (int)S, (int)D, r->in, proj, r->h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, r->h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
+    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
                                 proj, m->ws_d16)))
         return st;
-    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16, (long)BS, (int)S, (int)D, r->h1, proj, r->out, r->rstd2, eps);
+    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
@@ -12135,6 +12146,9 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        read as they are (r->in and r->out unset) */
     const uint16_t *in16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->in : NULL;
     const uint16_t *out16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->out : NULL;
+    /* and h1 from the tape as it is with a 16-bit workspace (tr__ws_d16; r->h1 unset) */
+    const void *h1 = m->ws_d16 ? (const void *)t16->h1 : r->h1;
+    int h16 = m->ws_d16 ? TR__X16_B : 0;
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
@@ -12155,8 +12169,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->ws_d16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
         st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
-        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 1, 0, 2 * I, D, BS, d16, 2 * I, r->h1, D, g_gu, D, 1);
-        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 0, 0, BS, D, 2 * I, d16, 2 * I, TR__W(m, ly->gu), D, g2, D, 1);
+        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 1, 0, 2 * I, D, BS, d16, 2 * I, h1, D, 1, g_gu, D, 1);
+        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 0, 0, BS, D, 2 * I, d16, 2 * I, TR__W(m, ly->gu), D, 0, g2, D, 1);
         if (!st) st = tr__op_round_rows(ctx, m->fdt, g2, 1, BS * D, 0); /* g2 = d h1, rounded as tr__op_sgemm_rnd would */
     } else {
         st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
@@ -12169,7 +12183,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
-        if ((st = tr__op_rms_cols_bwd(ctx, m->fdt, B, (int)S, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
         if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
            in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dbig's too where it is a
@@ -12198,7 +12212,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         }
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        if ((st = tr__op_rms_rows_bwd(ctx, m->fdt, (long)BS, (int)D, g2, r->h1, r->rstd1, g1))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
         if ((st = tr__op_attention_bwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows))) return st;
@@ -12238,7 +12252,9 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
         (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
         return st;
     if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
-    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) || (gate_up && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
+    /* (h1: a 16-bit workspace's forward writes the tape's, its backward reads it there) */
+    if ((!m->ws_d16 && (st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D))) ||
+        (gate_up && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
         return st;
     return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
 }
@@ -12246,7 +12262,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, 0, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16 ? TR__REC_H1_16 : 0, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 

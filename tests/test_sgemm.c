@@ -610,11 +610,15 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                                      ((uint16_t *)h)[i], ((uint16_t *)h_ref)[i]);
                     }
                     if (fdt && done) { /* the activation stored in 16 bits (a 16-bit workspace's): the passes' values exactly */
-                        uint16_t *a16 = (uint16_t *)gu, *a16_ref = (uint16_t *)h_ref; /* (nact <= nC) */
+                        uint16_t *a16 = (uint16_t *)gu, *a16_ref = (uint16_t *)h_ref, *A16 = (uint16_t *)malloc(M * K * sizeof(uint16_t)); /* (nact <= nC) */
+                        int one = nb == 1 && !pair_m; /* (A in 16 bits too where it is one product's) */
+                        assert_non_null(A16);
                         tr__half_ref(fdt, 0, act_ref, a16_ref, nact);
-                        assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, A, lda, B, ldb, sB, 0, NULL, NULL, gu_ld, gu_s, gu_up,
-                                                              (float *)a16, act_ld, act_s, 1, &done),
+                        tr__half_ref(fdt, 0, A, A16, M * K);
+                        assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, one ? (const float *)(const void *)A16 : A, lda, B, ldb, sB, 0,
+                                                              NULL, NULL, gu_ld, gu_s, gu_up, (float *)a16, act_ld, act_s, TR__X16_C | (one ? TR__X16_A : 0), &done),
                                          TR_OK);
+                        free(A16);
                         assert_true(done);
                         if (memcmp(a16, a16_ref, nact * sizeof(uint16_t)) != 0)
                             fail_msg("%s, fdt %d, %d thread(s), pair_m %d M %zu N %zu K %zu: the 16-bit activation differs", kern_name(ctx), fdt, th, pair_m, M, N, K);
@@ -664,7 +668,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(round_epilogue)
 
-/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace), or B (tr__op_sgemm_b16), gives the bits of
+/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace; with B so too, half the cases), or B (tr__op_sgemm_b16), gives the bits of
    the product on the fp32 values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow (N <= 8) products that read A in
    place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few, N cut), deeper than one KC block,
    with either transposition of A and accumulating or not. A batch of products with a 16-bit A is refused. */
@@ -677,26 +681,26 @@ static void run_a16_operand(tr_ctx *ctx) {
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (t = 0; t < 8; t++) {
-                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2;
+                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2, b16 = (int)((s + (size_t)t) & 1); /* (B in 16 bits too, half the cases) */
                 size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda = (ta ? M : K) + 3, nA = (ta ? K : M) * lda;
                 float *A = rnd_buf(nA), *B = rnd_buf(K * N), *C0 = rnd_buf(M * N), *R = (float *)malloc(M * N * sizeof(float)),
                       *C = (float *)malloc(M * N * sizeof(float));
-                uint16_t *A16 = (uint16_t *)malloc(nA * sizeof(uint16_t));
-                assert_non_null(R), assert_non_null(C), assert_non_null(A16);
+                uint16_t *A16 = (uint16_t *)malloc(nA * sizeof(uint16_t)), *B16 = (uint16_t *)malloc(K * N * sizeof(uint16_t));
+                assert_non_null(R), assert_non_null(C), assert_non_null(A16), assert_non_null(B16);
                 tr__round_ref(fdt, A, nA), tr__round_ref(fdt, B, K * N);
-                tr__half_ref(fdt, 0, A, A16, nA);
+                tr__half_ref(fdt, 0, A, A16, nA), tr__half_ref(fdt, 0, B, B16, K * N);
                 memcpy(R, C0, M * N * sizeof(float));
                 assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, tb ? K : N, R, N, acc), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, M * N * sizeof(float));
-                    assert_int_equal(tr__op_sgemm_a16(ctx, fdt, ta, tb, M, N, K, A16, lda, B, tb ? K : N, C, N, acc), TR_OK);
+                    assert_int_equal(tr__op_sgemm_a16(ctx, fdt, ta, tb, M, N, K, A16, lda, b16 ? (const void *)B16 : B, tb ? K : N, b16, C, N, acc), TR_OK);
                     for (i = 0; i < M * N; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
                             fail_msg("%s, fdt %d, %d thread(s), M %zu N %zu K %zu ta %d tb %d acc %d: C[%zu] = %.9g from 16 bits, %.9g from fp32", kern_name(ctx), fdt,
                                      th, M, N, K, ta, tb, acc, i, (double)C[i], (double)R[i]);
                 }
-                free(A), free(B), free(C0), free(R), free(C), free(A16);
+                free(A), free(B), free(C0), free(R), free(C), free(A16), free(B16);
             }
     /* B as 16-bit values (tr__op_sgemm_b16, a 16-bit tape's): alone, as products sharing A, and summed into C, at odd
        batch strides (a product's B starts mid-float) */
@@ -729,7 +733,7 @@ static void run_a16_operand(tr_ctx *ctx) {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
         assert_int_equal(tr__sgemm_nb(ctx, 2, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 16, C, 4, 16, 0, NULL, TR_FWD_BFLOAT16, 0), TR_ERR_INVALID_ARG);
         assert_int_equal(tr__op_sgemm_b16(ctx, 0, 1, 0, 0, 4, 4, 4, A, 4, 0, (const uint16_t *)B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
-        assert_int_equal(tr__op_sgemm_a16(ctx, 0, 0, 0, 4, 4, 4, (const uint16_t *)A, 4, B, 4, C, 4, 0), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm_a16(ctx, 0, 0, 0, 4, 4, 4, (const uint16_t *)A, 4, B, 4, 0, C, 4, 0), TR_ERR_GENERIC);
     }
 }
 PER_LEVEL_TEST(a16_operand)
