@@ -5255,8 +5255,7 @@ typedef struct tr__sgemm_job {
        is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
     size_t mrows, npair, asplit;
-    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm_a16,
-       tr__op_sgemm_b16), widened a tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
+    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm16), widened a tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
     int a16, b16;
     const uint16_t *B16;
     tr__range_fn half_fn;
@@ -5340,7 +5339,7 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, float *tile, size_t u)
         m0 = (g % (ngroups / 2)) * 4 * MR, at = h * J->asplit + m0, rows = (h + 1) * half;
         m0 += h * half;
     }
-    tr__sgemm_pack_a_op(J, J->A + (q / J->nkbp) * J->sAk, m0, TR__MIN(4 * MR, rows - m0), k0, kc, J->apre + q * J->kc_nom * J->mpad + at * kc, tile);
+    tr__sgemm_pack_a_op(J, (const float *)tr__sgemm_at(J->A, J->a16, (q / J->nkbp) * J->sAk), m0, TR__MIN(4 * MR, rows - m0), k0, kc, J->apre + q * J->kc_nom * J->mpad + at * kc, tile);
 }
 
 /* Job u of a product with an epilogue (J->epi: one KC block, nothing summed into C): each micro-tile into t (a paired
@@ -5406,7 +5405,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile,
         const float *blk = J->bpack + q * J->kc_nom * J->npan * NR;
         int acc = J->accumulate || q > 0;
         const float *aslab = J->apre ? J->apre + q * J->kc_nom * J->mpad + m0 * kc : apack;
-        if (!J->apre) tr__sgemm_pack_a_op(J, J->A + (q / J->nkbp) * J->sAk, m0, mc, k0, kc, apack, tile);
+        if (!J->apre) tr__sgemm_pack_a_op(J, (const float *)tr__sgemm_at(J->A, J->a16, (q / J->nkbp) * J->sAk), m0, mc, k0, kc, apack, tile);
         for (q0 = p_lo; q0 < p_hi; q0 += ncp) {
             size_t q1 = TR__MIN(q0 + ncp, p_hi);
             for (ir = 0; ir < mc; ir += MR) {
@@ -5537,7 +5536,7 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
    C (=|+=) sum_b op(A + b*sA) op(B + b*sB), run as one: every product's KC blocks one after
    another (each product's own blocking, and C takes each block's sum in that order, as the
    products run one by one sum it). Shapes of the unpacked paths run one by one.
-   a16, b16 (0: fp32): the precision of A's, B's 16-bit values (B, and then sB and ldb, in values; A only alone). */
+   a16, b16 (0: fp32): the precision of A's, B's 16-bit values (that operand, its stride and leading dimension then in values). */
 TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
                               size_t sA, const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi, int a16,
                               int b16) {
@@ -5553,10 +5552,9 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
             return TR_OK;
     }
     if (M == 0 || N == 0) return TR_OK;
-    if (a16 && nbat * kbat > 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm: a 16-bit A in a batch of products");
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
-            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A + (kbat > 1 ? i * sA : 0), lda, 0, tr__sgemm_at(B, b16, i * sB), ldb, 0,
+            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, (const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0, tr__sgemm_at(B, b16, i * sB), ldb, 0,
                                    C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, a16, b16)) != TR_OK)
                 return st;
         return TR_OK;
@@ -5719,25 +5717,26 @@ TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
    that share A and write apart (the token mix) run as one (tr__sgemm_nb), and so do products
    summed into C (the token mix's weight gradients, one product per batch row), in groups whose
-   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). b16 (0: fp32): the precision of
-   B's 16-bit values (B, sB and ldb then in values). */
+   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). a16, b16 (0: fp32): the precision
+   of A's, B's 16-bit values (that operand and its stride and leading dimension then in values). */
 #define TR__SG_KB_FLOATS ((size_t)1 << 21)
-TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                   const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int b16) {
+TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
+                                   const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int a16, int b16) {
     int b;
     tr_status st;
-    if (nb > 1 && sA == 0 && sC != 0) return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, 0, b16);
+    if (nb > 1 && sA == 0 && sC != 0)
+        return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, a16, b16);
     if (nb > 1 && sC == 0) {
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
-            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, A + b * sA, lda, sA, tr__sgemm_at(B, b16, b * sB), ldb, sB, C, ldc, 0,
-                                   b > 0 ? 1 : acc, NULL, 0, b16)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, (const float *)tr__sgemm_at(A, a16, b * sA), lda, sA,
+                                   tr__sgemm_at(B, b16, b * sB), ldb, sB, C, ldc, 0, b > 0 ? 1 : acc, NULL, a16, b16)) != TR_OK)
                 return st;
         return TR_OK;
     }
     for (b = 0; b < nb; b++)
-        if ((st = tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, A + b * sA, lda, 0, tr__sgemm_at(B, b16, b * sB), ldb, 0, C + b * sC, ldc, 0,
-                               sC == 0 && b > 0 ? 1 : acc, NULL, 0, b16)) != TR_OK)
+        if ((st = tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)tr__sgemm_at(A, a16, b * sA), lda, 0, tr__sgemm_at(B, b16, b * sB), ldb, 0, C + b * sC,
+                               ldc, 0, sC == 0 && b > 0 ? 1 : acc, NULL, a16, b16)) != TR_OK)
             return st;
     return TR_OK;
 }
@@ -10913,20 +10912,13 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
-/* tr__op_sgemm with A given as 16-bit values of fdt (a 16-bit workspace buffer on the CPU, tr__ws_d16): the bits of the
-   product of the fp32 values they hold. A device's workspace is fp32 and never comes here. */
-TR__FN tr_status tr__op_sgemm_a16(tr_ctx *ctx, int fdt, int ta, int tb, size_t M, size_t N, size_t K, const uint16_t *A, size_t lda, const void *B,
-                                  size_t ldb, int b16, float *C, size_t ldc, int acc) {
+/* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
+   workspace's, read as they are on the CPU; that operand's leading dimension and batch stride in values): the bits of
+   the products of the fp32 values they hold. A device's records and workspace are fp32 as it reads them. */
+TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
+                                const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
-    return tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)(const void *)A, lda, 0, B, ldb, 0, C, ldc, 0, acc, NULL, fdt, b16 ? fdt : 0);
-}
-
-/* tr__op_sgemm_batched with B given as 16-bit values of fdt (a 16-bit tape's, read as it is on the CPU; B, ldb and sB in
-   values): the bits of the products of the fp32 values they hold. */
-TR__FN tr_status tr__op_sgemm_b16(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                  const uint16_t *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
-    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, fdt);
+    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -10977,7 +10969,7 @@ TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                       const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
     TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc));
-    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0);
+    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0);
 }
 
 #if TINYREC_OPENCL
@@ -10988,8 +10980,9 @@ TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && c
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
 /* The CPU's rounded products (tr__op_sgemm_rnd, tr__op_sgemm_rnd16): rounded as stored where the epilogue can run, else
-   the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt (A with one product only),
-   C stored so, strides in values; a 16-bit C outside the epilogue goes through an fp32 C of its own. */
+   the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt, C stored so, strides in
+   values; a 16-bit C is staged where the epilogue's one KC block cannot take it (tr__sgemm_job.stage), and goes
+   through an fp32 C of its own where neither runs (a short or narrow product, or a 16-bit C summing products). */
 TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
                                    const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
@@ -11008,8 +11001,7 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
         for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
     }
-    st = a16 ? tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, 0, c, N, 0, acc, NULL, a16, b16)
-             : tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, (const float *)A, lda, sA, B, ldb, sB, c, N, sC, acc, b16);
+    st = tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, c, N, sC, acc, a16, b16);
     if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
     if (x16 & TR__X16_C) {
         for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
@@ -11039,7 +11031,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
 TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
                                     size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1 || ((x16 & TR__X16_A) && nb != 1))
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1)
         return tr__err(ctx, TR_ERR_GENERIC, "sgemm: 16-bit operands off the CPU");
     return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
 }
@@ -11266,7 +11258,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
         if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
         else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
         if (st) return st;
-        return tr__op_sgemm_b16(ctx, fdt, per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, (const uint16_t *)(const void *)act, cols,
+        return tr__op_sgemm16(ctx, fdt, TR__X16_B, per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, act, cols,
                                 per_row ? 0 : rows * cols, C, ldc, per_row ? 0 : sC, acc);
     }
 #if TINYREC_OPENCL
@@ -11912,8 +11904,8 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
 /* Whether the workspace holds the SwiGLU activations (act, and in the backward d act) and the channel SwiGLU's d gate_up
    (the backward's largest use of dbig) as 16-bit values: a 16-bit tape's model on the CPU (gate_up = 0), which rounds
-   them to 16 bits as it writes them; the products read them so and the epilogues store them so (tr__op_sgemm_a16,
-   tr__op_sgemm_b16, tr__op_sgemm_rnd16, tr__op_swiglu16), the same bits. dbig's other uses stay fp32 and fit in what
+   them to 16 bits as it writes them; the products read them so and the epilogues store them so (tr__op_sgemm16,
+   tr__op_sgemm_rnd16, tr__op_swiglu16), the same bits. dbig's other uses stay fp32 and fit in what
    is left: the token mix runs in passes of half as many rows (tr__ws_mix_rows), attention's d qkv is smaller, and the
    forward's fp32 gate_up (a product whose epilogue does not compute the activation) starts at g1 (tr__ws_gu). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
@@ -11982,7 +11974,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 
 /* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (g1, g2, the
    running gradients, then dbig the largest of its uses, tr__block_bwd), and last on a device (tr__ws_in) a block input
-   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm_b16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
+   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
@@ -12169,8 +12161,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->ws_d16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
         st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
-        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 1, 0, 2 * I, D, BS, d16, 2 * I, h1, D, 1, g_gu, D, 1);
-        if (!st) st = tr__op_sgemm_a16(ctx, m->fdt, 0, 0, BS, D, 2 * I, d16, 2 * I, TR__W(m, ly->gu), D, 0, g2, D, 1);
+        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, 2 * I, D, BS, d16, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
+        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, D, 0, 1);
         if (!st) st = tr__op_round_rows(ctx, m->fdt, g2, 1, BS * D, 0); /* g2 = d h1, rounded as tr__op_sgemm_rnd would */
     } else {
         st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
@@ -12202,7 +12194,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             tr__op_pack_window(ctx, 1);
             if (m->ws_d16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dbig, 2 * It * D);
             else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
-            if (!st && in16) st = tr__op_sgemm_b16(ctx, m->fdt, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
             else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st)
                 st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D,
@@ -12219,7 +12211,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
-        if ((st = in16 ? tr__op_sgemm_b16(ctx, m->fdt, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
+        if ((st = in16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_B, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
                        : tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1)))
             return st;
         if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;

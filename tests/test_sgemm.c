@@ -305,7 +305,7 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
         EACH_THREAD_COUNT(th) {
             memcpy(C, C0, nc * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0), TR_OK);
+            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0), TR_OK);
             if (memcmp(C, R, nc * sizeof(float)) != 0)
                 fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", kern_name(ctx), th,
                          summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
@@ -668,10 +668,10 @@ static void run_round_epilogue(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(round_epilogue)
 
-/* A given as 16-bit values (tr__op_sgemm_a16, the CPU's 16-bit workspace; with B so too, half the cases), or B (tr__op_sgemm_b16), gives the bits of
-   the product on the fp32 values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow (N <= 8) products that read A in
-   place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few, N cut), deeper than one KC block,
-   with either transposition of A and accumulating or not. A batch of products with a 16-bit A is refused. */
+/* A given as 16-bit values (tr__op_sgemm16, the CPU's 16-bit workspace; with B so too, half the cases), or B, gives the
+   bits of the product on the fp32 values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow
+   (N <= 8) products that read A in place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few,
+   N cut), deeper than one KC block, with either transposition of A and accumulating or not; in batches too. */
 static void run_a16_operand(tr_ctx *ctx) {
     /* {M, N, K} */
     static const size_t shapes[][3] = {{12, 40, 30}, {50, 6, 70}, {1400, 24, 40}, {170, 64, 97}, {90, 33, 1101}};
@@ -694,7 +694,9 @@ static void run_a16_operand(tr_ctx *ctx) {
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, M * N * sizeof(float));
-                    assert_int_equal(tr__op_sgemm_a16(ctx, fdt, ta, tb, M, N, K, A16, lda, b16 ? (const void *)B16 : B, tb ? K : N, b16, C, N, acc), TR_OK);
+                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_A | (b16 ? TR__X16_B : 0), 1, ta, tb, M, N, K, A16, lda, 0, b16 ? (const void *)B16 : B, tb ? K : N, 0,
+                                                    C, N, 0, acc),
+                                     TR_OK);
                     for (i = 0; i < M * N; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
                             fail_msg("%s, fdt %d, %d thread(s), M %zu N %zu K %zu ta %d tb %d acc %d: C[%zu] = %.9g from 16 bits, %.9g from fp32", kern_name(ctx), fdt,
@@ -702,43 +704,45 @@ static void run_a16_operand(tr_ctx *ctx) {
                 }
                 free(A), free(B), free(C0), free(R), free(C), free(A16), free(B16);
             }
-    /* B as 16-bit values (tr__op_sgemm_b16, a 16-bit tape's): alone, as products sharing A, and summed into C, at odd
-       batch strides (a product's B starts mid-float) */
+    /* B as 16-bit values (a 16-bit tape's), and A too in half the cases: alone, as products sharing A, and summed into C,
+       at odd batch strides (a product's B, or A, starts mid-float) */
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (t = 0; t < 12; t++) {
-                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, kind = t >> 2, nb = kind ? 3 : 1, acc = kind != 1;
+                int fdt = fdts[f], ta = t & 1, tb = (t >> 1) & 1, kind = t >> 2, nb = kind ? 3 : 1, acc = kind != 1, a16 = (int)((s + (size_t)t) & 1);
                 size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ldb = (tb ? K : N) + 1, sB = (tb ? N : K) * ldb + 1;
                 size_t sA = kind == 2 ? M * K + 3 : 0, sC = kind == 2 ? 0 : M * N + 5, nC = (size_t)(nb - 1) * sC + M * N, nB = (size_t)nb * sB;
                 float *A = rnd_buf((size_t)(nb - 1) * sA + M * K), *B = rnd_buf(nB), *C0 = rnd_buf(nC), *R = (float *)malloc(nC * sizeof(float)),
                       *C = (float *)malloc(nC * sizeof(float));
-                uint16_t *B16 = (uint16_t *)malloc(nB * sizeof(uint16_t));
-                assert_non_null(R), assert_non_null(C), assert_non_null(B16);
-                tr__round_ref(fdt, B, nB);
-                tr__half_ref(fdt, 0, B, B16, nB);
+                size_t nA = (size_t)(nb - 1) * sA + M * K;
+                uint16_t *B16 = (uint16_t *)malloc(nB * sizeof(uint16_t)), *A16 = (uint16_t *)malloc(nA * sizeof(uint16_t));
+                assert_non_null(R), assert_non_null(C), assert_non_null(B16), assert_non_null(A16);
+                tr__round_ref(fdt, B, nB), tr__round_ref(fdt, A, nA);
+                tr__half_ref(fdt, 0, B, B16, nB), tr__half_ref(fdt, 0, A, A16, nA);
                 memcpy(R, C0, nC * sizeof(float));
-                assert_int_equal(tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B, ldb, sB, R, N, sC, acc, 0), TR_OK);
+                assert_int_equal(tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B, ldb, sB, R, N, sC, acc, 0, 0), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, nC * sizeof(float));
-                    assert_int_equal(tr__op_sgemm_b16(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B16, ldb, sB, C, N, sC, acc), TR_OK);
+                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_B | (a16 ? TR__X16_A : 0), nb, ta, tb, M, N, K, a16 ? (const void *)A16 : A, ta ? M : K, sA, B16, ldb,
+                                                    sB, C, N, sC, acc),
+                                     TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
                             fail_msg("%s, fdt %d, %d thread(s), nb %d M %zu N %zu K %zu ta %d tb %d sC %zu: C[%zu] = %.9g from 16-bit B, %.9g from fp32", kern_name(ctx),
                                      fdt, th, nb, M, N, K, ta, tb, sC, i, (double)C[i], (double)R[i]);
                 }
-                free(A), free(B), free(C0), free(R), free(C), free(B16);
+                free(A), free(B), free(C0), free(R), free(C), free(B16), free(A16);
             }
     {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
-        assert_int_equal(tr__sgemm_nb(ctx, 2, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 16, C, 4, 16, 0, NULL, TR_FWD_BFLOAT16, 0), TR_ERR_INVALID_ARG);
-        assert_int_equal(tr__op_sgemm_b16(ctx, 0, 1, 0, 0, 4, 4, 4, A, 4, 0, (const uint16_t *)B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
-        assert_int_equal(tr__op_sgemm_a16(ctx, 0, 0, 0, 4, 4, 4, (const uint16_t *)A, 4, B, 4, 0, C, 4, 0), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_B, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_A, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
     }
 }
 PER_LEVEL_TEST(a16_operand)
 
-/* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd16): any of A (one product), B and C in 16 bits give the
+/* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd16): any of A, B and C in 16 bits give the
    bits of tr__op_sgemm_rnd on the fp32 values, C stored as their 16 bits, in the epilogue (one KC block), staged
    (deeper or accumulating; several M blocks) or through an fp32 C (short, narrow), alone and as products sharing A. */
 static void run_rnd16(tr_ctx *ctx) {
@@ -756,7 +760,7 @@ static void run_rnd16(tr_ctx *ctx) {
                     float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * sB), *R = rnd_buf(nC), *C = (float *)malloc(nC * sizeof(float));
                     uint16_t *A16 = (uint16_t *)malloc(M * K * sizeof(uint16_t)), *B16 = (uint16_t *)malloc((size_t)nb * sB * sizeof(uint16_t)),
                              *C16 = (uint16_t *)malloc(nC * sizeof(uint16_t)), *R16 = (uint16_t *)malloc(nC * sizeof(uint16_t));
-                    int use_a = (x & TR__X16_A) && nb == 1;
+                    int use_a = (x & TR__X16_A) != 0;
                     assert_non_null(C), assert_non_null(A16), assert_non_null(B16), assert_non_null(C16), assert_non_null(R16);
                     tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB), tr__round_ref(fdt, R, nC);
                     tr__half_ref(fdt, 0, A, A16, M * K), tr__half_ref(fdt, 0, B, B16, (size_t)nb * sB), tr__half_ref(fdt, 0, R, C16, nC);
