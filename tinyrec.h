@@ -11215,7 +11215,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
    product, the elementwise pass into act, the product (gu always written). act16: A, act and proj hold 16-bit values
-   (a 16-bit CPU workspace's, tr__ws_d16). */
+   (a 16-bit CPU workspace's, tr__ws_d16), and so does the gate_up those passes write (gu16 with keep_gu, else gu). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
     tr_status st;
@@ -11230,12 +11230,15 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
     if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0,
                                    act16 ? TR__X16_A | TR__X16_C : 0, &fused)))
         return st;
-    if (!fused) {
-        if ((st = tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A : 0, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+    if (!fused && act16) { /* gate_up in 16 bits too: the tape's (keep_gu), or in gu's memory */
+        float *g = keep_gu && gu16 ? gu16 : gu;
+        if ((st = tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A | TR__X16_C, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, g, 0, 0)) ||
+            (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)half, g, 2 * half, NULL, 0, act, half)))
+            return st;
+    } else if (!fused) {
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
         if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
-        if (act16) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, (long)rows, (long)half, gu, 2 * half, NULL, 0, act, half);
-        else st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half);
-        if (st) return st;
+        if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
     }
     return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
 }
@@ -11247,18 +11250,19 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
    device the activation is computed as the GEMM fetches it: the SIMT kernel's nt case in float32, the tensor cores'
    packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied.
    gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
-   else unpacked into gu first. act16: act holds 16-bit values (a 16-bit workspace's on the CPU, which reads gu16). */
+   else unpacked into gu first. x16: TR__X16_B act holds 16-bit values (a 16-bit workspace's on the CPU, which reads
+   gu16), and with it TR__X16_A A too. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int act16) {
+                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int x16) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
     int per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
-    if (act16) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
+    if (x16 & TR__X16_B) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
         if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
         else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
         if (st) return st;
-        return tr__op_sgemm16(ctx, fdt, TR__X16_B, per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, act, cols,
+        return tr__op_sgemm16(ctx, fdt, x16 & (TR__X16_A | TR__X16_B), per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, act, cols,
                                 per_row ? 0 : rows * cols, C, ldc, per_row ? 0 : sC, acc);
     }
 #if TINYREC_OPENCL
@@ -11934,7 +11938,9 @@ TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
 }
 /* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows. */
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
-    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
+    size_t n = tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
+    /* (and with 16-bit gradients, attention's backward widens d att_o here) */
+    return tr__ws_d16(m, gate_up) && !m->cfg.mlp_t ? TR__MAX(n, (size_t)B * m->S * m->D) : n;
 }
 /* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
 TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
@@ -11986,15 +11992,13 @@ TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
 }
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
-/* Floats of the backward's gradient buffers: g1 and g2 (fp32), then the running gradients between blocks gcur and gnext
-   (16-bit with tr__ws_d16: the rounded din each block's backward writes, tr__net_bwd_rows). */
-TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) {
-    size_t n = (size_t)B * m->S * m->D;
-    return 2 * n + 2 * ((tr__vals(n, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15);
-}
+/* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
+   gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
+TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
+TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return 4 * tr__ws_grad_vals(m, B, gate_up); }
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
-    size_t gu = (size_t)B * 2 * m->S * m->I, g4 = tr__ws_grad_floats(m, B, gate_up), chan = gu;
-    if (tr__ws_d16(m, gate_up)) chan = TR__MAX(tr__vals(gu, 1), gu > g4 ? gu - g4 : 0); /* (and the forward's fp32 gate_up from g1: tr__ws_gu) */
+    size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu;
+    if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
     return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
@@ -12004,9 +12008,9 @@ TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
-/* Where the CPU's fp32 record keeps its gate_up fields (tr__ws_rec): dbig, or with a 16-bit dbig (tr__ws_d16) g1, so
-   that the forward's fp32 gate_up fits in the backward's gradient buffers and dbig together. */
-TR__FN float *tr__ws_gu(const tr_model *m, int B) { return m->ws_d16 ? tr__ws_g1(m, B) : tr__ws_dbig(m, B); }
+/* Where the CPU's record keeps its gate_up fields (tr__ws_rec): dbig (16-bit values with tr__ws_d16, the channel
+   SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
+TR__FN float *tr__ws_gu(const tr_model *m, int B) { return tr__ws_dbig(m, B); }
 /* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
    (tr__ws_gu, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
 TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
@@ -12124,6 +12128,12 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
 
+/* n gradient values from src to dst, each 16-bit (the flags) or fp32; fdt's values, so converting is exact. */
+TR__FN tr_status tr__grad_copy(tr_ctx *ctx, int fdt, float *src, int src16, void *dst, int dst16, size_t n) {
+    if (src16 == dst16) return tr__dcopy(ctx, dst, src, n * (src16 ? 2 : 4));
+    return src16 ? tr__op_half(ctx, fdt, 1, (float *)dst, src, n) : tr__op_half(ctx, fdt, 0, src, (float *)dst, n);
+}
+
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
    din hold 16-bit values (a 16-bit workspace's running gradients, tr__ws_d16).
    g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D; tmp as in forward. t16 (or NULL): the 16-bit
@@ -12144,26 +12154,26 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
-    /* channel SwiGLU half */
-    int din16 = (x16 & TR__X16_C) != 0;
-    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0), (long)BS, (int)S, (int)D, dout, out16 ? (const void *)out16 : r->out,
-                       g1, r->rstd2, 0);
+    /* channel SwiGLU half; with a 16-bit workspace (g16) g1 and g2 hold 16-bit values too, which every op reads so */
+    int din16 = (x16 & TR__X16_C) != 0, g16 = m->ws_d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
+    size_t gbytes = BS * D * (g16 ? 2 : 4);
+    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0) | gC, (long)BS, (int)S, (int)D, dout,
+                       out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
     if (st) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
     tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, m->ws_d16);
-    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, m->ws_d16 ? TR__X16_C : 0, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | gB);
+    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
-    if (st || (st = tr__dcopy(ctx, g2, g1, BS * D * sizeof(float)))) return st;
+    if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
     tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
-    if (m->ws_d16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
+    if (g16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
         st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, 2 * I, D, BS, d16, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
-        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, D, 0, 1);
-        if (!st) st = tr__op_round_rows(ctx, m->fdt, g2, 1, BS * D, 0); /* g2 = d h1, rounded as tr__op_sgemm_rnd would */
+        if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     } else {
         st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
         if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
@@ -12175,46 +12185,49 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16 | gA | gC, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
+        if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
            in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dbig's too where it is a
            16-bit tape's copy, which the CPU does not read) */
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
-            const float *g = g1 + o * S * D;
+            const float *g = (const float *)TR__AT16(g1, g16, o * S * D);
             float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
-            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, m->ws_d16);
+            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | gB);
             if (!st) /* act <- d act */
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, m->ws_d16 ? TR__X16_C : 0, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | gC, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
-            if (m->ws_d16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dbig, 2 * It * D);
+            if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dbig, 2 * It * D);
             else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
             if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
             else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st)
                 st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D,
-                                        (char *)din + o * S * D * (din16 ? 2 : 4), S * D, 1);
+                                        TR__AT16(din, din16, o * S * D), S * D, 1);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
         }
     } else {
-        float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1))) return st;
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
-        if ((st = tr__op_attention_bwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, g2, dbig, rows))) return st;
+        float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o), *dO = g2;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
+        if ((st = g16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_A, 1, 1, 0, D, D, BS, g1, D, 0, r->att_o, D, 0, g_o, D, 0, 1)
+                      : tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1)))
+            return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
+        if (g16 && (st = tr__op_half(ctx, m->fdt, 1, dO = act, g2, BS * D))) return st; /* (the kernels read it in fp32: widened where act was) */
+        if ((st = tr__op_attention_bwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, dO, dbig, rows))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
         if ((st = in16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_B, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
                        : tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1)))
             return st;
-        if ((st = din16 ? tr__op_half(ctx, m->fdt, 0, g1, (float *)din, BS * D) : tr__dcopy(ctx, din, g1, BS * D * sizeof(float)))) return st;
+        if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
     }
     return TR_OK; /* (din's last product rounded it) */
@@ -12348,7 +12361,8 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
     size_t n = (size_t)B * m->S * m->D;
     /* the running gradient: dout for the last layer (read where it is), then each layer's din, in gcur / gnext by turns
        (16-bit with tr__ws_d16; the first layer's goes to dh0) */
-    float *g1 = tr__ws_g1(m, B), *g2 = g1 + n, *gcur = g2 + n, *gnext = gcur + ((tr__vals(n, m->ws_d16) + 15) & ~(size_t)15), *dbig = tr__ws_dbig(m, B);
+    size_t gv = tr__ws_grad_vals(m, B, m->ws_gate_up);
+    float *g1 = tr__ws_g1(m, B), *g2 = g1 + gv, *gcur = g2 + gv, *gnext = gcur + gv, *dbig = tr__ws_dbig(m, B);
     float *tmp = tr__ws_tmp(m, B);
     const void *dcur = dout;
     int l, cur16 = 0;
