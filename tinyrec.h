@@ -3732,20 +3732,26 @@ TR__FN void tr__rope_simd_range(void *arg, long i0, long i1) {
         p->row(p->a.H, p->a.hd, p->a.qkv + (size_t)r * 3 * p->a.H * p->a.hd, p->a.cosv + pos, p->a.sinv + pos, p->a.inverse ? -1.0f : 1.0f);
     }
 }
-TR__FN void tr__rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
-    tr__rope_simd p = {{S, H, hd, qkv, cosv, sinv, inverse}, NULL};
-    int nt = tr__threads_for(ctx, (double)rows * 2 * H * hd);
+/* The range of rows at ctx's SIMD level (p->row set where it takes one), run on p (a tr__rope_simd, whose first
+   member is the tr__rope_args the others take): the scalar reference's at the scalar level. */
+TR__FN tr__range_fn tr__rope_pick(const tr_ctx *ctx, tr__rope_simd *p) {
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) p.row = ctx->simd == TR__SIMD_AVX512 ? tr__rope_row512 : tr__rope_row256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) {
-        tr__par_for(nt, rows, 0, tr__rope_range_neon, &p.a);
-        return;
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        p->row = ctx->simd == TR__SIMD_AVX512 ? tr__rope_row512 : tr__rope_row256;
+        return tr__rope_simd_range;
     }
 #endif
-    if (p.row) tr__par_for(nt, rows, 0, tr__rope_simd_range, &p);
-    else tr__rope_ref(rows, S, H, hd, qkv, cosv, sinv, inverse, nt);
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) return tr__rope_range_neon;
+#endif
+    TR__UNUSED(ctx);
+    TR__UNUSED(p);
+    return tr__rope_range;
+}
+TR__FN void tr__rope(tr_ctx *ctx, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    tr__rope_simd p = {{S, H, hd, qkv, cosv, sinv, inverse}, NULL};
+    tr__range_fn fn = tr__rope_pick(ctx, &p);
+    tr__par_for(tr__threads_for(ctx, (double)rows * 2 * H * hd), rows, 0, fn, &p);
 }
 typedef struct tr__adam_atan2_simd {
     tr__adam_atan2_args a;
@@ -3958,6 +3964,115 @@ TR__FN tr_status tr__norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, 
     if (!(p.cf.task = tr__rms_cols_task_fwd_pick(ctx))) p.cf.task = tr__rms_cols_task_fwd_c;
     if (!(p.cb.task = tr__rms_cols_task_bwd_pick(ctx))) p.cb.task = tr__rms_cols_task_bwd_c;
     tr__par_for(nt, units, 0, tr__norm16_range, &p);
+    return TR_OK;
+}
+/* tr__op_rope with qkv given as 16-bit values of fdt (a 16-bit workspace's or tape's): a batch row (S positions) at a
+   time widened exactly into its thread's scratch, through the SIMD level's range of rows, rounded and narrowed: the bits
+   of the fp32 op. */
+typedef struct tr__rope16_args { tr__rope_simd p; tr__range_fn fn, half_fn, round_fn; uint16_t *qkv; float *wide; int fdt; } tr__rope16_args;
+TR__FN void tr__rope16_range(void *arg, long b0, long b1) {
+    const tr__rope16_args *a = (const tr__rope16_args *)arg;
+    size_t n = (size_t)a->p.a.S * 3 * a->p.a.H * a->p.a.hd;
+    tr__rope_simd q = a->p;
+    long b;
+    q.a.qkv = a->wide + (size_t)tr__thread_id() * n;
+    for (b = b0; b < b1; b++) {
+        tr__widen16(a->half_fn, a->fdt, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv);
+        a->fn(&q, 0, q.a.S); /* (rows 0.. of a batch row: positions 0..) */
+        tr__round_at(a->round_fn, a->fdt, q.a.qkv, n);
+        tr__narrow16(a->half_fn, a->fdt, q.a.qkv, 0, 1, n, a->qkv + (size_t)b * n, 0);
+    }
+}
+TR__FN tr_status tr__rope16(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, uint16_t *qkv, const float *cosv, const float *sinv, int inverse) {
+    tr__rope16_args a;
+    int nt = tr__threads_for(ctx, (double)B * S * 2 * H * hd);
+    size_t bytes;
+    memset(&a, 0, sizeof a);
+    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * S * 3 * H, (size_t)hd * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rope: scratch size overflows");
+    if (!(a.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    a.p.a.S = S, a.p.a.H = H, a.p.a.hd = hd, a.p.a.cosv = cosv, a.p.a.sinv = sinv, a.p.a.inverse = inverse;
+    a.fn = tr__rope_pick(ctx, &a.p), a.half_fn = tr__half_pick(ctx), a.round_fn = tr__round_pick(ctx), a.qkv = qkv, a.fdt = fdt;
+    tr__par_for(nt, B, 0, tr__rope16_range, &a);
+    return TR_OK;
+}
+
+/* tr__op_attention_fwd / _bwd on the CPU with any of qkv (x16: TR__X16_A), o (TR__X16_B) and the backward's do
+   (TR__X16_C) given as 16-bit values of fdt (a 16-bit workspace's or tape's; lse and dqkv stay fp32): one (batch, head)
+   at a time, its slices of every operand copied (widened exactly) into its thread's compact buffers, a batch of one
+   with one head, through that level's kernel of one task (the scalar reference's range at the scalar level), then o
+   rounded and stored (narrowed), or dqkv copied to its place: the bits of the fp32 op. scratch: the op's. */
+typedef struct tr__att16_args {
+    int bwd, fdt, x16, S, H, hd;
+    const void *qkv, *do_;
+    void *o;
+    float *lse, *dqkv, *scratch, *wide;
+    tr__range_fn half_fn, round_fn;
+    void (*fwd_one)(int, int, int, int, int, const float *, float *, float *, float *);
+    void (*bwd_one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+} tr__att16_args;
+/* Head h of batch row b of an operand with `parts` slices of D per position (qkv 3, o and do 1) to or from compact c. */
+TR__FN void tr__att16_io(const tr__att16_args *p, const void *x, int x16, int parts, size_t b, size_t h, float *c, int store) {
+    size_t S = (size_t)p->S, hd = (size_t)p->hd, D = (size_t)p->H * hd, s, q;
+    for (s = 0; s < S; s++)
+        for (q = 0; q < (size_t)parts; q++) {
+            size_t at = (b * S + s) * parts * D + q * D + h * hd;
+            float *cc = c + (s * parts + q) * hd;
+            if (store && x16) tr__narrow16(p->half_fn, p->fdt, cc, 0, 1, hd, (uint16_t *)(uintptr_t)x + at, 0);
+            else if (store) memcpy((float *)(uintptr_t)x + at, cc, hd * sizeof(float));
+            else if (x16) tr__widen16(p->half_fn, p->fdt, (const uint16_t *)x + at, 0, 1, hd, cc);
+            else memcpy(cc, (const float *)x + at, hd * sizeof(float));
+        }
+}
+TR__FN void tr__att16_range(void *arg, long i0, long i1) {
+    const tr__att16_args *p = (const tr__att16_args *)arg;
+    size_t S = (size_t)p->S, hd = (size_t)p->hd, per = tr__attention_scratch_floats(p->S, p->hd);
+    int t = tr__thread_id();
+    float *cq = p->wide + (size_t)t * 8 * S * hd, *co = cq + 3 * S * hd, *cd = co + S * hd, *cdq = cd + S * hd;
+    long bh;
+    for (bh = i0; bh < i1; bh++) {
+        size_t b = (size_t)bh / (size_t)p->H, h = (size_t)bh % (size_t)p->H;
+        float *lse = p->lse + (size_t)bh * S;
+        tr__att16_io(p, p->qkv, p->x16 & TR__X16_A, 3, b, h, cq, 0);
+        if (!p->bwd) {
+            if (p->fwd_one) p->fwd_one(0, 0, p->S, 1, p->hd, cq, co, lse, p->scratch + (size_t)t * per);
+            else {
+                tr__attention_fwd_args a = {p->S, 1, p->hd, cq, co, lse, p->scratch};
+                tr__attention_fwd_range(&a, 0, 1);
+            }
+            tr__round_at(p->round_fn, p->fdt, co, S * hd);
+            tr__att16_io(p, p->o, p->x16 & TR__X16_B, 1, b, h, co, 1);
+            continue;
+        }
+        tr__att16_io(p, p->o, p->x16 & TR__X16_B, 1, b, h, co, 0);
+        tr__att16_io(p, p->do_, p->x16 & TR__X16_C, 1, b, h, cd, 0);
+        if (p->bwd_one) p->bwd_one(0, 0, p->S, 1, p->hd, cq, co, lse, cd, cdq, p->scratch + (size_t)t * per);
+        else {
+            tr__attention_bwd_args a = {p->S, 1, p->hd, cq, co, lse, cd, cdq, p->scratch};
+            tr__attention_bwd_range(&a, 0, 1);
+        }
+        tr__att16_io(p, p->dqkv, 0, 3, b, h, cdq, 1);
+    }
+}
+TR__FN tr_status tr__attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
+                                 float *dqkv, float *scratch) {
+    tr__att16_args p;
+    int nt = tr__threads_for(ctx, (double)B * H * S * S * hd);
+    size_t bytes;
+    memset(&p, 0, sizeof p);
+    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * 8 * S, (size_t)hd * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "attention: scratch size overflows");
+    if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    p.bwd = bwd, p.fdt = fdt, p.x16 = x16, p.S = S, p.H = H, p.hd = hd, p.qkv = qkv, p.do_ = do_, p.o = o, p.lse = lse, p.dqkv = dqkv, p.scratch = scratch;
+    p.half_fn = tr__half_pick(ctx), p.round_fn = tr__round_pick(ctx);
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) {
+        p.fwd_one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_fwd_bh512 : tr__attention_fwd_bh256;
+        p.bwd_one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
+    }
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) p.fwd_one = tr__attention_fwd_bh128, p.bwd_one = tr__attention_bwd_bh128;
+#endif
+    tr__par_for(nt, (long)B * H, 0, tr__att16_range, &p);
     return TR_OK;
 }
 /* tr__swiglu_fwd (out the activation, os its row stride) and with TR__SW_BWD tr__swiglu_bwd (out d gate_up, with g's
@@ -11365,6 +11480,26 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H,
     return tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd);
 }
 
+/* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv) with any of qkv, o and do_ in
+   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's), the bits of the fp32 op on their values; x16 = 0
+   is the fp32 op. */
+TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
+                                    float *dqkv, float *scratch) {
+    tr_status st;
+    if (!x16 && !bwd) return tr__op_attention_fwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (float *)o, lse, scratch);
+    if (!x16) return tr__op_attention_bwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (const float *)o, lse, (const float *)do_, dqkv, scratch);
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "attention: a 16-bit operand off the CPU");
+    if ((st = tr__attention16(ctx, fdt, bwd, x16, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch))) return st;
+    return bwd ? tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
+}
+
+/* tr__op_rope with qkv as 16-bit values of fdt (qkv16: a 16-bit CPU workspace's), the bits of the fp32 op; else it. */
+TR__FN tr_status tr__op_rope16(tr_ctx *ctx, int fdt, int qkv16, int B, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+    if (!qkv16) return tr__op_rope(ctx, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse);
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rope: a 16-bit operand off the CPU");
+    return tr__rope16(ctx, fdt, B, S, H, hd, (uint16_t *)(void *)qkv, cosv, sinv, inverse);
+}
+
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
                                    float bc2) {
     TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
@@ -11915,14 +12050,11 @@ TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt =
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
-/* A record's precision (half): fp32, a 16-bit tape's (every activation in 16 bits), or a 16-bit workspace's (h1 alone). */
-enum { TR__REC_HALF = 1, TR__REC_H1_16 = 2 };
-/* Floats of one block record per row (half: TR__REC_*; gate_up: with the gate_up fields, gu and mlp_t's mix). */
+/* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
 TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D, n;
-    int all = half & TR__REC_HALF;
-    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, all) + D /* mix, rstd1 */ : tr__vals(4 * S * D, all) + (size_t)m->H * S + S;
-    n += tr__vals(S * D, half != 0) /* h1 */ + tr__vals((gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, all) + S /* rstd2 */;
+    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
+    n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
     return n + 16 * 8; /* alignment slack */
 }
 /* Rows of B whose token mix (gate_up 2 It x D, the activation It x D: mlp_t's largest scratch) the workspace holds at
@@ -11938,9 +12070,7 @@ TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
 }
 /* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows. */
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
-    size_t n = tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
-    /* (and with 16-bit gradients, attention's backward widens d att_o here) */
-    return tr__ws_d16(m, gate_up) && !m->cfg.mlp_t ? TR__MAX(n, (size_t)B * m->S * m->D) : n;
+    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
 }
 /* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
 TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
@@ -11956,12 +12086,10 @@ TR__FN float *tr__carve(float **cursor, size_t n) {
     return p;
 }
 
-/* Points a record's buffers at consecutive memory for B rows (half: TR__REC_*); without with_out,
+/* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's or workspace's); without with_out,
    `out` is set separately. gate_up (or NULL): where its gate_up fields (gu; mix with mlp_t) are instead. */
 TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half, float *gate_up) {
     size_t S = (size_t)m->S, D = (size_t)m->D;
-    int h1 = half != 0;
-    half &= TR__REC_HALF;
     if (m->cfg.mlp_t) {
         r->mix = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
         r->rstd1 = tr__carve(cur, (size_t)B * D);
@@ -11972,7 +12100,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
         r->lse = tr__carve(cur, (size_t)B * m->H * S);
         r->rstd1 = tr__carve(cur, (size_t)B * S);
     }
-    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, h1));
+    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
     r->gu = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
     r->rstd2 = tr__carve(cur, (size_t)B * S);
     r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
@@ -11988,7 +12116,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 /* Floats of the workspace's record per row: an fp32 block record, whose output only a device's backward unpacks there
    (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
 TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
-    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up) ? TR__REC_H1_16 : 0, gate_up) - (gate_up ? 0 : (size_t)m->S * m->D);
+    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up), gate_up) - (gate_up ? 0 : tr__vals((size_t)m->S * m->D, tr__ws_d16(m, gate_up)));
 }
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
@@ -12113,12 +12241,15 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         }
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     } else {
-        if ((st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, r->mix, 0, 0))) return st;
+        /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
+        float *qkv = m->ws_d16 && t16 ? t16->mix : r->mix, *att_o = m->ws_d16 && t16 ? t16->att_o : r->att_o;
+        int a16 = m->ws_d16 ? TR__X16_A | TR__X16_B : 0;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, h16, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, qkv, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, r->mix, m->rope_cos, m->rope_sin, 0)))
+            (st = tr__op_rope16(ctx, m->fdt, m->ws_d16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
-        if ((st = tr__op_attention_fwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, rows))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_C : 0, 1, 0, 1, BS, D, D, r->att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
+        if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, BS, D, D, att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
@@ -12213,14 +12344,14 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             if (st) return st;
         }
     } else {
-        float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o), *dO = g2;
+        float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
+        const float *qkv = g16 ? t16->mix : r->mix, *att_o = g16 ? t16->att_o : r->att_o; /* (a 16-bit workspace reads the tape's) */
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = g16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_A, 1, 1, 0, D, D, BS, g1, D, 0, r->att_o, D, 0, g_o, D, 0, 1)
+        if ((st = g16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, D, D, BS, g1, D, 0, att_o, D, 0, g_o, D, 0, 1)
                       : tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1)))
             return st;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
-        if (g16 && (st = tr__op_half(ctx, m->fdt, 1, dO = act, g2, BS * D))) return st; /* (the kernels read it in fp32: widened where act was) */
-        if ((st = tr__op_attention_bwd(ctx, m->fdt, B, (int)S, m->H, m->hd, r->mix, r->att_o, r->lse, dO, dbig, rows))) return st;
+        if ((st = tr__op_attention16(ctx, m->fdt, 1, gA | gB | gC, B, (int)S, m->H, m->hd, qkv, (void *)(uintptr_t)att_o, r->lse, g2, dbig, rows))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
@@ -12253,12 +12384,14 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     size_t BS = (size_t)B * m->S, D = (size_t)m->D, I = (size_t)m->I;
     int gate_up = unpack && !tr__op_reads16(m->ctx, m->fdt);
     tr_status st;
+    /* a 16-bit workspace's forward writes the activations to the tape's record, and its backward reads them there: only
+       the block output, the caller's fp32, is packed */
+    if (m->ws_d16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
     if ((m->cfg.mlp_t ? gate_up : 1) &&
         (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
         return st;
     if (!m->cfg.mlp_t && (st = tr__op_half(m->ctx, m->fdt, unpack, f->att_o, t->att_o, BS * D))) return st;
-    /* (h1: a 16-bit workspace's forward writes the tape's, its backward reads it there) */
-    if ((!m->ws_d16 && (st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D))) ||
+    if ((st = tr__op_half(m->ctx, m->fdt, unpack, f->h1, t->h1, BS * D)) ||
         (gate_up && (st = tr__op_half(m->ctx, m->fdt, unpack, f->gu, t->gu, BS * 2 * I))))
         return st;
     return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
@@ -12267,7 +12400,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16 ? TR__REC_H1_16 : 0, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 

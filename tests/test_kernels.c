@@ -314,6 +314,68 @@ static void test_norm16(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* The attention and RoPE with 16-bit operands (tr__op_attention16, tr__op_rope16: a 16-bit workspace's qkv, o and d o):
+   the bits of the fp32 ops on the values they hold (o stored as the 16 bits of the fp32 op's, lse and dqkv fp32), every
+   combination of 16-bit operands, at every level and precision, on 1 and 2 threads, odd sizes. */
+static void test_attention16(void **state) {
+    static const char *const sets[4] = {"scalar", "avx2", "avx512", "neon"};
+    static const int shapes[][4] = {{2, 37, 3, 24}, {1, 18, 2, 6}, {3, 9, 2, 12}};
+    tr_ctx *ctx = tu_ctx(2, 1);
+    int fdt, lvl, th, x16, inv;
+    size_t k, i;
+    (void)state;
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++)
+        for (k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            int B = shapes[k][0], S = shapes[k][1], H = shapes[k][2], hd = shapes[k][3], D = H * hd;
+            size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
+            float *qkv = (float *)malloc(nq * 4), *o = (float *)malloc(no * 4), *o2 = (float *)malloc(no * 4), *l = (float *)malloc(nl * 4),
+                  *l2 = (float *)malloc(nl * 4), *dout = (float *)malloc(no * 4), *d = (float *)malloc(nq * 4), *d2 = (float *)malloc(nq * 4),
+                  *scr = (float *)malloc(2 * tr__attention_scratch_floats(S, hd) * 4), *cs = (float *)malloc((size_t)S * hd * 4),
+                  *sn = (float *)malloc((size_t)S * hd * 4), *r = (float *)malloc(nq * 4);
+            uint16_t *q16 = (uint16_t *)malloc(nq * 2), *o16 = (uint16_t *)malloc(no * 2), *d16 = (uint16_t *)malloc(no * 2), *r16 = (uint16_t *)malloc(nq * 2);
+            tu_fill(qkv, nq, 30 + k, 1.5f), tu_fill(dout, no, 40 + k, 1.0f), tu_fill(cs, (size_t)S * hd, 50 + k, 1.0f), tu_fill(sn, (size_t)S * hd, 60 + k, 1.0f);
+            tr__round_ref(fdt, qkv, nq), tr__round_ref(fdt, dout, no);
+            tr__half_ref(fdt, 0, qkv, q16, nq), tr__half_ref(fdt, 0, dout, d16, no);
+            for (lvl = 0; lvl < 4; lvl++) {
+                if (tr_ctx_set_simd(ctx, sets[lvl]) != TR_OK) continue;
+                for (th = 1; th <= 2; th++) {
+                    assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
+                    assert_int_equal(tr__op_attention_fwd(ctx, fdt, B, S, H, hd, qkv, o, l, scr), TR_OK);
+                    tr__half_ref(fdt, 0, o, o16, no);
+                    assert_int_equal(tr__op_attention_bwd(ctx, fdt, B, S, H, hd, qkv, o, l, dout, d, scr), TR_OK);
+                    for (x16 = 1; x16 < 8; x16++) {
+                        const void *qa = (x16 & TR__X16_A) ? (const void *)q16 : qkv, *da = (x16 & TR__X16_C) ? (const void *)d16 : dout;
+                        if (x16 < 4) { /* the forward: o stored in 16 bits (B) or fp32 */
+                            uint16_t *w16 = (uint16_t *)d2; /* (no 16-bit values fit) */
+                            memset(l2, 0xff, nl * 4);
+                            assert_int_equal(tr__op_attention16(ctx, fdt, 0, x16, B, S, H, hd, qa, (x16 & TR__X16_B) ? (void *)w16 : o2, l2, NULL, NULL, scr), TR_OK);
+                            if (x16 & TR__X16_B) assert_memory_equal(w16, o16, no * 2);
+                            else assert_memory_equal(o2, o, no * 4);
+                            assert_memory_equal(l2, l, nl * 4);
+                        }
+                        memset(d2, 0xff, nq * 4);
+                        assert_int_equal(tr__op_attention16(ctx, fdt, 1, x16, B, S, H, hd, qa, (x16 & TR__X16_B) ? (void *)o16 : o, l, da, d2, scr), TR_OK);
+                        for (i = 0; i < nq; i++)
+                            if (memcmp(&d2[i], &d[i], 4) != 0)
+                                fail_msg("%s fdt %d shape %zu x16 %d, %d thread(s): dqkv[%zu] = %.9g, the fp32 op's %.9g", sets[lvl], fdt, k, x16, th, i, (double)d2[i],
+                                         (double)d[i]);
+                    }
+                    for (inv = 0; inv < 2; inv++) { /* RoPE */
+                        memcpy(r, qkv, nq * 4), memcpy(r16, q16, nq * 2);
+                        assert_int_equal(tr__op_rope(ctx, fdt, (long)B * S, S, H, hd, r, cs, sn, inv), TR_OK);
+                        assert_int_equal(tr__op_rope16(ctx, fdt, 1, B, S, H, hd, (float *)(void *)r16, cs, sn, inv), TR_OK);
+                        tr__half_ref(fdt, 0, r, (uint16_t *)d2, nq); /* (nq 16-bit values fit d2) */
+                        assert_memory_equal(r16, d2, nq * 2);
+                    }
+                }
+            }
+            free(qkv), free(o), free(o2), free(l), free(l2), free(dout), free(d), free(d2), free(scr), free(cs), free(sn), free(r), free(q16), free(o16), free(d16), free(r16);
+        }
+    assert_int_equal(tr__op_attention16(ctx, 0, 0, TR__X16_A, 1, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL), TR_ERR_GENERIC);
+    assert_int_equal(tr__op_rope16(ctx, 0, 1, 1, 1, 1, 2, NULL, NULL, NULL, 0), TR_ERR_GENERIC);
+    tr_ctx_destroy(ctx);
+}
+
 /* The norms in bfloat16 / float16 round a row (or a task's columns) while it is in cache: the residual sum first, then
    what they write (and the sum alone, tr__op_add, a block at a time). The same bits as the passes they replace (the sum rounded, the fp32 norm, its output rounded), at
    every set; rows and columns of no multiple of a vector or a task. */
@@ -837,7 +899,7 @@ static void test_halfs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_norm16), cmocka_unit_test(test_norms_reduced),
+        cmocka_unit_test(test_rms_rows),   cmocka_unit_test(test_rms_cols),    cmocka_unit_test(test_swiglu), cmocka_unit_test(test_swiglu_reduced), cmocka_unit_test(test_swiglu16), cmocka_unit_test(test_norm16), cmocka_unit_test(test_attention16), cmocka_unit_test(test_norms_reduced),
         cmocka_unit_test(test_rope),       cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_simd), cmocka_unit_test(test_rope_simd), cmocka_unit_test(test_atan2_simd), cmocka_unit_test(test_adam_ema_simd),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_adam_atan2), cmocka_unit_test(test_signsgd_ema), cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_trunc_normal), cmocka_unit_test(test_halfs),
