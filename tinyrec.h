@@ -12041,12 +12041,15 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 /* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
    rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
-/* Whether the workspace holds the SwiGLU activations (act, and in the backward d act) and the channel SwiGLU's d gate_up
-   (the backward's largest use of dbig) as 16-bit values: a 16-bit tape's model on the CPU (gate_up = 0), which rounds
-   them to 16 bits as it writes them; the products read them so and the epilogues store them so (tr__op_sgemm16,
-   tr__op_sgemm_rnd16, tr__op_swiglu16), the same bits. dbig's other uses stay fp32 and fit in what
-   is left: the token mix runs in passes of half as many rows (tr__ws_mix_rows), attention's d qkv is smaller, and the
-   forward's fp32 gate_up (a product whose epilogue does not compute the activation) starts at g1 (tr__ws_gu). */
+/* Whether the workspace holds its activations and activation gradients as 16-bit values: a 16-bit tape's model on the
+   CPU (gate_up = 0), which rounds each of them to 16 bits once complete anyway. Then every buffer but the statistics and
+   two of dbig's uses is 16-bit: the record (qkv, o, h1; a taped block's forward writes them straight to the tape's
+   record and its backward reads them there, so nothing is packed or unpacked but the block output), the SwiGLU
+   activation and its gradient, the projection, the gradients g1, g2, gcur and gnext, and dbig's channel gate_up and d
+   gate_up. The ops read and store them so: the products (tr__op_sgemm16; tr__op_sgemm_rnd16, in the epilogue or
+   staged), the norms (tr__op_norm16), attention and RoPE (tr__op_attention16, tr__op_rope16) and the SwiGLU
+   (tr__op_swiglu16), with the bits of the fp32 buffers. dbig's fp32 uses fit in the same room: attention's d qkv, and
+   the token mix's gate_up in passes of half as many rows (tr__ws_mix_rows). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
@@ -12106,24 +12109,24 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
     r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
 }
 
-/* Workspace floats for B rows: one fp32 block record, block scratch, the backward's gradient buffers (g1, g2, the
+/* Workspace floats for B rows: one block record (16-bit with tr__ws_d16), block scratch, the backward's gradient buffers (g1, g2, the
    running gradients, then dbig the largest of its uses, tr__block_bwd), and last on a device (tr__ws_in) a block input
    unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
    workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
-/* Floats of the workspace's record per row: an fp32 block record, whose output only a device's backward unpacks there
-   (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
+/* Floats of the workspace's record per row: a block record (16-bit with tr__ws_d16), whose output only a device's
+   backward unpacks there (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
 TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
     return tr__block_rec_floats(m, tr__ws_d16(m, gate_up), gate_up) - (gate_up ? 0 : tr__vals((size_t)m->S * m->D, tr__ws_d16(m, gate_up)));
 }
-/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
-   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 /* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
    gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
 TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
 TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return 4 * tr__ws_grad_vals(m, B, gate_up); }
+/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
+   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu;
     if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
@@ -12397,7 +12400,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
 }
 
-/* The fp32 block record in the workspace, with the statistics of tape record t (a 16-bit tape's) or its own. */
+/* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
     tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
@@ -12505,7 +12508,7 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
         int dst16 = l ? m->ws_d16 : 0;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
-        if (m->tape_half) { /* the block's record and (on a device) input back in fp32, in the workspace */
+        if (m->tape_half) { /* the block's record and (on a device) input back in fp32 in the workspace (a 16-bit one reads the tape's) */
             tr__ws_rec(m, B, m->ws_gate_up, r, &unpacked);
             unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU reads the tape's input and output: tr__block_bwd) */
             if ((st = tr__rec_half(m, B, 1, r, &unpacked)) ||
