@@ -5370,7 +5370,8 @@ typedef struct tr__sgemm_job {
        is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
     size_t mrows, npair, asplit;
-    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm16), widened a tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
+    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm16), widened a
+       tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
     int a16, b16;
     const uint16_t *B16;
     tr__range_fn half_fn;
@@ -5454,7 +5455,8 @@ TR__FN void tr__sgemm_pack_a_unit(const tr__sgemm_job *J, float *tile, size_t u)
         m0 = (g % (ngroups / 2)) * 4 * MR, at = h * J->asplit + m0, rows = (h + 1) * half;
         m0 += h * half;
     }
-    tr__sgemm_pack_a_op(J, (const float *)tr__sgemm_at(J->A, J->a16, (q / J->nkbp) * J->sAk), m0, TR__MIN(4 * MR, rows - m0), k0, kc, J->apre + q * J->kc_nom * J->mpad + at * kc, tile);
+    tr__sgemm_pack_a_op(J, (const float *)tr__sgemm_at(J->A, J->a16, (q / J->nkbp) * J->sAk), m0, TR__MIN(4 * MR, rows - m0), k0, kc,
+                        J->apre + q * J->kc_nom * J->mpad + at * kc, tile);
 }
 
 /* Job u of a product with an epilogue (J->epi: one KC block, nothing summed into C): each micro-tile into t (a paired
@@ -5669,8 +5671,9 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     if (M == 0 || N == 0) return TR_OK;
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
-            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, (const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0, tr__sgemm_at(B, b16, i * sB), ldb, 0,
-                                   C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, a16, b16)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, (const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0,
+                                   tr__sgemm_at(B, b16, i * sB), ldb, 0, C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, a16,
+                                   b16)) != TR_OK)
                 return st;
         return TR_OK;
     }
