@@ -3856,25 +3856,32 @@ TR__FN void tr__round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     if (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) return;
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__round_pick(ctx), &p);
 }
-/* rows x cols 16-bit values of fdt (rows ld apart from h) widened exactly into w (dense rows). */
-TR__FN void tr__widen16(tr__range_fn half_fn, int fdt, const uint16_t *h, size_t ld, size_t rows, size_t cols, float *w) {
-    tr__half_args ha;
-    size_t r;
-    ha.fdt = fdt, ha.unpack = 1;
-    for (r = 0; r < rows; r++) {
-        ha.x = w + r * cols, ha.h = (uint16_t *)(uintptr_t)(h + r * ld);
-        half_fn(&ha, 0, (long)cols);
-    }
+/* per floats of scratch for each of nt threads (tr__scratch, thread t's at t per), for op `what`. */
+TR__FN tr_status tr__thread_scratch(tr_ctx *ctx, int nt, size_t per, const char *what, float **out) {
+    size_t bytes;
+    if (!tr__size_mul((size_t)TR__MAX(nt, 1), per, &bytes) || !tr__size_mul(bytes, sizeof(float), &bytes))
+        return tr__err(ctx, TR_ERR_OVERFLOW, "%s: scratch size overflows", what);
+    return (*out = (float *)tr__scratch(ctx, TR__MAX(bytes, 1))) ? TR_OK : TR_ERR_OUT_OF_MEMORY;
 }
-/* rows x cols fp32 values (rows ldw apart from w) stored as 16-bit values of fdt (rows ld apart from h): exact where they
-   are fdt's values already (rounded), as every caller's are. */
-TR__FN void tr__narrow16(tr__range_fn half_fn, int fdt, const float *w, size_t ldw, size_t rows, size_t cols, uint16_t *h, size_t ld) {
+/* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch, a row of a 16-bit buffer). */
+TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
+/* Writable memory off values from base, as tr__sgemm_at. */
+#define TR__AT16(base, x16, off) ((void *)((char *)(base) + (size_t)(off) * ((x16) ? 2 : 4)))
+/* rows x cols values between x (rows ldx apart: 16-bit values of fdt where x16, else fp32) and fp32 f (rows ldf apart):
+   x read into f, or (store) f written to x. Exact both ways where f holds fdt's values (rounded), as every caller's do. */
+TR__FN void tr__io16(tr__range_fn half_fn, int fdt, int x16, int store, const void *x, size_t ldx, size_t rows, size_t cols, float *f, size_t ldf) {
     tr__half_args ha;
     size_t r;
-    ha.fdt = fdt, ha.unpack = 0;
+    ha.fdt = fdt, ha.unpack = !store;
     for (r = 0; r < rows; r++) {
-        ha.x = (float *)(uintptr_t)(w + r * ldw), ha.h = h + r * ld;
-        half_fn(&ha, 0, (long)cols);
+        float *fr = f + r * ldf;
+        if (x16) {
+            ha.x = fr, ha.h = (uint16_t *)(uintptr_t)x + r * ldx;
+            half_fn(&ha, 0, (long)cols);
+        } else if (store)
+            memcpy((float *)(uintptr_t)x + r * ldx, fr, cols * sizeof(float));
+        else
+            memcpy(fr, (const float *)x + r * ldx, cols * sizeof(float));
     }
 }
 /* The norms (tr__op_rms_rows_fwd / _bwd, tr__op_rms_cols_fwd / _bwd: kind) on the CPU with operands given as 16-bit
@@ -3900,12 +3907,9 @@ typedef struct tr__norm16_args {
 } tr__norm16_args;
 /* An operand's unit (nr rows of nc values from off, rows D apart) as fp32 rows nc apart: in place, or in w. */
 TR__FN const float *tr__norm16_in(const tr__norm16_args *p, const void *base, int x16, size_t off, size_t nr, size_t nc, float *w) {
-    size_t r;
     if (!base) return NULL;
     if (!x16 && nr == 1) return (const float *)base + off;
-    if (x16) tr__widen16(p->half_fn, p->fdt, (const uint16_t *)base + off, (size_t)p->D, nr, nc, w);
-    else
-        for (r = 0; r < nr; r++) memcpy(w + r * nc, (const float *)base + off + r * p->D, nc * sizeof(float));
+    tr__io16(p->half_fn, p->fdt, x16, 0, tr__sgemm_at(base, x16, off), (size_t)p->D, nr, nc, w, nc);
     return w;
 }
 TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
@@ -3917,7 +3921,7 @@ TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
     for (u = u0; u < u1; u++) {
         /* the unit: row u, or batch row u / nblk's channels from c0 at every position */
         size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->S, nc = rows ? D : TR__MIN(64, D - c0);
-        size_t off = rows ? (size_t)u * D : b * nr * D + c0, r;
+        size_t off = rows ? (size_t)u * D : b * nr * D + c0;
         float *rstd = p->rstd + (rows ? (size_t)u : b * D + c0);
         const float *a = tr__norm16_in(p, p->in1, p->x16 & TR__X16_A, off, nr, nc, w), *c = tr__norm16_in(p, p->in2, p->x16 & TR__X16_B, off, nr, nc, w + unit);
         float *o = !(p->x16 & TR__X16_C) && rows ? (float *)p->out + off : w + 2 * unit;
@@ -3938,9 +3942,7 @@ TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
             q.a.D = (int)nc, q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
             tr__rms_cols_bwd_simd_range(&q, 0, 1);
         }
-        if (p->x16 & TR__X16_C) tr__narrow16(p->half_fn, p->fdt, o, nc, nr, nc, (uint16_t *)p->out + off, D);
-        else if (!rows)
-            for (r = 0; r < nr; r++) memcpy((float *)p->out + off + r * D, o + r * nc, nc * sizeof(float));
+        if ((p->x16 & TR__X16_C) || !rows) tr__io16(p->half_fn, p->fdt, p->x16 & TR__X16_C, 1, tr__sgemm_at(p->out, p->x16 & TR__X16_C, off), D, nr, nc, o, nc);
     }
 }
 TR__FN tr_status tr__norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
@@ -3949,11 +3951,10 @@ TR__FN tr_status tr__norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, 
     int byrow = kind == TR__NORM_ROWS_FWD || kind == TR__NORM_ROWS_BWD;
     long units = byrow ? rows : rows * ((D + 63) / 64);
     int nt = tr__threads_for(ctx, (double)rows * (byrow ? 1 : S) * D);
-    size_t bytes;
+    tr_status st;
     memset(&p, 0, sizeof p);
     p.wide_stride = 3 * (byrow ? (size_t)D : (size_t)S * 64);
-    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * p.wide_stride, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rms norm: scratch size overflows");
-    if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    if ((st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
     p.kind = kind, p.fdt = fdt, p.x16 = x16, p.S = S, p.D = D, p.in1 = in1, p.in2 = in2, p.out = out, p.rstd = rstd;
     p.half_fn = tr__half_pick(ctx);
     p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = eps, p.cf.a.S = p.cb.a.S = S;
@@ -3977,19 +3978,18 @@ TR__FN void tr__rope16_range(void *arg, long b0, long b1) {
     long b;
     q.a.qkv = a->wide + (size_t)tr__thread_id() * n;
     for (b = b0; b < b1; b++) {
-        tr__widen16(a->half_fn, a->fdt, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv);
+        tr__io16(a->half_fn, a->fdt, 1, 0, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, n);
         a->fn(&q, 0, q.a.S); /* (rows 0.. of a batch row: positions 0..) */
         tr__round_at(a->round_fn, a->fdt, q.a.qkv, n);
-        tr__narrow16(a->half_fn, a->fdt, q.a.qkv, 0, 1, n, a->qkv + (size_t)b * n, 0);
+        tr__io16(a->half_fn, a->fdt, 1, 1, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, 0);
     }
 }
 TR__FN tr_status tr__rope16(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, uint16_t *qkv, const float *cosv, const float *sinv, int inverse) {
     tr__rope16_args a;
     int nt = tr__threads_for(ctx, (double)B * S * 2 * H * hd);
-    size_t bytes;
+    tr_status st;
     memset(&a, 0, sizeof a);
-    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * S * 3 * H, (size_t)hd * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "rope: scratch size overflows");
-    if (!(a.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    if ((st = tr__thread_scratch(ctx, nt, (size_t)S * 3 * H * hd, "rope", &a.wide))) return st;
     a.p.a.S = S, a.p.a.H = H, a.p.a.hd = hd, a.p.a.cosv = cosv, a.p.a.sinv = sinv, a.p.a.inverse = inverse;
     a.fn = tr__rope_pick(ctx, &a.p), a.half_fn = tr__half_pick(ctx), a.round_fn = tr__round_pick(ctx), a.qkv = qkv, a.fdt = fdt;
     tr__par_for(nt, B, 0, tr__rope16_range, &a);
@@ -4012,16 +4012,9 @@ typedef struct tr__att16_args {
 } tr__att16_args;
 /* Head h of batch row b of an operand with `parts` slices of D per position (qkv 3, o and do 1) to or from compact c. */
 TR__FN void tr__att16_io(const tr__att16_args *p, const void *x, int x16, int parts, size_t b, size_t h, float *c, int store) {
-    size_t S = (size_t)p->S, hd = (size_t)p->hd, D = (size_t)p->H * hd, s, q;
-    for (s = 0; s < S; s++)
-        for (q = 0; q < (size_t)parts; q++) {
-            size_t at = (b * S + s) * parts * D + q * D + h * hd;
-            float *cc = c + (s * parts + q) * hd;
-            if (store && x16) tr__narrow16(p->half_fn, p->fdt, cc, 0, 1, hd, (uint16_t *)(uintptr_t)x + at, 0);
-            else if (store) memcpy((float *)(uintptr_t)x + at, cc, hd * sizeof(float));
-            else if (x16) tr__widen16(p->half_fn, p->fdt, (const uint16_t *)x + at, 0, 1, hd, cc);
-            else memcpy(cc, (const float *)x + at, hd * sizeof(float));
-        }
+    size_t S = (size_t)p->S, hd = (size_t)p->hd, D = (size_t)p->H * hd, q;
+    for (q = 0; q < (size_t)parts; q++)
+        tr__io16(p->half_fn, p->fdt, x16, store, tr__sgemm_at(x, x16, b * S * parts * D + q * D + h * hd), parts * D, S, hd, c + q * hd, parts * hd);
 }
 TR__FN void tr__att16_range(void *arg, long i0, long i1) {
     const tr__att16_args *p = (const tr__att16_args *)arg;
@@ -4057,10 +4050,9 @@ TR__FN tr_status tr__attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, 
                                  float *dqkv, float *scratch) {
     tr__att16_args p;
     int nt = tr__threads_for(ctx, (double)B * H * S * S * hd);
-    size_t bytes;
+    tr_status st;
     memset(&p, 0, sizeof p);
-    if (!tr__size_mul((size_t)TR__MAX(nt, 1) * 8 * S, (size_t)hd * sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "attention: scratch size overflows");
-    if (!(p.wide = (float *)tr__scratch(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
+    if ((st = tr__thread_scratch(ctx, nt, 8 * (size_t)S * hd, "attention", &p.wide))) return st;
     p.bwd = bwd, p.fdt = fdt, p.x16 = x16, p.S = S, p.H = H, p.hd = hd, p.qkv = qkv, p.do_ = do_, p.o = o, p.lse = lse, p.dqkv = dqkv, p.scratch = scratch;
     p.half_fn = tr__half_pick(ctx), p.round_fn = tr__round_pick(ctx);
 #if TR__X86
@@ -4097,15 +4089,7 @@ typedef struct tr__swiglu16_args {
 } tr__swiglu16_args;
 /* Values [j0, j0+n) of row r of x (stride s values; 16-bit of fdt where x16, else fp32) into fp32 dst, or (store) back. */
 TR__FN void tr__sw16_io(const tr__swiglu16_args *p, int x16, int store, const void *x, size_t s, long r, long j0, long n, float *dst) {
-    size_t off = (size_t)r * s + (size_t)j0;
-    tr__half_args ha;
-    if (!x16) {
-        if (store) memcpy((float *)(uintptr_t)x + off, dst, (size_t)n * sizeof(float));
-        else memcpy(dst, (const float *)x + off, (size_t)n * sizeof(float));
-        return;
-    }
-    ha.fdt = p->fdt, ha.unpack = !store, ha.x = dst, ha.h = (uint16_t *)(uintptr_t)x + off;
-    p->half_fn(&ha, 0, n);
+    tr__io16(p->half_fn, p->fdt, x16, store, tr__sgemm_at(x, x16, (size_t)r * s + (size_t)j0), 0, 1, (size_t)n, dst, 0);
 }
 TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
     const tr__swiglu16_args *p = (const tr__swiglu16_args *)arg;
@@ -5325,8 +5309,8 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         if (E->gu) {
             size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
             if (E->gu16) {
-                tr__narrow16(E->half_fn, E->fdt, row, 0, 1, nr, (uint16_t *)(void *)E->gu + off, 0);
-                tr__narrow16(E->half_fn, E->fdt, row + nr, 0, 1, nr, (uint16_t *)(void *)E->gu + off + E->gu_up, 0);
+                tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->gu + off, 0, 1, nr, row, 0);
+                tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->gu + off + E->gu_up, 0, 1, nr, row + nr, 0);
             } else {
                 memcpy(E->gu + off, row, nr * sizeof(float));
                 memcpy(E->gu + off + E->gu_up, row + nr, nr * sizeof(float));
@@ -5338,7 +5322,7 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         float o[TR__SG_PAIR_TILE / 2];
         p.a.out = o, p.a.out_stride = nr;
         E->swiglu_fn(&p, 0, (long)mr);
-        tr__narrow16(E->half_fn, E->fdt, o, nr, mr, nr, (uint16_t *)(void *)E->act + b * E->act_s + r0 * E->act_ld + c0, E->act_ld);
+        tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->act + b * E->act_s + r0 * E->act_ld + c0, E->act_ld, mr, nr, o, nr);
         return;
     }
     p.a.out = E->act + b * E->act_s + r0 * E->act_ld + c0, p.a.out_stride = E->act_ld;
@@ -5389,15 +5373,11 @@ typedef struct tr__sgemm_job {
 TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, float *t, size_t ldt, size_t b, size_t r0, size_t c0, size_t mr, size_t nr) {
     size_t i, at = b * J->sC + r0 * J->ldc + c0;
     for (i = 0; i < mr; i++) tr__round_at(E->round_fn, E->fdt, t + i * ldt, nr);
-    if (E->c16) tr__narrow16(E->half_fn, E->fdt, t, ldt, mr, nr, (uint16_t *)(void *)J->C + at, J->ldc);
+    if (E->c16) tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)J->C + at, J->ldc, mr, nr, t, ldt);
     else
         for (i = 0; i < mr; i++) memcpy(J->C + at + i * J->ldc, t + i * ldt, nr * sizeof(float));
 }
 
-/* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch). */
-TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
-/* Writable memory off values from base, as tr__sgemm_at. */
-#define TR__AT16(base, x16, off) ((void *)((char *)(base) + (size_t)(off) * ((x16) ? 2 : 4)))
 
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
    holds 16-bit values (J->a16), they are first widened exactly into tile, so the packing and its bits are those
@@ -5409,7 +5389,7 @@ TR__FN void tr__sgemm_pack_a_op(const tr__sgemm_job *J, const float *A, size_t m
         J->kern.pack_a(J->transA, A, J->lda, m0, mc, k0, kc, J->kern.mr, dst);
         return;
     }
-    tr__widen16(J->half_fn, J->a16, h + (J->transA ? k0 * J->lda + m0 : m0 * J->lda + k0), J->lda, J->transA ? kc : mc, cols, tile);
+    tr__io16(J->half_fn, J->a16, 1, 0, h + (J->transA ? k0 * J->lda + m0 : m0 * J->lda + k0), J->lda, J->transA ? kc : mc, cols, tile, cols);
     J->kern.pack_a(J->transA, tile, cols, 0, mc, 0, kc, J->kern.mr, dst);
 }
 /* Packs panels [p0, p1) of op(B) for the product whose B is off values from J's, depth [k0, k0+kc), into dst (panel p
@@ -5421,10 +5401,10 @@ TR__FN void tr__sgemm_pack_b_op(const tr__sgemm_job *J, size_t off, size_t p0, s
         return;
     }
     if (J->transB) { /* B: N x K */
-        tr__widen16(J->half_fn, J->b16, J->B16 + off + n0 * J->ldb + k0, J->ldb, w, kc, tile);
+        tr__io16(J->half_fn, J->b16, 1, 0, J->B16 + off + n0 * J->ldb + k0, J->ldb, w, kc, tile, kc);
         J->kern.pack_b(1, tile, kc, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
     } else { /* B: K x N */
-        tr__widen16(J->half_fn, J->b16, J->B16 + off + k0 * J->ldb + n0, J->ldb, kc, w, tile);
+        tr__io16(J->half_fn, J->b16, 1, 0, J->B16 + off + k0 * J->ldb + n0, J->ldb, kc, w, tile, w);
         J->kern.pack_b(0, tile, w, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
     }
 }
@@ -5511,9 +5491,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile,
     if (ct && J->accumulate) /* C's 16-bit values widened exactly: the fp32 values an fp32 C would hold */
         for (p = p_lo; p < p_hi; p++) {
             size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
-            for (ir = 0; ir < mc; ir++)
-                tr__widen16(J->half_fn, J->stage->fdt, (const uint16_t *)(const void *)J->C + b * J->sC + (m0 + ir) * J->ldc + n0, 0, 1,
-                            TR__MIN(NR, J->N - n0), ct + ir * ld + (p - p_lo) * NR);
+            tr__io16(J->half_fn, J->stage->fdt, 1, 0, tr__sgemm_at(J->C, 1, b * J->sC + m0 * J->ldc + n0), J->ldc, mc, TR__MIN(NR, J->N - n0), ct + (p - p_lo) * NR, ld);
         }
     cblk = ct ? ct : J->C + m0 * J->ldc;
     if (J->kern.enter) J->kern.enter();
@@ -5683,8 +5661,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         float *w;
         if (!tr__size_mul(an + (b16 ? br * bc : 0), sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
-        if (a16) tr__widen16(tr__half_pick(ctx), a16, (const uint16_t *)(const void *)A, lda, ar, ac, w);
-        if (b16) tr__widen16(tr__half_pick(ctx), b16, (const uint16_t *)B, ldb, br, bc, w + an);
+        if (a16) tr__io16(tr__half_pick(ctx), a16, 1, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
+        if (b16) tr__io16(tr__half_pick(ctx), b16, 1, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
         st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, a16 ? w : A, a16 ? ac : lda, 0, b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, C, ldc, 0,
                           accumulate, NULL, 0, 0);
         tr__free(ctx, w);
@@ -11030,12 +11008,18 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
+/* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16: else this error. */
+TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
+    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
+    return TR_OK;
+}
 /* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
    workspace's, read as they are on the CPU; that operand's leading dimension and batch stride in values): the bits of
    the products of the fp32 values they hold. A device's records and workspace are fp32 as it reads them. */
 TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
                                 const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: a 16-bit operand off the CPU");
+    tr_status st = tr__cpu16_check(ctx, fdt, "sgemm");
+    if (st) return st;
     return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0);
 }
 
@@ -11149,8 +11133,9 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
 TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
                                     size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || nb < 1)
-        return tr__err(ctx, TR_ERR_GENERIC, "sgemm: 16-bit operands off the CPU");
+    tr_status st;
+    if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
+    if (nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
     return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
 }
 
@@ -11261,7 +11246,8 @@ TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long row
         default: return tr__op_rms_cols_bwd(ctx, fdt, (int)rows, S, D, a, b, rstd, o);
         }
     }
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rms norm: a 16-bit operand off the CPU");
+    tr_status st = tr__cpu16_check(ctx, fdt, "rms norm");
+    if (st) return st;
     return tr__norm16(ctx, fdt, kind, x16, rows, S, D, in1, in2, out, rstd, eps);
 }
 
@@ -11299,7 +11285,9 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
 /* tr__swiglu16 as an op: a 16-bit workspace's SwiGLU passes (tr__ws_d16), on the CPU only. */
 TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out,
                                  size_t os) {
-    if (ctx->dev_active || !g || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: a 16-bit operand off the CPU");
+    tr_status st = tr__cpu16_check(ctx, fdt, "swiglu");
+    if (st) return st;
+    if (!g) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
     tr__swiglu16(ctx, fdt, mode, rows, width, g, gs, da, das, out, os);
     return TR_OK;
 }
@@ -11491,7 +11479,7 @@ TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int 
     tr_status st;
     if (!x16 && !bwd) return tr__op_attention_fwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (float *)o, lse, scratch);
     if (!x16) return tr__op_attention_bwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (const float *)o, lse, (const float *)do_, dqkv, scratch);
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "attention: a 16-bit operand off the CPU");
+    if ((st = tr__cpu16_check(ctx, fdt, "attention"))) return st;
     if ((st = tr__attention16(ctx, fdt, bwd, x16, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch))) return st;
     return bwd ? tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
 }
@@ -11499,7 +11487,8 @@ TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int 
 /* tr__op_rope with qkv as 16-bit values of fdt (qkv16: a 16-bit CPU workspace's), the bits of the fp32 op; else it. */
 TR__FN tr_status tr__op_rope16(tr_ctx *ctx, int fdt, int qkv16, int B, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     if (!qkv16) return tr__op_rope(ctx, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse);
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "rope: a 16-bit operand off the CPU");
+    tr_status st;
+    if ((st = tr__cpu16_check(ctx, fdt, "rope"))) return st;
     return tr__rope16(ctx, fdt, B, S, H, hd, (uint16_t *)(void *)qkv, cosv, sinv, inverse);
 }
 
@@ -12114,7 +12103,7 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
 
 /* Workspace floats for B rows: one block record (16-bit with tr__ws_d16), block scratch, the backward's gradient buffers (g1, g2, the
    running gradients, then dbig the largest of its uses, tr__block_bwd), and last on a device (tr__ws_in) a block input
-   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_gu): a forward writes
+   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_dbig): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
@@ -12141,14 +12130,13 @@ TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B; }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
-TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
-/* Where the CPU's record keeps its gate_up fields (tr__ws_rec): dbig (16-bit values with tr__ws_d16, the channel
+/* dbig, which on the CPU also holds the record's gate_up fields (tr__ws_rec: 16-bit values with tr__ws_d16, the channel
    SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
-TR__FN float *tr__ws_gu(const tr_model *m, int B) { return tr__ws_dbig(m, B); }
+TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
 /* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
-   (tr__ws_gu, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
+   (dbig, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
 TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
-    return !m->ws_gate_up && r->mix == tr__ws_gu(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+    return !m->ws_gate_up && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
 }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
@@ -12406,7 +12394,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up ? NULL : tr__ws_gu(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up ? NULL : tr__ws_dbig(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
