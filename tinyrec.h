@@ -11148,6 +11148,47 @@ TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, cons
     return TR_OK;
 }
 
+/* tr__op_add with any of a, b and y (x16: TR__X16_A, _B, _C) given as 16-bit values of fdt (a 16-bit carry's, on the
+   CPU): blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
+   tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
+enum { TR__ADD16_BLOCK = 2048 };
+typedef struct tr__add16_args {
+    int fdt, x16;
+    long n;
+    const void *a, *b;
+    void *y;
+    float *wide;
+    tr__range_fn half_fn, rnd;
+} tr__add16_args;
+TR__FN void tr__add16_range(void *arg, long i0, long i1) {
+    const tr__add16_args *p = (const tr__add16_args *)arg;
+    float *wa = p->wide + (size_t)tr__thread_id() * 2 * TR__ADD16_BLOCK, *wb = wa + TR__ADD16_BLOCK;
+    long blk;
+    for (blk = i0; blk < i1; blk++) {
+        size_t v0 = (size_t)blk * TR__ADD16_BLOCK, nv = (size_t)TR__MIN((long)TR__ADD16_BLOCK, p->n - (long)v0);
+        int a16 = p->x16 & TR__X16_A, b16 = p->x16 & TR__X16_B, y16 = p->x16 & TR__X16_C;
+        tr__add_args q;
+        tr__io16(p->half_fn, p->fdt, a16, 0, tr__sgemm_at(p->a, a16, v0), 0, 1, nv, wa, 0);
+        tr__io16(p->half_fn, p->fdt, b16, 0, tr__sgemm_at(p->b, b16, v0), 0, 1, nv, wb, 0);
+        q.a = wa, q.b = wb, q.y = wa, q.fdt = p->fdt, q.rnd = p->rnd;
+        tr__add_range(&q, 0, (long)nv);
+        tr__io16(p->half_fn, p->fdt, y16, 1, TR__AT16(p->y, y16, v0), 0, 1, nv, wa, 0);
+    }
+}
+TR__FN tr_status tr__op_add16(tr_ctx *ctx, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
+    tr__add16_args p;
+    int nt = tr__threads_for(ctx, (double)n);
+    tr_status st;
+    if (!x16) return tr__op_add(ctx, fdt, n, (const float *)a, (const float *)b, (float *)y);
+    if ((st = tr__cpu16_check(ctx, fdt, "add"))) return st;
+    if (!n) return TR_OK;
+    if ((st = tr__thread_scratch(ctx, nt, 2 * TR__ADD16_BLOCK, "add", &p.wide))) return st;
+    p.fdt = fdt, p.x16 = x16, p.n = (long)n, p.a = a, p.b = b, p.y = y;
+    p.half_fn = tr__half_pick(ctx), p.rnd = tr__round_pick(ctx);
+    tr__par_for(nt, (long)((n + TR__ADD16_BLOCK - 1) / TR__ADD16_BLOCK), 0, tr__add16_range, &p);
+    return TR_OK;
+}
+
 /* x[0..n) *= a. */
 typedef struct tr__scale_args { float *x; float a; } tr__scale_args;
 TR__FN void tr__scale_range(void *arg, long i0, long i1) {
@@ -11296,7 +11337,7 @@ TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long
    its rounding pass, the activation's pass and (gu16) the tape's conversion: C (+ b sB's product) = op(A) op(B), whose
    halves (pair_m: rows, else columns) are gate and up; act as tr__sgemm_epi lays it out, and with keep_gu gate_up
    rounded into gu (gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up further), as 16 bits where gu16 is given. x16:
-   TR__X16_A A holds 16-bit values (one product), TR__X16_C act is stored so.
+   TR__X16_A A holds 16-bit values (one product), TR__X16_B B does, TR__X16_C act is stored so.
    *done = 0 where it does not run so (a device, or a shape the packed path does not pair): the caller's passes then. */
 TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
                                       const float *B, size_t ldb, size_t sB, int keep_gu, float *gu, float *gu16, size_t gu_ld, size_t gu_s, size_t gu_up,
@@ -11310,7 +11351,8 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
     e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = (x16 & TR__X16_C) != 0;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, (x16 & TR__X16_A) ? fdt : 0, 0))) return st;
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0)))
+        return st;
     *done = e.done;
     return TR_OK;
 }
@@ -11421,28 +11463,31 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 
 /* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
-   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). act16: act and proj hold
-   16-bit values (a 16-bit CPU workspace's, tr__ws_d16). */
-TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix,
-                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int act16) {
+   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). x16: TR__X16_C, act and
+   proj hold 16-bit values (a 16-bit CPU workspace's, tr__ws_d16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's
+   block input). */
+TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const void *in, float *mix,
+                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int x16) {
     tr_status st;
-    int fused;
+    int fused, act16 = (x16 & TR__X16_C) != 0, in16 = x16 & TR__X16_B;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix16, 2, W_tdown, proj);
-        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, in, mix, keep_gu, W_tdown, proj))) return st;
+        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix16, 2, W_tdown, proj);
+        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix, keep_gu, W_tdown, proj))) return st;
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
     }
 #endif
-    if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D, act, D, It * D,
-                                   act16 ? TR__X16_C : 0, &fused)))
+    if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, (const float *)in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D,
+                                   act, D, It * D, x16 & (TR__X16_B | TR__X16_C), &fused)))
         return st;
     if (!fused) {
         if (act16) { /* (tr__op_sgemm_gate_up's CPU passes, the activation stored in 16 bits) */
-            if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, 0)) ||
+            if ((st = tr__op_sgemm_rnd16(ctx, fdt, in16, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, 0)) ||
                 (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, nb, (long)(It * D), mix, 2 * It * D, NULL, 0, act, It * D)))
                 return st;
-        } else if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D)))
+        } else if (in16) {
+            return tr__err(ctx, TR_ERR_GENERIC, "token mlp: a 16-bit input needs a 16-bit activation");
+        } else if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, (const float *)in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D)))
             return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
@@ -12043,6 +12088,10 @@ TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt =
    (tr__op_swiglu16), with the bits of the fp32 buffers. dbig's fp32 uses fit in the same room: attention's d qkv, and
    the token mix's gate_up in passes of half as many rows (tr__ws_mix_rows). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
+/* Whether a carry made now holds z_H, z_L, x and inj as 16-bit values: where the workspace does (tr__ws_d16), whose
+   ops read and write them so (tr__op_add16, tr__net_fwd's io16, the heads). A carry keeps its layout for life: one made
+   on a device that falls back to the CPU stays fp32, which the CPU's ops take too. */
+TR__FN int tr__carry16(const tr_model *m) { return tr__ws_d16(m, m->ctx->dev_active); }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
 /* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
@@ -12207,7 +12256,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 /* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
 /* t16: the 16-bit tape's record of this block (else NULL), whose gate_up fields (gu; mix with mlp_t) the SwiGLU ops
    write themselves (tr__rec_half then packs the rest). */
-TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped, const tr__block_rec *t16) {
+TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped, const tr__block_rec *t16, int io16) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
@@ -12217,7 +12266,10 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     /* and h1, written straight to a 16-bit tape's record where there is one (tr__rec_half leaves it) */
     void *h1 = m->ws_d16 && t16 ? (void *)t16->h1 : (void *)r->h1;
     int h16 = m->ws_d16 ? TR__X16_C : 0;
+    /* io16: r->in and r->out hold 16-bit values (a 16-bit carry's blocks, tr__net_fwd_rows; the workspace is 16-bit too) */
+    int in16 = io16 ? TR__X16_A : 0, out16 = io16 ? TR__X16_C : 0;
     tr_status st;
+    if (io16 && !m->ws_d16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace");
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
        (reference-models.md 1.5; the norm ops round both). */
@@ -12229,28 +12281,29 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
-            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), r->in + o * S * D, tr__rec_mix_rows(m, r, B, o), taped,
-                                       t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown), (float *)TR__AT16(proj, p16, o * S * D), m->ws_d16)))
+            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), tr__sgemm_at(r->in, in16, o * S * D),
+                                       tr__rec_mix_rows(m, r, B, o), taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown),
+                                       (float *)TR__AT16(proj, p16, o * S * D), (m->ws_d16 ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
                 return st;
         }
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, in16 | p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     } else {
         /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
         float *qkv = m->ws_d16 && t16 ? t16->mix : r->mix, *att_o = m->ws_d16 && t16 ? t16->att_o : r->att_o;
         int a16 = m->ws_d16 ? TR__X16_A | TR__X16_B : 0;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, h16, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, qkv, 0, 0))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, qkv, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope16(ctx, m->fdt, m->ws_d16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
         if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, BS, D, D, att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
+        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, in16 | p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
                                 proj, m->ws_d16)))
         return st;
-    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
+    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16 | out16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
 
 /* n gradient values from src to dst, each 16-bit (the flags) or fp32; fdt's values, so converting is exact. */
@@ -12424,22 +12477,37 @@ TR__FN void tr__net_rows(const tr_model *m, const tr__net_rec *rec, size_t b0, t
 }
 
 /* tr__net_fwd on B rows that fit the workspace (rec: their slice of the tape). */
-TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
+TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, const void *z, const void *inj, void *out, int io16, tr__net_rec *rec) {
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
-    float *tmp = tr__ws_tmp(m, B), *h0 = in_tape ? rec->h0 : out;
+    float *tmp = tr__ws_tmp(m, B), *h0 = in_tape ? rec->h0 : (float *)out;
     tr__block_rec scratch;
-    if ((st = tr__op_add(m->ctx, m->fdt, n, z, inj, h0))) return st;
+    if (io16) {
+        /* 16-bit values throughout (a 16-bit carry's, whose model has a 16-bit tape and workspace): each block reads and
+           writes the tape's record where there is one (and the output is copied to out), else out in place */
+        void *cur = rec ? (void *)rec->h0 : out;
+        if (rec && !half) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
+        if ((st = tr__op_add16(m->ctx, m->fdt, TR__X16_A | TR__X16_B | TR__X16_C, n, z, inj, cur))) return st;
+        for (l = 0; l < md->n_layers; l++) {
+            tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, &scratch);
+            scratch.in = (float *)cur;
+            scratch.out = rec ? rec->blocks[l].out : (float *)out;
+            if ((st = tr__block_fwd(m, &md->layers[l], B, &scratch, tmp, rec != NULL, rec ? &rec->blocks[l] : NULL, 1))) return st;
+            cur = scratch.out;
+        }
+        return rec ? tr__dcopy(m->ctx, out, cur, n * sizeof(uint16_t)) : TR_OK;
+    }
+    if ((st = tr__op_add(m->ctx, m->fdt, n, (const float *)z, (const float *)inj, h0))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
         if (!in_tape) {
             tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, r);
-            r->in = out;
-            r->out = out; /* in-place is safe: the input is consumed before the final norm writes */
+            r->in = (float *)out;
+            r->out = (float *)out; /* in-place is safe: the input is consumed before the final norm writes */
         }
-        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL, half ? &rec->blocks[l] : NULL)) != TR_OK) return st;
+        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL, half ? &rec->blocks[l] : NULL, 0)) != TR_OK) return st;
         if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
     return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;
@@ -12447,8 +12515,9 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
 
 /* Applies a module: out = blocks(z + inj) (out may alias z), in slices of tr__ws_rows rows (the rows are
    independent). With rec != NULL the activations go to the tape: computed there (an fp32 tape, then the
-   result is copied to out), or in the workspace and out and then packed (a 16-bit tape). */
-TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const float *z, const float *inj, float *out, tr__net_rec *rec) {
+   result is copied to out), or in the workspace and out and then packed (a 16-bit tape). io16: z, inj and out hold
+   16-bit values (a 16-bit carry's, tr__carry16). */
+TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const void *z, const void *inj, void *out, int io16, tr__net_rec *rec) {
     size_t row = (size_t)m->S * m->D;
     int b0, nb, step = tr__ws_rows(m, B);
     tr_status st;
@@ -12456,7 +12525,9 @@ TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const flo
         tr__net_rec slice;
         nb = TR__MIN(step, B - b0);
         if (rec) tr__net_rows(m, rec, (size_t)b0, &slice);
-        if ((st = tr__net_fwd_rows(m, md, nb, z + b0 * row, inj + b0 * row, out + b0 * row, rec ? &slice : NULL)) != TR_OK) return st;
+        if ((st = tr__net_fwd_rows(m, md, nb, tr__sgemm_at(z, io16, b0 * row), tr__sgemm_at(inj, io16, b0 * row), TR__AT16(out, io16, b0 * row), io16,
+                                   rec ? &slice : NULL)) != TR_OK)
+            return st;
     }
     return TR_OK;
 }
@@ -12484,7 +12555,7 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
 }
 
 /* tr__net_bwd on B rows that fit the workspace (rec: their slice of the tape). */
-TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
+TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const void *dout, void *dh0, int g16, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
     /* the running gradient: dout for the last layer (read where it is), then each layer's din, in gcur / gnext by turns
        (16-bit with tr__ws_d16; the first layer's goes to dh0) */
@@ -12492,11 +12563,12 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
     float *g1 = tr__ws_g1(m, B), *g2 = g1 + gv, *gcur = g2 + gv, *gnext = gcur + gv, *dbig = tr__ws_dbig(m, B);
     float *tmp = tr__ws_tmp(m, B);
     const void *dcur = dout;
-    int l, cur16 = 0;
+    int l, cur16 = g16;
     tr_status st;
+    if (g16 && !m->ws_d16) return tr__err(m->ctx, TR_ERR_GENERIC, "net: 16-bit gradients without a 16-bit workspace");
     for (l = md->n_layers - 1; l >= 0; l--) {
-        float *dst = l ? gnext : dh0, *t;
-        int dst16 = l ? m->ws_d16 : 0;
+        float *dst = l ? gnext : (float *)dh0, *t;
+        int dst16 = l ? m->ws_d16 : g16;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32 in the workspace (a 16-bit one reads the tape's) */
@@ -12520,8 +12592,8 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
 /* Backward through a recorded module application: dout -> dh0 (overwritten), in the forward's slices of rows,
    each through every layer (the weight gradients accumulate over the slices, in order). gr (may be NULL):
    this is the module's last application in the backward; its layers' gradients are final as the last
-   slice passes them. */
-TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const float *dout, float *dh0, const tr__grad_ready *gr) {
+   slice passes them. g16: dout and dh0 hold 16-bit values (a 16-bit carry's gradients, tr__carry16). */
+TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const void *dout, void *dh0, int g16, const tr__grad_ready *gr) {
     size_t row = (size_t)m->S * m->D;
     int b0, nb, step = tr__ws_rows(m, B);
     tr_status st;
@@ -12529,7 +12601,8 @@ TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr_
         tr__net_rec slice;
         nb = TR__MIN(step, B - b0);
         tr__net_rows(m, rec, (size_t)b0, &slice);
-        if ((st = tr__net_bwd_rows(m, md, nb, &slice, dout + b0 * row, dh0 + b0 * row, b0 + nb < B ? NULL : gr)) != TR_OK) return st;
+        if ((st = tr__net_bwd_rows(m, md, nb, &slice, tr__sgemm_at(dout, g16, b0 * row), TR__AT16(dh0, g16, b0 * row), g16, b0 + nb < B ? NULL : gr)) != TR_OK)
+            return st;
     }
     return TR_OK;
 }
@@ -12540,6 +12613,7 @@ struct tr_carry {
     int B;
     float *z_H, *z_L;     /* [B,S,D] */
     float *x, *inj;       /* the scaled input embedding and z_H + x, [B,S,D] */
+    int z16;              /* z_H, z_L, x and inj hold 16-bit values (tr__carry16) */
     float *logits, *q;    /* [B,L,V], [B,2] */
     float *rowstat;       /* [B,4] per-row token statistics of the loss (tr__op_xent) */
     int32_t *steps, *halted;
@@ -12583,7 +12657,8 @@ TRDEF tr_status tr_carry_create(tr_model *m, int B, tr_carry **out) {
     if (!c) return TR_ERR_OUT_OF_MEMORY;
     c->m = m;
     c->B = B;
-    n = (size_t)B * m->S * m->D;
+    c->z16 = tr__carry16(m);
+    n = tr__vals((size_t)B * m->S * m->D, c->z16);
     nf = 4 * n + (size_t)B * m->L * m->V + 6 * (size_t)B + 64;
     ni = 2 * (size_t)B + 2 * (size_t)B * m->L + (size_t)B;
     c->z_H = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
@@ -12627,10 +12702,11 @@ oom:
 TR__FN void tr__carry_view(const tr_carry *c, int r0, int nb, tr_carry *v) {
     const tr_model *m = c->m;
     size_t SD = (size_t)m->S * m->D, L = (size_t)m->L;
+    size_t zo = tr__vals(r0 * SD, c->z16); /* (a 16-bit carry is the CPU's, whose views start at row 0: micro-batches are a device's) */
     *v = *c;
     v->view = 1;
     v->B = nb;
-    v->z_H += r0 * SD, v->z_L += r0 * SD, v->x += r0 * SD, v->inj += r0 * SD;
+    v->z_H += zo, v->z_L += zo, v->x += zo, v->inj += zo;
     v->logits += r0 * L * m->V, v->q += 2 * r0, v->rowstat += 4 * r0;
     v->steps += r0, v->halted += r0, v->inputs += r0 * L, v->labels += r0 * L, v->pids += r0;
     v->d_inputs += r0 * L, v->d_labels += r0 * L, v->d_pids += r0, v->d_halted += r0;
@@ -12684,6 +12760,27 @@ TR__FN tr_batch tr__batch_rows(const tr_model *m, const tr_batch *bt, int r0, in
     return s;
 }
 
+/* tr__carry_refill's restart of a 16-bit carry's halted rows (tr__carry16): H_init / L_init rounded, then stored as
+   16-bit values at each position. */
+TR__FN tr_status tr__carry_restart16(tr_model *m, tr_carry *c) {
+    size_t SD = (size_t)m->S * m->D;
+    int b, s, B = c->B;
+    float *init = (float *)tr__alloc(m->ctx, 2 * (size_t)m->D * sizeof(float));
+    tr__range_fn half_fn = tr__half_pick(m->ctx);
+    if (!init) return TR_ERR_OUT_OF_MEMORY;
+    memcpy(init, m->H_init, (size_t)m->D * sizeof(float));
+    memcpy(init + m->D, m->L_init, (size_t)m->D * sizeof(float));
+    tr__round_ref(m->fdt, init, 2 * (size_t)m->D);
+    for (b = 0; b < B; b++)
+        for (s = 0; c->halted[b] && s < m->S; s++) {
+            size_t at = b * SD + (size_t)s * m->D;
+            tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_H, 1, at), 0, 1, (size_t)m->D, init, 0);
+            tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_L, 1, at), 0, 1, (size_t)m->D, init + m->D, 0);
+        }
+    tr__free(m->ctx, init);
+    return TR_OK;
+}
+
 /* ACT step 1: halted rows restart from H_init / L_init on the incoming row of the same index.
    The step's rows (and the halted flags) go to the device: the only upload of a step. */
 TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) {
@@ -12707,6 +12804,7 @@ TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) 
             (st = tr__dput(m->ctx, c->d_halted, c->halted, (size_t)B * sizeof(int32_t))) != TR_OK)
             return st;
     }
+    if (c->z16) return tr__carry_restart16(m, c); /* (the CPU's) */
 #if TINYREC_OPENCL
     if (m->ctx->dev_active) {
         if ((st = tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L)) != TR_OK) return st;
@@ -12732,10 +12830,13 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp, fdt = m->fdt;
     float scale = sqrtf((float)D);
     const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
+    float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
+    tr__range_fn half_fn = tr__half_pick(m->ctx);
     TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x));
+    if (c->z16 && !(row = (float *)tr__alloc(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
-            float *xr = x + ((size_t)b * S + s) * D;
+            float *xr = row ? row : x + ((size_t)b * S + s) * D;
             if (s < Lp) {
                 const float *p = m->puzzle_emb + (size_t)c->pids[b] * m->Dp;
                 for (j = 0; j < D; j++) {
@@ -12748,20 +12849,29 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
             if (W_pos)
                 for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, 0.707106781f * tr__round1(fdt, xr[j] + W_pos[(size_t)s * D + j]));
             for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, xr[j] * scale);
+            if (row) tr__io16(half_fn, fdt, 1, 1, TR__AT16(x, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
         }
+    tr__free(m->ctx, row);
     return TR_OK;
 }
 
 /* Backward of the embedding: token and position grads accumulate; the puzzle rows' grads go to
-   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. */
+   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. dx: 16-bit with a 16-bit carry. */
 TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, float *prow) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
     float scale = sqrtf((float)D);
     float *gtok = TR__GRAD(m, m->W_tok), *gpos = m->W_pos ? TR__GRAD(m, m->W_pos) : NULL;
+    float *row = NULL; /* a 16-bit carry's gradient row (16-bit), widened */
+    tr__range_fn half_fn = tr__half_pick(m->ctx);
     TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->V, dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
+    if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             const float *d = dx + ((size_t)b * S + s) * D;
+            if (row) {
+                tr__io16(half_fn, m->fdt, 1, 0, tr__sgemm_at(dx, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
+                d = row;
+            }
             float f = gpos ? scale * 0.707106781f : scale;
             if (gpos)
                 for (j = 0; j < D; j++) gpos[(size_t)s * D + j] += f * d[j];
@@ -12778,36 +12888,50 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
     return TR_OK;
 }
 
+/* z_H's first position of row b in fp32: where it is, or a 16-bit carry's widened into buf (D floats). */
+TR__FN const float *tr__qhead_row(tr_model *m, const tr_carry *c, int b, float *buf) {
+    size_t SD = (size_t)m->S * m->D;
+    if (!c->z16) return c->z_H + b * SD;
+    tr__io16(tr__half_pick(m->ctx), m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
+    return buf;
+}
+
 /* q = b_q + z_H[:, 0] . W_qᵀ (the q head reads the first position). */
 TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     int b, j;
-    size_t SD = (size_t)m->S * m->D;
     const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
+    float *buf = c->z16 ? (float *)tr__scratch(m->ctx, (size_t)m->D * sizeof(float)) : NULL;
     TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
-    for (b = 0; b < c->B; b++)
-        for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(c->z_H + b * SD, W_q + (size_t)j * m->D, m->D);
+    if (c->z16 && !buf) return TR_ERR_OUT_OF_MEMORY;
+    for (b = 0; b < c->B; b++) {
+        const float *z0 = tr__qhead_row(m, c, b, buf);
+        for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(z0, W_q + (size_t)j * m->D, m->D);
+    }
     return TR_OK;
 }
 
-TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz) {
-    int b, j, k;
-    size_t SD = (size_t)m->S * m->D;
+/* The q head's backward for row b on the CPU: dzb (its first position, fp32) += dq_b . W_q; g_Wq, g_bq accumulate.
+   buf: D floats for a 16-bit carry's z_H row. */
+TR__FN void tr__qhead_bwd_row(tr_model *m, const tr_carry *c, int b, const float *dq, float *dzb, float *buf) {
     float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
-    const float *W_q = TR__W(m, m->W_q);
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, W_q, dz, g_q, g_bq));
-    for (b = 0; b < c->B; b++) {
-        const float *zh = c->z_H + b * SD;
-        float *dzb = dz + b * SD;
-        for (j = 0; j < 2; j++) {
-            float g = dq[2 * b + j];
-            if (g == 0.0f) continue;
-            for (k = 0; k < m->D; k++) {
-                dzb[k] += g * W_q[(size_t)j * m->D + k];
-                g_q[(size_t)j * m->D + k] += g * zh[k];
-            }
-            g_bq[j] += g;
+    const float *W_q = TR__W(m, m->W_q), *zh = tr__qhead_row(m, c, b, buf);
+    int j, k;
+    for (j = 0; j < 2; j++) {
+        float g = dq[2 * b + j];
+        if (g == 0.0f) continue;
+        for (k = 0; k < m->D; k++) {
+            dzb[k] += g * W_q[(size_t)j * m->D + k];
+            g_q[(size_t)j * m->D + k] += g * zh[k];
         }
+        g_bq[j] += g;
     }
+}
+
+TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz) {
+    int b;
+    size_t SD = (size_t)m->S * m->D;
+    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, TR__W(m, m->W_q), dz, TR__GRAD(m, m->W_q), TR__GRAD(m, m->b_q)));
+    for (b = 0; b < c->B; b++) tr__qhead_bwd_row(m, c, b, dq, dz + b * SD, NULL);
     return TR_OK;
 }
 
@@ -12815,15 +12939,30 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
 TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
     tr_status st;
-    if ((st = tr__op_sgemm_rnd(m->ctx, m->fdt, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, c->z_H + (size_t)m->Lp * D, D, SD, TR__W(m, m->W_lm), D, 0,
-                               c->logits, (size_t)m->L * m->V, 0)) != TR_OK)
+    if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, c->z16 ? TR__X16_A : 0, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, tr__sgemm_at(c->z_H, c->z16, m->Lp * D), D,
+                                 SD, TR__W(m, m->W_lm), D, 0, c->logits, (size_t)m->L * m->V, 0)) != TR_OK)
         return st;
     if ((st = tr__qhead_fwd(m, c)) != TR_OK || (st = TR__RND(m, c->q, 2 * (size_t)c->B)) != TR_OK) return st;
     return tr__dget(m->ctx, c->hq, c->q, 2 * (size_t)c->B * sizeof(float));
 }
 
-/* Debug hook for the parity tests: called after each H cycle with (z_H, z_L) (device pointers). */
+/* Debug hook for the parity tests: called after each H cycle with (z_H, z_L) (device pointers; a 16-bit carry's
+   widened to fp32 copies). */
 typedef void (*tr__cycle_hook)(void *user, int cycle, const float *z_H, const float *z_L);
+TR__FN tr_status tr__cycle_hook_call(tr_model *m, const tr_carry *c, tr__cycle_hook hook, void *user, int cycle) {
+    size_t N = (size_t)c->B * m->S * m->D;
+    float *wide;
+    if (!c->z16) {
+        hook(user, cycle, c->z_H, c->z_L);
+        return TR_OK;
+    }
+    if (!(wide = (float *)tr__alloc(m->ctx, 2 * N * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    tr__half(m->ctx, m->fdt, 1, wide, (uint16_t *)(void *)c->z_H, N);
+    tr__half(m->ctx, m->fdt, 1, wide + N, (uint16_t *)(void *)c->z_L, N);
+    hook(user, cycle, wide, wide + N);
+    tr__free(m->ctx, wide);
+    return TR_OK;
+}
 
 /* One supervision step of HRM (§2.2): H_cycles updates of z_H by H_level, each after L_cycles
    updates of z_L by L_level. With grad, only the very last L_level and H_level applications are
@@ -12838,12 +12977,12 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add(m->ctx, m->fdt, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
+        if ((st = tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
         for (i = 0; i < n; i++) {
-            if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, rec && i == n - 1 ? &m->nets[0] : NULL)) != TR_OK) return st;
+            if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, c->z16, rec && i == n - 1 ? &m->nets[0] : NULL)) != TR_OK) return st;
         }
-        if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, c->z_H, rec ? &m->nets[1] : NULL)) != TR_OK) return st;
-        if (hook) hook(hook_user, t, c->z_H, c->z_L);
+        if ((st = tr__net_fwd(m, fH, B, c->z_H, c->z_L, c->z_H, c->z16, rec ? &m->nets[1] : NULL)) != TR_OK) return st;
+        if (hook && (st = tr__cycle_hook_call(m, c, hook, hook_user, t)) != TR_OK) return st;
     }
     return tr__heads_fwd(m, c);
 }
@@ -12864,36 +13003,38 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add(m->ctx, m->fdt, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
+        if ((st = tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
         for (i = 0; i < n; i++)
-            if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, rec ? &m->nets[i] : NULL)) != TR_OK) return st;
-        if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, rec ? &m->nets[n] : NULL)) != TR_OK) return st;
-        if (hook) hook(hook_user, t, c->z_H, c->z_L);
+            if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, c->z16, rec ? &m->nets[i] : NULL)) != TR_OK) return st;
+        if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, c->z16, rec ? &m->nets[n] : NULL)) != TR_OK) return st;
+        if (hook && (st = tr__cycle_hook_call(m, c, hook, hook_user, t)) != TR_OK) return st;
     }
     return tr__heads_fwd(m, c);
 }
 
-/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx. bufA, bufB scratch. gr (may
+/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx (each 16-bit with a 16-bit carry, as are
+   bufA and bufB). bufA, bufB scratch. gr (may
    be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
 TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, const tr__grad_ready *gr) {
     const tr__module *md = &m->modules[0];
     int n = m->cfg.L_cycles, i;
     size_t N = (size_t)c->B * m->S * m->D;
+    int g16 = c->z16, x16 = g16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0; /* (a 16-bit carry's gradients are 16-bit too) */
     tr_status st;
     float *dzl = bufA, *dh0 = bufB, *t;
     if (m->cfg.arch == TR_ARCH_HRM) {
         /* z_H' = f_H(z_H + z_L'), z_L' = f_L(z_L + (z_H + x)): z_H and z_L are detached, so the
            gradient goes through z_L' to x alone */
-        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl, gr)) != TR_OK) return st;
-        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx, gr);
+        if ((st = tr__net_bwd(m, &m->modules[0], c->B, &m->nets[1], dzH, dzl, g16, gr)) != TR_OK) return st;
+        return tr__net_bwd(m, &m->modules[1], c->B, &m->nets[0], dzl, dx, g16, gr);
     }
     /* z_H' = f(z_H + z_L): the gradient reaches z_L (z_H came from no-grad cycles) */
-    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl, n ? NULL : gr)) != TR_OK) return st;
-    if ((st = tr__dzero(m->ctx, dx, N * sizeof(float))) != TR_OK) return st;
+    if ((st = tr__net_bwd(m, md, c->B, &m->nets[n], dzH, dzl, g16, n ? NULL : gr)) != TR_OK) return st;
+    if ((st = tr__dzero(m->ctx, dx, tr__vals(N, g16) * sizeof(float))) != TR_OK) return st;
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
-        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, i ? NULL : gr)) != TR_OK) return st;
-        if ((st = tr__op_add(m->ctx, m->fdt, N, dx, dh0, dx)) != TR_OK) return st;
+        if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, g16, i ? NULL : gr)) != TR_OK) return st;
+        if ((st = tr__op_add16(m->ctx, m->fdt, x16, N, dx, dh0, dx)) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;
@@ -13277,6 +13418,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->adam_v = t->adam_m + P;
     t->ema = t->adam_v + P;
     if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
+    N = tr__vals(N, t->carry->z16); /* (a 16-bit carry's activation gradients are 16-bit too) */
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
     t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
     /* sign-SGD groups the rows of the whole global batch (every rank's, gathered) */
@@ -13323,14 +13465,41 @@ fail:
 
 TRDEF long tr_trainer_step_count(const tr_trainer *t) { return t ? t->step : 0; }
 
-/* The backward of the heads into dz ([B,S,D], overwritten). */
+/* tr__heads_bwd for a 16-bit carry (the CPU's), whose dz holds 16-bit values: each row's gradient is formed in an fp32
+   row as tr__heads_bwd forms it (the lm head's product, the q head's sums, the rounding), then stored; W_lm's gradient
+   reads z_H as it is. */
+TR__FN tr_status tr__heads_bwd16(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz) {
+    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
+    float *row;
+    tr_status st = TR_OK;
+    int b;
+    if ((st = tr__op_sgemm16(m->ctx, m->fdt, TR__X16_B, c->B, 1, 0, V, D, L, dlogits, V, L * V, tr__sgemm_at(c->z_H, 1, Lp * D), D, SD, TR__GRAD(m, m->W_lm),
+                             D, 0, 1)))
+        return st;
+    if (!(row = (float *)tr__alloc(m->ctx, (SD + D) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    for (b = 0; b < c->B && !st; b++) {
+        memset(row, 0, Lp * D * sizeof(float));
+        if ((st = tr__sgemm(m->ctx, 0, 0, L, D, V, dlogits + b * L * V, V, TR__W(m, m->W_lm), D, row + Lp * D, D, 0))) break;
+        tr__qhead_bwd_row(m, c, b, dq, row, row + SD);
+        tr__round(m->ctx, m->fdt, row, SD);
+        tr__half(m->ctx, m->fdt, 0, row, (uint16_t *)TR__AT16(dz, 1, b * SD), SD);
+    }
+    tr__free(m->ctx, row);
+    return st;
+}
+
+/* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with a 16-bit carry). */
 TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
     tr_status st;
+    if (c->z16) return tr__heads_bwd16(m, c, dlogits, dq, dz);
     if ((st = tr__dzero(m->ctx, dz, (size_t)c->B * SD * sizeof(float))) != TR_OK) return st;
     /* dz_b[Lp:] = dlogits_b . W_lm; g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] */
     if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
-    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, c->z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK) return st;
+    if ((st = c->z16 ? tr__op_sgemm16(m->ctx, m->fdt, TR__X16_B, c->B, 1, 0, V, D, L, dlogits, V, L * V, tr__sgemm_at(c->z_H, 1, Lp * D), D, SD,
+                                      TR__GRAD(m, m->W_lm), D, 0, 1)
+                     : tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, c->z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK)
+        return st;
     if ((st = tr__qhead_bwd(m, c, dq, dz)) != TR_OK) return st;
     return TR__RND(m, dz, (size_t)c->B * SD);
 }
@@ -13349,7 +13518,8 @@ TR__FN tr_status tr__q_target(tr_trainer *t, const tr_carry *c, int r0, float *t
     nx.z_H = t->dz, nx.z_L = t->dx;
     nx.logits = t->dlogits + (size_t)r0 * m->L * m->V;
     nx.q = t->dq + 2 * (size_t)r0, nx.hq = t->hdq + 2 * (size_t)r0;
-    if ((st = tr__dcopy(m->ctx, nx.z_H, c->z_H, N * sizeof(float))) != TR_OK || (st = tr__dcopy(m->ctx, nx.z_L, c->z_L, N * sizeof(float))) != TR_OK ||
+    if ((st = tr__dcopy(m->ctx, nx.z_H, c->z_H, tr__vals(N, c->z16) * sizeof(float))) != TR_OK ||
+        (st = tr__dcopy(m->ctx, nx.z_L, c->z_L, tr__vals(N, c->z16) * sizeof(float))) != TR_OK ||
         (st = tr__inner_fwd(m, &nx, 0, NULL, NULL)) != TR_OK)
         return st;
     for (b = 0; b < c->B; b++) {
@@ -13827,7 +13997,8 @@ TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t
     double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ctx->dev_active); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
-    double carry = 4 * N + Bd * m->L * m->V;
+    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits: 16-bit where the carry is (tr__carry16) */
+    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
     double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
     if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
@@ -20478,20 +20649,39 @@ static const char *const tr__ck_state_fixed[] = {"trainer.step", "trainer.rng", 
                                                  "carry.inputs", "carry.labels", "carry.puzzle_identifiers", "sampler"};
 
 /* Host copies of a trainer's device state for save/load: the moments and EMA [3P] (one block
-   on the device) and z_H|z_L [2N]. On the CPU these are the live buffers themselves. */
+   on the device) and z_H|z_L [2N] in fp32. On the CPU these are the live buffers themselves, but for a 16-bit
+   carry's (widened copies; tr__carry_put stores them back). */
 TR__FN tr_status tr__trainer_host_state(tr_trainer *t, float **opt, float **zs) {
     tr_model *m = t->m;
-    size_t P3 = 3 * m->n_params, N2 = 2 * (size_t)t->carry->B * m->S * m->D;
+    tr_carry *c = t->carry;
+    size_t P3 = 3 * m->n_params, N = (size_t)c->B * m->S * m->D;
     tr_status st;
-    *opt = t->adam_m, *zs = t->carry->z_H;
-    if (!m->ctx->dev_active) return TR_OK;
-    if (!(*opt = (float *)tr__alloc(m->ctx, (P3 + N2) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    *opt = t->adam_m, *zs = c->z_H;
+    if (!m->ctx->dev_active && !c->z16) return TR_OK;
+    if (!(*opt = (float *)tr__alloc(m->ctx, (P3 + 2 * N) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     *zs = *opt + P3;
-    if ((st = tr__dget(m->ctx, *opt, t->adam_m, P3 * sizeof(float))) != TR_OK || (st = tr__dget(m->ctx, *zs, t->carry->z_H, N2 * sizeof(float))) != TR_OK) {
+    if (c->z16) {
+        memcpy(*opt, t->adam_m, P3 * sizeof(float));
+        tr__half(m->ctx, m->fdt, 1, *zs, (uint16_t *)(void *)c->z_H, N);
+        tr__half(m->ctx, m->fdt, 1, *zs + N, (uint16_t *)(void *)c->z_L, N);
+        return TR_OK;
+    }
+    if ((st = tr__dget(m->ctx, *opt, t->adam_m, P3 * sizeof(float))) != TR_OK || (st = tr__dget(m->ctx, *zs, c->z_H, 2 * N * sizeof(float))) != TR_OK) {
         tr__free(m->ctx, *opt);
         *opt = NULL;
     }
     return st;
+}
+
+/* z_H|z_L [2N] from fp32 host values hz into the carry (tr__trainer_host_state's layout): a 16-bit carry's rounded to the
+   model's precision and stored as 16-bit values (a checkpoint of another precision's is resumed so). */
+TR__FN tr_status tr__carry_put(tr_model *m, tr_carry *c, float *hz) {
+    size_t N = (size_t)c->B * m->S * m->D;
+    if (!c->z16) return tr__dput(m->ctx, c->z_H, hz, 2 * N * sizeof(float));
+    tr__round(m->ctx, m->fdt, hz, 2 * N);
+    tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)c->z_H, N);
+    tr__half(m->ctx, m->fdt, 0, hz + N, (uint16_t *)(void *)c->z_L, N);
+    return TR_OK;
 }
 
 TR__FN void tr__trainer_host_state_free(tr_trainer *t, float *opt) {
@@ -20826,7 +21016,7 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
         tr_st_read_f32(ctx, &zl, hz + N, N);
     }
     if ((st = tr__model_upload(m)) != TR_OK || (st = tr__dput(ctx, t->adam_m, hopt, 3 * m->n_params * sizeof(float))) != TR_OK ||
-        (st = tr__dput(ctx, c->z_H, hz, 2 * (size_t)Bl * S * D * sizeof(float))) != TR_OK)
+        (st = tr__carry_put(m, c, hz)) != TR_OK)
         goto done;
     for (j = 0; j < (size_t)Bl; j++) {
         c->steps[j] = tr__ck_i32(t_steps, r0 + j);

@@ -586,7 +586,7 @@ static void run_steps(tr_trainer *t, uint64_t from, uint64_t to, run_result *r) 
         assert_int_equal(tr_trainer_step(t, &b, &r->metrics[k]), TR_OK);
         r->losses[k] = r->metrics[k].loss;
         if (k + 1 == RSPLIT) {
-            size_t n = (size_t)RB * m->S * m->D;
+            size_t n = tr__vals((size_t)RB * m->S * m->D, t->carry->z16);
             memcpy(r->halted_at_split, t->carry->halted, sizeof r->halted_at_split);
             r->rng_at_split = t->rng;
             r->zh_at_split = (float *)malloc(2 * n * 4);
@@ -661,8 +661,11 @@ static void resume_variant(int mlp_t, int swap_ema_in_model_file) {
         /* the state that the next steps may or may not depend on, restored exactly */
         assert_memory_equal(t->carry->halted, b.halted_at_split, sizeof b.halted_at_split);
         assert_memory_equal(&t->rng, &b.rng_at_split, sizeof t->rng);
-        assert_memory_equal(t->carry->z_H, b.zh_at_split, (size_t)RB * m->S * m->D * 4);
-        assert_memory_equal(t->carry->z_L, b.zh_at_split + (size_t)RB * m->S * m->D, (size_t)RB * m->S * m->D * 4);
+        {
+            size_t n = tr__vals((size_t)RB * m->S * m->D, t->carry->z16);
+            assert_memory_equal(t->carry->z_H, b.zh_at_split, n * 4);
+            assert_memory_equal(t->carry->z_L, b.zh_at_split + n, n * 4);
+        }
         run_steps(t, pos, RSTEPS, &b);
         finish_run(t, &b);
         tr_trainer_destroy(t), tr_model_destroy(m);

@@ -86,8 +86,8 @@ static double step_loss(fd_state *s) {
     tr_metrics mt;
     tr_carry_reset(c);
     tr__carry_refill(m, c, &s->batch);
-    memcpy(c->z_H, s->z_H, n * 4);
-    memcpy(c->z_L, s->z_L, n * 4);
+    memcpy(c->z_H, s->z_H, tr__vals(n, c->z16) * 4);
+    memcpy(c->z_L, s->z_L, tr__vals(n, c->z16) * 4);
     /* TRM: the last H cycle; HRM: the last L and H applications, i.e. one cycle of one L update */
     m->cfg.H_cycles = 1;
     if (m->cfg.arch == TR_ARCH_HRM) m->cfg.L_cycles = 1;
@@ -113,12 +113,12 @@ static void save_prefix_carry(fd_state *s) {
     if (m->cfg.arch == TR_ARCH_HRM) { /* and the L updates of the last cycle before its last one */
         int i;
         assert_int_equal(tr__embed_fwd(m, c, c->x), TR_OK);
-        assert_int_equal(tr__op_add(m->ctx, m->fdt, n, c->z_H, c->x, c->inj), TR_OK);
-        for (i = 0; i < m->cfg.L_cycles - 1; i++) assert_int_equal(tr__net_fwd(m, &m->modules[1], c->B, c->z_L, c->inj, c->z_L, NULL), TR_OK);
+        assert_int_equal(tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, n, c->z_H, c->x, c->inj), TR_OK);
+        for (i = 0; i < m->cfg.L_cycles - 1; i++) assert_int_equal(tr__net_fwd(m, &m->modules[1], c->B, c->z_L, c->inj, c->z_L, c->z16, NULL), TR_OK);
     }
     s->z_H = (float *)malloc(n * 4), s->z_L = (float *)malloc(n * 4);
-    memcpy(s->z_H, c->z_H, n * 4);
-    memcpy(s->z_L, c->z_L, n * 4);
+    memcpy(s->z_H, c->z_H, tr__vals(n, c->z16) * 4);
+    memcpy(s->z_L, c->z_L, tr__vals(n, c->z16) * 4);
 }
 
 /* slices 1: the recursion runs the batch of 3 in slices of 2 and 1 rows (tr__ws_rows), whose weight gradients add up;

@@ -324,8 +324,19 @@ static void run_fixture(const char *path, int threads, int opencl) {
         /* step 1's embedding is the same rounding of the same weights: equal. Later, in bf16/fp16, the weights
            differ by the spread of tol_set, and a puzzle-table entry whose summed gradient flipped sign by
            2 puzzle_emb_lr, which the embedding scales by sqrt(D) */
-        if (k == 1 || !g_tol->mean_rtol) fx_close_dev(ctx, &f, name, t->carry->x, N, 1e-5, 1e-5);
-        else fx_close_dev(ctx, &f, name, t->carry->x, N, carry_atol(k) + 2 * tc.puzzle_emb_lr * sqrt((double)c.hidden_size), g_tol->rtol);
+        {
+            const float *x = t->carry->x; /* (a 16-bit carry's, widened: tr__carry16) */
+            float *wide = NULL;
+            if (t->carry->z16) {
+                wide = (float *)malloc(N * sizeof(float));
+                assert_non_null(wide);
+                tr__half_ref(m->fdt, 1, wide, (uint16_t *)(uintptr_t)x, N);
+                x = wide;
+            }
+            if (k == 1 || !g_tol->mean_rtol) fx_close_dev(ctx, &f, name, x, N, 1e-5, 1e-5);
+            else fx_close_dev(ctx, &f, name, x, N, carry_atol(k) + 2 * tc.puzzle_emb_lr * sqrt((double)c.hidden_size), g_tol->rtol);
+            free(wide);
+        }
         snprintf(name, sizeof name, "step%d.logits", k);
         fx_close_dev(ctx, &f, name, t->carry->logits, (size_t)B * m->L * m->V, carry_atol(k), g_tol->rtol);
         if (k == 1) fx_close_dev_mean(ctx, &f, name, t->carry->logits, (size_t)B * m->L * m->V, c.H_cycles);

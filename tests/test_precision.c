@@ -269,6 +269,15 @@ static int all_rounded(int fdt, const float *x, size_t n) {
     return 1;
 }
 
+/* n values of a carry's buffer x in fp32 (malloc'd): a 16-bit carry's widened (tr__carry16). */
+static float *carry_wide(const tr_carry *c, const float *x, size_t n) {
+    float *w = (float *)malloc(n * sizeof(float));
+    assert_non_null(w);
+    if (c->z16) tr__half_ref(c->m->fdt, 1, w, (uint16_t *)(uintptr_t)x, n);
+    else memcpy(w, x, n * sizeof(float));
+    return w;
+}
+
 /* Everything the reference stores in the forward precision is representable in it: the carries, the
    logits, the q values, the input embedding; and the fp32 answer is close but not the same. Both mixers,
    TRM and HRM, bfloat16 and float16. */
@@ -310,10 +319,16 @@ static void test_model_rounding_points(void **state) {
             o.logits = logits32;
             assert_int_equal(tr_model_eval_step(m32, cr32, &bt, &o, NULL), TR_OK);
             N = (size_t)B * m->S * m->D;
-            assert_true(all_rounded(fdt, cr->z_H, N));
-            assert_true(all_rounded(fdt, cr->z_L, N));
-            assert_true(all_rounded(fdt, cr->x, N));
-            assert_true(all_rounded(fdt, cr->inj, N));
+            assert_int_equal(cr->z16, 1); /* (stored in 16 bits: rounded as they are stored) */
+            {
+                const float *bufs[4];
+                bufs[0] = cr->z_H, bufs[1] = cr->z_L, bufs[2] = cr->x, bufs[3] = cr->inj;
+                for (i = 0; i < 4; i++) {
+                    float *w = carry_wide(cr, bufs[i], N);
+                    assert_true(all_rounded(fdt, w, N));
+                    free(w);
+                }
+            }
             assert_true(all_rounded(fdt, logits, sizeof logits / sizeof *logits));
             assert_true(all_rounded(fdt, qh, B));
             assert_false(all_rounded(fdt, cr32->z_H, N)); /* (the check can fail) */
@@ -513,6 +528,18 @@ static void test_tape16_same_bits(void **state) {
                 if (loss[0][s] != loss[1][s]) fail_msg("variant %d fdt %d sliced %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, fdt, sliced, s + 1, loss[0][s], loss[1][s]);
             assert_memory_equal(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float));
             assert_true(train[0] < train[1]);
+            /* the carries: 16-bit with the 16-bit tape (tr__carry16), and the same values */
+            assert_int_equal(t[0]->carry->z16, 1);
+            assert_int_equal(t[1]->carry->z16, 0);
+            {
+                size_t N = (size_t)5 * m[0]->S * m[0]->D;
+                float *w = carry_wide(t[0]->carry, t[0]->carry->z_H, N);
+                assert_memory_equal(w, t[1]->carry->z_H, N * sizeof(float));
+                free(w);
+                w = carry_wide(t[0]->carry, t[0]->carry->z_L, N);
+                assert_memory_equal(w, t[1]->carry->z_L, N * sizeof(float));
+                free(w);
+            }
             for (k = 0; k < 2; k++) {
                 tr_trainer_destroy(t[k]);
                 tr_model_destroy(m[k]);
