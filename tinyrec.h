@@ -7638,6 +7638,19 @@ static const char tr__cl_src_ops_2[] =
 "            else h[e] = tr_half1(x[e], fdt);\n"
 "        }\n"
 "}\n"
+"/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */\n"
+"float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {\n"
+"    return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];\n"
+"}\n"
+"__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,\n"
+"                         int x16) {\n"
+"    size_t i = 4 * get_global_id(0), e;\n"
+"    for (e = i; e < i + 4 && e < n; e++) {\n"
+"        float v = tr_k_ld16(a, a_off, e, x16 & 1, fdt) + tr_k_ld16(b, b_off, e, x16 & 2, fdt);\n"
+"        if (x16 & 4) ((__global ushort *)y)[2 * y_off + e] = tr_half1(v, fdt);\n"
+"        else y[y_off + e] = tr_round1(v, fdt);\n"
+"    }\n"
+"}\n"
 "__kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {\n"
 "    size_t i = get_global_id(0);\n"
 "    if (i < n) x[x_off + i] *= a;\n"
@@ -7677,7 +7690,8 @@ static const char tr__cl_src_ops_2[] =
 "        for (e = j; e < j + 4 && e < width; e++) o[e] = tr_swiglu1(g[e], g[e + width], fdt);\n"
 "}\n"
 "/* dg (gate, up halves) of one value: d * up * silu'(x), d * silu(x) */\n"
-"float2 tr_swiglu_bwd1(float x, float up, float d) {\n"
+"float2 tr_swiglu_bwd1(float x, float up, float d) {\n";
+static const char tr__cl_src_ops_3[] =
 "    const float sg = 1.0f / (1.0f + exp(-x));\n"
 "    return (float2)(d * up * (sg * (1.0f + x * (1.0f - sg))), d * (x * sg));\n"
 "}\n"
@@ -7688,8 +7702,7 @@ static const char tr__cl_src_ops_2[] =
 "    const ulong go = g_off + (size_t)r * gs, ao = da_off + (size_t)r * das, oo = dg_off + (size_t)r * gs;\n"
 "    if (j >= width || r >= rows) return;\n"
 "    g += go; da += ao; dg += oo;\n"
-"    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n";
-static const char tr__cl_src_ops_3[] =
+"    if (((go | ao | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
 "        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);\n"
 "        const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),\n"
 "                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);\n"
@@ -7716,31 +7729,40 @@ static const char tr__cl_src_ops_3[] =
 "    v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);\n"
 "    v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);\n"
 "}\n"
+"/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
 "__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
-"                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {\n"
+"                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
 "    int i = get_global_id(0), b = get_global_id(1);\n"
 "    size_t o;\n"
 "    if (i >= S * D || b >= B) return;\n"
 "    halted += halted_off;\n"
 "    if (!halted[b]) return;\n"
 "    o = (size_t)b * S * D + i;\n"
+"    if (h16) {\n"
+"        ((__global ushort *)zh)[2 * zh_off + o] = tr_half1(hi[hi_off + i % D], h16);\n"
+"        ((__global ushort *)zl)[2 * zl_off + o] = tr_half1(li[li_off + i % D], h16);\n"
+"        return;\n"
+"    }\n"
 "    zh[zh_off + o] = hi[hi_off + i % D];\n"
 "    zl[zl_off + o] = li[li_off + i % D];\n"
 "}\n"
-"/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's */\n"
+"/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
+"   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
 "                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
-"                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {\n"
+"                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
 "    if (j >= D || b >= B) return;\n"
 "    if (s < Lp) {\n"
-"        k = s * D + j;\n"
+"        k = s * D + j;\n";
+static const char tr__cl_src_ops_4[] =
 "        v = tr_round1(k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f, fdt);\n"
 "    } else\n"
 "        v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];\n"
 "    if (has_pos) v = tr_round1(0.707106781f * tr_round1(v + wp[wp_off + (size_t)s * D + j], fdt), fdt);\n"
-"    x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);\n"
+"    if (x16) ((__global ushort *)x)[2 * x_off + (size_t)bs * D + j] = tr_half1(v * scale, fdt);\n"
+"    else x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);\n"
 "}\n"
 "tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
 "    int lid = get_local_id(0), s;\n"
@@ -7757,8 +7779,7 @@ static const char tr__cl_src_ops_3[] =
 "}\n"
 "/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the\n"
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
-"   product's output, already of the precision). */\n";
-static const char tr__cl_src_ops_4[] =
+"   product's output, already of the precision). */\n"
 "__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
@@ -7813,7 +7834,8 @@ static const char tr__cl_src_ops_4[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    if (j >= D || b >= B) return;\n";
+static const char tr__cl_src_ops_5[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -7830,8 +7852,7 @@ static const char tr__cl_src_ops_4[] =
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
 "}\n"
-"#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n";
-static const char tr__cl_src_ops_5[] =
+"#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
 "    if (b >= B) return;\n"
@@ -7900,7 +7921,8 @@ static const char tr__cl_src_ops_5[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
+static const char tr__cl_src_ops_6[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -7927,8 +7949,7 @@ static const char tr__cl_src_ops_5[] =
 "    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
-"}\n";
-static const char tr__cl_src_ops_6[] =
+"}\n"
 "__kernel void tr_k_embed_bwd_pos(int B, int S, int D, float f, __global const float *dx, ulong dx_off, __global float *gp, ulong gp_off) {\n"
 "    size_t i = get_global_id(0), n = (size_t)S * D;\n"
 "    int b;\n"
@@ -7990,7 +8011,8 @@ static const char tr__cl_src_ops_6[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n"
+"    float acc;\n";
+static const char tr__cl_src_ops_7[] =
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -8015,8 +8037,7 @@ static const char tr__cl_src_ops_6[] =
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
 "    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
-"    j1 = gst[g + 1];\n";
-static const char tr__cl_src_ops_7[] =
+"    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
 "    row = tab + tab_off + (size_t)gid[gid_off + g] * Dp + k;\n"
@@ -8086,6 +8107,19 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, size_t n, const float *a, const
     tr__cla_buf(&A, y);
     tr__cla_i32(&A, fdt);
     return tr__cl_k1_launch4(cl, "tr_k_add", n, &A);
+}
+/* tr__cl_add with any of a, b and y (x16: TR__X16_A, _B, _C) holding 16-bit values of fdt (a 16-bit carry's). */
+TR__FN tr_status tr__cl_add16(tr__cl *cl, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
+    tr__clargs A;
+    if (n == 0) return TR_OK;
+    tr__cla_init(&A);
+    tr__cla_i64(&A, (int64_t)n);
+    tr__cla_buf(&A, a);
+    tr__cla_buf(&A, b);
+    tr__cla_buf(&A, y);
+    tr__cla_i32(&A, fdt);
+    tr__cla_i32(&A, x16);
+    return tr__cl_k1_launch4(cl, "tr_k_add16", n, &A);
 }
 
 TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
@@ -8279,7 +8313,7 @@ TR__FN tr_status tr__cl_all_finite(tr__cl *cl, size_t n, const float *x, int *ok
 }
 
 TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, int fdt, const float *W_tok, const float *W_pos,
-                                  const float *puzzle_emb, const int32_t *inputs, const int32_t *pids, float *x) {
+                                  const float *puzzle_emb, const int32_t *inputs, const int32_t *pids, float *x, int x16) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -8298,6 +8332,7 @@ TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D
     tr__cla_buf(&A, inputs);
     tr__cla_buf(&A, pids);
     tr__cla_buf(&A, x);
+    tr__cla_i32(&A, x16);
     return tr__cl_k1_launch2(cl, "tr_k_embed_fwd", (size_t)D, (size_t)B * S, &A);
 }
 
@@ -8375,7 +8410,9 @@ TR__FN tr_status tr__cl_embed_bwd(tr__cl *cl, int B, int S, int L, int Lp, int D
     return tr__cl_k1_launch1(cl, "tr_k_embed_bwd_tok_sum", (size_t)V * D, &A);
 }
 
-TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *halted, const float *H_init, const float *L_init, float *z_H, float *z_L) {
+/* h16: the forward precision (bfloat16 / float16) of a 16-bit carry's z_H and z_L, else 0 */
+TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *halted, const float *H_init, const float *L_init, float *z_H, float *z_L,
+                               int h16) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -8387,6 +8424,7 @@ TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *h
     tr__cla_buf(&A, L_init);
     tr__cla_buf(&A, z_H);
     tr__cla_buf(&A, z_L);
+    tr__cla_i32(&A, h16);
     return tr__cl_k1_launch2(cl, "tr_k_refill", (size_t)S * D, (size_t)B, &A);
 }
 
@@ -11148,8 +11186,8 @@ TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, cons
     return TR_OK;
 }
 
-/* tr__op_add with any of a, b and y (x16: TR__X16_A, _B, _C) given as 16-bit values of fdt (a 16-bit carry's, on the
-   CPU): blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
+/* tr__op_add with any of a, b and y (x16: TR__X16_A, _B, _C) given as 16-bit values of fdt (a 16-bit carry's; on a
+   device, tr__cl_add16). On the CPU: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
    tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
 enum { TR__ADD16_BLOCK = 2048 };
 typedef struct tr__add16_args {
@@ -11180,6 +11218,7 @@ TR__FN tr_status tr__op_add16(tr_ctx *ctx, int fdt, int x16, size_t n, const voi
     int nt = tr__threads_for(ctx, (double)n);
     tr_status st;
     if (!x16) return tr__op_add(ctx, fdt, n, (const float *)a, (const float *)b, (float *)y);
+    TR__ON_CL(ctx, tr__cl_add16(ctx->cl, fdt, x16, n, a, b, y));
     if ((st = tr__cpu16_check(ctx, fdt, "add"))) return st;
     if (!n) return TR_OK;
     if ((st = tr__thread_scratch(ctx, nt, 2 * TR__ADD16_BLOCK, "add", &p.wide))) return st;
@@ -12088,10 +12127,14 @@ TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt =
    (tr__op_swiglu16), with the bits of the fp32 buffers. dbig's fp32 uses fit in the same room: attention's d qkv, and
    the token mix's gate_up in passes of half as many rows (tr__ws_mix_rows). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
-/* Whether a carry made now holds z_H, z_L, x and inj as 16-bit values: where the workspace does (tr__ws_d16), whose
-   ops read and write them so (tr__op_add16, tr__net_fwd's io16, the heads). A carry keeps its layout for life: one made
-   on a device that falls back to the CPU stays fp32, which the CPU's ops take too. */
-TR__FN int tr__carry16(const tr_model *m) { return tr__ws_d16(m, m->ctx->dev_active); }
+/* Whether a carry holds z_H, z_L, x and inj as 16-bit values: where the tape does (they are rounded to the forward
+   precision anyway), on any device, with an even S * D (so that a row starts on a whole float). The CPU's ops read and
+   write them so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the workspace's input
+   buffer, and its heads read z_H widened there (tr__heads_fwd) or into the trainer's scratch (tr__heads_bwd). */
+TR__FN int tr__carry16(const tr_model *m) { return tr__tape_half(m) && (size_t)m->S * m->D % 2 == 0; }
+/* Whether a trainer's activation gradients (dz, dx and the backward's two buffers) are 16-bit: with a 16-bit carry on
+   the CPU, whose ops take them so (a device's stay fp32). */
+TR__FN int tr__grads16(const tr_model *m) { return tr__carry16(m) && !m->ctx->dev_active; }
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
 /* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
@@ -12481,10 +12524,12 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
-    float *tmp = tr__ws_tmp(m, B), *h0 = in_tape ? rec->h0 : (float *)out;
+    /* (a device's 16-bit carry: its blocks run in fp32 on the workspace's input buffer, tr__ws_in, from z + inj widened
+       there; the output is stored back into out as 16 bits) */
+    float *tmp = tr__ws_tmp(m, B), *f = io16 ? tr__ws_in(m, B) : (float *)out, *h0 = in_tape ? rec->h0 : f;
     tr__block_rec scratch;
-    if (io16) {
-        /* 16-bit values throughout (a 16-bit carry's, whose model has a 16-bit tape and workspace): each block reads and
+    if (io16 && !m->ws_gate_up) {
+        /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace): each block reads and
            writes the tape's record where there is one (and the output is copied to out), else out in place */
         void *cur = rec ? (void *)rec->h0 : out;
         if (rec && !half) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
@@ -12498,18 +12543,20 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
         }
         return rec ? tr__dcopy(m->ctx, out, cur, n * sizeof(uint16_t)) : TR_OK;
     }
-    if ((st = tr__op_add(m->ctx, m->fdt, n, (const float *)z, (const float *)inj, h0))) return st;
+    if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
+    if ((st = tr__op_add16(m->ctx, m->fdt, io16 ? TR__X16_A | TR__X16_B : 0, n, z, inj, h0))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
         if (!in_tape) {
             tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, r);
-            r->in = (float *)out;
-            r->out = (float *)out; /* in-place is safe: the input is consumed before the final norm writes */
+            r->in = f;
+            r->out = f; /* in-place is safe: the input is consumed before the final norm writes */
         }
         if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL, half ? &rec->blocks[l] : NULL, 0)) != TR_OK) return st;
         if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
+    if (io16) return tr__op_half(m->ctx, m->fdt, 0, f, (float *)out, n);
     return in_tape ? tr__dcopy(m->ctx, out, rec->blocks[md->n_layers - 1].out, n * sizeof(float)) : TR_OK;
 }
 
@@ -12804,10 +12851,11 @@ TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) 
             (st = tr__dput(m->ctx, c->d_halted, c->halted, (size_t)B * sizeof(int32_t))) != TR_OK)
             return st;
     }
-    if (c->z16) return tr__carry_restart16(m, c); /* (the CPU's) */
+    if (c->z16 && !m->ctx->dev_active) return tr__carry_restart16(m, c);
 #if TINYREC_OPENCL
     if (m->ctx->dev_active) {
-        if ((st = tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L)) != TR_OK) return st;
+        if ((st = tr__cl_refill(m->ctx->cl, B, m->S, m->D, c->d_halted, m->H_init, m->L_init, c->z_H, c->z_L, c->z16 ? m->fdt : 0)) != TR_OK) return st;
+        if (c->z16) return TR_OK; /* (a 16-bit carry's rounded as stored) */
     } else
 #endif
         for (b = 0; b < B; b++) {
@@ -12832,7 +12880,7 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
     float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
-    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x));
+    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x, c->z16));
     if (c->z16 && !(row = (float *)tr__alloc(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -12856,15 +12904,15 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
 }
 
 /* Backward of the embedding: token and position grads accumulate; the puzzle rows' grads go to
-   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. dx: 16-bit with a 16-bit carry. */
-TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, float *prow) {
+   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. dx: 16-bit with g16 (tr__grads16). */
+TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, int g16, float *prow) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
     float scale = sqrtf((float)D);
     float *gtok = TR__GRAD(m, m->W_tok), *gpos = m->W_pos ? TR__GRAD(m, m->W_pos) : NULL;
-    float *row = NULL; /* a 16-bit carry's gradient row (16-bit), widened */
+    float *row = NULL; /* a 16-bit gradient row, widened */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
     TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->V, dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
-    if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    if (g16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             const float *d = dx + ((size_t)b * S + s) * D;
@@ -12938,11 +12986,23 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
 /* logits = z_H[:, Lp:] . W_lmᵀ, and the q head; q comes back to the host (halting decisions). */
 TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
+    int b0, nb, wide = c->z16 && m->ctx->dev_active, step = wide ? tr__ws_rows(m, c->B) : c->B;
     tr_status st;
-    if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, c->z16 ? TR__X16_A : 0, c->B, 0, 1, (size_t)m->L, (size_t)m->V, D, tr__sgemm_at(c->z_H, c->z16, m->Lp * D), D,
-                                 SD, TR__W(m, m->W_lm), D, 0, c->logits, (size_t)m->L * m->V, 0)) != TR_OK)
-        return st;
-    if ((st = tr__qhead_fwd(m, c)) != TR_OK || (st = TR__RND(m, c->q, 2 * (size_t)c->B)) != TR_OK) return st;
+    /* (a device's 16-bit carry: in slices of the rows the workspace holds, z_H widened into its input buffer, tr__ws_in) */
+    for (b0 = 0; b0 < c->B; b0 += nb) {
+        tr_carry v;
+        nb = TR__MIN(step, c->B - b0);
+        tr__carry_view(c, b0, nb, &v);
+        if (wide) {
+            if ((st = tr__op_half(m->ctx, m->fdt, 1, tr__ws_in(m, nb), v.z_H, (size_t)nb * SD))) return st;
+            v.z_H = tr__ws_in(m, nb), v.z16 = 0;
+        }
+        if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, v.z16 ? TR__X16_A : 0, nb, 0, 1, (size_t)m->L, (size_t)m->V, D, tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D,
+                                     SD, TR__W(m, m->W_lm), D, 0, v.logits, (size_t)m->L * m->V, 0)) ||
+            (st = tr__qhead_fwd(m, &v)))
+            return st;
+    }
+    if ((st = TR__RND(m, c->q, 2 * (size_t)c->B)) != TR_OK) return st;
     return tr__dget(m->ctx, c->hq, c->q, 2 * (size_t)c->B * sizeof(float));
 }
 
@@ -12952,16 +13012,15 @@ typedef void (*tr__cycle_hook)(void *user, int cycle, const float *z_H, const fl
 TR__FN tr_status tr__cycle_hook_call(tr_model *m, const tr_carry *c, tr__cycle_hook hook, void *user, int cycle) {
     size_t N = (size_t)c->B * m->S * m->D;
     float *wide;
+    tr_status st;
     if (!c->z16) {
         hook(user, cycle, c->z_H, c->z_L);
         return TR_OK;
     }
-    if (!(wide = (float *)tr__alloc(m->ctx, 2 * N * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
-    tr__half(m->ctx, m->fdt, 1, wide, (uint16_t *)(void *)c->z_H, N);
-    tr__half(m->ctx, m->fdt, 1, wide + N, (uint16_t *)(void *)c->z_L, N);
-    hook(user, cycle, wide, wide + N);
-    tr__free(m->ctx, wide);
-    return TR_OK;
+    if (!(wide = (float *)tr__dalloc(m->ctx, 2 * N * sizeof(float), 0))) return TR_ERR_OUT_OF_MEMORY;
+    if (!(st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, 2 * N))) hook(user, cycle, wide, wide + N); /* (z_H|z_L adjacent, N even) */
+    tr__dfree(m->ctx, wide);
+    return st;
 }
 
 /* One supervision step of HRM (§2.2): H_cycles updates of z_H by H_level, each after L_cycles
@@ -13012,14 +13071,13 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     return tr__heads_fwd(m, c);
 }
 
-/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx (each 16-bit with a 16-bit carry, as are
+/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx (each 16-bit with g16, tr__grads16, as are
    bufA and bufB). bufA, bufB scratch. gr (may
    be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
-TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, const tr__grad_ready *gr) {
+TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, int g16, const tr__grad_ready *gr) {
     const tr__module *md = &m->modules[0];
-    int n = m->cfg.L_cycles, i;
+    int n = m->cfg.L_cycles, i, x16 = g16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0;
     size_t N = (size_t)c->B * m->S * m->D;
-    int g16 = c->z16, x16 = g16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0; /* (a 16-bit carry's gradients are 16-bit too) */
     tr_status st;
     float *dzl = bufA, *dh0 = bufB, *t;
     if (m->cfg.arch == TR_ARCH_HRM) {
@@ -13276,6 +13334,7 @@ struct tr_trainer {
     tr_carry *carry;
     float *adam_m, *adam_v, *ema;
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
+    int g16;                      /* they hold 16-bit values (tr__grads16) */
     float *dlogits, *dq, *prow, *psum;
     float *hdq;                   /* host copy of dq (== dq on the CPU) */
     float *qtarget;               /* [B] q_continue's Q-learning target (HRM), host; NULL without Q-learning */
@@ -13418,7 +13477,8 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->adam_v = t->adam_m + P;
     t->ema = t->adam_v + P;
     if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
-    N = tr__vals(N, t->carry->z16); /* (a 16-bit carry's activation gradients are 16-bit too) */
+    t->g16 = tr__grads16(m);
+    N = tr__vals(N, t->g16);
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
     t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
     /* sign-SGD groups the rows of the whole global batch (every rank's, gathered) */
@@ -13488,11 +13548,17 @@ TR__FN tr_status tr__heads_bwd16(tr_model *m, tr_carry *c, const float *dlogits,
     return st;
 }
 
-/* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with a 16-bit carry). */
-TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz) {
+/* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with g16, tr__grads16). wide: [B,S,D] fp32
+   scratch, where a 16-bit carry's z_H is widened for fp32 gradients (a device's). */
+TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz, int g16, float *wide) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
+    tr_carry wc;
     tr_status st;
-    if (c->z16) return tr__heads_bwd16(m, c, dlogits, dq, dz);
+    if (g16) return c->z16 ? tr__heads_bwd16(m, c, dlogits, dq, dz) : tr__err(m->ctx, TR_ERR_GENERIC, "heads: 16-bit gradients of an fp32 carry");
+    if (c->z16) {
+        if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, (size_t)c->B * SD))) return st;
+        wc = *c, wc.z_H = wide, wc.z16 = 0, c = &wc;
+    }
     if ((st = tr__dzero(m->ctx, dz, (size_t)c->B * SD * sizeof(float))) != TR_OK) return st;
     /* dz_b[Lp:] = dlogits_b . W_lm; g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] */
     if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
@@ -13574,10 +13640,10 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
         mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
         /* data-parallel with overlap: in the last micro-batch, each gradient is all-reduced once final */
         gr = tr__dist(t) && t->tc.comm->overlap && r0 + nb == c->B ? &ready : NULL;
-        if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz)) != TR_OK) return st;
+        if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz, t->g16, t->dx)) != TR_OK) return st;
         if (gr && (st = tr__dist_bucket(t, (size_t)(m->W_lm - m->params), m->n_params)) != TR_OK) return st;
-        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, gr)) != TR_OK) return st;
-        if ((st = tr__embed_bwd(m, &v, t->dx, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
+        if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, t->g16, gr)) != TR_OK) return st;
+        if ((st = tr__embed_bwd(m, &v, t->dx, t->g16, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
         if (gr && (st = tr__dist_bucket(t, 0, tr__layer_start(m, 0, 0))) != TR_OK) return st;
     }
     mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
@@ -13678,12 +13744,12 @@ TR__FN tr_status tr__snapshot(tr_trainer *t, int restore) {
     if (restore) {
         memcpy(c->steps, t->snap_ints, ni * sizeof(int32_t)); /* steps|halted|inputs|labels|pids are one block */
         t->rng = t->snap_rng;
-        if ((st = tr__dcopy(m->ctx, c->z_H, t->snap, 2 * N * sizeof(float))) != TR_OK) return st; /* z_H|z_L adjacent */
+        if ((st = tr__dcopy(m->ctx, c->z_H, t->snap, 2 * tr__vals(N, c->z16) * sizeof(float))) != TR_OK) return st; /* z_H|z_L adjacent */
         return TR_OK;
     }
     memcpy(t->snap_ints, c->steps, ni * sizeof(int32_t));
     t->snap_rng = t->rng;
-    return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * N * sizeof(float));
+    return tr__dcopy(m->ctx, t->snap, c->z_H, 2 * tr__vals(N, c->z16) * sizeof(float));
 }
 
 /* *bad = the name of the first trainable tensor whose gradient holds a NaN or an infinity, or ""
@@ -13997,11 +14063,11 @@ TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t
     double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ctx->dev_active); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
-    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits: 16-bit where the carry is (tr__carry16) */
-    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V;
+    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits: 16-bit where tr__carry16 and tr__grads16 say */
+    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V, grads = 4 * (double)tr__vals((size_t)N, tr__grads16(m)) + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
     double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
-    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
+    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + carry + grads));
     if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + lo + fixed + ws + carry));
 }
 
@@ -20654,34 +20720,40 @@ static const char *const tr__ck_state_fixed[] = {"trainer.step", "trainer.rng", 
 TR__FN tr_status tr__trainer_host_state(tr_trainer *t, float **opt, float **zs) {
     tr_model *m = t->m;
     tr_carry *c = t->carry;
-    size_t P3 = 3 * m->n_params, N = (size_t)c->B * m->S * m->D;
+    size_t P3 = 3 * m->n_params, N = (size_t)c->B * m->S * m->D, n16 = c->z16 && m->ctx->dev_active ? N : 0;
+    float *z16;
     tr_status st;
     *opt = t->adam_m, *zs = c->z_H;
     if (!m->ctx->dev_active && !c->z16) return TR_OK;
-    if (!(*opt = (float *)tr__alloc(m->ctx, (P3 + 2 * N) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    /* (a device's 16-bit z_H|z_L, 2N values with N even: one run of N floats, fetched after the fp32 copies) */
+    if (!(*opt = (float *)tr__alloc(m->ctx, (P3 + 2 * N + n16) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     *zs = *opt + P3;
-    if (c->z16) {
-        memcpy(*opt, t->adam_m, P3 * sizeof(float));
-        tr__half(m->ctx, m->fdt, 1, *zs, (uint16_t *)(void *)c->z_H, N);
-        tr__half(m->ctx, m->fdt, 1, *zs + N, (uint16_t *)(void *)c->z_L, N);
-        return TR_OK;
-    }
-    if ((st = tr__dget(m->ctx, *opt, t->adam_m, P3 * sizeof(float))) != TR_OK || (st = tr__dget(m->ctx, *zs, c->z_H, 2 * N * sizeof(float))) != TR_OK) {
+    z16 = n16 ? *zs + 2 * N : c->z_H;
+    if ((st = tr__dget(m->ctx, *opt, t->adam_m, P3 * sizeof(float))) == TR_OK)
+        st = tr__dget(m->ctx, c->z16 ? z16 : *zs, c->z_H, (c->z16 ? N : 2 * N) * sizeof(float));
+    if (st != TR_OK) {
         tr__free(m->ctx, *opt);
         *opt = NULL;
+        return st;
     }
-    return st;
+    if (c->z16) tr__half(m->ctx, m->fdt, 1, *zs, (uint16_t *)(void *)z16, 2 * N);
+    return TR_OK;
 }
 
 /* z_H|z_L [2N] from fp32 host values hz into the carry (tr__trainer_host_state's layout): a 16-bit carry's rounded to the
-   model's precision and stored as 16-bit values (a checkpoint of another precision's is resumed so). */
+   model's precision and stored as 16-bit values (a checkpoint of another precision's is resumed so; on a device through
+   a host copy). */
 TR__FN tr_status tr__carry_put(tr_model *m, tr_carry *c, float *hz) {
     size_t N = (size_t)c->B * m->S * m->D;
+    float *h16;
+    tr_status st;
     if (!c->z16) return tr__dput(m->ctx, c->z_H, hz, 2 * N * sizeof(float));
+    if (!(h16 = m->ctx->dev_active ? (float *)tr__alloc(m->ctx, N * sizeof(float)) : c->z_H)) return TR_ERR_OUT_OF_MEMORY;
     tr__round(m->ctx, m->fdt, hz, 2 * N);
-    tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)c->z_H, N);
-    tr__half(m->ctx, m->fdt, 0, hz + N, (uint16_t *)(void *)c->z_L, N);
-    return TR_OK;
+    tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)h16, 2 * N);
+    st = tr__dput(m->ctx, c->z_H, h16, N * sizeof(float));
+    if (h16 != c->z_H) tr__free(m->ctx, h16);
+    return st;
 }
 
 TR__FN void tr__trainer_host_state_free(tr_trainer *t, float *opt) {

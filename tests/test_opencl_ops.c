@@ -461,7 +461,7 @@ static void test_embed(void **state) {
                     xr[j] *= scale;
                 }
             }
-        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, 0, dWt, dWp, dPe, dIn, dPid, dX), TR_OK);
+        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, 0, dWt, dWp, dPe, dIn, dPid, dX, 0), TR_OK);
         check("embed fwd", down(dX, nx), x, nx, 1e-12, 1e-6, 1e-6);
         for (b = 0; b < B; b++) /* tr__embed_bwd */
             for (s = 0; s < S; s++) {
@@ -495,10 +495,82 @@ static void test_refill(void **state) {
     for (b = 0; b < B; b++)
         if (halted[b])
             for (i = 0; i < S * D; i++) zh[(size_t)b * S * D + i] = hi[i % D], zl[(size_t)b * S * D + i] = li[i % D];
-    assert_int_equal(tr__cl_refill(g_cl, B, S, D, dev_i(halted, (size_t)B), dev_f(hi, (size_t)D), dev_f(li, (size_t)D), dZh, dZl), TR_OK);
+    assert_int_equal(tr__cl_refill(g_cl, B, S, D, dev_i(halted, (size_t)B), dev_f(hi, (size_t)D), dev_f(li, (size_t)D), dZh, dZl, 0), TR_OK);
     check("refill z_H", down(dZh, n), zh, n, 0, 0, 0);
     check("refill z_L", down(dZl, n), zl, n, 0, 0, 0);
     dev_free_all();
+}
+
+/* --- a 16-bit carry's kernels: the add with any operand in 16 bits, the refill and the embedding storing 16 bits ---------- */
+/* n values of fdt: their 16-bit image on the device ((n + 1) / 2 floats), and back widened */
+static float *dev_h16(int fdt, const float *x, size_t n) {
+    uint16_t *h = (uint16_t *)hbuf((n + 1) / 2);
+    float *r = hbuf(n);
+    memcpy(r, x, n * 4);
+    tr__round_ref(fdt, r, n);
+    tr__half_ref(fdt, 0, r, h, n);
+    return dev_f((const float *)h, (n + 1) / 2);
+}
+static float *down_h16(int fdt, const float *d, size_t n) {
+    float *w = hbuf(n);
+    tr__half_ref(fdt, 1, w, (uint16_t *)down(d, (n + 1) / 2), n);
+    return w;
+}
+static void test_carry16(void **state) {
+    static const size_t ns[] = {1, 97, 4099};
+    int fdt, x16;
+    size_t t, i;
+    (void)state;
+    cl_get();
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+        for (t = 0; t < sizeof ns / sizeof *ns; t++) {
+            size_t n = ns[t];
+            float *a = hrand(n, 3 + t, 3.0f), *b = hrand(n, 5 + t, 3.0f), *ref = hbuf(n);
+            tr__round_ref(fdt, a, n), tr__round_ref(fdt, b, n); /* (a carry's values: rounded) */
+            for (i = 0; i < n; i++) ref[i] = a[i] + b[i];
+            tr__round_ref(fdt, ref, n);
+            for (x16 = 1; x16 < 8; x16++) {
+                float *da = x16 & TR__X16_A ? dev_h16(fdt, a, n) : dev_f(a, n), *db = x16 & TR__X16_B ? dev_h16(fdt, b, n) : dev_f(b, n);
+                float *dy = dev_f(NULL, n);
+                assert_int_equal(tr__cl_add16(g_cl, fdt, x16, n, da, db, dy), TR_OK);
+                same_bits("add16", fdt, x16 & TR__X16_C ? down_h16(fdt, dy, n) : down(dy, n), ref, n);
+            }
+            dev_free_all();
+        }
+        { /* the refill: halted rows take H_init / L_init rounded, stored as 16 bits; the others keep theirs */
+            int B = 4, S = 5, D = 6, b;
+            size_t n = (size_t)B * S * D;
+            int32_t halted[4] = {1, 0, 0, 3};
+            float *zh = hrand(n, 7, 1.0f), *zl = hrand(n, 9, 1.0f), *hi = hrand((size_t)D, 11, 1.0f), *li = hrand((size_t)D, 13, 1.0f);
+            float *dZh = dev_h16(fdt, zh, n), *dZl = dev_h16(fdt, zl, n);
+            tr__round_ref(fdt, zh, n), tr__round_ref(fdt, zl, n);
+            for (b = 0; b < B; b++)
+                for (i = 0; halted[b] && i < (size_t)S * D; i++) {
+                    zh[(size_t)b * S * D + i] = hi[i % D], zl[(size_t)b * S * D + i] = li[i % D];
+                    tr__round_ref(fdt, &zh[(size_t)b * S * D + i], 1), tr__round_ref(fdt, &zl[(size_t)b * S * D + i], 1);
+                }
+            assert_int_equal(tr__cl_refill(g_cl, B, S, D, dev_i(halted, (size_t)B), dev_f(hi, (size_t)D), dev_f(li, (size_t)D), dZh, dZl, fdt), TR_OK);
+            same_bits("refill16 z_H", fdt, down_h16(fdt, dZh, n), zh, n);
+            same_bits("refill16 z_L", fdt, down_h16(fdt, dZl, n), zl, n);
+            dev_free_all();
+        }
+        { /* the embedding into 16 bits: the fp32 kernel's values */
+            int B = 3, L = 5, Lp = 2, D = 6, Dp = 9, V = 7, S = L + Lp, k;
+            size_t nx = (size_t)B * S * D;
+            float *wt = hrand((size_t)V * D, 17, 1.0f), *wp = hrand((size_t)S * D, 19, 1.0f), *pe = hrand((size_t)4 * Dp, 23, 1.0f);
+            int32_t in[15], pid[3] = {0, 3, 1};
+            float *dX = dev_f(NULL, nx), *dX16 = dev_f(NULL, (nx + 1) / 2), *dWt, *dWp, *dPe;
+            int32_t *dIn, *dPid;
+            tr__round_ref(fdt, wt, (size_t)V * D), tr__round_ref(fdt, wp, (size_t)S * D);
+            for (k = 0; k < B * L; k++) in[k] = (k * 5 + 1) % V;
+            dWt = dev_f(wt, (size_t)V * D), dWp = dev_f(wp, (size_t)S * D), dPe = dev_f(pe, (size_t)4 * Dp);
+            dIn = dev_i(in, (size_t)B * L), dPid = dev_i(pid, (size_t)B);
+            assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, fdt, dWt, dWp, dPe, dIn, dPid, dX, 0), TR_OK);
+            assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, fdt, dWt, dWp, dPe, dIn, dPid, dX16, 1), TR_OK);
+            same_bits("embed16", fdt, down_h16(fdt, dX16, nx), down(dX, nx), nx);
+            dev_free_all();
+        }
+    }
 }
 
 /* --- cross-entropy: the token loop of tr__loss with tr__xent_row ------------------------------------------------------ */
@@ -654,7 +726,7 @@ static void test_small_workgroups(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu), cmocka_unit_test(test_rounded_outputs),
-        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill),
+        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill), cmocka_unit_test(test_carry16),
         cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups), cmocka_unit_test(test_all_finite),
     };
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);

@@ -90,6 +90,19 @@ __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort
             else h[e] = tr_half1(x[e], fdt);
         }
 }
+/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */
+float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {
+    return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];
+}
+__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,
+                         int x16) {
+    size_t i = 4 * get_global_id(0), e;
+    for (e = i; e < i + 4 && e < n; e++) {
+        float v = tr_k_ld16(a, a_off, e, x16 & 1, fdt) + tr_k_ld16(b, b_off, e, x16 & 2, fdt);
+        if (x16 & 4) ((__global ushort *)y)[2 * y_off + e] = tr_half1(v, fdt);
+        else y[y_off + e] = tr_round1(v, fdt);
+    }
+}
 __kernel void tr_k_scale(ulong n, __global float *x, ulong x_off, float a) {
     size_t i = get_global_id(0);
     if (i < n) x[x_off + i] *= a;
@@ -167,21 +180,28 @@ __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ul
     v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);
     v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);
 }
+/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */
 __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
-                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off) {
+                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {
     int i = get_global_id(0), b = get_global_id(1);
     size_t o;
     if (i >= S * D || b >= B) return;
     halted += halted_off;
     if (!halted[b]) return;
     o = (size_t)b * S * D + i;
+    if (h16) {
+        ((__global ushort *)zh)[2 * zh_off + o] = tr_half1(hi[hi_off + i % D], h16);
+        ((__global ushort *)zl)[2 * zl_off + o] = tr_half1(li[li_off + i % D], h16);
+        return;
+    }
     zh[zh_off + o] = hi[hi_off + i % D];
     zl[zl_off + o] = li[li_off + i % D];
 }
-/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's */
+/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x
+   holds 16-bit values of fdt (a 16-bit carry) */
 __kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,
                              __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,
-                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off) {
+                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {
     int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;
     float v;
     if (j >= D || b >= B) return;
@@ -191,7 +211,8 @@ __kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float s
     } else
         v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];
     if (has_pos) v = tr_round1(0.707106781f * tr_round1(v + wp[wp_off + (size_t)s * D + j], fdt), fdt);
-    x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);
+    if (x16) ((__global ushort *)x)[2 * x_off + (size_t)bs * D + j] = tr_half1(v * scale, fdt);
+    else x[x_off + (size_t)bs * D + j] = tr_round1(v * scale, fdt);
 }
 tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
     int lid = get_local_id(0), s;
