@@ -8487,6 +8487,7 @@ TR__FN tr_status tr__cl_qhead_fwd(tr__cl *cl, int B, int S, int D, const float *
     return tr__cl_k1_launch_rows(cl, "tr_k_qhead_fwd", (size_t)2 * B, (size_t)D, &A);
 }
 
+/* dz's first positions += dq . W_q (none without dz); g_Wq, g_bq += the q head's weight gradients (none without z_H). */
 TR__FN tr_status tr__cl_qhead_bwd(tr__cl *cl, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq) {
     tr__clargs A;
     tr_status st;
@@ -8498,7 +8499,8 @@ TR__FN tr_status tr__cl_qhead_bwd(tr__cl *cl, int B, int S, int D, const float *
     tr__cla_buf(&A, dq);
     tr__cla_buf(&A, W_q);
     tr__cla_buf(&A, dz);
-    if ((st = tr__cl_k1_launch2(cl, "tr_k_qhead_bwd_dz", (size_t)D, (size_t)B, &A)) != TR_OK) return st;
+    if (dz && (st = tr__cl_k1_launch2(cl, "tr_k_qhead_bwd_dz", (size_t)D, (size_t)B, &A)) != TR_OK) return st;
+    if (!z_H) return TR_OK;
     tr__cla_init(&A);
     tr__cla_i32(&A, B);
     tr__cla_i32(&A, S);
@@ -12130,11 +12132,11 @@ TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__t
 /* Whether a carry holds z_H, z_L, x and inj as 16-bit values: where the tape does (they are rounded to the forward
    precision anyway), on any device, with an even S * D (so that a row starts on a whole float). The CPU's ops read and
    write them so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the workspace's input
-   buffer, and its heads read z_H widened there (tr__heads_fwd) or into the trainer's scratch (tr__heads_bwd). */
+   buffer, and its heads read z_H widened there (tr__heads_fwd) or into the trainer's scratch (tr__heads_bwd). A
+   trainer's activation gradients (dz, dx and the backward's two buffers) are 16-bit with its carry (tr_trainer.g16),
+   which a device widens likewise: into the workspace (tr__net_bwd_rows, tr__heads_bwd) or the free buffers. */
 TR__FN int tr__carry16(const tr_model *m) { return tr__tape_half(m) && (size_t)m->S * m->D % 2 == 0; }
-/* Whether a trainer's activation gradients (dz, dx and the backward's two buffers) are 16-bit: with a 16-bit carry on
-   the CPU, whose ops take them so (a device's stay fp32). */
-TR__FN int tr__grads16(const tr_model *m) { return tr__carry16(m) && !m->ctx->dev_active; }
+
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
 /* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
@@ -12610,12 +12612,17 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
     float *g1 = tr__ws_g1(m, B), *g2 = g1 + gv, *gcur = g2 + gv, *gnext = gcur + gv, *dbig = tr__ws_dbig(m, B);
     float *tmp = tr__ws_tmp(m, B);
     const void *dcur = dout;
-    int l, cur16 = g16;
+    /* (a device's 16-bit dout and dh0: dout widened into gcur, and the first layer's din formed in gnext, then stored) */
+    int l, dev16 = g16 && m->ws_gate_up, cur16 = g16 && !dev16;
     tr_status st;
-    if (g16 && !m->ws_d16) return tr__err(m->ctx, TR_ERR_GENERIC, "net: 16-bit gradients without a 16-bit workspace");
+    if (g16 && !m->ws_gate_up && !m->ws_d16) return tr__err(m->ctx, TR_ERR_GENERIC, "net: 16-bit gradients without a 16-bit workspace");
+    if (dev16) {
+        if ((st = tr__op_half(m->ctx, m->fdt, 1, gcur, (float *)(uintptr_t)dout, n))) return st;
+        dcur = gcur;
+    }
     for (l = md->n_layers - 1; l >= 0; l--) {
-        float *dst = l ? gnext : (float *)dh0, *t;
-        int dst16 = l ? m->ws_d16 : g16;
+        float *dst = l || dev16 ? gnext : (float *)dh0, *t;
+        int dst16 = l ? m->ws_d16 : g16 && !dev16;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32 in the workspace (a 16-bit one reads the tape's) */
@@ -12630,6 +12637,7 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
                                 (cur16 ? TR__X16_A : 0) | (dst16 ? TR__X16_C : 0), g1, g2, dbig, tmp)) != TR_OK)
             return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
+        if (!l && dev16 && (st = tr__op_half(m->ctx, m->fdt, 0, gnext, (float *)dh0, n))) return st;
         t = gcur, gcur = gnext, gnext = t;
         dcur = gcur, cur16 = dst16;
     }
@@ -12904,13 +12912,19 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
 }
 
 /* Backward of the embedding: token and position grads accumulate; the puzzle rows' grads go to
-   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. dx: 16-bit with g16 (tr__grads16). */
-TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, int g16, float *prow) {
+   prow [B, Dp] (consumed by sign-SGD). Single-threaded: the scatter-add is tiny. dx: 16-bit with g16 (tr_trainer.g16), which a
+   device widens into wide ([B,S,D] fp32 scratch) first. */
+TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, int g16, float *wide, float *prow) {
     int b, s, j, D = m->D, S = m->S, Lp = m->Lp;
     float scale = sqrtf((float)D);
     float *gtok = TR__GRAD(m, m->W_tok), *gpos = m->W_pos ? TR__GRAD(m, m->W_pos) : NULL;
     float *row = NULL; /* a 16-bit gradient row, widened */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
+    tr_status st;
+    if (g16 && m->ctx->dev_active) {
+        if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, (float *)dx, (size_t)c->B * S * D))) return st;
+        dx = wide, g16 = 0;
+    }
     TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->V, dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
     if (g16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
@@ -12958,28 +12972,29 @@ TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     return TR_OK;
 }
 
-/* The q head's backward for row b on the CPU: dzb (its first position, fp32) += dq_b . W_q; g_Wq, g_bq accumulate.
-   buf: D floats for a 16-bit carry's z_H row. */
+/* The q head's backward for row b on the CPU: dzb (its first position, fp32; or NULL) += dq_b . W_q; with c (or
+   NULL), g_Wq and g_bq accumulate. buf: D floats for a 16-bit carry's z_H row. */
 TR__FN void tr__qhead_bwd_row(tr_model *m, const tr_carry *c, int b, const float *dq, float *dzb, float *buf) {
     float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
-    const float *W_q = TR__W(m, m->W_q), *zh = tr__qhead_row(m, c, b, buf);
+    const float *W_q = TR__W(m, m->W_q), *zh = c ? tr__qhead_row(m, c, b, buf) : NULL;
     int j, k;
     for (j = 0; j < 2; j++) {
         float g = dq[2 * b + j];
         if (g == 0.0f) continue;
-        for (k = 0; k < m->D; k++) {
-            dzb[k] += g * W_q[(size_t)j * m->D + k];
-            g_q[(size_t)j * m->D + k] += g * zh[k];
-        }
-        g_bq[j] += g;
+        for (k = 0; dzb && k < m->D; k++) dzb[k] += g * W_q[(size_t)j * m->D + k];
+        for (k = 0; zh && k < m->D; k++) g_q[(size_t)j * m->D + k] += g * zh[k];
+        if (zh) g_bq[j] += g;
     }
 }
 
-TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz) {
+/* The q head's backward: dz's first positions (fp32; none without dz) += dq . W_q, and with weights the q head's weight
+   gradients (reading z_H, fp32). */
+TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz, int weights) {
     int b;
     size_t SD = (size_t)m->S * m->D;
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, c->z_H, TR__W(m, m->W_q), dz, TR__GRAD(m, m->W_q), TR__GRAD(m, m->b_q)));
-    for (b = 0; b < c->B; b++) tr__qhead_bwd_row(m, c, b, dq, dz + b * SD, NULL);
+    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, TR__W(m, m->W_q), dz, TR__GRAD(m, m->W_q),
+                                       TR__GRAD(m, m->b_q)));
+    for (b = 0; b < c->B; b++) tr__qhead_bwd_row(m, weights ? c : NULL, b, dq, dz ? dz + b * SD : NULL, NULL);
     return TR_OK;
 }
 
@@ -13071,7 +13086,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     return tr__heads_fwd(m, c);
 }
 
-/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx (each 16-bit with g16, tr__grads16, as are
+/* Backward of the recorded cycle: dzH [B,S,D] (the heads' gradient) -> dx (each 16-bit with g16, tr_trainer.g16, as are
    bufA and bufB). bufA, bufB scratch. gr (may
    be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
 TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, int g16, const tr__grad_ready *gr) {
@@ -13334,7 +13349,7 @@ struct tr_trainer {
     tr_carry *carry;
     float *adam_m, *adam_v, *ema;
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
-    int g16;                      /* they hold 16-bit values (tr__grads16) */
+    int g16;                      /* they hold 16-bit values: with a 16-bit carry (tr__carry16) */
     float *dlogits, *dq, *prow, *psum;
     float *hdq;                   /* host copy of dq (== dq on the CPU) */
     float *qtarget;               /* [B] q_continue's Q-learning target (HRM), host; NULL without Q-learning */
@@ -13477,7 +13492,7 @@ TRDEF tr_status tr_trainer_create(tr_model *m, const tr_train_config *tc, tr_tra
     t->adam_v = t->adam_m + P;
     t->ema = t->adam_v + P;
     if ((st = tr__dcopy(ctx, t->ema, m->params, P * sizeof(float))) != TR_OK) goto fail;
-    t->g16 = tr__grads16(m);
+    t->g16 = t->carry->z16;
     N = tr__vals(N, t->g16);
     nf = 4 * N + (size_t)B * m->L * m->V + 2 * (size_t)B + (size_t)B * TR__MAX(m->Dp, 1) + (size_t)TR__MAX(m->Dp, 1) + 64;
     t->dz = (float *)tr__dalloc(ctx, nf * sizeof(float), 1);
@@ -13548,26 +13563,50 @@ TR__FN tr_status tr__heads_bwd16(tr_model *m, tr_carry *c, const float *dlogits,
     return st;
 }
 
-/* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with g16, tr__grads16). wide: [B,S,D] fp32
-   scratch, where a 16-bit carry's z_H is widened for fp32 gradients (a device's). */
+/* The backward of the heads into dz ([B,S,D], overwritten), fp32: dz_b[Lp:] = dlogits_b . W_lm and the q head's part,
+   rounded; with weights, g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] (z_H: fp32) and the q head's weight gradients. */
+TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const float *dlogits, const float *dq, float *dz, int weights) {
+    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
+    tr_carry c;
+    tr_status st;
+    memset(&c, 0, sizeof c);
+    c.B = B, c.z_H = (float *)(uintptr_t)z_H;
+    if ((st = tr__dzero(m->ctx, dz, (size_t)B * SD * sizeof(float))) != TR_OK) return st;
+    if ((st = tr__op_sgemm_batched(m->ctx, B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
+    if (weights && (st = tr__op_sgemm_batched(m->ctx, B, 1, 0, V, D, L, dlogits, V, L * V, z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK)
+        return st;
+    if ((st = tr__qhead_bwd(m, &c, dq, dz, weights)) != TR_OK) return st;
+    return TR__RND(m, dz, (size_t)B * SD);
+}
+
+/* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with g16, tr_trainer.g16, whose carry is
+   16-bit too). wide: [B,S,D] fp32 scratch, where a device widens z_H for the weight gradients; then it forms dz in
+   fp32 a slice of the workspace's rows at a time, in its input buffer (tr__ws_in), and stores it as 16 bits. */
 TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz, int g16, float *wide) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
-    tr_carry wc;
+    int b0, nb, step = tr__ws_rows(m, c->B);
     tr_status st;
-    if (g16) return c->z16 ? tr__heads_bwd16(m, c, dlogits, dq, dz) : tr__err(m->ctx, TR_ERR_GENERIC, "heads: 16-bit gradients of an fp32 carry");
-    if (c->z16) {
-        if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, (size_t)c->B * SD))) return st;
-        wc = *c, wc.z_H = wide, wc.z16 = 0, c = &wc;
-    }
-    if ((st = tr__dzero(m->ctx, dz, (size_t)c->B * SD * sizeof(float))) != TR_OK) return st;
-    /* dz_b[Lp:] = dlogits_b . W_lm; g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] */
-    if ((st = tr__op_sgemm_batched(m->ctx, c->B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
-    if ((st = c->z16 ? tr__op_sgemm16(m->ctx, m->fdt, TR__X16_B, c->B, 1, 0, V, D, L, dlogits, V, L * V, tr__sgemm_at(c->z_H, 1, Lp * D), D, SD,
-                                      TR__GRAD(m, m->W_lm), D, 0, 1)
-                     : tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, c->z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK)
+    if (g16 != c->z16) return tr__err(m->ctx, TR_ERR_GENERIC, "heads: gradients and carry of different precisions");
+    if (!g16) return tr__heads_bwd32(m, c->B, c->z_H, dlogits, dq, dz, 1);
+    if (!m->ctx->dev_active) return tr__heads_bwd16(m, c, dlogits, dq, dz);
+    /* a device's: the weight gradients first (W_lm's, then the q head's: the fp32 path's order) */
+    if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, (size_t)c->B * SD)) ||
+        (st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, wide + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)))
         return st;
-    if ((st = tr__qhead_bwd(m, c, dq, dz)) != TR_OK) return st;
-    return TR__RND(m, dz, (size_t)c->B * SD);
+    {
+        tr_carry wc = *c;
+        wc.z_H = wide, wc.z16 = 0;
+        if ((st = tr__qhead_bwd(m, &wc, dq, NULL, 1))) return st;
+    }
+    for (b0 = 0; b0 < c->B; b0 += nb) {
+        float *f;
+        nb = TR__MIN(step, c->B - b0);
+        f = tr__ws_in(m, nb);
+        if ((st = tr__heads_bwd32(m, nb, NULL, dlogits + (size_t)b0 * L * V, dq + 2 * (size_t)b0, f, 0)) ||
+            (st = tr__op_half(m->ctx, m->fdt, 0, f, (float *)TR__AT16(dz, 1, b0 * SD), (size_t)nb * SD)))
+            return st;
+    }
+    return TR_OK;
 }
 
 /* HRM's Q-learning target of q_continue (§3): a second no-grad step from the new carry on the same
@@ -13643,7 +13682,7 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
         if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz, t->g16, t->dx)) != TR_OK) return st;
         if (gr && (st = tr__dist_bucket(t, (size_t)(m->W_lm - m->params), m->n_params)) != TR_OK) return st;
         if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, t->g16, gr)) != TR_OK) return st;
-        if ((st = tr__embed_bwd(m, &v, t->dx, t->g16, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st;
+        if ((st = tr__embed_bwd(m, &v, t->dx, t->g16, t->bufA, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st; /* (bufA|bufB: N floats) */
         if (gr && (st = tr__dist_bucket(t, 0, tr__layer_start(m, 0, 0))) != TR_OK) return st;
     }
     mt.loss = mt.lm_loss + 0.5 * (mt.q_halt_loss + mt.q_continue_loss);
@@ -14063,11 +14102,11 @@ TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t
     double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ctx->dev_active); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
-    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits: 16-bit where tr__carry16 and tr__grads16 say */
-    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V, grads = 4 * (double)tr__vals((size_t)N, tr__grads16(m)) + Bd * m->L * m->V;
+    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with tr__carry16) */
+    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
     double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
-    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + carry + grads));
+    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
     if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + lo + fixed + ws + carry));
 }
 
