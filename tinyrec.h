@@ -8097,7 +8097,9 @@ TR__FN tr_status tr__cl_k1_launch_rows(tr__cl *cl, const char *name, size_t rows
     return tr__cl_launch(cl, name, 1, &g, &l, A);
 }
 
-TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, size_t n, const float *a, const float *b, float *y) {
+/* y = R(a + b): fp32 (tr_k_add, float4 where it can), or with any of a, b and y (x16: TR__X16_A, _B, _C) holding 16-bit
+   values of fdt (a 16-bit carry's; tr_k_add16). */
+TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
     tr__clargs A;
     if (n == 0) return TR_OK;
     tr__cla_init(&A);
@@ -8106,18 +8108,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, size_t n, const float *a, const
     tr__cla_buf(&A, b);
     tr__cla_buf(&A, y);
     tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch4(cl, "tr_k_add", n, &A);
-}
-/* tr__cl_add with any of a, b and y (x16: TR__X16_A, _B, _C) holding 16-bit values of fdt (a 16-bit carry's). */
-TR__FN tr_status tr__cl_add16(tr__cl *cl, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
-    tr__clargs A;
-    if (n == 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i64(&A, (int64_t)n);
-    tr__cla_buf(&A, a);
-    tr__cla_buf(&A, b);
-    tr__cla_buf(&A, y);
-    tr__cla_i32(&A, fdt);
+    if (!x16) return tr__cl_k1_launch4(cl, "tr_k_add", n, &A);
     tr__cla_i32(&A, x16);
     return tr__cl_k1_launch4(cl, "tr_k_add16", n, &A);
 }
@@ -11183,13 +11174,13 @@ TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int t
    what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
 /* y = R(a + b). */
 TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, const float *b, float *y) {
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, n, a, b, y));
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, 0, n, a, b, y));
     tr__add(ctx, n, a, b, y, (fdt == TR_FWD_BFLOAT16 || fdt == TR_FWD_FLOAT16) ? fdt : 0, tr__round_pick(ctx)); /* (rounded as it goes) */
     return TR_OK;
 }
 
 /* tr__op_add with any of a, b and y (x16: TR__X16_A, _B, _C) given as 16-bit values of fdt (a 16-bit carry's; on a
-   device, tr__cl_add16). On the CPU: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
+   device, tr__cl_add). On the CPU: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
    tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
 enum { TR__ADD16_BLOCK = 2048 };
 typedef struct tr__add16_args {
@@ -11220,7 +11211,7 @@ TR__FN tr_status tr__op_add16(tr_ctx *ctx, int fdt, int x16, size_t n, const voi
     int nt = tr__threads_for(ctx, (double)n);
     tr_status st;
     if (!x16) return tr__op_add(ctx, fdt, n, (const float *)a, (const float *)b, (float *)y);
-    TR__ON_CL(ctx, tr__cl_add16(ctx->cl, fdt, x16, n, a, b, y));
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, x16, n, a, b, y));
     if ((st = tr__cpu16_check(ctx, fdt, "add"))) return st;
     if (!n) return TR_OK;
     if ((st = tr__thread_scratch(ctx, nt, 2 * TR__ADD16_BLOCK, "add", &p.wide))) return st;

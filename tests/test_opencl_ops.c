@@ -148,9 +148,9 @@ static void test_add(void **state) {
         float *a = hrand(n, 1 + t, 2.0f), *b = hrand(n, 11 + t, 2.0f), *ref = hbuf(n);
         float *da = dev_f(a, n), *db = dev_f(b, n), *dy = dev_f(NULL, n);
         for (i = 0; i < n; i++) ref[i] = a[i] + b[i];
-        assert_int_equal(tr__cl_add(g_cl, 0, n, da, db, dy), TR_OK);
+        assert_int_equal(tr__cl_add(g_cl, 0, 0, n, da, db, dy), TR_OK);
         check("add", down(dy, n), ref, n, 0, 0, 0); /* a single rounding: bit-exact */
-        assert_int_equal(tr__cl_add(g_cl, 0, n, da, db, da), TR_OK); /* y aliases a */
+        assert_int_equal(tr__cl_add(g_cl, 0, 0, n, da, db, da), TR_OK); /* y aliases a */
         check("add y=a", down(da, n), ref, n, 0, 0, 0);
         dev_free_all();
     }
@@ -311,7 +311,7 @@ static void test_rounded_outputs(void **state) {
         for (i = 0; i < nc; i++) cxs[i] = cx[i] + cad[i];
         tr__round_ref(fdt, xs, n), tr__round_ref(fdt, cxs, nc);
         /* add: R(a + b) */
-        assert_int_equal(tr__cl_add(g_cl, fdt, n - 1, dX, dA, dY), TR_OK);
+        assert_int_equal(tr__cl_add(g_cl, fdt, 0, n - 1, dX, dA, dY), TR_OK);
         same_bits("add", fdt, down(dY, n - 1), xs, n - 1);
         /* the row norm and its backward */
         assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f), TR_OK);
@@ -532,7 +532,7 @@ static void test_carry16(void **state) {
             for (x16 = 1; x16 < 8; x16++) {
                 float *da = x16 & TR__X16_A ? dev_h16(fdt, a, n) : dev_f(a, n), *db = x16 & TR__X16_B ? dev_h16(fdt, b, n) : dev_f(b, n);
                 float *dy = dev_f(NULL, n);
-                assert_int_equal(tr__cl_add16(g_cl, fdt, x16, n, da, db, dy), TR_OK);
+                assert_int_equal(tr__cl_add(g_cl, fdt, x16, n, da, db, dy), TR_OK);
                 same_bits("add16", fdt, x16 & TR__X16_C ? down_h16(fdt, dy, n) : down(dy, n), ref, n);
             }
             dev_free_all();
