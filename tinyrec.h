@@ -12659,7 +12659,8 @@ struct tr_carry {
     int B;
     float *z_H, *z_L;     /* [B,S,D] */
     float *x, *inj;       /* the scaled input embedding and z_H + x, [B,S,D] */
-    int z16;              /* z_H, z_L, x and inj hold 16-bit values (tr__carry16) */
+    int z16;              /* z_H, z_L, x and inj hold 16-bit values (tr__carry16) of the precision zfdt */
+    int zfdt;
     float *logits, *q;    /* [B,L,V], [B,2] */
     float *rowstat;       /* [B,4] per-row token statistics of the loss (tr__op_xent) */
     int32_t *steps, *halted;
@@ -12703,7 +12704,7 @@ TRDEF tr_status tr_carry_create(tr_model *m, int B, tr_carry **out) {
     if (!c) return TR_ERR_OUT_OF_MEMORY;
     c->m = m;
     c->B = B;
-    c->z16 = tr__carry16(m);
+    c->z16 = tr__carry16(m), c->zfdt = m->fdt;
     n = tr__vals((size_t)B * m->S * m->D, c->z16);
     nf = 4 * n + (size_t)B * m->L * m->V + 6 * (size_t)B + 64;
     ni = 2 * (size_t)B + 2 * (size_t)B * m->L + (size_t)B;
@@ -12742,6 +12743,29 @@ oom:
     c->hlogits = c->logits;
     tr_carry_destroy(c);
     return TR_ERR_OUT_OF_MEMORY;
+}
+
+/* A 16-bit carry after its model's precision changed (tr_model_set_forward_dtype): its values converted to the other
+   16-bit precision (rounded, as an fp32 carry's are at the next refill: the same values), through the host; to float32
+   it cannot follow (half the room), an error. */
+TR__FN tr_status tr__carry_follow(tr_model *m, tr_carry *c) {
+    size_t n = 4 * (size_t)c->B * m->S * m->D; /* z_H, z_L, x, inj: one run of 16-bit values (S * D even) */
+    float *f;
+    uint16_t *h;
+    tr_status st;
+    if (!c->z16 || c->zfdt == m->fdt) return TR_OK;
+    if (m->fdt != TR_FWD_BFLOAT16 && m->fdt != TR_FWD_FLOAT16)
+        return tr__err(m->ctx, TR_ERR_INVALID_ARG, "carry: it holds 16-bit values of %s but the model now runs in %s; make a new carry (or trainer)",
+                       tr_forward_dtype_name((tr_forward_dtype)c->zfdt), tr_forward_dtype_name((tr_forward_dtype)m->fdt));
+    if (!(f = (float *)tr__alloc(m->ctx, n * sizeof(float) + n * sizeof(uint16_t)))) return TR_ERR_OUT_OF_MEMORY;
+    h = (uint16_t *)(void *)(f + n);
+    if ((st = tr__dget(m->ctx, h, c->z_H, n * sizeof(uint16_t))) == TR_OK) {
+        tr__half_ref(c->zfdt, 1, f, h, n);
+        tr__half_ref(m->fdt, 0, f, h, n); /* (rounds) */
+        if ((st = tr__dput(m->ctx, c->z_H, h, n * sizeof(uint16_t))) == TR_OK) c->zfdt = m->fdt;
+    }
+    tr__free(m->ctx, f);
+    return st;
 }
 
 /* Rows [r0, r0 + nb) of c as a carry of its own (for micro-batches). */
@@ -13235,7 +13259,7 @@ TRDEF tr_status tr_model_eval_step(tr_model *m, tr_carry *c, const tr_batch *bat
     tr_status st;
     tr_metrics mt;
     if (!m || !c || c->m != m) return TR_ERR_INVALID_ARG;
-    if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
+    if ((st = tr__check_batch(m, batch, c->B)) != TR_OK || (st = tr__carry_follow(m, c)) != TR_OK) return st;
     if ((st = tr__carry_refill(m, c, batch)) != TR_OK) return st;
     if ((st = tr__inner_fwd(m, c, 0, NULL, NULL)) != TR_OK) return st;
     tr__update_halting(m, c, 0, NULL);
@@ -13248,7 +13272,7 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
     tr_status st;
     int step, b, maxs;
     if (!m || !c || c->m != m) return TR_ERR_INVALID_ARG;
-    if ((st = tr__check_batch(m, batch, c->B)) != TR_OK) return st;
+    if ((st = tr__check_batch(m, batch, c->B)) != TR_OK || (st = tr__carry_follow(m, c)) != TR_OK) return st;
     tr_carry_reset(c);
     if ((st = tr__carry_refill(m, c, batch)) != TR_OK) return st;
     maxs = force_steps > 0 ? force_steps : m->cfg.halt_max_steps;
@@ -13647,6 +13671,7 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
     int r0, nb;
     tr__grad_ready ready = {tr__dist_bucket, t};
     t->bk_seen = 0;
+    if ((st = tr__carry_follow(m, c)) != TR_OK) return st; /* (the gradients, 16-bit with it, are the step's own) */
     if ((st = tr__dzero(m->ctx, m->grads, m->n_params * sizeof(float))) != TR_OK) return st;
     memset(&mt, 0, sizeof mt);
     for (r0 = 0; r0 < c->B; r0 += nb) {
@@ -20766,7 +20791,7 @@ TR__FN tr_status tr__trainer_host_state(tr_trainer *t, float **opt, float **zs) 
         *opt = NULL;
         return st;
     }
-    if (c->z16) tr__half(m->ctx, m->fdt, 1, *zs, (uint16_t *)(void *)z16, 2 * N);
+    if (c->z16) tr__half(m->ctx, c->zfdt, 1, *zs, (uint16_t *)(void *)z16, 2 * N);
     return TR_OK;
 }
 
@@ -20778,11 +20803,13 @@ TR__FN tr_status tr__carry_put(tr_model *m, tr_carry *c, float *hz) {
     float *h16;
     tr_status st;
     if (!c->z16) return tr__dput(m->ctx, c->z_H, hz, 2 * N * sizeof(float));
+    if (m->fdt != TR_FWD_BFLOAT16 && m->fdt != TR_FWD_FLOAT16) return tr__carry_follow(m, c); /* (its error: no room for fp32) */
     if (!(h16 = m->ctx->dev_active ? (float *)tr__alloc(m->ctx, N * sizeof(float)) : c->z_H)) return TR_ERR_OUT_OF_MEMORY;
     tr__round(m->ctx, m->fdt, hz, 2 * N);
     tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)h16, 2 * N);
     st = tr__dput(m->ctx, c->z_H, h16, N * sizeof(float));
     if (h16 != c->z_H) tr__free(m->ctx, h16);
+    if (!st) c->zfdt = m->fdt; /* (x and inj are the next step's own) */
     return st;
 }
 

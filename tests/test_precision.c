@@ -428,6 +428,44 @@ static void test_loss_scale_overflow(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* A 16-bit carry follows its model from bfloat16 to float16 (tr_model_set_forward_dtype) with an fp32 carry's values,
+   bit for bit, and refuses float32, for which it has no room, with an error that says what to do. */
+static void test_carry16_follows_precision(void **state) {
+    double loss[2][4];
+    int32_t in[4 * 16], lab[4 * 16], pid[4];
+    tr_batch bt;
+    int k, s;
+    (void)state;
+    tu_tiny_batch(4, 16, 6, 5, in, lab, pid, 3, 0);
+    bt.inputs = in, bt.labels = lab, bt.puzzle_identifiers = pid, bt.batch_size = 4;
+    for (k = 0; k < 2; k++) {
+        tr_ctx *ctx = tu_ctx(2, 3);
+        tr_model *m;
+        tr_trainer *t;
+        tr_metrics mt;
+        ctx->tape16 = k == 0;
+        t = tiny_trainer(ctx, TR_FWD_BFLOAT16, 2, &m);
+        assert_int_equal(t->carry->z16, k == 0);
+        for (s = 0; s < 4; s++) {
+            if (s == 2) assert_int_equal(tr_model_set_forward_dtype(m, TR_FWD_FLOAT16), TR_OK);
+            assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_OK);
+            loss[k][s] = mt.loss;
+        }
+        if (k == 0) assert_int_equal(t->carry->zfdt, TR_FWD_FLOAT16);
+        assert_int_equal(tr_model_set_forward_dtype(m, TR_FWD_FLOAT32), TR_OK);
+        if (k == 0) {
+            assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_ERR_INVALID_ARG);
+            assert_non_null(strstr(tr_ctx_last_error(ctx), "make a new carry"));
+        } else
+            assert_int_equal(tr_trainer_step(t, &bt, &mt), TR_OK);
+        tr_trainer_destroy(t);
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+    }
+    for (s = 0; s < 4; s++)
+        if (loss[0][s] != loss[1][s]) fail_msg("step %d: loss %.9g with the 16-bit carry, %.9g with fp32", s + 1, loss[0][s], loss[1][s]);
+}
+
 /* The model file records the precision; a file written in one precision loads into another; a trainer
    state saved in float16 (with its loss scale) resumes bit for bit in float16, and in bfloat16 too. */
 static void test_checkpoints_across_precisions(void **state) {
@@ -600,6 +638,7 @@ int main(void) {
         cmocka_unit_test(test_loss_scale_overflow),
         cmocka_unit_test(test_checkpoints_across_precisions),
         cmocka_unit_test(test_tape16_same_bits),
+        cmocka_unit_test(test_carry16_follows_precision),
         cmocka_unit_test(test_bf16_learns),
     };
     return cmocka_run_group_tests_name("precision", tests, NULL, NULL);
