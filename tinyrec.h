@@ -418,7 +418,9 @@ TRDEF const tr_model_config *tr_model_get_config(const tr_model *m);
 /* Dense trainable parameters (the reference's "#params"; excludes buffers). */
 TRDEF size_t tr_model_num_params(const tr_model *m);
 /* Changes the forward precision of a model (AUTO and the fallbacks resolve as at creation): a model
-   trained in one precision runs or goes on training in another, since the master weights are fp32. */
+   trained in one precision runs or goes on training in another, since the master weights are fp32. A carry
+   (or trainer) made in bfloat16 / float16 keeps its ACT state in 16 bits (unless TINYREC_TAPE16=0): it follows
+   a change between those two, but float32 needs a new one (its steps fail with TR_ERR_INVALID_ARG). */
 TRDEF tr_status tr_model_set_forward_dtype(tr_model *m, tr_forward_dtype dtype);
 
 /* Named tensors of the model: trainable parameters first, then the buffers H_init, L_init,
