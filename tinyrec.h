@@ -11678,7 +11678,7 @@ struct tr_model {
     float *ws;
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
     int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
-    int ws_gate_up; /* the workspace's fp32 record has gate_up fields of its own (tr__ws_rec) */
+    int ws_gate_up; /* a device's workspace (TR__WS_DEV_GU: its fp32 record has gate_up fields of its own, tr__ws_rec; TR__WS_DEV) */
     int ws_d16;     /* it holds the SwiGLU activations and the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
@@ -12111,6 +12111,8 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 /* --- working memory ----------------------------------------------------------------------- */
 /* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
    rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
+/* A device's workspace layouts (m->ws_gate_up; 0 is the CPU's): its record with gate_up fields of its own, or not. */
+enum { TR__WS_DEV_GU = 1, TR__WS_DEV = 2 };
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
 /* Whether the workspace holds its activations and activation gradients as 16-bit values: a 16-bit tape's model on the
    CPU (gate_up = 0), which rounds each of them to 16 bits once complete anyway. Then every buffer but the statistics and
@@ -12193,12 +12195,13 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_dbig): a forward writes
    them, where its product does not compute the activation itself, only to read them back in the next pass, and a
    backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
-   odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: ctx->dev_active; the
-   workspace reserved keeps its choice in m->ws_gate_up, which the pointers into it follow). */
+   odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: TR__WS_DEV_GU), unless
+   its SwiGLU ops take the tensor-core paths that never do (gate_up = 2, TR__WS_DEV: tr__ws_dev_layout); the workspace
+   reserved keeps its choice in m->ws_gate_up, which the pointers into it follow (non-zero: a device's). */
 /* Floats of the workspace's record per row: a block record (16-bit with tr__ws_d16), whose output only a device's
    backward unpacks there (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
 TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
-    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up), gate_up) - (gate_up ? 0 : tr__vals((size_t)m->S * m->D, tr__ws_d16(m, gate_up)));
+    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up), gate_up == TR__WS_DEV_GU) - (gate_up ? 0 : tr__vals((size_t)m->S * m->D, tr__ws_d16(m, gate_up)));
 }
 /* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
    gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
@@ -12223,7 +12226,7 @@ TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + t
 /* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
    (dbig, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
 TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
-    return !m->ws_gate_up && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+    return m->ws_gate_up != TR__WS_DEV_GU && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
 }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
@@ -12238,11 +12241,27 @@ TR__FN int tr__ws_rows(const tr_model *m, int B) {
 }
 TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B, m->ws_gate_up) - (size_t)B * m->S * m->D; }
 
+/* A device's workspace layout for slices of B rows: TR__WS_DEV where the SwiGLU ops of a bfloat16 / float16 model take
+   the tensor-core paths (tr__op_mma) that read and write a 16-bit tape's gate_up fields themselves, in the forward
+   (tr__op_swiglu_mlp, tr__op_token_mlp) and the backward (tr__op_sgemm_swiglu; tr__op_swiglu_bwd's kept path, whose
+   conditions these shapes meet), so that the record's own are never written: they are dbig's, as on the CPU. Else
+   (fallbacks unpack them while dbig is written) TR__WS_DEV_GU. */
+TR__FN int tr__ws_dev_layout(const tr_model *m, int B) {
+#if TINYREC_OPENCL
+    if (tr__op_mma(m->ctx, m->fdt) && m->I % 16 == 0 && (!m->cfg.mlp_t || (m->D % 32 == 0 && (size_t)m->It * m->D % 4 == 0 && B <= 65535))) return TR__WS_DEV;
+#else
+    TR__UNUSED(m);
+    TR__UNUSED(B);
+#endif
+    return TR__WS_DEV_GU;
+}
+
 /* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
-    int gate_up = m->ctx->dev_active;
+    int gate_up;
     B = tr__ws_rows(m, B);
+    gate_up = m->ctx->dev_active ? tr__ws_dev_layout(m, B) : 0;
     if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16) return TR_OK;
     m->ws_gate_up = gate_up;
     m->ws_d16 = tr__ws_d16(m, gate_up);
@@ -12485,7 +12504,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up ? NULL : tr__ws_dbig(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_dbig(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
