@@ -76,11 +76,13 @@ static void train_steps(tr_trainer *t, int from, int to, double *loss) {
     }
 }
 
+static int g_hidden; /* variant_config: this hidden size instead of the tiny one's (0) */
 /* mlp_t 0: TRM attention, 1: TRM mlp_t, 2: HRM attention (with its Q-learning second forward) */
 static void variant_config(tr_model_config *c, int mlp_t) {
     if (mlp_t == 2) tu_tiny_hrm_config(c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
     else tu_tiny_config(c, mlp_t, mlp_t ? TR_POS_NONE : TR_POS_ROPE, TR_LOSS_STABLEMAX);
     c->forward_dtype = g_fdt;
+    if (g_hidden) c->hidden_size = g_hidden;
 }
 
 /* The reference trajectory: the same model and batches on the CPU. */
@@ -119,6 +121,7 @@ static long g_mma_products, g_packs_reused, g_wpacks_reused; /* the last run_on'
                                                                the operand packings they shared (packing windows), and
                                                                their reuses of a weight's (weights held still) */
 static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
+static int g_ws_layout;     /* run_on: the device workspace's layout (m->ws_gate_up) at the end */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
     tr_ctx *ctx = make_ctx(device, lc);
@@ -133,6 +136,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
+    g_ws_layout = m->ws_gate_up;
     g_mma_products = ctx->cl ? ctx->cl->mma_products : 0;
     g_packs_reused = ctx->cl ? ctx->cl->packs_reused : 0;
     g_wpacks_reused = ctx->cl ? ctx->cl->wpacks_reused : 0;
@@ -501,9 +505,16 @@ static void test_trajectory_tensor_cores(void **state) {
         if (g_packs_reused <= 0) fail_msg("fdt %d variant %d: the backward's products shared no operand packing", runs[i][0], runs[i][1]);
         if (g_wpacks_reused <= 0) fail_msg("fdt %d variant %d: no product reused a weight's packing", runs[i][0], runs[i][1]);
     }
+    /* the token mix at a width whose SwiGLU ops all take the tensor-core paths: the workspace's record has no gate_up
+       fields of its own (they are dbig's, tr__ws_dev_layout), and the trajectory is the CPU's */
+    g_fdt = TR_FWD_BFLOAT16, g_hidden = 32;
+    check_trajectory(1);
+    assert_int_equal(g_ws_layout, TR__WS_DEV);
+    g_hidden = 0;
     g_fdt = TR_FWD_FLOAT32;
     check_trajectory(1); /* float32: none */
     assert_int_equal(g_mma_products, 0);
+    assert_int_equal(g_ws_layout, TR__WS_DEV_GU);
     if (old) setenv("TINYREC_CL_SGEMM", old, 1);
     else unsetenv("TINYREC_CL_SGEMM");
 }
