@@ -48,7 +48,7 @@ static void fill_batch(int B, const tr_model_config *c, int32_t *in, int32_t *la
 int main(int argc, char **argv) {
     const char *preset = "trm-sudoku-mlp", *simd = NULL, *device = "cpu";
     int B = 64, reps = 3, threads = 0, json = 0, skip_train = 0, skip_infer = 0, i, r, nrows = 0, dtype = TR_FWD_FLOAT32;
-    double peak = 0, mem_mb = 0, ws_mb = 0;
+    double peak = 0, mem_mb = 0, ws_mb = 0, scratch = 0; /* scratch: a device's OpenCL scratch after the training steps, floats */
     row rows[16];
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *ctx;
@@ -137,6 +137,10 @@ int main(int argc, char **argv) {
                 snprintf(nm, sizeof nm, "train step B=%d", B);
                 rows[nrows].name = nm, rows[nrows].ms = s * 1e3, rows[nrows].per_s = B / s, rows[nrows].gflops = F_train * B / s / 1e9, nrows++;
             }
+#if TINYREC_OPENCL
+            if (ctx->cl) /* (the packed operands and partial sums the training steps' kernels kept) */
+                for (i = 0; i < TR__CL_SLOTS; i++) scratch += (double)ctx->cl->slot_floats[i];
+#endif
             tr_trainer_destroy(tr);
         }
         if (!skip_infer) {
@@ -208,11 +212,11 @@ int main(int argc, char **argv) {
         /* the training step's activation memory per sample: the recorded cycle (16-bit values in bfloat16 /
            float16, unless TINYREC_TAPE16=0), the workspace of one slice of rows (tr__ws_rows) shared by all, and the
            carry's activations with the trainer's gradients of them (z_H, z_L, x, inj; dz, dx and two buffers of the
-           backward: 16-bit with a 16-bit carry, tr__carry16) */
+           backward: 16-bit with a 16-bit carry, tr__carry16), and a device's OpenCL scratch */
         double tape = m->nets ? (double)m->tape_nets * (double)tr__tape_net_floats(m, m->tape_B, m->tape_half) : 0;
         double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ws_gate_up);
         double carry = 8.0 * (double)tr__vals((size_t)m->S * m->D, tr__carry16(m));
-        mem_mb = skip_train ? 0 : ((tape + ws) / B + carry) * sizeof(float) / 1048576.0;
+        mem_mb = skip_train ? 0 : ((tape + ws + scratch) / B + carry) * sizeof(float) / 1048576.0;
         ws_mb = skip_train ? 0 : ws * sizeof(float) / 1048576.0;
     }
     if (json) {
@@ -225,8 +229,9 @@ int main(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample (of which a %.0f MB block workspace)\n", tr_version_string(), preset,
-               tr_ctx_device_name(ctx), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb, ws_mb);
+        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample (of which a %.0f MB block workspace, %.0f MB device scratch)\n",
+               tr_version_string(), preset, tr_ctx_device_name(ctx), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb, ws_mb,
+               scratch * sizeof(float) / 1048576.0);
         printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
         for (i = 0; i < nrows; i++) {
             printf("%-34s %12.2f ", rows[i].name, rows[i].ms);

@@ -400,7 +400,7 @@ def main():
     print("ratio = PyTorch time / tinyrec time (higher is better for tinyrec)")
     if mem is not None:
         print("training step memory per sample: PyTorch %.1f MB (CUDA peak beyond the steady state)%s" % (
-            mem, ", tinyrec %.1f MB (its recorded cycle and workspace)" % ours["mem_per_sample_mb"] if ours and "mem_per_sample_mb" in ours else ""))
+            mem, ", tinyrec %.1f MB (its recorded cycle, workspace, ACT carry and device scratch)" % ours["mem_per_sample_mb"] if ours and "mem_per_sample_mb" in ours else ""))
     print("JSON " + json.dumps(summary))
 
 
