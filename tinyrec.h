@@ -5310,13 +5310,8 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         if (E->fdt) tr__round_at(E->round_fn, E->fdt, row, 2 * nr);
         if (E->gu) {
             size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
-            if (E->gu16) {
-                tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->gu + off, 0, 1, nr, row, 0);
-                tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->gu + off + E->gu_up, 0, 1, nr, row + nr, 0);
-            } else {
-                memcpy(E->gu + off, row, nr * sizeof(float));
-                memcpy(E->gu + off + E->gu_up, row + nr, nr * sizeof(float));
-            }
+            tr__io16(E->half_fn, E->fdt, E->gu16, 1, TR__AT16(E->gu, E->gu16, off), 0, 1, nr, row, 0);
+            tr__io16(E->half_fn, E->fdt, E->gu16, 1, TR__AT16(E->gu, E->gu16, off + E->gu_up), 0, 1, nr, row + nr, 0);
         }
     }
     p.a.width = (long)nr, p.a.g = t, p.a.g_stride = ldt;
@@ -5375,9 +5370,7 @@ typedef struct tr__sgemm_job {
 TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, float *t, size_t ldt, size_t b, size_t r0, size_t c0, size_t mr, size_t nr) {
     size_t i, at = b * J->sC + r0 * J->ldc + c0;
     for (i = 0; i < mr; i++) tr__round_at(E->round_fn, E->fdt, t + i * ldt, nr);
-    if (E->c16) tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)J->C + at, J->ldc, mr, nr, t, ldt);
-    else
-        for (i = 0; i < mr; i++) memcpy(J->C + at + i * J->ldc, t + i * ldt, nr * sizeof(float));
+    tr__io16(E->half_fn, E->fdt, E->c16, 1, TR__AT16(J->C, E->c16, at), J->ldc, mr, nr, t, ldt);
 }
 
 
@@ -12109,10 +12102,10 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 }
 
 /* --- working memory ----------------------------------------------------------------------- */
-/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
-   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
 /* A device's workspace layouts (m->ws_gate_up; 0 is the CPU's): its record with gate_up fields of its own, or not. */
 enum { TR__WS_DEV_GU = 1, TR__WS_DEV = 2 };
+/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
+   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
 TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
 /* Whether the workspace holds its activations and activation gradients as 16-bit values: a 16-bit tape's model on the
    CPU (gate_up = 0), which rounds each of them to 16 bits once complete anyway. Then every buffer but the statistics and
@@ -12542,11 +12535,11 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
        there; the output is stored back into out as 16 bits) */
     float *tmp = tr__ws_tmp(m, B), *f = io16 ? tr__ws_in(m, B) : (float *)out, *h0 = in_tape ? rec->h0 : f;
     tr__block_rec scratch;
+    if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
     if (io16 && !m->ws_gate_up) {
         /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace): each block reads and
            writes the tape's record where there is one (and the output is copied to out), else out in place */
         void *cur = rec ? (void *)rec->h0 : out;
-        if (rec && !half) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
         if ((st = tr__op_add16(m->ctx, m->fdt, TR__X16_A | TR__X16_B | TR__X16_C, n, z, inj, cur))) return st;
         for (l = 0; l < md->n_layers; l++) {
             tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, &scratch);
@@ -12557,7 +12550,6 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
         }
         return rec ? tr__dcopy(m->ctx, out, cur, n * sizeof(uint16_t)) : TR_OK;
     }
-    if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
     if ((st = tr__op_add16(m->ctx, m->fdt, io16 ? TR__X16_A | TR__X16_B : 0, n, z, inj, h0))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
@@ -12793,7 +12785,7 @@ TR__FN tr_status tr__carry_follow(tr_model *m, tr_carry *c) {
 TR__FN void tr__carry_view(const tr_carry *c, int r0, int nb, tr_carry *v) {
     const tr_model *m = c->m;
     size_t SD = (size_t)m->S * m->D, L = (size_t)m->L;
-    size_t zo = tr__vals(r0 * SD, c->z16); /* (a 16-bit carry is the CPU's, whose views start at row 0: micro-batches are a device's) */
+    size_t zo = tr__vals(r0 * SD, c->z16); /* (exact: a 16-bit carry's S * D is even, tr__carry16) */
     *v = *c;
     v->view = 1;
     v->B = nb;
@@ -12856,7 +12848,7 @@ TR__FN tr_batch tr__batch_rows(const tr_model *m, const tr_batch *bt, int r0, in
 TR__FN tr_status tr__carry_restart16(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D;
     int b, s, B = c->B;
-    float *init = (float *)tr__alloc(m->ctx, 2 * (size_t)m->D * sizeof(float));
+    float *init = (float *)tr__scratch(m->ctx, 2 * (size_t)m->D * sizeof(float));
     tr__range_fn half_fn = tr__half_pick(m->ctx);
     if (!init) return TR_ERR_OUT_OF_MEMORY;
     memcpy(init, m->H_init, (size_t)m->D * sizeof(float));
@@ -12868,7 +12860,6 @@ TR__FN tr_status tr__carry_restart16(tr_model *m, tr_carry *c) {
             tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_H, 1, at), 0, 1, (size_t)m->D, init, 0);
             tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_L, 1, at), 0, 1, (size_t)m->D, init + m->D, 0);
         }
-    tr__free(m->ctx, init);
     return TR_OK;
 }
 
@@ -12925,7 +12916,7 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
     TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x, c->z16));
-    if (c->z16 && !(row = (float *)tr__alloc(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
+    if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
             float *xr = row ? row : x + ((size_t)b * S + s) * D;
@@ -12943,7 +12934,6 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
             for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, xr[j] * scale);
             if (row) tr__io16(half_fn, fdt, 1, 1, TR__AT16(x, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
         }
-    tr__free(m->ctx, row);
     return TR_OK;
 }
 
@@ -12986,51 +12976,44 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
     return TR_OK;
 }
 
-/* z_H's first position of row b in fp32: where it is, or a 16-bit carry's widened into buf (D floats). */
-TR__FN const float *tr__qhead_row(tr_model *m, const tr_carry *c, int b, float *buf) {
-    size_t SD = (size_t)m->S * m->D;
-    if (!c->z16) return c->z_H + b * SD;
-    tr__io16(tr__half_pick(m->ctx), m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
-    return buf;
-}
-
 /* q = b_q + z_H[:, 0] . W_qᵀ (the q head reads the first position). */
 TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     int b, j;
+    size_t SD = (size_t)m->S * m->D;
     const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
     float *buf = c->z16 ? (float *)tr__scratch(m->ctx, (size_t)m->D * sizeof(float)) : NULL;
     TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
     if (c->z16 && !buf) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++) {
-        const float *z0 = tr__qhead_row(m, c, b, buf);
+        const float *z0 = c->z_H + b * SD;
+        if (c->z16) { /* (a 16-bit carry's row widened) */
+            tr__io16(tr__half_pick(m->ctx), m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
+            z0 = buf;
+        }
         for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(z0, W_q + (size_t)j * m->D, m->D);
     }
     return TR_OK;
 }
 
-/* The q head's backward for row b on the CPU: dzb (its first position, fp32; or NULL) += dq_b . W_q; with c (or
-   NULL), g_Wq and g_bq accumulate. buf: D floats for a 16-bit carry's z_H row. */
-TR__FN void tr__qhead_bwd_row(tr_model *m, const tr_carry *c, int b, const float *dq, float *dzb, float *buf) {
-    float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
-    const float *W_q = TR__W(m, m->W_q), *zh = c ? tr__qhead_row(m, c, b, buf) : NULL;
-    int j, k;
-    for (j = 0; j < 2; j++) {
-        float g = dq[2 * b + j];
-        if (g == 0.0f) continue;
-        for (k = 0; dzb && k < m->D; k++) dzb[k] += g * W_q[(size_t)j * m->D + k];
-        for (k = 0; zh && k < m->D; k++) g_q[(size_t)j * m->D + k] += g * zh[k];
-        if (zh) g_bq[j] += g;
-    }
-}
-
-/* The q head's backward: dz's first positions (fp32; none without dz) += dq . W_q, and with weights the q head's weight
-   gradients (reading z_H, fp32). */
+/* The q head's backward (c: an fp32 carry's z_H): dz's first positions (fp32; none without dz) += dq . W_q, and with
+   weights the q head's weight gradients. */
 TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float *dz, int weights) {
-    int b;
+    int b, j, k;
     size_t SD = (size_t)m->S * m->D;
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, TR__W(m, m->W_q), dz, TR__GRAD(m, m->W_q),
-                                       TR__GRAD(m, m->b_q)));
-    for (b = 0; b < c->B; b++) tr__qhead_bwd_row(m, weights ? c : NULL, b, dq, dz ? dz + b * SD : NULL, NULL);
+    float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
+    const float *W_q = TR__W(m, m->W_q);
+    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, W_q, dz, g_q, g_bq));
+    for (b = 0; b < c->B; b++) {
+        const float *zh = weights ? c->z_H + b * SD : NULL;
+        float *dzb = dz ? dz + b * SD : NULL;
+        for (j = 0; j < 2; j++) {
+            float g = dq[2 * b + j];
+            if (g == 0.0f) continue;
+            for (k = 0; dzb && k < m->D; k++) dzb[k] += g * W_q[(size_t)j * m->D + k];
+            for (k = 0; zh && k < m->D; k++) g_q[(size_t)j * m->D + k] += g * zh[k];
+            if (zh) g_bq[j] += g;
+        }
+    }
     return TR_OK;
 }
 
@@ -13576,29 +13559,6 @@ fail:
 
 TRDEF long tr_trainer_step_count(const tr_trainer *t) { return t ? t->step : 0; }
 
-/* tr__heads_bwd for a 16-bit carry (the CPU's), whose dz holds 16-bit values: each row's gradient is formed in an fp32
-   row as tr__heads_bwd forms it (the lm head's product, the q head's sums, the rounding), then stored; W_lm's gradient
-   reads z_H as it is. */
-TR__FN tr_status tr__heads_bwd16(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz) {
-    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
-    float *row;
-    tr_status st = TR_OK;
-    int b;
-    if ((st = tr__op_sgemm16(m->ctx, m->fdt, TR__X16_B, c->B, 1, 0, V, D, L, dlogits, V, L * V, tr__sgemm_at(c->z_H, 1, Lp * D), D, SD, TR__GRAD(m, m->W_lm),
-                             D, 0, 1)))
-        return st;
-    if (!(row = (float *)tr__alloc(m->ctx, (SD + D) * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
-    for (b = 0; b < c->B && !st; b++) {
-        memset(row, 0, Lp * D * sizeof(float));
-        if ((st = tr__sgemm(m->ctx, 0, 0, L, D, V, dlogits + b * L * V, V, TR__W(m, m->W_lm), D, row + Lp * D, D, 0))) break;
-        tr__qhead_bwd_row(m, c, b, dq, row, row + SD);
-        tr__round(m->ctx, m->fdt, row, SD);
-        tr__half(m->ctx, m->fdt, 0, row, (uint16_t *)TR__AT16(dz, 1, b * SD), SD);
-    }
-    tr__free(m->ctx, row);
-    return st;
-}
-
 /* The backward of the heads into dz ([B,S,D], overwritten), fp32: dz_b[Lp:] = dlogits_b . W_lm and the q head's part,
    rounded; with weights, g_lm += sum_b dlogits_bᵀ . z_H,b[Lp:] (z_H: fp32) and the q head's weight gradients. */
 TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const float *dlogits, const float *dq, float *dz, int weights) {
@@ -13616,33 +13576,20 @@ TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const flo
 }
 
 /* The backward of the heads into dz ([B,S,D], overwritten; 16-bit values with g16, tr_trainer.g16, whose carry is
-   16-bit too). wide: [B,S,D] fp32 scratch, where a device widens z_H for the weight gradients; then it forms dz in
-   fp32 a slice of the workspace's rows at a time, in its input buffer (tr__ws_in), and stores it as 16 bits. */
+   16-bit too). wide: [B,S,D] fp32 scratch: with g16, z_H widened there for the weight gradients (W_lm's, then the q
+   head's: the fp32 path's order), then dz formed there in fp32 and stored as 16 bits. */
 TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, const float *dq, float *dz, int g16, float *wide) {
-    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp;
-    int b0, nb, step = tr__ws_rows(m, c->B);
+    size_t SD = (size_t)m->S * m->D, D = (size_t)m->D, L = (size_t)m->L, V = (size_t)m->V, Lp = (size_t)m->Lp, N = (size_t)c->B * SD;
+    tr_carry wc = *c;
     tr_status st;
     if (g16 != c->z16) return tr__err(m->ctx, TR_ERR_GENERIC, "heads: gradients and carry of different precisions");
     if (!g16) return tr__heads_bwd32(m, c->B, c->z_H, dlogits, dq, dz, 1);
-    if (!m->ctx->dev_active) return tr__heads_bwd16(m, c, dlogits, dq, dz);
-    /* a device's: the weight gradients first (W_lm's, then the q head's: the fp32 path's order) */
-    if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, (size_t)c->B * SD)) ||
-        (st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, wide + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)))
+    wc.z_H = wide, wc.z16 = 0;
+    if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, N)) ||
+        (st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, wide + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) ||
+        (st = tr__qhead_bwd(m, &wc, dq, NULL, 1)) || (st = tr__heads_bwd32(m, c->B, NULL, dlogits, dq, wide, 0)))
         return st;
-    {
-        tr_carry wc = *c;
-        wc.z_H = wide, wc.z16 = 0;
-        if ((st = tr__qhead_bwd(m, &wc, dq, NULL, 1))) return st;
-    }
-    for (b0 = 0; b0 < c->B; b0 += nb) {
-        float *f;
-        nb = TR__MIN(step, c->B - b0);
-        f = tr__ws_in(m, nb);
-        if ((st = tr__heads_bwd32(m, nb, NULL, dlogits + (size_t)b0 * L * V, dq + 2 * (size_t)b0, f, 0)) ||
-            (st = tr__op_half(m->ctx, m->fdt, 0, f, (float *)TR__AT16(dz, 1, b0 * SD), (size_t)nb * SD)))
-            return st;
-    }
-    return TR_OK;
+    return tr__op_half(m->ctx, m->fdt, 0, wide, dz, N);
 }
 
 /* HRM's Q-learning target of q_continue (§3): a second no-grad step from the new carry on the same
@@ -13716,7 +13663,7 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
         mt.lm_loss += part.lm_loss, mt.q_halt_loss += part.q_halt_loss, mt.q_continue_loss += part.q_continue_loss;
         /* data-parallel with overlap: in the last micro-batch, each gradient is all-reduced once final */
         gr = tr__dist(t) && t->tc.comm->overlap && r0 + nb == c->B ? &ready : NULL;
-        if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz, t->g16, t->dx)) != TR_OK) return st;
+        if ((st = tr__heads_bwd(m, &v, t->dlogits + r0 * LV, t->dq + 2 * r0, t->dz, t->g16, t->dx)) != TR_OK) return st; /* (dx|bufA|bufB: N floats) */
         if (gr && (st = tr__dist_bucket(t, (size_t)(m->W_lm - m->params), m->n_params)) != TR_OK) return st;
         if ((st = tr__inner_bwd(m, &v, t->dz, t->dx, t->bufA, t->bufB, t->g16, gr)) != TR_OK) return st;
         if ((st = tr__embed_bwd(m, &v, t->dx, t->g16, t->bufA, t->prow + (size_t)r0 * TR__MAX(m->Dp, 1))) != TR_OK) return st; /* (bufA|bufB: N floats) */
