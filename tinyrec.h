@@ -9098,9 +9098,10 @@ static const char tr__cl_src_gemm_9[] =
 "}\n"
 "/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
 " rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
-" start 8-byte aligned */\n"
+" start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_half1's, a 16-bit tape's: pairs of columns as\n"
+" words; ldc and N even, no acc). */\n"
 "static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
-"                                float c[4][4][4]) {\n"
+"                                int c16, float c[4][4][4]) {\n"
 "  int i, j, r;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
@@ -9115,7 +9116,10 @@ static const char tr__cl_src_gemm_9[] =
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
 "        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
 "        if (rnd) v = tr_round2(v, rnd);\n"
-"        tr_mma_put2(cr + n, n, N, v, c8);\n"
+"        if (c16) {\n"
+"          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = (uint)tr_half1(v.s0, rnd) | (uint)tr_half1(v.s1, rnd) << 16;\n"
+"        } else\n"
+"          tr_mma_put2(cr + n, n, N, v, c8);\n"
 "      }\n"
 "    }\n"
 "}\n"
@@ -9132,11 +9136,11 @@ static const char tr__cl_src_gemm_9[] =
 " swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
 " of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
-" is 0 there, as a packed operand's padding must be. */\n"
+" is 0 there, as a packed operand's padding must be. */\n";
+static const char tr__cl_src_gemm_10[] =
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
 "                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
-"  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n";
-static const char tr__cl_src_gemm_10[] =
+"  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n"
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
 "#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))\n"
@@ -9192,11 +9196,11 @@ static const char tr__cl_src_gemm_10[] =
 "#define TR_HCP(dst, src, n) \\\n"
 "  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
-"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n";
+static const char tr__cl_src_gemm_11[] =
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
-"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n";
-static const char tr__cl_src_gemm_11[] =
+"#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
 "#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))\n"
@@ -9260,14 +9264,14 @@ static const char tr__cl_src_gemm_11[] =
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n";
+static const char tr__cl_src_gemm_12[] =
 "      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
-"#if TR_GEMM_MMA == 1\n";
-static const char tr__cl_src_gemm_12[] =
+"#if TR_GEMM_MMA == 1\n"
 "      uint a[4][4], b[4][2];\n"
 "      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
@@ -9303,27 +9307,29 @@ static const char tr__cl_src_gemm_12[] =
 "    }\n"
 "  }\n"
 "  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
-"  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);\n"
+"  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
 " _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
-" to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */\n"
+" to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as\n"
+" those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */\n"
 "#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
 "    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
-"    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \\\n"
-"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \\\n"
+"    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \\\n"
+"    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \\\n"
+"    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                      \\\n"
 "            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
-"  }\n"
+"  }\n";
+static const char tr__cl_src_gemm_13[] =
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
-"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n";
-static const char tr__cl_src_gemm_13[] =
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
@@ -9364,11 +9370,11 @@ static const char tr__cl_src_gemm_13[] =
 " P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
-" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
+" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n";
+static const char tr__cl_src_gemm_14[] =
 "#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
-"                   int rp, int fdt, long so, int il) {                                                                        \\\n";
-static const char tr__cl_src_gemm_14[] =
+"                   int rp, int fdt, long so, int il) {                                                                        \\\n"
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
@@ -9393,17 +9399,18 @@ static const char tr__cl_src_gemm_14[] =
 " tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed\n"
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
-" of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */\n"
-"#define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \\\n"
-"__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \\\n"
+" of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da\n"
+" likewise (_d: 16 bits). */\n"
+"#define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \\\n"
+"__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \\\n"
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
-"  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
+"  float4 x, u, d, dgate, dup;                                                                                                 \\\n";
+static const char tr__cl_src_gemm_15[] =
 "  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
-"  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \\\n";
-static const char tr__cl_src_gemm_15[] =
-"  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \\\n"
+"  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
+"  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
@@ -9414,8 +9421,10 @@ static const char tr__cl_src_gemm_15[] =
 "}\n"
 "#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n"
 "#define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)\n"
-"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U)\n"
-"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U, float, 1, TR_LDF4U)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U, float, 1, TR_LDF4U)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_d, float, 1, TR_LDF4U, ushort, 2, TR_LDH4U)\n"
+"TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_hd, ushort, 2, TR_LDH4U, ushort, 2, TR_LDH4U)\n"
 "#endif\n"
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
@@ -9857,7 +9866,8 @@ typedef struct tr__cl_gemm_fuse {
     int sw, gu, write_gu;
     size_t so, half, ld_act, s_act;
     float *act;
-    int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N) */
+    int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N); 2: and stored
+                as those 16-bit values (ldc, sC count them; no accumulation, no sum of products) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
                 (ld_act, s_act) = silu(gate) * up); C written only with write_gu: 1 as floats, 2 as 16-bit values (C holds
@@ -10047,21 +10057,21 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
    written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
    never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take (or more batches
    than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16: g holds 16-bit values (gs counts
-   them; tr_k_pack16_swiglu_bwd_h), for the kept layouts only. */
+   them; tr_k_pack16_swiglu_bwd_h), da16 da does (das; _d), for the kept layouts only. */
 TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
            gs == (rpr == 1 ? cols : 2 * (size_t)width);
 }
 TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, int g16, const float *da, size_t das,
-                                        float *dg, size_t cols) {
+                                        int da16, float *dg, size_t cols) {
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     float *D;
     int batches = rpr > 1; /* (the token mix's: rows are batches of rpr rows) */
     if (!tr__cl_swiglu_bwd_keeps(cl, rows, width, gs, cols)) {
-        if (g16) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a 16-bit gate_up needs the kept SwiGLU backward");
+        if (g16 || da16) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a 16-bit gate_up or d act needs the kept SwiGLU backward");
         return tr__cl_swiglu_bwd(cl, fdt, rows, width, g, gs, da, das, dg);
     }
     /* (the key tr__cl_gemm_run builds for dg) */
@@ -10074,7 +10084,8 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, batches ? 1 : (int32_t)rows), tr__cla_i32(&A, (int32_t)k.rp);
     tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
     cl->packed[0] = k, cl->packed_only[0] = 1;
-    return tr__cl_k1_launch2(cl, g16 ? "tr_k_pack16_swiglu_bwd_h" : "tr_k_pack16_swiglu_bwd", (size_t)width / 4, (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, g16 ? (da16 ? "tr_k_pack16_swiglu_bwd_hd" : "tr_k_pack16_swiglu_bwd_h") : da16 ? "tr_k_pack16_swiglu_bwd_d" : "tr_k_pack16_swiglu_bwd",
+                             (size_t)width / 4, (size_t)rows, &A);
 }
 
 /* A product wrote C[0, span): a kept operand it overlaps is stale, and so are the still weights' packings if it
@@ -10115,6 +10126,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     }
     g = cl->gemm;
     if (!fz) fz = &none;
+    sum = nb > 1 && sC == 0;
     if (fz->gu) {
         if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || (nb > 1 && sC == 0) || !fz->act)
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
@@ -10127,15 +10139,15 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
-    if (fz->rnd && (!mma || ldc != N)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
-    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !fz->act || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
+    if (fz->rnd && (!mma || ldc != N || (fz->rnd == 2 && (acc || N % 2 || sum || sC % 2))))
+        return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
+    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !(fz->act || fz->act16) || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed or 16-bit operand needs the tensor cores");
-    if (fz->swc) pieces = 1; /* (the epilogue needs whole sums) */
+    if (fz->swc || fz->rnd == 2) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
-    sum = nb > 1 && sC == 0;
     tiles = ((M + (size_t)rows_per_group - 1) / (size_t)rows_per_group) * ((N + (size_t)g.tn - 1) / (size_t)g.tn);
     mn = M * N;
     kc = (int)K;
@@ -10195,7 +10207,10 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
-        tr__cl_pack_wrote(cl, C, (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N); /* (C is written below) */
+        if (C) { /* (C is written below; floats it spans) */
+            size_t span = (nb > 1 && sC ? (size_t)(nb - 1) * sC : 0) + (M - 1) * ldc + N;
+            tr__cl_pack_wrote(cl, C, fz->rnd == 2 ? (span + 1) / 2 : span);
+        }
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
         ls[0] = 256, ls[1] = 1, ls[2] = 1;
         gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
@@ -10222,7 +10237,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);
             tr__cla_i32(&a, nb), tr__cla_i32(&a, bpg), tr__cla_i32(&a, ks), tr__cla_i32(&a, kc), tr__cla_i32(&a, z0);
-            tr__cla_i32(&a, fz->rnd && !P ? mma : 0);
+            tr__cla_i32(&a, fz->rnd && !P ? mma | (fz->rnd == 2 ? 4 : 0) : 0);
             if ((st = tr__cl_launch(cl, hk[mma - 1][ta != 0][tb == 0], 3, gs, ls, &a)) != TR_OK) return st;
         }
     } else {
@@ -10296,17 +10311,23 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
+/* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's) at p, whose owner leaves 16 floats more: p rounded up to
+   64 bytes, as scratch is (the tensor-core kernels copy packed tiles in 16-byte pieces). */
+TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
-   act = R(silu(gate) * up) written only packed by the first product's epilogue (scratch slot TR__CL_SLOT_PACK_ACT),
-   and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's depth (lda). */
+   act = R(silu(gate) * up) written only packed by the first product's epilogue (in room, or NULL: scratch slot
+   TR__CL_SLOT_PACK_ACT), and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's
+   depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
-                                   float *gu, int keep_gu, size_t D, float *proj) {
+                                   float *gu, int keep_gu, size_t D, float *proj, float *room) {
     tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
-    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa));
+    uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa)));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
     down.a16 = act16;
@@ -10315,14 +10336,15 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
    up rows, written with keep_gu: 1 as floats, 2 as 16-bit values), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
-   (scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
+   (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
-                                  const float *W_tdown, float *proj) {
+                                  const float *W_tdown, float *proj, float *room) {
     tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
-    uint32_t *act16 = (uint32_t *)tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb));
+    uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb)));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if (!keep_gu) mix = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0, 1, &fz)) != TR_OK)
         return st;
@@ -11155,11 +11177,18 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
 }
 
 /* tr__op_sgemm_rnd with any of A, B and C in 16 bits (x16, as tr__sgemm_rnd_cpu: a 16-bit workspace's buffers,
-   tr__ws_d16, on the CPU only), with the bits of the fp32 product's rounding; x16 = 0 is tr__op_sgemm_rnd. */
+   tr__ws_d16, on the CPU; a 16-bit C alone on tensor cores too), with the bits of the fp32 product's rounding; x16 = 0
+   is tr__op_sgemm_rnd. */
 TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
                                     size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
     if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
     tr_status st;
+#if TINYREC_OPENCL
+    if (x16 == TR__X16_C && tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16: stored so by the epilogue) */
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 2, 0, NULL, NULL, NULL, 0};
+        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, N, sC, acc, 0, &fz);
+    }
+#endif
     if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
     if (nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
     return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
@@ -11330,16 +11359,18 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
 /* cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as a matrix of
    cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept).
    g16 (or NULL): g's values as 16 bits (a 16-bit tape's gate_up), g not written yet: read so by that packing, else
-   unpacked into g first. */
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, float *dg,
-                                   size_t cols) {
+   unpacked into g first. da16: da holds 16-bit values (das counts them; a tensor-core device's workspace, whose
+   products store d act so: tr__ws_act16), read so by that packing only. */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, int da16,
+                                   float *dg, size_t cols) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (cols && tr__op_mma(ctx, fdt) && (!g16 || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, dg, cols);
+    if (cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
+        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, da16, dg, cols);
 #else
     TR__UNUSED(cols);
 #endif
+    if (da16) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
     if (g16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
         tr__swiglu16(ctx, fdt, TR__SW_BWD, rows, width, g16, gs, da, das, dg, gs);
         return TR_OK;
@@ -11390,15 +11421,17 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
    product, the elementwise pass into act, the product (gu always written). act16: A, act and proj hold 16-bit values
-   (a 16-bit CPU workspace's, tr__ws_d16), and so does the gate_up those passes write (gu16 with keep_gu, else gu). */
+   (a 16-bit CPU workspace's, tr__ws_d16), and so does the gate_up those passes write (gu16 with keep_gu, else gu); on
+   tensor cores, act is room for the activation's packing (a tensor-core device's workspace, tr__ws_act16). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
     tr_status st;
     int fused;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu16, 2, D, proj);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj))) return st;
+        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: tr__ws_act16) */
+        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu16, 2, D, proj, room);
+        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj, room))) return st;
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
@@ -11491,16 +11524,17 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 /* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
    tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). x16: TR__X16_C, act and
-   proj hold 16-bit values (a 16-bit CPU workspace's, tr__ws_d16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's
-   block input). */
+   proj hold 16-bit values (a 16-bit CPU workspace's, tr__ws_d16), or on tensor cores act is room for the activation's
+   packing (tr__ws_act16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's block input). */
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const void *in, float *mix,
                                   int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int x16) {
     tr_status st;
     int fused, act16 = (x16 & TR__X16_C) != 0, in16 = x16 & TR__X16_B;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix16, 2, W_tdown, proj);
-        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix, keep_gu, W_tdown, proj))) return st;
+        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: tr__ws_act16) */
+        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix16, 2, W_tdown, proj, room);
+        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix, keep_gu, W_tdown, proj, room))) return st;
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
     }
 #endif
@@ -11672,6 +11706,8 @@ struct tr_model {
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
     int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
     int ws_gate_up; /* a device's workspace (TR__WS_DEV_GU: its fp32 record has gate_up fields of its own, tr__ws_rec; TR__WS_DEV) */
+    float *ws_name; /* TR__WS_DEV: address space naming the SwiGLU's gate_up and dg, with no memory (tr__ws_gate_up) */
+    size_t ws_name_bytes;
     int ws_d16;     /* it holds the SwiGLU activations and the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
@@ -11802,10 +11838,19 @@ TR__FN void tr__tape_free(tr_model *m, int nets) {
     m->tape_B = m->tape_nets = 0;
 }
 
-TR__FN void tr__model_free_work(tr_model *m) {
+/* The workspace (tr__reserve_ws) and its names. */
+TR__FN void tr__ws_free(tr_model *m) {
     tr__dfree(m->ctx, m->ws);
     m->ws = NULL;
     m->ws_B = 0;
+#if TINYREC_OPENCL
+    if (m->ws_name) tr__cl_unreserve(m->ws_name, m->ws_name_bytes);
+#endif
+    m->ws_name = NULL;
+}
+
+TR__FN void tr__model_free_work(tr_model *m) {
+    tr__ws_free(m);
     tr__tape_free(m, m->tape_nets);
 }
 
@@ -12145,9 +12190,17 @@ TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
     if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
     return (int)TR__MAX(1, TR__MIN((size_t)B, r));
 }
-/* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows. */
+/* Whether the block scratch's SwiGLU activation and its gradient d act hold 16-bit values: the CPU's 16-bit workspace's
+   (tr__ws_d16), and a tensor-core device's (TR__WS_DEV), whose forward writes the activation there only as the down
+   product's packed operand (tr__op_swiglu_mlp, tr__op_token_mlp) and whose backward stores d act in 16 bits
+   (tr__op_sgemm_rnd16's C), read so by dg's packing (tr__op_swiglu_bwd's da16). */
+TR__FN int tr__ws_act16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || gate_up == TR__WS_DEV; }
+/* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows; with
+   TR__WS_DEV also room for the channel activation's packing (tr__cl_packed_of: B S rows padded to 128, I a multiple of
+   32; aligned, tr__cl_room). */
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
-    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_d16(m, gate_up)); /* (16-bit: tr__ws_d16) */
+    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_act16(m, gate_up)) +
+           (gate_up == TR__WS_DEV ? 64 * (size_t)m->I + 16 : 0);
 }
 /* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
 TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
@@ -12204,6 +12257,7 @@ TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu;
+    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : (size_t)B * 2 * m->S * (3 * m->D / 2 + 1); /* (attention's only: tr__ws_gate_up) */
     if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
     return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
@@ -12216,10 +12270,15 @@ TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr
 /* dbig, which on the CPU also holds the record's gate_up fields (tr__ws_rec: 16-bit values with tr__ws_d16, the channel
    SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
+/* Where the workspace's record has its gate_up fields (and the backward its SwiGLU gradient dg): dbig on the CPU;
+   with TR__WS_DEV, whose tensor-core SwiGLU ops write gate_up only to the 16-bit tape and dg only as its packing
+   (tr__cl_swiglu_bwd_kept), a reservation of address space that names them for the packing window's keys and has
+   no memory: a kernel given it fails (not a device pointer) rather than writing anywhere. */
+TR__FN float *tr__ws_gate_up(const tr_model *m, int B) { return m->ws_gate_up == TR__WS_DEV ? m->ws_name : tr__ws_dbig(m, B); }
 /* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
-   (dbig, tr__ws_rec on the CPU), which holds one pass's rows, its start; else row b0's. */
+   (tr__ws_gate_up), which holds one pass's rows on the CPU, its start; else row b0's. */
 TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
-    return m->ws_gate_up != TR__WS_DEV_GU && r->mix == tr__ws_dbig(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+    return m->ws_gate_up != TR__WS_DEV_GU && r->mix == tr__ws_gate_up(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
 }
 /* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
    the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
@@ -12237,8 +12296,9 @@ TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats
 /* A device's workspace layout for slices of B rows: TR__WS_DEV where the SwiGLU ops of a bfloat16 / float16 model take
    the tensor-core paths (tr__op_mma) that read and write a 16-bit tape's gate_up fields themselves, in the forward
    (tr__op_swiglu_mlp, tr__op_token_mlp) and the backward (tr__op_sgemm_swiglu; tr__op_swiglu_bwd's kept path, whose
-   conditions these shapes meet), so that the record's own are never written: they are dbig's, as on the CPU. Else
-   (fallbacks unpack them while dbig is written) TR__WS_DEV_GU. */
+   conditions these shapes meet), so that the record's own are never written, nor the SwiGLU's dg: they have names
+   and no memory (tr__ws_gate_up), dbig holds attention's d qkv alone, and the activation scratch is 16-bit
+   (tr__ws_act16). Else (fallbacks unpack them while dbig is written) TR__WS_DEV_GU. */
 TR__FN int tr__ws_dev_layout(const tr_model *m, int B) {
 #if TINYREC_OPENCL
     if (tr__op_mma(m->ctx, m->fdt) && m->I % 16 == 0 && (!m->cfg.mlp_t || (m->D % 32 == 0 && (size_t)m->It * m->D % 4 == 0 && B <= 65535))) return TR__WS_DEV;
@@ -12259,12 +12319,19 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     m->ws_gate_up = gate_up;
     m->ws_d16 = tr__ws_d16(m, gate_up);
     n = tr__ws_floats(m, B, gate_up);
-    tr__dfree(m->ctx, m->ws);
-    m->ws_B = 0;
-    m->ws = NULL;
+    tr__ws_free(m);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
     m->ws = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
     if (!m->ws) return TR_ERR_OUT_OF_MEMORY;
+#if TINYREC_OPENCL
+    if (gate_up == TR__WS_DEV) {
+        m->ws_name_bytes = TR__MAX((size_t)B * 2 * m->S * m->I, m->cfg.mlp_t ? (size_t)B * 2 * m->It * m->D : 0) * sizeof(float);
+        if (!(m->ws_name = (float *)tr__cl_reserve(m->ws_name_bytes))) {
+            tr__ws_free(m);
+            return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "out of address space naming the workspace's gate_up (%.1f MiB)", (double)m->ws_name_bytes / 1048576.0);
+        }
+    }
+#endif
     m->ws_B = B;
     return TR_OK;
 }
@@ -12333,7 +12400,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
             size_t o = (size_t)b0;
             if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), tr__sgemm_at(r->in, in16, o * S * D),
                                        tr__rec_mix_rows(m, r, B, o), taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown),
-                                       (float *)TR__AT16(proj, p16, o * S * D), (m->ws_d16 ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
+                                       (float *)TR__AT16(proj, p16, o * S * D), (tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
                 return st;
         }
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, in16 | p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
@@ -12351,7 +12418,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
-                                proj, m->ws_d16)))
+                                proj, tr__ws_act16(m, m->ws_gate_up))))
         return st;
     return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16 | out16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
@@ -12364,7 +12431,7 @@ TR__FN tr_status tr__grad_copy(tr_ctx *ctx, int fdt, float *src, int src16, void
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
    din hold 16-bit values (a 16-bit workspace's running gradients, tr__ws_d16).
-   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D; tmp as in forward. t16 (or NULL): the 16-bit
+   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D (tr__ws_dbig_floats); tmp as in forward. t16 (or NULL): the 16-bit
    tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
 TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const void *dout, void *din,
                                int x16, float *g1, float *g2, float *dbig, float *tmp) {
@@ -12379,33 +12446,36 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* and h1 from the tape as it is with a 16-bit workspace (tr__ws_d16; r->h1 unset) */
     const void *h1 = m->ws_d16 ? (const void *)t16->h1 : r->h1;
     int h16 = m->ws_d16 ? TR__X16_B : 0;
+    /* the SwiGLU's gradient of gate_up: dbig's memory, or on tensor cores only its packing (tr__ws_gate_up) */
+    float *dg = tr__ws_gate_up(m, B);
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half; with a 16-bit workspace (g16) g1 and g2 hold 16-bit values too, which every op reads so */
     int din16 = (x16 & TR__X16_C) != 0, g16 = m->ws_d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
+    int aC = tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0; /* d act in 16 bits (a tensor-core device's too) */
     size_t gbytes = BS * D * (g16 ? 2 : 4);
     st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0) | gC, (long)BS, (int)S, (int)D, dout,
                        out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
     if (st) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
-    /* (each pair of products in a packing window shares the packing of g1, then of dbig) */
+    /* (each pair of products in a packing window shares the packing of g1, then of dg) */
     tr__op_pack_window(ctx, 1);
     st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | gB);
-    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | aC, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
-    tr__op_pack_window(ctx, 1); /* (dbig: read only by the window's products) */
+    tr__op_pack_window(ctx, 1); /* (dg: read only by the window's products) */
     if (g16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
-        const uint16_t *d16 = (const uint16_t *)(const void *)dbig;
-        st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
+        const uint16_t *d16 = (const uint16_t *)(const void *)dg;
+        st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dg, 2 * I);
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, 2 * I, D, BS, d16, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
         if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     } else {
-        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, dbig, 2 * I);
-        if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dbig, 2 * I, r->h1, D, g_gu, D, 1);
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dbig, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I);
+        if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dg, 2 * I, r->h1, D, g_gu, D, 1);
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dg, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     }
     tr__op_pack_window(ctx, 0);
     if (st) return st;
@@ -12416,26 +12486,26 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16 | gA | gC, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
         if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
-           in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dbig's too where it is a
+           in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dg's memory too where it is a
            16-bit tape's copy, which the CPU does not read) */
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
             const float *g = (const float *)TR__AT16(g1, g16, o * S * D);
             float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
-            tr__op_pack_window(ctx, 1); /* (g's packing shared, then dbig's) */
+            tr__op_pack_window(ctx, 1); /* (g's packing shared, then dg's) */
             st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | gB);
             if (!st) /* act <- d act */
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | gC, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | aC, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
-            if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dbig, 2 * It * D);
-            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, dbig, D);
-            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
-            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dbig, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dg, 2 * It * D);
+            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, aC != 0, dg, D);
+            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st)
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dbig, D, 2 * It * D,
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dg, D, 2 * It * D,
                                         TR__AT16(din, din16, o * S * D), S * D, 1);
             tr__op_pack_window(ctx, 0);
             if (st) return st;
@@ -12497,7 +12567,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 /* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_dbig(m, B));
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 

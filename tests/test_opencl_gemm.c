@@ -422,6 +422,16 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     for (i = 0; i < n; i++)
         if (tr__round1(fdt, C[i]) != C[i]) fail_msg("rnd fdt=%d: C[%zu] = %.9g is not a value of the precision", fdt, i, C[i]);
     tu_assert_close("sgemm_rnd", C, R, n, 1e-6 * (double)K, fdt == TR_FWD_BFLOAT16 ? 1.0 / 128 : 1.0 / 1024);
+    if (!acc && N % 2 == 0 && K < 512) { /* C stored as those values' 16 bits (a tensor-core device's d act): the same bits
+                                              (in one piece, as C is then: K splits sum in another order) */
+        uint16_t *h = (uint16_t *)malloc((n + 8) * 2);
+        float *d16 = up_half(cl, fdt, R, n);
+        assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, TR__X16_C, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, d16 + 3, sC, 0), TR_OK);
+        down(cl, (float *)h, d16, n / 2 + 4);
+        tr__half_ref(fdt, 1, R, h + 6, n);
+        assert_memory_equal(R, C, n * 4);
+        tr__cl_free(cl, d16), free(h);
+    }
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
     free(A), free(B), free(C), free(R);
 }
@@ -654,22 +664,23 @@ static void run_weights_still(tr__cl *cl, uint64_t seed) {
 
 /* The SwiGLU backward written only as its products' packing (tr__op_swiglu_bwd with cols, in a packing window: the
    model's backward) against the fp32 dg and the same products: the same bits, the fp32 dg never written, and a
-   product reading dg otherwise than as packed fails. tok 0: the channel layout (rows of gate | up, the weight
+   product reading dg otherwise than as packed fails; g and then also d act given as 16-bit values too. tok 0: the channel layout (rows of gate | up, the weight
    gradient dgᵀ h and dg W); 1: the token mix's (per batch 2 It rows of D: dg_b h_bᵀ summed, W2ᵀ dg_b). */
 static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long rows, long width, size_t cols, size_t n, uint64_t seed) {
     const size_t ng = (size_t)rows * 2 * width, nd = (size_t)rows * width, rpr = 2 * width / cols;
     const size_t nh = tok ? (size_t)rows * n * cols : (size_t)rows * n, nw = tok ? rpr * n : cols * n;
     const size_t nc1 = tok ? rpr * n : cols * n, nc2 = tok ? (size_t)rows * n * cols : (size_t)rows * n;
     float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
-    float *out[3][2], *dG, *dDA, *dH, *dW, *ddg[3], *dout[3][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
-    float *dG16, *dGs;
+    float *out[4][2], *dG, *dDA, *dH, *dW, *ddg[4], *dout[4][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    float *dG16, *dGs, *dDA16;
     int w, i;
     long reused;
     tu_fill(G, ng, seed, 2.0f), tu_fill(DA, nd, seed + 1, 1.0f), tu_fill(H, nh, seed + 2, 1.0f), tu_fill(W, nw, seed + 3, 1.0f);
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, DA, nd), tr__round_ref(fdt, H, nh), tr__round_ref(fdt, W, nw);
     dG = up(cl, G, ng), dDA = up(cl, DA, nd), dH = up(cl, H, nh), dW = up(cl, W, nw);
     dG16 = up_half(cl, fdt, G, ng), dGs = up_nan(cl, ng); /* (g given in 16 bits: the fp32 g it is never unpacked into) */
-    for (w = 0; w < 3; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g */
+    dDA16 = up_half(cl, fdt, DA, nd);
+    for (w = 0; w < 4; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g; and a 16-bit d act */
         float *dg = ddg[w] = up(cl, Z, ng);
         dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
         if (w) { /* operand slot A full of NaN: the packing's padding, which no product may read */
@@ -679,7 +690,9 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
-        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w == 2 ? dGs : dG, w == 2 ? dG16 + 3 : NULL, 2 * width, dDA, width, dg, w ? cols : 0), TR_OK);
+        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w >= 2 ? dGs : dG, w >= 2 ? dG16 + 3 : NULL, 2 * width, w == 3 ? dDA16 + 3 : dDA, width,
+                                           w == 3, dg, w ? cols : 0),
+                         TR_OK);
         if (!tok) {
             assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 0, rows, n, cols, dg, cols, 0, dW, n, 0, dout[w][1], 0, 1), TR_OK);
@@ -697,18 +710,18 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
             down(cl, out[w][i], dout[w][i], i ? nc2 : nc1);
         }
     }
-    for (w = 1; w < 3; w++) {
+    for (w = 1; w < 4; w++) {
         assert_memory_equal(out[0][0], out[w][0], nc1 * 4);
         assert_memory_equal(out[0][1], out[w][1], nc2 * 4);
         down(cl, G, ddg[w], ng);
         assert_memory_equal(G, Z, ng * 4); /* (the fp32 dg was never written) */
     }
     assert_all_nan(cl, dGs, ng);
-    for (w = 0; w < 3; w++) {
+    for (w = 0; w < 4; w++) {
         tr__cl_free(cl, ddg[w]), tr__cl_free(cl, dout[w][0]), tr__cl_free(cl, dout[w][1]);
         free(out[w][0]), free(out[w][1]);
     }
-    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW), tr__cl_free(cl, dG16), tr__cl_free(cl, dGs);
+    tr__cl_free(cl, dG), tr__cl_free(cl, dDA), tr__cl_free(cl, dH), tr__cl_free(cl, dW), tr__cl_free(cl, dG16), tr__cl_free(cl, dGs), tr__cl_free(cl, dDA16);
     free(G), free(DA), free(H), free(W), free(Z);
 }
 
@@ -740,6 +753,7 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_gemm_rnd(ctx, cl, g_ref_fdt, 3, 0, 1, 130, 70, 45, 0, 350);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 0, 0, 97, 256, 64, 1, 351);
         run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 1, 0, 33, 40, 3000, 0, 352); /* split-K on a big device: rounded after the sum */
+        run_gemm_rnd(ctx, cl, g_ref_fdt, 1, 1, 0, 131, 258, 47, 0, 353);  /* 16-bit C past whole tiles */
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 291, 80, 40, 3, 1, 360);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 130, 64, 64, 0, 0, 361);
         run_swiglu_fused(ctx, cl, g_ref_fdt, 0, 1, 1, 3, 7, 1, 1, 362);

@@ -497,9 +497,10 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
 }
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
  rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
- start 8-byte aligned */
+ start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_half1's, a 16-bit tape's: pairs of columns as
+ words; ldc and N even, no acc). */
 static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
-                                float c[4][4][4]) {
+                                int c16, float c[4][4][4]) {
   int i, j, r;
 #pragma unroll
   for (i = 0; i < 4; i++)
@@ -514,7 +515,10 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
         if (rnd) v = tr_round2(v, rnd);
-        tr_mma_put2(cr + n, n, N, v, c8);
+        if (c16) {
+          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = (uint)tr_half1(v.s0, rnd) | (uint)tr_half1(v.s1, rnd) << 16;
+        } else
+          tr_mma_put2(cr + n, n, N, v, c8);
       }
     }
 }
@@ -699,19 +703,21 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     }
   }
   if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
-  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd, c);
+  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
- to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would */
+ to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as
+ those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */
 #define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
   __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
-    const ulong co = C_off + (ulong)z * (ulong)sC;                                                                       \
-    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                  \
+    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \
+    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \
+    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                      \
             ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \
   }
 /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
@@ -787,16 +793,17 @@ TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)
  tr_k_hmma reads: row r's dgate and dup (2 width values, stored as rpr = 2 width / cols rows of cols) go to packed
  batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are
  (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values
- of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above). */
-#define TR_PACK16_SWB_K(name, T, VALS, LD4)                                                                                   \
-__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const float *da, ulong da_off,  \
+ of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da
+ likewise (_d: 16 bits). */
+#define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \
+__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \
                    ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \
   const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \
   float4 x, u, d, dgate, dup;                                                                                                 \
   float2 v;                                                                                                                   \
   if (j >= width || r >= rows) return;                                                                                        \
-  g += VALS * g_off + r * gs, da += da_off + r * das;                                                                         \
-  x = LD4(g, j), u = LD4(g, j + width), d = vload4(0, da + j);                                                                \
+  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \
+  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \
   v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \
   v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \
   v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \
@@ -807,8 +814,10 @@ __kernel void name(long rows, long width, __global const T *g, ulong g_off, ulon
 }
 #define TR_LDF4U(P, i) vload4(0, (P) + (i))
 #define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)
-TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U)
-TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U, float, 1, TR_LDF4U)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U, float, 1, TR_LDF4U)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_d, float, 1, TR_LDF4U, ushort, 2, TR_LDH4U)
+TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_hd, ushort, 2, TR_LDH4U, ushort, 2, TR_LDH4U)
 #endif
 #ifndef TR_MMA_ONLY
 /* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */
