@@ -9098,8 +9098,8 @@ static const char tr__cl_src_gemm_9[] =
 "}\n"
 "/* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,\n"
 " rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
-" start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_half1's, a 16-bit tape's: pairs of columns as\n"
-" words; ldc and N even, no acc). */\n"
+" start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's\n"
+" payload; pairs of columns as words; ldc and N even, no acc). */\n"
 "static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
 "                                int c16, float c[4][4][4]) {\n"
 "  int i, j, r;\n"
@@ -9117,7 +9117,7 @@ static const char tr__cl_src_gemm_9[] =
 "        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
 "        if (rnd) v = tr_round2(v, rnd);\n"
 "        if (c16) {\n"
-"          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = (uint)tr_half1(v.s0, rnd) | (uint)tr_half1(v.s1, rnd) << 16;\n"
+"          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
 "        } else\n"
 "          tr_mma_put2(cr + n, n, N, v, c8);\n"
 "      }\n"
@@ -10311,9 +10311,10 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
-/* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's) at p, whose owner leaves 16 floats more: p rounded up to
-   64 bytes, as scratch is (the tensor-core kernels copy packed tiles in 16-byte pieces). */
-TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+/* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's) at p, whose owner leaves 64 floats more: p rounded up to
+   256 bytes (the tensor-core kernels copy packed tiles in 16-byte pieces, and whole lines are faster: on the H100 the
+   token mix's down product read from 64-byte aligned room made the trm-sudoku-mlp bf16 step 3% slower). */
+TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 255) & ~(uintptr_t)255); }
 
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
@@ -12200,7 +12201,7 @@ TR__FN int tr__ws_act16(const tr_model *m, int gate_up) { return tr__ws_d16(m, g
    32; aligned, tr__cl_room). */
 TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
     return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_act16(m, gate_up)) +
-           (gate_up == TR__WS_DEV ? 64 * (size_t)m->I + 16 : 0);
+           (gate_up == TR__WS_DEV ? 64 * (size_t)m->I + 64 : 0);
 }
 /* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
 TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }

@@ -497,8 +497,8 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
 }
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
  rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
- start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_half1's, a 16-bit tape's: pairs of columns as
- words; ldc and N even, no acc). */
+ start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's
+ payload; pairs of columns as words; ldc and N even, no acc). */
 static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
                                 int c16, float c[4][4][4]) {
   int i, j, r;
@@ -516,7 +516,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
         if (rnd) v = tr_round2(v, rnd);
         if (c16) {
-          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = (uint)tr_half1(v.s0, rnd) | (uint)tr_half1(v.s1, rnd) << 16;
+          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
         } else
           tr_mma_put2(cr + n, n, N, v, c8);
       }
