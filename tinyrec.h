@@ -10312,8 +10312,8 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
 }
 
 /* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's) at p, whose owner leaves 64 floats more: p rounded up to
-   256 bytes (the tensor-core kernels copy packed tiles in 16-byte pieces, and whole lines are faster: on the H100 the
-   token mix's down product read from 64-byte aligned room made the trm-sudoku-mlp bf16 step 3% slower). */
+   256 bytes (the tensor-core kernels copy packed tiles in 16-byte pieces, and whole lines are faster: on the H100,
+   64-byte alignment of the room and of the workspace after it made the trm-sudoku-mlp bf16 step 3% slower). */
 TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 255) & ~(uintptr_t)255); }
 
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
@@ -14154,7 +14154,8 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
-    double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ctx->dev_active); /* (tr__reserve_ws's choice) */
+    int rows = tr__ws_rows(m, B);
+    double ws = (double)tr__ws_floats(m, rows, m->ctx->dev_active ? tr__ws_dev_layout(m, rows) : 0); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
     /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with tr__carry16) */
