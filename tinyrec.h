@@ -12310,12 +12310,23 @@ TR__FN int tr__ws_dev_layout(const tr_model *m, int B) {
     return TR__WS_DEV_GU;
 }
 
+/* The workspace layout for slices of B rows: 0 on the CPU, else tr__ws_dev_layout as a step of m picks it (with the
+   products in m's precision, outside a step too: tr_model_memory). */
+TR__FN int tr__ws_layout(const tr_model *m, int B) {
+    int saved = m->ctx->gemm_fdt, layout;
+    if (!m->ctx->dev_active) return 0;
+    m->ctx->gemm_fdt = m->fdt;
+    layout = tr__ws_dev_layout(m, B);
+    m->ctx->gemm_fdt = saved;
+    return layout;
+}
+
 /* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
 TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     size_t n;
     int gate_up;
     B = tr__ws_rows(m, B);
-    gate_up = m->ctx->dev_active ? tr__ws_dev_layout(m, B) : 0;
+    gate_up = tr__ws_layout(m, B);
     if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16) return TR_OK;
     m->ws_gate_up = gate_up;
     m->ws_d16 = tr__ws_d16(m, gate_up);
@@ -14155,7 +14166,7 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
     int rows = tr__ws_rows(m, B);
-    double ws = (double)tr__ws_floats(m, rows, m->ctx->dev_active ? tr__ws_dev_layout(m, rows) : 0); /* (tr__reserve_ws's choice) */
+    double ws = (double)tr__ws_floats(m, rows, tr__ws_layout(m, rows)); /* (tr__reserve_ws's choice) */
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
     double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
     /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with tr__carry16) */

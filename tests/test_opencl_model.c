@@ -137,6 +137,13 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
     g_ws_layout = m->ws_gate_up;
+    /* tr_model_memory counts the layout reserved; with TR__WS_DEV gate_up and dg are names that no kernel can write */
+    if (on_dev) assert_int_equal(tr__ws_layout(m, m->ws_B), m->ws_gate_up);
+    if (m->ws_gate_up == TR__WS_DEV) {
+        assert_non_null(m->ws_name);
+        assert_int_not_equal(tr__op_round(ctx, TR_FWD_BFLOAT16, m->ws_name, 16), TR_OK);
+    } else
+        assert_null(m->ws_name);
     g_mma_products = ctx->cl ? ctx->cl->mma_products : 0;
     g_packs_reused = ctx->cl ? ctx->cl->packs_reused : 0;
     g_wpacks_reused = ctx->cl ? ctx->cl->wpacks_reused : 0;
