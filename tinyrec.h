@@ -9877,6 +9877,8 @@ typedef struct tr__cl_gemm_fuse {
                             depth-major B (tr__cl_token_mlp) */
     const uint32_t *a16, *b16; /* A / B given packed already (act16's output): no packing of it */
     int g16; /* the sw operand holds 16-bit values of the precision (a 16-bit tape's gate_up; tensor cores only) */
+    float *sw_room; /* (or NULL) the sw operand packed there instead of its slot, and not kept for the packing window:
+                       the caller's memory, which it may write once the product has run (tr__cl_room) */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -10028,8 +10030,8 @@ TR__FN tr_status tr__cl_only_packed(tr__cl *cl, const float *P, size_t span) {
 
 /* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
    still weights' from their kept packings (tr__cl_pack_still); a slot that holds one already (in a window) serves it,
-   the other packing goes to the other slot. out[i]: the packed operands. */
-TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint32_t *out[2]) {
+   the other packing goes to the other slot, or to room[i] where given (not kept). out[i]: the packed operands. */
+TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], float *const room[2], uint32_t *out[2]) {
     static const int slots[2] = {TR__CL_SLOT_PACK_A, TR__CL_SLOT_PACK_B};
     int hit[2] = {-1, -1}, taken[2] = {0, 0}, still[2] = {0, 0}, i, j;
     tr_status st;
@@ -10043,6 +10045,11 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], uint3
     for (i = 0; i < 2; i++) {
         if (!want[i].P || hit[i] >= 0 || still[i]) continue;
         if ((st = tr__cl_only_packed(cl, want[i].P, tr__cl_packed_span(&want[i]))) != TR_OK) return st;
+        if (room[i]) {
+            out[i] = (uint32_t *)room[i];
+            if ((st = tr__cl_pack16_into(cl, &want[i], room[i])) != TR_OK) return st;
+            continue;
+        }
         j = taken[i] ? i ^ 1 : i; /* (at most the other operand's hit is taken) */
         cl->packed[j].P = NULL, cl->packed_only[j] = 0;
         if ((st = tr__cl_pack16(cl, slots[j], &want[i], &out[i])) != TR_OK) return st;
@@ -10106,7 +10113,7 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -10204,7 +10211,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         if (fz->g16) want[fz->sw - 1].h16 = 1;
         act = tr__cl_packed_of(NULL, 0, 0, fz->swc == 1 ? M : M / 2, fz->swc == 1 ? N / 2 : N, 1, mma);
         kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
-        if ((st = tr__cl_pack_pair(cl, want, pk)) != TR_OK) return st;
+        float *room[2] = {NULL, NULL};
+        if (fz->sw) room[fz->sw - 1] = fz->sw_room;
+        if ((st = tr__cl_pack_pair(cl, want, room, pk)) != TR_OK) return st;
         A16 = fz->a16 ? (uint32_t *)fz->a16 : pk[0], B16 = fz->b16 ? (uint32_t *)fz->b16 : pk[1];
         if (fz->swc) tr__cl_pack_window(cl, cl->pack_window); /* (its epilogue writes more than C: forget them all) */
         if (C) { /* (C is written below; floats it spans) */
@@ -10292,11 +10301,13 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
 }
 
 /* tr__cl_sgemm_batched with operand sw (2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
-   activation is never written. g16: that operand holds 16-bit values (tensor cores only; its strides count them). */
+   activation is never written. g16: that operand holds 16-bit values (tensor cores only; its strides count them).
+   room (or NULL): on tensor cores, where that operand's packing goes (tr__cl_gemm_fuse's sw_room). */
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
-    fz.sw = sw, fz.so = so, fz.g16 = g16;
+                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16,
+                                     float *room) {
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
+    fz.sw = sw, fz.so = so, fz.g16 = g16, fz.sw_room = room;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
 
@@ -10306,7 +10317,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -10323,7 +10334,7 @@ TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 2
    depth (lda). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa)));
@@ -10340,7 +10351,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
    (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb)));
@@ -11168,7 +11179,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -11186,7 +11197,7 @@ TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int t
     tr_status st;
 #if TINYREC_OPENCL
     if (x16 == TR__X16_C && tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16: stored so by the epilogue) */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 2, 0, NULL, NULL, NULL, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 2, 0, NULL, NULL, NULL, 0, NULL};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -11460,14 +11471,18 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
    packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied.
    gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
    else unpacked into gu first. x16: TR__X16_B act holds 16-bit values (a 16-bit workspace's on the CPU, which reads
-   gu16), and with it TR__X16_A A too. */
+   gu16), and with it TR__X16_A A too; on a device, act is room for the activation's packing on tensor cores (a
+   tensor-core device's workspace, tr__ws_act16), which the caller may overwrite once the product has run. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int x16) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
     tr_status st;
     int per_row = so == cols && nb == 1;
+#if TINYREC_OPENCL
+    float *room = ctx->dev_active && (x16 & TR__X16_B) ? tr__cl_room(act) : NULL;
+#endif
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
-    if (x16 & TR__X16_B) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
+    if ((x16 & TR__X16_B) && !ctx->dev_active) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
         if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
         else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
         if (st) return st;
@@ -11476,7 +11491,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
     }
 #if TINYREC_OPENCL
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1);
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1, room);
 #endif
     if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
         const uint16_t *h = (const uint16_t *)(const void *)gu16;
@@ -11488,7 +11503,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
             return st;
 #if TINYREC_OPENCL
         if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-            return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0);
+            return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0, room);
 #endif
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
@@ -11511,7 +11526,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -12465,7 +12480,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half; with a 16-bit workspace (g16) g1 and g2 hold 16-bit values too, which every op reads so */
     int din16 = (x16 & TR__X16_C) != 0, g16 = m->ws_d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
-    int aC = tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0; /* d act in 16 bits (a tensor-core device's too) */
+    /* the activation in 16 bits: d act (aC), and on a tensor-core device the room for its packing (aB) */
+    int aC = tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0, aB = aC ? TR__X16_B : 0;
     size_t gbytes = BS * D * (g16 ? 2 : 4);
     st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0) | gC, (long)BS, (int)S, (int)D, dout,
                        out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
@@ -12474,7 +12490,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dg) */
     tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | gB);
+    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | aB);
     if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | aC, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
@@ -12506,7 +12522,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             const float *g = (const float *)TR__AT16(g1, g16, o * S * D);
             float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dg's) */
-            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | gB);
+            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | aB);
             if (!st) /* act <- d act */
                 st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | aC, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
             tr__op_pack_window(ctx, 0);

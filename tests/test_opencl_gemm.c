@@ -240,7 +240,7 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
             }
     dG = up(cl, G, ng), dX = up(cl, X, nx), dC = up(cl, C, nc);
     assert_int_equal(tr__cl_sgemm_swiglu(cl, nb, ta, tb, M, N, K, sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, sw == 1 ? dX : dG,
-                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo, 0),
+                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo, 0, NULL),
                      TR_OK);
     down(cl, C, dC, nc);
     for (b = 0; b < (size_t)nb; b++) {
@@ -266,7 +266,7 @@ static void test_sgemm_swiglu(void **state) {
         run_swiglu(cl, 1, 0, 1, 150, 37, 70, 2, 0, pad, 0, 1, 75);   /* per row, one product */
         run_swiglu(cl, 2, 0, 1, 130, 140, 260, 2, 0, pad, 0, 0, 76); /* per row, batched, big tiles */
     }
-    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4, 0), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4, 0, NULL), TR_ERR_UNSUPPORTED);
 }
 
 /* The token mix's gate_up product with the SwiGLU in its epilogue vs the reference product and activation: per batch
@@ -449,7 +449,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
@@ -492,7 +492,7 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
     float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
     float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
     size_t i;
     tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
     tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
@@ -524,20 +524,24 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
    written by tr_k_swiglu_fwd, then the same product: the same bits. per_row: the channel SwiGLU's weight gradient
    (C += Aᵀ act, act = swiglu(gu) per row, so = cols), else the token mix's (per batch, summed: C += A_b act_bᵀ).
    And gu given as 16-bit values (a 16-bit tape's): the same bits again, read as they are (the fp32 gu it would be
-   unpacked into is never written). */
+   unpacked into is never written); and so with the activation's packing in room given as act (a tensor-core
+   device's workspace: TR__X16_B on a device), which it then fills. */
 static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int nb, size_t M, size_t N, size_t K, uint64_t seed) {
     const int ta = per_row, tb = !per_row;
     size_t rows = tb ? N : K, cols = tb ? K : N, rc = rows * cols, ldg = per_row ? 2 * cols : cols, so = per_row ? cols : rc;
     size_t sg = per_row ? 0 : 2 * rc, lda = ta ? M : K, sa = per_row ? 0 : M * K;
     size_t ng = per_row ? rows * ldg : (size_t)nb * sg, na = per_row ? K * M : (size_t)nb * sa, nc = M * N;
     float *G = (float *)malloc(ng * 4), *A = (float *)malloc(na * 4), *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4);
-    float *dG, *dA, *dC, *dR, *dact, *dG16, *dGs, *dC16;
+    float *dG, *dA, *dC, *dR, *dact, *dG16, *dGs, *dC16, *dCr, *droom;
+    const size_t nroom = (size_t)nb * (rows + 128) * (cols + 32) / 2 + 128;
     tu_fill(G, ng, seed, 4.0f), tu_fill(A, na, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, A, na), tr__round_ref(fdt, C, nc);
     dG = up(cl, G, ng), dA = up(cl, A, na), dC = up(cl, C, nc), dR = up(cl, C, nc), dact = up(cl, G, (size_t)nb * rc);
     dG16 = up_half(cl, fdt, G, ng), dC16 = up(cl, C, nc), dGs = up_nan(cl, ng);
     assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, N, 0, 1, NULL, 0), TR_OK);
     assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, N, 0, 1, NULL, 0), TR_OK);
+    dCr = up(cl, C, nc), droom = up_nan(cl, nroom);
+    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dCr, N, 0, 1, droom + 1, TR__X16_B), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sa, dact, cols, rc, dR, N, 0, 1, 0, NULL), TR_OK);
@@ -545,6 +549,17 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     assert_memory_equal(C, R, nc * 4);
     down(cl, C, dC16, nc);
     assert_memory_equal(C, R, nc * 4);
+    down(cl, C, dCr, nc);
+    assert_memory_equal(C, R, nc * 4);
+    {
+        float *h = (float *)malloc(nroom * 4);
+        size_t i, numbers = 0;
+        down(cl, h, droom, nroom);
+        for (i = 0; i < nroom; i++) numbers += h[i] == h[i];
+        assert_true(numbers >= rows * cols / 2); /* (the packing went there) */
+        free(h);
+    }
+    tr__cl_free(cl, dCr), tr__cl_free(cl, droom);
     assert_all_nan(cl, dGs, ng); /* (the fp32 gu: not unpacked into) */
     tr__cl_free(cl, dG), tr__cl_free(cl, dA), tr__cl_free(cl, dC), tr__cl_free(cl, dR), tr__cl_free(cl, dact);
     tr__cl_free(cl, dG16), tr__cl_free(cl, dC16), tr__cl_free(cl, dGs);
