@@ -10135,7 +10135,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (!fz) fz = &none;
     sum = nb > 1 && sC == 0;
     if (fz->gu) {
-        if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || (nb > 1 && sC == 0) || !fz->act)
+        if (!tr__cl_gemm_gu_ok(&g) || ta || tb || acc || sum || !fz->act)
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
@@ -10148,7 +10148,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N || (fz->rnd == 2 && (acc || N % 2 || sum || sC % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no rounding epilogue for this product");
-    if (fz->swc && (!mma || acc || (nb > 1 && sC == 0) || !(fz->act || fz->act16) || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
+    if (fz->swc && (!mma || acc || sum || !(fz->act || fz->act16) || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
     if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)))
@@ -12272,10 +12272,10 @@ TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
-    size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu;
-    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : (size_t)B * 2 * m->S * (3 * m->D / 2 + 1); /* (attention's only: tr__ws_gate_up) */
+    size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu, att = (size_t)B * 2 * m->S * (3 * m->D / 2 + 1);
+    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : att; /* (attention's only: tr__ws_gate_up) */
     if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
-    return TR__MAX(TR__MAX(chan, (size_t)B * 2 * m->S * (3 * m->D / 2 + 1)), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
+    return TR__MAX(TR__MAX(chan, att), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
     return tr__ws_rec_floats(m, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + tr__ws_grad_floats(m, B, gate_up) +
@@ -13080,12 +13080,14 @@ TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D;
     const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
     float *buf = c->z16 ? (float *)tr__scratch(m->ctx, (size_t)m->D * sizeof(float)) : NULL;
+    tr__range_fn half_fn;
     TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
     if (c->z16 && !buf) return TR_ERR_OUT_OF_MEMORY;
+    half_fn = tr__half_pick(m->ctx);
     for (b = 0; b < c->B; b++) {
         const float *z0 = c->z_H + b * SD;
         if (c->z16) { /* (a 16-bit carry's row widened) */
-            tr__io16(tr__half_pick(m->ctx), m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
+            tr__io16(half_fn, m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
             z0 = buf;
         }
         for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(z0, W_q + (size_t)j * m->D, m->D);
