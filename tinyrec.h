@@ -7637,6 +7637,11 @@ static const char tr__cl_src_ops_2[] =
 "float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {\n"
 "    return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];\n"
 "}\n"
+"/* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */\n"
+"void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {\n"
+"    if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);\n"
+"    else p[off + e] = v;\n"
+"}\n"
 "__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,\n"
 "                         int x16) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
@@ -7679,14 +7684,14 @@ static const char tr__cl_src_ops_2[] =
 "    if (j >= width || r >= rows) return;\n"
 "    g += go; o += oo;\n"
 "    if (((go | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
-"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);\n"
+"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);\n";
+static const char tr__cl_src_ops_3[] =
 "        *(__global float4 *)(o + j) = (float4)(tr_swiglu1(x.s0, u.s0, fdt), tr_swiglu1(x.s1, u.s1, fdt), tr_swiglu1(x.s2, u.s2, fdt), tr_swiglu1(x.s3, u.s3, fdt));\n"
 "    } else\n"
 "        for (e = j; e < j + 4 && e < width; e++) o[e] = tr_swiglu1(g[e], g[e + width], fdt);\n"
 "}\n"
 "/* dg (gate, up halves) of one value: d * up * silu'(x), d * silu(x) */\n"
-"float2 tr_swiglu_bwd1(float x, float up, float d) {\n";
-static const char tr__cl_src_ops_3[] =
+"float2 tr_swiglu_bwd1(float x, float up, float d) {\n"
 "    const float sg = 1.0f / (1.0f + exp(-x));\n"
 "    return (float2)(d * up * (sg * (1.0f + x * (1.0f - sg))), d * (x * sg));\n"
 "}\n"
@@ -7709,20 +7714,21 @@ static const char tr__cl_src_ops_3[] =
 "            dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);\n"
 "        }\n"
 "}\n"
+"/* q16: qkv holds 16-bit values of fdt (a tensor-core device's 16-bit record; qkv_off in floats, two values each) */\n"
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
+"                        __global const float *sn, ulong sn_off, float sgn, int fdt, int q16) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
+"    size_t v;\n"
 "    float x1, x2;\n"
-"    __global float *v;\n"
 "    if (i >= 2 * H * hf || r >= rows) return;\n"
 "    j = i % hf; h = (i / hf) % H; qk = i / (hf * H);\n"
 "    pos = (int)(r % S);\n"
 "    cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;\n"
-"    v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;\n"
-"    x1 = v[j]; x2 = v[j + hf];\n"
-"    v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);\n"
-"    v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);\n"
+"    v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;\n"
+"    x1 = tr_k_ld16(qkv, qkv_off, v + j, q16, fdt); x2 = tr_k_ld16(qkv, qkv_off, v + j + hf, q16, fdt);\n"
+"    tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));\n"
+"    tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));\n"
 "}\n"
 "/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
 "__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
@@ -7740,7 +7746,8 @@ static const char tr__cl_src_ops_3[] =
 "    }\n"
 "    zh[zh_off + o] = hi[hi_off + i % D];\n"
 "    zl[zl_off + o] = li[li_off + i % D];\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_4[] =
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
@@ -7750,8 +7757,7 @@ static const char tr__cl_src_ops_3[] =
 "    float v;\n"
 "    if (j >= D || b >= B) return;\n"
 "    if (s < Lp) {\n"
-"        k = s * D + j;\n";
-static const char tr__cl_src_ops_4[] =
+"        k = s * D + j;\n"
 "        v = tr_round1(k < Dp ? pe[pe_off + (size_t)pid[pid_off + b] * Dp + k] : 0.0f, fdt);\n"
 "    } else\n"
 "        v = wt[wt_off + (size_t)in[in_off + (size_t)b * L + s - Lp] * D + j];\n"
@@ -7776,36 +7782,47 @@ static const char tr__cl_src_ops_4[] =
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
 "   product's output, already of the precision). */\n"
 "__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, int x16) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
+"    size_t r = get_group_id(0), e;\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc ss = 0;\n"
 "    float inv;\n"
-"    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
+"    /* (the residual sum is formed again in the second pass, not stored: out may alias x, or hold 16 bits) */\n"
 "    for (j = lid; j < D; j += n) {\n"
-"        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];\n"
-"        o[j] = v;\n"
+"        float v;\n"
+"        e = r * D + j;\n"
+"        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
+"        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
 "        ss += (tr_k1_acc)v * v;\n"
 "    }\n"
 "    ss = tr_k1_wg_sum(sh, ss);\n"
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
 "    if (lid == 0) rstd[rstd_off + r] = inv;\n"
-"    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);\n"
+"    for (j = lid; j < D; j += n) {\n"
+"        float v;\n"
+"        e = r * D + j;\n"
+"        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
+"        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
+"    }\n"
 "}\n"
 "__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
-"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
+"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt, int x16) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
+"    size_t r = get_group_id(0), e;\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs = rstd[rstd_off + r];\n"
-"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
-"    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
+"    for (j = lid; j < D; j += n) e = r * D + j, dot += (tr_k1_acc)tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) * tr_k_ld16(y, y_off, e, x16 & 2, fdt);\n"
 "    dot = tr_k1_wg_sum(sh, dot);\n"
 "    mean = (float)(dot / D);\n"
-"    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);\n"
-"}\n"
+"    for (j = lid; j < D; j += n) {\n"
+"        e = r * D + j;\n"
+"        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
+"    }\n"
+"}\n";
+static const char tr__cl_src_ops_5[] =
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -7829,8 +7846,7 @@ static const char tr__cl_src_ops_4[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n";
-static const char tr__cl_src_ops_5[] =
+"    if (j >= D || b >= B) return;\n"
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -7882,7 +7898,8 @@ static const char tr__cl_src_ops_5[] =
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
 "        if (lane < s) {\n"
 "            float v2 = shv[lid + s];\n"
-"            int i2 = shi[lid + s];\n"
+"            int i2 = shi[lid + s];\n";
+static const char tr__cl_src_ops_6[] =
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
 "        }\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -7916,8 +7933,7 @@ static const char tr__cl_src_ops_5[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
-static const char tr__cl_src_ops_6[] =
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -7976,7 +7992,8 @@ static const char tr__cl_src_ops_6[] =
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (j < D)\n"
 "            for (u = 0; u < m; u++)\n"
-"                if (tile[u] == v) {\n"
+"                if (tile[u] == v) {\n";
+static const char tr__cl_src_ops_7[] =
 "                    long tt = t + u;\n"
 "                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];\n"
 "                }\n"
@@ -8006,8 +8023,7 @@ static const char tr__cl_src_ops_6[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n";
-static const char tr__cl_src_ops_7[] =
+"    float acc;\n"
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -8108,7 +8124,8 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
     return tr__cl_k1_launch4(cl, "tr_k_add16", n, &A);
 }
 
-TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+/* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, tr__ws_r16). */
+TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const void *x, const void *add, void *out, float *rstd, float eps, int x16) {
     tr__clargs A;
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -8120,10 +8137,12 @@ TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, cons
     tr__cla_buf(&A, out);
     tr__cla_buf(&A, rstd);
     tr__cla_i32(&A, fdt);
+    tr__cla_i32(&A, x16);
     return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
 }
 
-TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
+/* x16 (TR__X16_A, _B, _C): dy, y, dx hold 16-bit values of fdt. */
+TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const void *dy, const void *y, const float *rstd, void *dx, int x16) {
     tr__clargs A;
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -8133,6 +8152,7 @@ TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, cons
     tr__cla_buf(&A, rstd);
     tr__cla_buf(&A, dx);
     tr__cla_i32(&A, fdt);
+    tr__cla_i32(&A, x16);
     return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
 }
 
@@ -8200,7 +8220,8 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, c
 }
 
 /* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
-TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
+/* q16: qkv holds 16-bit values of fdt. */
+TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, void *qkv, const float *cosv, const float *sinv, int inverse, int q16) {
     tr__clargs A;
     if (rows <= 0 || S <= 0 || H <= 0 || hd < 2) return TR_OK;
     tr__cla_init(&A);
@@ -8213,6 +8234,7 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
     tr__cla_i32(&A, fdt);
+    tr__cla_i32(&A, q16);
     return tr__cl_k1_launch2(cl, "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
 
@@ -9466,9 +9488,15 @@ static const char tr__cl_src_attention_1[] =
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
-"#define TR_QROW(r) (qkv + ((long)b * S + (r)) * ld + (long)h * hd)\n"
+"/* x16 (bits 1, 2, 4: qkv, o, do) holds 16-bit values of fdt (a tensor-core device's 16-bit record): the kernels\n"
+" read (and the forward stores o) through these, offsets in values; lse, Dv and dqkv stay fp32. */\n"
+"static inline float tr_att_ld(__global const float *p, long i, int is16, int fdt) {\n"
+"  return is16 ? tr_unhalf1(((__global const ushort *)p)[i], fdt) : p[i];\n"
+"}\n"
+"#define TR_ATT_AT(p, off, is16) ((is16) ? (__global float *)((__global ushort *)(p) + 2 * (off)) : (p) + (off))\n"
+"#define TR_QLD(r, d) tr_att_ld(qkv, ((long)b * S + (r)) * ld + (long)h * hd + (d), x16 & 1, fdt)\n"
 "static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,\n"
-"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt) {\n"
+"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt, int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;\n"
@@ -9479,15 +9507,15 @@ static const char tr__cl_src_attention_1[] =
 "  for (c = 0; c < NC; c++) oa[c] = 0.0f;\n"
 "  for (e = tid; e < BQ * hd; e += NTH) {\n"
 "    i = e / hd, d = e - i * hd;\n"
-"    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;\n"
+"    Qs[i * sk + d] = q0 + i < S ? TR_QLD(q0 + i, d) : 0.0f;\n"
 "  }\n"
 "  for (k0 = 0; k0 < S; k0 += BK) {\n"
 "    kn = min(BK, S - k0);\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (e = tid; e < kn * hd; e += NTH) {\n"
 "      j = e / hd, d = e - j * hd;\n"
-"      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];\n"
-"      Vs[j * hd + d] = TR_QROW(k0 + j)[2 * D + d];\n"
+"      Ks[j * sk + d] = TR_QLD(k0 + j, D + d);\n"
+"      Vs[j * hd + d] = TR_QLD(k0 + j, 2 * D + d);\n"
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    { /* scores of keys dj + TD*n (n < 4: BK <= 64), q[d] read once for the four */\n"
@@ -9521,10 +9549,13 @@ static const char tr__cl_src_attention_1[] =
 "    l = l * al + ps;\n"
 "  }\n"
 "  if (q0 + qi < S) {\n"
-"    __global float *orow = o + ((long)b * S + q0 + qi) * D + (long)h * hd;\n"
+"    const long orow = ((long)b * S + q0 + qi) * D + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
 "      d = dj + TR_ATT_TD * c;\n"
-"      if (d < hd) orow[d] = tr_round1(oa[c] / l, fdt);\n"
+"      if (d < hd) {\n"
+"        if (x16 & 2) ((__global ushort *)o)[orow + d] = tr_half1(oa[c] / l, fdt);\n"
+"        else o[orow + d] = tr_round1(oa[c] / l, fdt);\n"
+"      }\n"
 "    }\n"
 "    if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);\n"
 "  }\n"
@@ -9532,23 +9563,25 @@ static const char tr__cl_src_attention_1[] =
 "#define TR_ATT_FWD(NAME, NC)                                                                                         \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
 "           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
-"           __local float *Vs, __local float *Ps, int fdt) {                                              \\\n"
-"    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, fdt);            \\\n"
+"           __local float *Vs, __local float *Ps, int fdt, int x16) {                                     \\\n";
+static const char tr__cl_src_attention_2[] =
+"    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(o, o_off, x16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, \\\n"
+"               fdt, x16);                                                                                          \\\n"
 "  }\n"
 "TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
 "TR_ATT_FWD(tr_k_att_fwd256, 16)\n"
 "/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
 "__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
-"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {\n"
+"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt, int x16) {\n"
 "  const long r = get_global_id(0);\n"
 "  long bh, i, base;\n"
 "  float s = 0.0f;\n"
 "  int d;\n"
 "  if (r >= (long)B * H * S) return;\n"
 "  bh = r / S, i = r - bh * S;\n"
-"  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n";
-static const char tr__cl_src_attention_2[] =
-"  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);\n"
+"  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n"
+"  o = TR_ATT_AT(o, o_off, x16 & 2), dO = TR_ATT_AT(dO, dO_off, x16 & 4);\n"
+"  for (d = 0; d < hd; d++) s = fma(tr_att_ld(dO, base + d, x16 & 4, fdt), tr_att_ld(o, base + d, x16 & 2, fdt), s);\n"
 "  Dv[Dv_off + r] = s;\n"
 "}\n"
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
@@ -9556,7 +9589,7 @@ static const char tr__cl_src_attention_2[] =
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
 "            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
-"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt) {\n"
+"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, int x16) {\n"
 "  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
 "  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;\n"
@@ -9567,16 +9600,16 @@ static const char tr__cl_src_attention_2[] =
 "  for (c = 0; c < NC; c++) dk[c] = dv[c] = 0.0f;\n"
 "  for (e = tid; e < BKb * hd; e += NTH) {\n"
 "    j = e / hd, d = e - j * hd;\n"
-"    Ks[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[D + d] : 0.0f;\n"
-"    Vs[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[2 * D + d] : 0.0f;\n"
+"    Ks[j * sk + d] = j0 + j < S ? TR_QLD(j0 + j, D + d) : 0.0f;\n"
+"    Vs[j * sk + d] = j0 + j < S ? TR_QLD(j0 + j, 2 * D + d) : 0.0f;\n"
 "  }\n"
 "  for (i0 = 0; i0 < S; i0 += BQb) {\n"
 "    qn = min(BQb, S - i0);\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (e = tid; e < qn * hd; e += NTH) {\n"
 "      i = e / hd, d = e - i * hd;\n"
-"      Qs[i * sk + d] = TR_QROW(i0 + i)[d];\n"
-"      Os[i * sk + d] = dO[((long)b * S + i0 + i) * D + (long)h * hd + d];\n"
+"      Qs[i * sk + d] = TR_QLD(i0 + i, d);\n"
+"      Os[i * sk + d] = tr_att_ld(dO, ((long)b * S + i0 + i) * D + (long)h * hd + d, x16 & 4, fdt);\n"
 "    }\n"
 "    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -9614,7 +9647,8 @@ static const char tr__cl_src_attention_2[] =
 "  if (j0 + kj < S) {\n"
 "    __global float *r = dqkv + ((long)b * S + j0 + kj) * ld + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
-"      d = dj + TR_ATT_TD * c;\n"
+"      d = dj + TR_ATT_TD * c;\n";
+static const char tr__cl_src_attention_3[] =
 "      if (d < hd) r[D + d] = tr_round1(dk[c] * scale, fdt), r[2 * D + d] = tr_round1(dv[c], fdt);\n"
 "    }\n"
 "  }\n"
@@ -9624,10 +9658,9 @@ static const char tr__cl_src_attention_2[] =
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n"
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
-"           __local float *Ls, __local float *Ps, __local float *Ss, int fdt) {                        \\\n"
-"    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \\\n";
-static const char tr__cl_src_attention_3[] =
-"          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt);                                                         \\\n"
+"           __local float *Ls, __local float *Ps, __local float *Ss, int fdt, int x16) {               \\\n"
+"    tr_att_dkdv(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off, \\\n"
+"                dqkv + dqkv_off, S, H, hd, nkb, BQb, Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt, x16);              \\\n"
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
 "TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n"
@@ -9635,7 +9668,7 @@ static const char tr__cl_src_attention_3[] =
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
-"           const int NC, int fdt) {\n"
+"           const int NC, int fdt, int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;\n"
@@ -9648,16 +9681,16 @@ static const char tr__cl_src_attention_3[] =
 "  for (c = 0; c < NC; c++) dq[c] = 0.0f;\n"
 "  for (e = tid; e < BQ * hd; e += NTH) {\n"
 "    i = e / hd, d = e - i * hd;\n"
-"    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;\n"
-"    Os[i * sk + d] = q0 + i < S ? dO[((long)b * S + q0 + i) * D + (long)h * hd + d] : 0.0f;\n"
+"    Qs[i * sk + d] = q0 + i < S ? TR_QLD(q0 + i, d) : 0.0f;\n"
+"    Os[i * sk + d] = q0 + i < S ? tr_att_ld(dO, ((long)b * S + q0 + i) * D + (long)h * hd + d, x16 & 4, fdt) : 0.0f;\n"
 "  }\n"
 "  for (k0 = 0; k0 < S; k0 += BKc) {\n"
 "    kn = min(BKc, S - k0);\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (e = tid; e < kn * hd; e += NTH) {\n"
 "      j = e / hd, d = e - j * hd;\n"
-"      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];\n"
-"      Vs[j * sk + d] = TR_QROW(k0 + j)[2 * D + d];\n"
+"      Ks[j * sk + d] = TR_QLD(k0 + j, D + d);\n"
+"      Vs[j * sk + d] = TR_QLD(k0 + j, 2 * D + d);\n"
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
@@ -9695,18 +9728,20 @@ static const char tr__cl_src_attention_3[] =
 "    }\n"
 "  }\n"
 "}\n"
-"#define TR_ATT_DQ(NAME, NC)                                                                                        \\\n"
+"#define TR_ATT_DQ(NAME, NC)                                                                                        \\\n";
+static const char tr__cl_src_attention_4[] =
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \\\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
-"           __local float *Ss, int fdt) {                                                              \\\n"
-"    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \\\n"
-"         Qs, Os, Ks, Vs, Ss, NC, fdt);                                                                   \\\n"
+"           __local float *Ss, int fdt, int x16) {                                                     \\\n"
+"    tr_att_dq(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off,    \\\n"
+"              dqkv + dqkv_off, S, H, hd, nqb, BKc, Qs, Os, Ks, Vs, Ss, NC, fdt, x16);                        \\\n"
 "  }\n"
 "TR_ATT_DQ(tr_k_att_dq64, 4)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16)\n";
-#define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3
+#define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, \
+    tr__cl_src_attention_4
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -9879,6 +9914,8 @@ typedef struct tr__cl_gemm_fuse {
     int g16; /* the sw operand holds 16-bit values of the precision (a 16-bit tape's gate_up; tensor cores only) */
     float *sw_room; /* (or NULL) the sw operand packed there instead of its slot, and not kept for the packing window:
                        the caller's memory, which it may write once the product has run (tr__cl_room) */
+    int h16;        /* TR__X16_A / TR__X16_B: that operand holds 16-bit values of the precision (a tensor-core device's
+                       16-bit record, tr__ws_r16; tensor cores only): its lda / ldb and sA / sB count them */
 } tr__cl_gemm_fuse;
 
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
@@ -10113,7 +10150,7 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
 TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                  const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
                                  const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
+    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -10151,7 +10188,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
     if (fz->swc && (!mma || acc || sum || !(fz->act || fz->act16) || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
-    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)))
+    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)) || (fz->h16 && !mma))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed or 16-bit operand needs the tensor cores");
     if (fz->swc || fz->rnd == 2) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
@@ -10209,6 +10246,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
         want[1] = tr__cl_packed_of(fz->b16 ? NULL : B, ldb, sB, tb ? N : K, tb ? K : N, nbB, mma);
         want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0;
         if (fz->g16) want[fz->sw - 1].h16 = 1;
+        if (fz->h16 & TR__X16_A) want[0].h16 = 1;
+        if (fz->h16 & TR__X16_B) want[1].h16 = 1;
         act = tr__cl_packed_of(NULL, 0, 0, fz->swc == 1 ? M : M / 2, fz->swc == 1 ? N / 2 : N, 1, mma);
         kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
         float *room[2] = {NULL, NULL};
@@ -10306,7 +10345,7 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16,
                                      float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
     fz.sw = sw, fz.so = so, fz.g16 = g16, fz.sw_room = room;
     return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
 }
@@ -10317,7 +10356,7 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
                                       size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
                                       size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
@@ -10331,16 +10370,16 @@ TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 2
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
    act = R(silu(gate) * up) written only packed by the first product's epilogue (in room, or NULL: scratch slot
    TR__CL_SLOT_PACK_ACT), and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's
-   depth (lda). */
-TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu, const float *W_down,
+   depth (lda); a16: A holds 16-bit values of the precision (lda counts them). */
+TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, int a16, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa)));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
-    fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
+    fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16, fz.h16 = a16 ? TR__X16_A : 0; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
     down.a16 = act16;
     return tr__cl_gemm_run(cl, 1, 0, 1, rows, D, half, NULL, half, 0, W_down, half, 0, proj, D, 0, 0, 0, &down);
@@ -10351,7 +10390,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
    (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb)));
@@ -10386,8 +10425,9 @@ TR__FN tr_status tr__cl_att_check(tr__cl *cl, int B, int S, int H, int hd) {
     return TR_OK;
 }
 
-/* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. */
-TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const float *qkv, float *o, float *lse) {
+/* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16
+   (TR__X16_A, _B): qkv, o hold 16-bit values of fdt (a tensor-core device's 16-bit record). */
+TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, int x16) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nqb;
     int BQ, BK = 64; /* BK <= 64: the kernels score 4 keys of 16 per work-item */
@@ -10409,15 +10449,16 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nqb), tr__cla_i32(&a, BK);
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * hd), tr__cla_local(&a, 4 * (size_t)BQ * (BK + 1));
-    tr__cla_i32(&a, fdt);
+    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
 #undef TR__ATT_FWD_BYTES
     return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_fwd64" : "tr_k_att_fwd256", 2, gs, ls, &a);
 }
 
 /* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
-   queries) and dq per query block (looping over keys); each output is written once, no atomics. */
-TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse,
-                                      const float *do_, float *dqkv) {
+   queries) and dq per query block (looping over keys); each output is written once, no atomics. x16 (TR__X16_A, _B,
+   _C): qkv, o, do_ hold 16-bit values of fdt; dqkv is fp32. */
+TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse,
+                                      const void *do_, float *dqkv, int x16) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nblk, rows;
     int R, BQ = 64, BK = 64; /* <= 64, as in the forward */
@@ -10431,7 +10472,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, rows))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&a);
     tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
-    tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd);
+    tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
     if ((st = tr__cl_launch(cl, "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
@@ -10449,7 +10490,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)2 * BQ), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1));
-    tr__cla_i32(&a, fdt);
+    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
 #undef TR__ATT_DKDV_BYTES
     if ((st = tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dkdv64" : "tr_k_att_dkdv256", 2, gs, ls, &a)) != TR_OK) return st;
     /* dq: R queries per group, key blocks of BK */
@@ -10467,7 +10508,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)R * (BK + 1));
-    tr__cla_i32(&a, fdt);
+    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
 #undef TR__ATT_DQ_BYTES
     return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dq64" : "tr_k_att_dq256", 2, gs, ls, &a);
 }
@@ -11074,12 +11115,26 @@ TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
     return TR_OK;
 }
 /* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
-   workspace's, read as they are on the CPU; that operand's leading dimension and batch stride in values): the bits of
-   the products of the fp32 values they hold. A device's records and workspace are fp32 as it reads them. */
+   workspace's, read as they are on the CPU; a tensor-core device's 16-bit record, tr__ws_r16, packed from them; that
+   operand's leading dimension and batch stride in values): the bits of the products of the fp32 values they hold. */
+TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
+                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc);
+#if TINYREC_OPENCL
+TR__FN int tr__op_mma(tr_ctx *ctx, int fdt);
+#endif
 TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
                                 const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    tr_status st = tr__cpu16_check(ctx, fdt, "sgemm");
-    if (st) return st;
+    tr_status st;
+    if (!x16 && nb == 1) return tr__op_sgemm(ctx, ta, tb, M, N, K, (const float *)A, lda, (const float *)B, ldb, C, ldc, acc);
+    if (!x16) return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, C, ldc, sC, acc);
+#if TINYREC_OPENCL
+    if (tr__op_mma(ctx, fdt)) {
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
+        fz.h16 = x16 & (TR__X16_A | TR__X16_B);
+        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, C, ldc, sC, acc, 0, &fz);
+    }
+#endif
+    if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
     return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0);
 }
 
@@ -11179,7 +11234,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, 
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -11196,8 +11251,9 @@ TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int t
     if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
     tr_status st;
 #if TINYREC_OPENCL
-    if (x16 == TR__X16_C && tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16: stored so by the epilogue) */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 2, 0, NULL, NULL, NULL, 0, NULL};
+    if (tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16, stored so by the epilogue; its 16-bit record, tr__ws_r16) */
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+        fz.rnd = (x16 & TR__X16_C) ? 2 : 1, fz.h16 = x16 & (TR__X16_A | TR__X16_B);
         return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, N, sC, acc, 0, &fz);
     }
 #endif
@@ -11303,7 +11359,7 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
    reference forms a residual sum in the forward precision (add is a product's output, already of it). */
 TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
     tr_status st;
-    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, x, add, out, rstd, eps));
+    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, x, add, out, rstd, eps, 0));
     if (tr__rms_rows_fwd(ctx, fdt, rows, D, x, add, out, rstd, eps)) return TR_OK;
     if (fdt && add) { /* (out may alias x) */
         if ((st = tr__op_add(ctx, fdt, (size_t)rows * D, x, add, out)) != TR_OK) return st;
@@ -11314,7 +11370,7 @@ TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, con
 }
 
 TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, dy, y, rstd, dx));
+    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, dy, y, rstd, dx, 0));
     if (tr__rms_rows_bwd(ctx, fdt, rows, D, dy, y, rstd, dx)) return TR_OK;
     tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
     return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
@@ -11341,8 +11397,9 @@ TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, 
 }
 
 /* A norm (kind: TR__NORM_*; rows: the row norms' rows, the column norms' batch rows of S positions) with any of its
-   operands in 16 bits (x16 as tr__norm16: a 16-bit workspace's or tape's, on the CPU only), the bits of the fp32 op on
-   their values; x16 = 0 is the fp32 op. The forward's (in1, in2, out) are (x, add, out), the backward's (dy, y, dx). */
+   operands in 16 bits (x16 as tr__norm16: a 16-bit workspace's or tape's on the CPU; a device's row norms take them too,
+   a tensor-core device's 16-bit record, tr__ws_r16), the bits of the fp32 op on their values; x16 = 0 is the fp32 op.
+   The forward's (in1, in2, out) are (x, add, out), the backward's (dy, y, dx). */
 TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
                                float eps) {
     if (!x16) {
@@ -11355,6 +11412,10 @@ TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long row
         default: return tr__op_rms_cols_bwd(ctx, fdt, (int)rows, S, D, a, b, rstd, o);
         }
     }
+#if TINYREC_OPENCL
+    if (ctx->dev_active && fdt && kind == TR__NORM_ROWS_FWD) return tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, in1, in2, out, rstd, eps, x16);
+    if (ctx->dev_active && fdt && kind == TR__NORM_ROWS_BWD) return tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, in1, in2, rstd, out, x16);
+#endif
     tr_status st = tr__cpu16_check(ctx, fdt, "rms norm");
     if (st) return st;
     return tr__norm16(ctx, fdt, kind, x16, rows, S, D, in1, in2, out, rstd, eps);
@@ -11432,18 +11493,20 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
-   product, the elementwise pass into act, the product (gu always written). act16: A, act and proj hold 16-bit values
-   (a 16-bit CPU workspace's, tr__ws_d16), and so does the gate_up those passes write (gu16 with keep_gu, else gu); on
-   tensor cores, act is room for the activation's packing (a tensor-core device's workspace, tr__ws_act16). */
+   product, the elementwise pass into act, the product (gu always written). x16: TR__X16_C act and proj hold 16-bit
+   values (a 16-bit CPU workspace's, tr__ws_d16, with TR__X16_A: A does too), and so does the gate_up those passes write
+   (gu16 with keep_gu, else gu); on tensor cores, act is room for the activation's packing (a tensor-core device's
+   workspace, tr__ws_act16), and TR__X16_A alone says A holds 16-bit values (its 16-bit record, tr__ws_r16). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
-                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int act16) {
+                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int x16) {
     tr_status st;
-    int fused;
+    int fused, act16 = (x16 & TR__X16_C) != 0;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
         float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: tr__ws_act16) */
-        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu16, 2, D, proj, room);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, W_gu, W_down, gu, keep_gu, D, proj, room))) return st;
+        int a16 = x16 & TR__X16_A;
+        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu16, 2, D, proj, room);
+        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu, keep_gu, D, proj, room))) return st;
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
@@ -11526,7 +11589,7 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
         return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL};
+        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL, 0};
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
         return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
     }
@@ -11573,7 +11636,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
 
 /* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
-    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse));
+    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse, 0));
     tr__rope(ctx, rows, S, H, hd, qkv, cosv, sinv, inverse);
     return tr__op_round(ctx, fdt, qkv, (size_t)rows * 3 * H * hd);
 }
@@ -11581,35 +11644,43 @@ TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int 
 /* o (and, backward, dqkv) rounded to fdt; lse stays fp32. scratch: the CPU kernels' per-thread rows (unused on the
    device) */
 TR__FN tr_status tr__op_attention_fwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse));
+    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, 0));
     tr__attention_fwd(ctx, B, S, H, hd, qkv, o, lse, scratch);
     return tr__op_round(ctx, fdt, o, (size_t)B * S * H * hd);
 }
 
 TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_,
                                       float *dqkv, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv));
+    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, 0));
     tr__attention_bwd(ctx, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch);
     return tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd);
 }
 
 /* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv) with any of qkv, o and do_ in
-   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's), the bits of the fp32 op on their values; x16 = 0
-   is the fp32 op. */
+   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, tr__ws_r16), the bits of
+   the fp32 op on their values; x16 = 0 is the fp32 op. */
 TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
                                     float *dqkv, float *scratch) {
     tr_status st;
     if (!x16 && !bwd) return tr__op_attention_fwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (float *)o, lse, scratch);
     if (!x16) return tr__op_attention_bwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (const float *)o, lse, (const float *)do_, dqkv, scratch);
+#if TINYREC_OPENCL
+    if (ctx->dev_active && fdt)
+        return bwd ? tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) : tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, x16);
+#endif
     if ((st = tr__cpu16_check(ctx, fdt, "attention"))) return st;
     if ((st = tr__attention16(ctx, fdt, bwd, x16, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch))) return st;
     return bwd ? tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
 }
 
-/* tr__op_rope with qkv as 16-bit values of fdt (qkv16: a 16-bit CPU workspace's), the bits of the fp32 op; else it. */
+/* tr__op_rope with qkv as 16-bit values of fdt (qkv16: a 16-bit CPU workspace's, a device's 16-bit record), the bits of
+   the fp32 op; else it. */
 TR__FN tr_status tr__op_rope16(tr_ctx *ctx, int fdt, int qkv16, int B, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
     if (!qkv16) return tr__op_rope(ctx, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse);
     tr_status st;
+#if TINYREC_OPENCL
+    if (ctx->dev_active && fdt) return tr__cl_rope(ctx->cl, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse, 1);
+#endif
     if ((st = tr__cpu16_check(ctx, fdt, "rope"))) return st;
     return tr__rope16(ctx, fdt, B, S, H, hd, (uint16_t *)(void *)qkv, cosv, sinv, inverse);
 }
@@ -11725,6 +11796,7 @@ struct tr_model {
     float *ws_name; /* TR__WS_DEV: address space naming the SwiGLU's gate_up and dg, with no memory (tr__ws_gate_up) */
     size_t ws_name_bytes;
     int ws_d16;     /* it holds the SwiGLU activations and the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
+    int ws_r16;     /* its record holds 16-bit values, and the tape's is read and written as it is (tr__ws_r16) */
     int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
@@ -12178,6 +12250,12 @@ TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt =
    (tr__op_swiglu16), with the bits of the fp32 buffers. dbig's fp32 uses fit in the same room: attention's d qkv, and
    the token mix's gate_up in passes of half as many rows (tr__ws_mix_rows). */
 TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
+/* Whether the workspace's record (qkv, att_o, h1) holds 16-bit values, and a taped block's forward writes them straight
+   to the 16-bit tape's record and its backward reads them there (the output too), as they are: the CPU's 16-bit
+   workspace, and with a 16-bit tape a tensor-core device's attention (TR__WS_DEV: its norms by rows, RoPE, attention and products read and
+   write such operands, tr__op_norm16, tr__op_rope16, tr__op_attention16, tr__op_sgemm16, tr__op_sgemm_rnd16; the
+   column norms of mlp_t have no 16-bit twin on a device). The rest of a device's workspace stays fp32. */
+TR__FN int tr__ws_r16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || (gate_up == 2 /* TR__WS_DEV */ && !m->cfg.mlp_t && tr__tape_half(m)); }
 /* Whether a carry holds z_H, z_L, x and inj as 16-bit values: where the tape does (they are rounded to the forward
    precision anyway), on any device, with an even S * D (so that a row starts on a whole float). The CPU's ops read and
    write them so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the workspace's input
@@ -12260,11 +12338,16 @@ TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B
    odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: TR__WS_DEV_GU), unless
    its SwiGLU ops take the tensor-core paths that never do (gate_up = 2, TR__WS_DEV: tr__ws_dev_layout); the workspace
    reserved keeps its choice in m->ws_gate_up, which the pointers into it follow (non-zero: a device's). */
-/* Floats of the workspace's record per row: a block record (16-bit with tr__ws_d16), whose output only a device's
-   backward unpacks there (the CPU's reads the 16-bit tape's as it is, and a forward writes the caller's). */
+/* Floats of the workspace's record per row: a block record (16-bit with tr__ws_r16), whose output only a device's
+   fp32 record's backward unpacks there (a 16-bit record's reads the tape's as it is, and a forward writes the caller's). */
 TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
-    return tr__block_rec_floats(m, tr__ws_d16(m, gate_up), gate_up == TR__WS_DEV_GU) - (gate_up ? 0 : tr__vals((size_t)m->S * m->D, tr__ws_d16(m, gate_up)));
+    int r16 = tr__ws_r16(m, gate_up);
+    return tr__block_rec_floats(m, r16, gate_up == TR__WS_DEV_GU) - (gate_up && !r16 ? 0 : tr__vals((size_t)m->S * m->D, r16));
 }
+/* Whether the record lies in the backward's gradient buffers and dbig, which a forward leaves alone: a tensor-core
+   device's 16-bit record (TR__WS_DEV, tr__ws_r16), which only a forward without the tape writes and reads (a taped one
+   writes the tape's, the backward reads the tape's; the CPU's forward has the record's gate_up fields in dbig). */
+TR__FN int tr__ws_rec_shared(const tr_model *m, int gate_up) { return gate_up == TR__WS_DEV && tr__ws_r16(m, gate_up); }
 /* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
    gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
 TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
@@ -12278,10 +12361,11 @@ TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     return TR__MAX(TR__MAX(chan, att), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    return tr__ws_rec_floats(m, gate_up) * (size_t)B + tr__block_tmp_floats(m, B, gate_up) + tr__ws_grad_floats(m, B, gate_up) +
-           (gate_up ? (size_t)B * m->S * m->D : 0) + tr__ws_dbig_floats(m, B, gate_up) + 256;
+    size_t rec = tr__ws_rec_floats(m, gate_up) * (size_t)B, grads = tr__ws_grad_floats(m, B, gate_up) + tr__ws_dbig_floats(m, B, gate_up);
+    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, rec), rec = 0;
+    return rec + tr__block_tmp_floats(m, B, gate_up) + grads + (gate_up ? (size_t)B * m->S * m->D : 0) + 256;
 }
-TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B; }
+TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B); }
 TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
 /* dbig, which on the CPU also holds the record's gate_up fields (tr__ws_rec: 16-bit values with tr__ws_d16, the channel
    SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
@@ -12342,9 +12426,10 @@ TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
     int gate_up;
     B = tr__ws_rows(m, B);
     gate_up = tr__ws_layout(m, B);
-    if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16) return TR_OK;
+    if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16 && tr__ws_r16(m, gate_up) == m->ws_r16) return TR_OK;
     m->ws_gate_up = gate_up;
     m->ws_d16 = tr__ws_d16(m, gate_up);
+    m->ws_r16 = tr__ws_r16(m, gate_up);
     n = tr__ws_floats(m, B, gate_up);
     tr__ws_free(m);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
@@ -12407,9 +12492,10 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     /* (the projection in 16 bits with a 16-bit workspace, tr__ws_d16, as the activation: x16 for the ops that read it) */
     float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + tr__ws_proj_floats(m, B, m->ws_gate_up);
     int p16 = m->ws_d16 ? TR__X16_B : 0;
-    /* and h1, written straight to a 16-bit tape's record where there is one (tr__rec_half leaves it) */
-    void *h1 = m->ws_d16 && t16 ? (void *)t16->h1 : (void *)r->h1;
-    int h16 = m->ws_d16 ? TR__X16_C : 0;
+    /* and h1 in 16 bits with a 16-bit record (tr__ws_r16), written straight to a 16-bit tape's where there is one
+       (tr__rec_half leaves it) */
+    void *h1 = m->ws_r16 && t16 ? (void *)t16->h1 : (void *)r->h1;
+    int h16 = m->ws_r16 ? TR__X16_C : 0;
     /* io16: r->in and r->out hold 16-bit values (a 16-bit carry's blocks, tr__net_fwd_rows; the workspace is 16-bit too) */
     int in16 = io16 ? TR__X16_A : 0, out16 = io16 ? TR__X16_C : 0;
     tr_status st;
@@ -12433,19 +12519,21 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, in16 | p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     } else {
         /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
-        float *qkv = m->ws_d16 && t16 ? t16->mix : r->mix, *att_o = m->ws_d16 && t16 ? t16->att_o : r->att_o;
-        int a16 = m->ws_d16 ? TR__X16_A | TR__X16_B : 0;
+        float *qkv = m->ws_r16 && t16 ? t16->mix : r->mix, *att_o = m->ws_r16 && t16 ? t16->att_o : r->att_o;
+        int a16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, qkv, 0, 0))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            (st = tr__op_rope16(ctx, m->fdt, m->ws_d16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
+            (st = tr__op_rope16(ctx, m->fdt, m->ws_r16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
         if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, p16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, BS, D, D, att_o, D, 0, TR__W(m, ly->o), D, 0, proj, 0, 0))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (m->ws_r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, 0, 1, BS, D, D, att_o, D, 0, TR__W(m, ly->o), D, 0, proj,
+                                     0, 0)))
+            return st;
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, in16 | p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
-                                proj, tr__ws_act16(m, m->ws_gate_up))))
+                                proj, (h16 ? TR__X16_A : 0) | (tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0))))
         return st;
     return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16 | out16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
@@ -12469,10 +12557,10 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* the block input and output as the 16-bit tape holds them, which the CPU's weight gradient products and first norm
        read as they are (r->in and r->out unset) */
     const uint16_t *in16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->in : NULL;
-    const uint16_t *out16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->out : NULL;
-    /* and h1 from the tape as it is with a 16-bit workspace (tr__ws_d16; r->h1 unset) */
-    const void *h1 = m->ws_d16 ? (const void *)t16->h1 : r->h1;
-    int h16 = m->ws_d16 ? TR__X16_B : 0;
+    const uint16_t *out16 = t16 && (!m->ws_gate_up || m->ws_r16) ? (const uint16_t *)(const void *)t16->out : NULL;
+    /* and h1 from the tape as it is with a 16-bit record (tr__ws_r16; r->h1 unset) */
+    const void *h1 = m->ws_r16 ? (const void *)t16->h1 : r->h1;
+    int h16 = m->ws_r16 ? TR__X16_B : 0;
     /* the SwiGLU's gradient of gate_up: dbig's memory, or on tensor cores only its packing (tr__ws_gate_up) */
     float *dg = tr__ws_gate_up(m, B);
     tr_status st;
@@ -12502,7 +12590,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     } else {
         st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I);
-        if (!st) st = tr__op_sgemm(ctx, 1, 0, 2 * I, D, BS, dg, 2 * I, r->h1, D, g_gu, D, 1);
+        if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 1, 0, 2 * I, D, BS, dg, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dg, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     }
     tr__op_pack_window(ctx, 0);
@@ -12540,13 +12628,12 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         }
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        const float *qkv = g16 ? t16->mix : r->mix, *att_o = g16 ? t16->att_o : r->att_o; /* (a 16-bit workspace reads the tape's) */
+        const float *qkv = m->ws_r16 ? t16->mix : r->mix, *att_o = m->ws_r16 ? t16->att_o : r->att_o; /* (a 16-bit record reads the tape's) */
+        int r16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0; /* (qkv, o for attention) */
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = g16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, D, D, BS, g1, D, 0, att_o, D, 0, g_o, D, 0, 1)
-                      : tr__op_sgemm(ctx, 1, 0, D, D, BS, g1, D, r->att_o, D, g_o, D, 1)))
-            return st;
+        if ((st = tr__op_sgemm16(ctx, m->fdt, gA | (r16 & TR__X16_B), 1, 1, 0, D, D, BS, g1, D, 0, att_o, D, 0, g_o, D, 0, 1))) return st;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
-        if ((st = tr__op_attention16(ctx, m->fdt, 1, gA | gB | gC, B, (int)S, m->H, m->hd, qkv, (void *)(uintptr_t)att_o, r->lse, g2, dbig, rows))) return st;
+        if ((st = tr__op_attention16(ctx, m->fdt, 1, r16 | gC, B, (int)S, m->H, m->hd, qkv, (void *)(uintptr_t)att_o, r->lse, g2, dbig, rows))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
@@ -12581,7 +12668,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     tr_status st;
     /* a 16-bit workspace's forward writes the activations to the tape's record, and its backward reads them there: only
        the block output, the caller's fp32, is packed */
-    if (m->ws_d16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
+    if (m->ws_r16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
     if ((m->cfg.mlp_t ? gate_up : 1) &&
         (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
         return st;
@@ -12594,8 +12681,8 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
 
 /* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
-    float *cur = m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_d16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, B));
+    float *cur = tr__ws_rec_shared(m, m->ws_gate_up) ? tr__ws_g1(m, B) : m->ws;
+    tr__rec_bind(m, r, &cur, B, with_out, m->ws_r16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, B));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
@@ -12728,7 +12815,7 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32 in the workspace (a 16-bit one reads the tape's) */
-            tr__ws_rec(m, B, m->ws_gate_up, r, &unpacked);
+            tr__ws_rec(m, B, m->ws_gate_up && !m->ws_r16, r, &unpacked);
             unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU reads the tape's input and output: tr__block_bwd) */
             if ((st = tr__rec_half(m, B, 1, r, &unpacked)) ||
                 (unpacked.in && (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n))))

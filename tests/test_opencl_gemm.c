@@ -432,6 +432,27 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
         assert_memory_equal(R, C, n * 4);
         tr__cl_free(cl, d16), free(h);
     }
+    { /* A and / or B given as their 16 bits (a tensor-core device's 16-bit record, packed from them; strides in values):
+         the same bits, rounded (tr__op_sgemm_rnd16) or not (tr__op_sgemm16) */
+        float *A16 = up_half(cl, fdt, A, sA * nb), *B16 = up_half(cl, fdt, B, sB * nb), *P = (float *)malloc(n * 4), *Q = (float *)malloc(n * 4);
+        int x16;
+        tu_fill(R, n, seed + 2, 1.0f); /* (C as it was) */
+        tr__cl_free(cl, dC), dC = up(cl, R, n);
+        assert_int_equal(tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, N, sC, acc), TR_OK);
+        down(cl, P, dC, n);
+        for (x16 = TR__X16_A; x16 <= (TR__X16_A | TR__X16_B); x16++) {
+            const float *a16 = x16 & TR__X16_A ? A16 + 3 : dA, *b16 = x16 & TR__X16_B ? B16 + 3 : dB;
+            tr__cl_free(cl, dC), dC = up(cl, R, n);
+            assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, x16, nb, ta, tb, M, N, K, a16, lda, sA, b16, ldb, sB, dC, sC, acc), TR_OK);
+            down(cl, Q, dC, n);
+            assert_memory_equal(Q, C, n * 4);
+            tr__cl_free(cl, dC), dC = up(cl, R, n);
+            assert_int_equal(tr__op_sgemm16(ctx, fdt, x16, nb, ta, tb, M, N, K, a16, lda, sA, b16, ldb, sB, dC, N, sC, acc), TR_OK);
+            down(cl, Q, dC, n);
+            assert_memory_equal(Q, P, n * 4);
+        }
+        tr__cl_free(cl, A16), tr__cl_free(cl, B16), free(P), free(Q);
+    }
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
     free(A), free(B), free(C), free(R);
 }
@@ -449,7 +470,7 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
@@ -492,7 +513,7 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
     float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
     float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL};
+    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
     size_t i;
     tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
     tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
@@ -828,7 +849,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     char what[128];
     tu_fill(qkv, nq, seed, 1.5f), tu_fill(dO, no, seed + 1, 1.0f), tu_fill(dqkv, nq, seed + 2, 1.0f);
     dq = up(cl, qkv, nq), dout = up(cl, dqkv, no), dl = up(cl, dqkv, nl), ddo = up(cl, dO, no), dd = up(cl, dqkv, nq);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, B, S, H, hd, dq, dout, dl), TR_OK);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, B, S, H, hd, dq, dout, dl, 0), TR_OK);
     down(cl, o, dout, no), down(cl, lse, dl, nl);
     tr__attention_fwd_ref(B, S, H, hd, qkv, ro, rl, scr, 1);
     snprintf(what, sizeof what, "attention fwd o B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -838,7 +859,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     /* backward from the reference forward (so both sides see the same o and lse) */
     assert_int_equal(tr__cl_write(cl, dout, ro, no * 4), TR_OK);
     assert_int_equal(tr__cl_write(cl, dl, rl, nl * 4), TR_OK);
-    assert_int_equal(tr__cl_attention_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd), TR_OK);
+    assert_int_equal(tr__cl_attention_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd, 0), TR_OK);
     down(cl, dqkv, dd, nq);
     tr__attention_bwd_ref(B, S, H, hd, qkv, ro, rl, dO, rd, scr, 1);
     snprintf(what, sizeof what, "attention bwd B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -853,8 +874,8 @@ static void test_attention(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention(cl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 70 + i);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, 1, 4, 1, 257, NULL, NULL, NULL), TR_ERR_UNSUPPORTED);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, 0, 4, 1, 8, NULL, NULL, NULL), TR_OK);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, 1, 4, 1, 257, NULL, NULL, NULL, 0), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_attention_fwd(cl, 0, 0, 4, 1, 8, NULL, NULL, NULL, 0), TR_OK);
     print_message("worst NMSE: sgemm %.3g, attention %.3g\n", g_worst_gemm, g_worst_att);
 }
 

@@ -122,6 +122,7 @@ static long g_mma_products, g_packs_reused, g_wpacks_reused; /* the last run_on'
                                                                their reuses of a weight's (weights held still) */
 static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
 static int g_ws_layout;     /* run_on: the device workspace's layout (m->ws_gate_up) at the end */
+static int g_ws_r16;        /* and whether its record was 16-bit, the tape's read and written as it is (tr__ws_r16) */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
     tr_ctx *ctx = make_ctx(device, lc);
@@ -136,7 +137,7 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
-    g_ws_layout = m->ws_gate_up;
+    g_ws_layout = m->ws_gate_up, g_ws_r16 = m->ws_r16;
     /* tr_model_memory counts the layout reserved; with TR__WS_DEV gate_up and dg are names that no kernel can write */
     if (on_dev) assert_int_equal(tr__ws_layout(m, m->ws_B), m->ws_gate_up);
     if (m->ws_gate_up == TR__WS_DEV) {
@@ -485,8 +486,10 @@ static void test_tape16_on_device(void **state) {
         g_fdt = TR_FWD_BFLOAT16;
         for (variant = 0; variant < 2; variant++) {
             assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, half));
+            assert_int_equal(g_ws_r16, variant == 0); /* (attention's record is the 16-bit tape's) */
             setenv("TINYREC_TAPE16", "0", 1);
             assert_true(run_on("opencl", variant, TR_FAULT_NONE, 0, 0, &lc, full));
+            assert_int_equal(g_ws_r16, 0); /* (an fp32 tape: an fp32 record) */
             unsetenv("TINYREC_TAPE16");
             for (k = 0; k < NSTEPS; k++)
                 if (half[k] != full[k]) fail_msg("tensor cores variant %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, k + 1, half[k], full[k]);
@@ -513,6 +516,8 @@ static void test_trajectory_tensor_cores(void **state) {
         if (g_wpacks_reused <= 0) fail_msg("fdt %d variant %d: no product reused a weight's packing", runs[i][0], runs[i][1]);
         /* attention's SwiGLU ops all take the tensor-core paths at any width: gate_up and dg have no memory */
         if (runs[i][1] != 1) assert_int_equal(g_ws_layout, TR__WS_DEV);
+        /* attention's record in 16 bits (the norms by rows, RoPE, attention and products read them so); not mlp_t's */
+        assert_int_equal(g_ws_r16, runs[i][1] != 1);
     }
     g_fdt = TR_FWD_BFLOAT16; /* (the fallbacks free the workspace's names with it, and the CPU's layout has none) */
     check_oom_and_enqueue(0, 40, "tensor cores");

@@ -53,7 +53,7 @@ static int group_teardown(void **state) {
 
 /* --- device buffers: each is its own arena, used from element g_skew on (3: offsets reach the kernels; 0: 16-byte
    aligned, so the elementwise kernels take their float4 path) ------------------------------------------------------ */
-#define DEV_MAX 128
+#define DEV_MAX 1024
 static int g_skew = 3;
 static void *dev_bases[DEV_MAX];
 static int dev_n;
@@ -208,13 +208,13 @@ static void test_rms_rows(void **state) {
                 float *dDY = dev_f(dy, n), *dDX = dev_f(NULL, n);
                 tr__rms_rows_fwd_ref(R, D, x, ad, y, rs, 1e-5f, 1);
                 tr__rms_rows_bwd_ref(R, D, dy, y, rs, dx, 1);
-                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
                 check("rms_rows fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
                 check("rms_rows fwd rstd", down(dR, (size_t)R), rs, (size_t)R, 1e-10, 0, 1e-5);
                 /* the backward from the CPU's y and rstd, so that it is tested on its own */
                 {
                     float *dYc = dev_f(y, n), *dRc = dev_f(rs, (size_t)R);
-                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dYc, dRc, dDX), TR_OK);
+                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dYc, dRc, dDX, 0), TR_OK);
                     check_mag("rms_rows bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_row, (size_t)D, 0), n, 1e-10, 2e-6, 1e-5);
                 }
                 dev_free_all();
@@ -314,12 +314,12 @@ static void test_rounded_outputs(void **state) {
         assert_int_equal(tr__cl_add(g_cl, fdt, 0, n - 1, dX, dA, dY), TR_OK);
         same_bits("add", fdt, down(dY, n - 1), xs, n - 1);
         /* the row norm and its backward */
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f), TR_OK);
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f, 0), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
         same_bits("rms_rows fwd y", fdt, down(dY, n), down_rounded(fdt, dY0, n), n);
         same_bits("rms_rows fwd rstd", fdt, down(dR, R), down(dR0, R), R);
-        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dY, dR, dDX0), TR_OK);
-        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dDY, dY, dR, dDX), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dY, dR, dDX0, 0), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dDY, dY, dR, dDX, 0), TR_OK);
         same_bits("rms_rows bwd", fdt, down(dDX, n), down_rounded(fdt, dDX0, n), n);
         /* the column norm and its backward */
         assert_int_equal(tr__cl_rms_cols_fwd(g_cl, 0, B, S, D, dev_f(cxs, nc), NULL, cY0, cR0, 1e-5f), TR_OK);
@@ -347,18 +347,18 @@ static void test_rounded_outputs(void **state) {
             tr__round_ref(fdt, q, nq), tr__round_ref(fdt, dout, no);
             for (inv = 0; inv < 2; inv++) {
                 dQ = dev_f(q, nq), dQ0 = dev_f(q, nq);
-                assert_int_equal(tr__cl_rope(g_cl, 0, AB * AS, AS, AH, HD, dQ0, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
-                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, 0, AB * AS, AS, AH, HD, dQ0, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv, 0), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv, 0), TR_OK);
                 same_bits(inv ? "rope inverse" : "rope", fdt, down(dQ, nq), down_rounded(fdt, dQ0, nq), nq);
             }
             dQ = dev_f(q, nq), dO = dev_f(NULL, no), dO0 = dev_f(NULL, no), dL = dev_f(NULL, nl), dL0 = dev_f(NULL, nl);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, 0, AB, AS, AH, HD, dQ, dO0, dL0), TR_OK);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL), TR_OK);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, 0, AB, AS, AH, HD, dQ, dO0, dL0, 0), TR_OK);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
             same_bits("attention fwd o", fdt, down(dO, no), down_rounded(fdt, dO0, no), no);
             same_bits("attention fwd lse", fdt, down(dL, nl), down(dL0, nl), nl);
             dDO = dev_f(dout, no), dD = dev_f(NULL, nq), dD0 = dev_f(NULL, nq);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, 0, AB, AS, AH, HD, dQ, dO, dL, dDO, dD0), TR_OK);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dDO, dD), TR_OK);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, 0, AB, AS, AH, HD, dQ, dO, dL, dDO, dD0, 0), TR_OK);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dDO, dD, 0), TR_OK);
             same_bits("attention bwd dqkv", fdt, down(dD, nq), down_rounded(fdt, dD0, nq), nq);
         }
         dev_free_all();
@@ -380,7 +380,7 @@ static void test_rope(void **state) {
             float *q = hrand(n, 41 + t, 1.0f), *cs = hrand(nc, 43 + t, 1.0f), *sn = hrand(nc, 47 + t, 1.0f);
             float *dQ = dev_f(q, n), *dC = dev_f(cs, nc), *dS = dev_f(sn, nc);
             tr__rope_ref(R, S, H, hd, q, cs, sn, inv, 1);
-            assert_int_equal(tr__cl_rope(g_cl, 0, R, S, H, hd, dQ, dC, dS, inv), TR_OK);
+            assert_int_equal(tr__cl_rope(g_cl, 0, R, S, H, hd, dQ, dC, dS, inv, 0), TR_OK);
             check(inv ? "rope inverse" : "rope", down(dQ, n), q, n, 1e-12, 1e-6, 1e-6);
             dev_free_all();
         }
@@ -573,6 +573,74 @@ static void test_carry16(void **state) {
     }
 }
 
+/* A tensor-core device's 16-bit record (tr__ws_r16): the row norms, RoPE and attention with any of their operands given
+   as 16 bits give, bit for bit, what the same kernels give on the fp32 values (stored as 16 bits where the output is):
+   the values are of the precision already, so widening them is exact. Odd sizes, offsets into the buffers (odd in
+   floats: the 16-bit images start 6 values in). */
+static float *dev_maybe16(int fdt, int is16, const float *x, size_t n) { return is16 ? dev_h16(fdt, x, n) : dev_f(x, n); }
+static float *down_maybe16(int fdt, int is16, const float *d, size_t n) { return is16 ? down_h16(fdt, d, n) : down(d, n); }
+static void test_record16(void **state) {
+    enum { R = 7, D = 130, AB = 2, AS = 11, AH = 2, HD = 7 };
+    size_t n = (size_t)R * D, nq = (size_t)AB * AS * 3 * AH * HD, no = (size_t)AB * AS * AH * HD, nl = (size_t)AB * AH * AS;
+    int fdt, x16, inv;
+    (void)state;
+    cl_get();
+    for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
+        float *x = hrand(n, 201, 1.5f), *ad = hrand(n, 203, 1.0f), *dy = hrand(n, 207, 1.0f);
+        float *q = hrand(nq, 211, 1.0f), *cs = hrand((size_t)AS * HD, 213, 1.0f), *sn = hrand((size_t)AS * HD, 217, 1.0f), *dout = hrand(no, 219, 1.0f);
+        float *y0, *r0, *dx0, *q0[2], *o0, *l0, *dq0, *dCs, *dSn;
+        tr__round_ref(fdt, x, n), tr__round_ref(fdt, ad, n), tr__round_ref(fdt, dy, n), tr__round_ref(fdt, q, nq), tr__round_ref(fdt, dout, no);
+        dCs = dev_f(cs, (size_t)AS * HD), dSn = dev_f(sn, (size_t)AS * HD);
+        { /* the fp32 operands' results */
+            float *dY = dev_f(NULL, n), *dR = dev_f(NULL, R), *dDX = dev_f(NULL, n), *dO = dev_f(NULL, no), *dL = dev_f(NULL, nl), *dD = dev_f(NULL, nq), *dQ;
+            assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dev_f(x, n), dev_f(ad, n), dY, dR, 1e-5f, 0), TR_OK);
+            y0 = down(dY, n), r0 = down(dR, R);
+            assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dev_f(dy, n), dY, dR, dDX, 0), TR_OK);
+            dx0 = down(dDX, n);
+            for (inv = 0; inv < 2; inv++) {
+                dQ = dev_f(q, nq);
+                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dCs, dSn, inv, 0), TR_OK);
+                q0[inv] = down(dQ, nq);
+            }
+            dQ = dev_f(q, nq);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
+            o0 = down(dO, no), l0 = down(dL, nl);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dev_f(dout, no), dD, 0), TR_OK);
+            dq0 = down(dD, nq);
+        }
+        for (x16 = 1; x16 < 8; x16++) {
+            const int A = x16 & TR__X16_A, Bb = x16 & TR__X16_B, C = x16 & TR__X16_C;
+            float *dY = dev_maybe16(fdt, C, x, n), *dR = dev_f(NULL, R), *dDX, *dO, *dL, *dD;
+            /* the norm: x, add, out (its output's first values: x's, overwritten) */
+            assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dev_maybe16(fdt, A, x, n), dev_maybe16(fdt, Bb, ad, n), dY, dR, 1e-5f, x16), TR_OK);
+            same_bits("rms_rows fwd y, 16-bit operands", fdt, down_maybe16(fdt, C, dY, n), y0, n);
+            same_bits("rms_rows fwd rstd, 16-bit operands", fdt, down(dR, R), r0, R);
+            /* its backward: dy, y, dx */
+            dDX = C ? dev_h16(fdt, x, n) : dev_f(NULL, n);
+            assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dev_maybe16(fdt, A, dy, n), dev_maybe16(fdt, Bb, y0, n), dR, dDX, x16), TR_OK);
+            same_bits("rms_rows bwd, 16-bit operands", fdt, down_maybe16(fdt, C, dDX, n), dx0, n);
+            if (x16 == TR__X16_A)
+                for (inv = 0; inv < 2; inv++) { /* RoPE in place on 16-bit qkv */
+                    float *dQ = dev_h16(fdt, q, nq);
+                    assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dCs, dSn, inv, 1), TR_OK);
+                    same_bits(inv ? "rope inverse, 16-bit qkv" : "rope, 16-bit qkv", fdt, down_h16(fdt, dQ, nq), q0[inv], nq);
+                }
+            /* attention: qkv, o (the forward's output, the backward's input), do; dqkv and lse fp32 */
+            dO = Bb ? dev_h16(fdt, o0, no) : dev_f(NULL, no), dL = dev_f(NULL, nl), dD = dev_f(NULL, nq);
+            if (!C) {
+                assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, x16), TR_OK);
+                same_bits("attention fwd o, 16-bit operands", fdt, down_maybe16(fdt, Bb, dO, no), o0, no);
+                same_bits("attention fwd lse, 16-bit operands", fdt, down(dL, nl), l0, nl);
+            }
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dev_maybe16(fdt, Bb, o0, no), dev_f(l0, nl),
+                                                  dev_maybe16(fdt, C, dout, no), dD, x16),
+                             TR_OK);
+            same_bits("attention bwd dqkv, 16-bit operands", fdt, down(dD, nq), dq0, nq);
+        }
+        dev_free_all();
+    }
+}
+
 /* --- cross-entropy: the token loop of tr__loss with tr__xent_row ------------------------------------------------------ */
 static void xent_case(int B, int L, int V, tr_loss_type type, int grad, float grad_div, uint64_t seed, int ties) {
     size_t nl = (size_t)B * L * V, t;
@@ -714,7 +782,7 @@ static void test_small_workgroups(void **state) {
         info->max_wg = caps[c];
         dY = dev_f(NULL, n), dR = dev_f(NULL, (size_t)R);
         tr__rms_rows_fwd_ref(R, D, x, NULL, y, rs, 1e-5f, 1);
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f), TR_OK);
+        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f, 0), TR_OK);
         check("rms_rows small wg", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
         dev_free_all();
         xent_case(3, 5, 130, TR_LOSS_SOFTMAX, 1, 1.0f, 173, 1);
@@ -726,7 +794,7 @@ static void test_small_workgroups(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu), cmocka_unit_test(test_rounded_outputs),
-        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill), cmocka_unit_test(test_carry16),
+        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill), cmocka_unit_test(test_carry16), cmocka_unit_test(test_record16),
         cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups), cmocka_unit_test(test_all_finite),
     };
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);

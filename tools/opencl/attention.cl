@@ -1,9 +1,15 @@
 /* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the
  head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */
 #define TR_ATT_TD 16
-#define TR_QROW(r) (qkv + ((long)b * S + (r)) * ld + (long)h * hd)
+/* x16 (bits 1, 2, 4: qkv, o, do) holds 16-bit values of fdt (a tensor-core device's 16-bit record): the kernels
+ read (and the forward stores o) through these, offsets in values; lse, Dv and dqkv stay fp32. */
+static inline float tr_att_ld(__global const float *p, long i, int is16, int fdt) {
+  return is16 ? tr_unhalf1(((__global const ushort *)p)[i], fdt) : p[i];
+}
+#define TR_ATT_AT(p, off, is16) ((is16) ? (__global float *)((__global ushort *)(p) + 2 * (off)) : (p) + (off))
+#define TR_QLD(r, d) tr_att_ld(qkv, ((long)b * S + (r)) * ld + (long)h * hd + (d), x16 & 1, fdt)
 static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,
-           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt) {
+           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt, int x16) {
   const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;
   const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;
@@ -14,15 +20,15 @@ static inline void tr_att_fwd(__global const float *qkv, __global float *o, __gl
   for (c = 0; c < NC; c++) oa[c] = 0.0f;
   for (e = tid; e < BQ * hd; e += NTH) {
     i = e / hd, d = e - i * hd;
-    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;
+    Qs[i * sk + d] = q0 + i < S ? TR_QLD(q0 + i, d) : 0.0f;
   }
   for (k0 = 0; k0 < S; k0 += BK) {
     kn = min(BK, S - k0);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (e = tid; e < kn * hd; e += NTH) {
       j = e / hd, d = e - j * hd;
-      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];
-      Vs[j * hd + d] = TR_QROW(k0 + j)[2 * D + d];
+      Ks[j * sk + d] = TR_QLD(k0 + j, D + d);
+      Vs[j * hd + d] = TR_QLD(k0 + j, 2 * D + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     { /* scores of keys dj + TD*n (n < 4: BK <= 64), q[d] read once for the four */
@@ -56,10 +62,13 @@ static inline void tr_att_fwd(__global const float *qkv, __global float *o, __gl
     l = l * al + ps;
   }
   if (q0 + qi < S) {
-    __global float *orow = o + ((long)b * S + q0 + qi) * D + (long)h * hd;
+    const long orow = ((long)b * S + q0 + qi) * D + (long)h * hd;
     for (c = 0; c < NC; c++) {
       d = dj + TR_ATT_TD * c;
-      if (d < hd) orow[d] = tr_round1(oa[c] / l, fdt);
+      if (d < hd) {
+        if (x16 & 2) ((__global ushort *)o)[orow + d] = tr_half1(oa[c] / l, fdt);
+        else o[orow + d] = tr_round1(oa[c] / l, fdt);
+      }
     }
     if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);
   }
@@ -67,14 +76,15 @@ static inline void tr_att_fwd(__global const float *qkv, __global float *o, __gl
 #define TR_ATT_FWD(NAME, NC)                                                                                         \
   __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \
            ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \
-           __local float *Vs, __local float *Ps, int fdt) {                                              \
-    tr_att_fwd(qkv + qkv_off, o + o_off, lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, fdt);            \
+           __local float *Vs, __local float *Ps, int fdt, int x16) {                                     \
+    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(o, o_off, x16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, \
+               fdt, x16);                                                                                          \
   }
 TR_ATT_FWD(tr_k_att_fwd64, 4)
 TR_ATT_FWD(tr_k_att_fwd256, 16)
 /* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */
 __kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,
-             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd) {
+             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt, int x16) {
   const long r = get_global_id(0);
   long bh, i, base;
   float s = 0.0f;
@@ -82,7 +92,8 @@ __kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const 
   if (r >= (long)B * H * S) return;
   bh = r / S, i = r - bh * S;
   base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;
-  for (d = 0; d < hd; d++) s = fma(dO[dO_off + base + d], o[o_off + base + d], s);
+  o = TR_ATT_AT(o, o_off, x16 & 2), dO = TR_ATT_AT(dO, dO_off, x16 & 4);
+  for (d = 0; d < hd; d++) s = fma(tr_att_ld(dO, base + d, x16 & 4, fdt), tr_att_ld(o, base + d, x16 & 2, fdt), s);
   Dv[Dv_off + r] = s;
 }
 /* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query
@@ -90,7 +101,7 @@ __kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const 
 static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,
             __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,
             __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,
-            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt) {
+            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, int x16) {
   const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;
   const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;
@@ -101,16 +112,16 @@ static inline void tr_att_dkdv(__global const float *qkv, __global const float *
   for (c = 0; c < NC; c++) dk[c] = dv[c] = 0.0f;
   for (e = tid; e < BKb * hd; e += NTH) {
     j = e / hd, d = e - j * hd;
-    Ks[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[D + d] : 0.0f;
-    Vs[j * sk + d] = j0 + j < S ? TR_QROW(j0 + j)[2 * D + d] : 0.0f;
+    Ks[j * sk + d] = j0 + j < S ? TR_QLD(j0 + j, D + d) : 0.0f;
+    Vs[j * sk + d] = j0 + j < S ? TR_QLD(j0 + j, 2 * D + d) : 0.0f;
   }
   for (i0 = 0; i0 < S; i0 += BQb) {
     qn = min(BQb, S - i0);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (e = tid; e < qn * hd; e += NTH) {
       i = e / hd, d = e - i * hd;
-      Qs[i * sk + d] = TR_QROW(i0 + i)[d];
-      Os[i * sk + d] = dO[((long)b * S + i0 + i) * D + (long)h * hd + d];
+      Qs[i * sk + d] = TR_QLD(i0 + i, d);
+      Os[i * sk + d] = tr_att_ld(dO, ((long)b * S + i0 + i) * D + (long)h * hd + d, x16 & 4, fdt);
     }
     for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -158,9 +169,9 @@ static inline void tr_att_dkdv(__global const float *qkv, __global const float *
            __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \
            __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \
            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \
-           __local float *Ls, __local float *Ps, __local float *Ss, int fdt) {                        \
-    tr_att_dkdv(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, BQb, \
-          Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt);                                                         \
+           __local float *Ls, __local float *Ps, __local float *Ss, int fdt, int x16) {               \
+    tr_att_dkdv(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off, \
+                dqkv + dqkv_off, S, H, hd, nkb, BQb, Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt, x16);              \
   }
 TR_ATT_DKDV(tr_k_att_dkdv64, 4)
 TR_ATT_DKDV(tr_k_att_dkdv256, 16)
@@ -168,7 +179,7 @@ TR_ATT_DKDV(tr_k_att_dkdv256, 16)
 static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,
            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,
            __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,
-           const int NC, int fdt) {
+           const int NC, int fdt, int x16) {
   const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;
   const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;
   const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;
@@ -181,16 +192,16 @@ static inline void tr_att_dq(__global const float *qkv, __global const float *dO
   for (c = 0; c < NC; c++) dq[c] = 0.0f;
   for (e = tid; e < BQ * hd; e += NTH) {
     i = e / hd, d = e - i * hd;
-    Qs[i * sk + d] = q0 + i < S ? TR_QROW(q0 + i)[d] : 0.0f;
-    Os[i * sk + d] = q0 + i < S ? dO[((long)b * S + q0 + i) * D + (long)h * hd + d] : 0.0f;
+    Qs[i * sk + d] = q0 + i < S ? TR_QLD(q0 + i, d) : 0.0f;
+    Os[i * sk + d] = q0 + i < S ? tr_att_ld(dO, ((long)b * S + q0 + i) * D + (long)h * hd + d, x16 & 4, fdt) : 0.0f;
   }
   for (k0 = 0; k0 < S; k0 += BKc) {
     kn = min(BKc, S - k0);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (e = tid; e < kn * hd; e += NTH) {
       j = e / hd, d = e - j * hd;
-      Ks[j * sk + d] = TR_QROW(k0 + j)[D + d];
-      Vs[j * sk + d] = TR_QROW(k0 + j)[2 * D + d];
+      Ks[j * sk + d] = TR_QLD(k0 + j, D + d);
+      Vs[j * sk + d] = TR_QLD(k0 + j, 2 * D + d);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */
@@ -233,9 +244,9 @@ static inline void tr_att_dq(__global const float *qkv, __global const float *dO
            __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \
            __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \
            __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \
-           __local float *Ss, int fdt) {                                                              \
-    tr_att_dq(qkv + qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb, BKc,   \
-         Qs, Os, Ks, Vs, Ss, NC, fdt);                                                                   \
+           __local float *Ss, int fdt, int x16) {                                                     \
+    tr_att_dq(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off,    \
+              dqkv + dqkv_off, S, H, hd, nqb, BKc, Qs, Os, Ks, Vs, Ss, NC, fdt, x16);                        \
   }
 TR_ATT_DQ(tr_k_att_dq64, 4)
 TR_ATT_DQ(tr_k_att_dq256, 16)

@@ -94,6 +94,11 @@ __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort
 float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {
     return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];
 }
+/* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */
+void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {
+    if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);
+    else p[off + e] = v;
+}
 __kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,
                          int x16) {
     size_t i = 4 * get_global_id(0), e;
@@ -165,20 +170,21 @@ __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ul
             dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);
         }
 }
+/* q16: qkv holds 16-bit values of fdt (a tensor-core device's 16-bit record; qkv_off in floats, two values each) */
 __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                        __global const float *sn, ulong sn_off, float sgn, int fdt) {
+                        __global const float *sn, ulong sn_off, float sgn, int fdt, int q16) {
     int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;
     long r = get_global_id(1);
+    size_t v;
     float x1, x2;
-    __global float *v;
     if (i >= 2 * H * hf || r >= rows) return;
     j = i % hf; h = (i / hf) % H; qk = i / (hf * H);
     pos = (int)(r % S);
     cs += cs_off + (size_t)pos * hd; sn += sn_off + (size_t)pos * hd;
-    v = qkv + qkv_off + (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;
-    x1 = v[j]; x2 = v[j + hf];
-    v[j] = tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt);
-    v[j + hf] = tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt);
+    v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd;
+    x1 = tr_k_ld16(qkv, qkv_off, v + j, q16, fdt); x2 = tr_k_ld16(qkv, qkv_off, v + j + hf, q16, fdt);
+    tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));
+    tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));
 }
 /* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */
 __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
@@ -231,35 +237,45 @@ tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
    residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a
    product's output, already of the precision). */
 __kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, int x16) {
     __local tr_k1_acc sh[TR_K1_WG];
-    size_t r = get_group_id(0);
+    size_t r = get_group_id(0), e;
     int j, lid = get_local_id(0), n = get_local_size(0);
     tr_k1_acc ss = 0;
     float inv;
-    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;
+    /* (the residual sum is formed again in the second pass, not stored: out may alias x, or hold 16 bits) */
     for (j = lid; j < D; j += n) {
-        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];
-        o[j] = v;
+        float v;
+        e = r * D + j;
+        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);
+        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);
         ss += (tr_k1_acc)v * v;
     }
     ss = tr_k1_wg_sum(sh, ss);
     inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
     if (lid == 0) rstd[rstd_off + r] = inv;
-    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);
+    for (j = lid; j < D; j += n) {
+        float v;
+        e = r * D + j;
+        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);
+        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);
+        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));
+    }
 }
 __kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
-                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
+                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt, int x16) {
     __local tr_k1_acc sh[TR_K1_WG];
-    size_t r = get_group_id(0);
+    size_t r = get_group_id(0), e;
     int j, lid = get_local_id(0), n = get_local_size(0);
     tr_k1_acc dot = 0;
     float mean, rs = rstd[rstd_off + r];
-    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;
-    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];
+    for (j = lid; j < D; j += n) e = r * D + j, dot += (tr_k1_acc)tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) * tr_k_ld16(y, y_off, e, x16 & 2, fdt);
     dot = tr_k1_wg_sum(sh, dot);
     mean = (float)(dot / D);
-    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);
+    for (j = lid; j < D; j += n) {
+        e = r * D + j;
+        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));
+    }
 }
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                 __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
