@@ -6309,6 +6309,7 @@ struct tr__cl {
        packings that a window saved (the tests check that they happened) */
     tr__cl_packed packed[2];
     int packed_only[2]; /* its fp32 source was never written (tr__cl_swiglu_bwd_kept): no product may pack it */
+    uint32_t *packed_at[2]; /* where that packing lies: NULL its slot, else the caller's room (tr__cl_swiglu_bwd_kept's) */
     int pack_window;
     long packs_reused;
     /* Weights held still (tr__cl_weights_still): the packings of operands inside [still_lo, still_hi), kept in scratch
@@ -10078,7 +10079,7 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], float
         for (j = 0; j < 2 && want[i].P && !still[i] && cl->pack_window; j++)
             if (cl->packed[j].P && tr__cl_packed_same(&cl->packed[j], &want[i])) hit[i] = j;
     for (i = 0; i < 2; i++) /* (the hits first: the other operand must not pack over one) */
-        if (hit[i] >= 0) out[i] = (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
+        if (hit[i] >= 0) out[i] = cl->packed_at[hit[i]] ? cl->packed_at[hit[i]] : (uint32_t *)cl->slot[slots[hit[i]]], taken[hit[i]] = 1, cl->packs_reused++;
     for (i = 0; i < 2; i++) {
         if (!want[i].P || hit[i] >= 0 || still[i]) continue;
         if ((st = tr__cl_only_packed(cl, want[i].P, tr__cl_packed_span(&want[i]))) != TR_OK) return st;
@@ -10090,25 +10091,32 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], float
         j = taken[i] ? i ^ 1 : i; /* (at most the other operand's hit is taken) */
         cl->packed[j].P = NULL, cl->packed_only[j] = 0;
         if ((st = tr__cl_pack16(cl, slots[j], &want[i], &out[i])) != TR_OK) return st;
-        if (cl->pack_window) cl->packed[j] = want[i];
+        if (cl->pack_window) cl->packed[j] = want[i], cl->packed_at[j] = NULL;
         taken[j] = 1;
     }
     return TR_OK;
 }
+
+/* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's, tr__cl_swiglu_bwd_kept's) at p, whose owner leaves 64 floats more: p rounded up to
+   256 bytes (the tensor-core kernels copy packed tiles in 16-byte pieces, and whole lines are faster: on the H100,
+   64-byte alignment of the room and of the workspace after it made the trm-sudoku-mlp bf16 step 3% slower). */
+TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 255) & ~(uintptr_t)255); }
 
 /* tr__cl_swiglu_bwd for a dg that only the tensor-core products of the open packing window read, as a matrix of cols
    columns (row r's dgate | dup: 2 width / cols rows of it; gs = cols, or the rows are batches of gs = 2 width): dg is
    written only as their 16-bit packing (tr_k_pack16_swiglu_bwd), kept in operand slot A as dg's, and its fp32 values
    never; a product reading dg otherwise fails (tr__cl_only_packed). A layout the packing cannot take (or more batches
    than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16: g holds 16-bit values (gs counts
-   them; tr_k_pack16_swiglu_bwd_h), da16 da does (das; _d), for the kept layouts only. */
+   them; tr_k_pack16_swiglu_bwd_h), da16 da does (das; _d), for the kept layouts only. room (or NULL): the packing goes
+   there (aligned, tr__cl_room: its owner leaves 64 floats more), not in the slot, and the caller leaves it alone until
+   the window closes (a tensor-core device's dbig, free in the backward's SwiGLU half: tr__ws_dbig_floats). */
 TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
            gs == (rpr == 1 ? cols : 2 * (size_t)width);
 }
 TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, int g16, const float *da, size_t das,
-                                        int da16, float *dg, size_t cols) {
+                                        int da16, float *dg, size_t cols, float *room) {
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
@@ -10121,13 +10129,14 @@ TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long wid
     /* (the key tr__cl_gemm_run builds for dg) */
     k = tr__cl_packed_of(dg, cols, batches ? gs : 0, batches ? rpr : (size_t)rows, cols, batches ? (int)rows : 1, fdt == TR_FWD_FLOAT16 ? 2 : 1);
     cl->packed[0].P = NULL;
-    if (!(D = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, tr__cl_packed_words(&k)))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    if (!(D = room ? tr__cl_room(room) : tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, tr__cl_packed_words(&k))))
+        return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&A);
     tr__cla_i64(&A, rows), tr__cla_i64(&A, width);
     tr__cla_buf(&A, g), tr__cla_i64(&A, (int64_t)gs), tr__cla_buf(&A, da), tr__cla_i64(&A, (int64_t)das);
     tr__cla_buf(&A, D), tr__cla_i32(&A, (int32_t)cols), tr__cla_i32(&A, batches ? 1 : (int32_t)rows), tr__cla_i32(&A, (int32_t)k.rp);
     tr__cla_i32(&A, (int32_t)k.kp), tr__cla_i32(&A, fdt);
-    cl->packed[0] = k, cl->packed_only[0] = 1;
+    cl->packed[0] = k, cl->packed_only[0] = 1, cl->packed_at[0] = room ? (uint32_t *)D : NULL;
     return tr__cl_k1_launch2(cl, g16 ? (da16 ? "tr_k_pack16_swiglu_bwd_hd" : "tr_k_pack16_swiglu_bwd_h") : da16 ? "tr_k_pack16_swiglu_bwd_d" : "tr_k_pack16_swiglu_bwd",
                              (size_t)width / 4, (size_t)rows, &A);
 }
@@ -10361,10 +10370,6 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
-/* Room for a packing (tr__cl_swiglu_mlp's, tr__cl_token_mlp's) at p, whose owner leaves 64 floats more: p rounded up to
-   256 bytes (the tensor-core kernels copy packed tiles in 16-byte pieces, and whole lines are faster: on the H100,
-   64-byte alignment of the room and of the workspace after it made the trm-sudoku-mlp bf16 step 3% slower). */
-TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 255) & ~(uintptr_t)255); }
 
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
@@ -11435,13 +11440,14 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
    unpacked into g first. da16: da holds 16-bit values (das counts them; a tensor-core device's workspace, whose
    products store d act so: tr__ws_act16), read so by that packing only. */
 TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, int da16,
-                                   float *dg, size_t cols) {
+                                   float *dg, size_t cols, float *room) {
     tr_status st;
 #if TINYREC_OPENCL
     if (cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, da16, dg, cols);
+        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, da16, dg, cols, room);
 #else
     TR__UNUSED(cols);
+    TR__UNUSED(room);
 #endif
     if (da16) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
     if (g16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
@@ -12255,7 +12261,12 @@ TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__t
    workspace, and with a 16-bit tape a tensor-core device's attention (TR__WS_DEV: its norms by rows, RoPE, attention and products read and
    write such operands, tr__op_norm16, tr__op_rope16, tr__op_attention16, tr__op_sgemm16, tr__op_sgemm_rnd16; the
    column norms of mlp_t have no 16-bit twin on a device). The rest of a device's workspace stays fp32. */
-TR__FN int tr__ws_r16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || (gate_up == 2 /* TR__WS_DEV */ && !m->cfg.mlp_t && tr__tape_half(m)); }
+TR__FN int tr__ws_r16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || (gate_up == TR__WS_DEV && !m->cfg.mlp_t && tr__tape_half(m)); }
+/* Whether the record and the projection output lie in the backward's gradient buffers and dbig, which a forward leaves
+   alone: a tensor-core device's 16-bit record (TR__WS_DEV, tr__ws_r16), which only a forward without the tape writes
+   and reads (a taped one writes the tape's, the backward reads the tape's), and whose backward never reads the
+   projection (the CPU's forward has the record's gate_up fields in dbig). */
+TR__FN int tr__ws_rec_shared(const tr_model *m, int gate_up) { return gate_up == TR__WS_DEV && tr__ws_r16(m, gate_up); }
 /* Whether a carry holds z_H, z_L, x and inj as 16-bit values: where the tape does (they are rounded to the forward
    precision anyway), on any device, with an even S * D (so that a row starts on a whole float). The CPU's ops read and
    write them so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the workspace's input
@@ -12301,7 +12312,8 @@ TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return
 /* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
    the projection output, attention rows. */
 TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B, int gate_up) {
-    return tr__ws_act_floats(m, B, gate_up) + tr__ws_proj_floats(m, B, gate_up) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+    return tr__ws_act_floats(m, B, gate_up) + (tr__ws_rec_shared(m, gate_up) ? 0 : tr__ws_proj_floats(m, B, gate_up)) +
+           (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
 }
 
 TR__FN float *tr__carve(float **cursor, size_t n) {
@@ -12344,25 +12356,27 @@ TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
     int r16 = tr__ws_r16(m, gate_up);
     return tr__block_rec_floats(m, r16, gate_up == TR__WS_DEV_GU) - (gate_up && !r16 ? 0 : tr__vals((size_t)m->S * m->D, r16));
 }
-/* Whether the record lies in the backward's gradient buffers and dbig, which a forward leaves alone: a tensor-core
-   device's 16-bit record (TR__WS_DEV, tr__ws_r16), which only a forward without the tape writes and reads (a taped one
-   writes the tape's, the backward reads the tape's; the CPU's forward has the record's gate_up fields in dbig). */
-TR__FN int tr__ws_rec_shared(const tr_model *m, int gate_up) { return gate_up == TR__WS_DEV && tr__ws_r16(m, gate_up); }
 /* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
    gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
 TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
 TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return 4 * tr__ws_grad_vals(m, B, gate_up); }
 /* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
    position), or the token mix's gate_up of tr__ws_mix_rows rows. */
+/* Floats of the channel SwiGLU's dg as the tensor cores pack it (tr__cl_packed_of: B S rows padded to 128, 2 I columns
+   to 32, two values a word), and the room's alignment slack (tr__cl_room). */
+TR__FN size_t tr__ws_dg_pack_floats(const tr_model *m, int B) {
+    return ((size_t)B * m->S + 127) / 128 * 128 * (((size_t)2 * m->I + 31) / 32 * 32) / 2 + 64;
+}
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu, att = (size_t)B * 2 * m->S * (3 * m->D / 2 + 1);
-    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : att; /* (attention's only: tr__ws_gate_up) */
+    /* (TR__WS_DEV: attention's d qkv, and the packing of the SwiGLU's dg before it, tr__ws_dg_room; nothing for mlp_t) */
+    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : TR__MAX(att, tr__ws_dg_pack_floats(m, B));
     if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
     return TR__MAX(TR__MAX(chan, att), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
     size_t rec = tr__ws_rec_floats(m, gate_up) * (size_t)B, grads = tr__ws_grad_floats(m, B, gate_up) + tr__ws_dbig_floats(m, B, gate_up);
-    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, rec), rec = 0;
+    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, ((rec + 63) & ~(size_t)63) + tr__ws_proj_floats(m, B, gate_up)), rec = 0;
     return rec + tr__block_tmp_floats(m, B, gate_up) + grads + (gate_up ? (size_t)B * m->S * m->D : 0) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B); }
@@ -12370,6 +12384,20 @@ TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr
 /* dbig, which on the CPU also holds the record's gate_up fields (tr__ws_rec: 16-bit values with tr__ws_d16, the channel
    SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
 TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
+/* The block scratch's projection output (tmp: tr__ws_tmp): after the activation, or with tr__ws_rec_shared after the
+   record in the gradient buffers. */
+TR__FN float *tr__ws_proj(const tr_model *m, int B, float *tmp) {
+    if (tr__ws_rec_shared(m, m->ws_gate_up)) return tr__ws_g1(m, B) + ((tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B + 63) & ~(size_t)63);
+    return tmp + tr__ws_act_floats(m, B, m->ws_gate_up);
+}
+/* The CPU attention's rows per thread, after the activation and (where it is there) the projection. */
+TR__FN float *tr__ws_att_rows(const tr_model *m, int B, float *tmp) {
+    return tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_proj_floats(m, B, m->ws_gate_up));
+}
+/* Where the SwiGLU backward's kept dg packing goes (tr__op_swiglu_bwd's room): a tensor-core device's attention's dbig
+   (TR__WS_DEV), free until attention's d qkv, which the window over dg's products closes before; else (NULL) operand
+   slot A. */
+TR__FN float *tr__ws_dg_room(const tr_model *m, int B) { return m->ws_gate_up == TR__WS_DEV && !m->cfg.mlp_t ? tr__ws_dbig(m, B) : NULL; }
 /* Where the workspace's record has its gate_up fields (and the backward its SwiGLU gradient dg): dbig on the CPU;
    with TR__WS_DEV, whose tensor-core SwiGLU ops write gate_up only to the 16-bit tape and dg only as its packing
    (tr__cl_swiglu_bwd_kept), a reservation of address space that names them for the packing window's keys and has
@@ -12490,7 +12518,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
     /* (the projection in 16 bits with a 16-bit workspace, tr__ws_d16, as the activation: x16 for the ops that read it) */
-    float *act = tmp, *proj = tmp + tr__ws_act_floats(m, B, m->ws_gate_up), *rows = proj + tr__ws_proj_floats(m, B, m->ws_gate_up);
+    float *act = tmp, *proj = tr__ws_proj(m, B, tmp), *rows = tr__ws_att_rows(m, B, tmp);
     int p16 = m->ws_d16 ? TR__X16_B : 0;
     /* and h1 in 16 bits with a 16-bit record (tr__ws_r16), written straight to a 16-bit tape's where there is one
        (tr__rec_half leaves it) */
@@ -12552,7 +12580,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
                                int x16, float *g1, float *g2, float *dbig, float *tmp) {
     tr_ctx *ctx = m->ctx;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *rows = tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + tr__ws_proj_floats(m, B, m->ws_gate_up);
+    float *act = tmp, *rows = tr__ws_att_rows(m, B, tmp);
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     /* the block input and output as the 16-bit tape holds them, which the CPU's weight gradient products and first norm
        read as they are (r->in and r->out unset) */
@@ -12589,7 +12617,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, 2 * I, D, BS, d16, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
         if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     } else {
-        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I);
+        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I, tr__ws_dg_room(m, B));
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 1, 0, 2 * I, D, BS, dg, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dg, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
     }
@@ -12617,7 +12645,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             if (st) return st;
             tr__op_pack_window(ctx, 1);
             if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dg, 2 * It * D);
-            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, aC != 0, dg, D);
+            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, aC != 0, dg, D, NULL);
             if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
             else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
             if (!st)

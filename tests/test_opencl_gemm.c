@@ -700,15 +700,17 @@ static void run_weights_still(tr__cl *cl, uint64_t seed) {
 
 /* The SwiGLU backward written only as its products' packing (tr__op_swiglu_bwd with cols, in a packing window: the
    model's backward) against the fp32 dg and the same products: the same bits, the fp32 dg never written, and a
-   product reading dg otherwise than as packed fails; g and then also d act given as 16-bit values too. tok 0: the channel layout (rows of gate | up, the weight
+   product reading dg otherwise than as packed fails; g and then also d act given as 16-bit values too; and the packing
+   in the caller's room (given misaligned, at + 4 bytes: a tensor-core device's dbig), operand slot A untouched. tok 0: the channel layout (rows of gate | up, the weight
    gradient dgᵀ h and dg W); 1: the token mix's (per batch 2 It rows of D: dg_b h_bᵀ summed, W2ᵀ dg_b). */
 static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long rows, long width, size_t cols, size_t n, uint64_t seed) {
     const size_t ng = (size_t)rows * 2 * width, nd = (size_t)rows * width, rpr = 2 * width / cols;
     const size_t nh = tok ? (size_t)rows * n * cols : (size_t)rows * n, nw = tok ? rpr * n : cols * n;
     const size_t nc1 = tok ? rpr * n : cols * n, nc2 = tok ? (size_t)rows * n * cols : (size_t)rows * n;
     float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
-    float *out[4][2], *dG, *dDA, *dH, *dW, *ddg[4], *dout[4][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
-    float *dG16, *dGs, *dDA16;
+    float *out[5][2], *dG, *dDA, *dH, *dW, *ddg[5], *dout[5][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
+    float *dG16, *dGs, *dDA16, *room = NULL, *slot = NULL;
+    tr__cl_packed pk = tr__cl_packed_of(NULL, cols, tok ? 2 * width : 0, tok ? rpr : (size_t)rows, cols, tok ? (int)rows : 1, fdt == TR_FWD_FLOAT16 ? 2 : 1);
     int w, i;
     long reused;
     tu_fill(G, ng, seed, 2.0f), tu_fill(DA, nd, seed + 1, 1.0f), tu_fill(H, nh, seed + 2, 1.0f), tu_fill(W, nw, seed + 3, 1.0f);
@@ -716,18 +718,19 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     dG = up(cl, G, ng), dDA = up(cl, DA, nd), dH = up(cl, H, nh), dW = up(cl, W, nw);
     dG16 = up_half(cl, fdt, G, ng), dGs = up_nan(cl, ng); /* (g given in 16 bits: the fp32 g it is never unpacked into) */
     dDA16 = up_half(cl, fdt, DA, nd);
-    for (w = 0; w < 4; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g; and a 16-bit d act */
+    for (w = 0; w < 5; w++) { /* fp32 dg; kept packed; kept packed from a 16-bit g; and a 16-bit d act; in a room */
         float *dg = ddg[w] = up(cl, Z, ng);
         dout[w][0] = up(cl, Z, nc1), dout[w][1] = up(cl, Z, nc2);
+        if (w == 4) room = up_nan(cl, tr__cl_packed_words(&pk) + 65);
         if (w) { /* operand slot A full of NaN: the packing's padding, which no product may read */
-            float *slot = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, 1 << 16);
+            slot = tr__cl_scratch(cl, TR__CL_SLOT_PACK_A, 1 << 16);
             assert_non_null(slot);
             assert_int_equal(tr__cl_fill(cl, slot, 0x7fc07fc0u, cl->slot_floats[TR__CL_SLOT_PACK_A] * 4), TR_OK);
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
-        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w >= 2 ? dGs : dG, w >= 2 ? dG16 + 3 : NULL, 2 * width, w == 3 ? dDA16 + 3 : dDA, width,
-                                           w == 3, dg, w ? cols : 0),
+        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w >= 2 ? dGs : dG, w >= 2 ? dG16 + 3 : NULL, 2 * width, w >= 3 ? dDA16 + 3 : dDA, width,
+                                           w >= 3, dg, w ? cols : 0, w == 4 ? (float *)(void *)((char *)room + 4) : NULL),
                          TR_OK);
         if (!tok) {
             assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
@@ -746,14 +749,23 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
             down(cl, out[w][i], dout[w][i], i ? nc2 : nc1);
         }
     }
-    for (w = 1; w < 4; w++) {
+    assert_all_nan(cl, slot, cl->slot_floats[TR__CL_SLOT_PACK_A]); /* (the last packing went to the room) */
+    { /* and the room holds it (its first row, whole: the padding past the rows need not be written) */
+        float *h = (float *)malloc(cols / 2 * 4 + 4);
+        size_t j, nan = 0;
+        down(cl, h, (const float *)tr__cl_room((float *)(void *)((char *)room + 4)), cols / 2);
+        for (j = 0; j < cols / 2; j++) nan += h[j] != h[j];
+        assert_int_equal(nan, 0);
+        free(h), tr__cl_free(cl, room);
+    }
+    for (w = 1; w < 5; w++) {
         assert_memory_equal(out[0][0], out[w][0], nc1 * 4);
         assert_memory_equal(out[0][1], out[w][1], nc2 * 4);
         down(cl, G, ddg[w], ng);
         assert_memory_equal(G, Z, ng * 4); /* (the fp32 dg was never written) */
     }
     assert_all_nan(cl, dGs, ng);
-    for (w = 0; w < 4; w++) {
+    for (w = 0; w < 5; w++) {
         tr__cl_free(cl, ddg[w]), tr__cl_free(cl, dout[w][0]), tr__cl_free(cl, dout[w][1]);
         free(out[w][0]), free(out[w][1]);
     }
