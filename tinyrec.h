@@ -7635,11 +7635,11 @@ static const char tr__cl_src_ops_2[] =
 "        }\n"
 "}\n"
 "/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */\n"
-"float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {\n"
+"static inline float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {\n"
 "    return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];\n"
 "}\n"
 "/* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */\n"
-"void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {\n"
+"static inline void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {\n"
 "    if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);\n"
 "    else p[off + e] = v;\n"
 "}\n"
@@ -7715,9 +7715,10 @@ static const char tr__cl_src_ops_3[] =
 "            dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);\n"
 "        }\n"
 "}\n"
-"/* q16: qkv holds 16-bit values of fdt (a tensor-core device's 16-bit record; qkv_off in floats, two values each) */\n"
-"__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                        __global const float *sn, ulong sn_off, float sgn, int fdt, int q16) {\n"
+"/* q16: qkv holds 16-bit values of fdt (tr_k_rope16: a tensor-core device's 16-bit record; qkv_off in floats, two\n"
+"   values each); a constant in each kernel, so that the loads are plain */\n"
+"static inline void tr_rope1(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
 "    size_t v;\n"
@@ -7731,8 +7732,17 @@ static const char tr__cl_src_ops_3[] =
 "    tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));\n"
 "    tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));\n"
 "}\n"
+"__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
+"    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
+"}\n"
+"__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                          __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
+"    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
+"}\n"
 "/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
-"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
+"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n";
+static const char tr__cl_src_ops_4[] =
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
 "    int i = get_global_id(0), b = get_global_id(1);\n"
 "    size_t o;\n"
@@ -7747,8 +7757,7 @@ static const char tr__cl_src_ops_3[] =
 "    }\n"
 "    zh[zh_off + o] = hi[hi_off + i % D];\n"
 "    zl[zl_off + o] = li[li_off + i % D];\n"
-"}\n";
-static const char tr__cl_src_ops_4[] =
+"}\n"
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
@@ -7783,15 +7792,49 @@ static const char tr__cl_src_ops_4[] =
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
 "   product's output, already of the precision). */\n"
 "__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, int x16) {\n"
+"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0), e;\n"
+"    size_t r = get_group_id(0);\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc ss = 0;\n"
 "    float inv;\n"
-"    /* (the residual sum is formed again in the second pass, not stored: out may alias x, or hold 16 bits) */\n"
+"    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
 "    for (j = lid; j < D; j += n) {\n"
-"        float v;\n"
+"        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];\n"
+"        o[j] = v;\n"
+"        ss += (tr_k1_acc)v * v;\n"
+"    }\n"
+"    ss = tr_k1_wg_sum(sh, ss);\n"
+"    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
+"    if (lid == 0) rstd[rstd_off + r] = inv;\n"
+"    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);\n"
+"}\n"
+"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
+"    __local tr_k1_acc sh[TR_K1_WG];\n"
+"    size_t r = get_group_id(0);\n"
+"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
+"    tr_k1_acc dot = 0;\n"
+"    float mean, rs = rstd[rstd_off + r];\n"
+"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
+"    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
+"    dot = tr_k1_wg_sum(sh, dot);\n"
+"    mean = (float)(dot / D);\n";
+static const char tr__cl_src_ops_5[] =
+"    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);\n"
+"}\n"
+"/* The row norms with any operand in 16 bits (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; a tensor-core\n"
+"   device's 16-bit record): the bits of the fp32 kernels on the widened values, the residual sum formed again in the\n"
+"   second pass rather than stored (out may alias x, or hold 16 bits). A copy per combination (x16 a constant in each), so\n"
+"   that every load is a plain one. */\n"
+"static inline void tr_rms_rows_fwd16(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
+"                                     __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,\n"
+"                                     const int x16) {\n"
+"    size_t r = get_group_id(0), e;\n"
+"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
+"    tr_k1_acc ss = 0;\n"
+"    float inv, v;\n"
+"    for (j = lid; j < D; j += n) {\n"
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
@@ -7801,16 +7844,14 @@ static const char tr__cl_src_ops_4[] =
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
 "    if (lid == 0) rstd[rstd_off + r] = inv;\n"
 "    for (j = lid; j < D; j += n) {\n"
-"        float v;\n"
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
 "        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
 "    }\n"
 "}\n"
-"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
-"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt, int x16) {\n"
-"    __local tr_k1_acc sh[TR_K1_WG];\n"
+"static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"                                     ulong rstd_off, __global float *dx, ulong dx_off, int fdt, __local tr_k1_acc *sh, const int x16) {\n"
 "    size_t r = get_group_id(0), e;\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
 "    tr_k1_acc dot = 0;\n"
@@ -7822,8 +7863,27 @@ static const char tr__cl_src_ops_4[] =
 "        e = r * D + j;\n"
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
-"}\n";
-static const char tr__cl_src_ops_5[] =
+"}\n"
+"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations) */\n"
+"#define TR_RMS16_K(X)                                                                                                                        \\\n"
+"    __kernel void tr_k_rms_rows_fwd16_##X(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad,       \\\n"
+"                                          ulong ad_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {    \\\n"
+"        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \\\n"
+"        tr_rms_rows_fwd16(D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                                     \\\n"
+"    }                                                                                                                                        \\\n"
+"    __kernel void tr_k_rms_rows_bwd16_##X(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,                \\\n"
+"                                          __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \\\n"
+"        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \\\n"
+"        tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \\\n"
+"    }\n";
+static const char tr__cl_src_ops_6[] =
+"TR_RMS16_K(1)\n"
+"TR_RMS16_K(2)\n"
+"TR_RMS16_K(3)\n"
+"TR_RMS16_K(4)\n"
+"TR_RMS16_K(5)\n"
+"TR_RMS16_K(6)\n"
+"TR_RMS16_K(7)\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -7897,10 +7957,10 @@ static const char tr__cl_src_ops_5[] =
 "    shv[lid] = mx; shi[lid] = am;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
-"        if (lane < s) {\n"
+"        if (lane < s) {\n";
+static const char tr__cl_src_ops_7[] =
 "            float v2 = shv[lid + s];\n"
-"            int i2 = shi[lid + s];\n";
-static const char tr__cl_src_ops_6[] =
+"            int i2 = shi[lid + s];\n"
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
 "        }\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -7991,10 +8051,10 @@ static const char tr__cl_src_ops_6[] =
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-"        if (j < D)\n"
+"        if (j < D)\n";
+static const char tr__cl_src_ops_8[] =
 "            for (u = 0; u < m; u++)\n"
-"                if (tile[u] == v) {\n";
-static const char tr__cl_src_ops_7[] =
+"                if (tile[u] == v) {\n"
 "                    long tt = t + u;\n"
 "                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];\n"
 "                }\n"
@@ -8057,7 +8117,7 @@ static const char tr__cl_src_ops_7[] =
 "}\n";
 #define TR__CL_SRC_OPS_LIST \
     tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, \
-    tr__cl_src_ops_6, tr__cl_src_ops_7
+    tr__cl_src_ops_6, tr__cl_src_ops_7, tr__cl_src_ops_8
 /* >>cl-embed-end */
 
 
@@ -8128,6 +8188,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, tr__ws_r16). */
 TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const void *x, const void *add, void *out, float *rstd, float eps, int x16) {
     tr__clargs A;
+    char name[32];
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
     tr__cla_i32(&A, D);
@@ -8138,13 +8199,15 @@ TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, cons
     tr__cla_buf(&A, out);
     tr__cla_buf(&A, rstd);
     tr__cla_i32(&A, fdt);
-    tr__cla_i32(&A, x16);
-    return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
+    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
+    snprintf(name, sizeof name, "tr_k_rms_rows_fwd16_%d", x16 & 7);
+    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
 }
 
 /* x16 (TR__X16_A, _B, _C): dy, y, dx hold 16-bit values of fdt. */
 TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const void *dy, const void *y, const float *rstd, void *dx, int x16) {
     tr__clargs A;
+    char name[32];
     if (rows <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
     tr__cla_i32(&A, D);
@@ -8153,8 +8216,9 @@ TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, cons
     tr__cla_buf(&A, rstd);
     tr__cla_buf(&A, dx);
     tr__cla_i32(&A, fdt);
-    tr__cla_i32(&A, x16);
-    return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
+    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
+    snprintf(name, sizeof name, "tr_k_rms_rows_bwd16_%d", x16 & 7);
+    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
 }
 
 /* Column norms: one work-item per (b, channel) walks S; dimension 0 runs over channels so each step of the walk reads
@@ -8235,8 +8299,7 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
     tr__cla_i32(&A, fdt);
-    tr__cla_i32(&A, q16);
-    return tr__cl_k1_launch2(cl, "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, q16 ? "tr_k_rope16" : "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
 
 /* The scalar factors are formed on the host exactly as tr__adam_atan2_ref forms them. */
@@ -9489,15 +9552,16 @@ static const char tr__cl_src_attention_1[] =
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
-"/* x16 (bits 1, 2, 4: qkv, o, do) holds 16-bit values of fdt (a tensor-core device's 16-bit record): the kernels\n"
-" read (and the forward stores o) through these, offsets in values; lse, Dv and dqkv stay fp32. */\n"
-"static inline float tr_att_ld(__global const float *p, long i, int is16, int fdt) {\n"
+"/* x16 (bits 1, 2, 4: qkv, o, do) holds 16-bit values of fdt (a tensor-core device's 16-bit record): a constant in\n"
+" each kernel (the _h ones: qkv and o; do stays fp32), so that each load is a plain one. Offsets in values; lse, Dv and\n"
+" dqkv stay fp32. */\n"
+"static inline float tr_att_ld(__global const float *p, long i, const int is16, int fdt) {\n"
 "  return is16 ? tr_unhalf1(((__global const ushort *)p)[i], fdt) : p[i];\n"
 "}\n"
 "#define TR_ATT_AT(p, off, is16) ((is16) ? (__global float *)((__global ushort *)(p) + 2 * (off)) : (p) + (off))\n"
 "#define TR_QLD(r, d) tr_att_ld(qkv, ((long)b * S + (r)) * ld + (long)h * hd + (d), x16 & 1, fdt)\n"
 "static inline void tr_att_fwd(__global const float *qkv, __global float *o, __global float *lse, int S, int H, int hd,\n"
-"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt, int x16) {\n"
+"           int nqb, int BK, __local float *Qs, __local float *Ks, __local float *Vs, __local float *Ps, const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BK + 1;\n"
@@ -9561,19 +9625,20 @@ static const char tr__cl_src_attention_1[] =
 "    if (dj == 0) lse[((long)b * H + h) * S + q0 + qi] = m + log(l);\n"
 "  }\n"
 "}\n"
-"#define TR_ATT_FWD(NAME, NC)                                                                                         \\\n"
+"#define TR_ATT_FWD(NAME, NC, X16)                                                                                    \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
-"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
-"           __local float *Vs, __local float *Ps, int fdt, int x16) {                                     \\\n";
+"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n";
 static const char tr__cl_src_attention_2[] =
-"    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(o, o_off, x16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, Ps, NC, \\\n"
-"               fdt, x16);                                                                                          \\\n"
+"           __local float *Vs, __local float *Ps, int fdt) {                                              \\\n"
+"    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, X16 & 1), TR_ATT_AT(o, o_off, X16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, \\\n"
+"               Ps, NC, fdt, X16);                                                                                    \\\n"
 "  }\n"
-"TR_ATT_FWD(tr_k_att_fwd64, 4)\n"
-"TR_ATT_FWD(tr_k_att_fwd256, 16)\n"
-"/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice. */\n"
-"__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
-"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt, int x16) {\n"
+"TR_ATT_FWD(tr_k_att_fwd64, 4, 0)\n"
+"TR_ATT_FWD(tr_k_att_fwd256, 16, 0)\n"
+"TR_ATT_FWD(tr_k_att_fwd64_h, 4, 3)\n"
+"TR_ATT_FWD(tr_k_att_fwd256_h, 16, 3)\n"
+"/* Dv[(b*H+h)*S+i] = dot(do_i, o_i) over the head's slice (_h: o in 16 bits). */\n"
+"static inline void tr_att_dot(__global const float *o, __global const float *dO, __global float *Dv, int B, int S, int H, int hd, int fdt, const int x16) {\n"
 "  const long r = get_global_id(0);\n"
 "  long bh, i, base;\n"
 "  float s = 0.0f;\n"
@@ -9581,16 +9646,31 @@ static const char tr__cl_src_attention_2[] =
 "  if (r >= (long)B * H * S) return;\n"
 "  bh = r / S, i = r - bh * S;\n"
 "  base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd;\n"
-"  o = TR_ATT_AT(o, o_off, x16 & 2), dO = TR_ATT_AT(dO, dO_off, x16 & 4);\n"
-"  for (d = 0; d < hd; d++) s = fma(tr_att_ld(dO, base + d, x16 & 4, fdt), tr_att_ld(o, base + d, x16 & 2, fdt), s);\n"
-"  Dv[Dv_off + r] = s;\n"
+"  if ((x16 & 2) && (hd & 3) == 0) /* (16-bit o: four values a load, as many loads as fp32's are bytes; the same sum) */\n"
+"    for (d = 0; d < hd; d += 4) {\n"
+"      const ushort4 h = vload4(0, (__global const ushort *)o + base + d);\n"
+"      const float4 g = vload4(0, dO + base + d);\n"
+"      s = fma(g.s0, tr_unhalf1(h.s0, fdt), s), s = fma(g.s1, tr_unhalf1(h.s1, fdt), s);\n"
+"      s = fma(g.s2, tr_unhalf1(h.s2, fdt), s), s = fma(g.s3, tr_unhalf1(h.s3, fdt), s);\n"
+"    }\n"
+"  else\n"
+"    for (d = 0; d < hd; d++) s = fma(dO[base + d], tr_att_ld(o, base + d, x16 & 2, fdt), s);\n"
+"  Dv[r] = s;\n"
+"}\n"
+"__kernel void tr_k_att_dot(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
+"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {\n"
+"  tr_att_dot(o + o_off, dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 0);\n"
+"}\n"
+"__kernel void tr_k_att_dot_h(__global const float *o, ulong o_off, __global const float *dO, ulong dO_off,\n"
+"             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {\n"
+"  tr_att_dot(TR_ATT_AT(o, o_off, 1), dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 2);\n"
 "}\n"
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
 "            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
-"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, int x16) {\n"
+"            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
 "  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKb + 1;\n"
@@ -9610,12 +9690,13 @@ static const char tr__cl_src_attention_2[] =
 "    for (e = tid; e < qn * hd; e += NTH) {\n"
 "      i = e / hd, d = e - i * hd;\n"
 "      Qs[i * sk + d] = TR_QLD(i0 + i, d);\n"
-"      Os[i * sk + d] = tr_att_ld(dO, ((long)b * S + i0 + i) * D + (long)h * hd + d, x16 & 4, fdt);\n"
+"      Os[i * sk + d] = dO[((long)b * S + i0 + i) * D + (long)h * hd + d];\n"
 "    }\n"
 "    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n"
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n";
+static const char tr__cl_src_attention_3[] =
 "      for (d = 0; d < hd; d++) {\n"
 "        kd = Ks[kj * sk + d], vd = Vs[kj * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -9648,28 +9729,29 @@ static const char tr__cl_src_attention_2[] =
 "  if (j0 + kj < S) {\n"
 "    __global float *r = dqkv + ((long)b * S + j0 + kj) * ld + (long)h * hd;\n"
 "    for (c = 0; c < NC; c++) {\n"
-"      d = dj + TR_ATT_TD * c;\n";
-static const char tr__cl_src_attention_3[] =
+"      d = dj + TR_ATT_TD * c;\n"
 "      if (d < hd) r[D + d] = tr_round1(dk[c] * scale, fdt), r[2 * D + d] = tr_round1(dv[c], fdt);\n"
 "    }\n"
 "  }\n"
 "}\n"
-"#define TR_ATT_DKDV(NAME, NC)                                                                                      \\\n"
+"#define TR_ATT_DKDV(NAME, NC, X16)                                                                                 \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nkb, int BQb,               \\\n"
 "           __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,                \\\n"
-"           __local float *Ls, __local float *Ps, __local float *Ss, int fdt, int x16) {               \\\n"
-"    tr_att_dkdv(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off, \\\n"
-"                dqkv + dqkv_off, S, H, hd, nkb, BQb, Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt, x16);              \\\n"
+"           __local float *Ls, __local float *Ps, __local float *Ss, int fdt) {                        \\\n"
+"    tr_att_dkdv(TR_ATT_AT(qkv, qkv_off, X16 & 1), dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nkb, \\\n"
+"                BQb, Ks, Vs, Qs, Os, Ls, Ps, Ss, NC, fdt, X16);                                                  \\\n"
 "  }\n"
-"TR_ATT_DKDV(tr_k_att_dkdv64, 4)\n"
-"TR_ATT_DKDV(tr_k_att_dkdv256, 16)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv64, 4, 0)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv256, 16, 0)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv64_h, 4, 1)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv256_h, 16, 1)\n"
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
-"           const int NC, int fdt, int x16) {\n"
+"           const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
 "  const int tid = qi * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nqb, q0 = (g - bh * nqb) * BQ;\n"
 "  const int b = bh / H, h = bh - b * H, D = H * hd, sk = hd + 1, sp = BKc + 1;\n"
@@ -9683,7 +9765,7 @@ static const char tr__cl_src_attention_3[] =
 "  for (e = tid; e < BQ * hd; e += NTH) {\n"
 "    i = e / hd, d = e - i * hd;\n"
 "    Qs[i * sk + d] = q0 + i < S ? TR_QLD(q0 + i, d) : 0.0f;\n"
-"    Os[i * sk + d] = q0 + i < S ? tr_att_ld(dO, ((long)b * S + q0 + i) * D + (long)h * hd + d, x16 & 4, fdt) : 0.0f;\n"
+"    Os[i * sk + d] = q0 + i < S ? dO[((long)b * S + q0 + i) * D + (long)h * hd + d] : 0.0f;\n"
 "  }\n"
 "  for (k0 = 0; k0 < S; k0 += BKc) {\n"
 "    kn = min(BKc, S - k0);\n"
@@ -9695,7 +9777,8 @@ static const char tr__cl_src_attention_3[] =
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n"
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n";
+static const char tr__cl_src_attention_4[] =
 "      for (d = 0; d < hd; d++) {\n"
 "        qd = Qs[qi * sk + d], od = Os[qi * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -9729,18 +9812,19 @@ static const char tr__cl_src_attention_3[] =
 "    }\n"
 "  }\n"
 "}\n"
-"#define TR_ATT_DQ(NAME, NC)                                                                                        \\\n";
-static const char tr__cl_src_attention_4[] =
+"#define TR_ATT_DQ(NAME, NC, X16)                                                                                   \\\n"
 "  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off,          \\\n"
 "           __global const float *lse, ulong lse_off, __global const float *Dv, ulong Dv_off,          \\\n"
 "           __global float *dqkv, ulong dqkv_off, int S, int H, int hd, int nqb, int BKc,               \\\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs,                \\\n"
-"           __local float *Ss, int fdt, int x16) {                                                     \\\n"
-"    tr_att_dq(TR_ATT_AT(qkv, qkv_off, x16 & 1), TR_ATT_AT(dO, dO_off, x16 & 4), lse + lse_off, Dv + Dv_off,    \\\n"
-"              dqkv + dqkv_off, S, H, hd, nqb, BKc, Qs, Os, Ks, Vs, Ss, NC, fdt, x16);                        \\\n"
+"           __local float *Ss, int fdt) {                                                              \\\n"
+"    tr_att_dq(TR_ATT_AT(qkv, qkv_off, X16 & 1), dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, hd, nqb,    \\\n"
+"              BKc, Qs, Os, Ks, Vs, Ss, NC, fdt, X16);                                                          \\\n"
 "  }\n"
-"TR_ATT_DQ(tr_k_att_dq64, 4)\n"
-"TR_ATT_DQ(tr_k_att_dq256, 16)\n";
+"TR_ATT_DQ(tr_k_att_dq64, 4, 0)\n"
+"TR_ATT_DQ(tr_k_att_dq256, 16, 0)\n"
+"TR_ATT_DQ(tr_k_att_dq64_h, 4, 1)\n"
+"TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n";
 #define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, \
     tr__cl_src_attention_4
 /* >>cl-embed-end */
@@ -10431,7 +10515,12 @@ TR__FN tr_status tr__cl_att_check(tr__cl *cl, int B, int S, int H, int hd) {
 }
 
 /* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16
-   (TR__X16_A, _B): qkv, o hold 16-bit values of fdt (a tensor-core device's 16-bit record). */
+   (TR__X16_A | TR__X16_B, or 0): qkv and o hold 16-bit values of fdt (a tensor-core device's 16-bit record; the _h
+   kernels). */
+TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
+    if (x16 && x16 != (TR__X16_A | TR__X16_B)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention takes qkv and o in 16 bits together, and do in fp32");
+    return TR_OK;
+}
 TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, int x16) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nqb;
@@ -10439,7 +10528,7 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__clargs a;
     tr_status st;
     if (!cl || !info) return TR_ERR_INVALID_ARG;
-    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK) return st;
+    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK || (st = tr__cl_att_x16(cl, x16)) != TR_OK) return st;
     if (!B || !S || !H || !hd) return TR_OK;
 #define TR__ATT_FWD_BYTES (4 * ((size_t)BQ * (hd + 1) + (size_t)BK * (2 * hd + 1) + (size_t)BQ * (BK + 1)))
     budget = tr__cl_att_budget(info), BQ = tr__cl_att_rows(info);
@@ -10454,14 +10543,14 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, (int32_t)nqb), tr__cla_i32(&a, BK);
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * hd), tr__cla_local(&a, 4 * (size_t)BQ * (BK + 1));
-    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_FWD_BYTES
-    return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_fwd64" : "tr_k_att_fwd256", 2, gs, ls, &a);
+    return tr__cl_launch(cl, hd <= 64 ? (x16 ? "tr_k_att_fwd64_h" : "tr_k_att_fwd64") : x16 ? "tr_k_att_fwd256_h" : "tr_k_att_fwd256", 2, gs, ls, &a);
 }
 
 /* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
-   queries) and dq per query block (looping over keys); each output is written once, no atomics. x16 (TR__X16_A, _B,
-   _C): qkv, o, do_ hold 16-bit values of fdt; dqkv is fp32. */
+   queries) and dq per query block (looping over keys); each output is written once, no atomics. x16 as the forward's:
+   qkv and o in 16 bits; do_ and dqkv are fp32. */
 TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse,
                                       const void *do_, float *dqkv, int x16) {
     const tr__cl_info *info = tr__cl_get_info(cl);
@@ -10471,15 +10560,15 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__clargs a;
     tr_status st;
     if (!cl || !info) return TR_ERR_INVALID_ARG;
-    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK) return st;
+    if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK || (st = tr__cl_att_x16(cl, x16)) != TR_OK) return st;
     if (!B || !S || !H || !hd) return TR_OK;
     rows = (size_t)B * (size_t)H * (size_t)S;
     if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, rows))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&a);
     tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
-    tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
+    tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
-    if ((st = tr__cl_launch(cl, "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
+    if ((st = tr__cl_launch(cl, x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
     /* dk, dv: R keys per group, query blocks of BQ */
 #define TR__ATT_DKDV_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BQ * (hd + 1) + (size_t)2 * BQ + (size_t)2 * BQ * (R + 1)))
@@ -10495,9 +10584,11 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)2 * BQ), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1)), tr__cla_local(&a, 4 * (size_t)BQ * (R + 1));
-    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_DKDV_BYTES
-    if ((st = tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dkdv64" : "tr_k_att_dkdv256", 2, gs, ls, &a)) != TR_OK) return st;
+    if ((st = tr__cl_launch(cl, hd <= 64 ? (x16 ? "tr_k_att_dkdv64_h" : "tr_k_att_dkdv64") : x16 ? "tr_k_att_dkdv256_h" : "tr_k_att_dkdv256", 2, gs, ls,
+                            &a)) != TR_OK)
+        return st;
     /* dq: R queries per group, key blocks of BK */
     R = tr__cl_att_rows(info);
 #define TR__ATT_DQ_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BK * (hd + 1) + (size_t)R * (BK + 1)))
@@ -10513,9 +10604,9 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, 
     tr__cla_local(&a, 4 * (size_t)R * (hd + 1)), tr__cla_local(&a, 4 * (size_t)R * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)BK * (hd + 1)), tr__cla_local(&a, 4 * (size_t)BK * (hd + 1));
     tr__cla_local(&a, 4 * (size_t)R * (BK + 1));
-    tr__cla_i32(&a, fdt), tr__cla_i32(&a, x16);
+    tr__cla_i32(&a, fdt);
 #undef TR__ATT_DQ_BYTES
-    return tr__cl_launch(cl, hd <= 64 ? "tr_k_att_dq64" : "tr_k_att_dq256", 2, gs, ls, &a);
+    return tr__cl_launch(cl, hd <= 64 ? (x16 ? "tr_k_att_dq64_h" : "tr_k_att_dq64") : x16 ? "tr_k_att_dq256_h" : "tr_k_att_dq256", 2, gs, ls, &a);
 }
 /* >>cl-gemm-end */
 
@@ -11663,8 +11754,8 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H,
 }
 
 /* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv) with any of qkv, o and do_ in
-   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, tr__ws_r16), the bits of
-   the fp32 op on their values; x16 = 0 is the fp32 op. */
+   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, tr__ws_r16, qkv and o
+   together), the bits of the fp32 op on their values; x16 = 0 is the fp32 op. */
 TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
                                     float *dqkv, float *scratch) {
     tr_status st;

@@ -573,8 +573,9 @@ static void test_carry16(void **state) {
     }
 }
 
-/* A tensor-core device's 16-bit record (tr__ws_r16): the row norms, RoPE and attention with any of their operands given
-   as 16 bits give, bit for bit, what the same kernels give on the fp32 values (stored as 16 bits where the output is):
+/* A tensor-core device's 16-bit record (tr__ws_r16): the row norms with any of their operands given as 16 bits, RoPE on
+   16-bit qkv, and attention with qkv and o so give, bit for bit, what the fp32 kernels give on the fp32 values (stored
+   as 16 bits where the output is):
    the values are of the precision already, so widening them is exact. Odd sizes, offsets into the buffers (odd in
    floats: the 16-bit images start 6 values in). */
 static float *dev_maybe16(int fdt, int is16, const float *x, size_t n) { return is16 ? dev_h16(fdt, x, n) : dev_f(x, n); }
@@ -625,17 +626,33 @@ static void test_record16(void **state) {
                     assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dCs, dSn, inv, 1), TR_OK);
                     same_bits(inv ? "rope inverse, 16-bit qkv" : "rope, 16-bit qkv", fdt, down_h16(fdt, dQ, nq), q0[inv], nq);
                 }
-            /* attention: qkv, o (the forward's output, the backward's input), do; dqkv and lse fp32 */
+            /* attention: qkv and o together (the forward's output, the backward's input); do, dqkv and lse fp32; any
+               other combination is refused */
             dO = Bb ? dev_h16(fdt, o0, no) : dev_f(NULL, no), dL = dev_f(NULL, nl), dD = dev_f(NULL, nq);
-            if (!C) {
-                assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, x16), TR_OK);
-                same_bits("attention fwd o, 16-bit operands", fdt, down_maybe16(fdt, Bb, dO, no), o0, no);
-                same_bits("attention fwd lse, 16-bit operands", fdt, down(dL, nl), l0, nl);
+            if (x16 != (TR__X16_A | TR__X16_B)) {
+                assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, x16), TR_ERR_UNSUPPORTED);
+                assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, dev_f(dout, no), dD, x16), TR_ERR_UNSUPPORTED);
+                continue;
             }
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dev_maybe16(fdt, Bb, o0, no), dev_f(l0, nl),
-                                                  dev_maybe16(fdt, C, dout, no), dD, x16),
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dO, dL, x16), TR_OK);
+            same_bits("attention fwd o, 16-bit operands", fdt, down_h16(fdt, dO, no), o0, no);
+            same_bits("attention fwd lse, 16-bit operands", fdt, down(dL, nl), l0, nl);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dev_h16(fdt, o0, no), dev_f(l0, nl), dev_f(dout, no), dD, x16),
                              TR_OK);
             same_bits("attention bwd dqkv, 16-bit operands", fdt, down(dD, nq), dq0, nq);
+        }
+        { /* a head size of a multiple of 4 (the backward's row dots read 16-bit o four values at a time) */
+            enum { H8 = 3, D8 = 8 };
+            size_t mq = (size_t)AB * AS * 3 * H8 * D8, mo = (size_t)AB * AS * H8 * D8, ml = (size_t)AB * H8 * AS;
+            float *q8 = hrand(mq, 223, 1.0f), *do8 = hrand(mo, 227, 1.0f), *dO = dev_f(NULL, mo), *dL = dev_f(NULL, ml), *dD = dev_f(NULL, mq);
+            float *dO16 = dev_f(NULL, (mo + 1) / 2), *dL16 = dev_f(NULL, ml), *dD16 = dev_f(NULL, mq);
+            tr__round_ref(fdt, q8, mq), tr__round_ref(fdt, do8, mo);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, 0), TR_OK);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, dev_f(do8, mo), dD, 0), TR_OK);
+            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, TR__X16_A | TR__X16_B), TR_OK);
+            same_bits("attention fwd o, 16-bit operands, hd 8", fdt, down_h16(fdt, dO16, mo), down(dO, mo), mo);
+            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, dev_f(do8, mo), dD16, TR__X16_A | TR__X16_B), TR_OK);
+            same_bits("attention bwd dqkv, 16-bit operands, hd 8", fdt, down(dD16, mq), down(dD, mq), mq);
         }
         dev_free_all();
     }

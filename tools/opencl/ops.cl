@@ -91,11 +91,11 @@ __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort
         }
 }
 /* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */
-float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {
+static inline float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {
     return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];
 }
 /* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */
-void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {
+static inline void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {
     if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);
     else p[off + e] = v;
 }
@@ -170,9 +170,10 @@ __kernel void tr_k_swiglu_bwd(long rows, long width, __global const float *g, ul
             dg[e] = tr_round1(v.s0, fdt), dg[e + width] = tr_round1(v.s1, fdt);
         }
 }
-/* q16: qkv holds 16-bit values of fdt (a tensor-core device's 16-bit record; qkv_off in floats, two values each) */
-__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                        __global const float *sn, ulong sn_off, float sgn, int fdt, int q16) {
+/* q16: qkv holds 16-bit values of fdt (tr_k_rope16: a tensor-core device's 16-bit record; qkv_off in floats, two
+   values each); a constant in each kernel, so that the loads are plain */
+static inline void tr_rope1(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
+                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {
     int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;
     long r = get_global_id(1);
     size_t v;
@@ -185,6 +186,14 @@ __kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ul
     x1 = tr_k_ld16(qkv, qkv_off, v + j, q16, fdt); x2 = tr_k_ld16(qkv, qkv_off, v + j + hf, q16, fdt);
     tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));
     tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));
+}
+__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
+                        __global const float *sn, ulong sn_off, float sgn, int fdt) {
+    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);
+}
+__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
+                          __global const float *sn, ulong sn_off, float sgn, int fdt) {
+    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);
 }
 /* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */
 __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
@@ -237,15 +246,48 @@ tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
    residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a
    product's output, already of the precision). */
 __kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, int x16) {
+                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     __local tr_k1_acc sh[TR_K1_WG];
-    size_t r = get_group_id(0), e;
+    size_t r = get_group_id(0);
     int j, lid = get_local_id(0), n = get_local_size(0);
     tr_k1_acc ss = 0;
     float inv;
-    /* (the residual sum is formed again in the second pass, not stored: out may alias x, or hold 16 bits) */
+    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;
     for (j = lid; j < D; j += n) {
-        float v;
+        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];
+        o[j] = v;
+        ss += (tr_k1_acc)v * v;
+    }
+    ss = tr_k1_wg_sum(sh, ss);
+    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
+    if (lid == 0) rstd[rstd_off + r] = inv;
+    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);
+}
+__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
+                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
+    __local tr_k1_acc sh[TR_K1_WG];
+    size_t r = get_group_id(0);
+    int j, lid = get_local_id(0), n = get_local_size(0);
+    tr_k1_acc dot = 0;
+    float mean, rs = rstd[rstd_off + r];
+    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;
+    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];
+    dot = tr_k1_wg_sum(sh, dot);
+    mean = (float)(dot / D);
+    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);
+}
+/* The row norms with any operand in 16 bits (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; a tensor-core
+   device's 16-bit record): the bits of the fp32 kernels on the widened values, the residual sum formed again in the
+   second pass rather than stored (out may alias x, or hold 16 bits). A copy per combination (x16 a constant in each), so
+   that every load is a plain one. */
+static inline void tr_rms_rows_fwd16(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
+                                     __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,
+                                     const int x16) {
+    size_t r = get_group_id(0), e;
+    int j, lid = get_local_id(0), n = get_local_size(0);
+    tr_k1_acc ss = 0;
+    float inv, v;
+    for (j = lid; j < D; j += n) {
         e = r * D + j;
         v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);
         if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);
@@ -255,16 +297,14 @@ __kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const fl
     inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
     if (lid == 0) rstd[rstd_off + r] = inv;
     for (j = lid; j < D; j += n) {
-        float v;
         e = r * D + j;
         v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);
         if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);
         tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));
     }
 }
-__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
-                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt, int x16) {
-    __local tr_k1_acc sh[TR_K1_WG];
+static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
+                                     ulong rstd_off, __global float *dx, ulong dx_off, int fdt, __local tr_k1_acc *sh, const int x16) {
     size_t r = get_group_id(0), e;
     int j, lid = get_local_id(0), n = get_local_size(0);
     tr_k1_acc dot = 0;
@@ -277,6 +317,25 @@ __kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, _
         tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));
     }
 }
+/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations) */
+#define TR_RMS16_K(X)                                                                                                                        \
+    __kernel void tr_k_rms_rows_fwd16_##X(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad,       \
+                                          ulong ad_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {    \
+        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \
+        tr_rms_rows_fwd16(D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                                     \
+    }                                                                                                                                        \
+    __kernel void tr_k_rms_rows_bwd16_##X(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,                \
+                                          __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \
+        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \
+        tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \
+    }
+TR_RMS16_K(1)
+TR_RMS16_K(2)
+TR_RMS16_K(3)
+TR_RMS16_K(4)
+TR_RMS16_K(5)
+TR_RMS16_K(6)
+TR_RMS16_K(7)
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                 __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     int j = get_global_id(0), b = get_global_id(1), s;
