@@ -7634,15 +7634,16 @@ static const char tr__cl_src_ops_2[] =
 "            else h[e] = tr_half1(x[e], fdt);\n"
 "        }\n"
 "}\n"
-"/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */\n"
+"/* Element e of p from offset off (in floats): a float, or (is16) the 16-bit value of fdt there, widened; stored back so\n"
+"   by tr_k_st16 (v a value of fdt already, or fp32) */\n"
 "static inline float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {\n"
 "    return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];\n"
 "}\n"
-"/* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */\n"
 "static inline void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {\n"
 "    if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);\n"
 "    else p[off + e] = v;\n"
 "}\n"
+"/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */\n"
 "__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,\n"
 "                         int x16) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
@@ -10454,7 +10455,6 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
     return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
 }
 
-
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
    act = R(silu(gate) * up) written only packed by the first product's epilogue (in room, or NULL: scratch slot
@@ -10514,13 +10514,14 @@ TR__FN tr_status tr__cl_att_check(tr__cl *cl, int B, int S, int H, int hd) {
     return TR_OK;
 }
 
-/* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16
-   (TR__X16_A | TR__X16_B, or 0): qkv and o hold 16-bit values of fdt (a tensor-core device's 16-bit record; the _h
-   kernels). */
+/* The 16-bit operands the attention kernels take (x16): none, or qkv and o together (TR__X16_A | TR__X16_B: a tensor-core
+   device's 16-bit record; the _h kernels), do in fp32. */
 TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
     if (x16 && x16 != (TR__X16_A | TR__X16_B)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention takes qkv and o in 16 bits together, and do in fp32");
     return TR_OK;
 }
+/* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16:
+   tr__cl_att_x16's. */
 TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, int x16) {
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nqb;
@@ -11205,7 +11206,8 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, s
     return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
-/* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16: else this error. */
+/* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16, where a device's
+   twin (a tensor-core device's 16-bit record, tr__ws_r16, which each op routes first) does not: else this error. */
 TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
     if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
     return TR_OK;
@@ -12451,13 +12453,13 @@ TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
    gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
 TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
 TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return 4 * tr__ws_grad_vals(m, B, gate_up); }
-/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
-   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 /* Floats of the channel SwiGLU's dg as the tensor cores pack it (tr__cl_packed_of: B S rows padded to 128, 2 I columns
    to 32, two values a word), and the room's alignment slack (tr__cl_room). */
 TR__FN size_t tr__ws_dg_pack_floats(const tr_model *m, int B) {
     return ((size_t)B * m->S + 127) / 128 * 128 * (((size_t)2 * m->I + 31) / 32 * 32) / 2 + 64;
 }
+/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
+   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
 TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu, att = (size_t)B * 2 * m->S * (3 * m->D / 2 + 1);
     /* (TR__WS_DEV: attention's d qkv, and the packing of the SwiGLU's dg before it, tr__ws_dg_room; nothing for mlp_t) */
@@ -12465,9 +12467,11 @@ TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
     if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
     return TR__MAX(TR__MAX(chan, att), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
 }
+/* Floats of B rows' record, to a 256-byte boundary (where tr__ws_rec_shared's projection follows it). */
+TR__FN size_t tr__ws_rec_span(const tr_model *m, int B, int gate_up) { return (tr__ws_rec_floats(m, gate_up) * (size_t)B + 63) & ~(size_t)63; }
 TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
     size_t rec = tr__ws_rec_floats(m, gate_up) * (size_t)B, grads = tr__ws_grad_floats(m, B, gate_up) + tr__ws_dbig_floats(m, B, gate_up);
-    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, ((rec + 63) & ~(size_t)63) + tr__ws_proj_floats(m, B, gate_up)), rec = 0;
+    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, tr__ws_rec_span(m, B, gate_up) + tr__ws_proj_floats(m, B, gate_up)), rec = 0;
     return rec + tr__block_tmp_floats(m, B, gate_up) + grads + (gate_up ? (size_t)B * m->S * m->D : 0) + 256;
 }
 TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B); }
@@ -12478,7 +12482,7 @@ TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + t
 /* The block scratch's projection output (tmp: tr__ws_tmp): after the activation, or with tr__ws_rec_shared after the
    record in the gradient buffers. */
 TR__FN float *tr__ws_proj(const tr_model *m, int B, float *tmp) {
-    if (tr__ws_rec_shared(m, m->ws_gate_up)) return tr__ws_g1(m, B) + ((tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B + 63) & ~(size_t)63);
+    if (tr__ws_rec_shared(m, m->ws_gate_up)) return tr__ws_g1(m, B) + tr__ws_rec_span(m, B, m->ws_gate_up);
     return tmp + tr__ws_act_floats(m, B, m->ws_gate_up);
 }
 /* The CPU attention's rows per thread, after the activation and (where it is there) the projection. */
@@ -12785,7 +12789,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     size_t BS = (size_t)B * m->S, D = (size_t)m->D, I = (size_t)m->I;
     int gate_up = unpack && !tr__op_reads16(m->ctx, m->fdt);
     tr_status st;
-    /* a 16-bit workspace's forward writes the activations to the tape's record, and its backward reads them there: only
+    /* a 16-bit record's forward writes the activations to the tape's record, and its backward reads them there: only
        the block output, the caller's fp32, is packed */
     if (m->ws_r16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
     if ((m->cfg.mlp_t ? gate_up : 1) &&
@@ -12798,7 +12802,8 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
 }
 
-/* The block record in the workspace (16-bit with tr__ws_d16), with the statistics of tape record t (a 16-bit tape's) or its own. */
+/* The block record in the workspace (16-bit with tr__ws_r16; in the gradient buffers with tr__ws_rec_shared), with the
+   statistics of tape record t (a 16-bit tape's) or its own. */
 TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
     float *cur = tr__ws_rec_shared(m, m->ws_gate_up) ? tr__ws_g1(m, B) : m->ws;
     tr__rec_bind(m, r, &cur, B, with_out, m->ws_r16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, B));

@@ -90,15 +90,16 @@ __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort
             else h[e] = tr_half1(x[e], fdt);
         }
 }
-/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */
+/* Element e of p from offset off (in floats): a float, or (is16) the 16-bit value of fdt there, widened; stored back so
+   by tr_k_st16 (v a value of fdt already, or fp32) */
 static inline float tr_k_ld16(__global const float *p, ulong off, size_t e, int is16, int fdt) {
     return is16 ? tr_unhalf1(((__global const ushort *)p)[2 * off + e], fdt) : p[off + e];
 }
-/* v (a value of fdt already, or fp32) stored at element e as tr_k_ld16 reads it */
 static inline void tr_k_st16(__global float *p, ulong off, size_t e, int is16, int fdt, float v) {
     if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);
     else p[off + e] = v;
 }
+/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */
 __kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,
                          int x16) {
     size_t i = 4 * get_global_id(0), e;
