@@ -78,7 +78,10 @@
    Environment variables (read by tr_ctx_create and the example programs)
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
-       TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
+       TINYREC_DEVICE          auto | cpu | gpu | opencl | opencl:N | opencl:<name substring>, optionally
+                               followed by ",cpu" (the CPU when a named device cannot open)
+       TINYREC_OPENCL_DRIVERS  ':'-separated OpenCL drivers (ICDs) to open directly when the ICD loader
+                               lists no GPU (before NVIDIA's, AMD's and Intel's, which are tried then)
        TINYREC_FAULT           fault injection: no-library | no-platform | no-device | build |
                                oom@STEP[:ROWS] | enqueue@STEP[:N] | nan@STEP[:N] | enospc@N | erofs@N |
                                no-bf16 | no-half
@@ -170,10 +173,14 @@ typedef struct tr_ctx_config {
     size_t memory_limit;    /* bytes of host memory a model, trainer, dataset or file read may need; one that
                                needs more is refused before anything is allocated, with the sizes in
                                the reason. 0: the machine's physical memory */
-    const char *device;     /* NULL: TINYREC_DEVICE, else "auto". "auto" | "cpu" | "opencl" | "opencl:N" |
+    const char *device;     /* NULL: TINYREC_DEVICE, else "auto". "auto" | "cpu" | "gpu" | "opencl" | "opencl:N" |
                                "opencl:<name substring>"; "auto" takes an OpenCL GPU when the build has
-                               TINYREC_OPENCL and one is present, else the CPU. The device opens with the
-                               first model; every choice and fallback is logged once, with the reason. */
+                               TINYREC_OPENCL and one is present, else the CPU; "gpu" the same GPU or an
+                               error. The device opens with the first model. A named device (gpu, opencl...)
+                               that cannot be opened is an error of that model's creation (the CPU is
+                               never taken by surprise) unless the selector ends in ",cpu"
+                               ("opencl:1,cpu"): then it falls back to the CPU. Every choice and
+                               fallback is logged once, with the reason. */
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
@@ -232,8 +239,13 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
 /* Chooses the device for models created from now on (see tr_ctx_config.device). */
 TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *selector);
 /* Opens the selected device now (it otherwise opens with the first model) and returns 1 when
-   work runs on an OpenCL device, 0 on the CPU. Never fails: an unusable device means the CPU. */
+   work runs on an OpenCL device, 0 on the CPU (also when a named device failed to open: see
+   tr_ctx_open_device). */
 TRDEF int tr_ctx_use_device(tr_ctx *ctx);
+/* Opens the selected device now: TR_OK on it (or on the CPU where the selector allows the CPU), else
+   the status with the reason (what the OpenCL library listed, the OpenCL driver list of this process's
+   environment); the device stays unopened then, and tr_ctx_set_device may choose another. */
+TRDEF tr_status tr_ctx_open_device(tr_ctx *ctx);
 /* "cpu (avx512, 2 threads)" or "opencl: <device> (<platform>)": where work runs now. */
 TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx);
 /* >>api-base-end */
@@ -1430,6 +1442,7 @@ struct tr_ctx {
     /* device (>>device): the selector, the OpenCL device once opened (kept after a fallback,
        because it owns the migrated memory), whether ops run on it, and injected faults */
     char device_sel[96];
+    int dev_fallback; /* the selector ended in ",cpu": a named device that cannot open means the CPU */
     int dev_tried, dev_active;
     struct tr__cl *cl;
     char dev_name[320];
@@ -1894,13 +1907,20 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
 }
 
 TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *sel) {
+    size_t n;
+    int fb;
     if (!ctx) return TR_ERR_INVALID_ARG;
     if (!sel || !sel[0]) sel = "auto";
-    if (strcmp(sel, "auto") != 0 && strcmp(sel, "cpu") != 0 && strncmp(sel, "opencl", 6) != 0)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown device '%s' (valid: auto, cpu, opencl, opencl:N, opencl:<name>)", sel);
-    if (strlen(sel) >= sizeof ctx->device_sel) return tr__err(ctx, TR_ERR_INVALID_ARG, "device selector '%.40s...' is too long", sel);
+    n = strlen(sel);
+    fb = n > 4 && strcmp(sel + n - 4, ",cpu") == 0; /* "opencl:1,cpu": the CPU when the device cannot open */
+    if (fb) n -= 4;
+    if ((n != 4 || strncmp(sel, "auto", 4) != 0) && (n != 3 || strncmp(sel, "cpu", 3) != 0) && (n != 3 || strncmp(sel, "gpu", 3) != 0) &&
+        strncmp(sel, "opencl", 6) != 0)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown device '%s' (valid: auto, cpu, gpu, opencl, opencl:N, opencl:<name>, each optionally followed by ',cpu')", sel);
+    if (n >= sizeof ctx->device_sel) return tr__err(ctx, TR_ERR_INVALID_ARG, "device selector '%.40s...' is too long", sel);
     if (ctx->dev_tried) return tr__err(ctx, TR_ERR_INVALID_ARG, "the device is chosen when the first model is created; set it before");
-    snprintf(ctx->device_sel, sizeof ctx->device_sel, "%s", sel);
+    snprintf(ctx->device_sel, sizeof ctx->device_sel, "%.*s", (int)n, sel);
+    ctx->dev_fallback = fb;
     return TR_OK;
 }
 
@@ -5995,6 +6015,8 @@ TR__CL_FUNCS(TR__CL_PROTO)
 typedef struct tr__cllib {
     void *handle;
     const char *name;
+    int direct;        /* a vendor driver opened without the ICD loader (tr__cl_load_driver) */
+    char namebuf[128]; /* a direct driver's name (name points here) */
     tr__clfn f;
 } tr__cllib;
 
@@ -6002,7 +6024,61 @@ typedef struct tr__cllib {
    process (seen on an H200, driver 580), and a loaded library costs nothing. */
 TR__FN void tr__cl_unload(tr__cllib *L) { memset(L, 0, sizeof *L); }
 
-/* Loads the library and every entry point; 0 with the reason in why on failure. */
+/* Whether f's platforms list a device (a GPU when gpu_only). */
+TR__FN int tr__cl_has_device(const tr__clfn *f, int gpu_only) {
+    tr__cl_platform plats[16];
+    tr__cl_uint np = 0, p;
+    if (f->GetPlatformIDs(16, plats, &np) != TR__CL_SUCCESS) return 0;
+    for (p = 0; p < np && p < 16; p++) {
+        tr__cl_uint nd = 0;
+        if (f->GetDeviceIDs(plats[p], gpu_only ? TR__CL_DEVICE_TYPE_GPU : TR__CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == TR__CL_SUCCESS && nd > 0) return 1;
+    }
+    return 0;
+}
+
+#if !defined(TINYREC_OPENCL_LINKED) && !defined(_WIN32) && !defined(__APPLE__)
+/* Each entry point's slot in the dispatch table that every object of an installable driver (ICD) begins
+   with (Khronos cl_icd.h's order), in TR__CL_FUNCS' order. */
+static const unsigned char tr__cl_dispatch_slot[] = {0, 1, 2, 3, 4, 7, 9, 11, 26, 30, 33, 29, 34, 37, 38, 40, 59, 14, 18, 49, 48, 50, 102, 56, 58, 47, 41, 44};
+
+/* A vendor's driver opened without the ICD loader, as the loader itself uses it: its platforms from
+   clIcdGetPlatformIDsKHR, every other call through the dispatch table its objects begin with. For the
+   case where the loader's list of drivers lost the GPU's (OCL_ICD_FILENAMES as mpirun hands it to its
+   ranks: "libpocl.so.2" of "libpocl.so.2:libnvidia-opencl.so.1", seen with Open MPI 4.1). 1 when the
+   driver lists a device (a GPU unless any); the library stays loaded either way (see tr__cl_unload). */
+TR__FN int tr__cl_load_driver(tr__cllib *L, const char *name, const size_t *offs, int any) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL), *get, *const *table;
+    tr__clfn f;
+    tr__cl_platform plat = NULL;
+    tr__cl_uint np = 0;
+    size_t i;
+    if (!h) return 0;
+    if ((get = dlsym(h, "clIcdGetPlatformIDsKHR")) == NULL) {
+        void *(*ext)(const char *) = NULL;
+        void *p = dlsym(h, "clGetExtensionFunctionAddress");
+        if (p) memcpy(&ext, &p, sizeof p);
+        if (!ext || (get = ext("clIcdGetPlatformIDsKHR")) == NULL) return 0;
+    }
+    memset(&f, 0, sizeof f);
+    memcpy(&f.GetPlatformIDs, &get, sizeof get);
+    if (f.GetPlatformIDs(1, &plat, &np) != TR__CL_SUCCESS || np == 0 || !plat) return 0;
+    table = *(void *const *const *)plat;
+    for (i = 0; i < sizeof tr__cl_dispatch_slot; i++) {
+        void *p = table[tr__cl_dispatch_slot[i]];
+        if (!p) return 0;
+        if (i) memcpy((char *)&f + offs[i], &p, sizeof p); /* slot 0 stays clIcdGetPlatformIDsKHR */
+    }
+    if (!tr__cl_has_device(&f, !any)) return 0;
+    L->handle = h, L->direct = 1, L->f = f;
+    snprintf(L->namebuf, sizeof L->namebuf, "%s", name);
+    return 1;
+}
+#endif
+
+/* Loads the library and every entry point; 0 with the reason in why on failure. When the ICD loader
+   lists no GPU (or is missing), the drivers named in TINYREC_OPENCL_DRIVERS (':'-separated; taken when
+   they list any device), then the GPU vendors' drivers (NVIDIA, AMD ROCm, Intel) are opened directly,
+   and the first that lists a GPU replaces the loader: the listing then holds that driver's devices. */
 TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
     memset(L, 0, sizeof *L);
     why[0] = 0;
@@ -6038,12 +6114,9 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
             L->name = names[i];
             if (!L->handle && (e = dlerror()) != NULL && !why[0]) snprintf(why, whylen, "%s", e);
         }
-        if (!L->handle) {
-            if (!why[0]) snprintf(why, whylen, "%s could not be loaded", names[0]);
-            return 0;
-        }
+        if (!L->handle && !why[0]) snprintf(why, whylen, "%s could not be loaded", names[0]);
 #endif
-        for (i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        for (i = 0; L->handle && i < sizeof syms / sizeof syms[0]; i++) {
 #if defined(_WIN32)
             FARPROC p = GetProcAddress((HMODULE)L->handle, syms[i].name);
 #else
@@ -6052,11 +6125,35 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
             if (!p) {
                 snprintf(why, whylen, "the OpenCL library lacks %s (OpenCL 1.2 is required)", syms[i].name);
                 tr__cl_unload(L);
-                return 0;
+            } else {
+                memcpy((char *)&L->f + syms[i].off, &p, sizeof p); /* object -> function pointer, portably */
             }
-            memcpy((char *)&L->f + syms[i].off, &p, sizeof p); /* object -> function pointer, portably */
         }
-        return 1;
+#if !defined(_WIN32) && !defined(__APPLE__)
+        if (!L->handle || !tr__cl_has_device(&L->f, 1)) {
+            static const char *const vendors[] = {"libnvidia-opencl.so.1", "libamdocl64.so", "libigdrcl.so"};
+            const char *env = getenv("TINYREC_OPENCL_DRIVERS");
+            char named[8][128];
+            size_t offs[sizeof syms / sizeof syms[0]];
+            tr__cllib D;
+            int k = 0, n = 0;
+            for (i = 0; i < sizeof syms / sizeof syms[0]; i++) offs[i] = syms[i].off;
+            while (env && *env && n < 8) {
+                size_t len = strcspn(env, ":");
+                if (len && len < sizeof named[0]) memcpy(named[n], env, len), named[n++][len] = 0;
+                env += len + (env[len] == ':');
+            }
+            memset(&D, 0, sizeof D);
+            for (k = 0; k < n + 3 && sizeof tr__cl_dispatch_slot == sizeof syms / sizeof syms[0]; k++)
+                if (tr__cl_load_driver(&D, k < n ? named[k] : vendors[k - n], offs, k < n)) {
+                    *L = D;
+                    L->name = L->namebuf;
+                    why[0] = 0;
+                    break;
+                }
+        }
+#endif
+        return L->handle != NULL;
     }
 #endif
 }
@@ -6442,7 +6539,7 @@ TR__FN tr_status tr__cl_describe(tr_ctx *ctx, tr_opencl_list *out) {
         return TR_OK;
     }
     out->loaded = 1;
-    snprintf(out->library, sizeof out->library, "%s", L.name);
+    snprintf(out->library, sizeof out->library, "%.50s%s", L.name, L.direct ? " (direct)" : "");
     e = L.f.GetPlatformIDs(16, plats, &np);
     if (e != TR__CL_SUCCESS || np == 0) {
         if (e == TR__CL_SUCCESS || e == TR__CL_PLATFORM_NOT_FOUND_KHR)
@@ -10646,15 +10743,18 @@ TR__FN void tr__dev_cpu_name(tr_ctx *ctx) {
     snprintf(ctx->dev_name, sizeof ctx->dev_name, "cpu (%s, %d threads)", tr__simd_names[ctx->simd], ctx->num_threads);
 }
 
-/* Opens the selected device once (at the first model). Never fails: the CPU is always there. */
-TR__FN void tr__dev_select(tr_ctx *ctx) {
+/* Opens the selected device once (at the first model). Fails only for a named device (gpu, opencl...)
+   without ",cpu": "auto" finding no GPU, and a ",cpu" selector, mean the CPU. A failure leaves the
+   device unchosen (the next model tries again, or tr_ctx_set_device picks another). */
+TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
     const char *sel = ctx->device_sel[0] ? ctx->device_sel : "auto";
-    if (ctx->dev_tried) return;
+    int strict = strcmp(sel, "auto") != 0 && !ctx->dev_fallback;
+    if (ctx->dev_tried) return TR_OK;
     ctx->dev_tried = 1;
     tr__dev_cpu_name(ctx);
     if (strcmp(sel, "cpu") == 0) {
         tr__log(ctx, TR_LOG_INFO, "device: %s, as requested", ctx->dev_name);
-        return;
+        return TR_OK;
     }
 #if TINYREC_OPENCL
     {
@@ -10664,29 +10764,51 @@ TR__FN void tr__dev_select(tr_ctx *ctx) {
         tr_status st;
         char saved[TR__ERRLEN];
         memcpy(saved, ctx->error, sizeof saved);
-        st = tr__cl_open(ctx, sel, tr__cl_sources, (int)(sizeof tr__cl_sources / sizeof tr__cl_sources[0]), NULL, f, &cl);
+        ctx->error[0] = 0;
+        st = tr__cl_open(ctx, strcmp(sel, "gpu") == 0 ? "auto" : sel, tr__cl_sources, (int)(sizeof tr__cl_sources / sizeof tr__cl_sources[0]), NULL, f, &cl);
         if (st == TR_OK) {
             const tr__cl_info *in = tr__cl_get_info(cl);
             ctx->cl = cl;
             ctx->dev_active = 1;
             snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %.150s (%.100s)", in->name, in->vendor);
             memcpy(ctx->error, saved, sizeof saved);
-            return;
+            return TR_OK;
+        }
+        if (strict) {
+            const char *icd = getenv("OCL_ICD_FILENAMES"), *ven = getenv("OCL_ICD_VENDORS");
+            char why[TR__ERRLEN];
+            snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : tr_status_string(st));
+            ctx->dev_tried = 0;
+            return tr__err(ctx, st == TR_ERR_OUT_OF_MEMORY ? st : TR_ERR_DEVICE,
+                           "device %s cannot be opened: %.600s; this process's OpenCL driver list: OCL_ICD_FILENAMES=%.150s, OCL_ICD_VENDORS=%.100s "
+                           "(device=cpu trains on the CPU, '%s,cpu' falls back to it)",
+                           sel, why, icd ? icd : "(unset)", ven ? ven : "(unset: /etc/OpenCL/vendors)", sel);
         }
         tr__log(ctx, strcmp(sel, "auto") == 0 && st == TR_ERR_UNSUPPORTED ? TR_LOG_INFO : TR_LOG_WARN, "device: %s: %s; using the %s", sel,
                 ctx->error[0] ? ctx->error : tr_status_string(st), ctx->dev_name);
         memcpy(ctx->error, saved, sizeof saved);
     }
 #else
+    if (strcmp(sel, "auto") != 0 && !ctx->dev_fallback) {
+        ctx->dev_tried = 0;
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "device %s cannot be opened: this build has no OpenCL (define TINYREC_OPENCL) (device=cpu trains on the CPU)", sel);
+    }
     if (strcmp(sel, "auto") != 0)
         tr__log(ctx, TR_LOG_WARN, "device: '%s' requested, but this build has no OpenCL (define TINYREC_OPENCL); using the %s", sel, ctx->dev_name);
 #endif
+    TR__UNUSED(strict);
+    return TR_OK;
 }
 
 TRDEF int tr_ctx_use_device(tr_ctx *ctx) {
     if (!ctx) return 0;
     tr__dev_select(ctx);
     return ctx->dev_active;
+}
+
+TRDEF tr_status tr_ctx_open_device(tr_ctx *ctx) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    return tr__dev_select(ctx);
 }
 
 TRDEF const char *tr_ctx_device_name(const tr_ctx *ctx) {
@@ -10897,10 +11019,12 @@ TR__FN tr_status tr__st_run(tr_ctx *ctx, const char *device, const char *kernels
     uint64_t r = 0x243f6a8885a308d3ull;
     tr_status st;
     int on_dev = strcmp(device, "cpu") != 0, i, k, nt;
+    char sel[112];
     memset(o, 0, sizeof *o);
     fail[0] = 0;
     *opened = 0;
-    if ((st = tr__ctx_child(ctx, device, tr__st_log, warn, &c)) != TR_OK) return st;
+    snprintf(sel, sizeof sel, "%.100s%s", device, on_dev ? ",cpu" : ""); /* a device that cannot open is reported below, not an error */
+    if ((st = tr__ctx_child(ctx, sel, tr__st_log, warn, &c)) != TR_OK) return st;
     if ((st = tr_ctx_set_simd(c, kernels)) != TR_OK) {
         st = tr__err(ctx, st, "%s", c->error);
         goto done;
@@ -12113,7 +12237,10 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     m->modules[1].n_layers = cfg->L_layers;
     n = tr__layout(m, NULL);
     m->n_params = n;
-    tr__dev_select(ctx);
+    if ((st = tr__dev_select(ctx)) != TR_OK) {
+        tr_model_destroy(m);
+        return st;
+    }
     {
         /* host memory: parameters, gradients and the puzzle table on the CPU; their copies on a device */
         double table = (double)cfg->num_puzzle_identifiers * TR__MAX(m->Dp, 1), floats = (ctx->dev_active ? 1.0 : 2.0) * (double)n + table;

@@ -90,7 +90,7 @@ static const own_key OWN_KEYS[] = {
     OWN("seed", seed, TR_KEY_U64, 0, "arch.hidden_size", 1, "seed of the initialisation, the sampler and the ACT exploration"),
     OWN("max_steps", max_steps, TR_KEY_LONG, 0, NULL, 0, "(tinyrec) stop after this many steps in total and save; 0 = no limit"),
     OWN("threads", threads, TR_KEY_INT, 0, NULL, 1, "(tinyrec) CPU threads; 0 = default. Exact resume needs the same count"),
-    OWN("device", device, TR_KEY_STRING, 64, NULL, 1, "(tinyrec) auto | cpu | opencl | opencl:N | opencl:<name>; default TINYREC_DEVICE, else auto"),
+    OWN("device", device, TR_KEY_STRING, 64, NULL, 1, "(tinyrec) auto | cpu | gpu | opencl | opencl:N | opencl:<name>, optionally + \",cpu\"; default TINYREC_DEVICE, else auto"),
     OWN("log_interval", log_interval, TR_KEY_INT, 0, NULL, 1, "(tinyrec) steps per metrics.jsonl line"),
     OWN("print_interval", print_interval, TR_KEY_DOUBLE, 0, NULL, 0, "(tinyrec) seconds between progress lines when not on a terminal"),
     OWN("eval_batches", eval_batches, TR_KEY_LONG, 0, NULL, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"),
@@ -453,7 +453,11 @@ static void usage(FILE *f) {
             "written (a full disk); the previous checkpoint is kept either way.\n"
             "device= picks where to train: auto (an OpenCL GPU when there is one, else the CPU), cpu, opencl (the\n"
             "first OpenCL GPU, else the first OpenCL device), opencl:N or opencl:<name> (tinyrec-devices lists them);\n"
-            "the default is TINYREC_DEVICE, else auto. A device that fails falls back to the CPU with a warning.\n"
+            "gpu (a GPU or an error), the default is TINYREC_DEVICE, else auto. A named device (gpu, opencl...) that\n"
+            "cannot be opened stops the run at the start (\"opencl:1,cpu\": the CPU then); one that fails during the\n"
+            "run falls back to the CPU with a warning. Under mpirun, device auto gives each rank its own GPU and\n"
+            "stops the job when a rank finds none on a machine that has GPUs (TINYREC_EXPECT_GPU=0 or device=cpu to\n"
+            "train on the CPUs; TINYREC_EXPECT_GPU=1 asks for a GPU anywhere).\n"
             "--overwrite starts a new run in a checkpoint_path that already holds one.\n\n"
             "Exit status: 0 done or max_steps reached, 1 runtime error, 2 bad command line, 130 interrupted.\n\npresets:\n");
     list_presets(f, "  ");
@@ -587,12 +591,54 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* Whether this process must train on a GPU when its device is auto: TINYREC_EXPECT_GPU=1 / 0 says so;
+   unset, a rank of several does when the machine has GPUs (an NVIDIA or AMD ROCm device node), whatever
+   its OpenCL driver list says: a launcher may hand the ranks another list than the launching shell's
+   (Open MPI 4.1 cut OCL_ICD_FILENAMES to its first entry, and the ranks found PoCL's CPU alone). A single
+   process goes by what OpenCL lists, which is what its shell sees. */
+static int expect_gpu(void) {
+    static const char *const nodes[] = {"/dev/nvidia0", "/dev/nvidia1", "/dev/kfd"};
+    const char *e = getenv("TINYREC_EXPECT_GPU");
+    size_t i;
+    if (e && *e) return atoi(e) != 0;
+    if (g_size < 2) return 0;
+    for (i = 0; i < sizeof nodes / sizeof *nodes; i++)
+        if (access(nodes[i], F_OK) == 0) return 1;
+    return 0;
+}
+
+/* A device that did not open, and the run stops: the library's reason, then what this process's
+   OpenCL listed (platforms and devices) and the likely cause. */
+static int device_failed(const char *dev) {
+    tr_opencl_list l;
+    char seen[1024] = "";
+    size_t n = 0;
+    int i, st = say(1, "%s", tr_ctx_last_error(R.ctx));
+    if (tr_opencl_list_devices(R.ctx, &l) == TR_OK) {
+        if (!l.loaded || !l.num_platforms) n += (size_t)snprintf(seen, sizeof seen, "%s", l.note);
+        for (i = 0; i < l.num_platforms && n < sizeof seen; i++)
+            n += (size_t)snprintf(seen + n, sizeof seen - n, "%splatform %d \"%.60s\"", i ? "; " : "", i, l.platforms[i].name);
+        for (i = 0; i < l.num_devices && n < sizeof seen; i++)
+            n += (size_t)snprintf(seen + n, sizeof seen - n, "%sopencl:%d %.60s [%s]", i ? ", " : ": ", l.devices[i].index, l.devices[i].name, l.devices[i].type);
+        say(0, "  OpenCL here (%s): %s", l.loaded ? l.library : "no library", seen);
+    }
+    tr_opencl_list_free(R.ctx, &l);
+    say(0, "  likely cause: the OpenCL driver list in this %s's environment (OCL_ICD_FILENAMES=%s, OCL_ICD_VENDORS=%s) lacks the GPU's driver%s;\n"
+           "  name the driver (OCL_ICD_FILENAMES=libnvidia-opencl.so.1 in the command, after mpirun: mpirun -np N env OCL_ICD_FILENAMES=... tinyrec-train ...),\n"
+           "  or TINYREC_OPENCL_DRIVERS=<path of the driver>, or train on the CPU on purpose: device=cpu, or '%s,cpu'%s",
+        g_size > 1 ? "rank" : "process", getenv("OCL_ICD_FILENAMES") ? getenv("OCL_ICD_FILENAMES") : "(unset)",
+        getenv("OCL_ICD_VENDORS") ? getenv("OCL_ICD_VENDORS") : "(unset: /etc/OpenCL/vendors)", g_size > 1 ? " (a launcher such as mpirun may hand its ranks another list than the shell's)" : "", dev,
+        g_size > 1 ? ", or TINYREC_EXPECT_GPU=0" : "");
+    return st;
+}
+
 /* With several ranks and device auto: this rank's GPU, the (local rank)-th of this machine's OpenCL GPUs
-   (round robin when there are fewer), so that the ranks of a machine share its GPUs; none: "auto". */
+   (round robin when there are fewer), so that the ranks of a machine share its GPUs; none: "gpu" when a
+   GPU is expected (expect_gpu: the open fails, with the reason), else "auto". */
 static const char *rank_device(char *buf, size_t cap) {
     tr_opencl_list l;
     int i, ngpu = 0, want;
-    snprintf(buf, cap, "auto");
+    snprintf(buf, cap, "%s", expect_gpu() ? "gpu" : "auto");
     if (tr_opencl_list_devices(R.ctx, &l) == TR_OK) {
         for (i = 0; i < l.num_devices; i++) ngpu += l.devices[i].is_gpu;
         want = ngpu ? g_comm->local_rank % ngpu : -1;
@@ -622,8 +668,10 @@ static int setup(int mode) {
     if (tr_ctx_create(&cc, &R.ctx) != TR_OK) return say(1, "cannot create a context");
     dev = o->device[0] ? o->device : getenv("TINYREC_DEVICE");
     if (g_size > 1 && (!dev || !*dev || !strcmp(dev, "auto"))) dev = rank_device(pick, sizeof pick); /* device= still wins */
+    else if ((!dev || !*dev || !strcmp(dev, "auto")) && expect_gpu()) dev = "gpu";
     if (tr_ctx_set_device(R.ctx, dev) != TR_OK)
         return say(2, "%s%s", tr_ctx_last_error(R.ctx), o->device[0] ? "" : " (from TINYREC_DEVICE)");
+    if (tr_ctx_open_device(R.ctx) != TR_OK) return device_failed(dev && *dev ? dev : "auto"); /* now: at the start, not at the model */
     if (B % g_size) return say(2, "global_batch_size %d is not a multiple of the %d ranks", B, g_size);
     o->tc.comm = g_comm;
     if (tr_dataset_open(R.ctx, o->data_path, "train", 0, &R.train_ds) != TR_OK) return fail("cannot open the train split");
@@ -858,6 +906,11 @@ static int train(int mode) {
         printf("done: %ld steps, %.1fs of training", step, R.pos.train_seconds);
         if (R.pos.best_step >= 0) printf("; best exact accuracy %.4f at step %lld (%s)", R.pos.best_exact, (long long)R.pos.best_step, R.best_path);
         printf("\n");
+#if TINYREC_MPI
+        if (g_size > 1 && step > R.step0) /* the gradients' and the stop flag's; evaluations' too */
+            printf("all-reduce (rank 0): %.2f MB a step in %.1f calls, %.2f ms a step waited on\n", 4e-6 * g_mpi.reduce_floats / (double)(step - R.step0),
+                   (double)g_mpi.reduce_calls / (double)(step - R.step0), 1e3 * g_mpi.reduce_seconds / (double)(step - R.step0));
+#endif
     }
     return 0;
 }

@@ -5,7 +5,9 @@
 #   2. a checkpoint of 2 ranks resumes in 1 process and one of 1 process on 2 ranks, with the same losses;
 #      2 ranks on OpenCL devices (PoCL), one of which falls back to its CPU mid-run, give the same losses;
 #   3. a rank killed mid-run ends the job with a message, and the last checkpoint still resumes;
-#   4. a rank that hangs (stopped) makes the others give up after TINYREC_MPI_TIMEOUT with a message.
+#   4. a rank that hangs (stopped) makes the others give up after TINYREC_MPI_TIMEOUT with a message;
+#   5. ranks meant to have a GPU that find none stop the job at the start with the reason (no silent CPU),
+#      and an OpenCL driver opened without the ICD loader trains.
 # usage: sh tests/mpi.sh build/mpi/tinyrec-train build/tinyrec-data
 set -eu
 TRAIN=$1
@@ -109,6 +111,35 @@ elif [ "${TINYREC_REQUIRE_OPENCL:-}" = 1 ]; then
     fail "no OpenCL device, and TINYREC_REQUIRE_OPENCL=1: $(tail -5 "$dir/cl1.out")"
 else
     echo "mpi: skipped: no OpenCL device"
+fi
+
+# No silent CPU: ranks meant to have a GPU (TINYREC_EXPECT_GPU=1 stands in for a machine's GPU device nodes)
+# whose OpenCL driver list names no usable driver (a launcher that handed them another list than the shell's)
+# stop the job at the start, each naming its rank, what it saw and its driver list; nothing is trained.
+echo "mpi: ranks meant to have a GPU that find none stop the job"
+if TINYREC_DEVICE= TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so $MPIRUN 2 "$TRAIN" $ARGS checkpoint_path="$dir/nogpu" > "$dir/nogpu.out" 2>&1; then
+    fail "nogpu: the job trained without the GPU: $(head -5 "$dir/nogpu.out")"
+fi
+# (the first rank to fail ends the job: the other may not get to say it)
+grep -q "rank [01]: device gpu cannot be opened: .*OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so" "$dir/nogpu.out" || fail "nogpu: no reason: $(cat "$dir/nogpu.out")"
+grep -q "rank [01]:   OpenCL here" "$dir/nogpu.out" || fail "nogpu: no listing of what the rank saw: $(cat "$dir/nogpu.out")"
+grep -q "rank [01]:   likely cause: the OpenCL driver list in this rank's environment" "$dir/nogpu.out" || fail "nogpu: no cause: $(cat "$dir/nogpu.out")"
+[ ! -f "$dir/nogpu/metrics.jsonl" ] || fail "nogpu: a step was trained"
+# A device named that does not exist: an error in one process too, not a warning and a CPU run.
+if $MPIRUN 1 "$TRAIN" $ARGS device=opencl:40 checkpoint_path="$dir/cl40" > "$dir/cl40.out" 2>&1; then fail "cl40: trained: $(head -5 "$dir/cl40.out")"; fi
+grep -q "device opencl:40 cannot be opened" "$dir/cl40.out" || fail "cl40: $(cat "$dir/cl40.out")"
+# The same ranks with device=cpu train, on purpose.
+TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so run nogpu-cpu 2 $ARGS device=cpu checkpoint_path="$dir/nogpu-cpu"
+grep -q "devices: rank 0 cpu.*; rank 1 cpu" "$dir/nogpu-cpu.out" || fail "nogpu-cpu: $(head -5 "$dir/nogpu-cpu.out")"
+# A driver opened directly when the ICD loader lists nothing (TINYREC_OPENCL_DRIVERS; the way NVIDIA's,
+# AMD's and Intel's are tried by themselves): PoCL's, through its dispatch table, gives cl1's losses.
+POCL=$(cat /etc/OpenCL/vendors/pocl.icd 2>/dev/null || true)
+if [ -n "$POCL" ] && [ -f "$dir/cl1/metrics.jsonl" ]; then
+    echo "mpi: an OpenCL driver opened without the ICD loader"
+    OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so TINYREC_OPENCL_DRIVERS="/nonexistent/other.so:$POCL" run direct 2 $ARGS device=opencl checkpoint_path="$dir/direct"
+    grep -q "devices: rank 0 opencl.*; rank 1 opencl" "$dir/direct.out" || fail "direct: the ranks are not on OpenCL: $(head -5 "$dir/direct.out")"
+    losses "$dir/direct/metrics.jsonl" > "$dir/direct.loss"
+    same "2 ranks on a directly opened driver against one process on OpenCL" 3e-3 "$dir/cl1.loss" "$dir/direct.loss"
 fi
 
 # A long run whose ranks write their pids; a checkpoint every epoch (6 steps).

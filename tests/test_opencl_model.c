@@ -41,7 +41,7 @@ static tr_ctx *make_ctx(const char *device, log_capture *lc) {
     const char *sel = getenv("TINYREC_TEST_OPENCL");
     cc.num_threads = 2;
     cc.seed = 3;
-    cc.device = strcmp(device, "cpu") == 0 ? "cpu" : (sel && *sel ? sel : "opencl");
+    cc.device = strcmp(device, "cpu") == 0 ? "cpu" : strcmp(device, "opencl") != 0 ? device : (sel && *sel ? sel : "opencl");
     cc.log = capture;
     cc.log_user = lc;
     memset(lc, 0, sizeof *lc);
@@ -212,8 +212,10 @@ static void test_hrm_oom_and_enqueue_faults(void **state) {
     check_oom_and_enqueue(2, 60, "hrm");
 }
 
-/* No library, no platform, no device, a build failure: the CPU, one line saying why, and the
-   CPU's own results (bit for bit: it is the CPU path). */
+/* No library, no platform, no device, a build failure. A named device ("opencl") that cannot open fails the
+   model's creation with the reason and the process's OpenCL driver list, and leaves the device unchosen (the
+   CPU can be chosen then); with ",cpu" the CPU, one line saying why, and the CPU's own results (bit for bit:
+   it is the CPU path). */
 static void test_open_faults_fall_back_to_cpu(void **state) {
     static const tr_fault faults[] = {TR_FAULT_NO_LIBRARY, TR_FAULT_NO_PLATFORM, TR_FAULT_NO_DEVICE, TR_FAULT_BUILD};
     static const char *const words[] = {"library", "platform", "device", "build"};
@@ -226,11 +228,63 @@ static void test_open_faults_fall_back_to_cpu(void **state) {
     cpu_trajectory(1, ref);
     for (i = 0; i < 4; i++) {
         log_capture lc;
-        assert_false(run_with_fault(1, faults[i], 0, 0, &lc, got));
+        tr_ctx *ctx = make_ctx("opencl", &lc);
+        tr_model_config c;
+        tr_model *m = NULL;
+        tr_ctx_inject_fault(ctx, faults[i], 0, 0);
+        variant_config(&c, 1);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_ERR_DEVICE);
+        assert_null(m);
+        if (!strstr(tr_ctx_last_error(ctx), words[i]) || !strstr(tr_ctx_last_error(ctx), "OCL_ICD_FILENAMES=") ||
+            !strstr(tr_ctx_last_error(ctx), "device opencl cannot be opened"))
+            fail_msg("fault %d: the reason: %s", (int)faults[i], tr_ctx_last_error(ctx));
+        assert_int_equal(tr_ctx_open_device(ctx), TR_ERR_DEVICE); /* tried again: the same failure */
+        assert_int_equal(tr_ctx_set_device(ctx, "cpu"), TR_OK);
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        assert_false(tr_ctx_use_device(ctx));
+        tr_model_destroy(m);
+        tr_ctx_destroy(ctx);
+        assert_false(run_on("opencl,cpu", 1, faults[i], 0, 0, &lc, got));
         if (lc.device_lines != 1 || !strstr(lc.text, words[i]) || !strstr(lc.text, "using the cpu"))
             fail_msg("fault %d: expected one device line naming '%s', log:\n%s", (int)faults[i], words[i], lc.text);
         assert_memory_equal(got, ref, sizeof ref);
     }
+}
+
+/* The selectors: "gpu" on a machine without an OpenCL GPU (PoCL's CPU device here) is an error, "auto" the
+   CPU; an index past the devices is an error naming the count; ",cpu" after an unknown word is refused. */
+static void test_named_device_is_an_error(void **state) {
+    tr_opencl_list l;
+    tr_ctx *ctx;
+    log_capture lc;
+    int gpus = 0, devices, i;
+    (void)state;
+#if !TINYREC_OPENCL
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+#endif
+    ctx = make_ctx("auto", &lc);
+    assert_int_equal(tr_opencl_list_devices(ctx, &l), TR_OK);
+    for (i = 0; i < l.num_devices; i++) gpus += l.devices[i].is_gpu;
+    devices = l.num_devices;
+    tr_opencl_list_free(ctx, &l);
+    if (!gpus) {
+        assert_int_equal(tr_ctx_open_device(ctx), TR_OK);
+        assert_false(tr_ctx_use_device(ctx));
+        tr_ctx_destroy(ctx);
+        ctx = make_ctx("gpu", &lc);
+        assert_int_equal(tr_ctx_open_device(ctx), TR_ERR_DEVICE);
+        assert_non_null(strstr(tr_ctx_last_error(ctx), "device gpu cannot be opened"));
+        tr_ctx_destroy(ctx);
+        ctx = make_ctx("gpu,cpu", &lc);
+        assert_int_equal(tr_ctx_open_device(ctx), TR_OK);
+        assert_false(tr_ctx_use_device(ctx));
+    }
+    tr_ctx_destroy(ctx);
+    ctx = make_ctx("opencl:40", &lc);
+    assert_int_equal(tr_ctx_open_device(ctx), TR_ERR_DEVICE);
+    if (devices && !strstr(tr_ctx_last_error(ctx), "no OpenCL device #40")) fail_msg("reason: %s", tr_ctx_last_error(ctx));
+    assert_int_equal(tr_ctx_set_device(ctx, "bogus,cpu"), TR_ERR_INVALID_ARG);
+    tr_ctx_destroy(ctx);
 }
 
 /* Device memory runs out at step 3 for more than half the batch: the step is redone with
@@ -629,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_round_kernel_matches_cpu),
         cmocka_unit_test(test_hrm_oom_and_enqueue_faults),
         cmocka_unit_test(test_open_faults_fall_back_to_cpu),
+        cmocka_unit_test(test_named_device_is_an_error),
         cmocka_unit_test(test_oom_halves_the_micro_batch),
         cmocka_unit_test(test_oom_everywhere_moves_to_cpu),
         cmocka_unit_test(test_enqueue_failure_moves_to_cpu),
