@@ -1443,6 +1443,10 @@ struct tr_ctx {
        because it owns the migrated memory), whether ops run on it, and injected faults */
     char device_sel[96];
     int dev_fallback; /* the selector ended in ",cpu": a named device that cannot open means the CPU */
+    /* OCL_ICD_FILENAMES and OCL_ICD_VENDORS as they were when the context was made: CUDA 13's libOpenCL.so.1
+       cuts the process's OCL_ICD_FILENAMES to its first entry when it starts (seen on an H200), so a reason
+       given later would name another list than the one the drivers were loaded from */
+    char icd_files[200], icd_vendors[120];
     int dev_tried, dev_active;
     struct tr__cl *cl;
     char dev_name[320];
@@ -2031,6 +2035,8 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     st = tr_ctx_set_num_threads(ctx, cfg.num_threads);
     if (st == TR_OK) st = tr_ctx_set_simd(ctx, simd_env);
     if (st == TR_OK) st = tr_ctx_set_device(ctx, cfg.device ? cfg.device : getenv("TINYREC_DEVICE"));
+    snprintf(ctx->icd_files, sizeof ctx->icd_files, "%s", getenv("OCL_ICD_FILENAMES") ? getenv("OCL_ICD_FILENAMES") : "(unset)");
+    snprintf(ctx->icd_vendors, sizeof ctx->icd_vendors, "%s", getenv("OCL_ICD_VENDORS") ? getenv("OCL_ICD_VENDORS") : "(unset: /etc/OpenCL/vendors)");
     if (st == TR_OK) st = tr__fault_from_env(ctx, getenv("TINYREC_FAULT"));
     if (st != TR_OK) {
         cfg.allocator.free(cfg.allocator.user, ctx);
@@ -10775,14 +10781,13 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
             return TR_OK;
         }
         if (strict) {
-            const char *icd = getenv("OCL_ICD_FILENAMES"), *ven = getenv("OCL_ICD_VENDORS");
             char why[TR__ERRLEN];
             snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : tr_status_string(st));
             ctx->dev_tried = 0;
             return tr__err(ctx, st == TR_ERR_OUT_OF_MEMORY ? st : TR_ERR_DEVICE,
                            "device %s cannot be opened: %.600s; this process's OpenCL driver list: OCL_ICD_FILENAMES=%.150s, OCL_ICD_VENDORS=%.100s "
                            "(device=cpu trains on the CPU, '%s,cpu' falls back to it)",
-                           sel, why, icd ? icd : "(unset)", ven ? ven : "(unset: /etc/OpenCL/vendors)", sel);
+                           sel, why, ctx->icd_files, ctx->icd_vendors, sel);
         }
         tr__log(ctx, strcmp(sel, "auto") == 0 && st == TR_ERR_UNSUPPORTED ? TR_LOG_INFO : TR_LOG_WARN, "device: %s: %s; using the %s", sel,
                 ctx->error[0] ? ctx->error : tr_status_string(st), ctx->dev_name);

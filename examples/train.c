@@ -607,6 +607,10 @@ static int expect_gpu(void) {
     return 0;
 }
 
+/* OCL_ICD_FILENAMES and OCL_ICD_VENDORS as main found them (CUDA's libOpenCL.so.1 rewrites the first when
+   it starts). */
+static char g_icd_files[256], g_icd_vendors[256];
+
 /* A device that did not open, and the run stops: the library's reason, then what this process's
    OpenCL listed (platforms and devices) and the likely cause. */
 static int device_failed(const char *dev) {
@@ -626,8 +630,7 @@ static int device_failed(const char *dev) {
     say(0, "  likely cause: the OpenCL driver list in this %s's environment (OCL_ICD_FILENAMES=%s, OCL_ICD_VENDORS=%s) lacks the GPU's driver%s;\n"
            "  name the driver (OCL_ICD_FILENAMES=libnvidia-opencl.so.1 in the command, after mpirun: mpirun -np N env OCL_ICD_FILENAMES=... tinyrec-train ...),\n"
            "  or TINYREC_OPENCL_DRIVERS=<path of the driver>, or train on the CPU on purpose: device=cpu, or '%s,cpu'%s",
-        g_size > 1 ? "rank" : "process", getenv("OCL_ICD_FILENAMES") ? getenv("OCL_ICD_FILENAMES") : "(unset)",
-        getenv("OCL_ICD_VENDORS") ? getenv("OCL_ICD_VENDORS") : "(unset: /etc/OpenCL/vendors)", g_size > 1 ? " (a launcher such as mpirun may hand its ranks another list than the shell's)" : "", dev,
+        g_size > 1 ? "rank" : "process", g_icd_files, g_icd_vendors, g_size > 1 ? " (a launcher such as mpirun may hand its ranks another list than the shell's)" : "", dev,
         g_size > 1 ? ", or TINYREC_EXPECT_GPU=0" : "");
     return st;
 }
@@ -919,6 +922,8 @@ int main(int argc, char **argv) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *kctx = NULL;
     int mode = 0, rc;
+    snprintf(g_icd_files, sizeof g_icd_files, "%s", getenv("OCL_ICD_FILENAMES") ? getenv("OCL_ICD_FILENAMES") : "(unset)");
+    snprintf(g_icd_vendors, sizeof g_icd_vendors, "%s", getenv("OCL_ICD_VENDORS") ? getenv("OCL_ICD_VENDORS") : "(unset: /etc/OpenCL/vendors)");
 #if TINYREC_MPI
     if (tr_mpi_init(&argc, &argv, &g_mpi) != 0) return 1;
     g_comm = &g_mpi.comm, g_rank = g_comm->rank, g_size = g_comm->size;

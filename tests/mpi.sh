@@ -117,7 +117,8 @@ fi
 # whose OpenCL driver list names no usable driver (a launcher that handed them another list than the shell's)
 # stop the job at the start, each naming its rank, what it saw and its driver list; nothing is trained.
 echo "mpi: ranks meant to have a GPU that find none stop the job"
-if TINYREC_DEVICE= TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so $MPIRUN 2 "$TRAIN" $ARGS checkpoint_path="$dir/nogpu" > "$dir/nogpu.out" 2>&1; then
+mkdir -p "$dir/novendors" # no driver of ocl-icd's folder either (it adds them to OCL_ICD_FILENAMES')
+if TINYREC_DEVICE= TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so OCL_ICD_VENDORS="$dir/novendors" $MPIRUN 2 "$TRAIN" $ARGS checkpoint_path="$dir/nogpu" > "$dir/nogpu.out" 2>&1; then
     fail "nogpu: the job trained without the GPU: $(head -5 "$dir/nogpu.out")"
 fi
 # (the first rank to fail ends the job: the other may not get to say it)
@@ -136,7 +137,7 @@ grep -q "devices: rank 0 cpu.*; rank 1 cpu" "$dir/nogpu-cpu.out" || fail "nogpu-
 POCL=$(cat /etc/OpenCL/vendors/pocl.icd 2>/dev/null || true)
 if [ -n "$POCL" ] && [ -f "$dir/cl1/metrics.jsonl" ]; then
     echo "mpi: an OpenCL driver opened without the ICD loader"
-    OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so TINYREC_OPENCL_DRIVERS="/nonexistent/other.so:$POCL" run direct 2 $ARGS device=opencl checkpoint_path="$dir/direct"
+    OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so OCL_ICD_VENDORS="$dir/novendors" TINYREC_OPENCL_DRIVERS="/nonexistent/other.so:$POCL" run direct 2 $ARGS device=opencl checkpoint_path="$dir/direct"
     grep -q "devices: rank 0 opencl.*; rank 1 opencl" "$dir/direct.out" || fail "direct: the ranks are not on OpenCL: $(head -5 "$dir/direct.out")"
     losses "$dir/direct/metrics.jsonl" > "$dir/direct.loss"
     same "2 ranks on a directly opened driver against one process on OpenCL" 3e-3 "$dir/cl1.loss" "$dir/direct.loss"

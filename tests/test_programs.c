@@ -735,11 +735,11 @@ static void test_device_options(void **state) {
     /* an unset device is not written: a resume follows TINYREC_DEVICE again */
     pathf(p, sizeof p, "%s", "smoke/train_config.txt");
     assert_int_equal(count_lines_with(p, "device="), 0);
-    assert_int_equal(run_cmd("d3", "'%s' " TINY_ARGS " checkpoint_path='%s/dbad' device=gpu", g_train, g_dir, g_dir), 2);
-    assert_err_has("d3", "bad value 'gpu' for key 'device'");
+    assert_int_equal(run_cmd("d3", "'%s' " TINY_ARGS " checkpoint_path='%s/dbad' device=tpu", g_train, g_dir, g_dir), 2);
+    assert_err_has("d3", "bad value 'tpu' for key 'device'");
     assert_err_has("d3", "opencl:N");
-    assert_int_equal(run_cmd("d4", "TINYREC_DEVICE=gpu '%s' " TINY_ARGS " checkpoint_path='%s/dbad'", g_train, g_dir, g_dir), 2);
-    assert_err_has("d4", "unknown device 'gpu'");
+    assert_int_equal(run_cmd("d4", "TINYREC_DEVICE=tpu '%s' " TINY_ARGS " checkpoint_path='%s/dbad'", g_train, g_dir, g_dir), 2);
+    assert_err_has("d4", "unknown device 'tpu'");
     assert_err_has("d4", "TINYREC_DEVICE");
     assert_int_equal(run_cmd("d5", "'%s' " TINY_ARGS " checkpoint_path='%s/dbad' device=", g_train, g_dir, g_dir), 2);
     assert_err_has("d5", "key 'device' needs a value");
@@ -747,9 +747,16 @@ static void test_device_options(void **state) {
     assert_false(file_exists(p)); /* nothing was started */
     assert_int_equal(run_cmd("d6", "'%s' --list-keys", g_train), 0);
     assert_out_has("d6", "device");
-    /* "opencl" runs on an OpenCL device where there is one, else on the CPU with a warning */
-    assert_int_equal(run_cmd("d7", "'%s' " TINY_ARGS " checkpoint_path='%s/docl' epochs=1 max_steps=1 device=opencl", g_train, g_dir, g_dir), 0);
+    /* "opencl,cpu" runs on an OpenCL device where there is one, else on the CPU with a warning; a device
+       that does not exist stops the run before anything is written, with the reason and what OpenCL listed */
+    assert_int_equal(run_cmd("d7", "'%s' " TINY_ARGS " checkpoint_path='%s/docl' epochs=1 max_steps=1 device=opencl,cpu", g_train, g_dir, g_dir), 0);
     assert_out_has("d7", "device ");
+    assert_int_equal(run_cmd("d7b", "'%s' " TINY_ARGS " checkpoint_path='%s/docl40' epochs=1 max_steps=1 device=opencl:40", g_train, g_dir, g_dir), 1);
+    assert_err_has("d7b", "device opencl:40 cannot be opened");
+    assert_err_has("d7b", "OpenCL here");
+    assert_err_has("d7b", "likely cause");
+    pathf(p, sizeof p, "%s", "docl40/metrics.jsonl");
+    assert_false(file_exists(p));
     /* tinyrec-solve */
     pathf(p, sizeof p, "%s", "sudoku.txt");
     write_sudoku_input(p);
@@ -763,8 +770,10 @@ static void test_device_options(void **state) {
         free(out);
     }
     assert_err_has("d9", "device cpu (");
-    assert_int_equal(run_cmd("d10", "'%s' '%s/smoke/best.safetensors' '%s' --device gpu", g_solve, g_dir, p), 2);
-    assert_err_has("d10", "unknown device 'gpu'");
+    assert_int_equal(run_cmd("d10", "'%s' '%s/smoke/best.safetensors' '%s' --device tpu", g_solve, g_dir, p), 2);
+    assert_err_has("d10", "unknown device 'tpu'");
+    assert_int_not_equal(run_cmd("d10b", "'%s' '%s/smoke/best.safetensors' '%s' --device opencl:40", g_solve, g_dir, p), 0);
+    assert_err_has("d10b", "device opencl:40 cannot be opened");
     assert_int_equal(run_cmd("d11", "'%s' '%s/smoke/best.safetensors' '%s' --device", g_solve, g_dir, p), 2);
     assert_err_has("d11", "--device");
     assert_int_equal(run_cmd("d12", "TINYREC_DEVICE=nope '%s' '%s/smoke/best.safetensors' '%s'", g_solve, g_dir, p), 2);
