@@ -6049,8 +6049,9 @@ static const unsigned char tr__cl_dispatch_slot[] = {0, 1, 2, 3, 4, 7, 9, 11, 26
 
 /* A vendor's driver opened without the ICD loader, as the loader itself uses it: its platforms from
    clIcdGetPlatformIDsKHR, every other call through the dispatch table its objects begin with. For the
-   case where the loader's list of drivers lost the GPU's (OCL_ICD_FILENAMES as mpirun hands it to its
-   ranks: "libpocl.so.2" of "libpocl.so.2:libnvidia-opencl.so.1", seen with Open MPI 4.1). 1 when the
+   case where the loader's list of drivers lost the GPU's: CUDA 13's libOpenCL.so.1 cuts the process's
+   OCL_ICD_FILENAMES to its first entry when it starts, and mpirun (whose hwloc loads it) hands that to its
+   ranks ("libpocl.so.2" of "libpocl.so.2:libnvidia-opencl.so.1", seen on an H200 machine). 1 when the
    driver lists a device (a GPU unless any); the library stays loaded either way (see tr__cl_unload). */
 TR__FN int tr__cl_load_driver(tr__cllib *L, const char *name, const size_t *offs, int any) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL), *get, *const *table;
