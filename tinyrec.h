@@ -1503,6 +1503,40 @@ TR__FN tr_status tr__err(tr_ctx *ctx, tr_status status, const char *fmt, ...) {
     return status;
 }
 
+/* User-supplied text (a name, key, value or identifier read from a file or given by the caller) as a
+   reason quotes it: after the source (file, line or key), in single quotes, control bytes, quotes and
+   backslashes escaped so the reason stays on one line, and cut after TR__QUOTE_HEAD bytes, with its
+   length: 'abcdef...' (3000 bytes). Every reason that quotes input goes through here:
+       tr__qbuf q;  return tr__err(ctx, TR_ERR_FORMAT, "%s: unknown key %s", path, tr__quote(&q, key)); */
+#define TR__QUOTE_HEAD 80 /* whole: every tensor name the library writes (at most 77 bytes) */
+typedef struct tr__qbuf {
+    char s[2 + 4 * TR__QUOTE_HEAD + 48];
+} tr__qbuf;
+
+TR__FN const char *tr__quote_n(tr__qbuf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    size_t i, head = n, o = 0;
+    if (!s) return strcpy(b->s, "(null)");
+    if (n > TR__QUOTE_HEAD) {
+        head = TR__QUOTE_HEAD;
+        while (head > TR__QUOTE_HEAD - 3 && ((unsigned char)s[head] & 0xc0) == 0x80) head--; /* not inside a UTF-8 character */
+    }
+    b->s[o++] = '\'';
+    for (i = 0; i < head; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\'' || c == '\\') b->s[o++] = '\\', b->s[o++] = (char)c;
+        else if (c == '\n') b->s[o++] = '\\', b->s[o++] = 'n';
+        else if (c == '\t') b->s[o++] = '\\', b->s[o++] = 't';
+        else if (c < 0x20 || c == 0x7f) b->s[o++] = '\\', b->s[o++] = 'x', b->s[o++] = hex[c >> 4], b->s[o++] = hex[c & 15];
+        else b->s[o++] = (char)c;
+    }
+    if (head < n) snprintf(b->s + o, sizeof b->s - o, "...' (%llu bytes)", (unsigned long long)n);
+    else b->s[o++] = '\'', b->s[o] = 0;
+    return b->s;
+}
+
+TR__FN const char *tr__quote(tr__qbuf *b, const char *s) { return tr__quote_n(b, s, s ? strlen(s) : 0); }
+
 TR__FN void tr__log(tr_ctx *ctx, tr_log_level level, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 3, 4)))
@@ -1877,6 +1911,7 @@ TRDEF tr_ctx_config tr_ctx_config_default(void) {
 }
 
 TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name) {
+    tr__qbuf q;
     int i;
     if (!ctx) return TR_ERR_INVALID_ARG;
     if (!name || !name[0] || strcmp(name, "auto") == 0) {
@@ -1886,11 +1921,11 @@ TRDEF tr_status tr_ctx_set_simd(tr_ctx *ctx, const char *name) {
     for (i = 0; i < TR_KERNEL_SETS; i++)
         if (strcmp(name, tr__simd_names[i]) == 0) {
             if (!tr__simd_runs(ctx->simd_best, i))
-                return tr__err(ctx, TR_ERR_UNSUPPORTED, "simd '%s' is not supported by this CPU (best: %s)", name, tr__simd_names[ctx->simd_best]);
+                return tr__err(ctx, TR_ERR_UNSUPPORTED, "simd %s is not supported by this CPU (best: %s)", tr__quote(&q, name), tr__simd_names[ctx->simd_best]);
             ctx->simd = (tr__simd)i;
             return TR_OK;
         }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd '%s' (valid: auto, scalar, avx2, avx512, neon)", name);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown simd %s (valid: auto, scalar, avx2, avx512, neon)", tr__quote(&q, name));
 }
 
 TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
@@ -1913,6 +1948,7 @@ TRDEF tr_status tr_ctx_set_num_threads(tr_ctx *ctx, int n) {
 TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *sel) {
     size_t n;
     int fb;
+    tr__qbuf q;
     if (!ctx) return TR_ERR_INVALID_ARG;
     if (!sel || !sel[0]) sel = "auto";
     n = strlen(sel);
@@ -1920,8 +1956,8 @@ TRDEF tr_status tr_ctx_set_device(tr_ctx *ctx, const char *sel) {
     if (fb) n -= 4;
     if ((n != 4 || strncmp(sel, "auto", 4) != 0) && (n != 3 || strncmp(sel, "cpu", 3) != 0) && (n != 3 || strncmp(sel, "gpu", 3) != 0) &&
         strncmp(sel, "opencl", 6) != 0)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown device '%s' (valid: auto, cpu, gpu, opencl, opencl:N, opencl:<name>, each optionally followed by ',cpu')", sel);
-    if (n >= sizeof ctx->device_sel) return tr__err(ctx, TR_ERR_INVALID_ARG, "device selector '%.40s...' is too long", sel);
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "unknown device %s (valid: auto, cpu, gpu, opencl, opencl:N, opencl:<name>, each optionally followed by ',cpu')", tr__quote(&q, sel));
+    if (n >= sizeof ctx->device_sel) return tr__err(ctx, TR_ERR_INVALID_ARG, "device: selector %s is too long (at most %d bytes)", tr__quote(&q, sel), (int)sizeof ctx->device_sel - 1);
     if (ctx->dev_tried) return tr__err(ctx, TR_ERR_INVALID_ARG, "the device is chosen when the first model is created; set it before");
     snprintf(ctx->device_sel, sizeof ctx->device_sel, "%.*s", (int)n, sel);
     ctx->dev_fallback = fb;
@@ -1939,6 +1975,7 @@ TRDEF void tr_ctx_inject_fault(tr_ctx *ctx, tr_fault fault, long at_step, int ro
 /* TINYREC_FAULT: "no-library" | "no-platform" | "no-device" | "build" | "oom@STEP[:ROWS]" | "enqueue@STEP[:N]" |
    "nan@STEP[:N]" | "enospc@N" | "erofs@N" (the names in tr_fault's order). */
 TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
+    tr__qbuf q;
     static const char *const names[] = {"", "no-library", "no-platform", "no-device", "build", "oom", "enqueue", "nan", "enospc", "erofs", "no-bf16", "no-half"};
     int i;
     long step = 0, rows = 0;
@@ -1957,7 +1994,7 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
         tr_ctx_inject_fault(ctx, (tr_fault)i, step, (int)rows);
         return TR_OK;
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT '%s' is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N, no-bf16, no-half", v);
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT: %s is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N, no-bf16, no-half", tr__quote(&q, v));
 }
 
 TR__FN void tr__dev_close(tr_ctx *ctx);
@@ -6842,6 +6879,7 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
 
 TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *const *sources, int nsources, const char *opts,
                              tr__cl_fault fault, tr__cl **out) {
+    tr__qbuf q;
     enum { SEL_AUTO, SEL_ANY, SEL_INDEX, SEL_TEXT } mode;
     const char *text = "";
     long index = -1;
@@ -6869,7 +6907,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
             if (end && *end == 0) mode = SEL_INDEX;
         }
     } else {
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "opencl: unknown device selector '%s' (valid: auto, opencl, opencl:N, opencl:<name>)", selector);
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "opencl: unknown device selector %s (valid: auto, opencl, opencl:N, opencl:<name>)", tr__quote(&q, selector));
     }
 
     cl = (tr__cl *)tr__cl_table_alloc(ctx, sizeof *cl);
@@ -6920,7 +6958,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
             if (tr__cl_icontains(label, text)) pick = i;
         }
         if (pick < 0) {
-            st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL device matches '%s' (%d device%s: first \"%s / %s\")", text, n,
+            st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL device matches %s (%d device%s: first \"%s / %s\")", tr__quote(&q, text), n,
                          n == 1 ? "" : "s", devs[0].pname, devs[0].dname);
             goto fail;
         }
@@ -10947,6 +10985,7 @@ TRDEF tr_status tr_opencl_list_devices(tr_ctx *ctx, tr_opencl_list *out) {
    seed. Its allocations count as the caller's, and the caller's pending tr_ctx_fail_alloc_at
    applies to them, so allocation-failure sweeps reach inside. */
 TR__FN tr_status tr__ctx_child(tr_ctx *ctx, const char *device, tr_log_fn log, void *log_user, tr_ctx **out) {
+    tr__qbuf q;
     tr_ctx_config cc = tr_ctx_config_default();
     tr_status st;
     cc.allocator = ctx->allocator;
@@ -10955,7 +10994,7 @@ TR__FN tr_status tr__ctx_child(tr_ctx *ctx, const char *device, tr_log_fn log, v
     cc.simd = "auto"; /* never TINYREC_SIMD / TINYREC_DEVICE: the caller says what it wants */
     cc.device = device;
     cc.log = log, cc.log_user = log_user;
-    if ((st = tr_ctx_create(&cc, out)) != TR_OK) return tr__err(ctx, st, "cannot create a context for '%s': %s", device, tr_status_string(st));
+    if ((st = tr_ctx_create(&cc, out)) != TR_OK) return tr__err(ctx, st, "cannot create a context for %s: %s", tr__quote(&q, device), tr_status_string(st));
     if (ctx->fail_alloc_at > ctx->alloc_count) (*out)->fail_alloc_at = ctx->fail_alloc_at - ctx->alloc_count;
     return TR_OK;
 }
@@ -11142,6 +11181,7 @@ TR__FN double tr__st_compare(const tr__st_out *x, const tr__st_out *ref, const t
 }
 
 TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *kernels, const tr_selftest_tolerance *tol, tr_selftest_result *out) {
+    tr__qbuf q;
     tr__st_out ref, o;
     const char *ref_kernels;
     tr__simd saved;
@@ -11152,11 +11192,11 @@ TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *
     if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: out is NULL");
     memset(out, 0, sizeof *out);
     if (!device || (strcmp(device, "cpu") != 0 && strncmp(device, "opencl", 6) != 0))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: device '%s' is neither \"cpu\" nor an OpenCL selector (opencl, opencl:N, opencl:<name>)",
-                       device ? device : "(null)");
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: device %s is neither \"cpu\" nor an OpenCL selector (opencl, opencl:N, opencl:<name>)",
+                       tr__quote(&q, device));
     cpu = strcmp(device, "cpu") == 0;
     if (!TINYREC_OPENCL && !cpu)
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_device_selftest: '%s': this build has no OpenCL backend (built without TINYREC_OPENCL)", device);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_device_selftest: %s: this build has no OpenCL backend (built without TINYREC_OPENCL)", tr__quote(&q, device));
     saved = ctx->simd; /* tr_ctx_set_simd's check of the name, without changing the context */
     st = tr_ctx_set_simd(ctx, kernels);
     kernels = tr__simd_names[ctx->simd];
@@ -12458,12 +12498,13 @@ TRDEF tr_status tr_model_tensor(const tr_model *m, int index, tr_tensor_view *ou
     return TR_OK;
 }
 TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_tensor_view *out) {
+    tr__qbuf q;
     int i;
     if (!m || !name) return TR_ERR_INVALID_ARG;
     if (strncmp(name, "_orig_mod.", 10) == 0) name += 10;
     for (i = 0; i < m->n_tensors; i++)
         if (strcmp(m->tensors[i].name, name) == 0) return tr_model_tensor(m, i, out);
-    return tr__err(m->ctx, TR_ERR_NOT_FOUND, "tensor '%s' is not part of this model", name);
+    return tr__err(m->ctx, TR_ERR_NOT_FOUND, "tensor %s is not part of this model", tr__quote(&q, name));
 }
 
 /* --- working memory ----------------------------------------------------------------------- */
@@ -14700,6 +14741,7 @@ TR__FN const char *tr__key_expected(tr_key_type t) {
 }
 
 TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const char *val) {
+    tr__qbuf q;
     char *p, *end = NULL;
     int e;
     if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
@@ -14752,7 +14794,7 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
         return TR_OK;
     default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
     }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "bad value '%.200s' for key '%s': expected %s", val, k->name, tr__key_expected(k->type));
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s': bad value %s: expected %s", k->name, tr__quote(&q, val), tr__key_expected(k->type));
 }
 
 TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size_t cap) {
@@ -14792,9 +14834,10 @@ TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size
 }
 
 TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value) {
+    tr__qbuf q;
     const tr_key *k = tr_config_find_key(key);
     void *base;
-    if (!k) return tr__err(ctx, TR_ERR_NOT_FOUND, "unknown key '%.200s'", key ? key : "(null)");
+    if (!k) return tr__err(ctx, TR_ERR_NOT_FOUND, "unknown key %s", tr__quote(&q, key));
     base = k->in == TR_KEY_IN_MODEL ? (void *)model : (void *)train;
     if (!base) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_config_set: key '%s' needs a %s config", k->name, k->in == TR_KEY_IN_MODEL ? "model" : "train");
     return tr_key_parse(ctx, k, base, value);
@@ -15220,6 +15263,7 @@ TR__FN int tr__jp_cmp_keys(const void *a, const void *b) { return strcmp(*(char 
 
 /* Rejects duplicate keys: pairwise for small objects, sorted for large ones (no quadratic blowup). */
 TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr_json *v, size_t obj_pos) {
+    tr__qbuf q;
     size_t i, j;
     const char *dup = NULL;
     if (v->count <= 8) {
@@ -15242,7 +15286,7 @@ TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr_json *v, size_t obj_pos) 
         tr__free(p->ctx, sorted);
     }
     if (dup)
-        return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON: duplicate key \"%.200s\" in the object at byte %zu", p->what, dup, obj_pos);
+        return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON: duplicate key %s in the object at byte %zu", p->what, tr__quote(&q, dup), obj_pos);
     return TR_OK;
 }
 
@@ -15942,70 +15986,72 @@ TR__FN int tr__st_cmp_named(const void *a, const void *b) {
 /* Validates one tensor entry of the header and fills t (everything except data). */
 TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr_json *e, tr_st_tensor *t,
                                      tr__st_span *span, uint64_t data_len) {
+    tr__qbuf q, qn;
+    const char *qname = tr__quote(&qn, name);
     const tr_json *dt, *sh, *off;
     size_t i, numel = 1, nbytes;
     int d;
     uint64_t b, en;
     char sbuf[200];
     if (e->type != TR_JSON_OBJECT)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': the entry is a JSON %s, not an object with dtype, shape and data_offsets",
-                       what, name, tr_json_type_name(e->type));
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: the entry is a JSON %s, not an object with dtype, shape and data_offsets",
+                       what, qname, tr_json_type_name(e->type));
     for (i = 0; i < e->count; i++)
         if (strcmp(e->keys[i], "dtype") != 0 && strcmp(e->keys[i], "shape") != 0 && strcmp(e->keys[i], "data_offsets") != 0)
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': unknown field '%.100s' (allowed: dtype, shape, data_offsets)", what, name, e->keys[i]);
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unknown field %s (allowed: dtype, shape, data_offsets)", what, qname, tr__quote(&q, e->keys[i]));
     dt = tr_json_get(e, "dtype");
     sh = tr_json_get(e, "shape");
     off = tr_json_get(e, "data_offsets");
-    if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'dtype'", what, name);
-    if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'shape'", what, name);
-    if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': missing field 'data_offsets'", what, name);
+    if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'dtype'", what, qname);
+    if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'shape'", what, qname);
+    if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'data_offsets'", what, qname);
     /* dtype */
     if (dt->type != TR_JSON_STRING)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype is a JSON %s, not a string", what, name, tr_json_type_name(dt->type));
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype is a JSON %s, not a string", what, qname, tr_json_type_name(dt->type));
     for (d = 0; d < TR__NUM_DTYPES; d++)
         if (strcmp(dt->string, tr__dtype_names[d]) == 0 && dt->len == strlen(tr__dtype_names[d])) break;
     if (d == TR__NUM_DTYPES)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': unsupported dtype '%.40s' (supported: F32, BF16, F16, I32, I64, U8, BOOL)",
-                       what, name, dt->string);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unsupported dtype %s (supported: F32, BF16, F16, I32, I64, U8, BOOL)",
+                       what, qname, tr__quote_n(&q, dt->string, dt->len));
     t->dtype = (tr_dtype)d;
     /* shape */
     if (sh->type != TR_JSON_ARRAY)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape is a JSON %s, not an array", what, name, tr_json_type_name(sh->type));
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape is a JSON %s, not an array", what, qname, tr_json_type_name(sh->type));
     if (sh->count > TR_ST_MAX_DIMS)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape has %zu dimensions, more than the supported %d", what, name, sh->count, TR_ST_MAX_DIMS);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape has %zu dimensions, more than the supported %d", what, qname, sh->count, TR_ST_MAX_DIMS);
     t->ndim = (int)sh->count;
     for (i = 0; i < sh->count; i++) {
         const tr_json *x = &sh->items[i];
         uint64_t dim;
         if (x->type == TR_JSON_NUMBER && x->number < 0)
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is negative (%g)", what, name, i, x->number);
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is negative (%g)", what, qname, i, x->number);
         if (!tr__st_json_uint(x, &dim))
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer (at most 2^53)", what, name, i);
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is not a non-negative integer (at most 2^53)", what, qname, i);
         t->shape[i] = (int64_t)dim;
         if (dim > (uint64_t)SIZE_MAX || !tr__size_mul(numel, (size_t)dim, &numel))
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape %s has too many elements (overflow)", what, name,
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s has too many elements (overflow)", what, qname,
                            tr__st_shape_str(t, sbuf, sizeof sbuf));
     }
     if (!tr__size_mul(numel, tr__dtype_sizes[d], &nbytes))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': shape %s of %s is too large in bytes (overflow)", what, name,
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s of %s is too large in bytes (overflow)", what, qname,
                        tr__st_shape_str(t, sbuf, sizeof sbuf), tr__dtype_names[d]);
     /* data_offsets */
     if (off->type != TR_JSON_ARRAY || off->count != 2)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets must be an array [begin, end]", what, name);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets must be an array [begin, end]", what, qname);
     if (!tr__st_json_uint(&off->items[0], &b))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets[0] is not a non-negative integer (at most 2^53)", what, name);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[0] is not a non-negative integer (at most 2^53)", what, qname);
     if (!tr__st_json_uint(&off->items[1], &en))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets[1] is not a non-negative integer (at most 2^53)", what, name);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[1] is not a non-negative integer (at most 2^53)", what, qname);
     if (en < b)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", what, name,
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", what, qname,
                        (unsigned long long)b, (unsigned long long)en);
     if ((uint64_t)nbytes != en - b)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': dtype %s with shape %s needs %zu bytes, but data_offsets [%llu, %llu] span %llu",
-                       what, name, tr__dtype_names[d], tr__st_shape_str(t, sbuf, sizeof sbuf), nbytes, (unsigned long long)b,
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype %s with shape %s needs %zu bytes, but data_offsets [%llu, %llu] span %llu",
+                       what, qname, tr__dtype_names[d], tr__st_shape_str(t, sbuf, sizeof sbuf), nbytes, (unsigned long long)b,
                        (unsigned long long)en, (unsigned long long)(en - b));
     if (en > data_len)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
-                       what, name, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
+                       what, qname, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
     t->nbytes = nbytes;
     span->begin = b;
     span->end = en;
@@ -16014,6 +16060,7 @@ TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *n
 
 /* Parses and validates everything; on success f->tensors etc. are filled. */
 TR__FN tr_status tr__st_load(tr_st_file *f) {
+    tr__qbuf q, q2;
     tr_ctx *ctx = f->ctx;
     const char *what = f->what;
     uint64_t hlen, data_len, expect;
@@ -16050,10 +16097,10 @@ TR__FN tr_status tr__st_load(tr_st_file *f) {
                 return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr_json_type_name(m->type));
             for (k = 0; k < m->count; k++) {
                 if (m->items[k].type != TR_JSON_STRING)
-                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' is a JSON %s, not a string", what, m->keys[k],
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s is a JSON %s, not a string", what, tr__quote(&q, m->keys[k]),
                                    tr_json_type_name(m->items[k].type));
                 if (strlen(m->items[k].string) != m->items[k].len)
-                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of '%.100s' contains a NUL character", what, m->keys[k]);
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s contains a NUL character", what, tr__quote(&q, m->keys[k]));
             }
             f->meta = m;
         } else
@@ -16090,14 +16137,14 @@ TR__FN tr_status tr__st_load(tr_st_file *f) {
     for (i = 0; i < ntensors; i++) {
         if (spans[i].begin < expect) {
             const tr__st_span *prev = &spans[i - 1];
-            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' (bytes [%llu, %llu)) overlaps tensor '%s' (bytes [%llu, %llu))", what,
-                         f->tensors[spans[i].idx].name, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
-                         f->tensors[prev->idx].name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s (bytes [%llu, %llu)) overlaps tensor %s (bytes [%llu, %llu))", what,
+                         tr__quote(&q, f->tensors[spans[i].idx].name), (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
+                         tr__quote(&q2, f->tensors[prev->idx].name), (unsigned long long)prev->begin, (unsigned long long)prev->end);
             goto done;
         }
         if (spans[i].begin > expect) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "%s: gap in the data section: bytes [%llu, %llu) before tensor '%s' belong to no tensor", what,
-                         (unsigned long long)expect, (unsigned long long)spans[i].begin, f->tensors[spans[i].idx].name);
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: gap in the data section: bytes [%llu, %llu) before tensor %s belong to no tensor", what,
+                         (unsigned long long)expect, (unsigned long long)spans[i].begin, tr__quote(&q, f->tensors[spans[i].idx].name));
             goto done;
         }
         expect = spans[i].end;
@@ -16198,6 +16245,7 @@ TRDEF const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name) {
 }
 
 TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, int ndim, const int64_t *shape, const tr_st_tensor **out) {
+    tr__qbuf q;
     const tr_st_tensor *t;
     char buf1[200], buf2[200];
     int i;
@@ -16218,7 +16266,7 @@ TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, in
         t = tr_st_find(f, full);
         if (full != local) tr__free(ctx, full);
     }
-    if (!t) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor '%s'", f->what, name);
+    if (!t) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor %s", f->what, tr__quote(&q, name));
     if (shape) {
         int same = t->ndim == ndim;
         for (i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
@@ -16227,7 +16275,7 @@ TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, in
             memset(&want, 0, sizeof want);
             want.ndim = ndim < 0 ? 0 : ndim > TR_ST_MAX_DIMS ? TR_ST_MAX_DIMS : ndim;
             for (i = 0; i < want.ndim; i++) want.shape[i] = shape[i];
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", f->what, t->name, tr__st_shape_str(t, buf1, sizeof buf1),
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", f->what, tr__quote(&q, t->name), tr__st_shape_str(t, buf1, sizeof buf1),
                            tr__st_shape_str(&want, buf2, sizeof buf2));
         }
     }
@@ -16246,22 +16294,24 @@ TRDEF const char *tr_st_metadata_key(const tr_st_file *f, size_t i) { return f &
 
 /* Common checks of the read functions: returns the element count or sets the error. */
 TR__FN tr_status tr__st_check_read(tr_ctx *ctx, const tr_st_tensor *t, const void *dst, size_t count, const char *fn) {
+    tr__qbuf q;
     int ok;
     size_t n;
     const char *src = t && t->source ? t->source : "<tensor>";
     if (!t || (!dst && count)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: NULL tensor or destination", fn);
     if ((unsigned)t->dtype >= TR__NUM_DTYPES)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' has an invalid dtype %d", fn, src, t->name ? t->name : "?", (int)t->dtype);
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has an invalid dtype %d", fn, src, tr__quote(&q, t->name), (int)t->dtype);
     n = tr__st_numel(t, &ok);
     if (!ok || !tr__size_mul(n, tr__dtype_sizes[t->dtype], &n) || n != t->nbytes || (!t->data && t->nbytes))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' is inconsistent (shape, dtype and nbytes disagree)", fn, src, t->name ? t->name : "?");
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s is inconsistent (shape, dtype and nbytes disagree)", fn, src, tr__quote(&q, t->name));
     n = tr__st_numel(t, &ok);
     if (count != n)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor '%s' has %zu elements, but %zu were asked for", fn, src, t->name ? t->name : "?", n, count);
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has %zu elements, but %zu were asked for", fn, src, tr__quote(&q, t->name), n, count);
     return TR_OK;
 }
 
 TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, size_t count) {
+    tr__qbuf q;
     const unsigned char *p;
     size_t i;
     tr_status st;
@@ -16282,12 +16332,13 @@ TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, s
         for (i = 0; i < count; i++) dst[i] = tr__f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
         return TR_OK;
     default:
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_f32: %s: tensor '%s' is %s, not a floating-point dtype (F32, BF16, F16)",
-                       t->source ? t->source : "<tensor>", t->name ? t->name : "?", tr__dtype_names[t->dtype]);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_f32: %s: tensor %s is %s, not a floating-point dtype (F32, BF16, F16)",
+                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
     }
 }
 
 TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst, size_t count) {
+    tr__qbuf q;
     const unsigned char *p;
     size_t i;
     tr_status st;
@@ -16316,8 +16367,8 @@ TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst,
         for (i = 0; i < count; i++) dst[i] = p[i] != 0;
         return TR_OK;
     default:
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_i64: %s: tensor '%s' is %s, not an integer dtype (I32, I64, U8, BOOL)",
-                       t->source ? t->source : "<tensor>", t->name ? t->name : "?", tr__dtype_names[t->dtype]);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_i64: %s: tensor %s is %s, not an integer dtype (I32, I64, U8, BOOL)",
+                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
     }
 }
 
@@ -16325,6 +16376,7 @@ TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst,
    tensors out in the given order. Validates the tensors; `what` names the destination. */
 TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_tensor *ts, size_t n, const char *const *mk,
                                       const char *const *mv, size_t n_meta, tr__sb *sb) {
+    tr__qbuf q;
     size_t i, j;
     uint64_t off = 0;
     tr__st_named *named = NULL;
@@ -16334,7 +16386,7 @@ TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_
     for (i = 0; i < n_meta; i++) {
         if (!mk[i] || !mv[i]) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata entry %zu has a NULL key or value", what, i);
         for (j = 0; j < i; j++)
-            if (strcmp(mk[i], mk[j]) == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata key '%.100s' appears twice", what, mk[i]);
+            if (strcmp(mk[i], mk[j]) == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata key %s appears twice", what, tr__quote(&q, mk[i]));
     }
     for (i = 0; i < n; i++) {
         const tr_st_tensor *t = &ts[i];
@@ -16342,17 +16394,17 @@ TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_
         size_t numel, nb;
         if (!t->name) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %zu has no name", what, i);
         if (strcmp(t->name, "__metadata__") == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: '__metadata__' is reserved, not a tensor name", what);
-        if ((unsigned)t->dtype >= TR__NUM_DTYPES) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d", what, t->name, (int)t->dtype);
-        if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': ndim %d is out of range 0..%d", what, t->name, t->ndim, TR_ST_MAX_DIMS);
+        if ((unsigned)t->dtype >= TR__NUM_DTYPES) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: invalid dtype %d", what, tr__quote(&q, t->name), (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: ndim %d is out of range 0..%d", what, tr__quote(&q, t->name), t->ndim, TR_ST_MAX_DIMS);
         for (j = 0; j < (size_t)t->ndim; j++)
-            if (t->shape[j] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': shape[%zu] is negative", what, t->name, j);
+            if (t->shape[j] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: shape[%zu] is negative", what, tr__quote(&q, t->name), j);
         numel = tr__st_numel(t, &ok);
         if (!ok || !tr__size_mul(numel, tr__dtype_sizes[t->dtype], &nb))
-            return tr__err(ctx, TR_ERR_OVERFLOW, "%s: tensor '%s': size overflows", what, t->name);
+            return tr__err(ctx, TR_ERR_OVERFLOW, "%s: tensor %s: size overflows", what, tr__quote(&q, t->name));
         if (nb != t->nbytes)
-            return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': nbytes is %zu but dtype %s and the shape need %zu", what, t->name,
+            return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: nbytes is %zu but dtype %s and the shape need %zu", what, tr__quote(&q, t->name),
                            t->nbytes, tr__dtype_names[t->dtype], nb);
-        if (nb && !t->data) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL", what, t->name);
+        if (nb && !t->data) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: data is NULL", what, tr__quote(&q, t->name));
     }
     if (n > 1) { /* unique names */
         named = (tr__st_named *)tr__calloc(ctx, n, sizeof *named);
@@ -16364,7 +16416,7 @@ TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_
         qsort(named, n, sizeof *named, tr__st_cmp_named);
         for (i = 1; i < n; i++)
             if (strcmp(named[i - 1].name, named[i].name) == 0) {
-                st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor name '%.200s' appears twice", what, named[i].name);
+                st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor name %s appears twice", what, tr__quote(&q, named[i].name));
                 break;
             }
         tr__free(ctx, named);
@@ -16590,6 +16642,7 @@ TR__FN int tr__npyh_str(tr__npyh *h, char *out, size_t cap) {
 }
 
 TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_npy *out) {
+    tr__qbuf q;
     const unsigned char *b = (const unsigned char *)bytes;
     size_t hlen, hstart, need;
     tr__npyh h;
@@ -16630,7 +16683,7 @@ TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const c
         }
         if (!tr__npyh_str(&h, key, sizeof key)) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected a quoted key at offset %zu", what, h.pos);
         tr__npyh_ws(&h);
-        if (h.pos >= h.n || h.s[h.pos] != ':') return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ':' after key '%s'", what, key);
+        if (h.pos >= h.n || h.s[h.pos] != ':') return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ':' after key %s", what, tr__quote(&q, key));
         h.pos++;
         tr__npyh_ws(&h);
         if (strcmp(key, "descr") == 0) {
@@ -16679,7 +16732,7 @@ TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const c
             if (nd == 1 && !comma_after_last) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header field 'shape': (n) is not a tuple, expected (n,)", what);
             out->ndim = nd;
         } else
-            return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: unexpected key '%s' (only descr, fortran_order, shape)", what, key);
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: unexpected key %s (only descr, fortran_order, shape)", what, tr__quote(&q, key));
         tr__npyh_ws(&h);
         if (h.pos < h.n && h.s[h.pos] == ',') {
             h.pos++;
@@ -16690,7 +16743,7 @@ TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const c
             h.pos++;
             break;
         }
-        return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ',' or '}' after the value of '%s'", what, key);
+        return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: expected ',' or '}' after the value of %s", what, tr__quote(&q, key));
     }
     tr__npyh_ws(&h);
     if (h.pos != h.n) return tr__err(ctx, TR_ERR_FORMAT, "'%s': header: unexpected text after the dict", what);
@@ -16704,9 +16757,9 @@ TRDEF tr_status tr_npy_parse(tr_ctx *ctx, const void *bytes, size_t len, const c
     else if (!strcmp(descr, "<i8"))
         out->dtype = TR_NPY_I64;
     else if (descr[0] == '>')
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is '%s': big-endian data is not supported (use '<')", what, descr);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is %s: big-endian data is not supported (use '<')", what, tr__quote(&q, descr));
     else
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is '%s': only uint8 ('|u1'), int32 ('<i4') and int64 ('<i8') are supported", what, descr);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'descr' is %s: only uint8 ('|u1'), int32 ('<i4') and int64 ('<i8') are supported", what, tr__quote(&q, descr));
     if (fortran && out->ndim > 1) return tr__err(ctx, TR_ERR_UNSUPPORTED, "'%s': header field 'fortran_order' is True: only C-order arrays are supported", what);
     out->itemsize = tr__npy_itemsize(out->dtype);
     out->count = 1;
@@ -16948,6 +17001,7 @@ TR__FN tr_status tr__meta_int(tr_ctx *ctx, const char *path, const tr_json *root
 }
 
 TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr_json *root, tr_dataset_meta *m) {
+    tr__qbuf q;
     int64_t v;
     int present;
     const tr_json *j;
@@ -16993,9 +17047,9 @@ TR__FN tr_status tr__meta_from_json(tr_ctx *ctx, const char *path, const tr_json
         if (s->type != TR_JSON_STRING || s->len == 0 || s->len >= sizeof m->sets[0] || strlen(s->string) != s->len)
             return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] must be a non-empty name of at most 63 bytes", path, i);
         if (strchr(s->string, '/') || strchr(s->string, '\\') || !strcmp(s->string, ".") || !strcmp(s->string, ".."))
-            return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] '%s' is not a plain file-name prefix", path, i, s->string);
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets'[%zu] %s is not a plain file-name prefix", path, i, tr__quote(&q, s->string));
         for (k = 0; k < i; k++)
-            if (!strcmp(m->sets[k], s->string)) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' names '%s' twice", path, s->string);
+            if (!strcmp(m->sets[k], s->string)) return tr__err(ctx, TR_ERR_FORMAT, "'%s': field 'sets' names %s twice", path, tr__quote(&q, s->string));
         strcpy(m->sets[i], s->string);
     }
     m->num_sets = (int)j->count;
@@ -17979,6 +18033,7 @@ TR__FN void tr__sudoku_solve_range(void *arg, long k0, long k1) {
 }
 
 TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, const tr_read_options *opt, tr_sudoku_set *out, int64_t *rejected) {
+    tr__qbuf qb;
     tr__lines L;
     tr_status st = TR_OK;
     const char *line;
@@ -18019,7 +18074,7 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
                     if (*end || v > INT32_MAX) v = -1;
                 }
                 if (v < 0) {
-                    st = tr__bad_record(ctx, &o, what, ln, "field 'rating' is not an integer: '%.*s'", (int)(rn < 31 ? rn : 31), f[L.cr].s);
+                    st = tr__bad_record(ctx, &o, what, ln, "field 'rating' is not an integer: %s", tr__quote_n(&qb, f[L.cr].s, rn));
                     continue;
                 }
                 rating = (int)v;
@@ -18043,14 +18098,14 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
         bad = tr__sudoku_parse81(qs, qn, q, 0);
         if (bad >= 0) {
             st = qn != 81 ? tr__bad_record(ctx, &o, what, ln, "field 'question' has %zu cells, expected 81", qn)
-                          : tr__bad_record(ctx, &o, what, ln, "field 'question' cell %d is '%c' (expected 1-9, '.' or '0')", bad, qs[bad]);
+                          : tr__bad_record(ctx, &o, what, ln, "field 'question' cell %d is %s (expected 1-9, '.' or '0')", bad, tr__quote_n(&qb, qs + bad, 1));
             continue;
         }
         if (as) {
             bad = tr__sudoku_parse81(as, an, a, 1);
             if (bad >= 0) {
                 st = an != 81 ? tr__bad_record(ctx, &o, what, ln, "field 'answer' has %zu cells, expected 81", an)
-                              : tr__bad_record(ctx, &o, what, ln, "field 'answer' cell %d is '%c' (expected 1-9)", bad, as[bad]);
+                              : tr__bad_record(ctx, &o, what, ln, "field 'answer' cell %d is %s (expected 1-9)", bad, tr__quote_n(&qb, as + bad, 1));
                 continue;
             }
             if (!tr_sudoku_check(q, a)) {
@@ -18997,13 +19052,14 @@ TR__FN int tr__isqrt(size_t v) {
 
 /* Checks one maze (and its solution, when given) and stores it as record out->count. */
 TR__FN tr_status tr__maze_record(tr_ctx *ctx, const tr_read_options *o, const char *what, int64_t ln, const char *qs, const char *as, int *dist, tr_maze_set *out) {
+    tr__qbuf qb;
     int side = out->n, cells = side * side, i, ns = 0, ng = 0, s = -1, g = -1;
     char *q = out->mazes + (size_t)out->count * cells, *a = out->solutions + (size_t)out->count * cells;
     for (i = 0; i < cells; i++) {
         const char *bad = NULL; /* (a pointer: the bad character may be NUL) */
         if (!tr__maze_token(qs[i]) || (o->puzzles_only && qs[i] == 'o')) bad = qs + i;
         else if (as && !tr__maze_token(as[i])) bad = as + i;
-        if (bad) return tr__bad_record(ctx, o, what, ln, "character '%c' (0x%02x) at row %d, column %d is not in the charset \"%s\"", *bad ? *bad : '?', (unsigned char)*bad, i / side + 1, i % side + 1,
+        if (bad) return tr__bad_record(ctx, o, what, ln, "character %s (0x%02x) at row %d, column %d is not in the charset \"%s\"", tr__quote_n(&qb, bad, 1), (unsigned char)*bad, i / side + 1, i % side + 1,
                                        o->puzzles_only ? "# SG" : TR_MAZE_CHARSET);
         if (qs[i] == 'S') ns++, s = i;
         if (qs[i] == 'G') ng++, g = i;
@@ -19277,6 +19333,7 @@ TRDEF void tr_arc_inverse_augment(int tid, const uint8_t perm[10], const uint8_t
 }
 
 TRDEF tr_status tr_arc_parse_name(tr_ctx *ctx, const char *name, char *base, size_t cap, int *tid, uint8_t perm[10]) {
+    tr__qbuf q;
     const char *a, *b;
     size_t bl;
     int i, seen = 0;
@@ -19285,17 +19342,17 @@ TRDEF tr_status tr_arc_parse_name(tr_ctx *ctx, const char *name, char *base, siz
     *tid = 0;
     for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
     bl = a ? (size_t)(a - name) : strlen(name);
-    if (bl >= cap) return tr__err(ctx, TR_ERR_INVALID_ARG, "puzzle name '%s': the task name does not fit %zu bytes", name, cap);
+    if (bl >= cap) return tr__err(ctx, TR_ERR_INVALID_ARG, "puzzle name %s: the task name does not fit %zu bytes", tr__quote(&q, name), cap);
     memcpy(base, name, bl);
     base[bl] = 0;
     if (!a) return TR_OK;
     b = strstr(a + 3, TR_ARC_SEP);
     if (!b || a[3] != 't' || b - (a + 4) != 1 || a[4] < '0' || a[4] > '7' || strlen(b + 3) != 10)
-        return tr__err(ctx, TR_ERR_FORMAT, "puzzle name '%s': expected <task>|||t<0-7>|||<10 digits>", name);
+        return tr__err(ctx, TR_ERR_FORMAT, "puzzle name %s: expected <task>|||t<0-7>|||<10 digits>", tr__quote(&q, name));
     *tid = a[4] - '0';
     for (i = 0; i < 10; i++) {
         int d = b[3 + i] - '0';
-        if (d < 0 || d > 9 || (seen & (1 << d))) return tr__err(ctx, TR_ERR_FORMAT, "puzzle name '%s': the colour map is not a permutation of 0-9", name);
+        if (d < 0 || d > 9 || (seen & (1 << d))) return tr__err(ctx, TR_ERR_FORMAT, "puzzle name %s: the colour map is not a permutation of 0-9", tr__quote(&q, name));
         seen |= 1 << d;
         perm[i] = (uint8_t)d;
     }
@@ -19901,6 +19958,7 @@ TR__FN void tr__arc_aug_range(void *arg, long i0, long i1) {
 }
 
 TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *out_dir, tr_build_summary *sum) {
+    tr__qbuf q;
     char **subdirs = NULL, **subnames = NULL;
     int nsub = 0, capsub = 0, i, j, ntasks = 0, t;
     tr__arc_task *tasks = NULL;
@@ -19986,7 +20044,7 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
                         order[norder++] = j;
                         found = 1;
                     }
-                if (!found) st = tr__err(ctx, TR_ERR_NOT_FOUND, "arc: subset '%s' was not found in the input directories", o->subsets[i]);
+                if (!found) st = tr__err(ctx, TR_ERR_NOT_FOUND, "arc: subset %s was not found in the input directories", tr__quote(&q, o->subsets[i]));
             }
         } else if (st == TR_OK) {
             for (i = 0; i < nsub; i++)
@@ -20220,6 +20278,7 @@ TRDEF tr_status tr_arc_votes_create(tr_ctx *ctx, const char *text, size_t len, c
     tr_json *root = NULL;
     tr_status st;
     tr__names *names;
+    tr__qbuf q;
     size_t i;
     if (!ctx || !out || !text) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_create: NULL argument");
     *out = NULL;
@@ -20245,12 +20304,19 @@ TRDEF tr_status tr_arc_votes_create(tr_ctx *ctx, const char *text, size_t len, c
         int64_t id;
         int k;
         if ((st = tr_arc_task_from_json(ctx, &root->items[i], what, NULL, &at)) != TR_OK) {
+            /* the task's reason begins "what:line: ": the task's name goes after that source, not before it */
             char why[TR__ERRLEN];
+            size_t wl = strlen(what), pl = wl, rl = 0, d;
             snprintf(why, sizeof why, "%s", tr_ctx_last_error(ctx));
-            st = tr__err(ctx, st, "task %s: %s", root->keys[i], why);
+            if (!strncmp(why, what, wl) && why[wl] == ':') {
+                for (d = wl + 1; why[d] >= '0' && why[d] <= '9'; d++) {}
+                if (d > wl + 1 && why[d] == ':') pl = d;
+                rl = pl + 1 + (why[pl + 1] == ' ');
+            }
+            st = tr__err(ctx, st, "%.*s: task %s: %s", (int)pl, rl ? why : what, tr__quote(&q, root->keys[i]), why + rl);
             break;
         }
-        if (at.num_test == 0) st = tr__err(ctx, TR_ERR_FORMAT, "%s: task %s has no \"test\" list", what, root->keys[i]);
+        if (at.num_test == 0) st = tr__err(ctx, TR_ERR_FORMAT, "%s:%lld: task %s has no \"test\" list", what, (long long)root->items[i].line, tr__quote(&q, root->keys[i]));
         else if ((id = tr__names_id(ctx, names, root->keys[i])) < 0 || !(t->tests = (tr_arc_eval_input *)tr__calloc(ctx, (size_t)at.num_test, sizeof *t->tests)))
             st = tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading %s", what);
         else {
@@ -20316,6 +20382,7 @@ TRDEF tr_status tr_arc_prediction_parse(tr_ctx *ctx, const char *line, size_t le
 
 TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input,
                                  const char *where) {
+    tr__qbuf q;
     char base[256];
     int tid, ti;
     uint8_t perm[10];
@@ -20329,15 +20396,15 @@ TRDEF tr_status tr_arc_votes_add(tr_arc_votes *v, const char *puzzle, int test_i
     if (v->ranked_) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: the votes are already ranked");
     if (answer->h < 0 || answer->w < 0 || answer->h > TR_ARC_MAX_GRID || answer->w > TR_ARC_MAX_GRID || (input && (input->h > TR_ARC_MAX_GRID || input->w > TR_ARC_MAX_GRID)))
         return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_arc_votes_add: a grid is larger than %dx%d", TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
-    if (!where) where = puzzle;
+    if (!where) where = "prediction";
     if (tr_arc_parse_name(ctx, puzzle, base, sizeof base, &tid, perm) != TR_OK) {
         char why[TR__ERRLEN];
         snprintf(why, sizeof why, "%s", tr_ctx_last_error(ctx));
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: bad puzzle name '%s': %s", where, puzzle, why);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: %s", where, why);
     }
-    if ((ti = tr_arc_votes_find(v, base)) < 0) return tr__err(ctx, TR_ERR_FORMAT, "%s: task '%s' is not in test_puzzles.json", where, base);
+    if ((ti = tr_arc_votes_find(v, base)) < 0) return tr__err(ctx, TR_ERR_FORMAT, "%s: task %s is not in test_puzzles.json", where, tr__quote(&q, base));
     if (test_index < 0 || test_index >= v->tasks[ti].num_test)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: task '%s' has %d test inputs, not index %d", where, base, v->tasks[ti].num_test, test_index);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: task %s has %d test inputs, not index %d", where, tr__quote(&q, base), v->tasks[ti].num_test, test_index);
     x = &v->tasks[ti].tests[test_index];
     if (input && input->h > 0) { /* a check of the whole chain: the augmented input maps back */
         tr_arc_inverse_augment(tid, perm, input->cells, input->h, input->w, g.cells, &g.h, &g.w);
@@ -20517,14 +20584,16 @@ TR__FN void tr__ck_fmt_double(char *buf, size_t cap, double v) {
 
 /* Appends `'name'` to a fixed error-list buffer, with ", " between entries and "..." once full. */
 TR__FN void tr__ck_list_add(char *buf, size_t cap, int *count, const char *name) {
-    size_t o = strlen(buf), need = strlen(name) + 4;
+    tr__qbuf q;
+    const char *qn = tr__quote(&q, name);
+    size_t o = strlen(buf), need = strlen(qn) + 2;
     (*count)++;
     if (o >= 3 && strcmp(buf + o - 3, "...") == 0) return;
     if (o + need + 6 > cap) {
         if (o + 6 < cap) snprintf(buf + o, cap - o, "%s...", o ? ", " : "");
         return;
     }
-    snprintf(buf + o, cap - o, "%s'%s'", o ? ", " : "", name);
+    snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", qn);
 }
 
 /* "[a,b]" of up to two dims (model tensors). */
@@ -20553,6 +20622,7 @@ TR__FN float tr__ck_elem_f32(const tr_st_tensor *t, size_t i) {
 /* Looks `name` up in a file, or "_orig_mod." + name; both present is an error. *out = NULL (and
    TR_OK) when neither is there. */
 TR__FN tr_status tr__ck_find(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *name, const tr_st_tensor **out) {
+    tr__qbuf q;
     char full[TR__NAME_LEN + 64];
     const tr_st_tensor *a, *b = NULL;
     a = tr_st_find(f, name);
@@ -20561,7 +20631,7 @@ TR__FN tr_status tr__ck_find(tr_ctx *ctx, const tr_st_file *f, const char *path,
         b = tr_st_find(f, full);
     }
     *out = a ? a : b;
-    if (a && b) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' is there twice, with and without the '" TR__CK_ORIG_MOD "' prefix", path, name);
+    if (a && b) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s is there twice, with and without the '" TR__CK_ORIG_MOD "' prefix", path, tr__quote(&q, name));
     return TR_OK;
 }
 
@@ -20716,6 +20786,7 @@ TR__FN void tr__ck_json_fields(tr__sb *sb, const tr__ck_field *fl, int nf, const
 /* Reads the fields of a field table from a JSON object into obj (which holds the defaults).
    Errors name `what` and the field. */
 TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr__ck_field *fl, int nf, void *obj, const char *what) {
+    tr__qbuf q;
     char *base = (char *)obj;
     int i;
     if (!root || root->type != TR_JSON_OBJECT)
@@ -20752,7 +20823,7 @@ TR__FN tr_status tr__ck_parse_fields(tr_ctx *ctx, const tr_json *root, const tr_
             if (v->type != TR_JSON_STRING) return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' must be a string", what, fl[i].name);
             found = tr__enum_parse(fl[i].kind == TR__CK_POS ? TR_KEY_POS_ENCODING : TR_KEY_LOSS_TYPE, v->string, 0);
             if (found < 0)
-                return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' is '%.60s' (expected %s)", what, fl[i].name, v->string,
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: field '%s' is %s (expected %s)", what, fl[i].name, tr__quote(&q, v->string),
                                fl[i].kind == TR__CK_POS ? "rope, none or learned" : "stablemax_cross_entropy or softmax_cross_entropy");
             if (fl[i].kind == TR__CK_POS) *(tr_pos_encoding *)p = (tr_pos_encoding)found;
             else *(tr_loss_type *)p = (tr_loss_type)found;
@@ -20894,6 +20965,7 @@ TR__FN int tr__ck_diff_fields(const tr__ck_field *fl, int nf, const void *a, con
 /* Checks format/format_version/model of a file's metadata; kind is NULL for model files, else the
    required "content" value. Sets *cfg from the config when present (has_cfg). */
 TR__FN tr_status tr__ck_read_meta(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *kind, int need_cfg, tr_model_config *cfg, int *has_cfg) {
+    tr__qbuf q;
     const char *fmt = tr_st_metadata(f, "format"), *ver = tr_st_metadata(f, "format_version");
     const char *model = tr_st_metadata(f, "model"), *conf = tr_st_metadata(f, "config"), *content = tr_st_metadata(f, "content");
     *has_cfg = 0;
@@ -20901,24 +20973,24 @@ TR__FN tr_status tr__ck_read_meta(tr_ctx *ctx, const tr_st_file *f, const char *
         if (!need_cfg && !conf) return TR_OK; /* a foreign safetensors file: tensors only */
         if (!fmt)
             return tr__err(ctx, TR_ERR_FORMAT, "%s: no tinyrec metadata (__metadata__ has no 'format'); convert reference checkpoints with tools/convert_checkpoint.py, or use tr_model_load_weights", path);
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format is '%.40s', not 'tinyrec'", path, fmt);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format is %s, not 'tinyrec'", path, tr__quote(&q, fmt));
     }
     if (ver) {
         char *end;
         long v = strtol(ver, &end, 10);
-        if (end == ver || *end || v < 1) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format_version '%.40s' is not a positive integer", path, ver);
+        if (end == ver || *end || v < 1) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ format_version %s is not a positive integer", path, tr__quote(&q, ver));
         if (v > TR_CHECKPOINT_FORMAT_VERSION)
             return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s: format_version %ld is newer than this tinyrec's %d", path, v, TR_CHECKPOINT_FORMAT_VERSION);
     } else
         return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'format_version'", path);
     if (kind && (!content || strcmp(content, kind) != 0))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: is not a %s file (__metadata__ content is '%.40s')", path, kind, content ? content : "(none: a model file)");
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is not a %s file (__metadata__ content is %s)", path, kind, content ? tr__quote(&q, content) : "absent: a model file");
     if (!kind && content && strcmp(content, "model") != 0)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a '%.40s' file, not a model file", path, content);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: is a %s file, not a model file", path, tr__quote(&q, content));
     if (!model) {
         if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'model' (trm or hrm)", path);
     } else if (strcmp(model, "trm") != 0 && strcmp(model, "hrm") != 0)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ model is '%.40s' (expected trm or hrm)", path, model);
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ model is %s (expected trm or hrm)", path, tr__quote(&q, model));
     if (!conf) {
         if (need_cfg) return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ has no 'config'", path);
         return TR_OK;
@@ -21011,6 +21083,7 @@ TRDEF tr_status tr_model_save(tr_model *m, const char *path, const tr_model_save
 /* Loads f's tensors into m: everything is checked (and the scratch allocated) before the first
    byte of the model changes. target_rows: the puzzle table's wanted row count (the model's). */
 TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *path, const tr_model_load_options *o) {
+    tr__qbuf q;
     tr_ctx *ctx = m->ctx;
     const tr_st_tensor **src = NULL;
     double *acc = NULL;
@@ -21050,7 +21123,7 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
         char s1[200], s2[64];
         int same = t->ndim == e->ndim, d;
         if (!tr__ck_is_float(t->dtype)) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has dtype %s; a model tensor must be F32, BF16 or F16", path, t->name, tr_dtype_name(t->dtype));
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has dtype %s; a model tensor must be F32, BF16 or F16", path, tr__quote(&q, t->name), tr_dtype_name(t->dtype));
             goto done;
         }
         for (d = 0; same && d < e->ndim; d++) same = t->shape[d] == e->shape[d];
@@ -21058,12 +21131,12 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
         if (e->dev == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
             if (!(o && o->allow_puzzle_resize)) {
                 st = tr__err(ctx, TR_ERR_FORMAT,
-                             "%s: puzzle table '%s' has %lld rows but the model has num_puzzle_identifiers = %lld (allow_puzzle_resize re-initialises it to the mean row)",
-                             path, t->name, (long long)t->shape[0], (long long)e->shape[0]);
+                             "%s: puzzle table %s has %lld rows but the model has num_puzzle_identifiers = %lld (allow_puzzle_resize re-initialises it to the mean row)",
+                             path, tr__quote(&q, t->name), (long long)t->shape[0], (long long)e->shape[0]);
                 goto done;
             }
             if (t->shape[0] == 0) {
-                st = tr__err(ctx, TR_ERR_FORMAT, "%s: puzzle table '%s' has no rows to take a mean of", path, t->name);
+                st = tr__err(ctx, TR_ERR_FORMAT, "%s: puzzle table %s has no rows to take a mean of", path, tr__quote(&q, t->name));
                 goto done;
             }
             acc = (double *)tr__calloc(ctx, (size_t)TR__MAX(m->Dp, 1), sizeof(double));
@@ -21074,7 +21147,7 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
             resize_idx = i;
             continue;
         }
-        st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", path, t->name, tr__st_shape_str(t, s1, sizeof s1),
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", path, tr__quote(&q, t->name), tr__st_shape_str(t, s1, sizeof s1),
                      tr__ck_shape2(e->ndim, e->shape, s2, sizeof s2));
         goto done;
     }
@@ -21088,8 +21161,8 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
                 for (k = 0; k < cols; k++) acc[k] += tr__ck_elem_f32(t, r * cols + k);
             for (r = 0; r < (size_t)e->shape[0]; r++)
                 for (k = 0; k < cols; k++) e->data[r * cols + k] = (float)(acc[k] / (double)rows);
-            tr__log(ctx, TR_LOG_WARN, "%s: puzzle table '%s' has %zu rows but the model needs %lld: every row re-initialised to the mean row of the loaded table",
-                    path, t->name, rows, (long long)e->shape[0]);
+            tr__log(ctx, TR_LOG_WARN, "%s: puzzle table %s has %zu rows but the model needs %lld: every row re-initialised to the mean row of the loaded table",
+                    path, tr__quote(&q, t->name), rows, (long long)e->shape[0]);
             continue;
         }
         if ((st = tr_st_read_f32(ctx, t, e->data, e->numel)) != TR_OK) goto done; /* not reached: checked above */
@@ -21386,13 +21459,14 @@ TRDEF tr_status tr_trainer_save(tr_trainer *t, const char *path, const void *ext
 /* A required state tensor with an exact dtype and shape. */
 TR__FN tr_status tr__ck_state_get(tr_ctx *ctx, const tr_st_file *f, const char *path, const char *name, tr_dtype dt, int ndim, int64_t d0, int64_t d1,
                                    int64_t d2, const tr_st_tensor **out) {
+    tr__qbuf q;
     int64_t shape[3];
     tr_status st;
     shape[0] = d0, shape[1] = d1, shape[2] = d2;
     *out = tr_st_find(f, name);
-    if (!*out) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor '%s'", path, name);
+    if (!*out) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor %s", path, tr__quote(&q, name));
     if ((*out)->dtype != dt)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s (trainer state is stored exactly)", path, name, tr_dtype_name((*out)->dtype),
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has dtype %s, expected %s (trainer state is stored exactly)", path, tr__quote(&q, name), tr_dtype_name((*out)->dtype),
                        tr_dtype_name(dt));
     if ((st = tr_st_get(ctx, f, name, ndim, shape, out)) != TR_OK) return st;
     return TR_OK;

@@ -141,7 +141,7 @@ static int set_key(tr_ctx *ctx, options *o, const char *key, const char *val, ch
     if (!k) snprintf(err, cap, "unknown key '%s'", key);
     else if (!strcmp(key, "device") && (!*val || strlen(val) >= k->size))
         snprintf(err, cap, "key '%s' needs a value of 1 to %zu characters (auto, cpu, opencl, opencl:N, opencl:<name>)", key, k->size - 1);
-    else if (!strcmp(key, "device") && tr_ctx_set_device(ctx, val) != TR_OK) snprintf(err, cap, "bad value '%s' for key '%s': %s", val, key, tr_ctx_last_error(ctx));
+    else if (!strcmp(key, "device") && tr_ctx_set_device(ctx, val) != TR_OK) snprintf(err, cap, "key '%s': %s", key, tr_ctx_last_error(ctx));
     else if (tr_key_parse(ctx, k, key_base(o, k), val) != TR_OK) snprintf(err, cap, "%s", tr_ctx_last_error(ctx));
     else return 1;
     return 0;

@@ -249,9 +249,9 @@ static void test_bad_values(void **state) {
         for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
             if (cases[c].type != keys[i].type) continue;
             for (j = 0; j < 5; j++) {
-                char quoted[80];
+                char quoted[120];
                 assert_int_equal(tr_config_set(ctx, &m, &t, keys[i].name, cases[c].bad[j]), TR_ERR_INVALID_ARG);
-                snprintf(quoted, sizeof quoted, "bad value '%s' for key '%s'", cases[c].bad[j], keys[i].name);
+                snprintf(quoted, sizeof quoted, "key '%s': bad value '%s'", keys[i].name, cases[c].bad[j]);
                 assert_err_has(ctx, quoted);
                 assert_err_has(ctx, cases[c].expected);
                 assert_memory_equal(&m, &m0, sizeof m); /* left as it was */
@@ -309,14 +309,14 @@ static void test_own_keys(void **state) {
     assert_string_equal(buf, "1234567");
     assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "bfloat16"), TR_OK);
     assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "float64"), TR_ERR_INVALID_ARG);
-    assert_err_has(ctx, "bad value 'float64' for key 'arch.forward_dtype': expected float32, bfloat16, float16 or auto");
+    assert_err_has(ctx, "key 'arch.forward_dtype': bad value 'float64': expected float32, bfloat16, float16 or auto");
     assert_int_equal(o.dtype, TR_FWD_BFLOAT16);
     assert_int_equal(tr_key_format(&keys[1], &o, buf, sizeof buf), TR_OK);
     assert_string_equal(buf, "bfloat16");
     assert_int_equal(tr_key_parse(ctx, &keys[1], &o, "Auto"), TR_OK);
     assert_int_equal(o.dtype, TR_FWD_AUTO);
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "-1"), TR_ERR_INVALID_ARG);
-    assert_err_has(ctx, "bad value '-1' for key 'seed': expected an integer");
+    assert_err_has(ctx, "key 'seed': bad value '-1': expected an integer");
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "99999999999999999999"), TR_ERR_INVALID_ARG);
     assert_int_equal(tr_key_parse(ctx, &keys[2], &o, "42"), TR_OK);
     {

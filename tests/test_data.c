@@ -1326,7 +1326,7 @@ static void test_arc_votes(void **state) {
     assert_int_equal(v->num_answers, 8);
     assert_int_equal(v->tasks[0].tests[0].num_answers, 2);
     /* errors name `where` */
-    expect_error(ctx, tr_arc_votes_add(v, "A|||t9|||0123456789", 0, &R, 0, NULL, "p.jsonl:7"), TR_ERR_FORMAT, "p.jsonl:7: bad puzzle name 'A|||t9|||0123456789'",
+    expect_error(ctx, tr_arc_votes_add(v, "A|||t9|||0123456789", 0, &R, 0, NULL, "p.jsonl:7"), TR_ERR_FORMAT, "p.jsonl:7: puzzle name 'A|||t9|||0123456789'",
                  "expected <task>");
     expect_error(ctx, tr_arc_votes_add(v, "Z", 0, &R, 0, NULL, "p.jsonl:8"), TR_ERR_FORMAT, "p.jsonl:8: task 'Z' is not in test_puzzles.json", NULL);
     expect_error(ctx, tr_arc_votes_add(v, "B", 2, &R, 0, NULL, "p.jsonl:9"), TR_ERR_FORMAT, "p.jsonl:9: task 'B' has 2 test inputs, not index 2", NULL);
@@ -1397,9 +1397,9 @@ static void test_arc_votes(void **state) {
         } bad[] = {
             {"[1]", "tp.json: expected an object of tasks"},
             {"{\"a\": ", "tp.json: invalid JSON"},
-            {"{\"a\": {\"test\": [{\"input\": [[1]], \"output\": [[1, 2], [3]]}]}}", "task a: tp.json:1: test[0].output: row 1 has 1 cells"},
-            {"{\"a\": {\"train\": [{\"input\": [[1]], \"output\": [[1]]}], \"test\": []}}", "tp.json: task a has no \"test\" list"},
-            {"{\"a\": 3}", "task a: tp.json:1: expected an object"},
+            {"{\"a\": {\"test\": [{\"input\": [[1]], \"output\": [[1, 2], [3]]}]}}", "tp.json:1: task 'a': test[0].output: row 1 has 1 cells"},
+            {"{\"a\": {\"train\": [{\"input\": [[1]], \"output\": [[1]]}], \"test\": []}}", "tp.json:1: task 'a' has no \"test\" list"},
+            {"{\"a\": 3}", "tp.json:1: task 'a': expected an object"},
         };
         size_t i;
         for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1411,6 +1411,40 @@ static void test_arc_votes(void **state) {
     }
     assert_int_equal(tr_ctx_live_allocs(ctx), 0);
     tr_ctx_destroy(ctx);
+}
+
+/* The fuzz finding of issue 44: a test_puzzles.json whose first task is named by 1,030 bytes. The
+   reason starts with the file (and the task's line), quotes the name abbreviated with its length, and
+   stays one short line, whatever the name holds (control bytes and quotes are escaped). */
+static void test_arc_votes_long_task_name(void **state) {
+    static const char path[] = "tests/fuzz/regress_predictions/long-task-name-quoted-before-file";
+    tr_ctx *ctx;
+    tr_arc_votes *v = NULL;
+    size_t n, i;
+    char *text = tu_slurp(path, &n), *sep, name[200], json[400];
+    const char *e;
+    (void)state;
+    assert_non_null(text);
+    assert_int_equal(tr_ctx_create(NULL, &ctx), TR_OK);
+    sep = strstr(text, "\n@@@\n"); /* the fuzz target's separator before prediction lines */
+    assert_int_not_equal(tr_arc_votes_create(ctx, text, sep ? (size_t)(sep - text) : n, path, &v), TR_OK);
+    assert_null(v);
+    e = tr_ctx_last_error(ctx);
+    if (strncmp(e, path, strlen(path)) != 0 || strchr(e, '\n') || strlen(e) > 300 || !strstr(e, ": task '6 0, 0, 0, ") || !strstr(e, "...' ("))
+        fail_msg("reason: %s", e);
+    /* a name with a newline, a quote and a backslash, long: escaped, cut, its length given */
+    for (i = 0; i < 120; i++) name[i] = (char)('a' + i % 26);
+    name[3] = '\n', name[5] = '\'', name[7] = '\\';
+    for (i = 0, n = 0, json[n++] = '{', json[n++] = '"'; i < 120; i++) {
+        if (name[i] == '\n' || name[i] == '\\') json[n++] = '\\';
+        json[n++] = name[i] == '\n' ? 'n' : name[i];
+    }
+    snprintf(json + n, sizeof json - n, "\": 3}");
+    assert_int_equal(tr_arc_votes_create(ctx, json, strlen(json), "tp.json", &v), TR_ERR_FORMAT);
+    expect_error(ctx, TR_ERR_FORMAT, TR_ERR_FORMAT, "tp.json:1: task 'abc\\ne\\'g\\\\ijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzab...' (120 bytes): expected an object", NULL);
+    assert_int_equal(tr_ctx_live_allocs(ctx), 0);
+    tr_ctx_destroy(ctx);
+    free(text);
 }
 
 /* Create, enough distinct answers to grow every table (candidates, hash slots, the cell arena),
@@ -1876,6 +1910,7 @@ int main(void) {
         cmocka_unit_test(test_read_file),
         cmocka_unit_test(test_arc_prediction_parse),
         cmocka_unit_test(test_arc_votes),
+        cmocka_unit_test(test_arc_votes_long_task_name),
         cmocka_unit_test(test_arc_votes_alloc_failures),
         cmocka_unit_test(test_dihedral),
         cmocka_unit_test(test_arc_inverse_real_tasks),

@@ -171,9 +171,9 @@ static void test_json_reject(void **state) {
         {"\"\xed\xa0\x80\"", "invalid UTF-8"},      /* encoded surrogate */
         {"\"\xf4\x90\x80\x80\"", "invalid UTF-8"},  /* > U+10FFFF */
         {"\"\xe4\xb8\"", "invalid UTF-8"},          /* truncated sequence */
-        {"{\"a\":1,\"a\":2}", "duplicate key \"a\""},
+        {"{\"a\":1,\"a\":2}", "duplicate key 'a'"},
         {"{\"a\\u0000\":1}", "object key contains \\u0000"},
-        {"{\"k0\":0,\"k1\":0,\"k2\":0,\"k3\":0,\"k4\":0,\"k5\":0,\"k6\":0,\"k7\":0,\"k8\":0,\"k9\":0,\"k3\":1}", "duplicate key \"k3\""},
+        {"{\"k0\":0,\"k1\":0,\"k2\":0,\"k3\":0,\"k4\":0,\"k5\":0,\"k6\":0,\"k7\":0,\"k8\":0,\"k9\":0,\"k3\":1}", "duplicate key 'k3'"},
         {"{'a':1}", "object key (a string) expected"},
         {"[1,2", "',' or ']' expected in array"},
     };
@@ -371,7 +371,7 @@ static const corrupt_case corrupt_cases[] = {
     {"nan-in-number", "{\"w\":{\"dtype\":\"F32\",\"shape\":[NaN],\"data_offsets\":[0,8]}}", 8, 0, 0, NULL, 0, "invalid literal"},
     {"infinity-in-number", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,1e999]}}", 8, 0, 0, NULL, 0, "number out of range"},
     {"duplicate-tensor", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-     8, 0, 0, NULL, 0, "duplicate key \"w\""},
+     8, 0, 0, NULL, 0, "duplicate key 'w'"},
     {"trailing-garbage-header", W1 " x", 8, 0, 0, NULL, 0, "trailing garbage after the JSON value"},
     {"data-too-short", W1, 6, 0, 0, NULL, 0, "run past the end of the 6-byte data section"},
     {"data-too-long", W1, 12, 0, 0, NULL, 0, "4 trailing bytes belong to no tensor"},

@@ -90,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_CHECK(tr_model_config_validate(fz_ctx, tr_model_get_config(m)) == TR_OK);
         tr_model_destroy(m);
     } else
-        FZ_CHECK(m == NULL && strstr(tr_ctx_last_error(fz_ctx), fz_path) != NULL);
+        FZ_CHECK(m == NULL && strstr(tr_ctx_last_error(fz_ctx), fz_path) != NULL && !strchr(tr_ctx_last_error(fz_ctx), '\n'));
     if (tr_model_load_weights(fz_model, fz_path, NULL) == TR_OK) fz_tensors(fz_snap);
     else fz_check_unchanged();
     if (tr_trainer_load(fz_trainer, fz_path, extra, sizeof extra, &extra_len) == TR_OK) {

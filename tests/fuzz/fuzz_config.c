@@ -40,10 +40,10 @@ static void fz_line(tr_model_config *mc, tr_train_config *tc, char *line) {
         FZ_CHECK(tr_key_parse(fz_ctx, k, base, text) == TR_OK);
         FZ_CHECK(memcmp(mc, &mc1, sizeof mc1) == 0 && memcmp(tc, &tc1, sizeof tc1) == 0);
     } else {
-        char shown[201]; /* reasons quote at most 200 bytes of a name */
-        snprintf(shown, sizeof shown, "%s", line);
+        tr__qbuf shown; /* reasons quote a name through tr__quote: escaped, the first 48 bytes of a long one and its length */
         FZ_CHECK(st == (k ? TR_ERR_INVALID_ARG : TR_ERR_NOT_FOUND));
-        FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), shown) != NULL);
+        FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), k ? line : tr__quote(&shown, line)) != NULL);
+        FZ_CHECK(strchr(tr_ctx_last_error(fz_ctx), '\n') == NULL);
         FZ_CHECK(memcmp(mc, &mc0, sizeof mc0) == 0 && memcmp(tc, &tc0, sizeof tc0) == 0);
     }
 }

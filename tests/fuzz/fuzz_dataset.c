@@ -109,6 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(ds == NULL);
             FZ_CHECK(st == TR_ERR_FORMAT || st == TR_ERR_UNSUPPORTED || st == TR_ERR_OVERFLOW || st == TR_ERR_IO || st == TR_ERR_NOT_FOUND);
             FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), fz_dir) != NULL || strstr(tr_ctx_last_error(fz_ctx), "train") != NULL);
+            FZ_CHECK(!strchr(tr_ctx_last_error(fz_ctx), '\n'));
         }
         FZ_CHECK(tr_ctx_live_allocs(fz_ctx) == 0);
     }

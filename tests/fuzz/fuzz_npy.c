@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tr_npy_close(fz_ctx, &a);
     } else {
         FZ_CHECK(st == TR_ERR_FORMAT || st == TR_ERR_UNSUPPORTED || st == TR_ERR_OVERFLOW);
-        FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), "fuzz") != NULL);
+        FZ_CHECK(strncmp(tr_ctx_last_error(fz_ctx) + (tr_ctx_last_error(fz_ctx)[0] == '\''), "fuzz", 4) == 0 && !strchr(tr_ctx_last_error(fz_ctx), '\n')); /* the source (in quotes) first, one line */
     }
     FZ_CHECK(tr_ctx_live_allocs(fz_ctx) == 0);
     return 0;

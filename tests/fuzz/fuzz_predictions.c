@@ -14,6 +14,9 @@ static FILE *fz_null;
 
 #define FZ_CHECK(c) do { if (!(c)) { fprintf(stderr, "fuzz check failed: %s (line %d): %s\n", #c, __LINE__, tr_ctx_last_error(fz_ctx)); abort(); } } while (0)
 
+/* A reason starts with its source and stays on one line. */
+static int fz_names_first(const char *e, const char *src) { return strncmp(e, src, strlen(src)) == 0 && !strchr(e, '\n'); }
+
 static const char *fz_find(const char *p, const char *end, const char *sep) {
     size_t n = strlen(sep);
     for (; p + n <= end; p++)
@@ -29,6 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!fz_ctx && (tr_ctx_create(NULL, &fz_ctx) != TR_OK || !(fz_null = fopen("/dev/null", "w")))) abort();
     if (tr_arc_votes_create(fz_ctx, text, sep ? (size_t)(sep - text) : size, "puzzles", &v) != TR_OK) {
         FZ_CHECK(v == NULL && strstr(tr_ctx_last_error(fz_ctx), "puzzles") != NULL);
+        FZ_CHECK(fz_names_first(tr_ctx_last_error(fz_ctx), "puzzles"));
         FZ_CHECK(tr_ctx_live_allocs(fz_ctx) == 0);
         return 0;
     }
@@ -40,9 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(where, sizeof where, "preds:%ld", ++line);
         if (tr_arc_prediction_parse(fz_ctx, p, (size_t)(e - p), where, &pr) == TR_OK) {
             FZ_CHECK(pr.grid.h >= 0 && pr.grid.h <= TR_ARC_MAX_GRID && pr.grid.w >= 0 && pr.grid.w <= TR_ARC_MAX_GRID);
-            if (tr_arc_votes_add(v, pr.puzzle, pr.test_index, &pr.grid, pr.q_halt, NULL, where) != TR_OK) FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), where) != NULL);
+            if (tr_arc_votes_add(v, pr.puzzle, pr.test_index, &pr.grid, pr.q_halt, NULL, where) != TR_OK) FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), where) != NULL && fz_names_first(tr_ctx_last_error(fz_ctx), where));
         } else
-            FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), where) != NULL);
+            FZ_CHECK(strstr(tr_ctx_last_error(fz_ctx), where) != NULL && fz_names_first(tr_ctx_last_error(fz_ctx), where));
         p = e + 1;
     }
     tr_arc_votes_rank(v);

@@ -92,7 +92,8 @@ static const char *fz_reader(tr_ctx *ctx, int which, const uint8_t *data, size_t
         }
         if (st != TR_OK) {
             if (st != TR_ERR_FORMAT) return "a status other than TR_ERR_FORMAT";
-            if (!strstr(tr_ctx_last_error(ctx), "fuzz")) return "an error that does not name the input";
+            if (strncmp(tr_ctx_last_error(ctx), "fuzz", 4) != 0) return "an error that does not name the input first";
+            if (strchr(tr_ctx_last_error(ctx), '\n')) return "an error of more than one line";
             if (pass && which != FZ_ARC) return "a format error although malformed records are skipped";
         }
         if (sk.out_of_order) return "a skipped record without a line or reason";
