@@ -75,7 +75,9 @@
                                a larger batch runs the recursion in equal slices of rows, so that this
                                scratch stays bounded and only the backward's tape grows with the batch
 
-   Environment variables (read by tr_ctx_create and the example programs)
+   Environment variables (read by tr_ctx_create and the example programs). Each has a tr_ctx_config field
+   (num_threads, simd, device, fault, cpu_bf16, tape16, cl_sgemm, cl_options, cl_profile, cl_zerocopy) that
+   takes its place when set; an unset field (0 / NULL) leaves the variable in force.
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
        TINYREC_DEVICE          auto | cpu | opencl | opencl:N | opencl:<name substring>
@@ -174,6 +176,16 @@ typedef struct tr_ctx_config {
                                "opencl:<name substring>"; "auto" takes an OpenCL GPU when the build has
                                TINYREC_OPENCL and one is present, else the CPU. The device opens with the
                                first model; every choice and fallback is logged once, with the reason. */
+    /* The other knobs, each written as its environment variable's value (the list at the top of this file):
+       NULL leaves the variable in force (and where that is unset, the default); a string, "" included,
+       replaces it. The context keeps copies (at most 383 characters each; longer: TR_ERR_INVALID_ARG). */
+    const char *fault;       /* TINYREC_FAULT: injected faults, as tr_ctx_inject_fault (tests) */
+    const char *cpu_bf16;    /* TINYREC_CPU_BF16: "0".."3", a bfloat16 model's CPU products ("1" = default) */
+    const char *tape16;      /* TINYREC_TAPE16: "1" (default) a 16-bit model's tape in 16 bits, "0" in fp32 */
+    const char *cl_sgemm;    /* TINYREC_CL_SGEMM: OpenCL SGEMM tiles, e.g. "TM=64,TN=64" or "MMA=0" */
+    const char *cl_options;  /* TINYREC_CL_OPTIONS: extra OpenCL build options */
+    const char *cl_profile;  /* TINYREC_CL_PROFILE: "1" times every OpenCL kernel and transfer */
+    const char *cl_zerocopy; /* TINYREC_CL_ZEROCOPY: "0" staged transfers also on host-unified devices */
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
@@ -1443,6 +1455,9 @@ struct tr_ctx {
     int cpu_dp_fast; /* and runs vdpbf16ps at twice its fp32 FMA rate (tr__cpu_is_amd) */
     int bf16_gemm;   /* TINYREC_CPU_BF16 (tr__bgemm_mode in >>sgemm) */
     int tape16;      /* TINYREC_TAPE16: a bfloat16 / float16 model records its activations in 16 bits (>>model) */
+    /* tr_ctx_config's OpenCL knobs, read when the device opens (tr__ctx_knob): knob_set[k] 0 = the environment */
+    char knob[4][384];
+    unsigned char knob_set[4];
     int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
                         all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
@@ -1852,6 +1867,13 @@ static const char *tr__simd_names[TR_KERNEL_SETS] = {"scalar", "avx2", "avx512",
 /* 1 when a CPU whose best set is `best` runs set s: scalar always, the x86 sets up to the best. */
 TR__FN int tr__simd_runs(tr__simd best, int s) { return s == TR__SIMD_SCALAR || (best == TR__SIMD_NEON ? s == TR__SIMD_NEON : s <= (int)best && s != TR__SIMD_NEON); }
 
+/* The OpenCL knobs of tr_ctx_config (tr_ctx.knob), in the order of their environment variables here. */
+enum { TR__KNOB_CL_SGEMM, TR__KNOB_CL_OPTIONS, TR__KNOB_CL_PROFILE, TR__KNOB_CL_ZEROCOPY };
+static const char *const tr__knob_env[4] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY"};
+
+/* The knob's value: the config's where it was set, else the environment's (NULL: neither). */
+TR__FN const char *tr__ctx_knob(const tr_ctx *ctx, int k) { return ctx && ctx->knob_set[k] ? ctx->knob[k] : getenv(tr__knob_env[k]); }
+
 TRDEF tr_ctx_config tr_ctx_config_default(void) {
     tr_ctx_config c;
     memset(&c, 0, sizeof c);
@@ -1982,7 +2004,18 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     {
         int f[TR_CPU_FEATURE_COUNT];
         char brand[49];
-        const char *e = getenv("TINYREC_CPU_BF16");
+        const char *e = cfg.cpu_bf16 ? cfg.cpu_bf16 : getenv("TINYREC_CPU_BF16");
+        const char *const knobs[4] = {cfg.cl_sgemm, cfg.cl_options, cfg.cl_profile, cfg.cl_zerocopy};
+        int k;
+        for (k = 0; k < 4; k++) {
+            if (!knobs[k]) continue;
+            if (strlen(knobs[k]) >= sizeof ctx->knob[k]) {
+                cfg.allocator.free(cfg.allocator.user, ctx);
+                return TR_ERR_INVALID_ARG;
+            }
+            strcpy(ctx->knob[k], knobs[k]);
+            ctx->knob_set[k] = 1;
+        }
         tr__cpu_features(f, brand);
         ctx->simd_best = tr__detect_simd(f);
         ctx->simd = ctx->simd_best;
@@ -1997,7 +2030,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
             }
             ctx->bf16_gemm = e[0] - '0';
         }
-        e = getenv("TINYREC_TAPE16");
+        e = cfg.tape16 ? cfg.tape16 : getenv("TINYREC_TAPE16");
         ctx->tape16 = 1;
         if (e && e[0]) {
             if ((e[0] != '0' && e[0] != '1') || e[1]) {
@@ -2011,7 +2044,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     st = tr_ctx_set_num_threads(ctx, cfg.num_threads);
     if (st == TR_OK) st = tr_ctx_set_simd(ctx, simd_env);
     if (st == TR_OK) st = tr_ctx_set_device(ctx, cfg.device ? cfg.device : getenv("TINYREC_DEVICE"));
-    if (st == TR_OK) st = tr__fault_from_env(ctx, getenv("TINYREC_FAULT"));
+    if (st == TR_OK) st = tr__fault_from_env(ctx, cfg.fault ? cfg.fault : getenv("TINYREC_FAULT"));
     if (st != TR_OK) {
         cfg.allocator.free(cfg.allocator.user, ctx);
         return st;
@@ -6577,7 +6610,7 @@ TR__FN int tr__cl_c_version(tr__cl *cl) {
 }
 
 TR__FN void tr__cl_destroy(tr__cl *cl);
-TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
+TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
 TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g, char *buf, size_t cap);
 
 /* The .cl file and line of line `global` (1-based) of the program the fragments make, from the
@@ -6671,11 +6704,11 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
     for (i = 0; i < nsources; i++) src[i] = sources[i];
     if (inject) src[nsources] = bad_src;
     /* chosen once: every launch uses the tiles the program was built with */
-    tr__cl_gemm_config(&cl->info, &cl->gemm);
+    tr__cl_gemm_config_spec(&cl->info, tr__ctx_knob(cl->ctx, TR__KNOB_CL_SGEMM), &cl->gemm);
     tr__cl_gemm_defines(&cl->gemm, gemm, sizeof gemm);
     gemm[sizeof gemm - 1] = 0;
     /* TINYREC_CL_OPTIONS: extra build options for experiments (e.g. -cl-nv-maxrregcount=128) */
-    if (!opts) opts = getenv("TINYREC_CL_OPTIONS");
+    if (!opts) opts = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS);
     olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
     options = (char *)tr__alloc(cl->ctx, olen);
     if (!options) {
@@ -6772,7 +6805,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     if (!cl) return TR_ERR_OUT_OF_MEMORY;
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
-    cl->profile = getenv("TINYREC_CL_PROFILE") && strcmp(getenv("TINYREC_CL_PROFILE"), "1") == 0;
+    cl->profile = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1") == 0;
     if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
         st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
@@ -6827,7 +6860,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     tr__free(ctx, devs);
     devs = NULL;
     tr__cl_query_info(cl);
-    cl->zerocopy = cl->info.host_unified && !(getenv("TINYREC_CL_ZEROCOPY") && strcmp(getenv("TINYREC_CL_ZEROCOPY"), "0") == 0);
+    cl->zerocopy = cl->info.host_unified && !(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY), "0") == 0);
 
     {
         intptr_t props[3];
@@ -9894,10 +9927,11 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
 }
 
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
-   WN=8,VW=4"; keys that are not given keep the automatic value) if the result is valid (otherwise it is ignored).
+   WN=8,VW=4"; keys that are not given keep the automatic value; here `env`: tr_ctx_config.cl_sgemm, else the variable)
+   if the result is valid (otherwise it is ignored).
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
-TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
+TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
     static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
                                           {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
                                           {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
@@ -9906,7 +9940,6 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
                                           {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
-    const char *env = getenv("TINYREC_CL_SGEMM");
     *out = list[n - 1];
     for (i = 0; i < n; i++)
         if (tr__cl_gemm_cfg_ok(&list[i], info)) {
@@ -9945,6 +9978,8 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
     out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info) ? (out->cp == 2 ? 2 : 1) : 0;
     out->mma = tr__cl_gemm_mma_mode(info, out->mma);
 }
+/* The same with TINYREC_CL_SGEMM as it is (tests, benches). */
+TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) { tr__cl_gemm_config_spec(info, getenv("TINYREC_CL_SGEMM"), out); }
 
 /* Build options with the tile defines of g; the runtime passes them to clBuildProgram. */
 TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap) {
@@ -10021,7 +10056,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
     const tr__clfn *f = &cl->lib.f;
-    const char *extra = getenv("TINYREC_CL_OPTIONS"); /* as for the main program */
+    const char *extra = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS); /* as for the main program */
     char opts[512];
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
