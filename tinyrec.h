@@ -10523,12 +10523,12 @@ TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t 
 /* The token mix's gate_up product with the SwiGLU in its epilogue: per batch C_b[2 half, N] = A B_b (gate | up
    rows), act_b[half, N] (ld_act, s_act) = silu(gate) * up; C is written only when write_gu. TR_ERR_UNSUPPORTED
    when the tile configuration cannot pair the halves (tr__cl_gemm_gu_ok). */
-TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
-                                      size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
-                                      size_t s_act) {
+TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc, int write_gu, tr__out mact) {
+    size_t ld_act = mact.ld, s_act = mact.s;
+    float *act = (float *)mact.p;
     tr__cl_gemm_fuse fz = tr__cl_fuse_none();
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
-    return tr__cl_gemm_run(cl, nb, half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, ldc, sC, 0), 0, &fz);
+    return tr__cl_gemm_run(cl, nb, half, N, K, ma, mb, mc, 0, &fz);
 }
 
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
@@ -11783,7 +11783,8 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
-        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
+        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0), keep_gu,
+                                    tr__out_of(act, N, s_act, 0));
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
         fz.rnd = 1, fz.swc = 2;

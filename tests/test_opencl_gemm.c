@@ -282,7 +282,8 @@ static void run_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, siz
     tu_fill(A, na, seed, 1.0f), tu_fill(Bm, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f), tu_fill(X, nx, seed + 3, 1.0f);
     memcpy(R, C, nc * 4), memcpy(RX, X, nx * 4);
     dA = up(cl, A, na), dB = up(cl, Bm, nbb), dC = up(cl, C, nc), dX = up(cl, X, nx);
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, dA, lda, 0, dB, N, sB, dC, N, sC, keep, dX, N, sX), TR_OK);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dB, N, sB, 0), tr__out_of(dC, N, sC, 0), keep,
+                                          tr__out_of(dX, N, sX, 0)), TR_OK);
     down(cl, C, dC, nc), down(cl, X, dX, nx);
     for (b = 0; b < n1; b++) {
         tr__sgemm_ref(0, 0, M, N, K, A, lda, Bm + b * sB, N, P, N, 0);
@@ -327,7 +328,8 @@ static void test_sgemm_env_override(void **state) {
     run_batched(cl, 4, 0, 1, 13, 17, 7, 1, 1, 0, 2, 64);
     run_batched(cl, 4, 1, 0, 13, 17, 7, 1, 0, 1, 0, 65);
     /* WM = 3 cannot hold a gate row and its up in one work-item */
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, NULL, 4, 0), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, tr__mat_of(NULL, 4, 0, 0), tr__mat_of(NULL, 4, 0, 0), tr__out_of(NULL, 4, 0, 0), 0,
+                                          tr__out_of(NULL, 4, 0, 0)), TR_ERR_UNSUPPORTED);
     tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "CP=1", 1); /* cp.async only where the device has it (NVIDIA sm_80+) */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
