@@ -120,6 +120,7 @@ def main():
     print("lines with fdt/x16/16-bit names     %6d   (regex: %s)" % (n16, TOKENS_16.pattern))
     print("function definitions                %6d" % len(defs))
     print("  with 10+ parameters               %6d" % len(p10))
+    print("  with 11+ (above deliverable 4's 10) %5d" % sum(1 for d in defs if d[2] > 10))
     print("  with 15+ parameters               %6d" % len(p15))
     print("  most parameters                   %6d   (%s)" % (max(d[2] for d in defs), max(defs, key=lambda d: d[2])[0]))
     print("op functions (tr__op_*)             %6d   (%d lines)" % (len(ops), op_lines))
