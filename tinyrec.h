@@ -75,7 +75,9 @@
                                a larger batch runs the recursion in equal slices of rows, so that this
                                scratch stays bounded and only the backward's tape grows with the batch
 
-   Environment variables (read by tr_ctx_create and the example programs)
+   Environment variables (read by tr_ctx_create and the example programs). Each has a tr_ctx_config field
+   (num_threads, simd, device, fault, cpu_bf16, tape16, cl_sgemm, cl_options, cl_profile, cl_zerocopy) that
+   takes its place when set; an unset field (0 / NULL) leaves the variable in force.
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
        TINYREC_DEVICE          auto | cpu | gpu | opencl | opencl:N | opencl:<name substring>, optionally
@@ -181,6 +183,16 @@ typedef struct tr_ctx_config {
                                never taken by surprise) unless the selector ends in ",cpu"
                                ("opencl:1,cpu"): then it falls back to the CPU. Every choice and
                                fallback is logged once, with the reason. */
+    /* The other knobs, each written as its environment variable's value (the list at the top of this file):
+       NULL leaves the variable in force (and where that is unset, the default); a string, "" included,
+       replaces it. The context keeps copies (at most 383 characters each; longer: TR_ERR_INVALID_ARG). */
+    const char *fault;       /* TINYREC_FAULT: injected faults, as tr_ctx_inject_fault (tests) */
+    const char *cpu_bf16;    /* TINYREC_CPU_BF16: "0".."3", a bfloat16 model's CPU products ("1" = default) */
+    const char *tape16;      /* TINYREC_TAPE16: "1" (default) a 16-bit model's tape in 16 bits, "0" in fp32 */
+    const char *cl_sgemm;    /* TINYREC_CL_SGEMM: OpenCL SGEMM tiles, e.g. "TM=64,TN=64" or "MMA=0" */
+    const char *cl_options;  /* TINYREC_CL_OPTIONS: extra OpenCL build options */
+    const char *cl_profile;  /* TINYREC_CL_PROFILE: "1" times every OpenCL kernel and transfer */
+    const char *cl_zerocopy; /* TINYREC_CL_ZEROCOPY: "0" staged transfers also on host-unified devices */
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
@@ -1460,6 +1472,9 @@ struct tr_ctx {
     int cpu_dp_fast; /* and runs vdpbf16ps at twice its fp32 FMA rate (tr__cpu_is_amd) */
     int bf16_gemm;   /* TINYREC_CPU_BF16 (tr__bgemm_mode in >>sgemm) */
     int tape16;      /* TINYREC_TAPE16: a bfloat16 / float16 model records its activations in 16 bits (>>model) */
+    /* tr_ctx_config's OpenCL knobs, read when the device opens (tr__ctx_knob): knob_set[k] 0 = the environment */
+    char knob[4][384];
+    unsigned char knob_set[4];
     int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
                         all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
@@ -1903,6 +1918,13 @@ static const char *tr__simd_names[TR_KERNEL_SETS] = {"scalar", "avx2", "avx512",
 /* 1 when a CPU whose best set is `best` runs set s: scalar always, the x86 sets up to the best. */
 TR__FN int tr__simd_runs(tr__simd best, int s) { return s == TR__SIMD_SCALAR || (best == TR__SIMD_NEON ? s == TR__SIMD_NEON : s <= (int)best && s != TR__SIMD_NEON); }
 
+/* The OpenCL knobs of tr_ctx_config (tr_ctx.knob), in the order of their environment variables here. */
+enum { TR__KNOB_CL_SGEMM, TR__KNOB_CL_OPTIONS, TR__KNOB_CL_PROFILE, TR__KNOB_CL_ZEROCOPY };
+static const char *const tr__knob_env[4] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY"};
+
+/* The knob's value: the config's where it was set, else the environment's (NULL: neither). */
+TR__FN const char *tr__ctx_knob(const tr_ctx *ctx, int k) { return ctx && ctx->knob_set[k] ? ctx->knob[k] : getenv(tr__knob_env[k]); }
+
 TRDEF tr_ctx_config tr_ctx_config_default(void) {
     tr_ctx_config c;
     memset(&c, 0, sizeof c);
@@ -2043,7 +2065,18 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     {
         int f[TR_CPU_FEATURE_COUNT];
         char brand[49];
-        const char *e = getenv("TINYREC_CPU_BF16");
+        const char *e = cfg.cpu_bf16 ? cfg.cpu_bf16 : getenv("TINYREC_CPU_BF16");
+        const char *const knobs[4] = {cfg.cl_sgemm, cfg.cl_options, cfg.cl_profile, cfg.cl_zerocopy};
+        int k;
+        for (k = 0; k < 4; k++) {
+            if (!knobs[k]) continue;
+            if (strlen(knobs[k]) >= sizeof ctx->knob[k]) {
+                cfg.allocator.free(cfg.allocator.user, ctx);
+                return TR_ERR_INVALID_ARG;
+            }
+            strcpy(ctx->knob[k], knobs[k]);
+            ctx->knob_set[k] = 1;
+        }
         tr__cpu_features(f, brand);
         ctx->simd_best = tr__detect_simd(f);
         ctx->simd = ctx->simd_best;
@@ -2058,7 +2091,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
             }
             ctx->bf16_gemm = e[0] - '0';
         }
-        e = getenv("TINYREC_TAPE16");
+        e = cfg.tape16 ? cfg.tape16 : getenv("TINYREC_TAPE16");
         ctx->tape16 = 1;
         if (e && e[0]) {
             if ((e[0] != '0' && e[0] != '1') || e[1]) {
@@ -2074,7 +2107,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
     if (st == TR_OK) st = tr_ctx_set_device(ctx, cfg.device ? cfg.device : getenv("TINYREC_DEVICE"));
     snprintf(ctx->icd_files, sizeof ctx->icd_files, "%s", getenv("OCL_ICD_FILENAMES") ? getenv("OCL_ICD_FILENAMES") : "(unset)");
     snprintf(ctx->icd_vendors, sizeof ctx->icd_vendors, "%s", getenv("OCL_ICD_VENDORS") ? getenv("OCL_ICD_VENDORS") : "(unset: /etc/OpenCL/vendors)");
-    if (st == TR_OK) st = tr__fault_from_env(ctx, getenv("TINYREC_FAULT"));
+    if (st == TR_OK) st = tr__fault_from_env(ctx, cfg.fault ? cfg.fault : getenv("TINYREC_FAULT"));
     if (st != TR_OK) {
         cfg.allocator.free(cfg.allocator.user, ctx);
         return st;
@@ -5683,16 +5716,46 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
 }
 #endif
 
+/* The operands of a product (the GEMM functions take these instead of a pointer, a leading dimension, a batch
+   stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
+   all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
+   (then ld and s count them; read by the CPU's tr__sgemm_nb / tr__sgemm_batched, the op layer still says it with
+   x16). tr__out (C): acc adds the product to what C holds. Built by tr__mat_of / tr__mat16_of / tr__out_of. */
+typedef struct tr__mat {
+    const void *p;
+    size_t ld, s;
+    int t, dt;
+} tr__mat;
+typedef struct tr__out {
+    void *p;
+    size_t ld, s;
+    int acc;
+} tr__out;
+TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
+    tr__mat m;
+    m.p = p, m.ld = ld, m.s = s, m.t = t, m.dt = dt;
+    return m;
+}
+TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
+TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) {
+    tr__out o;
+    o.p = p, o.ld = ld, o.s = s, o.acc = acc;
+    return o;
+}
+
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
    panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
    one team of threads, op(A) packed once. Or (nbat = 1) kbat products summed into C,
    C (=|+=) sum_b op(A + b*sA) op(B + b*sB), run as one: every product's KC blocks one after
    another (each product's own blocking, and C takes each block's sum in that order, as the
    products run one by one sum it). Shapes of the unpacked paths run one by one.
-   a16, b16 (0: fp32): the precision of A's, B's 16-bit values (that operand, its stride and leading dimension then in values). */
-TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                              size_t sA, const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int accumulate, tr__sgemm_epi *epi, int a16,
-                              int b16) {
+   ma.dt, mb.dt (0: fp32): the precision of A's, B's 16-bit values (that operand, its stride and leading dimension then in values). */
+TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc, tr__sgemm_epi *epi) {
+    const float *A = (const float *)ma.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, ldc = mc.ld, sC = mc.s;
+    int transA = ma.t, a16 = ma.dt, transB = mb.t, b16 = mb.dt, accumulate = mc.acc;
+    const void *B = mb.p;
+    float *C = (float *)mc.p;
     tr__sgemm_job J;
     size_t MR, NR, nkb, Ktot, bfloats, afloats, total, i, njobs, nbunits;
     int nt, packa, packb;
@@ -5707,9 +5770,9 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     if (M == 0 || N == 0) return TR_OK;
     if (nbat * kbat > 1 && (K == 0 || M <= TR__SG_SMALL_M || (N <= TR__SG_SMALL_N && !transA))) {
         for (i = 0; i < nbat * kbat; i++)
-            if ((st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, (const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0,
-                                   tr__sgemm_at(B, b16, i * sB), ldb, 0, C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate, NULL, a16,
-                                   b16)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0, transA, a16),
+                                   tr__mat16_of(tr__sgemm_at(B, b16, i * sB), ldb, 0, transB, b16),
+                                   tr__out_of(C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -5721,8 +5784,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
         if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
         if (a16) tr__io16(tr__half_pick(ctx), a16, 1, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
         if (b16) tr__io16(tr__half_pick(ctx), b16, 1, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
-        st = tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, a16 ? w : A, a16 ? ac : lda, 0, b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, C, ldc, 0,
-                          accumulate, NULL, 0, 0);
+        st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat_of(a16 ? w : A, a16 ? ac : lda, 0, transA),
+                          tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate), NULL);
         tr__free(ctx, w);
         return st;
     }
@@ -5863,34 +5926,37 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, int transA,
     return TR_OK;
 }
 
-TR__FN tr_status tr__sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                           const float *B, size_t ldb, float *C, size_t ldc, int accumulate) {
-    return tr__sgemm_nb(ctx, 1, 1, transA, transB, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, accumulate, NULL, 0, 0);
+TR__FN tr_status tr__sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__sgemm_nb(ctx, 1, 1, M, N, K, ma, mb, mc, NULL);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). Products
    that share A and write apart (the token mix) run as one (tr__sgemm_nb), and so do products
    summed into C (the token mix's weight gradients, one product per batch row), in groups whose
-   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). a16, b16 (0: fp32): the precision
+   packed operands stay within TR__SG_KB_FLOATS (a group size from the shape alone). ma.dt, mb.dt (0: fp32): the precision
    of A's, B's 16-bit values (that operand and its stride and leading dimension then in values). */
 #define TR__SG_KB_FLOATS ((size_t)1 << 21)
-TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
-                                   const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int a16, int b16) {
+TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    const void *A = ma.p, *B = mb.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, ldc = mc.ld, sC = mc.s;
+    int ta = ma.t, a16 = ma.dt, tb = mb.t, b16 = mb.dt, acc = mc.acc;
+    float *C = (float *)mc.p;
     int b;
     tr_status st;
     if (nb > 1 && sA == 0 && sC != 0)
-        return tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, C, ldc, sC, acc, NULL, a16, b16);
+        return tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of((const float *)A, lda, 0, ta, a16), mb, mc, NULL);
     if (nb > 1 && sC == 0) {
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
-            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), ta, tb, M, N, K, (const float *)tr__sgemm_at(A, a16, b * sA), lda, sA,
-                                   tr__sgemm_at(B, b16, b * sB), ldb, sB, C, ldc, 0, b > 0 ? 1 : acc, NULL, a16, b16)) != TR_OK)
+            if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, sA, ta, a16),
+                                   tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, sB, tb, b16), tr__out_of(C, ldc, 0, b > 0 ? 1 : acc), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
     for (b = 0; b < nb; b++)
-        if ((st = tr__sgemm_nb(ctx, 1, 1, ta, tb, M, N, K, (const float *)tr__sgemm_at(A, a16, b * sA), lda, 0, tr__sgemm_at(B, b16, b * sB), ldb, 0, C + b * sC,
-                               ldc, 0, sC == 0 && b > 0 ? 1 : acc, NULL, a16, b16)) != TR_OK)
+        if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, 0, ta, a16),
+                               tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, 0, tb, b16), tr__out_of(C + b * sC, ldc, 0, sC == 0 && b > 0 ? 1 : acc),
+                               NULL)) != TR_OK)
             return st;
     return TR_OK;
 }
@@ -6718,7 +6784,7 @@ TR__FN int tr__cl_c_version(tr__cl *cl) {
 }
 
 TR__FN void tr__cl_destroy(tr__cl *cl);
-TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
+TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out); /* with the SGEMM, below */
 TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g, char *buf, size_t cap);
 
 /* The .cl file and line of line `global` (1-based) of the program the fragments make, from the
@@ -6812,11 +6878,11 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
     for (i = 0; i < nsources; i++) src[i] = sources[i];
     if (inject) src[nsources] = bad_src;
     /* chosen once: every launch uses the tiles the program was built with */
-    tr__cl_gemm_config(&cl->info, &cl->gemm);
+    tr__cl_gemm_config_spec(&cl->info, tr__ctx_knob(cl->ctx, TR__KNOB_CL_SGEMM), &cl->gemm);
     tr__cl_gemm_defines(&cl->gemm, gemm, sizeof gemm);
     gemm[sizeof gemm - 1] = 0;
     /* TINYREC_CL_OPTIONS: extra build options for experiments (e.g. -cl-nv-maxrregcount=128) */
-    if (!opts) opts = getenv("TINYREC_CL_OPTIONS");
+    if (!opts) opts = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS);
     olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
     options = (char *)tr__alloc(cl->ctx, olen);
     if (!options) {
@@ -6914,7 +6980,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     if (!cl) return TR_ERR_OUT_OF_MEMORY;
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
-    cl->profile = getenv("TINYREC_CL_PROFILE") && strcmp(getenv("TINYREC_CL_PROFILE"), "1") == 0;
+    cl->profile = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1") == 0;
     if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
         st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
@@ -6969,7 +7035,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     tr__free(ctx, devs);
     devs = NULL;
     tr__cl_query_info(cl);
-    cl->zerocopy = cl->info.host_unified && !(getenv("TINYREC_CL_ZEROCOPY") && strcmp(getenv("TINYREC_CL_ZEROCOPY"), "0") == 0);
+    cl->zerocopy = cl->info.host_unified && !(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY), "0") == 0);
 
     {
         intptr_t props[3];
@@ -10036,10 +10102,11 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
 }
 
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
-   WN=8,VW=4"; keys that are not given keep the automatic value) if the result is valid (otherwise it is ignored).
+   WN=8,VW=4"; keys that are not given keep the automatic value; here `env`: tr_ctx_config.cl_sgemm, else the variable)
+   if the result is valid (otherwise it is ignored).
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
-TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
+TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
     static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
                                           {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
                                           {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
@@ -10048,7 +10115,6 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
                                           {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
-    const char *env = getenv("TINYREC_CL_SGEMM");
     *out = list[n - 1];
     for (i = 0; i < n; i++)
         if (tr__cl_gemm_cfg_ok(&list[i], info)) {
@@ -10087,6 +10153,8 @@ TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) {
     out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info) ? (out->cp == 2 ? 2 : 1) : 0;
     out->mma = tr__cl_gemm_mma_mode(info, out->mma);
 }
+/* The same with TINYREC_CL_SGEMM as it is (tests, benches). */
+TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) { tr__cl_gemm_config_spec(info, getenv("TINYREC_CL_SGEMM"), out); }
 
 /* Build options with the tile defines of g; the runtime passes them to clBuildProgram. */
 TR__FN void tr__cl_gemm_defines(const tr__cl_gemm_cfg *g_, char *buf, size_t cap) {
@@ -10146,6 +10214,14 @@ typedef struct tr__cl_gemm_fuse {
                        16-bit record, tr__ws_r16; tensor cores only): its lda / ldb and sA / sB count them */
 } tr__cl_gemm_fuse;
 
+/* A fuse with nothing in it (a plain product): callers set the fields they use by name, so that a field added to
+   the struct never shifts the others (designated initializers would need C++20 in the C++ build). */
+TR__FN tr__cl_gemm_fuse tr__cl_fuse_none(void) {
+    tr__cl_gemm_fuse f;
+    memset(&f, 0, sizeof f);
+    return f;
+}
+
 /* Whether the tile configuration pairs gate rows with their ups in one work-item (the halves of a tile are TM/2
    apart in its register block), as the kernel's #if before nn_gu tests. */
 TR__FN int tr__cl_gemm_gu_ok(const tr__cl_gemm_cfg *g) { return g->vw == 4 ? g->wm % 8 == 0 : g->wm % 2 == 0; }
@@ -10163,7 +10239,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
     const tr__clfn *f = &cl->lib.f;
-    const char *extra = getenv("TINYREC_CL_OPTIONS"); /* as for the main program */
+    const char *extra = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS); /* as for the main program */
     char opts[512];
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
@@ -10383,10 +10459,12 @@ TR__FN void tr__cl_pack_wrote(tr__cl *cl, const float *C, size_t span) {
    splits (nb == 1) or the batch groups (sC == 0, nb > 1) to use (tests force them). More than one piece writes packed
    partials to scratch, then tr_k_gemm_reduce sums them in order into C. fz: a fused SwiGLU (NULL: none); with gu,
    M counts the activation's rows (half of C's). */
-TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                 const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int pieces,
-                                 const tr__cl_gemm_fuse *fz) {
-    static const tr__cl_gemm_fuse none = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
+TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc, int pieces, const tr__cl_gemm_fuse *fz) {
+    const float *A = (const float *)ma.p, *B = (const float *)mb.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, ldc = mc.ld, sC = mc.s;
+    int ta = ma.t, tb = mb.t, acc = mc.acc;
+    float *C = (float *)mc.p;
+    const tr__cl_gemm_fuse none = tr__cl_fuse_none();
     const tr__cl_info *info = tr__cl_get_info(cl);
     tr__cl_gemm_cfg g;
     tr__clargs a;
@@ -10563,16 +10641,14 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, int ta, int tb, size_t M, s
 
 /* C = (acc ? C : 0) + op(A) op(B) (tr__sgemm). Split-K with a deterministic reduction when C has too few tiles
    to fill the device and K is long (the weight gradients, K = rows of the batch). */
-TR__FN tr_status tr__cl_sgemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
-                              size_t ldb, float *C, size_t ldc, int acc) {
-    return tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0, acc, 0, NULL);
+TR__FN tr_status tr__cl_sgemm(tr__cl *cl, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__cl_gemm_run(cl, 1, M, N, K, ma, mb, mc, 0, NULL);
 }
 
 /* nb products A + b*sA, B + b*sB -> C + b*sC; sC == 0: all summed into C (deterministic, batch order within a group,
    groups in order). */
-TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                                      size_t sA, const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, NULL);
+TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__cl_gemm_run(cl, nb, M, N, K, ma, mb, mc, 0, NULL);
 }
 
 /* tr__cl_sgemm_batched with operand sw (2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
@@ -10581,20 +10657,20 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, int ta, int tb, size_t
 TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16,
                                      float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none();
     fz.sw = sw, fz.so = so, fz.g16 = g16, fz.sw_room = room;
-    return tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, &fz);
+    return tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(B, ldb, sB, tb), tr__out_of(C, ldc, sC, acc), 0, &fz);
 }
 
 /* The token mix's gate_up product with the SwiGLU in its epilogue: per batch C_b[2 half, N] = A B_b (gate | up
    rows), act_b[half, N] (ld_act, s_act) = silu(gate) * up; C is written only when write_gu. TR_ERR_UNSUPPORTED
    when the tile configuration cannot pair the halves (tr__cl_gemm_gu_ok). */
-TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
-                                      size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int write_gu, float *act, size_t ld_act,
-                                      size_t s_act) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
+TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc, int write_gu, tr__out mact) {
+    size_t ld_act = mact.ld, s_act = mact.s;
+    float *act = (float *)mact.p;
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none();
     fz.gu = 1, fz.half = half, fz.act = act, fz.ld_act = ld_act, fz.s_act = s_act, fz.write_gu = write_gu;
-    return tr__cl_gemm_run(cl, nb, 0, 0, half, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, 0, 0, &fz);
+    return tr__cl_gemm_run(cl, nb, half, N, K, ma, mb, mc, 0, &fz);
 }
 
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
@@ -10604,16 +10680,18 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    depth (lda); a16: A holds 16-bit values of the precision (lda counts them). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, int a16, const float *W_gu, const float *W_down,
                                    float *gu, int keep_gu, size_t D, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 1, NULL, NULL, NULL, 0, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none(), down = tr__cl_fuse_none();
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pa)));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
+    fz.rnd = 1, fz.swc = 1, down.rnd = 1;
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16, fz.h16 = a16 ? TR__X16_A : 0; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 2 * half, 0, 0, 1, &fz)) != TR_OK) return st;
+    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0), 1,
+                              &fz)) != TR_OK) return st;
     down.a16 = act16;
-    return tr__cl_gemm_run(cl, 1, 0, 1, rows, D, half, NULL, half, 0, W_down, half, 0, proj, D, 0, 0, 0, &down);
+    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(W_down, half, 0, 1), tr__out_of(proj, D, 0, 0), 0, &down);
 }
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
@@ -10621,17 +10699,19 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
    (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
                                   const float *W_tdown, float *proj, float *room) {
-    tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL, 0}, down = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none(), down = tr__cl_fuse_none();
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
     uint32_t *act16 = (uint32_t *)(room ? room : tr__cl_scratch(cl, TR__CL_SLOT_PACK_ACT, tr__cl_packed_words(&pb)));
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     if (!keep_gu) mix = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
+    fz.rnd = 1, fz.swc = 2, down.rnd = 1;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0, 1, &fz)) != TR_OK)
+    if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(W_tgu, S, 0, 0), tr__mat_of(in, D, S * D, 0),
+                              tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), 1, &fz)) != TR_OK)
         return st;
     down.b16 = act16;
-    return tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, W_tdown, It, 0, NULL, D, It * D, proj, D, S * D, 0, 0, &down);
+    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(W_tdown, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_of(proj, D, S * D, 0), 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -11370,10 +11450,9 @@ TR__FN tr_status tr__dfinish(tr_ctx *ctx) {
 }
 
 /* --- ops: the CPU kernel, or its OpenCL twin on the device ------------------------------------ */
-TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
-                              float *C, size_t ldc, int acc) {
-    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc));
-    return tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc);
+TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, M, N, K, ma, mb, mc));
+    return tr__sgemm(ctx, M, N, K, ma, mb, mc);
 }
 
 /* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16, where a device's
@@ -11385,25 +11464,29 @@ TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
 /* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
    workspace's, read as they are on the CPU; a tensor-core device's 16-bit record, tr__ws_r16, packed from them; that
    operand's leading dimension and batch stride in values): the bits of the products of the fp32 values they hold. */
-TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc);
+TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
 #if TINYREC_OPENCL
 TR__FN int tr__op_mma(tr_ctx *ctx, int fdt);
 #endif
-TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
-                                const void *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
+TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    const void *A = ma.p, *B = mb.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, ldc = mc.ld;
+    int ta = ma.t, tb = mb.t, acc = mc.acc;
+    float *C = (float *)mc.p;
     tr_status st;
-    if (!x16 && nb == 1) return tr__op_sgemm(ctx, ta, tb, M, N, K, (const float *)A, lda, (const float *)B, ldb, C, ldc, acc);
-    if (!x16) return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, C, ldc, sC, acc);
+    if (!x16 && nb == 1) return tr__op_sgemm(ctx, M, N, K, tr__mat_of((const float *)A, lda, 0, ta), tr__mat_of((const float *)B, ldb, 0, tb),
+                                             tr__out_of(C, ldc, 0, acc));
+    if (!x16) return tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb), mc);
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, 0};
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
         fz.h16 = x16 & (TR__X16_A | TR__X16_B);
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, C, ldc, sC, acc, 0, &fz);
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb), mc, 0, &fz);
     }
 #endif
     if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
-    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0);
+    return tr__sgemm_batched(ctx, nb, M, N, K, tr__mat16_of(A, lda, sA, ta, (x16 & TR__X16_A) ? fdt : 0),
+                             tr__mat16_of(B, ldb, sB, tb, (x16 & TR__X16_B) ? fdt : 0), mc);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -11451,10 +11534,9 @@ TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
-TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                      const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc) {
-    TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc));
-    return tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0);
+TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, M, N, K, ma, mb, mc));
+    return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
 
 #if TINYREC_OPENCL
@@ -11468,8 +11550,11 @@ TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, 
    the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt, C stored so, strides in
    values; a 16-bit C is staged where the epilogue's one KC block cannot take it (tr__sgemm_job.stage), and goes
    through an fp32 C of its own where neither runs (a short or narrow product, or a 16-bit C summing products). */
-TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda, size_t sA,
-                                   const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
+TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    const void *A = ma.p, *B = mb.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, sC = mc.s;
+    int ta = ma.t, tb = mb.t, acc = mc.acc;
+    void *C = mc.p;
     int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
     size_t nC = (size_t)(nprod - 1) * sC + M * N, bytes;
     float *c = (float *)C;
@@ -11479,14 +11564,15 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1, e.c16 = (x16 & TR__X16_C) != 0;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, (const float *)A, lda, 0, B, ldb, sB, c, N, sC, acc, &e, a16, b16)) || e.done) return st;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of((const float *)A, lda, 0, ta, a16), tr__mat16_of(B, ldb, sB, tb, b16),
+                               tr__out_of(c, N, sC, acc), &e)) || e.done) return st;
     }
     if (x16 & TR__X16_C) {
         if (!tr__size_mul(nC, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
         for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
     }
-    st = tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, c, N, sC, acc, a16, b16);
+    st = tr__sgemm_batched(ctx, nb, M, N, K, tr__mat16_of(A, lda, sA, ta, a16), tr__mat16_of(B, ldb, sB, tb, b16), tr__out_of(c, N, sC, acc));
     if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
     if (x16 & TR__X16_C) {
         for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
@@ -11497,37 +11583,44 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, int ta
 /* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
    bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; on the CPU as stored where
    it can (tr__sgemm_rnd_cpu); elsewhere a pass over C. */
-TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                  const float *B, size_t ldb, size_t sB, float *C, size_t sC, int acc) {
+TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    size_t sC = mc.s;
+    float *C = (float *)mc.p;
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc, 0, &fz);
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+        fz.rnd = 1;
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
     }
 #endif
-    if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, 0, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
-    if ((st = tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, N, sC, acc)) != TR_OK) return st;
+    if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, 0, nb, M, N, K, ma, mb, mc);
+    if ((st = tr__op_sgemm_batched(ctx, nb, M, N, K, ma, mb, mc)) != TR_OK) return st;
     return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
 }
 
 /* tr__op_sgemm_rnd with any of A, B and C in 16 bits (x16, as tr__sgemm_rnd_cpu: a 16-bit workspace's buffers,
    tr__ws_d16, on the CPU; a 16-bit C alone on tensor cores too), with the bits of the fp32 product's rounding; x16 = 0
    is tr__op_sgemm_rnd. */
-TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, int ta, int tb, size_t M, size_t N, size_t K, const void *A, size_t lda,
-                                    size_t sA, const void *B, size_t ldb, size_t sB, void *C, size_t sC, int acc) {
-    if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, sC, acc);
+TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    const void *A = ma.p, *B = mb.p;
+    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, sC = mc.s;
+    int ta = ma.t, tb = mb.t, acc = mc.acc;
+    void *C = mc.p;
+    if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb),
+                                      tr__out_of((float *)C, N, sC, acc));
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16, stored so by the epilogue; its 16-bit record, tr__ws_r16) */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
         fz.rnd = (x16 & TR__X16_C) ? 2 : 1, fz.h16 = x16 & (TR__X16_A | TR__X16_B);
-        return tr__cl_gemm_run(ctx->cl, nb, ta, tb, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB, (float *)C, N, sC, acc, 0, &fz);
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb),
+                               tr__out_of((float *)C, N, sC, acc), 0, &fz);
     }
 #endif
     if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
     if (nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
-    return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, sC, acc);
+    return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, M, N, K, ma, mb, mc);
 }
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
@@ -11751,7 +11844,8 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
     e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
     e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
     e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = (x16 & TR__X16_C) != 0;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, lda, 0, B, ldb, sB, NULL, 0, 0, 0, &e, (x16 & TR__X16_A) ? fdt : 0, (x16 & TR__X16_B) ? fdt : 0)))
+    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(A, lda, 0, ta, (x16 & TR__X16_A) ? fdt : 0),
+                           tr__mat16_of(B, ldb, sB, tb, (x16 & TR__X16_B) ? fdt : 0), tr__out_of(NULL, 0, 0, 0), &e)))
         return st;
     *done = e.done;
     return TR_OK;
@@ -11784,15 +11878,18 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
         return st;
     if (!fused && act16) { /* gate_up in 16 bits too: the tape's (keep_gu), or in gu's memory */
         float *g = keep_gu && gu16 ? gu16 : gu;
-        if ((st = tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A | TR__X16_C, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, g, 0, 0)) ||
+        if ((st = tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A | TR__X16_C, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1),
+                                     tr__out_of(g, 2 * half, 0, 0))) ||
             (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)half, g, 2 * half, NULL, 0, act, half)))
             return st;
     } else if (!fused) {
-        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, rows, 2 * half, K, A, lda, 0, W_gu, K, 0, gu, 0, 0))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1),
+                                   tr__out_of(gu, 2 * half, 0, 0)))) return st;
         if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
         if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A | TR__X16_C : 0, 1, 0, 1, rows, D, half, act, half, 0, W_down, half, 0, proj, 0, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A | TR__X16_C : 0, 1, rows, D, half, tr__mat_of(act, half, 0, 0), tr__mat_of(W_down, half, 0, 1),
+                              tr__out_of(proj, D, 0, 0));
 }
 
 /* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
@@ -11818,8 +11915,8 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
         if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
         else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
         if (st) return st;
-        return tr__op_sgemm16(ctx, fdt, x16 & (TR__X16_A | TR__X16_B), per_row ? 1 : nb, ta, tb, M, N, K, A, lda, per_row ? 0 : sA, act, cols,
-                                per_row ? 0 : rows * cols, C, ldc, per_row ? 0 : sC, acc);
+        return tr__op_sgemm16(ctx, fdt, x16 & (TR__X16_A | TR__X16_B), per_row ? 1 : nb, M, N, K, tr__mat_of(A, lda, per_row ? 0 : sA, ta),
+                              tr__mat_of(act, cols, per_row ? 0 : rows * cols, tb), tr__out_of(C, ldc, per_row ? 0 : sC, acc));
     }
 #if TINYREC_OPENCL
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
@@ -11841,8 +11938,8 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
         if (st) return st;
     }
-    if (per_row) return tr__op_sgemm(ctx, ta, tb, M, N, K, A, lda, act, cols, C, ldc, acc);
-    return tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, lda, sA, act, cols, rows * cols, C, ldc, sC, acc);
+    if (per_row) return tr__op_sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(act, cols, 0, tb), tr__out_of(C, ldc, 0, acc));
+    return tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(act, cols, rows * cols, tb), tr__out_of(C, ldc, sC, acc));
 }
 
 /* The token mix's gate_up product and SwiGLU: per batch C_b[2 half, N] = A B_b (gate | up rows, ldc = N) and
@@ -11856,16 +11953,18 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
-        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, keep_gu, act, N, s_act);
+        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0), keep_gu,
+                                    tr__out_of(act, N, s_act, 0));
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 2, NULL, NULL, NULL, 0, NULL, 0};
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+        fz.rnd = 1, fz.swc = 2;
         fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
-        return tr__cl_gemm_run(ctx->cl, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, N, sC, 0, 1, &fz);
+        return tr__cl_gemm_run(ctx->cl, nb, 2 * half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0), 1, &fz);
     }
 #endif
     TR__UNUSED(keep_gu);
     /* bfloat16 / float16: the product and the activation are rounded */
-    if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, 2 * half, N, K, A, lda, sA, B, ldb, sB, C, sC, 0))) return st;
+    if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 2 * half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0)))) return st;
     return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
 }
 
@@ -11891,7 +11990,8 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
         return st;
     if (!fused) {
         if (act16) { /* (tr__op_sgemm_gate_up's CPU passes, the activation stored in 16 bits) */
-            if ((st = tr__op_sgemm_rnd16(ctx, fdt, in16, nb, 0, 0, 2 * It, D, S, W_tgu, S, 0, in, D, S * D, mix, 2 * It * D, 0)) ||
+            if ((st = tr__op_sgemm_rnd16(ctx, fdt, in16, nb, 2 * It, D, S, tr__mat_of(W_tgu, S, 0, 0), tr__mat_of(in, D, S * D, 0),
+                                         tr__out_of(mix, D, 2 * It * D, 0))) ||
                 (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, nb, (long)(It * D), mix, 2 * It * D, NULL, 0, act, It * D)))
                 return st;
         } else if (in16) {
@@ -11900,7 +12000,8 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_
             return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B | TR__X16_C : 0, nb, 0, 0, S, D, It, W_tdown, It, 0, act, D, It * D, proj, S * D, 0);
+    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B | TR__X16_C : 0, nb, S, D, It, tr__mat_of(W_tdown, It, 0, 0), tr__mat_of(act, D, It * D, 0),
+                              tr__out_of(proj, D, S * D, 0));
 }
 
 /* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
@@ -12818,13 +12919,14 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__bloc
         /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
         float *qkv = m->ws_r16 && t16 ? t16->mix : r->mix, *att_o = m->ws_r16 && t16 ? t16->att_o : r->att_o;
         int a16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, 0, 1, BS, 3 * D, D, r->in, D, 0, TR__W(m, ly->qkv), D, 0, qkv, 0, 0))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, BS, 3 * D, D, tr__mat_of(r->in, D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 1),
+                                     tr__out_of(qkv, 3 * D, 0, 0)))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope16(ctx, m->fdt, m->ws_r16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
         if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (m->ws_r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, 0, 1, BS, D, D, att_o, D, 0, TR__W(m, ly->o), D, 0, proj,
-                                     0, 0)))
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (m->ws_r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, BS, D, D, tr__mat_of(att_o, D, 0, 0),
+                                     tr__mat_of(TR__W(m, ly->o), D, 0, 1), tr__out_of(proj, D, 0, 0))))
             return st;
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, in16 | p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
@@ -12876,19 +12978,23 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     /* (each pair of products in a packing window shares the packing of g1, then of dg) */
     tr__op_pack_window(ctx, 1);
     st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | aB);
-    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | aC, 1, 0, 0, BS, I, D, g1, D, 0, TR__W(m, ly->down), I, 0, act, 0, 0); /* act <- d act */
+    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | aC, 1, BS, I, D, tr__mat_of(g1, D, 0, 0), tr__mat_of(TR__W(m, ly->down), I, 0, 0),
+                                     tr__out_of(act, I, 0, 0)); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
     tr__op_pack_window(ctx, 1); /* (dg: read only by the window's products) */
     if (g16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dg;
         st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dg, 2 * I);
-        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 1, 0, 2 * I, D, BS, d16, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
-        if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, 0, 0, BS, D, 2 * I, d16, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 2 * I, D, BS, tr__mat_of(d16, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0),
+                                     tr__out_of(g_gu, D, 0, 1));
+        if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, BS, D, 2 * I, tr__mat_of(d16, 2 * I, 0, 0),
+                                         tr__mat_of(TR__W(m, ly->gu), D, 0, 0), tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
     } else {
         st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I, tr__ws_dg_room(m, B));
-        if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 1, 0, 2 * I, D, BS, dg, 2 * I, 0, h1, D, 0, g_gu, D, 0, 1);
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, 0, 0, BS, D, 2 * I, dg, 2 * I, 0, TR__W(m, ly->gu), D, 0, g2, 0, 1); /* g2 = d h1 */
+        if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 2 * I, D, BS, tr__mat_of(dg, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0), tr__out_of(g_gu, D, 0, 1));
+        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, BS, D, 2 * I, tr__mat_of(dg, 2 * I, 0, 0), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
+                                       tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
     }
     tr__op_pack_window(ctx, 0);
     if (st) return st;
@@ -12909,17 +13015,20 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dg's) */
             st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | aB);
             if (!st) /* act <- d act */
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | aC, nb, 1, 0, It, D, S, TR__W(m, ly->tdown), It, 0, g, D, S * D, act, It * D, 0);
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | aC, nb, It, D, S, tr__mat_of(TR__W(m, ly->tdown), It, 0, 1), tr__mat_of(g, D, S * D, 0),
+                                        tr__out_of(act, D, It * D, 0));
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
             if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dg, 2 * It * D);
             else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, aC != 0, dg, D, NULL);
-            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, in16 + o * S * D, D, S * D, g_tgu, S, 0, 1);
-            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 0, 1, 2 * It, S, D, dg, D, 2 * It * D, r->in + o * S * D, D, S * D, g_tgu, S, 0, 1);
+            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0),
+                                                 tr__mat_of(in16 + o * S * D, D, S * D, 1), tr__out_of(g_tgu, S, 0, 1));
+            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0), tr__mat_of(r->in + o * S * D, D, S * D, 1),
+                                                    tr__out_of(g_tgu, S, 0, 1));
             if (!st)
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, 1, 0, S, D, 2 * It, TR__W(m, ly->tgu), S, 0, dg, D, 2 * It * D,
-                                        TR__AT16(din, din16, o * S * D), S * D, 1);
+                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, S, D, 2 * It, tr__mat_of(TR__W(m, ly->tgu), S, 0, 1),
+                                        tr__mat_of(dg, D, 2 * It * D, 0), tr__out_of(TR__AT16(din, din16, o * S * D), D, S * D, 1));
             tr__op_pack_window(ctx, 0);
             if (st) return st;
         }
@@ -12928,17 +13037,21 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         const float *qkv = m->ws_r16 ? t16->mix : r->mix, *att_o = m->ws_r16 ? t16->att_o : r->att_o; /* (a 16-bit record reads the tape's) */
         int r16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0; /* (qkv, o for attention) */
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__op_sgemm16(ctx, m->fdt, gA | (r16 & TR__X16_B), 1, 1, 0, D, D, BS, g1, D, 0, att_o, D, 0, g_o, D, 0, 1))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, 0, 0, BS, D, D, g1, D, 0, TR__W(m, ly->o), D, 0, g2, 0, 0))) return st; /* g2 = d att_o */
+        if ((st = tr__op_sgemm16(ctx, m->fdt, gA | (r16 & TR__X16_B), 1, D, D, BS, tr__mat_of(g1, D, 0, 1), tr__mat_of(att_o, D, 0, 0),
+                                 tr__out_of(g_o, D, 0, 1)))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, BS, D, D, tr__mat_of(g1, D, 0, 0), tr__mat_of(TR__W(m, ly->o), D, 0, 0),
+                                     tr__out_of(g2, D, 0, 0)))) return st; /* g2 = d att_o */
         if ((st = tr__op_attention16(ctx, m->fdt, 1, r16 | gC, B, (int)S, m->H, m->hd, qkv, (void *)(uintptr_t)att_o, r->lse, g2, dbig, rows))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
             (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
             return st;
-        if ((st = in16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_B, 1, 1, 0, 3 * D, D, BS, dbig, 3 * D, 0, in16, D, 0, g_qkv, D, 0, 1)
-                       : tr__op_sgemm(ctx, 1, 0, 3 * D, D, BS, dbig, 3 * D, r->in, D, g_qkv, D, 1)))
+        if ((st = in16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_B, 1, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), tr__mat_of(in16, D, 0, 0),
+                                        tr__out_of(g_qkv, D, 0, 1))
+                       : tr__op_sgemm(ctx, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), tr__mat_of(r->in, D, 0, 0), tr__out_of(g_qkv, D, 0, 1))))
             return st;
         if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, 1, 0, 0, BS, D, 3 * D, dbig, 3 * D, 0, TR__W(m, ly->qkv), D, 0, din, 0, 1))) return st;
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, 1, BS, D, 3 * D, tr__mat_of(dbig, 3 * D, 0, 0),
+                                     tr__mat_of(TR__W(m, ly->qkv), D, 0, 0), tr__out_of(din, D, 0, 1)))) return st;
     }
     return TR_OK; /* (din's last product rounded it) */
 }
@@ -13516,8 +13629,9 @@ TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
             if ((st = tr__op_half(m->ctx, m->fdt, 1, tr__ws_in(m, nb), v.z_H, (size_t)nb * SD))) return st;
             v.z_H = tr__ws_in(m, nb), v.z16 = 0;
         }
-        if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, v.z16 ? TR__X16_A : 0, nb, 0, 1, (size_t)m->L, (size_t)m->V, D, tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D,
-                                     SD, TR__W(m, m->W_lm), D, 0, v.logits, (size_t)m->L * m->V, 0)) ||
+        if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, v.z16 ? TR__X16_A : 0, nb, (size_t)m->L, (size_t)m->V, D,
+                                     tr__mat_of(tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D, SD, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 1),
+                                     tr__out_of(v.logits, (size_t)m->V, (size_t)m->L * m->V, 0))) ||
             (st = tr__qhead_fwd(m, &v)))
             return st;
     }
@@ -14053,8 +14167,10 @@ TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const flo
     memset(&c, 0, sizeof c);
     c.B = B, c.z_H = (float *)(uintptr_t)z_H;
     if ((st = tr__dzero(m->ctx, dz, (size_t)B * SD * sizeof(float))) != TR_OK) return st;
-    if ((st = tr__op_sgemm_batched(m->ctx, B, 0, 0, L, D, V, dlogits, V, L * V, TR__W(m, m->W_lm), D, 0, dz + Lp * D, D, SD, 0)) != TR_OK) return st;
-    if (weights && (st = tr__op_sgemm_batched(m->ctx, B, 1, 0, V, D, L, dlogits, V, L * V, z_H + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) != TR_OK)
+    if ((st = tr__op_sgemm_batched(m->ctx, B, L, D, V, tr__mat_of(dlogits, V, L * V, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 0),
+                                   tr__out_of(dz + Lp * D, D, SD, 0))) != TR_OK) return st;
+    if (weights && (st = tr__op_sgemm_batched(m->ctx, B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(z_H + Lp * D, D, SD, 0),
+                                              tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) != TR_OK)
         return st;
     if ((st = tr__qhead_bwd(m, &c, dq, dz, weights)) != TR_OK) return st;
     return TR__RND(m, dz, (size_t)B * SD);
@@ -14071,7 +14187,8 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     if (!g16) return tr__heads_bwd32(m, c->B, c->z_H, dlogits, dq, dz, 1);
     wc.z_H = wide, wc.z16 = 0;
     if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, N)) ||
-        (st = tr__op_sgemm_batched(m->ctx, c->B, 1, 0, V, D, L, dlogits, V, L * V, wide + Lp * D, D, SD, TR__GRAD(m, m->W_lm), D, 0, 1)) ||
+        (st = tr__op_sgemm_batched(m->ctx, c->B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(wide + Lp * D, D, SD, 0),
+                                   tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) ||
         (st = tr__qhead_bwd(m, &wc, dq, NULL, 1)) || (st = tr__heads_bwd32(m, c->B, NULL, dlogits, dq, wide, 0)))
         return st;
     return tr__op_half(m->ctx, m->fdt, 0, wide, dz, N);
@@ -14586,7 +14703,7 @@ TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N
     if ((M && N && K && (!A || !B)) || (M && N && !C)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: NULL matrix");
     if ((transA ? lda < M : lda < K) || (transB ? ldb < K : ldb < N) || ldc < N)
         return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: a leading dimension is smaller than its row");
-    return tr__sgemm(ctx, transA, transB, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, transA), tr__mat_of(B, ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate));
 }
 
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {

@@ -192,7 +192,8 @@ int main(int argc, char **argv) {
             ctx->gemm_fdt = fdt; /* as while the model runs: a device may multiply natively (tensor cores) */
             for (r = 0; r <= reps + 2 && r < 64; r++) {
                 double t0 = tr_time_seconds();
-                if (tr__op_sgemm(ctx, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0) != TR_OK || tr__dfinish(ctx) != TR_OK) {
+                if (tr__op_sgemm(ctx, M, N, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dB, K, 0, 1),
+                                 tr__out_of(dC, N, 0, 0)) != TR_OK || tr__dfinish(ctx) != TR_OK) {
                     fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
                     return 1;
                 }

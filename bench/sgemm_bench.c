@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
                 best[m] = 1e30;
                 for (r = 0; r < reps; r++) {
                     double t0 = tr__now(), t;
-                    if (tr__sgemm(ctx, S[s].ta, S[s].tb, M, N, K, A, S[s].ta ? M : K, B, S[s].tb ? K : N, C, N, S[s].acc) != TR_OK) return 1;
+                    if (tr__sgemm(ctx, M, N, K, tr__mat_of(A, S[s].ta ? M : K, 0, S[s].ta), tr__mat_of(B, S[s].tb ? K : N, 0, S[s].tb),
+                                  tr__out_of(C, N, 0, S[s].acc)) != TR_OK) return 1;
                     t = tr__now() - t0;
                     if (t < best[m]) best[m] = t;
                 }

@@ -349,12 +349,82 @@ static void test_recommend_batch_alloc(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* ---- the context's knobs ------------------------------------------------------------------ */
+
+/* A context made with `cfg` while `var` holds `env` (NULL: unset); the variable is unset again after. */
+static tr_status knob_ctx(const tr_ctx_config *cfg, const char *var, const char *env, tr_ctx **out) {
+    tr_status st;
+    if (env) setenv(var, env, 1);
+    else unsetenv(var);
+    st = tr_ctx_create(cfg, out);
+    unsetenv(var);
+    return st;
+}
+
+/* Each TINYREC_* variable tr_ctx_create reads has a tr_ctx_config field: set, it wins over the variable
+   (an invalid value is refused the same way); unset (NULL), the variable is in force. */
+static void test_ctx_knobs(void **state) {
+    static const char *const cl_vars[4] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY"};
+    static const char *const vars[3] = {"TINYREC_TAPE16", "TINYREC_CPU_BF16", "TINYREC_FAULT"};
+    /* knob (vars' index), the field's value, the variable's, the status, then ctx->tape16 / bf16_gemm / fault */
+    static const struct { int knob; const char *set, *env; tr_status st; int want; } cases[] = {
+        {0, NULL, "0", TR_OK, 0}, {0, "1", "0", TR_OK, 1}, {0, "0", NULL, TR_OK, 0}, {0, "2", "1", TR_ERR_INVALID_ARG, 0},
+        {1, NULL, "3", TR_OK, 3}, {1, "0", "3", TR_OK, 0}, {1, "", "2", TR_OK, 1} /* "": the default */, {1, "4", NULL, TR_ERR_INVALID_ARG, 0},
+        {2, NULL, "no-device", TR_OK, TR_FAULT_NO_DEVICE}, {2, "enqueue@3:2", "no-device", TR_OK, TR_FAULT_ENQUEUE},
+        {2, "", "no-device", TR_OK, TR_FAULT_NONE}, {2, "bogus", NULL, TR_ERR_INVALID_ARG, 0},
+    };
+    char longer[400];
+    tr_ctx_config cfg = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    int k;
+    (void)state;
+    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        tr_ctx_config c = tr_ctx_config_default();
+        tr_status st;
+        *(cases[k].knob == 0 ? &c.tape16 : cases[k].knob == 1 ? &c.cpu_bf16 : &c.fault) = cases[k].set;
+        st = knob_ctx(&c, vars[cases[k].knob], cases[k].env, &ctx);
+        if (st != cases[k].st) fail_msg("case %d: status %d, not %d", k, (int)st, (int)cases[k].st);
+        if (st != TR_OK) continue;
+        assert_int_equal(cases[k].knob == 0 ? ctx->tape16 : cases[k].knob == 1 ? ctx->bf16_gemm : (int)ctx->fault, cases[k].want);
+        if (cases[k].want == TR_FAULT_ENQUEUE && cases[k].knob == 2) assert_true(ctx->fault_step == 3 && ctx->fault_rows == 2);
+        tr_ctx_destroy(ctx);
+    }
+    /* the OpenCL knobs, read when a device opens (test_opencl_runtime opens one with them) */
+    for (k = 0; k < 4; k++) {
+        assert_int_equal(knob_ctx(&cfg, cl_vars[k], "from-env", &ctx), TR_OK);
+        setenv(cl_vars[k], "from-env", 1);
+        assert_string_equal(tr__ctx_knob(ctx, k), "from-env");
+        unsetenv(cl_vars[k]);
+        assert_null(tr__ctx_knob(ctx, k));
+        tr_ctx_destroy(ctx);
+    }
+    cfg.cl_sgemm = "TM=32", cfg.cl_options = "-DX=1", cfg.cl_profile = "1", cfg.cl_zerocopy = "";
+    assert_int_equal(tr_ctx_create(&cfg, &ctx), TR_OK);
+    for (k = 0; k < 4; k++) setenv(cl_vars[k], "from-env", 1);
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_SGEMM), "TM=32");
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_OPTIONS), "-DX=1");
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1");
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY), ""); /* set to "", not the variable */
+    for (k = 0; k < 4; k++) unsetenv(cl_vars[k]);
+    tr_ctx_destroy(ctx);
+    /* a copy: the caller's string may go away; one too long for it is refused */
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = 0;
+    cfg.cl_options = longer;
+    assert_int_equal(tr_ctx_create(&cfg, &ctx), TR_ERR_INVALID_ARG);
+    longer[10] = 0;
+    assert_int_equal(tr_ctx_create(&cfg, &ctx), TR_OK);
+    longer[0] = 'y';
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_OPTIONS), "xxxxxxxxxx");
+    tr_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_info),        cmocka_unit_test(test_cpu_info_alloc),      cmocka_unit_test(test_selftest_cpu),
         cmocka_unit_test(test_selftest_args),   cmocka_unit_test(test_selftest_alloc),      cmocka_unit_test(test_opencl_list),
         cmocka_unit_test(test_opencl_list_alloc), cmocka_unit_test(test_selftest_opencl), cmocka_unit_test(test_recommend_batch),
-        cmocka_unit_test(test_recommend_batch_alloc),
+        cmocka_unit_test(test_recommend_batch_alloc), cmocka_unit_test(test_ctx_knobs),
     };
     return cmocka_run_group_tests_name("device", tests, NULL, NULL);
 }

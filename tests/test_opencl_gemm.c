@@ -118,8 +118,8 @@ static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, s
     memcpy(R, C, nc * 4);
     RA = ref_operand(A, na), RB = ref_operand(B, nbb);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    st = pieces ? tr__cl_gemm_run(cl, 1, ta, tb, M, N, K, dA, lda, 0, dB, ldb, 0, dC, ldc, 0, acc, pieces, NULL)
-                : tr__cl_sgemm(cl, ta, tb, M, N, K, dA, lda, dB, ldb, dC, ldc, acc);
+    st = pieces ? tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tr__out_of(dC, ldc, 0, acc), pieces, NULL)
+                : tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tr__out_of(dC, ldc, 0, acc));
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
     tr__sgemm_ref(ta, tb, M, N, K, RA, lda, RB, ldb, R, ldc, acc);
@@ -143,7 +143,7 @@ static void test_sgemm_shapes(void **state) {
             for (tb = 0; tb < 2; tb++) run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)ta) % 3 == 0 ? 0 : 3 + i, (int)((i + (size_t)tb) & 1), 0, 10 * i + 2 * (size_t)ta + (size_t)tb);
     run_gemm(cl, 0, 0, 5, 7, 0, 2, 0, 0, 99); /* K = 0: C = 0 (or unchanged) */
     run_gemm(cl, 1, 1, 5, 7, 0, 0, 1, 0, 98);
-    assert_int_equal(tr__cl_sgemm(cl, 0, 0, 0, 5, 5, NULL, 5, NULL, 5, NULL, 5, 0), TR_OK); /* empty C: nothing */
+    assert_int_equal(tr__cl_sgemm(cl, 0, 5, 5, tr__mat_of(NULL, 5, 0, 0), tr__mat_of(NULL, 5, 0, 0), tr__out_of(NULL, 5, 0, 0)), TR_OK); /* empty C: nothing */
 }
 
 /* Split-K into partials + the ordered reduction, forced (the automatic choice only splits on big GPUs), and the
@@ -161,9 +161,9 @@ static void test_sgemm_split(void **state) {
     A = (float *)malloc(K * M * 4), B = (float *)malloc(K * N * 4), C1 = (float *)malloc(n * 4), C2 = (float *)malloc(n * 4);
     tu_fill(A, K * M, 7, 1.0f), tu_fill(B, K * N, 8, 1.0f);
     dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tr__out_of(dC, N, 0, 0), 4, NULL), TR_OK);
     down(cl, C1, dC, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, 1, 0, M, N, K, dA, M, 0, dB, N, 0, dC, N, 0, 0, 4, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tr__out_of(dC, N, 0, 0), 4, NULL), TR_OK);
     down(cl, C2, dC, n);
     assert_memory_equal(C1, C2, n * 4);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -183,7 +183,8 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     memcpy(R, C, nc * 4);
     ref_operand(A, na), ref_operand(B, nbb); /* (test_sgemm_mma: rounded in place) */
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, ldc, sC, acc, pieces, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, ldc, sC, acc), pieces,
+                                     NULL), TR_OK);
     down(cl, C, dC, nc);
     if (sum && nb == 0 && !acc)
         for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
@@ -281,7 +282,8 @@ static void run_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, siz
     tu_fill(A, na, seed, 1.0f), tu_fill(Bm, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f), tu_fill(X, nx, seed + 3, 1.0f);
     memcpy(R, C, nc * 4), memcpy(RX, X, nx * 4);
     dA = up(cl, A, na), dB = up(cl, Bm, nbb), dC = up(cl, C, nc), dX = up(cl, X, nx);
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, dA, lda, 0, dB, N, sB, dC, N, sC, keep, dX, N, sX), TR_OK);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dB, N, sB, 0), tr__out_of(dC, N, sC, 0), keep,
+                                          tr__out_of(dX, N, sX, 0)), TR_OK);
     down(cl, C, dC, nc), down(cl, X, dX, nx);
     for (b = 0; b < n1; b++) {
         tr__sgemm_ref(0, 0, M, N, K, A, lda, Bm + b * sB, N, P, N, 0);
@@ -326,7 +328,8 @@ static void test_sgemm_env_override(void **state) {
     run_batched(cl, 4, 0, 1, 13, 17, 7, 1, 1, 0, 2, 64);
     run_batched(cl, 4, 1, 0, 13, 17, 7, 1, 0, 1, 0, 65);
     /* WM = 3 cannot hold a gate row and its up in one work-item */
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, NULL, 4, 0), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, tr__mat_of(NULL, 4, 0, 0), tr__mat_of(NULL, 4, 0, 0), tr__out_of(NULL, 4, 0, 0), 0,
+                                          tr__out_of(NULL, 4, 0, 0)), TR_ERR_UNSUPPORTED);
     tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "CP=1", 1); /* cp.async only where the device has it (NVIDIA sm_80+) */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
@@ -387,7 +390,7 @@ static void test_sgemm_cp_staging(void **state) {
                 run_gate_up(cl, 2, 37, 130, 97, 1, 0, 247);
             }
             dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-            assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dA, K, dB, K, dC, N, 0), TR_OK);
+            assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dB, K, 0, 1), tr__out_of(dC, N, 0, 0)), TR_OK);
             down(cl, cp ? C1 : C2, dC, n);
             tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
             tr_ctx_destroy(ctx2);
@@ -415,7 +418,7 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     tr__round_ref(fdt, A, sA * nb), tr__round_ref(fdt, B, sB * nb);
     memcpy(R, C, n * 4);
     dA = up(cl, A, sA * nb), dB = up(cl, B, sB * nb), dC = up(cl, C, n);
-    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, sC, acc), TR_OK);
+    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
     down(cl, C, dC, n);
     for (b = 0; b < nb; b++) tr__sgemm_ref(ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, N, acc);
     tr__round_ref(fdt, R, n);
@@ -426,7 +429,8 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
                                               (in one piece, as C is then: K splits sum in another order) */
         uint16_t *h = (uint16_t *)malloc((n + 8) * 2);
         float *d16 = up_half(cl, fdt, R, n);
-        assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, TR__X16_C, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, d16 + 3, sC, 0), TR_OK);
+        assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, TR__X16_C, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb),
+                                            tr__out_of(d16 + 3, N, sC, 0)), TR_OK);
         down(cl, (float *)h, d16, n / 2 + 4);
         tr__half_ref(fdt, 1, R, h + 6, n);
         assert_memory_equal(R, C, n * 4);
@@ -438,16 +442,18 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
         int x16;
         tu_fill(R, n, seed + 2, 1.0f); /* (C as it was) */
         tr__cl_free(cl, dC), dC = up(cl, R, n);
-        assert_int_equal(tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, dA, lda, sA, dB, ldb, sB, dC, N, sC, acc), TR_OK);
+        assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
         down(cl, P, dC, n);
         for (x16 = TR__X16_A; x16 <= (TR__X16_A | TR__X16_B); x16++) {
             const float *a16 = x16 & TR__X16_A ? A16 + 3 : dA, *b16 = x16 & TR__X16_B ? B16 + 3 : dB;
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, x16, nb, ta, tb, M, N, K, a16, lda, sA, b16, ldb, sB, dC, sC, acc), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, x16, nb, M, N, K, tr__mat_of(a16, lda, sA, ta), tr__mat_of(b16, ldb, sB, tb),
+                                                tr__out_of(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, C, n * 4);
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm16(ctx, fdt, x16, nb, ta, tb, M, N, K, a16, lda, sA, b16, ldb, sB, dC, N, sC, acc), TR_OK);
+            assert_int_equal(tr__op_sgemm16(ctx, fdt, x16, nb, M, N, K, tr__mat_of(a16, lda, sA, ta), tr__mat_of(b16, ldb, sB, tb),
+                                            tr__out_of(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, P, n * 4);
         }
@@ -478,14 +484,17 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     dact = up(cl, G, (size_t)nb * half * n);
     if (rows) {
         assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, nb, half, n, K, dA, K, 0, dX, n, K * n, dG, per, keep, dout, half * n), TR_OK);
-        assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * half, n, K, dA, K, 0, dX, n, K * n, dR, n, per, 0, 0, &rnd), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * half, n, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dX, n, K * n, 0), tr__out_of(dR, n, per, 0), 0,
+                                         &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
     } else { /* W_down (D x half) after W_gu in X */
         float *dG16 = keep == 2 ? up(cl, G, ng / 2 + 1) : NULL;
         assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep != 0, dG16, NULL, D, dout, 0), TR_OK);
-        assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, 2 * half, K, dA, lda, 0, dX, K, 0, dR, 2 * half, 0, 0, 0, &rnd), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, 1, n, 2 * half, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dX, K, 0, 1), tr__out_of(dR, 2 * half, 0, 0), 0,
+                                         &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
-        assert_int_equal(tr__cl_gemm_run(cl, 1, 0, 1, n, D, half, dact, half, 0, dX + 2 * half * K, half, 0, drout, D, 0, 0, 0, &rnd), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, 1, n, D, half, tr__mat_of(dact, half, 0, 0), tr__mat_of(dX + 2 * half * K, half, 0, 1),
+                                         tr__out_of(drout, D, 0, 0), 0, &rnd), TR_OK);
         if (dG16) {
             uint16_t *h = (uint16_t *)malloc(ng * 2 + 4), *hr = (uint16_t *)malloc(ng * 2 + 4);
             down(cl, (float *)h, dG16, ng / 2 + 1), down(cl, R, dR, ng);
@@ -522,9 +531,11 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     dP = up(cl, M, nx), dPR = up(cl, M, nx), dact = up(cl, M, nact);
     float *dM16 = keep == 2 ? up(cl, M, nmix / 2 + 1) : NULL;
     assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep != 0, dM16, dact, dW2, dP, 0), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, 2 * It, D, S, dW1, S, 0, dX, D, S * D, dMR, D, 2 * It * D, 0, 0, &rnd), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(dW1, S, 0, 0), tr__mat_of(dX, D, S * D, 0), tr__out_of(dMR, D, 2 * It * D, 0), 0,
+                                     &rnd), TR_OK);
     assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, 0, 0, S, D, It, dW2, It, 0, dact, D, It * D, dPR, D, S * D, 0, 0, &rnd), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(dW2, It, 0, 0), tr__mat_of(dact, D, It * D, 0), tr__out_of(dPR, D, S * D, 0), 0,
+                                     &rnd), TR_OK);
     down(cl, M, dM, nmix), down(cl, MR, dMR, nmix), down(cl, P, dP, nx), down(cl, PR, dPR, nx);
     assert_memory_equal(P, PR, nx * 4);
     if (keep == 2) {
@@ -565,7 +576,7 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dCr, N, 0, 1, droom + 1, TR__X16_B), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, ta, tb, M, N, K, dA, lda, sa, dact, cols, rc, dR, N, 0, 1, 0, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sa, ta), tr__mat_of(dact, cols, rc, tb), tr__out_of(dR, N, 0, 1), 0, NULL), TR_OK);
     down(cl, C, dC, nc), down(cl, R, dR, nc);
     assert_memory_equal(C, R, nc * 4);
     down(cl, C, dC16, nc);
@@ -611,19 +622,24 @@ static void run_pack_window(tr__cl *cl, uint64_t seed) {
         for (i = 0; i < 5; i++) dout[i] = up(cl, h[1], nout[i]); /* (any initial values: the products set them) */
         cl->packs_reused = 0;
         tr__cl_pack_window(cl, w);
-        assert_int_equal(tr__cl_sgemm(cl, 1, 0, CO, NY, R, X, CO, Y, NY, dout[0], NY, 0), TR_OK); /* Xᵀ Y: X depth-major */
+        assert_int_equal(tr__cl_sgemm(cl, CO, NY, R, tr__mat_of(X, CO, 0, 1), tr__mat_of(Y, NY, 0, 0),
+                                      tr__out_of(dout[0], NY, 0, 0)), TR_OK); /* Xᵀ Y: X depth-major */
         reused[w][0] = cl->packs_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, R, NW, CO, X, CO, W1, NW, dout[1], NW, 0), TR_OK); /* X W1: the same packing */
+        assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0),
+                                      tr__out_of(dout[1], NW, 0, 0)), TR_OK); /* X W1: the same packing */
         reused[w][1] = cl->packs_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, NW, CO, R, W2, R, X, CO, dout[2], CO, 0), TR_OK); /* W2 X: as B, from A's slot */
+        assert_int_equal(tr__cl_sgemm(cl, NW, CO, R, tr__mat_of(W2, R, 0, 0), tr__mat_of(X, CO, 0, 0),
+                                      tr__out_of(dout[2], CO, 0, 0)), TR_OK); /* W2 X: as B, from A's slot */
         reused[w][2] = cl->packs_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, NW, CO, R, W2, R, X, CO, X, CO, 0), TR_OK); /* the same over X's first rows */
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, R, NW, CO, X, CO, W1, NW, dout[3], NW, 0), TR_OK); /* the new X */
+        assert_int_equal(tr__cl_sgemm(cl, NW, CO, R, tr__mat_of(W2, R, 0, 0), tr__mat_of(X, CO, 0, 0),
+                                      tr__out_of(X, CO, 0, 0)), TR_OK); /* the same over X's first rows */
+        assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0), tr__out_of(dout[3], NW, 0, 0)), TR_OK); /* the new X */
         reused[w][3] = cl->packs_reused;
         tr__cl_pack_window(cl, 0);
         assert_int_equal(tr__cl_write(cl, X, h[4], n[4] * 4), TR_OK);
         tr__cl_pack_window(cl, w);
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, R, NW, CO, X, CO, W1, NW, dout[4], NW, 0), TR_OK); /* X from the host */
+        assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0),
+                                      tr__out_of(dout[4], NW, 0, 0)), TR_OK); /* X from the host */
         reused[w][4] = cl->packs_reused;
         tr__cl_pack_window(cl, 0);
         for (i = 0; i < 5; i++) {
@@ -663,25 +679,29 @@ static void run_weights_still(tr__cl *cl, uint64_t seed) {
         for (i = 0; i < 6; i++) dout[i] = up(cl, reg, (size_t)M * N); /* (any values: the products set them; reg holds M x N) */
         cl->wpacks_reused = 0;
         if (w) tr__cl_weights_still(cl, dreg, nreg);
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[0], N, 0), TR_OK); /* X W1: W1 packed, kept */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
+                                      tr__out_of(dout[0], N, 0, 0)), TR_OK); /* X W1: W1 packed, kept */
         reused[w][0] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[1], N, 0), TR_OK); /* again: reused */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tr__out_of(dout[1], N, 0, 0)), TR_OK); /* again: reused */
         reused[w][1] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dX, K, W2, K, dout[2], N, 0), TR_OK); /* X W2ᵀ: W2's own */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W2, K, 0, 1),
+                                      tr__out_of(dout[2], N, 0, 0)), TR_OK); /* X W2ᵀ: W2's own */
         reused[w][2] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 1, 0, K, N, M, dX, K, dout[0], N, dout[3], N, 0), TR_OK); /* no weight */
-        assert_int_equal(tr__cl_sgemm(cl, 0, 1, M, N, K, dX, K, W2, K, dout[3], N, 0), TR_OK); /* W2 reused */
+        assert_int_equal(tr__cl_sgemm(cl, K, N, M, tr__mat_of(dX, K, 0, 1), tr__mat_of(dout[0], N, 0, 0), tr__out_of(dout[3], N, 0, 0)), TR_OK); /* no weight */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W2, K, 0, 1), tr__out_of(dout[3], N, 0, 0)), TR_OK); /* W2 reused */
         reused[w][3] = cl->wpacks_reused;
         /* W1 (reused) times an N x N view from W2's start (new, and the slot is full): packed in its own slot, W1's kept */
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, K, N, N, W1, N, W2, N, dout[5], N, 0), TR_OK);
+        assert_int_equal(tr__cl_sgemm(cl, K, N, N, tr__mat_of(W1, N, 0, 0), tr__mat_of(W2, N, 0, 0), tr__out_of(dout[5], N, 0, 0)), TR_OK);
         if (w) assert_int_equal(cl->nwpacks, 2);
         reused[w][4] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dreg + 2 * nw + 8, N, 0), TR_OK); /* into the region */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
+                                      tr__out_of(dreg + 2 * nw + 8, N, 0, 0)), TR_OK); /* into the region */
         if (w) assert_int_equal(cl->nwpacks, 0);
         reused[w][5] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[4], N, 0), TR_OK); /* packed anew */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tr__out_of(dout[4], N, 0, 0)), TR_OK); /* packed anew */
         tr__cl_weights_still(cl, NULL, 0);
-        assert_int_equal(tr__cl_sgemm(cl, 0, 0, M, N, K, dX, K, W1, N, dout[4], N, 0), TR_OK); /* let go: not reused */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
+                                      tr__out_of(dout[4], N, 0, 0)), TR_OK); /* let go: not reused */
         reused[w][6] = cl->wpacks_reused;
         for (i = 0; i < 6; i++) {
             out[w][i] = (float *)malloc((size_t)M * N * 4);
@@ -733,15 +753,19 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
                                            w >= 3, dg, w ? cols : 0, w == 4 ? (float *)(void *)((char *)room + 4) : NULL),
                          TR_OK);
         if (!tok) {
-            assert_int_equal(tr__op_sgemm(ctx, 1, 0, cols, n, rows, dg, cols, dH, n, dout[w][0], n, 1), TR_OK);
-            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 0, rows, n, cols, dg, cols, 0, dW, n, 0, dout[w][1], 0, 1), TR_OK);
+            assert_int_equal(tr__op_sgemm(ctx, cols, n, rows, tr__mat_of(dg, cols, 0, 1), tr__mat_of(dH, n, 0, 0), tr__out_of(dout[w][0], n, 0, 1)), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, rows, n, cols, tr__mat_of(dg, cols, 0, 0), tr__mat_of(dW, n, 0, 0),
+                                              tr__out_of(dout[w][1], n, 0, 1)), TR_OK);
         } else {
-            assert_int_equal(tr__op_sgemm_batched(ctx, (int)rows, 0, 1, rpr, n, cols, dg, cols, 2 * width, dH, cols, n * cols, dout[w][0], n, 0, 1), TR_OK);
-            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, (int)rows, 1, 0, n, cols, rpr, dW, n, 0, dg, cols, 2 * width, dout[w][1], n * cols, 1), TR_OK);
+            assert_int_equal(tr__op_sgemm_batched(ctx, (int)rows, rpr, n, cols, tr__mat_of(dg, cols, 2 * width, 0), tr__mat_of(dH, cols, n * cols, 1),
+                                                  tr__out_of(dout[w][0], n, 0, 1)), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, (int)rows, n, cols, rpr, tr__mat_of(dW, n, 0, 1), tr__mat_of(dg, cols, 2 * width, 0),
+                                              tr__out_of(dout[w][1], cols, n * cols, 1)), TR_OK);
         }
         if (w) { /* both products took the packing; one reading dg another way fails */
             assert_int_equal(cl->packs_reused - reused, 2);
-            assert_int_equal(tr__op_sgemm(ctx, 0, 1, rows - 1, n, cols, dg + cols, cols, dH, cols, dout[w][0], n, 0), TR_ERR_INVALID_ARG);
+            assert_int_equal(tr__op_sgemm(ctx, rows - 1, n, cols, tr__mat_of(dg + cols, cols, 0, 0), tr__mat_of(dH, cols, 0, 1),
+                                          tr__out_of(dout[w][0], n, 0, 0)), TR_ERR_INVALID_ARG);
         }
         tr__op_pack_window(ctx, 0);
         for (i = 0; i < 2; i++) {

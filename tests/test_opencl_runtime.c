@@ -556,11 +556,59 @@ static void test_clrt_log_maps_kernel_lines(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* tr_ctx_config's OpenCL knobs on an opened device: a set field wins over its variable, an unset one leaves
+   the variable in force (the build options, the tiles, profiling and zero-copy). */
+static int clrt_extra(tr_ctx *ctx, tr__cl **out) {
+    tr__cl *cl = clrt_open(ctx, NULL);
+    int32_t *fl = (int32_t *)tr__cl_alloc(cl, 8, 1), flags[2] = {0, -1}; /* (fl starts zero-filled: 0 without CLRT_EXTRA) */
+    size_t g = 1;
+    tr__clargs A;
+    assert_non_null(fl);
+    A.n = 0;
+    tr__cla_buf(&A, fl);
+    assert_int_equal(tr__cl_launch(cl, "clrt_flags", 1, &g, NULL, &A), TR_OK);
+    assert_int_equal(tr__cl_read(cl, flags, fl, 8), TR_OK);
+    tr__cl_free(cl, fl);
+    *out = cl;
+    return flags[1];
+}
+static void test_clrt_config_knobs(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    tr__cl *cl;
+    (void)state;
+    setenv("TINYREC_CL_OPTIONS", "-DCLRT_EXTRA=9", 1);
+    setenv("TINYREC_CL_PROFILE", "0", 1);
+    setenv("TINYREC_CL_ZEROCOPY", "1", 1);
+    setenv("TINYREC_CL_SGEMM", "TM=7,bogus", 1); /* invalid: the automatic tiles */
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    assert_int_equal(clrt_extra(ctx, &cl), 9);
+    assert_int_equal(cl->profile, 0);
+    assert_int_equal(cl->zerocopy, cl->info.host_unified);
+    assert_int_not_equal(cl->gemm.tm, 24);
+    tr__cl_destroy(cl);
+    tr_ctx_destroy(ctx);
+    cc.cl_options = "-DCLRT_EXTRA=5", cc.cl_profile = "1", cc.cl_zerocopy = "0", cc.cl_sgemm = "TM=24,TN=16,TK=8,WM=3,WN=2,VW=1";
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    assert_int_equal(clrt_extra(ctx, &cl), 5);
+    assert_int_equal(cl->profile, 1);
+    assert_int_equal(cl->zerocopy, 0);
+    assert_int_equal(cl->gemm.tm, 24), assert_int_equal(cl->gemm.wn, 2), assert_int_equal(cl->gemm.vw, 1);
+    tr__cl_destroy(cl);
+    tr_ctx_destroy(ctx);
+    cc.cl_options = ""; /* set: no extra options, whatever the variable says */
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    assert_int_equal(clrt_extra(ctx, &cl), 0);
+    tr__cl_destroy(cl);
+    tr_ctx_destroy(ctx);
+    unsetenv("TINYREC_CL_OPTIONS"), unsetenv("TINYREC_CL_PROFILE"), unsetenv("TINYREC_CL_ZEROCOPY"), unsetenv("TINYREC_CL_SGEMM");
+}
+
 static const struct CMUnitTest cl_runtime_tests[] = {
     cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
     cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
     cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file), cmocka_unit_test(test_clrt_log_maps_kernel_lines),
-    cmocka_unit_test(test_clrt_zerocopy),
+    cmocka_unit_test(test_clrt_zerocopy), cmocka_unit_test(test_clrt_config_knobs),
 };
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }

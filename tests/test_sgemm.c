@@ -64,7 +64,7 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
     if (ctx->gemm_fdt) tr__round_ref(ctx->gemm_fdt, A, arows * lda), tr__round_ref(ctx->gemm_fdt, B, brows * ldb);
     memcpy(R, C, M * ldc * sizeof *C);
     memcpy(C0, C, M * ldc * sizeof *C);
-    assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc), TR_OK);
+    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, ldc, 0, acc)), TR_OK);
     tr__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
     for (i = 0; i < M; i++) {
         for (j = 0; j < N; j++) {
@@ -206,13 +206,13 @@ static void test_degenerate(void **state) {
     for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         C[0] = 1, C[1] = 2, C[2] = 3, C[3] = 4, C[4] = 5, C[5] = 6;
-        assert_int_equal(tr__sgemm(ctx, 0, 0, 2, 2, 0, A, 1, B, 2, C, 3, 1), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 1)), TR_OK);
         assert_true(C[0] == 1 && C[1] == 2 && C[3] == 4 && C[4] == 5);
-        assert_int_equal(tr__sgemm(ctx, 0, 0, 2, 2, 0, A, 1, B, 2, C, 3, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 0)), TR_OK);
         assert_true(C[0] == 0 && C[1] == 0 && C[2] == 3 && C[3] == 0 && C[4] == 0 && C[5] == 6);
         C[0] = 7;
-        assert_int_equal(tr__sgemm(ctx, 0, 0, 0, 2, 2, A, 2, B, 2, C, 3, 0), TR_OK);
-        assert_int_equal(tr__sgemm(ctx, 1, 1, 2, 0, 2, A, 2, B, 2, C, 3, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 0, 2, 2, tr__mat_of(A, 2, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 0, 2, tr__mat_of(A, 2, 0, 1), tr__mat_of(B, 2, 0, 1), tr__out_of(C, 3, 0, 0)), TR_OK);
         assert_true(C[0] == 7);
     }
     tr_ctx_destroy(ctx);
@@ -237,7 +237,7 @@ static void run_threads(tr_ctx *ctx) {
                 float *C = nt == 1 ? C1 : C2;
                 memcpy(C, C0, M * N * sizeof(float));
                 assert_int_equal(tr_ctx_set_num_threads(ctx, nt), TR_OK);
-                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, acc), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, acc)), TR_OK);
                 if (nt > 1 && memcmp(C1, C2, M * N * sizeof(float)) != 0)
                     fail_msg("simd %s: 1 and %d threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", kern_name(ctx), nt, M, N, K, ta, tb, acc);
             }
@@ -267,11 +267,12 @@ static void test_alloc_failure(void **state) {
         tr_ctx *ctx = new_ctx(2);
         int ta = t & 1, tb = t >> 1;
         tr_ctx_fail_alloc_at(ctx, 1);
-        assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, 0), TR_ERR_OUT_OF_MEMORY);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb),
+                                   tr__out_of(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
         assert_true(strlen(tr_ctx_last_error(ctx)) > 0);
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
         tr_ctx_fail_alloc_at(ctx, 0);
-        assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
         tr__sgemm_ref(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, R, N, 0);
         assert_true(fabs((double)C[N + 3] - (double)R[N + 3]) <= 1e-3);
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
@@ -301,11 +302,13 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
         memcpy(R, C, nc * sizeof(float));
         memcpy(C0, C, nc * sizeof(float));
         for (b = 0; b < nb; b++)
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, ldc, summed && b > 0 ? 1 : acc), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb),
+                                       tr__out_of(R + b * sC, ldc, 0, summed && b > 0 ? 1 : acc)), TR_OK);
         EACH_THREAD_COUNT(th) {
             memcpy(C, C0, nc * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, acc, 0, 0), TR_OK);
+            assert_int_equal(tr__sgemm_batched(ctx, (int)nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(B, ldb, sB, tb),
+                                               tr__out_of(C, ldc, sC, acc)), TR_OK);
             if (memcmp(C, R, nc * sizeof(float)) != 0)
                 fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", kern_name(ctx), th,
                          summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
@@ -347,25 +350,26 @@ static void run_packed_weights(tr_ctx *ctx) {
             float *W = rnd_buf(M * K + K * N), *A = W, *B = W + M * K, *R = rnd_buf(M * N), *C = rnd_buf(M * N);
             tr__pw pw;
             lda = ta ? M : K, ldb = tb ? K : N;
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, R, N, 0), TR_OK); /* no region: uncached */
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb),
+                                       tr__out_of(R, N, 0, 0)), TR_OK); /* no region: uncached */
             tr__pw_attach(ctx, &pw, W, M * K + K * N);
             EACH_THREAD_COUNT(th) {
                 assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
                 if (memcmp(C, R, M * N * sizeof(float)) != 0)
                     fail_msg("simd %s, %d thread(s): cached packing differs, M %zu N %zu K %zu ta %d tb %d", kern_name(ctx), th, M, N, K, ta, tb);
             }
             assert_int_equal(pw.count, 2); /* op(A) and op(B), packed once for both calls */
             assert_int_equal(pw.packs, 2);
             B[0] += 1.0f; /* unseen by the version: the cache still answers */
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
             assert_memory_equal(C, R, M * N * sizeof(float));
             pw.version++; /* what every writer of the weights does */
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, N, 0), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
             assert_int_equal(pw.packs, 4);
             tr__pw_detach(ctx, &pw);
             assert_null(ctx->pw);
-            assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, R, N, 0), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(R, N, 0, 0)), TR_OK);
             assert_memory_equal(C, R, M * N * sizeof(float));
             free(W), free(R), free(C);
         }
@@ -386,7 +390,7 @@ static void test_packed_weights_limits(void **state) {
     for (k = 1; k <= 2; k++) { /* the op(B) entry, then the op(A) entry */
         tr__pw_attach(ctx, &pw, W, n);
         tr_ctx_fail_alloc_at(ctx, k);
-        assert_int_equal(tr__sgemm(ctx, 0, 1, M, N, K, W, K, W + M * K, K, C, N, 0), TR_ERR_OUT_OF_MEMORY);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
         tr_ctx_fail_alloc_at(ctx, 0);
         assert_true(strlen(tr_ctx_last_error(ctx)) > 0);
         tr__pw_detach(ctx, &pw);
@@ -394,7 +398,7 @@ static void test_packed_weights_limits(void **state) {
     }
     ctx->mem_limit = 8 * n + 4 * K * 16; /* the weights' own share fits, their packings do not */
     tr__pw_attach(ctx, &pw, W, n);
-    assert_int_equal(tr__sgemm(ctx, 0, 1, M, N, K, W, K, W + M * K, K, C, N, 0), TR_OK);
+    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(C, N, 0, 0)), TR_OK);
     assert_int_equal(pw.count, 0);
     for (k = 0; k < (long)(M * N); k++) /* |C| <= K = 100 products of [-1, 1) values: (K + 2) 2^-23 K ~ 1.2e-3 */
         if (!(fabs((double)C[k] - (double)R[k]) <= 2e-3)) fail_msg("uncached product wrong at %ld: %g vs %g", k, (double)C[k], (double)R[k]);
@@ -469,7 +473,8 @@ static void test_bf16_pairs(void **state) {
                 EACH_THREAD_COUNT(th) {
                     memcpy(C, C0, M * N * sizeof(float));
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                    assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, C, N, acc), TR_OK);
+                    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb),
+                                               tr__out_of(C, N, 0, acc)), TR_OK);
                     /* vdpbf16ps is checked bit for bit where its semantics are Intel's documented ones; elsewhere, and AMX (whose
                        rounding of its sums the SDM leaves open), within the fp32 bound of check_one */
                     if (mode == TR__BG_TWIN || (mode == TR__BG_DPBF16 && is_intel)) {
@@ -498,23 +503,23 @@ static void test_bf16_pairs(void **state) {
         assert_int_equal(tr__bgemm_mode(ctx), 0);
         ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 0;
         assert_int_equal(tr__bgemm_mode(ctx), 0);
-        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
         ctx->gemm_fdt = 0;
-        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
         assert_memory_equal(C1, C2, M * N * sizeof(float));
         tr__pw_attach(ctx, &pw, W, M * K + K * N);
-        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
         ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 2;
-        assert_int_equal(tr__sgemm(ctx, 0, 0, M, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
         assert_int_equal(pw.count, 4);
         ref_bf16_pairs(0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0);
         assert_memory_equal(C1, C2, M * N * sizeof(float));
         tr__pw_detach(ctx, &pw);
         /* short products: the fp32 kernels on the (already bfloat16) values */
         tr__round_ref(TR_FWD_BFLOAT16, W, M * K + K * N);
-        assert_int_equal(tr__sgemm(ctx, 0, 0, 16, N, K, W, K, W + M * K, N, C1, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
         ctx->gemm_fdt = 0;
-        assert_int_equal(tr__sgemm(ctx, 0, 0, 16, N, K, W, K, W + M * K, N, C2, N, 0), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
         assert_memory_equal(C1, C2, 16 * N * sizeof(float));
         free(W), free(C1), free(C2);
     }
@@ -577,8 +582,10 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                 if (fdt) tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * (sB ? sB : K * N)); /* a model's operands */
                 /* the passes: the product rounded, its 16-bit copy, the activation (pair_m: each product's gate rows, then
                    its up rows; else each row's gate columns, then its up columns) */
-                if (pair_m) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, 0, 0, M, N, K, A, lda, 0, B, ldb, sB, C, M * N, 0), TR_OK);
-                else assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, 0, 1, M, N, K, A, lda, 0, B, ldb, 0, C, 0, 0), TR_OK);
+                if (pair_m) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, sB, 0),
+                                                              tr__out_of(C, N, M * N, 0)), TR_OK);
+                else assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, 0, 1),
+                                                       tr__out_of(C, N, 0, 0)), TR_OK);
                 if (fdt) assert_int_equal(tr__op_half(ctx, fdt, 0, C, h_ref, nC), TR_OK);
                 if (pair_m) assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, M * N, act_ref, act_s), TR_OK);
                 else assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, (long)M, (long)half, C, N, act_ref, half), TR_OK);
@@ -648,15 +655,18 @@ static void run_round_epilogue(tr_ctx *ctx) {
                 assert_non_null(R), assert_non_null(C);
                 tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB);
                 for (i = 0; i < nC; i++) R[i] = C[i] = NAN;
-                assert_int_equal(tr__op_sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, R, N, sC, 0), TR_OK);
+                assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
+                                                      tr__out_of(R, N, sC, 0)), TR_OK);
                 assert_int_equal(tr__op_round_rows(ctx, fdt, R, (size_t)nb, M * N, sC), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     tr__sgemm_epi_init(ctx, fdt, &e);
                     e.round_only = 1;
-                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, N, sC, 0, &e, 0, 0), TR_OK);
+                    assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
+                                                  tr__out_of(C, N, sC, 0), &e), TR_OK);
                     assert_int_equal(e.done, K <= TR__SG_KC && M > TR__SG_SMALL_M && (N > TR__SG_SMALL_N || ta));
-                    if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, C, sC, 0), TR_OK);
+                    if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
+                                                                   tr__out_of(C, N, sC, 0)), TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0 && !(isnan(C[i]) && isnan(R[i])))
                             fail_msg("%s, fdt %d, %d thread(s), nb %d M %zu N %zu K %zu ta %d tb %d: C[%zu] = %.9g, the pass's %.9g", kern_name(ctx), fdt, th, nb, M, N,
@@ -690,12 +700,12 @@ static void run_a16_operand(tr_ctx *ctx) {
                 tr__round_ref(fdt, A, nA), tr__round_ref(fdt, B, K * N);
                 tr__half_ref(fdt, 0, A, A16, nA), tr__half_ref(fdt, 0, B, B16, K * N);
                 memcpy(R, C0, M * N * sizeof(float));
-                assert_int_equal(tr__sgemm(ctx, ta, tb, M, N, K, A, lda, B, tb ? K : N, R, N, acc), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(R, N, 0, acc)), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, M * N * sizeof(float));
-                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_A | (b16 ? TR__X16_B : 0), 1, ta, tb, M, N, K, A16, lda, 0, b16 ? (const void *)B16 : B, tb ? K : N, 0,
-                                                    C, N, 0, acc),
+                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_A | (b16 ? TR__X16_B : 0), 1, M, N, K, tr__mat_of(A16, lda, 0, ta),
+                                                    tr__mat_of(b16 ? (const void *)B16 : B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, acc)),
                                      TR_OK);
                     for (i = 0; i < M * N; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -720,12 +730,14 @@ static void run_a16_operand(tr_ctx *ctx) {
                 tr__round_ref(fdt, B, nB), tr__round_ref(fdt, A, nA);
                 tr__half_ref(fdt, 0, B, B16, nB), tr__half_ref(fdt, 0, A, A16, nA);
                 memcpy(R, C0, nC * sizeof(float));
-                assert_int_equal(tr__sgemm_batched(ctx, nb, ta, tb, M, N, K, A, ta ? M : K, sA, B, ldb, sB, R, N, sC, acc, 0, 0), TR_OK);
+                assert_int_equal(tr__sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, ta ? M : K, sA, ta), tr__mat_of(B, ldb, sB, tb),
+                                                   tr__out_of(R, N, sC, acc)), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, nC * sizeof(float));
-                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_B | (a16 ? TR__X16_A : 0), nb, ta, tb, M, N, K, a16 ? (const void *)A16 : A, ta ? M : K, sA, B16, ldb,
-                                                    sB, C, N, sC, acc),
+                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_B | (a16 ? TR__X16_A : 0), nb, M, N, K,
+                                                    tr__mat_of(a16 ? (const void *)A16 : A, ta ? M : K, sA, ta), tr__mat_of(B16, ldb, sB, tb),
+                                                    tr__out_of(C, N, sC, acc)),
                                      TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -736,8 +748,8 @@ static void run_a16_operand(tr_ctx *ctx) {
             }
     {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
-        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_B, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
-        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_A, 1, 0, 0, 4, 4, 4, A, 4, 0, B, 4, 0, C, 4, 0, 0), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_B, 1, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_A, 1, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
     }
 }
 PER_LEVEL_TEST(a16_operand)
@@ -765,9 +777,12 @@ static void run_rnd16(tr_ctx *ctx) {
                     tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB), tr__round_ref(fdt, R, nC);
                     tr__half_ref(fdt, 0, A, A16, M * K), tr__half_ref(fdt, 0, B, B16, (size_t)nb * sB), tr__half_ref(fdt, 0, R, C16, nC);
                     memcpy(C, R, nC * sizeof(float));
-                    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, sB, R, sC, acc), TR_OK);
-                    assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, (x & ~TR__X16_A) | (use_a ? TR__X16_A : 0), nb, ta, tb, M, N, K, use_a ? (const void *)A16 : A,
-                                                        ta ? M : K, 0, (x & TR__X16_B) ? (const void *)B16 : B, tb ? K : N, sB, (x & TR__X16_C) ? (void *)C16 : C, sC, acc),
+                    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
+                                                      tr__out_of(R, N, sC, acc)), TR_OK);
+                    assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, (x & ~TR__X16_A) | (use_a ? TR__X16_A : 0), nb, M, N, K,
+                                                        tr__mat_of(use_a ? (const void *)A16 : A, ta ? M : K, 0, ta),
+                                                        tr__mat_of((x & TR__X16_B) ? (const void *)B16 : B, tb ? K : N, sB, tb),
+                                                        tr__out_of((x & TR__X16_C) ? (void *)C16 : C, N, sC, acc)),
                                      TR_OK);
                     if (x & TR__X16_C) {
                         tr__half_ref(fdt, 0, R, R16, nC);
