@@ -78,15 +78,15 @@ $(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD) $(CMOCKA_DEP
 $(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -O1 -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 
-$(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
+$(BUILD)/tinyrec-%: examples/%.c examples/tinyrec_prog.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 $(BUILD)/mpi:
 	mkdir -p $@
-$(BUILD)/mpi/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)/mpi
+$(BUILD)/mpi/tinyrec-train: examples/train.c examples/tinyrec_mpi.h examples/tinyrec_prog.h $(HDR) | $(BUILD)/mpi
 	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
 ifeq ($(MPI),1)
-$(BUILD)/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)
+$(BUILD)/tinyrec-train: examples/train.c examples/tinyrec_mpi.h examples/tinyrec_prog.h $(HDR) | $(BUILD)
 	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
 endif
 
@@ -211,7 +211,7 @@ $(BUILD)/san/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)/san $(EX
 	$(SAN_CC) $(call SAN_OPT,test_$*) $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
 $(BUILD)/san/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O0 $(SAN_FLAGS) $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
-$(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
+$(BUILD)/san/tinyrec-%: examples/%.c examples/tinyrec_prog.h $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O1 $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
 sanitize: $(SAN_BINS) $(SAN_PROGS) $(SAN_REPLAY)
