@@ -12259,10 +12259,14 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
         }
         return TR_FWD_FLOAT32;
     }
-    while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
-        int next = fdt == TR_FWD_BFLOAT16 ? TR_FWD_FLOAT16 : TR_FWD_FLOAT32;
-        tr__log(ctx, TR_LOG_WARN, "forward_dtype %s: %s; falling back to %s", tr__fdt_names[fdt], why, tr__fdt_names[next]);
-        fdt = next;
+    { /* bfloat16 -> float16 -> float32: one warning with each reason */
+        char msg[512];
+        int n = snprintf(msg, sizeof msg, "forward_dtype");
+        while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
+            if (n > 0 && (size_t)n < sizeof msg) n += snprintf(msg + n, sizeof msg - (size_t)n, "%s %s: %s", fdt == (int)want ? "" : ";", tr__fdt_names[fdt], why);
+            fdt = fdt == TR_FWD_BFLOAT16 ? TR_FWD_FLOAT16 : TR_FWD_FLOAT32;
+        }
+        if (fdt != (int)want) tr__log(ctx, TR_LOG_WARN, "%s; falling back to %s", msg, tr__fdt_names[fdt]);
     }
     if (fdt != TR_FWD_FLOAT32) {
         const char *products = "";

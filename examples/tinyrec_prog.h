@@ -511,7 +511,7 @@ TR_PROG int tr_prog_run_model(tr_ctx *ctx, const tr_prog_run_files *f, int resum
     tr_model_config_to_json(arch, cfgjson[0], sizeof cfgjson[0], NULL);
     tr_model_config_to_json(tr_model_get_config(*model), cfgjson[1], sizeof cfgjson[1], NULL);
     if (resume && strcmp(cfgjson[0], cfgjson[1]))
-        return snprintf(msg, cap, "the arch settings differ from the checkpoint's; a resumed run keeps its model.\n  checkpoint: %s\n  requested:  %s", cfgjson[1], cfgjson[0]), 2;
+        return snprintf(msg, cap, "the arch settings differ from the checkpoint's; a resumed run keeps its model.\n  checkpoint: %.2000s\n  requested:  %.2000s", cfgjson[1], cfgjson[0]), 2;
     if (tr_trainer_create(*model, tc, trainer) != TR_OK) return snprintf(msg, cap, "cannot create the trainer: %s", tr_ctx_last_error(ctx)), 1;
     if (resume && tr_trainer_load(*trainer, f->state, extra, extra_size, &len) != TR_OK)
         return snprintf(msg, cap, "cannot load the trainer state: %s", tr_ctx_last_error(ctx)), 1;

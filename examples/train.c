@@ -382,7 +382,7 @@ static int setup(int mode) {
     tr_sampler_config sc = tr_sampler_config_default();
     tr_preset p;
     const tr_dataset_meta *m;
-    char msg[PATH_CAP + 256], pick[32];
+    char msg[4400], pick[32];
     int rc;
     const char *dev;
     int B = o->tc.global_batch_size;
@@ -415,8 +415,7 @@ static int setup(int mode) {
     if (g_size > 1 && g_comm->barrier(g_comm->user) != TR_OK) return fail("the ranks' barrier failed");
     if (g_rank == 0 && tr_mkdir_p(R.ctx, o->checkpoint_path) != TR_OK) return fail("cannot create the checkpoint folder");
 
-    /* model and trainer: a resumed run loads the model it saved, then the trainer state (live
-       weights, optimizer, carry) with our run_pos */
+    /* model and trainer: a resumed run's saved model, then its trainer state (weights, optimizer, carry, our position) */
     if ((rc = tr_prog_run_model(R.ctx, &R.f, mode == 1, &o->arch, &o->tc, &R.pos, sizeof R.pos, &R.model, &R.trainer, msg, sizeof msg)) != 0) return say(rc, "%s", msg);
     if (!tr_prog_run_pos_init(&R.pos, mode == 1)) return say(1, "%s was not written by this version of tinyrec-train", R.f.state);
 
@@ -493,9 +492,7 @@ static int train(int mode) {
     tr_model_memory(R.model, B / g_size, &train_bytes, NULL);
     if (print_header(mode, step, train_bytes) != 0) return 1;
     R.bar.tty = isatty(fileno(stdout));
-
     tr_prog_catch_stop("tinyrec-train");
-
     R.bar.t_start = tr_time_seconds();
     R.step0 = step;
     for (;;) {
