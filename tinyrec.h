@@ -12411,7 +12411,7 @@ TR__FN int tr__carry16(const tr_model *m) { return tr__tape_half(m) && (size_t)m
 TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *o) {
     const tr_ctx *ctx;
     const char *sel;
-    int mma = 0, n;
+    int mma = 0, n, dev_fb, fdt_fb;
     if (!m || !o) return TR_ERR_INVALID_ARG;
     ctx = m->ctx;
     memset(o, 0, sizeof *o);
@@ -12434,12 +12434,14 @@ TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *o) {
         o->products = "fp32 on rounded values";
     /* a device asked for by name (not auto, not cpu) that the run is not on; a precision likewise */
     sel = ctx->device_sel[0] ? ctx->device_sel : "auto";
-    o->fallback = (strcmp(sel, "auto") != 0 && strcmp(sel, "cpu") != 0 && !ctx->dev_active) || (m->fdt_asked != TR_FWD_AUTO && m->fdt_asked != m->fdt);
+    dev_fb = strcmp(sel, "auto") != 0 && strcmp(sel, "cpu") != 0 && !ctx->dev_active;
+    fdt_fb = m->fdt_asked != TR_FWD_AUTO && m->fdt_asked != m->fdt;
+    o->fallback = dev_fb || fdt_fb;
     n = snprintf(o->text, sizeof o->text, "%s, %s", o->device, o->precision);
     if (m->fdt != TR_FWD_FLOAT32 && n > 0 && (size_t)n < sizeof o->text)
         n += snprintf(o->text + n, sizeof o->text - (size_t)n, ": %s products, %s tape", o->products, o->tape16 ? "16-bit" : "fp32");
     if (o->fallback && n > 0 && (size_t)n < sizeof o->text)
-        snprintf(o->text + n, sizeof o->text - (size_t)n, " (fallback: asked for %s on %s)", o->requested, sel);
+        snprintf(o->text + n, sizeof o->text - (size_t)n, " (fallback from %s%s%s)", dev_fb ? sel : "", dev_fb && fdt_fb ? " and " : "", fdt_fb ? o->requested : "");
     return TR_OK;
 }
 
