@@ -607,8 +607,9 @@ TRDEF tr_status tr_key_format(const tr_key *key, const void *base, char *buf, si
 TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value);
 /* For "did you mean": the indices (into names[0..n)) of up to max of the names nearest to word, nearest
    first, into out; returns how many. Near means few edits (Levenshtein, also against the part after a
-   name's last '.', so "L_cycles" finds "arch.L_cycles") or word inside the name; names too far from word
-   to be a typo of it are left out, so 0 is a fine answer. */
+   name's last '.', so "L_cycles" finds "arch.L_cycles"), word inside the name, or the same first four
+   letters ("ema_decay" finds "ema_rate"); names too far from word to be a typo of it are left out, so 0
+   is a fine answer. */
 TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, int max, int *out);
 
 /* Presets: one table of named starting points, each a complete model config, a training recipe and
@@ -14778,6 +14779,12 @@ TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, in
         s = tr__edit_distance(word, nm);
         if ((dot = strrchr(nm, '.')) != NULL) s = TR__MIN(s, tr__edit_distance(word, dot + 1) + 1);
         if (wl >= 3 && strstr(nm, word)) s = TR__MIN(s, 1);
+        { /* the same first four letters after the last '.' ("ema_decay" -> "ema_rate"): near, at the edge */
+            const char *a = strrchr(word, '.') ? strrchr(word, '.') + 1 : word, *b = dot ? dot + 1 : nm;
+            size_t c = 0;
+            while (a[c] && a[c] == b[c]) c++;
+            if (c >= 4) s = TR__MIN(s, limit);
+        }
         if (s > limit) continue;
         /* insert, nearest first (ties: table order) */
         for (k = found; k > 0 && score[k - 1] > s; k--)

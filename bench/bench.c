@@ -78,9 +78,13 @@ static int svg_chart(const char *out, const char *in) {
         goto fail;
     }
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, TOP + n * ROW + 50);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">");
-    if (meta && (j = tr_json_get(meta, "title")) && j->type == TR_JSON_STRING) svg_text(f, j->string);
-    else fputs("PyTorch and tinyrec, the same run", f);
+    j = meta ? tr_json_get(meta, "title") : NULL;
+    if (j && j->type != TR_JSON_STRING) j = NULL;
+    /* a long title is squeezed to the width (about 8.5 pixels a character at this size) */
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n<text x=\"20\" y=\"28\" font-size=\"15\" font-weight=\"bold\"");
+    if (j && strlen(j->string) * 8.5 > W - 40) fprintf(f, " textLength=\"%d\" lengthAdjust=\"spacingAndGlyphs\"", W - 40);
+    fputc('>', f);
+    svg_text(f, j ? j->string : "PyTorch and tinyrec, the same run");
     fprintf(f, "</text>\n<text x=\"20\" y=\"50\" font-size=\"12\" fill=\"#555\">time per case; the longer bar is full width; ratio = PyTorch time / tinyrec time (higher: tinyrec faster)</text>\n");
     for (i = 0, n = 0; i < torch->count; i++) {
         const tr_json *t = tr_json_get(&torch->items[i], "ms"), *o = tr_json_get(ours, torch->keys[i]);
