@@ -550,7 +550,7 @@ static int train(int mode) {
         R.pos.epoch = info.epoch;
         tr_prog_meter_add(&R.meter, &mt, B);
         if (step % o->log_interval == 0) log_train(step, info.epoch);
-        if ((R.bar.tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == R.step0 + 1)) || step >= R.target_steps)
+        if (g_rank == 0 && ((R.bar.tty ? now - last_print >= 0.2 : (now - last_print >= o->print_interval || step == R.step0 + 1)) || step >= R.target_steps))
             tr_prog_meter_show(&R.meter, &R.bar, step, R.target_steps, R.pos.epoch, R.step0_time > 0 && step > R.step0 ? (step - R.step0) / R.step0_time : 0, B), last_print = now;
     }
     clear_bar();
