@@ -59,7 +59,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
-.PHONY: all test test-mpi test-pool bench demo fuzz fuzz-ci clean compile-tests sanitize qemu-test test-aarch64
+.PHONY: all test test-mpi test-pool bench demo deps fuzz fuzz-ci clean compile-tests sanitize qemu-test test-aarch64
 all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
@@ -78,15 +78,15 @@ $(BUILD)/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD) $(CMOCKA_DEP
 $(BUILD)/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -O1 -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
 
-$(BUILD)/tinyrec-%: examples/%.c $(HDR) | $(BUILD)
+$(BUILD)/tinyrec-%: examples/%.c examples/tinyrec_prog.h $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 $(BUILD)/mpi:
 	mkdir -p $@
-$(BUILD)/mpi/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)/mpi
+$(BUILD)/mpi/tinyrec-train: examples/train.c examples/tinyrec_mpi.h examples/tinyrec_prog.h $(HDR) | $(BUILD)/mpi
 	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
 ifeq ($(MPI),1)
-$(BUILD)/tinyrec-train: examples/train.c examples/tinyrec_mpi.h $(HDR) | $(BUILD)
+$(BUILD)/tinyrec-train: examples/train.c examples/tinyrec_mpi.h examples/tinyrec_prog.h $(HDR) | $(BUILD)
 	$(MPICC) $(CFLAGS) -DTINYREC_MPI=1 -I. $< -o $@ $(LDLIBS)
 endif
 
@@ -135,6 +135,8 @@ test: all
 	@set -e; for t in $(FUZZ_TARGETS); do $(BUILD)/fuzz_replay_$$t tests/fuzz/corpus_$$t tests/fuzz/regress_$$t; done
 	@$(BUILD)/compile_c99 && $(BUILD)/compile_cpp && $(BUILD)/compile_two_tu && $(BUILD)/compile_c99_opencl && $(BUILD)/compile_cpp_opencl
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
+	@echo "== docs/performance.md against docs/perf/*.json"; if command -v python3 >/dev/null; then \
+	  python3 tools/perf_docs.py --check && python3 tools/perf_docs.py --self-test; else echo "   (no python3: make deps installs it)"; fi
 ifneq ($(HAVE_MPICC),)
 	@$(MAKE) --no-print-directory test-mpi
 else
@@ -178,6 +180,11 @@ bench: $(BUILD)/tinyrec-bench $(BUILD)/sgemm_bench
 	$(BUILD)/tinyrec-bench
 $(BUILD)/sgemm_bench: bench/sgemm_bench.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# The packages the build and make test need (Debian/Ubuntu: apt-get, with sudo when not root; elsewhere
+# it names them). The README's test command is `make deps test`, as .ci/run runs it.
+deps:
+	sh tools/deps.sh
 
 # The README's main job: generate Sudoku, train a small TRM on the CPU, solve held-out puzzles.
 DEMO_ARGS ?=
@@ -224,7 +231,7 @@ $(BUILD)/san/test_%: tests/test_%.c tests/test_util.h $(HDR) | $(BUILD)/san $(EX
 	$(SAN_CC) $(call SAN_OPT,test_$*) $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ -lcmocka $(LDLIBS)
 $(BUILD)/san/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz_readers.h $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O0 $(SAN_FLAGS) $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< tests/fuzz/replay.c -o $@ $(LDLIBS)
-$(BUILD)/san/tinyrec-%: examples/%.c $(HDR) | $(BUILD)/san
+$(BUILD)/san/tinyrec-%: examples/%.c examples/tinyrec_prog.h $(HDR) | $(BUILD)/san
 	$(SAN_CC) -O1 $(SAN_FLAGS) -std=c99 $(WARN) $(SAN_OMP) -pthread $(CL_FLAGS) -I. $< -o $@ $(LDLIBS)
 # The program suites drive the sanitized programs (TINYREC_BUILD_DIR).
 sanitize: $(SAN_BINS) $(SAN_PROGS) $(SAN_REPLAY)

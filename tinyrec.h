@@ -76,7 +76,8 @@
                                scratch stays bounded and only the backward's tape grows with the batch
 
    Environment variables (read by tr_ctx_create and the example programs). Each has a tr_ctx_config field
-   (num_threads, simd, device, fault, cpu_bf16, tape16, cl_sgemm, cl_options, cl_profile, cl_zerocopy) that
+   (num_threads, simd, device, fault, cpu_bf16, tape16, cl_sgemm, cl_options, cl_profile, cl_zerocopy,
+   opencl_drivers) that
    takes its place when set; an unset field (0 / NULL) leaves the variable in force.
        TINYREC_NUM_THREADS     thread count (default: OpenMP's maximum, else the CPU count)
        TINYREC_SIMD            force a kernel set: scalar | avx2 | avx512 (x86-64) | neon (aarch64)
@@ -193,6 +194,8 @@ typedef struct tr_ctx_config {
     const char *cl_options;  /* TINYREC_CL_OPTIONS: extra OpenCL build options */
     const char *cl_profile;  /* TINYREC_CL_PROFILE: "1" times every OpenCL kernel and transfer */
     const char *cl_zerocopy; /* TINYREC_CL_ZEROCOPY: "0" staged transfers also on host-unified devices */
+    const char *opencl_drivers; /* TINYREC_OPENCL_DRIVERS: ':'-separated OpenCL drivers to open directly when the
+                                   ICD loader lists no GPU (tr_ctx_open_device) */
 } tr_ctx_config;
 
 /* Fault injection for the device fallback paths (tests; env TINYREC_FAULT: "no-library",
@@ -629,6 +632,12 @@ TRDEF tr_status tr_key_format(const tr_key *key, const void *base, char *buf, si
 /* Sets a library key by name in model or train (the one it belongs to may not be NULL): TR_ERR_NOT_FOUND
    with "unknown key 'x'" for a name that is none, else as tr_key_parse. */
 TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value);
+/* For "did you mean": the indices (into names[0..n)) of up to max of the names nearest to word, nearest
+   first, into out; returns how many. Near means few edits (Levenshtein, also against the part after a
+   name's last '.', so "L_cycles" finds "arch.L_cycles"), word inside the name, or the same first four
+   letters ("ema_decay" finds "ema_rate"); names too far from word to be a typo of it are left out, so 0
+   is a fine answer. */
+TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, int max, int *out);
 
 /* Presets: one table of named starting points, each a complete model config, a training recipe and
    the dataset it is for. The reference configurations (trm-sudoku-mlp, trm-sudoku-att, trm-maze,
@@ -654,9 +663,12 @@ TRDEF tr_status tr_preset_get(int index, tr_preset *out);
 TRDEF tr_status tr_preset_find(const char *name, tr_preset *out);
 
 /* A run's metrics history, as tinyrec-train's metrics.jsonl holds it, and a plot of it. */
+#define TR_EVAL_MAX_STEPS 32 /* ACT steps whose exact accuracy an evaluation records (tr_eval_result.exact_by_step) */
 typedef struct tr_metrics_point {
     long step;
     double loss, accuracy, exact_accuracy; /* NAN when absent */
+    int num_steps;                           /* eval points: exact accuracy after each ACT step (0: none; zero the */
+    double exact_by_step[TR_EVAL_MAX_STEPS]; /* point before filling it) */
 } tr_metrics_point;
 typedef struct tr_metrics_history {
     tr_metrics_point *train, *eval; /* from the context's allocator; zero the struct to start */
@@ -666,12 +678,13 @@ typedef struct tr_metrics_history {
 TRDEF tr_status tr_metrics_history_add(tr_ctx *ctx, tr_metrics_history *h, int is_eval, const tr_metrics_point *p);
 TRDEF void tr_metrics_history_free(tr_ctx *ctx, tr_metrics_history *h);
 /* Appends the points of a JSONL file (an object per line with "step", "loss", "accuracy",
-   "exact_accuracy"; "type":"eval" lines are eval points) with step <= max_step; lines that are not
+   "exact_accuracy"; "type":"eval" lines are eval points, with "exact_by_step" when present) with step <= max_step; lines that are not
    such objects are skipped. With rewrite, the file is replaced (atomically) by the lines kept: a
    resumed run forgets what came after its checkpoint. A file that does not exist holds no points. */
 TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_step, int rewrite, tr_metrics_history *h);
 /* Writes (atomically) an SVG plot of the history: the train loss (log scale when it spans more than
-   20x) and, below, accuracy and exact accuracy per step (lines: train; dots: eval). */
+   20x), below it accuracy and exact accuracy per step (lines: train; dots: eval) and, when the eval
+   points have them, the evaluations' exact accuracy per ACT step (the last one bold). */
 TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h);
 /* >>api-config-end */
 
@@ -685,6 +698,28 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
    EMA, the recorded last cycle, workspaces, carry), and what inference needs; for choosing a
    batch size that fits in memory. */
 TRDEF void tr_model_memory(const tr_model *m, int batch_size, size_t *train_bytes, size_t *infer_bytes);
+/* What a model computes on and in, for a program's header line, its summary and its JSON records: the
+   device, the CPU kernel set, the precision in force and the kernels its products actually run on. A
+   precision or a device that was asked for and could not be had is a fallback (the library logged a
+   warning saying why when it happened). */
+typedef struct tr_run_info {
+    const char *device_kind; /* "cpu" or "opencl" */
+    const char *device;      /* tr_ctx_device_name: "cpu (avx512, 2 threads)", "opencl: <device> (<platform>)" */
+    const char *kernels;     /* the CPU kernel set: "scalar", "avx2", "avx512" or "neon" */
+    int threads;
+    const char *precision;   /* in force: "float32", "bfloat16" or "float16" */
+    const char *requested;   /* the precision asked for ("auto" included) */
+    const char *products;    /* what the products run on: "fp32" (the fp32 kernels), "fp32 on rounded values", "vdpbf16ps",
+                                "AMX", "vdpbf16ps twin" (its scalar twin), "tensor cores", "emulated tensor cores" */
+    int tape16;              /* the backward's tape (and the ACT carry) hold 16-bit values */
+    int fallback;            /* 1: the precision or the device asked for is not the one in force */
+    char text[512];          /* one line, e.g. "cpu (avx512, 2 threads), bfloat16: vdpbf16ps products, 16-bit tape" */
+} tr_run_info;
+TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *out);
+/* The same as JSON members without braces, to put inside a record: "device":"...","device_kind":"cpu",
+   "kernels":"avx512","threads":2,"precision":"bfloat16","products":"vdpbf16ps","tape16":true,"fallback":false.
+   Returns 0, or EOF on a write error. */
+TRDEF int tr_run_info_fput_json(FILE *f, const tr_run_info *info);
 /* C[M,N] = (accumulate ? C : 0) + op(A) . op(B), row-major fp32, op = transpose when trans* = 1
    (A stored [K,M], B stored [N,K]); the library's packed SIMD GEMM on the context's threads. */
 TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
@@ -1232,6 +1267,8 @@ typedef struct tr_eval_result {
     double accuracy, exact_accuracy, q_halt_accuracy, steps, lm_loss; /* means over count; NAN when 0 */
     int64_t batches;
     double seconds;
+    int num_steps;         /* ACT steps recorded below: halt_max_steps, at most TR_EVAL_MAX_STEPS */
+    double exact_by_step[TR_EVAL_MAX_STEPS]; /* exact accuracy over count of the predictions after each ACT step */
 } tr_eval_result;
 /* Evaluates m on the batches of a test-mode sampler from its position to the end of the pass, or
    max_batches of them (<= 0: all); carry has the sampler's rows (tr_carry_create). To evaluate the
@@ -1473,8 +1510,8 @@ struct tr_ctx {
     int bf16_gemm;   /* TINYREC_CPU_BF16 (tr__bgemm_mode in >>sgemm) */
     int tape16;      /* TINYREC_TAPE16: a bfloat16 / float16 model records its activations in 16 bits (>>model) */
     /* tr_ctx_config's OpenCL knobs, read when the device opens (tr__ctx_knob): knob_set[k] 0 = the environment */
-    char knob[4][384];
-    unsigned char knob_set[4];
+    char knob[5][384];
+    unsigned char knob_set[5];
     int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
                         all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
@@ -1919,8 +1956,8 @@ static const char *tr__simd_names[TR_KERNEL_SETS] = {"scalar", "avx2", "avx512",
 TR__FN int tr__simd_runs(tr__simd best, int s) { return s == TR__SIMD_SCALAR || (best == TR__SIMD_NEON ? s == TR__SIMD_NEON : s <= (int)best && s != TR__SIMD_NEON); }
 
 /* The OpenCL knobs of tr_ctx_config (tr_ctx.knob), in the order of their environment variables here. */
-enum { TR__KNOB_CL_SGEMM, TR__KNOB_CL_OPTIONS, TR__KNOB_CL_PROFILE, TR__KNOB_CL_ZEROCOPY };
-static const char *const tr__knob_env[4] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY"};
+enum { TR__KNOB_CL_SGEMM, TR__KNOB_CL_OPTIONS, TR__KNOB_CL_PROFILE, TR__KNOB_CL_ZEROCOPY, TR__KNOB_CL_DRIVERS };
+static const char *const tr__knob_env[5] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY", "TINYREC_OPENCL_DRIVERS"};
 
 /* The knob's value: the config's where it was set, else the environment's (NULL: neither). */
 TR__FN const char *tr__ctx_knob(const tr_ctx *ctx, int k) { return ctx && ctx->knob_set[k] ? ctx->knob[k] : getenv(tr__knob_env[k]); }
@@ -2066,9 +2103,9 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
         int f[TR_CPU_FEATURE_COUNT];
         char brand[49];
         const char *e = cfg.cpu_bf16 ? cfg.cpu_bf16 : getenv("TINYREC_CPU_BF16");
-        const char *const knobs[4] = {cfg.cl_sgemm, cfg.cl_options, cfg.cl_profile, cfg.cl_zerocopy};
+        const char *const knobs[5] = {cfg.cl_sgemm, cfg.cl_options, cfg.cl_profile, cfg.cl_zerocopy, cfg.opencl_drivers};
         int k;
-        for (k = 0; k < 4; k++) {
+        for (k = 0; k < 5; k++) {
             if (!knobs[k]) continue;
             if (strlen(knobs[k]) >= sizeof ctx->knob[k]) {
                 cfg.allocator.free(cfg.allocator.user, ctx);
@@ -6186,10 +6223,10 @@ TR__FN int tr__cl_load_driver(tr__cllib *L, const char *name, const size_t *offs
 #endif
 
 /* Loads the library and every entry point; 0 with the reason in why on failure. When the ICD loader
-   lists no GPU (or is missing), the drivers named in TINYREC_OPENCL_DRIVERS (':'-separated; taken when
+   lists no GPU (or is missing), the drivers named in `drivers` (TINYREC_OPENCL_DRIVERS, ':'-separated; taken when
    they list any device), then the GPU vendors' drivers (NVIDIA, AMD ROCm, Intel) are opened directly,
    and the first that lists a GPU replaces the loader: the listing then holds that driver's devices. */
-TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
+TR__FN int tr__cl_load(tr__cllib *L, const char *drivers, char *why, size_t whylen) {
     memset(L, 0, sizeof *L);
     why[0] = 0;
 #if defined(TINYREC_OPENCL_LINKED)
@@ -6242,7 +6279,7 @@ TR__FN int tr__cl_load(tr__cllib *L, char *why, size_t whylen) {
 #if !defined(_WIN32) && !defined(__APPLE__)
         if (!L->handle || !tr__cl_has_device(&L->f, 1)) {
             static const char *const vendors[] = {"libnvidia-opencl.so.1", "libamdocl64.so", "libigdrcl.so"};
-            const char *env = getenv("TINYREC_OPENCL_DRIVERS");
+            const char *env = drivers;
             char named[8][128];
             size_t offs[sizeof syms / sizeof syms[0]];
             tr__cllib D;
@@ -6644,7 +6681,7 @@ TR__FN tr_status tr__cl_describe(tr_ctx *ctx, tr_opencl_list *out) {
     tr__cl_int e;
     tr__cl_devent *devs;
     int n, np2, i, ok = 1;
-    if (!tr__cl_load(&L, why, sizeof why)) {
+    if (!tr__cl_load(&L, tr__ctx_knob(ctx, TR__KNOB_CL_DRIVERS), why, sizeof why)) {
         snprintf(out->note, sizeof out->note, "no OpenCL library (%.200s)", why);
         return TR_OK;
     }
@@ -6981,7 +7018,7 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
     cl->profile = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1") == 0;
-    if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, why, sizeof why)) {
+    if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, tr__ctx_knob(ctx, TR__KNOB_CL_DRIVERS), why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
         st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
         goto fail;
@@ -12171,6 +12208,7 @@ struct tr_model {
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
     int fdt;    /* the forward precision in force (tr_forward_dtype, never AUTO) */
+    int fdt_asked; /* the precision asked for (tr_model_set_forward_dtype; AUTO included): tr_model_describe's fallback */
     float *wlo; /* bfloat16 / float16: params rounded to it, refreshed at each forward (NULL in float32) */
 };
 
@@ -12499,10 +12537,14 @@ TR__FN int tr__fdt_resolve(tr_ctx *ctx, tr_forward_dtype want) {
         }
         return TR_FWD_FLOAT32;
     }
-    while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
-        int next = fdt == TR_FWD_BFLOAT16 ? TR_FWD_FLOAT16 : TR_FWD_FLOAT32;
-        tr__log(ctx, TR_LOG_WARN, "forward_dtype %s: %s; falling back to %s", tr__fdt_names[fdt], why, tr__fdt_names[next]);
-        fdt = next;
+    { /* bfloat16 -> float16 -> float32: one warning with each reason */
+        char msg[512];
+        int n = snprintf(msg, sizeof msg, "forward_dtype");
+        while (fdt != TR_FWD_FLOAT32 && !tr__fdt_supported(ctx, fdt, &why)) {
+            if (n > 0 && (size_t)n < sizeof msg) n += snprintf(msg + n, sizeof msg - (size_t)n, "%s %s: %s", fdt == (int)want ? "" : ";", tr__fdt_names[fdt], why);
+            fdt = fdt == TR_FWD_BFLOAT16 ? TR_FWD_FLOAT16 : TR_FWD_FLOAT32;
+        }
+        if (fdt != (int)want) tr__log(ctx, TR_LOG_WARN, "%s; falling back to %s", msg, tr__fdt_names[fdt]);
     }
     if (fdt != TR_FWD_FLOAT32) {
         const char *products = "";
@@ -12524,6 +12566,7 @@ TRDEF tr_status tr_model_set_forward_dtype(tr_model *m, tr_forward_dtype dtype) 
     ctx = m->ctx;
     if ((unsigned)dtype > TR_FWD_AUTO) return tr__err(ctx, TR_ERR_CONFIG, "config: forward_dtype %d is unknown (float32, bfloat16, float16, auto)", (int)dtype);
     fdt = tr__fdt_resolve(ctx, dtype);
+    m->fdt_asked = (int)dtype;
     if (fdt != TR_FWD_FLOAT32 && !m->wlo && !(m->wlo = (float *)tr__dalloc(ctx, m->n_params * sizeof(float), 0))) return TR_ERR_OUT_OF_MEMORY;
     if (fdt == TR_FWD_FLOAT32) {
         tr__dfree(ctx, m->wlo);
@@ -12642,6 +12685,53 @@ TR__FN int tr__ws_rec_shared(const tr_model *m, int gate_up) { return gate_up ==
    trainer's activation gradients (dz, dx and the backward's two buffers) are 16-bit with its carry (tr_trainer.g16),
    which a device widens likewise: into the workspace (tr__net_bwd_rows, tr__heads_bwd) or the free buffers. */
 TR__FN int tr__carry16(const tr_model *m) { return tr__tape_half(m) && (size_t)m->S * m->D % 2 == 0; }
+
+/* >>model: what a model computes on and in (tr_run_info) */
+TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *o) {
+    const tr_ctx *ctx;
+    const char *sel;
+    int mma = 0, n, dev_fb, fdt_fb;
+    if (!m || !o) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
+    memset(o, 0, sizeof *o);
+#if TINYREC_OPENCL
+    if (ctx->dev_active && ctx->cl) mma = ctx->cl->gemm.mma;
+#endif
+    o->device_kind = ctx->dev_active ? "opencl" : "cpu";
+    o->device = tr_ctx_device_name(ctx);
+    o->kernels = tr_ctx_simd_name(ctx);
+    o->threads = ctx->num_threads;
+    o->precision = tr__fdt_names[m->fdt];
+    o->requested = tr__fdt_names[m->fdt_asked >= 0 && m->fdt_asked <= TR_FWD_AUTO ? m->fdt_asked : m->fdt];
+    o->tape16 = tr__tape_half(m);
+    if (m->fdt == TR_FWD_FLOAT32) o->products = "fp32";
+    else if (mma) o->products = mma == 1 ? "tensor cores" : "emulated tensor cores";
+    else if (!ctx->dev_active && m->fdt == TR_FWD_BFLOAT16) {
+        int k = tr__bgemm_kernel(ctx);
+        o->products = k == TR__BG_AMX ? "AMX" : k == TR__BG_DPBF16 ? "vdpbf16ps" : k == TR__BG_TWIN ? "vdpbf16ps twin" : "fp32 on rounded values";
+    } else
+        o->products = "fp32 on rounded values";
+    /* a device asked for by name (not auto, not cpu) that the run is not on; a precision likewise */
+    sel = ctx->device_sel[0] ? ctx->device_sel : "auto";
+    dev_fb = strcmp(sel, "auto") != 0 && strcmp(sel, "cpu") != 0 && !ctx->dev_active;
+    fdt_fb = m->fdt_asked != TR_FWD_AUTO && m->fdt_asked != m->fdt;
+    o->fallback = dev_fb || fdt_fb;
+    n = snprintf(o->text, sizeof o->text, "%s, %s", o->device, o->precision);
+    if (m->fdt != TR_FWD_FLOAT32 && n > 0 && (size_t)n < sizeof o->text)
+        n += snprintf(o->text + n, sizeof o->text - (size_t)n, ": %s products, %s tape", o->products, o->tape16 ? "16-bit" : "fp32");
+    if (o->fallback && n > 0 && (size_t)n < sizeof o->text)
+        snprintf(o->text + n, sizeof o->text - (size_t)n, " (fallback from %s%s%s)", dev_fb ? sel : "", dev_fb && fdt_fb ? " and " : "", fdt_fb ? o->requested : "");
+    return TR_OK;
+}
+
+TRDEF int tr_run_info_fput_json(FILE *f, const tr_run_info *o) {
+    if (!f || !o) return EOF;
+    if (fputs("\"device\":", f) == EOF || tr_json_fput_string(f, o->device ? o->device : "") == EOF) return EOF;
+    if (fprintf(f, ",\"device_kind\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"requested_precision\":\"%s\",\"products\":\"%s\"", o->device_kind,
+                o->kernels, o->threads, o->precision, o->requested, o->products) < 0)
+        return EOF;
+    return fprintf(f, ",\"tape16\":%s,\"fallback\":%s", o->tape16 ? "true" : "false", o->fallback ? "true" : "false") < 0 ? EOF : 0;
+}
 
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
 TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
@@ -14637,7 +14727,7 @@ TRDEF tr_status tr_trainer_step(tr_trainer *t, const tr_batch *batch, tr_metrics
 }
 
 TRDEF tr_status tr_eval_result_reduce(tr_ctx *ctx, const tr_comm *comm, tr_eval_result *r) {
-    enum { NV = 8 }; /* count, the five means times count, batches, seconds */
+    enum { NV = 9 + TR_EVAL_MAX_STEPS }; /* count, the five means times count, batches, seconds, steps, the exact accuracy per step times count */
     double loc[NV], *all, acc[NV];
     double *means[5];
     int i, k;
@@ -14647,7 +14737,8 @@ TRDEF tr_status tr_eval_result_reduce(tr_ctx *ctx, const tr_comm *comm, tr_eval_
     means[0] = &r->accuracy, means[1] = &r->exact_accuracy, means[2] = &r->q_halt_accuracy, means[3] = &r->steps, means[4] = &r->lm_loss;
     loc[0] = r->count;
     for (k = 0; k < 5; k++) loc[1 + k] = r->count > 0 ? *means[k] * r->count : 0.0; /* a rank with no rows holds NAN means */
-    loc[6] = (double)r->batches, loc[7] = r->seconds;
+    loc[6] = (double)r->batches, loc[7] = r->seconds, loc[8] = r->num_steps;
+    for (k = 0; k < TR_EVAL_MAX_STEPS; k++) loc[9 + k] = r->count > 0 && k < r->num_steps ? r->exact_by_step[k] * r->count : 0.0;
     if (!(all = (double *)tr__alloc(ctx, (size_t)comm->size * sizeof loc))) return TR_ERR_OUT_OF_MEMORY;
     if ((st = comm->allgather(comm->user, loc, all, sizeof loc)) != TR_OK) {
         tr__free(ctx, all);
@@ -14655,11 +14746,12 @@ TRDEF tr_status tr_eval_result_reduce(tr_ctx *ctx, const tr_comm *comm, tr_eval_
     }
     for (k = 0; k < NV; k++) acc[k] = 0;
     for (i = 0; i < comm->size; i++)
-        for (k = 0; k < NV; k++) acc[k] = k >= 6 ? TR__MAX(acc[k], all[i * NV + k]) : acc[k] + all[i * NV + k]; /* batches: each rank ran a slice of the same ones */
+        for (k = 0; k < NV; k++) acc[k] = k >= 6 && k <= 8 ? TR__MAX(acc[k], all[i * NV + k]) : acc[k] + all[i * NV + k]; /* batches: each rank ran a slice of the same ones */
     tr__free(ctx, all);
     r->count = acc[0];
     for (k = 0; k < 5; k++) *means[k] = acc[0] > 0 ? acc[1 + k] / acc[0] : NAN;
-    r->batches = (int64_t)acc[6], r->seconds = acc[7];
+    r->batches = (int64_t)acc[6], r->seconds = acc[7], r->num_steps = (int)acc[8];
+    for (k = 0; k < r->num_steps; k++) r->exact_by_step[k] = acc[0] > 0 ? acc[9 + k] / acc[0] : NAN;
     return TR_OK;
 }
 
@@ -14948,6 +15040,54 @@ TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size
     default: buf[0] = 0; return TR_ERR_INVALID_ARG;
     }
     return n >= 0 && (size_t)n < cap ? TR_OK : TR_ERR_OVERFLOW;
+}
+
+/* Edits from a to b (Levenshtein), both cut at 63 characters. */
+TR__FN int tr__edit_distance(const char *a, const char *b) {
+    int d[64], la = (int)strlen(a), lb = (int)strlen(b), i, j;
+    if (la > 63) la = 63;
+    if (lb > 63) lb = 63;
+    for (j = 0; j <= lb; j++) d[j] = j;
+    for (i = 1; i <= la; i++) {
+        int diag = d[0];
+        d[0] = i;
+        for (j = 1; j <= lb; j++) {
+            int up = d[j], v = diag + (a[i - 1] != b[j - 1]);
+            if (d[j] + 1 < v) v = d[j] + 1;
+            if (d[j - 1] + 1 < v) v = d[j - 1] + 1;
+            d[j] = v, diag = up;
+        }
+    }
+    return d[lb];
+}
+
+TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, int max, int *out) {
+    int i, k, found = 0, score[64], wl, limit;
+    if (!word || !names || !out || max <= 0) return 0;
+    if (max > 64) max = 64;
+    wl = (int)strlen(word);
+    limit = wl / 3 > 2 ? wl / 3 : 2; /* a typo: a third of the word, at least two edits */
+    for (i = 0; i < n; i++) {
+        const char *nm = names[i], *dot;
+        int s;
+        if (!nm) continue;
+        s = tr__edit_distance(word, nm);
+        if ((dot = strrchr(nm, '.')) != NULL) s = TR__MIN(s, tr__edit_distance(word, dot + 1) + 1);
+        if (wl >= 3 && strstr(nm, word)) s = TR__MIN(s, 1);
+        { /* the same first four letters after the last '.' ("ema_decay" -> "ema_rate"): near, at the edge */
+            const char *a = strrchr(word, '.') ? strrchr(word, '.') + 1 : word, *b = dot ? dot + 1 : nm;
+            size_t c = 0;
+            while (a[c] && a[c] == b[c]) c++;
+            if (c >= 4) s = TR__MIN(s, limit);
+        }
+        if (s > limit) continue;
+        /* insert, nearest first (ties: table order) */
+        for (k = found; k > 0 && score[k - 1] > s; k--)
+            if (k < max) out[k] = out[k - 1], score[k] = score[k - 1];
+        if (k < max) out[k] = i, score[k] = s;
+        if (found < max) found++;
+    }
+    return found;
 }
 
 TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value) {
@@ -18733,8 +18873,9 @@ TR__FN tr_status tr__sampler_start(tr_sampler *s) {
 TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int64_t max_batches, tr_progress_fn progress, void *user, tr_eval_result *out) {
     tr_metrics sum, mt;
     int64_t total;
-    double t0 = tr__now();
+    double t0 = tr__now(), by_step[TR_EVAL_MAX_STEPS] = {0};
     tr_status st = TR_OK;
+    int k;
     if (out) memset(out, 0, sizeof *out);
     if (!m || !carry || !test || !out) return TR_ERR_INVALID_ARG;
     if (!test->cfg.test_mode) return tr__err(m->ctx, TR_ERR_INVALID_ARG, "tr_evaluate: the sampler is not in test mode (a train sampler never ends)");
@@ -18750,9 +18891,17 @@ TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int6
         }
         if ((st = tr_sampler_next(test, &b, &info)) != TR_OK || info.end) break;
         tr_carry_reset(carry);
-        do st = tr_model_eval_step(m, carry, &b, NULL, &mt);
-        while (st == TR_OK && !tr_carry_all_halted(carry));
+        k = 0;
+        do {
+            int r;
+            st = tr_model_eval_step(m, carry, &b, NULL, &mt);
+            /* every row runs halt_max_steps steps: the exact accuracy of the predictions after each, from the loss's row stats */
+            for (r = 0; st == TR_OK && k < TR_EVAL_MAX_STEPS && r < carry->B; r++)
+                if (carry->hrowstat[4 * (size_t)r + 1] > 0) by_step[k] += carry->hrowstat[4 * (size_t)r + 2] == carry->hrowstat[4 * (size_t)r + 1];
+            k++;
+        } while (st == TR_OK && !tr_carry_all_halted(carry));
         if (st != TR_OK) break;
+        if (k > out->num_steps) out->num_steps = TR__MIN(k, TR_EVAL_MAX_STEPS);
         sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy;
         sum.q_halt_accuracy += mt.q_halt_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
         out->batches++;
@@ -18763,6 +18912,7 @@ TRDEF tr_status tr_evaluate(tr_model *m, tr_carry *carry, tr_sampler *test, int6
     out->q_halt_accuracy = sum.count > 0 ? sum.q_halt_accuracy / sum.count : NAN;
     out->steps = sum.count > 0 ? sum.steps / sum.count : NAN;
     out->lm_loss = sum.count > 0 ? sum.lm_loss / sum.count : NAN;
+    for (k = 0; k < out->num_steps; k++) out->exact_by_step[k] = sum.count > 0 ? by_step[k] / sum.count : NAN;
     out->seconds = tr__now() - t0;
     return st;
 }
@@ -21873,9 +22023,9 @@ TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_
     tr__sb_init(&kept, ctx);
     for (line = text; st == TR_OK && line < text + len; line = next) {
         tr_json *obj = NULL;
-        const tr_json *type;
+        const tr_json *type, *steps;
         tr_metrics_point p;
-        size_t n;
+        size_t n, k;
         next = (char *)memchr(line, '\n', (size_t)(text + len - line));
         n = next ? (size_t)(next - line) : (size_t)(text + len - line);
         next = next ? next + 1 : text + len;
@@ -21883,12 +22033,15 @@ TRDEF tr_status tr_metrics_history_load(tr_ctx *ctx, const char *path, long max_
             st = st == TR_ERR_OUT_OF_MEMORY ? st : TR_OK; /* a line that is not JSON (a torn write) is dropped */
             continue;
         }
-        p.step = 0;
+        memset(&p, 0, sizeof p);
         p.loss = tr__json_num_or_nan(obj, "step");
         if (obj->type == TR_JSON_OBJECT && p.loss <= (double)max_step) {
             p.step = (long)p.loss;
             p.loss = tr__json_num_or_nan(obj, "loss"), p.accuracy = tr__json_num_or_nan(obj, "accuracy"), p.exact_accuracy = tr__json_num_or_nan(obj, "exact_accuracy");
             type = tr_json_get(obj, "type");
+            if ((steps = tr_json_get(obj, "exact_by_step")) != NULL && steps->type == TR_JSON_ARRAY)
+                for (k = 0; k < steps->count && k < TR_EVAL_MAX_STEPS; k++)
+                    p.exact_by_step[p.num_steps++] = steps->items[k].type == TR_JSON_NUMBER ? steps->items[k].number : NAN;
             st = tr_metrics_history_add(ctx, h, type && type->type == TR_JSON_STRING && strcmp(type->string, "eval") == 0, &p);
             tr__sb_append(&kept, line, n), tr__sb_append(&kept, "\n", 1);
         }
@@ -21962,17 +22115,21 @@ TR__FN void tr__plot_axes(tr__sb *sb, const tr__plot_panel *P, const char *title
 }
 
 TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *title, const tr_metrics_history *h) {
-    enum { W = 900, H = 620, PX = 70, PW = 800, PH = 220 };
+    enum { W = 900, PX = 70, PW = 800, PH = 220 };
     double *xs, lmin = INFINITY, lmax = -INFINITY, *ys;
-    size_t i, n;
-    tr__plot_panel loss, acc;
+    size_t i, n, last = 0;
+    tr__plot_panel loss, acc, act;
+    int H = 620, max_steps = 0, k;
     tr__sb sb;
     tr_status st;
     const char *c;
     if (!path || !h) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_metrics_plot_svg: NULL argument");
     if (h->ntrain > SIZE_MAX / 2 / sizeof(double) - 1) return tr__err(ctx, TR_ERR_OVERFLOW, "tr_metrics_plot_svg: %zu points", h->ntrain);
-    if (!(xs = (double *)tr__alloc(ctx, 2 * (h->ntrain + 1) * sizeof(double)))) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for the plot of %s", path);
-    ys = xs + h->ntrain + 1;
+    for (i = 0; i < h->neval; i++) /* the panel of exact accuracy per ACT step, when the evaluations recorded it */
+        if (h->eval[i].num_steps > 0 && h->eval[i].num_steps <= TR_EVAL_MAX_STEPS) max_steps = TR__MAX(max_steps, h->eval[i].num_steps), last = i;
+    if (max_steps > 0) H = 900;
+    if (!(xs = (double *)tr__alloc(ctx, 2 * (h->ntrain + TR_EVAL_MAX_STEPS + 1) * sizeof(double)))) return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory for the plot of %s", path);
+    ys = xs + h->ntrain + TR_EVAL_MAX_STEPS + 1;
     memset(&loss, 0, sizeof loss);
     loss.px = PX, loss.py = 50, loss.pw = PW, loss.ph = PH, loss.x1 = 1;
     for (i = 0; i < h->ntrain; i++) {
@@ -22014,6 +22171,24 @@ TRDEF tr_status tr_metrics_plot_svg(tr_ctx *ctx, const char *path, const char *t
             tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\" stroke=\"black\"/>\n", X, 330 + PH - h->eval[i].exact_accuracy * PH);
     }
     tr__sb_printf(&sb, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">step</text>\n", PX + PW / 2, 330 + PH + 30);
+    if (max_steps > 0) { /* each evaluation's exact accuracy after ACT step 1, 2, ...: the earlier ones pale, the last one bold */
+        act = acc;
+        act.py = 620, act.x0 = 1, act.x1 = max_steps > 1 ? max_steps : 2;
+        tr__plot_axes(&sb, &act, "eval exact accuracy per ACT step (pale: earlier evaluations; red: the last)");
+        for (i = 0; i < h->neval; i++) {
+            const tr_metrics_point *e = &h->eval[i];
+            if (e->num_steps <= 0 || e->num_steps > TR_EVAL_MAX_STEPS) continue;
+            for (n = 0, k = 0; k < e->num_steps; k++)
+                if (isfinite(e->exact_by_step[k])) xs[n] = k + 1, ys[n++] = e->exact_by_step[k];
+            tr__plot_line(&sb, &act, xs, ys, n, i == last ? "#d62728" : "#f2b8b8");
+        }
+        for (k = 0; k < h->eval[last].num_steps; k++) /* the last evaluation's points */
+            if (isfinite(h->eval[last].exact_by_step[k]))
+                tr__sb_printf(&sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#d62728\"/>\n", PX + (k + 1 - act.x0) / (act.x1 - act.x0) * PW,
+                              act.py + PH - h->eval[last].exact_by_step[k] * PH);
+        tr__sb_printf(&sb, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">ACT step (eval at step %ld)</text>\n", PX + PW / 2, act.py + PH + 30,
+                      h->eval[last].step);
+    }
     tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">loss</text>\n", PX, H - 20, PX + 16, H - 15);
     tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">accuracy</text>\n", PX + 80, H - 20, PX + 96, H - 15);
     tr__sb_printf(&sb, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">exact accuracy</text>\n", PX + 190, H - 20, PX + 206,

@@ -5,6 +5,9 @@
                        [--peak-gflops 433] [--json] [--skip-train] [--skip-infer] [--simd scalar|avx2|avx512]
                        [--device cpu|opencl|opencl:N|opencl:<name>] [--verbose]
 
+   build/tinyrec-bench --svg chart.svg compare.json   a side-by-side bar chart of a bench/torch_compare.py run
+                                                       (its --json-out file, or its output with the "JSON" line)
+
    FLOPs count matmuls only (2 per multiply-add), with the formulas of
    ../shared/docs/perf-baseline.md: a training step = 70 blocks + 3 heads per sample for
    T=3, n=6 (42 forward blocks, and twice the 14 blocks of the last H cycle for backward). */
@@ -23,6 +26,100 @@ typedef struct {
 static void log_stderr(void *user, tr_log_level level, const char *msg) {
     (void)user;
     fprintf(stderr, "[%s] %s\n", level >= TR_LOG_WARN ? "warn" : "info", msg);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tinyrec-bench [--preset NAME] [--batch B] [--reps N] [--threads N] [--device D] [--dtype T]\n"
+            "                     [--simd S] [--peak-gflops G] [--json] [--skip-train] [--skip-infer] [--verbose]\n"
+            "       tinyrec-bench --svg OUT.svg RUN.json\n"
+            "Times a training step, inference supervision steps at batch 1 and B, and the model's two large GEMMs,\n"
+            "the median of N runs each (--preset trm-sudoku-mlp, --batch 64, --reps 3 by default), on --device cpu |\n"
+            "opencl | opencl:N | opencl:<name> in --dtype float32 | bfloat16 | float16 | auto. The first line names\n"
+            "the device, kernels and precision; --json writes the same as one object. FLOPs count matmuls only.\n"
+            "--svg draws a bench/torch_compare.py run (its --json-out file) as bars, PyTorch beside tinyrec.\n"
+            "example: tinyrec-bench --device opencl --dtype bf16 --batch 768\n");
+}
+
+/* XML text */
+static void svg_text(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else fputc(*s, f);
+    }
+}
+
+/* --svg: each case of a torch_compare.py run as two bars, PyTorch's time and ours, the longer one full
+   width (the cases' times differ by orders of magnitude), with the times and the ratio beside them. */
+static int svg_chart(const char *out, const char *in) {
+    enum { W = 980, LEFT = 300, BAR = 420, ROW = 58, TOP = 70 };
+    tr_ctx *ctx = NULL;
+    tr_json *root = NULL;
+    const tr_json *torch, *ours, *meta, *j;
+    char *text = NULL, *js;
+    size_t len, i;
+    int rc = 1, n = 0;
+    FILE *f = NULL;
+    if (tr_ctx_create(NULL, &ctx) != TR_OK) return 1;
+    if (tr_read_file(ctx, in, &text, &len) != TR_OK) goto done;
+    js = strstr(text, "\nJSON {"); /* torch_compare.py's output: the summary on its last line */
+    js = js ? js + 6 : !strncmp(text, "JSON {", 6) ? text + 5 : text;
+    if (tr_json_parse(ctx, js, strlen(js), in, &root) != TR_OK) goto done;
+    torch = tr_json_get(root, "torch"), ours = tr_json_get(root, "tinyrec"), meta = tr_json_get(root, "meta");
+    if (!torch || torch->type != TR_JSON_OBJECT || !ours || ours->type != TR_JSON_OBJECT) {
+        fprintf(stderr, "tinyrec-bench: %s has no \"torch\" and \"tinyrec\" results (a bench/torch_compare.py run)\n", in);
+        goto fail;
+    }
+    for (i = 0; i < torch->count; i++) n += tr_json_get(ours, torch->keys[i]) != NULL;
+    if (!(f = fopen(out, "wb"))) {
+        fprintf(stderr, "tinyrec-bench: cannot write %s\n", out);
+        goto fail;
+    }
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, TOP + n * ROW + 50);
+    j = meta ? tr_json_get(meta, "title") : NULL;
+    if (j && j->type != TR_JSON_STRING) j = NULL;
+    /* a long title is squeezed to the width (about 8.5 pixels a character at this size) */
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n<text x=\"20\" y=\"28\" font-size=\"15\" font-weight=\"bold\"");
+    if (j && strlen(j->string) * 8.5 > W - 40) fprintf(f, " textLength=\"%d\" lengthAdjust=\"spacingAndGlyphs\"", W - 40);
+    fputc('>', f);
+    svg_text(f, j ? j->string : "PyTorch and tinyrec, the same run");
+    fprintf(f, "</text>\n<text x=\"20\" y=\"50\" font-size=\"12\" fill=\"#555\">time per case; the longer bar is full width; ratio = PyTorch time / tinyrec time (higher: tinyrec faster)</text>\n");
+    for (i = 0, n = 0; i < torch->count; i++) {
+        const tr_json *t = tr_json_get(&torch->items[i], "ms"), *o = tr_json_get(ours, torch->keys[i]);
+        double tm, om, mx;
+        int y = TOP + n * ROW;
+        if (!o || !(o = tr_json_get(o, "ms")) || !t || t->type != TR_JSON_NUMBER || o->type != TR_JSON_NUMBER) continue;
+        tm = t->number, om = o->number, mx = tm > om ? tm : om;
+        if (!(mx > 0)) continue;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"end\">", LEFT - 10, y + 26);
+        svg_text(f, torch->keys[i]);
+        fprintf(f, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"20\" fill=\"#ee8a3c\"/><text x=\"%.1f\" y=\"%d\" font-size=\"12\">PyTorch %.4g ms</text>\n",
+                LEFT, y + 4, BAR * tm / mx, LEFT + BAR * tm / mx + 6, y + 19, tm);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"20\" fill=\"#2f6db5\"/><text x=\"%.1f\" y=\"%d\" font-size=\"12\">tinyrec %.4g ms</text>\n",
+                LEFT, y + 26, BAR * om / mx, LEFT + BAR * om / mx + 6, y + 41, om);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"15\" font-weight=\"bold\" fill=\"%s\" text-anchor=\"end\">%.2fx</text>\n", W - 20, y + 30,
+                tm >= om ? "#1a7f37" : "#b42318", tm / om);
+        n++;
+    }
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"10\" fill=\"#ee8a3c\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">PyTorch</text>\n", LEFT, TOP + n * ROW + 12,
+            LEFT + 20, TOP + n * ROW + 21);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"10\" fill=\"#2f6db5\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">tinyrec</text>\n</svg>\n", LEFT + 100,
+            TOP + n * ROW + 12, LEFT + 120, TOP + n * ROW + 21);
+    rc = fclose(f) != 0;
+    f = NULL;
+    if (rc) fprintf(stderr, "tinyrec-bench: cannot write %s\n", out);
+    else printf("%s: %d cases\n", out, n);
+    goto fail;
+done:
+    fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
+fail:
+    if (f) fclose(f);
+    tr_json_free(ctx, root);
+    tr_free(ctx, text);
+    tr_ctx_destroy(ctx);
+    return rc;
 }
 
 static double median(double *v, int n) {
@@ -54,6 +151,7 @@ int main(int argc, char **argv) {
     tr_ctx *ctx;
     tr_model_config cfg;
     tr_model *m;
+    tr_run_info run;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
@@ -69,11 +167,14 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--svg") && i + 2 < argc) return svg_chart(argv[i + 1], argv[i + 2]);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
         else if (!strcmp(argv[i], "--verbose")) cc.log = log_stderr;
         else if (!strcmp(argv[i], "--skip-train")) skip_train = 1;
         else if (!strcmp(argv[i], "--skip-infer")) skip_infer = 1;
         else {
-            fprintf(stderr, "usage: %s [--preset NAME] [--batch B] [--reps N] [--threads N] [--peak-gflops G] [--simd S] [--device D] [--dtype T] [--json] [--skip-train] [--skip-infer] [--verbose]\n", argv[0]);
+            fprintf(stderr, "tinyrec-bench: unknown or incomplete option '%s'\n", argv[i]);
+            usage(stderr);
             return 2;
         }
     }
@@ -220,9 +321,13 @@ int main(int argc, char **argv) {
         mem_mb = skip_train ? 0 : ((tape + ws + scratch) / B + carry) * sizeof(float) / 1048576.0;
         ws_mb = skip_train ? 0 : ws * sizeof(float) / 1048576.0;
     }
+    tr_model_describe(m, &run);
     if (json) {
-        printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"dtype\": \"%s\", \"mem_per_sample_mb\": %.3f, \"results\": [",
+        printf("{\"preset\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"simd\": \"%s\", \"batch\": %d, \"dtype\": \"%s\", \"mem_per_sample_mb\": %.3f, ",
                preset, tr_ctx_device_name(ctx), tr_ctx_num_threads(ctx), tr_ctx_simd_name(ctx), B, tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb);
+        printf("\"run\": {");
+        tr_run_info_fput_json(stdout, &run); /* what it ran on and in */
+        printf("}, \"results\": [");
         for (i = 0; i < nrows; i++) {
             printf("%s{\"name\": \"%s\", \"ms\": %.3f, \"per_s\": %.4f, \"gflops\": %.2f", i ? ", " : "", rows[i].name, rows[i].ms, rows[i].per_s, rows[i].gflops);
             if (peak > 0) printf(", \"frac_peak\": %.4f", rows[i].gflops / peak);
@@ -230,8 +335,8 @@ int main(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("tinyrec-bench %s: preset %s, device %s, %s; training activations %.2f MB per sample (of which a %.0f MB block workspace, %.0f MB device scratch)\n",
-               tr_version_string(), preset, tr_ctx_device_name(ctx), tr_forward_dtype_name(tr_model_get_config(m)->forward_dtype), mem_mb, ws_mb,
+        printf("tinyrec-bench %s: preset %s on %s; training activations %.2f MB per sample (of which a %.0f MB block workspace, %.0f MB device scratch)\n",
+               tr_version_string(), preset, run.text, mem_mb, ws_mb,
                scratch * sizeof(float) / 1048576.0);
         printf("%-34s %12s %14s %10s%s\n", "case", "ms", "samples/s", "GFLOP/s", peak > 0 ? "  of peak" : "");
         for (i = 0; i < nrows; i++) {

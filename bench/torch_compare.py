@@ -72,6 +72,8 @@ def parse():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="both sides in this forward precision (PyTorch: torch.autocast; tinyrec: --dtype)")
     ap.add_argument("--compile", action="store_true", help="also time PyTorch's training step under torch.compile")
+    ap.add_argument("--json-out", default=None, metavar="FILE",
+                    help="also write the summary (the JSON line) to FILE, for tinyrec-bench --svg and docs/perf/")
     return ap.parse_args()
 
 
@@ -366,7 +368,12 @@ def main():
              ("sgemm6208x512x3072", "gemm 6208x512x3072 (M,K,N)"), ("sgemm6208x1536x512", "gemm 6208x1536x512 (M,K,N)")]
     peak = args.peak_gflops
     print("%-30s %12s %12s %10s | %12s %10s | %8s" % ("case", "torch ms", "torch /s", "GFLOP/s", "tinyrec ms", "GFLOP/s", "ratio"))
-    summary = {"torch": {}, "tinyrec": {}, "ratio": {}}
+    summary = {"torch": {}, "tinyrec": {}, "ratio": {}, "meta": {
+        "title": "%s, batch %d, %s: PyTorch %s on %s, tinyrec on %s" % (
+            args.preset, args.batch, args.dtype, torch.__version__, torch.cuda.get_device_name() if args.device == "cuda" else "cpu (%d threads)" % args.threads,
+            ours.get("device", "?") if ours else "-"),
+        "preset": args.preset, "batch": args.batch, "dtype": args.dtype, "threads": args.threads, "device": args.device, "torch": torch.__version__,
+        "tinyrec_run": ours.get("run") if ours else None}}
     for key, label in names:
         t, per_s, gf = res[key]
         line = "%-30s %12.2f %12.3f %10.1f" % (label, t * 1e3, per_s, gf)
@@ -402,6 +409,10 @@ def main():
         print("training step memory per sample: PyTorch %.1f MB (CUDA peak beyond the steady state)%s" % (
             mem, ", tinyrec %.1f MB (its recorded cycle, workspace, ACT carry and device scratch)" % ours["mem_per_sample_mb"] if ours and "mem_per_sample_mb" in ours else ""))
     print("JSON " + json.dumps(summary))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(summary, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

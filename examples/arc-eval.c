@@ -26,6 +26,8 @@
    writes the submission. Uses only the public API. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
+#include "tinyrec_prog.h"
+static tr_run_info g_run; /* what the model ran on and in (device NULL: no model ran) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +136,7 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
         goto done;
     }
     cfg = tr_model_get_config(m);
+    tr_prog_print_run(stderr, "device ", m, &g_run); /* where and in what it runs; the summary says it again */
     if (cfg->seq_len != ds->meta.seq_len || cfg->vocab_size != ds->meta.vocab_size) {
         fprintf(stderr, "tinyrec-arc-eval: the model has seq_len %d, vocab_size %d; the dataset %d, %d\n", cfg->seq_len, cfg->vocab_size, ds->meta.seq_len, ds->meta.vocab_size);
         goto done;
@@ -258,7 +261,8 @@ static void usage(FILE *f) {
             "  --save-predictions FILE write every prediction as JSONL (for --predictions later)\n"
             "  --dtype T               float32 | bfloat16 | float16 | auto (default: the checkpoint's forward_dtype)\n"
             "  --threads N, --verbose (per-input votes), --quiet (no progress), --help\n"
-            "Positional arguments: CHECKPOINT DATA_DIR (or DATA_DIR alone with --predictions).\n");
+            "Positional arguments: CHECKPOINT DATA_DIR (or DATA_DIR alone with --predictions).\n"
+            "example: tinyrec-arc-eval runs/arc/best.safetensors data/arc1 --dtype bf16 --output submission.json\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
@@ -468,8 +472,8 @@ int main(int argc, char **argv) {
             goto out;
         }
         tr_arc_votes_score(votes, ks, nk, pass, all);
-        printf("ARC evaluation: %d tasks, %d test inputs, %ld predictions, %lu distinct answers\n", nscored, ninputs, (long)votes->predictions,
-               (unsigned long)votes->num_answers);
+        printf("ARC evaluation: %d tasks, %d test inputs, %ld predictions, %lu distinct answers%s%s\n", nscored, ninputs, (long)votes->predictions,
+               (unsigned long)votes->num_answers, g_run.device ? ", on " : "", g_run.device ? g_run.text : "");
         if (votes->inputs_checked)
             printf("augmentation check: %ld of %ld augmented inputs map back to their task's test input\n", (long)(votes->inputs_checked - votes->inputs_mismatched),
                    (long)votes->inputs_checked);

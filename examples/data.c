@@ -43,8 +43,10 @@ static int on_progress(void *user, const char *stage, int64_t done, int64_t tota
     return 0;
 }
 
+/* One command's options (the common ones: --output-dir DIR (required), --threads N, --quiet). */
 static void usage(const char *cmd) {
-    if (!cmd || !strcmp(cmd, "sudoku"))
+    fprintf(stderr, "(every command: --output-dir DIR (required), --threads N, --quiet)\n");
+    if (!strcmp(cmd, "sudoku"))
         fprintf(stderr,
                 "tinyrec-data sudoku --output-dir DIR [options]\n"
                 "  --source-csv PATH     a folder with train.csv and test.csv (source,question,answer,rating),\n"
@@ -56,8 +58,9 @@ static void usage(const char *cmd) {
                 "  --subsample-size N    keep N random train puzzles\n"
                 "  --min-difficulty R    keep rows with rating >= R\n"
                 "  --num-aug N           augmented copies per train puzzle (reference recipe: 1000)\n"
-                "  --seed S              (default 0)\n");
-    if (!cmd || !strcmp(cmd, "maze"))
+                "  --seed S              (default 0)\n"
+                "example: tinyrec-data sudoku --output-dir data/sudoku --generate 20000 --generate-test 200 --clues 50 --num-aug 0\n");
+    if (!strcmp(cmd, "maze"))
         fprintf(stderr,
                 "tinyrec-data maze --output-dir DIR [options]\n"
                 "  --source-csv PATH     a folder with train.csv and test.csv, or one train file ('# SGo' characters)\n"
@@ -68,8 +71,9 @@ static void usage(const char *cmd) {
                 "  --min-path N          shortest path longer than N moves (default 110: Maze-Hard)\n"
                 "  --subsample-size N    keep N random train mazes\n"
                 "  --aug                 add the 8 dihedral transforms to train\n"
-                "  --seed S              (default 0)\n");
-    if (!cmd || !strcmp(cmd, "arc"))
+                "  --seed S              (default 0)\n"
+                "example: tinyrec-data maze --output-dir data/maze --generate 1000 --generate-test 100 --size 30\n");
+    if (!strcmp(cmd, "arc"))
         fprintf(stderr,
                 "tinyrec-data arc --output-dir DIR --input-dir DIR [--input-dir DIR ...] [options]\n"
                 "  --input-dir DIR       a folder of subset folders (training/, evaluation/) or one subset folder\n"
@@ -77,8 +81,8 @@ static void usage(const char *cmd) {
                 "  --test-set-name NAME  the subset whose test pairs form the test split (default evaluation)\n"
                 "  --num-aug N           augmented versions per task (default 1000)\n"
                 "  --puzzle-identifiers-start N   first puzzle id (default 1; 0 is <blank>)\n"
-                "  --seed S              (default 42)\n");
-    fprintf(stderr, "common: --output-dir DIR (required), --threads N, --quiet\n");
+                "  --seed S              (default 42)\n"
+                "example: tinyrec-data arc --output-dir data/arc1 --input-dir ../ARC-AGI/data --num-aug 1000\n");
 }
 
 static int file_exists(const char *p) {
@@ -124,8 +128,12 @@ int main(int argc, char **argv) {
     int seed_set = 0;
     uint64_t seed = 0;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(stderr, "usage: tinyrec-data sudoku|maze|arc --output-dir DIR [options]\n\n");
-        usage(NULL);
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: tinyrec-data sudoku|maze|arc --output-dir DIR [options]\n"
+                "Builds a dataset in the reference layout (train/ and test/ of .npy files and dataset.json) from\n"
+                "the reference's CSVs or ARC task folders, or generates Sudoku and mazes; tinyrec-train reads it.\n"
+                "tinyrec-data COMMAND --help lists a command's options.\n"
+                "example: tinyrec-data sudoku --output-dir data/sudoku --generate 20000 --generate-test 200 --clues 50 --num-aug 0\n");
         return argc < 2 ? 2 : 0;
     }
     cmd = argv[1];

@@ -52,7 +52,8 @@ static void usage(FILE *f) {
             "\n  --threads N     threads for the self-test (default: TINYREC_NUM_THREADS or all cores)\n"
             "  --json          a machine-readable report on stdout\n"
             "  --help          this text\n"
-            "Exit status: 0 all self-tests pass, 1 a self-test fails, 2 bad arguments.\n");
+            "Exit status: 0 all self-tests pass, 1 a self-test fails, 2 bad arguments.\n"
+            "example: tinyrec-devices --preset trm-sudoku-att --json\n");
 }
 
 /* The report's pieces, gathered before anything is printed. */

@@ -14,6 +14,12 @@
      ARC     a task JSON ({"train": [...], "test": [{"input": grid}, ...]}) or a file of tasks keyed
              by name; every test input is predicted. The task's puzzle id comes from --identifiers
              (the dataset's identifiers.json), else the blank id 0 is used with a warning.
+   --jsonl writes one JSON object per puzzle to stdout instead of the grids: index (0-based position in the
+   input, malformed records included), line, task, steps, q_halt (per step), predictions (per step, in the
+   puzzle's characters; ARC cells 0-9, '|' the end-of-grid marker, '.' padding), answer, valid, ms, what it
+   ran on (tr_run_info_fput_json: device, device_kind, kernels, threads, precision, requested_precision,
+   products, tape16, fallback); Maze adds path_length and shortest, ARC name, test_index, puzzle_id, grid
+   and correct. The header line and the summary go to stderr then.
    Malformed puzzles are reported on stderr with their line number and skipped.
    Exit status: 0 when at least one puzzle ran, 1 when none could be run or on a fatal error,
    2 for a bad command line.
@@ -23,12 +29,7 @@
    tr_model_infer and prints. Uses only the public API of tinyrec.h. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
-#include <errno.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
+#include "tinyrec_prog.h"
 
 enum { TASK_AUTO, TASK_SUDOKU, TASK_MAZE, TASK_ARC };
 static const char *TASK_NAMES[] = {"auto", "sudoku", "maze", "arc"};
@@ -59,6 +60,7 @@ typedef struct puzzles {
 } puzzles;
 
 static int g_color = 0;
+static const char *const OPTIONS[] = {"--help", "--jsonl", "--brief", "--no-color", "--steps", "--batch", "--threads", "--identifiers", "--task", "--color", "--device", "--dtype"};
 
 /* The library's warnings (e.g. a checkpoint field that differs) go to stderr; errors are
    reported by the caller from tr_ctx_last_error. */
@@ -260,92 +262,6 @@ static char token_char(int task, int t, char blank) {
     return t >= 2 && t <= 11 ? (char)('0' + t - 2) : t == 1 ? '|' : '.';
 }
 
-static void print_sudoku(const puzzle *p, const int32_t *pred) {
-    int r, c, side;
-    uint8_t ans[81];
-    for (c = 0; c < 81; c++) ans[c] = (uint8_t)(pred[c] >= 2 && pred[c] <= 10 ? pred[c] - 1 : 0);
-    printf("   puzzle                    answer\n");
-    for (r = 0; r < 9; r++) {
-        if (r && r % 3 == 0) printf("   ------+-------+------     ------+-------+------\n");
-        for (side = 0; side < 2; side++) {
-            printf(side ? "    " : "  ");
-            for (c = 0; c < 9; c++) {
-                int k = r * 9 + c, d = side ? ans[k] : p->givens[k];
-                if (c && c % 3 == 0) printf(" |");
-                if (!d) {
-                    printf(" %c", side ? '?' : p->blank);
-                    continue;
-                }
-                if (g_color && side) {
-                    int clash = p->givens[k] && p->givens[k] != d, j;
-                    for (j = 0; j < 9 && !clash; j++) {
-                        int rk = r * 9 + j, ck = j * 9 + c, bk = (r / 3 * 3 + j / 3) * 9 + c / 3 * 3 + j % 3;
-                        clash = (rk != k && ans[rk] == d) || (ck != k && ans[ck] == d) || (bk != k && ans[bk] == d);
-                    }
-                    if (p->givens[k]) printf(" \033[1m%d\033[0m", d);
-                    else printf(clash ? " \033[31m%d\033[0m" : " \033[32m%d\033[0m", d);
-                } else if (g_color)
-                    printf(" \033[1m%d\033[0m", d);
-                else
-                    printf(" %d", d);
-            }
-        }
-        printf("\n");
-    }
-}
-
-static void put_maze_cell(char ch) {
-    if (!g_color) putchar(ch);
-    else if (ch == '#') printf("\033[90m#\033[0m");
-    else if (ch == 'o') printf("\033[1;33mo\033[0m");
-    else if (ch == 'S' || ch == 'G') printf("\033[1;32m%c\033[0m", ch);
-    else putchar(ch);
-}
-
-/* The maze and the model's answer side by side. */
-static void print_maze(const int32_t *in, const char *ans, int n) {
-    int r, c;
-    printf("  %-*s   answer\n", n, "maze");
-    for (r = 0; r < n; r++) {
-        printf("  ");
-        for (c = 0; c < n; c++) put_maze_cell(token_char(TASK_MAZE, in[r * n + c], ' '));
-        printf("   ");
-        for (c = 0; c < n; c++) put_maze_cell(ans[r * n + c]);
-        putchar('\n');
-    }
-}
-
-static void print_arc_row(const uint8_t *g, int w, int r, int h) {
-    static const int pal[10] = {16, 27, 196, 40, 226, 244, 201, 208, 51, 88};
-    int c;
-    for (c = 0; c < w; c++) {
-        if (r >= h) printf(g_color ? "  " : " ");
-        else if (g_color) printf("\033[48;5;%dm  \033[0m", pal[g[r * w + c]]);
-        else printf("%d", g[r * w + c]);
-    }
-}
-
-static void print_arc(const puzzle *p, const uint8_t *grid, int h, int w) {
-    int r, rows = p->h > h ? p->h : h;
-    printf("  test input %dx%d%*s prediction %dx%d\n", p->h, p->w, (g_color ? 2 * p->w : p->w) - 9 > 0 ? (g_color ? 2 * p->w : p->w) - 9 : 1, "", h, w);
-    for (r = 0; r < rows; r++) {
-        printf("  ");
-        print_arc_row(p->in, p->w, r, p->h);
-        printf("   ");
-        if (h > 0) print_arc_row(grid, w, r, h);
-        putchar('\n');
-    }
-}
-
-/* s[0..n) (not NUL-terminated) as a JSON string. */
-static void json_str(FILE *f, const char *s, size_t n) {
-    char buf[4097];
-    if (n >= sizeof buf) n = sizeof buf - 1;
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    tr_json_fput_string(f, buf);
-}
-
 /* ---- inference ---------------------------------------------------------------------------- */
 
 typedef struct step_rec {
@@ -370,35 +286,27 @@ static void on_step(void *user, int step, const tr_step_outputs *out) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tinyrec-solve CHECKPOINT [INPUT|-] [options]\n\n"
-            "Runs a trained checkpoint (a .safetensors written by tinyrec-train) on puzzles read from INPUT or\n"
-            "stdin, with ACT: each puzzle stops when q_halt > 0, or after halt_max_steps supervision steps.\n\n"
-            "inputs (the task follows from the model, or --task):\n"
-            "  sudoku   81-character lines ('.' or '0' blank) or the reference CSV (source,question,answer,rating)\n"
-            "  maze     n x n blocks of '# SG' characters (n*n = the model's seq_len), or n*n-character lines / CSV\n"
-            "  arc      a task JSON ({\"train\": [...], \"test\": [{\"input\": grid}, ...]}) or a file of tasks by name\n\n"
+            "usage: tinyrec-solve CHECKPOINT [INPUT|-] [options]\n"
+            "Runs a checkpoint (a .safetensors from tinyrec-train or a converted reference one) on the puzzles of\n"
+            "INPUT or stdin; each stops when q_halt > 0 or after halt_max_steps ACT steps. The task follows from the\n"
+            "model: Sudoku (81-character lines, '.' or '0' blank, or the reference CSV), Maze (n x n blocks of\n"
+            "'# SG', or lines / CSV) or ARC (a task JSON, or a file of tasks by name).\n"
             "options:\n"
-            "  --steps N            run exactly N supervision steps (ignore q_halt)\n"
-            "  --jsonl              write one JSON object per puzzle to stdout instead of the grids: index, line,\n"
-            "                       steps, q_halt (per step), predictions (per step, in the puzzle's characters),\n"
-            "                       answer, valid (and for ARC: name, test_index, puzzle_id, grid, correct;\n"
-            "                       for Maze: path_length, shortest). index is the 0-based position in the\n"
-            "                       input, malformed puzzles included. ARC cells are written 0-9, with '|'\n"
-            "                       for the end-of-grid marker and '.' for padding\n"
-            "  --identifiers FILE   the ARC dataset's identifiers.json, to find each task's puzzle id\n"
-            "  --task T             sudoku | maze | arc (default: from the model)\n"
-            "  --batch B            puzzles per forward pass (default 1: the lowest latency)\n"
-            "  --threads N          CPU threads (default: TINYREC_NUM_THREADS or all)\n"
-            "  --device D           auto | cpu | opencl | opencl:N | opencl:<name> (default: TINYREC_DEVICE, else\n"
-            "                       auto: an OpenCL GPU when there is one, else the CPU; tinyrec-devices lists them)\n"
-            "  --dtype T            float32 | bfloat16 | float16 | auto: the compute precision (default: the\n"
-            "                       checkpoint's forward_dtype)\n"
+            "  --jsonl              one JSON object per puzzle on stdout (fields: see examples/solve.c)\n"
             "  --brief              one line per puzzle, no grids\n"
-            "  --color WHEN         auto | always | never (default auto: on a terminal, unless NO_COLOR is set)\n"
-            "  --help\n\n"
-            "Malformed puzzles (wrong length, bad characters, contradictory or unsolvable grids) are reported on\n"
-            "stderr with their line number and skipped. Exit status: 0 when at least one puzzle ran, 1 when none\n"
-            "could (or on a fatal error), 2 for a bad command line.\n");
+            "  --steps N            run exactly N ACT steps (ignore q_halt)\n"
+            "  --identifiers FILE   ARC: the dataset's identifiers.json, for each task's puzzle id\n"
+            "  --task T             sudoku | maze | arc (default: from the model)\n"
+            "  --batch B            puzzles per forward pass (default 1)\n"
+            "  --threads N          CPU threads (default: TINYREC_NUM_THREADS or all)\n"
+            "  --device D           auto | cpu | opencl | opencl:N | opencl:<name> (default: TINYREC_DEVICE, else auto)\n"
+            "  --dtype T            float32 | bfloat16 | float16 | auto (default: the checkpoint's)\n"
+            "  --color WHEN         auto | always | never\n"
+            "The first line names the device, kernels and precision; malformed puzzles are reported with their\n"
+            "line and skipped. Exit status: 0 when a puzzle ran, 1 when none could, 2 for a bad command line.\n"
+            "example:\n"
+            "  echo 4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4...... |\n"
+            "    tinyrec-solve runs/sudoku/best.safetensors --dtype bf16\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -408,16 +316,6 @@ static int bad_usage(const char *fmt, const char *arg) {
     return 2;
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *e;
-    long v;
-    errno = 0;
-    v = strtol(s, &e, 10);
-    if (!*s || *e || errno || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL, *ids_path = NULL, *color = "auto", *device = NULL;
     int force_steps = 0, dtype = -1, jsonl = 0, brief = 0, task = TASK_AUTO, B = 1, threads = 0, i, L, V, n_side = 0, rc = 0;
@@ -425,6 +323,7 @@ int main(int argc, char **argv) {
     tr_ctx *ctx = NULL;
     tr_model *model = NULL;
     tr_carry *carry = NULL;
+    tr_run_info run;
     const tr_model_config *mc;
     puzzles ps;
     arc_ids ids;
@@ -447,9 +346,9 @@ int main(int argc, char **argv) {
                  !strcmp(a, "--color") || !strcmp(a, "--device") || !strcmp(a, "--dtype")) {
             if (!v) return bad_usage("%s needs a value", a);
             i++;
-            if (!strcmp(a, "--steps") && parse_int(v, 1, 10000, &force_steps)) return bad_usage("--steps needs an integer from 1 to 10000, not '%s'", v);
-            if (!strcmp(a, "--batch") && parse_int(v, 1, 65536, &B)) return bad_usage("--batch needs an integer from 1 to 65536, not '%s'", v);
-            if (!strcmp(a, "--threads") && parse_int(v, 0, 4096, &threads)) return bad_usage("--threads needs an integer >= 0, not '%s'", v);
+            if (!strcmp(a, "--steps") && tr_prog_parse_int(v, 1, 10000, &force_steps)) return bad_usage("--steps needs an integer from 1 to 10000, not '%s'", v);
+            if (!strcmp(a, "--batch") && tr_prog_parse_int(v, 1, 65536, &B)) return bad_usage("--batch needs an integer from 1 to 65536, not '%s'", v);
+            if (!strcmp(a, "--threads") && tr_prog_parse_int(v, 0, 4096, &threads)) return bad_usage("--threads needs an integer >= 0, not '%s'", v);
             if (!strcmp(a, "--identifiers")) ids_path = v;
             if (!strcmp(a, "--device")) device = v;
             if (!strcmp(a, "--dtype") && (dtype = tr_forward_dtype_parse(v)) < 0)
@@ -464,18 +363,18 @@ int main(int argc, char **argv) {
                 else if (!strcmp(v, "arc")) task = TASK_ARC;
                 else return bad_usage("--task takes sudoku, maze or arc, not '%s'", v);
             }
-        } else if (a[0] == '-' && a[1]) return bad_usage("unknown option '%s'", a);
+        } else if (a[0] == '-' && a[1]) {
+            char err[256];
+            snprintf(err, sizeof err, "unknown option '%s'", a);
+            tr_prog_did_you_mean(err, sizeof err, a, OPTIONS, (int)(sizeof OPTIONS / sizeof OPTIONS[0]));
+            return bad_usage("%s", err);
+        }
         else if (!ckpt) ckpt = a;
         else if (!input) input = a;
         else return bad_usage("unexpected argument '%s' (one checkpoint and one input)", a);
     }
     if (!ckpt) return bad_usage("%s", "name a checkpoint (a .safetensors from tinyrec-train)");
-    if (!strcmp(color, "always")) g_color = 1;
-    else if (!strcmp(color, "auto")) {
-        const char *term = getenv("TERM");
-        g_color = isatty(fileno(stdout)) && !getenv("NO_COLOR") && !(term && !strcmp(term, "dumb"));
-    }
-    if (jsonl) g_color = 0;
+    g_color = !jsonl && tr_prog_color(color, stdout);
 
     cc.num_threads = threads;
     cc.log = on_log;
@@ -501,8 +400,8 @@ int main(int argc, char **argv) {
     }
     mc = tr_model_get_config(model);
     L = mc->seq_len, V = mc->vocab_size;
-    /* the device opened with the model; beside the results, so that --jsonl stays clean */
-    fprintf(jsonl ? stderr : stdout, "device %s\n", tr_ctx_device_name(ctx));
+    /* the device opened with the model, its kernels and precision; beside the results, so that --jsonl stays clean */
+    tr_prog_print_run(jsonl ? stderr : stdout, "device ", model, &run);
     if (task == TASK_AUTO) task = V == 11 && L == 81 ? TASK_SUDOKU : V == 6 ? TASK_MAZE : V == 12 && L == 900 ? TASK_ARC : TASK_AUTO;
     if (task == TASK_AUTO || (task == TASK_SUDOKU && !(V == 11 && L == 81)) || (task == TASK_ARC && !(V == 12 && L == 900)) || (task == TASK_MAZE && V != 6)) {
         fprintf(stderr, "tinyrec-solve: %s: a model with vocab_size %d and seq_len %d is not a model for %s (Sudoku: 11 / 81, Maze: 6 / n*n, ARC: 12 / 900)\n", ckpt, V,
@@ -623,16 +522,16 @@ int main(int argc, char **argv) {
                     fprintf(stdout, "],\"predictions\":[");
                     for (k = 0; k < s; k++) {
                         if (k) fputc(',', stdout);
-                        json_str(stdout, hist + ((size_t)b * maxs + k) * L, (size_t)L);
+                        tr_prog_json_str(stdout, hist + ((size_t)b * maxs + k) * L, (size_t)L);
                     }
                     fprintf(stdout, "],\"answer\":");
-                    json_str(stdout, ans, (size_t)L);
+                    tr_prog_json_str(stdout, ans, (size_t)L);
                     fprintf(stdout, ",\"valid\":%s", valid ? "true" : "false");
                     if (task == TASK_MAZE) fprintf(stdout, ",\"path_length\":%d,\"shortest\":%d", path, p->shortest);
                     if (task == TASK_ARC) {
                         int r, c;
                         fprintf(stdout, ",\"name\":");
-                        json_str(stdout, p->name, strlen(p->name));
+                        tr_prog_json_str(stdout, p->name, strlen(p->name));
                         fprintf(stdout, ",\"test_index\":%d,\"puzzle_id\":%d,\"grid\":[", p->test_index, p->pid);
                         for (r = 0; r < ah; r++) {
                             fprintf(stdout, "%s[", r ? "," : "");
@@ -641,7 +540,9 @@ int main(int argc, char **argv) {
                         }
                         fprintf(stdout, "],\"correct\":%s", correct < 0 ? "null" : correct ? "true" : "false");
                     }
-                    fprintf(stdout, ",\"ms\":%.3f}\n", 1e3 * dt / nb);
+                    fprintf(stdout, ",\"ms\":%.3f,", 1e3 * dt / nb);
+                    tr_run_info_fput_json(stdout, &run); /* what it ran on and in */
+                    fputs("}\n", stdout);
                 } else {
                     const char *ok = g_color ? (valid ? "\033[1;32mvalid\033[0m" : "\033[1;31mnot valid\033[0m") : (valid ? "valid" : "not valid");
                     printf("#%d (line %d): %s after %d step%s (q_halt %.3f), %.1f ms", p->index + 1, p->line, ok, s, s == 1 ? "" : "s", sr.q[(size_t)b * maxs + s - 1],
@@ -653,9 +554,13 @@ int main(int argc, char **argv) {
                     if (task == TASK_ARC) printf(", task %s test %d%s", p->name[0] ? p->name : "?", p->test_index, correct < 0 ? "" : correct ? ": correct" : ": wrong");
                     printf("\n");
                     if (!brief) {
-                        if (task == TASK_SUDOKU) print_sudoku(p, preds + (size_t)b * L);
-                        else if (task == TASK_MAZE) print_maze(p->tokens, ans, n_side);
-                        else print_arc(p, grid, ah, aw);
+                        if (task == TASK_SUDOKU) tr_prog_print_sudoku(p->givens, p->blank, grid, g_color);
+                        else if (task == TASK_MAZE) {
+                            char maze[900];
+                            for (k = 0; k < L; k++) maze[k] = token_char(task, p->tokens[k], ' ');
+                            tr_prog_print_maze(maze, ans, n_side, g_color);
+                        } else
+                            tr_prog_print_arc(p->in, p->h, p->w, grid, ah, aw, g_color);
                         printf("\n");
                     }
                 }
@@ -664,8 +569,8 @@ int main(int argc, char **argv) {
         }
         free(in), free(qh), free(hist), free(rowp);
     }
-    fprintf(jsonl ? stderr : stdout, "%ld %s puzzle%s: %ld valid (%.1f%%), mean %.2f steps, %.2f ms per puzzle%s", ran, TASK_NAMES[task], ran == 1 ? "" : "s", valid_count,
-            ran ? 100.0 * valid_count / ran : 0.0, ran ? steps_sum / ran : 0.0, ran ? 1e3 * t_all / ran : 0.0, ps.malformed ? "" : "\n");
+    fprintf(jsonl ? stderr : stdout, "%ld %s puzzle%s: %ld valid (%.1f%%), mean %.2f steps, %.2f ms per puzzle on %s%s", ran, TASK_NAMES[task], ran == 1 ? "" : "s",
+            valid_count, ran ? 100.0 * valid_count / ran : 0.0, ran ? steps_sum / ran : 0.0, ran ? 1e3 * t_all / ran : 0.0, run.text, ps.malformed ? "" : "\n");
     if (ps.malformed) fprintf(jsonl ? stderr : stdout, "; %d malformed skipped\n", ps.malformed);
     if (ran == 0 && rc == 0) rc = 1;
 out:

@@ -1150,7 +1150,13 @@ static void test_evaluate(void **state) {
     int i, j;
     tr_metrics sum, mt;
     int64_t nb = 0;
+    int32_t preds[2 * 16];
+    double by_step[3] = {0, 0, 0};
+    tr_step_outputs o;
+    int k;
     (void)state;
+    memset(&o, 0, sizeof o);
+    o.preds = preds;
     /* a test split of 7 examples: batches of 2, the last one padded */
     assert_int_equal(tr_split_init(ctx, &sp, 16, 7), TR_OK);
     for (i = 0; i < 7; i++) {
@@ -1177,8 +1183,18 @@ static void test_evaluate(void **state) {
         assert_int_equal(tr_sampler_next(e.s, &b, &info), TR_OK);
         if (info.end) break;
         tr_carry_reset(e.c);
-        do assert_int_equal(tr_model_eval_step(e.m, e.c, &b, NULL, &mt), TR_OK);
-        while (!tr_carry_all_halted(e.c));
+        k = 0;
+        do {
+            int r, t;
+            assert_int_equal(tr_model_eval_step(e.m, e.c, &b, &o, &mt), TR_OK);
+            for (r = 0; r < 2; r++) { /* the exact accuracy after each ACT step: every labelled cell predicted */
+                int labelled = 0, ok = 1;
+                for (t = 0; t < 16; t++)
+                    if (b.labels[r * 16 + t] != -100) labelled = 1, ok &= preds[r * 16 + t] == b.labels[r * 16 + t];
+                if (labelled) by_step[k] += ok;
+            }
+            k++;
+        } while (!tr_carry_all_halted(e.c));
         sum.count += mt.count, sum.accuracy += mt.accuracy, sum.exact_accuracy += mt.exact_accuracy, sum.steps += mt.steps, sum.lm_loss += mt.lm_loss;
         nb++;
     }
@@ -1188,6 +1204,9 @@ static void test_evaluate(void **state) {
     assert_true(e.r.count == 7 && sum.count == 7);
     assert_true(e.r.accuracy == sum.accuracy / 7 && e.r.exact_accuracy == sum.exact_accuracy / 7);
     assert_true(e.r.steps == 3 && e.r.lm_loss == sum.lm_loss / 7 && e.r.seconds >= 0);
+    assert_int_equal(e.r.num_steps, 3);
+    for (k = 0; k < 3; k++) assert_true(fabs(e.r.exact_by_step[k] - by_step[k] / 7) < 1e-12);
+    assert_true(e.r.exact_by_step[2] == e.r.exact_accuracy); /* the last step is the evaluation's answer */
     /* at most 1 batch; stopped by progress; an exhausted pass is a fresh one */
     assert_int_equal(tr_sampler_set_state(e.s, &e.start), TR_OK);
     assert_int_equal(tr_evaluate(e.m, e.c, e.s, 1, NULL, NULL, &e.r), TR_OK);

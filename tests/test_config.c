@@ -368,6 +368,28 @@ static void test_train_config_validate(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* "did you mean": the nearest names by edit distance, also against the part after the last '.', and
+   names that contain the word; nothing for a word near none. */
+static void test_nearest_names(void **state) {
+    static const char *const names[] = {"arch.L_cycles", "arch.H_cycles", "lr", "lr_warmup_steps", "global_batch_size", "ema", "--overwrite", "ema_rate"};
+    int idx[3], n;
+    (void)state;
+    n = tr_nearest_names("arch.L_cycle", names, 7, 3, idx);
+    assert_true(n == 2 && idx[0] == 0 && idx[1] == 1); /* the nearest first */
+    n = tr_nearest_names("L_cycles", names, 7, 3, idx);
+    assert_true(n >= 1 && idx[0] == 0);
+    n = tr_nearest_names("lr_warmup", names, 7, 3, idx);
+    assert_true(n >= 1 && idx[0] == 3);
+    n = tr_nearest_names("--overwrit", names, 7, 1, idx);
+    assert_true(n == 1 && idx[0] == 6);
+    n = tr_nearest_names("ema_decay", names, 8, 3, idx);
+    assert_true(n == 1 && idx[0] == 7); /* the same first four letters */
+    assert_int_equal(tr_nearest_names("arch.foo", names, 7, 3, idx), 0); /* the "arch." prefix alone is no hint */
+    assert_int_equal(tr_nearest_names("zzzzzzzz", names, 7, 3, idx), 0);
+    assert_int_equal(tr_nearest_names("lr", names, 7, 0, idx), 0);
+    assert_int_equal(tr_nearest_names(NULL, names, 7, 3, idx), 0);
+}
+
 static void test_metrics_history(void **state) {
     static const char jsonl[] = "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"accuracy\":null,\"exact_accuracy\":null}\n"
                                 "{\"type\":\"train\",\"step\":2,\"loss\":2.0,\"accuracy\":0.25,\"exact_accuracy\":0}\n"
@@ -420,6 +442,20 @@ static void test_metrics_history(void **state) {
     assert_non_null(strstr(text, "</svg>\n"));
     free(text);
     tr_metrics_history_free(ctx, &h);
+    /* evaluations with their exact accuracy per ACT step: read back, and a third panel plots them */
+    write_text(path, "{\"type\":\"train\",\"step\":1,\"loss\":2.5,\"accuracy\":0.5,\"exact_accuracy\":0}\n"
+                     "{\"type\":\"eval\",\"step\":1,\"accuracy\":0.5,\"exact_accuracy\":0.25,\"exact_by_step\":[0,0.125,null,0.25]}\n"
+                     "{\"type\":\"eval\",\"step\":2,\"accuracy\":0.5,\"exact_accuracy\":0.5,\"exact_by_step\":[0.25,0.5]}\n");
+    assert_int_equal(tr_metrics_history_load(ctx, path, 10, 0, &h), TR_OK);
+    assert_true(h.neval == 2 && h.eval[0].num_steps == 4 && h.eval[1].num_steps == 2 && h.train[0].num_steps == 0);
+    assert_true(h.eval[0].exact_by_step[1] == 0.125 && isnan(h.eval[0].exact_by_step[2]) && h.eval[1].exact_by_step[1] == 0.5);
+    assert_int_equal(tr_metrics_plot_svg(ctx, svg, "act", &h), TR_OK);
+    text = tu_slurp(svg, NULL);
+    assert_non_null(strstr(text, "eval exact accuracy per ACT step"));
+    assert_non_null(strstr(text, "ACT step (eval at step 2)"));
+    assert_non_null(strstr(text, "height=\"900\""));
+    free(text);
+    tr_metrics_history_free(ctx, &h);
     /* an empty history is a plot with empty panels */
     assert_int_equal(tr_metrics_plot_svg(ctx, svg, NULL, &h), TR_OK);
     /* errors name the file */
@@ -463,7 +499,7 @@ static void test_metrics_history(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),          cmocka_unit_test(test_presets_unchanged), cmocka_unit_test(test_keys_cover_fields),
-        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_bad_values),        cmocka_unit_test(test_own_keys), cmocka_unit_test(test_metrics_history),
+        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_bad_values),        cmocka_unit_test(test_own_keys), cmocka_unit_test(test_metrics_history), cmocka_unit_test(test_nearest_names),
         cmocka_unit_test(test_train_config_validate),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);

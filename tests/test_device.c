@@ -364,7 +364,7 @@ static tr_status knob_ctx(const tr_ctx_config *cfg, const char *var, const char 
 /* Each TINYREC_* variable tr_ctx_create reads has a tr_ctx_config field: set, it wins over the variable
    (an invalid value is refused the same way); unset (NULL), the variable is in force. */
 static void test_ctx_knobs(void **state) {
-    static const char *const cl_vars[4] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY"};
+    static const char *const cl_vars[5] = {"TINYREC_CL_SGEMM", "TINYREC_CL_OPTIONS", "TINYREC_CL_PROFILE", "TINYREC_CL_ZEROCOPY", "TINYREC_OPENCL_DRIVERS"};
     static const char *const vars[3] = {"TINYREC_TAPE16", "TINYREC_CPU_BF16", "TINYREC_FAULT"};
     /* knob (vars' index), the field's value, the variable's, the status, then ctx->tape16 / bf16_gemm / fault */
     static const struct { int knob; const char *set, *env; tr_status st; int want; } cases[] = {
@@ -390,7 +390,7 @@ static void test_ctx_knobs(void **state) {
         tr_ctx_destroy(ctx);
     }
     /* the OpenCL knobs, read when a device opens (test_opencl_runtime opens one with them) */
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < 5; k++) {
         assert_int_equal(knob_ctx(&cfg, cl_vars[k], "from-env", &ctx), TR_OK);
         setenv(cl_vars[k], "from-env", 1);
         assert_string_equal(tr__ctx_knob(ctx, k), "from-env");
@@ -398,14 +398,15 @@ static void test_ctx_knobs(void **state) {
         assert_null(tr__ctx_knob(ctx, k));
         tr_ctx_destroy(ctx);
     }
-    cfg.cl_sgemm = "TM=32", cfg.cl_options = "-DX=1", cfg.cl_profile = "1", cfg.cl_zerocopy = "";
+    cfg.cl_sgemm = "TM=32", cfg.cl_options = "-DX=1", cfg.cl_profile = "1", cfg.cl_zerocopy = "", cfg.opencl_drivers = "/x/libgpu.so";
     assert_int_equal(tr_ctx_create(&cfg, &ctx), TR_OK);
-    for (k = 0; k < 4; k++) setenv(cl_vars[k], "from-env", 1);
+    for (k = 0; k < 5; k++) setenv(cl_vars[k], "from-env", 1);
     assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_SGEMM), "TM=32");
     assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_OPTIONS), "-DX=1");
     assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1");
     assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_ZEROCOPY), ""); /* set to "", not the variable */
-    for (k = 0; k < 4; k++) unsetenv(cl_vars[k]);
+    assert_string_equal(tr__ctx_knob(ctx, TR__KNOB_CL_DRIVERS), "/x/libgpu.so");
+    for (k = 0; k < 5; k++) unsetenv(cl_vars[k]);
     tr_ctx_destroy(ctx);
     /* a copy: the caller's string may go away; one too long for it is refused */
     memset(longer, 'x', sizeof longer - 1);

@@ -452,6 +452,7 @@ static void test_eval_reduce(void **state) {
         e[k].r.exact_accuracy = k == 0 ? 1.0 / 3 : k == 1 ? 0.0 : NAN;
         e[k].r.q_halt_accuracy = e[k].r.steps = e[k].r.lm_loss = k == 2 ? NAN : 2.0;
         e[k].r.batches = 2, e[k].r.seconds = 1.0 + k;
+        e[k].r.num_steps = 2, e[k].r.exact_by_step[0] = k == 0 ? 0.0 : k == 1 ? 1.0 : NAN, e[k].r.exact_by_step[1] = e[k].r.exact_accuracy;
         pthread_create(&th[k], NULL, run_eval_reduce, &e[k]);
     }
     for (k = 0; k < 3; k++) pthread_join(th[k], NULL);
@@ -463,6 +464,7 @@ static void test_eval_reduce(void **state) {
         assert_true(fabs(e[k].r.exact_accuracy - 0.25) < 1e-12);
         assert_true(fabs(e[k].r.lm_loss - 2.0) < 1e-12);
         assert_true(e[k].r.batches == 2 && e[k].r.seconds == 3.0);
+        assert_true(e[k].r.num_steps == 2 && fabs(e[k].r.exact_by_step[0] - 0.25) < 1e-12 && fabs(e[k].r.exact_by_step[1] - 0.25) < 1e-12);
     }
     /* one process: unchanged; bad arguments */
     memset(&r, 0, sizeof r);

@@ -60,6 +60,16 @@ static char *tag_file(const char *tag, const char *ext) {
 }
 
 /* Asserts that <tag>.err holds `needle`. */
+/* Lines of <tag>.<ext>. */
+static int count_lines_of(const char *tag, const char *ext) {
+    char *t = tag_file(tag, ext), *c;
+    int n = 0;
+    assert_non_null(t);
+    for (c = t; *c; c++) n += *c == '\n';
+    free(t);
+    return n;
+}
+
 static void assert_err_has(const char *tag, const char *needle) {
     char *e = tag_file(tag, "err");
     assert_non_null(e);
@@ -541,6 +551,84 @@ static void test_train_solve_hrm(void **state) {
 /* The precision through the programs: tinyrec-train in float16 names it in its header, writes it and the
    loss scale into metrics.jsonl and into the checkpoint; tinyrec-solve takes the checkpoint's precision or
    --dtype; a bad --dtype is a usage error. */
+/* Every program names what it runs on and in: the device, the kernel set and the precision (with the
+   products' kernels and the tape when it is 16-bit) in its header and summary, and --jsonl / metrics.jsonl
+   carry the same as fields; a precision that cannot be had is one warning and "fallback" in the line. An
+   evaluation records its exact accuracy after each ACT step, which metrics.svg plots. --help fits a screen
+   and ends with an example. */
+static int find_bin(char *out, size_t cap, const char *name);
+static void assert_out_has(const char *tag, const char *needle);
+static void test_run_description(void **state) {
+    static const char *progs[] = {"train", "solve", "data", "devices", "arc-eval", "demo"};
+    char in[1024], p[1024], *out, *line;
+    int i, lines;
+    (void)state;
+    ensure_smoke_run();
+    out = tag_file("smoke", "out");
+    assert_non_null(strstr(out, "\ndevice cpu (")); /* the header's device line, with the precision */
+    assert_non_null(strstr(out, " threads), float32\n"));
+    assert_non_null(strstr(out, "; on cpu (")); /* the summary */
+    free(out);
+    pathf(p, sizeof p, "%s", "smoke/metrics.jsonl");
+    out = tu_slurp(p, NULL);
+    assert_non_null(line = strstr(out, "{\"type\":\"eval\""));
+    assert_non_null(strstr(line, "\"precision\":\"float32\",\"requested_precision\":\"float32\",\"products\":\"fp32\""));
+    assert_non_null(strstr(line, "\"fallback\":false"));
+    { /* arch.halt_max_steps=2: two steps, the last one the evaluation's exact accuracy */
+        const char *by = json_field(line, "exact_by_step"), *ex = json_field(line, "exact_accuracy");
+        double last;
+        assert_non_null(by);
+        assert_int_equal(list_count(by, 0, 0), 2);
+        last = atof(strchr(by, ',') + 1);
+        assert_true(fabs(last - atof(ex)) < 1e-5);
+    }
+    free(out);
+    pathf(p, sizeof p, "%s", "smoke/metrics.svg");
+    out = tu_slurp(p, NULL);
+    assert_non_null(strstr(out, "eval exact accuracy per ACT step"));
+    free(out);
+    /* tinyrec-solve: --jsonl records, the header and summary on stderr */
+    pathf(in, sizeof in, "%s", "sudoku.txt");
+    write_sudoku_input(in);
+    assert_int_equal(run_cmd("rd1", "'%s' '%s/smoke/best.safetensors' '%s' --jsonl --threads 1 --device cpu", g_solve, g_dir, in), 0);
+    out = tag_file("rd1", "out");
+    check_solve_jsonl(out, 3, 81, 0);
+    for (line = out, i = 0; (line = strstr(line, "\"precision\":\"float32\"")) != NULL; line++) i++;
+    assert_int_equal(i, 3);
+    assert_non_null(strstr(out, "\"device_kind\":\"cpu\",\"kernels\":\""));
+    free(out);
+    assert_err_has("rd1", "ms per puzzle on cpu (");
+    /* bfloat16: the products' kernels and the tape */
+    assert_int_equal(run_cmd("rd2", "'%s' '%s/smoke/best.safetensors' '%s' --brief --threads 1 --device cpu --dtype bf16", g_solve, g_dir, in), 0);
+    assert_out_has("rd2", " threads), bfloat16: ");
+    assert_out_has("rd2", " products, 16-bit tape\n");
+    /* a precision the device does not have: one warning, and the line says so */
+    assert_int_equal(run_cmd("rd3", "TINYREC_FAULT=no-half '%s' '%s/smoke/best.safetensors' '%s' --brief --threads 1 --device cpu --dtype bf16", g_solve, g_dir, in), 0);
+    assert_out_has("rd3", " threads), float32 (fallback from bfloat16)\n");
+    assert_err_has("rd3", "falling back to float32");
+    out = tag_file("rd3", "err");
+    for (line = out, i = 0; (line = strstr(line, "warning:")) != NULL; line++) i++;
+    assert_int_equal(i, 1);
+    free(out);
+    /* --help: one screen, an example at its end */
+    for (i = 0; i < (int)(sizeof progs / sizeof *progs); i++) {
+        char tag[32], bin[1100];
+        const char *last;
+        snprintf(tag, sizeof tag, "help_%s", progs[i]);
+        snprintf(tag, sizeof tag, "tinyrec-%s", progs[i]);
+        assert_int_equal(find_bin(bin, sizeof bin, tag), 0);
+        snprintf(tag, sizeof tag, "help_%s", progs[i]);
+        assert_int_equal(run_cmd(tag, "'%s' --help", bin), 0);
+        lines = count_lines_of(tag, "out");
+        if (lines < 3 || lines > 28) fail_msg("%s --help: %d lines", progs[i], lines);
+        out = tag_file(tag, "out");
+        for (last = NULL, line = out; (line = strstr(line, "\nexample")) != NULL; line++) last = line + 1; /* the last "example" line */
+        for (lines = 0; last && *last; last++) lines += *last == '\n';
+        if (!strstr(out, "\nexample") || lines > 4) fail_msg("%s --help does not end with an example:\n%s", progs[i], out);
+        free(out);
+    }
+}
+
 static void test_precision_cli(void **state) {
     char in[1024], ck[1024], *out;
     (void)state;
@@ -667,11 +755,17 @@ static void test_bad_cli(void **state) {
     /* tinyrec-train */
     assert_int_equal(run_cmd("b1", "'%s' " TINY_ARGS " checkpoint_path='%s/b' foo=1", g_train, g_dir, g_dir), 2);
     assert_err_has("b1", "unknown key 'foo'");
-    assert_err_has("b1", "arch.L_cycles");
-    assert_err_has("b1", "global_batch_size");
+    assert_err_has("b1", "--list-keys");
+    assert_int_equal(count_lines_of("b1", "err"), 2); /* the reason and one hint, not the key table */
+    /* a typo gets the nearest keys */
+    assert_int_equal(run_cmd("b1b", "'%s' " TINY_ARGS " checkpoint_path='%s/b' arch.L_cycle=2", g_train, g_dir, g_dir), 2);
+    assert_err_has("b1b", "unknown key 'arch.L_cycle'; did you mean 'arch.L_cycles'");
+    assert_int_equal(run_cmd("b1c", "'%s' " TINY_ARGS " checkpoint_path='%s/b' lr_warmup=2", g_train, g_dir, g_dir), 2);
+    assert_err_has("b1c", "'lr_warmup_steps'");
     assert_int_equal(run_cmd("b2", "'%s' " TINY_ARGS " checkpoint_path='%s/b' lr=fast", g_train, g_dir, g_dir), 2);
     assert_err_has("b2", "key 'lr': bad value 'fast'");
-    assert_err_has("b2", "valid keys");
+    assert_err_has("b2", "  lr: "); /* the hint: what the key is */
+    assert_int_equal(count_lines_of("b2", "err"), 2);
     assert_int_equal(run_cmd("b3", "'%s' " TINY_ARGS " checkpoint_path='%s/b' arch.mlp_t=maybe", g_train, g_dir, g_dir), 2);
     assert_err_has("b3", "arch.mlp_t");
     assert_int_equal(run_cmd("b4", "'%s' " TINY_ARGS " checkpoint_path='%s/b' global_batch_size=-4", g_train, g_dir, g_dir), 2);
@@ -680,6 +774,8 @@ static void test_bad_cli(void **state) {
     assert_err_has("b5", "configuration");
     assert_int_equal(run_cmd("b6", "'%s' " TINY_ARGS " checkpoint_path='%s/b' epochs=4 eval_interval=3", g_train, g_dir, g_dir), 2);
     assert_err_has("b6", "must divide");
+    assert_err_has("b6", "  eval_interval: ");
+    assert_int_equal(count_lines_of("b6", "err"), 2);
     assert_int_equal(run_cmd("b7", "'%s' nonsense-preset data_path=x", g_train), 2);
     assert_err_has("b7", "unknown preset");
     assert_int_equal(run_cmd("b8", "'%s'", g_train), 2);
@@ -691,6 +787,10 @@ static void test_bad_cli(void **state) {
     assert_err_has("b11", "vocab_size");
     assert_int_equal(run_cmd("b12", "'%s' " TINY_ARGS " checkpoint_path='%s/b' --bogus", g_train, g_dir, g_dir), 2);
     assert_err_has("b12", "--bogus");
+    assert_int_equal(run_cmd("b13", "'%s' --overwrit", g_train), 2);
+    assert_err_has("b13", "did you mean '--overwrite'");
+    assert_int_equal(run_cmd("b14", "'%s' sudoku-tiyn data_path=x", g_train), 2);
+    assert_err_has("b14", "unknown preset 'sudoku-tiyn'; did you mean 'sudoku-tiny'");
     pathf(p, sizeof p, "%s", "b");
     assert_false(file_exists(p)); /* nothing was started */
     /* tinyrec-solve */
@@ -704,6 +804,8 @@ static void test_bad_cli(void **state) {
     assert_err_has("s3", "--steps");
     assert_int_equal(run_cmd("s4", "'%s' '%s/smoke/best.safetensors' '%s' --frobnicate", g_solve, g_dir, p), 2);
     assert_err_has("s4", "--frobnicate");
+    assert_int_equal(run_cmd("s4b", "'%s' '%s/smoke/best.safetensors' '%s' --dtyp bf16", g_solve, g_dir, p), 2);
+    assert_err_has("s4b", "did you mean '--dtype'");
     assert_int_equal(run_cmd("s5", "'%s' '%s' '%s'", g_solve, p, p), 1); /* not a checkpoint */
     assert_int_equal(run_cmd("s6", "printf '123\\nabc\\n' | '%s' '%s/smoke/best.safetensors'", g_solve, g_dir), 1); /* nothing solvable */
     assert_err_has("s6", "line 2:");
@@ -999,7 +1101,7 @@ int main(void) {
         cmocka_unit_test(test_train_smoke), cmocka_unit_test(test_train_resume_cli), cmocka_unit_test(test_train_sigint), cmocka_unit_test(test_solve_sudoku),
         cmocka_unit_test(test_train_solve_hrm), cmocka_unit_test(test_solve_maze),  cmocka_unit_test(test_solve_arc),        cmocka_unit_test(test_bad_cli),
         cmocka_unit_test(test_device_options), cmocka_unit_test(test_devices_report), cmocka_unit_test(test_train_keys),
-        cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full), cmocka_unit_test(test_precision_cli),
+        cmocka_unit_test(test_train_nonfinite), cmocka_unit_test(test_train_disk_full), cmocka_unit_test(test_precision_cli), cmocka_unit_test(test_run_description),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
