@@ -10940,10 +10940,11 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
             char why[TR__ERRLEN];
             snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : tr_status_string(st));
             ctx->dev_tried = 0;
+            tr__qbuf q;
             return tr__err(ctx, st == TR_ERR_OUT_OF_MEMORY ? st : TR_ERR_DEVICE,
                            "device %s cannot be opened: %.600s; this process's OpenCL driver list: OCL_ICD_FILENAMES=%.150s, OCL_ICD_VENDORS=%.100s "
-                           "(device=cpu trains on the CPU, '%s,cpu' falls back to it)",
-                           sel, why, ctx->icd_files, ctx->icd_vendors, sel);
+                           "(device=cpu trains on the CPU, '%.64s,cpu' falls back to it)",
+                           tr__quote(&q, sel), why, ctx->icd_files, ctx->icd_vendors, sel);
         }
         tr__log(ctx, strcmp(sel, "auto") == 0 && st == TR_ERR_UNSUPPORTED ? TR_LOG_INFO : TR_LOG_WARN, "device: %s: %s; using the %s", sel,
                 ctx->error[0] ? ctx->error : tr_status_string(st), ctx->dev_name);
@@ -10951,8 +10952,9 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
     }
 #else
     if (strcmp(sel, "auto") != 0 && !ctx->dev_fallback) {
+        tr__qbuf q;
         ctx->dev_tried = 0;
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "device %s cannot be opened: this build has no OpenCL (define TINYREC_OPENCL) (device=cpu trains on the CPU)", sel);
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "device %s cannot be opened: this build has no OpenCL (define TINYREC_OPENCL) (device=cpu trains on the CPU)", tr__quote(&q, sel));
     }
     if (strcmp(sel, "auto") != 0)
         tr__log(ctx, TR_LOG_WARN, "device: '%s' requested, but this build has no OpenCL (define TINYREC_OPENCL); using the %s", sel, ctx->dev_name);

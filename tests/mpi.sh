@@ -122,13 +122,13 @@ if TINYREC_DEVICE= TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-g
     fail "nogpu: the job trained without the GPU: $(head -5 "$dir/nogpu.out")"
 fi
 # (the first rank to fail ends the job: the other may not get to say it)
-grep -q "rank [01]: device gpu cannot be opened: .*OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so" "$dir/nogpu.out" || fail "nogpu: no reason: $(cat "$dir/nogpu.out")"
+grep -q "rank [01]: device 'gpu' cannot be opened: .*OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so" "$dir/nogpu.out" || fail "nogpu: no reason: $(cat "$dir/nogpu.out")"
 grep -q "rank [01]:   OpenCL here" "$dir/nogpu.out" || fail "nogpu: no listing of what the rank saw: $(cat "$dir/nogpu.out")"
 grep -q "rank [01]:   likely cause: the OpenCL driver list in this rank's environment" "$dir/nogpu.out" || fail "nogpu: no cause: $(cat "$dir/nogpu.out")"
 [ ! -f "$dir/nogpu/metrics.jsonl" ] || fail "nogpu: a step was trained"
 # A device named that does not exist: an error in one process too, not a warning and a CPU run.
 if $MPIRUN 1 "$TRAIN" $ARGS device=opencl:40 checkpoint_path="$dir/cl40" > "$dir/cl40.out" 2>&1; then fail "cl40: trained: $(head -5 "$dir/cl40.out")"; fi
-grep -q "device opencl:40 cannot be opened" "$dir/cl40.out" || fail "cl40: $(cat "$dir/cl40.out")"
+grep -q "device 'opencl:40' cannot be opened" "$dir/cl40.out" || fail "cl40: $(cat "$dir/cl40.out")"
 # The same ranks with device=cpu train, on purpose.
 TINYREC_EXPECT_GPU=1 OCL_ICD_FILENAMES=/nonexistent/libfake-gpu.so run nogpu-cpu 2 $ARGS device=cpu checkpoint_path="$dir/nogpu-cpu"
 grep -q "devices: rank 0 cpu.*; rank 1 cpu" "$dir/nogpu-cpu.out" || fail "nogpu-cpu: $(head -5 "$dir/nogpu-cpu.out")"
