@@ -8,7 +8,9 @@
 # FUZZ_CC (clang), FUZZ_JOBS (parallel workers, default 1), FUZZ_CFLAGS (extra compiler flags),
 # FUZZ_OPT (-O1), FUZZ_OUT (build/fuzz: the binary, new coverage and findings).
 # FUZZ_RUNS=N runs N inputs from FUZZ_SEED (1) instead of SECONDS, starting from the committed seeds
-# alone (the scratch corpus is emptied first): the same commit always runs the same inputs.
+# alone (the scratch corpus is emptied first), with the address space not randomized (libFuzzer learns
+# from the values that comparisons see, pointers among them), without re-reading the corpus every
+# second and with the library's thread pool at one thread: the same commit runs the same inputs.
 # Seeds: tests/fuzz/corpus_TARGET/ and the findings kept in tests/fuzz/regress_TARGET/; the dictionary
 # tests/fuzz/TARGET.dict when there is one. Findings are written to build/fuzz/ as crash-*/leak-*/
 # timeout-*/oom-* files: fix the reader and add each to tests/fuzz/regress_TARGET/, which make test
@@ -29,7 +31,13 @@ if [ -n "${FUZZ_RUNS:-}" ]; then rm -rf "$OUT/corpus-$TARGET"; fi
 mkdir -p "$OUT/corpus-$TARGET"
 "$CC" -g ${FUZZ_OPT:--O1} -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra ${FUZZ_CFLAGS:-} -I"$ROOT" "$SRC" -o "$OUT/fuzz_$TARGET" -lm
-if [ -n "${FUZZ_RUNS:-}" ]; then LIMIT="-runs=$FUZZ_RUNS -seed=${FUZZ_SEED:-1}"; else LIMIT="-max_total_time=$SECS"; fi
+FIXED=""
+if [ -n "${FUZZ_RUNS:-}" ]; then
+    LIMIT="-runs=$FUZZ_RUNS -seed=${FUZZ_SEED:-1} -reload=0"
+    export TINYREC_NUM_THREADS=1
+    if setarch "$(uname -m)" -R true 2>/dev/null; then FIXED="setarch $(uname -m) -R"
+    else echo "note: setarch -R is refused here: with the address space randomized, runs may differ"; fi
+else LIMIT="-max_total_time=$SECS"; fi
 echo "fuzzing $TARGET ($LIMIT, workers: $JOBS); findings go to $OUT"
 cd "$OUT"
 # inputs as large as the largest seed (a checkpoint seed is 110 KB), at least 8 KB
@@ -39,4 +47,4 @@ if [ -f "$ROOT/tests/fuzz/$TARGET.dict" ]; then set -- "$@" -dict="$ROOT/tests/f
 if [ "$JOBS" -gt 1 ]; then set -- "$@" -jobs="$JOBS" -workers="$JOBS"; fi
 set -- "$@" "corpus-$TARGET" "$ROOT/tests/fuzz/corpus_$TARGET"
 if [ -d "$ROOT/tests/fuzz/regress_$TARGET" ]; then set -- "$@" "$ROOT/tests/fuzz/regress_$TARGET"; fi
-exec "./fuzz_$TARGET" "$@"
+exec $FIXED "./fuzz_$TARGET" "$@"
