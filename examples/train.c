@@ -1,8 +1,6 @@
-/* tinyrec-train: trains a TRM on a dataset in the reference layout (build one with tinyrec-data).
-
+/* tinyrec-train: trains a TRM or an HRM on a dataset in the reference layout (tinyrec-data builds one).
      build/tinyrec-train sudoku-tiny data_path=data/sudoku checkpoint_path=runs/s1 epochs=20 eval_interval=5
-     build/tinyrec-train --resume checkpoint_path=runs/s1          (continues exactly where it stopped)
-   (--help says the rest.)
+     build/tinyrec-train --resume checkpoint_path=runs/s1          (continues exactly where it stopped; --help says the rest)
    A walk through the public API of tinyrec.h, in the order a run uses it:
      settings   the preset table (tr_preset_get/find) and settings by name (tr_config_keys, tr_key_parse,
                 tr_key_format), with the program's own keys described by the same tr_key records
@@ -19,7 +17,6 @@
 #include "tinyrec.h"
 #include "tinyrec_prog.h"
 #include <stdarg.h>
-#include <stddef.h>
 #if TINYREC_MPI
 #include "tinyrec_mpi.h"
 static tr_mpi g_mpi;
@@ -128,16 +125,19 @@ static int g_rank = 0, g_size = 1;
 
 static void clear_bar(void) { tr_prog_bar_clear(&R.bar); } /* before a message on stderr */
 
-/* Prints "tinyrec-train: <message>" to stderr and returns code (the exit status). */
+/* "tinyrec-train: [rank N: ]<message>" on stderr, on each line (ranks' lines interleave); returns code. */
 static int say(int code, const char *fmt, ...) {
+    char buf[8192], *line, *next;
     va_list ap;
     clear_bar();
-    fputs("tinyrec-train: ", stderr);
-    if (g_size > 1) fprintf(stderr, "rank %d: ", g_rank);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    for (line = buf; line; line = next) {
+        if ((next = strchr(line, '\n')) != NULL) *next++ = 0;
+        if (g_size > 1) fprintf(stderr, "tinyrec-train: rank %d: %s\n", g_rank, line);
+        else fprintf(stderr, "tinyrec-train: %s\n", line);
+    }
     return code;
 }
 
