@@ -21,11 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_compare import PRESETS
-
-
-def width(d):
-    return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
+from torch_compare import PRESETS, rms, rope_tables, rot, swiglu, width
 
 
 class Twin(nn.Module):
@@ -57,24 +53,11 @@ class Twin(nn.Module):
         self.b_q = nn.Parameter(torch.full((2,), -5.0))
         self.register_buffer("H_init", torch.randn(D))
         self.register_buffer("L_init", torch.randn(D))
-        pos = torch.arange(self.S, dtype=torch.float32)
-        inv = 10000.0 ** (-torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd)
-        ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
-        self.register_buffer("cos", ang.cos())
-        self.register_buffer("sin", ang.sin())
+        cos, sin = rope_tables(self.S, self.hd, "cpu")
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
 
     def block(self, h, ly):
-        def rms(x):
-            return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)
-
-        def swiglu(x, gu, down):
-            g, u = F.linear(x, gu).chunk(2, -1)
-            return F.linear(F.silu(g) * u, down)
-
-        def rot(x):
-            a, b = x.chunk(2, -1)
-            return torch.cat([-b, a], -1)
-
         S, D, H, hd = self.S, self.D, self.H, self.hd
         if self.p["mlp_t"]:
             ht = h.transpose(1, 2)

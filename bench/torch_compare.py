@@ -50,6 +50,40 @@ PRESETS = {  # the fields tinyrec's presets use (see tr_model_config_preset)
 }
 
 
+
+# The twin's pieces that bench/ddp_compare.py shares. torch is imported where they run: main() sets the
+# thread variables before the first import.
+def width(d):
+    """The SwiGLU's hidden width for model width d (the reference's rounding to 256)."""
+    return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
+
+
+def rope_tables(S, hd, device):
+    """RoPE's cos and sin for S positions and head size hd."""
+    import torch
+    pos = torch.arange(S, device=device, dtype=torch.float32)
+    inv = 10000.0 ** (-torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd)
+    ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
+    return ang.cos(), ang.sin()
+
+
+def rms(x):
+    import torch
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)
+
+
+def swiglu(x, gu, down):
+    import torch.nn.functional as F
+    g, u = F.linear(x, gu).chunk(2, -1)
+    return F.linear(F.silu(g) * u, down)
+
+
+def rot(x):
+    import torch
+    a, b = x.chunk(2, -1)
+    return torch.cat([-b, a], -1)
+
+
 def parse():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="trm-sudoku-mlp", choices=sorted(PRESETS))
@@ -108,9 +142,6 @@ def main():
     hd = D // H
     SDPA = args.attention == "sdpa" or (args.attention == "auto" and hasattr(F, "scaled_dot_product_attention"))
 
-    def width(d):
-        return 256 * math.ceil(round(4 * d * 2 / 3) / 256)
-
     I, It = width(D), width(S)
 
     def lin(o, i):
@@ -132,21 +163,7 @@ def main():
     params = [W_tok, W_lm, W_q, b_q] + [t for ly in layers + H_mod for t in ly.values()]
     puzzle = torch.zeros(1, D, device=dev)  # every preset here has puzzle_emb_ndim = D: one token holds it
     H_init, L_init = torch.randn(D, device=dev), torch.randn(D, device=dev)
-    pos = torch.arange(S, device=dev, dtype=torch.float32)
-    inv = 10000.0 ** (-torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)
-    ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
-    cos, sin = ang.cos(), ang.sin()
-
-    def rms(x):
-        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)
-
-    def swiglu(x, gu, down):
-        g, u = F.linear(x, gu).chunk(2, -1)
-        return F.linear(F.silu(g) * u, down)
-
-    def rot(x):
-        a, b = x.chunk(2, -1)
-        return torch.cat([-b, a], -1)
+    cos, sin = rope_tables(S, hd, dev)
 
     def block(h, ly):
         if p["mlp_t"]:
