@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_compare import PRESETS, rms, rope_tables, rot, swiglu, width
+from torch_compare import PRESETS, rope_tables, twin_block, width
 
 
 class Twin(nn.Module):
@@ -58,19 +58,7 @@ class Twin(nn.Module):
         self.register_buffer("sin", sin)
 
     def block(self, h, ly):
-        S, D, H, hd = self.S, self.D, self.H, self.hd
-        if self.p["mlp_t"]:
-            ht = h.transpose(1, 2)
-            h = rms(ht + swiglu(ht, ly["tgu"], ly["tdown"])).transpose(1, 2)
-        else:
-            B = h.shape[0]
-            qkv = F.linear(h, ly["qkv"]).view(B, S, 3 * H, hd)
-            q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
-            c, s = self.cos[:, None], self.sin[:, None]
-            q, k = q * c + rot(q) * s, k * c + rot(k) * s
-            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-            h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
-        return rms(h + swiglu(h, ly["gu"], ly["down"]))
+        return twin_block(h, ly, self.p["mlp_t"], self.H, self.cos, self.sin)
 
     def net(self, z, inj, mod):
         h = z + inj

@@ -84,6 +84,29 @@ def rot(x):
     return torch.cat([-b, a], -1)
 
 
+def twin_block(h, ly, mlp_t, H, cos, sin, sdpa=True):
+    """One post-norm block on h (B, S, D): the token mix (an MLP over positions, or RoPE attention with H
+    heads), then the SwiGLU MLP. sdpa: PyTorch's fused attention, else the plain softmax product."""
+    import torch
+    import torch.nn.functional as F
+    if mlp_t:
+        ht = h.transpose(1, 2)
+        h = rms(ht + swiglu(ht, ly["tgu"], ly["tdown"])).transpose(1, 2)
+    else:
+        B, S, D = h.shape
+        hd = D // H
+        qkv = F.linear(h, ly["qkv"]).view(B, S, 3 * H, hd)
+        q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
+        q, k = q * cos[:, None] + rot(q) * sin[:, None], k * cos[:, None] + rot(k) * sin[:, None]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if sdpa:  # fused attention, as a careful port of the reference's flash_attn would run it
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
+        h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
+    return rms(h + swiglu(h, ly["gu"], ly["down"]))
+
+
 def parse():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="trm-sudoku-mlp", choices=sorted(PRESETS))
@@ -166,21 +189,7 @@ def main():
     cos, sin = rope_tables(S, hd, dev)
 
     def block(h, ly):
-        if p["mlp_t"]:
-            ht = h.transpose(1, 2)
-            h = rms(ht + swiglu(ht, ly["tgu"], ly["tdown"])).transpose(1, 2)
-        else:
-            B = h.shape[0]
-            qkv = F.linear(h, ly["qkv"]).view(B, S, 3 * H, hd)
-            q, k, v = qkv[:, :, :H], qkv[:, :, H:2 * H], qkv[:, :, 2 * H:]
-            q, k = q * cos[:, None] + rot(q) * sin[:, None], k * cos[:, None] + rot(k) * sin[:, None]
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            if SDPA:  # fused attention, as a careful port of the reference's flash_attn would run it
-                a = F.scaled_dot_product_attention(q, k, v)
-            else:
-                a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), -1) @ v
-            h = rms(h + F.linear(a.transpose(1, 2).reshape(B, S, D), ly["o"]))
-        return rms(h + swiglu(h, ly["gu"], ly["down"]))
+        return twin_block(h, ly, p["mlp_t"], H, cos, sin, SDPA)
 
     def net(z, inj, mod=None):
         h = z + inj
