@@ -6217,7 +6217,7 @@ TR__FN int tr__cl_load_driver(tr__cllib *L, const char *name, const size_t *offs
     }
     if (!tr__cl_has_device(&f, !any)) return 0;
     L->handle = h, L->direct = 1, L->f = f;
-    snprintf(L->namebuf, sizeof L->namebuf, "%s", name);
+    snprintf(L->namebuf, sizeof L->namebuf, "%.127s", name); /* the names tried fit: named[][128] and the vendors' */
     return 1;
 }
 #endif
@@ -10938,9 +10938,9 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
         }
         if (strict) {
             char why[TR__ERRLEN];
+            tr__qbuf q;
             snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : tr_status_string(st));
             ctx->dev_tried = 0;
-            tr__qbuf q;
             return tr__err(ctx, st == TR_ERR_OUT_OF_MEMORY ? st : TR_ERR_DEVICE,
                            "device %s cannot be opened: %.600s; this process's OpenCL driver list: OCL_ICD_FILENAMES=%.150s, OCL_ICD_VENDORS=%.100s "
                            "(device=cpu trains on the CPU, '%.64s,cpu' falls back to it)",

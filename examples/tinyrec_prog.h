@@ -382,16 +382,9 @@ TR_PROG const char *tr_prog_rank_device(tr_ctx *ctx, int local_rank, int expect_
     return buf;
 }
 
-/* OCL_ICD_FILENAMES and OCL_ICD_VENDORS as main found them, before CUDA's libOpenCL.so.1 rewrites the first. */
-static char tr_prog_icd_files[256], tr_prog_icd_vendors[256];
-TR_PROG void tr_prog_keep_icd_env(void) {
-    const char *f = getenv("OCL_ICD_FILENAMES"), *v = getenv("OCL_ICD_VENDORS");
-    snprintf(tr_prog_icd_files, sizeof tr_prog_icd_files, "%s", f ? f : "(unset)");
-    snprintf(tr_prog_icd_vendors, sizeof tr_prog_icd_vendors, "%s", v ? v : "(unset: /etc/OpenCL/vendors)");
-}
-
-/* A device that did not open: two lines for the user, what this process's OpenCL listed (platforms and
-   devices) and the likely cause with its remedies. */
+/* A device that did not open: lines for the user under the library's reason (which names this process's
+   OpenCL driver list as the context found it, before CUDA's libOpenCL.so.1 cuts OCL_ICD_FILENAMES): what
+   OpenCL listed (platforms and devices), and the likely cause with its remedies. */
 TR_PROG void tr_prog_device_help(tr_ctx *ctx, const char *dev, int nranks, char *out, size_t cap) {
     tr_opencl_list l;
     char seen[1024] = "";
@@ -410,10 +403,10 @@ TR_PROG void tr_prog_device_help(tr_ctx *ctx, const char *dev, int nranks, char 
     tr_opencl_list_free(ctx, &l);
     if (n >= cap) return;
     snprintf(out + n, cap - n,
-             "  likely cause: the OpenCL driver list in this %s's environment (OCL_ICD_FILENAMES=%s, OCL_ICD_VENDORS=%s) lacks the GPU's driver%s;\n"
+             "  likely cause: the OpenCL driver list in this %s's environment (named above) lacks the GPU's driver%s;\n"
              "  name the driver (OCL_ICD_FILENAMES=libnvidia-opencl.so.1 in the command, after mpirun: mpirun -np N env OCL_ICD_FILENAMES=... tinyrec-train ...),\n"
              "  or TINYREC_OPENCL_DRIVERS=<path of the driver>, or train on the CPU on purpose: device=cpu, or '%s,cpu'%s",
-             who, tr_prog_icd_files, tr_prog_icd_vendors, nranks > 1 ? " (a launcher such as mpirun may hand its ranks another list than the shell's)" : "", dev,
+             who, nranks > 1 ? " (a launcher such as mpirun may hand its ranks another list than the shell's)" : "", dev,
              nranks > 1 ? ", or TINYREC_EXPECT_GPU=0" : "");
 }
 

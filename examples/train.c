@@ -568,7 +568,6 @@ int main(int argc, char **argv) {
     tr_ctx_config cc = tr_ctx_config_default();
     tr_ctx *kctx = NULL;
     int mode = 0, rc;
-    tr_prog_keep_icd_env(); /* before anything loads libOpenCL */
 #if TINYREC_MPI
     if (tr_mpi_init(&argc, &argv, &g_mpi) != 0) return 1;
     g_comm = &g_mpi.comm, g_rank = g_comm->rank, g_size = g_comm->size;
