@@ -970,12 +970,14 @@ TRDEF tr_read_options tr_read_options_default(void); /* min_rating -1, the rest 
    Grids are 81 bytes, row-major, 0 = blank, 1..9 = digits. Tokens on disk: 0 pad, 1 blank,
    2..10 digits 1..9 (V = 11, L = 81), one example per puzzle, identifier 0. */
 /* Counts solutions up to `limit` (<= 2 is what uniqueness needs); the first one goes to solution
-   (may be NULL). Returns -1 when the givens already clash. */
+   (may be NULL). Returns -1 when the givens already clash (or a cell is over 9), -2 when the search
+   gave up: it stops after 50,000 search nodes (~6 ms), which no real puzzle comes near, so that crafted
+   input cannot hold a reader. */
 TRDEF int tr_sudoku_solve(const uint8_t grid[81], uint8_t solution[81], int limit);
 /* 1 when s is a complete, valid grid that agrees with every given of q (q may be NULL). */
 TRDEF int tr_sudoku_check(const uint8_t q[81], const uint8_t s[81]);
 /* A random puzzle with a unique solution and exactly `clues` givens (17..81), from the stream (seed, index).
-   Speed on one core: 30 givens ~6k/s, 25 ~1.2k/s, 22 ~50/s, 20 ~0.5/s; below 20 it may take minutes. */
+   Speed on one core: 30 givens ~5k/s, 25 ~1.5k/s, 22 ~90/s, 20 ~6/s; below 20 it may take minutes. */
 TRDEF tr_status tr_sudoku_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, int clues, uint8_t puzzle[81], uint8_t solution[81]);
 /* The reference augmentation (digit permutation, transpose, band/row and stack/column shuffles),
    drawn from the stream (seed, index); the same map is applied to the puzzle and the solution. */
@@ -17969,9 +17971,14 @@ typedef struct tr__sud {
     uint16_t row[9], col[9], box[9];
     uint8_t g[81];
     uint8_t empty[81];
-    int nempty;
+    int nempty, gave_up;
     long nodes, node_limit;
 } tr__sud;
+
+/* Search nodes one solve may visit. Real puzzles, the hardest known 17-clue ones included, take a few
+   thousand with the unit checks (Inkala's 2012 puzzle 2,655, Norvig's slowest 17-clue one 6,041; 400
+   generated 21-24-clue ones at most ~500); the bound, 8x the worst seen, is for crafted input. */
+#define TR__SUD_NODE_LIMIT 50000L
 
 static const uint8_t tr__sud_box[81] = {
     0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 1, 1, 1, 2, 2, 2,
@@ -17991,6 +17998,7 @@ TR__FN int tr__popcount9(unsigned m) {
 TR__FN int tr__sud_init(tr__sud *s, const uint8_t *grid) {
     int i;
     memset(s, 0, sizeof *s);
+    s->node_limit = TR__SUD_NODE_LIMIT;
     for (i = 0; i < 81; i++) {
         int v = grid[i];
         if (v == 0) {
@@ -18008,41 +18016,78 @@ TR__FN int tr__sud_init(tr__sud *s, const uint8_t *grid) {
     return 1;
 }
 
-/* Depth-first search with the most-constrained cell first; counts solutions up to limit. */
+/* The cells of each unit: rows 0-8, columns 9-17, boxes 18-26. */
+static const uint8_t tr__sud_unit[27][9] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16, 17}, {18, 19, 20, 21, 22, 23, 24, 25, 26},
+    {27, 28, 29, 30, 31, 32, 33, 34, 35}, {36, 37, 38, 39, 40, 41, 42, 43, 44}, {45, 46, 47, 48, 49, 50, 51, 52, 53},
+    {54, 55, 56, 57, 58, 59, 60, 61, 62}, {63, 64, 65, 66, 67, 68, 69, 70, 71}, {72, 73, 74, 75, 76, 77, 78, 79, 80},
+    {0, 9, 18, 27, 36, 45, 54, 63, 72}, {1, 10, 19, 28, 37, 46, 55, 64, 73}, {2, 11, 20, 29, 38, 47, 56, 65, 74},
+    {3, 12, 21, 30, 39, 48, 57, 66, 75}, {4, 13, 22, 31, 40, 49, 58, 67, 76}, {5, 14, 23, 32, 41, 50, 59, 68, 77},
+    {6, 15, 24, 33, 42, 51, 60, 69, 78}, {7, 16, 25, 34, 43, 52, 61, 70, 79}, {8, 17, 26, 35, 44, 53, 62, 71, 80},
+    {0, 1, 2, 9, 10, 11, 18, 19, 20}, {3, 4, 5, 12, 13, 14, 21, 22, 23}, {6, 7, 8, 15, 16, 17, 24, 25, 26},
+    {27, 28, 29, 36, 37, 38, 45, 46, 47}, {30, 31, 32, 39, 40, 41, 48, 49, 50}, {33, 34, 35, 42, 43, 44, 51, 52, 53},
+    {54, 55, 56, 63, 64, 65, 72, 73, 74}, {57, 58, 59, 66, 67, 68, 75, 76, 77}, {60, 61, 62, 69, 70, 71, 78, 79, 80}};
+
+/* Depth-first search counting solutions up to limit. Each node branches on the cell with the fewest
+   candidates, or on a row, column or box where a missing digit has one or two places left, when that is
+   tighter; a cell's candidates alone miss a digit that fits nowhere in a unit (a dead end) or in one
+   place (it must go there), and the search then grows exponentially on inputs a fuzzer finds. It
+   stops after s->node_limit nodes with s->gave_up set, so that no input can hold a reader. */
 TR__FN void tr__sud_rec(tr__sud *s, int depth, int limit, uint8_t *sol, int *count, tr__rng *rng) {
-    int i, best = -1, bestn = 10, cell, r, c, b, nd = 0;
-    unsigned mask = 0;
-    uint8_t digits[9];
+    uint16_t cand[81];
+    uint8_t at[9], put[9]; /* the branch: digit put[i] - 1 in cell at[i] */
+    int i, j, u, best = -1, bestn = 10, nb = 0;
     if (depth == s->nempty) {
         if (*count == 0 && sol) memcpy(sol, s->g, 81);
         (*count)++;
         return;
     }
-    s->nodes++;
+    if (++s->nodes > s->node_limit) {
+        s->gave_up = 1;
+        return;
+    }
+    memset(cand, 0, sizeof cand);
     for (i = depth; i < s->nempty; i++) {
         int k = s->empty[i];
         unsigned m = ~(unsigned)(s->row[k / 9] | s->col[k % 9] | s->box[tr__sud_box[k]]) & 0x1ffu;
         int n = tr__popcount9(m);
-        if (n < bestn) {
-            bestn = n;
-            best = i;
-            mask = m;
-            if (n <= 1) break;
-        }
+        cand[k] = (uint16_t)m;
+        if (n < bestn) bestn = n, best = k;
+        if (n <= 1) break; /* forced or dead: no unit can be tighter */
     }
     if (bestn == 0) return;
-    cell = s->empty[best];
-    s->empty[best] = s->empty[depth];
-    s->empty[depth] = (uint8_t)cell;
-    r = cell / 9;
-    c = cell % 9;
-    b = tr__sud_box[cell];
     for (i = 0; i < 9; i++)
-        if (mask & (1u << i)) digits[nd++] = (uint8_t)i;
-    if (rng && nd > 1) tr__shuffle_u8(rng, digits, nd);
-    for (i = 0; i < nd && *count < limit; i++) {
-        uint16_t bit = (uint16_t)(1u << digits[i]);
-        s->g[cell] = (uint8_t)(digits[i] + 1);
+        if (cand[best] & (1u << i)) at[nb] = (uint8_t)best, put[nb++] = (uint8_t)(i + 1);
+    /* the units, unless the generator fills an empty grid at random (its stream stays as it was): which
+       digits have one, two or three-plus places left, from three running masks */
+    for (u = 0; u < 27 && bestn > 1 && !rng; u++) {
+        unsigned placed = u < 9 ? s->row[u] : u < 18 ? s->col[u - 9] : s->box[u - 18];
+        unsigned once = 0, twice = 0, thrice = 0, pick;
+        for (j = 0; j < 9; j++) {
+            unsigned m = cand[tr__sud_unit[u][j]];
+            thrice |= twice & m;
+            twice |= once & m;
+            once |= m;
+        }
+        if (~(placed | once) & 0x1ffu) return; /* a digit that fits nowhere in this unit */
+        pick = once & ~twice;
+        if (!pick && bestn > 2) pick = twice & ~thrice;
+        if (!pick) continue;
+        pick &= 0u - pick; /* one such digit */
+        for (nb = 0, j = 0; j < 9; j++) {
+            int k = tr__sud_unit[u][j];
+            if (cand[k] & pick) at[nb] = (uint8_t)k, put[nb++] = (uint8_t)(tr__popcount9(pick - 1) + 1);
+        }
+        bestn = nb;
+    }
+    if (rng && nb > 1) tr__shuffle_u8(rng, put, nb);
+    for (i = 0; i < nb && *count < limit && !s->gave_up; i++) {
+        int cell = at[i], r = cell / 9, c = cell % 9, b = tr__sud_box[cell];
+        uint16_t bit = (uint16_t)(1u << (put[i] - 1));
+        for (j = depth; s->empty[j] != cell; j++) {}
+        s->empty[j] = s->empty[depth];
+        s->empty[depth] = (uint8_t)cell;
+        s->g[cell] = put[i];
         s->row[r] |= bit;
         s->col[c] |= bit;
         s->box[b] |= bit;
@@ -18050,8 +18095,8 @@ TR__FN void tr__sud_rec(tr__sud *s, int depth, int limit, uint8_t *sol, int *cou
         s->row[r] &= (uint16_t)~bit;
         s->col[c] &= (uint16_t)~bit;
         s->box[b] &= (uint16_t)~bit;
+        s->g[cell] = 0;
     }
-    s->g[cell] = 0;
 }
 
 TRDEF int tr_sudoku_solve(const uint8_t grid[81], uint8_t solution[81], int limit) {
@@ -18062,7 +18107,7 @@ TRDEF int tr_sudoku_solve(const uint8_t grid[81], uint8_t solution[81], int limi
     if (!tr__sud_init(&s, grid)) return -1;
     if (limit < 1) limit = 1;
     tr__sud_rec(&s, 0, limit, solution, &count, NULL);
-    return count;
+    return s.gave_up ? -2 : count;
 }
 
 TRDEF int tr_sudoku_check(const uint8_t q[81], const uint8_t a[81]) {
@@ -18092,6 +18137,7 @@ TR__FN int tr__sudoku_gen_once(tr__rng *rng, int clues, uint8_t *puzzle, uint8_t
     memset(empty, 0, sizeof empty);
     tr__sud_init(&s, empty);
     tr__sud_rec(&s, 0, 1, solution, &count, rng);
+    if (count != 1) return 0;
     memcpy(puzzle, solution, 81);
     for (i = 0; i < 81; i++) order[i] = (uint8_t)i;
     /* greedy removal down to a minimal puzzle, then a random walk among minimal puzzles: put two
@@ -18280,7 +18326,10 @@ TR__FN int tr__sudoku_parse81(const char *p, size_t n, uint8_t *out, int solutio
 TR__FN const char *tr__sudoku_verdict(const uint8_t *q, uint8_t *a, int puzzles_only) {
     int r = tr_sudoku_solve(q, a, puzzles_only ? 1 : 2);
     if (r == 1) return NULL;
-    return r == 0 ? "the puzzle has no solution" : r == 2 ? "the puzzle has more than one solution" : "the puzzle has clashing givens";
+    return r == 0    ? "the puzzle has no solution"
+           : r == 2  ? "the puzzle has more than one solution"
+           : r == -2 ? "the solver gave up on the puzzle (no real Sudoku needs that many steps): give its solution"
+                     : "the puzzle has clashing givens";
 }
 
 typedef struct tr__sudoku_solve_args { tr_sudoku_set *set; uint8_t *need; int puzzles_only; } tr__sudoku_solve_args;

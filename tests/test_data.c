@@ -602,6 +602,32 @@ static void test_sudoku_solver(void **state) {
     assert_false(tr_sudoku_check(NULL, a));
 }
 
+/* The search is bounded: hard real puzzles solve, crafted ones end quickly (the fuzzer's input below
+   took over 30 s before the solver checked units), and a count with no end gives up instead of running. */
+static void test_sudoku_solver_bounded(void **state) {
+    static const char *hard[] = {
+        "8..........36......7..9.2...5...7.......457.....1...3...1....68..85...1..9....4..", /* Inkala 2012 */
+        "1.......2.9.4...5...6...7...5.9.3.......7.......85..4.7.....6...3...9.8...2.....1", /* Easter Monster */
+        "52...6.........7.13...........4..8..6......5...........418.........3..2...87.....", /* 17 givens */
+    };
+    uint8_t q[81], sol[81];
+    size_t k;
+    (void)state;
+    for (k = 0; k < sizeof hard / sizeof *hard; k++) {
+        parse81(hard[k], q);
+        assert_int_equal(tr_sudoku_solve(q, sol, 2), 1);
+        assert_true(tr_sudoku_check(q, sol));
+    }
+    parse81("..6........51........9........6.91................1.9...3....1..........1........", q);
+    assert_int_equal(tr_sudoku_solve(q, NULL, 2), 2);
+    memset(q, 0, 81); /* 6.7e21 solutions: counting them all gives up */
+    assert_int_equal(tr_sudoku_solve(q, NULL, 2000000000), -2);
+    assert_int_equal(tr_sudoku_solve(q, sol, 1), 1);
+    assert_true(tr_sudoku_check(NULL, sol));
+    q[40] = 10;
+    assert_int_equal(tr_sudoku_solve(q, NULL, 2), -1);
+}
+
 static void test_sudoku_generate_and_augment(void **state) {
     tr_ctx *ctx = new_ctx();
     int k, clues[3] = {22, 30, 45};
@@ -1899,6 +1925,7 @@ int main(void) {
         cmocka_unit_test(test_dataset_validation),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_sudoku_solver),
+        cmocka_unit_test(test_sudoku_solver_bounded),
         cmocka_unit_test(test_sudoku_generate_and_augment),
         cmocka_unit_test(test_sudoku_read),
         cmocka_unit_test(test_sudoku_build),
