@@ -4208,7 +4208,7 @@ TR__FN tr_status tr__attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, 
    row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
    16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
    its start, converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of
-   the unpacked tensor's. The other mode bits, for a 16-bit workspace (tr__ws_d16): TR__SW_OUT16 out holds 16-bit
+   the unpacked tensor's. The other mode bits, for a 16-bit workspace (wsp.d16): TR__SW_OUT16 out holds 16-bit
    values of fdt (the rounded ones exactly), TR__SW_DA16 da too, TR__SW_G32 g is fp32 after all (a forward's unfused
    gate_up, read in the same chunks). */
 #define TR__SW16_CH 256
@@ -8433,7 +8433,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
     return tr__cl_k1_launch4(cl, "tr_k_add16", n, &A);
 }
 
-/* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, tr__ws_r16). */
+/* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
 TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const void *x, const void *add, void *out, float *rstd, float eps, int x16) {
     tr__clargs A;
     char name[32];
@@ -10250,7 +10250,7 @@ typedef struct tr__cl_gemm_fuse {
     float *sw_room; /* (or NULL) the sw operand packed there instead of its slot, and not kept for the packing window:
                        the caller's memory, which it may write once the product has run (tr__cl_room) */
     int h16;        /* TR__X16_A / TR__X16_B: that operand holds 16-bit values of the precision (a tensor-core device's
-                       16-bit record, tr__ws_r16; tensor cores only): its lda / ldb and sA / sB count them */
+                       16-bit record, wsp.r16; tensor cores only): its lda / ldb and sA / sB count them */
 } tr__cl_gemm_fuse;
 
 /* A fuse with nothing in it (a plain product): callers set the fields they use by name, so that a field added to
@@ -10451,7 +10451,7 @@ TR__FN float *tr__cl_room(float *p) { return (float *)(void *)(((uintptr_t)p + 2
    than the products' grids hold, tr__cl_swiglu_bwd_keeps): tr__cl_swiglu_bwd. g16: g holds 16-bit values (gs counts
    them; tr_k_pack16_swiglu_bwd_h), da16 da does (das; _d), for the kept layouts only. room (or NULL): the packing goes
    there (aligned, tr__cl_room: its owner leaves 64 floats more), not in the slot, and the caller leaves it alone until
-   the window closes (a tensor-core device's dbig, free in the backward's SwiGLU half: tr__ws_dbig_floats). */
+   the window closes (a tensor-core device's dbig, free in the backward's SwiGLU half: tr__ws_plan_make). */
 TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size_t gs, size_t cols) {
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
     return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
@@ -11497,13 +11497,13 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat
 }
 
 /* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16, where a device's
-   twin (a tensor-core device's 16-bit record, tr__ws_r16, which each op routes first) does not: else this error. */
+   twin (a tensor-core device's 16-bit record, wsp.r16, which each op routes first) does not: else this error. */
 TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
     if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
     return TR_OK;
 }
 /* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
-   workspace's, read as they are on the CPU; a tensor-core device's 16-bit record, tr__ws_r16, packed from them; that
+   workspace's, read as they are on the CPU; a tensor-core device's 16-bit record, wsp.r16, packed from them; that
    operand's leading dimension and batch stride in values): the bits of the products of the fp32 values they hold. */
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
 #if TINYREC_OPENCL
@@ -11641,7 +11641,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t
 }
 
 /* tr__op_sgemm_rnd with any of A, B and C in 16 bits (x16, as tr__sgemm_rnd_cpu: a 16-bit workspace's buffers,
-   tr__ws_d16, on the CPU; a 16-bit C alone on tensor cores too), with the bits of the fp32 product's rounding; x16 = 0
+   wsp.d16, on the CPU; a 16-bit C alone on tensor cores too), with the bits of the fp32 product's rounding; x16 = 0
    is tr__op_sgemm_rnd. */
 TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     const void *A = ma.p, *B = mb.p;
@@ -11652,7 +11652,7 @@ TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, size_
                                       tr__out_of((float *)C, N, sC, acc));
     tr_status st;
 #if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, tr__ws_act16, stored so by the epilogue; its 16-bit record, tr__ws_r16) */
+    if (tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, wsp.act16, stored so by the epilogue; its 16-bit record, wsp.r16) */
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
         fz.rnd = (x16 & TR__X16_C) ? 2 : 1, fz.h16 = x16 & (TR__X16_A | TR__X16_B);
         return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb),
@@ -11800,7 +11800,7 @@ TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, 
 
 /* A norm (kind: TR__NORM_*; rows: the row norms' rows, the column norms' batch rows of S positions) with any of its
    operands in 16 bits (x16 as tr__norm16: a 16-bit workspace's or tape's on the CPU; a device's row norms take them too,
-   a tensor-core device's 16-bit record, tr__ws_r16), the bits of the fp32 op on their values; x16 = 0 is the fp32 op.
+   a tensor-core device's 16-bit record, wsp.r16), the bits of the fp32 op on their values; x16 = 0 is the fp32 op.
    The forward's (in1, in2, out) are (x, add, out), the backward's (dy, y, dx). */
 TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
                                float eps) {
@@ -11835,7 +11835,7 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
    cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept).
    g16 (or NULL): g's values as 16 bits (a 16-bit tape's gate_up), g not written yet: read so by that packing, else
    unpacked into g first. da16: da holds 16-bit values (das counts them; a tensor-core device's workspace, whose
-   products store d act so: tr__ws_act16), read so by that packing only. */
+   products store d act so: wsp.act16), read so by that packing only. */
 TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, int da16,
                                    float *dg, size_t cols, float *room) {
     tr_status st;
@@ -11857,7 +11857,7 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, 
     return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
 }
 
-/* tr__swiglu16 as an op: a 16-bit workspace's SwiGLU passes (tr__ws_d16), on the CPU only. */
+/* tr__swiglu16 as an op: a 16-bit workspace's SwiGLU passes (wsp.d16), on the CPU only. */
 TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out,
                                  size_t os) {
     tr_status st = tr__cpu16_check(ctx, fdt, "swiglu");
@@ -11898,16 +11898,16 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, 
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
    product, the elementwise pass into act, the product (gu always written). x16: TR__X16_C act and proj hold 16-bit
-   values (a 16-bit CPU workspace's, tr__ws_d16, with TR__X16_A: A does too), and so does the gate_up those passes write
+   values (a 16-bit CPU workspace's, wsp.d16, with TR__X16_A: A does too), and so does the gate_up those passes write
    (gu16 with keep_gu, else gu); on tensor cores, act is room for the activation's packing (a tensor-core device's
-   workspace, tr__ws_act16), and TR__X16_A alone says A holds 16-bit values (its 16-bit record, tr__ws_r16). */
+   workspace, wsp.act16), and TR__X16_A alone says A holds 16-bit values (its 16-bit record, wsp.r16). */
 TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
                                    const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int x16) {
     tr_status st;
     int fused, act16 = (x16 & TR__X16_C) != 0;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: tr__ws_act16) */
+        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: wsp.act16) */
         int a16 = x16 & TR__X16_A;
         if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu16, 2, D, proj, room);
         if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu, keep_gu, D, proj, room))) return st;
@@ -11942,7 +11942,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t hal
    gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
    else unpacked into gu first. x16: TR__X16_B act holds 16-bit values (a 16-bit workspace's on the CPU, which reads
    gu16), and with it TR__X16_A A too; on a device, act is room for the activation's packing on tensor cores (a
-   tensor-core device's workspace, tr__ws_act16), which the caller may overwrite once the product has run. */
+   tensor-core device's workspace, wsp.act16), which the caller may overwrite once the product has run. */
 TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
                                      float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int x16) {
     size_t rows = tb ? N : K, cols = tb ? K : N;
@@ -11952,7 +11952,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int t
     float *room = ctx->dev_active && (x16 & TR__X16_B) ? tr__cl_room(act) : NULL;
 #endif
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
-    if ((x16 & TR__X16_B) && !ctx->dev_active) { /* a 16-bit workspace's activation (tr__ws_d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
+    if ((x16 & TR__X16_B) && !ctx->dev_active) { /* a 16-bit workspace's activation (wsp.d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
         if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
         else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
         if (st) return st;
@@ -12012,15 +12012,15 @@ TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half,
 /* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
    act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
    tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). x16: TR__X16_C, act and
-   proj hold 16-bit values (a 16-bit CPU workspace's, tr__ws_d16), or on tensor cores act is room for the activation's
-   packing (tr__ws_act16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's block input). */
+   proj hold 16-bit values (a 16-bit CPU workspace's, wsp.d16), or on tensor cores act is room for the activation's
+   packing (wsp.act16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's block input). */
 TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const void *in, float *mix,
                                   int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int x16) {
     tr_status st;
     int fused, act16 = (x16 & TR__X16_C) != 0, in16 = x16 & TR__X16_B;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: tr__ws_act16) */
+        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: wsp.act16) */
         if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix16, 2, W_tdown, proj, room);
         if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix, keep_gu, W_tdown, proj, room))) return st;
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
@@ -12068,7 +12068,7 @@ TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H,
 }
 
 /* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv) with any of qkv, o and do_ in
-   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, tr__ws_r16, qkv and o
+   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, wsp.r16, qkv and o
    together), the bits of the fp32 op on their values; x16 = 0 is the fp32 op. */
 TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
                                     float *dqkv, float *scratch) {
@@ -12182,6 +12182,27 @@ typedef struct tr__net_rec {
     tr__block_rec blocks[TR__MAX_LAYERS];
 } tr__net_rec;
 
+/* A device's workspace layouts (tr__ws_plan.layout; 0 is the CPU's): its record with gate_up fields of its own, or not. */
+enum { TR__WS_DEV_GU = 1, TR__WS_DEV = 2 };
+/* The workspace plan (tr__ws_plan_make), one per (model, device, slice of B rows): which buffers are 16-bit and where
+   each lies, in floats from the workspace's start. Every decision about the workspace's types and layout is a field
+   here; the ops are told what their operands hold from it. */
+typedef struct tr__ws_plan {
+    int B;          /* rows of a slice (0: no workspace reserved) */
+    int layout;     /* 0 on the CPU; a device's TR__WS_DEV_GU or TR__WS_DEV (tr__ws_layout_for) */
+    int tape16;     /* the tape holds 16-bit values: a bfloat16 / float16 model's, unless TINYREC_TAPE16=0 */
+    int carry16;    /* a carry holds z_H, z_L, x, inj as 16-bit values, and a trainer its activation gradients */
+    int d16;        /* the activations, their gradients, the projection and dbig's channel gate_up are 16-bit (the CPU's) */
+    int r16;        /* the record (qkv, att_o, h1) is 16-bit: a taped block reads and writes the tape's as it is */
+    int rec_shared; /* the record and the projection lie in the gradient buffers and dbig (a tensor-core device's 16-bit record) */
+    int act16;      /* the SwiGLU activation and its gradient d act are 16-bit */
+    int mix_rows;   /* rows per token-mix pass */
+    size_t rec, rec_row;        /* the record, and its floats per row */
+    size_t tmp, proj, att_rows; /* the block scratch: the activation (at tmp), the projection, attention's rows per thread */
+    size_t g1, grad_vals, dbig; /* the backward's four gradient buffers from g1 (grad_vals floats each), then dbig */
+    size_t in, total;           /* a device's block input unpacked from a 16-bit tape (last); floats of the whole */
+} tr__ws_plan;
+
 struct tr_model {
     tr_ctx *ctx;
     tr_model_config cfg;
@@ -12199,16 +12220,13 @@ struct tr_model {
     tr__tensor_entry tensors[TR__MAX_TENSORS];
     float *rope_cos, *rope_sin; /* [S, hd] */
     /* working memory, grown on demand */
-    int ws_B;
+    tr__ws_plan wsp; /* the reserved workspace's plan (tr__reserve_ws); tape16 and carry16 hold without one */
     float *ws;
     int ws_tokens; /* rows x positions the workspace is sized for (TINYREC_WS_TOKENS; tests lower it) */
-    int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (tr__ws_mix_rows; tests set it) */
-    int ws_gate_up; /* a device's workspace (TR__WS_DEV_GU: its fp32 record has gate_up fields of its own, tr__ws_rec; TR__WS_DEV) */
+    int ws_mix_rows; /* or 0: the rows per token-mix pass in the CPU's workspace (wsp.mix_rows; tests set it) */
     float *ws_name; /* TR__WS_DEV: address space naming the SwiGLU's gate_up and dg, with no memory (tr__ws_gate_up) */
     size_t ws_name_bytes;
-    int ws_d16;     /* it holds the SwiGLU activations and the channel SwiGLU's d gate_up in 16 bits (tr__ws_d16) */
-    int ws_r16;     /* its record holds 16-bit values, and the tape's is read and written as it is (tr__ws_r16) */
-    int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (tr__tape_half) */
+    int tape_B, tape_nets, tape_half; /* tape_half: the tape holds 16-bit values (reserved so: wsp.tape16) */
     tr__net_rec *nets;
     tr__pw pw; /* the GEMM packings of the weights the products read; pw.version++ at every write of params */
     int fdt;    /* the forward precision in force (tr_forward_dtype, never AUTO) */
@@ -12338,11 +12356,12 @@ TR__FN void tr__tape_free(tr_model *m, int nets) {
     m->tape_B = m->tape_nets = 0;
 }
 
+TR__FN void tr__ws_plan_make(const tr_model *m, int B, int layout, tr__ws_plan *p);
 /* The workspace (tr__reserve_ws) and its names. */
 TR__FN void tr__ws_free(tr_model *m) {
     tr__dfree(m->ctx, m->ws);
     m->ws = NULL;
-    m->ws_B = 0;
+    m->wsp.B = 0;
 #if TINYREC_OPENCL
     if (m->ws_name) tr__cl_unreserve(m->ws_name, m->ws_name_bytes);
 #endif
@@ -12395,16 +12414,8 @@ TR__FN float *tr__host_of(const tr_model *m, float *dev);
 TR__FN tr_status tr__model_upload(tr_model *m);
 TR__FN tr_status tr__model_download(tr_model *m);
 
-TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_model **out) {
-    tr_model *m;
-    tr_status st;
-    size_t n, npz;
-    int p, j;
-    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_create: NULL argument");
-    *out = NULL;
-    if ((st = tr_model_config_validate(ctx, cfg)) != TR_OK) return st;
-    m = (tr_model *)tr__calloc(ctx, 1, sizeof *m);
-    if (!m) return TR_ERR_OUT_OF_MEMORY;
+/* A model's shapes from its (validated) configuration: the parameters laid out, nothing allocated. */
+TR__FN void tr__model_shape(tr_model *m, tr_ctx *ctx, const tr_model_config *cfg) {
     m->ctx = ctx;
     m->cfg = *cfg;
     m->V = cfg->vocab_size;
@@ -12424,8 +12435,21 @@ TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_mode
     m->modules[0].n_layers = cfg->arch == TR_ARCH_HRM ? cfg->H_layers : cfg->L_layers;
     m->modules[1].name = "L_level";
     m->modules[1].n_layers = cfg->L_layers;
-    n = tr__layout(m, NULL);
-    m->n_params = n;
+    m->n_params = tr__layout(m, NULL);
+}
+
+TRDEF tr_status tr_model_create(tr_ctx *ctx, const tr_model_config *cfg, tr_model **out) {
+    tr_model *m;
+    tr_status st;
+    size_t n, npz;
+    int p, j;
+    if (!ctx || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_create: NULL argument");
+    *out = NULL;
+    if ((st = tr_model_config_validate(ctx, cfg)) != TR_OK) return st;
+    m = (tr_model *)tr__calloc(ctx, 1, sizeof *m);
+    if (!m) return TR_ERR_OUT_OF_MEMORY;
+    tr__model_shape(m, ctx, cfg);
+    n = m->n_params;
     if ((st = tr__dev_select(ctx)) != TR_OK) {
         tr_model_destroy(m);
         return st;
@@ -12578,6 +12602,8 @@ TRDEF tr_status tr_model_set_forward_dtype(tr_model *m, tr_forward_dtype dtype) 
     }
     m->fdt = fdt;
     m->cfg.forward_dtype = (tr_forward_dtype)fdt;
+    tr__ws_free(m); /* (planned again for the new precision on the next use; tape16 and carry16 hold from now) */
+    tr__ws_plan_make(m, 0, 0, &m->wsp);
     /* the products read the rounded copy: its packings are the ones worth keeping */
     tr__pw_detach(ctx, &m->pw);
     tr__pw_attach(ctx, &m->pw, m->wlo ? m->wlo : m->params, m->n_params);
@@ -12656,39 +12682,191 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 }
 
 /* --- working memory ----------------------------------------------------------------------- */
-/* A device's workspace layouts (m->ws_gate_up; 0 is the CPU's): its record with gate_up fields of its own, or not. */
-enum { TR__WS_DEV_GU = 1, TR__WS_DEV = 2 };
-/* Whether this model's tape holds 16-bit values: a bfloat16 / float16 model's recorded activations are
-   rounded to it already, so 16 bits keep them exactly (TINYREC_TAPE16=0: fp32 all the same). */
-TR__FN int tr__tape_half(const tr_model *m) { return m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16); }
-/* Whether the workspace holds its activations and activation gradients as 16-bit values: a 16-bit tape's model on the
-   CPU (gate_up = 0), which rounds each of them to 16 bits once complete anyway. Then every buffer but the statistics and
-   two of dbig's uses is 16-bit: the record (qkv, o, h1; a taped block's forward writes them straight to the tape's
-   record and its backward reads them there, so nothing is packed or unpacked but the block output), the SwiGLU
-   activation and its gradient, the projection, the gradients g1, g2, gcur and gnext, and dbig's channel gate_up and d
-   gate_up. The ops read and store them so: the products (tr__op_sgemm16; tr__op_sgemm_rnd16, in the epilogue or
-   staged), the norms (tr__op_norm16), attention and RoPE (tr__op_attention16, tr__op_rope16) and the SwiGLU
-   (tr__op_swiglu16), with the bits of the fp32 buffers. dbig's fp32 uses fit in the same room: attention's d qkv, and
-   the token mix's gate_up in passes of half as many rows (tr__ws_mix_rows). */
-TR__FN int tr__ws_d16(const tr_model *m, int gate_up) { return !gate_up && tr__tape_half(m); }
-/* Whether the workspace's record (qkv, att_o, h1) holds 16-bit values, and a taped block's forward writes them straight
-   to the 16-bit tape's record and its backward reads them there (the output too), as they are: the CPU's 16-bit
-   workspace, and with a 16-bit tape a tensor-core device's attention (TR__WS_DEV: its norms by rows, RoPE, attention and products read and
-   write such operands, tr__op_norm16, tr__op_rope16, tr__op_attention16, tr__op_sgemm16, tr__op_sgemm_rnd16; the
-   column norms of mlp_t have no 16-bit twin on a device). The rest of a device's workspace stays fp32. */
-TR__FN int tr__ws_r16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || (gate_up == TR__WS_DEV && !m->cfg.mlp_t && tr__tape_half(m)); }
-/* Whether the record and the projection output lie in the backward's gradient buffers and dbig, which a forward leaves
-   alone: a tensor-core device's 16-bit record (TR__WS_DEV, tr__ws_r16), which only a forward without the tape writes
-   and reads (a taped one writes the tape's, the backward reads the tape's), and whose backward never reads the
-   projection (the CPU's forward has the record's gate_up fields in dbig). */
-TR__FN int tr__ws_rec_shared(const tr_model *m, int gate_up) { return gate_up == TR__WS_DEV && tr__ws_r16(m, gate_up); }
-/* Whether a carry holds z_H, z_L, x and inj as 16-bit values: where the tape does (they are rounded to the forward
-   precision anyway), on any device, with an even S * D (so that a row starts on a whole float). The CPU's ops read and
-   write them so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the workspace's input
-   buffer, and its heads read z_H widened there (tr__heads_fwd) or into the trainer's scratch (tr__heads_bwd). A
-   trainer's activation gradients (dz, dx and the backward's two buffers) are 16-bit with its carry (tr_trainer.g16),
-   which a device widens likewise: into the workspace (tr__net_bwd_rows, tr__heads_bwd) or the free buffers. */
-TR__FN int tr__carry16(const tr_model *m) { return tr__tape_half(m) && (size_t)m->S * m->D % 2 == 0; }
+/* The kinds of device a workspace plan is made for: the CPU, an OpenCL device, one with tensor cores (tr__cl_mma_ready). */
+enum { TR__DEV_CPU = 0, TR__DEV_CL = 1, TR__DEV_MMA = 2 };
+TR__FN int tr__ws_device_kind(const tr_ctx *ctx) {
+    if (!ctx->dev_active) return TR__DEV_CPU;
+#if TINYREC_OPENCL
+    if (ctx->cl && tr__cl_mma_ready(ctx->cl)) return TR__DEV_MMA;
+#endif
+    return TR__DEV_CL;
+}
+
+/* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
+TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
+/* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
+TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
+    size_t S = (size_t)m->S, D = (size_t)m->D, n;
+    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
+    n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
+    return n + 16 * 8; /* alignment slack */
+}
+/* Floats of the channel SwiGLU's dg as the tensor cores pack it (tr__cl_packed_of: B S rows padded to 128, 2 I columns
+   to 32, two values a word), and the room's alignment slack (tr__cl_room). */
+TR__FN size_t tr__ws_dg_pack_floats(const tr_model *m, int B) {
+    return ((size_t)B * m->S + 127) / 128 * 128 * (((size_t)2 * m->I + 31) / 32 * 32) / 2 + 64;
+}
+TR__FN float *tr__carve(float **cursor, size_t n) {
+    float *p = *cursor;
+    *cursor += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+/* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's or workspace's); without with_out,
+   `out` is set separately. gate_up (or NULL): where its gate_up fields (gu; mix with mlp_t) are instead. */
+TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half, float *gate_up) {
+    size_t S = (size_t)m->S, D = (size_t)m->D;
+    if (m->cfg.mlp_t) {
+        r->mix = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
+        r->rstd1 = tr__carve(cur, (size_t)B * D);
+        r->att_o = r->lse = NULL;
+    } else {
+        r->mix = tr__carve(cur, tr__vals((size_t)B * 3 * S * D, half));
+        r->att_o = tr__carve(cur, tr__vals((size_t)B * S * D, half));
+        r->lse = tr__carve(cur, (size_t)B * m->H * S);
+        r->rstd1 = tr__carve(cur, (size_t)B * S);
+    }
+    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
+    r->gu = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
+    r->rstd2 = tr__carve(cur, (size_t)B * S);
+    r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
+}
+
+/* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
+   the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
+   grows with it. Even, so that a slice starts on a whole float of a 16-bit tape. */
+TR__FN int tr__ws_rows(const tr_model *m, int B) {
+    int r = m->ws_tokens / m->S, n;
+    r = r < 2 ? 2 : r & ~1;
+    if (B <= r) return B;
+    n = (B + r - 1) / r; /* slices, then equal ones (a short last slice would waste the device) */
+    r = (B + n - 1) / n;
+    return r + (r & 1);
+}
+/* A device's workspace layout for slices of B rows: TR__WS_DEV where the SwiGLU ops of a bfloat16 / float16 model take
+   the tensor-core paths (tr__op_mma) that read and write a 16-bit tape's gate_up fields themselves, in the forward
+   (tr__op_swiglu_mlp, tr__op_token_mlp) and the backward (tr__op_sgemm_swiglu; tr__op_swiglu_bwd's kept path, whose
+   conditions these shapes meet), so that the record's own are never written, nor the SwiGLU's dg: they have names
+   and no memory (tr__ws_gate_up), dbig holds attention's d qkv alone, and the activation scratch is 16-bit (act16).
+   Else (fallbacks unpack them while dbig is written) TR__WS_DEV_GU; 0 on the CPU. */
+TR__FN int tr__ws_layout_for(const tr_model *m, int B, int kind) {
+    if (kind == TR__DEV_CPU) return 0;
+    if (kind == TR__DEV_MMA && m->fdt != TR_FWD_FLOAT32 && m->I % 16 == 0 &&
+        (!m->cfg.mlp_t || (m->D % 32 == 0 && (size_t)m->It * m->D % 4 == 0 && B <= 65535)))
+        return TR__WS_DEV;
+    return TR__WS_DEV_GU;
+}
+
+/* The workspace plan for slices of B rows in a workspace of `layout` (tr__ws_layout_for): the 16-bit decisions, then
+   the buffers.
+   - tape16: a bfloat16 / float16 model's recorded activations are rounded to it already, so 16 bits keep them exactly.
+   - carry16: where the tape is 16-bit, on any device, with an even S * D (a row starts on a whole float). The CPU's ops
+     read and write the carry so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the
+     input buffer `in`, and its heads read z_H widened there or into the trainer's scratch. A trainer's activation
+     gradients (dz, dx, the backward's two buffers) are 16-bit with it (tr_trainer.g16).
+   - d16: the CPU's workspace with a 16-bit tape, which rounds each activation and gradient to 16 bits once complete
+     anyway. Then every buffer but the statistics and two of dbig's uses is 16-bit: the record (a taped block's forward
+     writes it straight to the tape's record and its backward reads it there, so nothing is packed or unpacked but the
+     block output), the SwiGLU activation and its gradient, the projection, the gradients g1, g2, gcur and gnext, and
+     dbig's channel gate_up and d gate_up. dbig's fp32 uses fit in the same room: attention's d qkv, and the token
+     mix's gate_up in passes of half as many rows.
+   - r16: d16's record, and with a 16-bit tape a tensor-core device's attention (its norms by rows, RoPE, attention and
+     products read and write such operands; mlp_t's column norms have no 16-bit twin on a device). The rest of a
+     device's workspace stays fp32.
+   - rec_shared: a tensor-core device's 16-bit record, which only a forward without the tape writes and reads (a taped
+     one writes the tape's, the backward reads the tape's), and whose backward never reads the projection: the record
+     and the projection lie in the backward's gradient buffers and dbig, which a forward leaves alone.
+   - act16: d16's, and a tensor-core device's (TR__WS_DEV), whose forward writes the activation only as the down
+     product's packed operand and whose backward stores d act in 16 bits, read so by dg's packing.
+   - mix_rows: the CPU's token mix (mlp_t's largest scratch, gate_up 2 It x D and the activation It x D a row) runs in
+     passes of as many rows as fit where the channel SwiGLU's of B rows fit, at least one: the same bits, as each row's
+     products are its own and the weight gradients sum the rows in order either way. A device's holds all B.
+   The buffers in order: the record (its gate_up fields are dbig's memory on the CPU: a forward writes them, where its
+   product does not compute the activation itself, only to read them back in the next pass, and a backward reads the
+   tape's; a device's fallbacks unpack them while dbig is written, so TR__WS_DEV_GU's record has its own, and
+   TR__WS_DEV's are names without memory); the block scratch (activation, projection, attention's rows per thread);
+   the backward's gradient buffers g1, g2, gcur, gnext; dbig, the largest of the channel SwiGLU's gate_up, attention's
+   d qkv and the token mix's gate_up (on TR__WS_DEV attention's d qkv, or the SwiGLU's dg packing before it); last on a
+   device the block input. */
+TR__FN void tr__ws_plan_make(const tr_model *m, int B, int layout, tr__ws_plan *p) {
+    size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BSD = (size_t)B * S * D, gu = (size_t)B * 2 * S * I;
+    size_t act, tmp, rec, span, grads, dbig, att = (size_t)B * 2 * S * (3 * D / 2 + 1), chan = gu;
+    memset(p, 0, sizeof *p);
+    p->B = B;
+    p->layout = layout;
+    p->tape16 = m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16);
+    p->carry16 = p->tape16 && S * D % 2 == 0;
+    p->d16 = !layout && p->tape16;
+    p->r16 = p->d16 || (layout == TR__WS_DEV && !m->cfg.mlp_t && p->tape16);
+    p->rec_shared = layout == TR__WS_DEV && p->r16;
+    p->act16 = p->d16 || layout == TR__WS_DEV;
+    p->mix_rows = B;
+    if (m->cfg.mlp_t && !layout && m->It) {
+        size_t r = (size_t)B * S * I / ((size_t)m->It * D) / (p->d16 ? 2 : 1); /* (dbig's room for 2 It x D a row) */
+        if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
+        p->mix_rows = (int)TR__MAX(1, TR__MIN((size_t)B, r));
+    }
+    /* (a device's fp32 record unpacks the output there for the backward; a 16-bit record reads the tape's as it is) */
+    p->rec_row = tr__block_rec_floats(m, p->r16, layout == TR__WS_DEV_GU) - (layout && !p->r16 ? 0 : tr__vals(S * D, p->r16));
+    act = tr__vals(TR__MAX((size_t)B * S * I, (size_t)p->mix_rows * m->It * D), p->act16) + (layout == TR__WS_DEV ? 64 * I + 64 : 0);
+    p->grad_vals = (tr__vals(BSD, p->d16) + 15) & ~(size_t)15; /* (the projection's size too) */
+    tmp = act + (p->rec_shared ? 0 : p->grad_vals) + (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
+    if (layout == TR__WS_DEV) dbig = m->cfg.mlp_t ? 0 : TR__MAX(att, tr__ws_dg_pack_floats(m, B));
+    else dbig = TR__MAX(TR__MAX(p->d16 ? tr__vals(chan, 1) : chan, att), (size_t)p->mix_rows * 2 * m->It * D);
+    rec = p->rec_row * (size_t)B;
+    span = (rec + 63) & ~(size_t)63; /* (to a 256-byte boundary, where rec_shared's projection follows) */
+    grads = 4 * p->grad_vals + dbig;
+    if (p->rec_shared) grads = TR__MAX(grads, span + p->grad_vals), rec = 0;
+    p->tmp = rec;
+    p->att_rows = p->tmp + act + (p->rec_shared ? 0 : p->grad_vals);
+    p->g1 = p->tmp + tmp;
+    p->dbig = p->g1 + 4 * p->grad_vals;
+    p->rec = p->rec_shared ? p->g1 : 0;
+    p->proj = p->rec_shared ? p->g1 + span : p->tmp + act;
+    p->total = rec + tmp + grads + (layout ? BSD : 0) + 256;
+    p->in = p->total - BSD;
+}
+
+/* The plan of a slice of B rows (at most the reserved plan's) in the reserved workspace. */
+TR__FN tr__ws_plan tr__ws_slice(const tr_model *m, int B) {
+    tr__ws_plan p;
+    tr__ws_plan_make(m, B, m->wsp.layout, &p);
+    return p;
+}
+
+/* Where the workspace's record has its gate_up fields (and the backward its SwiGLU gradient dg): dbig on the CPU;
+   with TR__WS_DEV, whose tensor-core SwiGLU ops write gate_up only to the 16-bit tape and dg only as its packing
+   (tr__cl_swiglu_bwd_kept), a reservation of address space that names them for the packing window's keys and has
+   no memory: a kernel given it fails (not a device pointer) rather than writing anywhere. */
+TR__FN float *tr__ws_gate_up(const tr_model *m, const tr__ws_plan *p) { return p->layout == TR__WS_DEV ? m->ws_name : m->ws + p->dbig; }
+/* The token mix's gate_up of record r's rows from b0 (a pass of mix_rows): where r's is the workspace's
+   (tr__ws_gate_up), which holds one pass's rows on the CPU, its start; else row b0's. */
+TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, const tr__ws_plan *p, size_t b0) {
+    return p->layout != TR__WS_DEV_GU && r->mix == tr__ws_gate_up(m, p) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
+}
+
+/* The workspace for a batch of B rows: one slice of it (tr__ws_rows), planned for the context's device. */
+TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
+    tr__ws_plan p;
+    B = tr__ws_rows(m, B);
+    tr__ws_plan_make(m, B, tr__ws_layout_for(m, B, tr__ws_device_kind(m->ctx)), &p);
+    if (m->ws && B <= m->wsp.B && p.layout == m->wsp.layout && p.d16 == m->wsp.d16 && p.r16 == m->wsp.r16) return TR_OK;
+    tr__ws_free(m);
+    if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
+    m->ws = (float *)tr__dalloc(m->ctx, p.total * sizeof(float), 0);
+    if (!m->ws) return TR_ERR_OUT_OF_MEMORY;
+#if TINYREC_OPENCL
+    if (p.layout == TR__WS_DEV) {
+        m->ws_name_bytes = TR__MAX((size_t)B * 2 * m->S * m->I, m->cfg.mlp_t ? (size_t)B * 2 * m->It * m->D : 0) * sizeof(float);
+        if (!(m->ws_name = (float *)tr__cl_reserve(m->ws_name_bytes))) {
+            tr__ws_free(m);
+            return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "out of address space naming the workspace's gate_up (%.1f MiB)", (double)m->ws_name_bytes / 1048576.0);
+        }
+    }
+#endif
+    m->wsp = p;
+    return TR_OK;
+}
 
 /* >>model: what a model computes on and in (tr_run_info) */
 TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *o) {
@@ -12707,7 +12885,7 @@ TRDEF tr_status tr_model_describe(const tr_model *m, tr_run_info *o) {
     o->threads = ctx->num_threads;
     o->precision = tr__fdt_names[m->fdt];
     o->requested = tr__fdt_names[m->fdt_asked >= 0 && m->fdt_asked <= TR_FWD_AUTO ? m->fdt_asked : m->fdt];
-    o->tape16 = tr__tape_half(m);
+    o->tape16 = m->wsp.tape16;
     if (m->fdt == TR_FWD_FLOAT32) o->products = "fp32";
     else if (mma) o->products = mma == 1 ? "tensor cores" : "emulated tensor cores";
     else if (!ctx->dev_active && m->fdt == TR_FWD_BFLOAT16) {
@@ -12737,209 +12915,6 @@ TRDEF int tr_run_info_fput_json(FILE *f, const tr_run_info *o) {
     return fprintf(f, ",\"tape16\":%s,\"fallback\":%s", o->tape16 ? "true" : "false", o->fallback ? "true" : "false") < 0 ? EOF : 0;
 }
 
-/* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
-TR__FN size_t tr__vals(size_t n, int half) { return half ? (n + 1) / 2 : n; }
-/* Floats of one block record per row (half: a 16-bit tape's or workspace's; gate_up: with the gate_up fields, gu and mlp_t's mix). */
-TR__FN size_t tr__block_rec_floats(const tr_model *m, int half, int gate_up) {
-    size_t S = (size_t)m->S, D = (size_t)m->D, n;
-    n = m->cfg.mlp_t ? tr__vals(gate_up ? 2 * (size_t)m->It * D : 0, half) + D /* mix, rstd1 */ : tr__vals(4 * S * D, half) + (size_t)m->H * S + S;
-    n += tr__vals(S * D /* h1 */ + (gate_up ? 2 * S * (size_t)m->I : 0) /* gu */ + S * D /* out */, half) + S /* rstd2 */;
-    return n + 16 * 8; /* alignment slack */
-}
-/* Rows of B whose token mix (gate_up 2 It x D, the activation It x D: mlp_t's largest scratch) the workspace holds at
-   once. The CPU's (gate_up = 0) holds as many as fit where the channel SwiGLU's of B rows fit, at least one, and the
-   token mix's forward and backward run in passes of that many rows: the same bits, as each row's products are its own
-   and the weight gradients sum the rows in order either way. A device's workspace holds all B. */
-TR__FN int tr__ws_mix_rows(const tr_model *m, int B, int gate_up) {
-    size_t per = (size_t)m->It * m->D, r;
-    if (!m->cfg.mlp_t || gate_up || !per) return B;
-    r = (size_t)B * m->S * m->I / per / (tr__ws_d16(m, gate_up) ? 2 : 1); /* (dbig's room for 2 It x D per row) */
-    if (m->ws_mix_rows > 0) r = (size_t)m->ws_mix_rows;
-    return (int)TR__MAX(1, TR__MIN((size_t)B, r));
-}
-/* Whether the block scratch's SwiGLU activation and its gradient d act hold 16-bit values: the CPU's 16-bit workspace's
-   (tr__ws_d16), and a tensor-core device's (TR__WS_DEV), whose forward writes the activation there only as the down
-   product's packed operand (tr__op_swiglu_mlp, tr__op_token_mlp) and whose backward stores d act in 16 bits
-   (tr__op_sgemm_rnd16's C), read so by dg's packing (tr__op_swiglu_bwd's da16). */
-TR__FN int tr__ws_act16(const tr_model *m, int gate_up) { return tr__ws_d16(m, gate_up) || gate_up == TR__WS_DEV; }
-/* Floats of the block scratch's activation: the channel SwiGLU's of B rows, the token mix's of tr__ws_mix_rows; with
-   TR__WS_DEV also room for the channel activation's packing (tr__cl_packed_of: B S rows padded to 128, I a multiple of
-   32; aligned, tr__cl_room). */
-TR__FN size_t tr__ws_act_floats(const tr_model *m, int B, int gate_up) {
-    return tr__vals(TR__MAX((size_t)B * m->S * m->I, (size_t)tr__ws_mix_rows(m, B, gate_up) * m->It * m->D), tr__ws_act16(m, gate_up)) +
-           (gate_up == TR__WS_DEV ? 64 * (size_t)m->I + 64 : 0);
-}
-/* Floats of the block scratch's projection output, [B, S, D] (16-bit with tr__ws_d16). */
-TR__FN size_t tr__ws_proj_floats(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
-/* Scratch a block needs besides its record: the activation (and in the backward its gradient, written over it once read),
-   the projection output, attention rows. */
-TR__FN size_t tr__block_tmp_floats(const tr_model *m, int B, int gate_up) {
-    return tr__ws_act_floats(m, B, gate_up) + (tr__ws_rec_shared(m, gate_up) ? 0 : tr__ws_proj_floats(m, B, gate_up)) +
-           (size_t)m->ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd) + 64;
-}
-
-TR__FN float *tr__carve(float **cursor, size_t n) {
-    float *p = *cursor;
-    *cursor += (n + 15) & ~(size_t)15;
-    return p;
-}
-
-/* Points a record's buffers at consecutive memory for B rows (half: a 16-bit tape's or workspace's); without with_out,
-   `out` is set separately. gate_up (or NULL): where its gate_up fields (gu; mix with mlp_t) are instead. */
-TR__FN void tr__rec_bind(const tr_model *m, tr__block_rec *r, float **cur, int B, int with_out, int half, float *gate_up) {
-    size_t S = (size_t)m->S, D = (size_t)m->D;
-    if (m->cfg.mlp_t) {
-        r->mix = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * 2 * m->It * D, half));
-        r->rstd1 = tr__carve(cur, (size_t)B * D);
-        r->att_o = r->lse = NULL;
-    } else {
-        r->mix = tr__carve(cur, tr__vals((size_t)B * 3 * S * D, half));
-        r->att_o = tr__carve(cur, tr__vals((size_t)B * S * D, half));
-        r->lse = tr__carve(cur, (size_t)B * m->H * S);
-        r->rstd1 = tr__carve(cur, (size_t)B * S);
-    }
-    r->h1 = tr__carve(cur, tr__vals((size_t)B * S * D, half));
-    r->gu = gate_up ? gate_up : tr__carve(cur, tr__vals((size_t)B * S * 2 * m->I, half));
-    r->rstd2 = tr__carve(cur, (size_t)B * S);
-    r->out = with_out ? tr__carve(cur, tr__vals((size_t)B * S * D, half)) : NULL;
-}
-
-/* Workspace floats for B rows: one block record (16-bit with tr__ws_d16), block scratch, the backward's gradient buffers (g1, g2, the
-   running gradients, then dbig the largest of its uses, tr__block_bwd), and last on a device (tr__ws_in) a block input
-   unpacked from a 16-bit tape (the CPU's products read it there as it is: tr__op_sgemm16). The record's gate_up fields are dbig's memory on the CPU (m->ws_gate_up = 0; tr__ws_dbig): a forward writes
-   them, where its product does not compute the activation itself, only to read them back in the next pass, and a
-   backward reads the tape's (an fp32 tape's, or a 16-bit one's as it is: tr__op_reads16). A device's fallbacks for
-   odd shapes unpack them there while dbig is written, so its record has its own (gate_up = 1: TR__WS_DEV_GU), unless
-   its SwiGLU ops take the tensor-core paths that never do (gate_up = 2, TR__WS_DEV: tr__ws_dev_layout); the workspace
-   reserved keeps its choice in m->ws_gate_up, which the pointers into it follow (non-zero: a device's). */
-/* Floats of the workspace's record per row: a block record (16-bit with tr__ws_r16), whose output only a device's
-   fp32 record's backward unpacks there (a 16-bit record's reads the tape's as it is, and a forward writes the caller's). */
-TR__FN size_t tr__ws_rec_floats(const tr_model *m, int gate_up) {
-    int r16 = tr__ws_r16(m, gate_up);
-    return tr__block_rec_floats(m, r16, gate_up == TR__WS_DEV_GU) - (gate_up && !r16 ? 0 : tr__vals((size_t)m->S * m->D, r16));
-}
-/* Floats of one of the backward's four gradient buffers, [B, S, D]: g1 and g2, then the running gradients between blocks
-   gcur and gnext (tr__net_bwd_rows); 16-bit with tr__ws_d16, as each is rounded once complete. */
-TR__FN size_t tr__ws_grad_vals(const tr_model *m, int B, int gate_up) { return (tr__vals((size_t)B * m->S * m->D, tr__ws_d16(m, gate_up)) + 15) & ~(size_t)15; }
-TR__FN size_t tr__ws_grad_floats(const tr_model *m, int B, int gate_up) { return 4 * tr__ws_grad_vals(m, B, gate_up); }
-/* Floats of the channel SwiGLU's dg as the tensor cores pack it (tr__cl_packed_of: B S rows padded to 128, 2 I columns
-   to 32, two values a word), and the room's alignment slack (tr__cl_room). */
-TR__FN size_t tr__ws_dg_pack_floats(const tr_model *m, int B) {
-    return ((size_t)B * m->S + 127) / 128 * 128 * (((size_t)2 * m->I + 31) / 32 * 32) / 2 + 64;
-}
-/* Floats of dbig: the channel SwiGLU's gate_up (2 I per position; 16-bit with tr__ws_d16), attention's d qkv (3 D per
-   position), or the token mix's gate_up of tr__ws_mix_rows rows. */
-TR__FN size_t tr__ws_dbig_floats(const tr_model *m, int B, int gate_up) {
-    size_t gu = (size_t)B * 2 * m->S * m->I, chan = gu, att = (size_t)B * 2 * m->S * (3 * m->D / 2 + 1);
-    /* (TR__WS_DEV: attention's d qkv, and the packing of the SwiGLU's dg before it, tr__ws_dg_room; nothing for mlp_t) */
-    if (gate_up == TR__WS_DEV) return m->cfg.mlp_t ? 0 : TR__MAX(att, tr__ws_dg_pack_floats(m, B));
-    if (tr__ws_d16(m, gate_up)) chan = tr__vals(gu, 1);
-    return TR__MAX(TR__MAX(chan, att), (size_t)tr__ws_mix_rows(m, B, gate_up) * 2 * m->It * m->D);
-}
-/* Floats of B rows' record, to a 256-byte boundary (where tr__ws_rec_shared's projection follows it). */
-TR__FN size_t tr__ws_rec_span(const tr_model *m, int B, int gate_up) { return (tr__ws_rec_floats(m, gate_up) * (size_t)B + 63) & ~(size_t)63; }
-TR__FN size_t tr__ws_floats(const tr_model *m, int B, int gate_up) {
-    size_t rec = tr__ws_rec_floats(m, gate_up) * (size_t)B, grads = tr__ws_grad_floats(m, B, gate_up) + tr__ws_dbig_floats(m, B, gate_up);
-    if (tr__ws_rec_shared(m, gate_up)) grads = TR__MAX(grads, tr__ws_rec_span(m, B, gate_up) + tr__ws_proj_floats(m, B, gate_up)), rec = 0;
-    return rec + tr__block_tmp_floats(m, B, gate_up) + grads + (gate_up ? (size_t)B * m->S * m->D : 0) + 256;
-}
-TR__FN float *tr__ws_tmp(const tr_model *m, int B) { return m->ws + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_rec_floats(m, m->ws_gate_up) * (size_t)B); }
-TR__FN float *tr__ws_g1(const tr_model *m, int B) { return tr__ws_tmp(m, B) + tr__block_tmp_floats(m, B, m->ws_gate_up); }
-/* dbig, which on the CPU also holds the record's gate_up fields (tr__ws_rec: 16-bit values with tr__ws_d16, the channel
-   SwiGLU's; the token mix's stay fp32, in passes of the rows dbig holds). */
-TR__FN float *tr__ws_dbig(const tr_model *m, int B) { return tr__ws_g1(m, B) + tr__ws_grad_floats(m, B, m->ws_gate_up); }
-/* The block scratch's projection output (tmp: tr__ws_tmp): after the activation, or with tr__ws_rec_shared after the
-   record in the gradient buffers. */
-TR__FN float *tr__ws_proj(const tr_model *m, int B, float *tmp) {
-    if (tr__ws_rec_shared(m, m->ws_gate_up)) return tr__ws_g1(m, B) + tr__ws_rec_span(m, B, m->ws_gate_up);
-    return tmp + tr__ws_act_floats(m, B, m->ws_gate_up);
-}
-/* The CPU attention's rows per thread, after the activation and (where it is there) the projection. */
-TR__FN float *tr__ws_att_rows(const tr_model *m, int B, float *tmp) {
-    return tmp + tr__ws_act_floats(m, B, m->ws_gate_up) + (tr__ws_rec_shared(m, m->ws_gate_up) ? 0 : tr__ws_proj_floats(m, B, m->ws_gate_up));
-}
-/* Where the SwiGLU backward's kept dg packing goes (tr__op_swiglu_bwd's room): a tensor-core device's attention's dbig
-   (TR__WS_DEV), free until attention's d qkv, which the window over dg's products closes before; else (NULL) operand
-   slot A. */
-TR__FN float *tr__ws_dg_room(const tr_model *m, int B) { return m->ws_gate_up == TR__WS_DEV && !m->cfg.mlp_t ? tr__ws_dbig(m, B) : NULL; }
-/* Where the workspace's record has its gate_up fields (and the backward its SwiGLU gradient dg): dbig on the CPU;
-   with TR__WS_DEV, whose tensor-core SwiGLU ops write gate_up only to the 16-bit tape and dg only as its packing
-   (tr__cl_swiglu_bwd_kept), a reservation of address space that names them for the packing window's keys and has
-   no memory: a kernel given it fails (not a device pointer) rather than writing anywhere. */
-TR__FN float *tr__ws_gate_up(const tr_model *m, int B) { return m->ws_gate_up == TR__WS_DEV ? m->ws_name : tr__ws_dbig(m, B); }
-/* The token mix's gate_up of record r's rows from b0 (a pass of tr__ws_mix_rows): where r's is the workspace's
-   (tr__ws_gate_up), which holds one pass's rows on the CPU, its start; else row b0's. */
-TR__FN float *tr__rec_mix_rows(const tr_model *m, const tr__block_rec *r, int B, size_t b0) {
-    return m->ws_gate_up != TR__WS_DEV_GU && r->mix == tr__ws_gate_up(m, B) ? r->mix : r->mix + b0 * 2 * m->It * m->D;
-}
-/* Rows (samples) the workspace holds: the recursion runs a larger batch in slices of this many rows, so that
-   the block scratch stays bounded (m->ws_tokens rows x positions) whatever the batch; only the tape
-   grows with it. Even, so that a slice starts on a whole float of a 16-bit tape. */
-TR__FN int tr__ws_rows(const tr_model *m, int B) {
-    int r = m->ws_tokens / m->S, n;
-    r = r < 2 ? 2 : r & ~1;
-    if (B <= r) return B;
-    n = (B + r - 1) / r; /* slices, then equal ones (a short last slice would waste the device) */
-    r = (B + n - 1) / n;
-    return r + (r & 1);
-}
-TR__FN float *tr__ws_in(const tr_model *m, int B) { return m->ws + tr__ws_floats(m, B, m->ws_gate_up) - (size_t)B * m->S * m->D; }
-
-/* A device's workspace layout for slices of B rows: TR__WS_DEV where the SwiGLU ops of a bfloat16 / float16 model take
-   the tensor-core paths (tr__op_mma) that read and write a 16-bit tape's gate_up fields themselves, in the forward
-   (tr__op_swiglu_mlp, tr__op_token_mlp) and the backward (tr__op_sgemm_swiglu; tr__op_swiglu_bwd's kept path, whose
-   conditions these shapes meet), so that the record's own are never written, nor the SwiGLU's dg: they have names
-   and no memory (tr__ws_gate_up), dbig holds attention's d qkv alone, and the activation scratch is 16-bit
-   (tr__ws_act16). Else (fallbacks unpack them while dbig is written) TR__WS_DEV_GU. */
-TR__FN int tr__ws_dev_layout(const tr_model *m, int B) {
-#if TINYREC_OPENCL
-    if (tr__op_mma(m->ctx, m->fdt) && m->I % 16 == 0 && (!m->cfg.mlp_t || (m->D % 32 == 0 && (size_t)m->It * m->D % 4 == 0 && B <= 65535))) return TR__WS_DEV;
-#else
-    TR__UNUSED(m);
-    TR__UNUSED(B);
-#endif
-    return TR__WS_DEV_GU;
-}
-
-/* The workspace layout for slices of B rows: 0 on the CPU, else tr__ws_dev_layout as a step of m picks it (with the
-   products in m's precision, outside a step too: tr_model_memory). */
-TR__FN int tr__ws_layout(const tr_model *m, int B) {
-    int saved = m->ctx->gemm_fdt, layout;
-    if (!m->ctx->dev_active) return 0;
-    m->ctx->gemm_fdt = m->fdt;
-    layout = tr__ws_dev_layout(m, B);
-    m->ctx->gemm_fdt = saved;
-    return layout;
-}
-
-/* The workspace (tr__ws_floats) for a batch of B rows: one slice of it (tr__ws_rows). */
-TR__FN tr_status tr__reserve_ws(tr_model *m, int B) {
-    size_t n;
-    int gate_up;
-    B = tr__ws_rows(m, B);
-    gate_up = tr__ws_layout(m, B);
-    if (B <= m->ws_B && gate_up == m->ws_gate_up && tr__ws_d16(m, gate_up) == m->ws_d16 && tr__ws_r16(m, gate_up) == m->ws_r16) return TR_OK;
-    m->ws_gate_up = gate_up;
-    m->ws_d16 = tr__ws_d16(m, gate_up);
-    m->ws_r16 = tr__ws_r16(m, gate_up);
-    n = tr__ws_floats(m, B, gate_up);
-    tr__ws_free(m);
-    if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the workspace of %d rows (injected fault)", B);
-    m->ws = (float *)tr__dalloc(m->ctx, n * sizeof(float), 0);
-    if (!m->ws) return TR_ERR_OUT_OF_MEMORY;
-#if TINYREC_OPENCL
-    if (gate_up == TR__WS_DEV) {
-        m->ws_name_bytes = TR__MAX((size_t)B * 2 * m->S * m->I, m->cfg.mlp_t ? (size_t)B * 2 * m->It * m->D : 0) * sizeof(float);
-        if (!(m->ws_name = (float *)tr__cl_reserve(m->ws_name_bytes))) {
-            tr__ws_free(m);
-            return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "out of address space naming the workspace's gate_up (%.1f MiB)", (double)m->ws_name_bytes / 1048576.0);
-        }
-    }
-#endif
-    m->ws_B = B;
-    return TR_OK;
-}
-
 /* Blocks one recorded net application holds: the deeper module's (HRM's H and L may differ). */
 TR__FN int tr__rec_layers(const tr_model *m) { return TR__MAX(m->modules[0].n_layers, m->modules[m->n_modules - 1].n_layers); }
 
@@ -12950,7 +12925,7 @@ TR__FN size_t tr__tape_net_floats(const tr_model *m, int B, int half) {
 
 TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
     size_t per_net, n;
-    int i, l, half = tr__tape_half(m);
+    int i, l, half = m->wsp.tape16;
     if (B == m->tape_B && nets == m->tape_nets && half == m->tape_half) return TR_OK;
     tr__tape_free(m, m->tape_nets);
     if (tr__fault_oom(m->ctx, B)) return tr__err(m->ctx, TR_ERR_OUT_OF_MEMORY, "opencl: out of device memory for the recorded cycle of %d rows (injected fault)", B);
@@ -12974,59 +12949,60 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 }
 
 /* --- blocks ------------------------------------------------------------------------------- */
-/* Forward of one block: r->in -> r->out, filling the record. tmp: tr__block_tmp_floats. */
+/* Forward of one block: r->in -> r->out, filling the record; its scratch is the workspace's, as the slice's plan wp lays it out. */
 /* t16: the 16-bit tape's record of this block (else NULL), whose gate_up fields (gu; mix with mlp_t) the SwiGLU ops
    write themselves (tr__rec_half then packs the rest). */
-TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, int B, tr__block_rec *r, float *tmp, int taped, const tr__block_rec *t16, int io16) {
+TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, tr__block_rec *r, int taped, const tr__block_rec *t16, int io16) {
     tr_ctx *ctx = m->ctx;
+    const int B = wp->B;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    /* (the projection in 16 bits with a 16-bit workspace, tr__ws_d16, as the activation: x16 for the ops that read it) */
-    float *act = tmp, *proj = tr__ws_proj(m, B, tmp), *rows = tr__ws_att_rows(m, B, tmp);
-    int p16 = m->ws_d16 ? TR__X16_B : 0;
-    /* and h1 in 16 bits with a 16-bit record (tr__ws_r16), written straight to a 16-bit tape's where there is one
+    /* (the projection in 16 bits with a 16-bit workspace, wsp.d16, as the activation: x16 for the ops that read it) */
+    float *act = m->ws + wp->tmp, *proj = m->ws + wp->proj, *rows = m->ws + wp->att_rows;
+    int p16 = wp->d16 ? TR__X16_B : 0;
+    /* and h1 in 16 bits with a 16-bit record (wsp.r16), written straight to a 16-bit tape's where there is one
        (tr__rec_half leaves it) */
-    void *h1 = m->ws_r16 && t16 ? (void *)t16->h1 : (void *)r->h1;
-    int h16 = m->ws_r16 ? TR__X16_C : 0;
+    void *h1 = wp->r16 && t16 ? (void *)t16->h1 : (void *)r->h1;
+    int h16 = wp->r16 ? TR__X16_C : 0;
     /* io16: r->in and r->out hold 16-bit values (a 16-bit carry's blocks, tr__net_fwd_rows; the workspace is 16-bit too) */
     int in16 = io16 ? TR__X16_A : 0, out16 = io16 ? TR__X16_C : 0;
     tr_status st;
-    if (io16 && !m->ws_d16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace");
+    if (io16 && !wp->d16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace");
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
        (reference-models.md 1.5; the norm ops round both). */
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         /* token mix on the transpose without transposing: G_b = W_tgu [2It,S] . h_b [S,D], act_b = swiglu(G_b),
-           proj_b = W_tdown [S,It] . act_b; in passes of the rows the workspace holds (tr__ws_mix_rows), G where it is
+           proj_b = W_tdown [S,It] . act_b; in passes of the rows the workspace holds (wsp.mix_rows), G where it is
            the workspace's dbig in the same place each pass */
-        int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
+        int step = wp->mix_rows, b0;
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), tr__sgemm_at(r->in, in16, o * S * D),
-                                       tr__rec_mix_rows(m, r, B, o), taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown),
-                                       (float *)TR__AT16(proj, p16, o * S * D), (tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
+                                       tr__rec_mix_rows(m, r, wp, o), taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown),
+                                       (float *)TR__AT16(proj, p16, o * S * D), (wp->act16 ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
                 return st;
         }
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, in16 | p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     } else {
         /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
-        float *qkv = m->ws_r16 && t16 ? t16->mix : r->mix, *att_o = m->ws_r16 && t16 ? t16->att_o : r->att_o;
-        int a16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0;
+        float *qkv = wp->r16 && t16 ? t16->mix : r->mix, *att_o = wp->r16 && t16 ? t16->att_o : r->att_o;
+        int a16 = wp->r16 ? TR__X16_A | TR__X16_B : 0;
         if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, BS, 3 * D, D, tr__mat_of(r->in, D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 1),
                                      tr__out_of(qkv, 3 * D, 0, 0)))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            (st = tr__op_rope16(ctx, m->fdt, m->ws_r16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
+            (st = tr__op_rope16(ctx, m->fdt, wp->r16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
         if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (m->ws_r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, BS, D, D, tr__mat_of(att_o, D, 0, 0),
+        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (wp->r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, BS, D, D, tr__mat_of(att_o, D, 0, 0),
                                      tr__mat_of(TR__W(m, ly->o), D, 0, 1), tr__out_of(proj, D, 0, 0))))
             return st;
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, in16 | p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
     if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
-                                proj, (h16 ? TR__X16_A : 0) | (tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0))))
+                                proj, (h16 ? TR__X16_A : 0) | (wp->act16 ? TR__X16_C : 0))))
         return st;
     return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16 | out16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
 }
@@ -13038,31 +13014,33 @@ TR__FN tr_status tr__grad_copy(tr_ctx *ctx, int fdt, float *src, int src16, void
 }
 
 /* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
-   din hold 16-bit values (a 16-bit workspace's running gradients, tr__ws_d16).
-   g1, g2: [B,S,D] scratch; dbig: [B, max(S*2I, S*3D)] scratch, or tr__ws_mix_rows rows of 2It*D (tr__ws_dbig_floats); tmp as in forward. t16 (or NULL): the 16-bit
+   din hold 16-bit values (a 16-bit workspace's running gradients, wsp.d16).
+   The scratch (g1, g2, dbig, the activation) is the workspace's, as the slice's plan wp lays it out. t16 (or NULL): the 16-bit
    tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
-TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block_rec *r, const tr__block_rec *t16, int B, const void *dout, void *din,
-                               int x16, float *g1, float *g2, float *dbig, float *tmp) {
+TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, const tr__block_rec *r, const tr__block_rec *t16, const void *dout, void *din,
+                               int x16) {
     tr_ctx *ctx = m->ctx;
+    const int B = wp->B;
+    float *g1 = m->ws + wp->g1, *g2 = g1 + wp->grad_vals, *dbig = m->ws + wp->dbig;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
-    float *act = tmp, *rows = tr__ws_att_rows(m, B, tmp);
+    float *act = m->ws + wp->tmp, *rows = m->ws + wp->att_rows;
     float *g_gu = TR__GRAD(m, ly->gu), *g_down = TR__GRAD(m, ly->down);
     /* the block input and output as the 16-bit tape holds them, which the CPU's weight gradient products and first norm
        read as they are (r->in and r->out unset) */
-    const uint16_t *in16 = t16 && !m->ws_gate_up ? (const uint16_t *)(const void *)t16->in : NULL;
-    const uint16_t *out16 = t16 && (!m->ws_gate_up || m->ws_r16) ? (const uint16_t *)(const void *)t16->out : NULL;
-    /* and h1 from the tape as it is with a 16-bit record (tr__ws_r16; r->h1 unset) */
-    const void *h1 = m->ws_r16 ? (const void *)t16->h1 : r->h1;
-    int h16 = m->ws_r16 ? TR__X16_B : 0;
+    const uint16_t *in16 = t16 && !wp->layout ? (const uint16_t *)(const void *)t16->in : NULL;
+    const uint16_t *out16 = t16 && (!wp->layout || wp->r16) ? (const uint16_t *)(const void *)t16->out : NULL;
+    /* and h1 from the tape as it is with a 16-bit record (wsp.r16; r->h1 unset) */
+    const void *h1 = wp->r16 ? (const void *)t16->h1 : r->h1;
+    int h16 = wp->r16 ? TR__X16_B : 0;
     /* the SwiGLU's gradient of gate_up: dbig's memory, or on tensor cores only its packing (tr__ws_gate_up) */
-    float *dg = tr__ws_gate_up(m, B);
+    float *dg = tr__ws_gate_up(m, wp);
     tr_status st;
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
     /* channel SwiGLU half; with a 16-bit workspace (g16) g1 and g2 hold 16-bit values too, which every op reads so */
-    int din16 = (x16 & TR__X16_C) != 0, g16 = m->ws_d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
+    int din16 = (x16 & TR__X16_C) != 0, g16 = wp->d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
     /* the activation in 16 bits: d act (aC), and on a tensor-core device the room for its packing (aB) */
-    int aC = tr__ws_act16(m, m->ws_gate_up) ? TR__X16_C : 0, aB = aC ? TR__X16_B : 0;
+    int aC = wp->act16 ? TR__X16_C : 0, aB = aC ? TR__X16_B : 0;
     size_t gbytes = BS * D * (g16 ? 2 : 4);
     st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0) | gC, (long)BS, (int)S, (int)D, dout,
                        out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
@@ -13077,7 +13055,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
     tr__op_pack_window(ctx, 1); /* (dg: read only by the window's products) */
-    if (g16) { /* d act and d gate_up in 16 bits (tr__ws_d16), read so by both products: the same bits */
+    if (g16) { /* d act and d gate_up in 16 bits (wsp.d16), read so by both products: the same bits */
         const uint16_t *d16 = (const uint16_t *)(const void *)dg;
         st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dg, 2 * I);
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 2 * I, D, BS, tr__mat_of(d16, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0),
@@ -13085,7 +13063,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, BS, D, 2 * I, tr__mat_of(d16, 2 * I, 0, 0),
                                          tr__mat_of(TR__W(m, ly->gu), D, 0, 0), tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
     } else {
-        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I, tr__ws_dg_room(m, B));
+        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I, wp->layout == TR__WS_DEV && !m->cfg.mlp_t ? m->ws + wp->dbig : NULL);
         if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 2 * I, D, BS, tr__mat_of(dg, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0), tr__out_of(g_gu, D, 0, 1));
         if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, BS, D, 2 * I, tr__mat_of(dg, 2 * I, 0, 0), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
                                        tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
@@ -13095,17 +13073,17 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
-        int step = tr__ws_mix_rows(m, B, m->ws_gate_up), b0;
+        int step = wp->mix_rows, b0;
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16 | gA | gC, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
         if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
-           in passes of the rows the workspace holds (tr__ws_mix_rows; the record's mix is dg's memory too where it is a
+           in passes of the rows the workspace holds (wsp.mix_rows; the record's mix is dg's memory too where it is a
            16-bit tape's copy, which the CPU does not read) */
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
             const float *g = (const float *)TR__AT16(g1, g16, o * S * D);
-            float *mix = tr__rec_mix_rows(m, r, B, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
+            float *mix = tr__rec_mix_rows(m, r, wp, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dg's) */
             st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | aB);
             if (!st) /* act <- d act */
@@ -13128,8 +13106,8 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__block
         }
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
-        const float *qkv = m->ws_r16 ? t16->mix : r->mix, *att_o = m->ws_r16 ? t16->att_o : r->att_o; /* (a 16-bit record reads the tape's) */
-        int r16 = m->ws_r16 ? TR__X16_A | TR__X16_B : 0; /* (qkv, o for attention) */
+        const float *qkv = wp->r16 ? t16->mix : r->mix, *att_o = wp->r16 ? t16->att_o : r->att_o; /* (a 16-bit record reads the tape's) */
+        int r16 = wp->r16 ? TR__X16_A | TR__X16_B : 0; /* (qkv, o for attention) */
         if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
         if ((st = tr__op_sgemm16(ctx, m->fdt, gA | (r16 & TR__X16_B), 1, D, D, BS, tr__mat_of(g1, D, 0, 1), tr__mat_of(att_o, D, 0, 0),
                                  tr__out_of(g_o, D, 0, 1)))) return st;
@@ -13172,7 +13150,7 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     tr_status st;
     /* a 16-bit record's forward writes the activations to the tape's record, and its backward reads them there: only
        the block output, the caller's fp32, is packed */
-    if (m->ws_r16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
+    if (m->wsp.r16) return unpack || !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, 0, f->out, t->out, BS * D);
     if ((m->cfg.mlp_t ? gate_up : 1) &&
         (st = tr__op_half(m->ctx, m->fdt, unpack, f->mix, t->mix, m->cfg.mlp_t ? (size_t)B * 2 * m->It * D : BS * 3 * D)))
         return st;
@@ -13183,11 +13161,11 @@ TR__FN tr_status tr__rec_half(tr_model *m, int B, int unpack, const tr__block_re
     return unpack && !f->out ? TR_OK : tr__op_half(m->ctx, m->fdt, unpack, f->out, t->out, BS * D); /* (the CPU's backward reads out as it is) */
 }
 
-/* The block record in the workspace (16-bit with tr__ws_r16; in the gradient buffers with tr__ws_rec_shared), with the
+/* The block record in the workspace (16-bit with wsp.r16; in the gradient buffers with wsp.rec_shared), with the
    statistics of tape record t (a 16-bit tape's) or its own. */
-TR__FN void tr__ws_rec(tr_model *m, int B, int with_out, const tr__block_rec *t, tr__block_rec *r) {
-    float *cur = tr__ws_rec_shared(m, m->ws_gate_up) ? tr__ws_g1(m, B) : m->ws;
-    tr__rec_bind(m, r, &cur, B, with_out, m->ws_r16, m->ws_gate_up == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, B));
+TR__FN void tr__ws_rec(tr_model *m, const tr__ws_plan *wp, int with_out, const tr__block_rec *t, tr__block_rec *r) {
+    float *cur = m->ws + wp->rec;
+    tr__rec_bind(m, r, &cur, wp->B, with_out, wp->r16, wp->layout == TR__WS_DEV_GU ? NULL : tr__ws_gate_up(m, wp));
     if (t) r->lse = t->lse, r->rstd1 = t->rstd1, r->rstd2 = t->rstd2;
 }
 
@@ -13221,21 +13199,22 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
-    /* (a device's 16-bit carry: its blocks run in fp32 on the workspace's input buffer, tr__ws_in, from z + inj widened
+    /* (a device's 16-bit carry: its blocks run in fp32 on the workspace's input buffer, wsp.in, from z + inj widened
        there; the output is stored back into out as 16 bits) */
-    float *tmp = tr__ws_tmp(m, B), *f = io16 ? tr__ws_in(m, B) : (float *)out, *h0 = in_tape ? rec->h0 : f;
+    tr__ws_plan wp = tr__ws_slice(m, B);
+    float *f = io16 ? m->ws + wp.in : (float *)out, *h0 = in_tape ? rec->h0 : f;
     tr__block_rec scratch;
     if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
-    if (io16 && !m->ws_gate_up) {
+    if (io16 && !wp.layout) {
         /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace): each block reads and
            writes the tape's record where there is one (and the output is copied to out), else out in place */
         void *cur = rec ? (void *)rec->h0 : out;
         if ((st = tr__op_add16(m->ctx, m->fdt, TR__X16_A | TR__X16_B | TR__X16_C, n, z, inj, cur))) return st;
         for (l = 0; l < md->n_layers; l++) {
-            tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, &scratch);
+            tr__ws_rec(m, &wp, 0, rec ? &rec->blocks[l] : NULL, &scratch);
             scratch.in = (float *)cur;
             scratch.out = rec ? rec->blocks[l].out : (float *)out;
-            if ((st = tr__block_fwd(m, &md->layers[l], B, &scratch, tmp, rec != NULL, rec ? &rec->blocks[l] : NULL, 1))) return st;
+            if ((st = tr__block_fwd(m, &md->layers[l], &wp, &scratch, rec != NULL, rec ? &rec->blocks[l] : NULL, 1))) return st;
             cur = scratch.out;
         }
         return rec ? tr__dcopy(m->ctx, out, cur, n * sizeof(uint16_t)) : TR_OK;
@@ -13245,11 +13224,11 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
         if (!in_tape) {
-            tr__ws_rec(m, B, 0, rec ? &rec->blocks[l] : NULL, r);
+            tr__ws_rec(m, &wp, 0, rec ? &rec->blocks[l] : NULL, r);
             r->in = f;
             r->out = f; /* in-place is safe: the input is consumed before the final norm writes */
         }
-        if ((st = tr__block_fwd(m, &md->layers[l], B, r, tmp, rec != NULL, half ? &rec->blocks[l] : NULL, 0)) != TR_OK) return st;
+        if ((st = tr__block_fwd(m, &md->layers[l], &wp, r, rec != NULL, half ? &rec->blocks[l] : NULL, 0)) != TR_OK) return st;
         if (half && (st = tr__rec_half(m, B, 0, &rec->blocks[l], r))) return st;
     }
     if (io16) return tr__op_half(m->ctx, m->fdt, 0, f, (float *)out, n);
@@ -13259,7 +13238,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
 /* Applies a module: out = blocks(z + inj) (out may alias z), in slices of tr__ws_rows rows (the rows are
    independent). With rec != NULL the activations go to the tape: computed there (an fp32 tape, then the
    result is copied to out), or in the workspace and out and then packed (a 16-bit tape). io16: z, inj and out hold
-   16-bit values (a 16-bit carry's, tr__carry16). */
+   16-bit values (a 16-bit carry's, wsp.carry16). */
 TR__FN tr_status tr__net_fwd(tr_model *m, const tr__module *md, int B, const void *z, const void *inj, void *out, int io16, tr__net_rec *rec) {
     size_t row = (size_t)m->S * m->D;
     int b0, nb, step = tr__ws_rows(m, B);
@@ -13301,34 +13280,33 @@ TR__FN tr_status tr__layer_ready(tr_model *m, const tr__grad_ready *gr, const tr
 TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const void *dout, void *dh0, int g16, const tr__grad_ready *gr) {
     size_t n = (size_t)B * m->S * m->D;
     /* the running gradient: dout for the last layer (read where it is), then each layer's din, in gcur / gnext by turns
-       (16-bit with tr__ws_d16; the first layer's goes to dh0) */
-    size_t gv = tr__ws_grad_vals(m, B, m->ws_gate_up);
-    float *g1 = tr__ws_g1(m, B), *g2 = g1 + gv, *gcur = g2 + gv, *gnext = gcur + gv, *dbig = tr__ws_dbig(m, B);
-    float *tmp = tr__ws_tmp(m, B);
+       (16-bit with wsp.d16; the first layer's goes to dh0) */
+    tr__ws_plan wp = tr__ws_slice(m, B);
+    float *gcur = m->ws + wp.g1 + 2 * wp.grad_vals, *gnext = gcur + wp.grad_vals;
     const void *dcur = dout;
     /* (a device's 16-bit dout and dh0: dout widened into gcur, and the first layer's din formed in gnext, then stored) */
-    int l, dev16 = g16 && m->ws_gate_up, cur16 = g16 && !dev16;
+    int l, dev16 = g16 && wp.layout, cur16 = g16 && !dev16;
     tr_status st;
-    if (g16 && !m->ws_gate_up && !m->ws_d16) return tr__err(m->ctx, TR_ERR_GENERIC, "net: 16-bit gradients without a 16-bit workspace");
+    if (g16 && !wp.layout && !wp.d16) return tr__err(m->ctx, TR_ERR_GENERIC, "net: 16-bit gradients without a 16-bit workspace");
     if (dev16) {
         if ((st = tr__op_half(m->ctx, m->fdt, 1, gcur, (float *)(uintptr_t)dout, n))) return st;
         dcur = gcur;
     }
     for (l = md->n_layers - 1; l >= 0; l--) {
         float *dst = l || dev16 ? gnext : (float *)dh0, *t;
-        int dst16 = l ? m->ws_d16 : g16 && !dev16;
+        int dst16 = l ? wp.d16 : g16 && !dev16;
         tr__block_rec unpacked;
         const tr__block_rec *r = &rec->blocks[l];
         if (m->tape_half) { /* the block's record and (on a device) input back in fp32 in the workspace (a 16-bit one reads the tape's) */
-            tr__ws_rec(m, B, m->ws_gate_up && !m->ws_r16, r, &unpacked);
-            unpacked.in = m->ws_gate_up ? tr__ws_in(m, B) : NULL; /* (the CPU reads the tape's input and output: tr__block_bwd) */
+            tr__ws_rec(m, &wp, wp.layout && !wp.r16, r, &unpacked);
+            unpacked.in = wp.layout ? m->ws + wp.in : NULL; /* (the CPU reads the tape's input and output: tr__block_bwd) */
             if ((st = tr__rec_half(m, B, 1, r, &unpacked)) ||
                 (unpacked.in && (st = tr__op_half(m->ctx, m->fdt, 1, (float *)unpacked.in, l ? rec->blocks[l - 1].out : rec->h0, n))))
                 return st;
             r = &unpacked;
         }
-        if ((st = tr__block_bwd(m, &md->layers[l], r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, B, dcur, dst,
-                                (cur16 ? TR__X16_A : 0) | (dst16 ? TR__X16_C : 0), g1, g2, dbig, tmp)) != TR_OK)
+        if ((st = tr__block_bwd(m, &md->layers[l], &wp, r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, dcur, dst,
+                                (cur16 ? TR__X16_A : 0) | (dst16 ? TR__X16_C : 0))) != TR_OK)
             return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         if (!l && dev16 && (st = tr__op_half(m->ctx, m->fdt, 0, gnext, (float *)dh0, n))) return st;
@@ -13341,7 +13319,7 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
 /* Backward through a recorded module application: dout -> dh0 (overwritten), in the forward's slices of rows,
    each through every layer (the weight gradients accumulate over the slices, in order). gr (may be NULL):
    this is the module's last application in the backward; its layers' gradients are final as the last
-   slice passes them. g16: dout and dh0 hold 16-bit values (a 16-bit carry's gradients, tr__carry16). */
+   slice passes them. g16: dout and dh0 hold 16-bit values (a 16-bit carry's gradients, wsp.carry16). */
 TR__FN tr_status tr__net_bwd(tr_model *m, const tr__module *md, int B, const tr__net_rec *rec, const void *dout, void *dh0, int g16, const tr__grad_ready *gr) {
     size_t row = (size_t)m->S * m->D;
     int b0, nb, step = tr__ws_rows(m, B);
@@ -13362,7 +13340,7 @@ struct tr_carry {
     int B;
     float *z_H, *z_L;     /* [B,S,D] */
     float *x, *inj;       /* the scaled input embedding and z_H + x, [B,S,D] */
-    int z16;              /* z_H, z_L, x and inj hold 16-bit values (tr__carry16) of the precision zfdt */
+    int z16;              /* z_H, z_L, x and inj hold 16-bit values (wsp.carry16) of the precision zfdt */
     int zfdt;
     float *logits, *q;    /* [B,L,V], [B,2] */
     float *rowstat;       /* [B,4] per-row token statistics of the loss (tr__op_xent) */
@@ -13407,7 +13385,7 @@ TRDEF tr_status tr_carry_create(tr_model *m, int B, tr_carry **out) {
     if (!c) return TR_ERR_OUT_OF_MEMORY;
     c->m = m;
     c->B = B;
-    c->z16 = tr__carry16(m), c->zfdt = m->fdt;
+    c->z16 = m->wsp.carry16, c->zfdt = m->fdt;
     n = tr__vals((size_t)B * m->S * m->D, c->z16);
     nf = 4 * n + (size_t)B * m->L * m->V + 6 * (size_t)B + 64;
     ni = 2 * (size_t)B + 2 * (size_t)B * m->L + (size_t)B;
@@ -13475,7 +13453,7 @@ TR__FN tr_status tr__carry_follow(tr_model *m, tr_carry *c) {
 TR__FN void tr__carry_view(const tr_carry *c, int r0, int nb, tr_carry *v) {
     const tr_model *m = c->m;
     size_t SD = (size_t)m->S * m->D, L = (size_t)m->L;
-    size_t zo = tr__vals(r0 * SD, c->z16); /* (exact: a 16-bit carry's S * D is even, tr__carry16) */
+    size_t zo = tr__vals(r0 * SD, c->z16); /* (exact: a 16-bit carry's S * D is even, wsp.carry16) */
     *v = *c;
     v->view = 1;
     v->B = nb;
@@ -13533,7 +13511,7 @@ TR__FN tr_batch tr__batch_rows(const tr_model *m, const tr_batch *bt, int r0, in
     return s;
 }
 
-/* tr__carry_refill's restart of a 16-bit carry's halted rows (tr__carry16): H_init / L_init rounded, then stored as
+/* tr__carry_refill's restart of a 16-bit carry's halted rows (wsp.carry16): H_init / L_init rounded, then stored as
    16-bit values at each position. */
 TR__FN tr_status tr__carry_restart16(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D;
@@ -13714,14 +13692,15 @@ TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
     size_t SD = (size_t)m->S * m->D, D = (size_t)m->D;
     int b0, nb, wide = c->z16 && m->ctx->dev_active, step = wide ? tr__ws_rows(m, c->B) : c->B;
     tr_status st;
-    /* (a device's 16-bit carry: in slices of the rows the workspace holds, z_H widened into its input buffer, tr__ws_in) */
+    /* (a device's 16-bit carry: in slices of the rows the workspace holds, z_H widened into its input buffer, wsp.in) */
     for (b0 = 0; b0 < c->B; b0 += nb) {
         tr_carry v;
         nb = TR__MIN(step, c->B - b0);
         tr__carry_view(c, b0, nb, &v);
         if (wide) {
-            if ((st = tr__op_half(m->ctx, m->fdt, 1, tr__ws_in(m, nb), v.z_H, (size_t)nb * SD))) return st;
-            v.z_H = tr__ws_in(m, nb), v.z16 = 0;
+            float *in = m->ws + tr__ws_slice(m, nb).in;
+            if ((st = tr__op_half(m->ctx, m->fdt, 1, in, v.z_H, (size_t)nb * SD))) return st;
+            v.z_H = in, v.z16 = 0;
         }
         if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, v.z16 ? TR__X16_A : 0, nb, (size_t)m->L, (size_t)m->V, D,
                                      tr__mat_of(tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D, SD, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 1),
@@ -14061,7 +14040,7 @@ struct tr_trainer {
     tr_carry *carry;
     float *adam_m, *adam_v, *ema;
     float *dz, *dx, *bufA, *bufB; /* [B,S,D] each */
-    int g16;                      /* they hold 16-bit values: with a 16-bit carry (tr__carry16) */
+    int g16;                      /* they hold 16-bit values: with a 16-bit carry (wsp.carry16) */
     float *dlogits, *dq, *prow, *psum;
     float *hdq;                   /* host copy of dq (== dq on the CPU) */
     float *qtarget;               /* [B] q_continue's Q-learning target (HRM), host; NULL without Q-learning */
@@ -14782,11 +14761,12 @@ TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_s
 TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
     double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
     int rows = tr__ws_rows(m, B);
-    double ws = (double)tr__ws_floats(m, rows, tr__ws_layout(m, rows)); /* (tr__reserve_ws's choice) */
+    tr__ws_plan p; /* (tr__reserve_ws's) */
+    double ws = (tr__ws_plan_make(m, rows, tr__ws_layout_for(m, rows, tr__ws_device_kind(m->ctx)), &p), (double)p.total);
     double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
-    double tape = nets * (double)tr__tape_net_floats(m, B, tr__tape_half(m));
-    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with tr__carry16) */
-    double carry = 4 * (double)tr__vals((size_t)N, tr__carry16(m)) + Bd * m->L * m->V;
+    double tape = nets * (double)tr__tape_net_floats(m, B, p.tape16);
+    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with wsp.carry16) */
+    double carry = 4 * (double)tr__vals((size_t)N, p.carry16) + Bd * m->L * m->V;
     double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
     double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
     if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));

@@ -314,10 +314,10 @@ int main(int argc, char **argv) {
         /* the training step's activation memory per sample: the recorded cycle (16-bit values in bfloat16 /
            float16, unless TINYREC_TAPE16=0), the workspace of one slice of rows (tr__ws_rows) shared by all, and the
            carry's activations with the trainer's gradients of them (z_H, z_L, x, inj; dz, dx and two buffers of the
-           backward: 16-bit with a 16-bit carry, tr__carry16), and a device's OpenCL scratch */
+           backward: 16-bit with a 16-bit carry), and a device's OpenCL scratch: the workspace's plan, m->wsp */
         double tape = m->nets ? (double)m->tape_nets * (double)tr__tape_net_floats(m, m->tape_B, m->tape_half) : 0;
-        double ws = (double)tr__ws_floats(m, tr__ws_rows(m, B), m->ws_gate_up);
-        double carry = 8.0 * (double)tr__vals((size_t)m->S * m->D, tr__carry16(m));
+        double ws = (double)m->wsp.total;
+        double carry = 8.0 * (double)tr__vals((size_t)m->S * m->D, m->wsp.carry16);
         mem_mb = skip_train ? 0 : ((tape + ws + scratch) / B + carry) * sizeof(float) / 1048576.0;
         ws_mb = skip_train ? 0 : ws * sizeof(float) / 1048576.0;
     }

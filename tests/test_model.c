@@ -122,7 +122,7 @@ static void save_prefix_carry(fd_state *s) {
 }
 
 /* slices 1: the recursion runs the batch of 3 in slices of 2 and 1 rows (tr__ws_rows), whose weight gradients add up;
-   2: the token mix runs in passes of one row (tr__ws_mix_rows) */
+   2: the token mix runs in passes of one row (wsp.mix_rows) */
 static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_type loss, int slices) {
     enum { B = 3 };
     tr_ctx *ctx = tu_ctx(2, 5);
@@ -197,6 +197,81 @@ static void check_model_grads(int hrm, int mlp_t, tr_pos_encoding pos, tr_loss_t
     tr_ctx_destroy(ctx);
 }
 static void test_grad_mlp_t(void **state) { (void)state; check_model_grads(0, 1, TR_POS_NONE, TR_LOSS_STABLEMAX, 0); }
+/* The workspace plan of every preset x precision x device kind (the CPU, a plain OpenCL device, one with tensor
+   cores) for the slice of a 768-row micro-batch: printed as a table, and checked. The 16-bit decisions follow their
+   rules, the buffers lie in order inside the total with the room their uses need, and the CPU reserves the plan. */
+static void test_ws_plan_per_preset(void **state) {
+    static const char *kinds[] = {"cpu", "opencl", "tensor cores"}, *fdts[] = {"fp32", "bf16", "fp16"};
+    static const char *layouts[] = {"cpu", "dev+gu", "dev"};
+    const char *const *names = tr_model_config_preset_names();
+    tr_ctx *ctx = tu_ctx(2, 0);
+    int k, f, kind;
+    (void)state;
+    printf("%-15s %-4s %-12s %5s %-6s %6s %7s %3s %3s %6s %5s %5s %9s\n", "preset", "prec", "device", "rows", "layout", "tape16", "carry16", "d16", "r16", "shared",
+           "act16", "mix", "MiB");
+    for (k = 0; names[k]; k++) {
+        tr_model_config c;
+        tr_model *m = (tr_model *)calloc(1, sizeof *m); /* (the shapes alone: the plan needs no weights) */
+        assert_non_null(m);
+        assert_int_equal(tr_model_config_preset(&c, names[k]), TR_OK);
+        tr__model_shape(m, ctx, &c);
+        for (f = 0; f < 3; f++) {
+            m->fdt = f;
+            for (kind = TR__DEV_CPU; kind <= TR__DEV_MMA; kind++) {
+                int B = tr__ws_rows(m, 768), half = f != TR_FWD_FLOAT32;
+                size_t S = (size_t)m->S, D = (size_t)m->D, BSD = (size_t)B * S * D;
+                size_t att = (size_t)ctx->num_threads * tr__attention_scratch_floats(m->S, m->hd), end;
+                tr__ws_plan p;
+                tr__ws_plan_make(m, B, tr__ws_layout_for(m, B, kind), &p);
+                printf("%-15s %-4s %-12s %5d %-6s %6d %7d %3d %3d %6d %5d %5d %9.1f\n", names[k], fdts[f], kinds[kind], B, layouts[p.layout], p.tape16, p.carry16, p.d16,
+                       p.r16, p.rec_shared, p.act16, p.mix_rows, (double)p.total * 4 / 1048576.0);
+                /* the decisions */
+                assert_int_equal(p.layout, kind == TR__DEV_CPU ? 0 : kind == TR__DEV_MMA && half ? TR__WS_DEV : TR__WS_DEV_GU);
+                assert_int_equal(p.tape16, half && ctx->tape16);
+                assert_int_equal(p.carry16, p.tape16 && S * D % 2 == 0);
+                assert_int_equal(p.d16, kind == TR__DEV_CPU && p.tape16);
+                assert_int_equal(p.r16, p.d16 || (p.layout == TR__WS_DEV && !m->cfg.mlp_t && p.tape16));
+                assert_int_equal(p.rec_shared, p.layout == TR__WS_DEV && p.r16);
+                assert_int_equal(p.act16, p.d16 || p.layout == TR__WS_DEV);
+                assert_true(p.mix_rows >= 1 && p.mix_rows <= B);
+                if (kind != TR__DEV_CPU || !m->cfg.mlp_t) assert_int_equal(p.mix_rows, B);
+                /* the buffers: record, activation, projection, attention rows, four gradient buffers, dbig, the input */
+                assert_true(p.grad_vals >= (p.d16 ? (BSD + 1) / 2 : BSD));
+                if (p.rec_shared) {
+                    assert_true(p.rec == p.g1 && p.rec + p.rec_row * B <= p.proj);
+                    assert_true(p.tmp == 0 && p.att_rows + att <= p.g1);
+                } else {
+                    assert_true(p.rec == 0 && p.rec_row * B <= p.tmp && p.tmp < p.proj);
+                    assert_true(p.proj + p.grad_vals <= p.att_rows && p.att_rows + att <= p.g1);
+                }
+                assert_true(p.dbig == p.g1 + 4 * p.grad_vals);
+                end = p.layout ? p.in : p.total - 256; /* (a device's block input last; the CPU's has none) */
+                if (p.layout) assert_true(p.in + BSD == p.total);
+                if (!m->cfg.mlp_t) assert_true(p.dbig + 3 * BSD <= end); /* (attention's d qkv, fp32) */
+                if (p.layout != TR__WS_DEV) assert_true(p.dbig + (size_t)B * 2 * S * m->I / (p.d16 ? 2 : 1) <= end); /* (the channel SwiGLU's gate_up) */
+                if (p.rec_shared) assert_true(p.proj + p.grad_vals <= end);
+            }
+        }
+        free(m);
+    }
+    for (f = 0; f < 3; f++) { /* a CPU model reserves its plan, in every precision */
+        tr_model_config c;
+        tr_model *m;
+        tr__ws_plan p;
+        assert_int_equal(tr_model_config_preset(&c, "trm-tiny"), TR_OK);
+        c.forward_dtype = (tr_forward_dtype)f;
+        assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
+        tr__ws_plan_make(m, tr__ws_rows(m, 8), 0, &p);
+        assert_int_equal(tr__reserve_ws(m, 8), TR_OK);
+        assert_int_equal(m->wsp.B, p.B);
+        assert_int_equal(m->wsp.total, p.total);
+        assert_int_equal(m->wsp.dbig, p.dbig);
+        assert_int_equal(m->wsp.d16, f != TR_FWD_FLOAT32);
+        tr_model_destroy(m);
+    }
+    tr_ctx_destroy(ctx);
+}
+
 static void test_grad_attention_rope(void **state) { (void)state; check_model_grads(0, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 0); }
 static void test_grad_attention_learned_softmax(void **state) { (void)state; check_model_grads(0, 0, TR_POS_LEARNED, TR_LOSS_SOFTMAX, 0); }
 static void test_grad_hrm_rope(void **state) { (void)state; check_model_grads(1, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX, 0); }
@@ -212,7 +287,7 @@ static void test_grad_slices(void **state) {
 
 /* --- training runs: threads, determinism ---------------------------------------------------- */
 /* variant 0: TRM attention, 1: TRM mlp_t, 2: HRM attention; mode 1: the recursion in two slices of 2 rows, 2: the token
-   mix in passes of one row (tr__ws_mix_rows); fdt: the forward precision */
+   mix in passes of one row (wsp.mix_rows); fdt: the forward precision */
 enum { RUN_WHOLE, RUN_SLICES, RUN_MIX_PASSES };
 static void variant_config(tr_model_config *c, int variant) {
     if (variant == 2) tu_tiny_hrm_config(c, 0, TR_POS_ROPE, TR_LOSS_STABLEMAX);
@@ -289,7 +364,7 @@ static void test_threads_and_determinism(void **state) {
     }
 }
 
-/* The CPU's workspace runs the token mix in passes of the rows its scratch holds (tr__ws_mix_rows): in passes of one row
+/* The CPU's workspace runs the token mix in passes of the rows its scratch holds (wsp.mix_rows): in passes of one row
    the steps give the bits of one pass over the batch, in every precision (each row's products are its own, and the
    weight gradients sum the rows in the same order). */
 static void test_token_mix_passes(void **state) {
@@ -306,10 +381,16 @@ static void test_token_mix_passes(void **state) {
         variant_config(&c, 1);
         assert_int_equal(tr_model_create(ctx, &c, &m), TR_OK);
         n = m->n_params;
-        assert_int_equal(tr__ws_mix_rows(m, 4, 0), 4); /* (the tiny model's dbig holds the batch: one pass) */
-        m->ws_mix_rows = 1;
-        assert_int_equal(tr__ws_mix_rows(m, 4, 0), 1);
-        assert_int_equal(tr__ws_mix_rows(m, 4, 1), 4); /* (a device's workspace holds all rows) */
+        {
+            tr__ws_plan p;
+            tr__ws_plan_make(m, 4, 0, &p);
+            assert_int_equal(p.mix_rows, 4); /* (the tiny model's dbig holds the batch: one pass) */
+            m->ws_mix_rows = 1;
+            tr__ws_plan_make(m, 4, 0, &p);
+            assert_int_equal(p.mix_rows, 1);
+            tr__ws_plan_make(m, 4, TR__WS_DEV_GU, &p);
+            assert_int_equal(p.mix_rows, 4); /* (a device's workspace holds all rows) */
+        }
         tr_model_destroy(m);
         tr_ctx_destroy(ctx);
         whole = (float *)malloc(n * 4), passes = (float *)malloc(n * 4);
@@ -778,6 +859,7 @@ int main(void) {
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_grad_mlp_t),
         cmocka_unit_test(test_token_mix_passes),
+        cmocka_unit_test(test_ws_plan_per_preset),
         cmocka_unit_test(test_grad_attention_rope),
         cmocka_unit_test(test_grad_attention_learned_softmax),
         cmocka_unit_test(test_grad_hrm_rope),

@@ -121,8 +121,8 @@ static long g_mma_products, g_packs_reused, g_wpacks_reused; /* the last run_on'
                                                                the operand packings they shared (packing windows), and
                                                                their reuses of a weight's (weights held still) */
 static int g_slices;        /* run_on: the recursion in slices of 2 rows (tr__ws_rows) */
-static int g_ws_layout;     /* run_on: the device workspace's layout (m->ws_gate_up) at the end */
-static int g_ws_r16;        /* and whether its record was 16-bit, the tape's read and written as it is (tr__ws_r16) */
+static int g_ws_layout;     /* run_on: the device workspace's layout (m->wsp.layout) at the end */
+static int g_ws_r16;        /* and whether its record was 16-bit, the tape's read and written as it is (wsp.r16) */
 static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int rows, log_capture *lc, double *loss) {
     int on_dev;
     tr_ctx *ctx = make_ctx(device, lc);
@@ -137,10 +137,10 @@ static int run_on(const char *device, int mlp_t, tr_fault fault, long at, int ro
     assert_int_equal(tr_trainer_create(m, &tc, &t), TR_OK);
     train_steps(t, 0, NSTEPS, loss);
     on_dev = ctx->dev_active;
-    g_ws_layout = m->ws_gate_up, g_ws_r16 = m->ws_r16;
+    g_ws_layout = m->wsp.layout, g_ws_r16 = m->wsp.r16;
     /* tr_model_memory counts the layout reserved; with TR__WS_DEV gate_up and dg are names that no kernel can write */
-    if (on_dev) assert_int_equal(tr__ws_layout(m, m->ws_B), m->ws_gate_up);
-    if (m->ws_gate_up == TR__WS_DEV) {
+    if (on_dev) assert_int_equal(tr__ws_layout_for(m, m->wsp.B, tr__ws_device_kind(ctx)), m->wsp.layout);
+    if (m->wsp.layout == TR__WS_DEV) {
         assert_non_null(m->ws_name);
         assert_int_not_equal(tr__op_round(ctx, TR_FWD_BFLOAT16, m->ws_name, 16), TR_OK);
     } else
@@ -576,7 +576,7 @@ static void test_trajectory_tensor_cores(void **state) {
     g_fdt = TR_FWD_BFLOAT16; /* (the fallbacks free the workspace's names with it, and the CPU's layout has none) */
     check_oom_and_enqueue(0, 40, "tensor cores");
     /* the token mix at a width whose SwiGLU ops all take the tensor-core paths: the workspace has no memory for the
-       record's gate_up fields or for dg (tr__ws_dev_layout, tr__ws_gate_up), and the trajectory is the CPU's */
+       record's gate_up fields or for dg (tr__ws_layout_for, tr__ws_gate_up), and the trajectory is the CPU's */
     g_fdt = TR_FWD_BFLOAT16, g_hidden = 32;
     check_trajectory(1);
     assert_int_equal(g_ws_layout, TR__WS_DEV);

@@ -573,7 +573,7 @@ static void test_carry16(void **state) {
     }
 }
 
-/* A tensor-core device's 16-bit record (tr__ws_r16): the row norms with any of their operands given as 16 bits, RoPE on
+/* A tensor-core device's 16-bit record (wsp.r16): the row norms with any of their operands given as 16 bits, RoPE on
    16-bit qkv, and attention with qkv and o so give, bit for bit, what the fp32 kernels give on the fp32 values (stored
    as 16 bits where the output is):
    the values are of the precision already, so widening them is exact. Odd sizes, offsets into the buffers (odd in

@@ -325,7 +325,7 @@ static void run_fixture(const char *path, int threads, int opencl) {
            differ by the spread of tol_set, and a puzzle-table entry whose summed gradient flipped sign by
            2 puzzle_emb_lr, which the embedding scales by sqrt(D) */
         {
-            const float *x = t->carry->x; /* (a 16-bit carry's, widened: tr__carry16) */
+            const float *x = t->carry->x; /* (a 16-bit carry's, widened: wsp.carry16) */
             float *wide = NULL;
             int exact = k == 1 || !g_tol->mean_rtol;
             double atol = exact ? 1e-5 : carry_atol(k) + 2 * tc.puzzle_emb_lr * sqrt((double)c.hidden_size), rtol = exact ? 1e-5 : g_tol->rtol;

@@ -269,7 +269,7 @@ static int all_rounded(int fdt, const float *x, size_t n) {
     return 1;
 }
 
-/* n values of a carry's buffer x in fp32 (malloc'd): a 16-bit carry's widened (tr__carry16). */
+/* n values of a carry's buffer x in fp32 (malloc'd): a 16-bit carry's widened (wsp.carry16). */
 static float *carry_wide(const tr_carry *c, const float *x, size_t n) {
     float *w = (float *)malloc(n * sizeof(float));
     assert_non_null(w);
@@ -566,7 +566,7 @@ static void test_tape16_same_bits(void **state) {
                 if (loss[0][s] != loss[1][s]) fail_msg("variant %d fdt %d sliced %d step %d: loss %.9g with the 16-bit tape, %.9g with fp32", variant, fdt, sliced, s + 1, loss[0][s], loss[1][s]);
             assert_memory_equal(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float));
             assert_true(train[0] < train[1]);
-            /* the carries: 16-bit with the 16-bit tape (tr__carry16), and the same values */
+            /* the carries: 16-bit with the 16-bit tape (wsp.carry16), and the same values */
             assert_int_equal(t[0]->carry->z16, 1);
             assert_int_equal(t[1]->carry->z16, 0);
             {
