@@ -137,6 +137,8 @@ test: all
 	@echo "== README quick start" && cd $(BUILD) && TINYREC_DEVICE=cpu ./readme_quickstart && rm -f model.safetensors
 	@echo "== docs/performance.md against docs/perf/*.json"; if command -v python3 >/dev/null; then \
 	  python3 tools/perf_docs.py --check && python3 tools/perf_docs.py --self-test; else echo "   (no python3: make deps installs it)"; fi
+	@echo "== the header's layering (tools/layering.py)"; if command -v python3 >/dev/null; then \
+	  python3 tools/layering.py && python3 tools/layering.py --self-test; else echo "   (no python3: make deps installs it)"; fi
 ifneq ($(HAVE_MPICC),)
 	@$(MAKE) --no-print-directory test-mpi
 else

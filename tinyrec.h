@@ -25,23 +25,26 @@
 
    Sections (grep for ">>name")
      Declarations: api-base, api-device, api-model, api-train, api-config, api-util, api-json, api-io,
-     api-data, api-checkpoint. Implementation, in file order:
-       base        status and error text, allocator (fault injection, memory limit), log, RNG, half
-                   floats, the CPU probe
-       cpu         scalar reference kernels and their AVX2 / AVX-512 twins, chosen at run time
-       sgemm       the packed SIMD GEMM
+     api-data, api-checkpoint. The implementation in layers, the file's order read from the bottom up: each
+     section calls only those below it (one reaches a section above it only through a callback it was given,
+     as the context closes its device through ctx->close_device); tools/layering.py checks it in `make test`.
+       metrics     metrics history (metrics.jsonl) and its SVG plot
+       checkpoint  model and trainer-state files
+       data        .npy, the dataset layout, puzzle readers, Sudoku / Maze / ARC builders, sampler, evaluation
+       machine     self-test and batch advice: they train a tiny model and size a batch
+       train       the trainer step: non-finite guard, device recovery
+       optim       AdamATan2, sign-SGD, EMA, learning-rate schedule
+       model       TRM and HRM: parameter layout, initialisation, the workspace plan, forward, backward, ACT
+       config      presets, the key table of every config field, the precision names
+       device      device selection and fallback, CPU info, OpenCL listing, the ops the model calls
        opencl      the OpenCL backend (TINYREC_OPENCL): opencl-runtime (loader, devices, launches,
                    memory), opencl-ops and opencl-gemm (host wrappers and the embedded kernels)
-       device      device selection and fallback, CPU info, OpenCL listing, self-test, batch advice
-       model       TRM and HRM: parameter layout, initialisation, forward, backward, ACT
-       optim       AdamATan2, sign-SGD, EMA, learning-rate schedule
-       train       the trainer step: non-finite guard, device recovery
-       config      presets and the key table of every config field
-       json        JSON reader and writer, string builder, whole-file reads, atomic file writer
+       sgemm       the packed SIMD GEMM
+       cpu         scalar reference kernels and their AVX2 / AVX-512 / NEON twins, chosen at run time
        io          safetensors reader and writer
-       data        .npy, the dataset layout, puzzle readers, Sudoku / Maze / ARC builders, sampler
-       checkpoint  model and trainer-state files
-       metrics     metrics history (metrics.jsonl) and its SVG plot
+       json        JSON reader and writer, string builder, whole-file reads, atomic file writer
+       base        status and error text, allocator (fault injection, memory limit), log, RNG, half
+                   floats, the CPU probe
    OpenCL C lives in .cl files, copied here between ">>cl-embed" markers by `make` (or
    `sh tools/cl_embed.sh tinyrec.h`); edit the files, not the copies:
        tools/opencl/ops.cl        elementwise, normalisation, embedding, loss and optimizer kernels
@@ -1477,6 +1480,7 @@ typedef enum tr__simd { TR__SIMD_SCALAR = 0, TR__SIMD_AVX2 = 1, TR__SIMD_AVX512 
 
 struct tr_ctx {
     tr_allocator allocator;
+    void (*close_device)(struct tr_ctx *ctx); /* given by the device layer when it opens a device (tr_ctx_destroy calls it) */
     tr_log_fn log;
     void *log_user;
     int num_threads;
@@ -2058,8 +2062,6 @@ TR__FN tr_status tr__fault_from_env(tr_ctx *ctx, const char *v) {
     return tr__err(ctx, TR_ERR_INVALID_ARG, "TINYREC_FAULT: %s is not one of no-library, no-platform, no-device, build, oom@STEP[:ROWS], enqueue@STEP[:N], nan@STEP[:N], enospc@N, erofs@N, no-bf16, no-half", tr__quote(&q, v));
 }
 
-TR__FN void tr__dev_close(tr_ctx *ctx);
-
 /* Physical memory in bytes, 0 when the system does not say. */
 TR__FN size_t tr__machine_memory(void) {
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
@@ -2157,7 +2159,7 @@ TRDEF tr_status tr_ctx_create(const tr_ctx_config *cfg_in, tr_ctx **out) {
 
 TRDEF void tr_ctx_destroy(tr_ctx *ctx) {
     if (!ctx) return;
-    tr__dev_close(ctx);
+    if (ctx->close_device) ctx->close_device(ctx); /* (the device layer's, given when it opened one) */
     if (ctx->scratch) ctx->allocator.free(ctx->allocator.user, ctx->scratch);
     ctx->allocator.free(ctx->allocator.user, ctx);
 }
@@ -2364,6 +2366,1533 @@ TR__FN void tr__half_ref(int fdt, int unpack, float *x, uint16_t *h, size_t n) {
     else
         for (i = 0; i < n; i++) h[i] = bf ? tr__f32_to_bf16(x[i]) : tr__f32_to_f16(x[i]);
 }
+
+/* >>json */
+
+/* ---- JSON ----------------------------------------------------------------------------------
+   A strict RFC 8259 reader that builds a tree. Every node, string, key and child array comes
+   from tr__alloc, so allocation faults and leaks are visible to the context's counters. */
+
+typedef struct tr__jp {
+    tr_ctx *ctx;
+    const unsigned char *s;
+    size_t len, pos;
+    int64_t line; /* newlines occur only in whitespace (strings reject control characters) */
+    const char *what;
+} tr__jp;
+
+TR__FN void tr__json_free_contents(tr_ctx *ctx, tr_json *v) {
+    size_t i;
+    switch (v->type) {
+    case TR_JSON_STRING: tr__free(ctx, v->string); break;
+    case TR_JSON_ARRAY:
+    case TR_JSON_OBJECT:
+        for (i = 0; i < v->count; i++) {
+            if (v->keys) tr__free(ctx, v->keys[i]);
+            if (v->items) tr__json_free_contents(ctx, &v->items[i]);
+        }
+        tr__free(ctx, v->items);
+        tr__free(ctx, v->keys);
+        break;
+    default: break;
+    }
+    memset(v, 0, sizeof *v);
+}
+
+TRDEF void tr_json_free(tr_ctx *ctx, tr_json *root) {
+    if (!root) return;
+    tr__json_free_contents(ctx, root);
+    tr__free(ctx, root);
+}
+
+/* NULL if absent or obj not an object. Keys never contain NUL (the parser rejects \u0000 in keys). */
+TRDEF const tr_json *tr_json_get(const tr_json *obj, const char *key) {
+    size_t i;
+    if (!obj || obj->type != TR_JSON_OBJECT || !key) return NULL;
+    for (i = 0; i < obj->count; i++)
+        if (strcmp(obj->keys[i], key) == 0) return &obj->items[i];
+    return NULL;
+}
+
+TRDEF const char *tr_json_type_name(tr_json_type t) {
+    switch (t) {
+    case TR_JSON_NULL: return "null";
+    case TR_JSON_BOOL: return "boolean";
+    case TR_JSON_NUMBER: return "number";
+    case TR_JSON_STRING: return "string";
+    case TR_JSON_ARRAY: return "array";
+    case TR_JSON_OBJECT: return "object";
+    }
+    return "?";
+}
+
+TR__FN tr_status tr__jp_fail(tr__jp *p, const char *msg) {
+    return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON at byte %zu: %s", p->what, p->pos, msg);
+}
+
+TR__FN void tr__jp_ws(tr__jp *p) {
+    while (p->pos < p->len) {
+        unsigned char c = p->s[p->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->line += c == '\n';
+        p->pos++;
+    }
+}
+
+/* Grows a node's child arrays (items, and keys for objects) to hold at least `need` entries. */
+TR__FN tr_status tr__jp_grow(tr__jp *p, tr_json *v, size_t *cap, size_t need) {
+    size_t ncap, bytes;
+    tr_json *items;
+    if (need <= *cap) return TR_OK;
+    ncap = *cap ? *cap * 2 : 4;
+    if (ncap < need || !tr__size_mul(ncap, sizeof(tr_json), &bytes) || !tr__size_mul(ncap, sizeof(char *), &bytes))
+        return tr__err(p->ctx, TR_ERR_OVERFLOW, "%s: JSON container too large", p->what);
+    items = (tr_json *)tr__alloc(p->ctx, ncap * sizeof(tr_json));
+    if (!items) return TR_ERR_OUT_OF_MEMORY;
+    if (v->count) memcpy(items, v->items, v->count * sizeof(tr_json));
+    if (v->type == TR_JSON_OBJECT) {
+        char **keys = (char **)tr__alloc(p->ctx, ncap * sizeof(char *));
+        if (!keys) {
+            tr__free(p->ctx, items);
+            return TR_ERR_OUT_OF_MEMORY;
+        }
+        if (v->count) memcpy(keys, v->keys, v->count * sizeof(char *));
+        tr__free(p->ctx, v->keys);
+        v->keys = keys;
+    }
+    tr__free(p->ctx, v->items);
+    v->items = items;
+    *cap = ncap;
+    return TR_OK;
+}
+
+TR__FN int tr__jp_hex4(const unsigned char *s, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned c = s[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is invalid (overlong, surrogate,
+   beyond U+10FFFF, truncated). */
+TR__FN size_t tr__utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k, i;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { k = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { k = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { k = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < k) return 0;
+    for (i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3fu);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return k;
+}
+
+TR__FN size_t tr__utf8_put(char *o, uint32_t cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* Parses a string starting at the opening quote. *out gets a tr__alloc'ed NUL-terminated copy. */
+TR__FN tr_status tr__jp_string(tr__jp *p, char **out, size_t *out_len, int is_key) {
+    size_t start = p->pos + 1, end = start, o = 0;
+    char *buf;
+    *out = NULL;
+    *out_len = 0;
+    /* find the closing quote first, so the buffer can be sized (unescaping never grows text) */
+    for (;;) {
+        if (end >= p->len) {
+            p->pos = end;
+            return tr__jp_fail(p, "unterminated string");
+        }
+        if (p->s[end] == '"') break;
+        if (p->s[end] == '\\') end++;
+        end++;
+    }
+    buf = (char *)tr__alloc(p->ctx, end - start + 1);
+    if (!buf) return TR_ERR_OUT_OF_MEMORY;
+    p->pos = start;
+    while (p->pos < end) {
+        unsigned char c = p->s[p->pos];
+        if (c < 0x20) {
+            tr__free(p->ctx, buf);
+            return tr__jp_fail(p, "control character in string (must be escaped)");
+        }
+        if (c == '\\') {
+            unsigned char e = p->s[p->pos + 1];
+            const char *simple = NULL;
+            switch (e) {
+            case '"': simple = "\""; break;
+            case '\\': simple = "\\"; break;
+            case '/': simple = "/"; break;
+            case 'b': simple = "\b"; break;
+            case 'f': simple = "\f"; break;
+            case 'n': simple = "\n"; break;
+            case 'r': simple = "\r"; break;
+            case 't': simple = "\t"; break;
+            default: break;
+            }
+            if (simple) {
+                buf[o++] = simple[0];
+                p->pos += 2;
+            } else if (e == 'u') {
+                unsigned u, u2;
+                uint32_t cp;
+                if (p->pos + 6 > end || !tr__jp_hex4(p->s + p->pos + 2, &u)) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "bad \\u escape (needs 4 hex digits)");
+                }
+                if (u >= 0xdc00 && u <= 0xdfff) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "lone low surrogate in \\u escape");
+                }
+                if (u >= 0xd800 && u <= 0xdbff) {
+                    if (p->pos + 12 > end || p->s[p->pos + 6] != '\\' || p->s[p->pos + 7] != 'u' ||
+                        !tr__jp_hex4(p->s + p->pos + 8, &u2) || u2 < 0xdc00 || u2 > 0xdfff) {
+                        tr__free(p->ctx, buf);
+                        return tr__jp_fail(p, "high surrogate not followed by a low surrogate \\u escape");
+                    }
+                    cp = 0x10000u + (((uint32_t)u - 0xd800u) << 10) + ((uint32_t)u2 - 0xdc00u);
+                    p->pos += 12;
+                } else {
+                    cp = u;
+                    p->pos += 6;
+                }
+                if (cp == 0 && is_key) {
+                    tr__free(p->ctx, buf);
+                    return tr__jp_fail(p, "object key contains \\u0000");
+                }
+                o += tr__utf8_put(buf + o, cp);
+            } else {
+                tr__free(p->ctx, buf);
+                return tr__jp_fail(p, "invalid escape in string");
+            }
+        } else if (c < 0x80) {
+            buf[o++] = (char)c;
+            p->pos++;
+        } else {
+            size_t k = tr__utf8_seq(p->s + p->pos, end - p->pos);
+            if (!k) {
+                tr__free(p->ctx, buf);
+                return tr__jp_fail(p, "invalid UTF-8 in string");
+            }
+            memcpy(buf + o, p->s + p->pos, k);
+            o += k;
+            p->pos += k;
+        }
+    }
+    buf[o] = 0;
+    p->pos = end + 1;
+    *out = buf;
+    *out_len = o;
+    return TR_OK;
+}
+
+TR__FN tr_status tr__jp_number(tr__jp *p, double *out) {
+    size_t st = p->pos, i = p->pos, n;
+    char local[64], *buf = local;
+    char *endp;
+    char dp = '.';
+    const struct lconv *lc;
+    double v;
+    if (i < p->len && p->s[i] == '-') i++;
+    if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+        p->pos = i;
+        return tr__jp_fail(p, "invalid number");
+    }
+    if (p->s[i] == '0') {
+        i++;
+        if (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') {
+            p->pos = i;
+            return tr__jp_fail(p, "leading zero in number");
+        }
+    } else
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    if (i < p->len && p->s[i] == '.') {
+        i++;
+        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+            p->pos = i;
+            return tr__jp_fail(p, "digit expected after decimal point");
+        }
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    }
+    if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
+        i++;
+        if (i < p->len && (p->s[i] == '+' || p->s[i] == '-')) i++;
+        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
+            p->pos = i;
+            return tr__jp_fail(p, "digit expected in exponent");
+        }
+        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
+    }
+    n = i - st;
+    if (n + 1 > sizeof local) {
+        buf = (char *)tr__alloc(p->ctx, n + 1);
+        if (!buf) return TR_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(buf, p->s + st, n);
+    buf[n] = 0;
+    lc = localeconv(); /* strtod follows the C locale's decimal point */
+    if (lc && lc->decimal_point && lc->decimal_point[0]) dp = lc->decimal_point[0];
+    if (dp != '.') {
+        char *d = strchr(buf, '.');
+        if (d) *d = dp;
+    }
+    v = strtod(buf, &endp);
+    if (buf != local) tr__free(p->ctx, buf);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) return tr__jp_fail(p, "number out of range");
+    p->pos = i;
+    *out = v;
+    return TR_OK;
+}
+
+TR__FN int tr__jp_cmp_keys(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Rejects duplicate keys: pairwise for small objects, sorted for large ones (no quadratic blowup). */
+TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr_json *v, size_t obj_pos) {
+    tr__qbuf q;
+    size_t i, j;
+    const char *dup = NULL;
+    if (v->count <= 8) {
+        for (i = 0; i < v->count && !dup; i++)
+            for (j = i + 1; j < v->count; j++)
+                if (strcmp(v->keys[i], v->keys[j]) == 0) {
+                    dup = v->keys[i];
+                    break;
+                }
+    } else {
+        char **sorted = (char **)tr__alloc(p->ctx, v->count * sizeof(char *));
+        if (!sorted) return TR_ERR_OUT_OF_MEMORY;
+        memcpy(sorted, v->keys, v->count * sizeof(char *));
+        qsort(sorted, v->count, sizeof(char *), tr__jp_cmp_keys);
+        for (i = 1; i < v->count; i++)
+            if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+                dup = sorted[i];
+                break;
+            }
+        tr__free(p->ctx, sorted);
+    }
+    if (dup)
+        return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON: duplicate key %s in the object at byte %zu", p->what, tr__quote(&q, dup), obj_pos);
+    return TR_OK;
+}
+
+TR__FN int tr__jp_lit(tr__jp *p, const char *lit) {
+    size_t n = strlen(lit);
+    if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0) return 0;
+    p->pos += n;
+    return 1;
+}
+
+/* Parses one value into *v (zeroed by the caller). On failure v holds whatever was built so far,
+   consistently, so the caller frees it with tr__json_free_contents. */
+TR__FN tr_status tr__jp_value(tr__jp *p, tr_json *v, int depth) {
+    tr_status st;
+    unsigned char c;
+    tr__jp_ws(p);
+    if (p->pos >= p->len) return tr__jp_fail(p, "unexpected end of input, a value was expected");
+    v->line = p->line;
+    c = p->s[p->pos];
+    if (c == '{' || c == '[') {
+        size_t cap = 0, obj_pos = p->pos;
+        int is_obj = c == '{';
+        unsigned char close = is_obj ? '}' : ']';
+        if (depth >= TR_JSON_MAX_DEPTH) return tr__jp_fail(p, "nesting deeper than 64 levels");
+        v->type = is_obj ? TR_JSON_OBJECT : TR_JSON_ARRAY;
+        p->pos++;
+        tr__jp_ws(p);
+        if (p->pos < p->len && p->s[p->pos] == close) {
+            p->pos++;
+            return TR_OK;
+        }
+        for (;;) {
+            size_t i = v->count;
+            if ((st = tr__jp_grow(p, v, &cap, i + 1)) != TR_OK) return st;
+            memset(&v->items[i], 0, sizeof v->items[i]);
+            if (is_obj) {
+                size_t klen;
+                v->keys[i] = NULL;
+                tr__jp_ws(p);
+                if (p->pos >= p->len || p->s[p->pos] != '"') return tr__jp_fail(p, "object key (a string) expected");
+                if ((st = tr__jp_string(p, &v->keys[i], &klen, 1)) != TR_OK) return st;
+                v->count = i + 1;
+                tr__jp_ws(p);
+                if (p->pos >= p->len || p->s[p->pos] != ':') return tr__jp_fail(p, "':' expected after object key");
+                p->pos++;
+            } else
+                v->count = i + 1;
+            if ((st = tr__jp_value(p, &v->items[i], depth + 1)) != TR_OK) return st;
+            tr__jp_ws(p);
+            if (p->pos < p->len && p->s[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            if (p->pos < p->len && p->s[p->pos] == close) {
+                p->pos++;
+                break;
+            }
+            return tr__jp_fail(p, is_obj ? "',' or '}' expected in object" : "',' or ']' expected in array");
+        }
+        if (is_obj) return tr__jp_check_dups(p, v, obj_pos);
+        return TR_OK;
+    }
+    if (c == '"') {
+        v->type = TR_JSON_STRING;
+        return tr__jp_string(p, &v->string, &v->len, 0);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        v->type = TR_JSON_NUMBER;
+        return tr__jp_number(p, &v->number);
+    }
+    if (tr__jp_lit(p, "true")) { v->type = TR_JSON_BOOL; v->boolean = 1; return TR_OK; }
+    if (tr__jp_lit(p, "false")) { v->type = TR_JSON_BOOL; v->boolean = 0; return TR_OK; }
+    if (tr__jp_lit(p, "null")) { v->type = TR_JSON_NULL; return TR_OK; }
+    return tr__jp_fail(p, "invalid literal (expected a value: object, array, string, number, true, false or null)");
+}
+
+/* Parses len bytes (need not be NUL-terminated). `what` names the source in error texts
+   ("model.safetensors header"). Strict: depth limit 64, duplicate object keys rejected, no
+   NaN/Infinity, no trailing garbage, control chars in strings rejected, \u escapes incl.
+   surrogate pairs, UTF-8 validated, \u0000 rejected in keys (allowed in values: see len). */
+TRDEF tr_status tr_json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_json **out) {
+    tr__jp p;
+    tr_json *root;
+    tr_status st;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: out is NULL");
+    *out = NULL;
+    if (!text && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: text is NULL");
+    p.ctx = ctx;
+    p.s = (const unsigned char *)(text ? text : "");
+    p.len = len;
+    p.pos = 0;
+    p.line = 1;
+    p.what = what ? what : "JSON";
+    root = (tr_json *)tr__calloc(ctx, 1, sizeof *root);
+    if (!root) return TR_ERR_OUT_OF_MEMORY;
+    st = tr__jp_value(&p, root, 0);
+    if (st == TR_OK) {
+        tr__jp_ws(&p);
+        if (p.pos != p.len) st = tr__jp_fail(&p, "trailing garbage after the JSON value");
+    }
+    if (st != TR_OK) {
+        tr_json_free(ctx, root);
+        return st;
+    }
+    *out = root;
+    return TR_OK;
+}
+
+/* ---- string builder ------------------------------------------------------------------------
+   data is NULL until the first append, then always NUL-terminated. After an allocation failure
+   `failed` is set and every later call is a no-op; tr__sb_status reports it. */
+typedef struct tr__sb {
+    char *data;
+    size_t len, cap;
+    tr_ctx *ctx;
+    int failed;
+} tr__sb;
+
+TR__FN void tr__sb_init(tr__sb *sb, tr_ctx *ctx) {
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+    sb->ctx = ctx;
+    sb->failed = 0;
+}
+
+TR__FN void tr__sb_free(tr__sb *sb) {
+    if (sb->data) tr__free(sb->ctx, sb->data);
+    sb->data = NULL;
+    sb->len = sb->cap = 0;
+}
+
+/* Makes room for `extra` more bytes plus the terminator; 0 on failure (failed set). */
+TR__FN int tr__sb_reserve(tr__sb *sb, size_t extra) {
+    size_t need, ncap;
+    char *nd;
+    if (sb->failed) return 0;
+    if (extra > SIZE_MAX - sb->len - 1) {
+        sb->failed = 1;
+        return 0;
+    }
+    need = sb->len + extra + 1;
+    if (need <= sb->cap) return 1;
+    ncap = sb->cap ? sb->cap : 256;
+    while (ncap < need) ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
+    nd = (char *)tr__alloc(sb->ctx, ncap);
+    if (!nd) {
+        sb->failed = 1;
+        return 0;
+    }
+    if (sb->data) {
+        memcpy(nd, sb->data, sb->len + 1);
+        tr__free(sb->ctx, sb->data);
+    } else
+        nd[0] = 0;
+    sb->data = nd;
+    sb->cap = ncap;
+    return 1;
+}
+
+TR__FN void tr__sb_append(tr__sb *sb, const char *s, size_t n) {
+    if (!tr__sb_reserve(sb, n)) return;
+    if (n) memcpy(sb->data + sb->len, s, n);
+    sb->len += n;
+    sb->data[sb->len] = 0;
+}
+
+TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...) {
+    va_list ap, ap2;
+    int n;
+    char small[256];
+    if (sb->failed) return;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        sb->failed = 1;
+        return;
+    }
+    if ((size_t)n < sizeof small) tr__sb_append(sb, small, (size_t)n);
+    else if (tr__sb_reserve(sb, (size_t)n)) {
+        vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap2);
+        sb->len += (size_t)n;
+    }
+    va_end(ap2);
+}
+
+/* The escape sequence JSON needs for byte c ('"', '\\' and control characters) in esc; 0 when c
+   stands for itself. */
+TR__FN int tr__json_escape(unsigned char c, char esc[8]) {
+    switch (c) {
+    case '"': memcpy(esc, "\\\"", 3); return 2;
+    case '\\': memcpy(esc, "\\\\", 3); return 2;
+    case '\n': memcpy(esc, "\\n", 3); return 2;
+    case '\r': memcpy(esc, "\\r", 3); return 2;
+    case '\t': memcpy(esc, "\\t", 3); return 2;
+    case '\b': memcpy(esc, "\\b", 3); return 2;
+    case '\f': memcpy(esc, "\\f", 3); return 2;
+    default: break;
+    }
+    if (c >= 0x20) return 0;
+    snprintf(esc, 8, "\\u%04x", (unsigned)c);
+    return 6;
+}
+
+/* Appends s as a quoted JSON string. s is taken as UTF-8 and passed through byte for byte, except
+   for '"', '\\' and control characters, which are escaped. */
+TR__FN void tr__sb_json_string(tr__sb *sb, const char *s) {
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    char esc[8];
+    size_t run;
+    int n;
+    tr__sb_append(sb, "\"", 1);
+    for (run = 0; u[run]; ) {
+        if ((n = tr__json_escape(u[run], esc)) == 0) {
+            run++;
+            continue;
+        }
+        tr__sb_append(sb, (const char *)u, run);
+        tr__sb_append(sb, esc, (size_t)n);
+        u += run + 1;
+        run = 0;
+    }
+    tr__sb_append(sb, (const char *)u, run);
+    tr__sb_append(sb, "\"", 1);
+}
+
+TRDEF int tr_json_fput_string(FILE *f, const char *s) {
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    char esc[8];
+    int n, bad = 0;
+    if (!f) return EOF;
+    bad |= putc('"', f) == EOF;
+    for (; *u; u++) {
+        if ((n = tr__json_escape(*u, esc)) == 0) bad |= putc(*u, f) == EOF;
+        else bad |= fwrite(esc, 1, (size_t)n, f) != (size_t)n;
+    }
+    bad |= putc('"', f) == EOF;
+    return bad ? EOF : 0;
+}
+
+/* Python's repr() of a float ("1.0", "3.25", "1e-05"): shortest round trip digits. */
+TR__FN void tr__py_float(char *out, size_t cap, double v) {
+    char buf[40], digits[24];
+    int prec, exp10 = 0, nd = 0, i;
+    char *e;
+    if (v != v) { snprintf(out, cap, "NaN"); return; }
+    if (v > DBL_MAX || v < -DBL_MAX) { snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity"); return; }
+    if (v == 0) { snprintf(out, cap, signbit(v) ? "-0.0" : "0.0"); return; }
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    /* buf = [-]d.ddde[+-]xx */
+    e = strchr(buf, 'e');
+    exp10 = atoi(e + 1);
+    for (i = 0; buf + i < e; i++)
+        if (isdigit((unsigned char)buf[i])) digits[nd++] = buf[i];
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = 0;
+    {
+        char res[64];
+        size_t o = 0;
+        if (v < 0) res[o++] = '-';
+        if (exp10 >= 16 || exp10 < -4) {
+            res[o++] = digits[0];
+            if (nd > 1) {
+                res[o++] = '.';
+                for (i = 1; i < nd; i++) res[o++] = digits[i];
+            }
+            snprintf(res + o, sizeof res - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+        } else if (exp10 >= 0) {
+            for (i = 0; i <= exp10; i++) res[o++] = i < nd ? digits[i] : '0';
+            res[o++] = '.';
+            if (nd > exp10 + 1)
+                for (i = exp10 + 1; i < nd; i++) res[o++] = digits[i];
+            else
+                res[o++] = '0';
+            res[o] = 0;
+        } else {
+            res[o++] = '0';
+            res[o++] = '.';
+            for (i = 0; i < -exp10 - 1; i++) res[o++] = '0';
+            for (i = 0; i < nd; i++) res[o++] = digits[i];
+            res[o] = 0;
+        }
+        snprintf(out, cap, "%s", res);
+    }
+}
+
+/* A number as JSON: integers without a fraction, others as Python's repr; "null" when not finite. */
+TR__FN void tr__json_number_text(char out[48], double v) {
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) snprintf(out, 48, "null");
+    else if (v == floor(v) && fabs(v) < 9e15) snprintf(out, 48, "%lld", (long long)v);
+    else tr__py_float(out, 48, v);
+}
+
+TRDEF int tr_json_fput_number(FILE *f, double v) {
+    char b[48];
+    tr__json_number_text(b, v);
+    return f && fputs(b, f) != EOF ? 0 : EOF;
+}
+
+/* TR_OK, or TR_ERR_OUT_OF_MEMORY with the reason set. */
+TR__FN tr_status tr__sb_status(tr__sb *sb) {
+    if (!sb->failed) return TR_OK;
+    return tr__err(sb->ctx, TR_ERR_OUT_OF_MEMORY, "out of memory while building text (%zu bytes so far)", sb->len);
+}
+
+/* ---- whole-file reads ----------------------------------------------------------------------
+   *data gets a tr__alloc'ed copy of the file plus a NUL terminator (not counted in *len). Files
+   larger than max_bytes are refused with TR_ERR_FORMAT. */
+TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_bytes, char **data, size_t *len) {
+    FILE *f;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    int is_stdin;
+    if (!data || !len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: NULL output pointer");
+    *data = NULL;
+    *len = 0;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: path is NULL");
+    is_stdin = !strcmp(path, "-");
+    f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) return tr__err(ctx, TR_ERR_IO, "cannot open '%s' for reading: %s", path, strerror(errno));
+    if (is_stdin) path = "<stdin>"; /* for the error texts; stdin stays open */
+#if !defined(_WIN32)
+    {
+        struct stat sb;
+        if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0) {
+            if ((uint64_t)sb.st_size > (uint64_t)max_bytes) {
+                if (!is_stdin) fclose(f);
+                return tr__err(ctx, TR_ERR_FORMAT, "'%s' is %llu bytes, more than the %zu-byte limit", path,
+                               (unsigned long long)sb.st_size, max_bytes);
+            }
+            if (ctx && ctx->mem_limit && (uint64_t)sb.st_size > (uint64_t)ctx->mem_limit) {
+                if (!is_stdin) fclose(f);
+                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "'%s' is %llu bytes, more than the %.0f MiB memory limit (tr_ctx_config.memory_limit, else the machine's memory)",
+                               path, (unsigned long long)sb.st_size, (double)ctx->mem_limit / (1024.0 * 1024.0));
+            }
+            if ((uint64_t)sb.st_size < (uint64_t)(SIZE_MAX - 2)) cap = (size_t)sb.st_size + 2; /* NUL + one byte to see EOF */
+        }
+    }
+#endif
+    if (cap < 4096) cap = 4096;
+    for (;;) {
+        size_t want, got;
+        if (!buf || n + 1 >= cap) {
+            char *nb;
+            size_t ncap = buf ? (cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2) : cap;
+            if (buf && ncap <= cap) {
+                tr__free(ctx, buf);
+                if (!is_stdin) fclose(f);
+                return tr__err(ctx, TR_ERR_OVERFLOW, "'%s' is too large to read", path);
+            }
+            nb = (char *)tr__alloc(ctx, ncap);
+            if (!nb) {
+                tr__free(ctx, buf);
+                if (!is_stdin) fclose(f);
+                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%zu bytes)", path, ncap);
+            }
+            if (buf) {
+                memcpy(nb, buf, n);
+                tr__free(ctx, buf);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        want = cap - 1 - n;
+        got = fread(buf + n, 1, want, f);
+        n += got;
+        if (n > max_bytes) {
+            tr__free(ctx, buf);
+            if (!is_stdin) fclose(f);
+            return tr__err(ctx, TR_ERR_FORMAT, "'%s' is more than the %zu-byte limit", path, max_bytes);
+        }
+        if (got < want) { /* end of file or an error */
+            if (ferror(f)) {
+                int e = errno;
+                tr__free(ctx, buf);
+                if (!is_stdin) fclose(f);
+                return tr__err(ctx, TR_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+            }
+            break;
+        }
+    }
+    if (!is_stdin) fclose(f);
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_read_file(tr_ctx *ctx, const char *path, char **data, size_t *len) { return tr__read_file_capped(ctx, path, SIZE_MAX - 1, data, len); }
+
+TRDEF void tr_free(tr_ctx *ctx, void *p) { tr__free(ctx, p); }
+
+/* ---- atomic file replacement ---------------------------------------------------------------
+   tr__atomic_begin opens `<path>.tmp.<pid>` in the target's directory; tr__atomic_write appends
+   (errors are sticky: later writes are no-ops and commit reports the first one); tr__atomic_commit
+   fsyncs the file, renames it over `path` and fsyncs the directory. On any failure the temp file
+   is removed, the previous `path` is left untouched, and TR_ERR_IO is returned with the reason.
+   tr__atomic_abort discards an unfinished write.
+
+   Tests inject failures with a tr__io_fault: the write that would take the file past `at_byte`
+   bytes writes only up to there and then fails in the chosen way. The context's disk faults
+   (tr_ctx_inject_fault, TINYREC_FAULT=enospc@N / erofs@N) pick the N-th file written: ENOSPC through
+   the same tr__io_fault, EROFS where the temporary file is created. */
+typedef enum tr__io_fault_kind {
+    TR__IO_FAULT_NONE = 0,
+    TR__IO_FAULT_SHORT,  /* write() returns a short count, then 0 (no progress) */
+    TR__IO_FAULT_ENOSPC, /* write() returns a short count, then -1 with errno ENOSPC */
+    TR__IO_FAULT_FSYNC,  /* every write succeeds; fsync of the file fails with EIO */
+    TR__IO_FAULT_RENAME  /* every write succeeds; rename fails with EACCES */
+} tr__io_fault_kind;
+typedef struct tr__io_fault {
+    tr__io_fault_kind kind;
+    uint64_t at_byte;
+} tr__io_fault;
+
+typedef struct tr__atomic_file {
+    tr_ctx *ctx;
+    const char *path; /* the caller's string: must outlive the write */
+    char *tmp_path;
+    int fd;
+    uint64_t written;
+    tr_status status; /* first failure, sticky */
+    const tr__io_fault *fault;
+    tr__io_fault ctx_fault; /* the context's disk fault, when it picks this file (fault then points here) */
+    int faulted;
+    char *dir;        /* the directory to fsync after the rename (in tmp_path's allocation) */
+} tr__atomic_file;
+
+#if !defined(_WIN32)
+TR__FN void tr__atomic_cleanup(tr__atomic_file *af) {
+    if (af->fd >= 0) close(af->fd);
+    af->fd = -1;
+    if (af->tmp_path) {
+        unlink(af->tmp_path);
+        tr__free(af->ctx, af->tmp_path);
+        af->tmp_path = NULL;
+    }
+}
+
+TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
+    size_t n;
+    memset(af, 0, sizeof *af);
+    af->ctx = ctx;
+    af->fd = -1;
+    af->path = path;
+    af->fault = fault;
+    af->status = TR_ERR_IO;
+    if (!path || !path[0]) return tr__err(ctx, TR_ERR_INVALID_ARG, "atomic write: empty path");
+    /* one allocation holds the temp name and the directory name, so that nothing can fail for
+       lack of memory once the rename has happened */
+    n = strlen(path) + 32;
+    af->tmp_path = (char *)tr__alloc(ctx, 2 * n);
+    if (!af->tmp_path) return af->status = TR_ERR_OUT_OF_MEMORY;
+    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    af->dir = af->tmp_path + n;
+    {
+        const char *slash = strrchr(path, '/');
+        size_t dlen = slash ? (size_t)(slash - path) : 1;
+        if (slash && dlen == 0) dlen = 1; /* "/file" */
+        if (slash) memcpy(af->dir, path, dlen);
+        else af->dir[0] = '.';
+        af->dir[dlen] = 0;
+    }
+    /* the context's disk fault, when it picks this file: a full disk fails the first write, a
+       read-only folder the creation of the temporary file */
+    if (ctx && (ctx->fault == TR_FAULT_IO_ENOSPC || ctx->fault == TR_FAULT_IO_EROFS) && ++ctx->io_files == ctx->fault_step) {
+        af->ctx_fault.kind = TR__IO_FAULT_ENOSPC;
+        if (ctx->fault == TR_FAULT_IO_ENOSPC) af->fault = &af->ctx_fault;
+    }
+    if (af->ctx_fault.kind && ctx->fault == TR_FAULT_IO_EROFS) {
+        af->fd = -1;
+        errno = EROFS;
+    } else
+        af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (af->fd < 0) {
+        int e = errno;
+        tr__free(ctx, af->tmp_path);
+        af->tmp_path = NULL;
+        return tr__err(ctx, TR_ERR_IO, "cannot create temporary file for '%s': %s", path, strerror(e));
+    }
+    af->status = TR_OK;
+    return TR_OK;
+}
+
+/* write(2), or the injected failure. */
+TR__FN long tr__atomic_sys_write(tr__atomic_file *af, const void *data, size_t n) {
+    const tr__io_fault *fl = af->fault;
+    if (fl && (fl->kind == TR__IO_FAULT_SHORT || fl->kind == TR__IO_FAULT_ENOSPC) && af->written + n > fl->at_byte) {
+        size_t allow = af->written >= fl->at_byte ? 0 : (size_t)(fl->at_byte - af->written);
+        if (allow > 0) return (long)write(af->fd, data, allow);
+        af->faulted = 1;
+        if (fl->kind == TR__IO_FAULT_SHORT) return 0;
+        errno = ENOSPC;
+        return -1;
+    }
+    return (long)write(af->fd, data, n);
+}
+
+TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
+    const char *p = (const char *)data;
+    if (af->status != TR_OK) return af->status;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        long w = tr__atomic_sys_write(af, p, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            tr__atomic_cleanup(af);
+            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: %s (the previous file is unchanged)",
+                                        af->path, (unsigned long long)af->written, strerror(e));
+        }
+        if (w == 0) {
+            tr__atomic_cleanup(af);
+            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: short write, no progress (disk full?) (the previous file is unchanged)",
+                                        af->path, (unsigned long long)af->written);
+        }
+        p += w;
+        n -= (size_t)w;
+        af->written += (uint64_t)w;
+    }
+    return TR_OK;
+}
+
+TR__FN void tr__atomic_abort(tr__atomic_file *af) {
+    tr__atomic_cleanup(af);
+    if (af->status == TR_OK) af->status = TR_ERR_IO;
+}
+
+TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) {
+    const tr__io_fault *fl = af->fault;
+    int dfd, e;
+    if (af->status != TR_OK) {
+        tr__atomic_cleanup(af);
+        return af->status;
+    }
+    if ((fl && fl->kind == TR__IO_FAULT_FSYNC) || fsync(af->fd) != 0) {
+        e = (fl && fl->kind == TR__IO_FAULT_FSYNC) ? EIO : errno;
+        tr__atomic_cleanup(af);
+        return af->status = tr__err(af->ctx, TR_ERR_IO, "fsync of the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
+    }
+    if (close(af->fd) != 0) {
+        e = errno;
+        af->fd = -1;
+        tr__atomic_cleanup(af);
+        return af->status = tr__err(af->ctx, TR_ERR_IO, "closing the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
+    }
+    af->fd = -1;
+    if ((fl && fl->kind == TR__IO_FAULT_RENAME) || rename(af->tmp_path, af->path) != 0) {
+        e = (fl && fl->kind == TR__IO_FAULT_RENAME) ? EACCES : errno;
+        af->status = tr__err(af->ctx, TR_ERR_IO, "renaming '%s' over '%s' failed: %s (the previous file is unchanged)", af->tmp_path, af->path, strerror(e));
+        tr__atomic_cleanup(af);
+        return af->status;
+    }
+    /* renamed: there is no temp file to remove any more; make the rename durable by syncing the
+       directory that holds the entry */
+    dfd = open(af->dir, O_RDONLY);
+    if (dfd < 0) {
+        e = errno;
+        af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but opening its directory '%s' to fsync it failed: %s", af->path, af->dir, strerror(e));
+    } else {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+            e = errno;
+            af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but fsync of its directory '%s' failed: %s", af->path, af->dir, strerror(e));
+        }
+        close(dfd);
+    }
+    tr__free(af->ctx, af->tmp_path);
+    af->tmp_path = af->dir = NULL;
+    return af->status;
+}
+#else /* _WIN32: atomic replacement is not implemented yet */
+TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
+    memset(af, 0, sizeof *af);
+    af->ctx = ctx;
+    af->path = path;
+    af->fault = fault;
+    af->fd = -1;
+    af->status = TR_ERR_UNSUPPORTED;
+    return tr__err(ctx, TR_ERR_UNSUPPORTED, "cannot write '%s': atomic file replacement is not implemented on Windows yet", path ? path : "");
+}
+TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
+    TR__UNUSED(data);
+    TR__UNUSED(n);
+    return af->status;
+}
+TR__FN void tr__atomic_abort(tr__atomic_file *af) { TR__UNUSED(af); }
+TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) { return af->status; }
+#endif
+/* >>json-end */
+
+/* >>io */
+struct tr_st_file {
+    tr_ctx *ctx;
+    char *owned;              /* the file's bytes when tr_st_open read them */
+    const unsigned char *bytes;
+    size_t len;
+    char *what;               /* file name for error texts */
+    tr_json *header;         /* tensor names and metadata point into it */
+    tr_st_tensor *tensors;    /* header order */
+    size_t count;
+    size_t *by_name;          /* indices into tensors, sorted by name */
+    const tr_json *meta;     /* the __metadata__ object, or NULL */
+};
+
+static const char *const tr__dtype_names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "BOOL"};
+static const unsigned char tr__dtype_sizes[] = {4, 2, 2, 4, 8, 1, 1};
+#define TR__NUM_DTYPES 7
+
+TRDEF const char *tr_dtype_name(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_names[d] : "?"; }
+TRDEF size_t tr_dtype_size(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_sizes[d] : 0; }
+
+/* Element count with overflow detection: 0 on overflow (*ok = 0), on bad input too. */
+TR__FN size_t tr__st_numel(const tr_st_tensor *t, int *ok) {
+    size_t n = 1;
+    int i;
+    *ok = 1;
+    if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) {
+        *ok = 0;
+        return 0;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0 || (uint64_t)t->shape[i] > (uint64_t)SIZE_MAX || !tr__size_mul(n, (size_t)t->shape[i], &n)) {
+            *ok = 0;
+            return 0;
+        }
+    }
+    return n;
+}
+
+TRDEF size_t tr_st_numel(const tr_st_tensor *t) {
+    int ok;
+    size_t n;
+    if (!t) return 0;
+    n = tr__st_numel(t, &ok);
+    return ok ? n : 0;
+}
+
+/* "[2,3,4]" into buf, for error texts. */
+TR__FN const char *tr__st_shape_str(const tr_st_tensor *t, char *buf, size_t cap) {
+    size_t o = 0;
+    int i;
+    o += (size_t)snprintf(buf, cap, "[");
+    for (i = 0; i < t->ndim && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+TR__FN uint64_t tr__le64(const unsigned char *p) {
+    uint64_t v = 0;
+    int i;
+    for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* A JSON number that is a non-negative integer no larger than 2^53 (exactly representable).
+   0 if it is not. */
+TR__FN int tr__st_json_uint(const tr_json *v, uint64_t *out) {
+    if (!v || v->type != TR_JSON_NUMBER) return 0;
+    if (!(v->number >= 0.0) || v->number > 9007199254740992.0 || floor(v->number) != v->number) return 0;
+    *out = (uint64_t)v->number;
+    return 1;
+}
+
+typedef struct tr__st_span {
+    uint64_t begin, end;
+    size_t idx;
+} tr__st_span;
+
+TR__FN int tr__st_cmp_span(const void *a, const void *b) {
+    const tr__st_span *x = (const tr__st_span *)a, *y = (const tr__st_span *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx ? 1 : 0;
+}
+
+/* qsort has no context argument: sort (name, index) pairs instead. */
+typedef struct tr__st_named {
+    const char *name;
+    size_t idx;
+} tr__st_named;
+TR__FN int tr__st_cmp_named(const void *a, const void *b) {
+    return strcmp(((const tr__st_named *)a)->name, ((const tr__st_named *)b)->name);
+}
+
+/* Validates one tensor entry of the header and fills t (everything except data). */
+TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr_json *e, tr_st_tensor *t,
+                                     tr__st_span *span, uint64_t data_len) {
+    tr__qbuf q, qn;
+    const char *qname = tr__quote(&qn, name);
+    const tr_json *dt, *sh, *off;
+    size_t i, numel = 1, nbytes;
+    int d;
+    uint64_t b, en;
+    char sbuf[200];
+    if (e->type != TR_JSON_OBJECT)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: the entry is a JSON %s, not an object with dtype, shape and data_offsets",
+                       what, qname, tr_json_type_name(e->type));
+    for (i = 0; i < e->count; i++)
+        if (strcmp(e->keys[i], "dtype") != 0 && strcmp(e->keys[i], "shape") != 0 && strcmp(e->keys[i], "data_offsets") != 0)
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unknown field %s (allowed: dtype, shape, data_offsets)", what, qname, tr__quote(&q, e->keys[i]));
+    dt = tr_json_get(e, "dtype");
+    sh = tr_json_get(e, "shape");
+    off = tr_json_get(e, "data_offsets");
+    if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'dtype'", what, qname);
+    if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'shape'", what, qname);
+    if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'data_offsets'", what, qname);
+    /* dtype */
+    if (dt->type != TR_JSON_STRING)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype is a JSON %s, not a string", what, qname, tr_json_type_name(dt->type));
+    for (d = 0; d < TR__NUM_DTYPES; d++)
+        if (strcmp(dt->string, tr__dtype_names[d]) == 0 && dt->len == strlen(tr__dtype_names[d])) break;
+    if (d == TR__NUM_DTYPES)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unsupported dtype %s (supported: F32, BF16, F16, I32, I64, U8, BOOL)",
+                       what, qname, tr__quote_n(&q, dt->string, dt->len));
+    t->dtype = (tr_dtype)d;
+    /* shape */
+    if (sh->type != TR_JSON_ARRAY)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape is a JSON %s, not an array", what, qname, tr_json_type_name(sh->type));
+    if (sh->count > TR_ST_MAX_DIMS)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape has %zu dimensions, more than the supported %d", what, qname, sh->count, TR_ST_MAX_DIMS);
+    t->ndim = (int)sh->count;
+    for (i = 0; i < sh->count; i++) {
+        const tr_json *x = &sh->items[i];
+        uint64_t dim;
+        if (x->type == TR_JSON_NUMBER && x->number < 0)
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is negative (%g)", what, qname, i, x->number);
+        if (!tr__st_json_uint(x, &dim))
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is not a non-negative integer (at most 2^53)", what, qname, i);
+        t->shape[i] = (int64_t)dim;
+        if (dim > (uint64_t)SIZE_MAX || !tr__size_mul(numel, (size_t)dim, &numel))
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s has too many elements (overflow)", what, qname,
+                           tr__st_shape_str(t, sbuf, sizeof sbuf));
+    }
+    if (!tr__size_mul(numel, tr__dtype_sizes[d], &nbytes))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s of %s is too large in bytes (overflow)", what, qname,
+                       tr__st_shape_str(t, sbuf, sizeof sbuf), tr__dtype_names[d]);
+    /* data_offsets */
+    if (off->type != TR_JSON_ARRAY || off->count != 2)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets must be an array [begin, end]", what, qname);
+    if (!tr__st_json_uint(&off->items[0], &b))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[0] is not a non-negative integer (at most 2^53)", what, qname);
+    if (!tr__st_json_uint(&off->items[1], &en))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[1] is not a non-negative integer (at most 2^53)", what, qname);
+    if (en < b)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", what, qname,
+                       (unsigned long long)b, (unsigned long long)en);
+    if ((uint64_t)nbytes != en - b)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype %s with shape %s needs %zu bytes, but data_offsets [%llu, %llu] span %llu",
+                       what, qname, tr__dtype_names[d], tr__st_shape_str(t, sbuf, sizeof sbuf), nbytes, (unsigned long long)b,
+                       (unsigned long long)en, (unsigned long long)(en - b));
+    if (en > data_len)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
+                       what, qname, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
+    t->nbytes = nbytes;
+    span->begin = b;
+    span->end = en;
+    return TR_OK;
+}
+
+/* Parses and validates everything; on success f->tensors etc. are filled. */
+TR__FN tr_status tr__st_load(tr_st_file *f) {
+    tr__qbuf q, q2;
+    tr_ctx *ctx = f->ctx;
+    const char *what = f->what;
+    uint64_t hlen, data_len, expect;
+    const unsigned char *data;
+    const tr_json *root;
+    tr__st_span *spans = NULL;
+    tr__st_named *named = NULL;
+    size_t i, k, ntensors;
+    tr_status st;
+    char hwhat[300];
+    if (f->len < 8)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: file is %zu bytes, too short for the 8-byte header length", what, f->len);
+    hlen = tr__le64(f->bytes);
+    if (hlen > TR_ST_MAX_HEADER)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", what, (unsigned long long)hlen, TR_ST_MAX_HEADER);
+    if (hlen > (uint64_t)(f->len - 8))
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes follow the length)", what,
+                       (unsigned long long)hlen, f->len - 8);
+    if (hlen < 2)
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu is too small for a JSON object", what, (unsigned long long)hlen);
+    if (f->bytes[8] != '{')
+        return tr__err(ctx, TR_ERR_FORMAT, "%s: header is not a JSON object (it must start with '{', found byte 0x%02x)", what, f->bytes[8]);
+    snprintf(hwhat, sizeof hwhat, "%.250s header", what);
+    st = tr_json_parse(ctx, (const char *)f->bytes + 8, (size_t)hlen, hwhat, &f->header);
+    if (st != TR_OK) return st;
+    root = f->header;
+    data = f->bytes + 8 + hlen;
+    data_len = (uint64_t)f->len - 8 - hlen;
+    ntensors = 0;
+    for (i = 0; i < root->count; i++) {
+        if (strcmp(root->keys[i], "__metadata__") == 0) {
+            const tr_json *m = &root->items[i];
+            if (m->type != TR_JSON_OBJECT)
+                return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr_json_type_name(m->type));
+            for (k = 0; k < m->count; k++) {
+                if (m->items[k].type != TR_JSON_STRING)
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s is a JSON %s, not a string", what, tr__quote(&q, m->keys[k]),
+                                   tr_json_type_name(m->items[k].type));
+                if (strlen(m->items[k].string) != m->items[k].len)
+                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s contains a NUL character", what, tr__quote(&q, m->keys[k]));
+            }
+            f->meta = m;
+        } else
+            ntensors++;
+    }
+    if (ntensors) {
+        f->tensors = (tr_st_tensor *)tr__calloc(ctx, ntensors, sizeof(tr_st_tensor));
+        spans = (tr__st_span *)tr__calloc(ctx, ntensors, sizeof(tr__st_span));
+        named = (tr__st_named *)tr__calloc(ctx, ntensors, sizeof(tr__st_named));
+        f->by_name = (size_t *)tr__calloc(ctx, ntensors, sizeof(size_t));
+        if (!f->tensors || !spans || !named || !f->by_name) {
+            st = TR_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+    }
+    for (i = 0, k = 0; i < root->count; i++) {
+        tr_st_tensor *t;
+        if (strcmp(root->keys[i], "__metadata__") == 0) continue;
+        t = &f->tensors[k];
+        t->name = root->keys[i];
+        t->source = f->what;
+        st = tr__st_parse_entry(ctx, what, t->name, &root->items[i], t, &spans[k], data_len);
+        if (st != TR_OK) goto done;
+        spans[k].idx = k;
+        t->data = data + spans[k].begin;
+        named[k].name = t->name;
+        named[k].idx = k;
+        k++;
+    }
+    f->count = ntensors;
+    /* the tensors must tile the data section exactly: sorted by offset, no overlap, no gap */
+    if (ntensors) qsort(spans, ntensors, sizeof *spans, tr__st_cmp_span);
+    expect = 0;
+    for (i = 0; i < ntensors; i++) {
+        if (spans[i].begin < expect) {
+            const tr__st_span *prev = &spans[i - 1];
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s (bytes [%llu, %llu)) overlaps tensor %s (bytes [%llu, %llu))", what,
+                         tr__quote(&q, f->tensors[spans[i].idx].name), (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
+                         tr__quote(&q2, f->tensors[prev->idx].name), (unsigned long long)prev->begin, (unsigned long long)prev->end);
+            goto done;
+        }
+        if (spans[i].begin > expect) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s: gap in the data section: bytes [%llu, %llu) before tensor %s belong to no tensor", what,
+                         (unsigned long long)expect, (unsigned long long)spans[i].begin, tr__quote(&q, f->tensors[spans[i].idx].name));
+            goto done;
+        }
+        expect = spans[i].end;
+    }
+    if (expect != data_len) {
+        st = tr__err(ctx, TR_ERR_FORMAT, "%s: data section is %llu bytes but the tensors cover %llu: %llu trailing bytes belong to no tensor", what,
+                     (unsigned long long)data_len, (unsigned long long)expect, (unsigned long long)(data_len - expect));
+        goto done;
+    }
+    /* names are unique (the JSON reader rejects duplicate keys); index them for tr_st_find */
+    if (ntensors) qsort(named, ntensors, sizeof *named, tr__st_cmp_named);
+    for (i = 0; i < ntensors; i++) f->by_name[i] = named[i].idx;
+    st = TR_OK;
+done:
+    tr__free(ctx, spans);
+    tr__free(ctx, named);
+    return st;
+}
+
+TR__FN void tr__st_destroy(tr_st_file *f) {
+    tr_ctx *ctx;
+    if (!f) return;
+    ctx = f->ctx;
+    tr_json_free(ctx, f->header);
+    tr__free(ctx, f->tensors);
+    tr__free(ctx, f->by_name);
+    tr__free(ctx, f->what);
+    tr__free(ctx, f->owned);
+    tr__free(ctx, f);
+}
+
+/* Takes ownership of `owned` (freed on failure too). */
+TR__FN tr_status tr__st_open_bytes(tr_ctx *ctx, const void *bytes, size_t len, char *owned, const char *what, tr_st_file **out) {
+    tr_st_file *f;
+    size_t wl;
+    tr_status st;
+    f = (tr_st_file *)tr__calloc(ctx, 1, sizeof *f);
+    if (!f) {
+        tr__free(ctx, owned);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    f->ctx = ctx;
+    f->owned = owned;
+    f->bytes = (const unsigned char *)bytes;
+    f->len = len;
+    wl = strlen(what);
+    f->what = (char *)tr__alloc(ctx, wl + 1);
+    if (!f->what) {
+        tr__st_destroy(f);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(f->what, what, wl + 1);
+    st = tr__st_load(f);
+    if (st != TR_OK) {
+        tr__st_destroy(f);
+        return st;
+    }
+    *out = f;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_st_open_memory(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_st_file **out) {
+    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: out is NULL") : TR_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!bytes && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: bytes is NULL");
+    return tr__st_open_bytes(ctx, bytes ? bytes : "", len, NULL, what ? what : "<memory>", out);
+}
+
+TRDEF tr_status tr_st_open(tr_ctx *ctx, const char *path, tr_st_file **out) {
+    char *data;
+    size_t len;
+    tr_status st;
+    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: out is NULL") : TR_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: path is NULL");
+    st = tr_read_file(ctx, path, &data, &len);
+    if (st != TR_OK) return st;
+    return tr__st_open_bytes(ctx, data, len, data, path, out);
+}
+
+TRDEF void tr_st_close(tr_st_file *f) { tr__st_destroy(f); }
+TRDEF size_t tr_st_count(const tr_st_file *f) { return f ? f->count : 0; }
+TRDEF const tr_st_tensor *tr_st_at(const tr_st_file *f, size_t i) { return f && i < f->count ? &f->tensors[i] : NULL; }
+
+TRDEF const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name) {
+    size_t lo = 0, hi;
+    if (!f || !name) return NULL;
+    hi = f->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const tr_st_tensor *t = &f->tensors[f->by_name[mid]];
+        int c = strcmp(t->name, name);
+        if (c == 0) return t;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, int ndim, const int64_t *shape, const tr_st_tensor **out) {
+    tr__qbuf q;
+    const tr_st_tensor *t;
+    char buf1[200], buf2[200];
+    int i;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!f || !name || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_get: NULL argument");
+    *out = NULL;
+    t = tr_st_find(f, name);
+    if (!t) {
+        static const char prefix[] = "_orig_mod.";
+        size_t nl = strlen(name);
+        char local[256], *full = local;
+        if (nl + sizeof prefix > sizeof local) {
+            full = (char *)tr__alloc(ctx, nl + sizeof prefix);
+            if (!full) return TR_ERR_OUT_OF_MEMORY;
+        }
+        memcpy(full, prefix, sizeof prefix - 1);
+        memcpy(full + sizeof prefix - 1, name, nl + 1);
+        t = tr_st_find(f, full);
+        if (full != local) tr__free(ctx, full);
+    }
+    if (!t) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor %s", f->what, tr__quote(&q, name));
+    if (shape) {
+        int same = t->ndim == ndim;
+        for (i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+        if (!same) {
+            tr_st_tensor want;
+            memset(&want, 0, sizeof want);
+            want.ndim = ndim < 0 ? 0 : ndim > TR_ST_MAX_DIMS ? TR_ST_MAX_DIMS : ndim;
+            for (i = 0; i < want.ndim; i++) want.shape[i] = shape[i];
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", f->what, tr__quote(&q, t->name), tr__st_shape_str(t, buf1, sizeof buf1),
+                           tr__st_shape_str(&want, buf2, sizeof buf2));
+        }
+    }
+    *out = t;
+    return TR_OK;
+}
+
+TRDEF const char *tr_st_metadata(const tr_st_file *f, const char *key) {
+    const tr_json *v;
+    if (!f || !f->meta) return NULL;
+    v = tr_json_get(f->meta, key);
+    return v ? v->string : NULL;
+}
+TRDEF size_t tr_st_metadata_count(const tr_st_file *f) { return f && f->meta ? f->meta->count : 0; }
+TRDEF const char *tr_st_metadata_key(const tr_st_file *f, size_t i) { return f && f->meta && i < f->meta->count ? f->meta->keys[i] : NULL; }
+
+/* Common checks of the read functions: returns the element count or sets the error. */
+TR__FN tr_status tr__st_check_read(tr_ctx *ctx, const tr_st_tensor *t, const void *dst, size_t count, const char *fn) {
+    tr__qbuf q;
+    int ok;
+    size_t n;
+    const char *src = t && t->source ? t->source : "<tensor>";
+    if (!t || (!dst && count)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: NULL tensor or destination", fn);
+    if ((unsigned)t->dtype >= TR__NUM_DTYPES)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has an invalid dtype %d", fn, src, tr__quote(&q, t->name), (int)t->dtype);
+    n = tr__st_numel(t, &ok);
+    if (!ok || !tr__size_mul(n, tr__dtype_sizes[t->dtype], &n) || n != t->nbytes || (!t->data && t->nbytes))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s is inconsistent (shape, dtype and nbytes disagree)", fn, src, tr__quote(&q, t->name));
+    n = tr__st_numel(t, &ok);
+    if (count != n)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has %zu elements, but %zu were asked for", fn, src, tr__quote(&q, t->name), n, count);
+    return TR_OK;
+}
+
+TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, size_t count) {
+    tr__qbuf q;
+    const unsigned char *p;
+    size_t i;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_f32")) != TR_OK) return st;
+    p = (const unsigned char *)t->data;
+    switch (t->dtype) {
+    case TR_F32:
+        for (i = 0; i < count; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+            memcpy(&dst[i], &u, 4);
+        }
+        return TR_OK;
+    case TR_BF16:
+        for (i = 0; i < count; i++) dst[i] = tr__bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return TR_OK;
+    case TR_F16:
+        for (i = 0; i < count; i++) dst[i] = tr__f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return TR_OK;
+    default:
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_f32: %s: tensor %s is %s, not a floating-point dtype (F32, BF16, F16)",
+                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
+    }
+}
+
+TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst, size_t count) {
+    tr__qbuf q;
+    const unsigned char *p;
+    size_t i;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_i64")) != TR_OK) return st;
+    p = (const unsigned char *)t->data;
+    switch (t->dtype) {
+    case TR_I32:
+        for (i = 0; i < count; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+            int32_t s;
+            memcpy(&s, &u, 4);
+            dst[i] = s;
+        }
+        return TR_OK;
+    case TR_I64:
+        for (i = 0; i < count; i++) {
+            uint64_t u = tr__le64(p + 8 * i);
+            memcpy(&dst[i], &u, 8);
+        }
+        return TR_OK;
+    case TR_U8:
+        for (i = 0; i < count; i++) dst[i] = p[i];
+        return TR_OK;
+    case TR_BOOL:
+        for (i = 0; i < count; i++) dst[i] = p[i] != 0;
+        return TR_OK;
+    default:
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_i64: %s: tensor %s is %s, not an integer dtype (I32, I64, U8, BOOL)",
+                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
+    }
+}
+
+/* Builds the header (without the 8-byte length), padded with spaces to a multiple of 8, laying the
+   tensors out in the given order. Validates the tensors; `what` names the destination. */
+TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_tensor *ts, size_t n, const char *const *mk,
+                                      const char *const *mv, size_t n_meta, tr__sb *sb) {
+    tr__qbuf q;
+    size_t i, j;
+    uint64_t off = 0;
+    tr__st_named *named = NULL;
+    tr_status st = TR_OK;
+    if (n && !ts) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensors is NULL", what);
+    if (n_meta && (!mk || !mv)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata keys or values are NULL", what);
+    for (i = 0; i < n_meta; i++) {
+        if (!mk[i] || !mv[i]) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata entry %zu has a NULL key or value", what, i);
+        for (j = 0; j < i; j++)
+            if (strcmp(mk[i], mk[j]) == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata key %s appears twice", what, tr__quote(&q, mk[i]));
+    }
+    for (i = 0; i < n; i++) {
+        const tr_st_tensor *t = &ts[i];
+        int ok;
+        size_t numel, nb;
+        if (!t->name) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %zu has no name", what, i);
+        if (strcmp(t->name, "__metadata__") == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: '__metadata__' is reserved, not a tensor name", what);
+        if ((unsigned)t->dtype >= TR__NUM_DTYPES) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: invalid dtype %d", what, tr__quote(&q, t->name), (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: ndim %d is out of range 0..%d", what, tr__quote(&q, t->name), t->ndim, TR_ST_MAX_DIMS);
+        for (j = 0; j < (size_t)t->ndim; j++)
+            if (t->shape[j] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: shape[%zu] is negative", what, tr__quote(&q, t->name), j);
+        numel = tr__st_numel(t, &ok);
+        if (!ok || !tr__size_mul(numel, tr__dtype_sizes[t->dtype], &nb))
+            return tr__err(ctx, TR_ERR_OVERFLOW, "%s: tensor %s: size overflows", what, tr__quote(&q, t->name));
+        if (nb != t->nbytes)
+            return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: nbytes is %zu but dtype %s and the shape need %zu", what, tr__quote(&q, t->name),
+                           t->nbytes, tr__dtype_names[t->dtype], nb);
+        if (nb && !t->data) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: data is NULL", what, tr__quote(&q, t->name));
+    }
+    if (n > 1) { /* unique names */
+        named = (tr__st_named *)tr__calloc(ctx, n, sizeof *named);
+        if (!named) return TR_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < n; i++) {
+            named[i].name = ts[i].name;
+            named[i].idx = i;
+        }
+        qsort(named, n, sizeof *named, tr__st_cmp_named);
+        for (i = 1; i < n; i++)
+            if (strcmp(named[i - 1].name, named[i].name) == 0) {
+                st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor name %s appears twice", what, tr__quote(&q, named[i].name));
+                break;
+            }
+        tr__free(ctx, named);
+        if (st != TR_OK) return st;
+    }
+    tr__sb_append(sb, "{", 1);
+    if (n_meta) {
+        tr__sb_append(sb, "\"__metadata__\":{", 16);
+        for (i = 0; i < n_meta; i++) {
+            if (i) tr__sb_append(sb, ",", 1);
+            tr__sb_json_string(sb, mk[i]);
+            tr__sb_append(sb, ":", 1);
+            tr__sb_json_string(sb, mv[i]);
+        }
+        tr__sb_append(sb, "}", 1);
+    }
+    for (i = 0; i < n; i++) {
+        const tr_st_tensor *t = &ts[i];
+        int d;
+        if (i || n_meta) tr__sb_append(sb, ",", 1);
+        tr__sb_json_string(sb, t->name);
+        tr__sb_printf(sb, ":{\"dtype\":\"%s\",\"shape\":[", tr__dtype_names[t->dtype]);
+        for (d = 0; d < t->ndim; d++) tr__sb_printf(sb, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+        tr__sb_printf(sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + t->nbytes));
+        off += t->nbytes;
+    }
+    tr__sb_append(sb, "}", 1);
+    while (!sb->failed && sb->len % 8) tr__sb_append(sb, " ", 1);
+    if ((st = tr__sb_status(sb)) != TR_OK) return st;
+    if (sb->len > TR_ST_MAX_HEADER)
+        return tr__err(ctx, TR_ERR_OVERFLOW, "%s: the header would be %zu bytes, more than the %u-byte limit", what, sb->len, TR_ST_MAX_HEADER);
+    return TR_OK;
+}
+
+/* tr_st_write with an optional injected I/O failure (tests). */
+TR__FN tr_status tr__st_write_ex(tr_ctx *ctx, const char *path, const tr_st_tensor *ts, size_t n, const char *const *mk,
+                                  const char *const *mv, size_t n_meta, const tr__io_fault *fault) {
+    tr__sb sb;
+    tr__atomic_file af;
+    unsigned char lenbuf[8];
+    uint64_t hl;
+    size_t i;
+    int b;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_write: path is NULL");
+    tr__sb_init(&sb, ctx);
+    st = tr__st_build_header(ctx, path, ts, n, mk, mv, n_meta, &sb);
+    if (st != TR_OK) {
+        tr__sb_free(&sb);
+        return st;
+    }
+    hl = sb.len;
+    for (b = 0; b < 8; b++) lenbuf[b] = (unsigned char)(hl >> (8 * b));
+    st = tr__atomic_begin(ctx, path, fault, &af);
+    if (st == TR_OK) {
+        tr__atomic_write(&af, lenbuf, 8);
+        tr__atomic_write(&af, sb.data, sb.len);
+        for (i = 0; i < n; i++)
+            if (ts[i].nbytes) tr__atomic_write(&af, ts[i].data, ts[i].nbytes);
+        st = tr__atomic_commit(&af);
+    }
+    tr__sb_free(&sb);
+    return st;
+}
+
+TRDEF tr_status tr_st_write(tr_ctx *ctx, const char *path, const tr_st_tensor *tensors, size_t n, const char *const *meta_keys,
+                            const char *const *meta_values, size_t n_meta) {
+    return tr__st_write_ex(ctx, path, tensors, n, meta_keys, meta_values, n_meta, NULL);
+}
+/* >>io-end */
 
 /* >>cpu
    Kernels. Each op has a plain scalar reference (tr__*_ref, kept forever and used by the tests)
@@ -5508,7 +7037,6 @@ TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, 
     tr__io16(E->half_fn, E->fdt, E->c16, 1, TR__AT16(J->C, E->c16, at), J->ldc, mr, nr, t, ldt);
 }
 
-
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
    holds 16-bit values (J->a16), they are first widened exactly into tile, so the packing and its bits are those
    of the fp32 values. */
@@ -6015,6 +7543,15 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size
 #undef TR__SG_YFMA
 #undef TR__SG_YSTEP
 #undef TR__SG_YSTORE
+TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                         float *C, size_t ldc, int accumulate) {
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if ((M && N && K && (!A || !B)) || (M && N && !C)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: NULL matrix");
+    if ((transA ? lda < M : lda < K) || (transB ? ldb < K : ldb < N) || ldc < N)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: a leading dimension is smaller than its row");
+    return tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, transA), tr__mat_of(B, ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate));
+}
+
 /* >>sgemm-end */
 
 /* >>opencl (only with TINYREC_OPENCL): the runtime, then the kernels of every op, the SGEMM and attention. The kernels'
@@ -10884,8 +12421,8 @@ static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEM
    pointer arithmetic unchanged and the ops below resolve pointers to (buffer, offset). Falling
    back to the CPU commits those reservations as host memory holding the device's data, so every
    pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels.
-   Then what the machine offers (>>api-device): CPU info, the OpenCL listing, the self-test and the
-   batch advice that tinyrec-devices prints. */
+   Then what the machine offers (>>api-device): CPU info and the OpenCL listing (the self-test and the batch
+   advice, which build models and train them, are >>machine's, above the trainer). */
 #if TINYREC_OPENCL
 #define TR__ON_CL(ctx, call)                  \
     do {                                      \
@@ -10934,6 +12471,7 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
             const tr__cl_info *in = tr__cl_get_info(cl);
             ctx->cl = cl;
             ctx->dev_active = 1;
+            ctx->close_device = tr__dev_close;
             snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %.150s (%.100s)", in->name, in->vendor);
             memcpy(ctx->error, saved, sizeof saved);
             return TR_OK;
@@ -11099,317 +12637,6 @@ TRDEF tr_status tr_opencl_list_devices(tr_ctx *ctx, tr_opencl_list *out) {
     snprintf(out->note, sizeof out->note, "this build has no OpenCL backend (built without TINYREC_OPENCL)");
 #endif
     return st;
-}
-
-/* A private context for work that must not touch the caller's device (the self-test opens its
-   own; the batch advice builds a model on the CPU): the caller's allocator and threads, a fixed
-   seed. Its allocations count as the caller's, and the caller's pending tr_ctx_fail_alloc_at
-   applies to them, so allocation-failure sweeps reach inside. */
-TR__FN tr_status tr__ctx_child(tr_ctx *ctx, const char *device, tr_log_fn log, void *log_user, tr_ctx **out) {
-    tr__qbuf q;
-    tr_ctx_config cc = tr_ctx_config_default();
-    tr_status st;
-    cc.allocator = ctx->allocator;
-    cc.num_threads = ctx->num_threads;
-    cc.seed = 1234;
-    cc.simd = "auto"; /* never TINYREC_SIMD / TINYREC_DEVICE: the caller says what it wants */
-    cc.device = device;
-    cc.log = log, cc.log_user = log_user;
-    if ((st = tr_ctx_create(&cc, out)) != TR_OK) return tr__err(ctx, st, "cannot create a context for %s: %s", tr__quote(&q, device), tr_status_string(st));
-    if (ctx->fail_alloc_at > ctx->alloc_count) (*out)->fail_alloc_at = ctx->fail_alloc_at - ctx->alloc_count;
-    return TR_OK;
-}
-
-TR__FN void tr__ctx_child_done(tr_ctx *ctx, tr_ctx *child) {
-    if (!child) return;
-    ctx->alloc_count += child->alloc_count;
-    tr_ctx_destroy(child);
-}
-
-/* The self-test model: a tiny TRM, without the puzzle embedding (sign-SGD reacts to rounding noise). */
-#define TR__ST_L 24
-#define TR__ST_V 11
-TR__FN void tr__st_config(tr_model_config *cfg, int attention) {
-    tr_model_config_preset(cfg, "trm-tiny");
-    cfg->seq_len = TR__ST_L, cfg->vocab_size = TR__ST_V;
-    cfg->hidden_size = 64, cfg->num_heads = 4, cfg->expansion = 2, cfg->L_layers = 2;
-    cfg->H_cycles = 2, cfg->L_cycles = 2, cfg->halt_max_steps = 2;
-    cfg->puzzle_emb_ndim = 0, cfg->puzzle_emb_len = 0, cfg->num_puzzle_identifiers = 1;
-    cfg->mlp_t = !attention;
-    cfg->pos_encodings = attention ? TR_POS_ROPE : TR_POS_NONE;
-}
-
-typedef struct tr__st_out {
-    float *logits; /* the forward pass before training: [B, L, V] */
-    double losses[TR_SELFTEST_STEPS];
-    float *params; /* every trainable tensor after training, concatenated */
-    size_t nparams;
-    int ntensors;
-    size_t offsets[64 + 1];
-} tr__st_out;
-
-TR__FN void tr__st_free(tr_ctx *ctx, tr__st_out *o) {
-    tr__free(ctx, o->logits);
-    tr__free(ctx, o->params);
-    memset(o, 0, sizeof *o);
-}
-
-/* The last warning of a self-test context: why a device was not opened or was left. */
-TR__FN void tr__st_log(void *user, tr_log_level level, const char *message) {
-    if (level >= TR_LOG_WARN) snprintf((char *)user, 256, "%s", message);
-}
-
-/* A failed call inside the test: running out of memory is the caller's error (returned); anything
-   else fails the test (fail gets the reason). */
-TR__FN tr_status tr__st_failed(tr_ctx *ctx, tr_ctx *child, tr_status st, char *fail, size_t cap, const char *what) {
-    if (st == TR_ERR_OUT_OF_MEMORY) return tr__err(ctx, st, "self-test: %s%.900s", what, child->error);
-    snprintf(fail, cap, "%.40s%.200s", what, child->error[0] ? child->error : tr_status_string(st));
-    return TR_OK;
-}
-
-/* One run on a fresh context on `device` with `kernels`: a forward pass (an eval step), then the
-   training steps, on fixed random data. *opened: a device was opened. */
-TR__FN tr_status tr__st_run(tr_ctx *ctx, const char *device, const char *kernels, int attention, tr__st_out *o, int *opened, char *fail, size_t cap) {
-    enum { B = TR_SELFTEST_BATCH, L = TR__ST_L, V = TR__ST_V };
-    char warn[256] = "", what[64];
-    tr_ctx *c = NULL;
-    tr_model *m = NULL;
-    tr_carry *carry = NULL;
-    tr_trainer *t = NULL;
-    tr_model_config cfg;
-    tr_train_config tc = tr_train_config_default();
-    int32_t in[B * L], lab[B * L], pid[B];
-    tr_batch b;
-    tr_step_outputs so;
-    tr_metrics mt;
-    uint64_t r = 0x243f6a8885a308d3ull;
-    tr_status st;
-    int on_dev = strcmp(device, "cpu") != 0, i, k, nt;
-    char sel[112];
-    memset(o, 0, sizeof *o);
-    fail[0] = 0;
-    *opened = 0;
-    snprintf(sel, sizeof sel, "%.100s%s", device, on_dev ? ",cpu" : ""); /* a device that cannot open is reported below, not an error */
-    if ((st = tr__ctx_child(ctx, sel, tr__st_log, warn, &c)) != TR_OK) return st;
-    if ((st = tr_ctx_set_simd(c, kernels)) != TR_OK) {
-        st = tr__err(ctx, st, "%s", c->error);
-        goto done;
-    }
-    tr__st_config(&cfg, attention);
-    if ((st = tr_model_create(c, &cfg, &m)) != TR_OK || (st = tr_carry_create(m, B, &carry)) != TR_OK) {
-        st = tr__st_failed(ctx, c, st, fail, cap, "");
-        goto done;
-    }
-    if (on_dev && !(*opened = tr_ctx_use_device(c))) {
-        snprintf(fail, cap, "not opened: %.250s", warn[0] ? warn : tr_ctx_device_name(c));
-        goto done;
-    }
-    for (i = 0; i < B * L; i++) { /* xorshift64: the data the tolerances were set on */
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        in[i] = 1 + (int)(r % (V - 1));
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        if (r % 7 == 0) lab[i] = -100;
-        else r ^= r << 13, r ^= r >> 7, r ^= r << 17, lab[i] = 1 + (int)(r % (V - 1));
-    }
-    for (i = 0; i < B; i++) pid[i] = 0;
-    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
-    if (!(o->logits = (float *)tr__alloc(ctx, sizeof(float) * B * L * V))) {
-        st = TR_ERR_OUT_OF_MEMORY;
-        goto done;
-    }
-    memset(&so, 0, sizeof so);
-    so.logits = o->logits;
-    tr_carry_reset(carry);
-    if ((st = tr_model_eval_step(m, carry, &b, &so, &mt)) != TR_OK) {
-        st = tr__st_failed(ctx, c, st, fail, cap, "forward: ");
-        goto done;
-    }
-    tc.global_batch_size = B;
-    tc.lr = 1e-3, tc.lr_warmup_steps = 0, tc.weight_decay = 0.1, tc.ema = 1;
-    if ((st = tr_trainer_create(m, &tc, &t)) != TR_OK) {
-        st = tr__st_failed(ctx, c, st, fail, cap, "");
-        goto done;
-    }
-    for (i = 0; i < TR_SELFTEST_STEPS; i++) {
-        if ((st = tr_trainer_step(t, &b, &mt)) != TR_OK) {
-            snprintf(what, sizeof what, "training step %d: ", i + 1);
-            st = tr__st_failed(ctx, c, st, fail, cap, what);
-            goto done;
-        }
-        o->losses[i] = mt.loss;
-    }
-    if (on_dev && !tr_ctx_use_device(c)) { /* a device error moved the model to the CPU mid-run */
-        snprintf(fail, cap, "left the device: %.250s", warn[0] ? warn : "fell back to the CPU");
-        goto done;
-    }
-    nt = tr_model_num_tensors(m);
-    for (k = 0; k < nt && o->ntensors < 64; k++) {
-        tr_tensor_view tv;
-        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
-        o->offsets[o->ntensors++] = o->nparams;
-        o->nparams += tv.numel;
-    }
-    o->offsets[o->ntensors] = o->nparams;
-    if (!(o->params = (float *)tr__alloc(ctx, sizeof(float) * (o->nparams ? o->nparams : 1)))) {
-        st = TR_ERR_OUT_OF_MEMORY;
-        goto done;
-    }
-    for (k = 0, i = 0; k < nt && i < o->ntensors; k++) {
-        tr_tensor_view tv;
-        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
-        memcpy(o->params + o->offsets[i++], tv.data, tv.numel * sizeof(float));
-    }
-done:
-    tr_trainer_destroy(t);
-    tr_carry_destroy(carry);
-    tr_model_destroy(m);
-    tr__ctx_child_done(ctx, c);
-    return st;
-}
-
-/* The measures of tr_device_selftest for x against ref; the worst of them. NaN fails every test. */
-TR__FN double tr__st_compare(const tr__st_out *x, const tr__st_out *ref, const tr_selftest_tolerance *tol, tr_selftest_variant *v) {
-    size_t n = (size_t)TR_SELFTEST_BATCH * TR__ST_L * TR__ST_V, i;
-    double ss = 0, rms, w;
-    int s, k;
-    v->logits = v->loss = v->params = 0;
-    for (i = 0; i < n; i++) ss += (double)ref->logits[i] * ref->logits[i];
-    rms = sqrt(ss / (double)n);
-    if (!(rms > 1e-30)) rms = 1e-30;
-    for (i = 0; i < n; i++) { /* relative where values are large, against the array's scale near zero */
-        double d = fabs((double)x->logits[i] - (double)ref->logits[i]) / (fabs((double)ref->logits[i]) + rms);
-        if (!(d <= v->logits)) v->logits = d;
-    }
-    for (s = 0; s < TR_SELFTEST_STEPS; s++) {
-        double d = fabs(x->losses[s] - ref->losses[s]) / TR__MAX(fabs(ref->losses[s]), 1e-3);
-        if (!(d <= v->loss)) v->loss = d;
-    }
-    if (x->nparams != ref->nparams || x->ntensors != ref->ntensors) v->params = HUGE_VAL;
-    for (k = 0; k < ref->ntensors && v->params < HUGE_VAL; k++) {
-        double num = 0, den = 0, d;
-        for (i = ref->offsets[k]; i < ref->offsets[k + 1]; i++) {
-            double e = (double)x->params[i] - (double)ref->params[i];
-            num += e * e, den += (double)ref->params[i] * ref->params[i];
-        }
-        d = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
-        if (!(d <= v->params)) v->params = d;
-    }
-    v->ok = v->logits <= tol->logits && v->loss <= tol->loss && v->params <= tol->params;
-    w = v->logits;
-    if (!(v->loss <= w)) w = v->loss;
-    if (!(v->params <= w)) w = v->params;
-    return w;
-}
-
-TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *kernels, const tr_selftest_tolerance *tol, tr_selftest_result *out) {
-    tr__qbuf q;
-    tr__st_out ref, o;
-    const char *ref_kernels;
-    tr__simd saved;
-    tr_status st = TR_OK;
-    int cpu, a, s, same, opened = 0;
-    char fail[300];
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!device || (strcmp(device, "cpu") != 0 && strncmp(device, "opencl", 6) != 0))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: device %s is neither \"cpu\" nor an OpenCL selector (opencl, opencl:N, opencl:<name>)",
-                       tr__quote(&q, device));
-    cpu = strcmp(device, "cpu") == 0;
-    if (!TINYREC_OPENCL && !cpu)
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_device_selftest: %s: this build has no OpenCL backend (built without TINYREC_OPENCL)", tr__quote(&q, device));
-    saved = ctx->simd; /* tr_ctx_set_simd's check of the name, without changing the context */
-    st = tr_ctx_set_simd(ctx, kernels);
-    kernels = tr__simd_names[ctx->simd];
-    ctx->simd = saved;
-    if (st != TR_OK) return st;
-    if (tol && !(tol->logits >= 0 && tol->loss >= 0 && tol->params >= 0))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: tolerances must be >= 0 (logits %g, loss %g, params %g)", tol->logits, tol->loss, tol->params);
-    if (tol) out->tol = *tol;
-    else if (cpu) out->tol.logits = TR_SELFTEST_TOL_LOGITS, out->tol.loss = TR_SELFTEST_TOL_LOSS, out->tol.params = TR_SELFTEST_TOL_PARAMS;
-    else out->tol.logits = out->tol.loss = out->tol.params = TR_SELFTEST_TOL_OPENCL;
-    /* a CPU kernel set against the scalar path; a device against what it replaces, the best CPU set */
-    ref_kernels = cpu ? "scalar" : tr__simd_names[ctx->simd_best];
-    same = cpu && !strcmp(kernels, "scalar");
-    out->opened = !cpu;
-    for (a = 0; a < 2 && st == TR_OK && !out->error[0]; a++) {
-        tr_selftest_variant *v = &out->variant[a];
-        double t0 = tr__now(), w;
-        v->model = a ? "attention" : "mlp_t";
-        st = tr__st_run(ctx, "cpu", ref_kernels, a, &ref, &opened, fail, sizeof fail);
-        if (st == TR_OK && fail[0]) st = tr__err(ctx, TR_ERR_GENERIC, "self-test: the %s reference (%s kernels): %s", v->model, ref_kernels, fail);
-        for (s = 0; st == TR_OK && s < TR_SELFTEST_STEPS; s++)
-            if (!(fabs(ref.losses[s]) < 1e30)) snprintf(out->error, sizeof out->error, "%s: the %s path gives a non-finite loss", v->model, ref_kernels);
-        if (same) out->seconds += tr__now() - t0;
-        else if (st == TR_OK && !out->error[0]) {
-            t0 = tr__now();
-            st = tr__st_run(ctx, device, kernels, a, &o, &opened, fail, sizeof fail);
-            out->seconds += tr__now() - t0;
-            if (!cpu && !opened) out->opened = 0;
-            if (st == TR_OK && fail[0]) snprintf(out->error, sizeof out->error, "%s: %.250s", v->model, fail);
-        }
-        if (st == TR_OK && !out->error[0]) {
-            w = tr__st_compare(same ? &ref : &o, &ref, &out->tol, v);
-            if (!(w <= out->max_diff)) out->max_diff = w;
-        }
-        tr__st_free(ctx, &ref);
-        if (!same) tr__st_free(ctx, &o);
-    }
-    out->pass = st == TR_OK && !out->error[0] && out->variant[0].ok && out->variant[1].ok;
-    return st;
-}
-
-/* The largest batch whose bytes fit (0 if none); sizes grow with the batch. */
-TR__FN int tr__largest_fit(const tr_model *m, double usable_bytes, int train) {
-    int lo = 0, hi = 1 << 20;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        size_t tb = 0, ib = 0;
-        tr_model_memory(m, mid, &tb, &ib);
-        if ((double)(train ? tb : ib) <= usable_bytes) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
-TRDEF tr_status tr_recommend_batch(tr_ctx *ctx, const tr_model_config *cfg, double memory_mib, tr_batch_advice *out) {
-    tr_ctx *c = NULL;
-    tr_model *m = NULL;
-    size_t tb1, ib1, tb2, ib2;
-    tr_status st;
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if (!cfg || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: %s is NULL", cfg ? "out" : "cfg");
-    memset(out, 0, sizeof *out);
-    if (memory_mib != memory_mib) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: memory_mib is NaN");
-    if (memory_mib < 0) {
-        tr_cpu_info ci;
-        if ((st = tr_cpu_info_get(ctx, &ci)) != TR_OK) return st;
-        memory_mib = ci.mem_available_mib >= 0 ? ci.mem_available_mib : ci.mem_total_mib >= 0 ? ci.mem_total_mib * 0.5 : 1024;
-    }
-    if ((st = tr__ctx_child(ctx, "cpu", NULL, NULL, &c)) != TR_OK) return st;
-    if ((st = tr_model_create(c, cfg, &m)) != TR_OK) {
-        st = tr__err(ctx, st, "tr_recommend_batch: %s", c->error);
-        tr__ctx_child_done(ctx, c);
-        return st;
-    }
-    out->memory_mib = memory_mib;
-    out->usable_mib = memory_mib - TR__MAX(memory_mib * 0.2, 512.0); /* the OS, the dataset, other programs */
-    if (out->usable_mib < 0) out->usable_mib = 0;
-    out->train_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 1);
-    out->infer_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 0);
-    out->train = out->train_fit >= TR_REFERENCE_GLOBAL_BATCH ? TR_REFERENCE_GLOBAL_BATCH : out->train_fit >= 8 ? out->train_fit / 8 * 8 : out->train_fit;
-    for (out->infer = out->infer_fit >= 1; out->infer && out->infer * 2 <= out->infer_fit && out->infer * 2 <= 1024;) out->infer *= 2;
-    tr_model_memory(m, 1, &tb1, &ib1);
-    tr_model_memory(m, 2, &tb2, &ib2);
-    out->train_mib_per_row = ((double)tb2 - (double)tb1) / 1048576.0;
-    out->infer_mib_per_row = ((double)ib2 - (double)ib1) / 1048576.0;
-    tr_model_memory(m, TR__MAX(out->train, 1), &tb1, NULL);
-    tr_model_memory(m, TR__MAX(out->infer, 1), NULL, &ib1);
-    out->train_mib = (double)tb1 / 1048576.0;
-    out->infer_mib = (double)ib1 / 1048576.0;
-    tr_model_destroy(m);
-    tr__ctx_child_done(ctx, c);
-    return TR_OK;
 }
 
 /* Moves all device state to the host (DESIGN §4: the CPU is the last device). */
@@ -12128,6 +13355,421 @@ TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p
     return TR_OK;
 }
 
+/* >>config */
+TR__FN int tr__streq_ci(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+/* --- forward precision -------------------------------------------------------------------------- */
+static const char *const tr__fdt_names[] = {"float32", "bfloat16", "float16", "auto", NULL};
+TRDEF const char *tr_forward_dtype_name(tr_forward_dtype dtype) { return (unsigned)dtype <= TR_FWD_AUTO ? tr__fdt_names[dtype] : NULL; }
+TRDEF int tr_forward_dtype_parse(const char *name) {
+    static const char *const short_names[] = {"fp32", "bf16", "fp16", NULL};
+    int i;
+    if (!name) return -1;
+    for (i = 0; tr__fdt_names[i]; i++)
+        if (tr__streq_ci(name, tr__fdt_names[i]) || (short_names[i] && tr__streq_ci(name, short_names[i]))) return i;
+    return -1;
+}
+
+TRDEF tr_train_config tr_train_config_default(void) {
+    tr_train_config t;
+    memset(&t, 0, sizeof t);
+    t.lr = 1e-4;
+    t.lr_min_ratio = 1.0;
+    t.lr_warmup_steps = 2000;
+    t.total_steps = 100000;
+    t.weight_decay = 1.0;
+    t.beta1 = 0.9;
+    t.beta2 = 0.95;
+    t.puzzle_emb_lr = 1e-4;
+    t.puzzle_emb_weight_decay = 1.0;
+    t.ema = 1;
+    t.ema_decay = 0.999;
+    t.global_batch_size = 768;
+    t.max_nonfinite_steps = 5;
+    t.loss_scale_window = 2000;
+    return t;
+}
+
+
+#define TR__MK(field, type, flags, help) {"arch." #field, type, TR_KEY_IN_MODEL, offsetof(tr_model_config, field), 0, flags, help}
+#define TR__TK(name, field, type, flags, help) {name, type, TR_KEY_IN_TRAIN, offsetof(tr_train_config, field), 0, flags, help}
+/* Train keys first and the model's in struct order: programs list them in this order. */
+static const tr_key tr__config_keys[] = {
+    TR__TK("global_batch_size", global_batch_size, TR_KEY_INT, 0, "rows per optimizer step"),
+    TR__TK("lr", lr, TR_KEY_DOUBLE, 0, "learning rate (AdamATan2)"),
+    TR__TK("lr_min_ratio", lr_min_ratio, TR_KEY_DOUBLE, 0, "cosine floor as a fraction of lr (1 = constant after warmup)"),
+    TR__TK("lr_warmup_steps", lr_warmup_steps, TR_KEY_LONG, 0, "linear warmup steps"),
+    TR__TK("total_steps", total_steps, TR_KEY_LONG, TR_KEY_DERIVED, "steps of the cosine schedule (from epochs and the dataset size)"),
+    TR__TK("weight_decay", weight_decay, TR_KEY_DOUBLE, 0, "decoupled weight decay of the dense parameters"),
+    TR__TK("beta1", beta1, TR_KEY_DOUBLE, 0, "AdamATan2 beta1"),
+    TR__TK("beta2", beta2, TR_KEY_DOUBLE, 0, "AdamATan2 beta2"),
+    TR__TK("puzzle_emb_lr", puzzle_emb_lr, TR_KEY_DOUBLE, 0, "sign-SGD learning rate of the puzzle embedding"),
+    TR__TK("puzzle_emb_weight_decay", puzzle_emb_weight_decay, TR_KEY_DOUBLE, 0, "weight decay of the puzzle embedding"),
+    TR__TK("ema", ema, TR_KEY_BOOL, 0, "keep an EMA of the weights; evaluate and checkpoint it"),
+    TR__TK("ema_rate", ema_decay, TR_KEY_DOUBLE, 0, "EMA decay"),
+    TR__TK("max_nonfinite_steps", max_nonfinite_steps, TR_KEY_INT, 0, "steps in a row with a NaN/inf loss or gradient (each skipped) before training stops"),
+    {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (set by the preset)"},
+    TR__MK(vocab_size, TR_KEY_INT, TR_KEY_DERIVED, "V, from the dataset"),
+    TR__MK(seq_len, TR_KEY_INT, TR_KEY_DERIVED, "L, from the dataset"),
+    TR__MK(num_puzzle_identifiers, TR_KEY_INT, TR_KEY_DERIVED, "rows of the puzzle-embedding table, from the dataset"),
+    TR__MK(hidden_size, TR_KEY_INT, 0, "D"),
+    TR__MK(num_heads, TR_KEY_INT, 0, "attention heads"),
+    TR__MK(expansion, TR_KEY_DOUBLE, 0, "SwiGLU width factor"),
+    TR__MK(H_layers, TR_KEY_INT, 0, "layers of HRM's H_level (unused by TRM)"),
+    TR__MK(L_layers, TR_KEY_INT, 0, "layers of TRM's shared module / HRM's L_level"),
+    TR__MK(H_cycles, TR_KEY_INT, 0, "T"),
+    TR__MK(L_cycles, TR_KEY_INT, 0, "n"),
+    TR__MK(puzzle_emb_ndim, TR_KEY_INT, 0, "puzzle embedding width (0 = none)"),
+    TR__MK(puzzle_emb_len, TR_KEY_INT, 0, "puzzle embedding tokens (0 = ceil(ndim / hidden_size))"),
+    TR__MK(pos_encodings, TR_KEY_POS_ENCODING, 0, "rope | learned | none"),
+    TR__MK(mlp_t, TR_KEY_BOOL, 0, "token-mixing MLP instead of attention"),
+    TR__MK(rope_theta, TR_KEY_DOUBLE, 0, "RoPE base"),
+    TR__MK(rms_norm_eps, TR_KEY_DOUBLE, 0, "RMSNorm epsilon"),
+    TR__MK(halt_max_steps, TR_KEY_INT, 0, "M_max, supervision steps"),
+    TR__MK(halt_exploration_prob, TR_KEY_DOUBLE, 0, "ACT exploration probability"),
+    TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM); false: on q_halt > q_continue, learned by Q-learning (HRM)"),
+    {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
+    TR__MK(forward_dtype, TR_KEY_DTYPE, 0, "float32 | bfloat16 | float16 | auto: the compute precision (fp32 master weights)"),
+    TR__TK("loss_scale_window", loss_scale_window, TR_KEY_INT, 0, "float16: good steps before the loss scale doubles"),
+};
+#undef TR__MK
+#undef TR__TK
+#define TR__NKEYS ((int)(sizeof tr__config_keys / sizeof tr__config_keys[0]))
+
+TRDEF const tr_key *tr_config_keys(int *count) {
+    if (count) *count = TR__NKEYS;
+    return tr__config_keys;
+}
+
+TRDEF const tr_key *tr_config_find_key(const char *name) {
+    int i;
+    for (i = 0; name && i < TR__NKEYS; i++)
+        if (strcmp(tr__config_keys[i].name, name) == 0) return &tr__config_keys[i];
+    return NULL;
+}
+
+/* The names of the enumerated types, in enum order: what command lines and checkpoint files spell. */
+static const char *const tr__bool_names[] = {"false", "true", "0", "1", "no", "yes", "off", "on", NULL}; /* value = index & 1 */
+static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
+static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
+static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
+static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
+
+TR__FN const char *const *tr__enum_names(tr_key_type t) {
+    switch (t) {
+    case TR_KEY_BOOL: return tr__bool_names;
+    case TR_KEY_ARCH: return tr__arch_names;
+    case TR_KEY_POS_ENCODING: return tr__pos_names;
+    case TR_KEY_LOSS_TYPE: return tr__loss_names;
+    case TR_KEY_DTYPE: return tr__fdt_names;
+    default: return NULL;
+    }
+}
+
+/* The value that s names for an enumerated type (case-insensitive when ci), or -1. */
+TR__FN int tr__enum_parse(tr_key_type t, const char *s, int ci) {
+    const char *const *names = tr__enum_names(t);
+    int i, pass;
+    for (pass = 0; pass < 2 && names; pass++, names = t == TR_KEY_LOSS_TYPE ? tr__loss_short_names : NULL)
+        for (i = 0; names[i]; i++)
+            if (ci ? tr__streq_ci(names[i], s) : strcmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+/* The name of value v of an enumerated type, or NULL when v is none of its values. */
+TR__FN const char *tr__enum_name(tr_key_type t, int v) {
+    const char *const *names = tr__enum_names(t);
+    int i;
+    for (i = 0; names && names[i]; i++)
+        if (i == v) return names[i];
+    return NULL;
+}
+
+TR__FN const char *tr__key_expected(tr_key_type t) {
+    switch (t) {
+    case TR_KEY_INT:
+    case TR_KEY_LONG:
+    case TR_KEY_U64: return "an integer";
+    case TR_KEY_DOUBLE: return "a number";
+    case TR_KEY_BOOL: return "true or false";
+    case TR_KEY_ARCH: return "trm or hrm";
+    case TR_KEY_POS_ENCODING: return "rope, learned or none";
+    case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy or softmax_cross_entropy";
+    case TR_KEY_DTYPE: return "float32, bfloat16, float16 or auto (or fp32, bf16, fp16)";
+    default: return "a value";
+    }
+}
+
+TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const char *val) {
+    tr__qbuf q;
+    char *p, *end = NULL;
+    int e;
+    if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
+    if (k->type == TR_KEY_STRING && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
+    p = (char *)base + k->offset;
+    errno = 0;
+    switch (k->type) {
+    case TR_KEY_INT:
+    case TR_KEY_LONG: {
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || errno || (k->type == TR_KEY_INT && (v < -2147483647L || v > 2147483647L))) break;
+        if (k->type == TR_KEY_INT) *(int *)p = (int)v;
+        else *(long *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_U64: {
+        unsigned long long v = strtoull(val, &end, 10);
+        if (!*val || *val == '-' || *end || errno) break;
+        *(unsigned long long *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_DOUBLE: {
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v)) break;
+        *(double *)p = v;
+        return TR_OK;
+    }
+    case TR_KEY_BOOL:
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
+        *(int *)p = e & 1;
+        return TR_OK;
+    case TR_KEY_STRING:
+        if (!*val) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' needs a non-empty value", k->name);
+        if (strlen(val) >= k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "value of '%s' is too long (at most %zu characters)", k->name, k->size - 1);
+        memcpy(p, val, strlen(val) + 1);
+        return TR_OK;
+    case TR_KEY_ARCH:
+    case TR_KEY_POS_ENCODING:
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
+        if (k->type == TR_KEY_ARCH) *(tr_arch *)p = (tr_arch)e;
+        else *(tr_pos_encoding *)p = (tr_pos_encoding)e;
+        return TR_OK;
+    case TR_KEY_LOSS_TYPE:
+        if ((e = tr__enum_parse(k->type, val, 0)) < 0) break;
+        *(tr_loss_type *)p = (tr_loss_type)e;
+        return TR_OK;
+    case TR_KEY_DTYPE:
+        if ((e = tr_forward_dtype_parse(val)) < 0) break;
+        *(tr_forward_dtype *)p = (tr_forward_dtype)e;
+        return TR_OK;
+    default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
+    }
+    return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s': bad value %s: expected %s", k->name, tr__quote(&q, val), tr__key_expected(k->type));
+}
+
+TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size_t cap) {
+    const char *p;
+    int n = -1;
+    if (!k || !base || !buf || !cap) return TR_ERR_INVALID_ARG;
+    p = (const char *)base + k->offset;
+    switch (k->type) {
+    case TR_KEY_INT: n = snprintf(buf, cap, "%d", *(const int *)p); break;
+    case TR_KEY_LONG: n = snprintf(buf, cap, "%ld", *(const long *)p); break;
+    case TR_KEY_U64: n = snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
+    case TR_KEY_DOUBLE: n = snprintf(buf, cap, "%.17g", *(const double *)p); break;
+    case TR_KEY_BOOL: n = snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
+    case TR_KEY_DTYPE: {
+        const char *name = tr_forward_dtype_name(*(const tr_forward_dtype *)p);
+        if (!name) return TR_ERR_INVALID_ARG;
+        n = snprintf(buf, cap, "%s", name);
+        break;
+    }
+    case TR_KEY_STRING: {
+        const char *z = (const char *)memchr(p, 0, k->size); /* a full array holds no terminator */
+        n = snprintf(buf, cap, "%.*s", z ? (int)(z - p) : (int)k->size, p);
+        break;
+    }
+    case TR_KEY_ARCH:
+    case TR_KEY_POS_ENCODING:
+    case TR_KEY_LOSS_TYPE: {
+        int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p : (int)*(const tr_loss_type *)p;
+        const char *name = tr__enum_name(k->type, v);
+        if (!name) return TR_ERR_INVALID_ARG; /* not a value of the enum */
+        n = snprintf(buf, cap, "%s", name);
+        break;
+    }
+    default: buf[0] = 0; return TR_ERR_INVALID_ARG;
+    }
+    return n >= 0 && (size_t)n < cap ? TR_OK : TR_ERR_OVERFLOW;
+}
+
+/* Edits from a to b (Levenshtein), both cut at 63 characters. */
+TR__FN int tr__edit_distance(const char *a, const char *b) {
+    int d[64], la = (int)strlen(a), lb = (int)strlen(b), i, j;
+    if (la > 63) la = 63;
+    if (lb > 63) lb = 63;
+    for (j = 0; j <= lb; j++) d[j] = j;
+    for (i = 1; i <= la; i++) {
+        int diag = d[0];
+        d[0] = i;
+        for (j = 1; j <= lb; j++) {
+            int up = d[j], v = diag + (a[i - 1] != b[j - 1]);
+            if (d[j] + 1 < v) v = d[j] + 1;
+            if (d[j - 1] + 1 < v) v = d[j - 1] + 1;
+            d[j] = v, diag = up;
+        }
+    }
+    return d[lb];
+}
+
+TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, int max, int *out) {
+    int i, k, found = 0, score[64], wl, limit;
+    if (!word || !names || !out || max <= 0) return 0;
+    if (max > 64) max = 64;
+    wl = (int)strlen(word);
+    limit = wl / 3 > 2 ? wl / 3 : 2; /* a typo: a third of the word, at least two edits */
+    for (i = 0; i < n; i++) {
+        const char *nm = names[i], *dot;
+        int s;
+        if (!nm) continue;
+        s = tr__edit_distance(word, nm);
+        if ((dot = strrchr(nm, '.')) != NULL) s = TR__MIN(s, tr__edit_distance(word, dot + 1) + 1);
+        if (wl >= 3 && strstr(nm, word)) s = TR__MIN(s, 1);
+        { /* the same first four letters after the last '.' ("ema_decay" -> "ema_rate"): near, at the edge */
+            const char *a = strrchr(word, '.') ? strrchr(word, '.') + 1 : word, *b = dot ? dot + 1 : nm;
+            size_t c = 0;
+            while (a[c] && a[c] == b[c]) c++;
+            if (c >= 4) s = TR__MIN(s, limit);
+        }
+        if (s > limit) continue;
+        /* insert, nearest first (ties: table order) */
+        for (k = found; k > 0 && score[k - 1] > s; k--)
+            if (k < max) out[k] = out[k - 1], score[k] = score[k - 1];
+        if (k < max) out[k] = i, score[k] = s;
+        if (found < max) found++;
+    }
+    return found;
+}
+
+TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value) {
+    tr__qbuf q;
+    const tr_key *k = tr_config_find_key(key);
+    void *base;
+    if (!k) return tr__err(ctx, TR_ERR_NOT_FOUND, "unknown key %s", tr__quote(&q, key));
+    base = k->in == TR_KEY_IN_MODEL ? (void *)model : (void *)train;
+    if (!base) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_config_set: key '%s' needs a %s config", k->name, k->in == TR_KEY_IN_MODEL ? "model" : "train");
+    return tr_key_parse(ctx, k, base, value);
+}
+
+/* A preset is its base (another preset, or the reference's defaults) plus key=value settings, so
+   that each entry says only how it differs. */
+typedef struct tr__preset_def {
+    const char *name, *arch, *base, *task;
+    int vocab_size, seq_len; /* the dataset's; 0 = any */
+    long epochs, eval_interval;
+    const char *settings;    /* space-separated key=value over the base */
+    const char *help;
+} tr__preset_def;
+
+#define TR__CPU_RECIPE "global_batch_size=32 lr=1e-3 lr_warmup_steps=100 weight_decay=0.1 puzzle_emb_lr=1e-3 puzzle_emb_weight_decay=0.1 ema_rate=0.99"
+static const tr__preset_def tr__presets[] = {
+    {"trm-sudoku-mlp", "trm-sudoku-mlp", NULL, "sudoku", 11, 81, 50000, 5000, "arch.mlp_t=true arch.pos_encodings=none",
+     "reference TRM-MLP Sudoku-Extreme (5.0M params, 50k epochs, batch 768)"},
+    {"trm-sudoku-att", "trm-sudoku-att", NULL, "sudoku", 11, 81, 50000, 5000, "", "reference TRM-Att Sudoku-Extreme (6.8M params)"},
+    {"trm-maze", "trm-maze", NULL, "maze", 6, 900, 50000, 5000, "arch.L_cycles=4", "reference TRM-Att Maze-Hard 30x30 (6.8M params, n=4)"},
+    /* 961: the reference ARC set's puzzle count; the real table size comes from the dataset */
+    {"trm-arc", "trm-arc", NULL, "arc", 12, 900, 100000, 10000, "arch.L_cycles=4 arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
+     "reference TRM-Att ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
+    {"sudoku-tiny", NULL, "tiny", "sudoku", 11, 81, 5, 1, "", "CPU: D=64 mlp_t T=2 n=2, batch 32, lr 1e-3, EMA 0.99, 5 epochs (the demo's recipe)"},
+    {"sudoku-small", NULL, "tiny", "sudoku", 11, 81, 5, 1, "arch.hidden_size=128 arch.num_heads=4 arch.puzzle_emb_ndim=128 arch.H_cycles=3 arch.L_cycles=4 global_batch_size=64",
+     "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3"},
+    {"maze-tiny", NULL, "tiny", "maze", 6, 0, 5, 1, "arch.mlp_t=false arch.pos_encodings=rope", "CPU: D=64 attention+RoPE T=2 n=2, any maze size"},
+    /* the sizes are placeholders (a Sudoku's): the dataset replaces them */
+    /* config/arch/hrm_v1.yaml with the HRM README's commands: 4+4 layers, T = n = 2, a 1-token puzzle prefix */
+    {"hrm-sudoku", "hrm-sudoku", NULL, "sudoku", 11, 81, 20000, 2000,
+     "arch.name=hrm arch.H_layers=4 arch.L_layers=4 arch.H_cycles=2 arch.L_cycles=2 arch.puzzle_emb_len=0 arch.no_ACT_continue=false ema=false",
+     "reference HRM Sudoku-Extreme (27.3M params, 20k epochs, batch 768)"},
+    {"hrm-maze", "hrm-maze", "hrm-sudoku", "maze", 6, 900, 20000, 2000, "", "reference HRM Maze-Hard 30x30 (27.3M params)"},
+    {"hrm-arc", "hrm-arc", "hrm-sudoku", "arc", 12, 900, 100000, 10000, "arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
+     "reference HRM ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
+    {"hrm-sudoku-tiny", "hrm-sudoku-tiny", "hrm-sudoku", "sudoku", 11, 81, 5, 1,
+     "arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 arch.H_layers=2 arch.L_layers=2 arch.mlp_t=true arch.pos_encodings=none "
+     TR__CPU_RECIPE " ema=false",
+     /* the token-mixing MLP, as sudoku-tiny: at D=64 attention learns Sudoku far slower, for TRM and HRM alike (README) */
+     "CPU: HRM D=64 mlp_t 2+2 layers T=n=2, batch 32, lr 1e-3, 5 epochs"},
+    {"tiny", "trm-tiny", NULL, NULL, 0, 0, 5, 1,
+     "arch.vocab_size=11 arch.seq_len=81 arch.mlp_t=true arch.pos_encodings=none arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 "
+     "arch.puzzle_emb_len=2 arch.H_cycles=2 arch.L_cycles=2 " TR__CPU_RECIPE,
+     "CPU: trm-tiny on any dataset (sizes from the dataset)"},
+};
+#undef TR__CPU_RECIPE
+#define TR__NPRESETS ((int)(sizeof tr__presets / sizeof tr__presets[0]))
+/* The arch names of the table, in its order (test_config checks that they agree). */
+static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "hrm-sudoku", "hrm-maze", "hrm-arc", "hrm-sudoku-tiny", "trm-tiny", NULL};
+
+TR__FN const tr__preset_def *tr__preset_lookup(const char *name, int arch_too) {
+    int i;
+    for (i = 0; name && i < TR__NPRESETS; i++)
+        if (strcmp(tr__presets[i].name, name) == 0 || (arch_too && tr__presets[i].arch && strcmp(tr__presets[i].arch, name) == 0)) return &tr__presets[i];
+    return NULL;
+}
+
+TR__FN tr_status tr__preset_build(const tr__preset_def *d, tr_preset *out, int depth) {
+    const char *s = d->settings;
+    tr_status st;
+    if (d->base) {
+        const tr__preset_def *b = tr__preset_lookup(d->base, 0);
+        if (!b || depth > 4 || (st = tr__preset_build(b, out, depth + 1)) != TR_OK) return TR_ERR_CONFIG;
+    } else {
+        tr_model_config *c = &out->model;
+        memset(out, 0, sizeof *out);
+        /* config/arch/trm.yaml */
+        c->arch = TR_ARCH_TRM, c->hidden_size = 512, c->num_heads = 8, c->expansion = 4, c->H_layers = 0, c->L_layers = 2;
+        c->H_cycles = 3, c->L_cycles = 6, c->puzzle_emb_ndim = 512, c->puzzle_emb_len = 16, c->pos_encodings = TR_POS_ROPE, c->mlp_t = 0;
+        c->rope_theta = 10000, c->rms_norm_eps = 1e-5, c->halt_max_steps = 16, c->halt_exploration_prob = 0.1, c->no_ACT_continue = 1;
+        c->loss_type = TR_LOSS_STABLEMAX, c->num_puzzle_identifiers = 1;
+        out->train = tr_train_config_default();
+    }
+    while (*s) { /* key=value pairs: short, and checked by the test of every preset */
+        char kv[160], *eq;
+        size_t n = strcspn(s, " ");
+        if (n >= sizeof kv) return TR_ERR_CONFIG;
+        memcpy(kv, s, n), kv[n] = 0;
+        s += n + (s[n] == ' ');
+        if (!n) continue;
+        if (!(eq = strchr(kv, '='))) return TR_ERR_CONFIG;
+        *eq = 0;
+        if (tr_config_set(NULL, &out->model, &out->train, kv, eq + 1) != TR_OK) return TR_ERR_CONFIG;
+    }
+    out->name = d->name, out->arch = d->arch, out->task = d->task, out->help = d->help;
+    out->data_vocab_size = d->vocab_size, out->data_seq_len = d->seq_len;
+    if (d->vocab_size) out->model.vocab_size = d->vocab_size;
+    if (d->seq_len) out->model.seq_len = d->seq_len;
+    out->epochs = d->epochs, out->eval_interval = d->eval_interval;
+    return TR_OK;
+}
+
+TRDEF int tr_preset_count(void) { return TR__NPRESETS; }
+
+TRDEF tr_status tr_preset_get(int index, tr_preset *out) {
+    if (!out) return TR_ERR_INVALID_ARG;
+    if (index < 0 || index >= TR__NPRESETS) return TR_ERR_NOT_FOUND;
+    return tr__preset_build(&tr__presets[index], out, 0);
+}
+
+TRDEF tr_status tr_preset_find(const char *name, tr_preset *out) {
+    const tr__preset_def *d = tr__preset_lookup(name, 0);
+    if (!out) return TR_ERR_INVALID_ARG;
+    return d ? tr__preset_build(d, out, 0) : TR_ERR_NOT_FOUND;
+}
+
+TRDEF const char *const *tr_model_config_preset_names(void) { return tr__preset_names; }
+
+TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name) {
+    const tr__preset_def *d;
+    tr_preset p;
+    tr_status st;
+    if (!cfg || !name) return TR_ERR_INVALID_ARG;
+    if (!(d = tr__preset_lookup(name, 1))) return TR_ERR_NOT_FOUND;
+    if ((st = tr__preset_build(d, &p, 0)) != TR_OK) return st;
+    *cfg = p.model;
+    return TR_OK;
+}
+/* >>config-end */
 
 /* >>model
    TRM and HRM built from one block set. A module is a stack of blocks; TRM has one (L_level),
@@ -12509,19 +14151,6 @@ oom:
 fail:
     tr_model_destroy(m);
     return st;
-}
-
-/* --- forward precision -------------------------------------------------------------------------- */
-TR__FN int tr__streq_ci(const char *a, const char *b);
-static const char *const tr__fdt_names[] = {"float32", "bfloat16", "float16", "auto", NULL};
-TRDEF const char *tr_forward_dtype_name(tr_forward_dtype dtype) { return (unsigned)dtype <= TR_FWD_AUTO ? tr__fdt_names[dtype] : NULL; }
-TRDEF int tr_forward_dtype_parse(const char *name) {
-    static const char *const short_names[] = {"fp32", "bf16", "fp16", NULL};
-    int i;
-    if (!name) return -1;
-    for (i = 0; tr__fdt_names[i]; i++)
-        if (tr__streq_ci(name, tr__fdt_names[i]) || (short_names[i] && tr__streq_ci(name, short_names[i]))) return i;
-    return -1;
 }
 
 /* Whether the device can compute fdt, and if not why. Every device can: the rounding is done by kernels of
@@ -13968,26 +15597,36 @@ TRDEF tr_status tr_model_infer(tr_model *m, tr_carry *c, const tr_batch *batch, 
     return TR_OK;
 }
 
-/* >>optim */
-TRDEF tr_train_config tr_train_config_default(void) {
-    tr_train_config t;
-    memset(&t, 0, sizeof t);
-    t.lr = 1e-4;
-    t.lr_min_ratio = 1.0;
-    t.lr_warmup_steps = 2000;
-    t.total_steps = 100000;
-    t.weight_decay = 1.0;
-    t.beta1 = 0.9;
-    t.beta2 = 0.95;
-    t.puzzle_emb_lr = 1e-4;
-    t.puzzle_emb_weight_decay = 1.0;
-    t.ema = 1;
-    t.ema_decay = 0.999;
-    t.global_batch_size = 768;
-    t.max_nonfinite_steps = 5;
-    t.loss_scale_window = 2000;
-    return t;
+TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_step) {
+    double S = m->S, D = m->D, I = m->I, blk, heads, fwd, rec, q = tr__q_learning(m);
+    int T = m->cfg.H_cycles, n = m->cfg.L_cycles, nl = m->cfg.L_layers, nh = m->cfg.H_layers;
+    blk = m->cfg.mlp_t ? 6.0 * S * D * I + 6.0 * D * S * m->It : 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D;
+    heads = 2.0 * m->L * D * m->V + 4.0 * D;
+    /* blocks applied per supervision step, and those of the recorded applications (backward ~ 2x forward):
+       TRM T(n+1) applications of one module, the last n+1 recorded; HRM Tn of L_level and T of H_level,
+       the last of each recorded, plus the Q-learning target's second forward */
+    fwd = m->cfg.arch == TR_ARCH_HRM ? (double)T * n * nl + (double)T * nh : (double)T * (n + 1) * nl;
+    rec = m->cfg.arch == TR_ARCH_HRM ? (double)nl + nh : (double)(n + 1) * nl;
+    if (train_step) *train_step = (fwd * (1 + q) + 2.0 * rec) * blk + (3.0 + q) * heads;
+    if (infer_step) *infer_step = fwd * blk + heads;
 }
+
+TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
+    double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
+    int rows = tr__ws_rows(m, B);
+    tr__ws_plan p; /* (tr__reserve_ws's) */
+    double ws = (tr__ws_plan_make(m, rows, tr__ws_layout_for(m, rows, tr__ws_device_kind(m->ctx)), &p), (double)p.total);
+    double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
+    double tape = nets * (double)tr__tape_net_floats(m, B, p.tape16);
+    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with wsp.carry16) */
+    double carry = 4 * (double)tr__vals((size_t)N, p.carry16) + Bd * m->L * m->V;
+    double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
+    double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
+    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
+    if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + lo + fixed + ws + carry));
+}
+
+/* >>optim */
 
 /* Linear warmup, then cosine from base to base * lr_min_ratio (constant when the ratio is 1). */
 TRDEF double tr_lr_schedule(const tr_train_config *tc, double base, long step) {
@@ -14744,44 +16383,6 @@ TRDEF void tr_trainer_reset_carry(tr_trainer *t) {
 
 TRDEF double tr_time_seconds(void) { return tr__now(); }
 
-TRDEF void tr_model_flops(const tr_model *m, double *train_step, double *infer_step) {
-    double S = m->S, D = m->D, I = m->I, blk, heads, fwd, rec, q = tr__q_learning(m);
-    int T = m->cfg.H_cycles, n = m->cfg.L_cycles, nl = m->cfg.L_layers, nh = m->cfg.H_layers;
-    blk = m->cfg.mlp_t ? 6.0 * S * D * I + 6.0 * D * S * m->It : 6.0 * S * D * I + 8.0 * S * D * D + 4.0 * S * S * D;
-    heads = 2.0 * m->L * D * m->V + 4.0 * D;
-    /* blocks applied per supervision step, and those of the recorded applications (backward ~ 2x forward):
-       TRM T(n+1) applications of one module, the last n+1 recorded; HRM Tn of L_level and T of H_level,
-       the last of each recorded, plus the Q-learning target's second forward */
-    fwd = m->cfg.arch == TR_ARCH_HRM ? (double)T * n * nl + (double)T * nh : (double)T * (n + 1) * nl;
-    rec = m->cfg.arch == TR_ARCH_HRM ? (double)nl + nh : (double)(n + 1) * nl;
-    if (train_step) *train_step = (fwd * (1 + q) + 2.0 * rec) * blk + (3.0 + q) * heads;
-    if (infer_step) *infer_step = fwd * blk + heads;
-}
-
-TRDEF void tr_model_memory(const tr_model *m, int B, size_t *train_bytes, size_t *infer_bytes) {
-    double P = (double)m->n_params, N = (double)B * m->S * m->D, Bd = B;
-    int rows = tr__ws_rows(m, B);
-    tr__ws_plan p; /* (tr__reserve_ws's) */
-    double ws = (tr__ws_plan_make(m, rows, tr__ws_layout_for(m, rows, tr__ws_device_kind(m->ctx)), &p), (double)p.total);
-    double nets = m->cfg.arch == TR_ARCH_HRM ? 2 : m->cfg.L_cycles + 1;
-    double tape = nets * (double)tr__tape_net_floats(m, B, p.tape16);
-    /* the carry, and the trainer's dz, dx, bufA, bufB and dlogits of the same size (16-bit with wsp.carry16) */
-    double carry = 4 * (double)tr__vals((size_t)N, p.carry16) + Bd * m->L * m->V;
-    double fixed = (double)m->cfg.num_puzzle_identifiers * TR__MAX(m->Dp, 1) + 2.0 * m->D;
-    double lo = m->wlo ? P : 0; /* the weights rounded to a bfloat16 / float16 model's precision */
-    if (train_bytes) *train_bytes = (size_t)(4.0 * (5 * P + lo + fixed + ws + tape + 2 * carry));
-    if (infer_bytes) *infer_bytes = (size_t)(4.0 * (P + lo + fixed + ws + carry));
-}
-
-TRDEF tr_status tr_sgemm(tr_ctx *ctx, int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
-                         float *C, size_t ldc, int accumulate) {
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if ((M && N && K && (!A || !B)) || (M && N && !C)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: NULL matrix");
-    if ((transA ? lda < M : lda < K) || (transB ? ldb < K : ldb < N) || ldc < N)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_sgemm: a leading dimension is smaller than its row");
-    return tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, transA), tr__mat_of(B, ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate));
-}
-
 TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     size_t i;
     float *p;
@@ -14814,1925 +16415,333 @@ TRDEF tr_status tr_trainer_swap_ema(tr_trainer *t) {
     return TR_OK;
 }
 
-
 /* Settings by name (tr_key) and the preset table, on which tr_model_config_preset stands. */
-/* >>config */
-
-#define TR__MK(field, type, flags, help) {"arch." #field, type, TR_KEY_IN_MODEL, offsetof(tr_model_config, field), 0, flags, help}
-#define TR__TK(name, field, type, flags, help) {name, type, TR_KEY_IN_TRAIN, offsetof(tr_train_config, field), 0, flags, help}
-/* Train keys first and the model's in struct order: programs list them in this order. */
-static const tr_key tr__config_keys[] = {
-    TR__TK("global_batch_size", global_batch_size, TR_KEY_INT, 0, "rows per optimizer step"),
-    TR__TK("lr", lr, TR_KEY_DOUBLE, 0, "learning rate (AdamATan2)"),
-    TR__TK("lr_min_ratio", lr_min_ratio, TR_KEY_DOUBLE, 0, "cosine floor as a fraction of lr (1 = constant after warmup)"),
-    TR__TK("lr_warmup_steps", lr_warmup_steps, TR_KEY_LONG, 0, "linear warmup steps"),
-    TR__TK("total_steps", total_steps, TR_KEY_LONG, TR_KEY_DERIVED, "steps of the cosine schedule (from epochs and the dataset size)"),
-    TR__TK("weight_decay", weight_decay, TR_KEY_DOUBLE, 0, "decoupled weight decay of the dense parameters"),
-    TR__TK("beta1", beta1, TR_KEY_DOUBLE, 0, "AdamATan2 beta1"),
-    TR__TK("beta2", beta2, TR_KEY_DOUBLE, 0, "AdamATan2 beta2"),
-    TR__TK("puzzle_emb_lr", puzzle_emb_lr, TR_KEY_DOUBLE, 0, "sign-SGD learning rate of the puzzle embedding"),
-    TR__TK("puzzle_emb_weight_decay", puzzle_emb_weight_decay, TR_KEY_DOUBLE, 0, "weight decay of the puzzle embedding"),
-    TR__TK("ema", ema, TR_KEY_BOOL, 0, "keep an EMA of the weights; evaluate and checkpoint it"),
-    TR__TK("ema_rate", ema_decay, TR_KEY_DOUBLE, 0, "EMA decay"),
-    TR__TK("max_nonfinite_steps", max_nonfinite_steps, TR_KEY_INT, 0, "steps in a row with a NaN/inf loss or gradient (each skipped) before training stops"),
-    {"arch.name", TR_KEY_ARCH, TR_KEY_IN_MODEL, offsetof(tr_model_config, arch), 0, TR_KEY_DERIVED, "trm | hrm (set by the preset)"},
-    TR__MK(vocab_size, TR_KEY_INT, TR_KEY_DERIVED, "V, from the dataset"),
-    TR__MK(seq_len, TR_KEY_INT, TR_KEY_DERIVED, "L, from the dataset"),
-    TR__MK(num_puzzle_identifiers, TR_KEY_INT, TR_KEY_DERIVED, "rows of the puzzle-embedding table, from the dataset"),
-    TR__MK(hidden_size, TR_KEY_INT, 0, "D"),
-    TR__MK(num_heads, TR_KEY_INT, 0, "attention heads"),
-    TR__MK(expansion, TR_KEY_DOUBLE, 0, "SwiGLU width factor"),
-    TR__MK(H_layers, TR_KEY_INT, 0, "layers of HRM's H_level (unused by TRM)"),
-    TR__MK(L_layers, TR_KEY_INT, 0, "layers of TRM's shared module / HRM's L_level"),
-    TR__MK(H_cycles, TR_KEY_INT, 0, "T"),
-    TR__MK(L_cycles, TR_KEY_INT, 0, "n"),
-    TR__MK(puzzle_emb_ndim, TR_KEY_INT, 0, "puzzle embedding width (0 = none)"),
-    TR__MK(puzzle_emb_len, TR_KEY_INT, 0, "puzzle embedding tokens (0 = ceil(ndim / hidden_size))"),
-    TR__MK(pos_encodings, TR_KEY_POS_ENCODING, 0, "rope | learned | none"),
-    TR__MK(mlp_t, TR_KEY_BOOL, 0, "token-mixing MLP instead of attention"),
-    TR__MK(rope_theta, TR_KEY_DOUBLE, 0, "RoPE base"),
-    TR__MK(rms_norm_eps, TR_KEY_DOUBLE, 0, "RMSNorm epsilon"),
-    TR__MK(halt_max_steps, TR_KEY_INT, 0, "M_max, supervision steps"),
-    TR__MK(halt_exploration_prob, TR_KEY_DOUBLE, 0, "ACT exploration probability"),
-    TR__MK(no_ACT_continue, TR_KEY_BOOL, 0, "halt on q_halt > 0 (TRM); false: on q_halt > q_continue, learned by Q-learning (HRM)"),
-    {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
-    TR__MK(forward_dtype, TR_KEY_DTYPE, 0, "float32 | bfloat16 | float16 | auto: the compute precision (fp32 master weights)"),
-    TR__TK("loss_scale_window", loss_scale_window, TR_KEY_INT, 0, "float16: good steps before the loss scale doubles"),
-};
-#undef TR__MK
-#undef TR__TK
-#define TR__NKEYS ((int)(sizeof tr__config_keys / sizeof tr__config_keys[0]))
-
-TRDEF const tr_key *tr_config_keys(int *count) {
-    if (count) *count = TR__NKEYS;
-    return tr__config_keys;
-}
-
-TRDEF const tr_key *tr_config_find_key(const char *name) {
-    int i;
-    for (i = 0; name && i < TR__NKEYS; i++)
-        if (strcmp(tr__config_keys[i].name, name) == 0) return &tr__config_keys[i];
-    return NULL;
-}
-
-TR__FN int tr__streq_ci(const char *a, const char *b) {
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
-    return *a == *b;
-}
-
-/* The names of the enumerated types, in enum order: what command lines and checkpoint files spell. */
-static const char *const tr__bool_names[] = {"false", "true", "0", "1", "no", "yes", "off", "on", NULL}; /* value = index & 1 */
-static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
-static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
-static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
-static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
-
-TR__FN const char *const *tr__enum_names(tr_key_type t) {
-    switch (t) {
-    case TR_KEY_BOOL: return tr__bool_names;
-    case TR_KEY_ARCH: return tr__arch_names;
-    case TR_KEY_POS_ENCODING: return tr__pos_names;
-    case TR_KEY_LOSS_TYPE: return tr__loss_names;
-    case TR_KEY_DTYPE: return tr__fdt_names;
-    default: return NULL;
-    }
-}
-
-/* The value that s names for an enumerated type (case-insensitive when ci), or -1. */
-TR__FN int tr__enum_parse(tr_key_type t, const char *s, int ci) {
-    const char *const *names = tr__enum_names(t);
-    int i, pass;
-    for (pass = 0; pass < 2 && names; pass++, names = t == TR_KEY_LOSS_TYPE ? tr__loss_short_names : NULL)
-        for (i = 0; names[i]; i++)
-            if (ci ? tr__streq_ci(names[i], s) : strcmp(names[i], s) == 0) return i;
-    return -1;
-}
-
-/* The name of value v of an enumerated type, or NULL when v is none of its values. */
-TR__FN const char *tr__enum_name(tr_key_type t, int v) {
-    const char *const *names = tr__enum_names(t);
-    int i;
-    for (i = 0; names && names[i]; i++)
-        if (i == v) return names[i];
-    return NULL;
-}
-
-TR__FN const char *tr__key_expected(tr_key_type t) {
-    switch (t) {
-    case TR_KEY_INT:
-    case TR_KEY_LONG:
-    case TR_KEY_U64: return "an integer";
-    case TR_KEY_DOUBLE: return "a number";
-    case TR_KEY_BOOL: return "true or false";
-    case TR_KEY_ARCH: return "trm or hrm";
-    case TR_KEY_POS_ENCODING: return "rope, learned or none";
-    case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy or softmax_cross_entropy";
-    case TR_KEY_DTYPE: return "float32, bfloat16, float16 or auto (or fp32, bf16, fp16)";
-    default: return "a value";
-    }
-}
-
-TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const char *val) {
-    tr__qbuf q;
-    char *p, *end = NULL;
-    int e;
-    if (!k || !base || !val) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_key_parse: NULL argument");
-    if (k->type == TR_KEY_STRING && !k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has no size", k->name);
-    p = (char *)base + k->offset;
-    errno = 0;
-    switch (k->type) {
-    case TR_KEY_INT:
-    case TR_KEY_LONG: {
-        long v = strtol(val, &end, 10);
-        if (!*val || *end || errno || (k->type == TR_KEY_INT && (v < -2147483647L || v > 2147483647L))) break;
-        if (k->type == TR_KEY_INT) *(int *)p = (int)v;
-        else *(long *)p = v;
-        return TR_OK;
-    }
-    case TR_KEY_U64: {
-        unsigned long long v = strtoull(val, &end, 10);
-        if (!*val || *val == '-' || *end || errno) break;
-        *(unsigned long long *)p = v;
-        return TR_OK;
-    }
-    case TR_KEY_DOUBLE: {
-        double v = strtod(val, &end);
-        if (!*val || *end || errno || !isfinite(v)) break;
-        *(double *)p = v;
-        return TR_OK;
-    }
-    case TR_KEY_BOOL:
-        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
-        *(int *)p = e & 1;
-        return TR_OK;
-    case TR_KEY_STRING:
-        if (!*val) return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' needs a non-empty value", k->name);
-        if (strlen(val) >= k->size) return tr__err(ctx, TR_ERR_INVALID_ARG, "value of '%s' is too long (at most %zu characters)", k->name, k->size - 1);
-        memcpy(p, val, strlen(val) + 1);
-        return TR_OK;
-    case TR_KEY_ARCH:
-    case TR_KEY_POS_ENCODING:
-        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
-        if (k->type == TR_KEY_ARCH) *(tr_arch *)p = (tr_arch)e;
-        else *(tr_pos_encoding *)p = (tr_pos_encoding)e;
-        return TR_OK;
-    case TR_KEY_LOSS_TYPE:
-        if ((e = tr__enum_parse(k->type, val, 0)) < 0) break;
-        *(tr_loss_type *)p = (tr_loss_type)e;
-        return TR_OK;
-    case TR_KEY_DTYPE:
-        if ((e = tr_forward_dtype_parse(val)) < 0) break;
-        *(tr_forward_dtype *)p = (tr_forward_dtype)e;
-        return TR_OK;
-    default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
-    }
-    return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s': bad value %s: expected %s", k->name, tr__quote(&q, val), tr__key_expected(k->type));
-}
-
-TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size_t cap) {
-    const char *p;
-    int n = -1;
-    if (!k || !base || !buf || !cap) return TR_ERR_INVALID_ARG;
-    p = (const char *)base + k->offset;
-    switch (k->type) {
-    case TR_KEY_INT: n = snprintf(buf, cap, "%d", *(const int *)p); break;
-    case TR_KEY_LONG: n = snprintf(buf, cap, "%ld", *(const long *)p); break;
-    case TR_KEY_U64: n = snprintf(buf, cap, "%llu", *(const unsigned long long *)p); break;
-    case TR_KEY_DOUBLE: n = snprintf(buf, cap, "%.17g", *(const double *)p); break;
-    case TR_KEY_BOOL: n = snprintf(buf, cap, "%s", *(const int *)p ? "true" : "false"); break;
-    case TR_KEY_DTYPE: {
-        const char *name = tr_forward_dtype_name(*(const tr_forward_dtype *)p);
-        if (!name) return TR_ERR_INVALID_ARG;
-        n = snprintf(buf, cap, "%s", name);
-        break;
-    }
-    case TR_KEY_STRING: {
-        const char *z = (const char *)memchr(p, 0, k->size); /* a full array holds no terminator */
-        n = snprintf(buf, cap, "%.*s", z ? (int)(z - p) : (int)k->size, p);
-        break;
-    }
-    case TR_KEY_ARCH:
-    case TR_KEY_POS_ENCODING:
-    case TR_KEY_LOSS_TYPE: {
-        int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p : (int)*(const tr_loss_type *)p;
-        const char *name = tr__enum_name(k->type, v);
-        if (!name) return TR_ERR_INVALID_ARG; /* not a value of the enum */
-        n = snprintf(buf, cap, "%s", name);
-        break;
-    }
-    default: buf[0] = 0; return TR_ERR_INVALID_ARG;
-    }
-    return n >= 0 && (size_t)n < cap ? TR_OK : TR_ERR_OVERFLOW;
-}
-
-/* Edits from a to b (Levenshtein), both cut at 63 characters. */
-TR__FN int tr__edit_distance(const char *a, const char *b) {
-    int d[64], la = (int)strlen(a), lb = (int)strlen(b), i, j;
-    if (la > 63) la = 63;
-    if (lb > 63) lb = 63;
-    for (j = 0; j <= lb; j++) d[j] = j;
-    for (i = 1; i <= la; i++) {
-        int diag = d[0];
-        d[0] = i;
-        for (j = 1; j <= lb; j++) {
-            int up = d[j], v = diag + (a[i - 1] != b[j - 1]);
-            if (d[j] + 1 < v) v = d[j] + 1;
-            if (d[j - 1] + 1 < v) v = d[j - 1] + 1;
-            d[j] = v, diag = up;
-        }
-    }
-    return d[lb];
-}
-
-TRDEF int tr_nearest_names(const char *word, const char *const *names, int n, int max, int *out) {
-    int i, k, found = 0, score[64], wl, limit;
-    if (!word || !names || !out || max <= 0) return 0;
-    if (max > 64) max = 64;
-    wl = (int)strlen(word);
-    limit = wl / 3 > 2 ? wl / 3 : 2; /* a typo: a third of the word, at least two edits */
-    for (i = 0; i < n; i++) {
-        const char *nm = names[i], *dot;
-        int s;
-        if (!nm) continue;
-        s = tr__edit_distance(word, nm);
-        if ((dot = strrchr(nm, '.')) != NULL) s = TR__MIN(s, tr__edit_distance(word, dot + 1) + 1);
-        if (wl >= 3 && strstr(nm, word)) s = TR__MIN(s, 1);
-        { /* the same first four letters after the last '.' ("ema_decay" -> "ema_rate"): near, at the edge */
-            const char *a = strrchr(word, '.') ? strrchr(word, '.') + 1 : word, *b = dot ? dot + 1 : nm;
-            size_t c = 0;
-            while (a[c] && a[c] == b[c]) c++;
-            if (c >= 4) s = TR__MIN(s, limit);
-        }
-        if (s > limit) continue;
-        /* insert, nearest first (ties: table order) */
-        for (k = found; k > 0 && score[k - 1] > s; k--)
-            if (k < max) out[k] = out[k - 1], score[k] = score[k - 1];
-        if (k < max) out[k] = i, score[k] = s;
-        if (found < max) found++;
-    }
-    return found;
-}
-
-TRDEF tr_status tr_config_set(tr_ctx *ctx, tr_model_config *model, tr_train_config *train, const char *key, const char *value) {
-    tr__qbuf q;
-    const tr_key *k = tr_config_find_key(key);
-    void *base;
-    if (!k) return tr__err(ctx, TR_ERR_NOT_FOUND, "unknown key %s", tr__quote(&q, key));
-    base = k->in == TR_KEY_IN_MODEL ? (void *)model : (void *)train;
-    if (!base) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_config_set: key '%s' needs a %s config", k->name, k->in == TR_KEY_IN_MODEL ? "model" : "train");
-    return tr_key_parse(ctx, k, base, value);
-}
-
-/* A preset is its base (another preset, or the reference's defaults) plus key=value settings, so
-   that each entry says only how it differs. */
-typedef struct tr__preset_def {
-    const char *name, *arch, *base, *task;
-    int vocab_size, seq_len; /* the dataset's; 0 = any */
-    long epochs, eval_interval;
-    const char *settings;    /* space-separated key=value over the base */
-    const char *help;
-} tr__preset_def;
-
-#define TR__CPU_RECIPE "global_batch_size=32 lr=1e-3 lr_warmup_steps=100 weight_decay=0.1 puzzle_emb_lr=1e-3 puzzle_emb_weight_decay=0.1 ema_rate=0.99"
-static const tr__preset_def tr__presets[] = {
-    {"trm-sudoku-mlp", "trm-sudoku-mlp", NULL, "sudoku", 11, 81, 50000, 5000, "arch.mlp_t=true arch.pos_encodings=none",
-     "reference TRM-MLP Sudoku-Extreme (5.0M params, 50k epochs, batch 768)"},
-    {"trm-sudoku-att", "trm-sudoku-att", NULL, "sudoku", 11, 81, 50000, 5000, "", "reference TRM-Att Sudoku-Extreme (6.8M params)"},
-    {"trm-maze", "trm-maze", NULL, "maze", 6, 900, 50000, 5000, "arch.L_cycles=4", "reference TRM-Att Maze-Hard 30x30 (6.8M params, n=4)"},
-    /* 961: the reference ARC set's puzzle count; the real table size comes from the dataset */
-    {"trm-arc", "trm-arc", NULL, "arc", 12, 900, 100000, 10000, "arch.L_cycles=4 arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
-     "reference TRM-Att ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
-    {"sudoku-tiny", NULL, "tiny", "sudoku", 11, 81, 5, 1, "", "CPU: D=64 mlp_t T=2 n=2, batch 32, lr 1e-3, EMA 0.99, 5 epochs (the demo's recipe)"},
-    {"sudoku-small", NULL, "tiny", "sudoku", 11, 81, 5, 1, "arch.hidden_size=128 arch.num_heads=4 arch.puzzle_emb_ndim=128 arch.H_cycles=3 arch.L_cycles=4 global_batch_size=64",
-     "CPU: D=128 mlp_t T=3 n=4, batch 64, lr 1e-3"},
-    {"maze-tiny", NULL, "tiny", "maze", 6, 0, 5, 1, "arch.mlp_t=false arch.pos_encodings=rope", "CPU: D=64 attention+RoPE T=2 n=2, any maze size"},
-    /* the sizes are placeholders (a Sudoku's): the dataset replaces them */
-    /* config/arch/hrm_v1.yaml with the HRM README's commands: 4+4 layers, T = n = 2, a 1-token puzzle prefix */
-    {"hrm-sudoku", "hrm-sudoku", NULL, "sudoku", 11, 81, 20000, 2000,
-     "arch.name=hrm arch.H_layers=4 arch.L_layers=4 arch.H_cycles=2 arch.L_cycles=2 arch.puzzle_emb_len=0 arch.no_ACT_continue=false ema=false",
-     "reference HRM Sudoku-Extreme (27.3M params, 20k epochs, batch 768)"},
-    {"hrm-maze", "hrm-maze", "hrm-sudoku", "maze", 6, 900, 20000, 2000, "", "reference HRM Maze-Hard 30x30 (27.3M params)"},
-    {"hrm-arc", "hrm-arc", "hrm-sudoku", "arc", 12, 900, 100000, 10000, "arch.num_puzzle_identifiers=961 puzzle_emb_lr=1e-2 weight_decay=0.1 puzzle_emb_weight_decay=0.1",
-     "reference HRM ARC-AGI (lr_emb 1e-2, wd 0.1, 100k epochs)"},
-    {"hrm-sudoku-tiny", "hrm-sudoku-tiny", "hrm-sudoku", "sudoku", 11, 81, 5, 1,
-     "arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 arch.H_layers=2 arch.L_layers=2 arch.mlp_t=true arch.pos_encodings=none "
-     TR__CPU_RECIPE " ema=false",
-     /* the token-mixing MLP, as sudoku-tiny: at D=64 attention learns Sudoku far slower, for TRM and HRM alike (README) */
-     "CPU: HRM D=64 mlp_t 2+2 layers T=n=2, batch 32, lr 1e-3, 5 epochs"},
-    {"tiny", "trm-tiny", NULL, NULL, 0, 0, 5, 1,
-     "arch.vocab_size=11 arch.seq_len=81 arch.mlp_t=true arch.pos_encodings=none arch.hidden_size=64 arch.num_heads=4 arch.puzzle_emb_ndim=64 "
-     "arch.puzzle_emb_len=2 arch.H_cycles=2 arch.L_cycles=2 " TR__CPU_RECIPE,
-     "CPU: trm-tiny on any dataset (sizes from the dataset)"},
-};
-#undef TR__CPU_RECIPE
-#define TR__NPRESETS ((int)(sizeof tr__presets / sizeof tr__presets[0]))
-/* The arch names of the table, in its order (test_config checks that they agree). */
-static const char *const tr__preset_names[] = {"trm-sudoku-mlp", "trm-sudoku-att", "trm-maze", "trm-arc", "hrm-sudoku", "hrm-maze", "hrm-arc", "hrm-sudoku-tiny", "trm-tiny", NULL};
-
-TR__FN const tr__preset_def *tr__preset_lookup(const char *name, int arch_too) {
-    int i;
-    for (i = 0; name && i < TR__NPRESETS; i++)
-        if (strcmp(tr__presets[i].name, name) == 0 || (arch_too && tr__presets[i].arch && strcmp(tr__presets[i].arch, name) == 0)) return &tr__presets[i];
-    return NULL;
-}
-
-TR__FN tr_status tr__preset_build(const tr__preset_def *d, tr_preset *out, int depth) {
-    const char *s = d->settings;
-    tr_status st;
-    if (d->base) {
-        const tr__preset_def *b = tr__preset_lookup(d->base, 0);
-        if (!b || depth > 4 || (st = tr__preset_build(b, out, depth + 1)) != TR_OK) return TR_ERR_CONFIG;
-    } else {
-        tr_model_config *c = &out->model;
-        memset(out, 0, sizeof *out);
-        /* config/arch/trm.yaml */
-        c->arch = TR_ARCH_TRM, c->hidden_size = 512, c->num_heads = 8, c->expansion = 4, c->H_layers = 0, c->L_layers = 2;
-        c->H_cycles = 3, c->L_cycles = 6, c->puzzle_emb_ndim = 512, c->puzzle_emb_len = 16, c->pos_encodings = TR_POS_ROPE, c->mlp_t = 0;
-        c->rope_theta = 10000, c->rms_norm_eps = 1e-5, c->halt_max_steps = 16, c->halt_exploration_prob = 0.1, c->no_ACT_continue = 1;
-        c->loss_type = TR_LOSS_STABLEMAX, c->num_puzzle_identifiers = 1;
-        out->train = tr_train_config_default();
-    }
-    while (*s) { /* key=value pairs: short, and checked by the test of every preset */
-        char kv[160], *eq;
-        size_t n = strcspn(s, " ");
-        if (n >= sizeof kv) return TR_ERR_CONFIG;
-        memcpy(kv, s, n), kv[n] = 0;
-        s += n + (s[n] == ' ');
-        if (!n) continue;
-        if (!(eq = strchr(kv, '='))) return TR_ERR_CONFIG;
-        *eq = 0;
-        if (tr_config_set(NULL, &out->model, &out->train, kv, eq + 1) != TR_OK) return TR_ERR_CONFIG;
-    }
-    out->name = d->name, out->arch = d->arch, out->task = d->task, out->help = d->help;
-    out->data_vocab_size = d->vocab_size, out->data_seq_len = d->seq_len;
-    if (d->vocab_size) out->model.vocab_size = d->vocab_size;
-    if (d->seq_len) out->model.seq_len = d->seq_len;
-    out->epochs = d->epochs, out->eval_interval = d->eval_interval;
-    return TR_OK;
-}
-
-TRDEF int tr_preset_count(void) { return TR__NPRESETS; }
-
-TRDEF tr_status tr_preset_get(int index, tr_preset *out) {
-    if (!out) return TR_ERR_INVALID_ARG;
-    if (index < 0 || index >= TR__NPRESETS) return TR_ERR_NOT_FOUND;
-    return tr__preset_build(&tr__presets[index], out, 0);
-}
-
-TRDEF tr_status tr_preset_find(const char *name, tr_preset *out) {
-    const tr__preset_def *d = tr__preset_lookup(name, 0);
-    if (!out) return TR_ERR_INVALID_ARG;
-    return d ? tr__preset_build(d, out, 0) : TR_ERR_NOT_FOUND;
-}
-
-TRDEF const char *const *tr_model_config_preset_names(void) { return tr__preset_names; }
-
-TRDEF tr_status tr_model_config_preset(tr_model_config *cfg, const char *name) {
-    const tr__preset_def *d;
-    tr_preset p;
-    tr_status st;
-    if (!cfg || !name) return TR_ERR_INVALID_ARG;
-    if (!(d = tr__preset_lookup(name, 1))) return TR_ERR_NOT_FOUND;
-    if ((st = tr__preset_build(d, &p, 0)) != TR_OK) return st;
-    *cfg = p.model;
-    return TR_OK;
-}
-/* >>config-end */
 
 /* Strict JSON reader, string builder, whole-file reads and atomic file writes. */
-/* >>json */
-
-/* ---- JSON ----------------------------------------------------------------------------------
-   A strict RFC 8259 reader that builds a tree. Every node, string, key and child array comes
-   from tr__alloc, so allocation faults and leaks are visible to the context's counters. */
-
-typedef struct tr__jp {
-    tr_ctx *ctx;
-    const unsigned char *s;
-    size_t len, pos;
-    int64_t line; /* newlines occur only in whitespace (strings reject control characters) */
-    const char *what;
-} tr__jp;
-
-TR__FN void tr__json_free_contents(tr_ctx *ctx, tr_json *v) {
-    size_t i;
-    switch (v->type) {
-    case TR_JSON_STRING: tr__free(ctx, v->string); break;
-    case TR_JSON_ARRAY:
-    case TR_JSON_OBJECT:
-        for (i = 0; i < v->count; i++) {
-            if (v->keys) tr__free(ctx, v->keys[i]);
-            if (v->items) tr__json_free_contents(ctx, &v->items[i]);
-        }
-        tr__free(ctx, v->items);
-        tr__free(ctx, v->keys);
-        break;
-    default: break;
-    }
-    memset(v, 0, sizeof *v);
-}
-
-TRDEF void tr_json_free(tr_ctx *ctx, tr_json *root) {
-    if (!root) return;
-    tr__json_free_contents(ctx, root);
-    tr__free(ctx, root);
-}
-
-/* NULL if absent or obj not an object. Keys never contain NUL (the parser rejects \u0000 in keys). */
-TRDEF const tr_json *tr_json_get(const tr_json *obj, const char *key) {
-    size_t i;
-    if (!obj || obj->type != TR_JSON_OBJECT || !key) return NULL;
-    for (i = 0; i < obj->count; i++)
-        if (strcmp(obj->keys[i], key) == 0) return &obj->items[i];
-    return NULL;
-}
-
-TRDEF const char *tr_json_type_name(tr_json_type t) {
-    switch (t) {
-    case TR_JSON_NULL: return "null";
-    case TR_JSON_BOOL: return "boolean";
-    case TR_JSON_NUMBER: return "number";
-    case TR_JSON_STRING: return "string";
-    case TR_JSON_ARRAY: return "array";
-    case TR_JSON_OBJECT: return "object";
-    }
-    return "?";
-}
-
-TR__FN tr_status tr__jp_fail(tr__jp *p, const char *msg) {
-    return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON at byte %zu: %s", p->what, p->pos, msg);
-}
-
-TR__FN void tr__jp_ws(tr__jp *p) {
-    while (p->pos < p->len) {
-        unsigned char c = p->s[p->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        p->line += c == '\n';
-        p->pos++;
-    }
-}
-
-/* Grows a node's child arrays (items, and keys for objects) to hold at least `need` entries. */
-TR__FN tr_status tr__jp_grow(tr__jp *p, tr_json *v, size_t *cap, size_t need) {
-    size_t ncap, bytes;
-    tr_json *items;
-    if (need <= *cap) return TR_OK;
-    ncap = *cap ? *cap * 2 : 4;
-    if (ncap < need || !tr__size_mul(ncap, sizeof(tr_json), &bytes) || !tr__size_mul(ncap, sizeof(char *), &bytes))
-        return tr__err(p->ctx, TR_ERR_OVERFLOW, "%s: JSON container too large", p->what);
-    items = (tr_json *)tr__alloc(p->ctx, ncap * sizeof(tr_json));
-    if (!items) return TR_ERR_OUT_OF_MEMORY;
-    if (v->count) memcpy(items, v->items, v->count * sizeof(tr_json));
-    if (v->type == TR_JSON_OBJECT) {
-        char **keys = (char **)tr__alloc(p->ctx, ncap * sizeof(char *));
-        if (!keys) {
-            tr__free(p->ctx, items);
-            return TR_ERR_OUT_OF_MEMORY;
-        }
-        if (v->count) memcpy(keys, v->keys, v->count * sizeof(char *));
-        tr__free(p->ctx, v->keys);
-        v->keys = keys;
-    }
-    tr__free(p->ctx, v->items);
-    v->items = items;
-    *cap = ncap;
-    return TR_OK;
-}
-
-TR__FN int tr__jp_hex4(const unsigned char *s, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    for (i = 0; i < 4; i++) {
-        unsigned c = s[i], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return 0;
-        v = v * 16 + d;
-    }
-    *out = v;
-    return 1;
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is invalid (overlong, surrogate,
-   beyond U+10FFFF, truncated). */
-TR__FN size_t tr__utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t k, i;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) { k = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { k = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { k = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < k) return 0;
-    for (i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3fu);
-    }
-    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return k;
-}
-
-TR__FN size_t tr__utf8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* Parses a string starting at the opening quote. *out gets a tr__alloc'ed NUL-terminated copy. */
-TR__FN tr_status tr__jp_string(tr__jp *p, char **out, size_t *out_len, int is_key) {
-    size_t start = p->pos + 1, end = start, o = 0;
-    char *buf;
-    *out = NULL;
-    *out_len = 0;
-    /* find the closing quote first, so the buffer can be sized (unescaping never grows text) */
-    for (;;) {
-        if (end >= p->len) {
-            p->pos = end;
-            return tr__jp_fail(p, "unterminated string");
-        }
-        if (p->s[end] == '"') break;
-        if (p->s[end] == '\\') end++;
-        end++;
-    }
-    buf = (char *)tr__alloc(p->ctx, end - start + 1);
-    if (!buf) return TR_ERR_OUT_OF_MEMORY;
-    p->pos = start;
-    while (p->pos < end) {
-        unsigned char c = p->s[p->pos];
-        if (c < 0x20) {
-            tr__free(p->ctx, buf);
-            return tr__jp_fail(p, "control character in string (must be escaped)");
-        }
-        if (c == '\\') {
-            unsigned char e = p->s[p->pos + 1];
-            const char *simple = NULL;
-            switch (e) {
-            case '"': simple = "\""; break;
-            case '\\': simple = "\\"; break;
-            case '/': simple = "/"; break;
-            case 'b': simple = "\b"; break;
-            case 'f': simple = "\f"; break;
-            case 'n': simple = "\n"; break;
-            case 'r': simple = "\r"; break;
-            case 't': simple = "\t"; break;
-            default: break;
-            }
-            if (simple) {
-                buf[o++] = simple[0];
-                p->pos += 2;
-            } else if (e == 'u') {
-                unsigned u, u2;
-                uint32_t cp;
-                if (p->pos + 6 > end || !tr__jp_hex4(p->s + p->pos + 2, &u)) {
-                    tr__free(p->ctx, buf);
-                    return tr__jp_fail(p, "bad \\u escape (needs 4 hex digits)");
-                }
-                if (u >= 0xdc00 && u <= 0xdfff) {
-                    tr__free(p->ctx, buf);
-                    return tr__jp_fail(p, "lone low surrogate in \\u escape");
-                }
-                if (u >= 0xd800 && u <= 0xdbff) {
-                    if (p->pos + 12 > end || p->s[p->pos + 6] != '\\' || p->s[p->pos + 7] != 'u' ||
-                        !tr__jp_hex4(p->s + p->pos + 8, &u2) || u2 < 0xdc00 || u2 > 0xdfff) {
-                        tr__free(p->ctx, buf);
-                        return tr__jp_fail(p, "high surrogate not followed by a low surrogate \\u escape");
-                    }
-                    cp = 0x10000u + (((uint32_t)u - 0xd800u) << 10) + ((uint32_t)u2 - 0xdc00u);
-                    p->pos += 12;
-                } else {
-                    cp = u;
-                    p->pos += 6;
-                }
-                if (cp == 0 && is_key) {
-                    tr__free(p->ctx, buf);
-                    return tr__jp_fail(p, "object key contains \\u0000");
-                }
-                o += tr__utf8_put(buf + o, cp);
-            } else {
-                tr__free(p->ctx, buf);
-                return tr__jp_fail(p, "invalid escape in string");
-            }
-        } else if (c < 0x80) {
-            buf[o++] = (char)c;
-            p->pos++;
-        } else {
-            size_t k = tr__utf8_seq(p->s + p->pos, end - p->pos);
-            if (!k) {
-                tr__free(p->ctx, buf);
-                return tr__jp_fail(p, "invalid UTF-8 in string");
-            }
-            memcpy(buf + o, p->s + p->pos, k);
-            o += k;
-            p->pos += k;
-        }
-    }
-    buf[o] = 0;
-    p->pos = end + 1;
-    *out = buf;
-    *out_len = o;
-    return TR_OK;
-}
-
-TR__FN tr_status tr__jp_number(tr__jp *p, double *out) {
-    size_t st = p->pos, i = p->pos, n;
-    char local[64], *buf = local;
-    char *endp;
-    char dp = '.';
-    const struct lconv *lc;
-    double v;
-    if (i < p->len && p->s[i] == '-') i++;
-    if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
-        p->pos = i;
-        return tr__jp_fail(p, "invalid number");
-    }
-    if (p->s[i] == '0') {
-        i++;
-        if (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') {
-            p->pos = i;
-            return tr__jp_fail(p, "leading zero in number");
-        }
-    } else
-        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
-    if (i < p->len && p->s[i] == '.') {
-        i++;
-        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
-            p->pos = i;
-            return tr__jp_fail(p, "digit expected after decimal point");
-        }
-        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
-    }
-    if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
-        i++;
-        if (i < p->len && (p->s[i] == '+' || p->s[i] == '-')) i++;
-        if (i >= p->len || !(p->s[i] >= '0' && p->s[i] <= '9')) {
-            p->pos = i;
-            return tr__jp_fail(p, "digit expected in exponent");
-        }
-        while (i < p->len && p->s[i] >= '0' && p->s[i] <= '9') i++;
-    }
-    n = i - st;
-    if (n + 1 > sizeof local) {
-        buf = (char *)tr__alloc(p->ctx, n + 1);
-        if (!buf) return TR_ERR_OUT_OF_MEMORY;
-    }
-    memcpy(buf, p->s + st, n);
-    buf[n] = 0;
-    lc = localeconv(); /* strtod follows the C locale's decimal point */
-    if (lc && lc->decimal_point && lc->decimal_point[0]) dp = lc->decimal_point[0];
-    if (dp != '.') {
-        char *d = strchr(buf, '.');
-        if (d) *d = dp;
-    }
-    v = strtod(buf, &endp);
-    if (buf != local) tr__free(p->ctx, buf);
-    if (v != v || v > DBL_MAX || v < -DBL_MAX) return tr__jp_fail(p, "number out of range");
-    p->pos = i;
-    *out = v;
-    return TR_OK;
-}
-
-TR__FN int tr__jp_cmp_keys(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Rejects duplicate keys: pairwise for small objects, sorted for large ones (no quadratic blowup). */
-TR__FN tr_status tr__jp_check_dups(tr__jp *p, const tr_json *v, size_t obj_pos) {
-    tr__qbuf q;
-    size_t i, j;
-    const char *dup = NULL;
-    if (v->count <= 8) {
-        for (i = 0; i < v->count && !dup; i++)
-            for (j = i + 1; j < v->count; j++)
-                if (strcmp(v->keys[i], v->keys[j]) == 0) {
-                    dup = v->keys[i];
-                    break;
-                }
-    } else {
-        char **sorted = (char **)tr__alloc(p->ctx, v->count * sizeof(char *));
-        if (!sorted) return TR_ERR_OUT_OF_MEMORY;
-        memcpy(sorted, v->keys, v->count * sizeof(char *));
-        qsort(sorted, v->count, sizeof(char *), tr__jp_cmp_keys);
-        for (i = 1; i < v->count; i++)
-            if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-                dup = sorted[i];
-                break;
-            }
-        tr__free(p->ctx, sorted);
-    }
-    if (dup)
-        return tr__err(p->ctx, TR_ERR_FORMAT, "%s: invalid JSON: duplicate key %s in the object at byte %zu", p->what, tr__quote(&q, dup), obj_pos);
-    return TR_OK;
-}
-
-TR__FN int tr__jp_lit(tr__jp *p, const char *lit) {
-    size_t n = strlen(lit);
-    if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0) return 0;
-    p->pos += n;
-    return 1;
-}
-
-/* Parses one value into *v (zeroed by the caller). On failure v holds whatever was built so far,
-   consistently, so the caller frees it with tr__json_free_contents. */
-TR__FN tr_status tr__jp_value(tr__jp *p, tr_json *v, int depth) {
-    tr_status st;
-    unsigned char c;
-    tr__jp_ws(p);
-    if (p->pos >= p->len) return tr__jp_fail(p, "unexpected end of input, a value was expected");
-    v->line = p->line;
-    c = p->s[p->pos];
-    if (c == '{' || c == '[') {
-        size_t cap = 0, obj_pos = p->pos;
-        int is_obj = c == '{';
-        unsigned char close = is_obj ? '}' : ']';
-        if (depth >= TR_JSON_MAX_DEPTH) return tr__jp_fail(p, "nesting deeper than 64 levels");
-        v->type = is_obj ? TR_JSON_OBJECT : TR_JSON_ARRAY;
-        p->pos++;
-        tr__jp_ws(p);
-        if (p->pos < p->len && p->s[p->pos] == close) {
-            p->pos++;
-            return TR_OK;
-        }
-        for (;;) {
-            size_t i = v->count;
-            if ((st = tr__jp_grow(p, v, &cap, i + 1)) != TR_OK) return st;
-            memset(&v->items[i], 0, sizeof v->items[i]);
-            if (is_obj) {
-                size_t klen;
-                v->keys[i] = NULL;
-                tr__jp_ws(p);
-                if (p->pos >= p->len || p->s[p->pos] != '"') return tr__jp_fail(p, "object key (a string) expected");
-                if ((st = tr__jp_string(p, &v->keys[i], &klen, 1)) != TR_OK) return st;
-                v->count = i + 1;
-                tr__jp_ws(p);
-                if (p->pos >= p->len || p->s[p->pos] != ':') return tr__jp_fail(p, "':' expected after object key");
-                p->pos++;
-            } else
-                v->count = i + 1;
-            if ((st = tr__jp_value(p, &v->items[i], depth + 1)) != TR_OK) return st;
-            tr__jp_ws(p);
-            if (p->pos < p->len && p->s[p->pos] == ',') {
-                p->pos++;
-                continue;
-            }
-            if (p->pos < p->len && p->s[p->pos] == close) {
-                p->pos++;
-                break;
-            }
-            return tr__jp_fail(p, is_obj ? "',' or '}' expected in object" : "',' or ']' expected in array");
-        }
-        if (is_obj) return tr__jp_check_dups(p, v, obj_pos);
-        return TR_OK;
-    }
-    if (c == '"') {
-        v->type = TR_JSON_STRING;
-        return tr__jp_string(p, &v->string, &v->len, 0);
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        v->type = TR_JSON_NUMBER;
-        return tr__jp_number(p, &v->number);
-    }
-    if (tr__jp_lit(p, "true")) { v->type = TR_JSON_BOOL; v->boolean = 1; return TR_OK; }
-    if (tr__jp_lit(p, "false")) { v->type = TR_JSON_BOOL; v->boolean = 0; return TR_OK; }
-    if (tr__jp_lit(p, "null")) { v->type = TR_JSON_NULL; return TR_OK; }
-    return tr__jp_fail(p, "invalid literal (expected a value: object, array, string, number, true, false or null)");
-}
-
-/* Parses len bytes (need not be NUL-terminated). `what` names the source in error texts
-   ("model.safetensors header"). Strict: depth limit 64, duplicate object keys rejected, no
-   NaN/Infinity, no trailing garbage, control chars in strings rejected, \u escapes incl.
-   surrogate pairs, UTF-8 validated, \u0000 rejected in keys (allowed in values: see len). */
-TRDEF tr_status tr_json_parse(tr_ctx *ctx, const char *text, size_t len, const char *what, tr_json **out) {
-    tr__jp p;
-    tr_json *root;
-    tr_status st;
-    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: out is NULL");
-    *out = NULL;
-    if (!text && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_json_parse: text is NULL");
-    p.ctx = ctx;
-    p.s = (const unsigned char *)(text ? text : "");
-    p.len = len;
-    p.pos = 0;
-    p.line = 1;
-    p.what = what ? what : "JSON";
-    root = (tr_json *)tr__calloc(ctx, 1, sizeof *root);
-    if (!root) return TR_ERR_OUT_OF_MEMORY;
-    st = tr__jp_value(&p, root, 0);
-    if (st == TR_OK) {
-        tr__jp_ws(&p);
-        if (p.pos != p.len) st = tr__jp_fail(&p, "trailing garbage after the JSON value");
-    }
-    if (st != TR_OK) {
-        tr_json_free(ctx, root);
-        return st;
-    }
-    *out = root;
-    return TR_OK;
-}
-
-/* ---- string builder ------------------------------------------------------------------------
-   data is NULL until the first append, then always NUL-terminated. After an allocation failure
-   `failed` is set and every later call is a no-op; tr__sb_status reports it. */
-typedef struct tr__sb {
-    char *data;
-    size_t len, cap;
-    tr_ctx *ctx;
-    int failed;
-} tr__sb;
-
-TR__FN void tr__sb_init(tr__sb *sb, tr_ctx *ctx) {
-    sb->data = NULL;
-    sb->len = sb->cap = 0;
-    sb->ctx = ctx;
-    sb->failed = 0;
-}
-
-TR__FN void tr__sb_free(tr__sb *sb) {
-    if (sb->data) tr__free(sb->ctx, sb->data);
-    sb->data = NULL;
-    sb->len = sb->cap = 0;
-}
-
-/* Makes room for `extra` more bytes plus the terminator; 0 on failure (failed set). */
-TR__FN int tr__sb_reserve(tr__sb *sb, size_t extra) {
-    size_t need, ncap;
-    char *nd;
-    if (sb->failed) return 0;
-    if (extra > SIZE_MAX - sb->len - 1) {
-        sb->failed = 1;
-        return 0;
-    }
-    need = sb->len + extra + 1;
-    if (need <= sb->cap) return 1;
-    ncap = sb->cap ? sb->cap : 256;
-    while (ncap < need) ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
-    nd = (char *)tr__alloc(sb->ctx, ncap);
-    if (!nd) {
-        sb->failed = 1;
-        return 0;
-    }
-    if (sb->data) {
-        memcpy(nd, sb->data, sb->len + 1);
-        tr__free(sb->ctx, sb->data);
-    } else
-        nd[0] = 0;
-    sb->data = nd;
-    sb->cap = ncap;
-    return 1;
-}
-
-TR__FN void tr__sb_append(tr__sb *sb, const char *s, size_t n) {
-    if (!tr__sb_reserve(sb, n)) return;
-    if (n) memcpy(sb->data + sb->len, s, n);
-    sb->len += n;
-    sb->data[sb->len] = 0;
-}
-
-TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-TR__FN void tr__sb_printf(tr__sb *sb, const char *fmt, ...) {
-    va_list ap, ap2;
-    int n;
-    char small[256];
-    if (sb->failed) return;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        va_end(ap2);
-        sb->failed = 1;
-        return;
-    }
-    if ((size_t)n < sizeof small) tr__sb_append(sb, small, (size_t)n);
-    else if (tr__sb_reserve(sb, (size_t)n)) {
-        vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap2);
-        sb->len += (size_t)n;
-    }
-    va_end(ap2);
-}
-
-/* The escape sequence JSON needs for byte c ('"', '\\' and control characters) in esc; 0 when c
-   stands for itself. */
-TR__FN int tr__json_escape(unsigned char c, char esc[8]) {
-    switch (c) {
-    case '"': memcpy(esc, "\\\"", 3); return 2;
-    case '\\': memcpy(esc, "\\\\", 3); return 2;
-    case '\n': memcpy(esc, "\\n", 3); return 2;
-    case '\r': memcpy(esc, "\\r", 3); return 2;
-    case '\t': memcpy(esc, "\\t", 3); return 2;
-    case '\b': memcpy(esc, "\\b", 3); return 2;
-    case '\f': memcpy(esc, "\\f", 3); return 2;
-    default: break;
-    }
-    if (c >= 0x20) return 0;
-    snprintf(esc, 8, "\\u%04x", (unsigned)c);
-    return 6;
-}
-
-/* Appends s as a quoted JSON string. s is taken as UTF-8 and passed through byte for byte, except
-   for '"', '\\' and control characters, which are escaped. */
-TR__FN void tr__sb_json_string(tr__sb *sb, const char *s) {
-    const unsigned char *u = (const unsigned char *)(s ? s : "");
-    char esc[8];
-    size_t run;
-    int n;
-    tr__sb_append(sb, "\"", 1);
-    for (run = 0; u[run]; ) {
-        if ((n = tr__json_escape(u[run], esc)) == 0) {
-            run++;
-            continue;
-        }
-        tr__sb_append(sb, (const char *)u, run);
-        tr__sb_append(sb, esc, (size_t)n);
-        u += run + 1;
-        run = 0;
-    }
-    tr__sb_append(sb, (const char *)u, run);
-    tr__sb_append(sb, "\"", 1);
-}
-
-TRDEF int tr_json_fput_string(FILE *f, const char *s) {
-    const unsigned char *u = (const unsigned char *)(s ? s : "");
-    char esc[8];
-    int n, bad = 0;
-    if (!f) return EOF;
-    bad |= putc('"', f) == EOF;
-    for (; *u; u++) {
-        if ((n = tr__json_escape(*u, esc)) == 0) bad |= putc(*u, f) == EOF;
-        else bad |= fwrite(esc, 1, (size_t)n, f) != (size_t)n;
-    }
-    bad |= putc('"', f) == EOF;
-    return bad ? EOF : 0;
-}
-
-/* Python's repr() of a float ("1.0", "3.25", "1e-05"): shortest round trip digits. */
-TR__FN void tr__py_float(char *out, size_t cap, double v) {
-    char buf[40], digits[24];
-    int prec, exp10 = 0, nd = 0, i;
-    char *e;
-    if (v != v) { snprintf(out, cap, "NaN"); return; }
-    if (v > DBL_MAX || v < -DBL_MAX) { snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity"); return; }
-    if (v == 0) { snprintf(out, cap, signbit(v) ? "-0.0" : "0.0"); return; }
-    for (prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    /* buf = [-]d.ddde[+-]xx */
-    e = strchr(buf, 'e');
-    exp10 = atoi(e + 1);
-    for (i = 0; buf + i < e; i++)
-        if (isdigit((unsigned char)buf[i])) digits[nd++] = buf[i];
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = 0;
-    {
-        char res[64];
-        size_t o = 0;
-        if (v < 0) res[o++] = '-';
-        if (exp10 >= 16 || exp10 < -4) {
-            res[o++] = digits[0];
-            if (nd > 1) {
-                res[o++] = '.';
-                for (i = 1; i < nd; i++) res[o++] = digits[i];
-            }
-            snprintf(res + o, sizeof res - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        } else if (exp10 >= 0) {
-            for (i = 0; i <= exp10; i++) res[o++] = i < nd ? digits[i] : '0';
-            res[o++] = '.';
-            if (nd > exp10 + 1)
-                for (i = exp10 + 1; i < nd; i++) res[o++] = digits[i];
-            else
-                res[o++] = '0';
-            res[o] = 0;
-        } else {
-            res[o++] = '0';
-            res[o++] = '.';
-            for (i = 0; i < -exp10 - 1; i++) res[o++] = '0';
-            for (i = 0; i < nd; i++) res[o++] = digits[i];
-            res[o] = 0;
-        }
-        snprintf(out, cap, "%s", res);
-    }
-}
-
-/* A number as JSON: integers without a fraction, others as Python's repr; "null" when not finite. */
-TR__FN void tr__json_number_text(char out[48], double v) {
-    if (v != v || v > DBL_MAX || v < -DBL_MAX) snprintf(out, 48, "null");
-    else if (v == floor(v) && fabs(v) < 9e15) snprintf(out, 48, "%lld", (long long)v);
-    else tr__py_float(out, 48, v);
-}
-
-TRDEF int tr_json_fput_number(FILE *f, double v) {
-    char b[48];
-    tr__json_number_text(b, v);
-    return f && fputs(b, f) != EOF ? 0 : EOF;
-}
-
-/* TR_OK, or TR_ERR_OUT_OF_MEMORY with the reason set. */
-TR__FN tr_status tr__sb_status(tr__sb *sb) {
-    if (!sb->failed) return TR_OK;
-    return tr__err(sb->ctx, TR_ERR_OUT_OF_MEMORY, "out of memory while building text (%zu bytes so far)", sb->len);
-}
-
-/* ---- whole-file reads ----------------------------------------------------------------------
-   *data gets a tr__alloc'ed copy of the file plus a NUL terminator (not counted in *len). Files
-   larger than max_bytes are refused with TR_ERR_FORMAT. */
-TR__FN tr_status tr__read_file_capped(tr_ctx *ctx, const char *path, size_t max_bytes, char **data, size_t *len) {
-    FILE *f;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    int is_stdin;
-    if (!data || !len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: NULL output pointer");
-    *data = NULL;
-    *len = 0;
-    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_read_file: path is NULL");
-    is_stdin = !strcmp(path, "-");
-    f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f) return tr__err(ctx, TR_ERR_IO, "cannot open '%s' for reading: %s", path, strerror(errno));
-    if (is_stdin) path = "<stdin>"; /* for the error texts; stdin stays open */
-#if !defined(_WIN32)
-    {
-        struct stat sb;
-        if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0) {
-            if ((uint64_t)sb.st_size > (uint64_t)max_bytes) {
-                if (!is_stdin) fclose(f);
-                return tr__err(ctx, TR_ERR_FORMAT, "'%s' is %llu bytes, more than the %zu-byte limit", path,
-                               (unsigned long long)sb.st_size, max_bytes);
-            }
-            if (ctx && ctx->mem_limit && (uint64_t)sb.st_size > (uint64_t)ctx->mem_limit) {
-                if (!is_stdin) fclose(f);
-                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "'%s' is %llu bytes, more than the %.0f MiB memory limit (tr_ctx_config.memory_limit, else the machine's memory)",
-                               path, (unsigned long long)sb.st_size, (double)ctx->mem_limit / (1024.0 * 1024.0));
-            }
-            if ((uint64_t)sb.st_size < (uint64_t)(SIZE_MAX - 2)) cap = (size_t)sb.st_size + 2; /* NUL + one byte to see EOF */
-        }
-    }
-#endif
-    if (cap < 4096) cap = 4096;
-    for (;;) {
-        size_t want, got;
-        if (!buf || n + 1 >= cap) {
-            char *nb;
-            size_t ncap = buf ? (cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2) : cap;
-            if (buf && ncap <= cap) {
-                tr__free(ctx, buf);
-                if (!is_stdin) fclose(f);
-                return tr__err(ctx, TR_ERR_OVERFLOW, "'%s' is too large to read", path);
-            }
-            nb = (char *)tr__alloc(ctx, ncap);
-            if (!nb) {
-                tr__free(ctx, buf);
-                if (!is_stdin) fclose(f);
-                return tr__err(ctx, TR_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%zu bytes)", path, ncap);
-            }
-            if (buf) {
-                memcpy(nb, buf, n);
-                tr__free(ctx, buf);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        want = cap - 1 - n;
-        got = fread(buf + n, 1, want, f);
-        n += got;
-        if (n > max_bytes) {
-            tr__free(ctx, buf);
-            if (!is_stdin) fclose(f);
-            return tr__err(ctx, TR_ERR_FORMAT, "'%s' is more than the %zu-byte limit", path, max_bytes);
-        }
-        if (got < want) { /* end of file or an error */
-            if (ferror(f)) {
-                int e = errno;
-                tr__free(ctx, buf);
-                if (!is_stdin) fclose(f);
-                return tr__err(ctx, TR_ERR_IO, "cannot read '%s': %s", path, strerror(e));
-            }
-            break;
-        }
-    }
-    if (!is_stdin) fclose(f);
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
-    return TR_OK;
-}
-
-TRDEF tr_status tr_read_file(tr_ctx *ctx, const char *path, char **data, size_t *len) { return tr__read_file_capped(ctx, path, SIZE_MAX - 1, data, len); }
-
-TRDEF void tr_free(tr_ctx *ctx, void *p) { tr__free(ctx, p); }
-
-/* ---- atomic file replacement ---------------------------------------------------------------
-   tr__atomic_begin opens `<path>.tmp.<pid>` in the target's directory; tr__atomic_write appends
-   (errors are sticky: later writes are no-ops and commit reports the first one); tr__atomic_commit
-   fsyncs the file, renames it over `path` and fsyncs the directory. On any failure the temp file
-   is removed, the previous `path` is left untouched, and TR_ERR_IO is returned with the reason.
-   tr__atomic_abort discards an unfinished write.
-
-   Tests inject failures with a tr__io_fault: the write that would take the file past `at_byte`
-   bytes writes only up to there and then fails in the chosen way. The context's disk faults
-   (tr_ctx_inject_fault, TINYREC_FAULT=enospc@N / erofs@N) pick the N-th file written: ENOSPC through
-   the same tr__io_fault, EROFS where the temporary file is created. */
-typedef enum tr__io_fault_kind {
-    TR__IO_FAULT_NONE = 0,
-    TR__IO_FAULT_SHORT,  /* write() returns a short count, then 0 (no progress) */
-    TR__IO_FAULT_ENOSPC, /* write() returns a short count, then -1 with errno ENOSPC */
-    TR__IO_FAULT_FSYNC,  /* every write succeeds; fsync of the file fails with EIO */
-    TR__IO_FAULT_RENAME  /* every write succeeds; rename fails with EACCES */
-} tr__io_fault_kind;
-typedef struct tr__io_fault {
-    tr__io_fault_kind kind;
-    uint64_t at_byte;
-} tr__io_fault;
-
-typedef struct tr__atomic_file {
-    tr_ctx *ctx;
-    const char *path; /* the caller's string: must outlive the write */
-    char *tmp_path;
-    int fd;
-    uint64_t written;
-    tr_status status; /* first failure, sticky */
-    const tr__io_fault *fault;
-    tr__io_fault ctx_fault; /* the context's disk fault, when it picks this file (fault then points here) */
-    int faulted;
-    char *dir;        /* the directory to fsync after the rename (in tmp_path's allocation) */
-} tr__atomic_file;
-
-#if !defined(_WIN32)
-TR__FN void tr__atomic_cleanup(tr__atomic_file *af) {
-    if (af->fd >= 0) close(af->fd);
-    af->fd = -1;
-    if (af->tmp_path) {
-        unlink(af->tmp_path);
-        tr__free(af->ctx, af->tmp_path);
-        af->tmp_path = NULL;
-    }
-}
-
-TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
-    size_t n;
-    memset(af, 0, sizeof *af);
-    af->ctx = ctx;
-    af->fd = -1;
-    af->path = path;
-    af->fault = fault;
-    af->status = TR_ERR_IO;
-    if (!path || !path[0]) return tr__err(ctx, TR_ERR_INVALID_ARG, "atomic write: empty path");
-    /* one allocation holds the temp name and the directory name, so that nothing can fail for
-       lack of memory once the rename has happened */
-    n = strlen(path) + 32;
-    af->tmp_path = (char *)tr__alloc(ctx, 2 * n);
-    if (!af->tmp_path) return af->status = TR_ERR_OUT_OF_MEMORY;
-    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    af->dir = af->tmp_path + n;
-    {
-        const char *slash = strrchr(path, '/');
-        size_t dlen = slash ? (size_t)(slash - path) : 1;
-        if (slash && dlen == 0) dlen = 1; /* "/file" */
-        if (slash) memcpy(af->dir, path, dlen);
-        else af->dir[0] = '.';
-        af->dir[dlen] = 0;
-    }
-    /* the context's disk fault, when it picks this file: a full disk fails the first write, a
-       read-only folder the creation of the temporary file */
-    if (ctx && (ctx->fault == TR_FAULT_IO_ENOSPC || ctx->fault == TR_FAULT_IO_EROFS) && ++ctx->io_files == ctx->fault_step) {
-        af->ctx_fault.kind = TR__IO_FAULT_ENOSPC;
-        if (ctx->fault == TR_FAULT_IO_ENOSPC) af->fault = &af->ctx_fault;
-    }
-    if (af->ctx_fault.kind && ctx->fault == TR_FAULT_IO_EROFS) {
-        af->fd = -1;
-        errno = EROFS;
-    } else
-        af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (af->fd < 0) {
-        int e = errno;
-        tr__free(ctx, af->tmp_path);
-        af->tmp_path = NULL;
-        return tr__err(ctx, TR_ERR_IO, "cannot create temporary file for '%s': %s", path, strerror(e));
-    }
-    af->status = TR_OK;
-    return TR_OK;
-}
-
-/* write(2), or the injected failure. */
-TR__FN long tr__atomic_sys_write(tr__atomic_file *af, const void *data, size_t n) {
-    const tr__io_fault *fl = af->fault;
-    if (fl && (fl->kind == TR__IO_FAULT_SHORT || fl->kind == TR__IO_FAULT_ENOSPC) && af->written + n > fl->at_byte) {
-        size_t allow = af->written >= fl->at_byte ? 0 : (size_t)(fl->at_byte - af->written);
-        if (allow > 0) return (long)write(af->fd, data, allow);
-        af->faulted = 1;
-        if (fl->kind == TR__IO_FAULT_SHORT) return 0;
-        errno = ENOSPC;
-        return -1;
-    }
-    return (long)write(af->fd, data, n);
-}
-
-TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
-    const char *p = (const char *)data;
-    if (af->status != TR_OK) return af->status;
-    while (n > 0) {
-        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        long w = tr__atomic_sys_write(af, p, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            int e = errno;
-            tr__atomic_cleanup(af);
-            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: %s (the previous file is unchanged)",
-                                        af->path, (unsigned long long)af->written, strerror(e));
-        }
-        if (w == 0) {
-            tr__atomic_cleanup(af);
-            return af->status = tr__err(af->ctx, TR_ERR_IO, "writing '%s' failed after %llu bytes: short write, no progress (disk full?) (the previous file is unchanged)",
-                                        af->path, (unsigned long long)af->written);
-        }
-        p += w;
-        n -= (size_t)w;
-        af->written += (uint64_t)w;
-    }
-    return TR_OK;
-}
-
-TR__FN void tr__atomic_abort(tr__atomic_file *af) {
-    tr__atomic_cleanup(af);
-    if (af->status == TR_OK) af->status = TR_ERR_IO;
-}
-
-TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) {
-    const tr__io_fault *fl = af->fault;
-    int dfd, e;
-    if (af->status != TR_OK) {
-        tr__atomic_cleanup(af);
-        return af->status;
-    }
-    if ((fl && fl->kind == TR__IO_FAULT_FSYNC) || fsync(af->fd) != 0) {
-        e = (fl && fl->kind == TR__IO_FAULT_FSYNC) ? EIO : errno;
-        tr__atomic_cleanup(af);
-        return af->status = tr__err(af->ctx, TR_ERR_IO, "fsync of the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
-    }
-    if (close(af->fd) != 0) {
-        e = errno;
-        af->fd = -1;
-        tr__atomic_cleanup(af);
-        return af->status = tr__err(af->ctx, TR_ERR_IO, "closing the temporary file for '%s' failed: %s (the previous file is unchanged)", af->path, strerror(e));
-    }
-    af->fd = -1;
-    if ((fl && fl->kind == TR__IO_FAULT_RENAME) || rename(af->tmp_path, af->path) != 0) {
-        e = (fl && fl->kind == TR__IO_FAULT_RENAME) ? EACCES : errno;
-        af->status = tr__err(af->ctx, TR_ERR_IO, "renaming '%s' over '%s' failed: %s (the previous file is unchanged)", af->tmp_path, af->path, strerror(e));
-        tr__atomic_cleanup(af);
-        return af->status;
-    }
-    /* renamed: there is no temp file to remove any more; make the rename durable by syncing the
-       directory that holds the entry */
-    dfd = open(af->dir, O_RDONLY);
-    if (dfd < 0) {
-        e = errno;
-        af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but opening its directory '%s' to fsync it failed: %s", af->path, af->dir, strerror(e));
-    } else {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
-            e = errno;
-            af->status = tr__err(af->ctx, TR_ERR_IO, "'%s' was written, but fsync of its directory '%s' failed: %s", af->path, af->dir, strerror(e));
-        }
-        close(dfd);
-    }
-    tr__free(af->ctx, af->tmp_path);
-    af->tmp_path = af->dir = NULL;
-    return af->status;
-}
-#else /* _WIN32: atomic replacement is not implemented yet */
-TR__FN tr_status tr__atomic_begin(tr_ctx *ctx, const char *path, const tr__io_fault *fault, tr__atomic_file *af) {
-    memset(af, 0, sizeof *af);
-    af->ctx = ctx;
-    af->path = path;
-    af->fault = fault;
-    af->fd = -1;
-    af->status = TR_ERR_UNSUPPORTED;
-    return tr__err(ctx, TR_ERR_UNSUPPORTED, "cannot write '%s': atomic file replacement is not implemented on Windows yet", path ? path : "");
-}
-TR__FN tr_status tr__atomic_write(tr__atomic_file *af, const void *data, size_t n) {
-    TR__UNUSED(data);
-    TR__UNUSED(n);
-    return af->status;
-}
-TR__FN void tr__atomic_abort(tr__atomic_file *af) { TR__UNUSED(af); }
-TR__FN tr_status tr__atomic_commit(tr__atomic_file *af) { return af->status; }
-#endif
-/* >>json-end */
 
 /* A strict safetensors reader and an atomic writer (on the JSON reader, string builder and
    atomic writer of >>json). */
-/* >>io */
-struct tr_st_file {
-    tr_ctx *ctx;
-    char *owned;              /* the file's bytes when tr_st_open read them */
-    const unsigned char *bytes;
-    size_t len;
-    char *what;               /* file name for error texts */
-    tr_json *header;         /* tensor names and metadata point into it */
-    tr_st_tensor *tensors;    /* header order */
-    size_t count;
-    size_t *by_name;          /* indices into tensors, sorted by name */
-    const tr_json *meta;     /* the __metadata__ object, or NULL */
-};
-
-static const char *const tr__dtype_names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "BOOL"};
-static const unsigned char tr__dtype_sizes[] = {4, 2, 2, 4, 8, 1, 1};
-#define TR__NUM_DTYPES 7
-
-TRDEF const char *tr_dtype_name(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_names[d] : "?"; }
-TRDEF size_t tr_dtype_size(tr_dtype d) { return (unsigned)d < TR__NUM_DTYPES ? tr__dtype_sizes[d] : 0; }
-
-/* Element count with overflow detection: 0 on overflow (*ok = 0), on bad input too. */
-TR__FN size_t tr__st_numel(const tr_st_tensor *t, int *ok) {
-    size_t n = 1;
-    int i;
-    *ok = 1;
-    if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) {
-        *ok = 0;
-        return 0;
-    }
-    for (i = 0; i < t->ndim; i++) {
-        if (t->shape[i] < 0 || (uint64_t)t->shape[i] > (uint64_t)SIZE_MAX || !tr__size_mul(n, (size_t)t->shape[i], &n)) {
-            *ok = 0;
-            return 0;
-        }
-    }
-    return n;
-}
-
-TRDEF size_t tr_st_numel(const tr_st_tensor *t) {
-    int ok;
-    size_t n;
-    if (!t) return 0;
-    n = tr__st_numel(t, &ok);
-    return ok ? n : 0;
-}
-
-/* "[2,3,4]" into buf, for error texts. */
-TR__FN const char *tr__st_shape_str(const tr_st_tensor *t, char *buf, size_t cap) {
-    size_t o = 0;
-    int i;
-    o += (size_t)snprintf(buf, cap, "[");
-    for (i = 0; i < t->ndim && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, i ? ",%lld" : "%lld", (long long)t->shape[i]);
-    if (o < cap) snprintf(buf + o, cap - o, "]");
-    return buf;
-}
-
-TR__FN uint64_t tr__le64(const unsigned char *p) {
-    uint64_t v = 0;
-    int i;
-    for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
-/* A JSON number that is a non-negative integer no larger than 2^53 (exactly representable).
-   0 if it is not. */
-TR__FN int tr__st_json_uint(const tr_json *v, uint64_t *out) {
-    if (!v || v->type != TR_JSON_NUMBER) return 0;
-    if (!(v->number >= 0.0) || v->number > 9007199254740992.0 || floor(v->number) != v->number) return 0;
-    *out = (uint64_t)v->number;
-    return 1;
-}
-
-typedef struct tr__st_span {
-    uint64_t begin, end;
-    size_t idx;
-} tr__st_span;
-
-TR__FN int tr__st_cmp_span(const void *a, const void *b) {
-    const tr__st_span *x = (const tr__st_span *)a, *y = (const tr__st_span *)b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx ? 1 : 0;
-}
-
-/* qsort has no context argument: sort (name, index) pairs instead. */
-typedef struct tr__st_named {
-    const char *name;
-    size_t idx;
-} tr__st_named;
-TR__FN int tr__st_cmp_named(const void *a, const void *b) {
-    return strcmp(((const tr__st_named *)a)->name, ((const tr__st_named *)b)->name);
-}
-
-/* Validates one tensor entry of the header and fills t (everything except data). */
-TR__FN tr_status tr__st_parse_entry(tr_ctx *ctx, const char *what, const char *name, const tr_json *e, tr_st_tensor *t,
-                                     tr__st_span *span, uint64_t data_len) {
-    tr__qbuf q, qn;
-    const char *qname = tr__quote(&qn, name);
-    const tr_json *dt, *sh, *off;
-    size_t i, numel = 1, nbytes;
-    int d;
-    uint64_t b, en;
-    char sbuf[200];
-    if (e->type != TR_JSON_OBJECT)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: the entry is a JSON %s, not an object with dtype, shape and data_offsets",
-                       what, qname, tr_json_type_name(e->type));
-    for (i = 0; i < e->count; i++)
-        if (strcmp(e->keys[i], "dtype") != 0 && strcmp(e->keys[i], "shape") != 0 && strcmp(e->keys[i], "data_offsets") != 0)
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unknown field %s (allowed: dtype, shape, data_offsets)", what, qname, tr__quote(&q, e->keys[i]));
-    dt = tr_json_get(e, "dtype");
-    sh = tr_json_get(e, "shape");
-    off = tr_json_get(e, "data_offsets");
-    if (!dt) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'dtype'", what, qname);
-    if (!sh) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'shape'", what, qname);
-    if (!off) return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: missing field 'data_offsets'", what, qname);
-    /* dtype */
-    if (dt->type != TR_JSON_STRING)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype is a JSON %s, not a string", what, qname, tr_json_type_name(dt->type));
-    for (d = 0; d < TR__NUM_DTYPES; d++)
-        if (strcmp(dt->string, tr__dtype_names[d]) == 0 && dt->len == strlen(tr__dtype_names[d])) break;
-    if (d == TR__NUM_DTYPES)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: unsupported dtype %s (supported: F32, BF16, F16, I32, I64, U8, BOOL)",
-                       what, qname, tr__quote_n(&q, dt->string, dt->len));
-    t->dtype = (tr_dtype)d;
-    /* shape */
-    if (sh->type != TR_JSON_ARRAY)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape is a JSON %s, not an array", what, qname, tr_json_type_name(sh->type));
-    if (sh->count > TR_ST_MAX_DIMS)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape has %zu dimensions, more than the supported %d", what, qname, sh->count, TR_ST_MAX_DIMS);
-    t->ndim = (int)sh->count;
-    for (i = 0; i < sh->count; i++) {
-        const tr_json *x = &sh->items[i];
-        uint64_t dim;
-        if (x->type == TR_JSON_NUMBER && x->number < 0)
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is negative (%g)", what, qname, i, x->number);
-        if (!tr__st_json_uint(x, &dim))
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape[%zu] is not a non-negative integer (at most 2^53)", what, qname, i);
-        t->shape[i] = (int64_t)dim;
-        if (dim > (uint64_t)SIZE_MAX || !tr__size_mul(numel, (size_t)dim, &numel))
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s has too many elements (overflow)", what, qname,
-                           tr__st_shape_str(t, sbuf, sizeof sbuf));
-    }
-    if (!tr__size_mul(numel, tr__dtype_sizes[d], &nbytes))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: shape %s of %s is too large in bytes (overflow)", what, qname,
-                       tr__st_shape_str(t, sbuf, sizeof sbuf), tr__dtype_names[d]);
-    /* data_offsets */
-    if (off->type != TR_JSON_ARRAY || off->count != 2)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets must be an array [begin, end]", what, qname);
-    if (!tr__st_json_uint(&off->items[0], &b))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[0] is not a non-negative integer (at most 2^53)", what, qname);
-    if (!tr__st_json_uint(&off->items[1], &en))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets[1] is not a non-negative integer (at most 2^53)", what, qname);
-    if (en < b)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", what, qname,
-                       (unsigned long long)b, (unsigned long long)en);
-    if ((uint64_t)nbytes != en - b)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: dtype %s with shape %s needs %zu bytes, but data_offsets [%llu, %llu] span %llu",
-                       what, qname, tr__dtype_names[d], tr__st_shape_str(t, sbuf, sizeof sbuf), nbytes, (unsigned long long)b,
-                       (unsigned long long)en, (unsigned long long)(en - b));
-    if (en > data_len)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the %llu-byte data section",
-                       what, qname, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_len);
-    t->nbytes = nbytes;
-    span->begin = b;
-    span->end = en;
-    return TR_OK;
-}
-
-/* Parses and validates everything; on success f->tensors etc. are filled. */
-TR__FN tr_status tr__st_load(tr_st_file *f) {
-    tr__qbuf q, q2;
-    tr_ctx *ctx = f->ctx;
-    const char *what = f->what;
-    uint64_t hlen, data_len, expect;
-    const unsigned char *data;
-    const tr_json *root;
-    tr__st_span *spans = NULL;
-    tr__st_named *named = NULL;
-    size_t i, k, ntensors;
-    tr_status st;
-    char hwhat[300];
-    if (f->len < 8)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: file is %zu bytes, too short for the 8-byte header length", what, f->len);
-    hlen = tr__le64(f->bytes);
-    if (hlen > TR_ST_MAX_HEADER)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", what, (unsigned long long)hlen, TR_ST_MAX_HEADER);
-    if (hlen > (uint64_t)(f->len - 8))
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes follow the length)", what,
-                       (unsigned long long)hlen, f->len - 8);
-    if (hlen < 2)
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: header length %llu is too small for a JSON object", what, (unsigned long long)hlen);
-    if (f->bytes[8] != '{')
-        return tr__err(ctx, TR_ERR_FORMAT, "%s: header is not a JSON object (it must start with '{', found byte 0x%02x)", what, f->bytes[8]);
-    snprintf(hwhat, sizeof hwhat, "%.250s header", what);
-    st = tr_json_parse(ctx, (const char *)f->bytes + 8, (size_t)hlen, hwhat, &f->header);
-    if (st != TR_OK) return st;
-    root = f->header;
-    data = f->bytes + 8 + hlen;
-    data_len = (uint64_t)f->len - 8 - hlen;
-    ntensors = 0;
-    for (i = 0; i < root->count; i++) {
-        if (strcmp(root->keys[i], "__metadata__") == 0) {
-            const tr_json *m = &root->items[i];
-            if (m->type != TR_JSON_OBJECT)
-                return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ is a JSON %s, not an object of strings", what, tr_json_type_name(m->type));
-            for (k = 0; k < m->count; k++) {
-                if (m->items[k].type != TR_JSON_STRING)
-                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s is a JSON %s, not a string", what, tr__quote(&q, m->keys[k]),
-                                   tr_json_type_name(m->items[k].type));
-                if (strlen(m->items[k].string) != m->items[k].len)
-                    return tr__err(ctx, TR_ERR_FORMAT, "%s: __metadata__ value of %s contains a NUL character", what, tr__quote(&q, m->keys[k]));
-            }
-            f->meta = m;
-        } else
-            ntensors++;
-    }
-    if (ntensors) {
-        f->tensors = (tr_st_tensor *)tr__calloc(ctx, ntensors, sizeof(tr_st_tensor));
-        spans = (tr__st_span *)tr__calloc(ctx, ntensors, sizeof(tr__st_span));
-        named = (tr__st_named *)tr__calloc(ctx, ntensors, sizeof(tr__st_named));
-        f->by_name = (size_t *)tr__calloc(ctx, ntensors, sizeof(size_t));
-        if (!f->tensors || !spans || !named || !f->by_name) {
-            st = TR_ERR_OUT_OF_MEMORY;
-            goto done;
-        }
-    }
-    for (i = 0, k = 0; i < root->count; i++) {
-        tr_st_tensor *t;
-        if (strcmp(root->keys[i], "__metadata__") == 0) continue;
-        t = &f->tensors[k];
-        t->name = root->keys[i];
-        t->source = f->what;
-        st = tr__st_parse_entry(ctx, what, t->name, &root->items[i], t, &spans[k], data_len);
-        if (st != TR_OK) goto done;
-        spans[k].idx = k;
-        t->data = data + spans[k].begin;
-        named[k].name = t->name;
-        named[k].idx = k;
-        k++;
-    }
-    f->count = ntensors;
-    /* the tensors must tile the data section exactly: sorted by offset, no overlap, no gap */
-    if (ntensors) qsort(spans, ntensors, sizeof *spans, tr__st_cmp_span);
-    expect = 0;
-    for (i = 0; i < ntensors; i++) {
-        if (spans[i].begin < expect) {
-            const tr__st_span *prev = &spans[i - 1];
-            st = tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s (bytes [%llu, %llu)) overlaps tensor %s (bytes [%llu, %llu))", what,
-                         tr__quote(&q, f->tensors[spans[i].idx].name), (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
-                         tr__quote(&q2, f->tensors[prev->idx].name), (unsigned long long)prev->begin, (unsigned long long)prev->end);
-            goto done;
-        }
-        if (spans[i].begin > expect) {
-            st = tr__err(ctx, TR_ERR_FORMAT, "%s: gap in the data section: bytes [%llu, %llu) before tensor %s belong to no tensor", what,
-                         (unsigned long long)expect, (unsigned long long)spans[i].begin, tr__quote(&q, f->tensors[spans[i].idx].name));
-            goto done;
-        }
-        expect = spans[i].end;
-    }
-    if (expect != data_len) {
-        st = tr__err(ctx, TR_ERR_FORMAT, "%s: data section is %llu bytes but the tensors cover %llu: %llu trailing bytes belong to no tensor", what,
-                     (unsigned long long)data_len, (unsigned long long)expect, (unsigned long long)(data_len - expect));
-        goto done;
-    }
-    /* names are unique (the JSON reader rejects duplicate keys); index them for tr_st_find */
-    if (ntensors) qsort(named, ntensors, sizeof *named, tr__st_cmp_named);
-    for (i = 0; i < ntensors; i++) f->by_name[i] = named[i].idx;
-    st = TR_OK;
-done:
-    tr__free(ctx, spans);
-    tr__free(ctx, named);
-    return st;
-}
-
-TR__FN void tr__st_destroy(tr_st_file *f) {
-    tr_ctx *ctx;
-    if (!f) return;
-    ctx = f->ctx;
-    tr_json_free(ctx, f->header);
-    tr__free(ctx, f->tensors);
-    tr__free(ctx, f->by_name);
-    tr__free(ctx, f->what);
-    tr__free(ctx, f->owned);
-    tr__free(ctx, f);
-}
-
-/* Takes ownership of `owned` (freed on failure too). */
-TR__FN tr_status tr__st_open_bytes(tr_ctx *ctx, const void *bytes, size_t len, char *owned, const char *what, tr_st_file **out) {
-    tr_st_file *f;
-    size_t wl;
-    tr_status st;
-    f = (tr_st_file *)tr__calloc(ctx, 1, sizeof *f);
-    if (!f) {
-        tr__free(ctx, owned);
-        return TR_ERR_OUT_OF_MEMORY;
-    }
-    f->ctx = ctx;
-    f->owned = owned;
-    f->bytes = (const unsigned char *)bytes;
-    f->len = len;
-    wl = strlen(what);
-    f->what = (char *)tr__alloc(ctx, wl + 1);
-    if (!f->what) {
-        tr__st_destroy(f);
-        return TR_ERR_OUT_OF_MEMORY;
-    }
-    memcpy(f->what, what, wl + 1);
-    st = tr__st_load(f);
-    if (st != TR_OK) {
-        tr__st_destroy(f);
-        return st;
-    }
-    *out = f;
-    return TR_OK;
-}
-
-TRDEF tr_status tr_st_open_memory(tr_ctx *ctx, const void *bytes, size_t len, const char *what, tr_st_file **out) {
-    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: out is NULL") : TR_ERR_INVALID_ARG;
-    *out = NULL;
-    if (!bytes && len) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open_memory: bytes is NULL");
-    return tr__st_open_bytes(ctx, bytes ? bytes : "", len, NULL, what ? what : "<memory>", out);
-}
-
-TRDEF tr_status tr_st_open(tr_ctx *ctx, const char *path, tr_st_file **out) {
-    char *data;
-    size_t len;
-    tr_status st;
-    if (!ctx || !out) return ctx ? tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: out is NULL") : TR_ERR_INVALID_ARG;
-    *out = NULL;
-    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_open: path is NULL");
-    st = tr_read_file(ctx, path, &data, &len);
-    if (st != TR_OK) return st;
-    return tr__st_open_bytes(ctx, data, len, data, path, out);
-}
-
-TRDEF void tr_st_close(tr_st_file *f) { tr__st_destroy(f); }
-TRDEF size_t tr_st_count(const tr_st_file *f) { return f ? f->count : 0; }
-TRDEF const tr_st_tensor *tr_st_at(const tr_st_file *f, size_t i) { return f && i < f->count ? &f->tensors[i] : NULL; }
-
-TRDEF const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name) {
-    size_t lo = 0, hi;
-    if (!f || !name) return NULL;
-    hi = f->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const tr_st_tensor *t = &f->tensors[f->by_name[mid]];
-        int c = strcmp(t->name, name);
-        if (c == 0) return t;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    return NULL;
-}
-
-TRDEF tr_status tr_st_get(tr_ctx *ctx, const tr_st_file *f, const char *name, int ndim, const int64_t *shape, const tr_st_tensor **out) {
-    tr__qbuf q;
-    const tr_st_tensor *t;
-    char buf1[200], buf2[200];
-    int i;
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if (!f || !name || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_get: NULL argument");
-    *out = NULL;
-    t = tr_st_find(f, name);
-    if (!t) {
-        static const char prefix[] = "_orig_mod.";
-        size_t nl = strlen(name);
-        char local[256], *full = local;
-        if (nl + sizeof prefix > sizeof local) {
-            full = (char *)tr__alloc(ctx, nl + sizeof prefix);
-            if (!full) return TR_ERR_OUT_OF_MEMORY;
-        }
-        memcpy(full, prefix, sizeof prefix - 1);
-        memcpy(full + sizeof prefix - 1, name, nl + 1);
-        t = tr_st_find(f, full);
-        if (full != local) tr__free(ctx, full);
-    }
-    if (!t) return tr__err(ctx, TR_ERR_NOT_FOUND, "%s: missing tensor %s", f->what, tr__quote(&q, name));
-    if (shape) {
-        int same = t->ndim == ndim;
-        for (i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
-        if (!same) {
-            tr_st_tensor want;
-            memset(&want, 0, sizeof want);
-            want.ndim = ndim < 0 ? 0 : ndim > TR_ST_MAX_DIMS ? TR_ST_MAX_DIMS : ndim;
-            for (i = 0; i < want.ndim; i++) want.shape[i] = shape[i];
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", f->what, tr__quote(&q, t->name), tr__st_shape_str(t, buf1, sizeof buf1),
-                           tr__st_shape_str(&want, buf2, sizeof buf2));
-        }
-    }
-    *out = t;
-    return TR_OK;
-}
-
-TRDEF const char *tr_st_metadata(const tr_st_file *f, const char *key) {
-    const tr_json *v;
-    if (!f || !f->meta) return NULL;
-    v = tr_json_get(f->meta, key);
-    return v ? v->string : NULL;
-}
-TRDEF size_t tr_st_metadata_count(const tr_st_file *f) { return f && f->meta ? f->meta->count : 0; }
-TRDEF const char *tr_st_metadata_key(const tr_st_file *f, size_t i) { return f && f->meta && i < f->meta->count ? f->meta->keys[i] : NULL; }
-
-/* Common checks of the read functions: returns the element count or sets the error. */
-TR__FN tr_status tr__st_check_read(tr_ctx *ctx, const tr_st_tensor *t, const void *dst, size_t count, const char *fn) {
-    tr__qbuf q;
-    int ok;
-    size_t n;
-    const char *src = t && t->source ? t->source : "<tensor>";
-    if (!t || (!dst && count)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: NULL tensor or destination", fn);
-    if ((unsigned)t->dtype >= TR__NUM_DTYPES)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has an invalid dtype %d", fn, src, tr__quote(&q, t->name), (int)t->dtype);
-    n = tr__st_numel(t, &ok);
-    if (!ok || !tr__size_mul(n, tr__dtype_sizes[t->dtype], &n) || n != t->nbytes || (!t->data && t->nbytes))
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s is inconsistent (shape, dtype and nbytes disagree)", fn, src, tr__quote(&q, t->name));
-    n = tr__st_numel(t, &ok);
-    if (count != n)
-        return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: %s: tensor %s has %zu elements, but %zu were asked for", fn, src, tr__quote(&q, t->name), n, count);
-    return TR_OK;
-}
-
-TRDEF tr_status tr_st_read_f32(tr_ctx *ctx, const tr_st_tensor *t, float *dst, size_t count) {
-    tr__qbuf q;
-    const unsigned char *p;
-    size_t i;
-    tr_status st;
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_f32")) != TR_OK) return st;
-    p = (const unsigned char *)t->data;
-    switch (t->dtype) {
-    case TR_F32:
-        for (i = 0; i < count; i++) {
-            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
-            memcpy(&dst[i], &u, 4);
-        }
-        return TR_OK;
-    case TR_BF16:
-        for (i = 0; i < count; i++) dst[i] = tr__bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-        return TR_OK;
-    case TR_F16:
-        for (i = 0; i < count; i++) dst[i] = tr__f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-        return TR_OK;
-    default:
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_f32: %s: tensor %s is %s, not a floating-point dtype (F32, BF16, F16)",
-                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
-    }
-}
-
-TRDEF tr_status tr_st_read_i64(tr_ctx *ctx, const tr_st_tensor *t, int64_t *dst, size_t count) {
-    tr__qbuf q;
-    const unsigned char *p;
-    size_t i;
-    tr_status st;
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if ((st = tr__st_check_read(ctx, t, dst, count, "tr_st_read_i64")) != TR_OK) return st;
-    p = (const unsigned char *)t->data;
-    switch (t->dtype) {
-    case TR_I32:
-        for (i = 0; i < count; i++) {
-            uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
-            int32_t s;
-            memcpy(&s, &u, 4);
-            dst[i] = s;
-        }
-        return TR_OK;
-    case TR_I64:
-        for (i = 0; i < count; i++) {
-            uint64_t u = tr__le64(p + 8 * i);
-            memcpy(&dst[i], &u, 8);
-        }
-        return TR_OK;
-    case TR_U8:
-        for (i = 0; i < count; i++) dst[i] = p[i];
-        return TR_OK;
-    case TR_BOOL:
-        for (i = 0; i < count; i++) dst[i] = p[i] != 0;
-        return TR_OK;
-    default:
-        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_st_read_i64: %s: tensor %s is %s, not an integer dtype (I32, I64, U8, BOOL)",
-                       t->source ? t->source : "<tensor>", tr__quote(&q, t->name), tr__dtype_names[t->dtype]);
-    }
-}
-
-/* Builds the header (without the 8-byte length), padded with spaces to a multiple of 8, laying the
-   tensors out in the given order. Validates the tensors; `what` names the destination. */
-TR__FN tr_status tr__st_build_header(tr_ctx *ctx, const char *what, const tr_st_tensor *ts, size_t n, const char *const *mk,
-                                      const char *const *mv, size_t n_meta, tr__sb *sb) {
-    tr__qbuf q;
-    size_t i, j;
-    uint64_t off = 0;
-    tr__st_named *named = NULL;
-    tr_status st = TR_OK;
-    if (n && !ts) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensors is NULL", what);
-    if (n_meta && (!mk || !mv)) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata keys or values are NULL", what);
-    for (i = 0; i < n_meta; i++) {
-        if (!mk[i] || !mv[i]) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata entry %zu has a NULL key or value", what, i);
-        for (j = 0; j < i; j++)
-            if (strcmp(mk[i], mk[j]) == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: metadata key %s appears twice", what, tr__quote(&q, mk[i]));
-    }
-    for (i = 0; i < n; i++) {
-        const tr_st_tensor *t = &ts[i];
-        int ok;
-        size_t numel, nb;
-        if (!t->name) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %zu has no name", what, i);
-        if (strcmp(t->name, "__metadata__") == 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: '__metadata__' is reserved, not a tensor name", what);
-        if ((unsigned)t->dtype >= TR__NUM_DTYPES) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: invalid dtype %d", what, tr__quote(&q, t->name), (int)t->dtype);
-        if (t->ndim < 0 || t->ndim > TR_ST_MAX_DIMS) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: ndim %d is out of range 0..%d", what, tr__quote(&q, t->name), t->ndim, TR_ST_MAX_DIMS);
-        for (j = 0; j < (size_t)t->ndim; j++)
-            if (t->shape[j] < 0) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: shape[%zu] is negative", what, tr__quote(&q, t->name), j);
-        numel = tr__st_numel(t, &ok);
-        if (!ok || !tr__size_mul(numel, tr__dtype_sizes[t->dtype], &nb))
-            return tr__err(ctx, TR_ERR_OVERFLOW, "%s: tensor %s: size overflows", what, tr__quote(&q, t->name));
-        if (nb != t->nbytes)
-            return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: nbytes is %zu but dtype %s and the shape need %zu", what, tr__quote(&q, t->name),
-                           t->nbytes, tr__dtype_names[t->dtype], nb);
-        if (nb && !t->data) return tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor %s: data is NULL", what, tr__quote(&q, t->name));
-    }
-    if (n > 1) { /* unique names */
-        named = (tr__st_named *)tr__calloc(ctx, n, sizeof *named);
-        if (!named) return TR_ERR_OUT_OF_MEMORY;
-        for (i = 0; i < n; i++) {
-            named[i].name = ts[i].name;
-            named[i].idx = i;
-        }
-        qsort(named, n, sizeof *named, tr__st_cmp_named);
-        for (i = 1; i < n; i++)
-            if (strcmp(named[i - 1].name, named[i].name) == 0) {
-                st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: tensor name %s appears twice", what, tr__quote(&q, named[i].name));
-                break;
-            }
-        tr__free(ctx, named);
-        if (st != TR_OK) return st;
-    }
-    tr__sb_append(sb, "{", 1);
-    if (n_meta) {
-        tr__sb_append(sb, "\"__metadata__\":{", 16);
-        for (i = 0; i < n_meta; i++) {
-            if (i) tr__sb_append(sb, ",", 1);
-            tr__sb_json_string(sb, mk[i]);
-            tr__sb_append(sb, ":", 1);
-            tr__sb_json_string(sb, mv[i]);
-        }
-        tr__sb_append(sb, "}", 1);
-    }
-    for (i = 0; i < n; i++) {
-        const tr_st_tensor *t = &ts[i];
-        int d;
-        if (i || n_meta) tr__sb_append(sb, ",", 1);
-        tr__sb_json_string(sb, t->name);
-        tr__sb_printf(sb, ":{\"dtype\":\"%s\",\"shape\":[", tr__dtype_names[t->dtype]);
-        for (d = 0; d < t->ndim; d++) tr__sb_printf(sb, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-        tr__sb_printf(sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + t->nbytes));
-        off += t->nbytes;
-    }
-    tr__sb_append(sb, "}", 1);
-    while (!sb->failed && sb->len % 8) tr__sb_append(sb, " ", 1);
-    if ((st = tr__sb_status(sb)) != TR_OK) return st;
-    if (sb->len > TR_ST_MAX_HEADER)
-        return tr__err(ctx, TR_ERR_OVERFLOW, "%s: the header would be %zu bytes, more than the %u-byte limit", what, sb->len, TR_ST_MAX_HEADER);
-    return TR_OK;
-}
-
-/* tr_st_write with an optional injected I/O failure (tests). */
-TR__FN tr_status tr__st_write_ex(tr_ctx *ctx, const char *path, const tr_st_tensor *ts, size_t n, const char *const *mk,
-                                  const char *const *mv, size_t n_meta, const tr__io_fault *fault) {
-    tr__sb sb;
-    tr__atomic_file af;
-    unsigned char lenbuf[8];
-    uint64_t hl;
-    size_t i;
-    int b;
-    tr_status st;
-    if (!ctx) return TR_ERR_INVALID_ARG;
-    if (!path) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_st_write: path is NULL");
-    tr__sb_init(&sb, ctx);
-    st = tr__st_build_header(ctx, path, ts, n, mk, mv, n_meta, &sb);
-    if (st != TR_OK) {
-        tr__sb_free(&sb);
-        return st;
-    }
-    hl = sb.len;
-    for (b = 0; b < 8; b++) lenbuf[b] = (unsigned char)(hl >> (8 * b));
-    st = tr__atomic_begin(ctx, path, fault, &af);
-    if (st == TR_OK) {
-        tr__atomic_write(&af, lenbuf, 8);
-        tr__atomic_write(&af, sb.data, sb.len);
-        for (i = 0; i < n; i++)
-            if (ts[i].nbytes) tr__atomic_write(&af, ts[i].data, ts[i].nbytes);
-        st = tr__atomic_commit(&af);
-    }
-    tr__sb_free(&sb);
-    return st;
-}
-
-TRDEF tr_status tr_st_write(tr_ctx *ctx, const char *path, const tr_st_tensor *tensors, size_t n, const char *const *meta_keys,
-                            const char *const *meta_values, size_t n_meta) {
-    return tr__st_write_ex(ctx, path, tensors, n, meta_keys, meta_values, n_meta, NULL);
-}
-/* >>io-end */
 
 /* The data pipeline: .npy files, the reference dataset layout (reader, validator, writer), the
    Sudoku / Maze / ARC builders with their augmentations, and the batch sampler with its prefetch
    thread. */
+
+/* >>machine
+   What the machine offers, above the trainer it exercises: the self-test (a tiny TRM trained on a device and
+   on the CPU's scalar kernels, compared) and the batch advice (tr_model_memory against the memory there is),
+   each in a context of its own. */
+/* A private context for work that must not touch the caller's device (the self-test opens its
+   own; the batch advice builds a model on the CPU): the caller's allocator and threads, a fixed
+   seed. Its allocations count as the caller's, and the caller's pending tr_ctx_fail_alloc_at
+   applies to them, so allocation-failure sweeps reach inside. */
+TR__FN tr_status tr__ctx_child(tr_ctx *ctx, const char *device, tr_log_fn log, void *log_user, tr_ctx **out) {
+    tr__qbuf q;
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_status st;
+    cc.allocator = ctx->allocator;
+    cc.num_threads = ctx->num_threads;
+    cc.seed = 1234;
+    cc.simd = "auto"; /* never TINYREC_SIMD / TINYREC_DEVICE: the caller says what it wants */
+    cc.device = device;
+    cc.log = log, cc.log_user = log_user;
+    if ((st = tr_ctx_create(&cc, out)) != TR_OK) return tr__err(ctx, st, "cannot create a context for %s: %s", tr__quote(&q, device), tr_status_string(st));
+    if (ctx->fail_alloc_at > ctx->alloc_count) (*out)->fail_alloc_at = ctx->fail_alloc_at - ctx->alloc_count;
+    return TR_OK;
+}
+
+TR__FN void tr__ctx_child_done(tr_ctx *ctx, tr_ctx *child) {
+    if (!child) return;
+    ctx->alloc_count += child->alloc_count;
+    tr_ctx_destroy(child);
+}
+
+/* The self-test model: a tiny TRM, without the puzzle embedding (sign-SGD reacts to rounding noise). */
+#define TR__ST_L 24
+#define TR__ST_V 11
+TR__FN void tr__st_config(tr_model_config *cfg, int attention) {
+    tr_model_config_preset(cfg, "trm-tiny");
+    cfg->seq_len = TR__ST_L, cfg->vocab_size = TR__ST_V;
+    cfg->hidden_size = 64, cfg->num_heads = 4, cfg->expansion = 2, cfg->L_layers = 2;
+    cfg->H_cycles = 2, cfg->L_cycles = 2, cfg->halt_max_steps = 2;
+    cfg->puzzle_emb_ndim = 0, cfg->puzzle_emb_len = 0, cfg->num_puzzle_identifiers = 1;
+    cfg->mlp_t = !attention;
+    cfg->pos_encodings = attention ? TR_POS_ROPE : TR_POS_NONE;
+}
+
+typedef struct tr__st_out {
+    float *logits; /* the forward pass before training: [B, L, V] */
+    double losses[TR_SELFTEST_STEPS];
+    float *params; /* every trainable tensor after training, concatenated */
+    size_t nparams;
+    int ntensors;
+    size_t offsets[64 + 1];
+} tr__st_out;
+
+TR__FN void tr__st_free(tr_ctx *ctx, tr__st_out *o) {
+    tr__free(ctx, o->logits);
+    tr__free(ctx, o->params);
+    memset(o, 0, sizeof *o);
+}
+
+/* The last warning of a self-test context: why a device was not opened or was left. */
+TR__FN void tr__st_log(void *user, tr_log_level level, const char *message) {
+    if (level >= TR_LOG_WARN) snprintf((char *)user, 256, "%s", message);
+}
+
+/* A failed call inside the test: running out of memory is the caller's error (returned); anything
+   else fails the test (fail gets the reason). */
+TR__FN tr_status tr__st_failed(tr_ctx *ctx, tr_ctx *child, tr_status st, char *fail, size_t cap, const char *what) {
+    if (st == TR_ERR_OUT_OF_MEMORY) return tr__err(ctx, st, "self-test: %s%.900s", what, child->error);
+    snprintf(fail, cap, "%.40s%.200s", what, child->error[0] ? child->error : tr_status_string(st));
+    return TR_OK;
+}
+
+/* One run on a fresh context on `device` with `kernels`: a forward pass (an eval step), then the
+   training steps, on fixed random data. *opened: a device was opened. */
+TR__FN tr_status tr__st_run(tr_ctx *ctx, const char *device, const char *kernels, int attention, tr__st_out *o, int *opened, char *fail, size_t cap) {
+    enum { B = TR_SELFTEST_BATCH, L = TR__ST_L, V = TR__ST_V };
+    char warn[256] = "", what[64];
+    tr_ctx *c = NULL;
+    tr_model *m = NULL;
+    tr_carry *carry = NULL;
+    tr_trainer *t = NULL;
+    tr_model_config cfg;
+    tr_train_config tc = tr_train_config_default();
+    int32_t in[B * L], lab[B * L], pid[B];
+    tr_batch b;
+    tr_step_outputs so;
+    tr_metrics mt;
+    uint64_t r = 0x243f6a8885a308d3ull;
+    tr_status st;
+    int on_dev = strcmp(device, "cpu") != 0, i, k, nt;
+    char sel[112];
+    memset(o, 0, sizeof *o);
+    fail[0] = 0;
+    *opened = 0;
+    snprintf(sel, sizeof sel, "%.100s%s", device, on_dev ? ",cpu" : ""); /* a device that cannot open is reported below, not an error */
+    if ((st = tr__ctx_child(ctx, sel, tr__st_log, warn, &c)) != TR_OK) return st;
+    if ((st = tr_ctx_set_simd(c, kernels)) != TR_OK) {
+        st = tr__err(ctx, st, "%s", c->error);
+        goto done;
+    }
+    tr__st_config(&cfg, attention);
+    if ((st = tr_model_create(c, &cfg, &m)) != TR_OK || (st = tr_carry_create(m, B, &carry)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "");
+        goto done;
+    }
+    if (on_dev && !(*opened = tr_ctx_use_device(c))) {
+        snprintf(fail, cap, "not opened: %.250s", warn[0] ? warn : tr_ctx_device_name(c));
+        goto done;
+    }
+    for (i = 0; i < B * L; i++) { /* xorshift64: the data the tolerances were set on */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        in[i] = 1 + (int)(r % (V - 1));
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        if (r % 7 == 0) lab[i] = -100;
+        else r ^= r << 13, r ^= r >> 7, r ^= r << 17, lab[i] = 1 + (int)(r % (V - 1));
+    }
+    for (i = 0; i < B; i++) pid[i] = 0;
+    b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+    if (!(o->logits = (float *)tr__alloc(ctx, sizeof(float) * B * L * V))) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    memset(&so, 0, sizeof so);
+    so.logits = o->logits;
+    tr_carry_reset(carry);
+    if ((st = tr_model_eval_step(m, carry, &b, &so, &mt)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "forward: ");
+        goto done;
+    }
+    tc.global_batch_size = B;
+    tc.lr = 1e-3, tc.lr_warmup_steps = 0, tc.weight_decay = 0.1, tc.ema = 1;
+    if ((st = tr_trainer_create(m, &tc, &t)) != TR_OK) {
+        st = tr__st_failed(ctx, c, st, fail, cap, "");
+        goto done;
+    }
+    for (i = 0; i < TR_SELFTEST_STEPS; i++) {
+        if ((st = tr_trainer_step(t, &b, &mt)) != TR_OK) {
+            snprintf(what, sizeof what, "training step %d: ", i + 1);
+            st = tr__st_failed(ctx, c, st, fail, cap, what);
+            goto done;
+        }
+        o->losses[i] = mt.loss;
+    }
+    if (on_dev && !tr_ctx_use_device(c)) { /* a device error moved the model to the CPU mid-run */
+        snprintf(fail, cap, "left the device: %.250s", warn[0] ? warn : "fell back to the CPU");
+        goto done;
+    }
+    nt = tr_model_num_tensors(m);
+    for (k = 0; k < nt && o->ntensors < 64; k++) {
+        tr_tensor_view tv;
+        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
+        o->offsets[o->ntensors++] = o->nparams;
+        o->nparams += tv.numel;
+    }
+    o->offsets[o->ntensors] = o->nparams;
+    if (!(o->params = (float *)tr__alloc(ctx, sizeof(float) * (o->nparams ? o->nparams : 1)))) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (k = 0, i = 0; k < nt && i < o->ntensors; k++) {
+        tr_tensor_view tv;
+        if (tr_model_tensor(m, k, &tv) != TR_OK || !tv.trainable) continue;
+        memcpy(o->params + o->offsets[i++], tv.data, tv.numel * sizeof(float));
+    }
+done:
+    tr_trainer_destroy(t);
+    tr_carry_destroy(carry);
+    tr_model_destroy(m);
+    tr__ctx_child_done(ctx, c);
+    return st;
+}
+
+/* The measures of tr_device_selftest for x against ref; the worst of them. NaN fails every test. */
+TR__FN double tr__st_compare(const tr__st_out *x, const tr__st_out *ref, const tr_selftest_tolerance *tol, tr_selftest_variant *v) {
+    size_t n = (size_t)TR_SELFTEST_BATCH * TR__ST_L * TR__ST_V, i;
+    double ss = 0, rms, w;
+    int s, k;
+    v->logits = v->loss = v->params = 0;
+    for (i = 0; i < n; i++) ss += (double)ref->logits[i] * ref->logits[i];
+    rms = sqrt(ss / (double)n);
+    if (!(rms > 1e-30)) rms = 1e-30;
+    for (i = 0; i < n; i++) { /* relative where values are large, against the array's scale near zero */
+        double d = fabs((double)x->logits[i] - (double)ref->logits[i]) / (fabs((double)ref->logits[i]) + rms);
+        if (!(d <= v->logits)) v->logits = d;
+    }
+    for (s = 0; s < TR_SELFTEST_STEPS; s++) {
+        double d = fabs(x->losses[s] - ref->losses[s]) / TR__MAX(fabs(ref->losses[s]), 1e-3);
+        if (!(d <= v->loss)) v->loss = d;
+    }
+    if (x->nparams != ref->nparams || x->ntensors != ref->ntensors) v->params = HUGE_VAL;
+    for (k = 0; k < ref->ntensors && v->params < HUGE_VAL; k++) {
+        double num = 0, den = 0, d;
+        for (i = ref->offsets[k]; i < ref->offsets[k + 1]; i++) {
+            double e = (double)x->params[i] - (double)ref->params[i];
+            num += e * e, den += (double)ref->params[i] * ref->params[i];
+        }
+        d = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+        if (!(d <= v->params)) v->params = d;
+    }
+    v->ok = v->logits <= tol->logits && v->loss <= tol->loss && v->params <= tol->params;
+    w = v->logits;
+    if (!(v->loss <= w)) w = v->loss;
+    if (!(v->params <= w)) w = v->params;
+    return w;
+}
+
+TRDEF tr_status tr_device_selftest(tr_ctx *ctx, const char *device, const char *kernels, const tr_selftest_tolerance *tol, tr_selftest_result *out) {
+    tr__qbuf q;
+    tr__st_out ref, o;
+    const char *ref_kernels;
+    tr__simd saved;
+    tr_status st = TR_OK;
+    int cpu, a, s, same, opened = 0;
+    char fail[300];
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!device || (strcmp(device, "cpu") != 0 && strncmp(device, "opencl", 6) != 0))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: device %s is neither \"cpu\" nor an OpenCL selector (opencl, opencl:N, opencl:<name>)",
+                       tr__quote(&q, device));
+    cpu = strcmp(device, "cpu") == 0;
+    if (!TINYREC_OPENCL && !cpu)
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "tr_device_selftest: %s: this build has no OpenCL backend (built without TINYREC_OPENCL)", tr__quote(&q, device));
+    saved = ctx->simd; /* tr_ctx_set_simd's check of the name, without changing the context */
+    st = tr_ctx_set_simd(ctx, kernels);
+    kernels = tr__simd_names[ctx->simd];
+    ctx->simd = saved;
+    if (st != TR_OK) return st;
+    if (tol && !(tol->logits >= 0 && tol->loss >= 0 && tol->params >= 0))
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_device_selftest: tolerances must be >= 0 (logits %g, loss %g, params %g)", tol->logits, tol->loss, tol->params);
+    if (tol) out->tol = *tol;
+    else if (cpu) out->tol.logits = TR_SELFTEST_TOL_LOGITS, out->tol.loss = TR_SELFTEST_TOL_LOSS, out->tol.params = TR_SELFTEST_TOL_PARAMS;
+    else out->tol.logits = out->tol.loss = out->tol.params = TR_SELFTEST_TOL_OPENCL;
+    /* a CPU kernel set against the scalar path; a device against what it replaces, the best CPU set */
+    ref_kernels = cpu ? "scalar" : tr__simd_names[ctx->simd_best];
+    same = cpu && !strcmp(kernels, "scalar");
+    out->opened = !cpu;
+    for (a = 0; a < 2 && st == TR_OK && !out->error[0]; a++) {
+        tr_selftest_variant *v = &out->variant[a];
+        double t0 = tr__now(), w;
+        v->model = a ? "attention" : "mlp_t";
+        st = tr__st_run(ctx, "cpu", ref_kernels, a, &ref, &opened, fail, sizeof fail);
+        if (st == TR_OK && fail[0]) st = tr__err(ctx, TR_ERR_GENERIC, "self-test: the %s reference (%s kernels): %s", v->model, ref_kernels, fail);
+        for (s = 0; st == TR_OK && s < TR_SELFTEST_STEPS; s++)
+            if (!(fabs(ref.losses[s]) < 1e30)) snprintf(out->error, sizeof out->error, "%s: the %s path gives a non-finite loss", v->model, ref_kernels);
+        if (same) out->seconds += tr__now() - t0;
+        else if (st == TR_OK && !out->error[0]) {
+            t0 = tr__now();
+            st = tr__st_run(ctx, device, kernels, a, &o, &opened, fail, sizeof fail);
+            out->seconds += tr__now() - t0;
+            if (!cpu && !opened) out->opened = 0;
+            if (st == TR_OK && fail[0]) snprintf(out->error, sizeof out->error, "%s: %.250s", v->model, fail);
+        }
+        if (st == TR_OK && !out->error[0]) {
+            w = tr__st_compare(same ? &ref : &o, &ref, &out->tol, v);
+            if (!(w <= out->max_diff)) out->max_diff = w;
+        }
+        tr__st_free(ctx, &ref);
+        if (!same) tr__st_free(ctx, &o);
+    }
+    out->pass = st == TR_OK && !out->error[0] && out->variant[0].ok && out->variant[1].ok;
+    return st;
+}
+
+/* The largest batch whose bytes fit (0 if none); sizes grow with the batch. */
+TR__FN int tr__largest_fit(const tr_model *m, double usable_bytes, int train) {
+    int lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        size_t tb = 0, ib = 0;
+        tr_model_memory(m, mid, &tb, &ib);
+        if ((double)(train ? tb : ib) <= usable_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+TRDEF tr_status tr_recommend_batch(tr_ctx *ctx, const tr_model_config *cfg, double memory_mib, tr_batch_advice *out) {
+    tr_ctx *c = NULL;
+    tr_model *m = NULL;
+    size_t tb1, ib1, tb2, ib2;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!cfg || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: %s is NULL", cfg ? "out" : "cfg");
+    memset(out, 0, sizeof *out);
+    if (memory_mib != memory_mib) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_recommend_batch: memory_mib is NaN");
+    if (memory_mib < 0) {
+        tr_cpu_info ci;
+        if ((st = tr_cpu_info_get(ctx, &ci)) != TR_OK) return st;
+        memory_mib = ci.mem_available_mib >= 0 ? ci.mem_available_mib : ci.mem_total_mib >= 0 ? ci.mem_total_mib * 0.5 : 1024;
+    }
+    if ((st = tr__ctx_child(ctx, "cpu", NULL, NULL, &c)) != TR_OK) return st;
+    if ((st = tr_model_create(c, cfg, &m)) != TR_OK) {
+        st = tr__err(ctx, st, "tr_recommend_batch: %s", c->error);
+        tr__ctx_child_done(ctx, c);
+        return st;
+    }
+    out->memory_mib = memory_mib;
+    out->usable_mib = memory_mib - TR__MAX(memory_mib * 0.2, 512.0); /* the OS, the dataset, other programs */
+    if (out->usable_mib < 0) out->usable_mib = 0;
+    out->train_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 1);
+    out->infer_fit = tr__largest_fit(m, out->usable_mib * 1048576.0, 0);
+    out->train = out->train_fit >= TR_REFERENCE_GLOBAL_BATCH ? TR_REFERENCE_GLOBAL_BATCH : out->train_fit >= 8 ? out->train_fit / 8 * 8 : out->train_fit;
+    for (out->infer = out->infer_fit >= 1; out->infer && out->infer * 2 <= out->infer_fit && out->infer * 2 <= 1024;) out->infer *= 2;
+    tr_model_memory(m, 1, &tb1, &ib1);
+    tr_model_memory(m, 2, &tb2, &ib2);
+    out->train_mib_per_row = ((double)tb2 - (double)tb1) / 1048576.0;
+    out->infer_mib_per_row = ((double)ib2 - (double)ib1) / 1048576.0;
+    tr_model_memory(m, TR__MAX(out->train, 1), &tb1, NULL);
+    tr_model_memory(m, TR__MAX(out->infer, 1), NULL, &ib1);
+    out->train_mib = (double)tb1 / 1048576.0;
+    out->infer_mib = (double)ib1 / 1048576.0;
+    tr_model_destroy(m);
+    tr__ctx_child_done(ctx, c);
+    return TR_OK;
+}
+
+/* >>machine-end */
 
 /* >>data */
 

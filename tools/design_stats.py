@@ -21,6 +21,7 @@ import sys
 TOKENS_16 = re.compile(r"fdt|[a-z_]16|X16")
 DEF_START = re.compile(r"^((TR__TARGET_\w+|TARGET)\s+)?(TR__FN|TRDEF|static)\b[^;=]*\(")
 OP_NAME = re.compile(r"\b(tr__op_\w+)\s*\(")
+LITERALS = re.compile(r"'(?:\\.|[^'\\])'|\"(?:\\.|[^\"\\])*\"")
 
 
 def definitions(lines):
@@ -76,6 +77,7 @@ def definitions(lines):
             text = lines[b]
             if b == j:
                 text = text[text.index("{"):] if "{" in text else text
+            text = LITERALS.sub('""', text)  # (a brace in a string or a character, as the JSON reader's, is no block)
             for ch in text:
                 if ch == "{":
                     depth += 1
