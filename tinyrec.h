@@ -4284,19 +4284,21 @@ TR__FN double tr__bce_logits(double x, double y, double *grad) {
 
 /* AdamATan2 exactly as the reference kernel: decoupled decay first, no epsilon, bias
    correction 1 outside atan2 and 2 only on the denominator. fp32 math. */
-typedef struct tr__adam_atan2_args { float *p; const float *g; float *m; float *v; float lr; float wd; float beta1; float beta2; float bc1; float bc2; } tr__adam_atan2_args;
+/* The step's hyperparameters: learning rate, weight decay, the moments' betas and their bias corrections. */
+typedef struct tr__adam_hp { float lr, wd, beta1, beta2, bc1, bc2; } tr__adam_hp;
+typedef struct tr__adam_atan2_args { float *p; const float *g; float *m; float *v; tr__adam_hp hp; } tr__adam_atan2_args;
 TR__FN void tr__adam_atan2_range(void *arg, long i0, long i1) {
     const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
     float *p = a->p;
     const float *g = a->g;
     float *m = a->m;
     float *v = a->v;
-    float lr = a->lr;
-    float wd = a->wd;
-    float beta1 = a->beta1;
-    float beta2 = a->beta2;
-    float bc1 = a->bc1;
-    float bc2 = a->bc2;
+    float lr = a->hp.lr;
+    float wd = a->hp.wd;
+    float beta1 = a->hp.beta1;
+    float beta2 = a->hp.beta2;
+    float bc1 = a->hp.bc1;
+    float bc2 = a->hp.bc2;
     long i;
     float decay = 1.0f - lr * wd, step = lr / bc1, sbc2 = sqrtf(bc2);
     for (i = i0; i < i1; i++) {
@@ -4308,8 +4310,8 @@ TR__FN void tr__adam_atan2_range(void *arg, long i0, long i1) {
         p[i] = pi - step * atan2f(mi, sqrtf(vi) / sbc2);
     }
 }
-TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1, float bc2, int nthreads) {
-    tr__adam_atan2_args a = {p, g, m, v, lr, wd, beta1, beta2, bc1, bc2};
+TR__FN void tr__adam_atan2_ref(size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp, int nthreads) {
+    tr__adam_atan2_args a = {p, g, m, v, hp};
     tr__par_for(nthreads, (long)n, 0, tr__adam_atan2_range, &a);
 }
 
@@ -4390,8 +4392,8 @@ static inline float32x4_t tr__atan2_pos128(float32x4_t y, float32x4_t x) {
    bit), the update through the vector atan2 above; the tail is the scalar twin's. */
 TR__FN void tr__adam_atan2_range_neon(void *arg, long i0, long i1) {
     const tr__adam_atan2_args *a = (const tr__adam_atan2_args *)arg;
-    float32x4_t decay = vdupq_n_f32(1.0f - a->lr * a->wd), step = vdupq_n_f32(a->lr / a->bc1), sbc2 = vdupq_n_f32(sqrtf(a->bc2));
-    float32x4_t k1 = vdupq_n_f32(1.0f - a->beta1), k2 = vdupq_n_f32(1.0f - a->beta2);
+    float32x4_t decay = vdupq_n_f32(1.0f - a->hp.lr * a->hp.wd), step = vdupq_n_f32(a->hp.lr / a->hp.bc1), sbc2 = vdupq_n_f32(sqrtf(a->hp.bc2));
+    float32x4_t k1 = vdupq_n_f32(1.0f - a->hp.beta1), k2 = vdupq_n_f32(1.0f - a->hp.beta2);
     long i = i0;
     for (; i + 4 <= i1; i += 4) {
         float32x4_t g = vld1q_f32(a->g + i), m = vld1q_f32(a->m + i), v = vld1q_f32(a->v + i), p = vmulq_f32(vld1q_f32(a->p + i), decay);
@@ -5426,11 +5428,10 @@ typedef struct tr__adam_atan2_simd {
 } tr__adam_atan2_simd;
 TR__FN void tr__adam_atan2_simd_range(void *arg, long i0, long i1) {
     const tr__adam_atan2_simd *q = (const tr__adam_atan2_simd *)arg;
-    q->span((size_t)i0, (size_t)i1, q->a.p, q->a.g, q->a.m, q->a.v, q->decay, q->step, q->sbc2, q->a.beta1, q->a.beta2);
+    q->span((size_t)i0, (size_t)i1, q->a.p, q->a.g, q->a.m, q->a.v, q->decay, q->step, q->sbc2, q->a.hp.beta1, q->a.hp.beta2);
 }
-TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float beta1, float beta2, float bc1,
-                           float bc2) {
-    tr__adam_atan2_simd q = {{p, g, m, v, lr, wd, beta1, beta2, bc1, bc2}, 1.0f - lr * wd, lr / bc1, sqrtf(bc2), NULL};
+TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
+    tr__adam_atan2_simd q = {{p, g, m, v, hp}, 1.0f - hp.lr * hp.wd, hp.lr / hp.bc1, sqrtf(hp.bc2), NULL};
     int nt = tr__threads_for(ctx, 8.0 * (double)n);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) q.span = ctx->simd == TR__SIMD_AVX512 ? tr__adam_atan2_span512 : tr__adam_atan2_span256;
@@ -5442,7 +5443,7 @@ TR__FN void tr__adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, floa
     }
 #endif
     if (q.span) tr__par_for(nt, (long)n, 0, tr__adam_atan2_simd_range, &q);
-    else tr__adam_atan2_ref(n, p, g, m, v, lr, wd, beta1, beta2, bc1, bc2, nt);
+    else tr__adam_atan2_ref(n, p, g, m, v, hp, nt);
 }
 /* tr__round_ref over n floats, split across threads (tr__round_args). */
 TR__FN void tr__round_range(void *arg, long i0, long i1) {
@@ -10088,7 +10089,7 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
 }
 
 /* The scalar factors are formed on the host exactly as tr__adam_atan2_ref forms them. */
-TR__FN tr_status tr__cl_adam_atan2(tr__cl *cl, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1, float bc2) {
+TR__FN tr_status tr__cl_adam_atan2(tr__cl *cl, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
     tr__clargs A;
     if (n == 0) return TR_OK;
     tr__cla_init(&A);
@@ -10097,11 +10098,11 @@ TR__FN tr_status tr__cl_adam_atan2(tr__cl *cl, size_t n, float *p, const float *
     tr__cla_buf(&A, g);
     tr__cla_buf(&A, m);
     tr__cla_buf(&A, v);
-    tr__cla_f32(&A, 1.0f - lr * wd);
-    tr__cla_f32(&A, lr / bc1);
-    tr__cla_f32(&A, sqrtf(bc2));
-    tr__cla_f32(&A, 1.0f - b1);
-    tr__cla_f32(&A, 1.0f - b2);
+    tr__cla_f32(&A, 1.0f - hp.lr * hp.wd);
+    tr__cla_f32(&A, hp.lr / hp.bc1);
+    tr__cla_f32(&A, sqrtf(hp.bc2));
+    tr__cla_f32(&A, 1.0f - hp.beta1);
+    tr__cla_f32(&A, 1.0f - hp.beta2);
     return tr__cl_k1_launch1(cl, "tr_k_adam_atan2", n, &A);
 }
 
@@ -13323,10 +13324,9 @@ TR__FN tr_status tr__op_rope16(tr_ctx *ctx, int fdt, int qkv16, int B, int S, in
     return tr__rope16(ctx, fdt, B, S, H, hd, (uint16_t *)(void *)qkv, cosv, sinv, inverse);
 }
 
-TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float bc1,
-                                   float bc2) {
-    TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2));
-    tr__adam_atan2(ctx, n, p, g, m, v, lr, wd, b1, b2, bc1, bc2);
+TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
+    TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, hp));
+    tr__adam_atan2(ctx, n, p, g, m, v, hp);
     return TR_OK;
 }
 
@@ -16043,8 +16043,9 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
     m->host_stale = 1;
     m->pw.version++;
     if (t->phase < 2) {
-        if ((st = tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, (float)lr, (float)tc->weight_decay, (float)tc->beta1,
-                                    (float)tc->beta2, bc1, bc2)) != TR_OK ||
+        tr__adam_hp hp;
+        hp.lr = (float)lr, hp.wd = (float)tc->weight_decay, hp.beta1 = (float)tc->beta1, hp.beta2 = (float)tc->beta2, hp.bc1 = bc1, hp.bc2 = bc2;
+        if ((st = tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, hp)) != TR_OK ||
             (st = tr__dfinish(ctx)) != TR_OK)
             return st;
         t->phase = 2;

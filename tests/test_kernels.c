@@ -662,11 +662,13 @@ static void test_adam_ema_simd(void **state) {
         memcpy(ps[lvl], p0, N * 4), memcpy(p1, p0, N * 4);
         for (step = 1; step <= 3; step++) {
             float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+            tr__adam_hp hp;
+            hp.lr = lr, hp.wd = wd, hp.beta1 = b1, hp.beta2 = b2, hp.bc1 = bc1, hp.bc2 = bc2;
             tu_fill(g, N, 100 + step, step == 2 ? 1e-3f : 1.0f);
             g[0] = 0.0f, g[N - 1] = 0.0f; /* atan2(0, 0) = 0 */
-            tr__adam_atan2_ref(N, pr, g, mr, vr, lr, wd, b1, b2, bc1, bc2, 2);
-            tr__adam_atan2(ctx, N, ps[lvl], g, ms[lvl], vs[lvl], lr, wd, b1, b2, bc1, bc2);
-            tr__adam_atan2(one, N, p1, g, m1, v1, lr, wd, b1, b2, bc1, bc2);
+            tr__adam_atan2_ref(N, pr, g, mr, vr, hp, 2);
+            tr__adam_atan2(ctx, N, ps[lvl], g, ms[lvl], vs[lvl], hp);
+            tr__adam_atan2(one, N, p1, g, m1, v1, hp);
             assert_memory_equal(ms[lvl], mr, N * 4);
             assert_memory_equal(vs[lvl], vr, N * 4);
             tu_assert_close(simd_levels[lvl], ps[lvl], pr, N, lr / bc1 * 1e-6, 1.2e-7);
@@ -736,7 +738,7 @@ static void test_adam_atan2(void **state) {
         double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.95, bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
         tu_fill(g, N, 100 + step, 1.0f);
         g[0] = 0.0f; /* atan2(0, 0) = 0: no NaN without an epsilon */
-        tr__adam_atan2_ref(N, p, g, m, v, (float)lr, (float)wd, (float)b1, (float)b2, (float)bc1, (float)bc2, 2);
+        tr__adam_atan2_ref(N, p, g, m, v, (tr__adam_hp){(float)lr, (float)wd, (float)b1, (float)b2, (float)bc1, (float)bc2}, 2);
         for (i = 0; i < N; i++) {
             pd[i] *= 1 - lr * wd;
             md[i] += (1 - b1) * (g[i] - md[i]);
@@ -748,8 +750,8 @@ static void test_adam_atan2(void **state) {
     /* the update is invariant to the gradient scale */
     {
         float pa[2] = {1, 1}, pb[2] = {1, 1}, ga[2] = {1e-3f, -2e-3f}, gb[2] = {1e3f, -2e3f}, ma[2] = {0, 0}, va[2] = {0, 0}, mb[2] = {0, 0}, vb[2] = {0, 0};
-        tr__adam_atan2_ref(2, pa, ga, ma, va, 1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f, 1);
-        tr__adam_atan2_ref(2, pb, gb, mb, vb, 1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f, 1);
+        tr__adam_atan2_ref(2, pa, ga, ma, va, (tr__adam_hp){1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f}, 1);
+        tr__adam_atan2_ref(2, pb, gb, mb, vb, (tr__adam_hp){1e-2f, 0, 0.9f, 0.95f, 0.1f, 0.05f}, 1);
         assert_true(fabs(pa[0] - pb[0]) < 1e-6 && fabs(pa[1] - pb[1]) < 1e-6);
     }
 }
@@ -811,8 +813,8 @@ static void test_elementwise_simd(void **state) {
         for (i = 0; i < N; i++) v[i] = v[i] * v[i] * (i % 3 ? 1.0f : 1e-4f);
         for (i = 0; i < N; i += 17) g[i] = m[i] = v[i] = 0.0f;
         memcpy(p2, p, sizeof p), memcpy(m2, m, sizeof m), memcpy(v2, v, sizeof v);
-        tr__adam_atan2_ref(N, p, g, m, v, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f, 1);
-        assert_int_equal(tr__op_adam_atan2(ctx, N, p2, g, m2, v2, 1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f), TR_OK);
+        tr__adam_atan2_ref(N, p, g, m, v, (tr__adam_hp){1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f}, 1);
+        assert_int_equal(tr__op_adam_atan2(ctx, N, p2, g, m2, v2, (tr__adam_hp){1e-2f, 0.1f, 0.9f, 0.95f, 0.1f, 0.0975f}), TR_OK);
         assert_memory_equal(m2, m, sizeof m);
         assert_memory_equal(v2, v, sizeof v);
         tu_assert_close(simd_levels[lvl], p2, p, N, 1e-7, 2.4e-7);

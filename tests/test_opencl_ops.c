@@ -400,8 +400,8 @@ static void test_adam_ema(void **state) {
         for (i = 0; i < n; i++) v[i] = fabsf(v[i]);
         v[0] = 0.0f, m[0] = 0.0f; /* atan2(0, 0) */
         dP = dev_f(p, n), dG = dev_f(g, n), dM = dev_f(m, n), dV = dev_f(v, n), dSh = dev_f(sh, n);
-        tr__adam_atan2_ref(n, p, g, m, v, 1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2, 1);
-        assert_int_equal(tr__cl_adam_atan2(g_cl, n, dP, dG, dM, dV, 1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2), TR_OK);
+        tr__adam_atan2_ref(n, p, g, m, v, (tr__adam_hp){1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2}, 1);
+        assert_int_equal(tr__cl_adam_atan2(g_cl, n, dP, dG, dM, dV, (tr__adam_hp){1e-3f, 0.1f, 0.9f, 0.95f, bc1, bc2}), TR_OK);
         check("adam p", down(dP, n), p, n, 1e-12, 1e-7, 1e-6);
         check("adam m", down(dM, n), m, n, 1e-12, 1e-9, 1e-6);
         check("adam v", down(dV, n), v, n, 1e-12, 1e-10, 1e-6);
