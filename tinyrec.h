@@ -2355,16 +2355,46 @@ TR__FN float tr__round1(int fdt, float x) {
     tr__round_ref(fdt, &x, 1);
     return x;
 }
+/* The element types a buffer can hold (DESIGN §5: the type belongs to the data, not to the call): fp32, or a 16-bit
+   forward precision, numbered as tr_forward_dtype so that a model's precision is the type of its 16-bit buffers. One
+   row of traits each: the name, the bytes per value, the scalar widening and narrowing (to nearest even; the SIMD
+   levels' own are tr__half_pick's, for both 16-bit rows), and the code the OpenCL kernels take for it (their int fdt). */
+enum { TR__F32 = TR_FWD_FLOAT32, TR__BF16 = TR_FWD_BFLOAT16, TR__F16 = TR_FWD_FLOAT16, TR__NDT };
+typedef struct tr__dtype_traits {
+    const char *name;
+    size_t bytes;
+    float (*widen)(uint16_t);
+    uint16_t (*narrow)(float);
+    int cl_code;
+} tr__dtype_traits;
+static const tr__dtype_traits tr__dtypes[TR__NDT] = {
+    {"float32", 4, NULL, NULL, 0}, {"bfloat16", 2, tr__bf16_to_f32, tr__f32_to_bf16, 1}, {"float16", 2, tr__f16_to_f32, tr__f32_to_f16, 2}};
+/* A typed view of memory (host or device): where the values start and how each is stored. An op reads its operands'
+   types from these; a 16-bit buffer's strides and offsets count values. */
+typedef struct tr__buf {
+    void *p;
+    int dt;
+} tr__buf;
+TR__FN tr__buf tr__buf_of(const void *p, int dt) {
+    tr__buf b;
+    b.p = (void *)(uintptr_t)p, b.dt = dt;
+    return b;
+}
+TR__FN tr__buf tr__f32(const void *p) { return tr__buf_of(p, TR__F32); }
+/* The value off values from b (of its type): b's view from there. */
+TR__FN tr__buf tr__buf_at(tr__buf b, size_t off) { return tr__buf_of(b.p ? (char *)b.p + off * tr__dtypes[b.dt].bytes : NULL, b.dt); }
+
 /* A bfloat16 / float16 model records its activations as 16-bit values (the tape, >>model). pack (unpack = 0):
    h[i] = x[i] in fdt's 16 bits, rounded to nearest even, so exact on values already rounded to fdt; unpack:
    x[i] = h[i]. unpack(pack(x)) == tr__round_ref(x). The scalar reference of tr__half. */
 TR__FN void tr__half_ref(int fdt, int unpack, float *x, uint16_t *h, size_t n) {
+    const tr__dtype_traits *t = &tr__dtypes[(unsigned)fdt < TR__NDT ? fdt : TR__F32];
     size_t i;
-    int bf = fdt == TR_FWD_BFLOAT16;
+    if (!t->widen) return;
     if (unpack)
-        for (i = 0; i < n; i++) x[i] = bf ? tr__bf16_to_f32(h[i]) : tr__f16_to_f32(h[i]);
+        for (i = 0; i < n; i++) x[i] = t->widen(h[i]);
     else
-        for (i = 0; i < n; i++) h[i] = bf ? tr__f32_to_bf16(x[i]) : tr__f32_to_f16(x[i]);
+        for (i = 0; i < n; i++) h[i] = t->narrow(x[i]);
 }
 
 /* >>json */
@@ -5530,19 +5560,20 @@ TR__FN tr_status tr__thread_scratch(tr_ctx *ctx, int nt, size_t per, const char 
         return tr__err(ctx, TR_ERR_OVERFLOW, "%s: scratch size overflows", what);
     return (*out = (float *)tr__scratch(ctx, TR__MAX(bytes, 1))) ? TR_OK : TR_ERR_OUT_OF_MEMORY;
 }
-/* Where an operand's values start off values from base, values of 16 bits (x16) or fp32 (a product's in a batch, a row of a 16-bit buffer). */
-TR__FN const void *tr__sgemm_at(const void *base, int x16, size_t off) { return (const char *)base + off * (x16 ? 2 : 4); }
+/* Where an operand's values start off values from base, values of 16 bits (dt, a 16-bit type) or fp32 (dt 0): a
+   product's in a batch, a row of a 16-bit buffer. */
+TR__FN const void *tr__sgemm_at(const void *base, int dt, size_t off) { return (const char *)base + off * (dt ? 2 : 4); }
 /* Writable memory off values from base, as tr__sgemm_at. */
-#define TR__AT16(base, x16, off) ((void *)((char *)(base) + (size_t)(off) * ((x16) ? 2 : 4)))
-/* rows x cols values between x (rows ldx apart: 16-bit values of fdt where x16, else fp32) and fp32 f (rows ldf apart):
-   x read into f, or (store) f written to x. Exact both ways where f holds fdt's values (rounded), as every caller's do. */
-TR__FN void tr__io16(tr__range_fn half_fn, int fdt, int x16, int store, const void *x, size_t ldx, size_t rows, size_t cols, float *f, size_t ldf) {
+#define TR__AT16(base, dt, off) ((void *)((char *)(base) + (size_t)(off) * ((dt) ? 2 : 4)))
+/* rows x cols values between x (rows ldx apart, of type dt) and fp32 f (rows ldf apart): x read into f, or (store) f
+   written to x. Exact both ways where f holds dt's values (rounded), as every caller's do; fp32 is copied. */
+TR__FN void tr__io16(tr__range_fn half_fn, int dt, int store, const void *x, size_t ldx, size_t rows, size_t cols, float *f, size_t ldf) {
     tr__half_args ha;
     size_t r;
-    ha.fdt = fdt, ha.unpack = !store;
+    ha.fdt = dt, ha.unpack = !store;
     for (r = 0; r < rows; r++) {
         float *fr = f + r * ldf;
-        if (x16) {
+        if (dt) {
             ha.x = fr, ha.h = (uint16_t *)(uintptr_t)x + r * ldx;
             half_fn(&ha, 0, (long)cols);
         } else if (store)
@@ -5551,20 +5582,25 @@ TR__FN void tr__io16(tr__range_fn half_fn, int fdt, int x16, int store, const vo
             memcpy(fr, (const float *)x + r * ldx, cols * sizeof(float));
     }
 }
-/* The norms (tr__op_rms_rows_fwd / _bwd, tr__op_rms_cols_fwd / _bwd: kind) on the CPU with operands given as 16-bit
-   values of fdt (a 16-bit tape's or workspace's, read and written as they are). x16 (TR__X16_*): A the first input
-   (x, or dy), B the second (add, or y), C the output (out, or dx). One unit at a time, a row or a column norm's task (a
-   batch row's 64 channels of every position), each operand's unit copied into its thread's scratch (widened exactly:
-   a row in place where it is fp32 already), through the SIMD op's own range and kernels (their scalar twins at the
-   scalar level), the output narrowed: the bits of the fp32 op on the widened values. */
+/* The norms (kind; rows: the row norms' rows, the column norms' batch rows of S positions). The forward's in1, in2 and
+   out are x, add (p NULL: none) and out; the backward's dy, y and dx. Each operand is of its own type (a 16-bit tape's
+   or workspace's read and written as it is); rstd stays fp32; what is written is rounded to fdt. */
 enum { TR__NORM_ROWS_FWD, TR__NORM_ROWS_BWD, TR__NORM_COLS_FWD, TR__NORM_COLS_BWD };
-/* Which operands an op takes as 16-bit values (tr__norm16, tr__op_sgemm_rnd16): its first, second, and output. */
-enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
+typedef struct tr__norm_desc {
+    int kind, fdt;
+    long rows;
+    int S, D;
+    tr__buf in1, in2, out;
+    float *rstd;
+    float eps;
+} tr__norm_desc;
+/* A norm on the CPU with any operand in 16 bits: one unit at a time, a row or a column norm's task (a batch row's 64
+   channels of every position), each operand's unit copied into its thread's scratch (widened exactly: a row in place
+   where it is fp32 already), through the SIMD op's own range and kernels (their scalar twins at the scalar level), the
+   output narrowed: the bits of the fp32 op on the widened values. */
 typedef struct tr__norm16_args {
-    int kind, fdt, x16, S, D;
-    const void *in1, *in2;
-    void *out;
-    float *rstd, *wide;
+    tr__norm_desc d;
+    float *wide;
     size_t wide_stride;
     tr__range_fn half_fn;
     tr__rms_rows_fwd_simd rf;
@@ -5573,34 +5609,34 @@ typedef struct tr__norm16_args {
     tr__rms_cols_bwd_simd cb;
 } tr__norm16_args;
 /* An operand's unit (nr rows of nc values from off, rows D apart) as fp32 rows nc apart: in place, or in w. */
-TR__FN const float *tr__norm16_in(const tr__norm16_args *p, const void *base, int x16, size_t off, size_t nr, size_t nc, float *w) {
-    if (!base) return NULL;
-    if (!x16 && nr == 1) return (const float *)base + off;
-    tr__io16(p->half_fn, p->fdt, x16, 0, tr__sgemm_at(base, x16, off), (size_t)p->D, nr, nc, w, nc);
+TR__FN const float *tr__norm16_in(const tr__norm16_args *p, tr__buf x, size_t off, size_t nr, size_t nc, float *w) {
+    if (!x.p) return NULL;
+    if (!x.dt && nr == 1) return (const float *)x.p + off;
+    tr__io16(p->half_fn, x.dt, 0, tr__sgemm_at(x.p, x.dt, off), (size_t)p->d.D, nr, nc, w, nc);
     return w;
 }
 TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
     const tr__norm16_args *p = (const tr__norm16_args *)arg;
     float *w = p->wide + (size_t)tr__thread_id() * p->wide_stride;
-    size_t D = (size_t)p->D, nblk = (D + 63) / 64, unit = p->wide_stride / 3;
-    int rows = p->kind == TR__NORM_ROWS_FWD || p->kind == TR__NORM_ROWS_BWD;
+    size_t D = (size_t)p->d.D, nblk = (D + 63) / 64, unit = p->wide_stride / 3;
+    int rows = p->d.kind == TR__NORM_ROWS_FWD || p->d.kind == TR__NORM_ROWS_BWD, out16 = p->d.out.dt;
     long u;
     for (u = u0; u < u1; u++) {
         /* the unit: row u, or batch row u / nblk's channels from c0 at every position */
-        size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->S, nc = rows ? D : TR__MIN(64, D - c0);
+        size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->d.S, nc = rows ? D : TR__MIN(64, D - c0);
         size_t off = rows ? (size_t)u * D : b * nr * D + c0;
-        float *rstd = p->rstd + (rows ? (size_t)u : b * D + c0);
-        const float *a = tr__norm16_in(p, p->in1, p->x16 & TR__X16_A, off, nr, nc, w), *c = tr__norm16_in(p, p->in2, p->x16 & TR__X16_B, off, nr, nc, w + unit);
-        float *o = !(p->x16 & TR__X16_C) && rows ? (float *)p->out + off : w + 2 * unit;
-        if (p->kind == TR__NORM_ROWS_FWD) {
+        float *rstd = p->d.rstd + (rows ? (size_t)u : b * D + c0);
+        const float *a = tr__norm16_in(p, p->d.in1, off, nr, nc, w), *c = tr__norm16_in(p, p->d.in2, off, nr, nc, w + unit);
+        float *o = !out16 && rows ? (float *)p->d.out.p + off : w + 2 * unit;
+        if (p->d.kind == TR__NORM_ROWS_FWD) {
             tr__rms_rows_fwd_simd q = p->rf;
             q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
             tr__rms_rows_fwd_simd_range(&q, 0, 1);
-        } else if (p->kind == TR__NORM_ROWS_BWD) {
+        } else if (p->d.kind == TR__NORM_ROWS_BWD) {
             tr__rms_rows_bwd_simd q = p->rb;
             q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
             tr__rms_rows_bwd_simd_range(&q, 0, 1);
-        } else if (p->kind == TR__NORM_COLS_FWD) { /* (a task on nc columns, rows nc apart) */
+        } else if (p->d.kind == TR__NORM_COLS_FWD) { /* (a task on nc columns, rows nc apart) */
             tr__rms_cols_fwd_simd q = p->cf;
             q.a.D = (int)nc, q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
             tr__rms_cols_fwd_simd_range(&q, 0, 1);
@@ -5609,22 +5645,21 @@ TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
             q.a.D = (int)nc, q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
             tr__rms_cols_bwd_simd_range(&q, 0, 1);
         }
-        if ((p->x16 & TR__X16_C) || !rows) tr__io16(p->half_fn, p->fdt, p->x16 & TR__X16_C, 1, tr__sgemm_at(p->out, p->x16 & TR__X16_C, off), D, nr, nc, o, nc);
+        if (out16 || !rows) tr__io16(p->half_fn, out16, 1, tr__sgemm_at(p->d.out.p, out16, off), D, nr, nc, o, nc);
     }
 }
-TR__FN tr_status tr__norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
-                            float eps) {
+TR__FN tr_status tr__norm16(tr_ctx *ctx, const tr__norm_desc *d) {
     tr__norm16_args p;
-    int byrow = kind == TR__NORM_ROWS_FWD || kind == TR__NORM_ROWS_BWD;
-    long units = byrow ? rows : rows * ((D + 63) / 64);
-    int nt = tr__threads_for(ctx, (double)rows * (byrow ? 1 : S) * D);
+    int byrow = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD, D = d->D, S = d->S, fdt = d->fdt;
+    long units = byrow ? d->rows : d->rows * ((D + 63) / 64);
+    int nt = tr__threads_for(ctx, (double)d->rows * (byrow ? 1 : S) * D);
     tr_status st;
     memset(&p, 0, sizeof p);
     p.wide_stride = 3 * (byrow ? (size_t)D : (size_t)S * 64);
     if ((st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
-    p.kind = kind, p.fdt = fdt, p.x16 = x16, p.S = S, p.D = D, p.in1 = in1, p.in2 = in2, p.out = out, p.rstd = rstd;
+    p.d = *d;
     p.half_fn = tr__half_pick(ctx);
-    p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = eps, p.cf.a.S = p.cb.a.S = S;
+    p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = d->eps, p.cf.a.S = p.cb.a.S = S;
     p.rf.fdt = p.rb.fdt = p.cf.fdt = p.cb.fdt = fdt;
     p.rf.rnd = p.rb.rnd = p.cf.rnd = p.cb.rnd = tr__round_pick(ctx);
     if (!(p.rf.row = tr__rms_row_fwd_pick(ctx))) p.rf.row = tr__rms_row_fwd_c;
@@ -5645,10 +5680,10 @@ TR__FN void tr__rope16_range(void *arg, long b0, long b1) {
     long b;
     q.a.qkv = a->wide + (size_t)tr__thread_id() * n;
     for (b = b0; b < b1; b++) {
-        tr__io16(a->half_fn, a->fdt, 1, 0, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, n);
+        tr__io16(a->half_fn, a->fdt, 0, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, n);
         a->fn(&q, 0, q.a.S); /* (rows 0.. of a batch row: positions 0..) */
         tr__round_at(a->round_fn, a->fdt, q.a.qkv, n);
-        tr__io16(a->half_fn, a->fdt, 1, 1, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, 0);
+        tr__io16(a->half_fn, a->fdt, 1, a->qkv + (size_t)b * n, 0, 1, n, q.a.qkv, 0);
     }
 }
 TR__FN tr_status tr__rope16(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, uint16_t *qkv, const float *cosv, const float *sinv, int inverse) {
@@ -5663,64 +5698,68 @@ TR__FN tr_status tr__rope16(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, u
     return TR_OK;
 }
 
-/* tr__op_attention_fwd / _bwd on the CPU with any of qkv (x16: TR__X16_A), o (TR__X16_B) and the backward's do
-   (TR__X16_C) given as 16-bit values of fdt (a 16-bit workspace's or tape's; lse and dqkv stay fp32): one (batch, head)
-   at a time, its slices of every operand copied (widened exactly) into its thread's compact buffers, a batch of one
-   with one head, through that level's kernel of one task (the scalar reference's range at the scalar level), then o
-   rounded and stored (narrowed), or dqkv copied to its place: the bits of the fp32 op. scratch: the op's. */
+/* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv): qkv, o and do_ each of its own
+   type (a 16-bit workspace's, tape's or record's in 16 bits); lse and dqkv stay fp32; o (and dqkv) rounded to fdt.
+   scratch: the CPU kernels' per-thread rows (unused on a device). */
+typedef struct tr__att_desc {
+    int fdt, bwd, B, S, H, hd;
+    tr__buf qkv, o, do_;
+    float *lse, *dqkv, *scratch;
+} tr__att_desc;
+/* The attention on the CPU with any of qkv, o and do_ in 16 bits: one (batch, head) at a time, its slices of every
+   operand copied (widened exactly) into its thread's compact buffers, a batch of one with one head, through that
+   level's kernel of one task (the scalar reference's range at the scalar level), then o rounded and stored (narrowed),
+   or dqkv copied to its place: the bits of the fp32 op. */
 typedef struct tr__att16_args {
-    int bwd, fdt, x16, S, H, hd;
-    const void *qkv, *do_;
-    void *o;
-    float *lse, *dqkv, *scratch, *wide;
+    tr__att_desc d;
+    float *wide;
     tr__range_fn half_fn, round_fn;
     void (*fwd_one)(int, int, int, int, int, const float *, float *, float *, float *);
     void (*bwd_one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
 } tr__att16_args;
 /* Head h of batch row b of an operand with `parts` slices of D per position (qkv 3, o and do 1) to or from compact c. */
-TR__FN void tr__att16_io(const tr__att16_args *p, const void *x, int x16, int parts, size_t b, size_t h, float *c, int store) {
-    size_t S = (size_t)p->S, hd = (size_t)p->hd, D = (size_t)p->H * hd, q;
+TR__FN void tr__att16_io(const tr__att16_args *p, tr__buf x, int parts, size_t b, size_t h, float *c, int store) {
+    size_t S = (size_t)p->d.S, hd = (size_t)p->d.hd, D = (size_t)p->d.H * hd, q;
     for (q = 0; q < (size_t)parts; q++)
-        tr__io16(p->half_fn, p->fdt, x16, store, tr__sgemm_at(x, x16, b * S * parts * D + q * D + h * hd), parts * D, S, hd, c + q * hd, parts * hd);
+        tr__io16(p->half_fn, x.dt, store, tr__sgemm_at(x.p, x.dt, b * S * parts * D + q * D + h * hd), parts * D, S, hd, c + q * hd, parts * hd);
 }
 TR__FN void tr__att16_range(void *arg, long i0, long i1) {
     const tr__att16_args *p = (const tr__att16_args *)arg;
-    size_t S = (size_t)p->S, hd = (size_t)p->hd, per = tr__attention_scratch_floats(p->S, p->hd);
+    size_t S = (size_t)p->d.S, hd = (size_t)p->d.hd, per = tr__attention_scratch_floats(p->d.S, p->d.hd);
     int t = tr__thread_id();
     float *cq = p->wide + (size_t)t * 8 * S * hd, *co = cq + 3 * S * hd, *cd = co + S * hd, *cdq = cd + S * hd;
     long bh;
     for (bh = i0; bh < i1; bh++) {
-        size_t b = (size_t)bh / (size_t)p->H, h = (size_t)bh % (size_t)p->H;
-        float *lse = p->lse + (size_t)bh * S;
-        tr__att16_io(p, p->qkv, p->x16 & TR__X16_A, 3, b, h, cq, 0);
-        if (!p->bwd) {
-            if (p->fwd_one) p->fwd_one(0, 0, p->S, 1, p->hd, cq, co, lse, p->scratch + (size_t)t * per);
+        size_t b = (size_t)bh / (size_t)p->d.H, h = (size_t)bh % (size_t)p->d.H;
+        float *lse = p->d.lse + (size_t)bh * S;
+        tr__att16_io(p, p->d.qkv, 3, b, h, cq, 0);
+        if (!p->d.bwd) {
+            if (p->fwd_one) p->fwd_one(0, 0, p->d.S, 1, p->d.hd, cq, co, lse, p->d.scratch + (size_t)t * per);
             else {
-                tr__attention_fwd_args a = {p->S, 1, p->hd, cq, co, lse, p->scratch};
+                tr__attention_fwd_args a = {p->d.S, 1, p->d.hd, cq, co, lse, p->d.scratch};
                 tr__attention_fwd_range(&a, 0, 1);
             }
-            tr__round_at(p->round_fn, p->fdt, co, S * hd);
-            tr__att16_io(p, p->o, p->x16 & TR__X16_B, 1, b, h, co, 1);
+            tr__round_at(p->round_fn, p->d.fdt, co, S * hd);
+            tr__att16_io(p, p->d.o, 1, b, h, co, 1);
             continue;
         }
-        tr__att16_io(p, p->o, p->x16 & TR__X16_B, 1, b, h, co, 0);
-        tr__att16_io(p, p->do_, p->x16 & TR__X16_C, 1, b, h, cd, 0);
-        if (p->bwd_one) p->bwd_one(0, 0, p->S, 1, p->hd, cq, co, lse, cd, cdq, p->scratch + (size_t)t * per);
+        tr__att16_io(p, p->d.o, 1, b, h, co, 0);
+        tr__att16_io(p, p->d.do_, 1, b, h, cd, 0);
+        if (p->bwd_one) p->bwd_one(0, 0, p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch + (size_t)t * per);
         else {
-            tr__attention_bwd_args a = {p->S, 1, p->hd, cq, co, lse, cd, cdq, p->scratch};
+            tr__attention_bwd_args a = {p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch};
             tr__attention_bwd_range(&a, 0, 1);
         }
-        tr__att16_io(p, p->dqkv, 0, 3, b, h, cdq, 1);
+        tr__att16_io(p, tr__f32(p->d.dqkv), 3, b, h, cdq, 1);
     }
 }
-TR__FN tr_status tr__attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
-                                 float *dqkv, float *scratch) {
+TR__FN tr_status tr__attention16(tr_ctx *ctx, const tr__att_desc *d) {
     tr__att16_args p;
-    int nt = tr__threads_for(ctx, (double)B * H * S * S * hd);
+    int nt = tr__threads_for(ctx, (double)d->B * d->H * d->S * d->S * d->hd);
     tr_status st;
     memset(&p, 0, sizeof p);
-    if ((st = tr__thread_scratch(ctx, nt, 8 * (size_t)S * hd, "attention", &p.wide))) return st;
-    p.bwd = bwd, p.fdt = fdt, p.x16 = x16, p.S = S, p.H = H, p.hd = hd, p.qkv = qkv, p.do_ = do_, p.o = o, p.lse = lse, p.dqkv = dqkv, p.scratch = scratch;
+    if ((st = tr__thread_scratch(ctx, nt, 8 * (size_t)d->S * d->hd, "attention", &p.wide))) return st;
+    p.d = *d;
     p.half_fn = tr__half_pick(ctx), p.round_fn = tr__round_pick(ctx);
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) {
@@ -5731,69 +5770,71 @@ TR__FN tr_status tr__attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, 
 #if TR__NEON
     if (ctx->simd == TR__SIMD_NEON) p.fwd_one = tr__attention_fwd_bh128, p.bwd_one = tr__attention_bwd_bh128;
 #endif
-    tr__par_for(nt, (long)B * H, 0, tr__att16_range, &p);
+    tr__par_for(nt, (long)d->B * d->H, 0, tr__att16_range, &p);
     return TR_OK;
 }
-/* tr__swiglu_fwd (out the activation, os its row stride) and with TR__SW_BWD tr__swiglu_bwd (out d gate_up, with g's
-   row stride, rounded to fdt as tr__op_swiglu_bwd's pass would; da the activation's gradient) on gate_up given as
-   16-bit values of fdt, rows gs values apart (a 16-bit tape's): each row goes through the same kernels in chunks from
-   its start, converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of
-   the unpacked tensor's. The other mode bits, for a 16-bit workspace (wsp.d16): TR__SW_OUT16 out holds 16-bit
-   values of fdt (the rounded ones exactly), TR__SW_DA16 da too, TR__SW_G32 g is fp32 after all (a forward's unfused
-   gate_up, read in the same chunks). */
+/* SwiGLU's forward (out the activation, os its row stride) or backward (bwd: out d gate_up, rows gs apart as g's,
+   rounded to fdt; da the activation's gradient) on gate_up g, rows gs values apart (gate then up, width each), each
+   operand of its own type. The op's (tr__op_swiglu_fwd / _bwd) takes room for a device's passes too: g_room, fp32 room
+   where g is unpacked for a kernel that cannot read it in 16 bits; cols and room, as tr__op_swiglu_bwd says. */
+typedef struct tr__swiglu_desc {
+    int fdt, bwd;
+    long rows, width;
+    tr__buf g, da, out;
+    size_t gs, das, os;
+    float *g_room, *room;
+    size_t cols;
+} tr__swiglu_desc;
+/* SwiGLU on the CPU with any operand in 16 bits: each row goes through the same kernels in chunks from its start,
+   converted exactly to fp32 in cache, so every element sits where it would in its row and gets the bits of the
+   unpacked tensor's. */
 #define TR__SW16_CH 256
-enum { TR__SW_BWD = 1, TR__SW_OUT16 = 2, TR__SW_DA16 = 4, TR__SW_G32 = 8 };
 typedef struct tr__swiglu16_args {
-    int fdt, mode;
-    long width;
-    const void *g;
-    size_t gs, os, das;
-    void *out;
-    const void *da;
+    tr__swiglu_desc d;
     tr__range_fn half_fn, round_fn, fn;
     tr__swiglu_fwd_simd fw;
     tr__swiglu_bwd_simd bw;
 } tr__swiglu16_args;
-/* Values [j0, j0+n) of row r of x (stride s values; 16-bit of fdt where x16, else fp32) into fp32 dst, or (store) back. */
-TR__FN void tr__sw16_io(const tr__swiglu16_args *p, int x16, int store, const void *x, size_t s, long r, long j0, long n, float *dst) {
-    tr__io16(p->half_fn, p->fdt, x16, store, tr__sgemm_at(x, x16, (size_t)r * s + (size_t)j0), 0, 1, (size_t)n, dst, 0);
+/* Values [j0, j0+n) of row r of x (stride s values) into fp32 dst, or (store) back. */
+TR__FN void tr__sw16_io(const tr__swiglu16_args *p, tr__buf x, int store, size_t s, long r, long j0, long n, float *dst) {
+    tr__io16(p->half_fn, x.dt, store, tr__sgemm_at(x.p, x.dt, (size_t)r * s + (size_t)j0), 0, 1, (size_t)n, dst, 0);
 }
 TR__FN void tr__swiglu16_range(void *arg, long i0, long i1) {
     const tr__swiglu16_args *p = (const tr__swiglu16_args *)arg;
+    const tr__swiglu_desc *d = &p->d;
     float buf[2 * TR__SW16_CH], dbuf[2 * TR__SW16_CH], abuf[TR__SW16_CH];
-    int g16 = !(p->mode & TR__SW_G32), o16 = (p->mode & TR__SW_OUT16) != 0;
     long r, j0;
     for (r = i0; r < i1; r++)
-        for (j0 = 0; j0 < p->width; j0 += TR__SW16_CH) {
-            long n = TR__MIN((long)TR__SW16_CH, p->width - j0);
-            tr__sw16_io(p, g16, 0, p->g, p->gs, r, j0, n, buf);
-            tr__sw16_io(p, g16, 0, p->g, p->gs, r, p->width + j0, n, buf + n);
-            if (!(p->mode & TR__SW_BWD)) {
+        for (j0 = 0; j0 < d->width; j0 += TR__SW16_CH) {
+            long n = TR__MIN((long)TR__SW16_CH, d->width - j0);
+            tr__sw16_io(p, d->g, 0, d->gs, r, j0, n, buf);
+            tr__sw16_io(p, d->g, 0, d->gs, r, d->width + j0, n, buf + n);
+            if (!d->bwd) {
                 tr__swiglu_fwd_simd f = p->fw;
-                f.a.width = n, f.a.g = buf, f.a.g_stride = 2 * (size_t)n, f.a.out = o16 ? dbuf : (float *)p->out + (size_t)r * p->os + j0, f.a.out_stride = (size_t)n;
+                f.a.width = n, f.a.g = buf, f.a.g_stride = 2 * (size_t)n, f.a.out = d->out.dt ? dbuf : (float *)d->out.p + (size_t)r * d->os + j0, f.a.out_stride = (size_t)n;
                 p->fn(&f, 0, 1);
-                if (o16) tr__sw16_io(p, 1, 1, p->out, p->os, r, j0, n, dbuf);
+                if (d->out.dt) tr__sw16_io(p, d->out, 1, d->os, r, j0, n, dbuf);
             } else {
                 tr__swiglu_bwd_simd b = p->bw;
-                if (p->mode & TR__SW_DA16) tr__sw16_io(p, 1, 0, p->da, p->das, r, j0, n, abuf);
+                if (d->da.dt) tr__sw16_io(p, d->da, 0, d->das, r, j0, n, abuf);
                 b.a.width = n, b.a.g = buf, b.a.g_stride = 2 * (size_t)n, b.a.dg = dbuf;
-                b.a.da = (p->mode & TR__SW_DA16) ? abuf : (const float *)p->da + (size_t)r * p->das + j0, b.a.da_stride = (size_t)n;
+                b.a.da = d->da.dt ? abuf : (const float *)d->da.p + (size_t)r * d->das + j0, b.a.da_stride = (size_t)n;
                 p->fn(&b, 0, 1);
-                if (p->fdt) tr__round_at(p->round_fn, p->fdt, dbuf, 2 * (size_t)n);
-                tr__sw16_io(p, o16, 1, p->out, p->os, r, j0, n, dbuf);
-                tr__sw16_io(p, o16, 1, p->out, p->os, r, p->width + j0, n, dbuf + n);
+                if (d->fdt) tr__round_at(p->round_fn, d->fdt, dbuf, 2 * (size_t)n);
+                tr__sw16_io(p, d->out, 1, d->os, r, j0, n, dbuf);
+                tr__sw16_io(p, d->out, 1, d->os, r, d->width + j0, n, dbuf + n);
             }
         }
 }
-TR__FN void tr__swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out, size_t os) {
+TR__FN void tr__swiglu16(tr_ctx *ctx, const tr__swiglu_desc *d) {
     tr__swiglu16_args p;
     memset(&p, 0, sizeof p);
-    p.fdt = fdt, p.mode = mode, p.width = width, p.g = g, p.gs = gs, p.os = os, p.das = das, p.out = out, p.da = da;
+    p.d = *d;
     p.half_fn = tr__half_pick(ctx);
     p.round_fn = tr__round_pick(ctx);
-    p.fn = (mode & TR__SW_BWD) ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, fdt, &p.fw, NULL);
-    p.fw.a.fdt = fdt;
-    tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, tr__swiglu16_range, &p);
+    p.fn = d->bwd ? tr__swiglu_bwd_pick(ctx, &p.bw) : tr__swiglu_fwd_pick(ctx, d->fdt, &p.fw, NULL);
+    p.fw.a.fdt = d->fdt;
+    tr__par_for(tr__threads_for(ctx, (double)d->rows * d->width), d->rows, 0, tr__swiglu16_range, &p);
 }
 typedef struct tr__ema_simd { tr__ema_args a; void (*span)(size_t, size_t, float *, const float *, float); } tr__ema_simd;
 TR__FN void tr__ema_simd_range(void *arg, long i0, long i1) {
@@ -6975,8 +7016,8 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         if (E->fdt) tr__round_at(E->round_fn, E->fdt, row, 2 * nr);
         if (E->gu) {
             size_t off = b * E->gu_s + (r0 + i) * E->gu_ld + c0;
-            tr__io16(E->half_fn, E->fdt, E->gu16, 1, TR__AT16(E->gu, E->gu16, off), 0, 1, nr, row, 0);
-            tr__io16(E->half_fn, E->fdt, E->gu16, 1, TR__AT16(E->gu, E->gu16, off + E->gu_up), 0, 1, nr, row + nr, 0);
+            tr__io16(E->half_fn, E->gu16 ? E->fdt : 0, 1, TR__AT16(E->gu, E->gu16, off), 0, 1, nr, row, 0);
+            tr__io16(E->half_fn, E->gu16 ? E->fdt : 0, 1, TR__AT16(E->gu, E->gu16, off + E->gu_up), 0, 1, nr, row + nr, 0);
         }
     }
     p.a.width = (long)nr, p.a.g = t, p.a.g_stride = ldt;
@@ -6984,7 +7025,7 @@ TR__FN void tr__sgemm_epi_run(const tr__sgemm_epi *E, float *t, size_t ldt, size
         float o[TR__SG_PAIR_TILE / 2];
         p.a.out = o, p.a.out_stride = nr;
         E->swiglu_fn(&p, 0, (long)mr);
-        tr__io16(E->half_fn, E->fdt, 1, 1, (uint16_t *)(void *)E->act + b * E->act_s + r0 * E->act_ld + c0, E->act_ld, mr, nr, o, nr);
+        tr__io16(E->half_fn, E->fdt, 1, (uint16_t *)(void *)E->act + b * E->act_s + r0 * E->act_ld + c0, E->act_ld, mr, nr, o, nr);
         return;
     }
     p.a.out = E->act + b * E->act_s + r0 * E->act_ld + c0, p.a.out_stride = E->act_ld;
@@ -7035,7 +7076,7 @@ typedef struct tr__sgemm_job {
 TR__FN void tr__sgemm_store_rnd(const tr__sgemm_job *J, const tr__sgemm_epi *E, float *t, size_t ldt, size_t b, size_t r0, size_t c0, size_t mr, size_t nr) {
     size_t i, at = b * J->sC + r0 * J->ldc + c0;
     for (i = 0; i < mr; i++) tr__round_at(E->round_fn, E->fdt, t + i * ldt, nr);
-    tr__io16(E->half_fn, E->fdt, E->c16, 1, TR__AT16(J->C, E->c16, at), J->ldc, mr, nr, t, ldt);
+    tr__io16(E->half_fn, E->c16 ? E->fdt : 0, 1, TR__AT16(J->C, E->c16, at), J->ldc, mr, nr, t, ldt);
 }
 
 /* Packs op(A)'s rows [m0, m0+mc), depth [k0, k0+kc) (A: this product's) into dst with the kernels' packing; where A
@@ -7048,7 +7089,7 @@ TR__FN void tr__sgemm_pack_a_op(const tr__sgemm_job *J, const float *A, size_t m
         J->kern.pack_a(J->transA, A, J->lda, m0, mc, k0, kc, J->kern.mr, dst);
         return;
     }
-    tr__io16(J->half_fn, J->a16, 1, 0, h + (J->transA ? k0 * J->lda + m0 : m0 * J->lda + k0), J->lda, J->transA ? kc : mc, cols, tile, cols);
+    tr__io16(J->half_fn, J->a16, 0, h + (J->transA ? k0 * J->lda + m0 : m0 * J->lda + k0), J->lda, J->transA ? kc : mc, cols, tile, cols);
     J->kern.pack_a(J->transA, tile, cols, 0, mc, 0, kc, J->kern.mr, dst);
 }
 /* Packs panels [p0, p1) of op(B) for the product whose B is off values from J's, depth [k0, k0+kc), into dst (panel p
@@ -7060,10 +7101,10 @@ TR__FN void tr__sgemm_pack_b_op(const tr__sgemm_job *J, size_t off, size_t p0, s
         return;
     }
     if (J->transB) { /* B: N x K */
-        tr__io16(J->half_fn, J->b16, 1, 0, J->B16 + off + n0 * J->ldb + k0, J->ldb, w, kc, tile, kc);
+        tr__io16(J->half_fn, J->b16, 0, J->B16 + off + n0 * J->ldb + k0, J->ldb, w, kc, tile, kc);
         J->kern.pack_b(1, tile, kc, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
     } else { /* B: K x N */
-        tr__io16(J->half_fn, J->b16, 1, 0, J->B16 + off + k0 * J->ldb + n0, J->ldb, kc, w, tile, w);
+        tr__io16(J->half_fn, J->b16, 0, J->B16 + off + k0 * J->ldb + n0, J->ldb, kc, w, tile, w);
         J->kern.pack_b(0, tile, w, w, 0, p1 - p0, 0, kc, NR, dst + p0 * kc * NR);
     }
 }
@@ -7150,7 +7191,7 @@ TR__FN void tr__sgemm_job_run(const tr__sgemm_job *J, float *apack, float *tile,
     if (ct && J->accumulate) /* C's 16-bit values widened exactly: the fp32 values an fp32 C would hold */
         for (p = p_lo; p < p_hi; p++) {
             size_t b = p / J->pb, n0 = (p - b * J->pb) * NR;
-            tr__io16(J->half_fn, J->stage->fdt, 1, 0, tr__sgemm_at(J->C, 1, b * J->sC + m0 * J->ldc + n0), J->ldc, mc, TR__MIN(NR, J->N - n0), ct + (p - p_lo) * NR, ld);
+            tr__io16(J->half_fn, J->stage->fdt, 0, tr__sgemm_at(J->C, 1, b * J->sC + m0 * J->ldc + n0), J->ldc, mc, TR__MIN(NR, J->N - n0), ct + (p - p_lo) * NR, ld);
         }
     cblk = ct ? ct : J->C + m0 * J->ldc;
     if (J->kern.enter) J->kern.enter();
@@ -7287,8 +7328,9 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
 /* The operands of a product (the GEMM functions take these instead of a pointer, a leading dimension, a batch
    stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
    all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
-   (then ld and s count them; read by the CPU's tr__sgemm_nb / tr__sgemm_batched, the op layer still says it with
-   x16). tr__out (C): acc adds the product to what C holds. Built by tr__mat_of / tr__mat16_of / tr__out_of. */
+   (then ld and s count them). tr__out (C): acc adds the product to what C holds; dt as tr__mat's (a rounded product,
+   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit). Built by tr__mat_of / tr__mat16_of / tr__out_of /
+   tr__out16_of. */
 typedef struct tr__mat {
     const void *p;
     size_t ld, s;
@@ -7297,7 +7339,7 @@ typedef struct tr__mat {
 typedef struct tr__out {
     void *p;
     size_t ld, s;
-    int acc;
+    int acc, dt;
 } tr__out;
 TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
     tr__mat m;
@@ -7305,11 +7347,12 @@ TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
     return m;
 }
 TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
-TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) {
+TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
     tr__out o;
-    o.p = p, o.ld = ld, o.s = s, o.acc = acc;
+    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt;
     return o;
 }
+TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
    panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
@@ -7350,8 +7393,8 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         float *w;
         if (!tr__size_mul(an + (b16 ? br * bc : 0), sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (!(w = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
-        if (a16) tr__io16(tr__half_pick(ctx), a16, 1, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
-        if (b16) tr__io16(tr__half_pick(ctx), b16, 1, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
+        if (a16) tr__io16(tr__half_pick(ctx), a16, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
+        if (b16) tr__io16(tr__half_pick(ctx), b16, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
         st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat_of(a16 ? w : A, a16 ? ac : lda, 0, transA),
                           tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate), NULL);
         tr__free(ctx, w);
@@ -9957,6 +10000,9 @@ TR__FN tr_status tr__cl_k1_launch_rows(tr__cl *cl, const char *name, size_t rows
 
 /* y = R(a + b): fp32 (tr_k_add, float4 where it can), or with any of a, b and y (x16: TR__X16_A, _B, _C) holding 16-bit
    values of fdt (a 16-bit carry's; tr_k_add16). */
+/* Which operands a kernel instance takes as 16-bit values (x16, from the operands' types: tr__op_x16): its first,
+   second, and output. */
+enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
 TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
     tr__clargs A;
     if (n == 0) return TR_OK;
@@ -12719,43 +12765,35 @@ TR__FN tr_status tr__dfinish(tr_ctx *ctx) {
 }
 
 /* --- ops: the CPU kernel, or its OpenCL twin on the device ------------------------------------ */
-TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, M, N, K, ma, mb, mc));
-    return tr__sgemm(ctx, M, N, K, ma, mb, mc);
-}
-
-/* The ops on 16-bit operands (a 16-bit tape's or workspace's) run on the CPU, in bfloat16 / float16, where a device's
-   twin (a tensor-core device's 16-bit record, wsp.r16, which each op routes first) does not: else this error. */
-TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int fdt, const char *what) {
-    if (ctx->dev_active || (fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
+/* The ops read their operands' types (tr__buf, tr__mat and tr__out's dt): a 16-bit operand (a 16-bit tape's or
+   workspace's) runs on the CPU, in bfloat16 / float16, where a device's twin (a tensor-core device's 16-bit record,
+   wsp.r16, which each op routes first) does not: else this error. */
+TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int dt, const char *what) {
+    if (ctx->dev_active || (dt != TR__BF16 && dt != TR__F16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
     return TR_OK;
 }
-/* tr__op_sgemm_batched with A or B (x16: TR__X16_A, TR__X16_B) given as 16-bit values of fdt (a 16-bit tape's or
-   workspace's, read as they are on the CPU; a tensor-core device's 16-bit record, wsp.r16, packed from them; that
-   operand's leading dimension and batch stride in values): the bits of the products of the fp32 values they hold. */
-TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
 #if TINYREC_OPENCL
 TR__FN int tr__op_mma(tr_ctx *ctx, int fdt);
 #endif
-TR__FN tr_status tr__op_sgemm16(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    const void *A = ma.p, *B = mb.p;
-    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, ldc = mc.ld;
-    int ta = ma.t, tb = mb.t, acc = mc.acc;
-    float *C = (float *)mc.p;
+/* A product whose A or B holds 16-bit values (their leading dimensions and batch strides in values): read as they are
+   on the CPU, packed from them on tensor cores; the bits of the products of the fp32 values they hold. */
+TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    int dt = ma.dt ? ma.dt : mb.dt;
     tr_status st;
-    if (!x16 && nb == 1) return tr__op_sgemm(ctx, M, N, K, tr__mat_of((const float *)A, lda, 0, ta), tr__mat_of((const float *)B, ldb, 0, tb),
-                                             tr__out_of(C, ldc, 0, acc));
-    if (!x16) return tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb), mc);
 #if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
+    if (tr__op_mma(ctx, dt)) {
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.h16 = x16 & (TR__X16_A | TR__X16_B);
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb), mc, 0, &fz);
+        fz.h16 = (ma.dt ? TR__X16_A : 0) | (mb.dt ? TR__X16_B : 0);
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of(ma.p, ma.ld, ma.s, ma.t), tr__mat_of(mb.p, mb.ld, mb.s, mb.t), mc, 0, &fz);
     }
 #endif
-    if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
-    return tr__sgemm_batched(ctx, nb, M, N, K, tr__mat16_of(A, lda, sA, ta, (x16 & TR__X16_A) ? fdt : 0),
-                             tr__mat16_of(B, ldb, sB, tb, (x16 & TR__X16_B) ? fdt : 0), mc);
+    if ((st = tr__cpu16_check(ctx, dt, "sgemm"))) return st;
+    return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
+}
+TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, 1, M, N, K, ma, mb, mc);
+    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, M, N, K, ma, mb, mc));
+    return tr__sgemm(ctx, M, N, K, ma, mb, mc);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -12804,6 +12842,7 @@ TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, nb, M, N, K, ma, mb, mc);
     TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, M, N, K, ma, mb, mc));
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
@@ -12815,101 +12854,74 @@ TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && c
 #endif
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
-/* The CPU's rounded products (tr__op_sgemm_rnd, tr__op_sgemm_rnd16): rounded as stored where the epilogue can run, else
-   the product then a rounding pass. x16 (TR__X16_*): A or B given as 16-bit values of fdt, C stored so, strides in
-   values; a 16-bit C is staged where the epilogue's one KC block cannot take it (tr__sgemm_job.stage), and goes
-   through an fp32 C of its own where neither runs (a short or narrow product, or a 16-bit C summing products). */
-TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    const void *A = ma.p, *B = mb.p;
-    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, sC = mc.s;
-    int ta = ma.t, tb = mb.t, acc = mc.acc;
-    void *C = mc.p;
-    int a16 = (x16 & TR__X16_A) ? fdt : 0, b16 = (x16 & TR__X16_B) ? fdt : 0, b, nprod = sC == 0 ? 1 : nb;
-    size_t nC = (size_t)(nprod - 1) * sC + M * N, bytes;
-    float *c = (float *)C;
+/* The CPU's rounded products (tr__op_sgemm_rnd): rounded as stored where the epilogue can run, else the product then a
+   rounding pass. Any operand may hold 16-bit values of fdt (its strides in values); a 16-bit C is staged where the
+   epilogue's one KC block cannot take it (tr__sgemm_job.stage), and goes through an fp32 C of its own where neither
+   runs (a short or narrow product, or a 16-bit C summing products). */
+TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    size_t sC = mc.s, nC, bytes;
+    int c16 = mc.dt != 0, acc = mc.acc, b, nprod = sC == 0 ? 1 : nb;
+    float *c = (float *)mc.p;
     tr_status st;
+    nC = (size_t)(nprod - 1) * sC + M * N;
     /* (a 16-bit C that the epilogue's one KC block cannot take, deeper or accumulating, is staged: tr__sgemm_job.stage) */
-    if (fdt && (nb == 1 || (sA == 0 && sC != 0)) && (!acc || (x16 & TR__X16_C))) {
+    if (fdt && (nb == 1 || (ma.s == 0 && sC != 0)) && (!acc || c16)) {
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
-        e.round_only = 1, e.c16 = (x16 & TR__X16_C) != 0;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of((const float *)A, lda, 0, ta, a16), tr__mat16_of(B, ldb, sB, tb, b16),
-                               tr__out_of(c, N, sC, acc), &e)) || e.done) return st;
+        e.round_only = 1, e.c16 = c16;
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(ma.p, ma.ld, 0, ma.t, ma.dt), mb, tr__out_of(c, N, sC, acc), &e)) || e.done)
+            return st;
     }
-    if (x16 & TR__X16_C) {
+    if (c16) {
         if (!tr__size_mul(nC, sizeof(float), &bytes)) return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
-        for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
+        for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
     }
-    st = tr__sgemm_batched(ctx, nb, M, N, K, tr__mat16_of(A, lda, sA, ta, a16), tr__mat16_of(B, ldb, sB, tb, b16), tr__out_of(c, N, sC, acc));
+    st = tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, tr__out_of(c, N, sC, acc));
     if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
-    if (x16 & TR__X16_C) {
-        for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)C + (size_t)b * sC, M * N);
+    if (c16) {
+        for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
         tr__free(ctx, c);
     }
     return st;
 }
 /* tr__op_sgemm_batched with ldc = N, then C rounded to the forward precision fdt (nothing for float32): while a
    bfloat16 / float16 model runs on a device with tensor-core kernels, in their epilogue; on the CPU as stored where
-   it can (tr__sgemm_rnd_cpu); elsewhere a pass over C. */
+   it can (tr__sgemm_rnd_cpu); elsewhere a pass over C. Any of A, B and C may hold 16-bit values of fdt (a 16-bit
+   workspace's on the CPU, wsp.d16; on tensor cores a 16-bit record's A or B, wsp.r16, and a 16-bit d act's C,
+   wsp.act16, stored so by the epilogue): the bits of the fp32 product's rounding. */
 TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    size_t sC = mc.s;
-    float *C = (float *)mc.p;
+    int any16 = ma.dt || mb.dt || mc.dt;
     tr_status st;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = 1;
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
+        fz.rnd = mc.dt ? 2 : 1, fz.h16 = (ma.dt ? TR__X16_A : 0) | (mb.dt ? TR__X16_B : 0);
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of(ma.p, ma.ld, ma.s, ma.t), tr__mat_of(mb.p, mb.ld, mb.s, mb.t),
+                               tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
     }
 #endif
-    if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, 0, nb, M, N, K, ma, mb, mc);
+    if (any16 && (st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
+    if (any16 && nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
+    if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, nb, M, N, K, ma, mb, mc);
     if ((st = tr__op_sgemm_batched(ctx, nb, M, N, K, ma, mb, mc)) != TR_OK) return st;
-    return tr__op_round_rows(ctx, fdt, C, sC == 0 ? 1 : (size_t)nb, M * N, sC);
-}
-
-/* tr__op_sgemm_rnd with any of A, B and C in 16 bits (x16, as tr__sgemm_rnd_cpu: a 16-bit workspace's buffers,
-   wsp.d16, on the CPU; a 16-bit C alone on tensor cores too), with the bits of the fp32 product's rounding; x16 = 0
-   is tr__op_sgemm_rnd. */
-TR__FN tr_status tr__op_sgemm_rnd16(tr_ctx *ctx, int fdt, int x16, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    const void *A = ma.p, *B = mb.p;
-    size_t lda = ma.ld, sA = ma.s, ldb = mb.ld, sB = mb.s, sC = mc.s;
-    int ta = ma.t, tb = mb.t, acc = mc.acc;
-    void *C = mc.p;
-    if (!x16) return tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb),
-                                      tr__out_of((float *)C, N, sC, acc));
-    tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) { /* (a tensor-core device's 16-bit d act, wsp.act16, stored so by the epilogue; its 16-bit record, wsp.r16) */
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = (x16 & TR__X16_C) ? 2 : 1, fz.h16 = x16 & (TR__X16_A | TR__X16_B);
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of((const float *)A, lda, sA, ta), tr__mat_of((const float *)B, ldb, sB, tb),
-                               tr__out_of((float *)C, N, sC, acc), 0, &fz);
-    }
-#endif
-    if ((st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
-    if (nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
-    return tr__sgemm_rnd_cpu(ctx, fdt, x16, nb, M, N, K, ma, mb, mc);
+    return tr__op_round_rows(ctx, fdt, (float *)mc.p, mc.s == 0 ? 1 : (size_t)nb, M * N, mc.s);
 }
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
    what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
-/* y = R(a + b). */
-TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, const float *a, const float *b, float *y) {
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, 0, n, a, b, y));
-    tr__add(ctx, n, a, b, y, (fdt == TR_FWD_BFLOAT16 || fdt == TR_FWD_FLOAT16) ? fdt : 0, tr__round_pick(ctx)); /* (rounded as it goes) */
-    return TR_OK;
-}
-
-/* tr__op_add with any of a, b and y (x16: TR__X16_A, _B, _C) given as 16-bit values of fdt (a 16-bit carry's; on a
-   device, tr__cl_add). On the CPU: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and rounded by
-   tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
+#if TINYREC_OPENCL
+/* The OpenCL kernel instance for operands (a, b, c) of these types (TR__X16_*: which of them it reads in 16 bits). */
+TR__FN int tr__op_x16(int a, int b, int c) { return (a ? TR__X16_A : 0) | (b ? TR__X16_B : 0) | (c ? TR__X16_C : 0); }
+#endif
+/* y = R(a + b), each operand of its own type (a 16-bit carry's: a device's tr__cl_add reads and writes them so). On the
+   CPU with a 16-bit operand: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and
+   rounded by tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
 enum { TR__ADD16_BLOCK = 2048 };
 typedef struct tr__add16_args {
-    int fdt, x16;
+    int fdt;
     long n;
-    const void *a, *b;
-    void *y;
+    tr__buf a, b, y;
     float *wide;
     tr__range_fn half_fn, rnd;
 } tr__add16_args;
@@ -12919,25 +12931,27 @@ TR__FN void tr__add16_range(void *arg, long i0, long i1) {
     long blk;
     for (blk = i0; blk < i1; blk++) {
         size_t v0 = (size_t)blk * TR__ADD16_BLOCK, nv = (size_t)TR__MIN((long)TR__ADD16_BLOCK, p->n - (long)v0);
-        int a16 = p->x16 & TR__X16_A, b16 = p->x16 & TR__X16_B, y16 = p->x16 & TR__X16_C;
         tr__add_args q;
-        tr__io16(p->half_fn, p->fdt, a16, 0, tr__sgemm_at(p->a, a16, v0), 0, 1, nv, wa, 0);
-        tr__io16(p->half_fn, p->fdt, b16, 0, tr__sgemm_at(p->b, b16, v0), 0, 1, nv, wb, 0);
+        tr__io16(p->half_fn, p->a.dt, 0, tr__sgemm_at(p->a.p, p->a.dt, v0), 0, 1, nv, wa, 0);
+        tr__io16(p->half_fn, p->b.dt, 0, tr__sgemm_at(p->b.p, p->b.dt, v0), 0, 1, nv, wb, 0);
         q.a = wa, q.b = wb, q.y = wa, q.fdt = p->fdt, q.rnd = p->rnd;
         tr__add_range(&q, 0, (long)nv);
-        tr__io16(p->half_fn, p->fdt, y16, 1, TR__AT16(p->y, y16, v0), 0, 1, nv, wa, 0);
+        tr__io16(p->half_fn, p->y.dt, 1, TR__AT16(p->y.p, p->y.dt, v0), 0, 1, nv, wa, 0);
     }
 }
-TR__FN tr_status tr__op_add16(tr_ctx *ctx, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
+TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b, tr__buf y) {
     tr__add16_args p;
     int nt = tr__threads_for(ctx, (double)n);
     tr_status st;
-    if (!x16) return tr__op_add(ctx, fdt, n, (const float *)a, (const float *)b, (float *)y);
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, x16, n, a, b, y));
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, tr__op_x16(a.dt, b.dt, y.dt), n, a.p, b.p, y.p));
+    if (!a.dt && !b.dt && !y.dt) { /* (rounded as it goes) */
+        tr__add(ctx, n, (const float *)a.p, (const float *)b.p, (float *)y.p, (fdt == TR__BF16 || fdt == TR__F16) ? fdt : 0, tr__round_pick(ctx));
+        return TR_OK;
+    }
     if ((st = tr__cpu16_check(ctx, fdt, "add"))) return st;
     if (!n) return TR_OK;
     if ((st = tr__thread_scratch(ctx, nt, 2 * TR__ADD16_BLOCK, "add", &p.wide))) return st;
-    p.fdt = fdt, p.x16 = x16, p.n = (long)n, p.a = a, p.b = b, p.y = y;
+    p.fdt = fdt, p.n = (long)n, p.a = a, p.b = b, p.y = y;
     p.half_fn = tr__half_pick(ctx), p.rnd = tr__round_pick(ctx);
     tr__par_for(nt, (long)((n + TR__ADD16_BLOCK - 1) / TR__ADD16_BLOCK), 0, tr__add16_range, &p);
     return TR_OK;
@@ -12985,343 +12999,358 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
     return TR_OK;
 }
 
-/* The norms: out = R(r * rstd) with r = x + add (add may be NULL), whose sum is rounded first, R(x + add), as the
-   reference forms a residual sum in the forward precision (add is a product's output, already of it). */
-TR__FN tr_status tr__op_rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
+/* The norms (tr__norm_desc): out = R(r * rstd) with r = x + add (add may be none), whose sum is rounded first,
+   R(x + add), as the reference forms a residual sum in the forward precision (add is a product's output, already of
+   it); the backward dx = R(...) likewise. Operands of any type: a device's row norms read and write 16 bits themselves
+   (a tensor-core device's 16-bit record, wsp.r16), the CPU's through tr__norm16 (a 16-bit tape's or workspace's). */
+TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
+    int fdt = d->fdt, D = d->D, any16 = d->in1.dt || d->in2.dt || d->out.dt;
+    long rows = d->rows;
+    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
+    float *o = (float *)d->out.p;
+    size_t n = (size_t)rows * (d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
-    TR__ON_CL(ctx, tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, x, add, out, rstd, eps, 0));
-    if (tr__rms_rows_fwd(ctx, fdt, rows, D, x, add, out, rstd, eps)) return TR_OK;
-    if (fdt && add) { /* (out may alias x) */
-        if ((st = tr__op_add(ctx, fdt, (size_t)rows * D, x, add, out)) != TR_OK) return st;
-        x = out, add = NULL;
-    }
-    tr__rms_rows_fwd_ref(rows, D, x, add, out, rstd, eps, ctx->num_threads);
-    return tr__op_round(ctx, fdt, out, (size_t)rows * D);
-}
-
-TR__FN tr_status tr__op_rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    TR__ON_CL(ctx, tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, dy, y, rstd, dx, 0));
-    if (tr__rms_rows_bwd(ctx, fdt, rows, D, dy, y, rstd, dx)) return TR_OK;
-    tr__rms_rows_bwd_ref(rows, D, dy, y, rstd, dx, ctx->num_threads);
-    return tr__op_round(ctx, fdt, dx, (size_t)rows * D);
-}
-
-TR__FN tr_status tr__op_rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    size_t n = (size_t)B * S * D;
-    tr_status st;
-    TR__ON_CL(ctx, tr__cl_rms_cols_fwd(ctx->cl, fdt, B, S, D, x, add, out, rstd, eps));
-    if (tr__rms_cols_fwd(ctx, fdt, B, S, D, x, add, out, rstd, eps)) return TR_OK;
-    if (fdt && add) {
-        if ((st = tr__op_add(ctx, fdt, n, x, add, out)) != TR_OK) return st;
-        x = out, add = NULL;
-    }
-    tr__rms_cols_fwd_ref(B, S, D, x, add, out, rstd, eps, ctx->num_threads);
-    return tr__op_round(ctx, fdt, out, n);
-}
-
-TR__FN tr_status tr__op_rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    TR__ON_CL(ctx, tr__cl_rms_cols_bwd(ctx->cl, fdt, B, S, D, dy, y, rstd, dx));
-    if (tr__rms_cols_bwd(ctx, fdt, B, S, D, dy, y, rstd, dx)) return TR_OK;
-    tr__rms_cols_bwd_ref(B, S, D, dy, y, rstd, dx, ctx->num_threads);
-    return tr__op_round(ctx, fdt, dx, (size_t)B * S * D);
-}
-
-/* A norm (kind: TR__NORM_*; rows: the row norms' rows, the column norms' batch rows of S positions) with any of its
-   operands in 16 bits (x16 as tr__norm16: a 16-bit workspace's or tape's on the CPU; a device's row norms take them too,
-   a tensor-core device's 16-bit record, wsp.r16), the bits of the fp32 op on their values; x16 = 0 is the fp32 op.
-   The forward's (in1, in2, out) are (x, add, out), the backward's (dy, y, dx). */
-TR__FN tr_status tr__op_norm16(tr_ctx *ctx, int fdt, int kind, int x16, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd,
-                               float eps) {
-    if (!x16) {
-        const float *a = (const float *)in1, *b = (const float *)in2;
-        float *o = (float *)out;
-        switch (kind) {
-        case TR__NORM_ROWS_FWD: return tr__op_rms_rows_fwd(ctx, fdt, rows, D, a, b, o, rstd, eps);
-        case TR__NORM_ROWS_BWD: return tr__op_rms_rows_bwd(ctx, fdt, rows, D, a, b, rstd, o);
-        case TR__NORM_COLS_FWD: return tr__op_rms_cols_fwd(ctx, fdt, (int)rows, S, D, a, b, o, rstd, eps);
-        default: return tr__op_rms_cols_bwd(ctx, fdt, (int)rows, S, D, a, b, rstd, o);
+#if TINYREC_OPENCL
+    if (ctx->dev_active && (!any16 || fdt)) {
+        int x16 = tr__op_x16(d->in1.dt, d->in2.dt, d->out.dt);
+        switch (d->kind) {
+        case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, a, b, o, d->rstd, d->eps, x16);
+        case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, a, b, d->rstd, o, x16);
+        case TR__NORM_COLS_FWD: if (!any16) return tr__cl_rms_cols_fwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps); break;
+        default: if (!any16) return tr__cl_rms_cols_bwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, d->rstd, o); break;
         }
     }
-#if TINYREC_OPENCL
-    if (ctx->dev_active && fdt && kind == TR__NORM_ROWS_FWD) return tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, in1, in2, out, rstd, eps, x16);
-    if (ctx->dev_active && fdt && kind == TR__NORM_ROWS_BWD) return tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, in1, in2, rstd, out, x16);
 #endif
-    tr_status st = tr__cpu16_check(ctx, fdt, "rms norm");
-    if (st) return st;
-    return tr__norm16(ctx, fdt, kind, x16, rows, S, D, in1, in2, out, rstd, eps);
+    if (any16) return (st = tr__cpu16_check(ctx, fdt, "rms norm")) ? st : tr__norm16(ctx, d);
+    switch (d->kind) {
+    case TR__NORM_ROWS_FWD:
+        if (tr__rms_rows_fwd(ctx, fdt, rows, D, a, b, o, d->rstd, d->eps)) return TR_OK;
+        if (fdt && b) { /* (out may alias x) */
+            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
+            a = o, b = NULL;
+        }
+        tr__rms_rows_fwd_ref(rows, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
+        break;
+    case TR__NORM_ROWS_BWD:
+        if (tr__rms_rows_bwd(ctx, fdt, rows, D, a, b, d->rstd, o)) return TR_OK;
+        tr__rms_rows_bwd_ref(rows, D, a, b, d->rstd, o, ctx->num_threads);
+        break;
+    case TR__NORM_COLS_FWD:
+        if (tr__rms_cols_fwd(ctx, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps)) return TR_OK;
+        if (fdt && b) {
+            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
+            a = o, b = NULL;
+        }
+        tr__rms_cols_fwd_ref((int)rows, d->S, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
+        break;
+    default:
+        if (tr__rms_cols_bwd(ctx, fdt, (int)rows, d->S, D, a, b, d->rstd, o)) return TR_OK;
+        tr__rms_cols_bwd_ref((int)rows, d->S, D, a, b, d->rstd, o, ctx->num_threads);
+        break;
+    }
+    return tr__op_round(ctx, fdt, o, n);
 }
 
-/* fdt (tr_forward_dtype): bfloat16 / float16 round silu(gate) and the product, as PyTorch does on such tensors */
-TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, float *out, size_t os) {
-    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, fdt, rows, width, g, gs, out, os));
-    tr__swiglu_fwd(ctx, fdt, rows, width, g, gs, out, os);
-    return TR_OK;
-}
-
-/* dg (rows of stride gs, like g) rounded to fdt. */
-/* cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as a matrix of
-   cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept).
-   g16 (or NULL): g's values as 16 bits (a 16-bit tape's gate_up), g not written yet: read so by that packing, else
-   unpacked into g first. da16: da holds 16-bit values (das counts them; a tensor-core device's workspace, whose
-   products store d act so: wsp.act16), read so by that packing only. */
-TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, float *g, float *g16, size_t gs, const float *da, size_t das, int da16,
-                                   float *dg, size_t cols, float *room) {
-    tr_status st;
-#if TINYREC_OPENCL
-    if (cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, rows, width, gs, cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, rows, width, g16 ? g16 : g, gs, g16 != NULL, da, das, da16, dg, cols, room);
-#else
-    TR__UNUSED(cols);
-    TR__UNUSED(room);
-#endif
-    if (da16) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
-    if (g16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
-        tr__swiglu16(ctx, fdt, TR__SW_BWD, rows, width, g16, gs, da, das, dg, gs);
+/* The activation act = R(silu(gate) * up) of gate_up g (rows gs values apart, gate then up, width each; fdt rounds
+   silu(gate) and the product, as PyTorch does on such tensors) into out (rows os apart). g and out of any type: with a
+   16-bit one (a 16-bit tape's or workspace's) on the CPU only, through tr__swiglu16. */
+TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, tr__buf g, size_t gs, tr__buf out, size_t os) {
+    if (g.dt || out.dt) {
+        tr__swiglu_desc d;
+        tr_status st = tr__cpu16_check(ctx, fdt, "swiglu");
+        if (st) return st;
+        if (!g.p) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
+        memset(&d, 0, sizeof d);
+        d.fdt = fdt, d.rows = rows, d.width = width, d.g = g, d.gs = gs, d.out = out, d.os = os;
+        tr__swiglu16(ctx, &d);
         return TR_OK;
     }
-    if (g16 && rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, g16, ((size_t)rows - 1) * gs + 2 * (size_t)width))) return st;
-    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg));
-    tr__swiglu_bwd(ctx, rows, width, g, gs, da, das, dg);
-    return tr__op_round_rows(ctx, fdt, dg, (size_t)rows, 2 * (size_t)width, gs);
-}
-
-/* tr__swiglu16 as an op: a 16-bit workspace's SwiGLU passes (wsp.d16), on the CPU only. */
-TR__FN tr_status tr__op_swiglu16(tr_ctx *ctx, int fdt, int mode, long rows, long width, const void *g, size_t gs, const void *da, size_t das, void *out,
-                                 size_t os) {
-    tr_status st = tr__cpu16_check(ctx, fdt, "swiglu");
-    if (st) return st;
-    if (!g) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
-    tr__swiglu16(ctx, fdt, mode, rows, width, g, gs, da, das, out, os);
+    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, fdt, rows, width, (const float *)g.p, gs, (float *)out.p, os));
+    tr__swiglu_fwd(ctx, fdt, rows, width, (const float *)g.p, gs, (float *)out.p, os);
     return TR_OK;
 }
 
+/* The backward (tr__swiglu_desc with bwd): dg = d gate_up (out, rows gs apart like g), rounded to fdt. g: gate_up, in 16
+   bits where a 16-bit tape's, its fp32 copy not written yet: the CPU and the tensor cores' packing read it so, other
+   device kernels after unpacking it into g_room. da: d act, in 16 bits on the CPU with a 16-bit workspace (wsp.d16,
+   where dg is 16-bit too), or on a tensor-core device whose products store d act so (wsp.act16), read so by that
+   packing only. cols > 0: dg is read by nothing but the products of the open packing window (tr__op_pack_window), as
+   a matrix of cols columns; with tensor cores it is then written only as their packing (tr__cl_swiglu_bwd_kept, into
+   room). */
+TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
+    int fdt = d->fdt, g16 = d->g.dt != 0, da16 = d->da.dt != 0;
+    float *g = g16 ? d->g_room : (float *)d->g.p, *dg = (float *)d->out.p;
+    const float *da = (const float *)d->da.p;
+    tr_status st;
+#if TINYREC_OPENCL
+    if (d->cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols)))
+        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, d->rows, d->width, (float *)d->g.p, d->gs, g16, da, d->das, da16, dg, d->cols, d->room);
+#endif
+    if (ctx->dev_active && (da16 || d->out.dt)) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
+    if (!ctx->dev_active && (g16 || da16 || d->out.dt)) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
+        tr__swiglu_desc c = *d;
+        if ((st = tr__cpu16_check(ctx, fdt, "swiglu"))) return st;
+        if (!d->g.p) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
+        c.bwd = 1, c.os = d->gs;
+        tr__swiglu16(ctx, &c);
+        return TR_OK;
+    }
+    if (g16 && d->rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, (float *)d->g.p, ((size_t)d->rows - 1) * d->gs + 2 * (size_t)d->width))) return st;
+    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, d->rows, d->width, g, d->gs, da, d->das, dg));
+    tr__swiglu_bwd(ctx, d->rows, d->width, g, d->gs, da, d->das, dg);
+    return tr__op_round_rows(ctx, fdt, dg, (size_t)d->rows, 2 * (size_t)d->width, d->gs);
+}
+
+/* A product's call: nb products of M x N over K, C (+)= op(A) op(B), each operand with its layout and type (tr__mat,
+   tr__out: batch strides as tr__op_sgemm_batched's, sC = 0 summing the products). The fused ops take it. */
+typedef struct tr__gemm {
+    int nb;
+    size_t M, N, K;
+    tr__mat a, b;
+    tr__out c;
+} tr__gemm;
+/* The outputs of a SwiGLU epilogue on a gate_up product (tr__op_gate_up_fused): its halves are rows (pair_m) or
+   columns, gate then up; gate_up rounded into gu where kept (keep_gu; gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up
+   further), the activation into act (row act_ld, batch act_s apart), each of its own type. */
+typedef struct tr__gu_epi {
+    int pair_m, keep_gu;
+    tr__buf gu, act;
+    size_t gu_ld, gu_s, gu_up, act_ld, act_s;
+} tr__gu_epi;
+
 /* The CPU's gate_up product of a SwiGLU with the activation in its epilogue (tr__sgemm_epi), in place of the product,
-   its rounding pass, the activation's pass and (gu16) the tape's conversion: C (+ b sB's product) = op(A) op(B), whose
-   halves (pair_m: rows, else columns) are gate and up; act as tr__sgemm_epi lays it out, and with keep_gu gate_up
-   rounded into gu (gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up further), as 16 bits where gu16 is given. x16:
-   TR__X16_A A holds 16-bit values (one product), TR__X16_B B does, TR__X16_C act is stored so.
-   *done = 0 where it does not run so (a device, or a shape the packed path does not pair): the caller's passes then. */
-TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                                      const float *B, size_t ldb, size_t sB, int keep_gu, float *gu, float *gu16, size_t gu_ld, size_t gu_s, size_t gu_up,
-                                      float *act, size_t act_ld, size_t act_s, int x16, int *done) {
+   its rounding pass, the activation's pass and (a 16-bit gu) the tape's conversion: C (+ b sB's product) = op(A) op(B)
+   (A one for all, B a batch), g->c unused. *done = 0 where it does not run so (a device, or a shape the packed path
+   does not pair): the caller's passes then. */
+TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, const tr__gemm *g, const tr__gu_epi *ep, int *done) {
     tr__sgemm_epi e;
     tr_status st;
     *done = 0;
-    if (ctx->dev_active || nb < 1) return TR_OK;
+    if (ctx->dev_active || g->nb < 1) return TR_OK;
     tr__sgemm_epi_init(ctx, fdt, &e);
-    e.pair_m = pair_m, e.half = (pair_m ? M : N) / 2;
-    e.gu = keep_gu ? (gu16 ? gu16 : gu) : NULL, e.gu16 = gu16 != NULL;
-    e.gu_ld = gu_ld, e.gu_s = gu_s, e.gu_up = gu_up;
-    e.act = act, e.act_ld = act_ld, e.act_s = act_s, e.act16 = (x16 & TR__X16_C) != 0;
-    if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(A, lda, 0, ta, (x16 & TR__X16_A) ? fdt : 0),
-                           tr__mat16_of(B, ldb, sB, tb, (x16 & TR__X16_B) ? fdt : 0), tr__out_of(NULL, 0, 0, 0), &e)))
+    e.pair_m = ep->pair_m, e.half = (ep->pair_m ? g->M : g->N) / 2;
+    e.gu = ep->keep_gu ? (float *)ep->gu.p : NULL, e.gu16 = ep->gu.dt != 0;
+    e.gu_ld = ep->gu_ld, e.gu_s = ep->gu_s, e.gu_up = ep->gu_up;
+    e.act = (float *)ep->act.p, e.act_ld = ep->act_ld, e.act_s = ep->act_s, e.act16 = ep->act.dt != 0;
+    if ((st = tr__sgemm_nb(ctx, (size_t)g->nb, 1, g->M, g->N, g->K, tr__mat16_of(g->a.p, g->a.ld, 0, g->a.t, g->a.dt), g->b, tr__out_of(NULL, 0, 0, 0), &e)))
         return st;
     *done = e.done;
     return TR_OK;
 }
 
-/* The channel SwiGLU and its down product: gu = R(A W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K),
-   act = R(silu(gate) * up) (rows x half), proj = R(act W_downᵀ) (rows x D; W_down: D x half), R the rounding to fdt.
+/* The SwiGLU MLPs (tr__op_swiglu_mlp, tr__op_token_mlp), R the rounding to fdt. gu: gate_up (fp32 room, written where
+   kept: keep_gu), gu16 (or NULL): the tape's 16-bit copy of it. in, act and out of their types: in 16 bits with a
+   16-bit CPU workspace (wsp.d16) its activation and output, and its input where it is a 16-bit record's or carry's; a
+   tensor-core device's act (wsp.act16) is room for the activation's packing, its in a 16-bit record's (wsp.r16). */
+typedef struct tr__mlp_desc {
+    int fdt, nb, keep_gu;
+    size_t rows, half, K, D;
+    tr__buf in;
+    size_t ld_in;
+    const float *w_gu, *w_down;
+    float *gu, *gu16;
+    tr__buf act, out;
+} tr__mlp_desc;
+
+/* The channel SwiGLU and its down product: gu = R(in W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K, in
+   rows ld_in apart), act = R(silu(gate) * up) (rows x half), out = R(act W_downᵀ) (rows x D; W_down: D x half).
    On a device with tensor cores (bfloat16 / float16) the first product's epilogue computes act (W_gu's gate and up rows
    packed interleaved, so that it holds each gate next to its up) and writes it only as the second product's packed
    operand, and gu only with keep_gu (a pass without the tape never reads it): tr__cl_swiglu_mlp. Elsewhere the
-   product, the elementwise pass into act, the product (gu always written). x16: TR__X16_C act and proj hold 16-bit
-   values (a 16-bit CPU workspace's, wsp.d16, with TR__X16_A: A does too), and so does the gate_up those passes write
-   (gu16 with keep_gu, else gu); on tensor cores, act is room for the activation's packing (a tensor-core device's
-   workspace, wsp.act16), and TR__X16_A alone says A holds 16-bit values (its 16-bit record, wsp.r16). */
-TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, int fdt, size_t rows, size_t half, size_t K, const float *A, size_t lda, const float *W_gu,
-                                   const float *W_down, float *gu, int keep_gu, float *gu16, float *act, size_t D, float *proj, int x16) {
+   product, the elementwise pass into act, the product (gu always written; in 16 bits, into gu16 where kept, where
+   act is 16-bit). */
+TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    int fdt = d->fdt, fused, act16 = d->act.dt != 0, keep_gu = d->keep_gu;
+    size_t rows = d->rows, half = d->half, K = d->K;
+    float *gu = d->gu, *gu16 = d->gu16;
+    tr__gemm g;
+    tr__gu_epi ep;
     tr_status st;
-    int fused, act16 = (x16 & TR__X16_C) != 0;
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: wsp.act16) */
-        int a16 = x16 & TR__X16_A;
-        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu16, 2, D, proj, room);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, lda, a16, W_gu, W_down, gu, keep_gu, D, proj, room))) return st;
+        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
+        const float *A = (const float *)d->in.p;
+        int a16 = d->in.dt != 0;
+        if (keep_gu && gu16 && half % 2 == 0)
+            return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, d->ld_in, a16, d->w_gu, d->w_down, gu16, 2, d->D, (float *)d->out.p, room);
+        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, d->ld_in, a16, d->w_gu, d->w_down, gu, keep_gu, d->D, (float *)d->out.p, room))) return st;
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
-    if ((st = tr__op_gate_up_fused(ctx, fdt, 0, 1, 0, 1, rows, 2 * half, K, A, lda, W_gu, K, 0, keep_gu, gu, gu16, 2 * half, 0, half, act, half, 0,
-                                   act16 ? TR__X16_A | TR__X16_C : 0, &fused)))
-        return st;
-    if (!fused && act16) { /* gate_up in 16 bits too: the tape's (keep_gu), or in gu's memory */
-        float *g = keep_gu && gu16 ? gu16 : gu;
-        if ((st = tr__op_sgemm_rnd16(ctx, fdt, TR__X16_A | TR__X16_C, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1),
-                                     tr__out_of(g, 2 * half, 0, 0))) ||
-            (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)half, g, 2 * half, NULL, 0, act, half)))
-            return st;
-    } else if (!fused) {
-        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1),
-                                   tr__out_of(gu, 2 * half, 0, 0)))) return st;
-        if (keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
-        if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gu, 2 * half, act, half))) return st;
+    memset(&g, 0, sizeof g);
+    memset(&ep, 0, sizeof ep);
+    g.nb = 1, g.M = rows, g.N = 2 * half, g.K = K;
+    g.a = tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), g.b = tr__mat_of(d->w_gu, K, 0, 1);
+    ep.keep_gu = keep_gu, ep.gu = gu16 ? tr__buf_of(gu16, fdt) : tr__f32(gu), ep.gu_ld = 2 * half, ep.gu_up = half;
+    ep.act = d->act, ep.act_ld = half;
+    if ((st = tr__op_gate_up_fused(ctx, fdt, &g, &ep, &fused))) return st;
+    if (!fused) {
+        /* gate_up in 16 bits with a 16-bit activation: the tape's (keep_gu), or in gu's memory */
+        tr__buf gub = act16 ? tr__buf_of(keep_gu && gu16 ? gu16 : gu, fdt) : tr__f32(gu);
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, rows, 2 * half, K, g.a, g.b, tr__out16_of(gub.p, 2 * half, 0, 0, gub.dt)))) return st;
+        if (!act16 && keep_gu && gu16 && (st = tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half))) return st;
+        if ((st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)half, gub, 2 * half, d->act, half))) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_A | TR__X16_C : 0, 1, rows, D, half, tr__mat_of(act, half, 0, 0), tr__mat_of(W_down, half, 0, 1),
-                              tr__out_of(proj, D, 0, 0));
+    return tr__op_sgemm_rnd(ctx, fdt, 1, rows, d->D, half, tr__mat16_of(d->act.p, half, 0, 0, d->act.dt), tr__mat_of(d->w_down, half, 0, 1),
+                            tr__out16_of(d->out.p, d->D, 0, 0, d->out.dt));
 }
 
-/* C (+)= op(A_b) op(act_b) (nb products, batch strides sA, sB, sC as tr__op_sgemm_batched; sC = 0 sums them) whose
-   B operand is a SwiGLU activation given as its gate_up tensor: act_b[r][c] = silu(gu[b sB + r ldb + c]) * (the value
-   so further), r < rows, c < cols of B as stored (rows = tb ? N : K). Two layouts: the token mix's (per batch the gate
-   half, then the up half: ldb = cols, so = rows * cols) and the channel SwiGLU's (per row: so = cols, nb = 1). On a
-   device the activation is computed as the GEMM fetches it: the SIMT kernel's nt case in float32, the tensor cores'
-   packing in bfloat16 / float16; otherwise it is written to act first (rows x cols per batch), then multiplied.
-   gu16 (or NULL): gu's values as 16 bits (a 16-bit tape's), gu not written yet: read so by the tensor cores' packing,
-   else unpacked into gu first. x16: TR__X16_B act holds 16-bit values (a 16-bit workspace's on the CPU, which reads
-   gu16), and with it TR__X16_A A too; on a device, act is room for the activation's packing on tensor cores (a
-   tensor-core device's workspace, wsp.act16), which the caller may overwrite once the product has run. */
-TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     float *gu, float *gu16, size_t ldb, size_t sB, size_t so, float *C, size_t ldc, size_t sC, int acc, float *act, int x16) {
-    size_t rows = tb ? N : K, cols = tb ? K : N;
+/* C (+)= op(A_b) op(act_b) (g: nb products as tr__op_sgemm_batched's) whose B operand is a SwiGLU activation given as
+   its gate_up tensor g->b (fp32; not written yet where gu16, the tape's 16-bit copy, is given): act_b[r][c] =
+   silu(gu[b sB + r ldb + c]) * (the value so further), r < rows, c < cols of B as stored (rows = tb ? N : K). Two
+   layouts: the token mix's (per batch the gate half, then the up half: ldb = cols, so = rows * cols) and the channel
+   SwiGLU's (per row: so = cols, nb = 1). On a device the activation is computed as the GEMM fetches it: the SIMT
+   kernel's nt case in float32, the tensor cores' packing in bfloat16 / float16; otherwise it is written to act first
+   (rows x cols per batch, of act's type: 16-bit with a 16-bit CPU workspace, which reads gu16, and A of its type too),
+   then multiplied. On a tensor-core device a 16-bit act is room for the activation's packing (wsp.act16), which the
+   caller may overwrite once the product has run. */
+TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, float *gu16, size_t so, tr__buf act) {
+    int nb = g->nb, tb = g->b.t, per_row;
+    size_t M = g->M, N = g->N, K = g->K, rows = tb ? N : K, cols = tb ? K : N, ldb = g->b.ld, sB = g->b.s;
+    float *gu = (float *)(uintptr_t)g->b.p;
+    tr__mat ma = g->a;
+    tr__out mc = g->c;
     tr_status st;
-    int per_row = so == cols && nb == 1;
 #if TINYREC_OPENCL
-    float *room = ctx->dev_active && (x16 & TR__X16_B) ? tr__cl_room(act) : NULL;
+    float *room = ctx->dev_active && act.dt ? tr__cl_room((float *)act.p) : NULL;
 #endif
+    per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
-    if ((x16 & TR__X16_B) && !ctx->dev_active) { /* a 16-bit workspace's activation (wsp.d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
-        if (per_row) st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, (long)rows, (long)cols, gu16, ldb, NULL, 0, act, cols);
-        else st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16, nb, (long)(rows * cols), gu16, sB, NULL, 0, act, rows * cols);
+    if (per_row) ma.s = 0, mc.s = 0;
+    if (act.dt && !ctx->dev_active) { /* a 16-bit workspace's activation (wsp.d16): from the 16-bit tape's gate_up, stored and read in 16 bits */
+        if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__buf_of(gu16, fdt), ldb, act, cols);
+        else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__buf_of(gu16, fdt), sB, act, rows * cols);
         if (st) return st;
-        return tr__op_sgemm16(ctx, fdt, x16 & (TR__X16_A | TR__X16_B), per_row ? 1 : nb, M, N, K, tr__mat_of(A, lda, per_row ? 0 : sA, ta),
-                              tr__mat_of(act, cols, per_row ? 0 : rows * cols, tb), tr__out_of(C, ldc, per_row ? 0 : sC, acc));
+        return tr__op_sgemm_batched(ctx, per_row ? 1 : nb, M, N, K, ma, tr__mat16_of(act.p, cols, per_row ? 0 : rows * cols, tb, act.dt), mc);
     }
 #if TINYREC_OPENCL
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu16, ldb, sB, C, ldc, sC, acc, 2, so, 1, room);
+        return tr__cl_sgemm_swiglu(ctx->cl, nb, g->a.t, tb, M, N, K, (const float *)g->a.p, g->a.ld, g->a.s, gu16, ldb, sB, (float *)g->c.p, g->c.ld, g->c.s,
+                                   g->c.acc, 2, so, 1, room);
 #endif
     if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
-        const uint16_t *h = (const uint16_t *)(const void *)gu16;
-        if (per_row) tr__swiglu16(ctx, fdt, 0, (long)rows, (long)cols, h, ldb, NULL, 0, act, cols);
-        else tr__swiglu16(ctx, fdt, 0, nb, (long)(rows * cols), h, sB, NULL, 0, act, rows * cols);
+        if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__buf_of(gu16, fdt), ldb, act, cols);
+        else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__buf_of(gu16, fdt), sB, act, rows * cols);
+        if (st) return st;
     } else {
         if (gu16 && nb > 0 && rows > 0 &&
             (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
             return st;
 #if TINYREC_OPENCL
-        if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(ta, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-            return tr__cl_sgemm_swiglu(ctx->cl, nb, ta, tb, M, N, K, A, lda, sA, gu, ldb, sB, C, ldc, sC, acc, 2, so, 0, room);
+        if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(g->a.t, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
+            return tr__cl_sgemm_swiglu(ctx->cl, nb, g->a.t, tb, M, N, K, (const float *)g->a.p, g->a.ld, g->a.s, gu, ldb, sB, (float *)g->c.p, g->c.ld,
+                                       g->c.s, g->c.acc, 2, so, 0, room);
 #endif
-        if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, gu, ldb, act, cols);
-        else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), gu, sB, act, rows * cols); /* the activation the forward made */
+        if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__f32(gu), ldb, act, cols);
+        else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__f32(gu), sB, act, rows * cols); /* the activation the forward made */
         if (st) return st;
     }
-    if (per_row) return tr__op_sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(act, cols, 0, tb), tr__out_of(C, ldc, 0, acc));
-    return tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(act, cols, rows * cols, tb), tr__out_of(C, ldc, sC, acc));
+    if (per_row) return tr__op_sgemm(ctx, M, N, K, ma, tr__mat_of(act.p, cols, 0, tb), mc);
+    return tr__op_sgemm_batched(ctx, nb, M, N, K, ma, tr__mat_of(act.p, cols, rows * cols, tb), mc);
 }
 
-/* The token mix's gate_up product and SwiGLU: per batch C_b[2 half, N] = A B_b (gate | up rows, ldc = N) and
-   act_b[half, N] = silu(gate) * up (batch stride s_act). On a device in one product: the activation comes out of its
-   registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not): the SIMT kernels in
-   float32, the tensor cores in bfloat16 / float16 (A's gate and up rows packed interleaved, both rounded as
+/* The token mix's gate_up product and SwiGLU: per batch C_b[2 half, N] = A B_b (g: M = 2 half, gate | up rows, ldc =
+   N) and act_b[half, N] = silu(gate) * up (act's batch stride). On a device in one product: the activation comes out
+   of its registers, and C is written only with keep_gu (the tape needs it, a no-grad pass does not): the SIMT kernels
+   in float32, the tensor cores in bfloat16 / float16 (A's gate and up rows packed interleaved, both rounded as
    tr__op_sgemm_rnd would). Elsewhere (the CPU, or a tile configuration that cannot pair the halves) the product,
    then the elementwise pass. */
-TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, int nb, size_t half, size_t N, size_t K, const float *A, size_t lda, size_t sA, const float *B,
-                                      size_t ldb, size_t sB, float *C, size_t sC, int keep_gu, float *act, size_t s_act) {
+TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act) {
+    size_t half = g->M / 2, N = g->N;
     tr_status st;
 #if TINYREC_OPENCL
     if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
-        return tr__cl_sgemm_gate_up(ctx->cl, nb, half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0), keep_gu,
-                                    tr__out_of(act, N, s_act, 0));
-    if (nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
+        return tr__cl_sgemm_gate_up(ctx->cl, g->nb, half, N, g->K, g->a, g->b, g->c, keep_gu, act);
+    if (g->nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
         fz.rnd = 1, fz.swc = 2;
-        fz.act = act, fz.ld_act = N, fz.s_act = s_act, fz.write_gu = keep_gu;
-        return tr__cl_gemm_run(ctx->cl, nb, 2 * half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0), 1, &fz);
+        fz.act = (float *)act.p, fz.ld_act = N, fz.s_act = act.s, fz.write_gu = keep_gu;
+        return tr__cl_gemm_run(ctx->cl, g->nb, 2 * half, N, g->K, g->a, g->b, g->c, 1, &fz);
     }
 #endif
     TR__UNUSED(keep_gu);
     /* bfloat16 / float16: the product and the activation are rounded */
-    if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 2 * half, N, K, tr__mat_of(A, lda, sA, 0), tr__mat_of(B, ldb, sB, 0), tr__out_of(C, N, sC, 0)))) return st;
-    return tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, sC, act, s_act);
+    if ((st = tr__op_sgemm_rnd(ctx, fdt, g->nb, 2 * half, N, g->K, g->a, g->b, g->c))) return st;
+    return tr__op_swiglu_fwd(ctx, fdt, g->nb, (long)(half * N), tr__f32(g->c.p), g->c.s, tr__f32(act.p), act.s);
 }
 
-/* The token mix's SwiGLU MLP, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with keep_gu),
-   act_b = R(silu(gate) * up) (It x D), proj_b = R(W_tdown act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With
-   tensor cores act is written only as the second product's packed operand (tr__cl_token_mlp). x16: TR__X16_C, act and
-   proj hold 16-bit values (a 16-bit CPU workspace's, wsp.d16), or on tensor cores act is room for the activation's
-   packing (wsp.act16); TR__X16_B (with TR__X16_C), in does (a 16-bit carry's block input). */
-TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, int fdt, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const void *in, float *mix,
-                                  int keep_gu, float *mix16, float *act, const float *W_tdown, float *proj, int x16) {
+/* The token mix's SwiGLU MLP, per batch b < nb: mix_b = R(W_tgu in_b) (2 It x D, gate | up rows, written with
+   keep_gu; d: half = It, K = S, gu the mix, in_b S x D), act_b = R(silu(gate) * up) (It x D), out_b = R(W_tdown
+   act_b) (S x D); W_tgu: 2 It x S, W_tdown: S x It. With tensor cores act is written only as the second product's
+   packed operand (tr__cl_token_mlp). */
+TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    int fdt = d->fdt, nb = d->nb, fused, act16 = d->act.dt != 0, keep_gu = d->keep_gu;
+    size_t It = d->half, S = d->K, D = d->D;
+    float *mix = d->gu, *mix16 = d->gu16;
+    tr__gemm g;
+    tr__gu_epi ep;
     tr_status st;
-    int fused, act16 = (x16 & TR__X16_C) != 0, in16 = x16 & TR__X16_B;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room(act) : NULL; /* (act's packing there: wsp.act16) */
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix16, 2, W_tdown, proj, room);
-        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, W_tgu, (const float *)in, mix, keep_gu, W_tdown, proj, room))) return st;
+        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL, *proj = (float *)d->out.p; /* (act's packing there: wsp.act16) */
+        const float *in = (const float *)d->in.p;
+        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, d->w_gu, in, mix16, 2, d->w_down, proj, room);
+        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, d->w_gu, in, mix, keep_gu, d->w_down, proj, room))) return st;
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
     }
 #endif
-    if ((st = tr__op_gate_up_fused(ctx, fdt, 1, nb, 0, 0, 2 * It, D, S, W_tgu, S, (const float *)in, D, S * D, keep_gu, mix, mix16, D, 2 * It * D, It * D,
-                                   act, D, It * D, x16 & (TR__X16_B | TR__X16_C), &fused)))
-        return st;
+    memset(&g, 0, sizeof g);
+    memset(&ep, 0, sizeof ep);
+    g.nb = nb, g.M = 2 * It, g.N = D, g.K = S;
+    g.a = tr__mat_of(d->w_gu, S, 0, 0), g.b = tr__mat16_of(d->in.p, D, S * D, 0, d->in.dt), g.c = tr__out_of(mix, D, 2 * It * D, 0);
+    ep.pair_m = 1, ep.keep_gu = keep_gu, ep.gu = mix16 ? tr__buf_of(mix16, fdt) : tr__f32(mix), ep.gu_ld = D, ep.gu_s = 2 * It * D, ep.gu_up = It * D;
+    ep.act = d->act, ep.act_ld = D, ep.act_s = It * D;
+    if ((st = tr__op_gate_up_fused(ctx, fdt, &g, &ep, &fused))) return st;
     if (!fused) {
         if (act16) { /* (tr__op_sgemm_gate_up's CPU passes, the activation stored in 16 bits) */
-            if ((st = tr__op_sgemm_rnd16(ctx, fdt, in16, nb, 2 * It, D, S, tr__mat_of(W_tgu, S, 0, 0), tr__mat_of(in, D, S * D, 0),
-                                         tr__out_of(mix, D, 2 * It * D, 0))) ||
-                (st = tr__op_swiglu16(ctx, fdt, TR__SW_OUT16 | TR__SW_G32, nb, (long)(It * D), mix, 2 * It * D, NULL, 0, act, It * D)))
+            if ((st = tr__op_sgemm_rnd(ctx, fdt, nb, 2 * It, D, S, g.a, g.b, g.c)) ||
+                (st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(It * D), tr__f32(mix), 2 * It * D, d->act, It * D)))
                 return st;
-        } else if (in16) {
+        } else if (d->in.dt) {
             return tr__err(ctx, TR_ERR_GENERIC, "token mlp: a 16-bit input needs a 16-bit activation");
-        } else if ((st = tr__op_sgemm_gate_up(ctx, fdt, nb, It, D, S, W_tgu, S, 0, (const float *)in, D, S * D, mix, 2 * It * D, keep_gu, act, It * D)))
+        } else if ((st = tr__op_sgemm_gate_up(ctx, fdt, &g, keep_gu, tr__out_of(d->act.p, D, It * D, 0))))
             return st;
         if (keep_gu && mix16 && (st = tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D))) return st;
     }
-    return tr__op_sgemm_rnd16(ctx, fdt, act16 ? TR__X16_B | TR__X16_C : 0, nb, S, D, It, tr__mat_of(W_tdown, It, 0, 0), tr__mat_of(act, D, It * D, 0),
-                              tr__out_of(proj, D, S * D, 0));
+    return tr__op_sgemm_rnd(ctx, fdt, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat16_of(d->act.p, D, It * D, 0, d->act.dt),
+                            tr__out16_of(d->out.p, D, S * D, 0, d->out.dt));
 }
 
-/* RoPE on qkv [rows, 3 * H * hd], whose values are of the precision fdt: the rotated ones rounded to it. */
-TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
-    TR__ON_CL(ctx, tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse, 0));
-    tr__rope(ctx, rows, S, H, hd, qkv, cosv, sinv, inverse);
-    return tr__op_round(ctx, fdt, qkv, (size_t)rows * 3 * H * hd);
-}
-
-/* o (and, backward, dqkv) rounded to fdt; lse stays fp32. scratch: the CPU kernels' per-thread rows (unused on the
-   device) */
-TR__FN tr_status tr__op_attention_fwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, float *o, float *lse, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, 0));
-    tr__attention_fwd(ctx, B, S, H, hd, qkv, o, lse, scratch);
-    return tr__op_round(ctx, fdt, o, (size_t)B * S * H * hd);
-}
-
-TR__FN tr_status tr__op_attention_bwd(tr_ctx *ctx, int fdt, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_,
-                                      float *dqkv, float *scratch) {
-    TR__ON_CL(ctx, tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, 0));
-    tr__attention_bwd(ctx, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch);
-    return tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd);
-}
-
-/* The attention's forward (bwd = 0: qkv -> o, lse) or backward (qkv, o, lse, do_ -> dqkv) with any of qkv, o and do_ in
-   16 bits (x16 as tr__attention16: a 16-bit CPU workspace's or tape's; a device's 16-bit record, wsp.r16, qkv and o
-   together), the bits of the fp32 op on their values; x16 = 0 is the fp32 op. */
-TR__FN tr_status tr__op_attention16(tr_ctx *ctx, int fdt, int bwd, int x16, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, const void *do_,
-                                    float *dqkv, float *scratch) {
-    tr_status st;
-    if (!x16 && !bwd) return tr__op_attention_fwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (float *)o, lse, scratch);
-    if (!x16) return tr__op_attention_bwd(ctx, fdt, B, S, H, hd, (const float *)qkv, (const float *)o, lse, (const float *)do_, dqkv, scratch);
-#if TINYREC_OPENCL
-    if (ctx->dev_active && fdt)
-        return bwd ? tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) : tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, qkv, o, lse, x16);
-#endif
-    if ((st = tr__cpu16_check(ctx, fdt, "attention"))) return st;
-    if ((st = tr__attention16(ctx, fdt, bwd, x16, B, S, H, hd, qkv, o, lse, do_, dqkv, scratch))) return st;
-    return bwd ? tr__op_round(ctx, fdt, dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
-}
-
-/* tr__op_rope with qkv as 16-bit values of fdt (qkv16: a 16-bit CPU workspace's, a device's 16-bit record), the bits of
-   the fp32 op; else it. */
-TR__FN tr_status tr__op_rope16(tr_ctx *ctx, int fdt, int qkv16, int B, int S, int H, int hd, float *qkv, const float *cosv, const float *sinv, int inverse) {
-    if (!qkv16) return tr__op_rope(ctx, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse);
+/* RoPE on qkv [rows, 3 * H * hd] (rows a whole number of S-position batch rows), whose values are of the precision fdt:
+   the rotated ones rounded to it. qkv of any type: 16-bit where a 16-bit CPU workspace's or a device's 16-bit record,
+   the bits of the fp32 op. */
+TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && fdt) return tr__cl_rope(ctx->cl, fdt, (long)B * S, S, H, hd, qkv, cosv, sinv, inverse, 1);
+    if (ctx->dev_active && (!qkv.dt || fdt)) return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv.p, cosv, sinv, inverse, qkv.dt != 0);
 #endif
-    if ((st = tr__cpu16_check(ctx, fdt, "rope"))) return st;
-    return tr__rope16(ctx, fdt, B, S, H, hd, (uint16_t *)(void *)qkv, cosv, sinv, inverse);
+    if (qkv.dt) return (st = tr__cpu16_check(ctx, fdt, "rope")) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
+    tr__rope(ctx, rows, S, H, hd, (float *)qkv.p, cosv, sinv, inverse);
+    return tr__op_round(ctx, fdt, (float *)qkv.p, (size_t)rows * 3 * H * hd);
+}
+
+/* The attention (tr__att_desc): operands of any type, a device's 16-bit record's qkv and o together, a CPU's through
+   tr__attention16; the bits of the fp32 op on their values. */
+TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
+    int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, any16 = d->qkv.dt || d->o.dt || d->do_.dt;
+    tr_status st;
+#if TINYREC_OPENCL
+    if (ctx->dev_active && (!any16 || fdt)) {
+        int x16 = tr__op_x16(d->qkv.dt, d->o.dt, d->do_.dt);
+        return d->bwd ? tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, d->qkv.p, d->o.p, d->lse, d->do_.p, d->dqkv, x16)
+                      : tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, d->qkv.p, d->o.p, d->lse, x16);
+    }
+#endif
+    if (any16) {
+        if ((st = tr__cpu16_check(ctx, fdt, "attention")) || (st = tr__attention16(ctx, d))) return st;
+        return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
+    }
+    if (d->bwd) {
+        tr__attention_bwd(ctx, B, S, H, hd, (const float *)d->qkv.p, (const float *)d->o.p, d->lse, (const float *)d->do_.p, d->dqkv, d->scratch);
+        return tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd);
+    }
+    tr__attention_fwd(ctx, B, S, H, hd, (const float *)d->qkv.p, (float *)d->o.p, d->lse, d->scratch);
+    return tr__op_round(ctx, fdt, (float *)d->o.p, (size_t)B * S * H * hd);
 }
 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
@@ -14580,23 +14609,28 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 /* --- blocks ------------------------------------------------------------------------------- */
 /* Forward of one block: r->in -> r->out, filling the record; its scratch is the workspace's, as the slice's plan wp lays it out. */
 /* t16: the 16-bit tape's record of this block (else NULL), whose gate_up fields (gu; mix with mlp_t) the SwiGLU ops
-   write themselves (tr__rec_half then packs the rest). */
+   write themselves (tr__rec_half then packs the rest). io16: r->in and r->out hold 16-bit values (a 16-bit carry's
+   blocks, tr__net_fwd_rows; the workspace is 16-bit too). */
 TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, tr__block_rec *r, int taped, const tr__block_rec *t16, int io16) {
     tr_ctx *ctx = m->ctx;
-    const int B = wp->B;
+    const int B = wp->B, fdt = m->fdt;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float eps = (float)m->cfg.rms_norm_eps;
-    /* (the projection in 16 bits with a 16-bit workspace, wsp.d16, as the activation: x16 for the ops that read it) */
     float *act = m->ws + wp->tmp, *proj = m->ws + wp->proj, *rows = m->ws + wp->att_rows;
-    int p16 = wp->d16 ? TR__X16_B : 0;
-    /* and h1 in 16 bits with a 16-bit record (wsp.r16), written straight to a 16-bit tape's where there is one
-       (tr__rec_half leaves it) */
+    /* The buffers' types, from the plan: the projection's (a 16-bit workspace's, wsp.d16), the record's (h1, qkv, att_o:
+       wsp.r16; h1 written straight to a 16-bit tape's where there is one, tr__rec_half leaves it), the activation's
+       (wsp.act16), the block input and output's */
+    int p_dt = wp->d16 ? fdt : TR__F32, h_dt = wp->r16 ? fdt : TR__F32, a_dt = wp->act16 ? fdt : TR__F32, io_dt = io16 ? fdt : TR__F32;
     void *h1 = wp->r16 && t16 ? (void *)t16->h1 : (void *)r->h1;
-    int h16 = wp->r16 ? TR__X16_C : 0;
-    /* io16: r->in and r->out hold 16-bit values (a 16-bit carry's blocks, tr__net_fwd_rows; the workspace is 16-bit too) */
-    int in16 = io16 ? TR__X16_A : 0, out16 = io16 ? TR__X16_C : 0;
+    tr__mlp_desc md;
+    tr__norm_desc nd;
     tr_status st;
     if (io16 && !wp->d16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace");
+    memset(&md, 0, sizeof md);
+    memset(&nd, 0, sizeof nd);
+    md.fdt = nd.fdt = fdt, md.keep_gu = taped, md.D = D, md.act = tr__buf_of(act, a_dt);
+    nd.S = (int)S, nd.D = (int)D, nd.eps = eps, nd.rstd = r->rstd1;
+    nd.in1 = tr__buf_of(r->in, io_dt), nd.in2 = tr__buf_of(proj, p_dt), nd.out = tr__buf_of(h1, h_dt);
     /* In bfloat16 / float16 (m->fdt) every product's output, the SwiGLU activation and RoPE's output are
        rounded, and a residual sum is rounded before its norm, whose fp32 result is rounded in turn
        (reference-models.md 1.5; the norm ops round both). */
@@ -14606,34 +14640,40 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
            proj_b = W_tdown [S,It] . act_b; in passes of the rows the workspace holds (wsp.mix_rows), G where it is
            the workspace's dbig in the same place each pass */
         int step = wp->mix_rows, b0;
+        md.half = It, md.K = S, md.w_gu = TR__W(m, ly->tgu), md.w_down = TR__W(m, ly->tdown);
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
-            if ((st = tr__op_token_mlp(ctx, m->fdt, TR__MIN(step, B - b0), It, S, D, TR__W(m, ly->tgu), tr__sgemm_at(r->in, in16, o * S * D),
-                                       tr__rec_mix_rows(m, r, wp, o), taped, t16 ? t16->mix + o * It * D : NULL, act, TR__W(m, ly->tdown),
-                                       (float *)TR__AT16(proj, p16, o * S * D), (wp->act16 ? TR__X16_C : 0) | (in16 ? TR__X16_B : 0))))
-                return st;
+            md.nb = TR__MIN(step, B - b0), md.in = tr__buf_at(nd.in1, o * S * D), md.out = tr__buf_at(nd.in2, o * S * D);
+            md.gu = tr__rec_mix_rows(m, r, wp, o), md.gu16 = t16 ? t16->mix + o * It * D : NULL;
+            if ((st = tr__op_token_mlp(ctx, &md))) return st;
         }
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_FWD, in16 | p16 | h16, B, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
+        nd.kind = TR__NORM_COLS_FWD, nd.rows = B;
+        if ((st = tr__op_norm(ctx, &nd))) return st;
     } else {
-        /* (qkv and o in 16 bits as h1, to a 16-bit tape's record where there is one) */
+        /* (qkv and o of the record's type as h1, to a 16-bit tape's record where there is one) */
         float *qkv = wp->r16 && t16 ? t16->mix : r->mix, *att_o = wp->r16 && t16 ? t16->att_o : r->att_o;
-        int a16 = wp->r16 ? TR__X16_A | TR__X16_B : 0;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, in16 | h16, 1, BS, 3 * D, D, tr__mat_of(r->in, D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 1),
-                                     tr__out_of(qkv, 3 * D, 0, 0)))) return st;
-        if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            (st = tr__op_rope16(ctx, m->fdt, wp->r16, B, (int)S, m->H, m->hd, qkv, m->rope_cos, m->rope_sin, 0)))
+        tr__att_desc ad;
+        memset(&ad, 0, sizeof ad);
+        ad.fdt = fdt, ad.B = B, ad.S = (int)S, ad.H = m->H, ad.hd = m->hd;
+        ad.qkv = tr__buf_of(qkv, h_dt), ad.o = tr__buf_of(att_o, h_dt), ad.lse = r->lse, ad.scratch = rows;
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, 3 * D, D, tr__mat16_of(r->in, D, 0, 0, io_dt), tr__mat_of(TR__W(m, ly->qkv), D, 0, 1),
+                                   tr__out16_of(qkv, 3 * D, 0, 0, h_dt)))) return st;
+        if (m->cfg.pos_encodings == TR_POS_ROPE && (st = tr__op_rope(ctx, fdt, (long)BS, (int)S, m->H, m->hd, ad.qkv, m->rope_cos, m->rope_sin, 0)))
             return st;
-        if ((st = tr__op_attention16(ctx, m->fdt, 0, a16, B, (int)S, m->H, m->hd, qkv, att_o, r->lse, NULL, NULL, rows))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, (wp->r16 ? TR__X16_A : 0) | (p16 ? TR__X16_C : 0), 1, BS, D, D, tr__mat_of(att_o, D, 0, 0),
-                                     tr__mat_of(TR__W(m, ly->o), D, 0, 1), tr__out_of(proj, D, 0, 0))))
+        if ((st = tr__op_attention(ctx, &ad))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, D, tr__mat16_of(att_o, D, 0, 0, h_dt), tr__mat_of(TR__W(m, ly->o), D, 0, 1),
+                                   tr__out16_of(proj, D, 0, 0, p_dt))))
             return st;
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, in16 | p16 | h16, (long)BS, (int)S, (int)D, r->in, proj, h1, r->rstd1, eps))) return st;
+        nd.kind = TR__NORM_ROWS_FWD, nd.rows = (long)BS;
+        if ((st = tr__op_norm(ctx, &nd))) return st;
     }
     /* channel SwiGLU: gu = h1 . W_guᵀ (kept for the tape), act = silu(g) * u, proj = act . W_downᵀ */
-    if ((st = tr__op_swiglu_mlp(ctx, m->fdt, BS, I, D, (const float *)h1, D, TR__W(m, ly->gu), TR__W(m, ly->down), r->gu, taped, t16 ? t16->gu : NULL, act, D,
-                                proj, (h16 ? TR__X16_A : 0) | (wp->act16 ? TR__X16_C : 0))))
-        return st;
-    return tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_FWD, (h16 ? TR__X16_A : 0) | p16 | out16, (long)BS, (int)S, (int)D, h1, proj, r->out, r->rstd2, eps);
+    md.nb = 1, md.rows = BS, md.half = I, md.K = D, md.in = nd.out, md.ld_in = D, md.w_gu = TR__W(m, ly->gu), md.w_down = TR__W(m, ly->down);
+    md.gu = r->gu, md.gu16 = t16 ? t16->gu : NULL, md.out = nd.in2;
+    if ((st = tr__op_swiglu_mlp(ctx, &md))) return st;
+    nd.kind = TR__NORM_ROWS_FWD, nd.rows = (long)BS, nd.rstd = r->rstd2;
+    nd.in1 = tr__buf_of(h1, h_dt), nd.out = tr__buf_of(r->out, io_dt);
+    return tr__op_norm(ctx, &nd);
 }
 
 /* n gradient values from src to dst, each 16-bit (the flags) or fp32; fdt's values, so converting is exact. */
@@ -14642,14 +14682,14 @@ TR__FN tr_status tr__grad_copy(tr_ctx *ctx, int fdt, float *src, int src16, void
     return src16 ? tr__op_half(ctx, fdt, 1, (float *)dst, src, n) : tr__op_half(ctx, fdt, 0, src, (float *)dst, n);
 }
 
-/* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; x16 (TR__X16_A, TR__X16_C): dout,
-   din hold 16-bit values (a 16-bit workspace's running gradients, wsp.d16).
-   The scratch (g1, g2, dbig, the activation) is the workspace's, as the slice's plan wp lays it out. t16 (or NULL): the 16-bit
-   tape's record, whose gate_up fields the SwiGLU ops read themselves (tr__op_reads16; r's are not unpacked). */
-TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, const tr__block_rec *r, const tr__block_rec *t16, const void *dout, void *din,
-                               int x16) {
+/* Backward of one block: dout -> din (overwritten), accumulating weight grads into gl; each of its type (16-bit: a
+   16-bit workspace's running gradients, wsp.d16). The scratch (g1, g2, dbig, the activation) is the workspace's, as
+   the slice's plan wp lays it out. t16 (or NULL): the 16-bit tape's record, whose gate_up fields the SwiGLU ops read
+   themselves (tr__op_reads16; r's are not unpacked). */
+TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, const tr__block_rec *r, const tr__block_rec *t16, tr__buf dout,
+                               tr__buf din) {
     tr_ctx *ctx = m->ctx;
-    const int B = wp->B;
+    const int B = wp->B, fdt = m->fdt;
     float *g1 = m->ws + wp->g1, *g2 = g1 + wp->grad_vals, *dbig = m->ws + wp->dbig;
     size_t S = (size_t)m->S, D = (size_t)m->D, I = (size_t)m->I, BS = (size_t)B * S;
     float *act = m->ws + wp->tmp, *rows = m->ws + wp->att_rows;
@@ -14660,99 +14700,109 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
     const uint16_t *out16 = t16 && (!wp->layout || wp->r16) ? (const uint16_t *)(const void *)t16->out : NULL;
     /* and h1 from the tape as it is with a 16-bit record (wsp.r16; r->h1 unset) */
     const void *h1 = wp->r16 ? (const void *)t16->h1 : r->h1;
-    int h16 = wp->r16 ? TR__X16_B : 0;
     /* the SwiGLU's gradient of gate_up: dbig's memory, or on tensor cores only its packing (tr__ws_gate_up) */
     float *dg = tr__ws_gate_up(m, wp);
+    /* The types, from the plan: the running gradients g1 and g2 (with a 16-bit workspace every op reads them so), the
+       activation and d act (and on a tensor-core device the room for its packing), the record */
+    int g_dt = wp->d16 ? fdt : TR__F32, a_dt = wp->act16 ? fdt : TR__F32, h_dt = wp->r16 ? fdt : TR__F32;
+    size_t gbytes = BS * D * (g_dt ? 2 : 4);
+    tr__norm_desc nd;
+    tr__swiglu_desc sd;
+    tr__gemm gm;
     tr_status st;
+    memset(&nd, 0, sizeof nd);
+    memset(&sd, 0, sizeof sd);
+    memset(&gm, 0, sizeof gm);
     /* bfloat16 / float16: the products read the rounded weights, and each activation gradient is rounded once
        complete, as the reference's autograd stores it (weight gradients accumulate in fp32) */
-    /* channel SwiGLU half; with a 16-bit workspace (g16) g1 and g2 hold 16-bit values too, which every op reads so */
-    int din16 = (x16 & TR__X16_C) != 0, g16 = wp->d16, gA = g16 ? TR__X16_A : 0, gB = g16 ? TR__X16_B : 0, gC = g16 ? TR__X16_C : 0;
-    /* the activation in 16 bits: d act (aC), and on a tensor-core device the room for its packing (aB) */
-    int aC = wp->act16 ? TR__X16_C : 0, aB = aC ? TR__X16_B : 0;
-    size_t gbytes = BS * D * (g16 ? 2 : 4);
-    st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, (x16 & TR__X16_A) | (out16 ? TR__X16_B : 0) | gC, (long)BS, (int)S, (int)D, dout,
-                       out16 ? (const void *)out16 : r->out, g1, r->rstd2, 0);
-    if (st) return st; /* g1 = d(h1 + proj) */
+    nd.fdt = fdt, nd.kind = TR__NORM_ROWS_BWD, nd.rows = (long)BS, nd.S = (int)S, nd.D = (int)D, nd.rstd = r->rstd2;
+    nd.in1 = dout, nd.in2 = out16 ? tr__buf_of(out16, fdt) : tr__f32(r->out), nd.out = tr__buf_of(g1, g_dt);
+    if ((st = tr__op_norm(ctx, &nd))) return st; /* g1 = d(h1 + proj) */
     /* the activation is recomputed from the saved gate_up rather than kept on the tape (S * I fewer values per row
        and block): an elementwise pass, or on tensor cores in the packing of the operand */
     /* (each pair of products in a packing window shares the packing of g1, then of dg) */
     tr__op_pack_window(ctx, 1);
-    st = tr__op_sgemm_swiglu(ctx, m->fdt, 1, 1, 0, D, I, BS, g1, D, 0, r->gu, t16 ? t16->gu : NULL, 2 * I, 0, I, g_down, I, 0, 1, act, gA | aB);
-    if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | aC, 1, BS, I, D, tr__mat_of(g1, D, 0, 0), tr__mat_of(TR__W(m, ly->down), I, 0, 0),
-                                     tr__out_of(act, I, 0, 0)); /* act <- d act */
+    gm.nb = 1, gm.M = D, gm.N = I, gm.K = BS;
+    gm.a = tr__mat16_of(g1, D, 0, 1, g_dt), gm.b = tr__mat_of(r->gu, 2 * I, 0, 0), gm.c = tr__out_of(g_down, I, 0, 1);
+    st = tr__op_sgemm_swiglu(ctx, fdt, &gm, t16 ? t16->gu : NULL, I, tr__buf_of(act, a_dt));
+    if (!st) st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, I, D, tr__mat16_of(g1, D, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->down), I, 0, 0),
+                                   tr__out16_of(act, I, 0, 0, a_dt)); /* act <- d act */
     tr__op_pack_window(ctx, 0);
     if (st || (st = tr__dcopy(ctx, g2, g1, gbytes))) return st;
     tr__op_pack_window(ctx, 1); /* (dg: read only by the window's products) */
-    if (g16) { /* d act and d gate_up in 16 bits (wsp.d16), read so by both products: the same bits */
-        const uint16_t *d16 = (const uint16_t *)(const void *)dg;
-        st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16 | TR__SW_OUT16, (long)BS, (long)I, t16 ? t16->gu : NULL, 2 * I, act, I, dg, 2 * I);
-        if (!st) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_A | TR__X16_B, 1, 2 * I, D, BS, tr__mat_of(d16, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0),
-                                     tr__out_of(g_gu, D, 0, 1));
-        if (!st) st = tr__op_sgemm_rnd16(ctx, m->fdt, TR__X16_A | TR__X16_C, 1, BS, D, 2 * I, tr__mat_of(d16, 2 * I, 0, 0),
-                                         tr__mat_of(TR__W(m, ly->gu), D, 0, 0), tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
-    } else {
-        st = tr__op_swiglu_bwd(ctx, m->fdt, (long)BS, (long)I, r->gu, t16 ? t16->gu : NULL, 2 * I, act, I, aC != 0, dg, 2 * I, wp->layout == TR__WS_DEV && !m->cfg.mlp_t ? m->ws + wp->dbig : NULL);
-        if (!st) st = tr__op_sgemm16(ctx, m->fdt, h16, 1, 2 * I, D, BS, tr__mat_of(dg, 2 * I, 0, 1), tr__mat_of(h1, D, 0, 0), tr__out_of(g_gu, D, 0, 1));
-        if (!st) st = tr__op_sgemm_rnd(ctx, m->fdt, 1, BS, D, 2 * I, tr__mat_of(dg, 2 * I, 0, 0), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
-                                       tr__out_of(g2, D, 0, 1)); /* g2 = d h1 */
-    }
+    /* d gate_up: with a 16-bit workspace (wsp.d16) in 16 bits, read so by both products: the same bits */
+    sd.fdt = fdt, sd.bwd = 1, sd.rows = (long)BS, sd.width = (long)I, sd.gs = 2 * I, sd.das = I, sd.cols = 2 * I;
+    sd.g = t16 ? tr__buf_of(t16->gu, fdt) : tr__f32(r->gu), sd.g_room = r->gu, sd.da = tr__buf_of(act, a_dt), sd.out = tr__buf_of(dg, g_dt);
+    sd.room = wp->layout == TR__WS_DEV && !m->cfg.mlp_t ? m->ws + wp->dbig : NULL;
+    st = tr__op_swiglu_bwd(ctx, &sd);
+    if (!st) st = tr__op_sgemm(ctx, 2 * I, D, BS, tr__mat16_of(dg, 2 * I, 0, 1, g_dt), tr__mat16_of(h1, D, 0, 0, h_dt), tr__out_of(g_gu, D, 0, 1));
+    if (!st)
+        st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 2 * I, tr__mat16_of(dg, 2 * I, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
+                              tr__out16_of(g2, D, 0, 1, g_dt)); /* g2 = d h1 */
     tr__op_pack_window(ctx, 0);
     if (st) return st;
+    /* g1 = d(in + proj) */
+    nd.rstd = r->rstd1, nd.in1 = tr__buf_of(g2, g_dt), nd.in2 = tr__buf_of(h1, h_dt), nd.out = tr__buf_of(g1, g_dt);
     if (m->cfg.mlp_t) {
         size_t It = (size_t)m->It;
         float *g_tgu = TR__GRAD(m, ly->tgu), *g_tdown = TR__GRAD(m, ly->tdown);
         int step = wp->mix_rows, b0;
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_COLS_BWD, h16 | gA | gC, B, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
+        nd.kind = TR__NORM_COLS_BWD, nd.rows = B;
+        if ((st = tr__op_norm(ctx, &nd))) return st;
+        if ((st = tr__grad_copy(ctx, fdt, g1, g_dt, din.p, din.dt, BS * D))) return st;
         /* per row b: g_tdown += g_b . act_bᵀ; dact_b = W_tdownᵀ . g_b (over act_b, read); g_tgu += dmix_b . in_bᵀ; din_b += W_tguᵀ . dmix_b;
            in passes of the rows the workspace holds (wsp.mix_rows; the record's mix is dg's memory too where it is a
            16-bit tape's copy, which the CPU does not read) */
         for (b0 = 0; b0 < B; b0 += step) {
             size_t o = (size_t)b0;
             int nb = TR__MIN(step, B - b0);
-            const float *g = (const float *)TR__AT16(g1, g16, o * S * D);
+            const float *g = (const float *)TR__AT16(g1, g_dt, o * S * D);
             float *mix = tr__rec_mix_rows(m, r, wp, o), *mix16 = t16 ? t16->mix + o * It * D : NULL;
             tr__op_pack_window(ctx, 1); /* (g's packing shared, then dg's) */
-            st = tr__op_sgemm_swiglu(ctx, m->fdt, nb, 0, 1, S, It, D, g, D, S * D, mix, mix16, D, 2 * It * D, It * D, g_tdown, It, 0, 1, act, gA | aB);
+            gm.nb = nb, gm.M = S, gm.N = It, gm.K = D;
+            gm.a = tr__mat16_of(g, D, S * D, 0, g_dt), gm.b = tr__mat_of(mix, D, 2 * It * D, 1), gm.c = tr__out_of(g_tdown, It, 0, 1);
+            st = tr__op_sgemm_swiglu(ctx, fdt, &gm, mix16, It * D, tr__buf_of(act, a_dt));
             if (!st) /* act <- d act */
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, gB | aC, nb, It, D, S, tr__mat_of(TR__W(m, ly->tdown), It, 0, 1), tr__mat_of(g, D, S * D, 0),
-                                        tr__out_of(act, D, It * D, 0));
+                st = tr__op_sgemm_rnd(ctx, fdt, nb, It, D, S, tr__mat_of(TR__W(m, ly->tdown), It, 0, 1), tr__mat16_of(g, D, S * D, 0, g_dt),
+                                      tr__out16_of(act, D, It * D, 0, a_dt));
             tr__op_pack_window(ctx, 0);
             if (st) return st;
             tr__op_pack_window(ctx, 1);
-            if (g16) st = tr__op_swiglu16(ctx, m->fdt, TR__SW_BWD | TR__SW_DA16, nb, (long)(It * D), mix16, 2 * It * D, act, It * D, dg, 2 * It * D);
-            else st = tr__op_swiglu_bwd(ctx, m->fdt, nb, (long)(It * D), mix, mix16, 2 * It * D, act, It * D, aC != 0, dg, D, NULL);
-            if (!st && in16) st = tr__op_sgemm16(ctx, m->fdt, TR__X16_B, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0),
-                                                 tr__mat_of(in16 + o * S * D, D, S * D, 1), tr__out_of(g_tgu, S, 0, 1));
-            else if (!st) st = tr__op_sgemm_batched(ctx, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0), tr__mat_of(r->in + o * S * D, D, S * D, 1),
-                                                    tr__out_of(g_tgu, S, 0, 1));
+            sd.rows = nb, sd.width = (long)(It * D), sd.gs = 2 * It * D, sd.das = It * D, sd.cols = g_dt ? 0 : D, sd.room = NULL;
+            sd.g = mix16 ? tr__buf_of(mix16, fdt) : tr__f32(mix), sd.g_room = mix, sd.out = tr__f32(dg);
+            st = tr__op_swiglu_bwd(ctx, &sd);
             if (!st)
-                st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, nb, S, D, 2 * It, tr__mat_of(TR__W(m, ly->tgu), S, 0, 1),
-                                        tr__mat_of(dg, D, 2 * It * D, 0), tr__out_of(TR__AT16(din, din16, o * S * D), D, S * D, 1));
+                st = tr__op_sgemm_batched(ctx, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0),
+                                          in16 ? tr__mat16_of(in16 + o * S * D, D, S * D, 1, fdt) : tr__mat_of(r->in + o * S * D, D, S * D, 1),
+                                          tr__out_of(g_tgu, S, 0, 1));
+            if (!st)
+                st = tr__op_sgemm_rnd(ctx, fdt, nb, S, D, 2 * It, tr__mat_of(TR__W(m, ly->tgu), S, 0, 1), tr__mat_of(dg, D, 2 * It * D, 0),
+                                      tr__out16_of(TR__AT16(din.p, din.dt, o * S * D), D, S * D, 1, din.dt));
             tr__op_pack_window(ctx, 0);
             if (st) return st;
         }
     } else {
         float *g_qkv = TR__GRAD(m, ly->qkv), *g_o = TR__GRAD(m, ly->o);
         const float *qkv = wp->r16 ? t16->mix : r->mix, *att_o = wp->r16 ? t16->att_o : r->att_o; /* (a 16-bit record reads the tape's) */
-        int r16 = wp->r16 ? TR__X16_A | TR__X16_B : 0; /* (qkv, o for attention) */
-        if ((st = tr__op_norm16(ctx, m->fdt, TR__NORM_ROWS_BWD, h16 | gA | gC, (long)BS, (int)S, (int)D, g2, h1, g1, r->rstd1, 0))) return st; /* g1 = d(in + proj) */
-        if ((st = tr__op_sgemm16(ctx, m->fdt, gA | (r16 & TR__X16_B), 1, D, D, BS, tr__mat_of(g1, D, 0, 1), tr__mat_of(att_o, D, 0, 0),
-                                 tr__out_of(g_o, D, 0, 1)))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, gA | gC, 1, BS, D, D, tr__mat_of(g1, D, 0, 0), tr__mat_of(TR__W(m, ly->o), D, 0, 0),
-                                     tr__out_of(g2, D, 0, 0)))) return st; /* g2 = d att_o */
-        if ((st = tr__op_attention16(ctx, m->fdt, 1, r16 | gC, B, (int)S, m->H, m->hd, qkv, (void *)(uintptr_t)att_o, r->lse, g2, dbig, rows))) return st;
+        tr__att_desc ad;
+        nd.kind = TR__NORM_ROWS_BWD, nd.rows = (long)BS;
+        if ((st = tr__op_norm(ctx, &nd))) return st;
+        if ((st = tr__op_sgemm(ctx, D, D, BS, tr__mat16_of(g1, D, 0, 1, g_dt), tr__mat16_of(att_o, D, 0, 0, h_dt), tr__out_of(g_o, D, 0, 1)))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, D, tr__mat16_of(g1, D, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->o), D, 0, 0),
+                                   tr__out16_of(g2, D, 0, 0, g_dt)))) return st; /* g2 = d att_o */
+        memset(&ad, 0, sizeof ad);
+        ad.fdt = fdt, ad.bwd = 1, ad.B = B, ad.S = (int)S, ad.H = m->H, ad.hd = m->hd;
+        ad.qkv = tr__buf_of(qkv, h_dt), ad.o = tr__buf_of(att_o, h_dt), ad.do_ = tr__buf_of(g2, g_dt), ad.lse = r->lse, ad.dqkv = dbig, ad.scratch = rows;
+        if ((st = tr__op_attention(ctx, &ad))) return st;
         if (m->cfg.pos_encodings == TR_POS_ROPE &&
-            (st = tr__op_rope(ctx, m->fdt, (long)BS, (int)S, m->H, m->hd, dbig, m->rope_cos, m->rope_sin, 1)))
+            (st = tr__op_rope(ctx, fdt, (long)BS, (int)S, m->H, m->hd, tr__f32(dbig), m->rope_cos, m->rope_sin, 1)))
             return st;
-        if ((st = in16 ? tr__op_sgemm16(ctx, m->fdt, TR__X16_B, 1, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), tr__mat_of(in16, D, 0, 0),
-                                        tr__out_of(g_qkv, D, 0, 1))
-                       : tr__op_sgemm(ctx, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), tr__mat_of(r->in, D, 0, 0), tr__out_of(g_qkv, D, 0, 1))))
+        if ((st = tr__op_sgemm(ctx, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), in16 ? tr__mat16_of(in16, D, 0, 0, fdt) : tr__mat_of(r->in, D, 0, 0),
+                               tr__out_of(g_qkv, D, 0, 1))))
             return st;
-        if ((st = tr__grad_copy(ctx, m->fdt, g1, g16, din, din16, BS * D))) return st;
-        if ((st = tr__op_sgemm_rnd16(ctx, m->fdt, din16 ? TR__X16_C : 0, 1, BS, D, 3 * D, tr__mat_of(dbig, 3 * D, 0, 0),
-                                     tr__mat_of(TR__W(m, ly->qkv), D, 0, 0), tr__out_of(din, D, 0, 1)))) return st;
+        if ((st = tr__grad_copy(ctx, fdt, g1, g_dt, din.p, din.dt, BS * D))) return st;
+        if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 3 * D, tr__mat_of(dbig, 3 * D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 0),
+                                   tr__out16_of(din.p, D, 0, 1, din.dt)))) return st;
     }
     return TR_OK; /* (din's last product rounded it) */
 }
@@ -14838,7 +14888,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
         /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace): each block reads and
            writes the tape's record where there is one (and the output is copied to out), else out in place */
         void *cur = rec ? (void *)rec->h0 : out;
-        if ((st = tr__op_add16(m->ctx, m->fdt, TR__X16_A | TR__X16_B | TR__X16_C, n, z, inj, cur))) return st;
+        if ((st = tr__op_add(m->ctx, m->fdt, n, tr__buf_of(z, m->fdt), tr__buf_of(inj, m->fdt), tr__buf_of(cur, m->fdt)))) return st;
         for (l = 0; l < md->n_layers; l++) {
             tr__ws_rec(m, &wp, 0, rec ? &rec->blocks[l] : NULL, &scratch);
             scratch.in = (float *)cur;
@@ -14848,7 +14898,7 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
         }
         return rec ? tr__dcopy(m->ctx, out, cur, n * sizeof(uint16_t)) : TR_OK;
     }
-    if ((st = tr__op_add16(m->ctx, m->fdt, io16 ? TR__X16_A | TR__X16_B : 0, n, z, inj, h0))) return st;
+    if ((st = tr__op_add(m->ctx, m->fdt, n, tr__buf_of(z, io16 ? m->fdt : 0), tr__buf_of(inj, io16 ? m->fdt : 0), tr__f32(h0)))) return st;
     if (half && (st = tr__op_half(m->ctx, m->fdt, 0, h0, rec->h0, n))) return st;
     for (l = 0; l < md->n_layers; l++) {
         tr__block_rec *r = in_tape ? &rec->blocks[l] : &scratch;
@@ -14934,8 +14984,8 @@ TR__FN tr_status tr__net_bwd_rows(tr_model *m, const tr__module *md, int B, cons
                 return st;
             r = &unpacked;
         }
-        if ((st = tr__block_bwd(m, &md->layers[l], &wp, r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL, dcur, dst,
-                                (cur16 ? TR__X16_A : 0) | (dst16 ? TR__X16_C : 0))) != TR_OK)
+        if ((st = tr__block_bwd(m, &md->layers[l], &wp, r, m->tape_half && tr__op_reads16(m->ctx, m->fdt) ? &rec->blocks[l] : NULL,
+                                tr__buf_of(dcur, cur16 ? m->fdt : 0), tr__buf_of(dst, dst16 ? m->fdt : 0))) != TR_OK)
             return st;
         if ((st = tr__layer_ready(m, gr, md, l)) != TR_OK) return st;
         if (!l && dev16 && (st = tr__op_half(m->ctx, m->fdt, 0, gnext, (float *)dh0, n))) return st;
@@ -15154,8 +15204,8 @@ TR__FN tr_status tr__carry_restart16(tr_model *m, tr_carry *c) {
     for (b = 0; b < B; b++)
         for (s = 0; c->halted[b] && s < m->S; s++) {
             size_t at = b * SD + (size_t)s * m->D;
-            tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_H, 1, at), 0, 1, (size_t)m->D, init, 0);
-            tr__io16(half_fn, m->fdt, 1, 1, TR__AT16(c->z_L, 1, at), 0, 1, (size_t)m->D, init + m->D, 0);
+            tr__io16(half_fn, m->fdt, 1, TR__AT16(c->z_H, 1, at), 0, 1, (size_t)m->D, init, 0);
+            tr__io16(half_fn, m->fdt, 1, TR__AT16(c->z_L, 1, at), 0, 1, (size_t)m->D, init + m->D, 0);
         }
     return TR_OK;
 }
@@ -15229,7 +15279,7 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
             if (W_pos)
                 for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, 0.707106781f * tr__round1(fdt, xr[j] + W_pos[(size_t)s * D + j]));
             for (j = 0; j < D; j++) xr[j] = tr__round1(fdt, xr[j] * scale);
-            if (row) tr__io16(half_fn, fdt, 1, 1, TR__AT16(x, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
+            if (row) tr__io16(half_fn, fdt, 1, TR__AT16(x, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
         }
     return TR_OK;
 }
@@ -15254,7 +15304,7 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
         for (s = 0; s < S; s++) {
             const float *d = dx + ((size_t)b * S + s) * D;
             if (row) {
-                tr__io16(half_fn, m->fdt, 1, 0, tr__sgemm_at(dx, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
+                tr__io16(half_fn, m->fdt, 0, tr__sgemm_at(dx, 1, ((size_t)b * S + s) * D), 0, 1, (size_t)D, row, 0);
                 d = row;
             }
             float f = gpos ? scale * 0.707106781f : scale;
@@ -15286,7 +15336,7 @@ TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     for (b = 0; b < c->B; b++) {
         const float *z0 = c->z_H + b * SD;
         if (c->z16) { /* (a 16-bit carry's row widened) */
-            tr__io16(half_fn, m->fdt, 1, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
+            tr__io16(half_fn, m->fdt, 0, tr__sgemm_at(c->z_H, 1, b * SD), 0, 1, (size_t)m->D, buf, 0);
             z0 = buf;
         }
         for (j = 0; j < 2; j++) c->q[2 * b + j] = b_q[j] + tr__dot(z0, W_q + (size_t)j * m->D, m->D);
@@ -15331,9 +15381,9 @@ TR__FN tr_status tr__heads_fwd(tr_model *m, tr_carry *c) {
             if ((st = tr__op_half(m->ctx, m->fdt, 1, in, v.z_H, (size_t)nb * SD))) return st;
             v.z_H = in, v.z16 = 0;
         }
-        if ((st = tr__op_sgemm_rnd16(m->ctx, m->fdt, v.z16 ? TR__X16_A : 0, nb, (size_t)m->L, (size_t)m->V, D,
-                                     tr__mat_of(tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D, SD, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 1),
-                                     tr__out_of(v.logits, (size_t)m->V, (size_t)m->L * m->V, 0))) ||
+        if ((st = tr__op_sgemm_rnd(m->ctx, m->fdt, nb, (size_t)m->L, (size_t)m->V, D,
+                                   tr__mat16_of(tr__sgemm_at(v.z_H, v.z16, m->Lp * D), D, SD, 0, v.z16 ? m->fdt : 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 1),
+                                   tr__out_of(v.logits, (size_t)m->V, (size_t)m->L * m->V, 0))) ||
             (st = tr__qhead_fwd(m, &v)))
             return st;
     }
@@ -15363,7 +15413,7 @@ TR__FN tr_status tr__cycle_hook_call(tr_model *m, const tr_carry *c, tr__cycle_h
    recorded (the 1-step gradient): tape net 0 is L's, net 1 is H's. The hook follows each z_H update. */
 TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
     const tr__module *fH = &m->modules[0], *fL = &m->modules[1];
-    int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
+    int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i, zdt = c->z16 ? m->fdt : TR__F32;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
     if ((st = tr__reserve_ws(m, B)) != TR_OK) return st;
@@ -15371,7 +15421,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* z_H is fixed during the L updates */
+        if ((st = tr__op_add(m->ctx, m->fdt, N, tr__buf_of(c->z_H, zdt), tr__buf_of(c->x, zdt), tr__buf_of(c->inj, zdt))) != TR_OK) return st; /* z_H is fixed during the L updates */
         for (i = 0; i < n; i++) {
             if ((st = tr__net_fwd(m, fL, B, c->z_L, c->inj, c->z_L, c->z16, rec && i == n - 1 ? &m->nets[0] : NULL)) != TR_OK) return st;
         }
@@ -15385,7 +15435,7 @@ TR__FN tr_status tr__hrm_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook 
    recorded on the tape for tr__inner_bwd. The new (detached) carry replaces z_H / z_L. */
 TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
     const tr__module *md = &m->modules[0];
-    int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i;
+    int B = c->B, T = m->cfg.H_cycles, n = m->cfg.L_cycles, t, i, zdt = c->z16 ? m->fdt : TR__F32;
     size_t N = (size_t)B * m->S * m->D;
     tr_status st;
     m->pw.version++; /* the CPU's tensor views are written without a commit: weight packings live for one step */
@@ -15397,7 +15447,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
     if ((st = tr__embed_fwd(m, c, c->x)) != TR_OK) return st;
     for (t = 0; t < T; t++) {
         int rec = grad && t == T - 1;
-        if ((st = tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, N, c->z_H, c->x, c->inj)) != TR_OK) return st; /* the injection is formed first */
+        if ((st = tr__op_add(m->ctx, m->fdt, N, tr__buf_of(c->z_H, zdt), tr__buf_of(c->x, zdt), tr__buf_of(c->inj, zdt))) != TR_OK) return st; /* the injection is formed first */
         for (i = 0; i < n; i++)
             if ((st = tr__net_fwd(m, md, B, c->z_L, c->inj, c->z_L, c->z16, rec ? &m->nets[i] : NULL)) != TR_OK) return st;
         if ((st = tr__net_fwd(m, md, B, c->z_H, c->z_L, c->z_H, c->z16, rec ? &m->nets[n] : NULL)) != TR_OK) return st;
@@ -15411,7 +15461,7 @@ TR__FN tr_status tr__inner_fwd_run(tr_model *m, tr_carry *c, int grad, tr__cycle
    be NULL) hears of each layer whose gradient is final (tr__grad_ready). */
 TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float *dx, float *bufA, float *bufB, int g16, const tr__grad_ready *gr) {
     const tr__module *md = &m->modules[0];
-    int n = m->cfg.L_cycles, i, x16 = g16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0;
+    int n = m->cfg.L_cycles, i, gdt = g16 ? m->fdt : TR__F32;
     size_t N = (size_t)c->B * m->S * m->D;
     tr_status st;
     float *dzl = bufA, *dh0 = bufB, *t;
@@ -15427,7 +15477,7 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     for (i = n - 1; i >= 0; i--) {
         /* z_L' = f(z_L + (z_H + x)): the same gradient reaches z_L and x */
         if ((st = tr__net_bwd(m, md, c->B, &m->nets[i], dzl, dh0, g16, i ? NULL : gr)) != TR_OK) return st;
-        if ((st = tr__op_add16(m->ctx, m->fdt, x16, N, dx, dh0, dx)) != TR_OK) return st;
+        if ((st = tr__op_add(m->ctx, m->fdt, N, tr__buf_of(dx, gdt), tr__buf_of(dh0, gdt), tr__buf_of(dx, gdt))) != TR_OK) return st;
         t = dzl, dzl = dh0, dh0 = t;
     }
     return TR_OK;

@@ -113,7 +113,7 @@ static void save_prefix_carry(fd_state *s) {
     if (m->cfg.arch == TR_ARCH_HRM) { /* and the L updates of the last cycle before its last one */
         int i;
         assert_int_equal(tr__embed_fwd(m, c, c->x), TR_OK);
-        assert_int_equal(tr__op_add16(m->ctx, m->fdt, c->z16 ? TR__X16_A | TR__X16_B | TR__X16_C : 0, n, c->z_H, c->x, c->inj), TR_OK);
+        assert_int_equal(tr__op_add(m->ctx, m->fdt, n, tr__buf_of(c->z_H, c->z16 ? m->fdt : 0), tr__buf_of(c->x, c->z16 ? m->fdt : 0), tr__buf_of(c->inj, c->z16 ? m->fdt : 0)), TR_OK);
         for (i = 0; i < m->cfg.L_cycles - 1; i++) assert_int_equal(tr__net_fwd(m, &m->modules[1], c->B, c->z_L, c->inj, c->z_L, c->z16, NULL), TR_OK);
     }
     s->z_H = (float *)malloc(n * 4), s->z_L = (float *)malloc(n * 4);

@@ -429,15 +429,15 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
                                               (in one piece, as C is then: K splits sum in another order) */
         uint16_t *h = (uint16_t *)malloc((n + 8) * 2);
         float *d16 = up_half(cl, fdt, R, n);
-        assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, TR__X16_C, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb),
-                                            tr__out_of(d16 + 3, N, sC, 0)), TR_OK);
+        assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb),
+                                          tr__out16_of(d16 + 3, N, sC, 0, fdt)), TR_OK);
         down(cl, (float *)h, d16, n / 2 + 4);
         tr__half_ref(fdt, 1, R, h + 6, n);
         assert_memory_equal(R, C, n * 4);
         tr__cl_free(cl, d16), free(h);
     }
     { /* A and / or B given as their 16 bits (a tensor-core device's 16-bit record, packed from them; strides in values):
-         the same bits, rounded (tr__op_sgemm_rnd16) or not (tr__op_sgemm16) */
+         the same bits, rounded (tr__op_sgemm_rnd) or not (tr__op_sgemm_batched) */
         float *A16 = up_half(cl, fdt, A, sA * nb), *B16 = up_half(cl, fdt, B, sB * nb), *P = (float *)malloc(n * 4), *Q = (float *)malloc(n * 4);
         int x16;
         tu_fill(R, n, seed + 2, 1.0f); /* (C as it was) */
@@ -445,15 +445,14 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
         assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
         down(cl, P, dC, n);
         for (x16 = TR__X16_A; x16 <= (TR__X16_A | TR__X16_B); x16++) {
-            const float *a16 = x16 & TR__X16_A ? A16 + 3 : dA, *b16 = x16 & TR__X16_B ? B16 + 3 : dB;
+            tr__mat a16 = x16 & TR__X16_A ? tr__mat16_of(A16 + 3, lda, sA, ta, fdt) : tr__mat_of(dA, lda, sA, ta);
+            tr__mat b16 = x16 & TR__X16_B ? tr__mat16_of(B16 + 3, ldb, sB, tb, fdt) : tr__mat_of(dB, ldb, sB, tb);
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, x16, nb, M, N, K, tr__mat_of(a16, lda, sA, ta), tr__mat_of(b16, ldb, sB, tb),
-                                                tr__out_of(dC, N, sC, acc)), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, a16, b16, tr__out_of(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, C, n * 4);
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm16(ctx, fdt, x16, nb, M, N, K, tr__mat_of(a16, lda, sA, ta), tr__mat_of(b16, ldb, sB, tb),
-                                            tr__out_of(dC, N, sC, acc)), TR_OK);
+            assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, a16, b16, tr__out_of(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, P, n * 4);
         }
@@ -476,20 +475,28 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     size_t per = 2 * half * n, ng = (size_t)nb * per, nout = rows ? (size_t)nb * half * n : n * D, nmax = TR__MAX(ng, nout), i;
     float *A = (float *)malloc(na * 4), *X = (float *)malloc(nx * 4), *G = (float *)malloc(nmax * 4), *R = (float *)malloc(ng * 4);
     float *out = (float *)malloc(nout * 4), *rout = (float *)malloc(nout * 4), *dA, *dX, *dG, *dR, *dout, *drout, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+    tr__cl_gemm_fuse rnd = tr__cl_fuse_none();
+    rnd.rnd = 1; /* (a product rounded in its epilogue) */
     tu_fill(A, na, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f);
     tr__round_ref(fdt, A, na), tr__round_ref(fdt, X, nx); /* a model's operands: values of its precision */
     for (i = 0; i < nmax; i++) G[i] = 12345.0f; /* (also the initial outputs) */
     dA = up(cl, A, na), dX = up(cl, X, nx), dG = up(cl, G, ng), dR = up(cl, G, ng), dout = up(cl, G, nout), drout = up(cl, G, nout);
     dact = up(cl, G, (size_t)nb * half * n);
     if (rows) {
-        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, nb, half, n, K, dA, K, 0, dX, n, K * n, dG, per, keep, dout, half * n), TR_OK);
+        tr__gemm g;
+        memset(&g, 0, sizeof g);
+        g.nb = nb, g.M = 2 * half, g.N = n, g.K = K, g.a = tr__mat_of(dA, K, 0, 0), g.b = tr__mat_of(dX, n, K * n, 0), g.c = tr__out_of(dG, n, per, 0);
+        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, &g, keep, tr__out_of(dout, n, half * n, 0)), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * half, n, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dX, n, K * n, 0), tr__out_of(dR, n, per, 0), 0,
                                          &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
     } else { /* W_down (D x half) after W_gu in X */
         float *dG16 = keep == 2 ? up(cl, G, ng / 2 + 1) : NULL;
-        assert_int_equal(tr__op_swiglu_mlp(ctx, fdt, n, half, K, dA, lda, dX, dX + 2 * half * K, dG, keep != 0, dG16, NULL, D, dout, 0), TR_OK);
+        tr__mlp_desc md;
+        memset(&md, 0, sizeof md);
+        md.fdt = fdt, md.nb = 1, md.keep_gu = keep != 0, md.rows = n, md.half = half, md.K = K, md.D = D, md.in = tr__f32(dA), md.ld_in = lda;
+        md.w_gu = dX, md.w_down = dX + 2 * half * K, md.gu = dG, md.gu16 = dG16, md.act = tr__f32(NULL), md.out = tr__f32(dout);
+        assert_int_equal(tr__op_swiglu_mlp(ctx, &md), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, n, 2 * half, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dX, K, 0, 1), tr__out_of(dR, 2 * half, 0, 0), 0,
                                          &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
@@ -522,15 +529,20 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     float *W1 = (float *)malloc(nw1 * 4), *X = (float *)malloc(nx * 4), *W2 = (float *)malloc(nw2 * 4), *M = (float *)malloc(nmix * 4);
     float *MR = (float *)malloc(nmix * 4), *P = (float *)malloc(nx * 4), *PR = (float *)malloc(nx * 4);
     float *dW1, *dX, *dW2, *dM, *dMR, *dP, *dPR, *dact;
-    tr__cl_gemm_fuse rnd = {0, 0, 0, 0, 0, 0, 0, NULL, 1, 0, NULL, NULL, NULL, 0, NULL, 0};
+    tr__cl_gemm_fuse rnd = tr__cl_fuse_none();
     size_t i;
+    rnd.rnd = 1; /* (a product rounded in its epilogue) */
     tu_fill(W1, nw1, seed, 1.0f), tu_fill(X, nx, seed + 1, 0.5f), tu_fill(W2, nw2, seed + 2, 1.0f);
     tr__round_ref(fdt, W1, nw1), tr__round_ref(fdt, X, nx), tr__round_ref(fdt, W2, nw2);
     for (i = 0; i < nmix; i++) M[i] = 12345.0f;
     dW1 = up(cl, W1, nw1), dX = up(cl, X, nx), dW2 = up(cl, W2, nw2), dM = up(cl, M, nmix), dMR = up(cl, M, nmix);
     dP = up(cl, M, nx), dPR = up(cl, M, nx), dact = up(cl, M, nact);
     float *dM16 = keep == 2 ? up(cl, M, nmix / 2 + 1) : NULL;
-    assert_int_equal(tr__op_token_mlp(ctx, fdt, nb, It, S, D, dW1, dX, dM, keep != 0, dM16, dact, dW2, dP, 0), TR_OK);
+    tr__mlp_desc md;
+    memset(&md, 0, sizeof md);
+    md.fdt = fdt, md.nb = nb, md.keep_gu = keep != 0, md.half = It, md.K = S, md.D = D, md.in = tr__f32(dX), md.w_gu = dW1, md.w_down = dW2;
+    md.gu = dM, md.gu16 = dM16, md.act = tr__f32(dact), md.out = tr__f32(dP);
+    assert_int_equal(tr__op_token_mlp(ctx, &md), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(dW1, S, 0, 0), tr__mat_of(dX, D, S * D, 0), tr__out_of(dMR, D, 2 * It * D, 0), 0,
                                      &rnd), TR_OK);
     assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
@@ -552,6 +564,15 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     free(W1), free(X), free(W2), free(M), free(MR), free(P), free(PR);
 }
 
+/* tr__op_sgemm_swiglu of the test's shapes: C (ldc N, products summed) += op(A) op(act(gu)). */
+static tr_status sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sa, float *gu,
+                              float *gu16, size_t ldg, size_t sg, size_t so, float *C, tr__buf act) {
+    tr__gemm g;
+    memset(&g, 0, sizeof g);
+    g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = tr__mat_of(A, lda, sa, ta), g.b = tr__mat_of(gu, ldg, sg, tb), g.c = tr__out_of(C, N, 0, 1);
+    return tr__op_sgemm_swiglu(ctx, fdt, &g, gu16, so, act);
+}
+
 /* tr__op_sgemm_swiglu on the tensor cores (the activation computed in the operand's packing) against the activation
    written by tr_k_swiglu_fwd, then the same product: the same bits. per_row: the channel SwiGLU's weight gradient
    (C += Aᵀ act, act = swiglu(gu) per row, so = cols), else the token mix's (per batch, summed: C += A_b act_bᵀ).
@@ -570,10 +591,10 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     tr__round_ref(fdt, G, ng), tr__round_ref(fdt, A, na), tr__round_ref(fdt, C, nc);
     dG = up(cl, G, ng), dA = up(cl, A, na), dC = up(cl, C, nc), dR = up(cl, C, nc), dact = up(cl, G, (size_t)nb * rc);
     dG16 = up_half(cl, fdt, G, ng), dC16 = up(cl, C, nc), dGs = up_nan(cl, ng);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, N, 0, 1, NULL, 0), TR_OK);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, N, 0, 1, NULL, 0), TR_OK);
+    assert_int_equal(sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dG, NULL, ldg, sg, so, dC, tr__f32(NULL)), TR_OK);
+    assert_int_equal(sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dC16, tr__f32(NULL)), TR_OK);
     dCr = up(cl, C, nc), droom = up_nan(cl, nroom);
-    assert_int_equal(tr__op_sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dCr, N, 0, 1, droom + 1, TR__X16_B), TR_OK);
+    assert_int_equal(sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dCr, tr__buf_of(droom + 1, fdt)), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
     assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sa, ta), tr__mat_of(dact, cols, rc, tb), tr__out_of(dR, N, 0, 1), 0, NULL), TR_OK);
@@ -730,6 +751,7 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
     float *G = (float *)malloc(ng * 4), *DA = (float *)malloc(nd * 4), *H = (float *)malloc(nh * 4), *W = (float *)malloc(nw * 4);
     float *out[5][2], *dG, *dDA, *dH, *dW, *ddg[5], *dout[5][2], *Z = (float *)calloc(TR__MAX(ng, TR__MAX(nc1, nc2)), 4); /* (zeros) */
     float *dG16, *dGs, *dDA16, *room = NULL, *slot = NULL;
+    tr__swiglu_desc sd;
     tr__cl_packed pk = tr__cl_packed_of(NULL, cols, tok ? 2 * width : 0, tok ? rpr : (size_t)rows, cols, tok ? (int)rows : 1, fdt == TR_FWD_FLOAT16 ? 2 : 1);
     int w, i;
     long reused;
@@ -749,9 +771,11 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
         }
         tr__op_pack_window(ctx, w);
         reused = cl->packs_reused;
-        assert_int_equal(tr__op_swiglu_bwd(ctx, fdt, rows, width, w >= 2 ? dGs : dG, w >= 2 ? dG16 + 3 : NULL, 2 * width, w >= 3 ? dDA16 + 3 : dDA, width,
-                                           w >= 3, dg, w ? cols : 0, w == 4 ? (float *)(void *)((char *)room + 4) : NULL),
-                         TR_OK);
+        memset(&sd, 0, sizeof sd);
+        sd.fdt = fdt, sd.bwd = 1, sd.rows = rows, sd.width = width, sd.gs = 2 * width, sd.das = width, sd.cols = w ? cols : 0;
+        sd.g = w >= 2 ? tr__buf_of(dG16 + 3, fdt) : tr__f32(dG), sd.g_room = dGs, sd.da = w >= 3 ? tr__buf_of(dDA16 + 3, fdt) : tr__f32(dDA);
+        sd.out = tr__f32(dg), sd.room = w == 4 ? (float *)(void *)((char *)room + 4) : NULL;
+        assert_int_equal(tr__op_swiglu_bwd(ctx, &sd), TR_OK);
         if (!tok) {
             assert_int_equal(tr__op_sgemm(ctx, cols, n, rows, tr__mat_of(dg, cols, 0, 1), tr__mat_of(dH, n, 0, 0), tr__out_of(dout[w][0], n, 0, 1)), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, rows, n, cols, tr__mat_of(dg, cols, 0, 0), tr__mat_of(dW, n, 0, 0),

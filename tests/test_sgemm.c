@@ -555,6 +555,22 @@ static void kern_tile(tr_ctx *ctx, size_t K, size_t *mr, size_t *nr) {
     *mr = k.mr, *nr = k.nr;
 }
 
+/* tr__op_gate_up_fused on nb products of M x N over K (A one for all, B a batch) with the test's layouts: gate_up as the
+   product stores it (rows N apart, products M x N apart; up half (pair_m) rows or half columns further), the activation
+   rows (pair_m: N, else half) apart, products half x N apart. */
+static tr_status gate_up_fused(tr_ctx *ctx, int fdt, int pair_m, int nb, size_t M, size_t N, size_t K, tr__mat a, tr__mat b, int keep_gu, tr__buf gu,
+                               tr__buf act, int *done) {
+    size_t half = (pair_m ? M : N) / 2;
+    tr__gemm g;
+    tr__gu_epi e;
+    memset(&g, 0, sizeof g);
+    memset(&e, 0, sizeof e);
+    g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = a, g.b = b;
+    e.pair_m = pair_m, e.keep_gu = keep_gu, e.gu = gu, e.act = act;
+    e.gu_ld = N, e.gu_s = M * N, e.gu_up = pair_m ? half * N : half, e.act_ld = pair_m ? N : half, e.act_s = half * N;
+    return tr__op_gate_up_fused(ctx, fdt, &g, &e, done);
+}
+
 /* A SwiGLU's gate_up product with the activation in its epilogue (tr__op_gate_up_fused) gives the bits of the passes it
    replaces (the rounded product, the tape's 16-bit copy, the activation), at 1, 2 and 16 threads: the channel SwiGLU's
    layout (halves side by side in columns) and the token mix's (halves in rows, nb products sharing the weight, packed
@@ -574,7 +590,7 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                 if (fdt == 0 && keep == 2) continue; /* (no 16-bit copy in float32) */
                 size_t M = shapes[s][2], N = shapes[s][3], K = shapes[s][4], half = (pair_m ? M : N) / 2, mr, nr;
                 size_t lda = K, ldb = pair_m ? N : K, sB = pair_m ? K * N + 3 : 0, nC = (size_t)nb * M * N, nact = (size_t)nb * half * (pair_m ? N : M);
-                size_t gu_ld = N, gu_s = M * N, gu_up = pair_m ? half * N : half, act_ld = pair_m ? N : half, act_s = half * N;
+                size_t act_s = half * N;
                 float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * (sB ? sB : K * N)), *C = (float *)malloc(nC * sizeof(float));
                 float *act_ref = (float *)malloc(nact * sizeof(float)), *act = (float *)malloc(nact * sizeof(float));
                 float *gu = (float *)malloc(nC * sizeof(float)), *h_ref = (float *)malloc(nC * sizeof(float)), *h = (float *)malloc(nC * sizeof(float));
@@ -587,8 +603,8 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                 else assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, 0, 1),
                                                        tr__out_of(C, N, 0, 0)), TR_OK);
                 if (fdt) assert_int_equal(tr__op_half(ctx, fdt, 0, C, h_ref, nC), TR_OK);
-                if (pair_m) assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), C, M * N, act_ref, act_s), TR_OK);
-                else assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, (long)M, (long)half, C, N, act_ref, half), TR_OK);
+                if (pair_m) assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), tr__f32(C), M * N, tr__f32(act_ref), act_s), TR_OK);
+                else assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, (long)M, (long)half, tr__f32(C), N, tr__f32(act_ref), half), TR_OK);
                 kern_tile(ctx, K, &mr, &nr);
                 expect = K <= TR__SG_KC && M > TR__SG_SMALL_M && N > TR__SG_SMALL_N && (pair_m || half % nr == 0); /* (pair_m: A packed in halves) */
                 if (ctx->simd == TR__SIMD_AVX2 || ctx->simd == TR__SIMD_NEON) { /* (their activation's tails: scalar) */
@@ -599,8 +615,8 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                     for (i = 0; i < nC; i++) gu[i] = h[i] = NAN;
                     for (i = 0; i < nact; i++) act[i] = NAN;
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                    assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, A, lda, B, ldb, sB, keep > 0, gu, keep == 2 ? h : NULL, gu_ld,
-                                                          gu_s, gu_up, act, act_ld, act_s, 0, &done),
+                    assert_int_equal(gate_up_fused(ctx, fdt, pair_m, nb, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, sB, !pair_m), keep > 0,
+                                                   keep == 2 ? tr__buf_of(h, fdt) : tr__f32(gu), tr__f32(act), &done),
                                      TR_OK);
                     if (done != expect)
                         fail_msg("%s: pair_m %d M %zu N %zu K %zu: fused %d, expected %d (tile %zu x %zu)", kern_name(ctx), pair_m, M, N, K, done, expect, mr, nr);
@@ -622,8 +638,8 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                         assert_non_null(A16);
                         tr__half_ref(fdt, 0, act_ref, a16_ref, nact);
                         tr__half_ref(fdt, 0, A, A16, M * K);
-                        assert_int_equal(tr__op_gate_up_fused(ctx, fdt, pair_m, nb, 0, !pair_m, M, N, K, one ? (const float *)(const void *)A16 : A, lda, B, ldb, sB, 0,
-                                                              NULL, NULL, gu_ld, gu_s, gu_up, (float *)a16, act_ld, act_s, TR__X16_C | (one ? TR__X16_A : 0), &done),
+                        assert_int_equal(gate_up_fused(ctx, fdt, pair_m, nb, M, N, K, one ? tr__mat16_of(A16, lda, 0, 0, fdt) : tr__mat_of(A, lda, 0, 0),
+                                                       tr__mat_of(B, ldb, sB, !pair_m), 0, tr__f32(NULL), tr__buf_of(a16, fdt), &done),
                                          TR_OK);
                         free(A16);
                         assert_true(done);
@@ -704,8 +720,8 @@ static void run_a16_operand(tr_ctx *ctx) {
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, M * N * sizeof(float));
-                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_A | (b16 ? TR__X16_B : 0), 1, M, N, K, tr__mat_of(A16, lda, 0, ta),
-                                                    tr__mat_of(b16 ? (const void *)B16 : B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, acc)),
+                    assert_int_equal(tr__op_sgemm(ctx, M, N, K, tr__mat16_of(A16, lda, 0, ta, fdt),
+                                                  b16 ? tr__mat16_of(B16, tb ? K : N, 0, tb, fdt) : tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, acc)),
                                      TR_OK);
                     for (i = 0; i < M * N; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -735,9 +751,8 @@ static void run_a16_operand(tr_ctx *ctx) {
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, nC * sizeof(float));
-                    assert_int_equal(tr__op_sgemm16(ctx, fdt, TR__X16_B | (a16 ? TR__X16_A : 0), nb, M, N, K,
-                                                    tr__mat_of(a16 ? (const void *)A16 : A, ta ? M : K, sA, ta), tr__mat_of(B16, ldb, sB, tb),
-                                                    tr__out_of(C, N, sC, acc)),
+                    assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, a16 ? tr__mat16_of(A16, ta ? M : K, sA, ta, fdt) : tr__mat_of(A, ta ? M : K, sA, ta),
+                                                          tr__mat16_of(B16, ldb, sB, tb, fdt), tr__out_of(C, N, sC, acc)),
                                      TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -748,13 +763,14 @@ static void run_a16_operand(tr_ctx *ctx) {
             }
     {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
-        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_B, 1, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
-        assert_int_equal(tr__op_sgemm16(ctx, 0, TR__X16_A, 1, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
+        /* (a 16-bit operand's type must be a 16-bit one) */
+        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat16_of(B, 4, 0, 0, 3), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat16_of(A, 4, 0, 0, 3), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
     }
 }
 PER_LEVEL_TEST(a16_operand)
 
-/* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd16): any of A, B and C in 16 bits give the
+/* The rounded products of a 16-bit workspace (tr__op_sgemm_rnd on 16-bit operands): any of A, B and C in 16 bits give the
    bits of tr__op_sgemm_rnd on the fp32 values, C stored as their 16 bits, in the epilogue (one KC block), staged
    (deeper or accumulating; several M blocks) or through an fp32 C (short, narrow), alone and as products sharing A. */
 static void run_rnd16(tr_ctx *ctx) {
@@ -772,19 +788,18 @@ static void run_rnd16(tr_ctx *ctx) {
                     float *A = rnd_buf(M * K), *B = rnd_buf((size_t)nb * sB), *R = rnd_buf(nC), *C = (float *)malloc(nC * sizeof(float));
                     uint16_t *A16 = (uint16_t *)malloc(M * K * sizeof(uint16_t)), *B16 = (uint16_t *)malloc((size_t)nb * sB * sizeof(uint16_t)),
                              *C16 = (uint16_t *)malloc(nC * sizeof(uint16_t)), *R16 = (uint16_t *)malloc(nC * sizeof(uint16_t));
-                    int use_a = (x & TR__X16_A) != 0;
+                    int use_a = (x & 1) != 0; /* (x: A, B and C in 16 bits, a bit each) */
                     assert_non_null(C), assert_non_null(A16), assert_non_null(B16), assert_non_null(C16), assert_non_null(R16);
                     tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB), tr__round_ref(fdt, R, nC);
                     tr__half_ref(fdt, 0, A, A16, M * K), tr__half_ref(fdt, 0, B, B16, (size_t)nb * sB), tr__half_ref(fdt, 0, R, C16, nC);
                     memcpy(C, R, nC * sizeof(float));
                     assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
                                                       tr__out_of(R, N, sC, acc)), TR_OK);
-                    assert_int_equal(tr__op_sgemm_rnd16(ctx, fdt, (x & ~TR__X16_A) | (use_a ? TR__X16_A : 0), nb, M, N, K,
-                                                        tr__mat_of(use_a ? (const void *)A16 : A, ta ? M : K, 0, ta),
-                                                        tr__mat_of((x & TR__X16_B) ? (const void *)B16 : B, tb ? K : N, sB, tb),
-                                                        tr__out_of((x & TR__X16_C) ? (void *)C16 : C, N, sC, acc)),
+                    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat16_of(use_a ? (const void *)A16 : A, ta ? M : K, 0, ta, use_a ? fdt : 0),
+                                                      tr__mat16_of((x & 2) ? (const void *)B16 : B, tb ? K : N, sB, tb, (x & 2) ? fdt : 0),
+                                                      tr__out16_of((x & 4) ? (void *)C16 : C, N, sC, acc, (x & 4) ? fdt : 0)),
                                      TR_OK);
-                    if (x & TR__X16_C) {
+                    if (x & 4) {
                         tr__half_ref(fdt, 0, R, R16, nC);
                         for (i = 0; i < nC; i++)
                             if (C16[i] != R16[i])
