@@ -7680,6 +7680,14 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_CONTEXT_PLATFORM 0x1084
 #define TR__CL_PROGRAM_BUILD_LOG 0x1183u
 #define TR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
+#define TR__CL_PROGRAM_KERNEL_NAMES 0x1168u
+#define TR__CL_KERNEL_NUM_ARGS 0x1191u
+#define TR__CL_KERNEL_ARG_ADDRESS_QUALIFIER 0x1196u
+#define TR__CL_KERNEL_ARG_TYPE_NAME 0x1198u
+#define TR__CL_KERNEL_ARG_NAME 0x119Au
+#define TR__CL_KERNEL_ARG_ADDRESS_GLOBAL 0x119Bu
+#define TR__CL_KERNEL_ARG_ADDRESS_LOCAL 0x119Cu
+#define TR__CL_KERNEL_ARG_ADDRESS_CONSTANT 0x119Du
 #define TR__CL_MEM_READ_WRITE ((tr__cl_bitfield)1 << 0)
 #define TR__CL_MEM_ALLOC_HOST_PTR ((tr__cl_bitfield)1 << 4)
 #define TR__CL_MAP_READ ((tr__cl_bitfield)1 << 0)
@@ -7728,15 +7736,27 @@ typedef struct _cl_event *tr__cl_event;
     X(tr__cl_int, WaitForEvents, (tr__cl_uint, const tr__cl_event *))                                                      \
     X(tr__cl_int, ReleaseEvent, (tr__cl_event))
 
+/* Entry points taken where the library has them, NULL where not: the kernels' argument info (OpenCL 1.2), which
+   the launch check reads (tr__cl_kernel_learn); without it the kernels run unchecked. */
+#define TR__CL_FUNCS_OPT(X)                                                                                               \
+    X(tr__cl_int, GetProgramInfo, (tr__cl_program, tr__cl_uint, size_t, void *, size_t *))                                 \
+    X(tr__cl_int, GetKernelInfo, (tr__cl_kernel, tr__cl_uint, size_t, void *, size_t *))                                   \
+    X(tr__cl_int, GetKernelArgInfo, (tr__cl_kernel, tr__cl_uint, tr__cl_uint, size_t, void *, size_t *))
+
 #define TR__CL_FIELD(ret, name, params) ret(TR__CLAPI *name) params;
 typedef struct tr__clfn {
     TR__CL_FUNCS(TR__CL_FIELD)
+    TR__CL_FUNCS_OPT(TR__CL_FIELD)
 } tr__clfn;
 #undef TR__CL_FIELD
+#define TR__CL_ONE(ret, name, params) +1
+enum { TR__CL_NREQUIRED = 0 TR__CL_FUNCS(TR__CL_ONE) }; /* the entries of TR__CL_FUNCS, which come first */
+#undef TR__CL_ONE
 
 #if defined(TINYREC_OPENCL_LINKED)
 #define TR__CL_PROTO(ret, name, params) extern ret TR__CLAPI cl##name params;
 TR__CL_FUNCS(TR__CL_PROTO)
+TR__CL_FUNCS_OPT(TR__CL_PROTO)
 #undef TR__CL_PROTO
 #endif
 
@@ -7767,8 +7787,9 @@ TR__FN int tr__cl_has_device(const tr__clfn *f, int gpu_only) {
 
 #if !defined(TINYREC_OPENCL_LINKED) && !defined(_WIN32) && !defined(__APPLE__)
 /* Each entry point's slot in the dispatch table that every object of an installable driver (ICD) begins
-   with (Khronos cl_icd.h's order), in TR__CL_FUNCS' order. */
-static const unsigned char tr__cl_dispatch_slot[] = {0, 1, 2, 3, 4, 7, 9, 11, 26, 30, 33, 29, 34, 37, 38, 40, 59, 14, 18, 49, 48, 50, 102, 56, 58, 47, 41, 44};
+   with (Khronos cl_icd.h's order), in TR__CL_FUNCS' order, then TR__CL_FUNCS_OPT's. */
+static const unsigned char tr__cl_dispatch_slot[] = {0,  1,  2,  3,  4,   7,  9,  11, 26, 30, 33, 29, 34, 37, 38, 40,
+                                                     59, 14, 18, 49, 48, 50, 102, 56, 58, 47, 41, 44, 32, 39, 101};
 
 /* A vendor's driver opened without the ICD loader, as the loader itself uses it: its platforms from
    clIcdGetPlatformIDsKHR, every other call through the dispatch table its objects begin with. For the
@@ -7795,8 +7816,8 @@ TR__FN int tr__cl_load_driver(tr__cllib *L, const char *name, const size_t *offs
     table = *(void *const *const *)plat;
     for (i = 0; i < sizeof tr__cl_dispatch_slot; i++) {
         void *p = table[tr__cl_dispatch_slot[i]];
-        if (!p) return 0;
-        if (i) memcpy((char *)&f + offs[i], &p, sizeof p); /* slot 0 stays clIcdGetPlatformIDsKHR */
+        if (!p && i < TR__CL_NREQUIRED) return 0;
+        if (i && p) memcpy((char *)&f + offs[i], &p, sizeof p); /* slot 0 stays clIcdGetPlatformIDsKHR */
     }
     if (!tr__cl_has_device(&f, !any)) return 0;
     L->handle = h, L->direct = 1, L->f = f;
@@ -7815,14 +7836,15 @@ TR__FN int tr__cl_load(tr__cllib *L, const char *drivers, char *why, size_t whyl
 #if defined(TINYREC_OPENCL_LINKED)
 #define TR__CL_LINK(ret, name, params) L->f.name = cl##name;
     TR__CL_FUNCS(TR__CL_LINK)
+    TR__CL_FUNCS_OPT(TR__CL_LINK)
 #undef TR__CL_LINK
-    TR__UNUSED(whylen);
+    TR__UNUSED(drivers), TR__UNUSED(whylen);
     L->name = "linked";
     return 1;
 #else
     {
 #define TR__CL_NAME(ret, name, params) {"cl" #name, offsetof(tr__clfn, name)},
-        static const struct { const char *name; size_t off; } syms[] = {TR__CL_FUNCS(TR__CL_NAME)};
+        static const struct { const char *name; size_t off; } syms[] = {TR__CL_FUNCS(TR__CL_NAME) TR__CL_FUNCS_OPT(TR__CL_NAME)};
 #undef TR__CL_NAME
         size_t i;
 #if defined(_WIN32)
@@ -7852,6 +7874,7 @@ TR__FN int tr__cl_load(tr__cllib *L, const char *drivers, char *why, size_t whyl
 #else
             void *p = dlsym(L->handle, syms[i].name);
 #endif
+            if (!p && i >= TR__CL_NREQUIRED) continue; /* optional: stays NULL */
             if (!p) {
                 snprintf(why, whylen, "the OpenCL library lacks %s (OpenCL 1.2 is required)", syms[i].name);
                 tr__cl_unload(L);
@@ -8089,6 +8112,10 @@ typedef struct tr__cl_kcache {
     char name[96];
     tr__cl_kernel k;
     size_t wg; /* CL_KERNEL_WORK_GROUP_SIZE */
+    /* the packing its declaration asks for (tr__cl_kernel_learn): nsig arguments of the kinds sig (TR__CLA_*; those
+       past TR__CLA_MAX not kept), -1 = unchecked (the driver gives no argument info) */
+    int nsig, nargs; /* nargs: the kernel's own arguments (a buffer is two) */
+    unsigned char sig[TR__CLA_MAX];
     double seconds; /* TINYREC_CL_PROFILE: time in this kernel, and its launches */
     long calls;
 } tr__cl_kcache;
@@ -8503,14 +8530,15 @@ TR__FN tr_status tr__cl_build(tr__cl *cl, const char *const *sources, int nsourc
     gemm[sizeof gemm - 1] = 0;
     /* TINYREC_CL_OPTIONS: extra build options for experiments (e.g. -cl-nv-maxrregcount=128) */
     if (!opts) opts = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS);
-    olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 64;
+    olen = strlen(gemm) + (opts ? strlen(opts) : 0) + 96;
     options = (char *)tr__alloc(cl->ctx, olen);
     if (!options) {
         tr__free(cl->ctx, src);
         return TR_ERR_OUT_OF_MEMORY;
     }
-    snprintf(options, olen, "%s%s%s%s%s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", gemm,
-             gemm[0] ? " " : "", opts ? opts : "");
+    /* -cl-kernel-arg-info: the argument types, which each launch's packing is checked against (tr__cl_kernel_learn) */
+    snprintf(options, olen, "%s%s%s%s%s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "",
+             gemm, gemm[0] ? " " : "", opts ? opts : "");
     cl->program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)n, src, NULL, &err);
     tr__free(cl->ctx, src);
     if (!cl->program || err != TR__CL_SUCCESS) {
@@ -9147,6 +9175,92 @@ TR__FN void tr__cla_local(tr__clargs *A, size_t bytes) {
     if (x) x->bytes = bytes;
 }
 
+/* --- the packing checked against the kernels' declarations ---------------------------------------------------------- */
+/* Kernel argument a's address qualifier and type name (as the driver spells it, e.g. "float*", "ulong"); 0 where the
+   driver gives no argument info (no clGetKernelArgInfo, CL_KERNEL_ARG_INFO_NOT_AVAILABLE, a longer name). */
+TR__FN int tr__cl_arg_info(const tr__clfn *f, tr__cl_kernel k, tr__cl_uint a, tr__cl_uint *aq, char *type, size_t cap) {
+    memset(type, 0, cap);
+    return f->GetKernelArgInfo && f->GetKernelArgInfo(k, a, TR__CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof *aq, aq, NULL) == TR__CL_SUCCESS &&
+           f->GetKernelArgInfo(k, a, TR__CL_KERNEL_ARG_TYPE_NAME, cap - 1, type, NULL) == TR__CL_SUCCESS;
+}
+
+/* The packing kind (TR__CLA_I32, _I64, _F32) of a by-value argument of that type, 0 for one tr__cla_* never packs. */
+TR__FN int tr__cla_kind_of(const char *type) {
+    static const struct {
+        const char *type;
+        int kind;
+    } t[] = {{"int", TR__CLA_I32},   {"uint", TR__CLA_I32},          {"unsigned int", TR__CLA_I32}, {"long", TR__CLA_I64},
+             {"ulong", TR__CLA_I64}, {"unsigned long", TR__CLA_I64}, {"float", TR__CLA_F32}};
+    size_t i;
+    for (i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(type, t[i].type) == 0) return t[i].kind;
+    return 0;
+}
+
+/* Learns e's declared packing from the driver (the programs are built with -cl-kernel-arg-info): a __global or
+   __constant pointer and the ulong after it are one TR__CLA_BUF, a __local pointer TR__CLA_LOCAL, int / uint,
+   long / ulong and float the scalars. e->nsig = -1 (launches unchecked, silently) where the driver gives no
+   argument info or the kernel has an argument tr__cla_* cannot pack. */
+TR__FN void tr__cl_kernel_learn(tr__cl *cl, tr__cl_kcache *e) {
+    const tr__clfn *f = &cl->lib.f;
+    tr__cl_uint nargs = 0, a, aq = 0;
+    char type[64];
+    int n = 0, kind;
+    e->nsig = -1;
+    if (!f->GetKernelInfo || f->GetKernelInfo(e->k, TR__CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL) != TR__CL_SUCCESS || nargs > 1024) return;
+    for (a = 0; a < nargs; a++, n++) {
+        if (!tr__cl_arg_info(f, e->k, a, &aq, type, sizeof type)) return;
+        if (aq == TR__CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == TR__CL_KERNEL_ARG_ADDRESS_CONSTANT) {
+            kind = TR__CLA_BUF; /* its element offset follows */
+            if (++a >= nargs || !tr__cl_arg_info(f, e->k, a, &aq, type, sizeof type) || tr__cla_kind_of(type) != TR__CLA_I64 || type[0] != 'u') return;
+        } else
+            kind = aq == TR__CL_KERNEL_ARG_ADDRESS_LOCAL ? TR__CLA_LOCAL : tr__cla_kind_of(type);
+        if (!kind) return;
+        if (n < TR__CLA_MAX) e->sig[n] = (unsigned char)kind;
+    }
+    e->nsig = n, e->nargs = (int)nargs;
+}
+
+/* "__global float* x": kernel argument a as declared, for the check's reasons. */
+TR__FN void tr__cl_arg_decl(const tr__clfn *f, tr__cl_kernel k, tr__cl_uint a, char *out, size_t cap) {
+    tr__cl_uint aq = 0;
+    char type[64], name[64];
+    if (!tr__cl_arg_info(f, k, a, &aq, type, sizeof type)) snprintf(type, sizeof type, "?");
+    memset(name, 0, sizeof name);
+    if (f->GetKernelArgInfo(k, a, TR__CL_KERNEL_ARG_NAME, sizeof name - 1, name, NULL) != TR__CL_SUCCESS) name[0] = 0;
+    snprintf(out, cap, "%s%s%s%s",
+             aq == TR__CL_KERNEL_ARG_ADDRESS_GLOBAL ? "__global " : aq == TR__CL_KERNEL_ARG_ADDRESS_LOCAL ? "__local " : aq == TR__CL_KERNEL_ARG_ADDRESS_CONSTANT ? "__constant " : "",
+             type, name[0] ? " " : "", name);
+}
+
+/* Whether A is the packing K's declaration asks for (always where K is unchecked); TR_ERR_INVALID_ARG naming the
+   kernel, the kernel argument where they part and what each has there, otherwise. A compare of A->n bytes per launch. */
+TR__FN tr_status tr__cl_args_check(tr__cl *cl, const tr__cl_kcache *K, const tr__clargs *A) {
+    static const char *const kinds[] = {"an argument of no kind", "a buffer", "an int", "a long", "a float", "local memory"};
+    int i, n = TR__MIN(A->n, K->nsig), have = 0, kind;
+    tr__cl_uint idx = 0;
+    char decl[200];
+    if (K->nsig < 0) return TR_OK;
+    for (i = 0; i < n && A->a[i].kind == (int)K->sig[i]; i++) idx += A->a[i].kind == TR__CLA_BUF ? 2u : 1u;
+    if (i == A->n && i == K->nsig) return TR_OK;
+    for (n = 0; n < A->n; n++) have += A->a[n].kind == TR__CLA_BUF ? 2 : 1;
+    if (i < A->n && i < K->nsig) {
+        kind = A->a[i].kind >= TR__CLA_BUF && A->a[i].kind <= TR__CLA_LOCAL ? A->a[i].kind : 0;
+        tr__cl_arg_decl(&cl->lib.f, K->k, idx, decl, sizeof decl);
+        if (have == K->nargs)
+            return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s, argument %u: packed %s, the kernel declares '%s'", K->name, (unsigned)idx, kinds[kind], decl);
+        return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s, argument %u: packed %s, the kernel declares '%s' (%d kernel arguments packed, %d declared)",
+                       K->name, (unsigned)idx, kinds[kind], decl, have, K->nargs);
+    }
+    if (i < K->nsig) { /* the packing ends early */
+        tr__cl_arg_decl(&cl->lib.f, K->k, idx, decl, sizeof decl);
+        return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: %d kernel arguments packed, the kernel declares %d (argument %u, '%s', is missing)", K->name,
+                       have, K->nargs, (unsigned)idx, decl);
+    }
+    return tr__err(cl->ctx, TR_ERR_INVALID_ARG, "opencl: %s: %d kernel arguments packed, the kernel declares %d (from argument %u on they are extra)", K->name, have,
+                   K->nargs, (unsigned)idx);
+}
+
 /* The cached kernel `name`, created on first use; NULL with the error set. */
 TR__FN tr__cl_kcache *tr__cl_kernel_get(tr__cl *cl, const char *name) {
     const tr__clfn *f = &cl->lib.f;
@@ -9177,6 +9291,7 @@ TR__FN tr__cl_kcache *tr__cl_kernel_get(tr__cl *cl, const char *name) {
     }
     if (f->GetKernelWorkGroupInfo(e->k, cl->device, TR__CL_KERNEL_WORK_GROUP_SIZE, sizeof e->wg, &e->wg, NULL) != TR__CL_SUCCESS || !e->wg)
         e->wg = cl->info.max_wg;
+    tr__cl_kernel_learn(cl, e);
     snprintf(e->name, sizeof e->name, "%s", name);
     cl->nkernels++;
     return e;
@@ -9197,6 +9312,7 @@ TR__FN tr_status tr__cl_launch(tr__cl *cl, const char *name, int dims, const siz
     if (tr__cl_injected(cl)) return tr__cl_fail(cl, "clEnqueueNDRangeKernel", name, TR__CL_OUT_OF_RESOURCES);
     f = &cl->lib.f;
     if (!(K = tr__cl_kernel_get(cl, name))) return TR_ERR_DEVICE;
+    if ((st = tr__cl_args_check(cl, K, A)) != TR_OK) return st;
     for (i = 0; i < A->n; i++) {
         char what[128];
         const void *val;
@@ -11867,7 +11983,7 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
-    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d %.380s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 " : "",
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d %.380s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "",
              cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, extra ? extra : "");
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);

@@ -237,6 +237,7 @@ static void test_clrt_launch(void **state) {
     assert_int_not_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* too many */
     g = 0;
     A.n = 0;
+    tr__cla_buf(&A, a), tr__cla_buf(&A, b), tr__cla_buf(&A, y), tr__cla_i32(&A, 1), tr__cla_f32(&A, 1.0f);
     assert_int_equal(tr__cl_launch(cl, "clrt_add", 1, &g, NULL, &A), TR_OK); /* empty grid: nothing */
     assert_int_equal(tr__cl_finish(cl), TR_OK);
     free(ha), free(hb), free(hy);
@@ -604,11 +605,159 @@ static void test_clrt_config_knobs(void **state) {
     unsetenv("TINYREC_CL_OPTIONS"), unsetenv("TINYREC_CL_PROFILE"), unsetenv("TINYREC_CL_ZEROCOPY"), unsetenv("TINYREC_CL_SGEMM");
 }
 
+/* --- the packing checked against the kernels' declarations (tr__cl_args_check) --------------------------------------- */
+/* A launch of kernel `name` with A on one work-item; TR_ERR_INVALID_ARG with the reason expected (want, a piece of it). */
+static void clrt_bad_packing(tr_ctx *ctx, tr__cl *cl, const char *name, const tr__clargs *A, const char *want) {
+    size_t g = 1;
+    assert_int_equal(tr__cl_launch(cl, name, 1, &g, NULL, A), TR_ERR_INVALID_ARG);
+    CLRT_HAS(ctx, want);
+}
+
+/* The library's own kernels: a swapped, a missing, an extra and a mistyped argument fail with the kernel, the argument
+   and both sides named, and run nothing; the right packing runs. */
+static void test_clrt_packing_checked(void **state) {
+    enum { N = 37 };
+    tr_ctx *ctx = tu_ctx(1, 1);
+    tr__cl *cl = tu_cl_open(ctx); /* the library's program; skips without a device */
+    float h[N], *x = (float *)tr__cl_alloc(cl, (N + 3) * 4, 1), *y = (float *)tr__cl_alloc(cl, (N + 3) * 4, 1);
+    tr__clargs A;
+    int i;
+    (void)state;
+    assert_true(x && y);
+    for (i = 0; i < N; i++) h[i] = (float)i - 5.0f;
+    assert_int_equal(tr__cl_write(cl, x + 3, h, sizeof h), TR_OK);
+    assert_int_equal(tr__cl_write(cl, y + 3, h, sizeof h), TR_OK);
+    /* tr_k_scale(ulong n, __global float *x, ulong x_off, float a): a and x swapped, a missing, one too many */
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_f32(&A, 2.5f), tr__cla_buf(&A, x + 3);
+    clrt_bad_packing(ctx, cl, "tr_k_scale", &A, "opencl: tr_k_scale, argument 1: packed a float, the kernel declares '__global float");
+    CLRT_HAS(ctx, " x'");
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_buf(&A, x + 3);
+    clrt_bad_packing(ctx, cl, "tr_k_scale", &A, "opencl: tr_k_scale: 3 kernel arguments packed, the kernel declares 4 (argument 3, 'float a', is missing)");
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_buf(&A, x + 3), tr__cla_f32(&A, 2.5f), tr__cla_f32(&A, 1.0f);
+    clrt_bad_packing(ctx, cl, "tr_k_scale", &A, "opencl: tr_k_scale: 5 kernel arguments packed, the kernel declares 4 (from argument 4 on they are extra)");
+    /* tr_k_add(ulong n, a, b, y, int fdt): an int where the count is a ulong; b missing in the middle */
+    A.n = 0, tr__cla_i32(&A, N), tr__cla_buf(&A, x + 3), tr__cla_buf(&A, x + 3), tr__cla_buf(&A, y + 3), tr__cla_i32(&A, 0);
+    clrt_bad_packing(ctx, cl, "tr_k_add", &A, "opencl: tr_k_add, argument 0: packed an int, the kernel declares 'ulong n'");
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_buf(&A, x + 3), tr__cla_buf(&A, y + 3), tr__cla_i32(&A, 0);
+    clrt_bad_packing(ctx, cl, "tr_k_add", &A, "opencl: tr_k_add, argument 5: packed an int, the kernel declares '__global float");
+    CLRT_HAS(ctx, " y' (6 kernel arguments packed, 8 declared)");
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_buf(&A, x + 3), tr__cla_buf(&A, x + 3), tr__cla_local(&A, 64), tr__cla_i32(&A, 0);
+    clrt_bad_packing(ctx, cl, "tr_k_add", &A, "opencl: tr_k_add, argument 5: packed local memory, the kernel declares '__global float");
+    /* nothing ran: x and y hold what was written */
+    assert_int_equal(tr__cl_finish(cl), TR_OK);
+    {
+        float back[N], back2[N];
+        assert_int_equal(tr__cl_read(cl, back, x + 3, sizeof back), TR_OK);
+        assert_int_equal(tr__cl_read(cl, back2, y + 3, sizeof back2), TR_OK);
+        for (i = 0; i < N; i++) assert_true(back[i] == h[i] && back2[i] == h[i]);
+    }
+    /* the right packings run: through the wrappers and by hand */
+    assert_int_equal(tr__cl_scale(cl, N, x + 3, 2.5f), TR_OK);
+    A.n = 0, tr__cla_i64(&A, N), tr__cla_buf(&A, x + 3), tr__cla_buf(&A, y + 3), tr__cla_buf(&A, y + 3), tr__cla_i32(&A, 0);
+    assert_int_equal(tr__cl_k1_launch4(cl, "tr_k_add", N, &A), TR_OK); /* y = 2.5 h + h */
+    {
+        float back[N], back2[N];
+        assert_int_equal(tr__cl_read(cl, back, x + 3, sizeof back), TR_OK);
+        assert_int_equal(tr__cl_read(cl, back2, y + 3, sizeof back2), TR_OK);
+        for (i = 0; i < N; i++) assert_true(back[i] == 2.5f * h[i] && back2[i] == 2.5f * h[i] + h[i]);
+    }
+    tr__cl_free(cl, x), tr__cl_free(cl, y);
+    tr_ctx_destroy(ctx);
+}
+
+/* Every kernel of both programs (the tensor-core one emulated) has its declaration learned on this device, so that
+   the check above is not vacuous here; the declared packings of two are as the .cl files write them. */
+static void test_clrt_packing_learned(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    tr__cl *cl;
+    int p, total = 0, hmma = 0;
+    (void)state;
+    cc.device = "cpu", cc.cl_sgemm = "MMA=2"; /* the emulated tensor-core kernels, on any device */
+    assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+    cl = tu_cl_open(ctx);
+    assert_non_null(cl->lib.f.GetProgramInfo);
+    assert_int_equal(tr__cl_mma_ready(cl), 1);
+    for (p = 0; p < 2; p++) {
+        tr__cl_program prog = p ? cl->mma_program : cl->program;
+        size_t sz = 0;
+        char *names, *name, *next;
+        assert_int_equal(cl->lib.f.GetProgramInfo(prog, TR__CL_PROGRAM_KERNEL_NAMES, 0, NULL, &sz), TR__CL_SUCCESS);
+        assert_true(sz > 1);
+        assert_non_null(names = (char *)calloc(sz + 1, 1));
+        assert_int_equal(cl->lib.f.GetProgramInfo(prog, TR__CL_PROGRAM_KERNEL_NAMES, sz, names, NULL), TR__CL_SUCCESS);
+        for (name = names; *name; name = next) {
+            tr__cl_kcache *K;
+            size_t len = strcspn(name, ";");
+            next = name + len + (name[len] == ';');
+            name[len] = 0;
+            if (!len) continue;
+            if (!(K = tr__cl_kernel_get(cl, name))) fail_msg("%s: %s", name, tr_ctx_last_error(ctx));
+            if (K->nsig < 0) fail_msg("kernel %s: its declaration was not learned", name);
+            assert_true(K->nargs >= K->nsig && K->nsig <= TR__CLA_MAX);
+            total++, hmma += strncmp(name, "tr_k_hmma_", 10) == 0;
+        }
+        free(names);
+    }
+    assert_true(total >= 60 && hmma >= 1);
+    {
+        static const unsigned char scale[] = {TR__CLA_I64, TR__CLA_BUF, TR__CLA_F32};
+        tr__cl_kcache *K = tr__cl_kernel_get(cl, "tr_k_scale");
+        assert_non_null(K);
+        assert_int_equal(K->nsig, 3), assert_int_equal(K->nargs, 4);
+        assert_memory_equal(K->sig, scale, 3);
+        static const unsigned char att[] = {TR__CLA_BUF, TR__CLA_BUF, TR__CLA_BUF, TR__CLA_I32, TR__CLA_I32, TR__CLA_I32, TR__CLA_I32,
+                                            TR__CLA_I32, TR__CLA_LOCAL, TR__CLA_LOCAL, TR__CLA_LOCAL, TR__CLA_LOCAL, TR__CLA_I32};
+        assert_non_null(K = tr__cl_kernel_get(cl, "tr_k_att_fwd64"));
+        assert_int_equal(K->nsig, 13), assert_int_equal(K->nargs, 16);
+        assert_memory_equal(K->sig, att, 13);
+    }
+    tr_ctx_destroy(ctx);
+}
+
+/* Where the driver gives no argument info (no clGetKernelArgInfo, or CL_KERNEL_ARG_INFO_NOT_AVAILABLE) the kernels
+   run unchecked, silently. */
+static tr__cl_int TR__CLAPI clrt_no_arg_info(tr__cl_kernel k, tr__cl_uint a, tr__cl_uint what, size_t n, void *v, size_t *r) {
+    (void)k, (void)a, (void)what, (void)n, (void)v, (void)r;
+    return -19; /* CL_KERNEL_ARG_INFO_NOT_AVAILABLE */
+}
+static void test_clrt_packing_unchecked(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    tr_ctx *ctx = NULL;
+    int round;
+    (void)state;
+    cc.log = clrt_log;
+    for (round = 0; round < 3; round++) {
+        tr__cl *cl;
+        float *y, hy = 0;
+        tr__clargs A;
+        size_t g = 1;
+        assert_int_equal(tr_ctx_create(&cc, &ctx), TR_OK);
+        cl = clrt_open(ctx, NULL);
+        if (round == 1) cl->lib.f.GetKernelArgInfo = NULL;
+        if (round == 2) cl->lib.f.GetKernelArgInfo = clrt_no_arg_info;
+        assert_non_null(y = (float *)tr__cl_alloc(cl, 16, 1));
+        clrt_lognum = 0;
+        A.n = 0, tr__cla_buf(&A, NULL), tr__cla_buf(&A, y + 1);
+        assert_int_equal(tr__cl_launch(cl, "clrt_null", 1, &g, NULL, &A), TR_OK);
+        assert_int_equal(tr__cl_read(cl, &hy, y + 1, 4), TR_OK);
+        assert_true(hy == 7.0f);
+        assert_int_equal(tr__cl_kernel_get(cl, "clrt_null")->nsig, round ? -1 : 2);
+        assert_int_equal(clrt_lognum, 0);
+        A.n = 0, tr__cla_buf(&A, y + 1), tr__cla_i32(&A, 3); /* the tiny kernels' own packing is checked too */
+        if (!round) clrt_bad_packing(ctx, cl, "clrt_null", &A, "opencl: clrt_null, argument 2: packed an int, the kernel declares '__global float");
+        tr__cl_free(cl, y);
+        tr__cl_destroy(cl);
+        tr_ctx_destroy(ctx);
+    }
+}
+
 static const struct CMUnitTest cl_runtime_tests[] = {
     cmocka_unit_test(test_clrt_selectors), cmocka_unit_test(test_clrt_open_faults), cmocka_unit_test(test_clrt_launch),
     cmocka_unit_test(test_clrt_transfers), cmocka_unit_test(test_clrt_scratch),     cmocka_unit_test(test_clrt_faults),
     cmocka_unit_test(test_clrt_migrate),   cmocka_unit_test(test_clrt_build_error_names_cl_file), cmocka_unit_test(test_clrt_log_maps_kernel_lines),
-    cmocka_unit_test(test_clrt_zerocopy), cmocka_unit_test(test_clrt_config_knobs),
+    cmocka_unit_test(test_clrt_zerocopy), cmocka_unit_test(test_clrt_config_knobs), cmocka_unit_test(test_clrt_packing_checked),
+    cmocka_unit_test(test_clrt_packing_learned), cmocka_unit_test(test_clrt_packing_unchecked),
 };
 
 int main(void) { return cmocka_run_group_tests_name("opencl_runtime", cl_runtime_tests, NULL, NULL); }
