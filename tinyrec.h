@@ -5706,6 +5706,12 @@ typedef struct tr__att_desc {
     tr__buf qkv, o, do_;
     float *lse, *dqkv, *scratch;
 } tr__att_desc;
+/* The embedding's shape: B rows of S positions (Lp of the puzzle prefix, then L tokens), D channels, Dp puzzle
+   embedding values a puzzle, V tokens. */
+typedef struct tr__embed_shape {
+    int B, S, L, Lp, D, Dp, V;
+} tr__embed_shape;
+
 /* The attention on the CPU with any of qkv, o and do_ in 16 bits: one (batch, head) at a time, its slices of every
    operand copied (widened exactly) into its thread's compact buffers, a batch of one with one head, through that
    level's kernel of one task (the scalar reference's range at the scalar level), then o rounded and stored (narrowed),
@@ -7353,6 +7359,35 @@ TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
     return o;
 }
 TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
+/* A product's call: nb products of M x N over K, C (+)= op(A) op(B), each operand with its layout and type (tr__mat,
+   tr__out: batch strides as tr__op_sgemm_batched's, sC = 0 summing the products). The fused ops take it. */
+typedef struct tr__gemm {
+    int nb;
+    size_t M, N, K;
+    tr__mat a, b;
+    tr__out c;
+} tr__gemm;
+/* The outputs of a SwiGLU epilogue on a gate_up product (tr__op_gate_up_fused): its halves are rows (pair_m) or
+   columns, gate then up; gate_up rounded into gu where kept (keep_gu; gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up
+   further), the activation into act (row act_ld, batch act_s apart), each of its own type. */
+typedef struct tr__gu_epi {
+    int pair_m, keep_gu;
+    tr__buf gu, act;
+    size_t gu_ld, gu_s, gu_up, act_ld, act_s;
+} tr__gu_epi;
+/* The SwiGLU MLPs (tr__op_swiglu_mlp, tr__op_token_mlp), R the rounding to fdt. gu: gate_up (fp32 room, written where
+   kept: keep_gu), gu16 (or NULL): the tape's 16-bit copy of it. in, act and out of their types: in 16 bits with a
+   16-bit CPU workspace (wsp.d16) its activation and output, and its input where it is a 16-bit record's or carry's; a
+   tensor-core device's act (wsp.act16) is room for the activation's packing, its in a 16-bit record's (wsp.r16). */
+typedef struct tr__mlp_desc {
+    int fdt, nb, keep_gu;
+    size_t rows, half, K, D;
+    tr__buf in;
+    size_t ld_in;
+    const float *w_gu, *w_down;
+    float *gu, *gu16;
+    tr__buf act, out;
+} tr__mlp_desc;
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
    panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
@@ -10116,9 +10151,11 @@ TR__FN tr_status tr__cl_k1_launch_rows(tr__cl *cl, const char *name, size_t rows
 
 /* y = R(a + b): fp32 (tr_k_add, float4 where it can), or with any of a, b and y (x16: TR__X16_A, _B, _C) holding 16-bit
    values of fdt (a 16-bit carry's; tr_k_add16). */
-/* Which operands a kernel instance takes as 16-bit values (x16, from the operands' types: tr__op_x16): its first,
-   second, and output. */
+/* Which operands a kernel instance takes as 16-bit values (x16): its first, second, and output; made from the
+   operands' types (tr__cl_x16), so that each instance is named from them (tr_k_rms_rows_fwd16_<x16>, the attention's
+   _h kernels, tr_k_add16's argument). */
 enum { TR__X16_A = 1, TR__X16_B = 2, TR__X16_C = 4 };
+TR__FN int tr__cl_x16(int a, int b, int c) { return (a ? TR__X16_A : 0) | (b ? TR__X16_B : 0) | (c ? TR__X16_C : 0); }
 TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *a, const void *b, void *y) {
     tr__clargs A;
     if (n == 0) return TR_OK;
@@ -10234,7 +10271,7 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, c
 
 /* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
 /* q16: qkv holds 16-bit values of fdt. */
-TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, void *qkv, const float *cosv, const float *sinv, int inverse, int q16) {
+TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr__clargs A;
     if (rows <= 0 || S <= 0 || H <= 0 || hd < 2) return TR_OK;
     tr__cla_init(&A);
@@ -10242,12 +10279,12 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
     tr__cla_i32(&A, S);
     tr__cla_i32(&A, H);
     tr__cla_i32(&A, hd);
-    tr__cla_buf(&A, qkv);
+    tr__cla_buf(&A, qkv.p);
     tr__cla_buf(&A, cosv);
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
     tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, q16 ? "tr_k_rope16" : "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
+    return tr__cl_k1_launch2(cl, qkv.dt ? "tr_k_rope16" : "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
 
 /* The scalar factors are formed on the host exactly as tr__adam_atan2_ref forms them. */
@@ -10332,8 +10369,10 @@ TR__FN tr_status tr__cl_all_finite(tr__cl *cl, size_t n, const float *x, int *ok
     return TR_OK;
 }
 
-TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, int fdt, const float *W_tok, const float *W_pos,
-                                  const float *puzzle_emb, const int32_t *inputs, const int32_t *pids, float *x, int x16) {
+/* x (of its type: a 16-bit carry's) = the embedding of inputs (and puzzle ids pids). */
+TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, tr__embed_shape e, int fdt, const float *W_tok, const float *W_pos, const float *puzzle_emb,
+                                  const int32_t *inputs, const int32_t *pids, tr__buf x) {
+    int B = e.B, S = e.S, L = e.L, Lp = e.Lp, D = e.D, Dp = e.Dp;
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -10351,8 +10390,8 @@ TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D
     tr__cla_buf(&A, puzzle_emb);
     tr__cla_buf(&A, inputs);
     tr__cla_buf(&A, pids);
-    tr__cla_buf(&A, x);
-    tr__cla_i32(&A, x16);
+    tr__cla_buf(&A, x.p);
+    tr__cla_i32(&A, x.dt != 0);
     return tr__cl_k1_launch2(cl, "tr_k_embed_fwd", (size_t)D, (size_t)B * S, &A);
 }
 
@@ -10364,8 +10403,8 @@ TR__FN tr_status tr__cl_embed_fwd(tr__cl *cl, int B, int S, int L, int Lp, int D
    in the CPU's (b, s) order; with several, the chunk partials go to scratch and a second kernel adds them in chunk
    order. Chunks are used only to give a wide device enough groups when V * D is small (the usual tiny vocabularies);
    the scan costs B*L*V compares in all, so very large vocabularies are slower but still correct. */
-TR__FN tr_status tr__cl_embed_bwd(tr__cl *cl, int B, int S, int L, int Lp, int D, int Dp, int V, const float *dx, const int32_t *inputs, float *g_tok,
-                                  float *g_pos, float *prow) {
+TR__FN tr_status tr__cl_embed_bwd(tr__cl *cl, tr__embed_shape e, const float *dx, const int32_t *inputs, float *g_tok, float *g_pos, float *prow) {
+    int B = e.B, S = e.S, L = e.L, Lp = e.Lp, D = e.D, Dp = e.Dp, V = e.V;
     const tr__cl_info *in = tr__cl_get_info(cl);
     float f = g_pos ? sqrtf((float)D) * 0.707106781f : sqrtf((float)D);
     size_t l[3], g[3], T = (size_t)B * L, nblk, want, nchunk;
@@ -12157,8 +12196,12 @@ TR__FN int tr__cl_swiglu_bwd_keeps(const tr__cl *cl, long rows, long width, size
     return cl->pack_window && rows > 0 && !(rpr > 1 && rows > 65535) && width > 0 && width % 4 == 0 && cols % 32 == 0 && rpr && rpr * cols == 2 * (size_t)width &&
            gs == (rpr == 1 ? cols : 2 * (size_t)width);
 }
-TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t gs, int g16, const float *da, size_t das,
-                                        int da16, float *dg, size_t cols, float *room) {
+TR__FN tr_status tr__cl_swiglu_bwd_kept(tr__cl *cl, const tr__swiglu_desc *d) {
+    int fdt = d->fdt, g16 = d->g.dt != 0, da16 = d->da.dt != 0;
+    long rows = d->rows, width = d->width;
+    size_t gs = d->gs, das = d->das, cols = d->cols;
+    const float *g = (const float *)d->g.p, *da = (const float *)d->da.p;
+    float *dg = (float *)d->out.p, *room = d->room;
     tr__cl_packed k;
     tr__clargs A;
     size_t rpr = cols ? 2 * (size_t)width / cols : 0;
@@ -12393,12 +12436,10 @@ TR__FN tr_status tr__cl_sgemm_batched(tr__cl *cl, int nb, size_t M, size_t N, si
 /* tr__cl_sgemm_batched with operand sw (2: B) given as a gate_up tensor and read as silu(x) * x[so]: the SwiGLU
    activation is never written. g16: that operand holds 16-bit values (tensor cores only; its strides count them).
    room (or NULL): on tensor cores, where that operand's packing goes (tr__cl_gemm_fuse's sw_room). */
-TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, size_t K, const float *A, size_t lda, size_t sA,
-                                     const float *B, size_t ldb, size_t sB, float *C, size_t ldc, size_t sC, int acc, int sw, size_t so, int g16,
-                                     float *room) {
+TR__FN tr_status tr__cl_sgemm_swiglu(tr__cl *cl, const tr__gemm *g, int sw, size_t so, int g16, float *room) {
     tr__cl_gemm_fuse fz = tr__cl_fuse_none();
     fz.sw = sw, fz.so = so, fz.g16 = g16, fz.sw_room = room;
-    return tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(B, ldb, sB, tb), tr__out_of(C, ldc, sC, acc), 0, &fz);
+    return tr__cl_gemm_run(cl, g->nb, g->M, g->N, g->K, g->a, g->b, g->c, 0, &fz);
 }
 
 /* The token mix's gate_up product with the SwiGLU in its epilogue: per batch C_b[2 half, N] = A B_b (gate | up
@@ -12415,10 +12456,11 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
 /* The channel SwiGLU and its down product on the tensor cores: gu = R(A W_guᵀ) (rows x 2 half, written with keep_gu:
    1 as floats, 2 as 16-bit values, tr__cl_gemm_fuse's write_gu),
    act = R(silu(gate) * up) written only packed by the first product's epilogue (in room, or NULL: scratch slot
-   TR__CL_SLOT_PACK_ACT), and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand. K: A's
-   depth (lda); a16: A holds 16-bit values of the precision (lda counts them). */
-TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t K, const float *A, size_t lda, int a16, const float *W_gu, const float *W_down,
-                                   float *gu, int keep_gu, size_t D, float *proj, float *room) {
+   TR__CL_SLOT_PACK_ACT), and proj = R(act W_downᵀ) (rows x D; W_down: D x half) reading it as its A operand (d: A is
+   d->in, rows ld_in apart, K deep, fp32 or 16-bit values of the precision; proj is d->out). */
+TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu, int keep_gu, float *room) {
+    size_t rows = d->rows, half = d->half, K = d->K, D = d->D;
+    int a16 = d->in.dt != 0;
     tr__cl_gemm_fuse fz = tr__cl_fuse_none(), down = tr__cl_fuse_none();
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
@@ -12427,17 +12469,19 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, size_t rows, size_t half, size_t 
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 1, down.rnd = 1;
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16, fz.h16 = a16 ? TR__X16_A : 0; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(W_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0), 1,
-                              &fz)) != TR_OK) return st;
+    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat_of(d->in.p, d->ld_in, 0, 0), tr__mat_of(d->w_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0),
+                              1, &fz)) != TR_OK) return st;
     down.a16 = act16;
-    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(W_down, half, 0, 1), tr__out_of(proj, D, 0, 0), 0, &down);
+    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_of(d->out.p, D, 0, 0), 0, &down);
 }
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
    up rows, written with keep_gu: 1 as floats, 2 as 16-bit values), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
-   (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D). */
-TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_t D, const float *W_tgu, const float *in, float *mix, int keep_gu,
-                                  const float *W_tdown, float *proj, float *room) {
+   (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D);
+   d as tr__op_token_mlp's (in_b and proj_b fp32). */
+TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, const tr__mlp_desc *d, float *mix, int keep_gu, float *room) {
+    int nb = d->nb;
+    size_t It = d->half, S = d->K, D = d->D;
     tr__cl_gemm_fuse fz = tr__cl_fuse_none(), down = tr__cl_fuse_none();
     tr__cl_packed pb = tr__cl_packed_of(NULL, 0, 0, It, D, nb, 0); /* the down product's B (depth-major) as tr__cl_gemm_run packs it */
     tr_status st;
@@ -12446,11 +12490,11 @@ TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, int nb, size_t It, size_t S, size_
     if (!keep_gu) mix = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 2, down.rnd = 1;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(W_tgu, S, 0, 0), tr__mat_of(in, D, S * D, 0),
+    if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(d->w_gu, S, 0, 0), tr__mat_of(d->in.p, D, S * D, 0),
                               tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), 1, &fz)) != TR_OK)
         return st;
     down.b16 = act16;
-    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(W_tdown, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_of(proj, D, S * D, 0), 0, &down);
+    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_of(d->out.p, D, S * D, 0), 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -12483,7 +12527,11 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
 }
 /* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16:
    tr__cl_att_x16's. */
-TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, void *o, float *lse, int x16) {
+TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
+    int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, x16 = tr__cl_x16(d->qkv.dt, d->o.dt, 0);
+    const void *qkv = d->qkv.p;
+    void *o = d->o.p;
+    float *lse = d->lse;
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nqb;
     int BQ, BK = 64; /* BK <= 64: the kernels score 4 keys of 16 per work-item */
@@ -12513,8 +12561,11 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, int fdt, int B, int S, int H, 
 /* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
    queries) and dq per query block (looping over keys); each output is written once, no atomics. x16 as the forward's:
    qkv and o in 16 bits; do_ and dqkv are fp32. */
-TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, int fdt, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse,
-                                      const void *do_, float *dqkv, int x16) {
+TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
+    int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, x16 = tr__cl_x16(d->qkv.dt, d->o.dt, d->do_.dt);
+    const void *qkv = d->qkv.p, *o = d->o.p, *do_ = d->do_.p;
+    const float *lse = d->lse;
+    float *dqkv = d->dqkv;
     const tr__cl_info *info = tr__cl_get_info(cl);
     size_t budget, ls[2], gs[2], nblk, rows;
     int R, BQ = 64, BK = 64; /* <= 64, as in the forward */
@@ -12881,11 +12932,62 @@ TR__FN tr_status tr__dfinish(tr_ctx *ctx) {
 }
 
 /* --- ops: the CPU kernel, or its OpenCL twin on the device ------------------------------------ */
-/* The ops read their operands' types (tr__buf, tr__mat and tr__out's dt): a 16-bit operand (a 16-bit tape's or
-   workspace's) runs on the CPU, in bfloat16 / float16, where a device's twin (a tensor-core device's 16-bit record,
-   wsp.r16, which each op routes first) does not: else this error. */
-TR__FN tr_status tr__cpu16_check(tr_ctx *ctx, int dt, const char *what) {
-    if (ctx->dev_active || (dt != TR__BF16 && dt != TR__F16)) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand off the CPU", what);
+/* --- the op table (DESIGN §5) --------------------------------------------------------------------------------------
+   One row per op: its name, the scalar reference it is held to (tests/test_ops.c runs every row x operand type x
+   device against it), the OpenCL kernels that run it, and the operand types each device kind takes (a bit per
+   tr__dtypes row). The ops ask it (tr__op_on_device) whether the device runs their operands' types; where it does not,
+   16-bit operands run on the CPU only (tr__op_takes says why not elsewhere). */
+enum { TR__DEV_CPU = 0, TR__DEV_CL = 1, TR__DEV_MMA = 2, TR__NDEV };
+static const char *const tr__dev_kind_names[TR__NDEV] = {"the CPU", "an OpenCL device", "an OpenCL device's tensor cores"};
+/* The kind of device the context computes on now: the CPU, an OpenCL device, one whose tensor-core kernels are built
+   (builds nothing: a model's workspace plan asks tr__ws_device_kind, which builds them where the device has them). */
+TR__FN int tr__dev_kind(const tr_ctx *ctx) {
+    if (!ctx->dev_active) return TR__DEV_CPU;
+#if TINYREC_OPENCL
+    if (ctx->cl && ctx->cl->mma_program) return TR__DEV_MMA;
+#endif
+    return TR__DEV_CL;
+}
+enum {
+    TR__OP_SGEMM, TR__OP_SGEMM_RND, TR__OP_ADD, TR__OP_NORM_ROWS, TR__OP_NORM_COLS, TR__OP_SWIGLU_FWD, TR__OP_SWIGLU_BWD, TR__OP_ATTENTION, TR__OP_ROPE,
+    TR__OP_HALF, TR__OP_ROUND, TR__OP_SCALE, TR__OP_EMA, TR__OP_ADAM, TR__OP_ALL_FINITE, TR__NOPS
+};
+#define TR__DTB(t) (1u << (t))
+#define TR__DT_ANY (TR__DTB(TR__F32) | TR__DTB(TR__BF16) | TR__DTB(TR__F16))
+typedef struct tr__op_row {
+    const char *name, *reference, *cl_kernels;
+    unsigned types[TR__NDEV]; /* per device kind (TR__DEV_*): the operand types it takes (TR__DTB) */
+} tr__op_row;
+static const tr__op_row tr__ops[TR__NOPS] = {
+    {"sgemm", "tr__sgemm_ref", "tr_k_gemm*, tr_k_hmma_* (16-bit A / B: tensor cores only)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
+    {"sgemm_rnd", "tr__sgemm_ref, then tr__round_ref", "tr_k_gemm* + tr_k_round, tr_k_hmma_* (rounding epilogue)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
+    {"add", "a + b, then tr__round_ref", "tr_k_add, tr_k_add16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd/bwd, tr_k_rms_rows_fwd16_<x16>/bwd16_<x16>", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd* (tensor cores: 16-bit g, d act)",
+     {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
+    {"attention", "tr__attention_fwd_ref / _bwd_ref", "tr_k_att_fwd*, tr_k_att_dot, tr_k_att_dkdv*, tr_k_att_dq* (_h: 16-bit qkv and o)",
+     {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"rope", "tr__rope_ref, then tr__round_ref", "tr_k_rope, tr_k_rope16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"half", "tr__half_ref", "tr_k_half", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"round", "tr__round_ref", "tr_k_round", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"scale", "x * a", "tr_k_scale", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"ema", "tr__ema_ref", "tr_k_ema", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"adam_atan2", "tr__adam_atan2_ref", "tr_k_adam_atan2", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"all_finite", "a bit test per value", "tr_k_nonfinite", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}}};
+/* The operand types of a call (TR__DTB of each). */
+TR__FN unsigned tr__dt_used(int a, int b, int c) { return TR__DTB(a) | TR__DTB(b) | TR__DTB(c); }
+/* Whether op runs on the context's device with operands of these types (used: tr__dt_used). */
+TR__FN int tr__op_on_device(const tr_ctx *ctx, int op, unsigned used) {
+    return ctx->dev_active && (tr__ops[op].types[tr__dev_kind(ctx)] & used) == used;
+}
+/* An op's 16-bit path on the CPU (its operands of type dt, of a bfloat16 / float16 computation): TR_OK there, else why not. */
+TR__FN tr_status tr__op_takes(tr_ctx *ctx, int op, int dt) {
+    const tr__op_row *r = &tr__ops[op];
+    if (dt != TR__BF16 && dt != TR__F16) return tr__err(ctx, TR_ERR_GENERIC, "%s: a 16-bit operand of a float32 computation", r->name);
+    if (ctx->dev_active)
+        return tr__err(ctx, TR_ERR_GENERIC, "%s: %s operands of this shape are not taken on %s", r->name, tr__dtypes[dt].name, tr__dev_kind_names[tr__dev_kind(ctx)]);
     return TR_OK;
 }
 #if TINYREC_OPENCL
@@ -12903,7 +13005,7 @@ TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, si
         return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of(ma.p, ma.ld, ma.s, ma.t), tr__mat_of(mb.p, mb.ld, mb.s, mb.t), mc, 0, &fz);
     }
 #endif
-    if ((st = tr__cpu16_check(ctx, dt, "sgemm"))) return st;
+    if ((st = tr__op_takes(ctx, TR__OP_SGEMM, dt))) return st;
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
 TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
@@ -13017,7 +13119,7 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t
                                tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
     }
 #endif
-    if (any16 && (st = tr__cpu16_check(ctx, fdt, "sgemm"))) return st;
+    if (any16 && (st = tr__op_takes(ctx, TR__OP_SGEMM_RND, fdt))) return st;
     if (any16 && nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
     if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, nb, M, N, K, ma, mb, mc);
     if ((st = tr__op_sgemm_batched(ctx, nb, M, N, K, ma, mb, mc)) != TR_OK) return st;
@@ -13026,10 +13128,6 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t
 
 /* The elementwise ops and norms below take the forward precision fdt (tr_forward_dtype; 0 for float32) and round
    what they write to it, in the same pass on a device; on the CPU as a pass after (tr__op_round). */
-#if TINYREC_OPENCL
-/* The OpenCL kernel instance for operands (a, b, c) of these types (TR__X16_*: which of them it reads in 16 bits). */
-TR__FN int tr__op_x16(int a, int b, int c) { return (a ? TR__X16_A : 0) | (b ? TR__X16_B : 0) | (c ? TR__X16_C : 0); }
-#endif
 /* y = R(a + b), each operand of its own type (a 16-bit carry's: a device's tr__cl_add reads and writes them so). On the
    CPU with a 16-bit operand: blocks of TR__ADD16_BLOCK values widened (exactly) into the thread's scratch, added and
    rounded by tr__add_range, stored (narrowed): the bits of the fp32 op. y may alias a or b. */
@@ -13059,12 +13157,12 @@ TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b
     tr__add16_args p;
     int nt = tr__threads_for(ctx, (double)n);
     tr_status st;
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, tr__op_x16(a.dt, b.dt, y.dt), n, a.p, b.p, y.p));
+    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, tr__cl_x16(a.dt, b.dt, y.dt), n, a.p, b.p, y.p));
     if (!a.dt && !b.dt && !y.dt) { /* (rounded as it goes) */
         tr__add(ctx, n, (const float *)a.p, (const float *)b.p, (float *)y.p, (fdt == TR__BF16 || fdt == TR__F16) ? fdt : 0, tr__round_pick(ctx));
         return TR_OK;
     }
-    if ((st = tr__cpu16_check(ctx, fdt, "add"))) return st;
+    if ((st = tr__op_takes(ctx, TR__OP_ADD, fdt))) return st;
     if (!n) return TR_OK;
     if ((st = tr__thread_scratch(ctx, nt, 2 * TR__ADD16_BLOCK, "add", &p.wide))) return st;
     p.fdt = fdt, p.n = (long)n, p.a = a, p.b = b, p.y = y;
@@ -13124,20 +13222,21 @@ TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
     long rows = d->rows;
     const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
     float *o = (float *)d->out.p;
-    size_t n = (size_t)rows * (d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD ? (size_t)d->S : 1) * (size_t)D;
+    int cols = d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD, op = cols ? TR__OP_NORM_COLS : TR__OP_NORM_ROWS;
+    size_t n = (size_t)rows * (cols ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && (!any16 || fdt)) {
-        int x16 = tr__op_x16(d->in1.dt, d->in2.dt, d->out.dt);
+    if (tr__op_on_device(ctx, op, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt)) && (!any16 || fdt)) {
+        int x16 = tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt);
         switch (d->kind) {
         case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, a, b, o, d->rstd, d->eps, x16);
         case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, a, b, d->rstd, o, x16);
-        case TR__NORM_COLS_FWD: if (!any16) return tr__cl_rms_cols_fwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps); break;
-        default: if (!any16) return tr__cl_rms_cols_bwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, d->rstd, o); break;
+        case TR__NORM_COLS_FWD: return tr__cl_rms_cols_fwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps);
+        default: return tr__cl_rms_cols_bwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, d->rstd, o);
         }
     }
 #endif
-    if (any16) return (st = tr__cpu16_check(ctx, fdt, "rms norm")) ? st : tr__norm16(ctx, d);
+    if (any16) return (st = tr__op_takes(ctx, op, fdt)) ? st : tr__norm16(ctx, d);
     switch (d->kind) {
     case TR__NORM_ROWS_FWD:
         if (tr__rms_rows_fwd(ctx, fdt, rows, D, a, b, o, d->rstd, d->eps)) return TR_OK;
@@ -13173,7 +13272,7 @@ TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
 TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, tr__buf g, size_t gs, tr__buf out, size_t os) {
     if (g.dt || out.dt) {
         tr__swiglu_desc d;
-        tr_status st = tr__cpu16_check(ctx, fdt, "swiglu");
+        tr_status st = tr__op_takes(ctx, TR__OP_SWIGLU_FWD, fdt);
         if (st) return st;
         if (!g.p) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
         memset(&d, 0, sizeof d);
@@ -13200,12 +13299,12 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
     tr_status st;
 #if TINYREC_OPENCL
     if (d->cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, fdt, d->rows, d->width, (float *)d->g.p, d->gs, g16, da, d->das, da16, dg, d->cols, d->room);
+        return tr__cl_swiglu_bwd_kept(ctx->cl, d);
 #endif
     if (ctx->dev_active && (da16 || d->out.dt)) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
     if (!ctx->dev_active && (g16 || da16 || d->out.dt)) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
         tr__swiglu_desc c = *d;
-        if ((st = tr__cpu16_check(ctx, fdt, "swiglu"))) return st;
+        if ((st = tr__op_takes(ctx, TR__OP_SWIGLU_BWD, fdt))) return st;
         if (!d->g.p) return tr__err(ctx, TR_ERR_GENERIC, "swiglu: no 16-bit gate_up");
         c.bwd = 1, c.os = d->gs;
         tr__swiglu16(ctx, &c);
@@ -13217,22 +13316,6 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
     return tr__op_round_rows(ctx, fdt, dg, (size_t)d->rows, 2 * (size_t)d->width, d->gs);
 }
 
-/* A product's call: nb products of M x N over K, C (+)= op(A) op(B), each operand with its layout and type (tr__mat,
-   tr__out: batch strides as tr__op_sgemm_batched's, sC = 0 summing the products). The fused ops take it. */
-typedef struct tr__gemm {
-    int nb;
-    size_t M, N, K;
-    tr__mat a, b;
-    tr__out c;
-} tr__gemm;
-/* The outputs of a SwiGLU epilogue on a gate_up product (tr__op_gate_up_fused): its halves are rows (pair_m) or
-   columns, gate then up; gate_up rounded into gu where kept (keep_gu; gate (b, r, c) at b gu_s + r gu_ld + c, up gu_up
-   further), the activation into act (row act_ld, batch act_s apart), each of its own type. */
-typedef struct tr__gu_epi {
-    int pair_m, keep_gu;
-    tr__buf gu, act;
-    size_t gu_ld, gu_s, gu_up, act_ld, act_s;
-} tr__gu_epi;
 
 /* The CPU's gate_up product of a SwiGLU with the activation in its epilogue (tr__sgemm_epi), in place of the product,
    its rounding pass, the activation's pass and (a 16-bit gu) the tape's conversion: C (+ b sB's product) = op(A) op(B)
@@ -13254,19 +13337,6 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, const tr__gemm *g, c
     return TR_OK;
 }
 
-/* The SwiGLU MLPs (tr__op_swiglu_mlp, tr__op_token_mlp), R the rounding to fdt. gu: gate_up (fp32 room, written where
-   kept: keep_gu), gu16 (or NULL): the tape's 16-bit copy of it. in, act and out of their types: in 16 bits with a
-   16-bit CPU workspace (wsp.d16) its activation and output, and its input where it is a 16-bit record's or carry's; a
-   tensor-core device's act (wsp.act16) is room for the activation's packing, its in a 16-bit record's (wsp.r16). */
-typedef struct tr__mlp_desc {
-    int fdt, nb, keep_gu;
-    size_t rows, half, K, D;
-    tr__buf in;
-    size_t ld_in;
-    const float *w_gu, *w_down;
-    float *gu, *gu16;
-    tr__buf act, out;
-} tr__mlp_desc;
 
 /* The channel SwiGLU and its down product: gu = R(in W_guᵀ) (rows x 2 half, gate | up columns; W_gu: 2 half x K, in
    rows ld_in apart), act = R(silu(gate) * up) (rows x half), out = R(act W_downᵀ) (rows x D; W_down: D x half).
@@ -13285,11 +13355,8 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
         float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
-        const float *A = (const float *)d->in.p;
-        int a16 = d->in.dt != 0;
-        if (keep_gu && gu16 && half % 2 == 0)
-            return tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, d->ld_in, a16, d->w_gu, d->w_down, gu16, 2, d->D, (float *)d->out.p, room);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, rows, half, K, A, d->ld_in, a16, d->w_gu, d->w_down, gu, keep_gu, d->D, (float *)d->out.p, room))) return st;
+        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, d, gu16, 2, room);
+        if ((st = tr__cl_swiglu_mlp(ctx->cl, d, gu, keep_gu, room))) return st;
         return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
     }
 #endif
@@ -13341,8 +13408,11 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
     }
 #if TINYREC_OPENCL
     if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
-        return tr__cl_sgemm_swiglu(ctx->cl, nb, g->a.t, tb, M, N, K, (const float *)g->a.p, g->a.ld, g->a.s, gu16, ldb, sB, (float *)g->c.p, g->c.ld, g->c.s,
-                                   g->c.acc, 2, so, 1, room);
+    {
+        tr__gemm g16 = *g;
+        g16.b.p = gu16;
+        return tr__cl_sgemm_swiglu(ctx->cl, &g16, 2, so, 1, room);
+    }
 #endif
     if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__buf_of(gu16, fdt), ldb, act, cols);
@@ -13354,8 +13424,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
             return st;
 #if TINYREC_OPENCL
         if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(g->a.t, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-            return tr__cl_sgemm_swiglu(ctx->cl, nb, g->a.t, tb, M, N, K, (const float *)g->a.p, g->a.ld, g->a.s, gu, ldb, sB, (float *)g->c.p, g->c.ld,
-                                       g->c.s, g->c.acc, 2, so, 0, room);
+            return tr__cl_sgemm_swiglu(ctx->cl, g, 2, so, 0, room);
 #endif
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__f32(gu), ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__f32(gu), sB, act, rows * cols); /* the activation the forward made */
@@ -13403,10 +13472,9 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
     tr_status st;
 #if TINYREC_OPENCL
     if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL, *proj = (float *)d->out.p; /* (act's packing there: wsp.act16) */
-        const float *in = (const float *)d->in.p;
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, nb, It, S, D, d->w_gu, in, mix16, 2, d->w_down, proj, room);
-        if ((st = tr__cl_token_mlp(ctx->cl, nb, It, S, D, d->w_gu, in, mix, keep_gu, d->w_down, proj, room))) return st;
+        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
+        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, d, mix16, 2, room);
+        if ((st = tr__cl_token_mlp(ctx->cl, d, mix, keep_gu, room))) return st;
         return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
     }
 #endif
@@ -13438,9 +13506,9 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && (!qkv.dt || fdt)) return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv.p, cosv, sinv, inverse, qkv.dt != 0);
+    if (ctx->dev_active && (!qkv.dt || fdt)) return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
 #endif
-    if (qkv.dt) return (st = tr__cpu16_check(ctx, fdt, "rope")) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
+    if (qkv.dt) return (st = tr__op_takes(ctx, TR__OP_ROPE, fdt)) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
     tr__rope(ctx, rows, S, H, hd, (float *)qkv.p, cosv, sinv, inverse);
     return tr__op_round(ctx, fdt, (float *)qkv.p, (size_t)rows * 3 * H * hd);
 }
@@ -13451,14 +13519,10 @@ TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, any16 = d->qkv.dt || d->o.dt || d->do_.dt;
     tr_status st;
 #if TINYREC_OPENCL
-    if (ctx->dev_active && (!any16 || fdt)) {
-        int x16 = tr__op_x16(d->qkv.dt, d->o.dt, d->do_.dt);
-        return d->bwd ? tr__cl_attention_bwd(ctx->cl, fdt, B, S, H, hd, d->qkv.p, d->o.p, d->lse, d->do_.p, d->dqkv, x16)
-                      : tr__cl_attention_fwd(ctx->cl, fdt, B, S, H, hd, d->qkv.p, d->o.p, d->lse, x16);
-    }
+    if (ctx->dev_active && (!any16 || fdt)) return d->bwd ? tr__cl_attention_bwd(ctx->cl, d) : tr__cl_attention_fwd(ctx->cl, d);
 #endif
     if (any16) {
-        if ((st = tr__cpu16_check(ctx, fdt, "attention")) || (st = tr__attention16(ctx, d))) return st;
+        if ((st = tr__op_takes(ctx, TR__OP_ATTENTION, fdt)) || (st = tr__attention16(ctx, d))) return st;
         return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
     }
     if (d->bwd) {
@@ -14457,7 +14521,6 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 
 /* --- working memory ----------------------------------------------------------------------- */
 /* The kinds of device a workspace plan is made for: the CPU, an OpenCL device, one with tensor cores (tr__cl_mma_ready). */
-enum { TR__DEV_CPU = 0, TR__DEV_CL = 1, TR__DEV_MMA = 2 };
 TR__FN int tr__ws_device_kind(const tr_ctx *ctx) {
     if (!ctx->dev_active) return TR__DEV_CPU;
 #if TINYREC_OPENCL
@@ -15369,6 +15432,13 @@ TR__FN tr_status tr__carry_refill(tr_model *m, tr_carry *c, const tr_batch *bt) 
     return TR__RND(m, c->z_L, (size_t)B * SD);
 }
 
+/* The model's embedding shape for B rows. */
+TR__FN tr__embed_shape tr__embed_shape_of(const tr_model *m, int B) {
+    tr__embed_shape e;
+    e.B = B, e.S = m->S, e.L = m->L, e.Lp = m->Lp, e.D = m->D, e.Dp = m->Dp, e.V = m->V;
+    return e;
+}
+
 /* x = sqrt(D) * [puzzle prefix ; token embeddings] (+ learned positions). */
 /* In bfloat16 / float16 the embedding rows, their sum with the positions, its 1/sqrt(2) and the scaled
    result are each rounded (W_tok and W_pos through the rounded copy). */
@@ -15378,7 +15448,8 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
     float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
-    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids, x, c->z16));
+    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, tr__embed_shape_of(m, c->B), fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids,
+                                       tr__buf_of(x, c->z16 ? fdt : TR__F32)));
     if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -15414,7 +15485,7 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
         if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, (float *)dx, (size_t)c->B * S * D))) return st;
         dx = wide, g16 = 0;
     }
-    TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, c->B, S, m->L, Lp, D, m->Dp, m->V, dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
+    TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, tr__embed_shape_of(m, c->B), dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
     if (g16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {

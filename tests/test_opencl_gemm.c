@@ -15,6 +15,19 @@
 static tr_ctx *g_ctx;
 static tr__cl *g_cl;
 
+/* The OpenCL wrappers with their operands' types given as a mask (x16, TR__X16_*: which operands hold 16-bit values of
+   fdt), as these tests enumerate them. */
+static tr_status cl_att(tr__cl *cl, int fdt, int bwd, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse, const void *do_,
+                        float *dqkv, int x16) {
+    tr__att_desc d;
+    memset(&d, 0, sizeof d);
+    d.fdt = fdt, d.bwd = bwd, d.B = B, d.S = S, d.H = H, d.hd = hd, d.lse = (float *)(uintptr_t)lse, d.dqkv = dqkv;
+    d.qkv = tr__buf_of(qkv, (x16 & TR__X16_A) ? fdt : 0), d.o = tr__buf_of(o, (x16 & TR__X16_B) ? fdt : 0), d.do_ = tr__buf_of(do_, (x16 & TR__X16_C) ? fdt : 0);
+    return bwd ? tr__cl_attention_bwd(cl, &d) : tr__cl_attention_fwd(cl, &d);
+}
+#define cl_att_fwd(cl, fdt, B, S, H, hd, qkv, o, lse, x16) cl_att(cl, fdt, 0, B, S, H, hd, qkv, o, lse, NULL, NULL, x16)
+#define cl_att_bwd(cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) cl_att(cl, fdt, 1, B, S, H, hd, qkv, o, lse, do_, dqkv, x16)
+
 static tr__cl *dev(void) {
     if (!g_cl) g_cl = tu_cl_open(g_ctx);
     return g_cl;
@@ -230,6 +243,7 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
     size_t ng = sg * n1, nx = sx * n1, nc = sum ? M * ldc : sC * n1, b, r, c;
     float *G = (float *)malloc(ng * 4), *X = (float *)malloc(nx * 4), *act = (float *)malloc(rc * n1 * 4);
     float *C = (float *)malloc(nc * 4), *R = (float *)malloc(nc * 4), *dG, *dX, *dC;
+    tr__gemm g;
     char what[200];
     tu_fill(G, ng, seed, 4.0f), tu_fill(X, nx, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f);
     memcpy(R, C, nc * 4);
@@ -240,9 +254,10 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
                 act[b * rc + r * cols + c] = tr__silu(g[0]) * g[upo];
             }
     dG = up(cl, G, ng), dX = up(cl, X, nx), dC = up(cl, C, nc);
-    assert_int_equal(tr__cl_sgemm_swiglu(cl, nb, ta, tb, M, N, K, sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, sw == 1 ? dX : dG,
-                                         sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, dC, ldc, sC, acc, sw, upo, 0, NULL),
-                     TR_OK);
+    memset(&g, 0, sizeof g);
+    g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = tr__mat_of(sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, ta);
+    g.b = tr__mat_of(sw == 1 ? dX : dG, sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, tb), g.c = tr__out_of(dC, ldc, sC, acc);
+    assert_int_equal(tr__cl_sgemm_swiglu(cl, &g, sw, upo, 0, NULL), TR_OK);
     down(cl, C, dC, nc);
     for (b = 0; b < (size_t)nb; b++) {
         const float *A = sw == 1 ? act + b * rc : X + b * sx, *B = sw == 1 ? X + b * sx : act + b * rc;
@@ -267,7 +282,12 @@ static void test_sgemm_swiglu(void **state) {
         run_swiglu(cl, 1, 0, 1, 150, 37, 70, 2, 0, pad, 0, 1, 75);   /* per row, one product */
         run_swiglu(cl, 2, 0, 1, 130, 140, 260, 2, 0, pad, 0, 0, 76); /* per row, batched, big tiles */
     }
-    assert_int_equal(tr__cl_sgemm_swiglu(cl, 1, 1, 0, 4, 4, 4, NULL, 4, 0, NULL, 4, 0, NULL, 4, 0, 0, 2, 4, 0, NULL), TR_ERR_UNSUPPORTED);
+    {
+        tr__gemm g;
+        memset(&g, 0, sizeof g);
+        g.nb = 1, g.M = g.N = g.K = 4, g.a = tr__mat_of(NULL, 4, 0, 1), g.b = tr__mat_of(NULL, 4, 0, 0), g.c = tr__out_of(NULL, 4, 0, 0);
+        assert_int_equal(tr__cl_sgemm_swiglu(cl, &g, 2, 4, 0, NULL), TR_ERR_UNSUPPORTED);
+    }
 }
 
 /* The token mix's gate_up product with the SwiGLU in its epilogue vs the reference product and activation: per batch
@@ -909,7 +929,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     char what[128];
     tu_fill(qkv, nq, seed, 1.5f), tu_fill(dO, no, seed + 1, 1.0f), tu_fill(dqkv, nq, seed + 2, 1.0f);
     dq = up(cl, qkv, nq), dout = up(cl, dqkv, no), dl = up(cl, dqkv, nl), ddo = up(cl, dO, no), dd = up(cl, dqkv, nq);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, B, S, H, hd, dq, dout, dl, 0), TR_OK);
+    assert_int_equal(cl_att_fwd(cl, 0, B, S, H, hd, dq, dout, dl, 0), TR_OK);
     down(cl, o, dout, no), down(cl, lse, dl, nl);
     tr__attention_fwd_ref(B, S, H, hd, qkv, ro, rl, scr, 1);
     snprintf(what, sizeof what, "attention fwd o B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -919,7 +939,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     /* backward from the reference forward (so both sides see the same o and lse) */
     assert_int_equal(tr__cl_write(cl, dout, ro, no * 4), TR_OK);
     assert_int_equal(tr__cl_write(cl, dl, rl, nl * 4), TR_OK);
-    assert_int_equal(tr__cl_attention_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd, 0), TR_OK);
+    assert_int_equal(cl_att_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd, 0), TR_OK);
     down(cl, dqkv, dd, nq);
     tr__attention_bwd_ref(B, S, H, hd, qkv, ro, rl, dO, rd, scr, 1);
     snprintf(what, sizeof what, "attention bwd B=%d S=%d H=%d hd=%d", B, S, H, hd);
@@ -934,8 +954,8 @@ static void test_attention(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention(cl, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 70 + i);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, 1, 4, 1, 257, NULL, NULL, NULL, 0), TR_ERR_UNSUPPORTED);
-    assert_int_equal(tr__cl_attention_fwd(cl, 0, 0, 4, 1, 8, NULL, NULL, NULL, 0), TR_OK);
+    assert_int_equal(cl_att_fwd(cl, 0, 1, 4, 1, 257, NULL, NULL, NULL, 0), TR_ERR_UNSUPPORTED);
+    assert_int_equal(cl_att_fwd(cl, 0, 0, 4, 1, 8, NULL, NULL, NULL, 0), TR_OK);
     print_message("worst NMSE: sgemm %.3g, attention %.3g\n", g_worst_gemm, g_worst_att);
 }
 

@@ -26,6 +26,25 @@
 static tr_ctx *g_ctx;
 static tr__cl *g_cl;
 
+static tr__embed_shape emb_shape(int B, int S, int L, int Lp, int D, int Dp, int V) {
+    tr__embed_shape e;
+    e.B = B, e.S = S, e.L = L, e.Lp = Lp, e.D = D, e.Dp = Dp, e.V = V;
+    return e;
+}
+
+/* The OpenCL wrappers with their operands' types given as a mask (x16, TR__X16_*: which operands hold 16-bit values of
+   fdt), as these tests enumerate them. */
+static tr_status cl_att(tr__cl *cl, int fdt, int bwd, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse, const void *do_,
+                        float *dqkv, int x16) {
+    tr__att_desc d;
+    memset(&d, 0, sizeof d);
+    d.fdt = fdt, d.bwd = bwd, d.B = B, d.S = S, d.H = H, d.hd = hd, d.lse = (float *)(uintptr_t)lse, d.dqkv = dqkv;
+    d.qkv = tr__buf_of(qkv, (x16 & TR__X16_A) ? fdt : 0), d.o = tr__buf_of(o, (x16 & TR__X16_B) ? fdt : 0), d.do_ = tr__buf_of(do_, (x16 & TR__X16_C) ? fdt : 0);
+    return bwd ? tr__cl_attention_bwd(cl, &d) : tr__cl_attention_fwd(cl, &d);
+}
+#define cl_att_fwd(cl, fdt, B, S, H, hd, qkv, o, lse, x16) cl_att(cl, fdt, 0, B, S, H, hd, qkv, o, lse, NULL, NULL, x16)
+#define cl_att_bwd(cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) cl_att(cl, fdt, 1, B, S, H, hd, qkv, o, lse, do_, dqkv, x16)
+
 static void dev_free_all(void);
 static int g_no_cl;
 
@@ -347,18 +366,18 @@ static void test_rounded_outputs(void **state) {
             tr__round_ref(fdt, q, nq), tr__round_ref(fdt, dout, no);
             for (inv = 0; inv < 2; inv++) {
                 dQ = dev_f(q, nq), dQ0 = dev_f(q, nq);
-                assert_int_equal(tr__cl_rope(g_cl, 0, AB * AS, AS, AH, HD, dQ0, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv, 0), TR_OK);
-                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv, 0), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, 0, AB * AS, AS, AH, HD, tr__buf_of(dQ0, 0), dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, tr__buf_of(dQ, 0), dev_f(cs, (size_t)AS * HD), dev_f(sn, (size_t)AS * HD), inv), TR_OK);
                 same_bits(inv ? "rope inverse" : "rope", fdt, down(dQ, nq), down_rounded(fdt, dQ0, nq), nq);
             }
             dQ = dev_f(q, nq), dO = dev_f(NULL, no), dO0 = dev_f(NULL, no), dL = dev_f(NULL, nl), dL0 = dev_f(NULL, nl);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, 0, AB, AS, AH, HD, dQ, dO0, dL0, 0), TR_OK);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, 0, AB, AS, AH, HD, dQ, dO0, dL0, 0), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
             same_bits("attention fwd o", fdt, down(dO, no), down_rounded(fdt, dO0, no), no);
             same_bits("attention fwd lse", fdt, down(dL, nl), down(dL0, nl), nl);
             dDO = dev_f(dout, no), dD = dev_f(NULL, nq), dD0 = dev_f(NULL, nq);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, 0, AB, AS, AH, HD, dQ, dO, dL, dDO, dD0, 0), TR_OK);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dDO, dD, 0), TR_OK);
+            assert_int_equal(cl_att_bwd(g_cl, 0, AB, AS, AH, HD, dQ, dO, dL, dDO, dD0, 0), TR_OK);
+            assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dDO, dD, 0), TR_OK);
             same_bits("attention bwd dqkv", fdt, down(dD, nq), down_rounded(fdt, dD0, nq), nq);
         }
         dev_free_all();
@@ -380,7 +399,7 @@ static void test_rope(void **state) {
             float *q = hrand(n, 41 + t, 1.0f), *cs = hrand(nc, 43 + t, 1.0f), *sn = hrand(nc, 47 + t, 1.0f);
             float *dQ = dev_f(q, n), *dC = dev_f(cs, nc), *dS = dev_f(sn, nc);
             tr__rope_ref(R, S, H, hd, q, cs, sn, inv, 1);
-            assert_int_equal(tr__cl_rope(g_cl, 0, R, S, H, hd, dQ, dC, dS, inv, 0), TR_OK);
+            assert_int_equal(tr__cl_rope(g_cl, 0, R, S, H, hd, tr__buf_of(dQ, 0), dC, dS, inv), TR_OK);
             check(inv ? "rope inverse" : "rope", down(dQ, n), q, n, 1e-12, 1e-6, 1e-6);
             dev_free_all();
         }
@@ -461,7 +480,7 @@ static void test_embed(void **state) {
                     xr[j] *= scale;
                 }
             }
-        assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, 0, dWt, dWp, dPe, dIn, dPid, dX, 0), TR_OK);
+        assert_int_equal(tr__cl_embed_fwd(g_cl, emb_shape(B, S, L, Lp, D, Dp, V), 0, dWt, dWp, dPe, dIn, dPid, tr__f32(dX)), TR_OK);
         check("embed fwd", down(dX, nx), x, nx, 1e-12, 1e-6, 1e-6);
         for (b = 0; b < B; b++) /* tr__embed_bwd */
             for (s = 0; s < S; s++) {
@@ -474,7 +493,7 @@ static void test_embed(void **state) {
                 } else
                     for (j = 0; j < D; j++) gt[(size_t)in[(size_t)b * L + s - Lp] * D + j] += f * d[j];
             }
-        assert_int_equal(tr__cl_embed_bwd(g_cl, B, S, L, Lp, D, Dp, V, dDX, dIn, dGt, dGp, dPr), TR_OK);
+        assert_int_equal(tr__cl_embed_bwd(g_cl, emb_shape(B, S, L, Lp, D, Dp, V), dDX, dIn, dGt, dGp, dPr), TR_OK);
         check("embed bwd g_tok", down(dGt, (size_t)V * D), gt, (size_t)V * D, 1e-10, 1e-4, 1e-5);
         if (gp) check("embed bwd g_pos", down(dGp, (size_t)S * D), gp, (size_t)S * D, 1e-12, 1e-6, 1e-6);
         if (Dp) check("embed bwd prow", down(dPr, (size_t)B * Dp), pr, (size_t)B * Dp, 0, 0, 0);
@@ -565,8 +584,8 @@ static void test_carry16(void **state) {
             for (k = 0; k < B * L; k++) in[k] = (k * 5 + 1) % V;
             dWt = dev_f(wt, (size_t)V * D), dWp = dev_f(wp, (size_t)S * D), dPe = dev_f(pe, (size_t)4 * Dp);
             dIn = dev_i(in, (size_t)B * L), dPid = dev_i(pid, (size_t)B);
-            assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, fdt, dWt, dWp, dPe, dIn, dPid, dX, 0), TR_OK);
-            assert_int_equal(tr__cl_embed_fwd(g_cl, B, S, L, Lp, D, Dp, fdt, dWt, dWp, dPe, dIn, dPid, dX16, 1), TR_OK);
+            assert_int_equal(tr__cl_embed_fwd(g_cl, emb_shape(B, S, L, Lp, D, Dp, V), fdt, dWt, dWp, dPe, dIn, dPid, tr__f32(dX)), TR_OK);
+            assert_int_equal(tr__cl_embed_fwd(g_cl, emb_shape(B, S, L, Lp, D, Dp, V), fdt, dWt, dWp, dPe, dIn, dPid, tr__buf_of(dX16, fdt)), TR_OK);
             same_bits("embed16", fdt, down_h16(fdt, dX16, nx), down(dX, nx), nx);
             dev_free_all();
         }
@@ -600,13 +619,13 @@ static void test_record16(void **state) {
             dx0 = down(dDX, n);
             for (inv = 0; inv < 2; inv++) {
                 dQ = dev_f(q, nq);
-                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dCs, dSn, inv, 0), TR_OK);
+                assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, tr__buf_of(dQ, 0), dCs, dSn, inv), TR_OK);
                 q0[inv] = down(dQ, nq);
             }
             dQ = dev_f(q, nq);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, 0), TR_OK);
             o0 = down(dO, no), l0 = down(dL, nl);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dev_f(dout, no), dD, 0), TR_OK);
+            assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, AH, HD, dQ, dO, dL, dev_f(dout, no), dD, 0), TR_OK);
             dq0 = down(dD, nq);
         }
         for (x16 = 1; x16 < 8; x16++) {
@@ -623,21 +642,22 @@ static void test_record16(void **state) {
             if (x16 == TR__X16_A)
                 for (inv = 0; inv < 2; inv++) { /* RoPE in place on 16-bit qkv */
                     float *dQ = dev_h16(fdt, q, nq);
-                    assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, dQ, dCs, dSn, inv, 1), TR_OK);
+                    assert_int_equal(tr__cl_rope(g_cl, fdt, AB * AS, AS, AH, HD, tr__buf_of(dQ, fdt), dCs, dSn, inv), TR_OK);
                     same_bits(inv ? "rope inverse, 16-bit qkv" : "rope, 16-bit qkv", fdt, down_h16(fdt, dQ, nq), q0[inv], nq);
                 }
             /* attention: qkv and o together (the forward's output, the backward's input); do, dqkv and lse fp32; any
                other combination is refused */
             dO = Bb ? dev_h16(fdt, o0, no) : dev_f(NULL, no), dL = dev_f(NULL, nl), dD = dev_f(NULL, nq);
-            if (x16 != (TR__X16_A | TR__X16_B)) {
-                assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, x16), TR_ERR_UNSUPPORTED);
-                assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, dev_f(dout, no), dD, x16), TR_ERR_UNSUPPORTED);
+            if (x16 != (TR__X16_A | TR__X16_B)) { /* (the forward has no do: only its qkv and o bits count) */
+                if ((x16 & 3) != 3)
+                    assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, x16), (x16 & 3) ? TR_ERR_UNSUPPORTED : TR_OK);
+                assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, AH, HD, dev_maybe16(fdt, A, q, nq), dO, dL, dev_f(dout, no), dD, x16), TR_ERR_UNSUPPORTED);
                 continue;
             }
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dO, dL, x16), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dO, dL, x16), TR_OK);
             same_bits("attention fwd o, 16-bit operands", fdt, down_h16(fdt, dO, no), o0, no);
             same_bits("attention fwd lse, 16-bit operands", fdt, down(dL, nl), l0, nl);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dev_h16(fdt, o0, no), dev_f(l0, nl), dev_f(dout, no), dD, x16),
+            assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, AH, HD, dev_h16(fdt, q, nq), dev_h16(fdt, o0, no), dev_f(l0, nl), dev_f(dout, no), dD, x16),
                              TR_OK);
             same_bits("attention bwd dqkv, 16-bit operands", fdt, down(dD, nq), dq0, nq);
         }
@@ -647,11 +667,11 @@ static void test_record16(void **state) {
             float *q8 = hrand(mq, 223, 1.0f), *do8 = hrand(mo, 227, 1.0f), *dO = dev_f(NULL, mo), *dL = dev_f(NULL, ml), *dD = dev_f(NULL, mq);
             float *dO16 = dev_f(NULL, (mo + 1) / 2), *dL16 = dev_f(NULL, ml), *dD16 = dev_f(NULL, mq);
             tr__round_ref(fdt, q8, mq), tr__round_ref(fdt, do8, mo);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, 0), TR_OK);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, dev_f(do8, mo), dD, 0), TR_OK);
-            assert_int_equal(tr__cl_attention_fwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, TR__X16_A | TR__X16_B), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, 0), TR_OK);
+            assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, H8, D8, dev_f(q8, mq), dO, dL, dev_f(do8, mo), dD, 0), TR_OK);
+            assert_int_equal(cl_att_fwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, TR__X16_A | TR__X16_B), TR_OK);
             same_bits("attention fwd o, 16-bit operands, hd 8", fdt, down_h16(fdt, dO16, mo), down(dO, mo), mo);
-            assert_int_equal(tr__cl_attention_bwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, dev_f(do8, mo), dD16, TR__X16_A | TR__X16_B), TR_OK);
+            assert_int_equal(cl_att_bwd(g_cl, fdt, AB, AS, H8, D8, dev_h16(fdt, q8, mq), dO16, dL16, dev_f(do8, mo), dD16, TR__X16_A | TR__X16_B), TR_OK);
             same_bits("attention bwd dqkv, 16-bit operands, hd 8", fdt, down(dD16, mq), down(dD, mq), mq);
         }
         dev_free_all();
