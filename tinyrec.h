@@ -8165,7 +8165,7 @@ typedef struct tr__cl_packed {
     const float *P;
     size_t ld, sP, rows, K, rp, kp, il, so;
     int nbp, mma;
-    int h16; /* P holds 16-bit values of the precision mma (a 16-bit tape's): ld, sP, K and so count them */
+    int src16; /* P holds 16-bit values of the precision mma (a 16-bit tape's): ld, sP, K and so count them */
 } tr__cl_packed;
 
 struct tr__cl {
@@ -10469,9 +10469,9 @@ TR__FN tr_status tr__cl_embed_bwd(tr__cl *cl, tr__embed_shape e, const float *dx
     return tr__cl_k1_launch1(cl, "tr_k_embed_bwd_tok_sum", (size_t)V * D, &A);
 }
 
-/* h16: the forward precision (bfloat16 / float16) of a 16-bit carry's z_H and z_L, else 0 */
+/* zdt: the type of z_H and z_L (a 16-bit carry's: bfloat16 / float16; the kernel's h16), else fp32 */
 TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *halted, const float *H_init, const float *L_init, float *z_H, float *z_L,
-                               int h16) {
+                               int zdt) {
     tr__clargs A;
     if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
     tr__cla_init(&A);
@@ -10483,7 +10483,7 @@ TR__FN tr_status tr__cl_refill(tr__cl *cl, int B, int S, int D, const int32_t *h
     tr__cla_buf(&A, L_init);
     tr__cla_buf(&A, z_H);
     tr__cla_buf(&A, z_L);
-    tr__cla_i32(&A, h16);
+    tr__cla_i32(&A, zdt);
     return tr__cl_k1_launch2(cl, "tr_k_refill", (size_t)S * D, (size_t)B, &A);
 }
 
@@ -11988,8 +11988,6 @@ typedef struct tr__cl_gemm_fuse {
     int g16; /* the sw operand holds 16-bit values of the precision (a 16-bit tape's gate_up; tensor cores only) */
     float *sw_room; /* (or NULL) the sw operand packed there instead of its slot, and not kept for the packing window:
                        the caller's memory, which it may write once the product has run (tr__cl_room) */
-    int h16;        /* TR__X16_A / TR__X16_B: that operand holds 16-bit values of the precision (a tensor-core device's
-                       16-bit record, wsp.r16; tensor cores only): its lda / ldb and sA / sB count them */
 } tr__cl_gemm_fuse;
 
 /* A fuse with nothing in it (a plain product): callers set the fields they use by name, so that a field added to
@@ -12055,7 +12053,7 @@ TR__FN tr__cl_packed tr__cl_packed_of(const float *P, size_t ld, size_t sP, size
    not). */
 TR__FN int tr__cl_packed_same(const tr__cl_packed *a, const tr__cl_packed *b) {
     return a->P == b->P && a->ld == b->ld && a->sP == b->sP && a->rows == b->rows && a->K == b->K && a->rp == b->rp && a->kp == b->kp && a->il == b->il &&
-           a->so == b->so && a->nbp == b->nbp && a->mma == b->mma && a->h16 == b->h16;
+           a->so == b->so && a->nbp == b->nbp && a->mma == b->mma && a->src16 == b->src16;
 }
 /* 32-bit words of a packing, all its batches. */
 TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nbp * k->rp * (k->kp / 2); }
@@ -12063,7 +12061,7 @@ TR__FN size_t tr__cl_packed_words(const tr__cl_packed *k) { return (size_t)k->nb
 /* One operand of tr_k_hmma as it is stored: P (rows x K) of each of nbp batches (stride sP floats), rounded to the
    precision and packed by tr_k_pack16 into scratch as rows of kp 16-bit values, rp rows per batch (zeros past the
    operand). il > 0 (rows = 2 il): the halves' rows interleaved. so > 0: P is a SwiGLU's gate_up, each value the
-   activation of P[i] and P[i + so]. h16: P's values are 16 bits (tr_k_pack16_h). */
+   activation of P[i] and P[i + so]. src16: P's values are 16 bits (tr_k_pack16_h). */
 TR__FN tr_status tr__cl_pack16_into(tr__cl *cl, const tr__cl_packed *k, float *D) {
     size_t gs[3], ls[3];
     tr__clargs a;
@@ -12073,7 +12071,7 @@ TR__FN tr_status tr__cl_pack16_into(tr__cl *cl, const tr__cl_packed *k, float *D
     tr__cla_i32(&a, (int32_t)k->rows), tr__cla_i32(&a, (int32_t)k->K);
     tr__cla_buf(&a, D), tr__cla_i32(&a, (int32_t)k->kp), tr__cla_i32(&a, (int32_t)k->rp), tr__cla_i32(&a, k->mma);
     tr__cla_i64(&a, (int64_t)k->so), tr__cla_i32(&a, (int32_t)k->il);
-    return tr__cl_launch(cl, k->h16 ? "tr_k_pack16_h" : "tr_k_pack16", 3, gs, ls, &a);
+    return tr__cl_launch(cl, k->src16 ? "tr_k_pack16_h" : "tr_k_pack16", 3, gs, ls, &a);
 }
 /* tr__cl_pack16_into scratch slot `slot`. */
 TR__FN tr_status tr__cl_pack16(tr__cl *cl, int slot, const tr__cl_packed *k, uint32_t **out) {
@@ -12134,7 +12132,7 @@ TR__FN void tr__cl_pack_window(tr__cl *cl, int open) {
 /* Floats from k->P that the packing reads (a 16-bit source: the floats its values lie in). */
 TR__FN size_t tr__cl_packed_span(const tr__cl_packed *k) {
     size_t n = ((size_t)k->nbp - 1) * k->sP + (k->rows - 1) * k->ld + k->K + k->so;
-    return k->h16 ? (n + 1) / 2 : n;
+    return k->src16 ? (n + 1) / 2 : n;
 }
 
 /* An error when a product would read [P, P + span) other than through a kept packing whose fp32 source was never
@@ -12284,7 +12282,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
     if (fz->swc && (!mma || acc || sum || !(fz->act || fz->act16) || (fz->swc == 1 ? tb == 0 || N % 2 : ta || M % 2) ||
                     (fz->swc == 1 && (!fz->act16 || nb != 1)) || (fz->write_gu == 2 && (ldc % 2 || (fz->swc == 1 ? N / 2 : N) % 2))))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no SwiGLU epilogue for this product");
-    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)) || (fz->h16 && !mma))
+    if ((fz->a16 && (!mma || ta || nb != 1)) || (fz->b16 && (!mma || tb)) || (fz->g16 && (!mma || !fz->sw)) || ((ma.dt || mb.dt) && !mma))
         return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: a packed or 16-bit operand needs the tensor cores");
     if (fz->swc || fz->rnd == 2) pieces = 1; /* (the epilogue needs whole sums) */
     rows_per_group = fz->gu ? g.tm / 2 : g.tm; /* gu: a tile holds TM/2 rows of each of C's halves (M counts one) */
@@ -12341,9 +12339,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
         want[0].il = fz->swc == 2 ? M / 2 : 0, want[0].so = fz->sw == 1 ? fz->so : 0;
         want[1] = tr__cl_packed_of(fz->b16 ? NULL : B, ldb, sB, tb ? N : K, tb ? K : N, nbB, mma);
         want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0;
-        if (fz->g16) want[fz->sw - 1].h16 = 1;
-        if (fz->h16 & TR__X16_A) want[0].h16 = 1;
-        if (fz->h16 & TR__X16_B) want[1].h16 = 1;
+        if (fz->g16) want[fz->sw - 1].src16 = 1;
+        if (ma.dt) want[0].src16 = 1; /* (a 16-bit operand: a tensor-core device's 16-bit record, wsp.r16) */
+        if (mb.dt) want[1].src16 = 1;
         act = tr__cl_packed_of(NULL, 0, 0, fz->swc == 1 ? M : M / 2, fz->swc == 1 ? N / 2 : N, 1, mma);
         kpa = fz->act16 ? act.kp : 0, s16 = fz->act16 && fz->swc == 2 ? tr__cl_packed_words(&act) : 0; /* (words a batch) */
         float *room[2] = {NULL, NULL};
@@ -12460,7 +12458,6 @@ TR__FN tr_status tr__cl_sgemm_gate_up(tr__cl *cl, int nb, size_t half, size_t N,
    d->in, rows ld_in apart, K deep, fp32 or 16-bit values of the precision; proj is d->out). */
 TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu, int keep_gu, float *room) {
     size_t rows = d->rows, half = d->half, K = d->K, D = d->D;
-    int a16 = d->in.dt != 0;
     tr__cl_gemm_fuse fz = tr__cl_fuse_none(), down = tr__cl_fuse_none();
     tr__cl_packed pa = tr__cl_packed_of(NULL, 0, 0, rows, half, 1, 0); /* the down product's A as tr__cl_gemm_run packs it */
     tr_status st;
@@ -12468,8 +12465,8 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu,
     if (!act16) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 1, down.rnd = 1;
-    fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16, fz.h16 = a16 ? TR__X16_A : 0; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat_of(d->in.p, d->ld_in, 0, 0), tr__mat_of(d->w_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0),
+    fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
+    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), tr__mat_of(d->w_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0),
                               1, &fz)) != TR_OK) return st;
     down.a16 = act16;
     return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_of(d->out.p, D, 0, 0), 0, &down);
@@ -13001,8 +12998,7 @@ TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, si
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, dt)) {
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.h16 = (ma.dt ? TR__X16_A : 0) | (mb.dt ? TR__X16_B : 0);
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of(ma.p, ma.ld, ma.s, ma.t), tr__mat_of(mb.p, mb.ld, mb.s, mb.t), mc, 0, &fz);
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
     }
 #endif
     if ((st = tr__op_takes(ctx, TR__OP_SGEMM, dt))) return st;
@@ -13114,9 +13110,8 @@ TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t
 #if TINYREC_OPENCL
     if (tr__op_mma(ctx, fdt)) {
         tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = mc.dt ? 2 : 1, fz.h16 = (ma.dt ? TR__X16_A : 0) | (mb.dt ? TR__X16_B : 0);
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, tr__mat_of(ma.p, ma.ld, ma.s, ma.t), tr__mat_of(mb.p, mb.ld, mb.s, mb.t),
-                               tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
+        fz.rnd = mc.dt ? 2 : 1;
+        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
     }
 #endif
     if (any16 && (st = tr__op_takes(ctx, TR__OP_SGEMM_RND, fdt))) return st;
@@ -21831,15 +21826,15 @@ TR__FN tr_status tr__trainer_host_state(tr_trainer *t, float **opt, float **zs) 
    a host copy). */
 TR__FN tr_status tr__carry_put(tr_model *m, tr_carry *c, float *hz) {
     size_t N = (size_t)c->B * m->S * m->D;
-    float *h16;
+    float *packed;
     tr_status st;
     if (!c->z16) return tr__dput(m->ctx, c->z_H, hz, 2 * N * sizeof(float));
     if (m->fdt != TR_FWD_BFLOAT16 && m->fdt != TR_FWD_FLOAT16) return tr__carry_follow(m, c); /* (its error: no room for fp32) */
-    if (!(h16 = m->ctx->dev_active ? (float *)tr__alloc(m->ctx, N * sizeof(float)) : c->z_H)) return TR_ERR_OUT_OF_MEMORY;
+    if (!(packed = m->ctx->dev_active ? (float *)tr__alloc(m->ctx, N * sizeof(float)) : c->z_H)) return TR_ERR_OUT_OF_MEMORY;
     tr__round(m->ctx, m->fdt, hz, 2 * N);
-    tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)h16, 2 * N);
-    st = tr__dput(m->ctx, c->z_H, h16, N * sizeof(float));
-    if (h16 != c->z_H) tr__free(m->ctx, h16);
+    tr__half(m->ctx, m->fdt, 0, hz, (uint16_t *)(void *)packed, 2 * N);
+    st = tr__dput(m->ctx, c->z_H, packed, N * sizeof(float));
+    if (packed != c->z_H) tr__free(m->ctx, packed);
     if (!st) c->zfdt = m->fdt; /* (x and inj are the next step's own) */
     return st;
 }
