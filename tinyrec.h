@@ -5222,7 +5222,7 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
     if (p.row) tr__par_for(tr__threads_for(ctx, (double)rows * width), rows, 0, fn, &p);
     else tr__swiglu_bwd_ref(rows, width, g, g_stride, da, da_stride, dg, ctx->num_threads);
 }
-/* The norms' SIMD dispatchers take the forward precision fdt (0: float32) and round as tr__op_rms_*'s passes would, a
+/* The norms' SIMD dispatchers take the forward precision fdt (0: float32) and round as tr__op_norm's passes would, a
    row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
    in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
 TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
@@ -7063,15 +7063,15 @@ typedef struct tr__sgemm_job {
        is packed in its two halves, the up half from row asplit (the gate half's rows rounded up to whole micro-panels) */
     const tr__sgemm_epi *epi;
     size_t mrows, npair, asplit;
-    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (tr__op_sgemm16), widened a
-       tile at a time into a thread's x16_tile (x16_stride floats apart) before packing */
+    /* a16, b16: A, or B (then at B16, and B is NULL), holds 16-bit values of that precision (a 16-bit operand of tr__op_sgemm), widened a
+       tile at a time into a thread's wide_tile (wide_stride floats apart) before packing */
     int a16, b16;
     const uint16_t *B16;
     tr__range_fn half_fn;
-    float *x16_tile;
-    size_t x16_stride;
+    float *wide_tile;
+    size_t wide_stride;
     /* stage (or NULL): a rounded product stored as 16-bit values (a rounding epilogue's c16) that is deeper than one KC
-       block, sums products (kbat) or accumulates: a job sums its C block in fp32 at ctile_at in its thread's x16_tile
+       block, sums products (kbat) or accumulates: a job sums its C block in fp32 at ctile_at in its thread's wide_tile
        (from C's values widened, accumulating), ukr call for ukr call as into an fp32 C, then rounds and stores it */
     const tr__sgemm_epi *stage;
     size_t ctile_at;
@@ -7308,7 +7308,7 @@ TR__FN tr_status tr__sgemm_small(tr_ctx *ctx, tr__sgemm_job *J, int dot) {
 }
 
 /* Thread t's tile for widening a 16-bit A or B (NULL: both fp32); t >= nt: a loop run alone inside another. */
-TR__FN float *tr__sgemm_x16_tile(const tr__sgemm_job *J, int t, int nt) { return J->x16_tile ? J->x16_tile + (size_t)(t < nt ? t : 0) * J->x16_stride : NULL; }
+TR__FN float *tr__sgemm_wide_tile(const tr__sgemm_job *J, int t, int nt) { return J->wide_tile ? J->wide_tile + (size_t)(t < nt ? t : 0) * J->wide_stride : NULL; }
 
 #if TR__POOL
 /* The packed path's two loops on the pool (OpenMP runs them in one region, below). */
@@ -7317,7 +7317,7 @@ TR__FN void tr__sgemm_pack_range(void *arg, long u0, long u1) { /* op(B)'s units
     const tr__sgemm_pool_args *p = (const tr__sgemm_pool_args *)arg;
     long u;
     for (u = u0; u < u1; u++) {
-        float *tile = tr__sgemm_x16_tile(p->J, tr__thread_id(), p->nt);
+        float *tile = tr__sgemm_wide_tile(p->J, tr__thread_id(), p->nt);
         if ((size_t)u < p->nbunits) tr__sgemm_pack_b_unit(p->J, tile, (size_t)u);
         else tr__sgemm_pack_a_unit(p->J, tile, (size_t)u - p->nbunits);
     }
@@ -7327,7 +7327,7 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
     int t = tr__thread_id();
     float *ap = p->J->apre ? NULL : p->J->apack + (size_t)(t < p->nt ? t : 0) * p->J->astride; /* (t >= nt: a loop run alone inside another) */
     long u;
-    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, tr__sgemm_x16_tile(p->J, t, p->nt), (size_t)u);
+    for (u = u0; u < u1; u++) tr__sgemm_job_run(p->J, ap, tr__sgemm_wide_tile(p->J, t, p->nt), (size_t)u);
 }
 #endif
 
@@ -7519,16 +7519,16 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         if (apre) afloats = 0;
         else if (J.nnb > 1 || (epi && epi->pair_m)) afloats = mfloats, ashared = packa = 1; /* (a pair's up rows: outside a job's slab) */
         /* 16-bit A or B: a tile per thread, for an M block's or a packing unit's rows of A, a unit's panels of B */
-        J.x16_stride = (TR__MAX(a16 ? TR__MAX(J.mcb, 4 * MR) : 0, b16 ? J.bunit * NR : 0) * J.kc_nom + 15) / 16 * 16;
-        if (J.stage) J.ctile_at = J.x16_stride, J.x16_stride += (J.mcb * J.pcb * NR + 15) / 16 * 16; /* (and the staged C block) */
-        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.x16_stride * (size_t)nt, sizeof(float), &total))
+        J.wide_stride = (TR__MAX(a16 ? TR__MAX(J.mcb, 4 * MR) : 0, b16 ? J.bunit * NR : 0) * J.kc_nom + 15) / 16 * 16;
+        if (J.stage) J.ctile_at = J.wide_stride, J.wide_stride += (J.mcb * J.pcb * NR + 15) / 16 * 16; /* (and the staged C block) */
+        if (!tr__size_mul(afloats, ashared ? 1 : (size_t)nt, &s) || s > SIZE_MAX / 8 - bfloats || !tr__size_mul(bfloats + s + J.wide_stride * (size_t)nt, sizeof(float), &total))
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         if (total) {
             float *w = (float *)tr__scratch(ctx, total);
             if (!w) return TR_ERR_OUT_OF_MEMORY;
             J.bpack = w;
             J.apack = w + bfloats;
-            if (a16 || b16 || J.stage) J.x16_tile = w + bfloats + s;
+            if (a16 || b16 || J.stage) J.wide_tile = w + bfloats + s;
         }
         J.astride = afloats;
         if (bpre) J.bpack = bpre;
@@ -7542,7 +7542,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
     if (nt > 1) {
 #pragma omp parallel num_threads(nt)
         {
-            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride, *tile = tr__sgemm_x16_tile(&J, omp_get_thread_num(), nt);
+            float *ap = J.apre ? NULL : J.apack + (size_t)omp_get_thread_num() * J.astride, *tile = tr__sgemm_wide_tile(&J, omp_get_thread_num(), nt);
             long u;
             if (nbunits + J.naunits) {
 #pragma omp for schedule(dynamic, 1)
@@ -7566,9 +7566,9 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         return TR_OK;
     }
 #endif
-    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, J.x16_tile, i);
-    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, J.x16_tile, i);
-    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, J.x16_tile, i);
+    for (i = 0; i < nbunits; i++) tr__sgemm_pack_b_unit(&J, J.wide_tile, i);
+    for (i = 0; i < J.naunits; i++) tr__sgemm_pack_a_unit(&J, J.wide_tile, i);
+    for (i = 0; i < njobs; i++) tr__sgemm_job_run(&J, J.apack, J.wide_tile, i);
     return TR_OK;
 }
 
@@ -14593,7 +14593,7 @@ TR__FN int tr__ws_layout_for(const tr_model *m, int B, int kind) {
    the buffers.
    - tape16: a bfloat16 / float16 model's recorded activations are rounded to it already, so 16 bits keep them exactly.
    - carry16: where the tape is 16-bit, on any device, with an even S * D (a row starts on a whole float). The CPU's ops
-     read and write the carry so (tr__op_add16, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the
+     read and write the carry so (tr__op_add on its types, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the
      input buffer `in`, and its heads read z_H widened there or into the trainer's scratch. A trainer's activation
      gradients (dz, dx, the backward's two buffers) are 16-bit with it (tr_trainer.g16).
    - d16: the CPU's workspace with a 16-bit tape, which rounds each activation and gradient to 16 bits once complete

@@ -694,7 +694,7 @@ static void run_round_epilogue(tr_ctx *ctx) {
 }
 PER_LEVEL_TEST(round_epilogue)
 
-/* A given as 16-bit values (tr__op_sgemm16, the CPU's 16-bit workspace; with B so too, half the cases), or B, gives the
+/* A given as 16-bit values (tr__op_sgemm on a 16-bit operand, the CPU's 16-bit workspace; with B so too, half the cases), or B, gives the
    bits of the product on the fp32 values they hold, at 1, 2 and 16 threads, on every path: short (M <= 16) and narrow
    (N <= 8) products that read A in place, packed ones with a slab per thread (many M blocks) or op(A) packed once (few,
    N cut), deeper than one KC block, with either transposition of A and accumulating or not; in batches too. */
