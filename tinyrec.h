@@ -12962,8 +12962,8 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd/bwd, tr_k_rms_rows_fwd16_<x16>/bwd16_<x16>", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
-    {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd* (tensor cores: 16-bit g, d act)",
-     {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
+    /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */
+    {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd*", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"attention", "tr__attention_fwd_ref / _bwd_ref", "tr_k_att_fwd*, tr_k_att_dot, tr_k_att_dkdv*, tr_k_att_dq* (_h: 16-bit qkv and o)",
      {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"rope", "tr__rope_ref, then tr__round_ref", "tr_k_rope, tr_k_rope16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},

@@ -82,7 +82,7 @@ static void case_add(op_env *e, int dt) {
 
 /* C = A Bᵀ (the models' weight layout) with A and B of type dt; rnd: C rounded to dt and stored as dt. */
 static void run_sgemm(op_env *e, int dt, int rnd) {
-    const size_t M = 37, N = 29, K = 45;
+    const size_t M = 37, N = 30, K = 45; /* (N even: the tensor cores store a 16-bit C two values at a time) */
     float *A = vals(M * K, 3, 1.0f, dt), *B = vals(N * K, 4, 1.0f, dt), *ref = (float *)malloc(M * N * 4), *got;
     tr__buf dA = put(e, A, M * K, dt), dB = put(e, B, N * K, dt), dC = put(e, NULL, M * N, rnd ? dt : TR__F32);
     tr__mat ma = tr__mat16_of(dA.p, K, 0, 0, dt), mb = tr__mat16_of(dB.p, K, 0, 1, dt);
@@ -358,6 +358,41 @@ static void test_ops_opencl(void **state) {
     tr_ctx_destroy(e.ctx);
 }
 
+/* Emulated tensor cores (the OpenCL device's tensor-core kernels run with fma: cl_sgemm "MMA=2"): their products take
+   16-bit operands, and a bfloat16 / float16 computation's products run on them (ctx->gemm_fdt, as while a model runs). */
+static void test_ops_tensor_cores(void **state) {
+    tr_ctx_config cc = tr_ctx_config_default();
+    op_env e;
+    int op, dt, ran = 0;
+    (void)state;
+    memset(&e, 0, sizeof e);
+    cc.num_threads = 2, cc.seed = 1, cc.device = "cpu", cc.cl_sgemm = "MMA=2";
+    assert_int_equal(tr_ctx_create(&cc, &e.ctx), TR_OK);
+#if TINYREC_OPENCL
+    tu_cl_open(e.ctx);
+    if (!tr__cl_mma_ready(e.ctx->cl)) fail_msg("no emulated tensor cores on %s: %s", tr_ctx_device_name(e.ctx), tr_ctx_last_error(e.ctx));
+#else
+    tr_ctx_destroy(e.ctx);
+    tu_no_opencl("this build has no TINYREC_OPENCL");
+#endif
+    e.kind = tr__dev_kind(e.ctx);
+    assert_int_equal(e.kind, TR__DEV_MMA);
+    snprintf(e.where, sizeof e.where, "opencl (emulated tensor cores)");
+    for (op = 0; op < TR__NOPS; op++)
+        for (dt = 0; dt < TR__NDT; dt++)
+            if (tr__ops[op].types[TR__DEV_MMA] & ~tr__ops[op].types[TR__DEV_CL] & TR__DTB(dt)) { /* (what the plain device runs, test_ops_opencl ran) */
+                e.ctx->gemm_fdt = dt;
+                cases[op](&e, dt);
+                e.ctx->gemm_fdt = 0;
+                ran++;
+            }
+    assert_int_equal(ran, 4); /* (sgemm and sgemm_rnd, each in bfloat16 and float16) */
+#if TINYREC_OPENCL
+    assert_true(e.ctx->cl->mma_products >= 4); /* (they ran on the tensor-core kernels) */
+#endif
+    tr_ctx_destroy(e.ctx);
+}
+
 /* The table itself: every op takes fp32 everywhere, the CPU takes every type an OpenCL device does, and a 16-bit
    operand where the device does not take it is refused with the op's name, not run. */
 static void test_op_table(void **state) {
@@ -381,6 +416,7 @@ static void test_op_table(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_op_table), cmocka_unit_test(test_ops_cpu), cmocka_unit_test(test_ops_opencl)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_op_table), cmocka_unit_test(test_ops_cpu), cmocka_unit_test(test_ops_opencl),
+                                       cmocka_unit_test(test_ops_tensor_cores)};
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
