@@ -1503,6 +1503,7 @@ struct tr_ctx {
        given later would name another list than the one the drivers were loaded from */
     char icd_files[200], icd_vendors[120];
     int dev_tried, dev_active;
+    const struct tr__dev_fns *dev_fns; /* the open device's twins of the plain ops (tr__dev_fns; NULL on the CPU) */
     struct tr__cl *cl;
     char dev_name[320];
     tr_fault fault;
@@ -7389,6 +7390,27 @@ typedef struct tr__mlp_desc {
     tr__buf act, out;
 } tr__mlp_desc;
 
+/* A device's twins of the plain ops, which the device layer gives the context when it opens the device (the OpenCL
+   layer's tr__cl_dev_fns): the ops call them through ctx->dev_fns and name no backend (sokol's split). sgemm: nb
+   products as tr__op_sgemm_batched's (one: tr__op_sgemm's). */
+typedef struct tr__dev_fns {
+    tr_status (*copy)(tr_ctx *ctx, void *dst, const void *src, size_t bytes); /* within device memory */
+    tr_status (*zero)(tr_ctx *ctx, void *dst, size_t bytes);
+    tr_status (*put)(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes);
+    tr_status (*get)(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
+    tr_status (*finish)(tr_ctx *ctx);
+    tr_status (*sgemm)(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
+    tr_status (*add)(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b, tr__buf y);
+    tr_status (*scale)(tr_ctx *ctx, size_t n, float *x, float a);
+    tr_status (*round)(tr_ctx *ctx, int fdt, float *x, size_t n);
+    tr_status (*half)(tr_ctx *ctx, int fdt, int unpack, float *x, float *h, size_t n);
+    tr_status (*swiglu_fwd)(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, float *out, size_t os);
+    tr_status (*swiglu_bwd)(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg);
+    tr_status (*adam_atan2)(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp);
+    tr_status (*all_finite)(tr_ctx *ctx, size_t n, const float *x, int *ok);
+    tr_status (*ema)(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay);
+} tr__dev_fns;
+
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
    panels side by side (each product's own, so every element is summed as tr__sgemm sums it),
    one team of threads, op(A) packed once. Or (nbat = 1) kbat products summed into C,
@@ -12623,6 +12645,35 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
 /* Every kernel fragment, in one program: clCreateProgramWithSource joins them into one text, build options -D
    (tr__cl_build) chosen at run time. */
 static const char *const tr__cl_sources[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST, TR__CL_SRC_ATTENTION_LIST};
+
+/* The OpenCL layer's twins of the plain ops (tr__dev_fns), which tr__dev_select gives the context. */
+TR__FN tr_status tr__cld_copy(tr_ctx *ctx, void *dst, const void *src, size_t bytes) { return tr__cl_copy(ctx->cl, dst, src, bytes); }
+TR__FN tr_status tr__cld_zero(tr_ctx *ctx, void *dst, size_t bytes) { return tr__cl_fill(ctx->cl, dst, 0, bytes); }
+TR__FN tr_status tr__cld_put(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes) { return tr__cl_write(ctx->cl, dst_dev, src_host, bytes); }
+TR__FN tr_status tr__cld_get(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) { return tr__cl_read(ctx->cl, dst_host, src_dev, bytes); }
+TR__FN tr_status tr__cld_finish(tr_ctx *ctx) { return tr__cl_finish(ctx->cl); }
+TR__FN tr_status tr__cld_sgemm(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, NULL);
+}
+TR__FN tr_status tr__cld_add(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b, tr__buf y) {
+    return tr__cl_add(ctx->cl, fdt, tr__cl_x16(a.dt, b.dt, y.dt), n, a.p, b.p, y.p);
+}
+TR__FN tr_status tr__cld_scale(tr_ctx *ctx, size_t n, float *x, float a) { return tr__cl_scale(ctx->cl, n, x, a); }
+TR__FN tr_status tr__cld_round(tr_ctx *ctx, int fdt, float *x, size_t n) { return tr__cl_round(ctx->cl, fdt, x, n); }
+TR__FN tr_status tr__cld_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *h, size_t n) { return tr__cl_half(ctx->cl, fdt, unpack, x, h, n); }
+TR__FN tr_status tr__cld_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, float *out, size_t os) {
+    return tr__cl_swiglu_fwd(ctx->cl, fdt, rows, width, g, gs, out, os);
+}
+TR__FN tr_status tr__cld_swiglu_bwd(tr_ctx *ctx, int fdt, long rows, long width, const float *g, size_t gs, const float *da, size_t das, float *dg) {
+    return tr__cl_swiglu_bwd(ctx->cl, fdt, rows, width, g, gs, da, das, dg);
+}
+TR__FN tr_status tr__cld_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
+    return tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, hp);
+}
+TR__FN tr_status tr__cld_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) { return tr__cl_all_finite(ctx->cl, n, x, ok); }
+TR__FN tr_status tr__cld_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) { return tr__cl_ema(ctx->cl, n, shadow, p, decay); }
+static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_put, tr__cld_get, tr__cld_finish, tr__cld_sgemm, tr__cld_add,     tr__cld_scale,      tr__cld_round,      tr__cld_half,
+                                           tr__cld_swiglu_fwd, tr__cld_swiglu_bwd, tr__cld_adam_atan2, tr__cld_all_finite, tr__cld_ema};
 /* >>opencl-end */
 #endif
 
@@ -12683,6 +12734,7 @@ TR__FN tr_status tr__dev_select(tr_ctx *ctx) {
             ctx->cl = cl;
             ctx->dev_active = 1;
             ctx->close_device = tr__dev_close;
+            ctx->dev_fns = &tr__cl_dev_fns;
             snprintf(ctx->dev_name, sizeof ctx->dev_name, "opencl: %.150s (%.100s)", in->name, in->vendor);
             memcpy(ctx->error, saved, sizeof saved);
             return TR_OK;
@@ -12896,14 +12948,14 @@ TR__FN void tr__dfree(tr_ctx *ctx, void *p) {
 /* Copies within device memory (dst == src is a no-op). */
 TR__FN tr_status tr__dcopy(tr_ctx *ctx, void *dst, const void *src, size_t bytes) {
     if (dst == src || !bytes) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_copy(ctx->cl, dst, src, bytes));
+    if (ctx->dev_active) return ctx->dev_fns->copy(ctx, dst, src, bytes);
     memmove(dst, src, bytes);
     return TR_OK;
 }
 
 TR__FN tr_status tr__dzero(tr_ctx *ctx, void *dst, size_t bytes) {
     if (!bytes) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_fill(ctx->cl, dst, 0, bytes));
+    if (ctx->dev_active) return ctx->dev_fns->zero(ctx, dst, bytes);
     memset(dst, 0, bytes);
     return TR_OK;
 }
@@ -12911,20 +12963,20 @@ TR__FN tr_status tr__dzero(tr_ctx *ctx, void *dst, size_t bytes) {
 /* Host -> device and device -> host. On the CPU both are memcpy (nothing when they alias). */
 TR__FN tr_status tr__dput(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes) {
     if (dst_dev == src_host || !bytes) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_write(ctx->cl, dst_dev, src_host, bytes));
+    if (ctx->dev_active) return ctx->dev_fns->put(ctx, dst_dev, src_host, bytes);
     memcpy(dst_dev, src_host, bytes);
     return TR_OK;
 }
 
 TR__FN tr_status tr__dget(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) {
     if (dst_host == src_dev || !bytes) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_read(ctx->cl, dst_host, src_dev, bytes));
+    if (ctx->dev_active) return ctx->dev_fns->get(ctx, dst_host, src_dev, bytes);
     memcpy(dst_host, src_dev, bytes);
     return TR_OK;
 }
 
 TR__FN tr_status tr__dfinish(tr_ctx *ctx) {
-    TR__ON_CL(ctx, tr__cl_finish(ctx->cl));
+    if (ctx->dev_active) return ctx->dev_fns->finish(ctx);
     return TR_OK;
 }
 
@@ -13006,7 +13058,7 @@ TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, si
 }
 TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, 1, M, N, K, ma, mb, mc);
-    TR__ON_CL(ctx, tr__cl_sgemm(ctx->cl, M, N, K, ma, mb, mc));
+    if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, 1, M, N, K, ma, mb, mc);
     return tr__sgemm(ctx, M, N, K, ma, mb, mc);
 }
 
@@ -13057,7 +13109,7 @@ TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
 TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, nb, M, N, K, ma, mb, mc);
-    TR__ON_CL(ctx, tr__cl_sgemm_batched(ctx->cl, nb, M, N, K, ma, mb, mc));
+    if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, nb, M, N, K, ma, mb, mc);
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
 
@@ -13152,7 +13204,7 @@ TR__FN tr_status tr__op_add(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b
     tr__add16_args p;
     int nt = tr__threads_for(ctx, (double)n);
     tr_status st;
-    TR__ON_CL(ctx, tr__cl_add(ctx->cl, fdt, tr__cl_x16(a.dt, b.dt, y.dt), n, a.p, b.p, y.p));
+    if (ctx->dev_active) return ctx->dev_fns->add(ctx, fdt, n, a, b, y);
     if (!a.dt && !b.dt && !y.dt) { /* (rounded as it goes) */
         tr__add(ctx, n, (const float *)a.p, (const float *)b.p, (float *)y.p, (fdt == TR__BF16 || fdt == TR__F16) ? fdt : 0, tr__round_pick(ctx));
         return TR_OK;
@@ -13176,7 +13228,7 @@ TR__FN void tr__scale_range(void *arg, long i0, long i1) {
 TR__FN tr_status tr__op_scale(tr_ctx *ctx, size_t n, float *x, float a) {
     tr__scale_args p = {x, a};
     if (!n) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_scale(ctx->cl, n, x, a));
+    if (ctx->dev_active) return ctx->dev_fns->scale(ctx, n, x, a);
     tr__par_for(tr__threads_for(ctx, (double)n), (long)n, 0, tr__scale_range, &p);
     return TR_OK;
 }
@@ -13184,7 +13236,7 @@ TR__FN tr_status tr__op_scale(tr_ctx *ctx, size_t n, float *x, float a) {
 /* x[0..n) rounded in place to the forward precision fdt (tr_forward_dtype); nothing for float32. */
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n) {
     if ((fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || !n) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_round(ctx->cl, fdt, x, n));
+    if (ctx->dev_active) return ctx->dev_fns->round(ctx, fdt, x, n);
     tr__round(ctx, fdt, x, n);
     return TR_OK;
 }
@@ -13203,7 +13255,7 @@ TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, 
    (device memory is handed out and addressed in floats). */
 TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *h, size_t n) {
     if ((fdt != TR_FWD_BFLOAT16 && fdt != TR_FWD_FLOAT16) || !n) return TR_OK;
-    TR__ON_CL(ctx, tr__cl_half(ctx->cl, fdt, unpack, x, h, n));
+    if (ctx->dev_active) return ctx->dev_fns->half(ctx, fdt, unpack, x, h, n);
     tr__half(ctx, fdt, unpack, x, (uint16_t *)(void *)h, n);
     return TR_OK;
 }
@@ -13275,7 +13327,7 @@ TR__FN tr_status tr__op_swiglu_fwd(tr_ctx *ctx, int fdt, long rows, long width, 
         tr__swiglu16(ctx, &d);
         return TR_OK;
     }
-    TR__ON_CL(ctx, tr__cl_swiglu_fwd(ctx->cl, fdt, rows, width, (const float *)g.p, gs, (float *)out.p, os));
+    if (ctx->dev_active) return ctx->dev_fns->swiglu_fwd(ctx, fdt, rows, width, (const float *)g.p, gs, (float *)out.p, os);
     tr__swiglu_fwd(ctx, fdt, rows, width, (const float *)g.p, gs, (float *)out.p, os);
     return TR_OK;
 }
@@ -13306,7 +13358,7 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
         return TR_OK;
     }
     if (g16 && d->rows > 0 && (st = tr__op_half(ctx, fdt, 1, g, (float *)d->g.p, ((size_t)d->rows - 1) * d->gs + 2 * (size_t)d->width))) return st;
-    TR__ON_CL(ctx, tr__cl_swiglu_bwd(ctx->cl, fdt, d->rows, d->width, g, d->gs, da, d->das, dg));
+    if (ctx->dev_active) return ctx->dev_fns->swiglu_bwd(ctx, fdt, d->rows, d->width, g, d->gs, da, d->das, dg);
     tr__swiglu_bwd(ctx, d->rows, d->width, g, d->gs, da, d->das, dg);
     return tr__op_round_rows(ctx, fdt, dg, (size_t)d->rows, 2 * (size_t)d->width, d->gs);
 }
@@ -13529,7 +13581,7 @@ TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
 }
 
 TR__FN tr_status tr__op_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp) {
-    TR__ON_CL(ctx, tr__cl_adam_atan2(ctx->cl, n, p, g, m, v, hp));
+    if (ctx->dev_active) return ctx->dev_fns->adam_atan2(ctx, n, p, g, m, v, hp);
     tr__adam_atan2(ctx, n, p, g, m, v, hp);
     return TR_OK;
 }
@@ -13548,13 +13600,13 @@ TR__FN int tr__all_finite(const float *x, size_t n) {
 
 /* *ok = 1 when no element of x[0..n) is NaN or infinite. */
 TR__FN tr_status tr__op_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) {
-    TR__ON_CL(ctx, tr__cl_all_finite(ctx->cl, n, x, ok));
+    if (ctx->dev_active) return ctx->dev_fns->all_finite(ctx, n, x, ok);
     *ok = tr__all_finite(x, n);
     return TR_OK;
 }
 
 TR__FN tr_status tr__op_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) {
-    TR__ON_CL(ctx, tr__cl_ema(ctx->cl, n, shadow, p, decay));
+    if (ctx->dev_active) return ctx->dev_fns->ema(ctx, n, shadow, p, decay);
     tr__ema(ctx, n, shadow, p, decay);
     return TR_OK;
 }
