@@ -7399,6 +7399,11 @@ typedef struct tr__dev_fns {
     tr_status (*put)(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes);
     tr_status (*get)(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
     tr_status (*finish)(tr_ctx *ctx);
+    /* the weights held still for a step's products (1: this call holds them), written, released; a packing window */
+    int (*weights_hold)(tr_ctx *ctx, const float *params, size_t n);
+    void (*weights_written)(tr_ctx *ctx);
+    void (*weights_release)(tr_ctx *ctx);
+    void (*pack_window)(tr_ctx *ctx, int open);
     tr_status (*sgemm)(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
     tr_status (*add)(tr_ctx *ctx, int fdt, size_t n, tr__buf a, tr__buf b, tr__buf y);
     tr_status (*scale)(tr_ctx *ctx, size_t n, float *x, float a);
@@ -7409,6 +7414,10 @@ typedef struct tr__dev_fns {
     tr_status (*adam_atan2)(tr_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, tr__adam_hp hp);
     tr_status (*all_finite)(tr_ctx *ctx, size_t n, const float *x, int *ok);
     tr_status (*ema)(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay);
+    /* the ops whose operands the device takes in the types the op table gives it */
+    tr_status (*norm)(tr_ctx *ctx, const tr__norm_desc *d);
+    tr_status (*attention)(tr_ctx *ctx, const tr__att_desc *d);
+    tr_status (*rope)(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse);
 } tr__dev_fns;
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
@@ -12652,6 +12661,33 @@ TR__FN tr_status tr__cld_zero(tr_ctx *ctx, void *dst, size_t bytes) { return tr_
 TR__FN tr_status tr__cld_put(tr_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes) { return tr__cl_write(ctx->cl, dst_dev, src_host, bytes); }
 TR__FN tr_status tr__cld_get(tr_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) { return tr__cl_read(ctx->cl, dst_host, src_dev, bytes); }
 TR__FN tr_status tr__cld_finish(tr_ctx *ctx) { return tr__cl_finish(ctx->cl); }
+TR__FN int tr__cld_weights_hold(tr_ctx *ctx, const float *params, size_t n) {
+    if (ctx->cl->still_lo) return 0;
+    tr__cl_weights_still(ctx->cl, params, n);
+    return 1;
+}
+TR__FN void tr__cld_weights_written(tr_ctx *ctx) {
+    if (ctx->cl->still_lo) tr__cl_weights_still(ctx->cl, ctx->cl->still_lo, (size_t)(ctx->cl->still_hi - ctx->cl->still_lo));
+}
+TR__FN void tr__cld_weights_release(tr_ctx *ctx) {
+    if (ctx->cl) tr__cl_weights_still(ctx->cl, NULL, 0); /* (also after a move to the CPU mid-step) */
+}
+TR__FN void tr__cld_pack_window(tr_ctx *ctx, int open) { tr__cl_pack_window(ctx->cl, open); }
+TR__FN tr_status tr__cld_norm(tr_ctx *ctx, const tr__norm_desc *d) {
+    int x16 = tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt);
+    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
+    float *o = (float *)d->out.p;
+    switch (d->kind) {
+    case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, d->fdt, d->rows, d->D, a, b, o, d->rstd, d->eps, x16);
+    case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, d->fdt, d->rows, d->D, a, b, d->rstd, o, x16);
+    case TR__NORM_COLS_FWD: return tr__cl_rms_cols_fwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, o, d->rstd, d->eps);
+    default: return tr__cl_rms_cols_bwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, d->rstd, o);
+    }
+}
+TR__FN tr_status tr__cld_attention(tr_ctx *ctx, const tr__att_desc *d) { return d->bwd ? tr__cl_attention_bwd(ctx->cl, d) : tr__cl_attention_fwd(ctx->cl, d); }
+TR__FN tr_status tr__cld_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
+    return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
+}
 TR__FN tr_status tr__cld_sgemm(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, NULL);
 }
@@ -12672,8 +12708,10 @@ TR__FN tr_status tr__cld_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float
 }
 TR__FN tr_status tr__cld_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) { return tr__cl_all_finite(ctx->cl, n, x, ok); }
 TR__FN tr_status tr__cld_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) { return tr__cl_ema(ctx->cl, n, shadow, p, decay); }
-static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_put, tr__cld_get, tr__cld_finish, tr__cld_sgemm, tr__cld_add,     tr__cld_scale,      tr__cld_round,      tr__cld_half,
-                                           tr__cld_swiglu_fwd, tr__cld_swiglu_bwd, tr__cld_adam_atan2, tr__cld_all_finite, tr__cld_ema};
+static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_put, tr__cld_get, tr__cld_finish, tr__cld_weights_hold,
+                                           tr__cld_weights_written, tr__cld_weights_release, tr__cld_pack_window, tr__cld_sgemm, tr__cld_add,     tr__cld_scale,      tr__cld_round,      tr__cld_half,
+                                           tr__cld_swiglu_fwd, tr__cld_swiglu_bwd, tr__cld_adam_atan2, tr__cld_all_finite, tr__cld_ema,
+                                           tr__cld_norm, tr__cld_attention, tr__cld_rope};
 /* >>opencl-end */
 #endif
 
@@ -12699,6 +12737,7 @@ TR__FN void tr__dev_close(tr_ctx *ctx) {
     if (ctx->cl) tr__cl_destroy(ctx->cl);
 #endif
     ctx->cl = NULL;
+    ctx->dev_fns = NULL;
     ctx->dev_active = 0;
 }
 
@@ -13065,45 +13104,20 @@ TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
    (tr__cl_weights_still): 1 when this call holds them, to pass to tr__op_weights_release; 0 when an outer call holds
    them already, or off a device. */
-TR__FN int tr__op_weights_hold(tr_ctx *ctx, const float *params, size_t n) {
-#if TINYREC_OPENCL
-    if (!ctx->dev_active || ctx->cl->still_lo) return 0;
-    tr__cl_weights_still(ctx->cl, params, n);
-    return 1;
-#else
-    TR__UNUSED(ctx);
-    TR__UNUSED(params);
-    TR__UNUSED(n);
-    return 0;
-#endif
-}
+TR__FN int tr__op_weights_hold(tr_ctx *ctx, const float *params, size_t n) { return ctx->dev_active ? ctx->dev_fns->weights_hold(ctx, params, n) : 0; }
 /* The held weights were written (their values refreshed): the packings of them so far are forgotten. */
 TR__FN void tr__op_weights_written(tr_ctx *ctx) {
-#if TINYREC_OPENCL
-    if (ctx->dev_active && ctx->cl->still_lo) tr__cl_weights_still(ctx->cl, ctx->cl->still_lo, (size_t)(ctx->cl->still_hi - ctx->cl->still_lo));
-#else
-    TR__UNUSED(ctx);
-#endif
+    if (ctx->dev_active) ctx->dev_fns->weights_written(ctx);
 }
 TR__FN void tr__op_weights_release(tr_ctx *ctx, int held) {
-#if TINYREC_OPENCL
-    if (held && ctx->cl) tr__cl_weights_still(ctx->cl, NULL, 0); /* (also after a move to the CPU mid-step) */
-#else
-    TR__UNUSED(ctx);
-    TR__UNUSED(held);
-#endif
+    if (held && ctx->dev_fns) ctx->dev_fns->weights_release(ctx); /* (also after a move to the CPU mid-step) */
 }
 
 /* A packing window on the device (tr__cl_pack_window; nothing on the CPU): between open and close, the products may
    reuse the 16-bit packing of an operand that the product before them read too. The caller writes nothing that they
    read in between (their outputs excepted). */
 TR__FN void tr__op_pack_window(tr_ctx *ctx, int open) {
-#if TINYREC_OPENCL
-    if (ctx->dev_active) tr__cl_pack_window(ctx->cl, open);
-#else
-    TR__UNUSED(ctx);
-    TR__UNUSED(open);
-#endif
+    if (ctx->dev_active) ctx->dev_fns->pack_window(ctx, open);
 }
 
 /* nb products A_b = A + b*sA, ...; sC == 0 sums every product into C (in batch order). */
@@ -13272,17 +13286,7 @@ TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
     int cols = d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD, op = cols ? TR__OP_NORM_COLS : TR__OP_NORM_ROWS;
     size_t n = (size_t)rows * (cols ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_on_device(ctx, op, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt)) && (!any16 || fdt)) {
-        int x16 = tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt);
-        switch (d->kind) {
-        case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, fdt, rows, D, a, b, o, d->rstd, d->eps, x16);
-        case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, fdt, rows, D, a, b, d->rstd, o, x16);
-        case TR__NORM_COLS_FWD: return tr__cl_rms_cols_fwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps);
-        default: return tr__cl_rms_cols_bwd(ctx->cl, fdt, (int)rows, d->S, D, a, b, d->rstd, o);
-        }
-    }
-#endif
+    if (tr__op_on_device(ctx, op, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt)) && (!any16 || fdt)) return ctx->dev_fns->norm(ctx, d);
     if (any16) return (st = tr__op_takes(ctx, op, fdt)) ? st : tr__norm16(ctx, d);
     switch (d->kind) {
     case TR__NORM_ROWS_FWD:
@@ -13552,9 +13556,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
    the bits of the fp32 op. */
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr_status st;
-#if TINYREC_OPENCL
-    if (ctx->dev_active && (!qkv.dt || fdt)) return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
-#endif
+    if (tr__op_on_device(ctx, TR__OP_ROPE, TR__DTB(qkv.dt)) && (!qkv.dt || fdt)) return ctx->dev_fns->rope(ctx, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
     if (qkv.dt) return (st = tr__op_takes(ctx, TR__OP_ROPE, fdt)) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
     tr__rope(ctx, rows, S, H, hd, (float *)qkv.p, cosv, sinv, inverse);
     return tr__op_round(ctx, fdt, (float *)qkv.p, (size_t)rows * 3 * H * hd);
@@ -13565,9 +13567,7 @@ TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int 
 TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, any16 = d->qkv.dt || d->o.dt || d->do_.dt;
     tr_status st;
-#if TINYREC_OPENCL
-    if (ctx->dev_active && (!any16 || fdt)) return d->bwd ? tr__cl_attention_bwd(ctx->cl, d) : tr__cl_attention_fwd(ctx->cl, d);
-#endif
+    if (tr__op_on_device(ctx, TR__OP_ATTENTION, tr__dt_used(d->qkv.dt, d->o.dt, d->do_.dt)) && (!any16 || fdt)) return ctx->dev_fns->attention(ctx, d);
     if (any16) {
         if ((st = tr__op_takes(ctx, TR__OP_ATTENTION, fdt)) || (st = tr__attention16(ctx, d))) return st;
         return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
