@@ -4222,7 +4222,8 @@ TR__FN void tr__attention_fwd_ref(int B, int S, int H, int hd, const float *qkv,
     tr__par_for(nthreads, (long)B * H, 0, tr__attention_fwd_range, &a);
 }
 
-/* Backward of the attention: dqkv ([B,S,3D], overwritten) from do_ ([B,S,D]). */
+/* Backward of the attention: dqkv ([B,S,3D], overwritten) from do_ ([B,S,D]); S positions, H heads of hd; scratch:
+   tr__attention_scratch_floats per thread. */
 typedef struct tr__attention_bwd_args { int S; int H; int hd; const float *qkv; const float *o; const float *lse; const float *do_; float *dqkv; float *scratch; } tr__attention_bwd_args;
 TR__FN void tr__attention_bwd_range(void *arg, long i0, long i1) {
     const tr__attention_bwd_args *a = (const tr__attention_bwd_args *)arg;
@@ -4269,9 +4270,10 @@ TR__FN void tr__attention_bwd_range(void *arg, long i0, long i1) {
         TR__UNUSED(dp);
     }
 }
-TR__FN void tr__attention_bwd_ref(int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch, int nthreads) {
-    tr__attention_bwd_args a = {S, H, hd, qkv, o, lse, do_, dqkv, scratch};
-    tr__par_for(nthreads, (long)B * H, 0, tr__attention_bwd_range, &a);
+/* a's backward over B batch rows, one (batch, head) per task. */
+TR__FN void tr__attention_bwd_ref(int B, const tr__attention_bwd_args *a, int nthreads) {
+    tr__attention_bwd_args c = *a; /* (the tasks' argument is not const) */
+    tr__par_for(nthreads, (long)B * c.H, 0, tr__attention_bwd_range, &c);
 }
 
 /* Stablemax / softmax cross-entropy over one row of V logits, accumulated in fp64 as the
@@ -4834,9 +4836,15 @@ TR__RMS_COLS_TASKS(128, )
 TR__ROW_KERNELS(128, )
 #endif
 
-/* Copies the (b, h) slices of K and V: row-major [S][hd] and transposed [hd][Sp] (zero-padded). */
-TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *K, float *Kt, float *V, float *Vt) {
+/* A (batch, head)'s keys and values in the front of a thread's scratch (tr__att_gather): K, V row-major [S][hd], Kt, Vt
+   transposed [hd][Sp] (zero-padded), Sp*hd floats each, in that order; rest: the scratch after them. */
+typedef struct tr__att_kv { float *K, *Kt, *V, *Vt, *rest; } tr__att_kv;
+/* Copies the (b, h) slices of K and V into scratch. */
+TR__FN tr__att_kv tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd, size_t Sp, float *scratch) {
+    float *K = scratch, *Kt = K + Sp * hd, *V = Kt + Sp * hd, *Vt = V + Sp * hd;
+    tr__att_kv kv;
     int j, c;
+    kv.K = K, kv.Kt = Kt, kv.V = V, kv.Vt = Vt, kv.rest = Vt + Sp * hd;
     for (j = 0; j < S; j++) {
         const float *k = qkv + ((size_t)b * S + j) * 3 * D + D + (size_t)h * hd, *v = k + D;
         memcpy(K + (size_t)j * hd, k, (size_t)hd * sizeof(float));
@@ -4845,6 +4853,7 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
     }
     for (c = 0; c < hd; c++)
         for (j = S; j < (int)Sp; j++) Kt[(size_t)c * Sp + j] = Vt[(size_t)c * Sp + j] = 0;
+    return kv;
 }
 
 /* Attention on one (batch, head), reading K and V as gathered by tr__att_gather. */
@@ -4909,10 +4918,9 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
         int D = H * hd, i;                                                                                              \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
         float scale = 1.0f / sqrtf((float)hd);                                                                          \
-        float *K, *Kt, *V, *Vt, *p;                                                                                     \
+        tr__att_kv kv = tr__att_gather(qkv, b, h, S, D, hd, Sp, scratch);                                               \
+        float *Kt = kv.Kt, *V = kv.V, *p = kv.rest;                                                                     \
         long j;                                                                                                         \
-        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd;                            \
-        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
         for (i = 0; i < S; i++) {                                                                                       \
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
             float mx = tr__att_scores##B(q, Kt, S, Sp, hd, scale, p), sum, inv;                                         \
@@ -4936,10 +4944,9 @@ TR__FN void tr__att_gather(const float *qkv, int b, int h, int S, int D, int hd,
         int D = H * hd, i, j, c;                                                                                        \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
         float scale = 1.0f / sqrtf((float)hd);                                                                          \
-        float *K, *Kt, *V, *Vt, *p, *dp, *dK, *dV;                                                                      \
-        K = scratch, Kt = K + Sp * hd, V = Kt + Sp * hd, Vt = V + Sp * hd, p = Vt + Sp * hd, dp = p + Sp;               \
-        dK = dp + Sp, dV = dK + (size_t)S * hd;                                                                         \
-        tr__att_gather(qkv, b, h, S, D, hd, Sp, K, Kt, V, Vt);                                                          \
+        tr__att_kv kv = tr__att_gather(qkv, b, h, S, D, hd, Sp, scratch);                                               \
+        float *K = kv.K, *Kt = kv.Kt, *Vt = kv.Vt, *p = kv.rest, *dp = p + Sp;                                          \
+        float *dK = dp + Sp, *dV = dK + (size_t)S * hd;                                                                 \
         memset(dK, 0, 2 * (size_t)S * hd * sizeof(float));                                                             \
         for (i = 0; i < S; i++) {                                                                                       \
             const float *q = qkv + ((size_t)b * S + i) * 3 * D + (size_t)h * hd;                                        \
@@ -5409,8 +5416,10 @@ TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
     for (bh = i0; bh < i1; bh++)
         p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->do_, a->dqkv, a->scratch + (size_t)tr__thread_id() * per);
 }
-TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) {
-    tr__attention_bwd_simd p = {{S, H, hd, qkv, o, lse, do_, dqkv, scratch}, NULL};
+TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, const tr__attention_bwd_args *a) {
+    int S = a->S, H = a->H, hd = a->hd;
+    tr__attention_bwd_simd p;
+    p.a = *a, p.one = NULL;
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) p.one = ctx->simd == TR__SIMD_AVX512 ? tr__attention_bwd_bh512 : tr__attention_bwd_bh256;
 #endif
@@ -5418,7 +5427,7 @@ TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
     if (ctx->simd == TR__SIMD_NEON) p.one = tr__attention_bwd_bh128;
 #endif
     if (p.one) tr__par_for(tr__threads_for(ctx, (double)B * H * S * S * hd), (long)B * H, 0, tr__attention_bwd_simd_range, &p);
-    else tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, do_, dqkv, scratch, ctx->num_threads);
+    else tr__attention_bwd_ref(B, a, ctx->num_threads);
 }
 /* RoPE, AdamATan2 and the EMA: the SIMD sets' row / range kernels on the threads' static ranges
    (elementwise: the same bits for any split), else the scalar twins. */
@@ -5910,6 +5919,35 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
 #define TR__SG_SMALL_M 16 /* at most this many rows of C: the unpacked paths */
 #define TR__SG_SMALL_N 8
 
+/* The operands of a product (the GEMM functions take these instead of a pointer, a leading dimension, a batch
+   stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
+   all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
+   (then ld and s count them). tr__out (C): acc adds the product to what C holds; dt as tr__mat's (a rounded product,
+   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit). Built by tr__mat_of / tr__mat16_of / tr__out_of /
+   tr__out16_of. */
+typedef struct tr__mat {
+    const void *p;
+    size_t ld, s;
+    int t, dt;
+} tr__mat;
+typedef struct tr__out {
+    void *p;
+    size_t ld, s;
+    int acc, dt;
+} tr__out;
+TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
+    tr__mat m;
+    m.p = p, m.ld = ld, m.s = s, m.t = t, m.dt = dt;
+    return m;
+}
+TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
+TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
+    tr__out o;
+    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt;
+    return o;
+}
+TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
+
 /* Micro-kernel: C[0:mr, 0:nr] (=|+=) Apanel * Bpanel where Apanel is kc x MR (MR values per k)
    and Bpanel is kc x NR (NR values per k), both zero-padded to the full tile. */
 typedef void (*tr__sgemm_ukr_fn)(size_t kc, const float *a, const float *b, float *c, size_t ldc, size_t mr, size_t nr, int acc);
@@ -5922,10 +5960,15 @@ typedef void (*tr__sgemm_pack_b_fn)(int transB, const float *B, size_t ldb, size
                                     size_t NR, float *blk);
 /* out[4*r + c] = sum_k a[r][k] * b[c][k], the 16 sums of a 4x4 block of dot products. */
 typedef void (*tr__sgemm_dot_fn)(size_t K, const float *const *a, const float *const *b, float *out);
-/* C[0:nrows, 0:w] (=|+=) sum_k a(r, k) * B[k, 0:w] with a(r, k) = a[r*sar + k*sak], nrows <= 4,
-   w <= the level's row-chunk width. */
-typedef void (*tr__sgemm_rows_fn)(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb,
-                                  size_t w, float *C, size_t ldc, int acc);
+/* C[0:nrows, 0:w] (=|+=) op(A)[0:nrows, 0:K] * B[0:K, 0:w] (ma.t: A transposed; mb.t = 0), nrows <= 4, w <= the
+   level's row-chunk width; fp32 operands (dt 0), one product (the strides s unused). */
+typedef void (*tr__sgemm_rows_fn)(size_t nrows, size_t w, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
+/* The rows kernels' view of their operands: row r, depth k of op(A) at a[r*sar + k*sak]. */
+#define TR__SG_ROWS_ARGS(ma, mb, mc)                                                                                    \
+    const float *a = (const float *)(ma).p, *B = (const float *)(mb).p;                                                 \
+    size_t sar = (ma).t ? 1 : (ma).ld, sak = (ma).t ? (ma).ld : 1, ldb = (mb).ld, ldc = (mc).ld;                        \
+    float *C = (float *)(mc).p;                                                                                         \
+    int acc = (mc).acc
 
 typedef struct tr__sgemm_kern {
     size_t mr, nr, rw; /* micro-tile, and the width of the rows kernel */
@@ -5938,9 +5981,12 @@ typedef struct tr__sgemm_kern {
 } tr__sgemm_kern;
 
 /* --- reference ----------------------------------------------------------------------------- */
-TR__FN void tr__sgemm_ref(int transA, int transB, size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B,
-                          size_t ldb, float *C, size_t ldc, int accumulate) {
-    size_t i, j, k;
+/* C (=|+=) op(A) op(B) for fp32 operands (dt 0), one product (the strides s unused). */
+TR__FN void tr__sgemm_ref(size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    const float *A = (const float *)ma.p, *B = (const float *)mb.p;
+    float *C = (float *)mc.p;
+    size_t lda = ma.ld, ldb = mb.ld, ldc = mc.ld, i, j, k;
+    int transA = ma.t, transB = mb.t, accumulate = mc.acc;
     for (i = 0; i < M; i++)
         for (j = 0; j < N; j++) {
             float s = 0.0f;
@@ -6034,8 +6080,8 @@ TR__FN void tr__sgemm_dot_c(size_t K, const float *const *a, const float *const 
 }
 
 #define TR__SG_SRW 64
-TR__FN void tr__sgemm_rows_c(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb, size_t w,
-                             float *C, size_t ldc, int acc) {
+TR__FN void tr__sgemm_rows_c(size_t nrows, size_t w, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__SG_ROWS_ARGS(ma, mb, mc);
     float t[TR__SG_SRW];
     size_t r, j, k;
     for (r = 0; r < nrows; r++) {
@@ -6192,8 +6238,8 @@ TR__SG_AVX512 TR__FN void tr__sgemm_dot_avx512(size_t K, const float *const *a, 
 }
 
 #define TR__SG_ZRW 64
-TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B,
-                                                size_t ldb, size_t w, float *C, size_t ldc, int acc) {
+TR__SG_AVX512 TR__FN void tr__sgemm_rows_avx512(size_t nrows, size_t w, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__SG_ROWS_ARGS(ma, mb, mc);
     __m512 s[4][4];
     __mmask16 m[4];
     const float *ar[4];
@@ -6386,8 +6432,8 @@ TR__SG_AVX2 TR__FN void tr__sgemm_dot_avx2(size_t K, const float *const *a, cons
 }
 
 #define TR__SG_YRW 32
-TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb,
-                                            size_t w, float *C, size_t ldc, int acc) {
+TR__SG_AVX2 TR__FN void tr__sgemm_rows_avx2(size_t nrows, size_t w, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__SG_ROWS_ARGS(ma, mb, mc);
     __m256 s[4][4];
     __m256i m[4];
     const float *ar[4];
@@ -6492,8 +6538,8 @@ TR__FN void tr__sgemm_dot_neon(size_t K, const float *const *a, const float *con
         s##r##2 = vfmaq_f32(s##r##2, av_, b2), s##r##3 = vfmaq_f32(s##r##3, av_, b3);                                           \
     } while (0)
 #define TR__SG_NROUT(r) vst1q_f32(t[r], s##r##0), vst1q_f32(t[r] + 4, s##r##1), vst1q_f32(t[r] + 8, s##r##2), vst1q_f32(t[r] + 12, s##r##3)
-TR__FN void tr__sgemm_rows_neon(size_t K, const float *a, size_t sar, size_t sak, size_t nrows, const float *B, size_t ldb, size_t w,
-                                float *C, size_t ldc, int acc) {
+TR__FN void tr__sgemm_rows_neon(size_t nrows, size_t w, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    TR__SG_ROWS_ARGS(ma, mb, mc);
     float32x4_t z = vdupq_n_f32(0.0f), b0, b1, b2, b3;
     float32x4_t s00 = z, s01 = z, s02 = z, s03 = z, s10 = z, s11 = z, s12 = z, s13 = z;
     float32x4_t s20 = z, s21 = z, s22 = z, s23 = z, s30 = z, s31 = z, s32 = z, s33 = z;
@@ -6902,11 +6948,14 @@ TR__FN tr__sgemm_kern tr__sgemm_kernels(tr__simd simd) {
    bit for bit; what it saves is packing the same weights at every call (inference, the no-grad
    cycles of training, the token mix's weight shared by every batch row). */
 #define TR__PW_MAX 96
-typedef struct tr__pw_entry {
-    const float *src;
+typedef struct tr__pw_key { /* what a packing is of, and how it is laid out */
+    const float *src;      /* the operand X */
     size_t ld, outer, K;   /* op(X) is outer x K: M x K for A (side 0), N x K for B (side 1) */
     int side, kmajor;      /* side 2: A packed in two halves (tr__sgemm_job's asplit); kmajor: X is stored K x outer (transposed A, plain B) */
     tr__sgemm_ukr_fn ukr;  /* the packing's layout follows the micro-kernel */
+} tr__pw_key;
+typedef struct tr__pw_entry {
+    tr__pw_key key;
     unsigned long version; /* the region's version when packed */
     float *data;
     size_t bytes;
@@ -6945,14 +6994,13 @@ TR__FN void tr__pw_detach(tr_ctx *ctx, tr__pw *pw) {
         }
 }
 
-/* The cached packing of operand X (op(A) is outer x K, op(B) K x outer; leading dimension ld;
-   `floats` long), or
-   *out = NULL when X lies in no region, or the region is full, or caching it would take the
+/* The cached packing of operand k->src (`floats` long), or
+   *out = NULL when it lies in no region, or the region is full, or caching it would take the
    region's parameters and gradients plus its packings past the memory limit. *stale = 1: the
    caller packs into *out before reading it. */
-TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int kmajor, const float *X, size_t ld, size_t outer, size_t K, size_t floats,
-                             float **out, int *stale) {
-    size_t span = kmajor ? (K - 1) * ld + outer : (outer - 1) * ld + K, bytes = floats * sizeof(float);
+TR__FN tr_status tr__pw_find(tr_ctx *ctx, const tr__pw_key *k, size_t floats, float **out, int *stale) {
+    const float *X = k->src;
+    size_t span = k->kmajor ? (k->K - 1) * k->ld + k->outer : (k->outer - 1) * k->ld + k->K, bytes = floats * sizeof(float);
     tr__pw *pw;
     tr__pw_entry *e;
     int i;
@@ -6963,7 +7011,8 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int km
     if (!pw) return TR_OK;
     for (i = 0; i < pw->count; i++) {
         e = &pw->e[i];
-        if (e->src == X && e->side == side && e->kmajor == kmajor && e->ld == ld && e->outer == outer && e->K == K && e->ukr == ukr) {
+        if (e->key.src == X && e->key.side == k->side && e->key.kmajor == k->kmajor && e->key.ld == k->ld && e->key.outer == k->outer &&
+            e->key.K == k->K && e->key.ukr == k->ukr) {
             *stale = e->version != pw->version;
             pw->packs += *stale;
             e->version = pw->version;
@@ -6974,7 +7023,7 @@ TR__FN tr_status tr__pw_find(tr_ctx *ctx, tr__sgemm_ukr_fn ukr, int side, int km
     if (pw->count == TR__PW_MAX || (ctx->mem_limit && (double)pw->bytes + (double)bytes + 8.0 * (double)pw->n > (double)ctx->mem_limit)) return TR_OK;
     e = &pw->e[pw->count];
     if (!(e->data = (float *)tr__alloc(ctx, bytes))) return TR_ERR_OUT_OF_MEMORY;
-    e->src = X, e->ld = ld, e->outer = outer, e->K = K, e->side = side, e->kmajor = kmajor, e->ukr = ukr;
+    e->key = *k;
     e->version = pw->version;
     e->bytes = bytes;
     pw->bytes += bytes;
@@ -7250,9 +7299,8 @@ TR__FN void tr__sgemm_dot_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
 /* Rows unit u: rows 4*(u % ngi), columns rw*(u / ngi), op(B) = B. */
 TR__FN void tr__sgemm_rows_unit(const tr__sgemm_job *J, size_t ngi, size_t u) {
     size_t i0 = 4 * (u % ngi), j0 = J->kern.rw * (u / ngi);
-    size_t sar = J->transA ? 1 : J->lda, sak = J->transA ? J->lda : 1;
-    J->kern.rows(J->K, J->A + i0 * sar, sar, sak, TR__MIN(4, J->M - i0), J->B + j0, J->ldb, TR__MIN(J->kern.rw, J->N - j0),
-                 J->C + i0 * J->ldc + j0, J->ldc, J->accumulate);
+    J->kern.rows(TR__MIN(4, J->M - i0), TR__MIN(J->kern.rw, J->N - j0), J->K, tr__mat_of(J->A + i0 * (J->transA ? 1 : J->lda), J->lda, 0, J->transA),
+                 tr__mat_of(J->B + j0, J->ldb, 0, 0), tr__out_of(J->C + i0 * J->ldc + j0, J->ldc, 0, J->accumulate));
 }
 
 /* Threads worth starting for `flops` of work in `units` pieces (about 2 MFLOP per thread at least). */
@@ -7332,34 +7380,6 @@ TR__FN void tr__sgemm_jobs_range(void *arg, long u0, long u1) {
 }
 #endif
 
-/* The operands of a product (the GEMM functions take these instead of a pointer, a leading dimension, a batch
-   stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
-   all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
-   (then ld and s count them). tr__out (C): acc adds the product to what C holds; dt as tr__mat's (a rounded product,
-   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit). Built by tr__mat_of / tr__mat16_of / tr__out_of /
-   tr__out16_of. */
-typedef struct tr__mat {
-    const void *p;
-    size_t ld, s;
-    int t, dt;
-} tr__mat;
-typedef struct tr__out {
-    void *p;
-    size_t ld, s;
-    int acc, dt;
-} tr__out;
-TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
-    tr__mat m;
-    m.p = p, m.ld = ld, m.s = s, m.t = t, m.dt = dt;
-    return m;
-}
-TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
-TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
-    tr__out o;
-    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt;
-    return o;
-}
-TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
 /* A product's call: nb products of M x N over K, C (+)= op(A) op(B), each operand with its layout and type (tr__mat,
    tr__out: batch strides as tr__op_sgemm_batched's, sC = 0 summing the products). The fused ops take it. */
 typedef struct tr__gemm {
@@ -7537,14 +7557,15 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         size_t s, mfloats;
         float *bpre, *apre;
         int ashared = 0;
+        tr__pw_key kb, ka;
         J.mpad = J.asplit ? 2 * J.asplit : (M + MR - 1) / MR * MR;
         if (!tr__size_mul(Ktot, J.npan * NR, &bfloats) || bfloats > SIZE_MAX / 8 || !tr__size_mul(Ktot, J.mpad, &mfloats) || mfloats > SIZE_MAX / 8)
             return tr__err(ctx, TR_ERR_OVERFLOW, "sgemm: workspace size overflows");
         bfloats = (bfloats + 15) / 16 * 16;
         afloats = (J.mcb * J.kc_nom + 15) / 16 * 16;
-        if ((st = tr__pw_find(ctx, J.kern.ukr, 1, !J.transB, nbat * kbat == 1 ? J.B : NULL, ldb, N, K, bfloats, &bpre, &packb)) != TR_OK ||
-            (st = tr__pw_find(ctx, J.kern.ukr, J.asplit ? 2 : 0, J.transA, kbat == 1 && !a16 ? A : NULL, lda, M, K, mfloats, &apre, &packa)) != TR_OK)
-            return st;
+        kb.src = nbat * kbat == 1 ? J.B : NULL, kb.ld = ldb, kb.outer = N, kb.K = K, kb.side = 1, kb.kmajor = !J.transB, kb.ukr = J.kern.ukr;
+        ka.src = kbat == 1 && !a16 ? A : NULL, ka.ld = lda, ka.outer = M, ka.K = K, ka.side = J.asplit ? 2 : 0, ka.kmajor = J.transA, ka.ukr = J.kern.ukr;
+        if ((st = tr__pw_find(ctx, &kb, bfloats, &bpre, &packb)) != TR_OK || (st = tr__pw_find(ctx, &ka, mfloats, &apre, &packa)) != TR_OK) return st;
         if (bpre) bfloats = 0;
         else packb = 1;
         if (apre) afloats = 0;
@@ -13573,7 +13594,10 @@ TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
         return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
     }
     if (d->bwd) {
-        tr__attention_bwd(ctx, B, S, H, hd, (const float *)d->qkv.p, (const float *)d->o.p, d->lse, (const float *)d->do_.p, d->dqkv, d->scratch);
+        tr__attention_bwd_args a;
+        a.S = S, a.H = H, a.hd = hd, a.qkv = (const float *)d->qkv.p, a.o = (const float *)d->o.p, a.lse = d->lse, a.do_ = (const float *)d->do_.p;
+        a.dqkv = d->dqkv, a.scratch = d->scratch;
+        tr__attention_bwd(ctx, B, &a);
         return tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd);
     }
     tr__attention_fwd(ctx, B, S, H, hd, (const float *)d->qkv.p, (float *)d->o.p, d->lse, d->scratch);
@@ -18568,17 +18592,18 @@ TR__FN int tr__lines_next(tr__lines *l, const char **line, size_t *n) {
     }
 }
 
-/* A CSV record's question and (when present and non-empty) answer fields, f[16] holding them all;
+/* A CSV record's question field q and answer field a ({NULL, 0} when absent or empty), f[16] holding all its fields;
    0 after reporting a record whose field count is not the header's (*st: the call's status). */
-TR__FN int tr__lines_csv(tr_ctx *ctx, const tr__lines *L, const tr_read_options *o, const char *what, const char *line, size_t n, tr__field *f, const char **qs, size_t *qn,
-                         const char **as, size_t *an, tr_status *st) {
+TR__FN int tr__lines_csv(tr_ctx *ctx, const tr__lines *L, const tr_read_options *o, const char *what, const char *line, size_t n, tr__field *f, tr__field *q,
+                         tr__field *a, tr_status *st) {
     int nf = tr__csv_split(line, n, f, 16);
     if (nf != L->ncols) {
         *st = tr__bad_record(ctx, o, what, L->lineno, "%d fields, the header has %d", nf, L->ncols);
         return 0;
     }
-    *qs = f[L->cq].s, *qn = f[L->cq].n;
-    if (L->ca >= 0 && f[L->ca].n) *as = f[L->ca].s, *an = f[L->ca].n;
+    *q = f[L->cq];
+    a->s = NULL, a->n = 0;
+    if (L->ca >= 0 && f[L->ca].n) *a = f[L->ca];
     return 1;
 }
 
@@ -18643,8 +18668,9 @@ TRDEF tr_status tr_sudoku_parse(tr_ctx *ctx, const char *text, size_t len, const
         int64_t ln = L.lineno;
         if (n == 0 || (!L.csv && line[0] == '#')) continue;
         if (L.csv) {
-            tr__field f[16];
-            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
+            tr__field f[16], fq, fa;
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &fq, &fa, &st)) continue;
+            qs = fq.s, qn = fq.n, as = fa.s, an = fa.n;
             if (L.cr >= 0) {
                 char buf[32], *end;
                 long v = -1;
@@ -19714,8 +19740,9 @@ TRDEF tr_status tr_maze_parse(tr_ctx *ctx, const char *text, size_t len, const c
         }
         if (skipping) continue;
         if (L.csv) {
-            tr__field f[16];
-            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &qs, &qn, &as, &an, &st)) continue;
+            tr__field f[16], fq, fa;
+            if (!tr__lines_csv(ctx, &L, &o, what, line, n, f, &fq, &fa, &st)) continue;
+            qs = fq.s, qn = fq.n, as = fa.s, an = fa.n;
         } else if (rows > 0 || (side > 0 && n == (size_t)side)) { /* a row of a maze written as `side` rows */
             if (n != (size_t)side) {
                 st = tr__bad_record(ctx, &o, what, ln, "maze rows need %d characters, this one has %zu", side, n);

@@ -501,6 +501,7 @@ static double at_loss(const float *qkv, void *u) {
 }
 static void test_attention(void **state) {
     float qkv[AB * AS * 3 * AD], o[AB * AS * AD], lse[AB * AH * AS], scr[4 * AS], dqkv[AB * AS * 3 * AD], fd[AB * AS * 3 * AD];
+    tr__attention_bwd_args ba;
     int b, h, i, j, c;
     (void)state;
     tu_fill(qkv, sizeof qkv / 4, 10, 2.0f);
@@ -525,7 +526,8 @@ static void test_attention(void **state) {
                 }
                 assert_true(fabs(mx + log(sum) - lse[(b * AH + h) * AS + i]) < 1e-5);
             }
-    tr__attention_bwd_ref(AB, AS, AH, AHD, qkv, o, lse, at_w, dqkv, scr, 2);
+    ba.S = AS, ba.H = AH, ba.hd = AHD, ba.qkv = qkv, ba.o = o, ba.lse = lse, ba.do_ = at_w, ba.dqkv = dqkv, ba.scratch = scr;
+    tr__attention_bwd_ref(AB, &ba, 2);
     tu_fd(at_loss, qkv, sizeof qkv / 4, NULL, fd);
     tu_assert_close("attention bwd vs FD", dqkv, fd, sizeof qkv / 4, FD_ATOL, FD_RTOL);
 }
@@ -538,10 +540,12 @@ static void attention_simd_case(tr_ctx *ctx, const char *level, const int shape[
     char what[64];
     int B = shape[0], S = shape[1], H = shape[2], hd = shape[3], D = H * hd;
     size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
-    float *qkv = (float *)malloc(nq * 4), *o1 = (float *)malloc(no * 4), *o2 = (float *)malloc(no * 4);
+    /* (qkv calloc'd: gcc 12 -O2 otherwise reports it "may be used uninitialized", not seeing tu_fill write it all) */
+    float *qkv = (float *)calloc(nq, 4), *o1 = (float *)malloc(no * 4), *o2 = (float *)malloc(no * 4);
     float *l1 = (float *)malloc(nl * 4), *l2 = (float *)malloc(nl * 4), *dout = (float *)malloc(no * 4);
     float *d1 = (float *)malloc(nq * 4), *d2 = (float *)malloc(nq * 4);
     float *scr = (float *)malloc(2 * tr__attention_scratch_floats(S, hd) * 4);
+    tr__attention_bwd_args ba;
     tu_fill(qkv, nq, 30 + k, 1.5f);
     tu_fill(dout, no, 40 + k, 1.0f);
     tr__attention_fwd_ref(B, S, H, hd, qkv, o1, l1, scr, 2);
@@ -549,8 +553,10 @@ static void attention_simd_case(tr_ctx *ctx, const char *level, const int shape[
     snprintf(what, sizeof what, "attention %s, shape %u: fwd, lse", level, k);
     tu_assert_close(what, o2, o1, no, 1e-6, 1e-5);
     tu_assert_close(what, l2, l1, nl, 1e-6, 1e-5);
-    tr__attention_bwd_ref(B, S, H, hd, qkv, o1, l1, dout, d1, scr, 2);
-    tr__attention_bwd(ctx, B, S, H, hd, qkv, o1, l1, dout, d2, scr);
+    ba.S = S, ba.H = H, ba.hd = hd, ba.qkv = qkv, ba.o = o1, ba.lse = l1, ba.do_ = dout, ba.dqkv = d1, ba.scratch = scr;
+    tr__attention_bwd_ref(B, &ba, 2);
+    ba.dqkv = d2;
+    tr__attention_bwd(ctx, B, &ba);
     snprintf(what, sizeof what, "attention %s, shape %u: bwd", level, k);
     tu_assert_close(what, d2, d1, nq, 1e-5, 1e-4);
     free(qkv), free(o1), free(o2), free(l1), free(l2), free(dout), free(d1), free(d2), free(scr);

@@ -135,7 +135,7 @@ static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, s
                 : tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tr__out_of(dC, ldc, 0, acc));
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
-    tr__sgemm_ref(ta, tb, M, N, K, RA, lda, RB, ldb, R, ldc, acc);
+    tr__sgemm_ref(M, N, K, tr__mat_of(RA, lda, 0, ta), tr__mat_of(RB, ldb, 0, tb), tr__out_of(R, ldc, 0, acc));
     snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%zu N=%zu K=%zu pad=%zu acc=%d pieces=%d fdt=%d%s", ta, tb, M, N, K, pad, acc, pieces,
              g_ref_fdt, g_raw_inputs ? " raw" : "");
     check(what, C, R, nc, 1e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm); /* includes the padding: it must be untouched */
@@ -201,7 +201,7 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     down(cl, C, dC, nc);
     if (sum && nb == 0 && !acc)
         for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
-    for (b = 0; b < nb; b++) tr__sgemm_ref(ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, ldc, sum && b > 0 ? 1 : acc);
+    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tr__out_of(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
     snprintf(what, sizeof what, "batched nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu sum=%d acc=%d pieces=%d", nb, ta, tb, M, N, K, sum, acc, pieces);
     check(what, C, R, nc, 1e-6 * (double)K * (sum ? nb : 1) + 1e-6, 1e-5, &g_worst_gemm);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -261,7 +261,7 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
     down(cl, C, dC, nc);
     for (b = 0; b < (size_t)nb; b++) {
         const float *A = sw == 1 ? act + b * rc : X + b * sx, *B = sw == 1 ? X + b * sx : act + b * rc;
-        tr__sgemm_ref(ta, tb, M, N, K, A, sw == 1 ? cols : ldx, B, sw == 1 ? ldx : cols, R + b * sC, ldc, sum && b > 0 ? 1 : acc);
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, sw == 1 ? cols : ldx, 0, ta), tr__mat_of(B, sw == 1 ? ldx : cols, 0, tb), tr__out_of(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
     }
     snprintf(what, sizeof what, "swiglu sw=%d nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu per_batch=%d pad=%zu sum=%d", sw, nb, ta, tb, M, N, K,
              per_batch, pad, sum);
@@ -306,7 +306,7 @@ static void run_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, siz
                                           tr__out_of(dX, N, sX, 0)), TR_OK);
     down(cl, C, dC, nc), down(cl, X, dX, nx);
     for (b = 0; b < n1; b++) {
-        tr__sgemm_ref(0, 0, M, N, K, A, lda, Bm + b * sB, N, P, N, 0);
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(Bm + b * sB, N, 0, 0), tr__out_of(P, N, 0, 0));
         for (i = 0; i < half * N; i++) RX[b * sX + i] = tr__silu(P[i]) * P[half * N + i];
         if (keep) memcpy(R + b * sC, P, M * N * 4);
     }
@@ -440,7 +440,7 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     dA = up(cl, A, sA * nb), dB = up(cl, B, sB * nb), dC = up(cl, C, n);
     assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
     down(cl, C, dC, n);
-    for (b = 0; b < nb; b++) tr__sgemm_ref(ta, tb, M, N, K, A + b * sA, lda, B + b * sB, ldb, R + b * sC, N, acc);
+    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tr__out_of(R + b * sC, N, 0, acc));
     tr__round_ref(fdt, R, n);
     for (i = 0; i < n; i++)
         if (tr__round1(fdt, C[i]) != C[i]) fail_msg("rnd fdt=%d: C[%zu] = %.9g is not a value of the precision", fdt, i, C[i]);
@@ -926,6 +926,7 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     float *dqkv = (float *)malloc(nq * 4), *ro = (float *)malloc(no * 4), *rl = (float *)malloc(nl * 4), *rd = (float *)malloc(nq * 4);
     float *scr = (float *)malloc((size_t)(S + 16) * 4 * 8);
     float *dq, *dout, *dl, *ddo, *dd;
+    tr__attention_bwd_args ba;
     char what[128];
     tu_fill(qkv, nq, seed, 1.5f), tu_fill(dO, no, seed + 1, 1.0f), tu_fill(dqkv, nq, seed + 2, 1.0f);
     dq = up(cl, qkv, nq), dout = up(cl, dqkv, no), dl = up(cl, dqkv, nl), ddo = up(cl, dO, no), dd = up(cl, dqkv, nq);
@@ -941,7 +942,8 @@ static void run_attention(tr__cl *cl, int B, int S, int H, int hd, uint64_t seed
     assert_int_equal(tr__cl_write(cl, dl, rl, nl * 4), TR_OK);
     assert_int_equal(cl_att_bwd(cl, 0, B, S, H, hd, dq, dout, dl, ddo, dd, 0), TR_OK);
     down(cl, dqkv, dd, nq);
-    tr__attention_bwd_ref(B, S, H, hd, qkv, ro, rl, dO, rd, scr, 1);
+    ba.S = S, ba.H = H, ba.hd = hd, ba.qkv = qkv, ba.o = ro, ba.lse = rl, ba.do_ = dO, ba.dqkv = rd, ba.scratch = scr;
+    tr__attention_bwd_ref(B, &ba, 1);
     snprintf(what, sizeof what, "attention bwd B=%d S=%d H=%d hd=%d", B, S, H, hd);
     check(what, dqkv, rd, nq, 2e-5, 1e-4, &g_worst_att);
     tr__cl_free(cl, dq), tr__cl_free(cl, dout), tr__cl_free(cl, dl), tr__cl_free(cl, ddo), tr__cl_free(cl, dd);

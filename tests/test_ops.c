@@ -86,7 +86,7 @@ static void run_sgemm(op_env *e, int dt, int rnd) {
     float *A = vals(M * K, 3, 1.0f, dt), *B = vals(N * K, 4, 1.0f, dt), *ref = (float *)malloc(M * N * 4), *got;
     tr__buf dA = put(e, A, M * K, dt), dB = put(e, B, N * K, dt), dC = put(e, NULL, M * N, rnd ? dt : TR__F32);
     tr__mat ma = tr__mat16_of(dA.p, K, 0, 0, dt), mb = tr__mat16_of(dB.p, K, 0, 1, dt);
-    tr__sgemm_ref(0, 1, M, N, K, A, K, B, K, ref, N, 0);
+    tr__sgemm_ref(M, N, K, tr__mat_of(A, K, 0, 0), tr__mat_of(B, K, 0, 1), tr__out_of(ref, N, 0, 0));
     if (rnd) {
         tr__round_ref(dt, ref, M * N);
         assert_int_equal(tr__op_sgemm_rnd(e->ctx, dt, 1, M, N, K, ma, mb, tr__out16_of(dC.p, N, 0, 0, dt)), TR_OK);
@@ -187,7 +187,12 @@ static void case_attention(op_env *e, int dt) {
     /* the backward from the reference's o and lse */
     tr__dfree(e->ctx, dO.p), tr__dfree(e->ctx, dL.p);
     dO = put(e, o, no, dt), dL = put(e, lse, nl, TR__F32);
-    tr__attention_bwd_ref(B, S, H, hd, qkv, o, lse, dout, dq, scr, 1);
+    {
+        tr__attention_bwd_args ba;
+        memset(&ba, 0, sizeof ba);
+        ba.S = S, ba.H = H, ba.hd = hd, ba.qkv = qkv, ba.o = o, ba.lse = lse, ba.do_ = dout, ba.dqkv = dq, ba.scratch = scr;
+        tr__attention_bwd_ref(B, &ba, 1);
+    }
     tr__round_ref(dt, dq, nq);
     d.bwd = 1, d.o = dO, d.lse = (float *)dL.p, d.do_ = dDO, d.dqkv = (float *)dDQ.p;
     assert_int_equal(tr__op_attention(e->ctx, &d), TR_OK);

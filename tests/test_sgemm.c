@@ -65,7 +65,7 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
     memcpy(R, C, M * ldc * sizeof *C);
     memcpy(C0, C, M * ldc * sizeof *C);
     assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, ldc, 0, acc)), TR_OK);
-    tr__sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, acc);
+    tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(R, ldc, 0, acc));
     for (i = 0; i < M; i++) {
         for (j = 0; j < N; j++) {
             double S = acc ? fabs((double)C0[i * ldc + j]) : 0.0, tol;
@@ -273,7 +273,7 @@ static void test_alloc_failure(void **state) {
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
         tr_ctx_fail_alloc_at(ctx, 0);
         assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
-        tr__sgemm_ref(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, R, N, 0);
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(R, N, 0, 0));
         assert_true(fabs((double)C[N + 3] - (double)R[N + 3]) <= 1e-3);
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
         tr_ctx_destroy(ctx);
@@ -386,7 +386,7 @@ static void test_packed_weights_limits(void **state) {
     tr__pw pw;
     long k;
     (void)state;
-    tr__sgemm_ref(0, 1, M, N, K, W, K, W + M * K, K, R, N, 0);
+    tr__sgemm_ref(M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(R, N, 0, 0));
     for (k = 1; k <= 2; k++) { /* the op(B) entry, then the op(A) entry */
         tr__pw_attach(ctx, &pw, W, n);
         tr_ctx_fail_alloc_at(ctx, k);
