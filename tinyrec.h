@@ -1519,8 +1519,6 @@ struct tr_ctx {
     /* tr_ctx_config's OpenCL knobs, read when the device opens (tr__ctx_knob): knob_set[k] 0 = the environment */
     char knob[5][384];
     unsigned char knob_set[5];
-    int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
-                        all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
 };
 
@@ -4940,8 +4938,10 @@ TR__FN tr__att_kv tr__att_gather(const float *qkv, int b, int h, int S, int D, i
         }                                                                                                               \
     }                                                                                                                   \
     /* The backward. */                                                                                                 \
-    TARGET static void tr__attention_bwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) { \
-        int D = H * hd, i, j, c;                                                                                        \
+    TARGET static void tr__attention_bwd_bh##B(int b, int h, const tr__attention_bwd_args *a, float *scratch) {          \
+        int S = a->S, H = a->H, hd = a->hd, D = H * hd, i, j, c;                                                        \
+        const float *qkv = a->qkv, *o = a->o, *lse = a->lse, *do_ = a->do_;                                             \
+        float *dqkv = a->dqkv;                                                                                          \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
         float scale = 1.0f / sqrtf((float)hd);                                                                          \
         tr__att_kv kv = tr__att_gather(qkv, b, h, S, D, hd, Sp, scratch);                                               \
@@ -5406,7 +5406,7 @@ TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
 }
 typedef struct tr__attention_bwd_simd {
     tr__attention_bwd_args a;
-    void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+    void (*one)(int, int, const tr__attention_bwd_args *, float *);
 } tr__attention_bwd_simd;
 TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
     const tr__attention_bwd_simd *p = (const tr__attention_bwd_simd *)arg;
@@ -5414,7 +5414,7 @@ TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
     size_t per = tr__attention_scratch_floats(a->S, a->hd);
     long bh;
     for (bh = i0; bh < i1; bh++)
-        p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->do_, a->dqkv, a->scratch + (size_t)tr__thread_id() * per);
+        p->one((int)(bh / a->H), (int)(bh % a->H), a, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, const tr__attention_bwd_args *a) {
     int S = a->S, H = a->H, hd = a->hd;
@@ -5731,7 +5731,7 @@ typedef struct tr__att16_args {
     float *wide;
     tr__range_fn half_fn, round_fn;
     void (*fwd_one)(int, int, int, int, int, const float *, float *, float *, float *);
-    void (*bwd_one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+    void (*bwd_one)(int, int, const tr__attention_bwd_args *, float *);
 } tr__att16_args;
 /* Head h of batch row b of an operand with `parts` slices of D per position (qkv 3, o and do 1) to or from compact c. */
 TR__FN void tr__att16_io(const tr__att16_args *p, tr__buf x, int parts, size_t b, size_t h, float *c, int store) {
@@ -5761,10 +5761,10 @@ TR__FN void tr__att16_range(void *arg, long i0, long i1) {
         }
         tr__att16_io(p, p->d.o, 1, b, h, co, 0);
         tr__att16_io(p, p->d.do_, 1, b, h, cd, 0);
-        if (p->bwd_one) p->bwd_one(0, 0, p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch + (size_t)t * per);
-        else {
+        {
             tr__attention_bwd_args a = {p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch};
-            tr__attention_bwd_range(&a, 0, 1);
+            if (p->bwd_one) p->bwd_one(0, 0, &a, p->d.scratch + (size_t)t * per);
+            else tr__attention_bwd_range(&a, 0, 1);
         }
         tr__att16_io(p, tr__f32(p->d.dqkv), 3, b, h, cdq, 1);
     }
@@ -5900,7 +5900,7 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
                   small enough to transpose), and M <= 16 with op(B) = B streams B's rows
                   through a 4-row register tile.
    Micro-kernels: AVX-512 14x32 (28 zmm accumulators; B as two zmm loads, A as broadcasts),
-   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). A bfloat16 model's products (ctx->gemm_fdt)
+   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). A bfloat16 model's products (tr__out.prec)
    run on bfloat16-pair packings: AMX 32x32, vdpbf16ps 14x32, or their scalar twin (tr__bgemm_*). */
 
 /* Cache blocking (Zen 5: 48 KiB L1d, 1 MiB L2 per core, 32 MiB L3).
@@ -5923,8 +5923,9 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
    stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
    all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
    (then ld and s count them). tr__out (C): acc adds the product to what C holds; dt as tr__mat's (a rounded product,
-   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit). Built by tr__mat_of / tr__mat16_of / tr__out_of /
-   tr__out16_of. */
+   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit); prec the precision the product multiplies in: 0 fp32,
+   or a bfloat16 / float16 model's (its operands are values of it, so the CPU may multiply bfloat16 in pairs and a
+   device on its tensor cores; tr__out_in). Built by tr__mat_of / tr__mat16_of / tr__out_of / tr__out16_of. */
 typedef struct tr__mat {
     const void *p;
     size_t ld, s;
@@ -5933,7 +5934,7 @@ typedef struct tr__mat {
 typedef struct tr__out {
     void *p;
     size_t ld, s;
-    int acc, dt;
+    int acc, dt, prec;
 } tr__out;
 TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
     tr__mat m;
@@ -5943,10 +5944,15 @@ TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
 TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
 TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
     tr__out o;
-    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt;
+    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt, o.prec = 0;
     return o;
 }
 TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
+/* o for a product that multiplies in prec (tr__out's). */
+TR__FN tr__out tr__out_in(tr__out o, int prec) {
+    o.prec = prec;
+    return o;
+}
 
 /* Micro-kernel: C[0:mr, 0:nr] (=|+=) Apanel * Bpanel where Apanel is kc x MR (MR values per k)
    and Bpanel is kc x NR (NR values per k), both zero-padded to the full tile. */
@@ -6565,7 +6571,7 @@ TR__FN void tr__sgemm_rows_neon(size_t nrows, size_t w, size_t K, tr__mat ma, tr
 #endif /* TR__NEON */
 
 /* --- bfloat16 pairs (a bfloat16 model's products) -------------------------------------------------
-   While a bfloat16 model computes (ctx->gemm_fdt), every GEMM operand is a bfloat16 value in fp32
+   A bfloat16 model's products (tr__out.prec) have bfloat16 values in fp32 as operands,
    storage, so the packed path may multiply in bfloat16 with fp32 sums: the packings round each value
    to bfloat16 (exact for such values; round to nearest even for others) and store two consecutive k
    per 32-bit word, low half the even k: A panels as ceil(kc/2) x MR words, B panels ceil(kc/2) x NR
@@ -6876,8 +6882,8 @@ TR__FN int tr__bgemm_kernel(const tr_ctx *ctx) {
     if (ctx->simd != TR__SIMD_AVX512 || !ctx->cpu_bf16) return 0;
     return ctx->bf16_gemm == 1 && ctx->cpu_amx ? TR__BG_AMX : TR__BG_DPBF16;
 }
-/* The kernels of the products running now: tr__bgemm_kernel's while a bfloat16 model computes. */
-TR__FN int tr__bgemm_mode(const tr_ctx *ctx) { return ctx->gemm_fdt == TR_FWD_BFLOAT16 ? tr__bgemm_kernel(ctx) : 0; }
+/* The kernels of a product that multiplies in prec (tr__out's): tr__bgemm_kernel's for a bfloat16 model's. */
+TR__FN int tr__bgemm_mode(const tr_ctx *ctx, int prec) { return prec == TR_FWD_BFLOAT16 ? tr__bgemm_kernel(ctx) : 0; }
 TR__FN void tr__bgemm_kernels(tr__sgemm_kern *k, int mode) {
     k->mr = TR__SG_SMR, k->nr = TR__SG_SNR;
     k->ukr = tr__bgemm_ukr_c;
@@ -7438,6 +7444,24 @@ typedef struct tr__dev_fns {
     tr_status (*norm)(tr_ctx *ctx, const tr__norm_desc *d);
     tr_status (*attention)(tr_ctx *ctx, const tr__att_desc *d);
     tr_status (*rope)(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse);
+    /* the model's embedding, Q head and loss (the meanings of tr__embed_fwd / _bwd, tr__qhead_fwd / _bwd, tr__op_xent) */
+    tr_status (*embed_fwd)(tr_ctx *ctx, tr__embed_shape e, int fdt, const float *W_tok, const float *W_pos, const float *puzzle_emb, const int32_t *inputs,
+                           const int32_t *pids, tr__buf x);
+    tr_status (*embed_bwd)(tr_ctx *ctx, tr__embed_shape e, const float *dx, const int32_t *inputs, float *g_tok, float *g_pos, float *prow);
+    tr_status (*qhead_fwd)(tr_ctx *ctx, int B, int S, int D, const float *z_H, const float *W_q, const float *b_q, float *q);
+    tr_status (*qhead_bwd)(tr_ctx *ctx, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq);
+    tr_status (*xent)(tr_ctx *ctx, int B, int L, int V, int loss_type, const float *logits, const int32_t *labels, float grad_div, float *dlogits,
+                      float *rowstat);
+    /* Tensor cores: whether their kernels are ready (built at the first ask where the device has them), and the fused
+       products on them, each the meaning of its op; those with done run where they can (*done = 1) and otherwise
+       leave the op to its passes. sgemm_rnd: C rounded to mc.prec in the epilogue. */
+    int (*mma_ready)(tr_ctx *ctx);
+    tr_status (*sgemm_rnd)(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
+    tr_status (*swiglu_mlp)(tr_ctx *ctx, const tr__mlp_desc *d);
+    tr_status (*token_mlp)(tr_ctx *ctx, const tr__mlp_desc *d);
+    tr_status (*swiglu_bwd_kept)(tr_ctx *ctx, const tr__swiglu_desc *d, int *done);
+    tr_status (*sgemm_swiglu)(tr_ctx *ctx, int fdt, const tr__gemm *g, size_t so, int g16, tr__buf act, int *done);
+    tr_status (*sgemm_gate_up)(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act, int *done);
 } tr__dev_fns;
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
@@ -7469,7 +7493,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         for (i = 0; i < nbat * kbat; i++)
             if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0, transA, a16),
                                    tr__mat16_of(tr__sgemm_at(B, b16, i * sB), ldb, 0, transB, b16),
-                                   tr__out_of(C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate), NULL)) != TR_OK)
+                                   tr__out_in(tr__out_of(C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate), mc.prec), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -7482,7 +7506,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         if (a16) tr__io16(tr__half_pick(ctx), a16, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
         if (b16) tr__io16(tr__half_pick(ctx), b16, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
         st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat_of(a16 ? w : A, a16 ? ac : lda, 0, transA),
-                          tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate), NULL);
+                          tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_in(tr__out_of(C, ldc, 0, accumulate), mc.prec), NULL);
         tr__free(ctx, w);
         return st;
     }
@@ -7513,7 +7537,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
     nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
     J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
     J.nkbp = nkb;
-    if ((i = (size_t)tr__bgemm_mode(ctx)) != 0) { /* AMX needs blocks 16 deep at least (its padded rows fit the fp32 layout's room) */
+    if ((i = (size_t)tr__bgemm_mode(ctx, mc.prec)) != 0) { /* AMX needs blocks 16 deep at least (its padded rows fit the fp32 layout's room) */
         if (i == TR__BG_AMX && (K < 32 || K - (nkb - 1) * J.kc_nom < 16)) i = TR__BG_DPBF16;
         tr__bgemm_kernels(&J.kern, (int)i);
     }
@@ -7647,13 +7671,13 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
             if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, sA, ta, a16),
-                                   tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, sB, tb, b16), tr__out_of(C, ldc, 0, b > 0 ? 1 : acc), NULL)) != TR_OK)
+                                   tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, sB, tb, b16), tr__out_in(tr__out_of(C, ldc, 0, b > 0 ? 1 : acc), mc.prec), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
     for (b = 0; b < nb; b++)
         if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, 0, ta, a16),
-                               tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, 0, tb, b16), tr__out_of(C + b * sC, ldc, 0, sC == 0 && b > 0 ? 1 : acc),
+                               tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, 0, tb, b16), tr__out_in(tr__out_of(C + b * sC, ldc, 0, sC == 0 && b > 0 ? 1 : acc), mc.prec),
                                NULL)) != TR_OK)
             return st;
     return TR_OK;
@@ -10683,8 +10707,7 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
      and kept with the device (tr__cl.gemm), which every launch uses.
-   Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): while a bfloat16 / float16 model runs (ctx->gemm_fdt), its
-     products, whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 writes
+   Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): a bfloat16 / float16 model's products (tr__out.prec), whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 writes
      each as it is stored, rows of 16-bit values padded with zeros to whole 128 x 32 tiles, into scratch
      (tr__cl_pack16). tr_k_hmma then copies the tiles with cp.async into three stages of local memory (48 KiB;
      XOR-swizzled 16-byte chunks, so ldmatrix is conflict-free), loads fragments with ldmatrix (.trans for a
@@ -12027,7 +12050,7 @@ typedef struct tr__cl_gemm_fuse {
     int sw, gu, write_gu;
     size_t so, half, ld_act, s_act;
     float *act;
-    int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N); 2: and stored
+    int rnd; /* C rounded to its precision (tr__out.prec) after the product (the tensor-core kernels' epilogue; ldc = N); 2: and stored
                 as those 16-bit values (ldc, sC count them; no accumulation, no sum of products) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
@@ -12322,9 +12345,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
-    if (g.mma && !fz->gu && nb <= 65535 && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) &&
+    if (g.mma && !fz->gu && nb <= 65535 && (mc.prec == TR_FWD_BFLOAT16 || mc.prec == TR_FWD_FLOAT16) &&
         tr__cl_mma_ready(cl)) { /* (the packing's grid has a dimension per batch: at most 65535) */
-        mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
+        mma = mc.prec == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
@@ -12518,10 +12541,10 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu,
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 1, down.rnd = 1;
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), tr__mat_of(d->w_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0),
+    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), tr__mat_of(d->w_gu, K, 0, 1), tr__out_in(tr__out_of(gu, 2 * half, 0, 0), d->fdt),
                               1, &fz)) != TR_OK) return st;
     down.a16 = act16;
-    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_of(d->out.p, D, 0, 0), 0, &down);
+    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_in(tr__out_of(d->out.p, D, 0, 0), d->fdt), 0, &down);
 }
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
@@ -12540,10 +12563,10 @@ TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, const tr__mlp_desc *d, float *mix,
     fz.rnd = 1, fz.swc = 2, down.rnd = 1;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(d->w_gu, S, 0, 0), tr__mat_of(d->in.p, D, S * D, 0),
-                              tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), 1, &fz)) != TR_OK)
+                              tr__out_in(tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), d->fdt), 1, &fz)) != TR_OK)
         return st;
     down.b16 = act16;
-    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_of(d->out.p, D, S * D, 0), 0, &down);
+    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_in(tr__out_of(d->out.p, D, S * D, 0), d->fdt), 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -12729,10 +12752,78 @@ TR__FN tr_status tr__cld_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float
 }
 TR__FN tr_status tr__cld_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) { return tr__cl_all_finite(ctx->cl, n, x, ok); }
 TR__FN tr_status tr__cld_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) { return tr__cl_ema(ctx->cl, n, shadow, p, decay); }
+TR__FN tr_status tr__cld_embed_fwd(tr_ctx *ctx, tr__embed_shape e, int fdt, const float *W_tok, const float *W_pos, const float *puzzle_emb,
+                                    const int32_t *inputs, const int32_t *pids, tr__buf x) {
+    return tr__cl_embed_fwd(ctx->cl, e, fdt, W_tok, W_pos, puzzle_emb, inputs, pids, x);
+}
+TR__FN tr_status tr__cld_embed_bwd(tr_ctx *ctx, tr__embed_shape e, const float *dx, const int32_t *inputs, float *g_tok, float *g_pos, float *prow) {
+    return tr__cl_embed_bwd(ctx->cl, e, dx, inputs, g_tok, g_pos, prow);
+}
+TR__FN tr_status tr__cld_qhead_fwd(tr_ctx *ctx, int B, int S, int D, const float *z_H, const float *W_q, const float *b_q, float *q) {
+    return tr__cl_qhead_fwd(ctx->cl, B, S, D, z_H, W_q, b_q, q);
+}
+TR__FN tr_status tr__cld_qhead_bwd(tr_ctx *ctx, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq) {
+    return tr__cl_qhead_bwd(ctx->cl, B, S, D, dq, z_H, W_q, dz, g_Wq, g_bq);
+}
+TR__FN tr_status tr__cld_xent(tr_ctx *ctx, int B, int L, int V, int loss_type, const float *logits, const int32_t *labels, float grad_div, float *dlogits,
+                              float *rowstat) {
+    return tr__cl_xent(ctx->cl, B, L, V, loss_type, logits, labels, grad_div, dlogits, rowstat);
+}
+TR__FN int tr__cld_mma_ready(tr_ctx *ctx) { return tr__cl_mma_ready(ctx->cl); }
+TR__FN tr_status tr__cld_sgemm_rnd(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+    fz.rnd = mc.dt ? 2 : 1;
+    return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
+}
+/* The MLPs' gate_up written as the tape wants it: in 16 bits by the epilogue where it can (an even width), else as
+   floats and then converted (a 16-bit activation's packing in its room, wsp.act16). */
+TR__FN tr_status tr__cld_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    float *room = d->act.dt ? tr__cl_room((float *)d->act.p) : NULL;
+    int keep = d->keep_gu;
+    tr_status st;
+    if (keep && d->gu16 && d->half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, d, d->gu16, 2, room);
+    if ((st = tr__cl_swiglu_mlp(ctx->cl, d, d->gu, keep, room))) return st;
+    return keep && d->gu16 && d->rows ? tr__cl_half(ctx->cl, d->fdt, 0, d->gu, d->gu16, d->rows * 2 * d->half) : TR_OK;
+}
+TR__FN tr_status tr__cld_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    float *room = d->act.dt ? tr__cl_room((float *)d->act.p) : NULL;
+    int keep = d->keep_gu;
+    tr_status st;
+    if (keep && d->gu16 && d->D % 2 == 0) return tr__cl_token_mlp(ctx->cl, d, d->gu16, 2, room);
+    if ((st = tr__cl_token_mlp(ctx->cl, d, d->gu, keep, room))) return st;
+    return keep && d->gu16 && d->nb > 0 ? tr__cl_half(ctx->cl, d->fdt, 0, d->gu, d->gu16, (size_t)d->nb * 2 * d->half * d->D) : TR_OK;
+}
+TR__FN tr_status tr__cld_swiglu_bwd_kept(tr_ctx *ctx, const tr__swiglu_desc *d, int *done) {
+    *done = d->cols && d->fdt && tr__cl_mma_ready(ctx->cl) &&
+            (!(d->g.dt || d->da.dt) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols));
+    return *done ? tr__cl_swiglu_bwd_kept(ctx->cl, d) : TR_OK;
+}
+/* g16: g->b holds the tape's 16-bit gate_up (the tensor cores' packing reads it); else fp32, which the SIMT kernel's
+   fetch also reads in float32 (B transposed, A not). */
+TR__FN tr_status tr__cld_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, size_t so, int g16, tr__buf act, int *done) {
+    int mma = g->nb <= 65535 && fdt && tr__cl_mma_ready(ctx->cl);
+    *done = g16 ? mma : mma || (!fdt && tr__cl_gemm_sw_ok(g->a.t, g->b.t, 2));
+    return *done ? tr__cl_sgemm_swiglu(ctx->cl, g, 2, so, g16, act.dt ? tr__cl_room((float *)act.p) : NULL) : TR_OK;
+}
+TR__FN tr_status tr__cld_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act, int *done) {
+    size_t half = g->M / 2, N = g->N;
+    *done = 1;
+    if (!fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm)) return tr__cl_sgemm_gate_up(ctx->cl, g->nb, half, N, g->K, g->a, g->b, g->c, keep_gu, act);
+    if (g->nb <= 65535 && fdt && tr__cl_mma_ready(ctx->cl)) { /* tensor cores: A's halves interleaved */
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+        fz.rnd = 1, fz.swc = 2;
+        fz.act = (float *)act.p, fz.ld_act = N, fz.s_act = act.s, fz.write_gu = keep_gu;
+        return tr__cl_gemm_run(ctx->cl, g->nb, 2 * half, N, g->K, g->a, g->b, g->c, 1, &fz);
+    }
+    *done = 0;
+    return TR_OK;
+}
 static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_put, tr__cld_get, tr__cld_finish, tr__cld_weights_hold,
                                            tr__cld_weights_written, tr__cld_weights_release, tr__cld_pack_window, tr__cld_sgemm, tr__cld_add,     tr__cld_scale,      tr__cld_round,      tr__cld_half,
                                            tr__cld_swiglu_fwd, tr__cld_swiglu_bwd, tr__cld_adam_atan2, tr__cld_all_finite, tr__cld_ema,
-                                           tr__cld_norm, tr__cld_attention, tr__cld_rope};
+                                           tr__cld_norm, tr__cld_attention, tr__cld_rope, tr__cld_embed_fwd, tr__cld_embed_bwd, tr__cld_qhead_fwd,
+                                           tr__cld_qhead_bwd, tr__cld_xent, tr__cld_mma_ready, tr__cld_sgemm_rnd, tr__cld_swiglu_mlp, tr__cld_token_mlp,
+                                           tr__cld_swiglu_bwd_kept, tr__cld_sgemm_swiglu, tr__cld_sgemm_gate_up};
 /* >>opencl-end */
 #endif
 
@@ -12744,14 +12835,6 @@ static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_p
    pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels.
    Then what the machine offers (>>api-device): CPU info and the OpenCL listing (the self-test and the batch
    advice, which build models and train them, are >>machine's, above the trainer). */
-#if TINYREC_OPENCL
-#define TR__ON_CL(ctx, call)                  \
-    do {                                      \
-        if ((ctx)->dev_active) return (call); \
-    } while (0)
-#else
-#define TR__ON_CL(ctx, call) TR__UNUSED(ctx)
-#endif
 
 TR__FN void tr__dev_close(tr_ctx *ctx) {
 #if TINYREC_OPENCL
@@ -13087,9 +13170,11 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"all_finite", "a bit test per value", "tr_k_nonfinite", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}}};
 /* The operand types of a call (TR__DTB of each). */
 TR__FN unsigned tr__dt_used(int a, int b, int c) { return TR__DTB(a) | TR__DTB(b) | TR__DTB(c); }
-/* Whether op runs on the context's device with operands of these types (used: tr__dt_used). */
-TR__FN int tr__op_on_device(const tr_ctx *ctx, int op, unsigned used) {
-    return ctx->dev_active && (tr__ops[op].types[tr__dev_kind(ctx)] & used) == used;
+/* Whether op runs on the context's device with operands of these types (used: tr__dt_used) in a computation of the
+   precision fdt: the table's types for the device, 16-bit operands only of fdt. */
+TR__FN int tr__op_on_device(const tr_ctx *ctx, int op, int fdt, unsigned used) {
+    unsigned own = TR__DTB(TR__F32) | (fdt ? TR__DTB(fdt) : 0u);
+    return ctx->dev_active && (used & ~own) == 0 && (tr__ops[op].types[tr__dev_kind(ctx)] & used) == used;
 }
 /* An op's 16-bit path on the CPU (its operands of type dt, of a bfloat16 / float16 computation): TR_OK there, else why not. */
 TR__FN tr_status tr__op_takes(tr_ctx *ctx, int op, int dt) {
@@ -13099,27 +13184,15 @@ TR__FN tr_status tr__op_takes(tr_ctx *ctx, int op, int dt) {
         return tr__err(ctx, TR_ERR_GENERIC, "%s: %s operands of this shape are not taken on %s", r->name, tr__dtypes[dt].name, tr__dev_kind_names[tr__dev_kind(ctx)]);
     return TR_OK;
 }
-#if TINYREC_OPENCL
-TR__FN int tr__op_mma(tr_ctx *ctx, int fdt);
-#endif
+TR__FN int tr__op_mma(tr_ctx *ctx, int prec);
 /* A product whose A or B holds 16-bit values (their leading dimensions and batch strides in values): read as they are
    on the CPU, packed from them on tensor cores; the bits of the products of the fp32 values they hold. */
 TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     int dt = ma.dt ? ma.dt : mb.dt;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, dt)) {
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
-    }
-#endif
+    if (mc.prec == dt && tr__op_mma(ctx, dt)) return ctx->dev_fns->sgemm(ctx, nb, M, N, K, ma, mb, mc);
     if ((st = tr__op_takes(ctx, TR__OP_SGEMM, dt))) return st;
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
-}
-TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, 1, M, N, K, ma, mb, mc);
-    if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, 1, M, N, K, ma, mb, mc);
-    return tr__sgemm(ctx, M, N, K, ma, mb, mc);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -13147,12 +13220,14 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, s
     if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, nb, M, N, K, ma, mb, mc);
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
+/* One product (the CPU's tr__sgemm; tr__sgemm_batched's one product is the same call). */
+TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__op_sgemm_batched(ctx, 1, M, N, K, ma, mb, mc);
+}
 
-#if TINYREC_OPENCL
-/* Whether a model computing in fdt has its products on the device's tensor cores (their program built): the
-   fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
-TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl); }
-#endif
+/* Whether products in the precision prec (a model's that computes in it) run on the device's tensor cores (their
+   program built): the fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
+TR__FN int tr__op_mma(tr_ctx *ctx, int prec) { return ctx->dev_active && prec && ctx->dev_fns->mma_ready(ctx); }
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
 /* The CPU's rounded products (tr__op_sgemm_rnd): rounded as stored where the epilogue can run, else the product then a
@@ -13170,7 +13245,7 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1, e.c16 = c16;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(ma.p, ma.ld, 0, ma.t, ma.dt), mb, tr__out_of(c, N, sC, acc), &e)) || e.done)
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(ma.p, ma.ld, 0, ma.t, ma.dt), mb, tr__out_in(tr__out_of(c, N, sC, acc), fdt), &e)) || e.done)
             return st;
     }
     if (c16) {
@@ -13178,7 +13253,7 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
         for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
     }
-    st = tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, tr__out_of(c, N, sC, acc));
+    st = tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, tr__out_in(tr__out_of(c, N, sC, acc), fdt));
     if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
     if (c16) {
         for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
@@ -13194,13 +13269,8 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
 TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     int any16 = ma.dt || mb.dt || mc.dt;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = mc.dt ? 2 : 1;
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
-    }
-#endif
+    mc.prec = fdt; /* (a product rounded to a precision multiplies in it) */
+    if (tr__op_mma(ctx, fdt)) return ctx->dev_fns->sgemm_rnd(ctx, nb, M, N, K, ma, mb, mc);
     if (any16 && (st = tr__op_takes(ctx, TR__OP_SGEMM_RND, fdt))) return st;
     if (any16 && nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
     if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, nb, M, N, K, ma, mb, mc);
@@ -13307,7 +13377,7 @@ TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
     int cols = d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD, op = cols ? TR__OP_NORM_COLS : TR__OP_NORM_ROWS;
     size_t n = (size_t)rows * (cols ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
-    if (tr__op_on_device(ctx, op, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt)) && (!any16 || fdt)) return ctx->dev_fns->norm(ctx, d);
+    if (tr__op_on_device(ctx, op, fdt, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt))) return ctx->dev_fns->norm(ctx, d);
     if (any16) return (st = tr__op_takes(ctx, op, fdt)) ? st : tr__norm16(ctx, d);
     switch (d->kind) {
     case TR__NORM_ROWS_FWD:
@@ -13368,11 +13438,9 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
     int fdt = d->fdt, g16 = d->g.dt != 0, da16 = d->da.dt != 0;
     float *g = g16 ? d->g_room : (float *)d->g.p, *dg = (float *)d->out.p;
     const float *da = (const float *)d->da.p;
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    if (d->cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, d);
-#endif
+    if (ctx->dev_active && ((st = ctx->dev_fns->swiglu_bwd_kept(ctx, d, &done)) != TR_OK || done)) return st; /* (the tensor cores' packing window) */
     if (ctx->dev_active && (da16 || d->out.dt)) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
     if (!ctx->dev_active && (g16 || da16 || d->out.dt)) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
         tr__swiglu_desc c = *d;
@@ -13403,7 +13471,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, const tr__gemm *g, c
     e.gu = ep->keep_gu ? (float *)ep->gu.p : NULL, e.gu16 = ep->gu.dt != 0;
     e.gu_ld = ep->gu_ld, e.gu_s = ep->gu_s, e.gu_up = ep->gu_up;
     e.act = (float *)ep->act.p, e.act_ld = ep->act_ld, e.act_s = ep->act_s, e.act16 = ep->act.dt != 0;
-    if ((st = tr__sgemm_nb(ctx, (size_t)g->nb, 1, g->M, g->N, g->K, tr__mat16_of(g->a.p, g->a.ld, 0, g->a.t, g->a.dt), g->b, tr__out_of(NULL, 0, 0, 0), &e)))
+    if ((st = tr__sgemm_nb(ctx, (size_t)g->nb, 1, g->M, g->N, g->K, tr__mat16_of(g->a.p, g->a.ld, 0, g->a.t, g->a.dt), g->b, tr__out_in(tr__out_of(NULL, 0, 0, 0), fdt), &e)))
         return st;
     *done = e.done;
     return TR_OK;
@@ -13424,14 +13492,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
     tr__gemm g;
     tr__gu_epi ep;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
-        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, d, gu16, 2, room);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, d, gu, keep_gu, room))) return st;
-        return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
-    }
-#endif
+    if (tr__op_mma(ctx, fdt)) return ctx->dev_fns->swiglu_mlp(ctx, d);
     memset(&g, 0, sizeof g);
     memset(&ep, 0, sizeof ep);
     g.nb = 1, g.M = rows, g.N = 2 * half, g.K = K;
@@ -13459,16 +13520,15 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
    (rows x cols per batch, of act's type: 16-bit with a 16-bit CPU workspace, which reads gu16, and A of its type too),
    then multiplied. On a tensor-core device a 16-bit act is room for the activation's packing (wsp.act16), which the
    caller may overwrite once the product has run. */
-TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, float *gu16, size_t so, tr__buf act) {
+TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g_in, float *gu16, size_t so, tr__buf act) {
+    tr__gemm gp = *g_in, *g = &gp;
     int nb = g->nb, tb = g->b.t, per_row;
     size_t M = g->M, N = g->N, K = g->K, rows = tb ? N : K, cols = tb ? K : N, ldb = g->b.ld, sB = g->b.s;
     float *gu = (float *)(uintptr_t)g->b.p;
     tr__mat ma = g->a;
-    tr__out mc = g->c;
+    tr__out mc = g->c = tr__out_in(g->c, fdt); /* (the model's products multiply in its precision) */
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    float *room = ctx->dev_active && act.dt ? tr__cl_room((float *)act.p) : NULL;
-#endif
     per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
     if (per_row) ma.s = 0, mc.s = 0;
@@ -13478,14 +13538,11 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
         if (st) return st;
         return tr__op_sgemm_batched(ctx, per_row ? 1 : nb, M, N, K, ma, tr__mat16_of(act.p, cols, per_row ? 0 : rows * cols, tb, act.dt), mc);
     }
-#if TINYREC_OPENCL
-    if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
-    {
+    if (ctx->dev_active && nb > 0 && gu16) { /* the tensor cores pack the activation from the 16-bit gate_up */
         tr__gemm g16 = *g;
         g16.b.p = gu16;
-        return tr__cl_sgemm_swiglu(ctx->cl, &g16, 2, so, 1, room);
+        if ((st = ctx->dev_fns->sgemm_swiglu(ctx, fdt, &g16, so, 1, act, &done)) != TR_OK || done) return st;
     }
-#endif
     if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__buf_of(gu16, fdt), ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__buf_of(gu16, fdt), sB, act, rows * cols);
@@ -13494,10 +13551,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
         if (gu16 && nb > 0 && rows > 0 &&
             (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
             return st;
-#if TINYREC_OPENCL
-        if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(g->a.t, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-            return tr__cl_sgemm_swiglu(ctx->cl, g, 2, so, 0, room);
-#endif
+        if (ctx->dev_active && ((st = ctx->dev_fns->sgemm_swiglu(ctx, fdt, g, so, 0, act, &done)) != TR_OK || done)) return st;
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__f32(gu), ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__f32(gu), sB, act, rows * cols); /* the activation the forward made */
         if (st) return st;
@@ -13512,20 +13566,13 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
    in float32, the tensor cores in bfloat16 / float16 (A's gate and up rows packed interleaved, both rounded as
    tr__op_sgemm_rnd would). Elsewhere (the CPU, or a tile configuration that cannot pair the halves) the product,
    then the elementwise pass. */
-TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act) {
+TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g_in, int keep_gu, tr__out act) {
+    tr__gemm gp = *g_in, *g = &gp;
     size_t half = g->M / 2, N = g->N;
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
-        return tr__cl_sgemm_gate_up(ctx->cl, g->nb, half, N, g->K, g->a, g->b, g->c, keep_gu, act);
-    if (g->nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = 1, fz.swc = 2;
-        fz.act = (float *)act.p, fz.ld_act = N, fz.s_act = act.s, fz.write_gu = keep_gu;
-        return tr__cl_gemm_run(ctx->cl, g->nb, 2 * half, N, g->K, g->a, g->b, g->c, 1, &fz);
-    }
-#endif
-    TR__UNUSED(keep_gu);
+    g->c.prec = fdt; /* (the model's products multiply in its precision) */
+    if (ctx->dev_active && ((st = ctx->dev_fns->sgemm_gate_up(ctx, fdt, g, keep_gu, act, &done)) != TR_OK || done)) return st;
     /* bfloat16 / float16: the product and the activation are rounded */
     if ((st = tr__op_sgemm_rnd(ctx, fdt, g->nb, 2 * half, N, g->K, g->a, g->b, g->c))) return st;
     return tr__op_swiglu_fwd(ctx, fdt, g->nb, (long)(half * N), tr__f32(g->c.p), g->c.s, tr__f32(act.p), act.s);
@@ -13542,14 +13589,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
     tr__gemm g;
     tr__gu_epi ep;
     tr_status st;
-#if TINYREC_OPENCL
-    if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, d, mix16, 2, room);
-        if ((st = tr__cl_token_mlp(ctx->cl, d, mix, keep_gu, room))) return st;
-        return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
-    }
-#endif
+    if (nb <= 65535 && tr__op_mma(ctx, fdt)) return ctx->dev_fns->token_mlp(ctx, d);
     memset(&g, 0, sizeof g);
     memset(&ep, 0, sizeof ep);
     g.nb = nb, g.M = 2 * It, g.N = D, g.K = S;
@@ -13577,7 +13617,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
    the bits of the fp32 op. */
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr_status st;
-    if (tr__op_on_device(ctx, TR__OP_ROPE, TR__DTB(qkv.dt)) && (!qkv.dt || fdt)) return ctx->dev_fns->rope(ctx, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
+    if (tr__op_on_device(ctx, TR__OP_ROPE, fdt, TR__DTB(qkv.dt))) return ctx->dev_fns->rope(ctx, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
     if (qkv.dt) return (st = tr__op_takes(ctx, TR__OP_ROPE, fdt)) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
     tr__rope(ctx, rows, S, H, hd, (float *)qkv.p, cosv, sinv, inverse);
     return tr__op_round(ctx, fdt, (float *)qkv.p, (size_t)rows * 3 * H * hd);
@@ -13588,7 +13628,7 @@ TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int 
 TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, any16 = d->qkv.dt || d->o.dt || d->do_.dt;
     tr_status st;
-    if (tr__op_on_device(ctx, TR__OP_ATTENTION, tr__dt_used(d->qkv.dt, d->o.dt, d->do_.dt)) && (!any16 || fdt)) return ctx->dev_fns->attention(ctx, d);
+    if (tr__op_on_device(ctx, TR__OP_ATTENTION, fdt, tr__dt_used(d->qkv.dt, d->o.dt, d->do_.dt))) return ctx->dev_fns->attention(ctx, d);
     if (any16) {
         if ((st = tr__op_takes(ctx, TR__OP_ATTENTION, fdt)) || (st = tr__attention16(ctx, d))) return st;
         return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
@@ -14592,12 +14632,9 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 
 /* --- working memory ----------------------------------------------------------------------- */
 /* The kinds of device a workspace plan is made for: the CPU, an OpenCL device, one with tensor cores (tr__cl_mma_ready). */
-TR__FN int tr__ws_device_kind(const tr_ctx *ctx) {
-    if (!ctx->dev_active) return TR__DEV_CPU;
-#if TINYREC_OPENCL
-    if (ctx->cl && tr__cl_mma_ready(ctx->cl)) return TR__DEV_MMA;
-#endif
-    return TR__DEV_CL;
+TR__FN int tr__ws_device_kind(tr_ctx *ctx) {
+    if (ctx->dev_active) ctx->dev_fns->mma_ready(ctx); /* (builds the tensor cores' kernels where the device has them) */
+    return tr__dev_kind(ctx);
 }
 
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
@@ -14985,7 +15022,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
     sd.g = t16 ? tr__buf_of(t16->gu, fdt) : tr__f32(r->gu), sd.g_room = r->gu, sd.da = tr__buf_of(act, a_dt), sd.out = tr__buf_of(dg, g_dt);
     sd.room = wp->layout == TR__WS_DEV && !m->cfg.mlp_t ? m->ws + wp->dbig : NULL;
     st = tr__op_swiglu_bwd(ctx, &sd);
-    if (!st) st = tr__op_sgemm(ctx, 2 * I, D, BS, tr__mat16_of(dg, 2 * I, 0, 1, g_dt), tr__mat16_of(h1, D, 0, 0, h_dt), tr__out_of(g_gu, D, 0, 1));
+    if (!st) st = tr__op_sgemm(ctx, 2 * I, D, BS, tr__mat16_of(dg, 2 * I, 0, 1, g_dt), tr__mat16_of(h1, D, 0, 0, h_dt), tr__out_in(tr__out_of(g_gu, D, 0, 1), fdt));
     if (!st)
         st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 2 * I, tr__mat16_of(dg, 2 * I, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
                               tr__out16_of(g2, D, 0, 1, g_dt)); /* g2 = d h1 */
@@ -15024,7 +15061,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
             if (!st)
                 st = tr__op_sgemm_batched(ctx, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0),
                                           in16 ? tr__mat16_of(in16 + o * S * D, D, S * D, 1, fdt) : tr__mat_of(r->in + o * S * D, D, S * D, 1),
-                                          tr__out_of(g_tgu, S, 0, 1));
+                                          tr__out_in(tr__out_of(g_tgu, S, 0, 1), fdt));
             if (!st)
                 st = tr__op_sgemm_rnd(ctx, fdt, nb, S, D, 2 * It, tr__mat_of(TR__W(m, ly->tgu), S, 0, 1), tr__mat_of(dg, D, 2 * It * D, 0),
                                       tr__out16_of(TR__AT16(din.p, din.dt, o * S * D), D, S * D, 1, din.dt));
@@ -15037,7 +15074,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
         tr__att_desc ad;
         nd.kind = TR__NORM_ROWS_BWD, nd.rows = (long)BS;
         if ((st = tr__op_norm(ctx, &nd))) return st;
-        if ((st = tr__op_sgemm(ctx, D, D, BS, tr__mat16_of(g1, D, 0, 1, g_dt), tr__mat16_of(att_o, D, 0, 0, h_dt), tr__out_of(g_o, D, 0, 1)))) return st;
+        if ((st = tr__op_sgemm(ctx, D, D, BS, tr__mat16_of(g1, D, 0, 1, g_dt), tr__mat16_of(att_o, D, 0, 0, h_dt), tr__out_in(tr__out_of(g_o, D, 0, 1), fdt)))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, D, tr__mat16_of(g1, D, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->o), D, 0, 0),
                                    tr__out16_of(g2, D, 0, 0, g_dt)))) return st; /* g2 = d att_o */
         memset(&ad, 0, sizeof ad);
@@ -15048,7 +15085,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
             (st = tr__op_rope(ctx, fdt, (long)BS, (int)S, m->H, m->hd, tr__f32(dbig), m->rope_cos, m->rope_sin, 1)))
             return st;
         if ((st = tr__op_sgemm(ctx, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), in16 ? tr__mat16_of(in16, D, 0, 0, fdt) : tr__mat_of(r->in, D, 0, 0),
-                               tr__out_of(g_qkv, D, 0, 1))))
+                               tr__out_in(tr__out_of(g_qkv, D, 0, 1), fdt))))
             return st;
         if ((st = tr__grad_copy(ctx, fdt, g1, g_dt, din.p, din.dt, BS * D))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 3 * D, tr__mat_of(dbig, 3 * D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 0),
@@ -15059,15 +15096,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
 
 /* Whether the backward's SwiGLU ops read a 16-bit tape's gate_up fields (gu; mix with mlp_t) as they are (tr__block_bwd's
    t16), rather than a copy unpacked to fp32: the CPU's (tr__swiglu16), and the tensor cores' packing. */
-TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) {
-#if TINYREC_OPENCL
-    return !ctx->dev_active || tr__op_mma(ctx, fdt);
-#else
-    TR__UNUSED(ctx);
-    TR__UNUSED(fdt);
-    return 1;
-#endif
-}
+TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) { return !ctx->dev_active || tr__op_mma(ctx, fdt); }
 
 /* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
    (lse, rstd) are not copied: the fp32 record points at the tape's. The gate_up fields (gu; mix with mlp_t) are
@@ -15519,8 +15548,9 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
     float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
-    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, tr__embed_shape_of(m, c->B), fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids,
-                                       tr__buf_of(x, c->z16 ? fdt : TR__F32)));
+    if (m->ctx->dev_active)
+        return m->ctx->dev_fns->embed_fwd(m->ctx, tr__embed_shape_of(m, c->B), fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids,
+                                          tr__buf_of(x, c->z16 ? fdt : TR__F32));
     if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -15556,7 +15586,7 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
         if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, (float *)dx, (size_t)c->B * S * D))) return st;
         dx = wide, g16 = 0;
     }
-    TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, tr__embed_shape_of(m, c->B), dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->embed_bwd(m->ctx, tr__embed_shape_of(m, c->B), dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL);
     if (g16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -15588,7 +15618,7 @@ TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
     float *buf = c->z16 ? (float *)tr__scratch(m->ctx, (size_t)m->D * sizeof(float)) : NULL;
     tr__range_fn half_fn;
-    TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->qhead_fwd(m->ctx, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q);
     if (c->z16 && !buf) return TR_ERR_OUT_OF_MEMORY;
     half_fn = tr__half_pick(m->ctx);
     for (b = 0; b < c->B; b++) {
@@ -15609,7 +15639,7 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
     size_t SD = (size_t)m->S * m->D;
     float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
     const float *W_q = TR__W(m, m->W_q);
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, W_q, dz, g_q, g_bq));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->qhead_bwd(m->ctx, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, W_q, dz, g_q, g_bq);
     for (b = 0; b < c->B; b++) {
         const float *zh = weights ? c->z_H + b * SD : NULL;
         float *dzb = dz ? dz + b * SD : NULL;
@@ -15741,14 +15771,10 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     return TR_OK;
 }
 
-/* tr__inner_fwd_run with ctx->gemm_fdt set to the model's precision while it runs (tr__train_fwd_bwd: likewise). */
-/* The weights are held still meanwhile (tr__op_weights_hold). */
+/* tr__inner_fwd_run with the weights held still meanwhile (tr__op_weights_hold; tr__train_fwd_bwd: likewise). */
 TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
-    int saved = m->ctx->gemm_fdt, held = tr__op_weights_hold(m->ctx, TR__W(m, m->params), m->n_params);
-    tr_status st;
-    m->ctx->gemm_fdt = m->fdt;
-    st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
-    m->ctx->gemm_fdt = saved;
+    int held = tr__op_weights_hold(m->ctx, TR__W(m, m->params), m->n_params);
+    tr_status st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
     tr__op_weights_release(m->ctx, held);
     return st;
 }
@@ -15757,7 +15783,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
    correct, lo), and with dlogits, d(loss / grad_div) / d logits (zero on ignored tokens). */
 TR__FN tr_status tr__op_xent(tr_model *m, tr_carry *c, double grad_div, float *dlogits) {
     int b, t, V = m->V, L = m->L;
-    TR__ON_CL(m->ctx, tr__cl_xent(m->ctx->cl, c->B, L, V, (int)m->cfg.loss_type, c->logits, c->d_labels, (float)grad_div, dlogits, c->rowstat));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->xent(m->ctx, c->B, L, V, (int)m->cfg.loss_type, c->logits, c->d_labels, (float)grad_div, dlogits, c->rowstat);
     for (b = 0; b < c->B; b++) {
         const int32_t *lab = c->labels + (size_t)b * L;
         int count = 0, correct = 0;
@@ -16188,9 +16214,9 @@ TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const flo
     c.B = B, c.z_H = (float *)(uintptr_t)z_H;
     if ((st = tr__dzero(m->ctx, dz, (size_t)B * SD * sizeof(float))) != TR_OK) return st;
     if ((st = tr__op_sgemm_batched(m->ctx, B, L, D, V, tr__mat_of(dlogits, V, L * V, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 0),
-                                   tr__out_of(dz + Lp * D, D, SD, 0))) != TR_OK) return st;
+                                   tr__out_in(tr__out_of(dz + Lp * D, D, SD, 0), m->fdt))) != TR_OK) return st;
     if (weights && (st = tr__op_sgemm_batched(m->ctx, B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(z_H + Lp * D, D, SD, 0),
-                                              tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) != TR_OK)
+                                              tr__out_in(tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1), m->fdt))) != TR_OK)
         return st;
     if ((st = tr__qhead_bwd(m, &c, dq, dz, weights)) != TR_OK) return st;
     return TR__RND(m, dz, (size_t)B * SD);
@@ -16208,7 +16234,7 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     wc.z_H = wide, wc.z16 = 0;
     if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, N)) ||
         (st = tr__op_sgemm_batched(m->ctx, c->B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(wide + Lp * D, D, SD, 0),
-                                   tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) ||
+                                   tr__out_in(tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1), m->fdt))) ||
         (st = tr__qhead_bwd(m, &wc, dq, NULL, 1)) || (st = tr__heads_bwd32(m, c->B, NULL, dlogits, dq, wide, 0)))
         return st;
     return tr__op_half(m->ctx, m->fdt, 0, wide, dz, N);
@@ -16296,11 +16322,8 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
     return TR_OK;
 }
 TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
-    int saved = t->m->ctx->gemm_fdt, held = tr__op_weights_hold(t->m->ctx, TR__W(t->m, t->m->params), t->m->n_params);
-    tr_status st;
-    t->m->ctx->gemm_fdt = t->m->fdt;
-    st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
-    t->m->ctx->gemm_fdt = saved;
+    int held = tr__op_weights_hold(t->m->ctx, TR__W(t->m, t->m->params), t->m->n_params);
+    tr_status st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
     tr__op_weights_release(t->m->ctx, held);
     return st;
 }

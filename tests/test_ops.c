@@ -91,7 +91,7 @@ static void run_sgemm(op_env *e, int dt, int rnd) {
         tr__round_ref(dt, ref, M * N);
         assert_int_equal(tr__op_sgemm_rnd(e->ctx, dt, 1, M, N, K, ma, mb, tr__out16_of(dC.p, N, 0, 0, dt)), TR_OK);
     } else
-        assert_int_equal(tr__op_sgemm(e->ctx, M, N, K, ma, mb, tr__out_of(dC.p, N, 0, 0)), TR_OK);
+        assert_int_equal(tr__op_sgemm(e->ctx, M, N, K, ma, mb, tr__out_in(tr__out_of(dC.p, N, 0, 0), dt)), TR_OK); /* (in dt, as a model's) */
     check(e, rnd ? "sgemm_rnd" : "sgemm", dt, "C", got = get(e, dC, M * N), ref, M * N, 0);
     tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(B), free(ref), free(got);
 }
@@ -364,7 +364,7 @@ static void test_ops_opencl(void **state) {
 }
 
 /* Emulated tensor cores (the OpenCL device's tensor-core kernels run with fma: cl_sgemm "MMA=2"): their products take
-   16-bit operands, and a bfloat16 / float16 computation's products run on them (ctx->gemm_fdt, as while a model runs). */
+   16-bit operands, and products in bfloat16 / float16 (tr__out.prec, as a model's) run on them. */
 static void test_ops_tensor_cores(void **state) {
     tr_ctx_config cc = tr_ctx_config_default();
     op_env e;
@@ -386,9 +386,7 @@ static void test_ops_tensor_cores(void **state) {
     for (op = 0; op < TR__NOPS; op++)
         for (dt = 0; dt < TR__NDT; dt++)
             if (tr__ops[op].types[TR__DEV_MMA] & ~tr__ops[op].types[TR__DEV_CL] & TR__DTB(dt)) { /* (what the plain device runs, test_ops_opencl ran) */
-                e.ctx->gemm_fdt = dt;
                 cases[op](&e, dt);
-                e.ctx->gemm_fdt = 0;
                 ran++;
             }
     assert_int_equal(ran, 4); /* (sgemm and sgemm_rnd, each in bfloat16 and float16) */
