@@ -5234,29 +5234,8 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
    row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
    in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
 TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
-typedef struct tr__rms_rows_fwd_simd {
-    tr__rms_rows_fwd_args a;
-    float (*row)(int, const float *, const float *, float *, float);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_rows_fwd_simd;
-TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
-    size_t D = (size_t)p->a.D;
-    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
-    long r;
-    for (r = i0; r < i1; r++) {
-        const float *x = p->a.x + r * D, *add = p->a.add ? p->a.add + r * D : NULL;
-        float *o = p->a.out + r * D;
-        if (p->fdt && add) {
-            tr__add_range(&sum, r * (long)D, (r + 1) * (long)D);
-            x = o, add = NULL;
-        }
-        p->a.rstd[r] = p->row(p->a.D, x, add, o, p->a.eps);
-        if (p->fdt) tr__round_at(p->rnd, p->fdt, o, D);
-    }
-}
-/* The row kernel of the forward at ctx's SIMD level, or NULL at the scalar one (and the column norms' task kernels). */
+/* The norms' kernels at ctx's SIMD level (the scalar twins, the references' own, at the scalar level): a row of the
+   forward and of the backward, a column norm's task (a batch row's 64 channels) of each. tr__norm_cpu runs them. */
 TR__FN float (*tr__rms_row_fwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float *, float) {
 #if TR__X86
     if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
@@ -5265,7 +5244,17 @@ TR__FN float (*tr__rms_row_fwd_pick(const tr_ctx *ctx))(int, const float *, cons
     if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_fwd128;
 #endif
     TR__UNUSED(ctx);
-    return NULL;
+    return tr__rms_row_fwd_c;
+}
+TR__FN void (*tr__rms_row_bwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float, float *) {
+#if TR__X86
+    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
+#endif
+#if TR__NEON
+    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_bwd128;
+#endif
+    TR__UNUSED(ctx);
+    return tr__rms_row_bwd_c;
 }
 TR__FN void (*tr__rms_cols_task_fwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, float *, float *, float) {
 #if TR__X86
@@ -5275,7 +5264,7 @@ TR__FN void (*tr__rms_cols_task_fwd_pick(const tr_ctx *ctx))(int, int, int, cons
     if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_fwd128;
 #endif
     TR__UNUSED(ctx);
-    return NULL;
+    return tr__rms_cols_task_fwd_c;
 }
 TR__FN void (*tr__rms_cols_task_bwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, const float *, float *) {
 #if TR__X86
@@ -5285,104 +5274,7 @@ TR__FN void (*tr__rms_cols_task_bwd_pick(const tr_ctx *ctx))(int, int, int, cons
     if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_bwd128;
 #endif
     TR__UNUSED(ctx);
-    return NULL;
-}
-/* 1 when it ran (a SIMD set), 0 where the caller runs the reference and its passes */
-TR__FN int tr__rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_fwd_pick(ctx);
-    if (!p.row) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
-    return 1;
-}
-typedef struct tr__rms_rows_bwd_simd {
-    tr__rms_rows_bwd_args a;
-    void (*row)(int, const float *, const float *, float, float *);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_rows_bwd_simd;
-TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_rows_bwd_simd *p = (const tr__rms_rows_bwd_simd *)arg;
-    size_t D = (size_t)p->a.D;
-    long r;
-    for (r = i0; r < i1; r++) {
-        p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
-        if (p->fdt) tr__round_at(p->rnd, p->fdt, p->a.dx + r * D, D);
-    }
-}
-/* The row kernel of the backward at ctx's SIMD level, or NULL at the scalar one. */
-TR__FN void (*tr__rms_row_bwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float, float *) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_bwd128;
-#endif
-    TR__UNUSED(ctx);
-    return NULL;
-}
-TR__FN int tr__rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_bwd_pick(ctx);
-    if (!p.row) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
-    return 1;
-}
-/* The column norms: one task = one batch row x 64 channels. */
-typedef struct tr__rms_cols_fwd_simd {
-    tr__rms_cols_fwd_args a;
-    void (*task)(int, int, int, const float *, const float *, float *, float *, float);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_cols_fwd_simd;
-TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
-    long t, nblk = (p->a.D + 63) / 64;
-    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
-    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
-    for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64, w = TR__MIN(64, D - c0);
-        const float *x = p->a.x + base, *add = p->a.add ? p->a.add + base : NULL;
-        float *o = p->a.out + base;
-        if (p->fdt && add) { /* (the task's columns of every position) */
-            for (s = 0; s < S; s++) tr__add_range(&sum, (long)(base + s * D + c0), (long)(base + s * D + c0 + w));
-            x = o, add = NULL;
-        }
-        p->task(p->a.S, p->a.D, (int)c0, x, add, o, p->a.rstd + (size_t)(t / nblk) * D, p->a.eps);
-        if (p->fdt)
-            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, o + s * D + c0, w);
-    }
-}
-TR__FN int tr__rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_fwd_pick(ctx);
-    if (!p.task) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
-    return 1;
-}
-typedef struct tr__rms_cols_bwd_simd {
-    tr__rms_cols_bwd_args a;
-    void (*task)(int, int, int, const float *, const float *, const float *, float *);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_cols_bwd_simd;
-TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_cols_bwd_simd *p = (const tr__rms_cols_bwd_simd *)arg;
-    long t, nblk = (p->a.D + 63) / 64;
-    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
-    for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64;
-        p->task(p->a.S, p->a.D, (int)c0, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * D, p->a.dx + base);
-        if (p->fdt)
-            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, p->a.dx + base + s * D + c0, TR__MIN(64, D - c0));
-    }
-}
-TR__FN int tr__rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_bwd_pick(ctx);
-    if (!p.task) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
-    return 1;
+    return tr__rms_cols_task_bwd_c;
 }
 /* Attention: one task = one (batch, head), with its thread's scratch. */
 typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
@@ -5604,79 +5496,102 @@ typedef struct tr__norm_desc {
     float *rstd;
     float eps;
 } tr__norm_desc;
-/* A norm on the CPU with any operand in 16 bits: one unit at a time, a row or a column norm's task (a batch row's 64
-   channels of every position), each operand's unit copied into its thread's scratch (widened exactly: a row in place
-   where it is fp32 already), through the SIMD op's own range and kernels (their scalar twins at the scalar level), the
-   output narrowed: the bits of the fp32 op on the widened values. */
-typedef struct tr__norm16_args {
+/* A norm on the CPU (tr__op_norm), one unit at a time: a row, or a column norm's task (a batch row's 64 channels at
+   every position). Operands of any type: fp32 ones are read and written in place; a 16-bit one is widened exactly into
+   its thread's scratch (a column norm's then takes every operand there, rows nc apart) and the output narrowed from
+   it: the bits of the fp32 op on the widened values. A kind's unit function (tr__norm_kinds) runs its kernel at the
+   SIMD level and rounds to fdt: the residual sum first (the reference forms it in that precision), then the output. */
+typedef struct tr__norm_run {
+    const tr_ctx *ctx;
     tr__norm_desc d;
-    float *wide;
+    float *wide; /* (NULL: every operand fp32) */
     size_t wide_stride;
-    tr__range_fn half_fn;
-    tr__rms_rows_fwd_simd rf;
-    tr__rms_rows_bwd_simd rb;
-    tr__rms_cols_fwd_simd cf;
-    tr__rms_cols_bwd_simd cb;
-} tr__norm16_args;
-/* An operand's unit (nr rows of nc values from off, rows D apart) as fp32 rows nc apart: in place, or in w. */
-TR__FN const float *tr__norm16_in(const tr__norm16_args *p, tr__buf x, size_t off, size_t nr, size_t nc, float *w) {
+    tr__range_fn half_fn, rnd;
+} tr__norm_run;
+/* A unit's fp32 operands: nr rows of nc values from column c0, rows ld apart (in1 a, in2 b, out o); rstd[c0 + j] is
+   column j's (a row's: rstd[0]). */
+typedef struct tr__norm_unit {
+    const float *a, *b;
+    float *o, *rstd;
+    size_t ld, nr, nc;
+    int c0;
+} tr__norm_unit;
+/* With fdt and an addend: o = R(a + b), which the norm then reads as its input. */
+TR__FN void tr__norm_sum_first(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__add_args sum;
+    size_t s;
+    if (!r->d.fdt || !u->b) return;
+    sum.a = u->a, sum.b = u->b, sum.y = u->o, sum.fdt = r->d.fdt, sum.rnd = r->rnd;
+    for (s = 0; s < u->nr; s++) tr__add_range(&sum, (long)(s * u->ld) + u->c0, (long)(s * u->ld + u->nc) + u->c0);
+    u->a = u->o, u->b = NULL;
+}
+TR__FN void tr__norm_round_out(const tr__norm_run *r, const tr__norm_unit *u) {
+    size_t s;
+    for (s = 0; r->d.fdt && s < u->nr; s++) tr__round_at(r->rnd, r->d.fdt, u->o + s * u->ld + u->c0, u->nc);
+}
+TR__FN void tr__norm_rows_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__norm_sum_first(r, u);
+    u->rstd[0] = tr__rms_row_fwd_pick(r->ctx)((int)u->nc, u->a, u->b, u->o, r->d.eps);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_rows_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__rms_row_bwd_pick(r->ctx)((int)u->nc, u->a, u->b, u->rstd[0], u->o);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_cols_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__norm_sum_first(r, u);
+    tr__rms_cols_task_fwd_pick(r->ctx)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->o, u->rstd, r->d.eps);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_cols_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__rms_cols_task_bwd_pick(r->ctx)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->rstd, u->o);
+    tr__norm_round_out(r, u);
+}
+/* The kinds, in TR__NORM_* order: whether a unit is a row (else a column norm's task), its function. */
+typedef struct tr__norm_kind {
+    int by_rows;
+    void (*unit)(const tr__norm_run *r, tr__norm_unit *u);
+} tr__norm_kind;
+static const tr__norm_kind tr__norm_kinds[] = {{1, tr__norm_rows_fwd_unit}, {1, tr__norm_rows_bwd_unit}, {0, tr__norm_cols_fwd_unit}, {0, tr__norm_cols_bwd_unit}};
+/* An operand's unit (nr rows of nc values from off, rows D apart): in place where it is fp32 and the unit reads in
+   place, else widened into w (rows nc apart). */
+TR__FN const float *tr__norm_in(const tr__norm_run *r, tr__buf x, size_t off, size_t nr, size_t nc, int in_place, float *w) {
     if (!x.p) return NULL;
-    if (!x.dt && nr == 1) return (const float *)x.p + off;
-    tr__io16(p->half_fn, x.dt, 0, tr__sgemm_at(x.p, x.dt, off), (size_t)p->d.D, nr, nc, w, nc);
+    if (!x.dt && in_place) return (const float *)x.p + off;
+    tr__io16(r->half_fn, x.dt, 0, tr__sgemm_at(x.p, x.dt, off), (size_t)r->d.D, nr, nc, w, nc);
     return w;
 }
-TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
-    const tr__norm16_args *p = (const tr__norm16_args *)arg;
-    float *w = p->wide + (size_t)tr__thread_id() * p->wide_stride;
-    size_t D = (size_t)p->d.D, nblk = (D + 63) / 64, unit = p->wide_stride / 3;
-    int rows = p->d.kind == TR__NORM_ROWS_FWD || p->d.kind == TR__NORM_ROWS_BWD, out16 = p->d.out.dt;
+TR__FN void tr__norm_range(void *arg, long u0, long u1) {
+    const tr__norm_run *r = (const tr__norm_run *)arg;
+    const tr__norm_kind *k = &tr__norm_kinds[r->d.kind];
+    size_t D = (size_t)r->d.D, nr = k->by_rows ? 1 : (size_t)r->d.S, nblk = k->by_rows ? 1 : (D + 63) / 64, unit = r->wide_stride / 3;
+    float *w = r->wide ? r->wide + (size_t)tr__thread_id() * r->wide_stride : NULL;
+    int in_place = k->by_rows || !r->wide, out16 = r->d.out.dt;
     long u;
     for (u = u0; u < u1; u++) {
-        /* the unit: row u, or batch row u / nblk's channels from c0 at every position */
-        size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->d.S, nc = rows ? D : TR__MIN(64, D - c0);
-        size_t off = rows ? (size_t)u * D : b * nr * D + c0;
-        float *rstd = p->d.rstd + (rows ? (size_t)u : b * D + c0);
-        const float *a = tr__norm16_in(p, p->d.in1, off, nr, nc, w), *c = tr__norm16_in(p, p->d.in2, off, nr, nc, w + unit);
-        float *o = !out16 && rows ? (float *)p->d.out.p + off : w + 2 * unit;
-        if (p->d.kind == TR__NORM_ROWS_FWD) {
-            tr__rms_rows_fwd_simd q = p->rf;
-            q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
-            tr__rms_rows_fwd_simd_range(&q, 0, 1);
-        } else if (p->d.kind == TR__NORM_ROWS_BWD) {
-            tr__rms_rows_bwd_simd q = p->rb;
-            q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
-            tr__rms_rows_bwd_simd_range(&q, 0, 1);
-        } else if (p->d.kind == TR__NORM_COLS_FWD) { /* (a task on nc columns, rows nc apart) */
-            tr__rms_cols_fwd_simd q = p->cf;
-            q.a.D = (int)nc, q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
-            tr__rms_cols_fwd_simd_range(&q, 0, 1);
-        } else {
-            tr__rms_cols_bwd_simd q = p->cb;
-            q.a.D = (int)nc, q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
-            tr__rms_cols_bwd_simd_range(&q, 0, 1);
-        }
-        if (out16 || !rows) tr__io16(p->half_fn, out16, 1, tr__sgemm_at(p->d.out.p, out16, off), D, nr, nc, o, nc);
+        size_t b = (size_t)u / nblk, c0 = ((size_t)u % nblk) * 64, off = b * nr * D + (in_place ? 0 : c0); /* (in place: columns from c0) */
+        tr__norm_unit x;
+        x.nr = nr, x.nc = k->by_rows ? D : TR__MIN(64, D - c0), x.ld = in_place ? D : x.nc, x.c0 = in_place ? (int)c0 : 0;
+        x.rstd = r->d.rstd + (k->by_rows ? b : b * D + c0 - (size_t)x.c0);
+        x.a = tr__norm_in(r, r->d.in1, off, nr, x.nc, in_place, w);
+        x.b = tr__norm_in(r, r->d.in2, off, nr, x.nc, in_place, w ? w + unit : NULL);
+        x.o = !out16 && in_place ? (float *)r->d.out.p + off : w + 2 * unit;
+        k->unit(r, &x);
+        if (out16 || !in_place) tr__io16(r->half_fn, out16, 1, tr__sgemm_at(r->d.out.p, out16, off), D, nr, x.nc, x.o, x.nc);
     }
 }
-TR__FN tr_status tr__norm16(tr_ctx *ctx, const tr__norm_desc *d) {
-    tr__norm16_args p;
-    int byrow = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD, D = d->D, S = d->S, fdt = d->fdt;
-    long units = byrow ? d->rows : d->rows * ((D + 63) / 64);
-    int nt = tr__threads_for(ctx, (double)d->rows * (byrow ? 1 : S) * D);
+TR__FN tr_status tr__norm_cpu(tr_ctx *ctx, const tr__norm_desc *d) {
+    tr__norm_run p;
+    int by_rows = tr__norm_kinds[d->kind].by_rows, D = d->D, S = d->S;
+    long units = by_rows ? d->rows : d->rows * ((D + 63) / 64);
+    int nt = tr__threads_for(ctx, (double)d->rows * (by_rows ? 1 : S) * D);
     tr_status st;
     memset(&p, 0, sizeof p);
-    p.wide_stride = 3 * (byrow ? (size_t)D : (size_t)S * 64);
-    if ((st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
-    p.d = *d;
-    p.half_fn = tr__half_pick(ctx);
-    p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = d->eps, p.cf.a.S = p.cb.a.S = S;
-    p.rf.fdt = p.rb.fdt = p.cf.fdt = p.cb.fdt = fdt;
-    p.rf.rnd = p.rb.rnd = p.cf.rnd = p.cb.rnd = tr__round_pick(ctx);
-    if (!(p.rf.row = tr__rms_row_fwd_pick(ctx))) p.rf.row = tr__rms_row_fwd_c;
-    if (!(p.rb.row = tr__rms_row_bwd_pick(ctx))) p.rb.row = tr__rms_row_bwd_c;
-    if (!(p.cf.task = tr__rms_cols_task_fwd_pick(ctx))) p.cf.task = tr__rms_cols_task_fwd_c;
-    if (!(p.cb.task = tr__rms_cols_task_bwd_pick(ctx))) p.cb.task = tr__rms_cols_task_bwd_c;
-    tr__par_for(nt, units, 0, tr__norm16_range, &p);
+    p.ctx = ctx, p.d = *d;
+    p.half_fn = tr__half_pick(ctx), p.rnd = tr__round_pick(ctx);
+    p.wide_stride = 3 * (by_rows ? (size_t)D : (size_t)S * 64);
+    if ((d->in1.dt || d->in2.dt || d->out.dt) && (st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
+    tr__par_for(nt, units, 0, tr__norm_range, &p);
     return TR_OK;
 }
 /* tr__op_rope with qkv given as 16-bit values of fdt (a 16-bit workspace's or tape's): a batch row (S positions) at a
@@ -13368,44 +13283,13 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
 /* The norms (tr__norm_desc): out = R(r * rstd) with r = x + add (add may be none), whose sum is rounded first,
    R(x + add), as the reference forms a residual sum in the forward precision (add is a product's output, already of
    it); the backward dx = R(...) likewise. Operands of any type: a device's row norms read and write 16 bits themselves
-   (a tensor-core device's 16-bit record, wsp.r16), the CPU's through tr__norm16 (a 16-bit tape's or workspace's). */
+   (a tensor-core device's 16-bit record, wsp.r16), the CPU's widened in its driver (tr__norm_cpu: a 16-bit tape's or workspace's). */
 TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
-    int fdt = d->fdt, D = d->D, any16 = d->in1.dt || d->in2.dt || d->out.dt;
-    long rows = d->rows;
-    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
-    float *o = (float *)d->out.p;
     int cols = d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD, op = cols ? TR__OP_NORM_COLS : TR__OP_NORM_ROWS;
-    size_t n = (size_t)rows * (cols ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
-    if (tr__op_on_device(ctx, op, fdt, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt))) return ctx->dev_fns->norm(ctx, d);
-    if (any16) return (st = tr__op_takes(ctx, op, fdt)) ? st : tr__norm16(ctx, d);
-    switch (d->kind) {
-    case TR__NORM_ROWS_FWD:
-        if (tr__rms_rows_fwd(ctx, fdt, rows, D, a, b, o, d->rstd, d->eps)) return TR_OK;
-        if (fdt && b) { /* (out may alias x) */
-            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
-            a = o, b = NULL;
-        }
-        tr__rms_rows_fwd_ref(rows, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
-        break;
-    case TR__NORM_ROWS_BWD:
-        if (tr__rms_rows_bwd(ctx, fdt, rows, D, a, b, d->rstd, o)) return TR_OK;
-        tr__rms_rows_bwd_ref(rows, D, a, b, d->rstd, o, ctx->num_threads);
-        break;
-    case TR__NORM_COLS_FWD:
-        if (tr__rms_cols_fwd(ctx, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps)) return TR_OK;
-        if (fdt && b) {
-            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
-            a = o, b = NULL;
-        }
-        tr__rms_cols_fwd_ref((int)rows, d->S, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
-        break;
-    default:
-        if (tr__rms_cols_bwd(ctx, fdt, (int)rows, d->S, D, a, b, d->rstd, o)) return TR_OK;
-        tr__rms_cols_bwd_ref((int)rows, d->S, D, a, b, d->rstd, o, ctx->num_threads);
-        break;
-    }
-    return tr__op_round(ctx, fdt, o, n);
+    if (tr__op_on_device(ctx, op, d->fdt, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt))) return ctx->dev_fns->norm(ctx, d);
+    if ((d->in1.dt || d->in2.dt || d->out.dt) && (st = tr__op_takes(ctx, op, d->fdt))) return st;
+    return tr__norm_cpu(ctx, d);
 }
 
 /* The activation act = R(silu(gate) * up) of gate_up g (rows gs values apart, gate then up, width each; fdt rounds
