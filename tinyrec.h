@@ -9762,42 +9762,10 @@ static const char tr__cl_src_ops_4[] =
 "/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the\n"
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
 "   product's output, already of the precision). */\n"
-"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
-"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc ss = 0;\n"
-"    float inv;\n"
-"    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
-"    for (j = lid; j < D; j += n) {\n"
-"        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];\n"
-"        o[j] = v;\n"
-"        ss += (tr_k1_acc)v * v;\n"
-"    }\n"
-"    ss = tr_k1_wg_sum(sh, ss);\n"
-"    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
-"    if (lid == 0) rstd[rstd_off + r] = inv;\n"
-"    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);\n"
-"}\n"
-"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
-"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
-"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc dot = 0;\n"
-"    float mean, rs = rstd[rstd_off + r];\n"
-"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
-"    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
-"    dot = tr_k1_wg_sum(sh, dot);\n"
-"    mean = (float)(dot / D);\n";
-static const char tr__cl_src_ops_5[] =
-"    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);\n"
-"}\n"
-"/* The row norms with any operand in 16 bits (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; a tensor-core\n"
-"   device's 16-bit record): the bits of the fp32 kernels on the widened values, the residual sum formed again in the\n"
-"   second pass rather than stored (out may alias x, or hold 16 bits). A copy per combination (x16 a constant in each), so\n"
-"   that every load is a plain one. */\n"
+"/* The row norms, each operand fp32 or 16-bit (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; 16 bits in a\n"
+"   tensor-core device's 16-bit record): the fp32 arithmetic on the widened values, the residual sum formed again in the\n"
+"   second pass rather than stored (out may alias x, or hold 16 bits). A kernel per combination, x16 a constant in each\n"
+"   (tr_k_rms_rows_fwd16_0 all fp32), so that every load is a plain one. */\n"
 "static inline void tr_rms_rows_fwd16(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                     __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,\n"
 "                                     const int x16) {\n"
@@ -9818,7 +9786,8 @@ static const char tr__cl_src_ops_5[] =
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
-"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n";
+static const char tr__cl_src_ops_5[] =
 "    }\n"
 "}\n"
 "static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
@@ -9835,7 +9804,9 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations) */\n"
+"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
+"   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
+"#define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)\n"
 "#define TR_RMS16_K(X)                                                                                                                        \\\n"
 "    __kernel void tr_k_rms_rows_fwd16_##X(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad,       \\\n"
 "                                          ulong ad_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {    \\\n"
@@ -9846,15 +9817,8 @@ static const char tr__cl_src_ops_5[] =
 "                                          __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \\\n"
 "        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \\\n"
 "        tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \\\n"
-"    }\n";
-static const char tr__cl_src_ops_6[] =
-"TR_RMS16_K(1)\n"
-"TR_RMS16_K(2)\n"
-"TR_RMS16_K(3)\n"
-"TR_RMS16_K(4)\n"
-"TR_RMS16_K(5)\n"
-"TR_RMS16_K(6)\n"
-"TR_RMS16_K(7)\n"
+"    }\n"
+"TR_X16_EACH(TR_RMS16_K)\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -9878,7 +9842,8 @@ static const char tr__cl_src_ops_6[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    if (j >= D || b >= B) return;\n";
+static const char tr__cl_src_ops_6[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -9928,8 +9893,7 @@ static const char tr__cl_src_ops_6[] =
 "    shv[lid] = mx; shi[lid] = am;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
-"        if (lane < s) {\n";
-static const char tr__cl_src_ops_7[] =
+"        if (lane < s) {\n"
 "            float v2 = shv[lid + s];\n"
 "            int i2 = shi[lid + s];\n"
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
@@ -9965,7 +9929,8 @@ static const char tr__cl_src_ops_7[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
+static const char tr__cl_src_ops_7[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -10022,8 +9987,7 @@ static const char tr__cl_src_ops_7[] =
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-"        if (j < D)\n";
-static const char tr__cl_src_ops_8[] =
+"        if (j < D)\n"
 "            for (u = 0; u < m; u++)\n"
 "                if (tile[u] == v) {\n"
 "                    long tt = t + u;\n"
@@ -10055,7 +10019,8 @@ static const char tr__cl_src_ops_8[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n"
+"    float acc;\n";
+static const char tr__cl_src_ops_8[] =
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -10162,73 +10127,26 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 }
 
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
-TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const void *x, const void *add, void *out, float *rstd, float eps, int x16) {
+/* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
+   instance named from them, tr__cl_x16). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
+   over channels so each step of the walk reads a contiguous run of the row. */
+TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
+    int fwd = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_COLS_FWD, rows = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD;
     tr__clargs A;
     char name[32];
-    if (rows <= 0 || D <= 0) return TR_OK;
+    if (d->rows <= 0 || d->D <= 0 || (!rows && d->S <= 0)) return TR_OK;
     tr__cla_init(&A);
-    tr__cla_i32(&A, D);
-    tr__cla_f32(&A, eps);
-    tr__cla_i32(&A, add != NULL);
-    tr__cla_buf(&A, x);
-    tr__cla_buf(&A, add);
-    tr__cla_buf(&A, out);
-    tr__cla_buf(&A, rstd);
-    tr__cla_i32(&A, fdt);
-    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
-    snprintf(name, sizeof name, "tr_k_rms_rows_fwd16_%d", x16 & 7);
-    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
-}
-
-/* x16 (TR__X16_A, _B, _C): dy, y, dx hold 16-bit values of fdt. */
-TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const void *dy, const void *y, const float *rstd, void *dx, int x16) {
-    tr__clargs A;
-    char name[32];
-    if (rows <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, D);
-    tr__cla_buf(&A, dy);
-    tr__cla_buf(&A, y);
-    tr__cla_buf(&A, rstd);
-    tr__cla_buf(&A, dx);
-    tr__cla_i32(&A, fdt);
-    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
-    snprintf(name, sizeof name, "tr_k_rms_rows_bwd16_%d", x16 & 7);
-    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
-}
-
-/* Column norms: one work-item per (b, channel) walks S; dimension 0 runs over channels so each step of the walk reads
-   a contiguous run of the row. */
-TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__clargs A;
-    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, B);
-    tr__cla_i32(&A, S);
-    tr__cla_i32(&A, D);
-    tr__cla_f32(&A, eps);
-    tr__cla_i32(&A, add != NULL);
-    tr__cla_buf(&A, x);
-    tr__cla_buf(&A, add);
-    tr__cla_buf(&A, out);
-    tr__cla_buf(&A, rstd);
-    tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_fwd", (size_t)D, (size_t)B, &A);
-}
-
-TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__clargs A;
-    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, B);
-    tr__cla_i32(&A, S);
-    tr__cla_i32(&A, D);
-    tr__cla_buf(&A, dy);
-    tr__cla_buf(&A, y);
-    tr__cla_buf(&A, rstd);
-    tr__cla_buf(&A, dx);
-    tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_bwd", (size_t)D, (size_t)B, &A);
+    if (!rows) tr__cla_i32(&A, (int)d->rows), tr__cla_i32(&A, d->S);
+    tr__cla_i32(&A, d->D);
+    if (fwd) tr__cla_f32(&A, d->eps), tr__cla_i32(&A, d->in2.p != NULL);
+    tr__cla_buf(&A, d->in1.p);
+    tr__cla_buf(&A, d->in2.p);
+    if (fwd) tr__cla_buf(&A, d->out.p), tr__cla_buf(&A, d->rstd);
+    else tr__cla_buf(&A, d->rstd), tr__cla_buf(&A, d->out.p);
+    tr__cla_i32(&A, d->fdt);
+    if (!rows) return tr__cl_k1_launch2(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", (size_t)d->D, (size_t)d->rows, &A);
+    snprintf(name, sizeof name, "tr_k_rms_rows_%s16_%d", fwd ? "fwd" : "bwd", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
+    return tr__cl_k1_launch_rows(cl, name, (size_t)d->rows, (size_t)d->D, &A);
 }
 
 TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
@@ -12632,17 +12550,7 @@ TR__FN void tr__cld_weights_release(tr_ctx *ctx) {
     if (ctx->cl) tr__cl_weights_still(ctx->cl, NULL, 0); /* (also after a move to the CPU mid-step) */
 }
 TR__FN void tr__cld_pack_window(tr_ctx *ctx, int open) { tr__cl_pack_window(ctx->cl, open); }
-TR__FN tr_status tr__cld_norm(tr_ctx *ctx, const tr__norm_desc *d) {
-    int x16 = tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt);
-    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
-    float *o = (float *)d->out.p;
-    switch (d->kind) {
-    case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, d->fdt, d->rows, d->D, a, b, o, d->rstd, d->eps, x16);
-    case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, d->fdt, d->rows, d->D, a, b, d->rstd, o, x16);
-    case TR__NORM_COLS_FWD: return tr__cl_rms_cols_fwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, o, d->rstd, d->eps);
-    default: return tr__cl_rms_cols_bwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, d->rstd, o);
-    }
-}
+TR__FN tr_status tr__cld_norm(tr_ctx *ctx, const tr__norm_desc *d) { return tr__cl_norm(ctx->cl, d); }
 TR__FN tr_status tr__cld_attention(tr_ctx *ctx, const tr__att_desc *d) { return d->bwd ? tr__cl_attention_bwd(ctx->cl, d) : tr__cl_attention_fwd(ctx->cl, d); }
 TR__FN tr_status tr__cld_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
@@ -13069,7 +12977,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"sgemm", "tr__sgemm_ref", "tr_k_gemm*, tr_k_hmma_* (16-bit A / B: tensor cores only)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"sgemm_rnd", "tr__sgemm_ref, then tr__round_ref", "tr_k_gemm* + tr_k_round, tr_k_hmma_* (rounding epilogue)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"add", "a + b, then tr__round_ref", "tr_k_add, tr_k_add16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
-    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd/bwd, tr_k_rms_rows_fwd16_<x16>/bwd16_<x16>", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd16_<x16> / bwd16_<x16> (x16 0: fp32)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */
