@@ -5234,48 +5234,16 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
    row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
    in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
 TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
-/* The norms' kernels at ctx's SIMD level (the scalar twins, the references' own, at the scalar level): a row of the
-   forward and of the backward, a column norm's task (a batch row's 64 channels) of each. tr__norm_cpu runs them. */
-TR__FN float (*tr__rms_row_fwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float *, float) {
+/* The kernel fn of a family at ctx's SIMD level, by the families' naming: fn##512 (AVX-512), fn##256 (AVX2), fn##128
+   (NEON), fn##_c (the scalar twin, the reference's own). A kernel family written once as a template per level is picked
+   with no function of its own (the norms' units, tr__norm_kinds). */
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
+#define TR__LEVEL_PICK(ctx, fn) ((ctx)->simd == TR__SIMD_AVX512 ? fn##512 : (ctx)->simd == TR__SIMD_AVX2 ? fn##256 : fn##_c)
+#elif TR__NEON
+#define TR__LEVEL_PICK(ctx, fn) ((ctx)->simd == TR__SIMD_NEON ? fn##128 : fn##_c)
+#else
+#define TR__LEVEL_PICK(ctx, fn) ((void)(ctx), fn##_c)
 #endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_fwd128;
-#endif
-    TR__UNUSED(ctx);
-    return tr__rms_row_fwd_c;
-}
-TR__FN void (*tr__rms_row_bwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float, float *) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_bwd128;
-#endif
-    TR__UNUSED(ctx);
-    return tr__rms_row_bwd_c;
-}
-TR__FN void (*tr__rms_cols_task_fwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, float *, float *, float) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_fwd128;
-#endif
-    TR__UNUSED(ctx);
-    return tr__rms_cols_task_fwd_c;
-}
-TR__FN void (*tr__rms_cols_task_bwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, const float *, float *) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_bwd128;
-#endif
-    TR__UNUSED(ctx);
-    return tr__rms_cols_task_bwd_c;
-}
 /* Attention: one task = one (batch, head), with its thread's scratch. */
 typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
 TR__FN void tr__attention_fwd_simd_range(void *arg, long i0, long i1) {
@@ -5531,20 +5499,20 @@ TR__FN void tr__norm_round_out(const tr__norm_run *r, const tr__norm_unit *u) {
 }
 TR__FN void tr__norm_rows_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
     tr__norm_sum_first(r, u);
-    u->rstd[0] = tr__rms_row_fwd_pick(r->ctx)((int)u->nc, u->a, u->b, u->o, r->d.eps);
+    u->rstd[0] = TR__LEVEL_PICK(r->ctx, tr__rms_row_fwd)((int)u->nc, u->a, u->b, u->o, r->d.eps);
     tr__norm_round_out(r, u);
 }
 TR__FN void tr__norm_rows_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
-    tr__rms_row_bwd_pick(r->ctx)((int)u->nc, u->a, u->b, u->rstd[0], u->o);
+    TR__LEVEL_PICK(r->ctx, tr__rms_row_bwd)((int)u->nc, u->a, u->b, u->rstd[0], u->o);
     tr__norm_round_out(r, u);
 }
 TR__FN void tr__norm_cols_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
     tr__norm_sum_first(r, u);
-    tr__rms_cols_task_fwd_pick(r->ctx)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->o, u->rstd, r->d.eps);
+    TR__LEVEL_PICK(r->ctx, tr__rms_cols_task_fwd)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->o, u->rstd, r->d.eps);
     tr__norm_round_out(r, u);
 }
 TR__FN void tr__norm_cols_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
-    tr__rms_cols_task_bwd_pick(r->ctx)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->rstd, u->o);
+    TR__LEVEL_PICK(r->ctx, tr__rms_cols_task_bwd)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->rstd, u->o);
     tr__norm_round_out(r, u);
 }
 /* The kinds, in TR__NORM_* order: whether a unit is a row (else a column norm's task), its function. */
