@@ -12055,16 +12055,25 @@ static const char tr__cl_src_attention_6[] =
 "  }\n"
 "}\n"
 "/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a\n"
-" work-group of 128 for each 64 queries of each (b, h), nqb blocks a head; L: 2 x 64 staged rows of HD + 8 values; X:\n"
-" the emulation's exchange and p (128 + 4 x 16 x 64 floats; any 4 bytes with mma.sync) */\n"
+" work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values\n"
+" (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange\n"
+" and p (128 + 4 x 16 x 64 floats) */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FA_XN 1\n"
+"#else\n"
+"#define TR_FA_XN (128 + 4 * 16 * TR_FA_BK)\n"
+"#endif\n"
 "#define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \\\n"
-"           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb, __local uint *L, \\\n"
-"           __local float *X) {                                                                                         \\\n"
-"    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, L, X, HD, F16); \\\n"
+"           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \\\n"
+"    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \\\n"
+"    __local float X[TR_FA_XN];                                                                                         \\\n"
+"    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \\\n"
+"              (__local uint *)L, X, HD, F16);                                                                          \\\n"
 "  }\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)\n"
-"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n";
+static const char tr__cl_src_attention_7[] =
 "TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
@@ -12072,7 +12081,7 @@ static const char tr__cl_src_attention_6[] =
 "#endif /* TR_GEMM_MMA */\n";
 #define TR__CL_SRC_ATTENTION_LIST \
     tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, tr__cl_src_attention_4, \
-    tr__cl_src_attention_5, tr__cl_src_attention_6
+    tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -12789,8 +12798,7 @@ TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
     return x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) && !((uintptr_t)d->qkv.p & 15) &&
            !((uintptr_t)d->o.p & 3) && tr__cl_mma_ready(cl);
 }
-/* tr_k_hmma_att_fwd<hd>_<bf16|f16>: 128 work-items for each 64 queries of each (b, h); local memory for 2 x 64 staged
-   rows of hd + 8 16-bit values, and the emulation's exchange and p (TR_GEMM_MMA 2). */
+/* tr_k_hmma_att_fwd<hd>_<bf16|f16>: 128 work-items for each 64 queries of each (b, h) (their local memory their own). */
 TR__FN tr_status tr__cl_attention_fwd_mma(tr__cl *cl, const tr__att_desc *d) {
     size_t nqb = ((size_t)d->S + 63) / 64, gs[1], ls[1] = {128};
     char name[40];
@@ -12800,7 +12808,6 @@ TR__FN tr_status tr__cl_attention_fwd_mma(tr__cl *cl, const tr__att_desc *d) {
     tr__cla_init(&a);
     tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, d->o.p), tr__cla_buf(&a, d->lse);
     tr__cla_i32(&a, d->S), tr__cla_i32(&a, d->H), tr__cla_i32(&a, (int32_t)nqb);
-    tr__cla_local(&a, 2 * 64 * ((size_t)d->hd + 8) * 2), tr__cla_local(&a, cl->gemm.mma == 2 ? 4 * (128 + 4 * 16 * 64) : 16);
     cl->mma_attention++;
     return tr__cl_launch(cl, name, 1, gs, ls, &a);
 }

@@ -459,13 +459,21 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
   }
 }
 /* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a
- work-group of 128 for each 64 queries of each (b, h), nqb blocks a head; L: 2 x 64 staged rows of HD + 8 values; X:
- the emulation's exchange and p (128 + 4 x 16 x 64 floats; any 4 bytes with mma.sync) */
+ work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values
+ (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange
+ and p (128 + 4 x 16 x 64 floats) */
+#if TR_GEMM_MMA == 1
+#define TR_FA_XN 1
+#else
+#define TR_FA_XN (128 + 4 * 16 * TR_FA_BK)
+#endif
 #define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \
   __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \
-           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb, __local uint *L, \
-           __local float *X) {                                                                                         \
-    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, L, X, HD, F16); \
+           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \
+    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \
+    __local float X[TR_FA_XN];                                                                                         \
+    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \
+              (__local uint *)L, X, HD, F16);                                                                          \
   }
 TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)
 TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)
