@@ -98,7 +98,8 @@
        TINYREC_TAPE16          1 (default): bfloat16 / float16 models record the activations of their last cycle (the tape
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
-                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests)
+                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
+                               ATT=1 / ATT=0: the attention's forward on them or not: by default with MMA=2 alone)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -8170,6 +8171,9 @@ typedef struct tr__cl_gemm_cfg {
     int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
                        (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
                        parsing = not given (automatic) */
+    int att;        /* the attention's forward on the tensor cores (tr__cl_att_mma): 0 = automatic (with the emulation,
+                       MMA=2; not yet with mma.sync, whose kernel awaits its first measured run), 1 = off, 2 = on
+                       (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -12153,12 +12157,12 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12192,6 +12196,7 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "CP")) g.cp = (int)v;
             else if (!strcmp(key, "ST")) g.st = (int)v;
             else if (!strcmp(key, "MMA")) g.mma = (int)v;
+            else if (!strcmp(key, "ATT")) g.att = v ? 2 : 1;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -12792,11 +12797,13 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
 }
 /* The forward on the tensor cores (tr_k_hmma_att_fwd*, attention.cl) where it applies: qkv and o in 16 bits (x16) of a
    bfloat16 / float16 computation, head size 32, 64 or 128, qkv 16-byte aligned (its staging copies 16 bytes), and the
-   tensor-core program built. It rounds p to fdt for the product with v (flash attention's rounding point); the
-   portable kernels run everywhere else. */
+   tensor-core program built; with mma.sync only where TINYREC_CL_SGEMM says ATT=1 (cfg.att), with the emulation unless
+   ATT=0. It rounds p to fdt for the product with v (flash attention's rounding point); the portable kernels run
+   everywhere else. */
 TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
-    return x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) && !((uintptr_t)d->qkv.p & 15) &&
-           !((uintptr_t)d->o.p & 3) && tr__cl_mma_ready(cl);
+    int on = cl->gemm.att == 2 || (cl->gemm.att == 0 && cl->gemm.mma == 2); /* (mma.sync's: ATT=1 until measured) */
+    return on && x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) &&
+           !((uintptr_t)d->qkv.p & 15) && !((uintptr_t)d->o.p & 3) && tr__cl_mma_ready(cl);
 }
 /* tr_k_hmma_att_fwd<hd>_<bf16|f16>: 128 work-items for each 64 queries of each (b, h) (their local memory their own). */
 TR__FN tr_status tr__cl_attention_fwd_mma(tr__cl *cl, const tr__att_desc *d) {

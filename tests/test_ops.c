@@ -206,7 +206,7 @@ static void case_attention(op_env *e, int dt) {
    of at most u (2^-8 bfloat16, 2^-11 float16) in each p, so at most u max|v| in o = sum p v / sum p before o's own
    rounding; that rounding then lands at most one unit of dt (rtol_of) from the reference's. lse sums the fp32 p, as the
    reference does, in another order. */
-static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd) {
+static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, int on) {
     const int D = H * hd;
     const size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
     float *qkv = vals(nq, 40 + S + hd, 1.5f, dt), *o = (float *)malloc(no * 4), *lse = (float *)malloc(nl * 4), *got;
@@ -223,7 +223,7 @@ static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd) {
     memset(&d, 0, sizeof d);
     d.fdt = dt, d.B = B, d.S = S, d.H = H, d.hd = hd, d.qkv = dQ, d.o = dO, d.lse = (float *)dL.p;
     assert_int_equal(tr__op_attention(e->ctx, &d), TR_OK);
-    assert_int_equal(e->ctx->cl->mma_attention, before + 1); /* (it ran on the tensor-core kernel) */
+    assert_int_equal(e->ctx->cl->mma_attention, before + on); /* (it ran on the tensor-core kernel, or not) */
     snprintf(what, sizeof what, "tensor-core forward o, S %d, hd %d", S, hd);
     got = get(e, dO, no);
     {
@@ -435,9 +435,21 @@ static void test_ops_tensor_cores(void **state) {
         static const int hds[3] = {32, 64, 128};
         int k;
         for (k = 0; k < 3; k++) {
-            run_attention_mma(&e, dt, 1, 97, 2, hds[k]);
-            run_attention_mma(&e, dt, 2, 13, 2, hds[k]);
+            run_attention_mma(&e, dt, 1, 97, 2, hds[k], 1);
+            run_attention_mma(&e, dt, 2, 13, 2, hds[k], 1);
         }
+    }
+    { /* TINYREC_CL_SGEMM's ATT: 0 turns it off (the portable kernel, within the same bound), 1 on (mma.sync's switch) */
+        tr__cl_gemm_cfg g;
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "MMA=2,ATT=0", &g);
+        assert_int_equal(g.att, 1), assert_int_equal(g.mma, 2);
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "ATT=1", &g);
+        assert_int_equal(g.att, 2);
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "MMA=2", &g);
+        assert_int_equal(g.att, 0);
+        e.ctx->cl->gemm.att = 1;
+        run_attention_mma(&e, TR__BF16, 1, 97, 2, 64, 0);
+        e.ctx->cl->gemm.att = 0;
     }
 #endif
     tr_ctx_destroy(e.ctx);
