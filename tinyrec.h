@@ -98,7 +98,8 @@
        TINYREC_TAPE16          1 (default): bfloat16 / float16 models record the activations of their last cycle (the tape
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
-                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests)
+                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
+                               ATT=1 / ATT=0: the attention's forward on them or not: by default with MMA=2 alone)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -8077,6 +8078,9 @@ typedef struct tr__cl_gemm_cfg {
     int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
                        (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
                        parsing = not given (automatic) */
+    int att;        /* the attention's forward on the tensor cores (tr__cl_att_mma): 0 = automatic (with the emulation,
+                       MMA=2; not yet with mma.sync, whose kernel awaits its first measured run), 1 = off, 2 = on
+                       (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -8153,6 +8157,7 @@ struct tr__cl {
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
+    long mma_attention; /* attention forwards run on the tensor-core kernel (tr__cl_att_mma; the tests check it) */
     /* the operands packed in slots TR__CL_SLOT_PACK_A / _B while a packing window is open (P NULL: none), and the
        packings that a window saved (the tests check that they happened) */
     tr__cl_packed packed[2];
@@ -11412,6 +11417,7 @@ static const char tr__cl_src_gemm_15[] =
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
 "#line 1 \"tools/opencl/attention.cl\"\n"
+"#ifndef TR_MMA_ONLY /* (the tensor-core program, TR_MMA_ONLY, has the tensor-core attention below alone) */\n"
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
@@ -11489,9 +11495,9 @@ static const char tr__cl_src_attention_1[] =
 "  }\n"
 "}\n"
 "#define TR_ATT_FWD(NAME, NC, X16)                                                                                    \\\n"
-"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
-"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n";
+"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n";
 static const char tr__cl_src_attention_2[] =
+"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
 "           __local float *Vs, __local float *Ps, int fdt) {                                              \\\n"
 "    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, X16 & 1), TR_ATT_AT(o, o_off, X16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, \\\n"
 "               Ps, NC, fdt, X16);                                                                                    \\\n"
@@ -11557,9 +11563,9 @@ static const char tr__cl_src_attention_2[] =
 "    }\n"
 "    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n";
+"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n";
 static const char tr__cl_src_attention_3[] =
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        kd = Ks[kj * sk + d], vd = Vs[kj * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -11639,9 +11645,9 @@ static const char tr__cl_src_attention_3[] =
 "      Vs[j * sk + d] = TR_QLD(k0 + j, 2 * D + d);\n"
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n";
+"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n";
 static const char tr__cl_src_attention_4[] =
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        qd = Qs[qi * sk + d], od = Os[qi * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -11687,9 +11693,223 @@ static const char tr__cl_src_attention_4[] =
 "TR_ATT_DQ(tr_k_att_dq64, 4, 0)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16, 0)\n"
 "TR_ATT_DQ(tr_k_att_dq64_h, 4, 1)\n"
-"TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n";
-#define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, \
-    tr__cl_src_attention_4
+"TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n"
+"#endif /* TR_MMA_ONLY */\n"
+"/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32\n"
+" accumulation; 2 = the same tiles, fragments and order of operations in plain OpenCL C, any device) for a 16-bit\n"
+" record's qkv and o (values of fdt: F16 0 bfloat16, 1 float16) and head sizes HD = 32, 64, 128. Work-group: 4 warps;\n"
+" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n"
+" staged in local memory (rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks). Scores\n"
+" s = (q.k) scale and the online softmax in fp32 (p = exp(s - m); each lane sums its own p, the 4 lanes of a row added\n"
+" at the end), p rounded to fdt as the product's operand (flash attention's and cuDNN's rounding point: the one\n"
+" rounding the portable kernel does not make), o = acc / l rounded to fdt, lse = m + log(l). */\n"
+"#ifdef TR_GEMM_MMA\n"
+"#define TR_FA_BQ 64\n"
+"#define TR_FA_BK 64\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FA_WAIT() __asm__ volatile(\"cp.async.wait_all;\" ::: \"memory\")\n"
+"#else\n"
+"#define TR_FA_WAIT()\n"
+"#endif\n"
+"/* v of lane (lane ^ m) of this warp (m < 4: the lanes of one row of a fragment); X: 128 floats of exchange (2) */\n"
+"static inline float tr_fa_xor(float v, int m, __local float *X) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"  uint r;\n"
+"  (void)X;\n"
+"  __asm__ volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=r\"(r) : \"r\"(as_uint(v)), \"r\"(m));\n"
+"  return as_float(r);\n"
+"#else\n"
+"  const int t = get_local_id(0);\n"
+"  float r;\n"
+"  X[t] = v;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  r = X[t ^ m];\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  return r;\n"
+"#endif\n"
+"}\n"
+"/* rows r0 .. r0 + 63 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */\n"
+"static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int S, const int HD) {\n"
+"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
+"  int e;\n";
+static const char tr__cl_src_attention_5[] =
+"  for (e = get_local_id(0); e < TR_FA_BK * CH; e += 128) {\n"
+"    const int r = e / CH, c = e - r * CH, in = r0 + r < S;\n"
+"    TR_HCP(T + r * SW + 4 * c, P + (long)(in ? r0 + r : 0) * ld + 8 * c, in ? 16 : 0);\n"
+"  }\n"
+"}\n"
+"#if TR_GEMM_MMA != 1\n"
+"/* the value at row r, column d of a staged tile */\n"
+"static inline float tr_fa_at(__local const uint *T, int r, int d, const int HD, int fdt) {\n"
+"  return tr_unhalf1((ushort)(T[r * ((HD + 8) / 2) + (d >> 1)] >> (16 * (d & 1))), fdt);\n"
+"}\n"
+"#endif\n"
+"static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __global float *lse, int S, int H, int nqb,\n"
+"                             __local uint *L, __local float *X, const int HD, const int F16) {\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, NK = HD / 16, ND = HD / 8, NJ = TR_FA_BK / 8;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;\n"
+"  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;\n"
+"  const long ld = 3L * D;\n"
+"  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
+"  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW;\n"
+"  const float scale = 1.0f / sqrt((float)HD);\n"
+"  float acc[16][4], s[TR_FA_BK / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mx[2], al[2];\n"
+"  int i, j, r, kk, k0;\n"
+"#if TR_GEMM_MMA == 1\n"
+"  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
+"  uint qa[8][4];\n"
+"  tr_fa_stage(Ks, base, ld, q0, S, HD); /* this group's queries, through the k tile's room, into registers */\n"
+"  TR_HCOMMIT();\n"
+"  TR_FA_WAIT();\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"  for (kk = 0; kk < NK; kk++) TR_LDM4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], Ks + (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4);\n"
+"#else\n"
+"  __local float *Pw = X + 128 + w * 16 * TR_FA_BK; /* this warp's rounded p, 16 x 64 */\n"
+"#endif\n"
+"#pragma unroll\n"
+"  for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
+"  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
+"    tr_fa_stage(Ks, base + D, ld, k0, S, HD);\n"
+"    tr_fa_stage(Vs, base + 2 * D, ld, k0, S, HD);\n"
+"    TR_HCOMMIT();\n"
+"    TR_FA_WAIT();\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) s[j][r] = 0.0f;\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < NK; kk++) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"#pragma unroll\n"
+"      for (j = 0; j < NJ; j += 2) {\n"
+"        uint b0[2], b1[2];\n"
+"        TR_LDM4(b0[0], b0[1], b1[0], b1[1], Ks + ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4);\n"
+"        if (F16) {\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));\n"
+"        } else {\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));\n"
+"        }\n"
+"      }\n"
+"#else /* the fragment's outputs: rows g (r < 2) or g + 8, keys 8 j + 2 q + (r & 1) */\n"
+"      for (j = 0; j < NJ; j++)\n"
+"        for (r = 0; r < 4; r++) {\n"
+"          const int qr = q0 + 16 * w + g + 8 * (r >> 1), kr = 8 * j + 2 * q + (r & 1);\n"
+"          int d;\n"
+"          for (d = 16 * kk; d < 16 * kk + 16; d++)\n"
+"            s[j][r] = fma(qr < S ? tr_unhalf1(base[(long)qr * ld + d], fdt) : 0.0f, tr_fa_at(Ks, kr, d, HD, fdt), s[j][r]);\n"
+"        }\n"
+"#endif\n"
+"    }\n"
+"    /* the online softmax: the rows' maxima over the 4 lanes that hold them, p, this lane's sums */\n"
+"    mx[0] = m[0], mx[1] = m[1];\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        s[j][r] = k0 + 8 * j + 2 * q + (r & 1) < S ? s[j][r] * scale : -INFINITY;\n"
+"        mx[r >> 1] = fmax(mx[r >> 1], s[j][r]);\n"
+"      }\n"
+"#pragma unroll\n"
+"    for (i = 0; i < 2; i++) {\n"
+"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 1, X));\n";
+static const char tr__cl_src_attention_6[] =
+"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 2, X));\n"
+"      al[i] = exp(m[i] - mx[i]);\n"
+"      m[i] = mx[i];\n"
+"      l[i] *= al[i];\n"
+"    }\n"
+"#pragma unroll\n"
+"    for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) acc[i][r] *= al[r >> 1];\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        s[j][r] = exp(s[j][r] - m[r >> 1]);\n"
+"        l[r >> 1] += s[j][r];\n"
+"      }\n"
+"    /* acc += p v: p's fragments are the scores' (keys 16 kk .. + 15: columns j = 2 kk, 2 kk + 1) */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < TR_FA_BK / 16; kk++) {\n"
+"      uint pa[4];\n"
+"      pa[0] = tr_mma_pack(s[2 * kk][0], s[2 * kk][1], F16), pa[1] = tr_mma_pack(s[2 * kk][2], s[2 * kk][3], F16);\n"
+"      pa[2] = tr_mma_pack(s[2 * kk + 1][0], s[2 * kk + 1][1], F16), pa[3] = tr_mma_pack(s[2 * kk + 1][2], s[2 * kk + 1][3], F16);\n"
+"#pragma unroll\n"
+"      for (i = 0; i < ND; i += 2) {\n"
+"        uint b0[2], b1[2];\n"
+"        TR_LDM4T(b0[0], b0[1], b1[0], b1[1], Vs + (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
+"        if (F16) {\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
+"        } else {\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"#else\n"
+"    for (j = 0; j < NJ; j++)\n"
+"      for (r = 0; r < 4; r++) Pw[(g + 8 * (r >> 1)) * TR_FA_BK + 8 * j + 2 * q + (r & 1)] = tr_round1(s[j][r], fdt);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (kk = 0; kk < TR_FA_BK / 16; kk++)\n"
+"      for (i = 0; i < ND; i++)\n"
+"        for (r = 0; r < 4; r++) {\n"
+"          const int pr = g + 8 * (r >> 1), d = 8 * i + 2 * q + (r & 1);\n"
+"          int kr;\n"
+"          for (kr = 16 * kk; kr < 16 * kk + 16; kr++) acc[i][r] = fma(Pw[pr * TR_FA_BK + kr], tr_fa_at(Vs, kr, d, HD, fdt), acc[i][r]);\n"
+"        }\n"
+"#endif\n"
+"  }\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 2; i++) { /* the row's sum: (lanes 0 + 1) + (lanes 2 + 3) on each of its 4 lanes */\n"
+"    const int row = q0 + 16 * w + g + 8 * i;\n"
+"    l[i] += tr_fa_xor(l[i], 1, X);\n"
+"    l[i] += tr_fa_xor(l[i], 2, X);\n"
+"    if (row < S) {\n"
+"      __global ushort *orow = o + ((long)b * S + row) * D + (long)h * HD + 2 * q;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < ND; j++) *(__global ushort2 *)(orow + 8 * j) = (ushort2)(tr_half1(acc[j][2 * i] / l[i], fdt), tr_half1(acc[j][2 * i + 1] / l[i], fdt));\n"
+"      if (q == 0) lse[((long)b * H + h) * S + row] = m[i] + log(l[i]);\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a\n"
+" work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values\n"
+" (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange\n"
+" and p (128 + 4 x 16 x 64 floats) */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FA_XN 1\n"
+"#else\n"
+"#define TR_FA_XN (128 + 4 * 16 * TR_FA_BK)\n"
+"#endif\n"
+"#define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \\\n"
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \\\n"
+"           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \\\n"
+"    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \\\n"
+"    __local float X[TR_FA_XN];                                                                                         \\\n"
+"    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \\\n"
+"              (__local uint *)L, X, HD, F16);                                                                          \\\n"
+"  }\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n";
+static const char tr__cl_src_attention_7[] =
+"TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)\n"
+"#endif /* TR_GEMM_MMA */\n";
+#define TR__CL_SRC_ATTENTION_LIST \
+    tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, tr__cl_src_attention_4, \
+    tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -11761,12 +11981,12 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -11800,6 +12020,7 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "CP")) g.cp = (int)v;
             else if (!strcmp(key, "ST")) g.st = (int)v;
             else if (!strcmp(key, "MMA")) g.mma = (int)v;
+            else if (!strcmp(key, "ATT")) g.att = v ? 2 : 1;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -11889,7 +12110,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
-    static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
+    static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST, TR__CL_SRC_ATTENTION_LIST};
     const tr__clfn *f = &cl->lib.f;
     const char *extra = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS); /* as for the main program */
     char opts[512];
@@ -12398,8 +12619,31 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
     if (x16 && x16 != (TR__X16_A | TR__X16_B)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention takes qkv and o in 16 bits together, and do in fp32");
     return TR_OK;
 }
+/* The forward on the tensor cores (tr_k_hmma_att_fwd*, attention.cl) where it applies: qkv and o in 16 bits (x16) of a
+   bfloat16 / float16 computation, head size 32, 64 or 128, qkv 16-byte aligned (its staging copies 16 bytes), and the
+   tensor-core program built; with mma.sync only where TINYREC_CL_SGEMM says ATT=1 (cfg.att), with the emulation unless
+   ATT=0. It rounds p to fdt for the product with v (flash attention's rounding point); the portable kernels run
+   everywhere else. */
+TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
+    int on = cl->gemm.att == 2 || (cl->gemm.att == 0 && cl->gemm.mma == 2); /* (mma.sync's: ATT=1 until measured) */
+    return on && x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) &&
+           !((uintptr_t)d->qkv.p & 15) && !((uintptr_t)d->o.p & 3) && tr__cl_mma_ready(cl);
+}
+/* tr_k_hmma_att_fwd<hd>_<bf16|f16>: 128 work-items for each 64 queries of each (b, h) (their local memory their own). */
+TR__FN tr_status tr__cl_attention_fwd_mma(tr__cl *cl, const tr__att_desc *d) {
+    size_t nqb = ((size_t)d->S + 63) / 64, gs[1], ls[1] = {128};
+    char name[40];
+    tr__clargs a;
+    gs[0] = 128 * (size_t)d->B * (size_t)d->H * nqb;
+    snprintf(name, sizeof name, "tr_k_hmma_att_fwd%d_%s", d->hd, d->fdt == TR__F16 ? "f16" : "bf16");
+    tr__cla_init(&a);
+    tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, d->o.p), tr__cla_buf(&a, d->lse);
+    tr__cla_i32(&a, d->S), tr__cla_i32(&a, d->H), tr__cla_i32(&a, (int32_t)nqb);
+    cl->mma_attention++;
+    return tr__cl_launch(cl, name, 1, gs, ls, &a);
+}
 /* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16:
-   tr__cl_att_x16's. */
+   tr__cl_att_x16's. The tensor cores' kernel where tr__cl_att_mma says. */
 TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, x16 = tr__cl_x16(d->qkv.dt, d->o.dt, 0);
     const void *qkv = d->qkv.p;
@@ -12413,6 +12657,7 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
     if (!cl || !info) return TR_ERR_INVALID_ARG;
     if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK || (st = tr__cl_att_x16(cl, x16)) != TR_OK) return st;
     if (!B || !S || !H || !hd) return TR_OK;
+    if (tr__cl_att_mma(cl, d, x16)) return tr__cl_attention_fwd_mma(cl, d);
 #define TR__ATT_FWD_BYTES (4 * ((size_t)BQ * (hd + 1) + (size_t)BK * (2 * hd + 1) + (size_t)BQ * (BK + 1)))
     budget = tr__cl_att_budget(info), BQ = tr__cl_att_rows(info);
     while (TR__ATT_FWD_BYTES > budget && (BK > 16 || BQ > 1))
