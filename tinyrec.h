@@ -6639,10 +6639,12 @@ TR__SG_BF16 static void tr__bgemm_pack_a_v(int transA, const float *A, size_t ld
         }
     }
 }
-TR__SG_BF16 static void tr__bgemm_pack_b_v(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
-                                           float *blk, size_t kpad) {
+/* b: B (fp32) with its ld and t (transposed); panels p0..p1 of NR columns, depth k0..k0+kc padded to kpad pairs. */
+TR__SG_BF16 static void tr__bgemm_pack_b_v(tr__mat b, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR, float *blk, size_t kpad) {
     uint32_t tmp[32 * TR__BG_KC2];
-    size_t p, j, k, h, kc2 = (kc + 1) / 2;
+    const float *B = (const float *)b.p;
+    size_t p, j, k, h, kc2 = (kc + 1) / 2, ldb = b.ld;
+    int transB = b.t;
     for (p = p0; p < p1; p++) {
         size_t n0 = p * NR, nr = TR__MIN(NR, N - n0);
         uint32_t *d = (uint32_t *)(blk + p * kc * NR);
@@ -6666,14 +6668,14 @@ TR__SG_BF16 TR__FN void tr__bgemm_pack_a_avx512(int transA, const float *A, size
 }
 TR__SG_BF16 TR__FN void tr__bgemm_pack_b_avx512(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
                                                 float *blk) {
-    tr__bgemm_pack_b_v(transB, B, ldb, N, p0, p1, k0, kc, NR, blk, (kc + 1) / 2);
+    tr__bgemm_pack_b_v(tr__mat_of(B, ldb, 0, transB), N, p0, p1, k0, kc, NR, blk, (kc + 1) / 2);
 }
 TR__SG_BF16 TR__FN void tr__bgemm_pack_a_amx(int transA, const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t MR, float *dst) {
     tr__bgemm_pack_a_v(transA, A, lda, m0, mc, k0, kc, MR, dst, 1);
 }
 TR__SG_BF16 TR__FN void tr__bgemm_pack_b_amx(int transB, const float *B, size_t ldb, size_t N, size_t p0, size_t p1, size_t k0, size_t kc, size_t NR,
                                              float *blk) {
-    tr__bgemm_pack_b_v(transB, B, ldb, N, p0, p1, k0, kc, NR, blk, tr__amx_kpad(kc));
+    tr__bgemm_pack_b_v(tr__mat_of(B, ldb, 0, transB), N, p0, p1, k0, kc, NR, blk, tr__amx_kpad(kc));
 }
 
 /* AMX, 32x32: C as 2x2 tiles of 16x16 fp32 (tmm0-3), A as two 16-row tiles of 32 k (tmm4-5, from the
