@@ -99,7 +99,8 @@
        TINYREC_TAPE16          1 (default): bfloat16 / float16 models record the activations of their last cycle (the tape
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
-                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests)
+                               MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
+                               ATT=0: the attention's forward not on them, ATT=1 on: the default)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -1644,8 +1645,6 @@ struct tr_ctx {
     /* tr_ctx_config's OpenCL knobs, read when the device opens (tr__ctx_knob): knob_set[k] 0 = the environment */
     char knob[5][384];
     unsigned char knob_set[5];
-    int gemm_fdt;    /* while a bfloat16 / float16 model computes (tr__inner_fwd, tr__train_fwd_bwd): its precision, whose values are
-                        all its GEMM operands are, so a device may multiply them natively (tensor cores) */
     char error[TR__ERRLEN];
 };
 
@@ -5065,8 +5064,10 @@ TR__FN tr__att_kv tr__att_gather(const float *qkv, int b, int h, int S, int D, i
         }                                                                                                               \
     }                                                                                                                   \
     /* The backward. */                                                                                                 \
-    TARGET static void tr__attention_bwd_bh##B(int b, int h, int S, int H, int hd, const float *qkv, const float *o, const float *lse, const float *do_, float *dqkv, float *scratch) { \
-        int D = H * hd, i, j, c;                                                                                        \
+    TARGET static void tr__attention_bwd_bh##B(int b, int h, const tr__attention_bwd_args *a, float *scratch) {          \
+        int S = a->S, H = a->H, hd = a->hd, D = H * hd, i, j, c;                                                        \
+        const float *qkv = a->qkv, *o = a->o, *lse = a->lse, *do_ = a->do_;                                             \
+        float *dqkv = a->dqkv;                                                                                          \
         size_t Sp = TR__ATT_PAD((size_t)S);                                                                             \
         float scale = 1.0f / sqrtf((float)hd);                                                                          \
         tr__att_kv kv = tr__att_gather(qkv, b, h, S, D, hd, Sp, scratch);                                               \
@@ -5359,156 +5360,16 @@ TR__FN void tr__swiglu_bwd(tr_ctx *ctx, long rows, long width, const float *g, s
    row (or task) at a time while it is in cache: the residual sum R(x + add) first, which the row kernel then reads
    in place, and what it writes. The same bits as the passes; the scalar reference runs the passes. */
 TR__FN tr__range_fn tr__round_pick(const tr_ctx *ctx);
-typedef struct tr__rms_rows_fwd_simd {
-    tr__rms_rows_fwd_args a;
-    float (*row)(int, const float *, const float *, float *, float);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_rows_fwd_simd;
-TR__FN void tr__rms_rows_fwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_rows_fwd_simd *p = (const tr__rms_rows_fwd_simd *)arg;
-    size_t D = (size_t)p->a.D;
-    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
-    long r;
-    for (r = i0; r < i1; r++) {
-        const float *x = p->a.x + r * D, *add = p->a.add ? p->a.add + r * D : NULL;
-        float *o = p->a.out + r * D;
-        if (p->fdt && add) {
-            tr__add_range(&sum, r * (long)D, (r + 1) * (long)D);
-            x = o, add = NULL;
-        }
-        p->a.rstd[r] = p->row(p->a.D, x, add, o, p->a.eps);
-        if (p->fdt) tr__round_at(p->rnd, p->fdt, o, D);
-    }
-}
-/* The row kernel of the forward at ctx's SIMD level, or NULL at the scalar one (and the column norms' task kernels). */
-TR__FN float (*tr__rms_row_fwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float *, float) {
+/* The kernel fn of a family at ctx's SIMD level, by the families' naming: fn##512 (AVX-512), fn##256 (AVX2), fn##128
+   (NEON), fn##_c (the scalar twin, the reference's own). A kernel family written once as a template per level is picked
+   with no function of its own (the norms' units, tr__norm_kinds). */
 #if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_fwd512 : tr__rms_row_fwd256;
+#define TR__LEVEL_PICK(ctx, fn) ((ctx)->simd == TR__SIMD_AVX512 ? fn##512 : (ctx)->simd == TR__SIMD_AVX2 ? fn##256 : fn##_c)
+#elif TR__NEON
+#define TR__LEVEL_PICK(ctx, fn) ((ctx)->simd == TR__SIMD_NEON ? fn##128 : fn##_c)
+#else
+#define TR__LEVEL_PICK(ctx, fn) ((void)(ctx), fn##_c)
 #endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_fwd128;
-#endif
-    TR__UNUSED(ctx);
-    return NULL;
-}
-TR__FN void (*tr__rms_cols_task_fwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, float *, float *, float) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_fwd512 : tr__rms_cols_task_fwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_fwd128;
-#endif
-    TR__UNUSED(ctx);
-    return NULL;
-}
-TR__FN void (*tr__rms_cols_task_bwd_pick(const tr_ctx *ctx))(int, int, int, const float *, const float *, const float *, float *) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_cols_task_bwd512 : tr__rms_cols_task_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_cols_task_bwd128;
-#endif
-    TR__UNUSED(ctx);
-    return NULL;
-}
-/* 1 when it ran (a SIMD set), 0 where the caller runs the reference and its passes */
-TR__FN int tr__rms_rows_fwd(tr_ctx *ctx, int fdt, long rows, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_rows_fwd_simd p = {{D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_fwd_pick(ctx);
-    if (!p.row) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_fwd_simd_range, &p);
-    return 1;
-}
-typedef struct tr__rms_rows_bwd_simd {
-    tr__rms_rows_bwd_args a;
-    void (*row)(int, const float *, const float *, float, float *);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_rows_bwd_simd;
-TR__FN void tr__rms_rows_bwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_rows_bwd_simd *p = (const tr__rms_rows_bwd_simd *)arg;
-    size_t D = (size_t)p->a.D;
-    long r;
-    for (r = i0; r < i1; r++) {
-        p->row(p->a.D, p->a.dy + r * D, p->a.y + r * D, p->a.rstd[r], p->a.dx + r * D);
-        if (p->fdt) tr__round_at(p->rnd, p->fdt, p->a.dx + r * D, D);
-    }
-}
-/* The row kernel of the backward at ctx's SIMD level, or NULL at the scalar one. */
-TR__FN void (*tr__rms_row_bwd_pick(const tr_ctx *ctx))(int, const float *, const float *, float, float *) {
-#if TR__X86
-    if (ctx->simd != TR__SIMD_SCALAR) return ctx->simd == TR__SIMD_AVX512 ? tr__rms_row_bwd512 : tr__rms_row_bwd256;
-#endif
-#if TR__NEON
-    if (ctx->simd == TR__SIMD_NEON) return tr__rms_row_bwd128;
-#endif
-    TR__UNUSED(ctx);
-    return NULL;
-}
-TR__FN int tr__rms_rows_bwd(tr_ctx *ctx, int fdt, long rows, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_rows_bwd_simd p = {{D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.row = tr__rms_row_bwd_pick(ctx);
-    if (!p.row) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)rows * D), rows, 0, tr__rms_rows_bwd_simd_range, &p);
-    return 1;
-}
-/* The column norms: one task = one batch row x 64 channels. */
-typedef struct tr__rms_cols_fwd_simd {
-    tr__rms_cols_fwd_args a;
-    void (*task)(int, int, int, const float *, const float *, float *, float *, float);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_cols_fwd_simd;
-TR__FN void tr__rms_cols_fwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_cols_fwd_simd *p = (const tr__rms_cols_fwd_simd *)arg;
-    long t, nblk = (p->a.D + 63) / 64;
-    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
-    tr__add_args sum = {p->a.x, p->a.add, p->a.out, p->fdt, p->rnd};
-    for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64, w = TR__MIN(64, D - c0);
-        const float *x = p->a.x + base, *add = p->a.add ? p->a.add + base : NULL;
-        float *o = p->a.out + base;
-        if (p->fdt && add) { /* (the task's columns of every position) */
-            for (s = 0; s < S; s++) tr__add_range(&sum, (long)(base + s * D + c0), (long)(base + s * D + c0 + w));
-            x = o, add = NULL;
-        }
-        p->task(p->a.S, p->a.D, (int)c0, x, add, o, p->a.rstd + (size_t)(t / nblk) * D, p->a.eps);
-        if (p->fdt)
-            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, o + s * D + c0, w);
-    }
-}
-TR__FN int tr__rms_cols_fwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__rms_cols_fwd_simd p = {{S, D, x, add, out, rstd, eps}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_fwd_pick(ctx);
-    if (!p.task) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_fwd_simd_range, &p);
-    return 1;
-}
-typedef struct tr__rms_cols_bwd_simd {
-    tr__rms_cols_bwd_args a;
-    void (*task)(int, int, int, const float *, const float *, const float *, float *);
-    int fdt;
-    tr__range_fn rnd;
-} tr__rms_cols_bwd_simd;
-TR__FN void tr__rms_cols_bwd_simd_range(void *arg, long i0, long i1) {
-    const tr__rms_cols_bwd_simd *p = (const tr__rms_cols_bwd_simd *)arg;
-    long t, nblk = (p->a.D + 63) / 64;
-    size_t S = (size_t)p->a.S, D = (size_t)p->a.D, s;
-    for (t = i0; t < i1; t++) {
-        size_t base = (size_t)(t / nblk) * S * D, c0 = (size_t)(t % nblk) * 64;
-        p->task(p->a.S, p->a.D, (int)c0, p->a.dy + base, p->a.y + base, p->a.rstd + (size_t)(t / nblk) * D, p->a.dx + base);
-        if (p->fdt)
-            for (s = 0; s < S; s++) tr__round_at(p->rnd, p->fdt, p->a.dx + base + s * D + c0, TR__MIN(64, D - c0));
-    }
-}
-TR__FN int tr__rms_cols_bwd(tr_ctx *ctx, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__rms_cols_bwd_simd p = {{S, D, dy, y, rstd, dx}, NULL, 0, NULL};
-    p.fdt = fdt, p.rnd = tr__round_pick(ctx), p.task = tr__rms_cols_task_bwd_pick(ctx);
-    if (!p.task) return 0;
-    tr__par_for(tr__threads_for(ctx, (double)B * S * D), (long)B * ((D + 63) / 64), 0, tr__rms_cols_bwd_simd_range, &p);
-    return 1;
-}
 /* Attention: one task = one (batch, head), with its thread's scratch. */
 typedef struct tr__attention_fwd_simd { tr__attention_fwd_args a; void (*one)(int, int, int, int, int, const float *, float *, float *, float *); } tr__attention_fwd_simd;
 TR__FN void tr__attention_fwd_simd_range(void *arg, long i0, long i1) {
@@ -5531,7 +5392,7 @@ TR__FN void tr__attention_fwd(tr_ctx *ctx, int B, int S, int H, int hd, const fl
 }
 typedef struct tr__attention_bwd_simd {
     tr__attention_bwd_args a;
-    void (*one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+    void (*one)(int, int, const tr__attention_bwd_args *, float *);
 } tr__attention_bwd_simd;
 TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
     const tr__attention_bwd_simd *p = (const tr__attention_bwd_simd *)arg;
@@ -5539,7 +5400,7 @@ TR__FN void tr__attention_bwd_simd_range(void *arg, long i0, long i1) {
     size_t per = tr__attention_scratch_floats(a->S, a->hd);
     long bh;
     for (bh = i0; bh < i1; bh++)
-        p->one((int)(bh / a->H), (int)(bh % a->H), a->S, a->H, a->hd, a->qkv, a->o, a->lse, a->do_, a->dqkv, a->scratch + (size_t)tr__thread_id() * per);
+        p->one((int)(bh / a->H), (int)(bh % a->H), a, a->scratch + (size_t)tr__thread_id() * per);
 }
 TR__FN void tr__attention_bwd(tr_ctx *ctx, int B, const tr__attention_bwd_args *a) {
     int S = a->S, H = a->H, hd = a->hd;
@@ -5729,79 +5590,102 @@ typedef struct tr__norm_desc {
     float *rstd;
     float eps;
 } tr__norm_desc;
-/* A norm on the CPU with any operand in 16 bits: one unit at a time, a row or a column norm's task (a batch row's 64
-   channels of every position), each operand's unit copied into its thread's scratch (widened exactly: a row in place
-   where it is fp32 already), through the SIMD op's own range and kernels (their scalar twins at the scalar level), the
-   output narrowed: the bits of the fp32 op on the widened values. */
-typedef struct tr__norm16_args {
+/* A norm on the CPU (tr__op_norm), one unit at a time: a row, or a column norm's task (a batch row's 64 channels at
+   every position). Operands of any type: fp32 ones are read and written in place; a 16-bit one is widened exactly into
+   its thread's scratch (a column norm's then takes every operand there, rows nc apart) and the output narrowed from
+   it: the bits of the fp32 op on the widened values. A kind's unit function (tr__norm_kinds) runs its kernel at the
+   SIMD level and rounds to fdt: the residual sum first (the reference forms it in that precision), then the output. */
+typedef struct tr__norm_run {
+    const tr_ctx *ctx;
     tr__norm_desc d;
-    float *wide;
+    float *wide; /* (NULL: every operand fp32) */
     size_t wide_stride;
-    tr__range_fn half_fn;
-    tr__rms_rows_fwd_simd rf;
-    tr__rms_rows_bwd_simd rb;
-    tr__rms_cols_fwd_simd cf;
-    tr__rms_cols_bwd_simd cb;
-} tr__norm16_args;
-/* An operand's unit (nr rows of nc values from off, rows D apart) as fp32 rows nc apart: in place, or in w. */
-TR__FN const float *tr__norm16_in(const tr__norm16_args *p, tr__buf x, size_t off, size_t nr, size_t nc, float *w) {
+    tr__range_fn half_fn, rnd;
+} tr__norm_run;
+/* A unit's fp32 operands: nr rows of nc values from column c0, rows ld apart (in1 a, in2 b, out o); rstd[c0 + j] is
+   column j's (a row's: rstd[0]). */
+typedef struct tr__norm_unit {
+    const float *a, *b;
+    float *o, *rstd;
+    size_t ld, nr, nc;
+    int c0;
+} tr__norm_unit;
+/* With fdt and an addend: o = R(a + b), which the norm then reads as its input. */
+TR__FN void tr__norm_sum_first(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__add_args sum;
+    size_t s;
+    if (!r->d.fdt || !u->b) return;
+    sum.a = u->a, sum.b = u->b, sum.y = u->o, sum.fdt = r->d.fdt, sum.rnd = r->rnd;
+    for (s = 0; s < u->nr; s++) tr__add_range(&sum, (long)(s * u->ld) + u->c0, (long)(s * u->ld + u->nc) + u->c0);
+    u->a = u->o, u->b = NULL;
+}
+TR__FN void tr__norm_round_out(const tr__norm_run *r, const tr__norm_unit *u) {
+    size_t s;
+    for (s = 0; r->d.fdt && s < u->nr; s++) tr__round_at(r->rnd, r->d.fdt, u->o + s * u->ld + u->c0, u->nc);
+}
+TR__FN void tr__norm_rows_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__norm_sum_first(r, u);
+    u->rstd[0] = TR__LEVEL_PICK(r->ctx, tr__rms_row_fwd)((int)u->nc, u->a, u->b, u->o, r->d.eps);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_rows_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    TR__LEVEL_PICK(r->ctx, tr__rms_row_bwd)((int)u->nc, u->a, u->b, u->rstd[0], u->o);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_cols_fwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    tr__norm_sum_first(r, u);
+    TR__LEVEL_PICK(r->ctx, tr__rms_cols_task_fwd)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->o, u->rstd, r->d.eps);
+    tr__norm_round_out(r, u);
+}
+TR__FN void tr__norm_cols_bwd_unit(const tr__norm_run *r, tr__norm_unit *u) {
+    TR__LEVEL_PICK(r->ctx, tr__rms_cols_task_bwd)((int)u->nr, (int)u->ld, u->c0, u->a, u->b, u->rstd, u->o);
+    tr__norm_round_out(r, u);
+}
+/* The kinds, in TR__NORM_* order: whether a unit is a row (else a column norm's task), its function. */
+typedef struct tr__norm_kind {
+    int by_rows;
+    void (*unit)(const tr__norm_run *r, tr__norm_unit *u);
+} tr__norm_kind;
+static const tr__norm_kind tr__norm_kinds[] = {{1, tr__norm_rows_fwd_unit}, {1, tr__norm_rows_bwd_unit}, {0, tr__norm_cols_fwd_unit}, {0, tr__norm_cols_bwd_unit}};
+/* An operand's unit (nr rows of nc values from off, rows D apart): in place where it is fp32 and the unit reads in
+   place, else widened into w (rows nc apart). */
+TR__FN const float *tr__norm_in(const tr__norm_run *r, tr__buf x, size_t off, size_t nr, size_t nc, int in_place, float *w) {
     if (!x.p) return NULL;
-    if (!x.dt && nr == 1) return (const float *)x.p + off;
-    tr__io16(p->half_fn, x.dt, 0, tr__sgemm_at(x.p, x.dt, off), (size_t)p->d.D, nr, nc, w, nc);
+    if (!x.dt && in_place) return (const float *)x.p + off;
+    tr__io16(r->half_fn, x.dt, 0, tr__sgemm_at(x.p, x.dt, off), (size_t)r->d.D, nr, nc, w, nc);
     return w;
 }
-TR__FN void tr__norm16_range(void *arg, long u0, long u1) {
-    const tr__norm16_args *p = (const tr__norm16_args *)arg;
-    float *w = p->wide + (size_t)tr__thread_id() * p->wide_stride;
-    size_t D = (size_t)p->d.D, nblk = (D + 63) / 64, unit = p->wide_stride / 3;
-    int rows = p->d.kind == TR__NORM_ROWS_FWD || p->d.kind == TR__NORM_ROWS_BWD, out16 = p->d.out.dt;
+TR__FN void tr__norm_range(void *arg, long u0, long u1) {
+    const tr__norm_run *r = (const tr__norm_run *)arg;
+    const tr__norm_kind *k = &tr__norm_kinds[r->d.kind];
+    size_t D = (size_t)r->d.D, nr = k->by_rows ? 1 : (size_t)r->d.S, nblk = k->by_rows ? 1 : (D + 63) / 64, unit = r->wide_stride / 3;
+    float *w = r->wide ? r->wide + (size_t)tr__thread_id() * r->wide_stride : NULL;
+    int in_place = k->by_rows || !r->wide, out16 = r->d.out.dt;
     long u;
     for (u = u0; u < u1; u++) {
-        /* the unit: row u, or batch row u / nblk's channels from c0 at every position */
-        size_t b = rows ? 0 : (size_t)u / nblk, c0 = rows ? 0 : ((size_t)u % nblk) * 64, nr = rows ? 1 : (size_t)p->d.S, nc = rows ? D : TR__MIN(64, D - c0);
-        size_t off = rows ? (size_t)u * D : b * nr * D + c0;
-        float *rstd = p->d.rstd + (rows ? (size_t)u : b * D + c0);
-        const float *a = tr__norm16_in(p, p->d.in1, off, nr, nc, w), *c = tr__norm16_in(p, p->d.in2, off, nr, nc, w + unit);
-        float *o = !out16 && rows ? (float *)p->d.out.p + off : w + 2 * unit;
-        if (p->d.kind == TR__NORM_ROWS_FWD) {
-            tr__rms_rows_fwd_simd q = p->rf;
-            q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
-            tr__rms_rows_fwd_simd_range(&q, 0, 1);
-        } else if (p->d.kind == TR__NORM_ROWS_BWD) {
-            tr__rms_rows_bwd_simd q = p->rb;
-            q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
-            tr__rms_rows_bwd_simd_range(&q, 0, 1);
-        } else if (p->d.kind == TR__NORM_COLS_FWD) { /* (a task on nc columns, rows nc apart) */
-            tr__rms_cols_fwd_simd q = p->cf;
-            q.a.D = (int)nc, q.a.x = a, q.a.add = c, q.a.out = o, q.a.rstd = rstd;
-            tr__rms_cols_fwd_simd_range(&q, 0, 1);
-        } else {
-            tr__rms_cols_bwd_simd q = p->cb;
-            q.a.D = (int)nc, q.a.dy = a, q.a.y = c, q.a.dx = o, q.a.rstd = rstd;
-            tr__rms_cols_bwd_simd_range(&q, 0, 1);
-        }
-        if (out16 || !rows) tr__io16(p->half_fn, out16, 1, tr__sgemm_at(p->d.out.p, out16, off), D, nr, nc, o, nc);
+        size_t b = (size_t)u / nblk, c0 = ((size_t)u % nblk) * 64, off = b * nr * D + (in_place ? 0 : c0); /* (in place: columns from c0) */
+        tr__norm_unit x;
+        x.nr = nr, x.nc = k->by_rows ? D : TR__MIN(64, D - c0), x.ld = in_place ? D : x.nc, x.c0 = in_place ? (int)c0 : 0;
+        x.rstd = r->d.rstd + (k->by_rows ? b : b * D + c0 - (size_t)x.c0);
+        x.a = tr__norm_in(r, r->d.in1, off, nr, x.nc, in_place, w);
+        x.b = tr__norm_in(r, r->d.in2, off, nr, x.nc, in_place, w ? w + unit : NULL);
+        x.o = !out16 && in_place ? (float *)r->d.out.p + off : w + 2 * unit;
+        k->unit(r, &x);
+        if (out16 || !in_place) tr__io16(r->half_fn, out16, 1, tr__sgemm_at(r->d.out.p, out16, off), D, nr, x.nc, x.o, x.nc);
     }
 }
-TR__FN tr_status tr__norm16(tr_ctx *ctx, const tr__norm_desc *d) {
-    tr__norm16_args p;
-    int byrow = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD, D = d->D, S = d->S, fdt = d->fdt;
-    long units = byrow ? d->rows : d->rows * ((D + 63) / 64);
-    int nt = tr__threads_for(ctx, (double)d->rows * (byrow ? 1 : S) * D);
+TR__FN tr_status tr__norm_cpu(tr_ctx *ctx, const tr__norm_desc *d) {
+    tr__norm_run p;
+    int by_rows = tr__norm_kinds[d->kind].by_rows, D = d->D, S = d->S;
+    long units = by_rows ? d->rows : d->rows * ((D + 63) / 64);
+    int nt = tr__threads_for(ctx, (double)d->rows * (by_rows ? 1 : S) * D);
     tr_status st;
     memset(&p, 0, sizeof p);
-    p.wide_stride = 3 * (byrow ? (size_t)D : (size_t)S * 64);
-    if ((st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
-    p.d = *d;
-    p.half_fn = tr__half_pick(ctx);
-    p.rf.a.D = p.rb.a.D = D, p.rf.a.eps = p.cf.a.eps = d->eps, p.cf.a.S = p.cb.a.S = S;
-    p.rf.fdt = p.rb.fdt = p.cf.fdt = p.cb.fdt = fdt;
-    p.rf.rnd = p.rb.rnd = p.cf.rnd = p.cb.rnd = tr__round_pick(ctx);
-    if (!(p.rf.row = tr__rms_row_fwd_pick(ctx))) p.rf.row = tr__rms_row_fwd_c;
-    if (!(p.rb.row = tr__rms_row_bwd_pick(ctx))) p.rb.row = tr__rms_row_bwd_c;
-    if (!(p.cf.task = tr__rms_cols_task_fwd_pick(ctx))) p.cf.task = tr__rms_cols_task_fwd_c;
-    if (!(p.cb.task = tr__rms_cols_task_bwd_pick(ctx))) p.cb.task = tr__rms_cols_task_bwd_c;
-    tr__par_for(nt, units, 0, tr__norm16_range, &p);
+    p.ctx = ctx, p.d = *d;
+    p.half_fn = tr__half_pick(ctx), p.rnd = tr__round_pick(ctx);
+    p.wide_stride = 3 * (by_rows ? (size_t)D : (size_t)S * 64);
+    if ((d->in1.dt || d->in2.dt || d->out.dt) && (st = tr__thread_scratch(ctx, nt, p.wide_stride, "rms norm", &p.wide))) return st;
+    tr__par_for(nt, units, 0, tr__norm_range, &p);
     return TR_OK;
 }
 /* tr__op_rope with qkv given as 16-bit values of fdt (a 16-bit workspace's or tape's): a batch row (S positions) at a
@@ -5856,7 +5740,7 @@ typedef struct tr__att16_args {
     float *wide;
     tr__range_fn half_fn, round_fn;
     void (*fwd_one)(int, int, int, int, int, const float *, float *, float *, float *);
-    void (*bwd_one)(int, int, int, int, int, const float *, const float *, const float *, const float *, float *, float *);
+    void (*bwd_one)(int, int, const tr__attention_bwd_args *, float *);
 } tr__att16_args;
 /* Head h of batch row b of an operand with `parts` slices of D per position (qkv 3, o and do 1) to or from compact c. */
 TR__FN void tr__att16_io(const tr__att16_args *p, tr__buf x, int parts, size_t b, size_t h, float *c, int store) {
@@ -5886,10 +5770,10 @@ TR__FN void tr__att16_range(void *arg, long i0, long i1) {
         }
         tr__att16_io(p, p->d.o, 1, b, h, co, 0);
         tr__att16_io(p, p->d.do_, 1, b, h, cd, 0);
-        if (p->bwd_one) p->bwd_one(0, 0, p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch + (size_t)t * per);
-        else {
+        {
             tr__attention_bwd_args a = {p->d.S, 1, p->d.hd, cq, co, lse, cd, cdq, p->d.scratch};
-            tr__attention_bwd_range(&a, 0, 1);
+            if (p->bwd_one) p->bwd_one(0, 0, &a, p->d.scratch + (size_t)t * per);
+            else tr__attention_bwd_range(&a, 0, 1);
         }
         tr__att16_io(p, tr__f32(p->d.dqkv), 3, b, h, cdq, 1);
     }
@@ -6025,7 +5909,7 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
                   small enough to transpose), and M <= 16 with op(B) = B streams B's rows
                   through a 4-row register tile.
    Micro-kernels: AVX-512 14x32 (28 zmm accumulators; B as two zmm loads, A as broadcasts),
-   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). A bfloat16 model's products (ctx->gemm_fdt)
+   AVX2 6x16 (12 ymm accumulators), scalar 4x16 (plain C). A bfloat16 model's products (tr__out.prec)
    run on bfloat16-pair packings: AMX 32x32, vdpbf16ps 14x32, or their scalar twin (tr__bgemm_*). */
 
 /* Cache blocking (Zen 5: 48 KiB L1d, 1 MiB L2 per core, 32 MiB L3).
@@ -6048,8 +5932,9 @@ TR__FN void tr__ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float 
    stride and a flag each): p the first matrix, ld its row pitch, s the pitch between a batch's matrices (0: one for
    all), in elements. tr__mat (A, B): t transposed; dt 0 (fp32), or the 16-bit precision its values are stored in
    (then ld and s count them). tr__out (C): acc adds the product to what C holds; dt as tr__mat's (a rounded product,
-   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit). Built by tr__mat_of / tr__mat16_of / tr__out_of /
-   tr__out16_of. */
+   tr__op_sgemm_rnd, stores 16-bit values where it is 16-bit); prec the precision the product multiplies in: 0 fp32,
+   or a bfloat16 / float16 model's (its operands are values of it, so the CPU may multiply bfloat16 in pairs and a
+   device on its tensor cores; tr__out_in). Built by tr__mat_of / tr__mat16_of / tr__out_of / tr__out16_of. */
 typedef struct tr__mat {
     const void *p;
     size_t ld, s;
@@ -6058,7 +5943,7 @@ typedef struct tr__mat {
 typedef struct tr__out {
     void *p;
     size_t ld, s;
-    int acc, dt;
+    int acc, dt, prec;
 } tr__out;
 TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
     tr__mat m;
@@ -6068,10 +5953,15 @@ TR__FN tr__mat tr__mat16_of(const void *p, size_t ld, size_t s, int t, int dt) {
 TR__FN tr__mat tr__mat_of(const void *p, size_t ld, size_t s, int t) { return tr__mat16_of(p, ld, s, t, 0); }
 TR__FN tr__out tr__out16_of(void *p, size_t ld, size_t s, int acc, int dt) {
     tr__out o;
-    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt;
+    o.p = p, o.ld = ld, o.s = s, o.acc = acc, o.dt = dt, o.prec = 0;
     return o;
 }
 TR__FN tr__out tr__out_of(void *p, size_t ld, size_t s, int acc) { return tr__out16_of(p, ld, s, acc, 0); }
+/* o for a product that multiplies in prec (tr__out's). */
+TR__FN tr__out tr__out_in(tr__out o, int prec) {
+    o.prec = prec;
+    return o;
+}
 
 /* Micro-kernel: C[0:mr, 0:nr] (=|+=) Apanel * Bpanel where Apanel is kc x MR (MR values per k)
    and Bpanel is kc x NR (NR values per k), both zero-padded to the full tile. */
@@ -6690,7 +6580,7 @@ TR__FN void tr__sgemm_rows_neon(size_t nrows, size_t w, size_t K, tr__mat ma, tr
 #endif /* TR__NEON */
 
 /* --- bfloat16 pairs (a bfloat16 model's products) -------------------------------------------------
-   While a bfloat16 model computes (ctx->gemm_fdt), every GEMM operand is a bfloat16 value in fp32
+   A bfloat16 model's products (tr__out.prec) have bfloat16 values in fp32 as operands,
    storage, so the packed path may multiply in bfloat16 with fp32 sums: the packings round each value
    to bfloat16 (exact for such values; round to nearest even for others) and store two consecutive k
    per 32-bit word, low half the even k: A panels as ceil(kc/2) x MR words, B panels ceil(kc/2) x NR
@@ -7001,8 +6891,8 @@ TR__FN int tr__bgemm_kernel(const tr_ctx *ctx) {
     if (ctx->simd != TR__SIMD_AVX512 || !ctx->cpu_bf16) return 0;
     return ctx->bf16_gemm == 1 && ctx->cpu_amx ? TR__BG_AMX : TR__BG_DPBF16;
 }
-/* The kernels of the products running now: tr__bgemm_kernel's while a bfloat16 model computes. */
-TR__FN int tr__bgemm_mode(const tr_ctx *ctx) { return ctx->gemm_fdt == TR_FWD_BFLOAT16 ? tr__bgemm_kernel(ctx) : 0; }
+/* The kernels of a product that multiplies in prec (tr__out's): tr__bgemm_kernel's for a bfloat16 model's. */
+TR__FN int tr__bgemm_mode(const tr_ctx *ctx, int prec) { return prec == TR_FWD_BFLOAT16 ? tr__bgemm_kernel(ctx) : 0; }
 TR__FN void tr__bgemm_kernels(tr__sgemm_kern *k, int mode) {
     k->mr = TR__SG_SMR, k->nr = TR__SG_SNR;
     k->ukr = tr__bgemm_ukr_c;
@@ -7563,6 +7453,24 @@ typedef struct tr__dev_fns {
     tr_status (*norm)(tr_ctx *ctx, const tr__norm_desc *d);
     tr_status (*attention)(tr_ctx *ctx, const tr__att_desc *d);
     tr_status (*rope)(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse);
+    /* the model's embedding, Q head and loss (the meanings of tr__embed_fwd / _bwd, tr__qhead_fwd / _bwd, tr__op_xent) */
+    tr_status (*embed_fwd)(tr_ctx *ctx, tr__embed_shape e, int fdt, const float *W_tok, const float *W_pos, const float *puzzle_emb, const int32_t *inputs,
+                           const int32_t *pids, tr__buf x);
+    tr_status (*embed_bwd)(tr_ctx *ctx, tr__embed_shape e, const float *dx, const int32_t *inputs, float *g_tok, float *g_pos, float *prow);
+    tr_status (*qhead_fwd)(tr_ctx *ctx, int B, int S, int D, const float *z_H, const float *W_q, const float *b_q, float *q);
+    tr_status (*qhead_bwd)(tr_ctx *ctx, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq);
+    tr_status (*xent)(tr_ctx *ctx, int B, int L, int V, int loss_type, const float *logits, const int32_t *labels, float grad_div, float *dlogits,
+                      float *rowstat);
+    /* Tensor cores: whether their kernels are ready (built at the first ask where the device has them), and the fused
+       products on them, each the meaning of its op; those with done run where they can (*done = 1) and otherwise
+       leave the op to its passes. sgemm_rnd: C rounded to mc.prec in the epilogue. */
+    int (*mma_ready)(tr_ctx *ctx);
+    tr_status (*sgemm_rnd)(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc);
+    tr_status (*swiglu_mlp)(tr_ctx *ctx, const tr__mlp_desc *d);
+    tr_status (*token_mlp)(tr_ctx *ctx, const tr__mlp_desc *d);
+    tr_status (*swiglu_bwd_kept)(tr_ctx *ctx, const tr__swiglu_desc *d, int *done);
+    tr_status (*sgemm_swiglu)(tr_ctx *ctx, int fdt, const tr__gemm *g, size_t so, int g16, tr__buf act, int *done);
+    tr_status (*sgemm_gate_up)(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act, int *done);
 } tr__dev_fns;
 
 /* nbat products C + b*sC (=|+=) op(A) op(B + b*sB) that share op(A), run as one: their op(B)
@@ -7594,7 +7502,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         for (i = 0; i < nbat * kbat; i++)
             if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, kbat > 1 ? i * sA : 0), lda, 0, transA, a16),
                                    tr__mat16_of(tr__sgemm_at(B, b16, i * sB), ldb, 0, transB, b16),
-                                   tr__out_of(C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate), NULL)) != TR_OK)
+                                   tr__out_in(tr__out_of(C + (nbat > 1 ? i * sC : 0), ldc, 0, kbat > 1 && i > 0 ? 1 : accumulate), mc.prec), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
@@ -7607,7 +7515,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
         if (a16) tr__io16(tr__half_pick(ctx), a16, 0, (const uint16_t *)(const void *)A, lda, ar, ac, w, ac);
         if (b16) tr__io16(tr__half_pick(ctx), b16, 0, (const uint16_t *)B, ldb, br, bc, w + an, bc);
         st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat_of(a16 ? w : A, a16 ? ac : lda, 0, transA),
-                          tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_of(C, ldc, 0, accumulate), NULL);
+                          tr__mat_of(b16 ? (const void *)(w + an) : B, b16 ? bc : ldb, 0, transB), tr__out_in(tr__out_of(C, ldc, 0, accumulate), mc.prec), NULL);
         tr__free(ctx, w);
         return st;
     }
@@ -7638,7 +7546,7 @@ TR__FN tr_status tr__sgemm_nb(tr_ctx *ctx, size_t nbat, size_t kbat, size_t M, s
     nkb = (K + TR__SG_KC - 1) / TR__SG_KC; /* KC blocks of nearly equal depth, a multiple of 4 but the last */
     J.kc_nom = TR__MIN(K, ((K + nkb - 1) / nkb + 3) / 4 * 4);
     J.nkbp = nkb;
-    if ((i = (size_t)tr__bgemm_mode(ctx)) != 0) { /* AMX needs blocks 16 deep at least (its padded rows fit the fp32 layout's room) */
+    if ((i = (size_t)tr__bgemm_mode(ctx, mc.prec)) != 0) { /* AMX needs blocks 16 deep at least (its padded rows fit the fp32 layout's room) */
         if (i == TR__BG_AMX && (K < 32 || K - (nkb - 1) * J.kc_nom < 16)) i = TR__BG_DPBF16;
         tr__bgemm_kernels(&J.kern, (int)i);
     }
@@ -7772,13 +7680,13 @@ TR__FN tr_status tr__sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, size
         size_t per = (K + 3) * (M + N + 64), g = TR__MAX(TR__SG_KB_FLOATS / per, 1); /* about the packings' floats per product */
         for (b = 0; b < nb; b += (int)g)
             if ((st = tr__sgemm_nb(ctx, 1, TR__MIN(g, (size_t)(nb - b)), M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, sA, ta, a16),
-                                   tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, sB, tb, b16), tr__out_of(C, ldc, 0, b > 0 ? 1 : acc), NULL)) != TR_OK)
+                                   tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, sB, tb, b16), tr__out_in(tr__out_of(C, ldc, 0, b > 0 ? 1 : acc), mc.prec), NULL)) != TR_OK)
                 return st;
         return TR_OK;
     }
     for (b = 0; b < nb; b++)
         if ((st = tr__sgemm_nb(ctx, 1, 1, M, N, K, tr__mat16_of((const float *)tr__sgemm_at(A, a16, b * sA), lda, 0, ta, a16),
-                               tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, 0, tb, b16), tr__out_of(C + b * sC, ldc, 0, sC == 0 && b > 0 ? 1 : acc),
+                               tr__mat16_of(tr__sgemm_at(B, b16, b * sB), ldb, 0, tb, b16), tr__out_in(tr__out_of(C + b * sC, ldc, 0, sC == 0 && b > 0 ? 1 : acc), mc.prec),
                                NULL)) != TR_OK)
             return st;
     return TR_OK;
@@ -8295,6 +8203,8 @@ typedef struct tr__cl_gemm_cfg {
     int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
                        (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
                        parsing = not given (automatic) */
+    int att;        /* the attention's forward on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
+                       its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -8371,6 +8281,7 @@ struct tr__cl {
     int fail_alloc, last_oom, migrated;
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
+    long mma_attention; /* attention forwards run on the tensor-core kernel (tr__cl_att_mma; the tests check it) */
     /* the operands packed in slots TR__CL_SLOT_PACK_A / _B while a packing window is open (P NULL: none), and the
        packings that a window saved (the tests check that they happened) */
     tr__cl_packed packed[2];
@@ -9948,42 +9859,10 @@ static const char tr__cl_src_ops_4[] =
 "/* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the\n"
 "   residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a\n"
 "   product's output, already of the precision). */\n"
-"__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
-"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc ss = 0;\n"
-"    float inv;\n"
-"    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;\n"
-"    for (j = lid; j < D; j += n) {\n"
-"        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];\n"
-"        o[j] = v;\n"
-"        ss += (tr_k1_acc)v * v;\n"
-"    }\n"
-"    ss = tr_k1_wg_sum(sh, ss);\n"
-"    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
-"    if (lid == 0) rstd[rstd_off + r] = inv;\n"
-"    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);\n"
-"}\n"
-"__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
-"                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_K1_WG];\n"
-"    size_t r = get_group_id(0);\n"
-"    int j, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc dot = 0;\n"
-"    float mean, rs = rstd[rstd_off + r];\n"
-"    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;\n"
-"    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];\n"
-"    dot = tr_k1_wg_sum(sh, dot);\n"
-"    mean = (float)(dot / D);\n";
-static const char tr__cl_src_ops_5[] =
-"    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);\n"
-"}\n"
-"/* The row norms with any operand in 16 bits (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; a tensor-core\n"
-"   device's 16-bit record): the bits of the fp32 kernels on the widened values, the residual sum formed again in the\n"
-"   second pass rather than stored (out may alias x, or hold 16 bits). A copy per combination (x16 a constant in each), so\n"
-"   that every load is a plain one. */\n"
+"/* The row norms, each operand fp32 or 16-bit (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; 16 bits in a\n"
+"   tensor-core device's 16-bit record): the fp32 arithmetic on the widened values, the residual sum formed again in the\n"
+"   second pass rather than stored (out may alias x, or hold 16 bits). A kernel per combination, x16 a constant in each\n"
+"   (tr_k_rms_rows_fwd16_0 all fp32), so that every load is a plain one. */\n"
 "static inline void tr_rms_rows_fwd16(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                     __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,\n"
 "                                     const int x16) {\n"
@@ -10004,7 +9883,8 @@ static const char tr__cl_src_ops_5[] =
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
-"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n";
+static const char tr__cl_src_ops_5[] =
 "    }\n"
 "}\n"
 "static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
@@ -10021,7 +9901,9 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations) */\n"
+"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
+"   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
+"#define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)\n"
 "#define TR_RMS16_K(X)                                                                                                                        \\\n"
 "    __kernel void tr_k_rms_rows_fwd16_##X(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad,       \\\n"
 "                                          ulong ad_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {    \\\n"
@@ -10032,15 +9914,8 @@ static const char tr__cl_src_ops_5[] =
 "                                          __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \\\n"
 "        __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \\\n"
 "        tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \\\n"
-"    }\n";
-static const char tr__cl_src_ops_6[] =
-"TR_RMS16_K(1)\n"
-"TR_RMS16_K(2)\n"
-"TR_RMS16_K(3)\n"
-"TR_RMS16_K(4)\n"
-"TR_RMS16_K(5)\n"
-"TR_RMS16_K(6)\n"
-"TR_RMS16_K(7)\n"
+"    }\n"
+"TR_X16_EACH(TR_RMS16_K)\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -10064,7 +9939,8 @@ static const char tr__cl_src_ops_6[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    if (j >= D || b >= B) return;\n";
+static const char tr__cl_src_ops_6[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -10114,8 +9990,7 @@ static const char tr__cl_src_ops_6[] =
 "    shv[lid] = mx; shi[lid] = am;\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
-"        if (lane < s) {\n";
-static const char tr__cl_src_ops_7[] =
+"        if (lane < s) {\n"
 "            float v2 = shv[lid + s];\n"
 "            int i2 = shi[lid + s];\n"
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
@@ -10151,7 +10026,8 @@ static const char tr__cl_src_ops_7[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
+static const char tr__cl_src_ops_7[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -10208,8 +10084,7 @@ static const char tr__cl_src_ops_7[] =
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-"        if (j < D)\n";
-static const char tr__cl_src_ops_8[] =
+"        if (j < D)\n"
 "            for (u = 0; u < m; u++)\n"
 "                if (tile[u] == v) {\n"
 "                    long tt = t + u;\n"
@@ -10241,7 +10116,8 @@ static const char tr__cl_src_ops_8[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n"
+"    float acc;\n";
+static const char tr__cl_src_ops_8[] =
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -10348,73 +10224,26 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 }
 
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
-TR__FN tr_status tr__cl_rms_rows_fwd(tr__cl *cl, int fdt, long rows, int D, const void *x, const void *add, void *out, float *rstd, float eps, int x16) {
+/* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
+   instance named from them, tr__cl_x16). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
+   over channels so each step of the walk reads a contiguous run of the row. */
+TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
+    int fwd = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_COLS_FWD, rows = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD;
     tr__clargs A;
     char name[32];
-    if (rows <= 0 || D <= 0) return TR_OK;
+    if (d->rows <= 0 || d->D <= 0 || (!rows && d->S <= 0)) return TR_OK;
     tr__cla_init(&A);
-    tr__cla_i32(&A, D);
-    tr__cla_f32(&A, eps);
-    tr__cla_i32(&A, add != NULL);
-    tr__cla_buf(&A, x);
-    tr__cla_buf(&A, add);
-    tr__cla_buf(&A, out);
-    tr__cla_buf(&A, rstd);
-    tr__cla_i32(&A, fdt);
-    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_fwd", (size_t)rows, (size_t)D, &A);
-    snprintf(name, sizeof name, "tr_k_rms_rows_fwd16_%d", x16 & 7);
-    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
-}
-
-/* x16 (TR__X16_A, _B, _C): dy, y, dx hold 16-bit values of fdt. */
-TR__FN tr_status tr__cl_rms_rows_bwd(tr__cl *cl, int fdt, long rows, int D, const void *dy, const void *y, const float *rstd, void *dx, int x16) {
-    tr__clargs A;
-    char name[32];
-    if (rows <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, D);
-    tr__cla_buf(&A, dy);
-    tr__cla_buf(&A, y);
-    tr__cla_buf(&A, rstd);
-    tr__cla_buf(&A, dx);
-    tr__cla_i32(&A, fdt);
-    if (!x16) return tr__cl_k1_launch_rows(cl, "tr_k_rms_rows_bwd", (size_t)rows, (size_t)D, &A);
-    snprintf(name, sizeof name, "tr_k_rms_rows_bwd16_%d", x16 & 7);
-    return tr__cl_k1_launch_rows(cl, name, (size_t)rows, (size_t)D, &A);
-}
-
-/* Column norms: one work-item per (b, channel) walks S; dimension 0 runs over channels so each step of the walk reads
-   a contiguous run of the row. */
-TR__FN tr_status tr__cl_rms_cols_fwd(tr__cl *cl, int fdt, int B, int S, int D, const float *x, const float *add, float *out, float *rstd, float eps) {
-    tr__clargs A;
-    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, B);
-    tr__cla_i32(&A, S);
-    tr__cla_i32(&A, D);
-    tr__cla_f32(&A, eps);
-    tr__cla_i32(&A, add != NULL);
-    tr__cla_buf(&A, x);
-    tr__cla_buf(&A, add);
-    tr__cla_buf(&A, out);
-    tr__cla_buf(&A, rstd);
-    tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_fwd", (size_t)D, (size_t)B, &A);
-}
-
-TR__FN tr_status tr__cl_rms_cols_bwd(tr__cl *cl, int fdt, int B, int S, int D, const float *dy, const float *y, const float *rstd, float *dx) {
-    tr__clargs A;
-    if (B <= 0 || S <= 0 || D <= 0) return TR_OK;
-    tr__cla_init(&A);
-    tr__cla_i32(&A, B);
-    tr__cla_i32(&A, S);
-    tr__cla_i32(&A, D);
-    tr__cla_buf(&A, dy);
-    tr__cla_buf(&A, y);
-    tr__cla_buf(&A, rstd);
-    tr__cla_buf(&A, dx);
-    tr__cla_i32(&A, fdt);
-    return tr__cl_k1_launch2(cl, "tr_k_rms_cols_bwd", (size_t)D, (size_t)B, &A);
+    if (!rows) tr__cla_i32(&A, (int)d->rows), tr__cla_i32(&A, d->S);
+    tr__cla_i32(&A, d->D);
+    if (fwd) tr__cla_f32(&A, d->eps), tr__cla_i32(&A, d->in2.p != NULL);
+    tr__cla_buf(&A, d->in1.p);
+    tr__cla_buf(&A, d->in2.p);
+    if (fwd) tr__cla_buf(&A, d->out.p), tr__cla_buf(&A, d->rstd);
+    else tr__cla_buf(&A, d->rstd), tr__cla_buf(&A, d->out.p);
+    tr__cla_i32(&A, d->fdt);
+    if (!rows) return tr__cl_k1_launch2(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", (size_t)d->D, (size_t)d->rows, &A);
+    snprintf(name, sizeof name, "tr_k_rms_rows_%s16_%d", fwd ? "fwd" : "bwd", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
+    return tr__cl_k1_launch_rows(cl, name, (size_t)d->rows, (size_t)d->D, &A);
 }
 
 TR__FN tr_status tr__cl_swiglu_fwd(tr__cl *cl, int fdt, long rows, long width, const float *g, size_t g_stride, float *out, size_t out_stride) {
@@ -10808,8 +10637,7 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
    Tiles: -DTR_GEMM_TM/TN/TK/WM/WN/VW from tr__cl_sgemm_defines (the device's work-group and local-memory limits;
      env TINYREC_CL_SGEMM="TM=128,TN=64,TK=16,WM=8,WN=8,VW=4" overrides), chosen once when the program is built
      and kept with the device (tr__cl.gemm), which every launch uses.
-   Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): while a bfloat16 / float16 model runs (ctx->gemm_fdt), its
-     products, whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 writes
+   Tensor cores (tr_k_hmma_*, TR_GEMM_MMA; NVIDIA sm_80+): a bfloat16 / float16 model's products (tr__out.prec), whose operands are values of that precision, run on 16-bit copies of the operands: tr_k_pack16 writes
      each as it is stored, rows of 16-bit values padded with zeros to whole 128 x 32 tiles, into scratch
      (tr__cl_pack16). tr_k_hmma then copies the tiles with cp.async into three stages of local memory (48 KiB;
      XOR-swizzled 16-byte chunks, so ldmatrix is conflict-free), loads fragments with ldmatrix (.trans for a
@@ -11713,6 +11541,7 @@ static const char tr__cl_src_gemm_15[] =
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
 "#line 1 \"tools/opencl/attention.cl\"\n"
+"#ifndef TR_MMA_ONLY /* (the tensor-core program, TR_MMA_ONLY, has the tensor-core attention below alone) */\n"
 "/* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the\n"
 " head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */\n"
 "#define TR_ATT_TD 16\n"
@@ -11790,9 +11619,9 @@ static const char tr__cl_src_attention_1[] =
 "  }\n"
 "}\n"
 "#define TR_ATT_FWD(NAME, NC, X16)                                                                                    \\\n"
-"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n"
-"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n";
+"  __kernel void NAME(__global const float *qkv, ulong qkv_off, __global float *o, ulong o_off, __global float *lse, \\\n";
 static const char tr__cl_src_attention_2[] =
+"           ulong lse_off, int S, int H, int hd, int nqb, int BK, __local float *Qs, __local float *Ks,  \\\n"
 "           __local float *Vs, __local float *Ps, int fdt) {                                              \\\n"
 "    tr_att_fwd(TR_ATT_AT(qkv, qkv_off, X16 & 1), TR_ATT_AT(o, o_off, X16 & 2), lse + lse_off, S, H, hd, nqb, BK, Qs, Ks, Vs, \\\n"
 "               Ps, NC, fdt, X16);                                                                                    \\\n"
@@ -11858,9 +11687,9 @@ static const char tr__cl_src_attention_2[] =
 "    }\n"
 "    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n";
+"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n";
 static const char tr__cl_src_attention_3[] =
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        kd = Ks[kj * sk + d], vd = Vs[kj * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -11940,9 +11769,9 @@ static const char tr__cl_src_attention_3[] =
 "      Vs[j * sk + d] = TR_QLD(k0 + j, 2 * D + d);\n"
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
-"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n";
+"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n";
 static const char tr__cl_src_attention_4[] =
+"      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        qd = Qs[qi * sk + d], od = Os[qi * sk + d];\n"
 "        for (c = 0; c < 4; c++)\n"
@@ -11988,9 +11817,223 @@ static const char tr__cl_src_attention_4[] =
 "TR_ATT_DQ(tr_k_att_dq64, 4, 0)\n"
 "TR_ATT_DQ(tr_k_att_dq256, 16, 0)\n"
 "TR_ATT_DQ(tr_k_att_dq64_h, 4, 1)\n"
-"TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n";
-#define TR__CL_SRC_ATTENTION_LIST tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, \
-    tr__cl_src_attention_4
+"TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n"
+"#endif /* TR_MMA_ONLY */\n"
+"/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32\n"
+" accumulation; 2 = the same tiles, fragments and order of operations in plain OpenCL C, any device) for a 16-bit\n"
+" record's qkv and o (values of fdt: F16 0 bfloat16, 1 float16) and head sizes HD = 32, 64, 128. Work-group: 4 warps;\n"
+" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n"
+" staged in local memory (rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks). Scores\n"
+" s = (q.k) scale and the online softmax in fp32 (p = exp(s - m); each lane sums its own p, the 4 lanes of a row added\n"
+" at the end), p rounded to fdt as the product's operand (flash attention's and cuDNN's rounding point: the one\n"
+" rounding the portable kernel does not make), o = acc / l rounded to fdt, lse = m + log(l). */\n"
+"#ifdef TR_GEMM_MMA\n"
+"#define TR_FA_BQ 64\n"
+"#define TR_FA_BK 64\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FA_WAIT() __asm__ volatile(\"cp.async.wait_all;\" ::: \"memory\")\n"
+"#else\n"
+"#define TR_FA_WAIT()\n"
+"#endif\n"
+"/* v of lane (lane ^ m) of this warp (m < 4: the lanes of one row of a fragment); X: 128 floats of exchange (2) */\n"
+"static inline float tr_fa_xor(float v, int m, __local float *X) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"  uint r;\n"
+"  (void)X;\n"
+"  __asm__ volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=r\"(r) : \"r\"(as_uint(v)), \"r\"(m));\n"
+"  return as_float(r);\n"
+"#else\n"
+"  const int t = get_local_id(0);\n"
+"  float r;\n"
+"  X[t] = v;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  r = X[t ^ m];\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  return r;\n"
+"#endif\n"
+"}\n"
+"/* rows r0 .. r0 + 63 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */\n"
+"static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int S, const int HD) {\n"
+"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
+"  int e;\n";
+static const char tr__cl_src_attention_5[] =
+"  for (e = get_local_id(0); e < TR_FA_BK * CH; e += 128) {\n"
+"    const int r = e / CH, c = e - r * CH, in = r0 + r < S;\n"
+"    TR_HCP(T + r * SW + 4 * c, P + (long)(in ? r0 + r : 0) * ld + 8 * c, in ? 16 : 0);\n"
+"  }\n"
+"}\n"
+"#if TR_GEMM_MMA != 1\n"
+"/* the value at row r, column d of a staged tile */\n"
+"static inline float tr_fa_at(__local const uint *T, int r, int d, const int HD, int fdt) {\n"
+"  return tr_unhalf1((ushort)(T[r * ((HD + 8) / 2) + (d >> 1)] >> (16 * (d & 1))), fdt);\n"
+"}\n"
+"#endif\n"
+"static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __global float *lse, int S, int H, int nqb,\n"
+"                             __local uint *L, __local float *X, const int HD, const int F16) {\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, NK = HD / 16, ND = HD / 8, NJ = TR_FA_BK / 8;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;\n"
+"  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;\n"
+"  const long ld = 3L * D;\n"
+"  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
+"  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW;\n"
+"  const float scale = 1.0f / sqrt((float)HD);\n"
+"  float acc[16][4], s[TR_FA_BK / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mx[2], al[2];\n"
+"  int i, j, r, kk, k0;\n"
+"#if TR_GEMM_MMA == 1\n"
+"  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
+"  uint qa[8][4];\n"
+"  tr_fa_stage(Ks, base, ld, q0, S, HD); /* this group's queries, through the k tile's room, into registers */\n"
+"  TR_HCOMMIT();\n"
+"  TR_FA_WAIT();\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"  for (kk = 0; kk < NK; kk++) TR_LDM4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], Ks + (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4);\n"
+"#else\n"
+"  __local float *Pw = X + 128 + w * 16 * TR_FA_BK; /* this warp's rounded p, 16 x 64 */\n"
+"#endif\n"
+"#pragma unroll\n"
+"  for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
+"  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
+"    tr_fa_stage(Ks, base + D, ld, k0, S, HD);\n"
+"    tr_fa_stage(Vs, base + 2 * D, ld, k0, S, HD);\n"
+"    TR_HCOMMIT();\n"
+"    TR_FA_WAIT();\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) s[j][r] = 0.0f;\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < NK; kk++) {\n"
+"#if TR_GEMM_MMA == 1\n"
+"#pragma unroll\n"
+"      for (j = 0; j < NJ; j += 2) {\n"
+"        uint b0[2], b1[2];\n"
+"        TR_LDM4(b0[0], b0[1], b1[0], b1[1], Ks + ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4);\n"
+"        if (F16) {\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));\n"
+"        } else {\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));\n"
+"        }\n"
+"      }\n"
+"#else /* the fragment's outputs: rows g (r < 2) or g + 8, keys 8 j + 2 q + (r & 1) */\n"
+"      for (j = 0; j < NJ; j++)\n"
+"        for (r = 0; r < 4; r++) {\n"
+"          const int qr = q0 + 16 * w + g + 8 * (r >> 1), kr = 8 * j + 2 * q + (r & 1);\n"
+"          int d;\n"
+"          for (d = 16 * kk; d < 16 * kk + 16; d++)\n"
+"            s[j][r] = fma(qr < S ? tr_unhalf1(base[(long)qr * ld + d], fdt) : 0.0f, tr_fa_at(Ks, kr, d, HD, fdt), s[j][r]);\n"
+"        }\n"
+"#endif\n"
+"    }\n"
+"    /* the online softmax: the rows' maxima over the 4 lanes that hold them, p, this lane's sums */\n"
+"    mx[0] = m[0], mx[1] = m[1];\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        s[j][r] = k0 + 8 * j + 2 * q + (r & 1) < S ? s[j][r] * scale : -INFINITY;\n"
+"        mx[r >> 1] = fmax(mx[r >> 1], s[j][r]);\n"
+"      }\n"
+"#pragma unroll\n"
+"    for (i = 0; i < 2; i++) {\n"
+"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 1, X));\n";
+static const char tr__cl_src_attention_6[] =
+"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 2, X));\n"
+"      al[i] = exp(m[i] - mx[i]);\n"
+"      m[i] = mx[i];\n"
+"      l[i] *= al[i];\n"
+"    }\n"
+"#pragma unroll\n"
+"    for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) acc[i][r] *= al[r >> 1];\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        s[j][r] = exp(s[j][r] - m[r >> 1]);\n"
+"        l[r >> 1] += s[j][r];\n"
+"      }\n"
+"    /* acc += p v: p's fragments are the scores' (keys 16 kk .. + 15: columns j = 2 kk, 2 kk + 1) */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < TR_FA_BK / 16; kk++) {\n"
+"      uint pa[4];\n"
+"      pa[0] = tr_mma_pack(s[2 * kk][0], s[2 * kk][1], F16), pa[1] = tr_mma_pack(s[2 * kk][2], s[2 * kk][3], F16);\n"
+"      pa[2] = tr_mma_pack(s[2 * kk + 1][0], s[2 * kk + 1][1], F16), pa[3] = tr_mma_pack(s[2 * kk + 1][2], s[2 * kk + 1][3], F16);\n"
+"#pragma unroll\n"
+"      for (i = 0; i < ND; i += 2) {\n"
+"        uint b0[2], b1[2];\n"
+"        TR_LDM4T(b0[0], b0[1], b1[0], b1[1], Vs + (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
+"        if (F16) {\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
+"          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
+"        } else {\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
+"        }\n"
+"      }\n"
+"    }\n"
+"#else\n"
+"    for (j = 0; j < NJ; j++)\n"
+"      for (r = 0; r < 4; r++) Pw[(g + 8 * (r >> 1)) * TR_FA_BK + 8 * j + 2 * q + (r & 1)] = tr_round1(s[j][r], fdt);\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (kk = 0; kk < TR_FA_BK / 16; kk++)\n"
+"      for (i = 0; i < ND; i++)\n"
+"        for (r = 0; r < 4; r++) {\n"
+"          const int pr = g + 8 * (r >> 1), d = 8 * i + 2 * q + (r & 1);\n"
+"          int kr;\n"
+"          for (kr = 16 * kk; kr < 16 * kk + 16; kr++) acc[i][r] = fma(Pw[pr * TR_FA_BK + kr], tr_fa_at(Vs, kr, d, HD, fdt), acc[i][r]);\n"
+"        }\n"
+"#endif\n"
+"  }\n"
+"#pragma unroll\n"
+"  for (i = 0; i < 2; i++) { /* the row's sum: (lanes 0 + 1) + (lanes 2 + 3) on each of its 4 lanes */\n"
+"    const int row = q0 + 16 * w + g + 8 * i;\n"
+"    l[i] += tr_fa_xor(l[i], 1, X);\n"
+"    l[i] += tr_fa_xor(l[i], 2, X);\n"
+"    if (row < S) {\n"
+"      __global ushort *orow = o + ((long)b * S + row) * D + (long)h * HD + 2 * q;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < ND; j++) *(__global ushort2 *)(orow + 8 * j) = (ushort2)(tr_half1(acc[j][2 * i] / l[i], fdt), tr_half1(acc[j][2 * i + 1] / l[i], fdt));\n"
+"      if (q == 0) lse[((long)b * H + h) * S + row] = m[i] + log(l[i]);\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a\n"
+" work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values\n"
+" (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange\n"
+" and p (128 + 4 x 16 x 64 floats) */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FA_XN 1\n"
+"#else\n"
+"#define TR_FA_XN (128 + 4 * 16 * TR_FA_BK)\n"
+"#endif\n"
+"#define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \\\n"
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \\\n"
+"           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \\\n"
+"    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \\\n"
+"    __local float X[TR_FA_XN];                                                                                         \\\n"
+"    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \\\n"
+"              (__local uint *)L, X, HD, F16);                                                                          \\\n"
+"  }\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n";
+static const char tr__cl_src_attention_7[] =
+"TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
+"TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)\n"
+"#endif /* TR_GEMM_MMA */\n";
+#define TR__CL_SRC_ATTENTION_LIST \
+    tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, tr__cl_src_attention_4, \
+    tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -12062,12 +12105,12 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12101,6 +12144,7 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "CP")) g.cp = (int)v;
             else if (!strcmp(key, "ST")) g.st = (int)v;
             else if (!strcmp(key, "MMA")) g.mma = (int)v;
+            else if (!strcmp(key, "ATT")) g.att = v ? 2 : 1;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -12152,7 +12196,7 @@ typedef struct tr__cl_gemm_fuse {
     int sw, gu, write_gu;
     size_t so, half, ld_act, s_act;
     float *act;
-    int rnd; /* C rounded to ctx->gemm_fdt after the product (the tensor-core kernels' epilogue; ldc = N); 2: and stored
+    int rnd; /* C rounded to its precision (tr__out.prec) after the product (the tensor-core kernels' epilogue; ldc = N); 2: and stored
                 as those 16-bit values (ldc, sC count them; no accumulation, no sum of products) */
     int swc; /* the SwiGLU in the tensor-core epilogue: C's gate | up halves are its columns (1: N = 2 half, the channel
                 SwiGLU, tr__cl_swiglu_mlp; act16) or its rows (2: M = 2 half, the token mix, tr__op_sgemm_gate_up: act
@@ -12190,7 +12234,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
 TR__FN int tr__cl_mma_ready(tr__cl *cl) {
-    static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST};
+    static const char *const src[] = {TR__CL_SRC_OPS_LIST, TR__CL_SRC_GEMM_LIST, TR__CL_SRC_ATTENTION_LIST};
     const tr__clfn *f = &cl->lib.f;
     const char *extra = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS); /* as for the main program */
     char opts[512];
@@ -12447,9 +12491,9 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
             return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused gate_up sgemm for this case");
         pieces = 1;
     }
-    if (g.mma && !fz->gu && nb <= 65535 && cl->ctx && (cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 || cl->ctx->gemm_fdt == TR_FWD_FLOAT16) &&
+    if (g.mma && !fz->gu && nb <= 65535 && (mc.prec == TR_FWD_BFLOAT16 || mc.prec == TR_FWD_FLOAT16) &&
         tr__cl_mma_ready(cl)) { /* (the packing's grid has a dimension per batch: at most 65535) */
-        mma = cl->ctx->gemm_fdt == TR_FWD_BFLOAT16 ? 1 : 2;
+        mma = mc.prec == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
         g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
     }
@@ -12643,10 +12687,10 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu,
     if (!keep_gu) gu = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 1, down.rnd = 1;
     fz.act = gu, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), tr__mat_of(d->w_gu, K, 0, 1), tr__out_of(gu, 2 * half, 0, 0),
+    if ((st = tr__cl_gemm_run(cl, 1, rows, 2 * half, K, tr__mat16_of(d->in.p, d->ld_in, 0, 0, d->in.dt), tr__mat_of(d->w_gu, K, 0, 1), tr__out_in(tr__out_of(gu, 2 * half, 0, 0), d->fdt),
                               1, &fz)) != TR_OK) return st;
     down.a16 = act16;
-    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_of(d->out.p, D, 0, 0), 0, &down);
+    return tr__cl_gemm_run(cl, 1, rows, D, half, tr__mat_of(NULL, half, 0, 0), tr__mat_of(d->w_down, half, 0, 1), tr__out_in(tr__out_of(d->out.p, D, 0, 0), d->fdt), 0, &down);
 }
 
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
@@ -12665,10 +12709,10 @@ TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, const tr__mlp_desc *d, float *mix,
     fz.rnd = 1, fz.swc = 2, down.rnd = 1;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
     if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(d->w_gu, S, 0, 0), tr__mat_of(d->in.p, D, S * D, 0),
-                              tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), 1, &fz)) != TR_OK)
+                              tr__out_in(tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), d->fdt), 1, &fz)) != TR_OK)
         return st;
     down.b16 = act16;
-    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_of(d->out.p, D, S * D, 0), 0, &down);
+    return tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(d->w_down, It, 0, 0), tr__mat_of(NULL, D, It * D, 0), tr__out_in(tr__out_of(d->out.p, D, S * D, 0), d->fdt), 0, &down);
 }
 
 /* --- attention ---------------------------------------------------------------------------------------------------- */
@@ -12699,8 +12743,31 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
     if (x16 && x16 != (TR__X16_A | TR__X16_B)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention takes qkv and o in 16 bits together, and do in fp32");
     return TR_OK;
 }
+/* The forward on the tensor cores (tr_k_hmma_att_fwd*, attention.cl) where it applies: qkv and o in 16 bits (x16) of a
+   bfloat16 / float16 computation, head size 32, 64 or 128, qkv 16-byte aligned (its staging copies 16 bytes), and the
+   tensor-core program built, unless TINYREC_CL_SGEMM says ATT=0 (cfg.att). On an H200 at trm-sudoku-att's shapes it
+   runs 7.6-18x the portable kernel, 13.5x at S = 916. It rounds p to fdt for the product with v (flash attention's rounding point); the portable kernels run
+   everywhere else. */
+TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
+    int on = cl->gemm.att != 1;
+    return on && x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) &&
+           !((uintptr_t)d->qkv.p & 15) && !((uintptr_t)d->o.p & 3) && tr__cl_mma_ready(cl);
+}
+/* tr_k_hmma_att_fwd<hd>_<bf16|f16>: 128 work-items for each 64 queries of each (b, h) (their local memory their own). */
+TR__FN tr_status tr__cl_attention_fwd_mma(tr__cl *cl, const tr__att_desc *d) {
+    size_t nqb = ((size_t)d->S + 63) / 64, gs[1], ls[1] = {128};
+    char name[40];
+    tr__clargs a;
+    gs[0] = 128 * (size_t)d->B * (size_t)d->H * nqb;
+    snprintf(name, sizeof name, "tr_k_hmma_att_fwd%d_%s", d->hd, d->fdt == TR__F16 ? "f16" : "bf16");
+    tr__cla_init(&a);
+    tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, d->o.p), tr__cla_buf(&a, d->lse);
+    tr__cla_i32(&a, d->S), tr__cla_i32(&a, d->H), tr__cla_i32(&a, (int32_t)nqb);
+    cl->mma_attention++;
+    return tr__cl_launch(cl, name, 1, gs, ls, &a);
+}
 /* tr__attention_fwd_ref: o and lse from qkv. Work-group = 16 x BQ queries of one (b, h); key blocks of BK. x16:
-   tr__cl_att_x16's. */
+   tr__cl_att_x16's. The tensor cores' kernel where tr__cl_att_mma says. */
 TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, x16 = tr__cl_x16(d->qkv.dt, d->o.dt, 0);
     const void *qkv = d->qkv.p;
@@ -12714,6 +12781,7 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
     if (!cl || !info) return TR_ERR_INVALID_ARG;
     if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK || (st = tr__cl_att_x16(cl, x16)) != TR_OK) return st;
     if (!B || !S || !H || !hd) return TR_OK;
+    if (tr__cl_att_mma(cl, d, x16)) return tr__cl_attention_fwd_mma(cl, d);
 #define TR__ATT_FWD_BYTES (4 * ((size_t)BQ * (hd + 1) + (size_t)BK * (2 * hd + 1) + (size_t)BQ * (BK + 1)))
     budget = tr__cl_att_budget(info), BQ = tr__cl_att_rows(info);
     while (TR__ATT_FWD_BYTES > budget && (BK > 16 || BQ > 1))
@@ -12819,17 +12887,7 @@ TR__FN void tr__cld_weights_release(tr_ctx *ctx) {
     if (ctx->cl) tr__cl_weights_still(ctx->cl, NULL, 0); /* (also after a move to the CPU mid-step) */
 }
 TR__FN void tr__cld_pack_window(tr_ctx *ctx, int open) { tr__cl_pack_window(ctx->cl, open); }
-TR__FN tr_status tr__cld_norm(tr_ctx *ctx, const tr__norm_desc *d) {
-    int x16 = tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt);
-    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
-    float *o = (float *)d->out.p;
-    switch (d->kind) {
-    case TR__NORM_ROWS_FWD: return tr__cl_rms_rows_fwd(ctx->cl, d->fdt, d->rows, d->D, a, b, o, d->rstd, d->eps, x16);
-    case TR__NORM_ROWS_BWD: return tr__cl_rms_rows_bwd(ctx->cl, d->fdt, d->rows, d->D, a, b, d->rstd, o, x16);
-    case TR__NORM_COLS_FWD: return tr__cl_rms_cols_fwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, o, d->rstd, d->eps);
-    default: return tr__cl_rms_cols_bwd(ctx->cl, d->fdt, (int)d->rows, d->S, d->D, a, b, d->rstd, o);
-    }
-}
+TR__FN tr_status tr__cld_norm(tr_ctx *ctx, const tr__norm_desc *d) { return tr__cl_norm(ctx->cl, d); }
 TR__FN tr_status tr__cld_attention(tr_ctx *ctx, const tr__att_desc *d) { return d->bwd ? tr__cl_attention_bwd(ctx->cl, d) : tr__cl_attention_fwd(ctx->cl, d); }
 TR__FN tr_status tr__cld_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     return tr__cl_rope(ctx->cl, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
@@ -12854,10 +12912,78 @@ TR__FN tr_status tr__cld_adam_atan2(tr_ctx *ctx, size_t n, float *p, const float
 }
 TR__FN tr_status tr__cld_all_finite(tr_ctx *ctx, size_t n, const float *x, int *ok) { return tr__cl_all_finite(ctx->cl, n, x, ok); }
 TR__FN tr_status tr__cld_ema(tr_ctx *ctx, size_t n, float *shadow, const float *p, float decay) { return tr__cl_ema(ctx->cl, n, shadow, p, decay); }
+TR__FN tr_status tr__cld_embed_fwd(tr_ctx *ctx, tr__embed_shape e, int fdt, const float *W_tok, const float *W_pos, const float *puzzle_emb,
+                                    const int32_t *inputs, const int32_t *pids, tr__buf x) {
+    return tr__cl_embed_fwd(ctx->cl, e, fdt, W_tok, W_pos, puzzle_emb, inputs, pids, x);
+}
+TR__FN tr_status tr__cld_embed_bwd(tr_ctx *ctx, tr__embed_shape e, const float *dx, const int32_t *inputs, float *g_tok, float *g_pos, float *prow) {
+    return tr__cl_embed_bwd(ctx->cl, e, dx, inputs, g_tok, g_pos, prow);
+}
+TR__FN tr_status tr__cld_qhead_fwd(tr_ctx *ctx, int B, int S, int D, const float *z_H, const float *W_q, const float *b_q, float *q) {
+    return tr__cl_qhead_fwd(ctx->cl, B, S, D, z_H, W_q, b_q, q);
+}
+TR__FN tr_status tr__cld_qhead_bwd(tr_ctx *ctx, int B, int S, int D, const float *dq, const float *z_H, const float *W_q, float *dz, float *g_Wq, float *g_bq) {
+    return tr__cl_qhead_bwd(ctx->cl, B, S, D, dq, z_H, W_q, dz, g_Wq, g_bq);
+}
+TR__FN tr_status tr__cld_xent(tr_ctx *ctx, int B, int L, int V, int loss_type, const float *logits, const int32_t *labels, float grad_div, float *dlogits,
+                              float *rowstat) {
+    return tr__cl_xent(ctx->cl, B, L, V, loss_type, logits, labels, grad_div, dlogits, rowstat);
+}
+TR__FN int tr__cld_mma_ready(tr_ctx *ctx) { return tr__cl_mma_ready(ctx->cl); }
+TR__FN tr_status tr__cld_sgemm_rnd(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+    fz.rnd = mc.dt ? 2 : 1;
+    return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
+}
+/* The MLPs' gate_up written as the tape wants it: in 16 bits by the epilogue where it can (an even width), else as
+   floats and then converted (a 16-bit activation's packing in its room, wsp.act16). */
+TR__FN tr_status tr__cld_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    float *room = d->act.dt ? tr__cl_room((float *)d->act.p) : NULL;
+    int keep = d->keep_gu;
+    tr_status st;
+    if (keep && d->gu16 && d->half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, d, d->gu16, 2, room);
+    if ((st = tr__cl_swiglu_mlp(ctx->cl, d, d->gu, keep, room))) return st;
+    return keep && d->gu16 && d->rows ? tr__cl_half(ctx->cl, d->fdt, 0, d->gu, d->gu16, d->rows * 2 * d->half) : TR_OK;
+}
+TR__FN tr_status tr__cld_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
+    float *room = d->act.dt ? tr__cl_room((float *)d->act.p) : NULL;
+    int keep = d->keep_gu;
+    tr_status st;
+    if (keep && d->gu16 && d->D % 2 == 0) return tr__cl_token_mlp(ctx->cl, d, d->gu16, 2, room);
+    if ((st = tr__cl_token_mlp(ctx->cl, d, d->gu, keep, room))) return st;
+    return keep && d->gu16 && d->nb > 0 ? tr__cl_half(ctx->cl, d->fdt, 0, d->gu, d->gu16, (size_t)d->nb * 2 * d->half * d->D) : TR_OK;
+}
+TR__FN tr_status tr__cld_swiglu_bwd_kept(tr_ctx *ctx, const tr__swiglu_desc *d, int *done) {
+    *done = d->cols && d->fdt && tr__cl_mma_ready(ctx->cl) &&
+            (!(d->g.dt || d->da.dt) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols));
+    return *done ? tr__cl_swiglu_bwd_kept(ctx->cl, d) : TR_OK;
+}
+/* g16: g->b holds the tape's 16-bit gate_up (the tensor cores' packing reads it); else fp32, which the SIMT kernel's
+   fetch also reads in float32 (B transposed, A not). */
+TR__FN tr_status tr__cld_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, size_t so, int g16, tr__buf act, int *done) {
+    int mma = g->nb <= 65535 && fdt && tr__cl_mma_ready(ctx->cl);
+    *done = g16 ? mma : mma || (!fdt && tr__cl_gemm_sw_ok(g->a.t, g->b.t, 2));
+    return *done ? tr__cl_sgemm_swiglu(ctx->cl, g, 2, so, g16, act.dt ? tr__cl_room((float *)act.p) : NULL) : TR_OK;
+}
+TR__FN tr_status tr__cld_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act, int *done) {
+    size_t half = g->M / 2, N = g->N;
+    *done = 1;
+    if (!fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm)) return tr__cl_sgemm_gate_up(ctx->cl, g->nb, half, N, g->K, g->a, g->b, g->c, keep_gu, act);
+    if (g->nb <= 65535 && fdt && tr__cl_mma_ready(ctx->cl)) { /* tensor cores: A's halves interleaved */
+        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
+        fz.rnd = 1, fz.swc = 2;
+        fz.act = (float *)act.p, fz.ld_act = N, fz.s_act = act.s, fz.write_gu = keep_gu;
+        return tr__cl_gemm_run(ctx->cl, g->nb, 2 * half, N, g->K, g->a, g->b, g->c, 1, &fz);
+    }
+    *done = 0;
+    return TR_OK;
+}
 static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_put, tr__cld_get, tr__cld_finish, tr__cld_weights_hold,
                                            tr__cld_weights_written, tr__cld_weights_release, tr__cld_pack_window, tr__cld_sgemm, tr__cld_add,     tr__cld_scale,      tr__cld_round,      tr__cld_half,
                                            tr__cld_swiglu_fwd, tr__cld_swiglu_bwd, tr__cld_adam_atan2, tr__cld_all_finite, tr__cld_ema,
-                                           tr__cld_norm, tr__cld_attention, tr__cld_rope};
+                                           tr__cld_norm, tr__cld_attention, tr__cld_rope, tr__cld_embed_fwd, tr__cld_embed_bwd, tr__cld_qhead_fwd,
+                                           tr__cld_qhead_bwd, tr__cld_xent, tr__cld_mma_ready, tr__cld_sgemm_rnd, tr__cld_swiglu_mlp, tr__cld_token_mlp,
+                                           tr__cld_swiglu_bwd_kept, tr__cld_sgemm_swiglu, tr__cld_sgemm_gate_up};
 /* >>opencl-end */
 #endif
 
@@ -12869,14 +12995,6 @@ static const tr__dev_fns tr__cl_dev_fns = {tr__cld_copy, tr__cld_zero, tr__cld_p
    pointer stays valid. On the CPU these helpers are malloc, memcpy and the CPU kernels.
    Then what the machine offers (>>api-device): CPU info and the OpenCL listing (the self-test and the batch
    advice, which build models and train them, are >>machine's, above the trainer). */
-#if TINYREC_OPENCL
-#define TR__ON_CL(ctx, call)                  \
-    do {                                      \
-        if ((ctx)->dev_active) return (call); \
-    } while (0)
-#else
-#define TR__ON_CL(ctx, call) TR__UNUSED(ctx)
-#endif
 
 TR__FN void tr__dev_close(tr_ctx *ctx) {
 #if TINYREC_OPENCL
@@ -13196,7 +13314,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"sgemm", "tr__sgemm_ref", "tr_k_gemm*, tr_k_hmma_* (16-bit A / B: tensor cores only)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"sgemm_rnd", "tr__sgemm_ref, then tr__round_ref", "tr_k_gemm* + tr_k_round, tr_k_hmma_* (rounding epilogue)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"add", "a + b, then tr__round_ref", "tr_k_add, tr_k_add16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
-    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd/bwd, tr_k_rms_rows_fwd16_<x16>/bwd16_<x16>", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd16_<x16> / bwd16_<x16> (x16 0: fp32)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */
@@ -13212,9 +13330,11 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"all_finite", "a bit test per value", "tr_k_nonfinite", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}}};
 /* The operand types of a call (TR__DTB of each). */
 TR__FN unsigned tr__dt_used(int a, int b, int c) { return TR__DTB(a) | TR__DTB(b) | TR__DTB(c); }
-/* Whether op runs on the context's device with operands of these types (used: tr__dt_used). */
-TR__FN int tr__op_on_device(const tr_ctx *ctx, int op, unsigned used) {
-    return ctx->dev_active && (tr__ops[op].types[tr__dev_kind(ctx)] & used) == used;
+/* Whether op runs on the context's device with operands of these types (used: tr__dt_used) in a computation of the
+   precision fdt: the table's types for the device, 16-bit operands only of fdt. */
+TR__FN int tr__op_on_device(const tr_ctx *ctx, int op, int fdt, unsigned used) {
+    unsigned own = TR__DTB(TR__F32) | (fdt ? TR__DTB(fdt) : 0u);
+    return ctx->dev_active && (used & ~own) == 0 && (tr__ops[op].types[tr__dev_kind(ctx)] & used) == used;
 }
 /* An op's 16-bit path on the CPU (its operands of type dt, of a bfloat16 / float16 computation): TR_OK there, else why not. */
 TR__FN tr_status tr__op_takes(tr_ctx *ctx, int op, int dt) {
@@ -13224,27 +13344,15 @@ TR__FN tr_status tr__op_takes(tr_ctx *ctx, int op, int dt) {
         return tr__err(ctx, TR_ERR_GENERIC, "%s: %s operands of this shape are not taken on %s", r->name, tr__dtypes[dt].name, tr__dev_kind_names[tr__dev_kind(ctx)]);
     return TR_OK;
 }
-#if TINYREC_OPENCL
-TR__FN int tr__op_mma(tr_ctx *ctx, int fdt);
-#endif
+TR__FN int tr__op_mma(tr_ctx *ctx, int prec);
 /* A product whose A or B holds 16-bit values (their leading dimensions and batch strides in values): read as they are
    on the CPU, packed from them on tensor cores; the bits of the products of the fp32 values they hold. */
 TR__FN tr_status tr__op_sgemm_from16(tr_ctx *ctx, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     int dt = ma.dt ? ma.dt : mb.dt;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, dt)) {
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, mc, 0, &fz);
-    }
-#endif
+    if (mc.prec == dt && tr__op_mma(ctx, dt)) return ctx->dev_fns->sgemm(ctx, nb, M, N, K, ma, mb, mc);
     if ((st = tr__op_takes(ctx, TR__OP_SGEMM, dt))) return st;
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
-}
-TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
-    if (ma.dt || mb.dt) return tr__op_sgemm_from16(ctx, 1, M, N, K, ma, mb, mc);
-    if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, 1, M, N, K, ma, mb, mc);
-    return tr__sgemm(ctx, M, N, K, ma, mb, mc);
 }
 
 /* The model's weights (params, n floats) held still while its products run, so that the tensor cores pack each once
@@ -13272,12 +13380,14 @@ TR__FN tr_status tr__op_sgemm_batched(tr_ctx *ctx, int nb, size_t M, size_t N, s
     if (ctx->dev_active) return ctx->dev_fns->sgemm(ctx, nb, M, N, K, ma, mb, mc);
     return tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, mc);
 }
+/* One product (the CPU's tr__sgemm; tr__sgemm_batched's one product is the same call). */
+TR__FN tr_status tr__op_sgemm(tr_ctx *ctx, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
+    return tr__op_sgemm_batched(ctx, 1, M, N, K, ma, mb, mc);
+}
 
-#if TINYREC_OPENCL
-/* Whether a model computing in fdt has its products on the device's tensor cores (their program built): the
-   fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
-TR__FN int tr__op_mma(tr_ctx *ctx, int fdt) { return ctx->dev_active && fdt && ctx->gemm_fdt == fdt && tr__cl_mma_ready(ctx->cl); }
-#endif
+/* Whether products in the precision prec (a model's that computes in it) run on the device's tensor cores (their
+   program built): the fused paths of the ops below (rounding, SwiGLU epilogues and fetches) take them then. */
+TR__FN int tr__op_mma(tr_ctx *ctx, int prec) { return ctx->dev_active && prec && ctx->dev_fns->mma_ready(ctx); }
 TR__FN tr_status tr__op_round(tr_ctx *ctx, int fdt, float *x, size_t n);
 TR__FN tr_status tr__op_round_rows(tr_ctx *ctx, int fdt, float *x, size_t rows, size_t width, size_t stride);
 /* The CPU's rounded products (tr__op_sgemm_rnd): rounded as stored where the epilogue can run, else the product then a
@@ -13295,7 +13405,7 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
         tr__sgemm_epi e;
         tr__sgemm_epi_init(ctx, fdt, &e);
         e.round_only = 1, e.c16 = c16;
-        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(ma.p, ma.ld, 0, ma.t, ma.dt), mb, tr__out_of(c, N, sC, acc), &e)) || e.done)
+        if ((st = tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat16_of(ma.p, ma.ld, 0, ma.t, ma.dt), mb, tr__out_in(tr__out_of(c, N, sC, acc), fdt), &e)) || e.done)
             return st;
     }
     if (c16) {
@@ -13303,7 +13413,7 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
         if (!(c = (float *)tr__alloc(ctx, TR__MAX(bytes, 1)))) return TR_ERR_OUT_OF_MEMORY;
         for (b = 0; acc && b < nprod; b++) tr__half(ctx, fdt, 1, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
     }
-    st = tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, tr__out_of(c, N, sC, acc));
+    st = tr__sgemm_batched(ctx, nb, M, N, K, ma, mb, tr__out_in(tr__out_of(c, N, sC, acc), fdt));
     if (!st) st = tr__op_round_rows(ctx, fdt, c, (size_t)nprod, M * N, sC);
     if (c16) {
         for (b = 0; !st && b < nprod; b++) tr__half(ctx, fdt, 0, c + (size_t)b * sC, (uint16_t *)mc.p + (size_t)b * sC, M * N);
@@ -13319,13 +13429,8 @@ TR__FN tr_status tr__sgemm_rnd_cpu(tr_ctx *ctx, int fdt, int nb, size_t M, size_
 TR__FN tr_status tr__op_sgemm_rnd(tr_ctx *ctx, int fdt, int nb, size_t M, size_t N, size_t K, tr__mat ma, tr__mat mb, tr__out mc) {
     int any16 = ma.dt || mb.dt || mc.dt;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = mc.dt ? 2 : 1;
-        return tr__cl_gemm_run(ctx->cl, nb, M, N, K, ma, mb, tr__out_of(mc.p, mc.ld, mc.s, mc.acc), 0, &fz);
-    }
-#endif
+    mc.prec = fdt; /* (a product rounded to a precision multiplies in it) */
+    if (tr__op_mma(ctx, fdt)) return ctx->dev_fns->sgemm_rnd(ctx, nb, M, N, K, ma, mb, mc);
     if (any16 && (st = tr__op_takes(ctx, TR__OP_SGEMM_RND, fdt))) return st;
     if (any16 && nb < 1) return tr__err(ctx, TR_ERR_GENERIC, "sgemm: %d products", nb);
     if (!ctx->dev_active) return tr__sgemm_rnd_cpu(ctx, fdt, nb, M, N, K, ma, mb, mc);
@@ -13423,44 +13528,13 @@ TR__FN tr_status tr__op_half(tr_ctx *ctx, int fdt, int unpack, float *x, float *
 /* The norms (tr__norm_desc): out = R(r * rstd) with r = x + add (add may be none), whose sum is rounded first,
    R(x + add), as the reference forms a residual sum in the forward precision (add is a product's output, already of
    it); the backward dx = R(...) likewise. Operands of any type: a device's row norms read and write 16 bits themselves
-   (a tensor-core device's 16-bit record, wsp.r16), the CPU's through tr__norm16 (a 16-bit tape's or workspace's). */
+   (a tensor-core device's 16-bit record, wsp.r16), the CPU's widened in its driver (tr__norm_cpu: a 16-bit tape's or workspace's). */
 TR__FN tr_status tr__op_norm(tr_ctx *ctx, const tr__norm_desc *d) {
-    int fdt = d->fdt, D = d->D, any16 = d->in1.dt || d->in2.dt || d->out.dt;
-    long rows = d->rows;
-    const float *a = (const float *)d->in1.p, *b = (const float *)d->in2.p;
-    float *o = (float *)d->out.p;
     int cols = d->kind == TR__NORM_COLS_FWD || d->kind == TR__NORM_COLS_BWD, op = cols ? TR__OP_NORM_COLS : TR__OP_NORM_ROWS;
-    size_t n = (size_t)rows * (cols ? (size_t)d->S : 1) * (size_t)D;
     tr_status st;
-    if (tr__op_on_device(ctx, op, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt)) && (!any16 || fdt)) return ctx->dev_fns->norm(ctx, d);
-    if (any16) return (st = tr__op_takes(ctx, op, fdt)) ? st : tr__norm16(ctx, d);
-    switch (d->kind) {
-    case TR__NORM_ROWS_FWD:
-        if (tr__rms_rows_fwd(ctx, fdt, rows, D, a, b, o, d->rstd, d->eps)) return TR_OK;
-        if (fdt && b) { /* (out may alias x) */
-            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
-            a = o, b = NULL;
-        }
-        tr__rms_rows_fwd_ref(rows, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
-        break;
-    case TR__NORM_ROWS_BWD:
-        if (tr__rms_rows_bwd(ctx, fdt, rows, D, a, b, d->rstd, o)) return TR_OK;
-        tr__rms_rows_bwd_ref(rows, D, a, b, d->rstd, o, ctx->num_threads);
-        break;
-    case TR__NORM_COLS_FWD:
-        if (tr__rms_cols_fwd(ctx, fdt, (int)rows, d->S, D, a, b, o, d->rstd, d->eps)) return TR_OK;
-        if (fdt && b) {
-            if ((st = tr__op_add(ctx, fdt, n, tr__f32(a), tr__f32(b), tr__f32(o))) != TR_OK) return st;
-            a = o, b = NULL;
-        }
-        tr__rms_cols_fwd_ref((int)rows, d->S, D, a, b, o, d->rstd, d->eps, ctx->num_threads);
-        break;
-    default:
-        if (tr__rms_cols_bwd(ctx, fdt, (int)rows, d->S, D, a, b, d->rstd, o)) return TR_OK;
-        tr__rms_cols_bwd_ref((int)rows, d->S, D, a, b, d->rstd, o, ctx->num_threads);
-        break;
-    }
-    return tr__op_round(ctx, fdt, o, n);
+    if (tr__op_on_device(ctx, op, d->fdt, tr__dt_used(d->in1.dt, d->in2.dt, d->out.dt))) return ctx->dev_fns->norm(ctx, d);
+    if ((d->in1.dt || d->in2.dt || d->out.dt) && (st = tr__op_takes(ctx, op, d->fdt))) return st;
+    return tr__norm_cpu(ctx, d);
 }
 
 /* The activation act = R(silu(gate) * up) of gate_up g (rows gs values apart, gate then up, width each; fdt rounds
@@ -13493,11 +13567,9 @@ TR__FN tr_status tr__op_swiglu_bwd(tr_ctx *ctx, const tr__swiglu_desc *d) {
     int fdt = d->fdt, g16 = d->g.dt != 0, da16 = d->da.dt != 0;
     float *g = g16 ? d->g_room : (float *)d->g.p, *dg = (float *)d->out.p;
     const float *da = (const float *)d->da.p;
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    if (d->cols && tr__op_mma(ctx, fdt) && (!(g16 || da16) || tr__cl_swiglu_bwd_keeps(ctx->cl, d->rows, d->width, d->gs, d->cols)))
-        return tr__cl_swiglu_bwd_kept(ctx->cl, d);
-#endif
+    if (ctx->dev_active && ((st = ctx->dev_fns->swiglu_bwd_kept(ctx, d, &done)) != TR_OK || done)) return st; /* (the tensor cores' packing window) */
     if (ctx->dev_active && (da16 || d->out.dt)) return tr__err(ctx, TR_ERR_UNSUPPORTED, "swiglu: a 16-bit d act off the tensor cores' packing");
     if (!ctx->dev_active && (g16 || da16 || d->out.dt)) { /* the CPU reads the 16-bit values itself (and rounds dg as it goes) */
         tr__swiglu_desc c = *d;
@@ -13528,7 +13600,7 @@ TR__FN tr_status tr__op_gate_up_fused(tr_ctx *ctx, int fdt, const tr__gemm *g, c
     e.gu = ep->keep_gu ? (float *)ep->gu.p : NULL, e.gu16 = ep->gu.dt != 0;
     e.gu_ld = ep->gu_ld, e.gu_s = ep->gu_s, e.gu_up = ep->gu_up;
     e.act = (float *)ep->act.p, e.act_ld = ep->act_ld, e.act_s = ep->act_s, e.act16 = ep->act.dt != 0;
-    if ((st = tr__sgemm_nb(ctx, (size_t)g->nb, 1, g->M, g->N, g->K, tr__mat16_of(g->a.p, g->a.ld, 0, g->a.t, g->a.dt), g->b, tr__out_of(NULL, 0, 0, 0), &e)))
+    if ((st = tr__sgemm_nb(ctx, (size_t)g->nb, 1, g->M, g->N, g->K, tr__mat16_of(g->a.p, g->a.ld, 0, g->a.t, g->a.dt), g->b, tr__out_in(tr__out_of(NULL, 0, 0, 0), fdt), &e)))
         return st;
     *done = e.done;
     return TR_OK;
@@ -13549,14 +13621,7 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
     tr__gemm g;
     tr__gu_epi ep;
     tr_status st;
-#if TINYREC_OPENCL
-    if (tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
-        if (keep_gu && gu16 && half % 2 == 0) return tr__cl_swiglu_mlp(ctx->cl, d, gu16, 2, room);
-        if ((st = tr__cl_swiglu_mlp(ctx->cl, d, gu, keep_gu, room))) return st;
-        return keep_gu && gu16 ? tr__op_half(ctx, fdt, 0, gu, gu16, rows * 2 * half) : TR_OK;
-    }
-#endif
+    if (tr__op_mma(ctx, fdt)) return ctx->dev_fns->swiglu_mlp(ctx, d);
     memset(&g, 0, sizeof g);
     memset(&ep, 0, sizeof ep);
     g.nb = 1, g.M = rows, g.N = 2 * half, g.K = K;
@@ -13584,16 +13649,15 @@ TR__FN tr_status tr__op_swiglu_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
    (rows x cols per batch, of act's type: 16-bit with a 16-bit CPU workspace, which reads gu16, and A of its type too),
    then multiplied. On a tensor-core device a 16-bit act is room for the activation's packing (wsp.act16), which the
    caller may overwrite once the product has run. */
-TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, float *gu16, size_t so, tr__buf act) {
+TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g_in, float *gu16, size_t so, tr__buf act) {
+    tr__gemm gp = *g_in, *g = &gp;
     int nb = g->nb, tb = g->b.t, per_row;
     size_t M = g->M, N = g->N, K = g->K, rows = tb ? N : K, cols = tb ? K : N, ldb = g->b.ld, sB = g->b.s;
     float *gu = (float *)(uintptr_t)g->b.p;
     tr__mat ma = g->a;
-    tr__out mc = g->c;
+    tr__out mc = g->c = tr__out_in(g->c, fdt); /* (the model's products multiply in its precision) */
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    float *room = ctx->dev_active && act.dt ? tr__cl_room((float *)act.p) : NULL;
-#endif
     per_row = so == cols && nb == 1;
     if (!per_row && !(ldb == cols && so == rows * cols)) return tr__err(ctx, TR_ERR_INVALID_ARG, "sgemm_swiglu: a gate_up layout it does not know");
     if (per_row) ma.s = 0, mc.s = 0;
@@ -13603,14 +13667,11 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
         if (st) return st;
         return tr__op_sgemm_batched(ctx, per_row ? 1 : nb, M, N, K, ma, tr__mat16_of(act.p, cols, per_row ? 0 : rows * cols, tb, act.dt), mc);
     }
-#if TINYREC_OPENCL
-    if (nb > 0 && nb <= 65535 && gu16 && tr__op_mma(ctx, fdt))
-    {
+    if (ctx->dev_active && nb > 0 && gu16) { /* the tensor cores pack the activation from the 16-bit gate_up */
         tr__gemm g16 = *g;
         g16.b.p = gu16;
-        return tr__cl_sgemm_swiglu(ctx->cl, &g16, 2, so, 1, room);
+        if ((st = ctx->dev_fns->sgemm_swiglu(ctx, fdt, &g16, so, 1, act, &done)) != TR_OK || done) return st;
     }
-#endif
     if (gu16 && !ctx->dev_active) { /* the CPU reads the 16-bit values itself */
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__buf_of(gu16, fdt), ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__buf_of(gu16, fdt), sB, act, rows * cols);
@@ -13619,10 +13680,7 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
         if (gu16 && nb > 0 && rows > 0 &&
             (st = tr__op_half(ctx, fdt, 1, gu, gu16, ((size_t)nb - 1) * sB + (per_row ? (rows - 1) * ldb + 2 * cols : so + rows * cols))))
             return st;
-#if TINYREC_OPENCL
-        if (ctx->dev_active && ((!fdt && tr__cl_gemm_sw_ok(g->a.t, tb, 2)) || (nb <= 65535 && tr__op_mma(ctx, fdt))))
-            return tr__cl_sgemm_swiglu(ctx->cl, g, 2, so, 0, room);
-#endif
+        if (ctx->dev_active && ((st = ctx->dev_fns->sgemm_swiglu(ctx, fdt, g, so, 0, act, &done)) != TR_OK || done)) return st;
         if (per_row) st = tr__op_swiglu_fwd(ctx, fdt, (long)rows, (long)cols, tr__f32(gu), ldb, act, cols);
         else st = tr__op_swiglu_fwd(ctx, fdt, nb, (long)(rows * cols), tr__f32(gu), sB, act, rows * cols); /* the activation the forward made */
         if (st) return st;
@@ -13637,20 +13695,13 @@ TR__FN tr_status tr__op_sgemm_swiglu(tr_ctx *ctx, int fdt, const tr__gemm *g, fl
    in float32, the tensor cores in bfloat16 / float16 (A's gate and up rows packed interleaved, both rounded as
    tr__op_sgemm_rnd would). Elsewhere (the CPU, or a tile configuration that cannot pair the halves) the product,
    then the elementwise pass. */
-TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g, int keep_gu, tr__out act) {
+TR__FN tr_status tr__op_sgemm_gate_up(tr_ctx *ctx, int fdt, const tr__gemm *g_in, int keep_gu, tr__out act) {
+    tr__gemm gp = *g_in, *g = &gp;
     size_t half = g->M / 2, N = g->N;
+    int done = 0;
     tr_status st;
-#if TINYREC_OPENCL
-    if (ctx->dev_active && !fdt && tr__cl_gemm_gu_ok(&ctx->cl->gemm))
-        return tr__cl_sgemm_gate_up(ctx->cl, g->nb, half, N, g->K, g->a, g->b, g->c, keep_gu, act);
-    if (g->nb <= 65535 && tr__op_mma(ctx, fdt)) { /* tensor cores: A's halves interleaved */
-        tr__cl_gemm_fuse fz = tr__cl_fuse_none();
-        fz.rnd = 1, fz.swc = 2;
-        fz.act = (float *)act.p, fz.ld_act = N, fz.s_act = act.s, fz.write_gu = keep_gu;
-        return tr__cl_gemm_run(ctx->cl, g->nb, 2 * half, N, g->K, g->a, g->b, g->c, 1, &fz);
-    }
-#endif
-    TR__UNUSED(keep_gu);
+    g->c.prec = fdt; /* (the model's products multiply in its precision) */
+    if (ctx->dev_active && ((st = ctx->dev_fns->sgemm_gate_up(ctx, fdt, g, keep_gu, act, &done)) != TR_OK || done)) return st;
     /* bfloat16 / float16: the product and the activation are rounded */
     if ((st = tr__op_sgemm_rnd(ctx, fdt, g->nb, 2 * half, N, g->K, g->a, g->b, g->c))) return st;
     return tr__op_swiglu_fwd(ctx, fdt, g->nb, (long)(half * N), tr__f32(g->c.p), g->c.s, tr__f32(act.p), act.s);
@@ -13667,14 +13718,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
     tr__gemm g;
     tr__gu_epi ep;
     tr_status st;
-#if TINYREC_OPENCL
-    if (nb <= 65535 && tr__op_mma(ctx, fdt)) {
-        float *room = act16 ? tr__cl_room((float *)d->act.p) : NULL; /* (act's packing there: wsp.act16) */
-        if (keep_gu && mix16 && D % 2 == 0) return tr__cl_token_mlp(ctx->cl, d, mix16, 2, room);
-        if ((st = tr__cl_token_mlp(ctx->cl, d, mix, keep_gu, room))) return st;
-        return keep_gu && mix16 ? tr__op_half(ctx, fdt, 0, mix, mix16, (size_t)nb * 2 * It * D) : TR_OK;
-    }
-#endif
+    if (nb <= 65535 && tr__op_mma(ctx, fdt)) return ctx->dev_fns->token_mlp(ctx, d);
     memset(&g, 0, sizeof g);
     memset(&ep, 0, sizeof ep);
     g.nb = nb, g.M = 2 * It, g.N = D, g.K = S;
@@ -13702,7 +13746,7 @@ TR__FN tr_status tr__op_token_mlp(tr_ctx *ctx, const tr__mlp_desc *d) {
    the bits of the fp32 op. */
 TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr_status st;
-    if (tr__op_on_device(ctx, TR__OP_ROPE, TR__DTB(qkv.dt)) && (!qkv.dt || fdt)) return ctx->dev_fns->rope(ctx, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
+    if (tr__op_on_device(ctx, TR__OP_ROPE, fdt, TR__DTB(qkv.dt))) return ctx->dev_fns->rope(ctx, fdt, rows, S, H, hd, qkv, cosv, sinv, inverse);
     if (qkv.dt) return (st = tr__op_takes(ctx, TR__OP_ROPE, fdt)) ? st : tr__rope16(ctx, fdt, (int)(rows / S), S, H, hd, (uint16_t *)qkv.p, cosv, sinv, inverse);
     tr__rope(ctx, rows, S, H, hd, (float *)qkv.p, cosv, sinv, inverse);
     return tr__op_round(ctx, fdt, (float *)qkv.p, (size_t)rows * 3 * H * hd);
@@ -13713,7 +13757,7 @@ TR__FN tr_status tr__op_rope(tr_ctx *ctx, int fdt, long rows, int S, int H, int 
 TR__FN tr_status tr__op_attention(tr_ctx *ctx, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, any16 = d->qkv.dt || d->o.dt || d->do_.dt;
     tr_status st;
-    if (tr__op_on_device(ctx, TR__OP_ATTENTION, tr__dt_used(d->qkv.dt, d->o.dt, d->do_.dt)) && (!any16 || fdt)) return ctx->dev_fns->attention(ctx, d);
+    if (tr__op_on_device(ctx, TR__OP_ATTENTION, fdt, tr__dt_used(d->qkv.dt, d->o.dt, d->do_.dt))) return ctx->dev_fns->attention(ctx, d);
     if (any16) {
         if ((st = tr__op_takes(ctx, TR__OP_ATTENTION, fdt)) || (st = tr__attention16(ctx, d))) return st;
         return d->bwd ? tr__op_round(ctx, fdt, d->dqkv, (size_t)B * S * 3 * H * hd) : TR_OK;
@@ -14727,12 +14771,9 @@ TRDEF tr_status tr_model_find_tensor(const tr_model *m, const char *name, tr_ten
 
 /* --- working memory ----------------------------------------------------------------------- */
 /* The kinds of device a workspace plan is made for: the CPU, an OpenCL device, one with tensor cores (tr__cl_mma_ready). */
-TR__FN int tr__ws_device_kind(const tr_ctx *ctx) {
-    if (!ctx->dev_active) return TR__DEV_CPU;
-#if TINYREC_OPENCL
-    if (ctx->cl && tr__cl_mma_ready(ctx->cl)) return TR__DEV_MMA;
-#endif
-    return TR__DEV_CL;
+TR__FN int tr__ws_device_kind(tr_ctx *ctx) {
+    if (ctx->dev_active) ctx->dev_fns->mma_ready(ctx); /* (builds the tensor cores' kernels where the device has them) */
+    return tr__dev_kind(ctx);
 }
 
 /* Floats of n values: n, or on a 16-bit tape (half) two values per float. */
@@ -15120,7 +15161,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
     sd.g = t16 ? tr__buf_of(t16->gu, fdt) : tr__f32(r->gu), sd.g_room = r->gu, sd.da = tr__buf_of(act, a_dt), sd.out = tr__buf_of(dg, g_dt);
     sd.room = wp->layout == TR__WS_DEV && !m->cfg.mlp_t ? m->ws + wp->dbig : NULL;
     st = tr__op_swiglu_bwd(ctx, &sd);
-    if (!st) st = tr__op_sgemm(ctx, 2 * I, D, BS, tr__mat16_of(dg, 2 * I, 0, 1, g_dt), tr__mat16_of(h1, D, 0, 0, h_dt), tr__out_of(g_gu, D, 0, 1));
+    if (!st) st = tr__op_sgemm(ctx, 2 * I, D, BS, tr__mat16_of(dg, 2 * I, 0, 1, g_dt), tr__mat16_of(h1, D, 0, 0, h_dt), tr__out_in(tr__out_of(g_gu, D, 0, 1), fdt));
     if (!st)
         st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 2 * I, tr__mat16_of(dg, 2 * I, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->gu), D, 0, 0),
                               tr__out16_of(g2, D, 0, 1, g_dt)); /* g2 = d h1 */
@@ -15159,7 +15200,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
             if (!st)
                 st = tr__op_sgemm_batched(ctx, nb, 2 * It, S, D, tr__mat_of(dg, D, 2 * It * D, 0),
                                           in16 ? tr__mat16_of(in16 + o * S * D, D, S * D, 1, fdt) : tr__mat_of(r->in + o * S * D, D, S * D, 1),
-                                          tr__out_of(g_tgu, S, 0, 1));
+                                          tr__out_in(tr__out_of(g_tgu, S, 0, 1), fdt));
             if (!st)
                 st = tr__op_sgemm_rnd(ctx, fdt, nb, S, D, 2 * It, tr__mat_of(TR__W(m, ly->tgu), S, 0, 1), tr__mat_of(dg, D, 2 * It * D, 0),
                                       tr__out16_of(TR__AT16(din.p, din.dt, o * S * D), D, S * D, 1, din.dt));
@@ -15172,7 +15213,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
         tr__att_desc ad;
         nd.kind = TR__NORM_ROWS_BWD, nd.rows = (long)BS;
         if ((st = tr__op_norm(ctx, &nd))) return st;
-        if ((st = tr__op_sgemm(ctx, D, D, BS, tr__mat16_of(g1, D, 0, 1, g_dt), tr__mat16_of(att_o, D, 0, 0, h_dt), tr__out_of(g_o, D, 0, 1)))) return st;
+        if ((st = tr__op_sgemm(ctx, D, D, BS, tr__mat16_of(g1, D, 0, 1, g_dt), tr__mat16_of(att_o, D, 0, 0, h_dt), tr__out_in(tr__out_of(g_o, D, 0, 1), fdt)))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, D, tr__mat16_of(g1, D, 0, 0, g_dt), tr__mat_of(TR__W(m, ly->o), D, 0, 0),
                                    tr__out16_of(g2, D, 0, 0, g_dt)))) return st; /* g2 = d att_o */
         memset(&ad, 0, sizeof ad);
@@ -15183,7 +15224,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
             (st = tr__op_rope(ctx, fdt, (long)BS, (int)S, m->H, m->hd, tr__f32(dbig), m->rope_cos, m->rope_sin, 1)))
             return st;
         if ((st = tr__op_sgemm(ctx, 3 * D, D, BS, tr__mat_of(dbig, 3 * D, 0, 1), in16 ? tr__mat16_of(in16, D, 0, 0, fdt) : tr__mat_of(r->in, D, 0, 0),
-                               tr__out_of(g_qkv, D, 0, 1))))
+                               tr__out_in(tr__out_of(g_qkv, D, 0, 1), fdt))))
             return st;
         if ((st = tr__grad_copy(ctx, fdt, g1, g_dt, din.p, din.dt, BS * D))) return st;
         if ((st = tr__op_sgemm_rnd(ctx, fdt, 1, BS, D, 3 * D, tr__mat_of(dbig, 3 * D, 0, 0), tr__mat_of(TR__W(m, ly->qkv), D, 0, 0),
@@ -15194,15 +15235,7 @@ TR__FN tr_status tr__block_bwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
 
 /* Whether the backward's SwiGLU ops read a 16-bit tape's gate_up fields (gu; mix with mlp_t) as they are (tr__block_bwd's
    t16), rather than a copy unpacked to fp32: the CPU's (tr__swiglu16), and the tensor cores' packing. */
-TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) {
-#if TINYREC_OPENCL
-    return !ctx->dev_active || tr__op_mma(ctx, fdt);
-#else
-    TR__UNUSED(ctx);
-    TR__UNUSED(fdt);
-    return 1;
-#endif
-}
+TR__FN int tr__op_reads16(tr_ctx *ctx, int fdt) { return !ctx->dev_active || tr__op_mma(ctx, fdt); }
 
 /* A record's 16-bit activations from (unpack = 0) or to (unpack = 1) the fp32 record f; the statistics
    (lse, rstd) are not copied: the fp32 record points at the tape's. The gate_up fields (gu; mix with mlp_t) are
@@ -15654,8 +15687,9 @@ TR__FN tr_status tr__embed_fwd(tr_model *m, const tr_carry *c, float *x) {
     const float *W_tok = TR__W(m, m->W_tok), *W_pos = m->W_pos ? TR__W(m, m->W_pos) : NULL;
     float *row = NULL; /* a 16-bit carry's row, formed in fp32 then stored */
     tr__range_fn half_fn = tr__half_pick(m->ctx);
-    TR__ON_CL(m->ctx, tr__cl_embed_fwd(m->ctx->cl, tr__embed_shape_of(m, c->B), fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids,
-                                       tr__buf_of(x, c->z16 ? fdt : TR__F32)));
+    if (m->ctx->dev_active)
+        return m->ctx->dev_fns->embed_fwd(m->ctx, tr__embed_shape_of(m, c->B), fdt, W_tok, W_pos, m->puzzle_emb, c->d_inputs, c->d_pids,
+                                          tr__buf_of(x, c->z16 ? fdt : TR__F32));
     if (c->z16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -15691,7 +15725,7 @@ TR__FN tr_status tr__embed_bwd(tr_model *m, const tr_carry *c, const float *dx, 
         if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, (float *)dx, (size_t)c->B * S * D))) return st;
         dx = wide, g16 = 0;
     }
-    TR__ON_CL(m->ctx, tr__cl_embed_bwd(m->ctx->cl, tr__embed_shape_of(m, c->B), dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->embed_bwd(m->ctx, tr__embed_shape_of(m, c->B), dx, c->d_inputs, gtok, gpos, m->Dp > 0 ? prow : NULL);
     if (g16 && !(row = (float *)tr__scratch(m->ctx, (size_t)D * sizeof(float)))) return TR_ERR_OUT_OF_MEMORY;
     for (b = 0; b < c->B; b++)
         for (s = 0; s < S; s++) {
@@ -15723,7 +15757,7 @@ TR__FN tr_status tr__qhead_fwd(tr_model *m, tr_carry *c) {
     const float *W_q = TR__W(m, m->W_q), *b_q = TR__W(m, m->b_q);
     float *buf = c->z16 ? (float *)tr__scratch(m->ctx, (size_t)m->D * sizeof(float)) : NULL;
     tr__range_fn half_fn;
-    TR__ON_CL(m->ctx, tr__cl_qhead_fwd(m->ctx->cl, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->qhead_fwd(m->ctx, c->B, m->S, m->D, c->z_H, W_q, b_q, c->q);
     if (c->z16 && !buf) return TR_ERR_OUT_OF_MEMORY;
     half_fn = tr__half_pick(m->ctx);
     for (b = 0; b < c->B; b++) {
@@ -15744,7 +15778,7 @@ TR__FN tr_status tr__qhead_bwd(tr_model *m, tr_carry *c, const float *dq, float 
     size_t SD = (size_t)m->S * m->D;
     float *g_q = TR__GRAD(m, m->W_q), *g_bq = TR__GRAD(m, m->b_q);
     const float *W_q = TR__W(m, m->W_q);
-    TR__ON_CL(m->ctx, tr__cl_qhead_bwd(m->ctx->cl, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, W_q, dz, g_q, g_bq));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->qhead_bwd(m->ctx, c->B, m->S, m->D, dq, weights ? c->z_H : NULL, W_q, dz, g_q, g_bq);
     for (b = 0; b < c->B; b++) {
         const float *zh = weights ? c->z_H + b * SD : NULL;
         float *dzb = dz ? dz + b * SD : NULL;
@@ -15876,14 +15910,10 @@ TR__FN tr_status tr__inner_bwd(tr_model *m, tr_carry *c, const float *dzH, float
     return TR_OK;
 }
 
-/* tr__inner_fwd_run with ctx->gemm_fdt set to the model's precision while it runs (tr__train_fwd_bwd: likewise). */
-/* The weights are held still meanwhile (tr__op_weights_hold). */
+/* tr__inner_fwd_run with the weights held still meanwhile (tr__op_weights_hold; tr__train_fwd_bwd: likewise). */
 TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hook hook, void *hook_user) {
-    int saved = m->ctx->gemm_fdt, held = tr__op_weights_hold(m->ctx, TR__W(m, m->params), m->n_params);
-    tr_status st;
-    m->ctx->gemm_fdt = m->fdt;
-    st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
-    m->ctx->gemm_fdt = saved;
+    int held = tr__op_weights_hold(m->ctx, TR__W(m, m->params), m->n_params);
+    tr_status st = tr__inner_fwd_run(m, c, grad, hook, hook_user);
     tr__op_weights_release(m->ctx, held);
     return st;
 }
@@ -15892,7 +15922,7 @@ TR__FN tr_status tr__inner_fwd(tr_model *m, tr_carry *c, int grad, tr__cycle_hoo
    correct, lo), and with dlogits, d(loss / grad_div) / d logits (zero on ignored tokens). */
 TR__FN tr_status tr__op_xent(tr_model *m, tr_carry *c, double grad_div, float *dlogits) {
     int b, t, V = m->V, L = m->L;
-    TR__ON_CL(m->ctx, tr__cl_xent(m->ctx->cl, c->B, L, V, (int)m->cfg.loss_type, c->logits, c->d_labels, (float)grad_div, dlogits, c->rowstat));
+    if (m->ctx->dev_active) return m->ctx->dev_fns->xent(m->ctx, c->B, L, V, (int)m->cfg.loss_type, c->logits, c->d_labels, (float)grad_div, dlogits, c->rowstat);
     for (b = 0; b < c->B; b++) {
         const int32_t *lab = c->labels + (size_t)b * L;
         int count = 0, correct = 0;
@@ -16325,9 +16355,9 @@ TR__FN tr_status tr__heads_bwd32(tr_model *m, int B, const float *z_H, const flo
     c.B = B, c.z_H = (float *)(uintptr_t)z_H;
     if ((st = tr__dzero(m->ctx, dz, (size_t)B * SD * sizeof(float))) != TR_OK) return st;
     if ((st = tr__op_sgemm_batched(m->ctx, B, L, D, V, tr__mat_of(dlogits, V, L * V, 0), tr__mat_of(TR__W(m, m->W_lm), D, 0, 0),
-                                   tr__out_of(dz + Lp * D, D, SD, 0))) != TR_OK) return st;
+                                   tr__out_in(tr__out_of(dz + Lp * D, D, SD, 0), m->fdt))) != TR_OK) return st;
     if (weights && (st = tr__op_sgemm_batched(m->ctx, B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(z_H + Lp * D, D, SD, 0),
-                                              tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) != TR_OK)
+                                              tr__out_in(tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1), m->fdt))) != TR_OK)
         return st;
     if ((st = tr__qhead_bwd(m, &c, dq, dz, weights)) != TR_OK) return st;
     return TR__RND(m, dz, (size_t)B * SD);
@@ -16345,7 +16375,7 @@ TR__FN tr_status tr__heads_bwd(tr_model *m, tr_carry *c, const float *dlogits, c
     wc.z_H = wide, wc.z16 = 0;
     if ((st = tr__op_half(m->ctx, m->fdt, 1, wide, c->z_H, N)) ||
         (st = tr__op_sgemm_batched(m->ctx, c->B, V, D, L, tr__mat_of(dlogits, V, L * V, 1), tr__mat_of(wide + Lp * D, D, SD, 0),
-                                   tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1))) ||
+                                   tr__out_in(tr__out_of(TR__GRAD(m, m->W_lm), D, 0, 1), m->fdt))) ||
         (st = tr__qhead_bwd(m, &wc, dq, NULL, 1)) || (st = tr__heads_bwd32(m, c->B, NULL, dlogits, dq, wide, 0)))
         return st;
     return tr__op_half(m->ctx, m->fdt, 0, wide, dz, N);
@@ -16433,11 +16463,8 @@ TR__FN tr_status tr__train_fwd_bwd_run(tr_trainer *t, const tr_batch *batch, tr_
     return TR_OK;
 }
 TR__FN tr_status tr__train_fwd_bwd(tr_trainer *t, const tr_batch *batch, tr_metrics *metrics, tr__cycle_hook hook, void *hook_user) {
-    int saved = t->m->ctx->gemm_fdt, held = tr__op_weights_hold(t->m->ctx, TR__W(t->m, t->m->params), t->m->n_params);
-    tr_status st;
-    t->m->ctx->gemm_fdt = t->m->fdt;
-    st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
-    t->m->ctx->gemm_fdt = saved;
+    int held = tr__op_weights_hold(t->m->ctx, TR__W(t->m, t->m->params), t->m->n_params);
+    tr_status st = tr__train_fwd_bwd_run(t, batch, metrics, hook, hook_user);
     tr__op_weights_release(t->m->ctx, held);
     return st;
 }

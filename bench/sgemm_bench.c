@@ -6,7 +6,7 @@
    Each figure is the best of `reps` runs (default 7) at 1 thread and at `threads` (default 2); the
    machine this was written on is shared, so the peak is re-measured between shapes and the best
    value seen is the reference. Where the CPU has native bfloat16 products (AVX512_BF16, AMX), each
-   shape is also timed as a bfloat16 model's product (ctx->gemm_fdt; TINYREC_CPU_BF16's kernels),
+   shape is also timed as a bfloat16 model's product (tr__out.prec; TINYREC_CPU_BF16's kernels),
    in the same process, with its ratio to the fp32 time. */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
@@ -98,18 +98,16 @@ int main(int argc, char **argv) {
             if (p > pk[ti]) pk[ti] = p;
             for (m = 0; m < 3; m++) {
                 if (m > 0 && (!ctx->cpu_bf16 || (m == 1 && !ctx->cpu_amx))) continue;
-                ctx->gemm_fdt = m ? TR_FWD_BFLOAT16 : 0;
                 ctx->bf16_gemm = modes[m];
                 best[m] = 1e30;
                 for (r = 0; r < reps; r++) {
                     double t0 = tr__now(), t;
                     if (tr__sgemm(ctx, M, N, K, tr__mat_of(A, S[s].ta ? M : K, 0, S[s].ta), tr__mat_of(B, S[s].tb ? K : N, 0, S[s].tb),
-                                  tr__out_of(C, N, 0, S[s].acc)) != TR_OK) return 1;
+                                  tr__out_in(tr__out_of(C, N, 0, S[s].acc), m ? TR_FWD_BFLOAT16 : 0)) != TR_OK) return 1;
                     t = tr__now() - t0;
                     if (t < best[m]) best[m] = t;
                 }
             }
-            ctx->gemm_fdt = 0;
             printf("%s M %5zu K %5zu N %5zu %s%s%s %2d thr: %8.3f ms %7.1f GFLOP/s %5.1f%% of peak (%.0f)", S[s].name, M, K, N, S[s].ta ? "T" : "N",
                    S[s].tb ? "T" : "N", S[s].acc ? "+" : " ", nt, best[0] * 1e3, flops / best[0] * 1e-9, pk[ti] > 0 ? 100.0 * flops / best[0] * 1e-9 / pk[ti] : 0.0, pk[ti]);
             if (best[1] > 0) printf(" | amx %8.3f ms %7.1f GFLOP/s %5.2fx", best[1] * 1e3, flops / best[1] * 1e-9, best[0] / best[1]);

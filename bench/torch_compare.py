@@ -328,14 +328,24 @@ def main():
     res = {}
     tok, lab = gen(args.batch)
     t = timeit(lambda: train_step(tok, lab), args.reps)
-    if args.profile > 0:  # where PyTorch's training step spends its time, kernel by kernel
+    def profile_step(step, what):  # where a training step spends its time, kernel by kernel
         from torch.profiler import profile, ProfilerActivity
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+        sync()
+        t0 = time.perf_counter()
         with profile(activities=acts) as prof:
-            train_step(tok, lab)
+            step(tok, lab)
             sync()
+        wall = time.perf_counter() - t0
         key = "self_cuda_time_total" if args.device == "cuda" else "self_cpu_time_total"
+        print("PyTorch profile, %s training step:" % what)
         print(prof.key_averages().table(sort_by=key, row_limit=args.profile, max_name_column_width=70))
+        if args.device == "cuda":  # launches, their summed time, and the step's wall time (the rest: the GPU idle)
+            ks = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0)) for e in ks) / 1e3
+            print("PyTorch %s step: %d kernels, %.2f ms in kernels, %.2f ms wall (profiled)" % (what, len(ks), busy, wall * 1e3))
+    if args.profile > 0:
+        profile_step(train_step, "eager")
     res["train"] = (t, args.batch / t, F_train * args.batch / t / 1e9)
     mem = None
     if args.device == "cuda":  # the training step's peak beyond what lives between steps (weights, optimizer state), per sample
@@ -360,6 +370,8 @@ def main():
         ct = torch.compile(train_step)
         t = timeit(lambda: ct(tok, lab), args.reps)
         compiled = (t, args.batch / t, F_train * args.batch / t / 1e9)
+        if args.profile > 0:
+            profile_step(ct, "compiled")
     if args.device == "cuda" and low is None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             t = timeit(lambda: train_step(tok, lab), args.reps)

@@ -35,6 +35,14 @@ static double tu_wsum(const float *y, const float *w, size_t n) {
 
 static const char *const simd_levels[3] = {"avx2", "avx512", "neon"};
 
+/* A norm's call (tr__op_norm) on operands of these types. */
+static tr_status norm_op(tr_ctx *ctx, int fdt, int kind, long rows, int S, int D, tr__buf in1, tr__buf in2, tr__buf out, float *rstd, float eps) {
+    tr__norm_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind, d.fdt = fdt, d.rows = rows, d.S = S, d.D = D, d.in1 = in1, d.in2 = in2, d.out = out, d.rstd = rstd, d.eps = eps;
+    return tr__op_norm(ctx, &d);
+}
+
 /* --- RMSNorm over rows ------------------------------------------------------------------- */
 enum { RR = 5, RD = 37 };
 static float rr_w[RR * RD], rr_add[RR * RD];
@@ -60,10 +68,10 @@ static void test_rms_rows(void **state) {
     memcpy(dsum, dx, sizeof dx);
     for (lvl = 0; lvl < 3; lvl++) { /* every SIMD level this CPU has (RD = 37 exercises the tails) */
         if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
-        tr__rms_rows_fwd(ctx, 0, RR, RD, x, rr_add, y2, rs2, 1e-5f);
+        assert_int_equal(norm_op(ctx, 0, TR__NORM_ROWS_FWD, RR, 1, RD, tr__f32(x), tr__f32(rr_add), tr__f32(y2), rs2, 1e-5f), TR_OK);
         tu_assert_close(simd_levels[lvl], y2, y, RR * RD, 1e-6, 1e-5);
         tu_assert_close(simd_levels[lvl], rs2, rs, RR, 0, 1e-5);
-        tr__rms_rows_bwd(ctx, 0, RR, RD, rr_w, y, rs, dx2);
+        assert_int_equal(norm_op(ctx, 0, TR__NORM_ROWS_BWD, RR, 1, RD, tr__f32(rr_w), tr__f32(y), tr__f32(dx2), rs, 0), TR_OK);
         tu_assert_close(simd_levels[lvl], dx2, dsum, RR * RD, 1e-6, 1e-5);
     }
     tr_ctx_destroy(ctx);
@@ -110,10 +118,10 @@ static void test_rms_cols(void **state) {
         tr__rms_cols_bwd_ref(CB, CS, CD, rc_w, y, rs, dx, 1);
         for (lvl = 0; lvl < 3; lvl++) {
             if (tr_ctx_set_simd(ctx, simd_levels[lvl]) != TR_OK) continue;
-            tr__rms_cols_fwd(ctx, 0, CB, CS, CD, x, add, y2, rs2, 1e-5f);
+            assert_int_equal(norm_op(ctx, 0, TR__NORM_COLS_FWD, CB, CS, CD, tr__f32(x), tr__f32(add), tr__f32(y2), rs2, 1e-5f), TR_OK);
             tu_assert_close(simd_levels[lvl], y2, y, CB * CS * CD, 1e-6, 1e-5);
             tu_assert_close(simd_levels[lvl], rs2, rs, CB * CD, 0, 1e-5);
-            tr__rms_cols_bwd(ctx, 0, CB, CS, CD, rc_w, y, rs, dx2);
+            assert_int_equal(norm_op(ctx, 0, TR__NORM_COLS_BWD, CB, CS, CD, tr__f32(rc_w), tr__f32(y), tr__f32(dx2), rs, 0), TR_OK);
             tu_assert_close(simd_levels[lvl], dx2, dx, CB * CS * CD, 1e-6, 1e-5);
         }
         tr_ctx_destroy(ctx);
@@ -267,13 +275,6 @@ static void test_swiglu16(void **state) {
 
 /* Which operands of a test's op hold 16-bit values: its first, second and output (each a bit of a combination). */
 enum { T16_A = 1, T16_B = 2, T16_C = 4 };
-/* A norm's call (tr__op_norm) on operands of these types. */
-static tr_status norm_op(tr_ctx *ctx, int fdt, int kind, long rows, int S, int D, tr__buf in1, tr__buf in2, tr__buf out, float *rstd, float eps) {
-    tr__norm_desc d;
-    memset(&d, 0, sizeof d);
-    d.kind = kind, d.fdt = fdt, d.rows = rows, d.S = S, d.D = D, d.in1 = in1, d.in2 = in2, d.out = out, d.rstd = rstd, d.eps = eps;
-    return tr__op_norm(ctx, &d);
-}
 
 /* The norms with any of their operands as 16-bit values (tr__op_norm: a 16-bit tape's or workspace's): the bits of the
    fp32 op on the values they hold, the output stored as the 16 bits of that op's, at every level and precision, on 1
@@ -435,10 +436,10 @@ static void test_norms_reduced(void **state) {
                 for (i = 0; i < N; i++) ref[i] = x[i] + add[i];
                 tr__round(ctx, fdt, ref, N);
                 if (cols) {
-                    assert_int_equal(tr__rms_cols_fwd(ctx, 0, B, S, D, ref, NULL, ref, rs_ref, 1e-5f), 1);
+                    assert_int_equal(norm_op(ctx, 0, TR__NORM_COLS_FWD, B, S, D, tr__f32(ref), tr__f32(NULL), tr__f32(ref), rs_ref, 1e-5f), TR_OK);
                     assert_int_equal(norm_op(ctx, fdt, TR__NORM_COLS_FWD, B, S, D, tr__f32(x), tr__f32(add), tr__f32(got), rs, 1e-5f), TR_OK);
                 } else {
-                    assert_int_equal(tr__rms_rows_fwd(ctx, 0, B * S, D, ref, NULL, ref, rs_ref, 1e-5f), 1);
+                    assert_int_equal(norm_op(ctx, 0, TR__NORM_ROWS_FWD, B * S, S, D, tr__f32(ref), tr__f32(NULL), tr__f32(ref), rs_ref, 1e-5f), TR_OK);
                     assert_int_equal(norm_op(ctx, fdt, TR__NORM_ROWS_FWD, B * S, S, D, tr__f32(x), tr__f32(add), tr__f32(got), rs, 1e-5f), TR_OK);
                 }
                 tr__round(ctx, fdt, ref, N);
@@ -447,10 +448,10 @@ static void test_norms_reduced(void **state) {
                         fail_msg("%s fdt %d %s fwd: out[%zu] = %.9g, the passes' %.9g", sets[lvl], fdt, cols ? "cols" : "rows", i, got[i], ref[i]);
                 assert_memory_equal(rs, rs_ref, nrs * sizeof(float));
                 if (cols) {
-                    assert_int_equal(tr__rms_cols_bwd(ctx, 0, B, S, D, dy, ref, rs_ref, dref), 1);
+                    assert_int_equal(norm_op(ctx, 0, TR__NORM_COLS_BWD, B, S, D, tr__f32(dy), tr__f32(ref), tr__f32(dref), rs_ref, 0), TR_OK);
                     assert_int_equal(norm_op(ctx, fdt, TR__NORM_COLS_BWD, B, S, D, tr__f32(dy), tr__f32(got), tr__f32(dgot), rs, 0), TR_OK);
                 } else {
-                    assert_int_equal(tr__rms_rows_bwd(ctx, 0, B * S, D, dy, ref, rs_ref, dref), 1);
+                    assert_int_equal(norm_op(ctx, 0, TR__NORM_ROWS_BWD, B * S, S, D, tr__f32(dy), tr__f32(ref), tr__f32(dref), rs_ref, 0), TR_OK);
                     assert_int_equal(norm_op(ctx, fdt, TR__NORM_ROWS_BWD, B * S, S, D, tr__f32(dy), tr__f32(got), tr__f32(dgot), rs, 0), TR_OK);
                 }
                 tr__round(ctx, fdt, dref, N);

@@ -15,18 +15,6 @@
 static tr_ctx *g_ctx;
 static tr__cl *g_cl;
 
-/* The OpenCL wrappers with their operands' types given as a mask (x16, TR__X16_*: which operands hold 16-bit values of
-   fdt), as these tests enumerate them. */
-static tr_status cl_att(tr__cl *cl, int fdt, int bwd, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse, const void *do_,
-                        float *dqkv, int x16) {
-    tr__att_desc d;
-    memset(&d, 0, sizeof d);
-    d.fdt = fdt, d.bwd = bwd, d.B = B, d.S = S, d.H = H, d.hd = hd, d.lse = (float *)(uintptr_t)lse, d.dqkv = dqkv;
-    d.qkv = tr__buf_of(qkv, (x16 & TR__X16_A) ? fdt : 0), d.o = tr__buf_of(o, (x16 & TR__X16_B) ? fdt : 0), d.do_ = tr__buf_of(do_, (x16 & TR__X16_C) ? fdt : 0);
-    return bwd ? tr__cl_attention_bwd(cl, &d) : tr__cl_attention_fwd(cl, &d);
-}
-#define cl_att_fwd(cl, fdt, B, S, H, hd, qkv, o, lse, x16) cl_att(cl, fdt, 0, B, S, H, hd, qkv, o, lse, NULL, NULL, x16)
-#define cl_att_bwd(cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) cl_att(cl, fdt, 1, B, S, H, hd, qkv, o, lse, do_, dqkv, x16)
 
 static tr__cl *dev(void) {
     if (!g_cl) g_cl = tu_cl_open(g_ctx);
@@ -102,6 +90,9 @@ static void check(const char *what, const float *got, const float *ref, size_t n
    The device gets them rounded too (a model's operands are values of its precision), unless g_raw_inputs: then the
    kernel's conversion must round them itself. */
 static int g_ref_fdt, g_raw_inputs;
+/* The products multiply in g_ref_fdt (tr__out.prec: on the tensor cores where it is 16-bit, as a model's). */
+static tr__out tout16(void *p, size_t ld, size_t s, int acc, int dt) { return tr__out_in(tr__out16_of(p, ld, s, acc, dt), g_ref_fdt); }
+static tr__out tout(void *p, size_t ld, size_t s, int acc) { return tout16(p, ld, s, acc, 0); }
 /* The reference's copy of operand X (n floats): X itself, rounded in place, or (g_raw_inputs) a rounded copy. */
 static float *ref_operand(float *X, size_t n) {
     float *R;
@@ -131,11 +122,11 @@ static void run_gemm(tr__cl *cl, int ta, int tb, size_t M, size_t N, size_t K, s
     memcpy(R, C, nc * 4);
     RA = ref_operand(A, na), RB = ref_operand(B, nbb);
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    st = pieces ? tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tr__out_of(dC, ldc, 0, acc), pieces, NULL)
-                : tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tr__out_of(dC, ldc, 0, acc));
+    st = pieces ? tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tout(dC, ldc, 0, acc), pieces, NULL)
+                : tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, lda, 0, ta), tr__mat_of(dB, ldb, 0, tb), tout(dC, ldc, 0, acc));
     assert_int_equal(st, TR_OK);
     down(cl, C, dC, nc);
-    tr__sgemm_ref(M, N, K, tr__mat_of(RA, lda, 0, ta), tr__mat_of(RB, ldb, 0, tb), tr__out_of(R, ldc, 0, acc));
+    tr__sgemm_ref(M, N, K, tr__mat_of(RA, lda, 0, ta), tr__mat_of(RB, ldb, 0, tb), tout(R, ldc, 0, acc));
     snprintf(what, sizeof what, "sgemm ta=%d tb=%d M=%zu N=%zu K=%zu pad=%zu acc=%d pieces=%d fdt=%d%s", ta, tb, M, N, K, pad, acc, pieces,
              g_ref_fdt, g_raw_inputs ? " raw" : "");
     check(what, C, R, nc, 1e-6 * (double)K + 1e-6, 1e-5, &g_worst_gemm); /* includes the padding: it must be untouched */
@@ -156,7 +147,7 @@ static void test_sgemm_shapes(void **state) {
             for (tb = 0; tb < 2; tb++) run_gemm(cl, ta, tb, sz[i][0], sz[i][1], sz[i][2], (i + (size_t)ta) % 3 == 0 ? 0 : 3 + i, (int)((i + (size_t)tb) & 1), 0, 10 * i + 2 * (size_t)ta + (size_t)tb);
     run_gemm(cl, 0, 0, 5, 7, 0, 2, 0, 0, 99); /* K = 0: C = 0 (or unchanged) */
     run_gemm(cl, 1, 1, 5, 7, 0, 0, 1, 0, 98);
-    assert_int_equal(tr__cl_sgemm(cl, 0, 5, 5, tr__mat_of(NULL, 5, 0, 0), tr__mat_of(NULL, 5, 0, 0), tr__out_of(NULL, 5, 0, 0)), TR_OK); /* empty C: nothing */
+    assert_int_equal(tr__cl_sgemm(cl, 0, 5, 5, tr__mat_of(NULL, 5, 0, 0), tr__mat_of(NULL, 5, 0, 0), tout(NULL, 5, 0, 0)), TR_OK); /* empty C: nothing */
 }
 
 /* Split-K into partials + the ordered reduction, forced (the automatic choice only splits on big GPUs), and the
@@ -174,9 +165,9 @@ static void test_sgemm_split(void **state) {
     A = (float *)malloc(K * M * 4), B = (float *)malloc(K * N * 4), C1 = (float *)malloc(n * 4), C2 = (float *)malloc(n * 4);
     tu_fill(A, K * M, 7, 1.0f), tu_fill(B, K * N, 8, 1.0f);
     dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tr__out_of(dC, N, 0, 0), 4, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tout(dC, N, 0, 0), 4, NULL), TR_OK);
     down(cl, C1, dC, n);
-    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tr__out_of(dC, N, 0, 0), 4, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, 1, M, N, K, tr__mat_of(dA, M, 0, 1), tr__mat_of(dB, N, 0, 0), tout(dC, N, 0, 0), 4, NULL), TR_OK);
     down(cl, C2, dC, n);
     assert_memory_equal(C1, C2, n * 4);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -196,12 +187,12 @@ static void run_batched(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, 
     memcpy(R, C, nc * 4);
     ref_operand(A, na), ref_operand(B, nbb); /* (test_sgemm_mma: rounded in place) */
     dA = up(cl, A, na), dB = up(cl, B, nbb), dC = up(cl, C, nc);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, ldc, sC, acc), pieces,
+    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tout(dC, ldc, sC, acc), pieces,
                                      NULL), TR_OK);
     down(cl, C, dC, nc);
     if (sum && nb == 0 && !acc)
         for (b = 0; b < (int)M; b++) memset(R + (size_t)b * ldc, 0, N * 4);
-    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tr__out_of(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
+    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tout(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
     snprintf(what, sizeof what, "batched nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu sum=%d acc=%d pieces=%d", nb, ta, tb, M, N, K, sum, acc, pieces);
     check(what, C, R, nc, 1e-6 * (double)K * (sum ? nb : 1) + 1e-6, 1e-5, &g_worst_gemm);
     tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
@@ -256,12 +247,12 @@ static void run_swiglu(tr__cl *cl, int nb, int ta, int tb, size_t M, size_t N, s
     dG = up(cl, G, ng), dX = up(cl, X, nx), dC = up(cl, C, nc);
     memset(&g, 0, sizeof g);
     g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = tr__mat_of(sw == 1 ? dG : dX, sw == 1 ? ldg : ldx, sw == 1 ? sg : sx, ta);
-    g.b = tr__mat_of(sw == 1 ? dX : dG, sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, tb), g.c = tr__out_of(dC, ldc, sC, acc);
+    g.b = tr__mat_of(sw == 1 ? dX : dG, sw == 1 ? ldx : ldg, sw == 1 ? sx : sg, tb), g.c = tout(dC, ldc, sC, acc);
     assert_int_equal(tr__cl_sgemm_swiglu(cl, &g, sw, upo, 0, NULL), TR_OK);
     down(cl, C, dC, nc);
     for (b = 0; b < (size_t)nb; b++) {
         const float *A = sw == 1 ? act + b * rc : X + b * sx, *B = sw == 1 ? X + b * sx : act + b * rc;
-        tr__sgemm_ref(M, N, K, tr__mat_of(A, sw == 1 ? cols : ldx, 0, ta), tr__mat_of(B, sw == 1 ? ldx : cols, 0, tb), tr__out_of(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, sw == 1 ? cols : ldx, 0, ta), tr__mat_of(B, sw == 1 ? ldx : cols, 0, tb), tout(R + b * sC, ldc, 0, sum && b > 0 ? 1 : acc));
     }
     snprintf(what, sizeof what, "swiglu sw=%d nb=%d ta=%d tb=%d M=%zu N=%zu K=%zu per_batch=%d pad=%zu sum=%d", sw, nb, ta, tb, M, N, K,
              per_batch, pad, sum);
@@ -285,7 +276,7 @@ static void test_sgemm_swiglu(void **state) {
     {
         tr__gemm g;
         memset(&g, 0, sizeof g);
-        g.nb = 1, g.M = g.N = g.K = 4, g.a = tr__mat_of(NULL, 4, 0, 1), g.b = tr__mat_of(NULL, 4, 0, 0), g.c = tr__out_of(NULL, 4, 0, 0);
+        g.nb = 1, g.M = g.N = g.K = 4, g.a = tr__mat_of(NULL, 4, 0, 1), g.b = tr__mat_of(NULL, 4, 0, 0), g.c = tout(NULL, 4, 0, 0);
         assert_int_equal(tr__cl_sgemm_swiglu(cl, &g, 2, 4, 0, NULL), TR_ERR_UNSUPPORTED);
     }
 }
@@ -302,11 +293,11 @@ static void run_gate_up(tr__cl *cl, int nb, size_t half, size_t N, size_t K, siz
     tu_fill(A, na, seed, 1.0f), tu_fill(Bm, nbb, seed + 1, 1.0f), tu_fill(C, nc, seed + 2, 1.0f), tu_fill(X, nx, seed + 3, 1.0f);
     memcpy(R, C, nc * 4), memcpy(RX, X, nx * 4);
     dA = up(cl, A, na), dB = up(cl, Bm, nbb), dC = up(cl, C, nc), dX = up(cl, X, nx);
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dB, N, sB, 0), tr__out_of(dC, N, sC, 0), keep,
-                                          tr__out_of(dX, N, sX, 0)), TR_OK);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, nb, half, N, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dB, N, sB, 0), tout(dC, N, sC, 0), keep,
+                                          tout(dX, N, sX, 0)), TR_OK);
     down(cl, C, dC, nc), down(cl, X, dX, nx);
     for (b = 0; b < n1; b++) {
-        tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(Bm + b * sB, N, 0, 0), tr__out_of(P, N, 0, 0));
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(Bm + b * sB, N, 0, 0), tout(P, N, 0, 0));
         for (i = 0; i < half * N; i++) RX[b * sX + i] = tr__silu(P[i]) * P[half * N + i];
         if (keep) memcpy(R + b * sC, P, M * N * 4);
     }
@@ -348,8 +339,8 @@ static void test_sgemm_env_override(void **state) {
     run_batched(cl, 4, 0, 1, 13, 17, 7, 1, 1, 0, 2, 64);
     run_batched(cl, 4, 1, 0, 13, 17, 7, 1, 0, 1, 0, 65);
     /* WM = 3 cannot hold a gate row and its up in one work-item */
-    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, tr__mat_of(NULL, 4, 0, 0), tr__mat_of(NULL, 4, 0, 0), tr__out_of(NULL, 4, 0, 0), 0,
-                                          tr__out_of(NULL, 4, 0, 0)), TR_ERR_UNSUPPORTED);
+    assert_int_equal(tr__cl_sgemm_gate_up(cl, 1, 4, 4, 4, tr__mat_of(NULL, 4, 0, 0), tr__mat_of(NULL, 4, 0, 0), tout(NULL, 4, 0, 0), 0,
+                                          tout(NULL, 4, 0, 0)), TR_ERR_UNSUPPORTED);
     tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "CP=1", 1); /* cp.async only where the device has it (NVIDIA sm_80+) */
     tr__cl_gemm_config(tr__cl_get_info(cl0), &g1);
@@ -410,7 +401,7 @@ static void test_sgemm_cp_staging(void **state) {
                 run_gate_up(cl, 2, 37, 130, 97, 1, 0, 247);
             }
             dA = up(cl, A, K * M), dB = up(cl, B, K * N), dC = up(cl, C1, n);
-            assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dB, K, 0, 1), tr__out_of(dC, N, 0, 0)), TR_OK);
+            assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dB, K, 0, 1), tout(dC, N, 0, 0)), TR_OK);
             down(cl, cp ? C1 : C2, dC, n);
             tr__cl_free(cl, dA), tr__cl_free(cl, dB), tr__cl_free(cl, dC);
             tr_ctx_destroy(ctx2);
@@ -438,9 +429,9 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
     tr__round_ref(fdt, A, sA * nb), tr__round_ref(fdt, B, sB * nb);
     memcpy(R, C, n * 4);
     dA = up(cl, A, sA * nb), dB = up(cl, B, sB * nb), dC = up(cl, C, n);
-    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
+    assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tout(dC, N, sC, acc)), TR_OK);
     down(cl, C, dC, n);
-    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tr__out_of(R + b * sC, N, 0, acc));
+    for (b = 0; b < nb; b++) tr__sgemm_ref(M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb), tout(R + b * sC, N, 0, acc));
     tr__round_ref(fdt, R, n);
     for (i = 0; i < n; i++)
         if (tr__round1(fdt, C[i]) != C[i]) fail_msg("rnd fdt=%d: C[%zu] = %.9g is not a value of the precision", fdt, i, C[i]);
@@ -450,7 +441,7 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
         uint16_t *h = (uint16_t *)malloc((n + 8) * 2);
         float *d16 = up_half(cl, fdt, R, n);
         assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb),
-                                          tr__out16_of(d16 + 3, N, sC, 0, fdt)), TR_OK);
+                                          tout16(d16 + 3, N, sC, 0, fdt)), TR_OK);
         down(cl, (float *)h, d16, n / 2 + 4);
         tr__half_ref(fdt, 1, R, h + 6, n);
         assert_memory_equal(R, C, n * 4);
@@ -462,17 +453,17 @@ static void run_gemm_rnd(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, int ta, int t
         int x16;
         tu_fill(R, n, seed + 2, 1.0f); /* (C as it was) */
         tr__cl_free(cl, dC), dC = up(cl, R, n);
-        assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tr__out_of(dC, N, sC, acc)), TR_OK);
+        assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(dA, lda, sA, ta), tr__mat_of(dB, ldb, sB, tb), tout(dC, N, sC, acc)), TR_OK);
         down(cl, P, dC, n);
         for (x16 = TR__X16_A; x16 <= (TR__X16_A | TR__X16_B); x16++) {
             tr__mat a16 = x16 & TR__X16_A ? tr__mat16_of(A16 + 3, lda, sA, ta, fdt) : tr__mat_of(dA, lda, sA, ta);
             tr__mat b16 = x16 & TR__X16_B ? tr__mat16_of(B16 + 3, ldb, sB, tb, fdt) : tr__mat_of(dB, ldb, sB, tb);
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, a16, b16, tr__out_of(dC, N, sC, acc)), TR_OK);
+            assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, a16, b16, tout(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, C, n * 4);
             tr__cl_free(cl, dC), dC = up(cl, R, n);
-            assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, a16, b16, tr__out_of(dC, N, sC, acc)), TR_OK);
+            assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, a16, b16, tout(dC, N, sC, acc)), TR_OK);
             down(cl, Q, dC, n);
             assert_memory_equal(Q, P, n * 4);
         }
@@ -505,9 +496,9 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
     if (rows) {
         tr__gemm g;
         memset(&g, 0, sizeof g);
-        g.nb = nb, g.M = 2 * half, g.N = n, g.K = K, g.a = tr__mat_of(dA, K, 0, 0), g.b = tr__mat_of(dX, n, K * n, 0), g.c = tr__out_of(dG, n, per, 0);
-        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, &g, keep, tr__out_of(dout, n, half * n, 0)), TR_OK);
-        assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * half, n, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dX, n, K * n, 0), tr__out_of(dR, n, per, 0), 0,
+        g.nb = nb, g.M = 2 * half, g.N = n, g.K = K, g.a = tr__mat_of(dA, K, 0, 0), g.b = tr__mat_of(dX, n, K * n, 0), g.c = tout(dG, n, per, 0);
+        assert_int_equal(tr__op_sgemm_gate_up(ctx, fdt, &g, keep, tout(dout, n, half * n, 0)), TR_OK);
+        assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * half, n, K, tr__mat_of(dA, K, 0, 0), tr__mat_of(dX, n, K * n, 0), tout(dR, n, per, 0), 0,
                                          &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(half * n), dR, per, drout, half * n), TR_OK);
     } else { /* W_down (D x half) after W_gu in X */
@@ -517,11 +508,11 @@ static void run_swiglu_fused(tr_ctx *ctx, tr__cl *cl, int fdt, int rows, int nb,
         md.fdt = fdt, md.nb = 1, md.keep_gu = keep != 0, md.rows = n, md.half = half, md.K = K, md.D = D, md.in = tr__f32(dA), md.ld_in = lda;
         md.w_gu = dX, md.w_down = dX + 2 * half * K, md.gu = dG, md.gu16 = dG16, md.act = tr__f32(NULL), md.out = tr__f32(dout);
         assert_int_equal(tr__op_swiglu_mlp(ctx, &md), TR_OK);
-        assert_int_equal(tr__cl_gemm_run(cl, 1, n, 2 * half, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dX, K, 0, 1), tr__out_of(dR, 2 * half, 0, 0), 0,
+        assert_int_equal(tr__cl_gemm_run(cl, 1, n, 2 * half, K, tr__mat_of(dA, lda, 0, 0), tr__mat_of(dX, K, 0, 1), tout(dR, 2 * half, 0, 0), 0,
                                          &rnd), TR_OK);
         assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)n, (long)half, dR, 2 * half, dact, half), TR_OK);
         assert_int_equal(tr__cl_gemm_run(cl, 1, n, D, half, tr__mat_of(dact, half, 0, 0), tr__mat_of(dX + 2 * half * K, half, 0, 1),
-                                         tr__out_of(drout, D, 0, 0), 0, &rnd), TR_OK);
+                                         tout(drout, D, 0, 0), 0, &rnd), TR_OK);
         if (dG16) {
             uint16_t *h = (uint16_t *)malloc(ng * 2 + 4), *hr = (uint16_t *)malloc(ng * 2 + 4);
             down(cl, (float *)h, dG16, ng / 2 + 1), down(cl, R, dR, ng);
@@ -563,10 +554,10 @@ static void run_token_mlp(tr_ctx *ctx, tr__cl *cl, int fdt, int nb, size_t It, s
     md.fdt = fdt, md.nb = nb, md.keep_gu = keep != 0, md.half = It, md.K = S, md.D = D, md.in = tr__f32(dX), md.w_gu = dW1, md.w_down = dW2;
     md.gu = dM, md.gu16 = dM16, md.act = tr__f32(dact), md.out = tr__f32(dP);
     assert_int_equal(tr__op_token_mlp(ctx, &md), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(dW1, S, 0, 0), tr__mat_of(dX, D, S * D, 0), tr__out_of(dMR, D, 2 * It * D, 0), 0,
+    assert_int_equal(tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(dW1, S, 0, 0), tr__mat_of(dX, D, S * D, 0), tout(dMR, D, 2 * It * D, 0), 0,
                                      &rnd), TR_OK);
     assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)(It * D), dMR, 2 * It * D, dact, It * D), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(dW2, It, 0, 0), tr__mat_of(dact, D, It * D, 0), tr__out_of(dPR, D, S * D, 0), 0,
+    assert_int_equal(tr__cl_gemm_run(cl, nb, S, D, It, tr__mat_of(dW2, It, 0, 0), tr__mat_of(dact, D, It * D, 0), tout(dPR, D, S * D, 0), 0,
                                      &rnd), TR_OK);
     down(cl, M, dM, nmix), down(cl, MR, dMR, nmix), down(cl, P, dP, nx), down(cl, PR, dPR, nx);
     assert_memory_equal(P, PR, nx * 4);
@@ -589,7 +580,7 @@ static tr_status sgemm_swiglu(tr_ctx *ctx, int fdt, int nb, int ta, int tb, size
                               float *gu16, size_t ldg, size_t sg, size_t so, float *C, tr__buf act) {
     tr__gemm g;
     memset(&g, 0, sizeof g);
-    g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = tr__mat_of(A, lda, sa, ta), g.b = tr__mat_of(gu, ldg, sg, tb), g.c = tr__out_of(C, N, 0, 1);
+    g.nb = nb, g.M = M, g.N = N, g.K = K, g.a = tr__mat_of(A, lda, sa, ta), g.b = tr__mat_of(gu, ldg, sg, tb), g.c = tout(C, N, 0, 1);
     return tr__op_sgemm_swiglu(ctx, fdt, &g, gu16, so, act);
 }
 
@@ -617,7 +608,7 @@ static void run_swiglu_packed(tr_ctx *ctx, tr__cl *cl, int fdt, int per_row, int
     assert_int_equal(sgemm_swiglu(ctx, fdt, nb, ta, tb, M, N, K, dA, lda, sa, dGs, dG16 + 3, ldg, sg, so, dCr, tr__buf_of(droom + 1, fdt)), TR_OK);
     if (per_row) assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, (long)rows, (long)cols, dG, ldg, dact, cols), TR_OK);
     else assert_int_equal(tr__cl_swiglu_fwd(cl, fdt, nb, (long)rc, dG, sg, dact, rc), TR_OK);
-    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sa, ta), tr__mat_of(dact, cols, rc, tb), tr__out_of(dR, N, 0, 1), 0, NULL), TR_OK);
+    assert_int_equal(tr__cl_gemm_run(cl, nb, M, N, K, tr__mat_of(dA, lda, sa, ta), tr__mat_of(dact, cols, rc, tb), tout(dR, N, 0, 1), 0, NULL), TR_OK);
     down(cl, C, dC, nc), down(cl, R, dR, nc);
     assert_memory_equal(C, R, nc * 4);
     down(cl, C, dC16, nc);
@@ -664,23 +655,23 @@ static void run_pack_window(tr__cl *cl, uint64_t seed) {
         cl->packs_reused = 0;
         tr__cl_pack_window(cl, w);
         assert_int_equal(tr__cl_sgemm(cl, CO, NY, R, tr__mat_of(X, CO, 0, 1), tr__mat_of(Y, NY, 0, 0),
-                                      tr__out_of(dout[0], NY, 0, 0)), TR_OK); /* Xᵀ Y: X depth-major */
+                                      tout(dout[0], NY, 0, 0)), TR_OK); /* Xᵀ Y: X depth-major */
         reused[w][0] = cl->packs_reused;
         assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0),
-                                      tr__out_of(dout[1], NW, 0, 0)), TR_OK); /* X W1: the same packing */
+                                      tout(dout[1], NW, 0, 0)), TR_OK); /* X W1: the same packing */
         reused[w][1] = cl->packs_reused;
         assert_int_equal(tr__cl_sgemm(cl, NW, CO, R, tr__mat_of(W2, R, 0, 0), tr__mat_of(X, CO, 0, 0),
-                                      tr__out_of(dout[2], CO, 0, 0)), TR_OK); /* W2 X: as B, from A's slot */
+                                      tout(dout[2], CO, 0, 0)), TR_OK); /* W2 X: as B, from A's slot */
         reused[w][2] = cl->packs_reused;
         assert_int_equal(tr__cl_sgemm(cl, NW, CO, R, tr__mat_of(W2, R, 0, 0), tr__mat_of(X, CO, 0, 0),
-                                      tr__out_of(X, CO, 0, 0)), TR_OK); /* the same over X's first rows */
-        assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0), tr__out_of(dout[3], NW, 0, 0)), TR_OK); /* the new X */
+                                      tout(X, CO, 0, 0)), TR_OK); /* the same over X's first rows */
+        assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0), tout(dout[3], NW, 0, 0)), TR_OK); /* the new X */
         reused[w][3] = cl->packs_reused;
         tr__cl_pack_window(cl, 0);
         assert_int_equal(tr__cl_write(cl, X, h[4], n[4] * 4), TR_OK);
         tr__cl_pack_window(cl, w);
         assert_int_equal(tr__cl_sgemm(cl, R, NW, CO, tr__mat_of(X, CO, 0, 0), tr__mat_of(W1, NW, 0, 0),
-                                      tr__out_of(dout[4], NW, 0, 0)), TR_OK); /* X from the host */
+                                      tout(dout[4], NW, 0, 0)), TR_OK); /* X from the host */
         reused[w][4] = cl->packs_reused;
         tr__cl_pack_window(cl, 0);
         for (i = 0; i < 5; i++) {
@@ -721,28 +712,28 @@ static void run_weights_still(tr__cl *cl, uint64_t seed) {
         cl->wpacks_reused = 0;
         if (w) tr__cl_weights_still(cl, dreg, nreg);
         assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
-                                      tr__out_of(dout[0], N, 0, 0)), TR_OK); /* X W1: W1 packed, kept */
+                                      tout(dout[0], N, 0, 0)), TR_OK); /* X W1: W1 packed, kept */
         reused[w][0] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tr__out_of(dout[1], N, 0, 0)), TR_OK); /* again: reused */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tout(dout[1], N, 0, 0)), TR_OK); /* again: reused */
         reused[w][1] = cl->wpacks_reused;
         assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W2, K, 0, 1),
-                                      tr__out_of(dout[2], N, 0, 0)), TR_OK); /* X W2ᵀ: W2's own */
+                                      tout(dout[2], N, 0, 0)), TR_OK); /* X W2ᵀ: W2's own */
         reused[w][2] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, K, N, M, tr__mat_of(dX, K, 0, 1), tr__mat_of(dout[0], N, 0, 0), tr__out_of(dout[3], N, 0, 0)), TR_OK); /* no weight */
-        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W2, K, 0, 1), tr__out_of(dout[3], N, 0, 0)), TR_OK); /* W2 reused */
+        assert_int_equal(tr__cl_sgemm(cl, K, N, M, tr__mat_of(dX, K, 0, 1), tr__mat_of(dout[0], N, 0, 0), tout(dout[3], N, 0, 0)), TR_OK); /* no weight */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W2, K, 0, 1), tout(dout[3], N, 0, 0)), TR_OK); /* W2 reused */
         reused[w][3] = cl->wpacks_reused;
         /* W1 (reused) times an N x N view from W2's start (new, and the slot is full): packed in its own slot, W1's kept */
-        assert_int_equal(tr__cl_sgemm(cl, K, N, N, tr__mat_of(W1, N, 0, 0), tr__mat_of(W2, N, 0, 0), tr__out_of(dout[5], N, 0, 0)), TR_OK);
+        assert_int_equal(tr__cl_sgemm(cl, K, N, N, tr__mat_of(W1, N, 0, 0), tr__mat_of(W2, N, 0, 0), tout(dout[5], N, 0, 0)), TR_OK);
         if (w) assert_int_equal(cl->nwpacks, 2);
         reused[w][4] = cl->wpacks_reused;
         assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
-                                      tr__out_of(dreg + 2 * nw + 8, N, 0, 0)), TR_OK); /* into the region */
+                                      tout(dreg + 2 * nw + 8, N, 0, 0)), TR_OK); /* into the region */
         if (w) assert_int_equal(cl->nwpacks, 0);
         reused[w][5] = cl->wpacks_reused;
-        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tr__out_of(dout[4], N, 0, 0)), TR_OK); /* packed anew */
+        assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0), tout(dout[4], N, 0, 0)), TR_OK); /* packed anew */
         tr__cl_weights_still(cl, NULL, 0);
         assert_int_equal(tr__cl_sgemm(cl, M, N, K, tr__mat_of(dX, K, 0, 0), tr__mat_of(W1, N, 0, 0),
-                                      tr__out_of(dout[4], N, 0, 0)), TR_OK); /* let go: not reused */
+                                      tout(dout[4], N, 0, 0)), TR_OK); /* let go: not reused */
         reused[w][6] = cl->wpacks_reused;
         for (i = 0; i < 6; i++) {
             out[w][i] = (float *)malloc((size_t)M * N * 4);
@@ -797,19 +788,19 @@ static void run_swiglu_bwd_kept(tr_ctx *ctx, tr__cl *cl, int fdt, int tok, long 
         sd.out = tr__f32(dg), sd.room = w == 4 ? (float *)(void *)((char *)room + 4) : NULL;
         assert_int_equal(tr__op_swiglu_bwd(ctx, &sd), TR_OK);
         if (!tok) {
-            assert_int_equal(tr__op_sgemm(ctx, cols, n, rows, tr__mat_of(dg, cols, 0, 1), tr__mat_of(dH, n, 0, 0), tr__out_of(dout[w][0], n, 0, 1)), TR_OK);
+            assert_int_equal(tr__op_sgemm(ctx, cols, n, rows, tr__mat_of(dg, cols, 0, 1), tr__mat_of(dH, n, 0, 0), tout(dout[w][0], n, 0, 1)), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, rows, n, cols, tr__mat_of(dg, cols, 0, 0), tr__mat_of(dW, n, 0, 0),
-                                              tr__out_of(dout[w][1], n, 0, 1)), TR_OK);
+                                              tout(dout[w][1], n, 0, 1)), TR_OK);
         } else {
             assert_int_equal(tr__op_sgemm_batched(ctx, (int)rows, rpr, n, cols, tr__mat_of(dg, cols, 2 * width, 0), tr__mat_of(dH, cols, n * cols, 1),
-                                                  tr__out_of(dout[w][0], n, 0, 1)), TR_OK);
+                                                  tout(dout[w][0], n, 0, 1)), TR_OK);
             assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, (int)rows, n, cols, rpr, tr__mat_of(dW, n, 0, 1), tr__mat_of(dg, cols, 2 * width, 0),
-                                              tr__out_of(dout[w][1], cols, n * cols, 1)), TR_OK);
+                                              tout(dout[w][1], cols, n * cols, 1)), TR_OK);
         }
         if (w) { /* both products took the packing; one reading dg another way fails */
             assert_int_equal(cl->packs_reused - reused, 2);
             assert_int_equal(tr__op_sgemm(ctx, rows - 1, n, cols, tr__mat_of(dg + cols, cols, 0, 0), tr__mat_of(dH, cols, 0, 1),
-                                          tr__out_of(dout[w][0], n, 0, 0)), TR_ERR_INVALID_ARG);
+                                          tout(dout[w][0], n, 0, 0)), TR_ERR_INVALID_ARG);
         }
         tr__op_pack_window(ctx, 0);
         for (i = 0; i < 2; i++) {
@@ -846,7 +837,7 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
     size_t i;
     int f, ta, tb;
     for (f = 0; f < 2; f++) {
-        ctx->gemm_fdt = g_ref_fdt = f ? TR_FWD_FLOAT16 : TR_FWD_BFLOAT16;
+        g_ref_fdt = f ? TR_FWD_FLOAT16 : TR_FWD_BFLOAT16;
         for (i = 0; i < sizeof sz / sizeof sz[0]; i++)
             for (ta = 0; ta < 2; ta++)
                 for (tb = 0; tb < 2; tb++)
@@ -892,7 +883,7 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 0, 150, 48, 96, 24, 381); /* (rows, I, 2I, D) */
         run_swiglu_bwd_kept(ctx, cl, g_ref_fdt, 1, 3, 5 * 32, 32, 13, 382); /* (B, It D, D, S): It = 5 */
     }
-    ctx->gemm_fdt = g_ref_fdt = 0;
+    g_ref_fdt = 0;
     run_gemm(cl, 0, 1, 130, 65, 33, 1, 0, 0, 347);
 }
 

@@ -32,18 +32,15 @@ static tr__embed_shape emb_shape(int B, int S, int L, int Lp, int D, int Dp, int
     return e;
 }
 
-/* The OpenCL wrappers with their operands' types given as a mask (x16, TR__X16_*: which operands hold 16-bit values of
-   fdt), as these tests enumerate them. */
-static tr_status cl_att(tr__cl *cl, int fdt, int bwd, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse, const void *do_,
-                        float *dqkv, int x16) {
-    tr__att_desc d;
+
+/* A norm on the device (tr__cl_norm), its 16-bit operands given as a mask (x16, TR__X16_*: in1, in2, out). */
+static tr_status cl_norm(int kind, int fdt, long rows, int S, int D, const void *in1, const void *in2, void *out, float *rstd, float eps, int x16) {
+    tr__norm_desc d;
     memset(&d, 0, sizeof d);
-    d.fdt = fdt, d.bwd = bwd, d.B = B, d.S = S, d.H = H, d.hd = hd, d.lse = (float *)(uintptr_t)lse, d.dqkv = dqkv;
-    d.qkv = tr__buf_of(qkv, (x16 & TR__X16_A) ? fdt : 0), d.o = tr__buf_of(o, (x16 & TR__X16_B) ? fdt : 0), d.do_ = tr__buf_of(do_, (x16 & TR__X16_C) ? fdt : 0);
-    return bwd ? tr__cl_attention_bwd(cl, &d) : tr__cl_attention_fwd(cl, &d);
+    d.kind = kind, d.fdt = fdt, d.rows = rows, d.S = S, d.D = D, d.rstd = rstd, d.eps = eps;
+    d.in1 = tr__buf_of(in1, (x16 & TR__X16_A) ? fdt : 0), d.in2 = tr__buf_of(in2, (x16 & TR__X16_B) ? fdt : 0), d.out = tr__buf_of(out, (x16 & TR__X16_C) ? fdt : 0);
+    return tr__cl_norm(g_cl, &d);
 }
-#define cl_att_fwd(cl, fdt, B, S, H, hd, qkv, o, lse, x16) cl_att(cl, fdt, 0, B, S, H, hd, qkv, o, lse, NULL, NULL, x16)
-#define cl_att_bwd(cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) cl_att(cl, fdt, 1, B, S, H, hd, qkv, o, lse, do_, dqkv, x16)
 
 static void dev_free_all(void);
 static int g_no_cl;
@@ -227,13 +224,13 @@ static void test_rms_rows(void **state) {
                 float *dDY = dev_f(dy, n), *dDX = dev_f(NULL, n);
                 tr__rms_rows_fwd_ref(R, D, x, ad, y, rs, 1e-5f, 1);
                 tr__rms_rows_bwd_ref(R, D, dy, y, rs, dx, 1);
-                assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
+                assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, 0, R, 1, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
                 check("rms_rows fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
                 check("rms_rows fwd rstd", down(dR, (size_t)R), rs, (size_t)R, 1e-10, 0, 1e-5);
                 /* the backward from the CPU's y and rstd, so that it is tested on its own */
                 {
                     float *dYc = dev_f(y, n), *dRc = dev_f(rs, (size_t)R);
-                    assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dYc, dRc, dDX, 0), TR_OK);
+                    assert_int_equal(cl_norm(TR__NORM_ROWS_BWD, 0, R, 1, D, dDY, dYc, dDX, dRc, 0, 0), TR_OK);
                     check_mag("rms_rows bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_row, (size_t)D, 0), n, 1e-10, 2e-6, 1e-5);
                 }
                 dev_free_all();
@@ -258,12 +255,12 @@ static void test_rms_cols(void **state) {
                 float *dDY = dev_f(dy, n), *dYc = dev_f(NULL, n), *dRc = dev_f(NULL, nr), *dDX = dev_f(NULL, n);
                 tr__rms_cols_fwd_ref(B, S, D, x, ad, y, rs, 1e-5f, 1);
                 tr__rms_cols_bwd_ref(B, S, D, dy, y, rs, dx, 1);
-                assert_int_equal(tr__cl_rms_cols_fwd(g_cl, 0, B, S, D, dX, dA, dY, dR, 1e-5f), TR_OK);
+                assert_int_equal(cl_norm(TR__NORM_COLS_FWD, 0, B, S, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
                 check("rms_cols fwd y", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
                 check("rms_cols fwd rstd", down(dR, nr), rs, nr, 1e-10, 0, 1e-5);
                 assert_int_equal(tr__cl_write(g_cl, dYc, y, n * 4), TR_OK);
                 assert_int_equal(tr__cl_write(g_cl, dRc, rs, nr * 4), TR_OK);
-                assert_int_equal(tr__cl_rms_cols_bwd(g_cl, 0, B, S, D, dDY, dYc, dRc, dDX), TR_OK);
+                assert_int_equal(cl_norm(TR__NORM_COLS_BWD, 0, B, S, D, dDY, dYc, dDX, dRc, 0, 0), TR_OK);
                 check_mag("rms_cols bwd dx", down(dDX, n), dx, bwd_mag(dy, rs, n, rs_col, (size_t)S, (size_t)D), n, 1e-10, 2e-6, 1e-5);
                 dev_free_all();
             }
@@ -333,20 +330,20 @@ static void test_rounded_outputs(void **state) {
         assert_int_equal(tr__cl_add(g_cl, fdt, 0, n - 1, dX, dA, dY), TR_OK);
         same_bits("add", fdt, down(dY, n - 1), xs, n - 1);
         /* the row norm and its backward */
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f, 0), TR_OK);
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, 0, R, 1, D, dev_f(xs, n), NULL, dY0, dR0, 1e-5f, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, fdt, R, 1, D, dX, dA, dY, dR, 1e-5f, 0), TR_OK);
         same_bits("rms_rows fwd y", fdt, down(dY, n), down_rounded(fdt, dY0, n), n);
         same_bits("rms_rows fwd rstd", fdt, down(dR, R), down(dR0, R), R);
-        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, 0, R, D, dDY, dY, dR, dDX0, 0), TR_OK);
-        assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dDY, dY, dR, dDX, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_ROWS_BWD, 0, R, 1, D, dDY, dY, dDX0, dR, 0, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_ROWS_BWD, fdt, R, 1, D, dDY, dY, dDX, dR, 0, 0), TR_OK);
         same_bits("rms_rows bwd", fdt, down(dDX, n), down_rounded(fdt, dDX0, n), n);
         /* the column norm and its backward */
-        assert_int_equal(tr__cl_rms_cols_fwd(g_cl, 0, B, S, D, dev_f(cxs, nc), NULL, cY0, cR0, 1e-5f), TR_OK);
-        assert_int_equal(tr__cl_rms_cols_fwd(g_cl, fdt, B, S, D, cX, cA, cY, cR, 1e-5f), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_COLS_FWD, 0, B, S, D, dev_f(cxs, nc), NULL, cY0, cR0, 1e-5f, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_COLS_FWD, fdt, B, S, D, cX, cA, cY, cR, 1e-5f, 0), TR_OK);
         same_bits("rms_cols fwd y", fdt, down(cY, nc), down_rounded(fdt, cY0, nc), nc);
         same_bits("rms_cols fwd rstd", fdt, down(cR, (size_t)B * D), down(cR0, (size_t)B * D), (size_t)B * D);
-        assert_int_equal(tr__cl_rms_cols_bwd(g_cl, 0, B, S, D, cDY, cY, cR, cDX0), TR_OK);
-        assert_int_equal(tr__cl_rms_cols_bwd(g_cl, fdt, B, S, D, cDY, cY, cR, cDX), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_COLS_BWD, 0, B, S, D, cDY, cY, cDX0, cR, 0, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_COLS_BWD, fdt, B, S, D, cDY, cY, cDX, cR, 0, 0), TR_OK);
         same_bits("rms_cols bwd", fdt, down(cDX, nc), down_rounded(fdt, cDX0, nc), nc);
         /* SwiGLU backward: both halves of each row rounded, the gap between rows (GS > 2 W) untouched */
         assert_int_equal(tr__cl_swiglu_bwd(g_cl, 0, R, W, dG, GS, dDA, GS, dDG0), TR_OK);
@@ -613,9 +610,9 @@ static void test_record16(void **state) {
         dCs = dev_f(cs, (size_t)AS * HD), dSn = dev_f(sn, (size_t)AS * HD);
         { /* the fp32 operands' results */
             float *dY = dev_f(NULL, n), *dR = dev_f(NULL, R), *dDX = dev_f(NULL, n), *dO = dev_f(NULL, no), *dL = dev_f(NULL, nl), *dD = dev_f(NULL, nq), *dQ;
-            assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dev_f(x, n), dev_f(ad, n), dY, dR, 1e-5f, 0), TR_OK);
+            assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, fdt, R, 1, D, dev_f(x, n), dev_f(ad, n), dY, dR, 1e-5f, 0), TR_OK);
             y0 = down(dY, n), r0 = down(dR, R);
-            assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dev_f(dy, n), dY, dR, dDX, 0), TR_OK);
+            assert_int_equal(cl_norm(TR__NORM_ROWS_BWD, fdt, R, 1, D, dev_f(dy, n), dY, dDX, dR, 0, 0), TR_OK);
             dx0 = down(dDX, n);
             for (inv = 0; inv < 2; inv++) {
                 dQ = dev_f(q, nq);
@@ -632,12 +629,12 @@ static void test_record16(void **state) {
             const int A = x16 & TR__X16_A, Bb = x16 & TR__X16_B, C = x16 & TR__X16_C;
             float *dY = dev_maybe16(fdt, C, x, n), *dR = dev_f(NULL, R), *dDX, *dO, *dL, *dD;
             /* the norm: x, add, out (its output's first values: x's, overwritten) */
-            assert_int_equal(tr__cl_rms_rows_fwd(g_cl, fdt, R, D, dev_maybe16(fdt, A, x, n), dev_maybe16(fdt, Bb, ad, n), dY, dR, 1e-5f, x16), TR_OK);
+            assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, fdt, R, 1, D, dev_maybe16(fdt, A, x, n), dev_maybe16(fdt, Bb, ad, n), dY, dR, 1e-5f, x16), TR_OK);
             same_bits("rms_rows fwd y, 16-bit operands", fdt, down_maybe16(fdt, C, dY, n), y0, n);
             same_bits("rms_rows fwd rstd, 16-bit operands", fdt, down(dR, R), r0, R);
             /* its backward: dy, y, dx */
             dDX = C ? dev_h16(fdt, x, n) : dev_f(NULL, n);
-            assert_int_equal(tr__cl_rms_rows_bwd(g_cl, fdt, R, D, dev_maybe16(fdt, A, dy, n), dev_maybe16(fdt, Bb, y0, n), dR, dDX, x16), TR_OK);
+            assert_int_equal(cl_norm(TR__NORM_ROWS_BWD, fdt, R, 1, D, dev_maybe16(fdt, A, dy, n), dev_maybe16(fdt, Bb, y0, n), dDX, dR, 0, x16), TR_OK);
             same_bits("rms_rows bwd, 16-bit operands", fdt, down_maybe16(fdt, C, dDX, n), dx0, n);
             if (x16 == TR__X16_A)
                 for (inv = 0; inv < 2; inv++) { /* RoPE in place on 16-bit qkv */
@@ -819,7 +816,7 @@ static void test_small_workgroups(void **state) {
         info->max_wg = caps[c];
         dY = dev_f(NULL, n), dR = dev_f(NULL, (size_t)R);
         tr__rms_rows_fwd_ref(R, D, x, NULL, y, rs, 1e-5f, 1);
-        assert_int_equal(tr__cl_rms_rows_fwd(g_cl, 0, R, D, dev_f(x, n), NULL, dY, dR, 1e-5f, 0), TR_OK);
+        assert_int_equal(cl_norm(TR__NORM_ROWS_FWD, 0, R, 1, D, dev_f(x, n), NULL, dY, dR, 1e-5f, 0), TR_OK);
         check("rms_rows small wg", down(dY, n), y, n, 1e-10, 1e-6, 1e-5);
         dev_free_all();
         xent_case(3, 5, 130, TR_LOSS_SOFTMAX, 1, 1.0f, 173, 1);

@@ -91,7 +91,7 @@ static void run_sgemm(op_env *e, int dt, int rnd) {
         tr__round_ref(dt, ref, M * N);
         assert_int_equal(tr__op_sgemm_rnd(e->ctx, dt, 1, M, N, K, ma, mb, tr__out16_of(dC.p, N, 0, 0, dt)), TR_OK);
     } else
-        assert_int_equal(tr__op_sgemm(e->ctx, M, N, K, ma, mb, tr__out_of(dC.p, N, 0, 0)), TR_OK);
+        assert_int_equal(tr__op_sgemm(e->ctx, M, N, K, ma, mb, tr__out_in(tr__out_of(dC.p, N, 0, 0), dt)), TR_OK); /* (in dt, as a model's) */
     check(e, rnd ? "sgemm_rnd" : "sgemm", dt, "C", got = get(e, dC, M * N), ref, M * N, 0);
     tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(B), free(ref), free(got);
 }
@@ -199,6 +199,43 @@ static void case_attention(op_env *e, int dt) {
     check(e, "attention", dt, "backward dqkv", got = get(e, dDQ, nq), dq, nq, 0), free(got);
     tr__dfree(e->ctx, dQ.p), tr__dfree(e->ctx, dO.p), tr__dfree(e->ctx, dL.p), tr__dfree(e->ctx, dDO.p), tr__dfree(e->ctx, dDQ.p);
     free(qkv), free(dout), free(o), free(lse), free(dq), free(scr), free(wscr);
+}
+
+/* The forward on the tensor cores (tr_k_hmma_att_fwd*: a 16-bit qkv and o, head sizes 32, 64, 128) against the scalar
+   reference. The kernel rounds p to dt before its product with v (flash attention's rounding point), a relative error
+   of at most u (2^-8 bfloat16, 2^-11 float16) in each p, so at most u max|v| in o = sum p v / sum p before o's own
+   rounding; that rounding then lands at most one unit of dt (rtol_of) from the reference's. lse sums the fp32 p, as the
+   reference does, in another order. */
+static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, int on) {
+    const int D = H * hd;
+    const size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
+    float *qkv = vals(nq, 40 + S + hd, 1.5f, dt), *o = (float *)malloc(no * 4), *lse = (float *)malloc(nl * 4), *got;
+    float *scr = (float *)malloc(2 * tr__attention_scratch_floats(S, hd) * 4), vmax = 0;
+    tr__buf dQ = put(e, qkv, nq, dt), dO = put(e, NULL, no, dt), dL = put(e, NULL, nl, TR__F32);
+    const long before = e->ctx->cl->mma_attention;
+    tr__att_desc d;
+    char what[64];
+    size_t i;
+    for (i = 0; i < nq; i++)
+        if ((i / D) % 3 == 2) vmax = fmaxf(vmax, fabsf(qkv[i]));
+    tr__attention_fwd_ref(B, S, H, hd, qkv, o, lse, scr, 1);
+    tr__round_ref(dt, o, no);
+    memset(&d, 0, sizeof d);
+    d.fdt = dt, d.B = B, d.S = S, d.H = H, d.hd = hd, d.qkv = dQ, d.o = dO, d.lse = (float *)dL.p;
+    assert_int_equal(tr__op_attention(e->ctx, &d), TR_OK);
+    assert_int_equal(e->ctx->cl->mma_attention, before + on); /* (it ran on the tensor-core kernel, or not) */
+    snprintf(what, sizeof what, "tensor-core forward o, S %d, hd %d", S, hd);
+    got = get(e, dO, no);
+    {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s, attention, %s, %s", e->where, tr__dtypes[dt].name, what);
+        tu_assert_close(msg, got, o, no, (dt == TR__BF16 ? 1.0 / 256 : 1.0 / 2048) * vmax, rtol_of(dt));
+    }
+    free(got);
+    snprintf(what, sizeof what, "tensor-core forward lse, S %d, hd %d", S, hd);
+    check(e, "attention", TR__F32, what, got = get(e, dL, nl), lse, nl, 0), free(got);
+    tr__dfree(e->ctx, dQ.p), tr__dfree(e->ctx, dO.p), tr__dfree(e->ctx, dL.p);
+    free(qkv), free(o), free(lse), free(scr);
 }
 
 static void case_rope(op_env *e, int dt) {
@@ -364,7 +401,7 @@ static void test_ops_opencl(void **state) {
 }
 
 /* Emulated tensor cores (the OpenCL device's tensor-core kernels run with fma: cl_sgemm "MMA=2"): their products take
-   16-bit operands, and a bfloat16 / float16 computation's products run on them (ctx->gemm_fdt, as while a model runs). */
+   16-bit operands, and products in bfloat16 / float16 (tr__out.prec, as a model's) run on them. */
 static void test_ops_tensor_cores(void **state) {
     tr_ctx_config cc = tr_ctx_config_default();
     op_env e;
@@ -386,14 +423,32 @@ static void test_ops_tensor_cores(void **state) {
     for (op = 0; op < TR__NOPS; op++)
         for (dt = 0; dt < TR__NDT; dt++)
             if (tr__ops[op].types[TR__DEV_MMA] & ~tr__ops[op].types[TR__DEV_CL] & TR__DTB(dt)) { /* (what the plain device runs, test_ops_opencl ran) */
-                e.ctx->gemm_fdt = dt;
                 cases[op](&e, dt);
-                e.ctx->gemm_fdt = 0;
                 ran++;
             }
     assert_int_equal(ran, 4); /* (sgemm and sgemm_rnd, each in bfloat16 and float16) */
 #if TINYREC_OPENCL
     assert_true(e.ctx->cl->mma_products >= 4); /* (they ran on the tensor-core kernels) */
+    for (dt = TR__BF16; dt <= TR__F16; dt++) { /* the attention's forward: Sudoku's S = 97 (2 query blocks, 2 key blocks), a small odd S */
+        static const int hds[3] = {32, 64, 128};
+        int k;
+        for (k = 0; k < 3; k++) {
+            run_attention_mma(&e, dt, 1, 97, 2, hds[k], 1);
+            run_attention_mma(&e, dt, 2, 13, 2, hds[k], 1);
+        }
+    }
+    { /* TINYREC_CL_SGEMM's ATT: 0 turns it off (the portable kernel, within the same bound), 1 on (mma.sync's switch) */
+        tr__cl_gemm_cfg g;
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "MMA=2,ATT=0", &g);
+        assert_int_equal(g.att, 1), assert_int_equal(g.mma, 2);
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "ATT=1", &g);
+        assert_int_equal(g.att, 2);
+        tr__cl_gemm_config_spec(tr__cl_get_info(e.ctx->cl), "MMA=2", &g);
+        assert_int_equal(g.att, 0);
+        e.ctx->cl->gemm.att = 1;
+        run_attention_mma(&e, TR__BF16, 1, 97, 2, 64, 0);
+        e.ctx->cl->gemm.att = 0;
+    }
 #endif
     tr_ctx_destroy(e.ctx);
 }

@@ -35,6 +35,12 @@ static float *rnd_buf(size_t n) {
     return p;
 }
 
+/* The precision the products multiply in (tr__out.prec): a bfloat16 model's on the passes of for_each_level that run
+   its kernels, else 0 (fp32). */
+static int g_prec;
+static tr__out tout16(void *p, size_t ld, size_t s, int acc, int dt) { return tr__out_in(tr__out16_of(p, ld, s, acc, dt), g_prec); }
+static tr__out tout(void *p, size_t ld, size_t s, int acc) { return tout16(p, ld, s, acc, 0); }
+
 static tr_ctx *new_ctx(int threads) {
     tr_ctx *ctx = NULL;
     tr_ctx_config cfg = tr_ctx_config_default();
@@ -46,13 +52,13 @@ static tr_ctx *new_ctx(int threads) {
 /* The kernels in use: the SIMD level, and the bfloat16 products' kernel. */
 static const char *kern_name(tr_ctx *ctx) {
     static char buf[64];
-    int mode = tr__bgemm_mode(ctx);
+    int mode = tr__bgemm_mode(ctx, g_prec);
     snprintf(buf, sizeof buf, "%s%s", tr_ctx_simd_name(ctx), mode == TR__BG_DPBF16 ? "+vdpbf16ps" : mode == TR__BG_TWIN ? "+bf16 twin" : mode == TR__BG_AMX ? "+amx" : "");
     return buf;
 }
 
 /* One product at the context's SIMD level, checked element by element against the reference.
-   While a bfloat16 model's products run (ctx->gemm_fdt), the operands are bfloat16 values, as the
+   While a bfloat16 model's products run (g_prec), the operands are bfloat16 values, as the
    model's are: the products are then exact and every kernel's result is a float sum of the same
    terms, within the same bound. */
 static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K, size_t pa, size_t pb, size_t pc, int acc) {
@@ -61,11 +67,11 @@ static void check_one(tr_ctx *ctx, int ta, int tb, size_t M, size_t N, size_t K,
     float *A = rnd_buf(arows * lda), *B = rnd_buf(brows * ldb), *C = rnd_buf(M * ldc), *R = rnd_buf(M * ldc);
     float *C0 = rnd_buf(M * ldc);
     size_t i, j, k;
-    if (ctx->gemm_fdt) tr__round_ref(ctx->gemm_fdt, A, arows * lda), tr__round_ref(ctx->gemm_fdt, B, brows * ldb);
+    if (g_prec) tr__round_ref(g_prec, A, arows * lda), tr__round_ref(g_prec, B, brows * ldb);
     memcpy(R, C, M * ldc * sizeof *C);
     memcpy(C0, C, M * ldc * sizeof *C);
-    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, ldc, 0, acc)), TR_OK);
-    tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(R, ldc, 0, acc));
+    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(C, ldc, 0, acc)), TR_OK);
+    tr__sgemm_ref(M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(R, ldc, 0, acc));
     for (i = 0; i < M; i++) {
         for (j = 0; j < N; j++) {
             double S = acc ? fabs((double)C0[i * ldc + j]) : 0.0, tol;
@@ -98,7 +104,7 @@ static const char *levels[] = {"scalar", "avx2", "avx512", "neon"};
 #define EACH_THREAD_COUNT(th) for ((th) = 1; (th) <= 16; (th) = (th) == 1 ? 2 : (th) == 2 ? 16 : 32)
 
 /* Every SIMD level the CPU supports; `fn` runs once per level. Then as a bfloat16 model's products
-   (ctx->gemm_fdt): on the scalar twin of vdpbf16ps at the best level (its short products on that
+   (g_prec): on the scalar twin of vdpbf16ps at the best level (its short products on that
    level's fp32 kernels), and on vdpbf16ps itself where the CPU has AVX512_BF16. */
 static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     int l;
@@ -111,24 +117,24 @@ static void for_each_level(tr_ctx *ctx, void (*fn)(tr_ctx *)) {
     }
     tr_ctx_set_simd(ctx, "auto");
 #if TR__X86 /* (the twin is the same C on every architecture; under qemu, CI's aarch64 run, these passes would take ten minutes) */
-    ctx->gemm_fdt = TR_FWD_BFLOAT16;
+    g_prec = TR_FWD_BFLOAT16;
     ctx->bf16_gemm = 2;
-    assert_int_equal(tr__bgemm_mode(ctx), 2);
+    assert_int_equal(tr__bgemm_mode(ctx, g_prec), 2);
     fn(ctx);
     if (tr_ctx_set_simd(ctx, "avx512") == TR_OK && ctx->cpu_bf16) {
         ctx->bf16_gemm = 3;
-        assert_int_equal(tr__bgemm_mode(ctx), TR__BG_DPBF16);
+        assert_int_equal(tr__bgemm_mode(ctx, g_prec), TR__BG_DPBF16);
         fn(ctx);
         ctx->bf16_gemm = 1;
         if (ctx->cpu_amx) {
-            assert_int_equal(tr__bgemm_mode(ctx), TR__BG_AMX);
+            assert_int_equal(tr__bgemm_mode(ctx, g_prec), TR__BG_AMX);
             fn(ctx);
         } else
             print_message("(no AMX on this CPU: its kernel not run)\n");
     } else
         print_message("(no AVX512_BF16 on this CPU: vdpbf16ps not run, its twin was)\n");
     ctx->bf16_gemm = 1;
-    ctx->gemm_fdt = 0;
+    g_prec = 0;
     tr_ctx_set_simd(ctx, "auto");
 #endif
 }
@@ -206,13 +212,13 @@ static void test_degenerate(void **state) {
     for (l = 0; l < 4; l++) {
         if (tr_ctx_set_simd(ctx, levels[l]) != TR_OK) continue;
         C[0] = 1, C[1] = 2, C[2] = 3, C[3] = 4, C[4] = 5, C[5] = 6;
-        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 1)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tout(C, 3, 0, 1)), TR_OK);
         assert_true(C[0] == 1 && C[1] == 2 && C[3] == 4 && C[4] == 5);
-        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 2, 0, tr__mat_of(A, 1, 0, 0), tr__mat_of(B, 2, 0, 0), tout(C, 3, 0, 0)), TR_OK);
         assert_true(C[0] == 0 && C[1] == 0 && C[2] == 3 && C[3] == 0 && C[4] == 0 && C[5] == 6);
         C[0] = 7;
-        assert_int_equal(tr__sgemm(ctx, 0, 2, 2, tr__mat_of(A, 2, 0, 0), tr__mat_of(B, 2, 0, 0), tr__out_of(C, 3, 0, 0)), TR_OK);
-        assert_int_equal(tr__sgemm(ctx, 2, 0, 2, tr__mat_of(A, 2, 0, 1), tr__mat_of(B, 2, 0, 1), tr__out_of(C, 3, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 0, 2, 2, tr__mat_of(A, 2, 0, 0), tr__mat_of(B, 2, 0, 0), tout(C, 3, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 2, 0, 2, tr__mat_of(A, 2, 0, 1), tr__mat_of(B, 2, 0, 1), tout(C, 3, 0, 0)), TR_OK);
         assert_true(C[0] == 7);
     }
     tr_ctx_destroy(ctx);
@@ -237,7 +243,7 @@ static void run_threads(tr_ctx *ctx) {
                 float *C = nt == 1 ? C1 : C2;
                 memcpy(C, C0, M * N * sizeof(float));
                 assert_int_equal(tr_ctx_set_num_threads(ctx, nt), TR_OK);
-                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, acc)), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(C, N, 0, acc)), TR_OK);
                 if (nt > 1 && memcmp(C1, C2, M * N * sizeof(float)) != 0)
                     fail_msg("simd %s: 1 and %d threads differ for M %zu N %zu K %zu ta %d tb %d acc %d", kern_name(ctx), nt, M, N, K, ta, tb, acc);
             }
@@ -268,12 +274,12 @@ static void test_alloc_failure(void **state) {
         int ta = t & 1, tb = t >> 1;
         tr_ctx_fail_alloc_at(ctx, 1);
         assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb),
-                                   tr__out_of(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
+                                   tout(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
         assert_true(strlen(tr_ctx_last_error(ctx)) > 0);
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
         tr_ctx_fail_alloc_at(ctx, 0);
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
-        tr__sgemm_ref(M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(R, N, 0, 0));
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tout(C, N, 0, 0)), TR_OK);
+        tr__sgemm_ref(M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tout(R, N, 0, 0));
         assert_true(fabs((double)C[N + 3] - (double)R[N + 3]) <= 1e-3);
         assert_int_equal(tr_ctx_live_allocs(ctx), 0);
         tr_ctx_destroy(ctx);
@@ -303,12 +309,12 @@ static void run_batched(tr_ctx *ctx, int summed, size_t M, size_t N, size_t K, s
         memcpy(C0, C, nc * sizeof(float));
         for (b = 0; b < nb; b++)
             assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A + b * sA, lda, 0, ta), tr__mat_of(B + b * sB, ldb, 0, tb),
-                                       tr__out_of(R + b * sC, ldc, 0, summed && b > 0 ? 1 : acc)), TR_OK);
+                                       tout(R + b * sC, ldc, 0, summed && b > 0 ? 1 : acc)), TR_OK);
         EACH_THREAD_COUNT(th) {
             memcpy(C, C0, nc * sizeof(float));
             assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
             assert_int_equal(tr__sgemm_batched(ctx, (int)nb, M, N, K, tr__mat_of(A, lda, sA, ta), tr__mat_of(B, ldb, sB, tb),
-                                               tr__out_of(C, ldc, sC, acc)), TR_OK);
+                                               tout(C, ldc, sC, acc)), TR_OK);
             if (memcmp(C, R, nc * sizeof(float)) != 0)
                 fail_msg("simd %s, %d thread(s): %s batch differs from its products, M %zu N %zu K %zu nb %zu ta %d tb %d acc %d", kern_name(ctx), th,
                          summed ? "summed" : "shared-A", M, N, K, nb, ta, tb, acc);
@@ -351,25 +357,25 @@ static void run_packed_weights(tr_ctx *ctx) {
             tr__pw pw;
             lda = ta ? M : K, ldb = tb ? K : N;
             assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb),
-                                       tr__out_of(R, N, 0, 0)), TR_OK); /* no region: uncached */
+                                       tout(R, N, 0, 0)), TR_OK); /* no region: uncached */
             tr__pw_attach(ctx, &pw, W, M * K + K * N);
             EACH_THREAD_COUNT(th) {
                 assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
-                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(C, N, 0, 0)), TR_OK);
                 if (memcmp(C, R, M * N * sizeof(float)) != 0)
                     fail_msg("simd %s, %d thread(s): cached packing differs, M %zu N %zu K %zu ta %d tb %d", kern_name(ctx), th, M, N, K, ta, tb);
             }
             assert_int_equal(pw.count, 2); /* op(A) and op(B), packed once for both calls */
             assert_int_equal(pw.packs, 2);
             B[0] += 1.0f; /* unseen by the version: the cache still answers */
-            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(C, N, 0, 0)), TR_OK);
             assert_memory_equal(C, R, M * N * sizeof(float));
             pw.version++; /* what every writer of the weights does */
-            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(C, N, 0, 0)), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(C, N, 0, 0)), TR_OK);
             assert_int_equal(pw.packs, 4);
             tr__pw_detach(ctx, &pw);
             assert_null(ctx->pw);
-            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tr__out_of(R, N, 0, 0)), TR_OK);
+            assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, ldb, 0, tb), tout(R, N, 0, 0)), TR_OK);
             assert_memory_equal(C, R, M * N * sizeof(float));
             free(W), free(R), free(C);
         }
@@ -386,11 +392,11 @@ static void test_packed_weights_limits(void **state) {
     tr__pw pw;
     long k;
     (void)state;
-    tr__sgemm_ref(M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(R, N, 0, 0));
+    tr__sgemm_ref(M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tout(R, N, 0, 0));
     for (k = 1; k <= 2; k++) { /* the op(B) entry, then the op(A) entry */
         tr__pw_attach(ctx, &pw, W, n);
         tr_ctx_fail_alloc_at(ctx, k);
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tout(C, N, 0, 0)), TR_ERR_OUT_OF_MEMORY);
         tr_ctx_fail_alloc_at(ctx, 0);
         assert_true(strlen(tr_ctx_last_error(ctx)) > 0);
         tr__pw_detach(ctx, &pw);
@@ -398,7 +404,7 @@ static void test_packed_weights_limits(void **state) {
     }
     ctx->mem_limit = 8 * n + 4 * K * 16; /* the weights' own share fits, their packings do not */
     tr__pw_attach(ctx, &pw, W, n);
-    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tr__out_of(C, N, 0, 0)), TR_OK);
+    assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, K, 0, 1), tout(C, N, 0, 0)), TR_OK);
     assert_int_equal(pw.count, 0);
     for (k = 0; k < (long)(M * N); k++) /* |C| <= K = 100 products of [-1, 1) values: (K + 2) 2^-23 K ~ 1.2e-3 */
         if (!(fabs((double)C[k] - (double)R[k]) <= 2e-3)) fail_msg("uncached product wrong at %ld: %g vs %g", k, (double)C[k], (double)R[k]);
@@ -454,10 +460,10 @@ static void test_bf16_pairs(void **state) {
     static const int settings[3] = {2, 3, 1}; /* TINYREC_CPU_BF16: the twin, vdpbf16ps, AMX */
     int set;
     for (set = 0; set < 3; set++) {
-        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = settings[set];
+        g_prec = TR_FWD_BFLOAT16, ctx->bf16_gemm = settings[set];
         if (set > 0 && (tr_ctx_set_simd(ctx, "avx512") != TR_OK || !ctx->cpu_bf16)) break;
         if (set == 2 && !ctx->cpu_amx) break;
-        mode = tr__bgemm_mode(ctx);
+        mode = tr__bgemm_mode(ctx, g_prec);
         assert_int_equal(mode, set == 0 ? TR__BG_TWIN : set == 1 ? TR__BG_DPBF16 : TR__BG_AMX);
         native += set > 0;
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -474,7 +480,7 @@ static void test_bf16_pairs(void **state) {
                     memcpy(C, C0, M * N * sizeof(float));
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb),
-                                               tr__out_of(C, N, 0, acc)), TR_OK);
+                                               tout(C, N, 0, acc)), TR_OK);
                     /* vdpbf16ps is checked bit for bit where its semantics are Intel's documented ones; elsewhere, and AMX (whose
                        rounding of its sums the SDM leaves open), within the fp32 bound of check_one */
                     if (mode == TR__BG_TWIN || (mode == TR__BG_DPBF16 && is_intel)) {
@@ -497,29 +503,29 @@ static void test_bf16_pairs(void **state) {
         tr__pw pw;
         tr_ctx_set_simd(ctx, "auto");
         ctx->bf16_gemm = TR__BG_TWIN;
-        ctx->gemm_fdt = 0;
-        assert_int_equal(tr__bgemm_mode(ctx), 0);
-        ctx->gemm_fdt = TR_FWD_FLOAT16;
-        assert_int_equal(tr__bgemm_mode(ctx), 0);
-        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 0;
-        assert_int_equal(tr__bgemm_mode(ctx), 0);
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
-        ctx->gemm_fdt = 0;
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
+        g_prec = 0;
+        assert_int_equal(tr__bgemm_mode(ctx, g_prec), 0);
+        g_prec = TR_FWD_FLOAT16;
+        assert_int_equal(tr__bgemm_mode(ctx, g_prec), 0);
+        g_prec = TR_FWD_BFLOAT16, ctx->bf16_gemm = 0;
+        assert_int_equal(tr__bgemm_mode(ctx, g_prec), 0);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C1, N, 0, 0)), TR_OK);
+        g_prec = 0;
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C2, N, 0, 0)), TR_OK);
         assert_memory_equal(C1, C2, M * N * sizeof(float));
         tr__pw_attach(ctx, &pw, W, M * K + K * N);
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
-        ctx->gemm_fdt = TR_FWD_BFLOAT16, ctx->bf16_gemm = 2;
-        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C1, N, 0, 0)), TR_OK);
+        g_prec = TR_FWD_BFLOAT16, ctx->bf16_gemm = 2;
+        assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C2, N, 0, 0)), TR_OK);
         assert_int_equal(pw.count, 4);
         ref_bf16_pairs(0, 0, M, N, K, W, K, W + M * K, N, C1, N, 0);
         assert_memory_equal(C1, C2, M * N * sizeof(float));
         tr__pw_detach(ctx, &pw);
         /* short products: the fp32 kernels on the (already bfloat16) values */
         tr__round_ref(TR_FWD_BFLOAT16, W, M * K + K * N);
-        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C1, N, 0, 0)), TR_OK);
-        ctx->gemm_fdt = 0;
-        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tr__out_of(C2, N, 0, 0)), TR_OK);
+        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C1, N, 0, 0)), TR_OK);
+        g_prec = 0;
+        assert_int_equal(tr__sgemm(ctx, 16, N, K, tr__mat_of(W, K, 0, 0), tr__mat_of(W + M * K, N, 0, 0), tout(C2, N, 0, 0)), TR_OK);
         assert_memory_equal(C1, C2, 16 * N * sizeof(float));
         free(W), free(C1), free(C2);
     }
@@ -546,10 +552,10 @@ static void test_bf16_pairs(void **state) {
     }
 }
 
-/* The micro-tile the products of a depth-K GEMM run on here (tr__sgemm_nb's choice). */
-static void kern_tile(tr_ctx *ctx, size_t K, size_t *mr, size_t *nr) {
+/* The micro-tile the products of a depth-K GEMM in the precision prec run on here (tr__sgemm_nb's choice). */
+static void kern_tile(tr_ctx *ctx, int prec, size_t K, size_t *mr, size_t *nr) {
     tr__sgemm_kern k = tr__sgemm_kernels(ctx->simd);
-    int mode = tr__bgemm_mode(ctx);
+    int mode = tr__bgemm_mode(ctx, prec);
     if (mode == TR__BG_AMX && K < 32) mode = TR__BG_DPBF16;
     if (mode) tr__bgemm_kernels(&k, mode);
     *mr = k.mr, *nr = k.nr;
@@ -580,9 +586,9 @@ static void run_gate_up_fused(tr_ctx *ctx) {
     /* {pair_m, nb, M, N, K}: M x N is C (2 half rows with pair_m, else 2 half columns) */
     static const size_t shapes[][5] = {{0, 1, 97, 512, 64}, {0, 1, 40, 128, 37}, {0, 1, 130, 64, 512}, {0, 1, 33, 96, 513}, {0, 1, 16, 64, 40},
                                        {1, 3, 192, 37, 40}, {1, 2, 192, 64, 40}, {1, 2, 128, 64, 97}, {1, 1, 168, 20, 33}, {1, 2, 64, 7, 40}};
-    int fdts[3] = {0, TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 3, f, keep, th;
+    int fdts[3] = {0, TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = g_prec ? 1 : 3, f, keep, th;
     size_t s, i;
-    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    if (g_prec) fdts[0] = g_prec;
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (keep = 0; keep < 3; keep++) { /* gate_up not kept, kept in fp32, kept in 16 bits */
@@ -599,13 +605,13 @@ static void run_gate_up_fused(tr_ctx *ctx) {
                 /* the passes: the product rounded, its 16-bit copy, the activation (pair_m: each product's gate rows, then
                    its up rows; else each row's gate columns, then its up columns) */
                 if (pair_m) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, sB, 0),
-                                                              tr__out_of(C, N, M * N, 0)), TR_OK);
+                                                              tout(C, N, M * N, 0)), TR_OK);
                 else assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, 1, M, N, K, tr__mat_of(A, lda, 0, 0), tr__mat_of(B, ldb, 0, 1),
-                                                       tr__out_of(C, N, 0, 0)), TR_OK);
+                                                       tout(C, N, 0, 0)), TR_OK);
                 if (fdt) assert_int_equal(tr__op_half(ctx, fdt, 0, C, h_ref, nC), TR_OK);
                 if (pair_m) assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, nb, (long)(half * N), tr__f32(C), M * N, tr__f32(act_ref), act_s), TR_OK);
                 else assert_int_equal(tr__op_swiglu_fwd(ctx, fdt, (long)M, (long)half, tr__f32(C), N, tr__f32(act_ref), half), TR_OK);
-                kern_tile(ctx, K, &mr, &nr);
+                kern_tile(ctx, fdt, K, &mr, &nr);
                 expect = K <= TR__SG_KC && M > TR__SG_SMALL_M && N > TR__SG_SMALL_N && (pair_m || half % nr == 0); /* (pair_m: A packed in halves) */
                 if (ctx->simd == TR__SIMD_AVX2 || ctx->simd == TR__SIMD_NEON) { /* (their activation's tails: scalar) */
                     size_t lanes = ctx->simd == TR__SIMD_AVX2 ? 8 : 4;
@@ -658,9 +664,9 @@ PER_LEVEL_TEST(gate_up_fused)
 static void run_round_epilogue(tr_ctx *ctx) {
     /* {nb, M, N, K} */
     static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}};
-    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, th, t;
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = g_prec ? 1 : 2, f, th, t;
     size_t s, i;
-    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    if (g_prec) fdts[0] = g_prec;
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (t = 0; t < 4; t++) {
@@ -672,17 +678,17 @@ static void run_round_epilogue(tr_ctx *ctx) {
                 tr__round_ref(fdt, A, M * K), tr__round_ref(fdt, B, (size_t)nb * sB);
                 for (i = 0; i < nC; i++) R[i] = C[i] = NAN;
                 assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
-                                                      tr__out_of(R, N, sC, 0)), TR_OK);
+                                                      tr__out_in(tout(R, N, sC, 0), fdt)), TR_OK); /* (a rounded product multiplies in its precision) */
                 assert_int_equal(tr__op_round_rows(ctx, fdt, R, (size_t)nb, M * N, sC), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     tr__sgemm_epi_init(ctx, fdt, &e);
                     e.round_only = 1;
                     assert_int_equal(tr__sgemm_nb(ctx, (size_t)nb, 1, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
-                                                  tr__out_of(C, N, sC, 0), &e), TR_OK);
+                                                  tr__out_in(tout(C, N, sC, 0), fdt), &e), TR_OK);
                     assert_int_equal(e.done, K <= TR__SG_KC && M > TR__SG_SMALL_M && (N > TR__SG_SMALL_N || ta));
                     if (!e.done) assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
-                                                                   tr__out_of(C, N, sC, 0)), TR_OK);
+                                                                   tout(C, N, sC, 0)), TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0 && !(isnan(C[i]) && isnan(R[i])))
                             fail_msg("%s, fdt %d, %d thread(s), nb %d M %zu N %zu K %zu ta %d tb %d: C[%zu] = %.9g, the pass's %.9g", kern_name(ctx), fdt, th, nb, M, N,
@@ -701,9 +707,9 @@ PER_LEVEL_TEST(round_epilogue)
 static void run_a16_operand(tr_ctx *ctx) {
     /* {M, N, K} */
     static const size_t shapes[][3] = {{12, 40, 30}, {50, 6, 70}, {1400, 24, 40}, {170, 64, 97}, {90, 33, 1101}};
-    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, th, t;
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = g_prec ? 1 : 2, f, th, t;
     size_t s, i;
-    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    if (g_prec) fdts[0] = g_prec;
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (t = 0; t < 8; t++) {
@@ -716,12 +722,12 @@ static void run_a16_operand(tr_ctx *ctx) {
                 tr__round_ref(fdt, A, nA), tr__round_ref(fdt, B, K * N);
                 tr__half_ref(fdt, 0, A, A16, nA), tr__half_ref(fdt, 0, B, B16, K * N);
                 memcpy(R, C0, M * N * sizeof(float));
-                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(R, N, 0, acc)), TR_OK);
+                assert_int_equal(tr__sgemm(ctx, M, N, K, tr__mat_of(A, lda, 0, ta), tr__mat_of(B, tb ? K : N, 0, tb), tout(R, N, 0, acc)), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, M * N * sizeof(float));
                     assert_int_equal(tr__op_sgemm(ctx, M, N, K, tr__mat16_of(A16, lda, 0, ta, fdt),
-                                                  b16 ? tr__mat16_of(B16, tb ? K : N, 0, tb, fdt) : tr__mat_of(B, tb ? K : N, 0, tb), tr__out_of(C, N, 0, acc)),
+                                                  b16 ? tr__mat16_of(B16, tb ? K : N, 0, tb, fdt) : tr__mat_of(B, tb ? K : N, 0, tb), tout(C, N, 0, acc)),
                                      TR_OK);
                     for (i = 0; i < M * N; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -747,12 +753,12 @@ static void run_a16_operand(tr_ctx *ctx) {
                 tr__half_ref(fdt, 0, B, B16, nB), tr__half_ref(fdt, 0, A, A16, nA);
                 memcpy(R, C0, nC * sizeof(float));
                 assert_int_equal(tr__sgemm_batched(ctx, nb, M, N, K, tr__mat_of(A, ta ? M : K, sA, ta), tr__mat_of(B, ldb, sB, tb),
-                                                   tr__out_of(R, N, sC, acc)), TR_OK);
+                                                   tout(R, N, sC, acc)), TR_OK);
                 EACH_THREAD_COUNT(th) {
                     assert_int_equal(tr_ctx_set_num_threads(ctx, th), TR_OK);
                     memcpy(C, C0, nC * sizeof(float));
                     assert_int_equal(tr__op_sgemm_batched(ctx, nb, M, N, K, a16 ? tr__mat16_of(A16, ta ? M : K, sA, ta, fdt) : tr__mat_of(A, ta ? M : K, sA, ta),
-                                                          tr__mat16_of(B16, ldb, sB, tb, fdt), tr__out_of(C, N, sC, acc)),
+                                                          tr__mat16_of(B16, ldb, sB, tb, fdt), tout(C, N, sC, acc)),
                                      TR_OK);
                     for (i = 0; i < nC; i++)
                         if (memcmp(&C[i], &R[i], sizeof(float)) != 0)
@@ -764,8 +770,8 @@ static void run_a16_operand(tr_ctx *ctx) {
     {
         float A[4 * 4] = {0}, B[4 * 4] = {0}, C[2 * 16];
         /* (a 16-bit operand's type must be a 16-bit one) */
-        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat16_of(B, 4, 0, 0, 3), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
-        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat16_of(A, 4, 0, 0, 3), tr__mat_of(B, 4, 0, 0), tr__out_of(C, 4, 0, 0)), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat_of(A, 4, 0, 0), tr__mat16_of(B, 4, 0, 0, 3), tout(C, 4, 0, 0)), TR_ERR_GENERIC);
+        assert_int_equal(tr__op_sgemm(ctx, 4, 4, 4, tr__mat16_of(A, 4, 0, 0, 3), tr__mat_of(B, 4, 0, 0), tout(C, 4, 0, 0)), TR_ERR_GENERIC);
     }
 }
 PER_LEVEL_TEST(a16_operand)
@@ -776,9 +782,9 @@ PER_LEVEL_TEST(a16_operand)
 static void run_rnd16(tr_ctx *ctx) {
     /* {nb, M, N, K} */
     static const size_t shapes[][4] = {{1, 97, 512, 64}, {1, 40, 37, 512}, {3, 64, 50, 97}, {2, 33, 20, 40}, {1, 30, 40, 600}, {1, 12, 40, 30}, {2, 50, 6, 20}, {2, 170, 24, 530}};
-    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = ctx->gemm_fdt ? 1 : 2, f, x, acc;
+    int fdts[2] = {TR_FWD_BFLOAT16, TR_FWD_FLOAT16}, nf = g_prec ? 1 : 2, f, x, acc;
     size_t s, i;
-    if (ctx->gemm_fdt) fdts[0] = ctx->gemm_fdt;
+    if (g_prec) fdts[0] = g_prec;
     for (f = 0; f < nf; f++)
         for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (x = 1; x < 8; x++)
@@ -794,10 +800,10 @@ static void run_rnd16(tr_ctx *ctx) {
                     tr__half_ref(fdt, 0, A, A16, M * K), tr__half_ref(fdt, 0, B, B16, (size_t)nb * sB), tr__half_ref(fdt, 0, R, C16, nC);
                     memcpy(C, R, nC * sizeof(float));
                     assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat_of(A, ta ? M : K, 0, ta), tr__mat_of(B, tb ? K : N, sB, tb),
-                                                      tr__out_of(R, N, sC, acc)), TR_OK);
+                                                      tout(R, N, sC, acc)), TR_OK);
                     assert_int_equal(tr__op_sgemm_rnd(ctx, fdt, nb, M, N, K, tr__mat16_of(use_a ? (const void *)A16 : A, ta ? M : K, 0, ta, use_a ? fdt : 0),
                                                       tr__mat16_of((x & 2) ? (const void *)B16 : B, tb ? K : N, sB, tb, (x & 2) ? fdt : 0),
-                                                      tr__out16_of((x & 4) ? (void *)C16 : C, N, sC, acc, (x & 4) ? fdt : 0)),
+                                                      tout16((x & 4) ? (void *)C16 : C, N, sC, acc, (x & 4) ? fdt : 0)),
                                      TR_OK);
                     if (x & 4) {
                         tr__half_ref(fdt, 0, R, R16, nC);

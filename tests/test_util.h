@@ -62,6 +62,19 @@ static inline tr__cl *tu_cl_open(tr_ctx *ctx) {
     if (!tr_ctx_use_device(ctx)) tu_no_opencl(tr_ctx_device_name(ctx));
     return ctx->cl;
 }
+
+/* The OpenCL attention with its operands' types given as a mask (x16, TR__X16_*: which of qkv, o and do hold 16-bit
+   values of fdt), as the OpenCL suites enumerate them. */
+static inline tr_status tu_cl_att(tr__cl *cl, int fdt, int bwd, int B, int S, int H, int hd, const void *qkv, const void *o, const float *lse,
+                                  const void *do_, float *dqkv, int x16) {
+    tr__att_desc d;
+    memset(&d, 0, sizeof d);
+    d.fdt = fdt, d.bwd = bwd, d.B = B, d.S = S, d.H = H, d.hd = hd, d.lse = (float *)(uintptr_t)lse, d.dqkv = dqkv;
+    d.qkv = tr__buf_of(qkv, (x16 & TR__X16_A) ? fdt : 0), d.o = tr__buf_of(o, (x16 & TR__X16_B) ? fdt : 0), d.do_ = tr__buf_of(do_, (x16 & TR__X16_C) ? fdt : 0);
+    return bwd ? tr__cl_attention_bwd(cl, &d) : tr__cl_attention_fwd(cl, &d);
+}
+#define cl_att_fwd(cl, fdt, B, S, H, hd, qkv, o, lse, x16) tu_cl_att(cl, fdt, 0, B, S, H, hd, qkv, o, lse, NULL, NULL, x16)
+#define cl_att_bwd(cl, fdt, B, S, H, hd, qkv, o, lse, do_, dqkv, x16) tu_cl_att(cl, fdt, 1, B, S, H, hd, qkv, o, lse, do_, dqkv, x16)
 #endif
 
 /* The main() of an OpenCL suite built without TINYREC_OPENCL: one test that says so (skipped,

@@ -1,3 +1,4 @@
+#ifndef TR_MMA_ONLY /* (the tensor-core program, TR_MMA_ONLY, has the tensor-core attention below alone) */
 /* Flash attention, forward. Work-group (TD, BQ): row qi of a block of BQ queries, dj = its slice of the
  head dimension (d = dj + TD*c). Loops over blocks of BK keys with an online softmax; never stores S x S. */
 #define TR_ATT_TD 16
@@ -271,3 +272,213 @@ TR_ATT_DQ(tr_k_att_dq64, 4, 0)
 TR_ATT_DQ(tr_k_att_dq256, 16, 0)
 TR_ATT_DQ(tr_k_att_dq64_h, 4, 1)
 TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)
+#endif /* TR_MMA_ONLY */
+/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32
+ accumulation; 2 = the same tiles, fragments and order of operations in plain OpenCL C, any device) for a 16-bit
+ record's qkv and o (values of fdt: F16 0 bfloat16, 1 float16) and head sizes HD = 32, 64, 128. Work-group: 4 warps;
+ warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v
+ staged in local memory (rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks). Scores
+ s = (q.k) scale and the online softmax in fp32 (p = exp(s - m); each lane sums its own p, the 4 lanes of a row added
+ at the end), p rounded to fdt as the product's operand (flash attention's and cuDNN's rounding point: the one
+ rounding the portable kernel does not make), o = acc / l rounded to fdt, lse = m + log(l). */
+#ifdef TR_GEMM_MMA
+#define TR_FA_BQ 64
+#define TR_FA_BK 64
+#if TR_GEMM_MMA == 1
+#define TR_FA_WAIT() __asm__ volatile("cp.async.wait_all;" ::: "memory")
+#else
+#define TR_FA_WAIT()
+#endif
+/* v of lane (lane ^ m) of this warp (m < 4: the lanes of one row of a fragment); X: 128 floats of exchange (2) */
+static inline float tr_fa_xor(float v, int m, __local float *X) {
+#if TR_GEMM_MMA == 1
+  uint r;
+  (void)X;
+  __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(v)), "r"(m));
+  return as_float(r);
+#else
+  const int t = get_local_id(0);
+  float r;
+  X[t] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  r = X[t ^ m];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+#endif
+}
+/* rows r0 .. r0 + 63 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */
+static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int S, const int HD) {
+  const int CH = HD / 8, SW = (HD + 8) / 2;
+  int e;
+  for (e = get_local_id(0); e < TR_FA_BK * CH; e += 128) {
+    const int r = e / CH, c = e - r * CH, in = r0 + r < S;
+    TR_HCP(T + r * SW + 4 * c, P + (long)(in ? r0 + r : 0) * ld + 8 * c, in ? 16 : 0);
+  }
+}
+#if TR_GEMM_MMA != 1
+/* the value at row r, column d of a staged tile */
+static inline float tr_fa_at(__local const uint *T, int r, int d, const int HD, int fdt) {
+  return tr_unhalf1((ushort)(T[r * ((HD + 8) / 2) + (d >> 1)] >> (16 * (d & 1))), fdt);
+}
+#endif
+static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __global float *lse, int S, int H, int nqb,
+                             __local uint *L, __local float *X, const int HD, const int F16) {
+  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, NK = HD / 16, ND = HD / 8, NJ = TR_FA_BK / 8;
+  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
+  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;
+  const long ld = 3L * D;
+  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
+  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW;
+  const float scale = 1.0f / sqrt((float)HD);
+  float acc[16][4], s[TR_FA_BK / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mx[2], al[2];
+  int i, j, r, kk, k0;
+#if TR_GEMM_MMA == 1
+  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
+  uint qa[8][4];
+  tr_fa_stage(Ks, base, ld, q0, S, HD); /* this group's queries, through the k tile's room, into registers */
+  TR_HCOMMIT();
+  TR_FA_WAIT();
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (kk = 0; kk < NK; kk++) TR_LDM4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], Ks + (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4);
+#else
+  __local float *Pw = X + 128 + w * 16 * TR_FA_BK; /* this warp's rounded p, 16 x 64 */
+#endif
+#pragma unroll
+  for (i = 0; i < ND; i++)
+#pragma unroll
+    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;
+  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
+    tr_fa_stage(Ks, base + D, ld, k0, S, HD);
+    tr_fa_stage(Vs, base + 2 * D, ld, k0, S, HD);
+    TR_HCOMMIT();
+    TR_FA_WAIT();
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) s[j][r] = 0.0f;
+#pragma unroll
+    for (kk = 0; kk < NK; kk++) {
+#if TR_GEMM_MMA == 1
+#pragma unroll
+      for (j = 0; j < NJ; j += 2) {
+        uint b0[2], b1[2];
+        TR_LDM4(b0[0], b0[1], b1[0], b1[1], Ks + ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4);
+        if (F16) {
+          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));
+          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));
+        } else {
+          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));
+          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(s[j + 1], qa[kk], b1));
+        }
+      }
+#else /* the fragment's outputs: rows g (r < 2) or g + 8, keys 8 j + 2 q + (r & 1) */
+      for (j = 0; j < NJ; j++)
+        for (r = 0; r < 4; r++) {
+          const int qr = q0 + 16 * w + g + 8 * (r >> 1), kr = 8 * j + 2 * q + (r & 1);
+          int d;
+          for (d = 16 * kk; d < 16 * kk + 16; d++)
+            s[j][r] = fma(qr < S ? tr_unhalf1(base[(long)qr * ld + d], fdt) : 0.0f, tr_fa_at(Ks, kr, d, HD, fdt), s[j][r]);
+        }
+#endif
+    }
+    /* the online softmax: the rows' maxima over the 4 lanes that hold them, p, this lane's sums */
+    mx[0] = m[0], mx[1] = m[1];
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) {
+        s[j][r] = k0 + 8 * j + 2 * q + (r & 1) < S ? s[j][r] * scale : -INFINITY;
+        mx[r >> 1] = fmax(mx[r >> 1], s[j][r]);
+      }
+#pragma unroll
+    for (i = 0; i < 2; i++) {
+      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 1, X));
+      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 2, X));
+      al[i] = exp(m[i] - mx[i]);
+      m[i] = mx[i];
+      l[i] *= al[i];
+    }
+#pragma unroll
+    for (i = 0; i < ND; i++)
+#pragma unroll
+      for (r = 0; r < 4; r++) acc[i][r] *= al[r >> 1];
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) {
+        s[j][r] = exp(s[j][r] - m[r >> 1]);
+        l[r >> 1] += s[j][r];
+      }
+    /* acc += p v: p's fragments are the scores' (keys 16 kk .. + 15: columns j = 2 kk, 2 kk + 1) */
+#if TR_GEMM_MMA == 1
+#pragma unroll
+    for (kk = 0; kk < TR_FA_BK / 16; kk++) {
+      uint pa[4];
+      pa[0] = tr_mma_pack(s[2 * kk][0], s[2 * kk][1], F16), pa[1] = tr_mma_pack(s[2 * kk][2], s[2 * kk][3], F16);
+      pa[2] = tr_mma_pack(s[2 * kk + 1][0], s[2 * kk + 1][1], F16), pa[3] = tr_mma_pack(s[2 * kk + 1][2], s[2 * kk + 1][3], F16);
+#pragma unroll
+      for (i = 0; i < ND; i += 2) {
+        uint b0[2], b1[2];
+        TR_LDM4T(b0[0], b0[1], b1[0], b1[1], Vs + (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);
+        if (F16) {
+          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));
+          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));
+        } else {
+          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));
+          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));
+        }
+      }
+    }
+#else
+    for (j = 0; j < NJ; j++)
+      for (r = 0; r < 4; r++) Pw[(g + 8 * (r >> 1)) * TR_FA_BK + 8 * j + 2 * q + (r & 1)] = tr_round1(s[j][r], fdt);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (kk = 0; kk < TR_FA_BK / 16; kk++)
+      for (i = 0; i < ND; i++)
+        for (r = 0; r < 4; r++) {
+          const int pr = g + 8 * (r >> 1), d = 8 * i + 2 * q + (r & 1);
+          int kr;
+          for (kr = 16 * kk; kr < 16 * kk + 16; kr++) acc[i][r] = fma(Pw[pr * TR_FA_BK + kr], tr_fa_at(Vs, kr, d, HD, fdt), acc[i][r]);
+        }
+#endif
+  }
+#pragma unroll
+  for (i = 0; i < 2; i++) { /* the row's sum: (lanes 0 + 1) + (lanes 2 + 3) on each of its 4 lanes */
+    const int row = q0 + 16 * w + g + 8 * i;
+    l[i] += tr_fa_xor(l[i], 1, X);
+    l[i] += tr_fa_xor(l[i], 2, X);
+    if (row < S) {
+      __global ushort *orow = o + ((long)b * S + row) * D + (long)h * HD + 2 * q;
+#pragma unroll
+      for (j = 0; j < ND; j++) *(__global ushort2 *)(orow + 8 * j) = (ushort2)(tr_half1(acc[j][2 * i] / l[i], fdt), tr_half1(acc[j][2 * i + 1] / l[i], fdt));
+      if (q == 0) lse[((long)b * H + h) * S + row] = m[i] + log(l[i]);
+    }
+  }
+}
+/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a
+ work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values
+ (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange
+ and p (128 + 4 x 16 x 64 floats) */
+#if TR_GEMM_MMA == 1
+#define TR_FA_XN 1
+#else
+#define TR_FA_XN (128 + 4 * 16 * TR_FA_BK)
+#endif
+#define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \
+  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \
+           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \
+    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \
+    __local float X[TR_FA_XN];                                                                                         \
+    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \
+              (__local uint *)L, X, HD, F16);                                                                          \
+  }
+TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)
+TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)
+TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)
+TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)
+TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)
+TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)
+#endif /* TR_GEMM_MMA */

@@ -246,41 +246,10 @@ tr_k1_acc tr_k1_wg_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
 /* The norms and their backward round what they write to the forward precision fdt (0: float32, as is); with fdt the
    residual sum x + add is rounded first, as the reference forms it in that precision (the caller's add is a
    product's output, already of the precision). */
-__kernel void tr_k_rms_rows_fwd(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
-    __local tr_k1_acc sh[TR_K1_WG];
-    size_t r = get_group_id(0);
-    int j, lid = get_local_id(0), n = get_local_size(0);
-    tr_k1_acc ss = 0;
-    float inv;
-    x += x_off + r * D; ad += ad_off + r * D; o += o_off + r * D;
-    for (j = lid; j < D; j += n) {
-        float v = has_add ? tr_round1(x[j] + ad[j], fdt) : x[j];
-        o[j] = v;
-        ss += (tr_k1_acc)v * v;
-    }
-    ss = tr_k1_wg_sum(sh, ss);
-    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
-    if (lid == 0) rstd[rstd_off + r] = inv;
-    for (j = lid; j < D; j += n) o[j] = tr_round1(o[j] * inv, fdt);
-}
-__kernel void tr_k_rms_rows_bwd(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,
-                                ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
-    __local tr_k1_acc sh[TR_K1_WG];
-    size_t r = get_group_id(0);
-    int j, lid = get_local_id(0), n = get_local_size(0);
-    tr_k1_acc dot = 0;
-    float mean, rs = rstd[rstd_off + r];
-    dy += dy_off + r * D; y += y_off + r * D; dx += dx_off + r * D;
-    for (j = lid; j < D; j += n) dot += (tr_k1_acc)dy[j] * y[j];
-    dot = tr_k1_wg_sum(sh, dot);
-    mean = (float)(dot / D);
-    for (j = lid; j < D; j += n) dx[j] = tr_round1(rs * (dy[j] - y[j] * mean), fdt);
-}
-/* The row norms with any operand in 16 bits (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; a tensor-core
-   device's 16-bit record): the bits of the fp32 kernels on the widened values, the residual sum formed again in the
-   second pass rather than stored (out may alias x, or hold 16 bits). A copy per combination (x16 a constant in each), so
-   that every load is a plain one. */
+/* The row norms, each operand fp32 or 16-bit (x16 bits 1, 2, 4: x, add, out; the backward's dy, y, dx; 16 bits in a
+   tensor-core device's 16-bit record): the fp32 arithmetic on the widened values, the residual sum formed again in the
+   second pass rather than stored (out may alias x, or hold 16 bits). A kernel per combination, x16 a constant in each
+   (tr_k_rms_rows_fwd16_0 all fp32), so that every load is a plain one. */
 static inline void tr_rms_rows_fwd16(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                      __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,
                                      const int x16) {
@@ -318,7 +287,9 @@ static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_o
         tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));
     }
 }
-/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations) */
+/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's
+   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */
+#define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)
 #define TR_RMS16_K(X)                                                                                                                        \
     __kernel void tr_k_rms_rows_fwd16_##X(int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad,       \
                                           ulong ad_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {    \
@@ -330,13 +301,7 @@ static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_o
         __local tr_k1_acc sh[TR_K1_WG];                                                                                                      \
         tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \
     }
-TR_RMS16_K(1)
-TR_RMS16_K(2)
-TR_RMS16_K(3)
-TR_RMS16_K(4)
-TR_RMS16_K(5)
-TR_RMS16_K(6)
-TR_RMS16_K(7)
+TR_X16_EACH(TR_RMS16_K)
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                 __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     int j = get_global_id(0), b = get_global_id(1), s;
