@@ -1145,12 +1145,16 @@ TRDEF int tr_arc_task_fput(FILE *f, const tr_arc_task *t);
    Task `index` of the family `seed` has a hidden rule, a dihedral transform (tid as above) composed with a
    permutation of the colours: output = dihedral(tid, colour_map(input)). Its grids are random (each cell a random
    colour of 0..colors-1, sides min_side..max_side), with num_demos demonstration pairs (drawn in
-   min_demos..max_demos) and num_test test pairs. A model that has not seen the rule can only guess it. */
+   min_demos..max_demos) and num_test test pairs. A model that has not seen the rule can only guess it.
+   With swaps the colour map only swaps two colours (or none): a family of 8 x 46 = 368 rules whose members share
+   most of their structure (a model can learn the family from some hundreds of them), enumerated in a seeded order
+   so that tasks 0..367 have 368 different rules. */
 typedef struct tr_rule_options {
     int min_side, max_side;   /* 3, 5 */
     int min_demos, max_demos; /* 3, 4 */
     int num_test;             /* 1 */
     int colors;               /* 10: cells draw colours 0..colors-1; the rule permutes all ten */
+    int swaps;                /* 0: any permutation of the ten colours, drawn per task; 1: a swap of two or none (index < 368) */
 } tr_rule_options;
 TRDEF tr_rule_options tr_rule_options_default(void);
 /* The task (free with tr_arc_task_free) and its rule (tid, perm; either may be NULL). Bad options:
@@ -21070,8 +21074,25 @@ TRDEF int tr_arc_task_fput(FILE *f, const tr_arc_task *t) {
 /* ---- hidden-rule tasks and the task-id ablation ------------------------------------------------- */
 TRDEF tr_rule_options tr_rule_options_default(void) {
     tr_rule_options o;
-    o.min_side = 3, o.max_side = 5, o.min_demos = 3, o.max_demos = 4, o.num_test = 1, o.colors = 10;
+    o.min_side = 3, o.max_side = 5, o.min_demos = 3, o.max_demos = 4, o.num_test = 1, o.colors = 10, o.swaps = 0;
     return o;
+}
+
+#define TR__RULE_SWAP_FAMILY 368 /* 8 transforms x (45 pairs of colours + no swap) */
+/* Rule `index` of the swap family `seed`: entry index of a seeded permutation of the 368 (transform, swap) pairs. */
+TR__FN void tr__rule_swap(uint64_t seed, uint64_t index, int *tid, uint8_t perm[10]) {
+    int order[TR__RULE_SWAP_FAMILY], i, r, a, b, q;
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_RULES, ~(uint64_t)0);
+    for (i = 0; i < TR__RULE_SWAP_FAMILY; i++) order[i] = i;
+    for (i = TR__RULE_SWAP_FAMILY - 1; i > 0; i--) {
+        int j = (int)tr__rng_below(&rng, (uint64_t)i + 1), x = order[i];
+        order[i] = order[j], order[j] = x;
+    }
+    r = order[index], *tid = r % 8, q = r / 8; /* q: 0 no swap, 1..45 the pairs a < b in order */
+    for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
+    for (a = 0; a < 10 && q; a++)
+        for (b = a + 1; b < 10 && q; b++)
+            if (--q == 0) perm[a] = (uint8_t)b, perm[b] = (uint8_t)a;
 }
 
 TRDEF tr_status tr_rule_task_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, const tr_rule_options *opt, tr_arc_task *out, int *tid_out, uint8_t perm_out[10]) {
@@ -21087,13 +21108,17 @@ TRDEF tr_status tr_rule_task_generate(tr_ctx *ctx, uint64_t seed, uint64_t index
         return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: demonstrations %d..%d must satisfy 1 <= min_demos <= max_demos <= 100", o.min_demos, o.max_demos);
     if (o.num_test < 1 || o.num_test > 100) return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: num_test %d is outside 1..100", o.num_test);
     if (o.colors < 2 || o.colors > 10) return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: colors %d is outside 2..10", o.colors);
-    /* the rule: a transform and a permutation of all ten colours (Fisher-Yates) */
-    tid = (int)tr__rng_below(&rng, 8);
-    for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
-    for (i = 9; i > 0; i--) {
-        int j = (int)tr__rng_below(&rng, (uint64_t)i + 1);
-        uint8_t x = perm[i];
-        perm[i] = perm[j], perm[j] = x;
+    if (o.swaps && index >= TR__RULE_SWAP_FAMILY)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: task %llu is outside the swap family's %d rules", (unsigned long long)index, TR__RULE_SWAP_FAMILY);
+    if (o.swaps) tr__rule_swap(seed, index, &tid, perm);
+    else { /* the rule: a transform and a permutation of all ten colours (Fisher-Yates) */
+        tid = (int)tr__rng_below(&rng, 8);
+        for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
+        for (i = 9; i > 0; i--) {
+            int j = (int)tr__rng_below(&rng, (uint64_t)i + 1);
+            uint8_t x = perm[i];
+            perm[i] = perm[j], perm[j] = x;
+        }
     }
     out->num_train = o.min_demos + (int)tr__rng_below(&rng, (uint64_t)(o.max_demos - o.min_demos + 1));
     out->num_test = o.num_test;

@@ -96,19 +96,25 @@ static void usage(const char *cmd) {
                 "  --min-side N, --max-side N   grid sides (default 3, 5)\n"
                 "  --min-demos N, --max-demos N demonstration pairs (default 3, 4); one test pair\n"
                 "  --colors N            cells draw colours 0..N-1 (default 10)\n"
+                "  --swaps               the colour map swaps two colours or none: 368 rules (8 x 46) of shared structure\n"
+                "  --train-demos N       demonstration pairs of each training task (default: as the others)\n"
                 "  --seed S              (default 0)\n"
                 "example: tinyrec-data rules --output-dir data/rules && tinyrec-data arc --output-dir data/rules-ds \\\n"
                 "           --input-dir data/rules/training --test-set-name training --num-aug 16 --canvas 6\n");
 }
 
 /* tinyrec-data rules: the task files of the hidden-rule family (tr_rule_task_generate). */
-static int write_rules(tr_ctx *ctx, const char *out, uint64_t seed, long ntrain, long ntest, const tr_rule_options *ro) {
+/* train_demos > 0: the training tasks' demonstration pairs (a base model learns a family from many examples of each
+   rule; the evaluation tasks keep ro's 3-4, as a new task comes). */
+static int write_rules(tr_ctx *ctx, const char *out, uint64_t seed, long ntrain, long ntest, const tr_rule_options *ro, int train_demos) {
     static const char *sets[2] = {"training", "evaluation"};
     char path[4200];
     int s;
     long i;
     for (s = 0; s < 2; s++) {
         FILE *all;
+        tr_rule_options so = *ro;
+        if (!s && train_demos > 0) so.min_demos = so.max_demos = train_demos;
         snprintf(path, sizeof path, "%s/%s", out, sets[s]);
         if (tr_mkdir_p(ctx, path) != TR_OK) return fprintf(stderr, "tinyrec-data rules: %s\n", tr_ctx_last_error(ctx)), 1;
         snprintf(path, sizeof path, "%s/%s.json", out, sets[s]);
@@ -119,7 +125,7 @@ static int write_rules(tr_ctx *ctx, const char *out, uint64_t seed, long ntrain,
             FILE *f;
             long index = s ? ntrain + i : i;
             int e;
-            if (tr_rule_task_generate(ctx, seed, (uint64_t)index, ro, &t, NULL, NULL) != TR_OK) return fclose(all), fprintf(stderr, "tinyrec-data rules: %s\n", tr_ctx_last_error(ctx)), 1;
+            if (tr_rule_task_generate(ctx, seed, (uint64_t)index, &so, &t, NULL, NULL) != TR_OK) return fclose(all), fprintf(stderr, "tinyrec-data rules: %s\n", tr_ctx_last_error(ctx)), 1;
             snprintf(path, sizeof path, "%s/%s/rule_%06ld.json", out, sets[s], index);
             e = !(f = fopen(path, "w")) || tr_arc_task_fput(f, &t) != 0;
             if (f && fclose(f) != 0) e = 1;
@@ -177,6 +183,7 @@ int main(int argc, char **argv) {
     tr_arc_options ao = tr_arc_options_default();
     tr_rule_options ro = tr_rule_options_default();
     long ntrain_rules = 300, ntest_rules = 20;
+    int train_demos = 0;
     int seed_set = 0;
     uint64_t seed = 0;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -236,6 +243,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--min-demos")) { NEEDV(); ro.min_demos = atoi(v); }
         else if (!strcmp(a, "--max-demos")) { NEEDV(); ro.max_demos = atoi(v); }
         else if (!strcmp(a, "--colors")) { NEEDV(); ro.colors = atoi(v); }
+        else if (!strcmp(a, "--swaps")) ro.swaps = 1;
+        else if (!strcmp(a, "--train-demos")) { NEEDV(); train_demos = atoi(v); }
         else {
             fprintf(stderr, "tinyrec-data %s: unknown option '%s'\n\n", cmd, a);
             usage(cmd);
@@ -259,8 +268,10 @@ int main(int argc, char **argv) {
     /* sources: a folder means <folder>/train.csv and <folder>/test.csv */
     train_path[0] = test_path[0] = 0;
     if (!strcmp(cmd, "rules")) {
-        i = ntrain_rules < 0 || ntest_rules < 0 || ntrain_rules + ntest_rules > 10000000 ? 2 : write_rules(ctx, out, seed, ntrain_rules, ntest_rules, &ro);
-        if (i == 2) fprintf(stderr, "tinyrec-data rules: --train-rules and --test-rules must be >= 0 (at most 10^7 together)\n");
+        long most = ro.swaps ? 368 : 10000000; /* the swap family has 368 rules */
+        i = ntrain_rules < 0 || ntest_rules < 0 || ntrain_rules + ntest_rules > most || train_demos < 0 || train_demos > 100
+                ? 2 : write_rules(ctx, out, seed, ntrain_rules, ntest_rules, &ro, train_demos);
+        if (i == 2) fprintf(stderr, "tinyrec-data rules: --train-rules and --test-rules must be >= 0 (at most %ld together), --train-demos 0..100\n", most);
         tr_ctx_destroy(ctx);
         return i;
     }

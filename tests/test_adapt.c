@@ -299,6 +299,36 @@ static void test_rules_and_canvas(void **state) {
     tr_ctx_destroy(ctx);
 }
 
+/* The swap family: tasks 0..367 have 368 different rules, each a transform with a swap of two colours or none,
+   and task 368 is refused. */
+static void test_rules_swap_family(void **state) {
+    tr_ctx *ctx = tu_ctx(1, 0);
+    tr_rule_options o = tr_rule_options_default();
+    static unsigned char seen[8 * 100];
+    tr_arc_task t;
+    uint8_t perm[10];
+    int tid, i, k, moved, a, b;
+    (void)state;
+    memset(seen, 0, sizeof seen);
+    o.swaps = 1;
+    for (k = 0; k < 368; k++) {
+        assert_int_equal(tr_rule_task_generate(ctx, 3, (uint64_t)k, &o, &t, &tid, perm), TR_OK);
+        tr_arc_task_free(ctx, &t);
+        for (i = moved = 0, a = b = 0; i < 10; i++)
+            if (perm[i] != i) { /* a swap: perm[perm[i]] = i */
+                assert_int_equal(perm[perm[i]], i);
+                if (!moved++) a = i, b = perm[i];
+            }
+        assert_true(moved == 0 || moved == 2);
+        assert_true(tid >= 0 && tid < 8);
+        assert_int_equal(seen[tid * 100 + a * 10 + b], 0);
+        seen[tid * 100 + a * 10 + b] = 1;
+    }
+    assert_int_equal(tr_rule_task_generate(ctx, 3, 368, &o, &t, NULL, NULL), TR_ERR_INVALID_ARG);
+    assert_non_null(strstr(tr_ctx_last_error(ctx), "swap family"));
+    tr_ctx_destroy(ctx);
+}
+
 static void test_task_id_map(void **state) {
     tr_ctx *ctx = tu_ctx(1, 0);
     int32_t map[50], map2[50], seen[50];
@@ -539,7 +569,8 @@ static void test_train_init_from(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_from_by_name), cmocka_unit_test(test_init_from_refusals), cmocka_unit_test(test_freeze_modes),
-        cmocka_unit_test(test_rules_and_canvas), cmocka_unit_test(test_task_id_map),         cmocka_unit_test(test_adapt_end_to_end),
+        cmocka_unit_test(test_rules_and_canvas), cmocka_unit_test(test_rules_swap_family), cmocka_unit_test(test_task_id_map),
+        cmocka_unit_test(test_adapt_end_to_end),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_train_init_from),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
