@@ -29,7 +29,8 @@
      section calls only those below it (one reaches a section above it only through a callback it was given,
      as the context closes its device through ctx->close_device); tools/layering.py checks it in `make test`.
        metrics     metrics history (metrics.jsonl) and its SVG plot
-       checkpoint  model and trainer-state files
+       adapt       test-time adaptation to unseen ARC tasks (tr_adapter)
+       checkpoint  model and trainer-state files, init_from (puzzle rows by name)
        data        .npy, the dataset layout, puzzle readers, Sudoku / Maze / ARC builders, sampler, evaluation
        machine     self-test and batch advice: they train a tiny model and size a batch
        train       the trainer step: non-finite guard, device recovery
@@ -540,6 +541,12 @@ typedef struct tr_comm {
     tr_status (*barrier)(void *user);
 } tr_comm;
 
+/* What a trainer updates (tr_train_config.trainable, the key "trainable": all | puzzle_emb | emb_heads): every
+   parameter (the reference); only the puzzle-embedding table (the per-task rows: fine-tuning to new tasks, test-time
+   adaptation); or the puzzle embedding, the token embedding and the output heads (lm_head, q_head). The frozen tensors
+   keep their bits: no AdamATan2 step, no weight decay and no EMA drift touches them. */
+typedef enum tr_trainable { TR_TRAIN_ALL = 0, TR_TRAIN_PUZZLE_EMB = 1, TR_TRAIN_EMB_HEADS = 2 } tr_trainable;
+
 typedef struct tr_train_config {
     double lr;                 /* 1e-4 */
     double lr_min_ratio;       /* 1.0 = constant after warmup */
@@ -564,6 +571,7 @@ typedef struct tr_train_config {
                                   the gradients, gathers the puzzle-embedding rows and reduces the metrics,
                                   so the update and the metrics are the same on every rank. Not a setting
                                   (no config key): it lives as long as the trainer. */
+    int trainable;             /* tr_trainable: TR_TRAIN_ALL (0, the default), TR_TRAIN_PUZZLE_EMB, TR_TRAIN_EMB_HEADS */
 } tr_train_config;
 TRDEF tr_train_config tr_train_config_default(void);
 /* Checks every field (tr_trainer_create does too); the reason names the field by its key
@@ -603,7 +611,8 @@ typedef enum tr_key_type {
     TR_KEY_ARCH,         /* tr_arch: trm | hrm */
     TR_KEY_POS_ENCODING, /* tr_pos_encoding: rope | learned | none (any case) */
     TR_KEY_LOSS_TYPE,    /* tr_loss_type: stablemax_cross_entropy | softmax_cross_entropy (or stablemax | softmax) */
-    TR_KEY_DTYPE         /* tr_forward_dtype: float32 | bfloat16 | float16 | auto (the reference's forward_dtype; any case) */
+    TR_KEY_DTYPE,        /* tr_forward_dtype: float32 | bfloat16 | float16 | auto (the reference's forward_dtype; any case) */
+    TR_KEY_TRAINABLE     /* int, a tr_trainable: all | puzzle_emb | emb_heads (any case) */
 } tr_key_type;
 
 /* Which struct a key's offset is into: the library's two, or (from TR_KEY_IN_USER on) a program's own. */
@@ -1095,6 +1104,10 @@ TRDEF void tr_arc_inverse_augment(int tid, const uint8_t perm[10], const uint8_t
 TRDEF int tr_arc_crop(const int32_t *tokens, uint8_t *grid, int *h, int *w);
 /* Places a grid on the 30x30 canvas at (r, c) with EOS cells, as the reference encodes it. */
 TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]);
+/* The same two on a side x side canvas (side 1..30; seq_len side * side): small generated tasks train in minutes
+   on a canvas smaller than the reference's (tr_arc_options.canvas). */
+TRDEF void tr_arc_encode_canvas(const uint8_t *grid, int h, int w, int r, int c, int side, uint8_t *canvas);
+TRDEF int tr_arc_crop_canvas(const int32_t *tokens, int side, uint8_t *grid, int *h, int *w);
 
 /* An ARC task: {"train": [{"input": grid, "output": grid}, ...], "test": [...]}, a grid being a
    list of 1..30 rows of 1..30 colours 0..9. A test output may be absent or null (h = w = 0). */
@@ -1124,6 +1137,41 @@ TRDEF tr_status tr_identifiers_read(tr_ctx *ctx, const char *path, int64_t *coun
 TRDEF void tr_identifiers_free(tr_ctx *ctx, int64_t count, char **names);
 /* Writes a grid as JSON, [[1, 2], [3, 4]] (0 x 0: []). Returns 0, or EOF on a write error. */
 TRDEF int tr_arc_grid_fput(FILE *f, const tr_arc_grid *g);
+/* Writes a task as ARC JSON, {"train": [{"input": .., "output": ..}, ..], "test": [..]} (a test output of 0 x 0
+   is left out). Returns 0, or EOF on a write error. */
+TRDEF int tr_arc_task_fput(FILE *f, const tr_arc_task *t);
+
+/* ---- a generated family of ARC tasks: hidden rules -----------------------------------------------
+   Task `index` of the family `seed` has a hidden rule, a dihedral transform (tid as above) composed with a
+   permutation of the colours: output = dihedral(tid, colour_map(input)). Its grids are random (each cell a random
+   colour of 0..colors-1, sides min_side..max_side), with num_demos demonstration pairs (drawn in
+   min_demos..max_demos) and num_test test pairs. A model that has not seen the rule can only guess it.
+   With swaps the colour map only swaps two colours (or none): a family of 8 x 46 = 368 rules whose members share
+   most of their structure (a model can learn the family from some hundreds of them), enumerated in a seeded order
+   so that tasks 0..367 have 368 different rules. */
+typedef struct tr_rule_options {
+    int min_side, max_side;   /* 3, 5 */
+    int min_demos, max_demos; /* 3, 4 */
+    int num_test;             /* 1 */
+    int colors;               /* 10: cells draw colours 0..colors-1; the rule permutes all ten */
+    int swaps;                /* 0: any permutation of the ten colours, drawn per task; 1: a swap of two or none (index < 368) */
+} tr_rule_options;
+TRDEF tr_rule_options tr_rule_options_default(void);
+/* The task (free with tr_arc_task_free) and its rule (tid, perm; either may be NULL). Bad options:
+   TR_ERR_INVALID_ARG naming the field. */
+TRDEF tr_status tr_rule_task_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, const tr_rule_options *o, tr_arc_task *out, int *tid, uint8_t perm[10]);
+
+/* ---- the task-id ablation ---------------------------------------------------------------------
+   What a model's score owes to its puzzle-embedding rows: evaluate with every id replaced. */
+typedef enum tr_task_id_mode {
+    TR_TASK_ID_KEEP = 0,    /* the ids as they are */
+    TR_TASK_ID_BLANK = 1,   /* every id the blank id */
+    TR_TASK_ID_SHUFFLE = 2  /* every id other than blank another one, by a seeded permutation: each task gets a row, not its own */
+} tr_task_id_mode;
+/* "keep" | "blank" | "shuffle" (any case) -> the mode; -1 for another name. */
+TRDEF int tr_task_id_mode_parse(const char *name);
+/* map[id] for id in [0, n): what the mode makes of id (blank and ids outside [0, n) stay as they are). */
+TRDEF tr_status tr_task_id_map(tr_ctx *ctx, int mode, int64_t n, int32_t blank, uint64_t seed, int32_t *map);
 
 /* ---- ARC evaluation ---------------------------------------------------------------------------
    The reference evaluator (evaluators/arc.py): every prediction for an augmented test input
@@ -1209,6 +1257,7 @@ typedef struct tr_arc_options {
     uint64_t seed;                 /* 42 */
     int num_aug;                   /* 1000 */
     int puzzle_identifiers_start;  /* 1 */
+    int canvas;                    /* side of the square canvas, 1..30 (0: 30, the reference's; seq_len = side * side) */
     tr_progress_fn progress;
     void *progress_user;
 } tr_arc_options;
@@ -1329,6 +1378,11 @@ typedef struct tr_model_load_options {
     /* Tensors of the file that the model does not have: 1 skips them with a warning; 0 (default)
        is an error naming them. */
     int allow_unexpected;
+    /* tr_model_load_weights: NULL, or one entry per row of the model's puzzle table: the file's row it takes
+       (>= 0), or -1 for a row that keeps the model's own values (a new model's: zeros, the reference's
+       initialisation). The table's row counts may then differ; allow_puzzle_resize is not used.
+       tr_model_init_from builds it from the rows' names. */
+    const int64_t *puzzle_row_map;
 } tr_model_load_options;
 
 /* Writes the model (parameters and buffers, with the metadata above). opt may be NULL. */
@@ -1341,6 +1395,31 @@ TRDEF tr_status tr_model_load(tr_ctx *ctx, const char *path, const tr_model_load
    and fields that differ from the model's without changing shapes are logged as warnings. On any
    error the model is left unchanged. */
 TRDEF tr_status tr_model_load_weights(tr_model *m, const char *path, const tr_model_load_options *opt);
+/* ---- checkpoints that follow their tasks by name ----
+   A puzzle-embedding row means the task its dataset's identifiers.json names at that position; two datasets
+   (or two builds of one) number their tasks differently. tinyrec-train writes the training dataset's
+   identifiers.json into the run's folder beside the model files: the names of the checkpoint's rows. */
+/* "<folder of model_path>/identifiers.json". TR_ERR_OVERFLOW if cap is too small. */
+TRDEF tr_status tr_checkpoint_identifiers_path(const char *model_path, char *buf, size_t cap);
+typedef struct tr_init_from_options {
+    const char *const *names;  /* the model's row names (its dataset's identifiers.json); num_names must equal */
+    int64_t num_names;         /* its num_puzzle_identifiers. NULL: only with map_by_index */
+    const char *identifiers;   /* the checkpoint's row names (an identifiers.json); NULL: the one beside the checkpoint */
+    int map_by_index;          /* 1: rows by position (row i takes the file's row i) where names are missing */
+} tr_init_from_options;
+typedef struct tr_init_from_summary {
+    int64_t kept;     /* the model's rows whose name the checkpoint has: they take its row, bit for bit */
+    int64_t added;    /* new names: the reference's initialisation (zeros) */
+    int64_t dropped;  /* the checkpoint's rows that no name of the model asks for */
+    int by_index;     /* 1 when the rows were mapped by position */
+} tr_init_from_summary;
+/* Starts model m from a checkpoint's weights (fine-tuning on another dataset): every dense tensor and buffer is
+   loaded as tr_model_load_weights does (same shapes), and the puzzle table row by row by name: kept, added,
+   dropped (out, may be NULL). Without names for the checkpoint's rows (no identifiers.json beside it, or none
+   given) it is refused (TR_ERR_NOT_FOUND, the reason says why) unless o->map_by_index; a names file whose
+   count differs from the checkpoint's rows, or duplicate names, are TR_ERR_FORMAT. On error m is unchanged. */
+TRDEF tr_status tr_model_init_from(tr_model *m, const char *path, const tr_init_from_options *o, tr_init_from_summary *out);
+
 /* Reads only the config of a model file (or of a trainer state file). */
 TRDEF tr_status tr_checkpoint_read_config(tr_ctx *ctx, const char *path, tr_model_config *out);
 /* The model config as the metadata's JSON object, written into buf (NUL-terminated). Returns
@@ -1378,6 +1457,56 @@ TRDEF tr_status tr_trainer_load(tr_trainer *t, const char *path, void *extra, si
    naming the file and the system's reason, e.g. "No space left on device") leaves it as it was. */
 TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, const void *extra, size_t extra_len);
 /* >>api-checkpoint-end */
+
+/* >>api-adapt */
+/* Test-time adaptation to ARC tasks the model never saw (tinyrec-adapt). A task unseen in training has no
+   puzzle-embedding row; the adapter gives each of its augmented versions a new row (the reference's
+   initialisation: zeros), fine-tunes on the task's demonstration pairs under the ARC builder's augmentations
+   (dihedral transforms, permutations of colours 1..9, translations), a bounded number of steps or seconds, then
+   predicts every test input under every version and hands each prediction, named as the builder names the
+   version ("<task>|||t<id>|||<colour map>"), to a callback: to tr_arc_votes_add, which votes as
+   tinyrec-arc-eval does, or to a predictions file. Every task starts from the checkpoint's weights again.
+   Deterministic for a seed when only steps bound it (a seconds budget depends on the machine). */
+typedef struct tr_adapt_config {
+    int versions;           /* augmented versions per task (identity first), each a new row (8) */
+    long steps;             /* fine-tuning steps per task (100); 0: none (the new rows stay zero) */
+    double seconds;         /* and at most this many seconds per task (0: no limit) */
+    int batch_size;         /* rows per step and per prediction pass (32) */
+    int trainable;          /* tr_trainable: what fine-tunes (TR_TRAIN_PUZZLE_EMB) */
+    double lr, weight_decay;                   /* AdamATan2 of the dense tensors that train (1e-4, 0.1) */
+    double puzzle_emb_lr, puzzle_emb_weight_decay; /* sign-SGD of the new rows (1e-2, 0.1) */
+    long lr_warmup_steps;   /* linear warmup of both rates (10) */
+    int translate;          /* 1: the demonstration pairs at random offsets on the canvas, as the builder's train split (1) */
+    int eval_steps;         /* ACT steps of each prediction; 0: the model's halt_max_steps */
+    int task_id;            /* tr_task_id_mode of the predictions: KEEP the adapted rows, BLANK the blank row (an ablation) */
+    uint64_t seed;          /* the versions and the batches (0) */
+} tr_adapt_config;
+TRDEF tr_adapt_config tr_adapt_config_default(void);
+TRDEF tr_status tr_adapt_config_validate(tr_ctx *ctx, const tr_adapt_config *c);
+
+typedef struct tr_adapter tr_adapter;
+/* Loads an ARC model (vocab 12, seq_len side * side, the canvas) from a checkpoint with versions + 1 puzzle rows:
+   row 0 the checkpoint's blank row, the others new. */
+TRDEF tr_status tr_adapter_create(tr_ctx *ctx, const char *checkpoint, const tr_adapt_config *cfg, tr_adapter **out);
+TRDEF void tr_adapter_destroy(tr_adapter *a);
+/* The adapter's model (its weights are the last task's after tr_adapt_task). */
+TRDEF tr_model *tr_adapter_model(tr_adapter *a);
+/* One prediction: the answer in the version's frame (0 x 0: no grid), its q_halt logit, and the augmented test
+   input the model saw (tr_arc_votes_add checks that it maps back). */
+typedef void (*tr_adapt_predict_fn)(void *user, const char *puzzle, int test_index, const tr_arc_grid *answer, double q_halt, const tr_arc_grid *input);
+typedef struct tr_adapt_result {
+    int versions;         /* distinct versions made */
+    long steps;           /* fine-tuning steps run */
+    double train_seconds, seconds; /* the fine-tuning's, and the whole task's */
+    double loss;          /* lm_loss per row over the last tenth of the steps (NAN without steps) */
+    double train_exact;   /* exact accuracy of the demonstration rows that halted in that window (NAN: none) */
+    int64_t predictions;  /* calls of the callback */
+} tr_adapt_result;
+/* Adapts to one task (name: as in the predictions' puzzle names, without "|||") and predicts its test inputs.
+   seconds_left >= 0 also bounds this task's fine-tuning (a whole file's budget); < 0: no such bound. A grid larger
+   than the canvas is TR_ERR_UNSUPPORTED (nothing predicted); fn may be NULL; out may be NULL. */
+TRDEF tr_status tr_adapt_task(tr_adapter *a, const char *name, const tr_arc_task *task, double seconds_left, tr_adapt_predict_fn fn, void *user, tr_adapt_result *out);
+/* >>api-adapt-end */
 
 #ifdef __cplusplus
 }
@@ -13761,6 +13890,7 @@ static const tr_key tr__config_keys[] = {
     {"arch.loss.loss_type", TR_KEY_LOSS_TYPE, TR_KEY_IN_MODEL, offsetof(tr_model_config, loss_type), 0, 0, "stablemax_cross_entropy | softmax_cross_entropy"},
     TR__MK(forward_dtype, TR_KEY_DTYPE, 0, "float32 | bfloat16 | float16 | auto: the compute precision (fp32 master weights)"),
     TR__TK("loss_scale_window", loss_scale_window, TR_KEY_INT, 0, "float16: good steps before the loss scale doubles"),
+    TR__TK("trainable", trainable, TR_KEY_TRAINABLE, 0, "(tinyrec) what trains: all | puzzle_emb (the per-task rows) | emb_heads (+ token embedding and heads)"),
 };
 #undef TR__MK
 #undef TR__TK
@@ -13784,6 +13914,7 @@ static const char *const tr__arch_names[] = {"trm", "hrm", NULL};
 static const char *const tr__pos_names[] = {"none", "rope", "learned", NULL};
 static const char *const tr__loss_names[] = {"stablemax_cross_entropy", "softmax_cross_entropy", NULL};
 static const char *const tr__loss_short_names[] = {"stablemax", "softmax", NULL}; /* the reference's code accepts both */
+static const char *const tr__trainable_names[] = {"all", "puzzle_emb", "emb_heads", NULL};
 
 TR__FN const char *const *tr__enum_names(tr_key_type t) {
     switch (t) {
@@ -13792,6 +13923,7 @@ TR__FN const char *const *tr__enum_names(tr_key_type t) {
     case TR_KEY_POS_ENCODING: return tr__pos_names;
     case TR_KEY_LOSS_TYPE: return tr__loss_names;
     case TR_KEY_DTYPE: return tr__fdt_names;
+    case TR_KEY_TRAINABLE: return tr__trainable_names;
     default: return NULL;
     }
 }
@@ -13826,6 +13958,7 @@ TR__FN const char *tr__key_expected(tr_key_type t) {
     case TR_KEY_POS_ENCODING: return "rope, learned or none";
     case TR_KEY_LOSS_TYPE: return "stablemax_cross_entropy or softmax_cross_entropy";
     case TR_KEY_DTYPE: return "float32, bfloat16, float16 or auto (or fp32, bf16, fp16)";
+    case TR_KEY_TRAINABLE: return "all, puzzle_emb or emb_heads";
     default: return "a value";
     }
 }
@@ -13882,6 +14015,10 @@ TRDEF tr_status tr_key_parse(tr_ctx *ctx, const tr_key *k, void *base, const cha
         if ((e = tr_forward_dtype_parse(val)) < 0) break;
         *(tr_forward_dtype *)p = (tr_forward_dtype)e;
         return TR_OK;
+    case TR_KEY_TRAINABLE:
+        if ((e = tr__enum_parse(k->type, val, 1)) < 0) break;
+        *(int *)p = e;
+        return TR_OK;
     default: return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s' has an unknown type %d", k->name, (int)k->type);
     }
     return tr__err(ctx, TR_ERR_INVALID_ARG, "key '%s': bad value %s: expected %s", k->name, tr__quote(&q, val), tr__key_expected(k->type));
@@ -13911,8 +14048,10 @@ TRDEF tr_status tr_key_format(const tr_key *k, const void *base, char *buf, size
     }
     case TR_KEY_ARCH:
     case TR_KEY_POS_ENCODING:
+    case TR_KEY_TRAINABLE:
     case TR_KEY_LOSS_TYPE: {
-        int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p : (int)*(const tr_loss_type *)p;
+        int v = k->type == TR_KEY_ARCH ? (int)*(const tr_arch *)p : k->type == TR_KEY_POS_ENCODING ? (int)*(const tr_pos_encoding *)p
+                : k->type == TR_KEY_TRAINABLE ? *(const int *)p : (int)*(const tr_loss_type *)p;
         const char *name = tr__enum_name(k->type, v);
         if (!name) return TR_ERR_INVALID_ARG; /* not a value of the enum */
         n = snprintf(buf, cap, "%s", name);
@@ -16118,6 +16257,8 @@ TRDEF tr_status tr_train_config_validate(tr_ctx *ctx, const tr_train_config *tc)
     if (!(tc->ema_decay >= 0 && tc->ema_decay < 1)) return tr__err(ctx, TR_ERR_CONFIG, "train config: ema_rate %g must be in [0, 1)", tc->ema_decay);
     if (tc->max_nonfinite_steps < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: max_nonfinite_steps %d must be >= 1", tc->max_nonfinite_steps);
     if (tc->loss_scale_window < 1) return tr__err(ctx, TR_ERR_CONFIG, "train config: loss_scale_window %d must be >= 1", tc->loss_scale_window);
+    if (tc->trainable < TR_TRAIN_ALL || tc->trainable > TR_TRAIN_EMB_HEADS)
+        return tr__err(ctx, TR_ERR_CONFIG, "train config: trainable %d is not all (0), puzzle_emb (1) or emb_heads (2)", tc->trainable);
     if (tc->comm) {
         const tr_comm *c = tc->comm;
         if (c->size < 1 || c->rank < 0 || c->rank >= c->size || c->local_rank < 0)
@@ -16362,6 +16503,31 @@ TR__FN tr_status tr__signsgd_dev(tr_trainer *t, float lr, float wd) {
 #endif
 }
 
+/* 1 when dense tensor e trains under `trainable` (tr_trainable); the puzzle table is no dense tensor. */
+TR__FN int tr__tensor_trains(const tr__tensor_entry *e, int trainable) {
+    if (!e->trainable || trainable == TR_TRAIN_PUZZLE_EMB) return 0;
+    return trainable == TR_TRAIN_ALL || strstr(e->name, "embed_tokens.") || strstr(e->name, "lm_head.") || strstr(e->name, "q_head.");
+}
+
+/* AdamATan2 (ema = 0) or the EMA (ema = 1) on the dense tensors that train: all at once (the reference), or
+   tensor by tensor when some are frozen, which then keep their bits. */
+TR__FN tr_status tr__update_dense(tr_trainer *t, int ema, tr__adam_hp hp) {
+    tr_model *m = t->m;
+    tr_ctx *ctx = m->ctx;
+    int i;
+    tr_status st = TR_OK;
+    if (t->tc.trainable == TR_TRAIN_ALL)
+        return ema ? tr__op_ema(ctx, m->n_params, t->ema, m->params, (float)t->tc.ema_decay) : tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, hp);
+    for (i = 0; i < m->n_tensors && st == TR_OK; i++) {
+        const tr__tensor_entry *e = &m->tensors[i];
+        size_t off = (size_t)(e->dev - m->params);
+        if (!tr__tensor_trains(e, t->tc.trainable)) continue;
+        st = ema ? tr__op_ema(ctx, e->numel, t->ema + off, m->params + off, (float)t->tc.ema_decay)
+                 : tr__op_adam_atan2(ctx, e->numel, m->params + off, m->grads + off, t->adam_m + off, t->adam_v + off, hp);
+    }
+    return st;
+}
+
 /* The optimizer updates of a step, resumable: t->phase counts the updates already done, so a
    step whose device failed half-way finishes on the CPU without repeating one (phase 1 = none
    done yet, 0 again once all are). */
@@ -16382,9 +16548,7 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
     if (t->phase < 2) {
         tr__adam_hp hp;
         hp.lr = (float)lr, hp.wd = (float)tc->weight_decay, hp.beta1 = (float)tc->beta1, hp.beta2 = (float)tc->beta2, hp.bc1 = bc1, hp.bc2 = bc2;
-        if ((st = tr__op_adam_atan2(ctx, m->n_params, m->params, m->grads, t->adam_m, t->adam_v, hp)) != TR_OK ||
-            (st = tr__dfinish(ctx)) != TR_OK)
-            return st;
+        if ((st = tr__update_dense(t, 0, hp)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK) return st;
         t->phase = 2;
     }
     if (t->phase < 3) {
@@ -16401,7 +16565,9 @@ TR__FN tr_status tr__optimizer_update(tr_trainer *t) {
         t->phase = 3;
     }
     if (t->phase < 4) {
-        if (tc->ema && ((st = tr__op_ema(ctx, m->n_params, t->ema, m->params, (float)tc->ema_decay)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK)) return st;
+        tr__adam_hp none;
+        memset(&none, 0, sizeof none);
+        if (tc->ema && ((st = tr__update_dense(t, 1, none)) != TR_OK || (st = tr__dfinish(ctx)) != TR_OK)) return st;
     }
     t->step = step;
     t->phase = 0; /* the step is complete */
@@ -17185,6 +17351,8 @@ TR__FN void tr__shuffle_u8(tr__rng *r, uint8_t *a, int n) {
 #define TR__STREAM_ARC_SHUFFLE 0xa2c00000ull
 #define TR__STREAM_ARC_AUG 0xa2c10000ull
 #define TR__STREAM_ARC_TRANSLATE 0xa2c20000ull
+#define TR__STREAM_RULES 0x7e1e0000ull
+#define TR__STREAM_TASK_ID 0x7a5c0000ull
 
 /* ---- .npy ------------------------------------------------------------------------------- */
 static const char *tr__npy_descr[4] = {"", "|u1", "<i4", "<i8"};
@@ -20007,11 +20175,13 @@ TRDEF tr_status tr_arc_parse_name(tr_ctx *ctx, const char *name, char *base, siz
     return TR_OK;
 }
 
-TRDEF int tr_arc_crop(const int32_t *tok, uint8_t *grid, int *h, int *w) {
-    int nr, c, num_c = TR_ARC_MAX_GRID, best = 0, bh = 0, bw = 0, i, j;
-    for (nr = 1; nr <= TR_ARC_MAX_GRID; nr++) {
+TRDEF int tr_arc_crop(const int32_t *tok, uint8_t *grid, int *h, int *w) { return tr_arc_crop_canvas(tok, TR_ARC_MAX_GRID, grid, h, w); }
+
+TRDEF int tr_arc_crop_canvas(const int32_t *tok, int side, uint8_t *grid, int *h, int *w) {
+    int nr, c, num_c = side, best = 0, bh = 0, bw = 0, i, j;
+    for (nr = 1; nr <= side; nr++) {
         for (c = 1; c <= num_c; c++) {
-            int32_t x = tok[(nr - 1) * TR_ARC_MAX_GRID + c - 1];
+            int32_t x = tok[(nr - 1) * side + c - 1];
             if (x < 2 || x > 11) {
                 num_c = c - 1;
                 break;
@@ -20024,21 +20194,23 @@ TRDEF int tr_arc_crop(const int32_t *tok, uint8_t *grid, int *h, int *w) {
         }
     }
     for (i = 0; i < bh; i++)
-        for (j = 0; j < bw; j++) grid[i * bw + j] = (uint8_t)(tok[i * TR_ARC_MAX_GRID + j] - 2);
+        for (j = 0; j < bw; j++) grid[i * bw + j] = (uint8_t)(tok[i * side + j] - 2);
     *h = bh;
     *w = bw;
     return best > 0;
 }
 
-TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]) {
+TRDEF void tr_arc_encode(const uint8_t *grid, int h, int w, int r, int c, uint8_t canvas[900]) { tr_arc_encode_canvas(grid, h, w, r, c, TR_ARC_MAX_GRID, canvas); }
+
+TRDEF void tr_arc_encode_canvas(const uint8_t *grid, int h, int w, int r, int c, int side, uint8_t *canvas) {
     int i, j;
-    memset(canvas, 0, 900);
+    memset(canvas, 0, (size_t)side * (size_t)side);
     for (i = 0; i < h; i++)
-        for (j = 0; j < w; j++) canvas[(r + i) * 30 + c + j] = (uint8_t)(grid[i * w + j] + 2);
-    if (r + h < 30)
-        for (j = c; j < c + w; j++) canvas[(r + h) * 30 + j] = 1;
-    if (c + w < 30)
-        for (i = r; i < r + h; i++) canvas[i * 30 + c + w] = 1;
+        for (j = 0; j < w; j++) canvas[(r + i) * side + c + j] = (uint8_t)(grid[i * w + j] + 2);
+    if (r + h < side)
+        for (j = c; j < c + w; j++) canvas[(r + h) * side + j] = 1;
+    if (c + w < side)
+        for (i = r; i < r + h; i++) canvas[i * side + c + w] = 1;
 }
 
 TRDEF tr_arc_options tr_arc_options_default(void) {
@@ -20481,7 +20653,7 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
     tr_status st = TR_OK;
     uint8_t ci[900], cl[900], gi[900], go[900];
     const char *sname = split ? "test" : "train";
-    int wi_open = 0, wl_open = 0;
+    int wi_open = 0, wl_open = 0, S = o->canvas > 0 ? o->canvas : TR_ARC_MAX_GRID, SS = S * S;
     for (t = 0; t < ntasks; t++) {
         int n = split ? (tasks[t].is_test ? tasks[t].task.num_test : 0) : (tasks[t].is_test ? tasks[t].task.num_train : tasks[t].task.num_train + tasks[t].task.num_test);
         if (split && !tasks[t].is_test) continue;
@@ -20503,7 +20675,7 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
     {
         int64_t shape[2];
         shape[0] = nex;
-        shape[1] = 900;
+        shape[1] = SS;
         /* the writers keep their path until they end */
         path_in = tr__path3(ctx, splitdir, "all__inputs.npy", NULL);
         path_lab = tr__path3(ctx, splitdir, "all__labels.npy", NULL);
@@ -20534,14 +20706,19 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
                 const tr_arc_pair *pr = &tk->task.pairs[x];
                 tr_arc_augment(ver[0], ver + 1, pr->input.cells, pr->input.h, pr->input.w, gi, &hi, &wi_);
                 tr_arc_augment(ver[0], ver + 1, pr->output.cells, pr->output.h, pr->output.w, go, &ho, &wo);
-                if (split == 0 && x - first != keep) { /* translation augmentation, train only */
-                    r = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(hi, ho) + 1));
-                    c = (int)tr__rng_below(&rng, (uint64_t)(TR_ARC_MAX_GRID - TR__MAX(wi_, wo) + 1));
+                if (TR__MAX(TR__MAX(hi, ho), TR__MAX(wi_, wo)) > S) {
+                    st = tr__err(ctx, TR_ERR_FORMAT, "arc: task '%s' has a %dx%d grid, larger than the %dx%d canvas (tr_arc_options.canvas)", tk->name, TR__MAX(hi, ho),
+                                 TR__MAX(wi_, wo), S, S);
+                    break;
                 }
-                tr_arc_encode(gi, hi, wi_, r, c, ci);
-                tr_arc_encode(go, ho, wo, r, c, cl);
-                st = tr__npyw_write(&wi, ci, 900);
-                if (st == TR_OK) st = tr__npyw_write(&wl, cl, 900);
+                if (split == 0 && x - first != keep) { /* translation augmentation, train only */
+                    r = (int)tr__rng_below(&rng, (uint64_t)(S - TR__MAX(hi, ho) + 1));
+                    c = (int)tr__rng_below(&rng, (uint64_t)(S - TR__MAX(wi_, wo) + 1));
+                }
+                tr_arc_encode_canvas(gi, hi, wi_, r, c, S, ci);
+                tr_arc_encode_canvas(go, ho, wo, r, c, S, cl);
+                st = tr__npyw_write(&wi, ci, (size_t)SS);
+                if (st == TR_OK) st = tr__npyw_write(&wl, cl, (size_t)SS);
                 e++;
             }
             pid[p] = tk->ids[v];
@@ -20570,7 +20747,7 @@ TR__FN tr_status tr__arc_write_split(tr_ctx *ctx, const tr_arc_options *o, const
     if (st == TR_OK) {
         tr_dataset_meta m = tr_dataset_meta_default();
         m.vocab_size = 12;
-        m.seq_len = 900;
+        m.seq_len = SS;
         m.num_puzzle_identifiers = num_ids;
         m.total_groups = ngr;
         m.total_puzzles = npz;
@@ -20619,6 +20796,7 @@ TRDEF tr_status tr_arc_build(tr_ctx *ctx, const tr_arc_options *o, const char *o
     if (!ctx || !o || !out_dir || o->num_input_dirs < 1 || !o->input_dirs) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: need at least one input directory and an output directory");
     if (o->num_aug < 0 || o->num_aug > 100000) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: num_aug %d is outside 0..100000", o->num_aug);
     if (o->puzzle_identifiers_start < 1) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: puzzle_identifiers_start must be >= 1 (0 is <blank>)");
+    if (o->canvas < 0 || o->canvas > TR_ARC_MAX_GRID) return tr__err(ctx, TR_ERR_INVALID_ARG, "arc: canvas %d is outside 1..%d (0: %d)", o->canvas, TR_ARC_MAX_GRID, TR_ARC_MAX_GRID);
     /* 1. subsets: a directory of *.json is a subset; otherwise each sub-directory holding *.json is */
     for (i = 0; i < o->num_input_dirs && st == TR_OK; i++) {
         char **files = NULL, **dirs = NULL;
@@ -20876,6 +21054,120 @@ TRDEF int tr_arc_grid_fput(FILE *f, const tr_arc_grid *g) {
     }
     e |= fputc(']', f) == EOF;
     return e ? EOF : 0;
+}
+
+TRDEF int tr_arc_task_fput(FILE *f, const tr_arc_task *t) {
+    int i, e = 0;
+    if (!f || !t) return EOF;
+    e |= fputs("{\"train\": [", f) == EOF;
+    for (i = 0; i < t->num_train + t->num_test; i++) {
+        const tr_arc_pair *p = &t->pairs[i];
+        if (i == t->num_train) e |= fputs("], \"test\": [", f) == EOF;
+        e |= fputs(i && i != t->num_train ? ", {\"input\": " : "{\"input\": ", f) == EOF;
+        e |= tr_arc_grid_fput(f, &p->input) != 0;
+        if (p->output.h > 0) e |= fputs(", \"output\": ", f) == EOF || tr_arc_grid_fput(f, &p->output) != 0;
+        e |= fputc('}', f) == EOF;
+    }
+    if (t->num_train + t->num_test == t->num_train) e |= fputs("], \"test\": [", f) == EOF;
+    e |= fputs("]}", f) == EOF;
+    return e ? EOF : 0;
+}
+
+/* ---- hidden-rule tasks and the task-id ablation ------------------------------------------------- */
+TRDEF tr_rule_options tr_rule_options_default(void) {
+    tr_rule_options o;
+    o.min_side = 3, o.max_side = 5, o.min_demos = 3, o.max_demos = 4, o.num_test = 1, o.colors = 10, o.swaps = 0;
+    return o;
+}
+
+#define TR__RULE_SWAP_FAMILY 368 /* 8 transforms x (45 pairs of colours + no swap) */
+/* Rule `index` of the swap family `seed`: entry index of a seeded permutation of the 368 (transform, swap) pairs. */
+TR__FN void tr__rule_swap(uint64_t seed, uint64_t index, int *tid, uint8_t perm[10]) {
+    int order[TR__RULE_SWAP_FAMILY], i, r, a, b, q;
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_RULES, ~(uint64_t)0);
+    for (i = 0; i < TR__RULE_SWAP_FAMILY; i++) order[i] = i;
+    for (i = TR__RULE_SWAP_FAMILY - 1; i > 0; i--) {
+        int j = (int)tr__rng_below(&rng, (uint64_t)i + 1), x = order[i];
+        order[i] = order[j], order[j] = x;
+    }
+    r = order[index], *tid = r % 8, q = r / 8; /* q: 0 no swap, 1..45 the pairs a < b in order */
+    for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
+    for (a = 0; a < 10 && q; a++)
+        for (b = a + 1; b < 10 && q; b++)
+            if (--q == 0) perm[a] = (uint8_t)b, perm[b] = (uint8_t)a;
+}
+
+TRDEF tr_status tr_rule_task_generate(tr_ctx *ctx, uint64_t seed, uint64_t index, const tr_rule_options *opt, tr_arc_task *out, int *tid_out, uint8_t perm_out[10]) {
+    tr_rule_options o = opt ? *opt : tr_rule_options_default();
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_RULES, index);
+    uint8_t perm[10];
+    int tid, i, n;
+    if (!out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_rule_task_generate: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (o.min_side < 1 || o.max_side < o.min_side || o.max_side > TR_ARC_MAX_GRID)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: sides %d..%d must satisfy 1 <= min_side <= max_side <= %d", o.min_side, o.max_side, TR_ARC_MAX_GRID);
+    if (o.min_demos < 1 || o.max_demos < o.min_demos || o.max_demos > 100)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: demonstrations %d..%d must satisfy 1 <= min_demos <= max_demos <= 100", o.min_demos, o.max_demos);
+    if (o.num_test < 1 || o.num_test > 100) return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: num_test %d is outside 1..100", o.num_test);
+    if (o.colors < 2 || o.colors > 10) return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: colors %d is outside 2..10", o.colors);
+    if (o.swaps && index >= TR__RULE_SWAP_FAMILY)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "rules: task %llu is outside the swap family's %d rules", (unsigned long long)index, TR__RULE_SWAP_FAMILY);
+    if (o.swaps) tr__rule_swap(seed, index, &tid, perm);
+    else { /* the rule: a transform and a permutation of all ten colours (Fisher-Yates) */
+        tid = (int)tr__rng_below(&rng, 8);
+        for (i = 0; i < 10; i++) perm[i] = (uint8_t)i;
+        for (i = 9; i > 0; i--) {
+            int j = (int)tr__rng_below(&rng, (uint64_t)i + 1);
+            uint8_t x = perm[i];
+            perm[i] = perm[j], perm[j] = x;
+        }
+    }
+    out->num_train = o.min_demos + (int)tr__rng_below(&rng, (uint64_t)(o.max_demos - o.min_demos + 1));
+    out->num_test = o.num_test;
+    n = out->num_train + out->num_test;
+    if (!(out->pairs = (tr_arc_pair *)tr__calloc(ctx, (size_t)n, sizeof *out->pairs))) return TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) {
+        tr_arc_pair *p = &out->pairs[i];
+        int h = o.min_side + (int)tr__rng_below(&rng, (uint64_t)(o.max_side - o.min_side + 1));
+        int w = o.min_side + (int)tr__rng_below(&rng, (uint64_t)(o.max_side - o.min_side + 1)), k;
+        p->input.h = h, p->input.w = w, p->line = 0;
+        for (k = 0; k < h * w; k++) p->input.cells[k] = (uint8_t)tr__rng_below(&rng, (uint64_t)o.colors);
+        tr_arc_augment(tid, perm, p->input.cells, h, w, p->output.cells, &p->output.h, &p->output.w);
+    }
+    if (tid_out) *tid_out = tid;
+    if (perm_out) memcpy(perm_out, perm, 10);
+    return TR_OK;
+}
+
+TRDEF int tr_task_id_mode_parse(const char *name) {
+    static const char *const names[] = {"keep", "blank", "shuffle"};
+    int i;
+    for (i = 0; name && i < 3; i++)
+        if (tr__streq_ci(name, names[i])) return i;
+    return -1;
+}
+
+TRDEF tr_status tr_task_id_map(tr_ctx *ctx, int mode, int64_t n, int32_t blank, uint64_t seed, int32_t *map) {
+    int64_t i, k = 0;
+    tr__rng rng = tr__rng_kind(seed, TR__STREAM_TASK_ID, 0);
+    if (!map || n < 0 || n > INT32_MAX) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_task_id_map: %s", map ? "n is outside 0..2^31-1" : "map is NULL");
+    if (mode < TR_TASK_ID_KEEP || mode > TR_TASK_ID_SHUFFLE) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_task_id_map: mode %d is not keep (0), blank (1) or shuffle (2)", mode);
+    for (i = 0; i < n; i++) map[i] = mode == TR_TASK_ID_BLANK && i != blank ? blank : (int32_t)i;
+    if (mode != TR_TASK_ID_SHUFFLE) return TR_OK;
+    /* Fisher-Yates over the ids other than blank, in place: gather them to the front of the order first */
+    for (i = 0; i < n; i++)
+        if (i != blank) map[k++] = (int32_t)i;
+    for (i = k - 1; i > 0; i--) {
+        int64_t j = (int64_t)tr__rng_below(&rng, (uint64_t)i + 1);
+        int32_t x = map[i];
+        map[i] = map[j], map[j] = x;
+    }
+    /* map[0..k) is now a permutation of the non-blank ids; lay it out by id (blank keeps its place) */
+    if (blank >= 0 && blank < n) {
+        for (i = n - 1; i > blank; i--) map[i] = map[i - 1];
+        map[blank] = blank;
+    }
+    return TR_OK;
 }
 
 /* One distinct answer to one test input; its cells live in the votes' arena. */
@@ -21775,6 +22067,17 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
             goto done;
         }
         for (d = 0; same && d < e->ndim; d++) same = t->shape[d] == e->shape[d];
+        if (o && o->puzzle_row_map && e->dev == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
+            int64_t r;
+            for (r = 0; r < e->shape[0]; r++)
+                if (o->puzzle_row_map[r] < -1 || o->puzzle_row_map[r] >= t->shape[0]) {
+                    st = tr__err(ctx, TR_ERR_INVALID_ARG, "%s: puzzle_row_map[%lld] = %lld, but the file's table has %lld rows", path, (long long)r,
+                                 (long long)o->puzzle_row_map[r], (long long)t->shape[0]);
+                    goto done;
+                }
+            resize_idx = i;
+            continue;
+        }
         if (same) continue;
         if (e->dev == m->puzzle_emb && t->ndim == 2 && t->shape[1] == e->shape[1]) {
             if (!(o && o->allow_puzzle_resize)) {
@@ -21803,6 +22106,13 @@ TR__FN tr_status tr__ck_load_into(tr_model *m, const tr_st_file *f, const char *
     for (i = 0; i < m->n_tensors; i++) {
         tr__tensor_entry *e = &m->tensors[i];
         const tr_st_tensor *t = src[i];
+        if (i == resize_idx && o && o->puzzle_row_map) { /* row by row; the rows mapped to none keep their values */
+            size_t cols = (size_t)t->shape[1], r, k;
+            for (r = 0; r < (size_t)e->shape[0]; r++)
+                if (o->puzzle_row_map[r] >= 0)
+                    for (k = 0; k < cols; k++) e->data[r * cols + k] = tr__ck_elem_f32(t, (size_t)o->puzzle_row_map[r] * cols + k);
+            continue;
+        }
         if (i == resize_idx) {
             size_t rows = (size_t)t->shape[0], cols = (size_t)t->shape[1], r, k;
             for (r = 0; r < rows; r++)
@@ -21882,6 +22192,114 @@ TRDEF tr_status tr_model_load(tr_ctx *ctx, const char *path, const tr_model_load
     }
     *out = m;
     return TR_OK;
+}
+
+/* ---- init_from: a checkpoint's weights, its puzzle rows by name ---------------------------- */
+TRDEF tr_status tr_checkpoint_identifiers_path(const char *model_path, char *buf, size_t cap) {
+    const char *slash;
+    int n;
+    if (!model_path || !buf || !cap) return TR_ERR_INVALID_ARG;
+    slash = strrchr(model_path, '/');
+    n = slash ? snprintf(buf, cap, "%.*s/identifiers.json", (int)(slash - model_path), model_path) : snprintf(buf, cap, "identifiers.json");
+    return n < 0 || (size_t)n >= cap ? TR_ERR_OVERFLOW : TR_OK;
+}
+
+typedef struct tr__named_row { const char *name; int64_t row; } tr__named_row;
+TR__FN int tr__named_row_cmp(const void *a, const void *b) { return strcmp(((const tr__named_row *)a)->name, ((const tr__named_row *)b)->name); }
+
+/* The checkpoint's rows sorted by name, for the lookups; a duplicate name is TR_ERR_FORMAT. */
+TR__FN tr_status tr__ck_sorted_names(tr_ctx *ctx, const char *what, int64_t n, char **names, tr__named_row **out) {
+    tr__named_row *v = (tr__named_row *)tr__alloc(ctx, (size_t)TR__MAX(n, 1) * sizeof *v);
+    int64_t i;
+    if (!v) return TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) v[i].name = names[i] ? names[i] : "", v[i].row = i;
+    qsort(v, (size_t)n, sizeof *v, tr__named_row_cmp);
+    for (i = 1; i < n; i++)
+        if (!strcmp(v[i - 1].name, v[i].name)) {
+            tr__qbuf q;
+            tr__free(ctx, v);
+            return tr__err(ctx, TR_ERR_FORMAT, "%s: the name %s is given to two rows (%lld and %lld): rows cannot be told apart by name", what, tr__quote(&q, v[i].name),
+                           (long long)v[i - 1].row, (long long)v[i].row);
+        }
+    *out = v;
+    return TR_OK;
+}
+
+TRDEF tr_status tr_model_init_from(tr_model *m, const char *path, const tr_init_from_options *o, tr_init_from_summary *out) {
+    tr_ctx *ctx;
+    tr_model_config fc;
+    tr_model_load_options lo;
+    tr_init_from_summary sum;
+    char idp[4096];
+    const char *ids_path;
+    char **fnames = NULL;
+    int64_t nf = 0, rows, frows, r;
+    int64_t *map = NULL;
+    uint8_t *used = NULL;
+    tr__named_row *sorted = NULL;
+    tr_status st;
+    if (!m) return TR_ERR_INVALID_ARG;
+    ctx = m->ctx;
+    if (!path || !o) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_init_from: NULL %s", path ? "options" : "path");
+    rows = m->cfg.num_puzzle_identifiers;
+    if (o->names && o->num_names != rows)
+        return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_init_from: %lld names for a model of %lld puzzle rows", (long long)o->num_names, (long long)rows);
+    if (!o->names && !o->map_by_index) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_model_init_from: the model's rows have no names (options.names) and map_by_index is off");
+    if ((st = tr_checkpoint_read_config(ctx, path, &fc)) != TR_OK) return st;
+    frows = fc.num_puzzle_identifiers;
+    memset(&sum, 0, sizeof sum);
+    ids_path = o->identifiers;
+    if (!ids_path && tr_checkpoint_identifiers_path(path, idp, sizeof idp) == TR_OK) {
+        FILE *f = fopen(idp, "rb");
+        if (f) fclose(f), ids_path = idp;
+    }
+    if (ids_path && o->names) {
+        if ((st = tr_identifiers_read(ctx, ids_path, &nf, &fnames)) != TR_OK) return st;
+        if (nf != frows) {
+            st = tr__err(ctx, TR_ERR_FORMAT, "%s names %lld rows, but the checkpoint %s has %lld puzzle-embedding rows: they do not belong together", ids_path, (long long)nf, path,
+                         (long long)frows);
+            goto done;
+        }
+    } else if (!o->map_by_index) {
+        return tr__err(ctx, TR_ERR_NOT_FOUND,
+                       "%s: its %lld puzzle-embedding rows have no names (no identifiers.json beside it, none given): mapping them to the dataset's tasks by position "
+                       "could give every task another task's row; give the names (the training dataset's identifiers.json) or ask for map_by_index",
+                       path, (long long)frows);
+    }
+    map = (int64_t *)tr__alloc(ctx, (size_t)TR__MAX(rows, 1) * sizeof *map);
+    used = (uint8_t *)tr__calloc(ctx, (size_t)TR__MAX(frows, 1), 1);
+    if (!map || !used) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (fnames) {
+        if ((st = tr__ck_sorted_names(ctx, ids_path, nf, fnames, &sorted)) != TR_OK) goto done;
+        for (r = 0; r < rows; r++) {
+            tr__named_row key, *hit;
+            key.name = o->names[r] ? o->names[r] : "", key.row = 0;
+            hit = (tr__named_row *)bsearch(&key, sorted, (size_t)nf, sizeof *sorted, tr__named_row_cmp);
+            map[r] = hit ? hit->row : -1;
+        }
+    } else {
+        sum.by_index = 1;
+        for (r = 0; r < rows; r++) map[r] = r < frows ? r : -1;
+    }
+    for (r = 0; r < rows; r++) {
+        if (map[r] < 0) sum.added++;
+        else used[map[r]] = 1;
+    }
+    sum.kept = rows - sum.added;
+    for (r = 0; r < frows; r++) sum.dropped += !used[r];
+    memset(&lo, 0, sizeof lo);
+    lo.puzzle_row_map = map;
+    st = tr_model_load_weights(m, path, &lo);
+    if (st == TR_OK && out) *out = sum;
+done:
+    tr__free(ctx, sorted);
+    tr__free(ctx, map);
+    tr__free(ctx, used);
+    if (fnames) tr_identifiers_free(ctx, nf, fnames);
+    return st;
 }
 
 /* ---- trainer state ------------------------------------------------------------------------ */
@@ -22355,6 +22773,279 @@ TRDEF tr_status tr_checkpoint_save(tr_trainer *t, const char *dir, int best, con
     return st;
 }
 /* >>checkpoint-end */
+
+/* >>adapt: test-time adaptation to unseen ARC tasks (tr_adapter) */
+#define TR__STREAM_ADAPT 0xada70000ull
+
+struct tr_adapter {
+    tr_ctx *ctx;
+    tr_adapt_config cfg;
+    tr_model *m;
+    float *base;   /* every tensor as loaded, one after the other: each task starts from them */
+    int side;      /* the canvas */
+};
+
+TRDEF tr_adapt_config tr_adapt_config_default(void) {
+    tr_adapt_config c;
+    memset(&c, 0, sizeof c);
+    c.versions = 8, c.steps = 100, c.batch_size = 32, c.trainable = TR_TRAIN_PUZZLE_EMB;
+    c.lr = 1e-4, c.weight_decay = 0.1, c.puzzle_emb_lr = 1e-2, c.puzzle_emb_weight_decay = 0.1, c.lr_warmup_steps = 10, c.translate = 1;
+    return c;
+}
+
+TRDEF tr_status tr_adapt_config_validate(tr_ctx *ctx, const tr_adapt_config *c) {
+    if (!c) return tr__err(ctx, TR_ERR_INVALID_ARG, "adapt: the config is NULL");
+    if (c->versions < 1 || c->versions > 1000) return tr__err(ctx, TR_ERR_CONFIG, "adapt: versions %d is outside 1..1000", c->versions);
+    if (c->steps < 0 || !(c->seconds >= 0) || c->lr_warmup_steps < 0 || c->eval_steps < 0)
+        return tr__err(ctx, TR_ERR_CONFIG, "adapt: steps, seconds, lr_warmup_steps and eval_steps must be >= 0");
+    if (c->batch_size < 1 || c->batch_size > 65536) return tr__err(ctx, TR_ERR_CONFIG, "adapt: batch_size %d is outside 1..65536", c->batch_size);
+    if (c->trainable < TR_TRAIN_ALL || c->trainable > TR_TRAIN_EMB_HEADS) return tr__err(ctx, TR_ERR_CONFIG, "adapt: trainable %d is not all, puzzle_emb or emb_heads", c->trainable);
+    if (!(c->lr >= 0) || !(c->puzzle_emb_lr >= 0) || !isfinite(c->weight_decay) || !isfinite(c->puzzle_emb_weight_decay))
+        return tr__err(ctx, TR_ERR_CONFIG, "adapt: the learning rates must be >= 0 and the weight decays finite");
+    if (c->task_id != TR_TASK_ID_KEEP && c->task_id != TR_TASK_ID_BLANK) return tr__err(ctx, TR_ERR_CONFIG, "adapt: task_id %d is not keep (0) or blank (1)", c->task_id);
+    return TR_OK;
+}
+
+TRDEF void tr_adapter_destroy(tr_adapter *a) {
+    if (!a) return;
+    tr_model_destroy(a->m);
+    tr__free(a->ctx, a->base);
+    tr__free(a->ctx, a);
+}
+
+TRDEF tr_model *tr_adapter_model(tr_adapter *a) { return a ? a->m : NULL; }
+
+TRDEF tr_status tr_adapter_create(tr_ctx *ctx, const char *checkpoint, const tr_adapt_config *cfg, tr_adapter **out) {
+    tr_model_config fc;
+    tr_model_load_options lo;
+    tr_adapter *a = NULL;
+    int64_t *map = NULL, r;
+    size_t total = 0, off = 0;
+    int i, side;
+    tr_status st;
+    if (!ctx) return TR_ERR_INVALID_ARG;
+    if (!checkpoint || !out) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_adapter_create: NULL argument");
+    *out = NULL;
+    if ((st = tr_adapt_config_validate(ctx, cfg)) != TR_OK) return st;
+    if ((st = tr_checkpoint_read_config(ctx, checkpoint, &fc)) != TR_OK) return st;
+    for (side = 1; side * side < fc.seq_len; side++) {
+    }
+    if (fc.vocab_size != 12 || side * side != fc.seq_len || side > TR_ARC_MAX_GRID)
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s is not an ARC model: vocab_size %d and seq_len %d, but ARC needs 12 and a square canvas of at most 30x30", checkpoint, fc.vocab_size,
+                       fc.seq_len);
+    if (fc.puzzle_emb_ndim <= 0 && cfg->trainable == TR_TRAIN_PUZZLE_EMB)
+        return tr__err(ctx, TR_ERR_UNSUPPORTED, "%s has no puzzle embedding (puzzle_emb_ndim 0): trainable puzzle_emb has nothing to adapt", checkpoint);
+    if (!(a = (tr_adapter *)tr__calloc(ctx, 1, sizeof *a)) || !(map = (int64_t *)tr__alloc(ctx, ((size_t)cfg->versions + 1) * sizeof *map))) {
+        tr__free(ctx, a);
+        return TR_ERR_OUT_OF_MEMORY;
+    }
+    a->ctx = ctx, a->cfg = *cfg, a->side = side;
+    for (r = 0; r <= cfg->versions; r++) map[r] = r == 0 ? 0 : -1; /* the blank row is the checkpoint's; the rest are new */
+    memset(&lo, 0, sizeof lo);
+    lo.num_puzzle_identifiers = cfg->versions + 1, lo.puzzle_row_map = map;
+    st = tr_model_load(ctx, checkpoint, &lo, &a->m);
+    tr__free(ctx, map);
+    for (i = 0; st == TR_OK && i < tr_model_num_tensors(a->m); i++) {
+        tr_tensor_view v;
+        if ((st = tr_model_tensor(a->m, i, &v)) == TR_OK) total += v.numel;
+    }
+    if (st == TR_OK && !(a->base = (float *)tr__alloc(ctx, TR__MAX(total, 1) * sizeof(float)))) st = TR_ERR_OUT_OF_MEMORY;
+    for (i = 0; st == TR_OK && i < tr_model_num_tensors(a->m); i++) {
+        tr_tensor_view v;
+        if ((st = tr_model_tensor(a->m, i, &v)) == TR_OK) memcpy(a->base + off, v.data, v.numel * sizeof(float)), off += v.numel;
+    }
+    if (st != TR_OK) {
+        tr_adapter_destroy(a);
+        return st;
+    }
+    *out = a;
+    return TR_OK;
+}
+
+/* The model's tensors back to the checkpoint's (the new rows to zeros). */
+TR__FN tr_status tr__adapt_restore(tr_adapter *a) {
+    size_t off = 0;
+    int i;
+    tr_status st;
+    for (i = 0; i < tr_model_num_tensors(a->m); i++) {
+        tr_tensor_view v;
+        if ((st = tr_model_tensor(a->m, i, &v)) != TR_OK) return st;
+        memcpy(v.data, a->base + off, v.numel * sizeof(float)), off += v.numel;
+    }
+    return tr_model_commit_tensors(a->m);
+}
+
+/* FNV-1a of the task's name: its random streams do not depend on where it sits in a file. */
+TR__FN uint64_t tr__adapt_name_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 0x100000001b3ull;
+    return h;
+}
+
+/* The task's versions as the builder draws them: identity first, then a transform and a permutation of
+   colours 1..9 (0 stays), distinct. ver: [versions * 11]. Returns how many. */
+TR__FN int tr__adapt_versions(tr__rng *rng, int want, uint8_t *ver) {
+    int n = 0, trial, i;
+    for (trial = 0; n < want && trial < 50 * want + 50; trial++) {
+        uint8_t *v = ver + (size_t)n * 11;
+        int dup = 0;
+        v[0] = 0;
+        for (i = 0; i < 10; i++) v[1 + i] = (uint8_t)i;
+        if (n > 0) {
+            v[0] = (uint8_t)tr__rng_below(rng, 8);
+            for (i = 9; i > 1; i--) {
+                int j = 1 + (int)tr__rng_below(rng, (uint64_t)i);
+                uint8_t x = v[1 + i];
+                v[1 + i] = v[1 + j], v[1 + j] = x;
+            }
+        }
+        for (i = 0; i < n && !dup; i++) dup = memcmp(ver + (size_t)i * 11, v, 11) == 0;
+        if (!dup) n++;
+    }
+    return n;
+}
+
+/* Row r of a batch: the pair's grids in version v, at (r0, c0), as token rows (labels: pad ignored). */
+TR__FN void tr__adapt_row(const uint8_t *v, const tr_arc_grid *in, const tr_arc_grid *outg, int side, tr__rng *rng, int32_t *inputs, int32_t *labels) {
+    uint8_t gi[900], go[900], ci[900];
+    int hi, wi, ho = 0, wo = 0, r = 0, c = 0, k, n = side * side;
+    tr_arc_augment(v[0], v + 1, in->cells, in->h, in->w, gi, &hi, &wi);
+    if (outg) tr_arc_augment(v[0], v + 1, outg->cells, outg->h, outg->w, go, &ho, &wo);
+    if (rng) {
+        r = (int)tr__rng_below(rng, (uint64_t)(side - TR__MAX(hi, ho) + 1));
+        c = (int)tr__rng_below(rng, (uint64_t)(side - TR__MAX(wi, wo) + 1));
+    }
+    tr_arc_encode_canvas(gi, hi, wi, r, c, side, ci);
+    for (k = 0; k < n; k++) inputs[k] = ci[k];
+    if (!labels) return;
+    tr_arc_encode_canvas(go, ho, wo, r, c, side, ci);
+    for (k = 0; k < n; k++) labels[k] = ci[k] ? ci[k] : TR_IGNORE_LABEL;
+}
+
+/* Fine-tunes the task's rows (and what else trains) on its demonstration pairs. */
+TR__FN tr_status tr__adapt_train(tr_adapter *a, const tr_arc_task *task, const uint8_t *ver, int nver, uint64_t h, double budget, tr_adapt_result *res) {
+    const tr_adapt_config *c = &a->cfg;
+    tr_train_config tc = tr_train_config_default();
+    tr_trainer *t = NULL;
+    tr__rng rng = tr__rng_kind(c->seed, TR__STREAM_ADAPT + 1, h);
+    int B = c->batch_size, L = a->side * a->side, i;
+    int32_t *in = (int32_t *)tr__alloc(a->ctx, (size_t)B * (size_t)L * 2 * sizeof(int32_t) + (size_t)B * sizeof(int32_t)), *lab, *pid;
+    double t0 = tr__now(), lsum = 0, esum = 0, ecount = 0;
+    long window = c->steps / 10 > 0 ? c->steps / 10 : 1, nwin = 0;
+    tr_status st;
+    if (!in) return TR_ERR_OUT_OF_MEMORY;
+    lab = in + (size_t)B * L, pid = lab + (size_t)B * L;
+    tc.lr = c->lr, tc.weight_decay = c->weight_decay, tc.puzzle_emb_lr = c->puzzle_emb_lr, tc.puzzle_emb_weight_decay = c->puzzle_emb_weight_decay;
+    tc.lr_warmup_steps = c->lr_warmup_steps, tc.total_steps = c->steps, tc.lr_min_ratio = 1.0, tc.ema = 0, tc.global_batch_size = B, tc.trainable = c->trainable;
+    if ((st = tr_trainer_create(a->m, &tc, &t)) != TR_OK) {
+        tr__free(a->ctx, in);
+        return st;
+    }
+    while (res->steps < c->steps && (budget < 0 || tr__now() - t0 < budget)) {
+        tr_batch b;
+        tr_metrics mt;
+        for (i = 0; i < B; i++) {
+            int v = (int)tr__rng_below(&rng, (uint64_t)nver), x = (int)tr__rng_below(&rng, (uint64_t)task->num_train);
+            const tr_arc_pair *p = &task->pairs[x];
+            tr__adapt_row(ver + (size_t)v * 11, &p->input, &p->output, a->side, c->translate ? &rng : NULL, in + (size_t)i * L, lab + (size_t)i * L);
+            pid[i] = v + 1;
+        }
+        b.inputs = in, b.labels = lab, b.puzzle_identifiers = pid, b.batch_size = B;
+        if ((st = tr_trainer_step(t, &b, &mt)) != TR_OK) break;
+        res->steps++;
+        if (res->steps > c->steps - window) lsum += mt.lm_loss / B, esum += mt.exact_accuracy, ecount += mt.count, nwin++;
+    }
+    res->loss = nwin ? lsum / (double)nwin : NAN;
+    res->train_exact = ecount > 0 ? esum / ecount : NAN;
+    res->train_seconds = tr__now() - t0;
+    tr_trainer_destroy(t);
+    tr__free(a->ctx, in);
+    return st;
+}
+
+TRDEF tr_status tr_adapt_task(tr_adapter *a, const char *name, const tr_arc_task *task, double seconds_left, tr_adapt_predict_fn fn, void *user, tr_adapt_result *out) {
+    tr_adapt_result res;
+    tr_ctx *ctx;
+    uint8_t *ver = NULL;
+    int32_t *in = NULL, *pid, *preds;
+    float *qh;
+    int *row_v, *row_x;
+    tr_carry *carry = NULL;
+    int nver, x, i, B, L, side, n, done = 0;
+    uint64_t h;
+    double t0 = tr__now(), budget;
+    tr__rng rng;
+    tr_status st = TR_OK;
+    if (!a) return TR_ERR_INVALID_ARG;
+    ctx = a->ctx, side = a->side, L = side * side, B = a->cfg.batch_size;
+    if (!name || !task || (task->num_train + task->num_test > 0 && !task->pairs)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_adapt_task: NULL argument");
+    if (strstr(name, TR_ARC_SEP)) return tr__err(ctx, TR_ERR_INVALID_ARG, "tr_adapt_task: the task name '%.200s' holds '%s'", name, TR_ARC_SEP);
+    for (x = 0; x < task->num_train + task->num_test; x++) {
+        const tr_arc_pair *p = &task->pairs[x];
+        int big = TR__MAX(TR__MAX(p->input.h, p->input.w), TR__MAX(p->output.h, p->output.w));
+        if (big > side || p->input.h < 1 || p->input.w < 1 || (x < task->num_train && p->output.h < 1))
+            return tr__err(ctx, big > side ? TR_ERR_UNSUPPORTED : TR_ERR_INVALID_ARG, "task '%.200s': %s[%d] has %s", name, x < task->num_train ? "train" : "test",
+                           x < task->num_train ? x : x - task->num_train, big > side ? "a grid larger than the model's canvas" : "an empty grid");
+    }
+    memset(&res, 0, sizeof res);
+    res.loss = res.train_exact = NAN;
+    h = tr__adapt_name_hash(name);
+    rng = tr__rng_kind(a->cfg.seed, TR__STREAM_ADAPT, h);
+    if (!(ver = (uint8_t *)tr__alloc(ctx, (size_t)a->cfg.versions * 11))) return TR_ERR_OUT_OF_MEMORY;
+    nver = res.versions = tr__adapt_versions(&rng, a->cfg.versions, ver);
+    if ((st = tr__adapt_restore(a)) != TR_OK) goto done;
+    budget = a->cfg.seconds > 0 ? a->cfg.seconds : -1;
+    if (seconds_left >= 0 && (budget < 0 || seconds_left < budget)) budget = seconds_left;
+    if (a->cfg.steps > 0 && task->num_train > 0 && budget != 0 && (st = tr__adapt_train(a, task, ver, nver, h, budget, &res)) != TR_OK) goto done;
+    /* the predictions: every test input under every version, B rows at a time */
+    n = nver * task->num_test;
+    in = (int32_t *)tr__alloc(ctx, (size_t)B * ((size_t)L * 2 + 4) * sizeof(int32_t));
+    if (!in) {
+        st = TR_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    preds = in + (size_t)B * L, pid = preds + (size_t)B * L, row_v = (int *)(pid + B), row_x = row_v + B, qh = (float *)(row_x + B);
+    if (n > 0 && (st = tr_carry_create(a->m, B, &carry)) != TR_OK) goto done;
+    while (done < n) {
+        tr_batch b;
+        tr_step_outputs so;
+        int rows = TR__MIN(B, n - done);
+        for (i = 0; i < B; i++) {
+            int k = done + (i < rows ? i : 0), v = k / task->num_test;
+            row_v[i] = v, row_x[i] = k % task->num_test;
+            tr__adapt_row(ver + (size_t)v * 11, &task->pairs[task->num_train + row_x[i]].input, NULL, side, NULL, in + (size_t)i * L, NULL);
+            pid[i] = i < rows && a->cfg.task_id == TR_TASK_ID_KEEP ? v + 1 : 0;
+        }
+        memset(&so, 0, sizeof so);
+        so.preds = preds, so.q_halt = qh;
+        b.inputs = in, b.labels = NULL, b.puzzle_identifiers = pid, b.batch_size = B;
+        tr_carry_reset(carry);
+        if ((st = tr_model_infer(a->m, carry, &b, a->cfg.eval_steps > 0 ? a->cfg.eval_steps : a->m->cfg.halt_max_steps, NULL, NULL, &so)) != TR_OK) goto done;
+        for (i = 0; i < rows; i++) {
+            const uint8_t *v = ver + (size_t)row_v[i] * 11;
+            char puzzle[300];
+            tr_arc_grid g, gi;
+            int o = snprintf(puzzle, sizeof puzzle, "%.250s%st%d%s", name, TR_ARC_SEP, v[0], TR_ARC_SEP), k;
+            for (k = 0; k < 10; k++) puzzle[o + k] = (char)('0' + v[1 + k]);
+            puzzle[o + 10] = 0;
+            tr_arc_crop_canvas(preds + (size_t)i * L, side, g.cells, &g.h, &g.w);
+            tr_arc_augment(v[0], v + 1, task->pairs[task->num_train + row_x[i]].input.cells, task->pairs[task->num_train + row_x[i]].input.h,
+                           task->pairs[task->num_train + row_x[i]].input.w, gi.cells, &gi.h, &gi.w);
+            if (fn) fn(user, puzzle, row_x[i], &g, qh[i], &gi);
+            res.predictions++;
+        }
+        done += rows;
+    }
+done:
+    res.seconds = tr__now() - t0;
+    if (out) *out = res;
+    tr_carry_destroy(carry);
+    tr__free(ctx, in);
+    tr__free(ctx, ver);
+    return st;
+}
+/* >>adapt-end */
+
 
 /* A run's metrics history (tr_metrics_history) and its SVG plot. */
 /* >>metrics */

@@ -98,20 +98,51 @@ typedef struct run_opts {
     const char *checkpoint, *data;
     int batch, max_steps, limit, quiet;
     int dtype; /* tr_forward_dtype, or -1: the checkpoint's */
+    int task_id; /* tr_task_id_mode: the ablation (blank or shuffled puzzle ids) */
+    int map_by_index; /* a checkpoint without row names: its rows by position */
 } run_opts;
+
+/* The model for the dataset: its puzzle rows follow their names (the identifiers.json beside the checkpoint,
+   which tinyrec-train writes) to the dataset's ids; a checkpoint without names only with --map-by-index. */
+static int load_model(tr_ctx *ctx, const run_opts *ro, const tr_dataset *ds, tr_model **m) {
+    tr_model_load_options lo;
+    tr_model_config cfg;
+    tr_init_from_options io;
+    tr_init_from_summary s;
+    char idp[4096];
+    FILE *f;
+    memset(&lo, 0, sizeof lo), memset(&io, 0, sizeof io);
+    lo.num_puzzle_identifiers = (int)ds->meta.num_puzzle_identifiers;
+    if (tr_checkpoint_identifiers_path(ro->checkpoint, idp, sizeof idp) == TR_OK && (f = fopen(idp, "rb")) != NULL) {
+        fclose(f);
+        io.names = (const char *const *)ds->identifiers, io.num_names = ds->num_identifiers;
+        if (tr_checkpoint_read_config(ctx, ro->checkpoint, &cfg) != TR_OK) return fail(ctx);
+        cfg.num_puzzle_identifiers = (int)ds->meta.num_puzzle_identifiers;
+        if (tr_model_create(ctx, &cfg, m) != TR_OK || tr_model_init_from(*m, ro->checkpoint, &io, &s) != TR_OK) return fail(ctx);
+        if (!ro->quiet || s.added)
+            fprintf(stderr, "%spuzzle rows by name (%s): %lld kept, %lld without a row in the checkpoint (zeros), %lld of the checkpoint's unused\n", s.added ? "tinyrec-arc-eval: warning: " : "", idp,
+                    (long long)s.kept, (long long)s.added, (long long)s.dropped);
+        return 1;
+    }
+    if (!ro->map_by_index) {
+        fprintf(stderr, "tinyrec-arc-eval: %s has no names for its puzzle rows (no %s): its rows cannot be matched to the dataset's tasks by name.\n"
+                        "  --map-by-index takes them by position (right only if it was trained on this very build of the dataset)\n", ro->checkpoint, idp);
+        return 0;
+    }
+    return tr_model_load(ctx, ro->checkpoint, &lo, m) == TR_OK ? 1 : fail(ctx);
+}
 
 static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *save, int64_t *ngroups_used) {
     tr_dataset *ds = NULL;
     tr_model *m = NULL;
     tr_carry *carry = NULL;
-    tr_model_load_options lo;
     const tr_model_config *cfg;
     const tr_dataset_set *set;
-    int32_t *in = NULL, *pid = NULL, *preds = NULL;
+    int32_t *in = NULL, *pid = NULL, *preds = NULL, *idmap = NULL;
     float *qh = NULL;
     int64_t *row_ex = NULL, *row_pz = NULL;
     int64_t g1, p, p_end, e, ex_total = 0, ex_done = 0;
-    int B = ro->batch, nrow = 0, ok = 0, steps, t;
+    int B = ro->batch, nrow = 0, ok = 0, steps, t, side = 1, L;
     double t0 = tr_time_seconds(), last = t0;
     int tty = 0;
 #if !defined(_WIN32)
@@ -125,12 +156,7 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
         fprintf(stderr, "tinyrec-arc-eval: %s: the test split needs a set and identifiers.json\n", ro->data);
         goto done;
     }
-    memset(&lo, 0, sizeof lo);
-    lo.num_puzzle_identifiers = (int)ds->meta.num_puzzle_identifiers;
-    if (tr_model_load(ctx, ro->checkpoint, &lo, &m) != TR_OK) {
-        fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
-        goto done;
-    }
+    if (!load_model(ctx, ro, ds, &m)) goto done;
     if (ro->dtype >= 0 && tr_model_set_forward_dtype(m, (tr_forward_dtype)ro->dtype) != TR_OK) {
         fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
         goto done;
@@ -141,10 +167,18 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
         fprintf(stderr, "tinyrec-arc-eval: the model has seq_len %d, vocab_size %d; the dataset %d, %d\n", cfg->seq_len, cfg->vocab_size, ds->meta.seq_len, ds->meta.vocab_size);
         goto done;
     }
-    if (cfg->seq_len != MAXG * MAXG) {
-        fprintf(stderr, "tinyrec-arc-eval: %s is not an ARC dataset (seq_len %d, want %d)\n", ro->data, cfg->seq_len, MAXG * MAXG);
+    while (side * side < cfg->seq_len) side++;
+    if (side * side != cfg->seq_len || side > MAXG) { /* the canvas: 30x30 as the reference, or smaller (tinyrec-data arc --canvas) */
+        fprintf(stderr, "tinyrec-arc-eval: %s is not an ARC dataset (seq_len %d, want a square canvas of at most %d)\n", ro->data, cfg->seq_len, MAXG * MAXG);
         goto done;
     }
+    L = side * side;
+    if (!(idmap = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ds->meta.num_puzzle_identifiers + 1))) ||
+        tr_task_id_map(ctx, ro->task_id, ds->meta.num_puzzle_identifiers, ds->meta.blank_identifier_id, 0, idmap) != TR_OK) {
+        fprintf(stderr, "tinyrec-arc-eval: %s\n", idmap ? tr_ctx_last_error(ctx) : "out of memory");
+        goto done;
+    }
+    if (ro->task_id != TR_TASK_ID_KEEP) fprintf(stderr, "task-id ablation: every puzzle id %s\n", ro->task_id == TR_TASK_ID_BLANK ? "blank" : "shuffled (seeded permutation of the ids)");
     steps = ro->max_steps > 0 ? ro->max_steps : cfg->halt_max_steps;
     if (tr_carry_create(m, B, &carry) != TR_OK) {
         fprintf(stderr, "tinyrec-arc-eval: %s\n", tr_ctx_last_error(ctx));
@@ -169,8 +203,8 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
         v->tasks[ti].scored = 1;
         ex_total += set->puzzle_indices[p + 1] - set->puzzle_indices[p];
     }
-    in = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * 900);
-    preds = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * 900);
+    in = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * L);
+    preds = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * L);
     pid = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
     qh = (float *)malloc(sizeof(float) * (size_t)B);
     row_ex = (int64_t *)malloc(sizeof(int64_t) * (size_t)B);
@@ -191,8 +225,8 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
                 if (p < p_end) e = set->puzzle_indices[p];
                 continue;
             }
-            tr_dataset_example(ds, 0, e, in + (size_t)nrow * 900, NULL);
-            pid[nrow] = set->puzzle_identifiers[p];
+            tr_dataset_example(ds, 0, e, in + (size_t)nrow * L, NULL);
+            pid[nrow] = idmap[set->puzzle_identifiers[p]]; /* (the ablation's id; the votes get the puzzle's name) */
             row_ex[nrow] = e, row_pz[nrow] = p;
             nrow++, e++;
         }
@@ -202,7 +236,7 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
             tr_step_outputs so;
             int r, n = nrow;
             for (r = n; r < B; r++) { /* padding rows: pad inputs, the blank puzzle */
-                memset(in + (size_t)r * 900, 0, sizeof(int32_t) * 900);
+                memset(in + (size_t)r * L, 0, sizeof(int32_t) * L);
                 pid[r] = ds->meta.blank_identifier_id;
             }
             memset(&so, 0, sizeof so);
@@ -216,9 +250,9 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
                 tr_arc_grid g, gi;
                 char where[64];
                 snprintf(where, sizeof where, "test example %lld", (long long)row_ex[r]);
-                tr_arc_crop(preds + (size_t)r * 900, g.cells, &g.h, &g.w);
-                tr_arc_crop(in + (size_t)r * 900, gi.cells, &gi.h, &gi.w); /* the votes check that it maps back */
-                if (!add_prediction(ctx, v, save, ds->identifiers[pid[r]], (int)(row_ex[r] - set->puzzle_indices[row_pz[r]]), &g, qh[r], &gi, where)) goto done;
+                tr_arc_crop_canvas(preds + (size_t)r * L, side, g.cells, &g.h, &g.w);
+                tr_arc_crop_canvas(in + (size_t)r * L, side, gi.cells, &gi.h, &gi.w); /* the votes check that it maps back */
+                if (!add_prediction(ctx, v, save, ds->identifiers[set->puzzle_identifiers[row_pz[r]]], (int)(row_ex[r] - set->puzzle_indices[row_pz[r]]), &g, qh[r], &gi, where)) goto done;
             }
             ex_done += n;
             nrow = 0;
@@ -232,7 +266,7 @@ static int run_model(tr_ctx *ctx, const run_opts *ro, tr_arc_votes *v, FILE *sav
     }
     ok = 1;
 done:
-    free(in), free(preds), free(pid), free(qh), free(row_ex), free(row_pz);
+    free(in), free(preds), free(pid), free(qh), free(row_ex), free(row_pz), free(idmap);
     tr_carry_destroy(carry);
     tr_model_destroy(m);
     tr_dataset_close(ds);
@@ -260,6 +294,10 @@ static void usage(FILE *f) {
             "  --output FILE           write the top-2 attempts in the ARC Prize submission format\n"
             "  --save-predictions FILE write every prediction as JSONL (for --predictions later)\n"
             "  --dtype T               float32 | bfloat16 | float16 | auto (default: the checkpoint's forward_dtype)\n"
+            "  --task-id M             keep | blank | shuffle: the ablation that runs every puzzle with the blank id,\n"
+            "                          or with another task's id, to measure what the puzzle embedding carries\n"
+            "  --map-by-index          a checkpoint without identifiers.json beside it: puzzle rows by position\n"
+            "                          (else the rows follow their names to the dataset's ids)\n"
             "  --threads N, --verbose (per-input votes), --quiet (no progress), --help\n"
             "Positional arguments: CHECKPOINT DATA_DIR (or DATA_DIR alone with --predictions).\n"
             "example: tinyrec-arc-eval runs/arc/best.safetensors data/arc1 --dtype bf16 --output submission.json\n");
@@ -298,7 +336,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "--checkpoint") || !strcmp(a, "--data") || !strcmp(a, "--predictions") || !strcmp(a, "--puzzles") || !strcmp(a, "--output") ||
                     !strcmp(a, "--save-predictions") || !strcmp(a, "--max-steps") || !strcmp(a, "--batch") || !strcmp(a, "--limit") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--pass-k") || !strcmp(a, "--dtype");
+                    !strcmp(a, "--pass-k") || !strcmp(a, "--dtype") || !strcmp(a, "--task-id");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -349,7 +387,14 @@ int main(int argc, char **argv) {
                 return 2;
             }
             i++;
-        } else if (!strcmp(a, "--all-inputs")) all_inputs = 1;
+        } else if (!strcmp(a, "--task-id")) {
+            if ((ro.task_id = tr_task_id_mode_parse(v)) < 0) {
+                fprintf(stderr, "tinyrec-arc-eval: --task-id takes keep, blank or shuffle, not '%s'\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--map-by-index")) ro.map_by_index = 1;
+        else if (!strcmp(a, "--all-inputs")) all_inputs = 1;
         else if (!strcmp(a, "--verbose")) verbose = 1;
         else if (!strcmp(a, "--quiet")) ro.quiet = 1;
         else if (a[0] == '-' && a[1]) {

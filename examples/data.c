@@ -5,6 +5,7 @@
      tinyrec-data sudoku --output-dir data/sudoku-extreme --source-csv sudoku-extreme/ --subsample-size 1000 --num-aug 1000
      tinyrec-data maze   --output-dir data/maze --generate 1000 --aug
      tinyrec-data arc    --output-dir data/arc1 --input-dir ../shared/data/arc-agi-1 --test-set-name evaluation --num-aug 1000
+     tinyrec-data rules  --output-dir data/rules --train-rules 300 --test-rules 20   (ARC task files of hidden rules)
 
    Run `tinyrec-data <command> --help` for every option. */
 #define TINYREC_IMPLEMENTATION
@@ -81,8 +82,63 @@ static void usage(const char *cmd) {
                 "  --test-set-name NAME  the subset whose test pairs form the test split (default evaluation)\n"
                 "  --num-aug N           augmented versions per task (default 1000)\n"
                 "  --puzzle-identifiers-start N   first puzzle id (default 1; 0 is <blank>)\n"
+                "  --canvas N            side of the square canvas, 1..30 (default 30: seq_len 900)\n"
                 "  --seed S              (default 42)\n"
                 "example: tinyrec-data arc --output-dir data/arc1 --input-dir ../ARC-AGI/data --num-aug 1000\n");
+    if (!strcmp(cmd, "rules"))
+        fprintf(stderr,
+                "tinyrec-data rules --output-dir DIR [options]\n"
+                "  ARC task files whose hidden rule is a dihedral transform composed with a colour permutation, over\n"
+                "  random grids: DIR/training/rule_N.json, DIR/evaluation/rule_N.json (other rules), and both sets as one\n"
+                "  file of tasks keyed by name (DIR/training.json, DIR/evaluation.json: tinyrec-adapt, tinyrec-arc-eval --puzzles)\n"
+                "  --train-rules N       tasks (rules) for training (default 300)\n"
+                "  --test-rules N        tasks with rules not among them (default 20)\n"
+                "  --min-side N, --max-side N   grid sides (default 3, 5)\n"
+                "  --min-demos N, --max-demos N demonstration pairs (default 3, 4); one test pair\n"
+                "  --colors N            cells draw colours 0..N-1 (default 10)\n"
+                "  --swaps               the colour map swaps two colours or none: 368 rules (8 x 46) of shared structure\n"
+                "  --train-demos N       demonstration pairs of each training task (default: as the others)\n"
+                "  --seed S              (default 0)\n"
+                "example: tinyrec-data rules --output-dir data/rules && tinyrec-data arc --output-dir data/rules-ds \\\n"
+                "           --input-dir data/rules/training --test-set-name training --num-aug 16 --canvas 6\n");
+}
+
+/* tinyrec-data rules: the task files of the hidden-rule family (tr_rule_task_generate). */
+/* train_demos > 0: the training tasks' demonstration pairs (a base model learns a family from many examples of each
+   rule; the evaluation tasks keep ro's 3-4, as a new task comes). */
+static int write_rules(tr_ctx *ctx, const char *out, uint64_t seed, long ntrain, long ntest, const tr_rule_options *ro, int train_demos) {
+    static const char *sets[2] = {"training", "evaluation"};
+    char path[4200];
+    int s;
+    long i;
+    for (s = 0; s < 2; s++) {
+        FILE *all;
+        tr_rule_options so = *ro;
+        if (!s && train_demos > 0) so.min_demos = so.max_demos = train_demos;
+        snprintf(path, sizeof path, "%s/%s", out, sets[s]);
+        if (tr_mkdir_p(ctx, path) != TR_OK) return fprintf(stderr, "tinyrec-data rules: %s\n", tr_ctx_last_error(ctx)), 1;
+        snprintf(path, sizeof path, "%s/%s.json", out, sets[s]);
+        if (!(all = fopen(path, "w"))) return fprintf(stderr, "tinyrec-data rules: cannot write %s\n", path), 1;
+        fputc('{', all);
+        for (i = 0; i < (s ? ntest : ntrain); i++) {
+            tr_arc_task t;
+            FILE *f;
+            long index = s ? ntrain + i : i;
+            int e;
+            if (tr_rule_task_generate(ctx, seed, (uint64_t)index, &so, &t, NULL, NULL) != TR_OK) return fclose(all), fprintf(stderr, "tinyrec-data rules: %s\n", tr_ctx_last_error(ctx)), 1;
+            snprintf(path, sizeof path, "%s/%s/rule_%06ld.json", out, sets[s], index);
+            e = !(f = fopen(path, "w")) || tr_arc_task_fput(f, &t) != 0;
+            if (f && fclose(f) != 0) e = 1;
+            fprintf(all, "%s\n\"rule_%06ld\": ", i ? "," : "", index);
+            e |= tr_arc_task_fput(all, &t) != 0;
+            tr_arc_task_free(ctx, &t);
+            if (e) return fclose(all), fprintf(stderr, "tinyrec-data rules: cannot write %s\n", path), 1;
+        }
+        fputs("}\n", all);
+        if (fclose(all) != 0) return fprintf(stderr, "tinyrec-data rules: cannot write %s/%s.json\n", out, sets[s]), 1;
+    }
+    printf("rules written to %s: %ld training tasks (%s/training, training.json), %ld evaluation tasks with other rules (%s/evaluation, evaluation.json)\n", out, ntrain, out, ntest, out);
+    return 0;
 }
 
 static int file_exists(const char *p) {
@@ -125,11 +181,14 @@ int main(int argc, char **argv) {
     tr_sudoku_options so = tr_sudoku_options_default();
     tr_maze_options mo = tr_maze_options_default();
     tr_arc_options ao = tr_arc_options_default();
+    tr_rule_options ro = tr_rule_options_default();
+    long ntrain_rules = 300, ntest_rules = 20;
+    int train_demos = 0;
     int seed_set = 0;
     uint64_t seed = 0;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout,
-                "usage: tinyrec-data sudoku|maze|arc --output-dir DIR [options]\n"
+                "usage: tinyrec-data sudoku|maze|arc|rules --output-dir DIR [options]\n"
                 "Builds a dataset in the reference layout (train/ and test/ of .npy files and dataset.json) from\n"
                 "the reference's CSVs or ARC task folders, or generates Sudoku and mazes; tinyrec-train reads it.\n"
                 "tinyrec-data COMMAND --help lists a command's options.\n"
@@ -137,8 +196,8 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     cmd = argv[1];
-    if (strcmp(cmd, "sudoku") && strcmp(cmd, "maze") && strcmp(cmd, "arc")) {
-        fprintf(stderr, "tinyrec-data: unknown command '%s' (sudoku, maze, arc)\n", cmd);
+    if (strcmp(cmd, "sudoku") && strcmp(cmd, "maze") && strcmp(cmd, "arc") && strcmp(cmd, "rules")) {
+        fprintf(stderr, "tinyrec-data: unknown command '%s' (sudoku, maze, arc, rules)\n", cmd);
         return 2;
     }
     for (i = 2; i < argc; i++) {
@@ -176,6 +235,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--subsets")) { NEEDV(); subsets_arg = v; }
         else if (!strcmp(a, "--test-set-name")) { NEEDV(); ao.test_set_name = v; }
         else if (!strcmp(a, "--puzzle-identifiers-start")) { NEEDV(); ao.puzzle_identifiers_start = atoi(v); }
+        else if (!strcmp(a, "--canvas")) { NEEDV(); ao.canvas = atoi(v); }
+        else if (!strcmp(a, "--train-rules")) { NEEDV(); ntrain_rules = atol(v); }
+        else if (!strcmp(a, "--test-rules")) { NEEDV(); ntest_rules = atol(v); }
+        else if (!strcmp(a, "--min-side")) { NEEDV(); ro.min_side = atoi(v); }
+        else if (!strcmp(a, "--max-side")) { NEEDV(); ro.max_side = atoi(v); }
+        else if (!strcmp(a, "--min-demos")) { NEEDV(); ro.min_demos = atoi(v); }
+        else if (!strcmp(a, "--max-demos")) { NEEDV(); ro.max_demos = atoi(v); }
+        else if (!strcmp(a, "--colors")) { NEEDV(); ro.colors = atoi(v); }
+        else if (!strcmp(a, "--swaps")) ro.swaps = 1;
+        else if (!strcmp(a, "--train-demos")) { NEEDV(); train_demos = atoi(v); }
         else {
             fprintf(stderr, "tinyrec-data %s: unknown option '%s'\n\n", cmd, a);
             usage(cmd);
@@ -198,6 +267,14 @@ int main(int argc, char **argv) {
     prog.t0 = tr_time_seconds();
     /* sources: a folder means <folder>/train.csv and <folder>/test.csv */
     train_path[0] = test_path[0] = 0;
+    if (!strcmp(cmd, "rules")) {
+        long most = ro.swaps ? 368 : 10000000; /* the swap family has 368 rules */
+        i = ntrain_rules < 0 || ntest_rules < 0 || ntrain_rules + ntest_rules > most || train_demos < 0 || train_demos > 100
+                ? 2 : write_rules(ctx, out, seed, ntrain_rules, ntest_rules, &ro, train_demos);
+        if (i == 2) fprintf(stderr, "tinyrec-data rules: --train-rules and --test-rules must be >= 0 (at most %ld together), --train-demos 0..100\n", most);
+        tr_ctx_destroy(ctx);
+        return i;
+    }
     if (source) {
         if (dir_exists(source)) {
             snprintf(train_path, sizeof train_path, "%s/train.csv", source);

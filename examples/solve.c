@@ -187,8 +187,8 @@ static tr_status add_arc_task(tr_ctx *ctx, const tr_json *v, const char *name, c
     else if (found >= ids->num_ids) {
         fprintf(stderr, "tinyrec-solve: warning: task '%s' has puzzle id %d, beyond the model's %d ids; using the blank id 0\n", name, found, ids->num_ids);
     } else if (!ids->warned || ids->n >= 0) {
-        if (ids->n < 0) fprintf(stderr, "tinyrec-solve: warning: no --identifiers given; task '%s' uses the blank puzzle id 0 (predictions may be poor)\n", name[0] ? name : "<stdin>");
-        else fprintf(stderr, "tinyrec-solve: warning: task '%s' is not in the identifiers file; using the blank puzzle id 0\n", name[0] ? name : "<stdin>");
+        if (ids->n < 0) fprintf(stderr, "tinyrec-solve: warning: no --identifiers given; task '%s' uses the blank puzzle id 0 (predictions may be poor; tinyrec-adapt trains a row for an unseen task)\n", name[0] ? name : "<stdin>");
+        else fprintf(stderr, "tinyrec-solve: warning: task '%s' is not in the identifiers file; using the blank puzzle id 0 (tinyrec-adapt trains a row for an unseen task)\n", name[0] ? name : "<stdin>");
         ids->warned = 1;
     }
     for (i = 0; i < t.num_test; i++) {

@@ -292,6 +292,20 @@ TR_PROG void tr_prog_unknown_preset(char *err, size_t cap, const char *name) {
 /* ---- a training run's folder --------------------------------------------------------------------- */
 
 #define TR_PROG_PATH_CAP 1024
+/* init_from=CKPT: a new run starts from a checkpoint's weights, its puzzle rows following their names
+   (tr_model_init_from); the run's folder gets the dataset's identifiers.json, the names of its own rows. */
+typedef struct tr_prog_init {
+    char from[TR_PROG_PATH_CAP];        /* init_from */
+    char identifiers[TR_PROG_PATH_CAP]; /* init_identifiers: the checkpoint's row names (default: identifiers.json beside it) */
+    int map_by_index;                   /* init_map_by_index */
+    const tr_dataset *ds;               /* the run's dataset (its identifiers name the rows) */
+    int writer;                         /* 1: this process writes the run's identifiers.json (rank 0) */
+} tr_prog_init;
+#define TR_PROG_INIT_KEY(T, f, name, field, type, size, help) {{name, type, TR_KEY_IN_USER, offsetof(T, f) + offsetof(tr_prog_init, field), size, 0, help}, NULL, 1}
+#define TR_PROG_INIT_KEYS(T, f)                                                                                                                                    \
+    TR_PROG_INIT_KEY(T, f, "init_from", from, TR_KEY_STRING, TR_PROG_PATH_CAP, "(tinyrec) start from this checkpoint's weights; puzzle rows follow their names"),    \
+        TR_PROG_INIT_KEY(T, f, "init_identifiers", identifiers, TR_KEY_STRING, TR_PROG_PATH_CAP, "(tinyrec) init_from's row names (default: identifiers.json beside it)"), \
+        TR_PROG_INIT_KEY(T, f, "init_map_by_index", map_by_index, TR_KEY_BOOL, 0, "(tinyrec) init_from: rows by position when the checkpoint has no names")
 /* The files of a run in its folder (tr_checkpoint_save's, and the program's). */
 typedef struct tr_prog_run_files {
     char model[TR_PROG_PATH_CAP + 32], state[TR_PROG_PATH_CAP + 32], best[TR_PROG_PATH_CAP + 32];
@@ -556,17 +570,41 @@ TR_PROG int tr_prog_stop_requested(const tr_comm *comm) {
     return v > 0;
 }
 
+/* init_from (when set) and the run's identifiers.json. Returns 0, else 1 with the reason in msg. */
+TR_PROG int tr_prog_init_from(tr_ctx *ctx, const tr_prog_init *in, const tr_prog_run_files *f, tr_model *m, char *msg, size_t cap) {
+    tr_init_from_options io;
+    tr_init_from_summary s;
+    char dir[TR_PROG_PATH_CAP + 32], *slash;
+    if (!in) return 0;
+    snprintf(dir, sizeof dir, "%s", f->model);
+    if ((slash = strrchr(dir, '/')) != NULL) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (in->writer && in->ds && in->ds->identifiers && tr_write_identifiers(ctx, dir, in->ds->num_identifiers, (const char *const *)in->ds->identifiers) != TR_OK)
+        return snprintf(msg, cap, "cannot write the run's identifiers.json: %s", tr_ctx_last_error(ctx)), 1;
+    if (!in->from[0]) return 0;
+    memset(&io, 0, sizeof io);
+    if (in->ds && in->ds->identifiers && in->ds->num_identifiers == tr_model_get_config(m)->num_puzzle_identifiers)
+        io.names = (const char *const *)in->ds->identifiers, io.num_names = in->ds->num_identifiers;
+    io.identifiers = in->identifiers[0] ? in->identifiers : NULL, io.map_by_index = in->map_by_index;
+    if (tr_model_init_from(m, in->from, &io, &s) != TR_OK) return snprintf(msg, cap, "init_from=%s: %s", in->from, tr_ctx_last_error(ctx)), 1;
+    if (in->writer)
+        printf("init_from %s: weights loaded; puzzle-embedding rows %s: %lld kept, %lld added (zeros), %lld dropped\n", in->from, s.by_index ? "by position" : "by name",
+               (long long)s.kept, (long long)s.added, (long long)s.dropped);
+    return 0;
+}
+
 /* The model and trainer of the run in folder f: new from arch, or (resume) the model it saved, whose
    arch must be arch, with its trainer state, whose blob (the program's run position) must be extra_size
    bytes and is read into extra. Returns 0, else the exit status with the reason in msg. */
 TR_PROG int tr_prog_run_model(tr_ctx *ctx, const tr_prog_run_files *f, int resume, const tr_model_config *arch, const tr_train_config *tc, void *extra, size_t extra_size,
-                              tr_model **model, tr_trainer **trainer, char *msg, size_t cap) {
+                              const tr_prog_init *init, tr_model **model, tr_trainer **trainer, char *msg, size_t cap) {
     tr_model_load_options lo;
     char cfgjson[2][4096];
     size_t len = 0;
     memset(&lo, 0, sizeof lo);
     lo.num_puzzle_identifiers = arch->num_puzzle_identifiers;
     if (!resume && tr_model_create(ctx, arch, model) != TR_OK) return snprintf(msg, cap, "cannot create the model: %s", tr_ctx_last_error(ctx)), 1;
+    if (!resume && tr_prog_init_from(ctx, init, f, *model, msg, cap) != 0) return 1;
     if (resume && tr_model_load(ctx, f->model, &lo, model) != TR_OK) return snprintf(msg, cap, "cannot load the checkpoint to resume: %s", tr_ctx_last_error(ctx)), 1;
     tr_model_config_to_json(arch, cfgjson[0], sizeof cfgjson[0], NULL);
     tr_model_config_to_json(tr_model_get_config(*model), cfgjson[1], sizeof cfgjson[1], NULL);

@@ -42,6 +42,7 @@ typedef struct options {
     double print_interval; /* seconds between plain progress lines when stdout is not a terminal */
     long eval_batches;     /* 0: the whole test split */
     int prefetch;
+    tr_prog_init init;     /* init_from=CKPT: a new run from a checkpoint's weights, puzzle rows by name */
 } options;
 
 /* The program's own keys, described with the library's tr_key so that tr_key_parse/tr_key_format
@@ -60,7 +61,7 @@ static const tr_prog_key OWN_KEYS[] = {
     OWN("log_interval", log_interval, TR_KEY_INT, 0, NULL, 1, "(tinyrec) steps per metrics.jsonl line"),
     OWN("print_interval", print_interval, TR_KEY_DOUBLE, 0, NULL, 0, "(tinyrec) seconds between progress lines when not on a terminal"),
     OWN("eval_batches", eval_batches, TR_KEY_LONG, 0, NULL, 1, "(tinyrec) evaluate at most this many test batches; 0 = all"),
-    OWN("prefetch", prefetch, TR_KEY_INT, 0, NULL, 0, "(tinyrec) batches prepared ahead by a thread"),
+    OWN("prefetch", prefetch, TR_KEY_INT, 0, NULL, 0, "(tinyrec) batches prepared ahead by a thread"), TR_PROG_INIT_KEYS(options, init),
 };
 #define NOWN ((int)(sizeof OWN_KEYS / sizeof OWN_KEYS[0]))
 
@@ -251,7 +252,7 @@ static void usage(FILE *f) {
             "(it must divide epochs) the test split is evaluated and checkpoint_path gets latest.safetensors (with\n"
             "its .state.safetensors), best.safetensors, metrics.jsonl, metrics.svg and train_config.txt.\n"
             "--resume continues a run exactly (same losses on the same machine, device and threads); keys given\n"
-            "override its train_config.txt. --overwrite starts over in a folder that holds a run.\n"
+            "override its train_config.txt. --overwrite starts over in a folder that holds a run.\n" "init_from=CKPT starts from a checkpoint's weights, puzzle rows by name; trainable=all|puzzle_emb|emb_heads.\n"
             "device=auto|cpu|gpu|opencl|opencl:N|opencl:<name>[,cpu] (default TINYREC_DEVICE, else auto) and\n"
             "arch.forward_dtype=float32|bfloat16|float16|auto pick where and in what it computes; the header names\n"
             "both and the kernels, and a fallback is a warning.\n"
@@ -396,7 +397,7 @@ static int setup(int mode) {
     o->tc.comm = g_comm;
     if ((rc = tr_prog_open_data(R.ctx, o->data_path, &p, &R.train_ds, &R.test_ds, msg, sizeof msg)) != 0 || msg[0]) say(rc, "%s", msg);
     if (rc != 0) return rc;
-    m = &R.train_ds->meta;
+    m = &R.train_ds->meta, o->init.ds = R.train_ds, o->init.writer = g_rank == 0;
     o->arch.vocab_size = m->vocab_size, o->arch.seq_len = m->seq_len, o->arch.num_puzzle_identifiers = (int)m->num_puzzle_identifiers;
     if (tr_model_config_validate(R.ctx, &o->arch) != TR_OK) return say(2, "bad model configuration: %s", tr_ctx_last_error(R.ctx));
     R.total_steps = (long)floor((double)o->epochs * (double)m->total_groups * m->mean_puzzle_examples / B);
@@ -413,7 +414,7 @@ static int setup(int mode) {
     if (g_rank == 0 && tr_mkdir_p(R.ctx, o->checkpoint_path) != TR_OK) return fail("cannot create the checkpoint folder");
 
     /* model and trainer: a resumed run's saved model, then its trainer state (weights, optimizer, carry, our position) */
-    if ((rc = tr_prog_run_model(R.ctx, &R.f, mode == 1, &o->arch, &o->tc, &R.pos, sizeof R.pos, &R.model, &R.trainer, msg, sizeof msg)) != 0) return say(rc, "%s", msg);
+    if ((rc = tr_prog_run_model(R.ctx, &R.f, mode == 1, &o->arch, &o->tc, &R.pos, sizeof R.pos, &o->init, &R.model, &R.trainer, msg, sizeof msg)) != 0) return say(rc, "%s", msg);
     if (!tr_prog_run_pos_init(&R.pos, mode == 1)) return say(1, "%s was not written by this version of tinyrec-train", R.f.state);
 
     /* samplers: train draws eval_interval epochs per pass, as the reference's iterations; test

@@ -98,6 +98,7 @@ static void test_presets_unchanged(void **state) {
 static size_t type_size(const tr_key *k) {
     switch (k->type) {
     case TR_KEY_INT:
+    case TR_KEY_TRAINABLE:
     case TR_KEY_BOOL: return sizeof(int);
     case TR_KEY_LONG: return sizeof(long);
     case TR_KEY_U64: return sizeof(unsigned long long);
@@ -193,6 +194,7 @@ static const char *sample(tr_key_type t, const char **canon) {
     case TR_KEY_POS_ENCODING: return *canon = "learned", "Learned";
     case TR_KEY_LOSS_TYPE: return *canon = "softmax_cross_entropy", "softmax";
     case TR_KEY_DTYPE: return *canon = "float16", "FP16";
+    case TR_KEY_TRAINABLE: return *canon = "puzzle_emb", "Puzzle_Emb";
     default: return *canon = "abc", "abc";
     }
 }

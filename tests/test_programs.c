@@ -1080,20 +1080,20 @@ static void test_train_nonfinite(void **state) {
 }
 
 /* A full disk (TINYREC_FAULT=enospc@N: the N-th file written fails with ENOSPC) during the second
-   checkpoint (files 1-4: latest, best, state, metrics.svg; 5: latest again) stops the run with the
-   file and the reason; the first checkpoint is intact and resumes. A read-only folder likewise. */
+   checkpoint (file 1: the run's identifiers.json; 2-5: latest, best, state, metrics.svg; 6: latest again) stops the
+   run with the file and the reason; the first checkpoint is intact and resumes. A read-only folder likewise. */
 static void test_train_disk_full(void **state) {
     char dir[1024];
     (void)state;
-    assert_int_equal(run_cmd("full1", "TINYREC_FAULT=enospc@5 '%s' " TINY_ARGS " checkpoint_path='%s/full' epochs=2 eval_interval=1", g_train, g_dir, g_dir), 1);
+    assert_int_equal(run_cmd("full1", "TINYREC_FAULT=enospc@6 '%s' " TINY_ARGS " checkpoint_path='%s/full' epochs=2 eval_interval=1", g_train, g_dir, g_dir), 1);
     assert_err_has("full1", "tinyrec-train: saving the checkpoint failed: writing '");
     assert_err_has("full1", "full/latest.safetensors' failed after 0 bytes: No space left on device (the previous file is unchanged)");
     pathf(dir, sizeof dir, "%s", "full");
     assert_int_equal(tu_count_tmp_files(dir), 0);
     assert_resumes_from_step6("full2", "full");
-    /* a read-only folder at the first save */
+    /* a read-only folder at the first file (the run's identifiers.json) */
     assert_int_equal(run_cmd("rofs", "TINYREC_FAULT=erofs@1 '%s' " TINY_ARGS " checkpoint_path='%s/rofs' epochs=1", g_train, g_dir, g_dir), 1);
-    assert_err_has("rofs", "rofs/latest.safetensors': Read-only file system");
+    assert_err_has("rofs", "rofs/identifiers.json': Read-only file system");
 }
 
 int main(void) {

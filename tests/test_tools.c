@@ -421,7 +421,8 @@ static void test_arc_eval_smoke(void **state) {
     snprintf(sub, sizeof sub, "%s/sub.json", g_tmp);
     snprintf(sub2, sizeof sub2, "%s/sub2.json", g_tmp);
     snprintf(preds, sizeof preds, "%s/model_preds.jsonl", g_tmp);
-    snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 4 --threads 1 --all-inputs --output '%s' --save-predictions '%s'", ck, ds, sub, preds);
+    /* (these checkpoints come without names for their rows: by position, as asked) */
+    snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 4 --threads 1 --all-inputs --output '%s' --save-predictions '%s' --map-by-index", ck, ds, sub, preds);
     rc = run_cmd(cmd, &out);
     if (rc != 0) fail_msg("arc-eval exited %d:\n%s", rc, out);
     /* 2 test tasks x 3 versions; 6ea4a07e has 2 test inputs: 3 + 6 = 9 examples */
@@ -434,14 +435,14 @@ static void test_arc_eval_smoke(void **state) {
     }
     free(out);
     /* --limit 1 and --max-steps 1 run too */
-    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --batch 3 --threads 1 --limit 1 --max-steps 1 --quiet", ck, ds);
+    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --batch 3 --threads 1 --limit 1 --max-steps 1 --quiet --map-by-index", ck, ds);
     rc = run_cmd(cmd, &out);
     if (rc != 0) fail_msg("arc-eval --limit 1 exited %d:\n%s", rc, out);
     assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
     free(out);
     /* an HRM checkpoint runs without any new flag */
     {
-        snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 3 --threads 1 --limit 1 --all-inputs --quiet", ck_hrm, ds);
+        snprintf(cmd, sizeof cmd, ARC_EVAL " '%s' '%s' --batch 3 --threads 1 --limit 1 --all-inputs --quiet --map-by-index", ck_hrm, ds);
         rc = run_cmd(cmd, &out);
         if (rc != 0) fail_msg("arc-eval on an HRM exited %d:\n%s", rc, out);
         assert_non_null(strstr(out, "ARC evaluation: 1 tasks"));
@@ -463,7 +464,7 @@ static void test_arc_eval_smoke(void **state) {
         free(out);
     }
     /* a checkpoint whose puzzle table does not match the dataset is refused with a message */
-    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --threads 1 --quiet", ck_bad, ds);
+    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --threads 1 --quiet --map-by-index", ck_bad, ds);
     rc = run_cmd(cmd, &out);
     if (rc <= 0 || rc >= 128) fail_msg("mismatched table: exit %d:\n%s", rc, out);
     assert_non_null(strstr(out, "tinyrec-arc-eval:"));
@@ -482,6 +483,33 @@ static void test_arc_eval_smoke(void **state) {
     rc = run_cmd(cmd, &out);
     if (rc <= 0 || rc >= 128) fail_msg("sudoku model: exit %d:\n%s", rc, out);
     free(out);
+    /* issue 43: a checkpoint without names for its rows is refused unless --map-by-index, with the reason */
+    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --threads 1 --quiet", ck, ds);
+    rc = run_cmd(cmd, &out);
+    if (rc != 1) fail_msg("a checkpoint without row names: exit %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "has no names for its puzzle rows"));
+    assert_non_null(strstr(out, "--map-by-index"));
+    free(out);
+    /* with the names beside it (as tinyrec-train writes them) the rows follow them; the ablation runs */
+    snprintf(cmd, sizeof cmd, "cp '%s/identifiers.json' '%s/identifiers.json'", ds, g_tmp);
+    assert_int_equal(system(cmd), 0);
+    for (i = 0; i < 3; i++) {
+        static const char *const modes[3] = {"keep", "blank", "shuffle"};
+        snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --threads 1 --batch 4 --task-id %s", ck, ds, modes[i]);
+        rc = run_cmd(cmd, &out);
+        if (rc != 0) fail_msg("--task-id %s: exit %d:\n%s", modes[i], rc, out);
+        assert_non_null(strstr(out, "2 tasks, 3 test inputs, 9 predictions"));
+        assert_non_null(strstr(out, "augmentation check: 9 of 9")); /* the votes get each puzzle's own name */
+        assert_true((strstr(out, "task-id ablation") != NULL) == (i > 0));
+        if (i == 0) assert_non_null(strstr(out, "puzzle rows by name"));
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, ARC_EVAL " --checkpoint '%s' --data '%s' --task-id none", ck, ds);
+    rc = run_cmd(cmd, &out);
+    if (rc != 2) fail_msg("--task-id none: exit %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/identifiers.json", g_tmp);
+    remove(cmd);
 }
 
 /* ---- HRM checkpoints through tools/convert_checkpoint.py --------------------------------------- */
