@@ -22217,9 +22217,10 @@ TR__FN tr_status tr__ck_sorted_names(tr_ctx *ctx, const char *what, int64_t n, c
     for (i = 1; i < n; i++)
         if (!strcmp(v[i - 1].name, v[i].name)) {
             tr__qbuf q;
-            tr__free(ctx, v);
-            return tr__err(ctx, TR_ERR_FORMAT, "%s: the name %s is given to two rows (%lld and %lld): rows cannot be told apart by name", what, tr__quote(&q, v[i].name),
-                           (long long)v[i - 1].row, (long long)v[i].row);
+            tr_status st = tr__err(ctx, TR_ERR_FORMAT, "%s: the name %s is given to two rows (%lld and %lld): rows cannot be told apart by name", what,
+                                   tr__quote(&q, v[i].name), (long long)v[i - 1].row, (long long)v[i].row);
+            tr__free(ctx, v); /* (after the reason, which quotes from it) */
+            return st;
         }
     *out = v;
     return TR_OK;
