@@ -8288,6 +8288,7 @@ struct tr__cl {
     int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
     long mma_attention; /* attention forwards run on the tensor-core kernel (tr__cl_att_mma; the tests check it) */
+    long mma_attention_bwd; /* and backwards */
     /* the operands packed in slots TR__CL_SLOT_PACK_A / _B while a packing window is open (P NULL: none), and the
        packings that a window saved (the tests check that they happened) */
     tr__cl_packed packed[2];
@@ -11858,12 +11859,12 @@ static const char tr__cl_src_attention_4[] =
 "  return r;\n"
 "#endif\n"
 "}\n"
-"/* rows r0 .. r0 + 63 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */\n"
-"static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int S, const int HD) {\n"
-"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
-"  int e;\n";
+"/* rows r0 .. r0 + rows - 1 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */\n"
+"static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int rows, int S, const int HD) {\n"
+"  const int CH = HD / 8, SW = (HD + 8) / 2;\n";
 static const char tr__cl_src_attention_5[] =
-"  for (e = get_local_id(0); e < TR_FA_BK * CH; e += 128) {\n"
+"  int e;\n"
+"  for (e = get_local_id(0); e < rows * CH; e += 128) {\n"
 "    const int r = e / CH, c = e - r * CH, in = r0 + r < S;\n"
 "    TR_HCP(T + r * SW + 4 * c, P + (long)(in ? r0 + r : 0) * ld + 8 * c, in ? 16 : 0);\n"
 "  }\n"
@@ -11888,7 +11889,7 @@ static const char tr__cl_src_attention_5[] =
 "#if TR_GEMM_MMA == 1\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  uint qa[8][4];\n"
-"  tr_fa_stage(Ks, base, ld, q0, S, HD); /* this group's queries, through the k tile's room, into registers */\n"
+"  tr_fa_stage(Ks, base, ld, q0, TR_FA_BQ, S, HD); /* this group's queries, through the k tile's room, into registers */\n"
 "  TR_HCOMMIT();\n"
 "  TR_FA_WAIT();\n"
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -11903,8 +11904,8 @@ static const char tr__cl_src_attention_5[] =
 "    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
 "  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
-"    tr_fa_stage(Ks, base + D, ld, k0, S, HD);\n"
-"    tr_fa_stage(Vs, base + 2 * D, ld, k0, S, HD);\n"
+"    tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);\n"
+"    tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);\n"
 "    TR_HCOMMIT();\n"
 "    TR_FA_WAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -12036,10 +12037,285 @@ static const char tr__cl_src_attention_7[] =
 "TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)\n"
+"/* Flash attention's backward on the tensor cores, FlashAttention-2's two passes (no atomics; each output written once):\n"
+" tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)\n"
+" and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,\n"
+" p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with\n"
+" fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt where it is staged;\n"
+" p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of\n"
+" the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With\n"
+" TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a\n"
+" work-item), so the emulation runs these very fragments, indices and addresses, on any device. */\n"
+"#if TR_GEMM_MMA == 1\n"
+"#define TR_FB_XN 1\n"
+"#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))\n"
+"#define TR_FB_LDMT(r, T, off) TR_LDM4T(r[0], r[1], r[2], r[3], (T) + (off))\n"
+"#define TR_FB_MMA(c, a, b, F16)                                           \\\n"
+"  do {                                                                    \\\n"
+"    if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));  \\\n"
+"    else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));     \\\n"
+"  } while (0)\n"
+"#else\n"
+"#define TR_FB_XN (6 * 128)\n"
+"#define TR_FB_LDM(r, T, off) tr_em_ldm(r, T, off, 0, X)\n"
+"#define TR_FB_LDMT(r, T, off) tr_em_ldm(r, T, off, 1, X)\n"
+"#define TR_FB_MMA(c, a, b, F16) tr_em_mma(c, a, b, F16, X)\n"
+"/* ldmatrix.x4 (tr: .trans) of one warp: lane l gives the word offset in T of row l & 7 of matrix l >> 3; lane t gets, of\n"
+" each matrix i, the two values at row t >> 2, columns 2 (t & 3) and + 1 (of the transpose with tr), low one first */\n"
+"static inline void tr_em_ldm(uint r[4], __local const uint *T, int off, int tr, __local uint *X) {\n"
+"  const int t = get_local_id(0), wb = t & ~31, l = t & 31, c = l >> 2;\n"
+"  int i;\n"
+"  X[t] = (uint)off;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  for (i = 0; i < 4; i++)\n"
+"    if (!tr) r[i] = T[X[wb + 8 * i + c] + (l & 3)];\n"
+"    else {\n"
+"      const uint lo = T[X[wb + 8 * i + 2 * (l & 3)] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
+"      const uint hi = T[X[wb + 8 * i + 2 * (l & 3) + 1] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
+"      r[i] = lo | hi << 16;\n"
+"    }\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"}\n"
+"/* mma.sync m16n8k16 of one warp, c += a b: a's word i holds rows g + 8 (i & 1), depths 2 q + 8 (i >> 1) and + 1; b's\n"
+" word i column g, depths 2 q + 8 i and + 1; c's value r row g + 8 (r >> 1), column 2 q + (r & 1) (lane = 4 g + q) */\n"
+"static inline void tr_em_mma(float c[4], const uint a[4], const uint b[2], const int F16, __local uint *X) {\n"
+"  const int t = get_local_id(0), wb = t & ~31, l = t & 31, g = l >> 2, q = l & 3, fdt = F16 ? 2 : 1;\n"
+"  int i, r, k;\n"
+"  for (i = 0; i < 4; i++) X[6 * t + i] = a[i];\n"
+"  X[6 * t + 4] = b[0], X[6 * t + 5] = b[1];\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  for (r = 0; r < 4; r++) {\n"
+"    const int row = g + 8 * (r >> 1), col = 2 * q + (r & 1);\n"
+"    for (k = 0; k < 16; k++) {\n"
+"      const uint aw = X[6 * (wb + 4 * (row & 7) + ((k & 7) >> 1)) + (row >> 3) + 2 * (k >> 3)];\n"
+"      const uint bw = X[6 * (wb + 4 * col + ((k & 7) >> 1)) + 4 + (k >> 3)];\n"
+"      c[r] = fma(tr_unhalf1((ushort)(aw >> (16 * (k & 1))), fdt), tr_unhalf1((ushort)(bw >> (16 * (k & 1))), fdt), c[r]);\n"
+"    }\n"
+"  }\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"}\n"
+"#endif\n"
+"/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */\n";
+static const char tr__cl_src_attention_8[] =
+"static inline void tr_fb_stage32(__local uint *T, __global const float *P, long ld, int r0, int rows, int S, const int HD, const int F16) {\n"
+"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
+"  int e;\n"
+"  for (e = get_local_id(0); e < rows * CH; e += 128) {\n"
+"    const int r = e / CH, c = e - r * CH;\n"
+"    uint4 v = (uint4)(0);\n"
+"    if (r0 + r < S) {\n"
+"      __global const float *p = P + (long)(r0 + r) * ld + 8 * c;\n"
+"      const float4 x = vload4(0, p), y = vload4(1, p);\n"
+"      v = (uint4)(tr_mma_pack(x.s0, x.s1, F16), tr_mma_pack(x.s2, x.s3, F16), tr_mma_pack(y.s0, y.s1, F16), tr_mma_pack(y.s2, y.s3, F16));\n"
+"    }\n"
+"    *(__local uint4 *)(T + r * SW + 4 * c) = v;\n"
+"  }\n"
+"}\n"
+"/* s[j] (+)= a b over the head dimension: a a warp's 16 rows of tile A (its fragments loaded here), b rows 8 j .. + 7 of\n"
+" tile B (the product's columns), j < NJ; c[j] the same from tiles A2, B2 (a backward pass's two products) */\n"
+"static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint *A, __local const uint *B, __local const uint *A2,\n"
+"                                __local const uint *B2, const int HD, const int NJ, const int F16, __local uint *X) {\n"
+"  const int SW = (HD + 8) / 2, tid = get_local_id(0), w = tid >> 5, lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  int kk, j;\n"
+"  (void)X;\n"
+"#pragma unroll\n"
+"  for (kk = 0; kk < HD / 16; kk++) {\n"
+"    uint fa[4], fa2[4];\n"
+"    const int oa = (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4;\n"
+"    TR_FB_LDM(fa, A, oa);\n"
+"    TR_FB_LDM(fa2, A2, oa);\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j += 2) {\n"
+"      uint fb[4], fb2[4];\n"
+"      const int ob = ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4;\n"
+"      TR_FB_LDM(fb, B, ob);\n"
+"      TR_FB_LDM(fb2, B2, ob);\n"
+"      TR_FB_MMA(s[j], fa, fb, F16);\n"
+"      TR_FB_MMA(s[j + 1], fa, fb + 2, F16);\n"
+"      TR_FB_MMA(c[j], fa2, fb2, F16);\n"
+"      TR_FB_MMA(c[j + 1], fa2, fb2 + 2, F16);\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* the fragments (as a product's a) of 16 columns kk of a warp's 16-row accumulator s, rounded to fdt */\n"
+"#define TR_FB_AFRAG(a, s, kk)                                                                                 \\\n"
+"  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \\\n"
+"  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)\n"
+"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
+"                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,\n"
+"                            const int F16) {\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;\n"
+"  const long ld = 3L * D;\n"
+"  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
+"  __local uint *Qs = L, *Os = L + TR_FA_BQ * SW, *Ks = L + 2 * TR_FA_BQ * SW, *Vs = Ks + BK * SW;\n"
+"  const float scale = 1.0f / sqrt((float)HD);\n"
+"  float acc[16][4], s[8][4], dp[8][4], li[2], di[2];\n"
+"  int i, j, r, kk, k0;\n"
+"  (void)X;\n"
+"  tr_fa_stage(Qs, base, ld, q0, TR_FA_BQ, S, HD);\n"
+"  TR_HCOMMIT();\n"
+"  tr_fb_stage32(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD, F16);\n"
+"  for (i = 0; i < 2; i++) { /* (a row past S: p = 0) */\n"
+"    const int row = q0 + 16 * w + g + 8 * i;\n"
+"    li[i] = row < S ? lse[(long)bh * S + row] : INFINITY;\n"
+"    di[i] = row < S ? Dv[(long)bh * S + row] : 0.0f;\n"
+"  }\n"
+"#pragma unroll\n"
+"  for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
+"  for (k0 = 0; k0 < S; k0 += BK) {\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
+"    tr_fa_stage(Ks, base + D, ld, k0, BK, S, HD);\n"
+"    tr_fa_stage(Vs, base + 2 * D, ld, k0, BK, S, HD);\n"
+"    TR_HCOMMIT();\n";
+static const char tr__cl_src_attention_9[] =
+"    TR_FA_WAIT();\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) s[j][r] = dp[j][r] = 0.0f;\n"
+"    tr_fb_scores(s, dp, Qs, Ks, Os, Vs, HD, NJ, F16, X); /* s = q k^T, dp = do v^T */\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        const float p = k0 + 8 * j + 2 * q + (r & 1) < S ? exp(s[j][r] * scale - li[r >> 1]) : 0.0f;\n"
+"        s[j][r] = p * (dp[j][r] - di[r >> 1]); /* ds */\n"
+"      }\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < BK / 16; kk++) { /* acc += ds k */\n"
+"      uint da[4];\n"
+"      TR_FB_AFRAG(da, s, kk);\n"
+"#pragma unroll\n"
+"      for (i = 0; i < ND; i += 2) {\n"
+"        uint fb[4];\n"
+"        TR_FB_LDMT(fb, Ks, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
+"        TR_FB_MMA(acc[i], da, fb, F16);\n"
+"        TR_FB_MMA(acc[i + 1], da, fb + 2, F16);\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"  for (i = 0; i < 2; i++) {\n"
+"    const int row = q0 + 16 * w + g + 8 * i;\n"
+"    if (row < S) {\n"
+"      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);\n"
+"    }\n"
+"  }\n"
+"}\n"
+"static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
+"                              __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,\n"
+"                              const int HD, const int BQ, const int F16) {\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;\n"
+"  const long ld = 3L * D;\n"
+"  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
+"  __global const float *obase = dO + (long)b * S * D + (long)h * HD;\n"
+"  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW, *Qs = L + 2 * TR_FA_BK * SW, *Os = Qs + BQ * SW;\n"
+"  __local float *Ls = Lf, *Ds = Lf + BQ;\n"
+"  const float scale = 1.0f / sqrt((float)HD);\n"
+"  float dk[16][4], dv[16][4], s[8][4], dp[8][4];\n"
+"  int i, j, r, kk, i0, e;\n"
+"  (void)X;\n"
+"  tr_fa_stage(Ks, base + D, ld, j0, TR_FA_BK, S, HD);\n"
+"  tr_fa_stage(Vs, base + 2 * D, ld, j0, TR_FA_BK, S, HD);\n"
+"  TR_HCOMMIT();\n"
+"#pragma unroll\n"
+"  for (i = 0; i < ND; i++)\n"
+"#pragma unroll\n"
+"    for (r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.0f;\n"
+"  for (i0 = 0; i0 < S; i0 += BQ) {\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
+"    tr_fa_stage(Qs, base, ld, i0, BQ, S, HD);\n"
+"    TR_HCOMMIT();\n"
+"    tr_fb_stage32(Os, obase, D, i0, BQ, S, HD, F16);\n"
+"    for (e = tid; e < BQ; e += 128) { /* (a query past S: p = 0) */\n"
+"      Ls[e] = i0 + e < S ? lse[(long)bh * S + i0 + e] : INFINITY;\n"
+"      Ds[e] = i0 + e < S ? Dv[(long)bh * S + i0 + e] : 0.0f;\n"
+"    }\n"
+"    TR_FA_WAIT();\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) s[j][r] = dp[j][r] = 0.0f;\n"
+"    tr_fb_scores(s, dp, Ks, Qs, Vs, Os, HD, NJ, F16, X); /* s^T = k q^T, dp^T = v do^T: rows keys, columns queries */\n"
+"#pragma unroll\n"
+"    for (j = 0; j < NJ; j++)\n"
+"#pragma unroll\n"
+"      for (r = 0; r < 4; r++) {\n"
+"        const int c = 8 * j + 2 * q + (r & 1);\n"
+"        s[j][r] = exp(s[j][r] * scale - Ls[c]);   /* p^T */\n"
+"        dp[j][r] = s[j][r] * (dp[j][r] - Ds[c]); /* ds^T */\n"
+"      }\n"
+"#pragma unroll\n"
+"    for (kk = 0; kk < BQ / 16; kk++) { /* dv += p^T do, dk += ds^T q */\n"
+"      uint pa[4], da[4];\n"
+"      TR_FB_AFRAG(pa, s, kk);\n"
+"      TR_FB_AFRAG(da, dp, kk);\n"
+"#pragma unroll\n"
+"      for (i = 0; i < ND; i += 2) {\n"
+"        uint fo[4], fq[4];\n"
+"        const int ot = (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4;\n"
+"        TR_FB_LDMT(fo, Os, ot);\n"
+"        TR_FB_LDMT(fq, Qs, ot);\n"
+"        TR_FB_MMA(dv[i], pa, fo, F16);\n";
+static const char tr__cl_src_attention_10[] =
+"        TR_FB_MMA(dv[i + 1], pa, fo + 2, F16);\n"
+"        TR_FB_MMA(dk[i], da, fq, F16);\n"
+"        TR_FB_MMA(dk[i + 1], da, fq + 2, F16);\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"  for (i = 0; i < 2; i++) {\n"
+"    const int row = j0 + 16 * w + g + 8 * i;\n"
+"    if (row < S) {\n"
+"      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;\n"
+"#pragma unroll\n"
+"      for (j = 0; j < ND; j++) {\n"
+"        dst[D + 8 * j] = tr_round1(dk[j][2 * i] * scale, fdt), dst[D + 8 * j + 1] = tr_round1(dk[j][2 * i + 1] * scale, fdt);\n"
+"        dst[2 * D + 8 * j] = tr_round1(dv[j][2 * i], fdt), dst[2 * D + 8 * j + 1] = tr_round1(dv[j][2 * i + 1], fdt);\n"
+"      }\n"
+"    }\n"
+"  }\n"
+"}\n"
+"/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv 16-bit (offset in floats, as the forward's), do, lse, Dv and dqkv fp32;\n"
+" a work-group of 128 for each 64 queries (dq) or keys (dkdv) of each (b, h), nb blocks a head. The blocks they loop over\n"
+" (dq's keys, dkdv's queries): NB = 64 rows, 16 at HD = 128 (the four tiles within 48 KiB of local memory). */\n"
+"#define TR_FB_ARGS                                                                                                     \\\n"
+"  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n"
+"      ulong lse_off, __global const float *Dv, ulong Dv_off, __global float *dqkv, ulong dqkv_off, int S, int H, int nb\n"
+"#define TR_FB_K(HD, T, F16, NB)                                                                                        \\\n"
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n"
+"    __local uint4 L[(2 * TR_FA_BQ + 2 * (NB)) * ((HD) + 8) / 8];                                                      \\\n"
+"    __local uint X[TR_FB_XN];                                                                                          \\\n"
+"    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \\\n"
+"             nb, (__local uint *)L, X, HD, NB, F16);                                                                   \\\n"
+"  }                                                                                                                    \\\n"
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \\\n"
+"    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n"
+"    __local float Lf[2 * (NB)];                                                                                        \\\n"
+"    __local uint X[TR_FB_XN];                                                                                          \\\n"
+"    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \\\n"
+"               H, nb, (__local uint *)L, Lf, X, HD, NB, F16);                                                          \\\n"
+"  }\n"
+"TR_FB_K(32, bf16, 0, 64)\n"
+"TR_FB_K(64, bf16, 0, 64)\n"
+"TR_FB_K(128, bf16, 0, 16)\n"
+"TR_FB_K(32, f16, 1, 64)\n"
+"TR_FB_K(64, f16, 1, 64)\n"
+"TR_FB_K(128, f16, 1, 16)\n"
 "#endif /* TR_GEMM_MMA */\n";
 #define TR__CL_SRC_ATTENTION_LIST \
     tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, tr__cl_src_attention_4, \
-    tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7
+    tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7, tr__cl_src_attention_8, \
+    tr__cl_src_attention_9, tr__cl_src_attention_10
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -12749,11 +13025,11 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
     if (x16 && x16 != (TR__X16_A | TR__X16_B)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: attention takes qkv and o in 16 bits together, and do in fp32");
     return TR_OK;
 }
-/* The forward on the tensor cores (tr_k_hmma_att_fwd*, attention.cl) where it applies: qkv and o in 16 bits (x16) of a
+/* The forward and the backward on the tensor cores (tr_k_hmma_att_*, attention.cl) where they apply: qkv and o in 16 bits (x16) of a
    bfloat16 / float16 computation, head size 32, 64 or 128, qkv 16-byte aligned (its staging copies 16 bytes), and the
    tensor-core program built, unless TINYREC_CL_SGEMM says ATT=0 (cfg.att). On an H200 at trm-sudoku-att's shapes it
-   runs 7.6-18x the portable kernel, 13.5x at S = 916. It rounds p to fdt for the product with v (flash attention's rounding point); the portable kernels run
-   everywhere else. */
+   runs 7.6-18x the portable kernel, 13.5x at S = 916. They round p (and the backward do and ds) to fdt as the products' operands
+   (flash attention's rounding points); the portable kernels run everywhere else. */
 TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
     int on = cl->gemm.att != 1;
     return on && x16 && (d->fdt == TR__BF16 || d->fdt == TR__F16) && (d->hd == 32 || d->hd == 64 || d->hd == 128) &&
@@ -12806,9 +13082,29 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
     return tr__cl_launch(cl, hd <= 64 ? (x16 ? "tr_k_att_fwd64_h" : "tr_k_att_fwd64") : x16 ? "tr_k_att_fwd256_h" : "tr_k_att_fwd256", 2, gs, ls, &a);
 }
 
+/* tr_k_hmma_att_dkdv<hd>_<bf16|f16>, then tr_k_hmma_att_dq<hd>_..: 128 work-items for each 64 keys (queries) of each
+   (b, h); Dv = do.o already in scratch. */
+TR__FN tr_status tr__cl_attention_bwd_mma(tr__cl *cl, const tr__att_desc *d, const float *Dv) {
+    static const char *const pass[2] = {"dkdv", "dq"};
+    size_t nb = ((size_t)d->S + 63) / 64, gs[1], ls[1] = {128};
+    char name[40];
+    int k;
+    tr__clargs a;
+    tr_status st;
+    gs[0] = 128 * (size_t)d->B * (size_t)d->H * nb;
+    for (k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "tr_k_hmma_att_%s%d_%s", pass[k], d->hd, d->fdt == TR__F16 ? "f16" : "bf16");
+        tr__cla_init(&a);
+        tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, d->do_.p), tr__cla_buf(&a, d->lse), tr__cla_buf(&a, Dv), tr__cla_buf(&a, d->dqkv);
+        tr__cla_i32(&a, d->S), tr__cla_i32(&a, d->H), tr__cla_i32(&a, (int32_t)nb);
+        if ((st = tr__cl_launch(cl, name, 1, gs, ls, &a)) != TR_OK) return st;
+    }
+    cl->mma_attention_bwd++;
+    return TR_OK;
+}
 /* tr__attention_bwd_ref: dqkv (overwritten). Dv = rowwise do.o into scratch, then dk/dv per key block (looping over
    queries) and dq per query block (looping over keys); each output is written once, no atomics. x16 as the forward's:
-   qkv and o in 16 bits; do_ and dqkv are fp32. */
+   qkv and o in 16 bits; do_ and dqkv are fp32. The tensor cores' kernels where tr__cl_att_mma says. */
 TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     int fdt = d->fdt, B = d->B, S = d->S, H = d->H, hd = d->hd, x16 = tr__cl_x16(d->qkv.dt, d->o.dt, d->do_.dt);
     const void *qkv = d->qkv.p, *o = d->o.p, *do_ = d->do_.p;
@@ -12830,6 +13126,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
     if ((st = tr__cl_launch(cl, x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
+    if (tr__cl_att_mma(cl, d, x16)) return tr__cl_attention_bwd_mma(cl, d, Dv);
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
     /* dk, dv: R keys per group, query blocks of BQ */
 #define TR__ATT_DKDV_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BQ * (hd + 1) + (size_t)2 * BQ + (size_t)2 * BQ * (R + 1)))

@@ -206,6 +206,50 @@ static void case_attention(op_env *e, int dt) {
    of at most u (2^-8 bfloat16, 2^-11 float16) in each p, so at most u max|v| in o = sum p v / sum p before o's own
    rounding; that rounding then lands at most one unit of dt (rtol_of) from the reference's. lse sums the fp32 p, as the
    reference does, in another order. */
+/* The backward on the tensor cores rounds do, p and ds to dt (relative error u each) as the products' operands. So
+   dp = do.v moves by at most e = u sum|do v|, ds = p (dp - Dv) by a = u |ds| + p e (first order), dq = scale sum_j ds k
+   by scale sum_j a |k|, dk = scale sum_i ds q by scale sum_i a |q|, and dv = sum_i p do by 2u sum_i p |do|. bound
+   (dqkv's layout) = twice that (fp32 sums in another order, products of rounded values) plus one unit of dt for the
+   output's own rounding, which test_attention_bwd_mma adds. */
+static void attention_bwd_bound(int B, int S, int H, int hd, const float *qkv, const float *lse, const float *dout, double u, float *bound) {
+    const int D = H * hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *p = (double *)malloc((size_t)S * S * sizeof(double)), *a = (double *)malloc((size_t)S * S * sizeof(double));
+    int b, h, i, j, c;
+    assert_non_null(p), assert_non_null(a);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++) {
+            const size_t ld = (size_t)3 * D;
+            const float *Q = qkv + (size_t)b * S * ld + (size_t)h * hd, *K = Q + D, *V = Q + 2 * D, *O = dout + (size_t)b * S * D + (size_t)h * hd;
+            float *bq = bound + (size_t)b * S * ld + (size_t)h * hd, *bk = bq + D, *bv = bq + 2 * D;
+            for (i = 0; i < S; i++) {
+                double dv = 0; /* Dv = do.o = sum_j p dp */
+                for (j = 0; j < S; j++) {
+                    double s = 0, dp = 0;
+                    for (c = 0; c < hd; c++) s += (double)Q[i * ld + c] * K[j * ld + c], dp += (double)O[(size_t)i * D + c] * V[j * ld + c];
+                    p[(size_t)i * S + j] = exp(s * scale - lse[((size_t)b * H + h) * S + i]);
+                    a[(size_t)i * S + j] = dp, dv += p[(size_t)i * S + j] * dp;
+                }
+                for (j = 0; j < S; j++) {
+                    double e = 0;
+                    for (c = 0; c < hd; c++) e += fabs((double)O[(size_t)i * D + c] * V[j * ld + c]);
+                    a[(size_t)i * S + j] = u * p[(size_t)i * S + j] * fabs(a[(size_t)i * S + j] - dv) + p[(size_t)i * S + j] * u * e;
+                }
+            }
+            for (i = 0; i < S; i++) /* row i of q (dq) and of k, v (dk, dv) */
+                for (c = 0; c < hd; c++) {
+                    double sq = 0, sk = 0, sv = 0;
+                    for (j = 0; j < S; j++) {
+                        sq += a[(size_t)i * S + j] * fabs(K[j * ld + c]);
+                        sk += a[(size_t)j * S + i] * fabs(Q[j * ld + c]);
+                        sv += 2 * u * p[(size_t)j * S + i] * fabs(O[(size_t)j * D + c]);
+                    }
+                    bq[i * ld + c] = (float)(2 * scale * sq), bk[i * ld + c] = (float)(2 * scale * sk), bv[i * ld + c] = (float)(2 * sv);
+                }
+        }
+    free(p), free(a);
+}
+
 static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, int on) {
     const int D = H * hd;
     const size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, nl = (size_t)B * H * S;
@@ -234,6 +278,34 @@ static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, in
     free(got);
     snprintf(what, sizeof what, "tensor-core forward lse, S %d, hd %d", S, hd);
     check(e, "attention", TR__F32, what, got = get(e, dL, nl), lse, nl, 0), free(got);
+    { /* the backward from the reference's o and lse, do in fp32 (the tape's), against attention_bwd_bound */
+        const long bwd_before = e->ctx->cl->mma_attention_bwd;
+        const double u = dt == TR__BF16 ? 1.0 / 256 : 1.0 / 2048;
+        float *dout = vals(no, 50 + S + hd, 1.0f, TR__F32), *dq = (float *)malloc(nq * 4), *bound = (float *)malloc(nq * 4);
+        tr__buf dDO = put(e, dout, no, TR__F32), dDQ = put(e, NULL, nq, TR__F32);
+        tr__attention_bwd_args ba;
+        size_t worst = 0;
+        double excess = -1;
+        memset(&ba, 0, sizeof ba);
+        ba.S = S, ba.H = H, ba.hd = hd, ba.qkv = qkv, ba.o = o, ba.lse = lse, ba.do_ = dout, ba.dqkv = dq, ba.scratch = scr;
+        tr__attention_bwd_ref(B, &ba, 1);
+        attention_bwd_bound(B, S, H, hd, qkv, lse, dout, u, bound);
+        tr__dfree(e->ctx, dO.p), tr__dfree(e->ctx, dL.p);
+        dO = put(e, o, no, dt), dL = put(e, lse, nl, TR__F32);
+        d.bwd = 1, d.o = dO, d.lse = (float *)dL.p, d.do_ = dDO, d.dqkv = (float *)dDQ.p;
+        assert_int_equal(tr__op_attention(e->ctx, &d), TR_OK);
+        assert_int_equal(e->ctx->cl->mma_attention_bwd, bwd_before + on);
+        got = get(e, dDQ, nq);
+        for (i = 0; i < nq; i++) {
+            const double err = fabs((double)got[i] - dq[i]), lim = bound[i] + rtol_of(dt) * fabs((double)dq[i]) + 1e-6;
+            if (!(err <= lim) && err - lim > excess) excess = err - lim, worst = i;
+        }
+        if (excess >= 0)
+            fail_msg("%s, attention, %s, tensor-core backward S %d hd %d: dqkv[%zu] (%s) got %.9g, want %.9g, bound %.3g", e->where, tr__dtypes[dt].name, S, hd,
+                     worst, "q\0k\0v" + 2 * ((worst / D) % 3), (double)got[worst], (double)dq[worst], (double)bound[worst]);
+        free(got), free(dout), free(dq), free(bound);
+        tr__dfree(e->ctx, dDO.p), tr__dfree(e->ctx, dDQ.p);
+    }
     tr__dfree(e->ctx, dQ.p), tr__dfree(e->ctx, dO.p), tr__dfree(e->ctx, dL.p);
     free(qkv), free(o), free(lse), free(scr);
 }

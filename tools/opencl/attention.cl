@@ -306,11 +306,11 @@ static inline float tr_fa_xor(float v, int m, __local float *X) {
   return r;
 #endif
 }
-/* rows r0 .. r0 + 63 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */
-static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int S, const int HD) {
+/* rows r0 .. r0 + rows - 1 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */
+static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int rows, int S, const int HD) {
   const int CH = HD / 8, SW = (HD + 8) / 2;
   int e;
-  for (e = get_local_id(0); e < TR_FA_BK * CH; e += 128) {
+  for (e = get_local_id(0); e < rows * CH; e += 128) {
     const int r = e / CH, c = e - r * CH, in = r0 + r < S;
     TR_HCP(T + r * SW + 4 * c, P + (long)(in ? r0 + r : 0) * ld + 8 * c, in ? 16 : 0);
   }
@@ -335,7 +335,7 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
 #if TR_GEMM_MMA == 1
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   uint qa[8][4];
-  tr_fa_stage(Ks, base, ld, q0, S, HD); /* this group's queries, through the k tile's room, into registers */
+  tr_fa_stage(Ks, base, ld, q0, TR_FA_BQ, S, HD); /* this group's queries, through the k tile's room, into registers */
   TR_HCOMMIT();
   TR_FA_WAIT();
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -350,8 +350,8 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
     for (r = 0; r < 4; r++) acc[i][r] = 0.0f;
   for (k0 = 0; k0 < S; k0 += TR_FA_BK) {
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
-    tr_fa_stage(Ks, base + D, ld, k0, S, HD);
-    tr_fa_stage(Vs, base + 2 * D, ld, k0, S, HD);
+    tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);
+    tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);
     TR_HCOMMIT();
     TR_FA_WAIT();
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -481,4 +481,275 @@ TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)
 TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)
 TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)
 TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)
+/* Flash attention's backward on the tensor cores, FlashAttention-2's two passes (no atomics; each output written once):
+ tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)
+ and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,
+ p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with
+ fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt where it is staged;
+ p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of
+ the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With
+ TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a
+ work-item), so the emulation runs these very fragments, indices and addresses, on any device. */
+#if TR_GEMM_MMA == 1
+#define TR_FB_XN 1
+#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))
+#define TR_FB_LDMT(r, T, off) TR_LDM4T(r[0], r[1], r[2], r[3], (T) + (off))
+#define TR_FB_MMA(c, a, b, F16)                                           \
+  do {                                                                    \
+    if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));  \
+    else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));     \
+  } while (0)
+#else
+#define TR_FB_XN (6 * 128)
+#define TR_FB_LDM(r, T, off) tr_em_ldm(r, T, off, 0, X)
+#define TR_FB_LDMT(r, T, off) tr_em_ldm(r, T, off, 1, X)
+#define TR_FB_MMA(c, a, b, F16) tr_em_mma(c, a, b, F16, X)
+/* ldmatrix.x4 (tr: .trans) of one warp: lane l gives the word offset in T of row l & 7 of matrix l >> 3; lane t gets, of
+ each matrix i, the two values at row t >> 2, columns 2 (t & 3) and + 1 (of the transpose with tr), low one first */
+static inline void tr_em_ldm(uint r[4], __local const uint *T, int off, int tr, __local uint *X) {
+  const int t = get_local_id(0), wb = t & ~31, l = t & 31, c = l >> 2;
+  int i;
+  X[t] = (uint)off;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (i = 0; i < 4; i++)
+    if (!tr) r[i] = T[X[wb + 8 * i + c] + (l & 3)];
+    else {
+      const uint lo = T[X[wb + 8 * i + 2 * (l & 3)] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;
+      const uint hi = T[X[wb + 8 * i + 2 * (l & 3) + 1] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;
+      r[i] = lo | hi << 16;
+    }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+/* mma.sync m16n8k16 of one warp, c += a b: a's word i holds rows g + 8 (i & 1), depths 2 q + 8 (i >> 1) and + 1; b's
+ word i column g, depths 2 q + 8 i and + 1; c's value r row g + 8 (r >> 1), column 2 q + (r & 1) (lane = 4 g + q) */
+static inline void tr_em_mma(float c[4], const uint a[4], const uint b[2], const int F16, __local uint *X) {
+  const int t = get_local_id(0), wb = t & ~31, l = t & 31, g = l >> 2, q = l & 3, fdt = F16 ? 2 : 1;
+  int i, r, k;
+  for (i = 0; i < 4; i++) X[6 * t + i] = a[i];
+  X[6 * t + 4] = b[0], X[6 * t + 5] = b[1];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (r = 0; r < 4; r++) {
+    const int row = g + 8 * (r >> 1), col = 2 * q + (r & 1);
+    for (k = 0; k < 16; k++) {
+      const uint aw = X[6 * (wb + 4 * (row & 7) + ((k & 7) >> 1)) + (row >> 3) + 2 * (k >> 3)];
+      const uint bw = X[6 * (wb + 4 * col + ((k & 7) >> 1)) + 4 + (k >> 3)];
+      c[r] = fma(tr_unhalf1((ushort)(aw >> (16 * (k & 1))), fdt), tr_unhalf1((ushort)(bw >> (16 * (k & 1))), fdt), c[r]);
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
+/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */
+static inline void tr_fb_stage32(__local uint *T, __global const float *P, long ld, int r0, int rows, int S, const int HD, const int F16) {
+  const int CH = HD / 8, SW = (HD + 8) / 2;
+  int e;
+  for (e = get_local_id(0); e < rows * CH; e += 128) {
+    const int r = e / CH, c = e - r * CH;
+    uint4 v = (uint4)(0);
+    if (r0 + r < S) {
+      __global const float *p = P + (long)(r0 + r) * ld + 8 * c;
+      const float4 x = vload4(0, p), y = vload4(1, p);
+      v = (uint4)(tr_mma_pack(x.s0, x.s1, F16), tr_mma_pack(x.s2, x.s3, F16), tr_mma_pack(y.s0, y.s1, F16), tr_mma_pack(y.s2, y.s3, F16));
+    }
+    *(__local uint4 *)(T + r * SW + 4 * c) = v;
+  }
+}
+/* s[j] (+)= a b over the head dimension: a a warp's 16 rows of tile A (its fragments loaded here), b rows 8 j .. + 7 of
+ tile B (the product's columns), j < NJ; c[j] the same from tiles A2, B2 (a backward pass's two products) */
+static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint *A, __local const uint *B, __local const uint *A2,
+                                __local const uint *B2, const int HD, const int NJ, const int F16, __local uint *X) {
+  const int SW = (HD + 8) / 2, tid = get_local_id(0), w = tid >> 5, lr = tid & 7, lm = (tid >> 3) & 3;
+  int kk, j;
+  (void)X;
+#pragma unroll
+  for (kk = 0; kk < HD / 16; kk++) {
+    uint fa[4], fa2[4];
+    const int oa = (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4;
+    TR_FB_LDM(fa, A, oa);
+    TR_FB_LDM(fa2, A2, oa);
+#pragma unroll
+    for (j = 0; j < NJ; j += 2) {
+      uint fb[4], fb2[4];
+      const int ob = ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4;
+      TR_FB_LDM(fb, B, ob);
+      TR_FB_LDM(fb2, B2, ob);
+      TR_FB_MMA(s[j], fa, fb, F16);
+      TR_FB_MMA(s[j + 1], fa, fb + 2, F16);
+      TR_FB_MMA(c[j], fa2, fb2, F16);
+      TR_FB_MMA(c[j + 1], fa2, fb2 + 2, F16);
+    }
+  }
+}
+/* the fragments (as a product's a) of 16 columns kk of a warp's 16-row accumulator s, rounded to fdt */
+#define TR_FB_AFRAG(a, s, kk)                                                                                 \
+  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \
+  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)
+static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,
+                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,
+                            const int F16) {
+  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;
+  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;
+  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;
+  const long ld = 3L * D;
+  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
+  __local uint *Qs = L, *Os = L + TR_FA_BQ * SW, *Ks = L + 2 * TR_FA_BQ * SW, *Vs = Ks + BK * SW;
+  const float scale = 1.0f / sqrt((float)HD);
+  float acc[16][4], s[8][4], dp[8][4], li[2], di[2];
+  int i, j, r, kk, k0;
+  (void)X;
+  tr_fa_stage(Qs, base, ld, q0, TR_FA_BQ, S, HD);
+  TR_HCOMMIT();
+  tr_fb_stage32(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD, F16);
+  for (i = 0; i < 2; i++) { /* (a row past S: p = 0) */
+    const int row = q0 + 16 * w + g + 8 * i;
+    li[i] = row < S ? lse[(long)bh * S + row] : INFINITY;
+    di[i] = row < S ? Dv[(long)bh * S + row] : 0.0f;
+  }
+#pragma unroll
+  for (i = 0; i < ND; i++)
+#pragma unroll
+    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;
+  for (k0 = 0; k0 < S; k0 += BK) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
+    tr_fa_stage(Ks, base + D, ld, k0, BK, S, HD);
+    tr_fa_stage(Vs, base + 2 * D, ld, k0, BK, S, HD);
+    TR_HCOMMIT();
+    TR_FA_WAIT();
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) s[j][r] = dp[j][r] = 0.0f;
+    tr_fb_scores(s, dp, Qs, Ks, Os, Vs, HD, NJ, F16, X); /* s = q k^T, dp = do v^T */
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) {
+        const float p = k0 + 8 * j + 2 * q + (r & 1) < S ? exp(s[j][r] * scale - li[r >> 1]) : 0.0f;
+        s[j][r] = p * (dp[j][r] - di[r >> 1]); /* ds */
+      }
+#pragma unroll
+    for (kk = 0; kk < BK / 16; kk++) { /* acc += ds k */
+      uint da[4];
+      TR_FB_AFRAG(da, s, kk);
+#pragma unroll
+      for (i = 0; i < ND; i += 2) {
+        uint fb[4];
+        TR_FB_LDMT(fb, Ks, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);
+        TR_FB_MMA(acc[i], da, fb, F16);
+        TR_FB_MMA(acc[i + 1], da, fb + 2, F16);
+      }
+    }
+  }
+  for (i = 0; i < 2; i++) {
+    const int row = q0 + 16 * w + g + 8 * i;
+    if (row < S) {
+      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;
+#pragma unroll
+      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);
+    }
+  }
+}
+static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,
+                              __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,
+                              const int HD, const int BQ, const int F16) {
+  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;
+  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;
+  const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;
+  const long ld = 3L * D;
+  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
+  __global const float *obase = dO + (long)b * S * D + (long)h * HD;
+  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW, *Qs = L + 2 * TR_FA_BK * SW, *Os = Qs + BQ * SW;
+  __local float *Ls = Lf, *Ds = Lf + BQ;
+  const float scale = 1.0f / sqrt((float)HD);
+  float dk[16][4], dv[16][4], s[8][4], dp[8][4];
+  int i, j, r, kk, i0, e;
+  (void)X;
+  tr_fa_stage(Ks, base + D, ld, j0, TR_FA_BK, S, HD);
+  tr_fa_stage(Vs, base + 2 * D, ld, j0, TR_FA_BK, S, HD);
+  TR_HCOMMIT();
+#pragma unroll
+  for (i = 0; i < ND; i++)
+#pragma unroll
+    for (r = 0; r < 4; r++) dk[i][r] = dv[i][r] = 0.0f;
+  for (i0 = 0; i0 < S; i0 += BQ) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
+    tr_fa_stage(Qs, base, ld, i0, BQ, S, HD);
+    TR_HCOMMIT();
+    tr_fb_stage32(Os, obase, D, i0, BQ, S, HD, F16);
+    for (e = tid; e < BQ; e += 128) { /* (a query past S: p = 0) */
+      Ls[e] = i0 + e < S ? lse[(long)bh * S + i0 + e] : INFINITY;
+      Ds[e] = i0 + e < S ? Dv[(long)bh * S + i0 + e] : 0.0f;
+    }
+    TR_FA_WAIT();
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) s[j][r] = dp[j][r] = 0.0f;
+    tr_fb_scores(s, dp, Ks, Qs, Vs, Os, HD, NJ, F16, X); /* s^T = k q^T, dp^T = v do^T: rows keys, columns queries */
+#pragma unroll
+    for (j = 0; j < NJ; j++)
+#pragma unroll
+      for (r = 0; r < 4; r++) {
+        const int c = 8 * j + 2 * q + (r & 1);
+        s[j][r] = exp(s[j][r] * scale - Ls[c]);   /* p^T */
+        dp[j][r] = s[j][r] * (dp[j][r] - Ds[c]); /* ds^T */
+      }
+#pragma unroll
+    for (kk = 0; kk < BQ / 16; kk++) { /* dv += p^T do, dk += ds^T q */
+      uint pa[4], da[4];
+      TR_FB_AFRAG(pa, s, kk);
+      TR_FB_AFRAG(da, dp, kk);
+#pragma unroll
+      for (i = 0; i < ND; i += 2) {
+        uint fo[4], fq[4];
+        const int ot = (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4;
+        TR_FB_LDMT(fo, Os, ot);
+        TR_FB_LDMT(fq, Qs, ot);
+        TR_FB_MMA(dv[i], pa, fo, F16);
+        TR_FB_MMA(dv[i + 1], pa, fo + 2, F16);
+        TR_FB_MMA(dk[i], da, fq, F16);
+        TR_FB_MMA(dk[i + 1], da, fq + 2, F16);
+      }
+    }
+  }
+  for (i = 0; i < 2; i++) {
+    const int row = j0 + 16 * w + g + 8 * i;
+    if (row < S) {
+      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;
+#pragma unroll
+      for (j = 0; j < ND; j++) {
+        dst[D + 8 * j] = tr_round1(dk[j][2 * i] * scale, fdt), dst[D + 8 * j + 1] = tr_round1(dk[j][2 * i + 1] * scale, fdt);
+        dst[2 * D + 8 * j] = tr_round1(dv[j][2 * i], fdt), dst[2 * D + 8 * j + 1] = tr_round1(dv[j][2 * i + 1], fdt);
+      }
+    }
+  }
+}
+/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv 16-bit (offset in floats, as the forward's), do, lse, Dv and dqkv fp32;
+ a work-group of 128 for each 64 queries (dq) or keys (dkdv) of each (b, h), nb blocks a head. The blocks they loop over
+ (dq's keys, dkdv's queries): NB = 64 rows, 16 at HD = 128 (the four tiles within 48 KiB of local memory). */
+#define TR_FB_ARGS                                                                                                     \
+  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \
+      ulong lse_off, __global const float *Dv, ulong Dv_off, __global float *dqkv, ulong dqkv_off, int S, int H, int nb
+#define TR_FB_K(HD, T, F16, NB)                                                                                        \
+  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \
+    __local uint4 L[(2 * TR_FA_BQ + 2 * (NB)) * ((HD) + 8) / 8];                                                      \
+    __local uint X[TR_FB_XN];                                                                                          \
+    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \
+             nb, (__local uint *)L, X, HD, NB, F16);                                                                   \
+  }                                                                                                                    \
+  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \
+    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \
+    __local float Lf[2 * (NB)];                                                                                        \
+    __local uint X[TR_FB_XN];                                                                                          \
+    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \
+               H, nb, (__local uint *)L, Lf, X, HD, NB, F16);                                                          \
+  }
+TR_FB_K(32, bf16, 0, 64)
+TR_FB_K(64, bf16, 0, 64)
+TR_FB_K(128, bf16, 0, 16)
+TR_FB_K(32, f16, 1, 64)
+TR_FB_K(64, f16, 1, 64)
+TR_FB_K(128, f16, 1, 16)
 #endif /* TR_GEMM_MMA */
