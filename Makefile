@@ -99,7 +99,7 @@ bench-adapt: $(BUILD)/tinyrec-data $(BUILD)/tinyrec-train $(BUILD)/tinyrec-adapt
 
 # The header as strict C99 and as C++, and two translation units linked together.
 # (each with and without the OpenCL backend)
-compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu $(BUILD)/readme_quickstart
+compile-tests: $(BUILD)/compile_c99 $(BUILD)/compile_cpp $(BUILD)/compile_two_tu $(BUILD)/readme_quickstart $(BUILD)/cl_nvptx.ok
 $(BUILD)/compile_c99: tests/compile/impl.c tests/compile/user.c $(HDR) | $(BUILD)
 	$(CC) -std=c99 -pedantic $(WARN) -Werror -I. tests/compile/impl.c -o $@ -lm
 	$(CC) -std=c99 -pedantic $(WARN) -Werror -DTINYREC_OPENCL=1 -I. tests/compile/impl.c -o $(BUILD)/compile_c99_opencl -lm -ldl
@@ -110,6 +110,17 @@ $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(H
 	$(CC) -std=c99 $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. tests/compile/main.c tests/compile/user.c tinyrec.c -o $@ $(LDLIBS)
 	$(CXX) $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. -x c++ tests/compile/impl.cpp -o $(BUILD)/compile_cpp_omp $(LDLIBS)
 	clang -std=c99 $(WARN) -Werror $(OMP) -pthread $(CL_FLAGS) -I. tests/compile/impl.c -o $(BUILD)/compile_clang_omp $(LDLIBS)
+
+# The OpenCL C as an NVIDIA driver compiles it (clang's nvptx target): the inline PTX of the cp.async and tensor-core
+# kernels (TR_GEMM_CP=1, TR_GEMM_MMA=1) is compiled nowhere else before a GPU run, where an error would turn them off.
+# Both programs, in tr__cl_sources' order, with an H200's options.
+NVPTX := clang -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -finclude-default-header -Wno-pass-failed -Werror -S
+$(BUILD)/cl_nvptx.ok: $(CL_SRCS) | $(BUILD)
+	cat tools/opencl/ops.cl tools/opencl/gemm.cl tools/opencl/attention.cl > $(BUILD)/cl_all.cl
+	$(NVPTX) -DTR_FP64=1 -DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4 \
+	  -DTR_GEMM_CP=1 -DTR_GEMM_ST=3 -o $(BUILD)/cl_main.ptx $(BUILD)/cl_all.cl
+	$(NVPTX) -DTR_FP64=1 -DTR_MMA_ONLY=1 -DTR_GEMM_MMA=1 -o $(BUILD)/cl_mma.ptx $(BUILD)/cl_all.cl
+	touch $@
 
 # The README's quick start is a program: extracted verbatim (its first ```c block), built as the README
 # says (plus -Werror), and run by make test.

@@ -496,8 +496,8 @@ TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)
 #define TR_FB_LDMT(r, T, off) TR_LDM4T(r[0], r[1], r[2], r[3], (T) + (off))
 #define TR_FB_MMA(c, a, b, F16)                                           \
   do {                                                                    \
-    if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));  \
-    else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c, a, b));     \
+    if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS((c), (a), (b)));  \
+    else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS((c), (a), (b)));     \
   } while (0)
 #else
 #define TR_FB_XN (6 * 128)
