@@ -100,8 +100,7 @@
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
-                               ATT=0: the attention not on them, ATT=1 on: the default; HW=4: their products' tiles
-                               on 4 warps of 64 x 64, HW=8 on 8 of 64 x 32)
+                               ATT=0: the attention's forward not on them, ATT=1 on: the default)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -8210,9 +8209,8 @@ typedef struct tr__cl_gemm_cfg {
     int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
                        (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
                        parsing = not given (automatic) */
-    int att;        /* the attention on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or its
-                       emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
-    int hw;         /* warps of a tensor-core product's 128 x 128 tile (TR_HW): 8 (64 x 32 each) or 4 (64 x 64); 0 = 8 */
+    int att;        /* the attention's forward on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
+                       its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -11277,19 +11275,14 @@ static const char tr__cl_src_gemm_10[] =
 " the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.\n"
 " Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HS 3\n"
-"#ifndef TR_HW\n"
-"#define TR_HW 8 /* warps a tile: 8 of 64 x 32 (2 x 4), or 4 of 64 x 64 (2 x 2; TINYREC_CL_SGEMM's HW=4) */\n"
-"#endif\n"
-"#define TR_HNT (32 * TR_HW) /* work-items a tile */\n"
-"#define TR_HNJ (32 / TR_HW) /* a warp's 8-column blocks */\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
 "#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */\n"
 "#if TR_GEMM_MMA == 1\n"
-"#define TR_HCP(dst, src, n) \\\n";
-static const char tr__cl_src_gemm_11[] =
+"#define TR_HCP(dst, src, n) \\\n"
 "  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
-"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n";
+static const char tr__cl_src_gemm_11[] =
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
@@ -11305,8 +11298,8 @@ static const char tr__cl_src_gemm_11[] =
 "static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {\n"
 "  int l;\n"
 "#pragma unroll\n"
-"  for (l = 0; l < 512 / TR_HNT; l++) {\n"
-"    const int e = tid + l * TR_HNT;\n"
+"  for (l = 0; l < 2; l++) {\n"
+"    const int e = tid + l * 256;\n"
 "    if (T) {\n"
 "      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;\n"
 "      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
@@ -11327,21 +11320,20 @@ static const char tr__cl_src_gemm_11[] =
 "                           long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
 "                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {\n"
-"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, w = tid >> 5;\n"
-"  const int wm = (w / (TR_HW / 2)) * 64, wn = (w % (TR_HW / 2)) * 8 * TR_HNJ;\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
-"  float c[TR_HNJ / 4][4][4][4]; /* (the 64 x 32 halves of a warp's block, as the epilogues take them) */\n"
+"  float c[4][4][4];\n"
 "  int i, j, r, s, t;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"    for (j = 0; j < TR_HNJ; j++)\n"
+"    for (j = 0; j < 4; j++)\n"
 "#pragma unroll\n"
-"      for (r = 0; r < 4; r++) c[j >> 2][i][j & 3][r] = 0.0f;\n"
+"      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
 "  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
 "    if (t < nt) {\n"
 "      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
@@ -11350,22 +11342,22 @@ static const char tr__cl_src_gemm_11[] =
 "    }\n"
 "    TR_HCOMMIT();\n"
 "  }\n"
-"  for (t = 0; t < nt; t++) {\n";
-static const char tr__cl_src_gemm_12[] =
+"  for (t = 0; t < nt; t++) {\n"
 "    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n";
+static const char tr__cl_src_gemm_12[] =
 "      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#pragma unroll\n"
 "    for (s = 0; s < TR_MK / 16; s++) {\n"
 "#if TR_GEMM_MMA == 1\n"
-"      uint a[4][4], b[TR_HNJ][2];\n"
+"      uint a[4][4], b[4][2];\n"
 "      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
 "         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
 "         depth-major tile, depth l % 8 of the matrix, transposed as it loads) */\n"
@@ -11376,7 +11368,7 @@ static const char tr__cl_src_gemm_12[] =
 "        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
 "      }\n"
 "#pragma unroll\n"
-"      for (j = 0; j < TR_HNJ; j += 2) {\n"
+"      for (j = 0; j < 4; j += 2) {\n"
 "        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
 "        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
 "        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
@@ -11384,49 +11376,46 @@ static const char tr__cl_src_gemm_12[] =
 "#pragma unroll\n"
 "      for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"        for (j = 0; j < TR_HNJ; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[j >> 2][i][j & 3], a[i], b[j]));\n"
-"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[j >> 2][i][j & 3], a[i], b[j]));\n"
+"        for (j = 0; j < 4; j++) {\n"
+"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "        }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
 "      for (i = 0; i < 4; i++)\n"
-"        for (j = 0; j < TR_HNJ; j++)\n"
+"        for (j = 0; j < 4; j++)\n"
 "          for (r = 0; r < 4; r++) {\n"
 "            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
-"            for (kk = 0; kk < 16; kk++)\n"
-"              c[j >> 2][i][j & 3][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[j >> 2][i][j & 3][r]);\n"
+"            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
 "    }\n"
 "  }\n"
-"#pragma unroll\n"
-"  for (j = 0; j < TR_HNJ / 4; j++)\n"
-"    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn + 32 * j, g, q, rnd, c[j]);\n"
-"    else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn + 32 * j, g, q, acc, c8, rnd & 3, rnd >> 2, c[j]);\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
+"  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
 " _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
 " to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as\n"
 " those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */\n"
 "#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
-"  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,    \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
-"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n";
-static const char tr__cl_src_gemm_13[] =
+"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \\\n"
 "    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                      \\\n"
 "            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
-"  }\n"
+"  }\n";
+static const char tr__cl_src_gemm_13[] =
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
-"  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,    \\\n"
+"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
 "    int keep,                                                                                                            \\\n"
@@ -11460,14 +11449,14 @@ static const char tr__cl_src_gemm_13[] =
 "static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }\n"
 "/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
-"#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n";
-static const char tr__cl_src_gemm_14[] =
+"#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n"
 "/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n"
 " packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =\n"
 " P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
-" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
+" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n";
+static const char tr__cl_src_gemm_14[] =
 "#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
 "                   int rp, int fdt, long so, int il) {                                                                        \\\n"
@@ -11496,13 +11485,13 @@ static const char tr__cl_src_gemm_14[] =
 " batch r / rb, its rows (r % rb) rpr.., kp / 2 words a row, rp rows a batch. The padding rows are left as they are\n"
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
 " of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da\n"
-" likewise (_d: 16 bits). */\n";
-static const char tr__cl_src_gemm_15[] =
+" likewise (_d: 16 bits). */\n"
 "#define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \\\n"
 "__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \\\n"
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
-"  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
+"  float4 x, u, d, dgate, dup;                                                                                                 \\\n";
+static const char tr__cl_src_gemm_15[] =
 "  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
 "  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
@@ -12398,12 +12387,12 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12438,7 +12427,6 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "ST")) g.st = (int)v;
             else if (!strcmp(key, "MMA")) g.mma = (int)v;
             else if (!strcmp(key, "ATT")) g.att = v ? 2 : 1;
-            else if (!strcmp(key, "HW") && (v == 4 || v == 8)) g.hw = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -12524,8 +12512,6 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
-/* Warps of a tensor-core product's tile (cfg.hw; TR_HW in the kernels). */
-TR__FN int tr__cl_hmma_warps(const tr__cl *cl) { return cl->gemm.hw == 4 ? 4 : 8; }
 /* Whether the tensor-core kernels can run: their program (the ops, tr_k_hmma_* and tr_k_pack16, TR_MMA_ONLY) is built at the first
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
@@ -12537,8 +12523,8 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
-    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HW=%d %.370s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "",
-             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, tr__cl_hmma_warps(cl), extra ? extra : "");
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d %.380s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "",
+             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, extra ? extra : "");
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
     if (cl->mma_program && err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
@@ -12871,8 +12857,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
             tr__cl_pack_wrote(cl, C, fz->rnd == 2 ? (span + 1) / 2 : span);
         }
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
-        ls[0] = 32 * (size_t)tr__cl_hmma_warps(cl), ls[1] = 1, ls[2] = 1;
-        gs[0] = Np / 128 * ls[0], gs[1] = Mp / 128;
+        ls[0] = 256, ls[1] = 1, ls[2] = 1;
+        gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
         if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
             gs[2] = (size_t)nb;
             tr__cla_init(&a);

@@ -902,12 +902,6 @@ static void test_sgemm_mma(void **state) {
     mma_products(ctx2, cl);
     assert_non_null(cl->mma_program);
     tr_ctx_destroy(ctx2);
-    setenv("TINYREC_CL_SGEMM", "MMA=2,HW=4", 1); /* tiles on 4 warps of 64 x 64 */
-    ctx2 = tu_ctx(2, 1);
-    cl = tu_cl_open(ctx2);
-    assert_int_equal(cl->gemm.hw, 4), assert_int_equal(tr__cl_hmma_warps(cl), 4);
-    mma_products(ctx2, cl);
-    tr_ctx_destroy(ctx2);
     setenv("TINYREC_CL_SGEMM", "MMA=0", 1);
     ctx2 = tu_ctx(2, 1);
     assert_int_equal(tu_cl_open(ctx2)->gemm.mma, 0);

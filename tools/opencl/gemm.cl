@@ -588,11 +588,6 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.
  Same grid (batches, K pieces) and outputs as tr_sgemm. */
 #define TR_HS 3
-#ifndef TR_HW
-#define TR_HW 8 /* warps a tile: 8 of 64 x 32 (2 x 4), or 4 of 64 x 64 (2 x 2; TINYREC_CL_SGEMM's HW=4) */
-#endif
-#define TR_HNT (32 * TR_HW) /* work-items a tile */
-#define TR_HNJ (32 / TR_HW) /* a warp's 8-column blocks */
 #define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
 #define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */
 #if TR_GEMM_MMA == 1
@@ -615,8 +610,8 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {
   int l;
 #pragma unroll
-  for (l = 0; l < 512 / TR_HNT; l++) {
-    const int e = tid + l * TR_HNT;
+  for (l = 0; l < 2; l++) {
+    const int e = tid + l * 256;
     if (T) {
       const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;
       TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
@@ -637,21 +632,20 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
                            long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
                            __global uint *a16, long ld16, int kpa, const int TA, const int TB) {
-  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, w = tid >> 5;
-  const int wm = (w / (TR_HW / 2)) * 64, wn = (w % (TR_HW / 2)) * 8 * TR_HNJ;
+  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
   const int bz = z / ks, kz = z - bz * ks;
   const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);
   const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
-  float c[TR_HNJ / 4][4][4][4]; /* (the 64 x 32 halves of a warp's block, as the epilogues take them) */
+  float c[4][4][4];
   int i, j, r, s, t;
 #pragma unroll
   for (i = 0; i < 4; i++)
 #pragma unroll
-    for (j = 0; j < TR_HNJ; j++)
+    for (j = 0; j < 4; j++)
 #pragma unroll
-      for (r = 0; r < 4; r++) c[j >> 2][i][j & 3][r] = 0.0f;
+      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
   for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
     if (t < nt) {
       const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
@@ -674,7 +668,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #pragma unroll
     for (s = 0; s < TR_MK / 16; s++) {
 #if TR_GEMM_MMA == 1
-      uint a[4][4], b[TR_HNJ][2];
+      uint a[4][4], b[4][2];
       /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of
          columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a
          depth-major tile, depth l % 8 of the matrix, transposed as it loads) */
@@ -685,7 +679,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
         else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));
       }
 #pragma unroll
-      for (j = 0; j < TR_HNJ; j += 2) {
+      for (j = 0; j < 4; j += 2) {
         const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;
         if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));
         else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));
@@ -693,33 +687,30 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #pragma unroll
       for (i = 0; i < 4; i++)
 #pragma unroll
-        for (j = 0; j < TR_HNJ; j++) {
-          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[j >> 2][i][j & 3], a[i], b[j]));
-          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[j >> 2][i][j & 3], a[i], b[j]));
+        for (j = 0; j < 4; j++) {
+          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
         }
 #else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */
       for (i = 0; i < 4; i++)
-        for (j = 0; j < TR_HNJ; j++)
+        for (j = 0; j < 4; j++)
           for (r = 0; r < 4; r++) {
             const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);
             int kk;
-            for (kk = 0; kk < 16; kk++)
-              c[j >> 2][i][j & 3][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[j >> 2][i][j & 3][r]);
+            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);
           }
 #endif
     }
   }
-#pragma unroll
-  for (j = 0; j < TR_HNJ / 4; j++)
-    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn + 32 * j, g, q, rnd, c[j]);
-    else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn + 32 * j, g, q, acc, c8, rnd & 3, rnd >> 2, c[j]);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
+  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
  to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as
  those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */
 #define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
-  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,    \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \
     __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
@@ -734,7 +725,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
  values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B
  depth-major */
 #define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
-  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,    \
+  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
     int keep,                                                                                                            \
