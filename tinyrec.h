@@ -8296,6 +8296,7 @@ struct tr__cl {
     uint32_t *packed_at[2]; /* where that packing lies: NULL its slot, else the caller's room (tr__cl_swiglu_bwd_kept's) */
     int pack_window;
     long packs_reused;
+    long packs_in_place; /* operands read as stored, not packed (tr__cl_packed_in_place; the tests check it) */
     /* Weights held still (tr__cl_weights_still): the packings of operands inside [still_lo, still_hi), kept in scratch
        slot TR__CL_SLOT_WPACK (wkey[j]'s at word woff[j]) until the region is let go; and how often one was reused */
     const float *still_lo, *still_hi;
@@ -9815,9 +9816,45 @@ static const char tr__cl_src_ops_3[] =
 "                          __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
 "}\n"
-"/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
-"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n";
+"/* The same, four pairs j .. j + 3 a work-item (hd / 2 a multiple of 4; qkv 8-byte aligned when 16-bit, else as cos\n"
+"   and sin, 16-byte): one vector load of each run, the same arithmetic on each element */\n";
 static const char tr__cl_src_ops_4[] =
+"static inline void tr_rope4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
+"  const int hf = hd / 2, i = 4 * get_global_id(0), j = i % hf, h = (i / hf) % H, qk = i / (hf * H);\n"
+"  const long r = get_global_id(1);\n"
+"  float4 x1, x2, c1, c2, s1, s2, y1, y2;\n"
+"  size_t v;\n"
+"  if (i >= 2 * H * hf || r >= rows) return;\n"
+"  cs += cs_off + (size_t)(r % S) * hd + j, sn += sn_off + (size_t)(r % S) * hd + j;\n"
+"  c1 = *(__global const float4 *)cs, c2 = *(__global const float4 *)(cs + hf), s1 = *(__global const float4 *)sn, s2 = *(__global const float4 *)(sn + hf);\n"
+"  v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd + j;\n"
+"  if (q16) {\n"
+"    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
+"    const ushort4 a = *(__global const ushort4 *)p, b = *(__global const ushort4 *)(p + hf);\n"
+"    x1 = (float4)(tr_unhalf1(a.s0, fdt), tr_unhalf1(a.s1, fdt), tr_unhalf1(a.s2, fdt), tr_unhalf1(a.s3, fdt));\n"
+"    x2 = (float4)(tr_unhalf1(b.s0, fdt), tr_unhalf1(b.s1, fdt), tr_unhalf1(b.s2, fdt), tr_unhalf1(b.s3, fdt));\n"
+"  } else x1 = *(__global const float4 *)(qkv + qkv_off + v), x2 = *(__global const float4 *)(qkv + qkv_off + v + hf);\n"
+"  y1 = x1 * c1 - sgn * x2 * s1, y2 = x2 * c2 + sgn * x1 * s2;\n"
+"  if (q16) {\n"
+"    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
+"    *(__global ushort4 *)p = (ushort4)(tr_half1(y1.s0, fdt), tr_half1(y1.s1, fdt), tr_half1(y1.s2, fdt), tr_half1(y1.s3, fdt));\n"
+"    *(__global ushort4 *)(p + hf) = (ushort4)(tr_half1(y2.s0, fdt), tr_half1(y2.s1, fdt), tr_half1(y2.s2, fdt), tr_half1(y2.s3, fdt));\n"
+"  } else {\n"
+"    *(__global float4 *)(qkv + qkv_off + v) = (float4)(tr_round1(y1.s0, fdt), tr_round1(y1.s1, fdt), tr_round1(y1.s2, fdt), tr_round1(y1.s3, fdt));\n"
+"    *(__global float4 *)(qkv + qkv_off + v + hf) = (float4)(tr_round1(y2.s0, fdt), tr_round1(y2.s1, fdt), tr_round1(y2.s2, fdt), tr_round1(y2.s3, fdt));\n"
+"  }\n"
+"}\n"
+"__kernel void tr_k_rope_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                           __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
+"  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
+"}\n"
+"__kernel void tr_k_rope16_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
+"                             __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
+"  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
+"}\n"
+"/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
+"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
 "    int i = get_global_id(0), b = get_global_id(1);\n"
 "    size_t o;\n"
@@ -9836,7 +9873,8 @@ static const char tr__cl_src_ops_4[] =
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
+static const char tr__cl_src_ops_5[] =
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -9890,8 +9928,7 @@ static const char tr__cl_src_ops_4[] =
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
-"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n";
-static const char tr__cl_src_ops_5[] =
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
 "    }\n"
 "}\n"
 "static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
@@ -9908,7 +9945,8 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
+"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n";
+static const char tr__cl_src_ops_6[] =
 "   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
 "#define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)\n"
 "#define TR_RMS16_K(X)                                                                                                                        \\\n"
@@ -9946,8 +9984,7 @@ static const char tr__cl_src_ops_5[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n";
-static const char tr__cl_src_ops_6[] =
+"    if (j >= D || b >= B) return;\n"
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -9963,7 +10000,8 @@ static const char tr__cl_src_ops_6[] =
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_7[] =
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
@@ -10033,8 +10071,7 @@ static const char tr__cl_src_ops_6[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
-static const char tr__cl_src_ops_7[] =
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -10058,7 +10095,8 @@ static const char tr__cl_src_ops_7[] =
 "        c += ts[3 * t + 2];\n"
 "    }\n"
 "    div = max(rs[1], 1.0f);\n"
-"    rs[0] = (float)(loss / div);\n"
+"    rs[0] = (float)(loss / div);\n";
+static const char tr__cl_src_ops_8[] =
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
 "}\n"
@@ -10123,8 +10161,7 @@ static const char tr__cl_src_ops_7[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n";
-static const char tr__cl_src_ops_8[] =
+"    float acc;\n"
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -10148,7 +10185,8 @@ static const char tr__cl_src_ops_8[] =
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
-"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
+"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n";
+static const char tr__cl_src_ops_9[] =
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
@@ -10157,7 +10195,7 @@ static const char tr__cl_src_ops_8[] =
 "}\n";
 #define TR__CL_SRC_OPS_LIST \
     tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, \
-    tr__cl_src_ops_6, tr__cl_src_ops_7, tr__cl_src_ops_8
+    tr__cl_src_ops_6, tr__cl_src_ops_7, tr__cl_src_ops_8, tr__cl_src_ops_9
 /* >>cl-embed-end */
 
 
@@ -10282,8 +10320,9 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, c
     return tr__cl_k1_launch2(cl, "tr_k_swiglu_bwd", ((size_t)width + 3) / 4, (size_t)rows, &A); /* 4 columns per work-item */
 }
 
-/* One work-item per rotated pair (q or k, head, j < hd / 2) of a row. */
-/* q16: qkv holds 16-bit values of fdt. */
+/* One work-item per rotated pair (q or k, head, j < hd / 2) of a row, or per four of them (_x4: hd / 2 a multiple of
+   4, aligned for its vector loads; on an H200 at trm-sudoku-att's shapes 209 -> _ us a call). q16: qkv
+   holds 16-bit values of fdt. */
 TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr__clargs A;
     if (rows <= 0 || S <= 0 || H <= 0 || hd < 2) return TR_OK;
@@ -10297,6 +10336,8 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
     tr__cla_i32(&A, fdt);
+    if ((hd / 2) % 4 == 0 && !((uintptr_t)qkv.p & (qkv.dt ? 7 : 15)) && !((uintptr_t)cosv & 15) && !((uintptr_t)sinv & 15))
+        return tr__cl_k1_launch2(cl, qkv.dt ? "tr_k_rope16_x4" : "tr_k_rope_x4", (size_t)2 * H * (hd / 2) / 4, (size_t)rows, &A);
     return tr__cl_k1_launch2(cl, qkv.dt ? "tr_k_rope16" : "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
 
@@ -12648,9 +12689,17 @@ TR__FN tr_status tr__cl_only_packed(tr__cl *cl, const float *P, size_t span) {
     return TR_OK;
 }
 
+/* Whether a packing would be its operand as stored: 16-bit values (src16) in whole tiles (rows a multiple of 128,
+   columns of 32), rows and batches contiguous, 16-byte aligned. The tensor-core kernels then read it in place (a
+   16-bit tape's activations at D = 512 and B S a multiple of 128: trm-sudoku-att's 384 x 97 rows). */
+TR__FN int tr__cl_packed_in_place(const tr__cl_packed *k) {
+    return k->P && k->src16 && !k->il && !k->so && k->rows == k->rp && k->K == k->kp && k->ld == k->kp && (k->nbp == 1 || k->sP == k->rp * k->kp) &&
+           !((uintptr_t)k->P & 15);
+}
 /* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
    still weights' from their kept packings (tr__cl_pack_still); a slot that holds one already (in a window) serves it,
-   the other packing goes to the other slot, or to room[i] where given (not kept). out[i]: the packed operands. */
+   the other packing goes to the other slot, or to room[i] where given (not kept); one packed as stored is read in
+   place. out[i]: the packed operands. */
 TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], float *const room[2], uint32_t *out[2]) {
     static const int slots[2] = {TR__CL_SLOT_PACK_A, TR__CL_SLOT_PACK_B};
     int hit[2] = {-1, -1}, taken[2] = {0, 0}, still[2] = {0, 0}, i, j;
@@ -12665,6 +12714,11 @@ TR__FN tr_status tr__cl_pack_pair(tr__cl *cl, const tr__cl_packed want[2], float
     for (i = 0; i < 2; i++) {
         if (!want[i].P || hit[i] >= 0 || still[i]) continue;
         if ((st = tr__cl_only_packed(cl, want[i].P, tr__cl_packed_span(&want[i]))) != TR_OK) return st;
+        if (tr__cl_packed_in_place(&want[i])) {
+            out[i] = (uint32_t *)(uintptr_t)want[i].P;
+            cl->packs_in_place++;
+            continue;
+        }
         if (room[i]) {
             out[i] = (uint32_t *)room[i];
             if ((st = tr__cl_pack16_into(cl, &want[i], room[i])) != TR_OK) return st;
@@ -13624,7 +13678,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd*", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"attention", "tr__attention_fwd_ref / _bwd_ref", "tr_k_att_fwd*, tr_k_att_dot, tr_k_att_dkdv*, tr_k_att_dq* (_h: 16-bit qkv and o)",
      {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
-    {"rope", "tr__rope_ref, then tr__round_ref", "tr_k_rope, tr_k_rope16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"rope", "tr__rope_ref, then tr__round_ref", "tr_k_rope, tr_k_rope16 (_x4: four pairs a work-item)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"half", "tr__half_ref", "tr_k_half", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"round", "tr__round_ref", "tr_k_round", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"scale", "x * a", "tr_k_scale", {TR__DTB(TR__F32), TR__DTB(TR__F32), TR__DTB(TR__F32)}},

@@ -96,6 +96,24 @@ static void run_sgemm(op_env *e, int dt, int rnd) {
     tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(B), free(ref), free(got);
 }
 static void case_sgemm(op_env *e, int dt) { run_sgemm(e, dt, 0); }
+
+/* A 16-bit A in whole tiles (rows a multiple of 128, K of 32) is read in place by the tensor-core kernels, not packed;
+   batched too (batch b's rows right after batch b - 1's); B, fp32, is packed. */
+static void run_sgemm_in_place(op_env *e, int dt) {
+    const size_t M = 256, N = 30, K = 64, nb = 2;
+    float *A = vals(nb * M * K, 8, 1.0f, dt), *B = vals(N * K, 9, 1.0f, TR__F32), *ref = (float *)malloc(nb * M * N * 4), *got, *Br = vals(N * K, 9, 1.0f, dt);
+    tr__buf dA = put(e, A, nb * M * K, dt), dB = put(e, B, N * K, TR__F32), dC = put(e, NULL, nb * M * N, TR__F32);
+    const long before = e->ctx->cl->packs_in_place;
+    size_t b;
+    for (b = 0; b < nb; b++)
+        tr__sgemm_ref(M, N, K, tr__mat_of(A + b * M * K, K, 0, 0), tr__mat_of(Br, K, 0, 1), tr__out_of(ref + b * M * N, N, 0, 0));
+    assert_int_equal(tr__op_sgemm_batched(e->ctx, (int)nb, M, N, K, tr__mat16_of(dA.p, K, M * K, 0, dt), tr__mat_of(dB.p, K, 0, 1),
+                                          tr__out_in(tr__out_of(dC.p, N, M * N, 0), dt)),
+                     TR_OK);
+    assert_int_equal(e->ctx->cl->packs_in_place, before + 1);
+    check(e, "sgemm", dt, "C, A read in place", got = get(e, dC, nb * M * N), ref, nb * M * N, 0);
+    tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(B), free(Br), free(ref), free(got);
+}
 static void case_sgemm_rnd(op_env *e, int dt) { run_sgemm(e, dt, 1); }
 
 /* The norms, forward (x + add) and backward, all operands of type dt; rows: the row norms, else the column norms. */
@@ -310,8 +328,9 @@ static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, in
     free(qkv), free(o), free(lse), free(scr);
 }
 
-static void case_rope(op_env *e, int dt) {
-    const int B = 2, S = 9, H = 2, hd = 8;
+/* hd 8: four pairs a work-item on OpenCL (tr_k_rope*_x4), 6: one */
+static void run_rope(op_env *e, int dt, int hd) {
+    const int B = 2, S = 9, H = 2;
     const size_t nq = (size_t)B * S * 3 * H * hd, nc = (size_t)S * hd;
     float *q = vals(nq, 13, 1.5f, dt), *cs = vals(nc, 14, 1.0f, TR__F32), *sn = vals(nc, 15, 1.0f, TR__F32), *ref = (float *)malloc(nq * 4), *got;
     tr__buf dC = put(e, cs, nc, TR__F32), dS = put(e, sn, nc, TR__F32);
@@ -322,11 +341,12 @@ static void case_rope(op_env *e, int dt) {
         tr__rope_ref((long)B * S, S, H, hd, ref, cs, sn, inv, 1);
         tr__round_ref(dt, ref, nq);
         assert_int_equal(tr__op_rope(e->ctx, dt, (long)B * S, S, H, hd, dQ, (const float *)dC.p, (const float *)dS.p, inv), TR_OK);
-        check(e, "rope", dt, inv ? "inverse" : "forward", got = get(e, dQ, nq), ref, nq, 0), free(got);
+        check(e, "rope", dt, inv ? (hd == 6 ? "inverse, hd 6" : "inverse") : hd == 6 ? "forward, hd 6" : "forward", got = get(e, dQ, nq), ref, nq, 0), free(got);
         tr__dfree(e->ctx, dQ.p);
     }
     tr__dfree(e->ctx, dC.p), tr__dfree(e->ctx, dS.p), free(q), free(cs), free(sn), free(ref);
 }
+static void case_rope(op_env *e, int dt) { run_rope(e, dt, 8), run_rope(e, dt, 6); }
 
 /* fp32 <-> the 16-bit type: packing the type's values and unpacking them are exact (fp32 has nothing to convert). */
 static void case_half(op_env *e, int dt) {
@@ -501,6 +521,7 @@ static void test_ops_tensor_cores(void **state) {
     assert_int_equal(ran, 4); /* (sgemm and sgemm_rnd, each in bfloat16 and float16) */
 #if TINYREC_OPENCL
     assert_true(e.ctx->cl->mma_products >= 4); /* (they ran on the tensor-core kernels) */
+    for (dt = TR__BF16; dt <= TR__F16; dt++) run_sgemm_in_place(&e, dt);
     for (dt = TR__BF16; dt <= TR__F16; dt++) { /* the attention's forward: Sudoku's S = 97 (2 query blocks, 2 key blocks), a small odd S */
         static const int hds[3] = {32, 64, 128};
         int k;
