@@ -9690,6 +9690,9 @@ static const char tr__cl_src_ops_1[] =
 "    return as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */\n"
 "}\n";
 static const char tr__cl_src_ops_2[] =
+"static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }\n"
+"static inline ushort4 tr_half4(float4 v, int fdt) { return (ushort4)(tr_half1(v.s0, fdt), tr_half1(v.s1, fdt), tr_half1(v.s2, fdt), tr_half1(v.s3, fdt)); }\n"
+"static inline float4 tr_round4(float4 v, int fdt) { return (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt)); }\n"
 "/* unpack 0 stores x[i] as its 16 bits in h, unpack 1 loads them back; h_off counts floats (two values each) */\n"
 "__kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
@@ -9754,15 +9757,15 @@ static const char tr__cl_src_ops_2[] =
 "float tr_swiglu1(float x, float up, int fdt) {\n"
 "    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;\n"
 "}\n"
-"/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n"
+"/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n";
+static const char tr__cl_src_ops_3[] =
 "__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
 "    long j = 4 * get_global_id(0), r = get_global_id(1), e;\n"
 "    const ulong go = g_off + (size_t)r * gs, oo = o_off + (size_t)r * os;\n"
 "    if (j >= width || r >= rows) return;\n"
 "    g += go; o += oo;\n"
 "    if (((go | oo | (ulong)width) & 3) == 0 && j + 3 < width) {\n"
-"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);\n";
-static const char tr__cl_src_ops_3[] =
+"        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width);\n"
 "        *(__global float4 *)(o + j) = (float4)(tr_swiglu1(x.s0, u.s0, fdt), tr_swiglu1(x.s1, u.s1, fdt), tr_swiglu1(x.s2, u.s2, fdt), tr_swiglu1(x.s3, u.s3, fdt));\n"
 "    } else\n"
 "        for (e = j; e < j + 4 && e < width; e++) o[e] = tr_swiglu1(g[e], g[e + width], fdt);\n"
@@ -9811,14 +9814,14 @@ static const char tr__cl_src_ops_3[] =
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_ops_4[] =
 "__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                          __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
 "}\n"
 "/* The same, four pairs j .. j + 3 a work-item (hd / 2 a multiple of 4; qkv 8-byte aligned when 16-bit, else as cos\n"
-"   and sin, 16-byte): one vector load of each run, the same arithmetic on each element */\n";
-static const char tr__cl_src_ops_4[] =
+"   and sin, 16-byte): one vector load of each run, the same arithmetic on each element */\n"
 "static inline void tr_rope4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
 "  const int hf = hd / 2, i = 4 * get_global_id(0), j = i % hf, h = (i / hf) % H, qk = i / (hf * H);\n"
@@ -9832,17 +9835,14 @@ static const char tr__cl_src_ops_4[] =
 "  if (q16) {\n"
 "    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
 "    const ushort4 a = *(__global const ushort4 *)p, b = *(__global const ushort4 *)(p + hf);\n"
-"    x1 = (float4)(tr_unhalf1(a.s0, fdt), tr_unhalf1(a.s1, fdt), tr_unhalf1(a.s2, fdt), tr_unhalf1(a.s3, fdt));\n"
-"    x2 = (float4)(tr_unhalf1(b.s0, fdt), tr_unhalf1(b.s1, fdt), tr_unhalf1(b.s2, fdt), tr_unhalf1(b.s3, fdt));\n"
+"    x1 = tr_unhalf4(a, fdt), x2 = tr_unhalf4(b, fdt);\n"
 "  } else x1 = *(__global const float4 *)(qkv + qkv_off + v), x2 = *(__global const float4 *)(qkv + qkv_off + v + hf);\n"
 "  y1 = x1 * c1 - sgn * x2 * s1, y2 = x2 * c2 + sgn * x1 * s2;\n"
 "  if (q16) {\n"
 "    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
-"    *(__global ushort4 *)p = (ushort4)(tr_half1(y1.s0, fdt), tr_half1(y1.s1, fdt), tr_half1(y1.s2, fdt), tr_half1(y1.s3, fdt));\n"
-"    *(__global ushort4 *)(p + hf) = (ushort4)(tr_half1(y2.s0, fdt), tr_half1(y2.s1, fdt), tr_half1(y2.s2, fdt), tr_half1(y2.s3, fdt));\n"
+"    *(__global ushort4 *)p = tr_half4(y1, fdt), *(__global ushort4 *)(p + hf) = tr_half4(y2, fdt);\n"
 "  } else {\n"
-"    *(__global float4 *)(qkv + qkv_off + v) = (float4)(tr_round1(y1.s0, fdt), tr_round1(y1.s1, fdt), tr_round1(y1.s2, fdt), tr_round1(y1.s3, fdt));\n"
-"    *(__global float4 *)(qkv + qkv_off + v + hf) = (float4)(tr_round1(y2.s0, fdt), tr_round1(y2.s1, fdt), tr_round1(y2.s2, fdt), tr_round1(y2.s3, fdt));\n"
+"    *(__global float4 *)(qkv + qkv_off + v) = tr_round4(y1, fdt), *(__global float4 *)(qkv + qkv_off + v + hf) = tr_round4(y2, fdt);\n"
 "  }\n"
 "}\n"
 "__kernel void tr_k_rope_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
@@ -9945,8 +9945,76 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n";
+"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n";
 static const char tr__cl_src_ops_6[] =
+"   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
+"   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) ~120 -> _ us a call. */\n"
+"#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */\n"
+"static inline float4 tr_rmsw_ld(__global const float *p, ulong off, size_t e, const int is16, int fdt) {\n"
+"  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);\n"
+"}\n"
+"static inline void tr_rmsw_st(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {\n"
+"  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);\n"
+"  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);\n"
+"}\n"
+"/* the sum over a row's 32 work-items (sh: 8 x 32), on each of them */\n"
+"static inline tr_k1_acc tr_rmsw_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
+"  const int l = get_local_id(0), base = 32 * get_local_id(1);\n"
+"  int s;\n"
+"  sh[base + l] = v;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  for (s = 16; s > 0; s >>= 1) {\n"
+"    if (l < s) sh[base + l] += sh[base + l + s];\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  }\n"
+"  v = sh[base];\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  return v;\n"
+"}\n"
+"static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,\n"
+"                                  ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt,\n"
+"                                  __local tr_k1_acc *sh, const int x16) {\n"
+"  const long r = get_global_id(1);\n"
+"  const int l = get_local_id(0), nv = D / 128, in = r < rows;\n"
+"  const size_t base = (size_t)(in ? r : 0) * D + 4 * l;\n"
+"  float4 v[TR_RMSW_NV], w[TR_RMSW_NV];\n"
+"  tr_k1_acc ss = 0;\n"
+"  float inv = 0.0f, mean = 0.0f;\n"
+"  int k;\n"
+"  for (k = 0; k < nv; k++) {\n"
+"    v[k] = tr_rmsw_ld(a, a_off, base + 128 * k, x16 & 1, fdt);\n"
+"    if (bwd) { /* dot(dy, y) */\n"
+"      w[k] = tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt);\n"
+"      ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;\n"
+"    } else {\n"
+"      if (has_add) v[k] = tr_round4(v[k] + tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);\n"
+"      ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;\n"
+"    }\n"
+"  }\n"
+"  ss = tr_rmsw_sum(sh, in ? ss : 0);\n"
+"  if (!in) return; /* (past the barriers) */\n"
+"  if (bwd) mean = (float)(ss / D), inv = rstd[rstd_off + r];\n"
+"  else {\n"
+"    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
+"    if (l == 0) rstd[rstd_off + r] = inv;\n"
+"  }\n"
+"  for (k = 0; k < nv; k++) tr_rmsw_st(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);\n"
+"}\n"
+"#define TR_RMS16W_K(X)                                                                                                                     \\\n"
+"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \\\n"
+"        __global const float *x, ulong x_off, __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd, \\\n"
+"        ulong rstd_off, int fdt) {                                                                                                         \\\n"
+"        __local tr_k1_acc sh[256];                                                                                                         \\\n"
+"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n"
+"    }                                                                                                                                      \\\n"
+"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n";
+static const char tr__cl_src_ops_7[] =
+"        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \\\n"
+"        int fdt) {                                                                                                                         \\\n"
+"        __local tr_k1_acc sh[256];                                                                                                         \\\n"
+"        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \\\n"
+"    }\n"
+"/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
 "   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
 "#define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)\n"
 "#define TR_RMS16_K(X)                                                                                                                        \\\n"
@@ -9961,6 +10029,7 @@ static const char tr__cl_src_ops_6[] =
 "        tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \\\n"
 "    }\n"
 "TR_X16_EACH(TR_RMS16_K)\n"
+"TR_X16_EACH(TR_RMS16W_K)\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
 "    int j = get_global_id(0), b = get_global_id(1), s;\n"
@@ -9988,7 +10057,8 @@ static const char tr__cl_src_ops_6[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
-"    mean = (float)(dot / S);\n"
+"    mean = (float)(dot / S);\n";
+static const char tr__cl_src_ops_8[] =
 "    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
 "}\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
@@ -10000,8 +10070,7 @@ static const char tr__cl_src_ops_6[] =
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
 "    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
-"}\n";
-static const char tr__cl_src_ops_7[] =
+"}\n"
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
 "__kernel void tr_k_xent_count(int B, int L, __global const int *lab, ulong lab_off, __global float *rs, ulong rs_off) {\n"
 "    int b = get_global_id(0), t, c = 0;\n"
@@ -10075,7 +10144,8 @@ static const char tr__cl_src_ops_7[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
-"            dl[k] = (float)(gk * gs);\n"
+"            dl[k] = (float)(gk * gs);\n";
+static const char tr__cl_src_ops_9[] =
 "        }\n"
 "    if (lane == 0) {\n"
 "        float hi = (float)(-lp);\n"
@@ -10095,8 +10165,7 @@ static const char tr__cl_src_ops_7[] =
 "        c += ts[3 * t + 2];\n"
 "    }\n"
 "    div = max(rs[1], 1.0f);\n"
-"    rs[0] = (float)(loss / div);\n";
-static const char tr__cl_src_ops_8[] =
+"    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
 "    rs[3] = 0.0f;\n"
 "}\n"
@@ -10167,7 +10236,8 @@ static const char tr__cl_src_ops_8[] =
 "    if (k == D) {\n"
 "        acc = gb[gb_off + jj];\n"
 "        for (b = 0; b < B; b++)\n"
-"            if (dq[2 * b] != 0.0f) acc += dq[2 * b];\n"
+"            if (dq[2 * b] != 0.0f) acc += dq[2 * b];\n";
+static const char tr__cl_src_ops_10[] =
 "        gb[gb_off + jj] = acc;\n"
 "        return;\n"
 "    }\n"
@@ -10185,8 +10255,7 @@ static const char tr__cl_src_ops_8[] =
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
 "    if (k >= Dp || g >= ng) return;\n"
-"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n";
-static const char tr__cl_src_ops_9[] =
+"    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
 "    sg = (float)((sum > 0) - (sum < 0));\n"
@@ -10195,7 +10264,7 @@ static const char tr__cl_src_ops_9[] =
 "}\n";
 #define TR__CL_SRC_OPS_LIST \
     tr__cl_src_ops_1, tr__cl_src_ops_2, tr__cl_src_ops_3, tr__cl_src_ops_4, tr__cl_src_ops_5, \
-    tr__cl_src_ops_6, tr__cl_src_ops_7, tr__cl_src_ops_8, tr__cl_src_ops_9
+    tr__cl_src_ops_6, tr__cl_src_ops_7, tr__cl_src_ops_8, tr__cl_src_ops_9, tr__cl_src_ops_10
 /* >>cl-embed-end */
 
 
@@ -10270,14 +10339,19 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
 /* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
-   instance named from them, tr__cl_x16). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
+   instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
    over channels so each step of the walk reads a contiguous run of the row. */
+TR__FN int tr__cl_norm_w_aligned(tr__buf b) { return !b.p || !((uintptr_t)b.p & (b.dt ? 7 : 15)); }
 TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
     int fwd = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_COLS_FWD, rows = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD;
+    const tr__cl_info *info = tr__cl_get_info(cl);
+    int w = rows && d->D % 128 == 0 && d->D <= 1024 && info && info->max_wg >= 256 && (!info->max_item[1] || info->max_item[1] >= 8) &&
+            tr__cl_norm_w_aligned(d->in1) && tr__cl_norm_w_aligned(d->in2) && tr__cl_norm_w_aligned(d->out); /* (tr_k_rms_rows_*16w) */
     tr__clargs A;
-    char name[32];
+    char name[40];
     if (d->rows <= 0 || d->D <= 0 || (!rows && d->S <= 0)) return TR_OK;
     tr__cla_init(&A);
+    if (w) tr__cla_i64(&A, (int64_t)d->rows);
     if (!rows) tr__cla_i32(&A, (int)d->rows), tr__cla_i32(&A, d->S);
     tr__cla_i32(&A, d->D);
     if (fwd) tr__cla_f32(&A, d->eps), tr__cla_i32(&A, d->in2.p != NULL);
@@ -10287,7 +10361,11 @@ TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
     else tr__cla_buf(&A, d->rstd), tr__cla_buf(&A, d->out.p);
     tr__cla_i32(&A, d->fdt);
     if (!rows) return tr__cl_k1_launch2(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", (size_t)d->D, (size_t)d->rows, &A);
-    snprintf(name, sizeof name, "tr_k_rms_rows_%s16_%d", fwd ? "fwd" : "bwd", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
+    snprintf(name, sizeof name, "tr_k_rms_rows_%s16%s_%d", fwd ? "fwd" : "bwd", w ? "w" : "", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
+    if (w) {
+        size_t gs[2] = {32, ((size_t)d->rows + 7) / 8 * 8}, ls[2] = {32, 8};
+        return tr__cl_launch(cl, name, 2, gs, ls, &A);
+    }
     return tr__cl_k1_launch_rows(cl, name, (size_t)d->rows, (size_t)d->D, &A);
 }
 
@@ -11487,7 +11565,6 @@ static const char tr__cl_src_gemm_13[] =
 "#define TR_LDH(P, i) tr_unhalf1((P)[i], fdt)\n"
 "#define TR_LDF4(P, i) (*(__global const float4 *)((P) + (i)))\n"
 "#define TR_LDH4(P, i) tr_unhalf4(*(__global const ushort4 *)((P) + (i)), fdt)\n"
-"static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }\n"
 "/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
 "#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n"
@@ -11496,9 +11573,9 @@ static const char tr__cl_src_gemm_13[] =
 " P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
-" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n";
+" alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
+"#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n";
 static const char tr__cl_src_gemm_14[] =
-"#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
 "                   int rp, int fdt, long so, int il) {                                                                        \\\n"
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
@@ -11531,9 +11608,9 @@ static const char tr__cl_src_gemm_14[] =
 "__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \\\n"
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
-"  float4 x, u, d, dgate, dup;                                                                                                 \\\n";
+"  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
+"  float2 v;                                                                                                                   \\\n";
 static const char tr__cl_src_gemm_15[] =
-"  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
 "  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
 "  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
@@ -13671,7 +13748,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"sgemm", "tr__sgemm_ref", "tr_k_gemm*, tr_k_hmma_* (16-bit A / B: tensor cores only)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"sgemm_rnd", "tr__sgemm_ref, then tr__round_ref", "tr_k_gemm* + tr_k_round, tr_k_hmma_* (rounding epilogue)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"add", "a + b, then tr__round_ref", "tr_k_add, tr_k_add16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
-    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd16_<x16> / bwd16_<x16> (x16 0: fp32)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
+    {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd16[w]_<x16> / bwd16[w]_<x16> (x16 0: fp32; w: 8 rows a work-group)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */

@@ -116,9 +116,10 @@ static void run_sgemm_in_place(op_env *e, int dt) {
 }
 static void case_sgemm_rnd(op_env *e, int dt) { run_sgemm(e, dt, 1); }
 
-/* The norms, forward (x + add) and backward, all operands of type dt; rows: the row norms, else the column norms. */
-static void run_norm(op_env *e, int dt, int cols) {
-    const int B = 3, S = 11, D = 40;
+/* The norms, forward (x + add) and backward, all operands of type dt; rows: the row norms, else the column norms. D 256:
+   the row norms 8 rows a work-group on OpenCL (tr_k_rms_rows_*16w; 33 rows: a last group part empty). */
+static void run_norm(op_env *e, int dt, int cols, int D) {
+    const int B = 3, S = 11;
     const long rows = cols ? B : (long)B * S;
     const size_t n = (size_t)B * S * D, nst = cols ? (size_t)B * D : (size_t)B * S;
     float *x = vals(n, 5, 2.0f, dt), *ad = vals(n, 6, 1.0f, dt), *dy = vals(n, 7, 1.0f, dt), *sum = (float *)malloc(n * 4);
@@ -150,8 +151,8 @@ static void run_norm(op_env *e, int dt, int cols) {
     tr__dfree(e->ctx, dX.p), tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dY.p), tr__dfree(e->ctx, dDY.p), tr__dfree(e->ctx, dDX.p), tr__dfree(e->ctx, dR.p);
     free(x), free(ad), free(dy), free(sum), free(y), free(rs), free(dx);
 }
-static void case_norm_rows(op_env *e, int dt) { run_norm(e, dt, 0); }
-static void case_norm_cols(op_env *e, int dt) { run_norm(e, dt, 1); }
+static void case_norm_rows(op_env *e, int dt) { run_norm(e, dt, 0, 40), run_norm(e, dt, 0, 256); }
+static void case_norm_cols(op_env *e, int dt) { run_norm(e, dt, 1, 40); }
 
 enum { SW_R = 7, SW_W = 45, SW_GS = 2 * SW_W + 3 };
 static void case_swiglu_fwd(op_env *e, int dt) {

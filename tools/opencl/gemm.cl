@@ -756,7 +756,6 @@ TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)
 #define TR_LDH(P, i) tr_unhalf1((P)[i], fdt)
 #define TR_LDF4(P, i) (*(__global const float4 *)((P) + (i)))
 #define TR_LDH4(P, i) tr_unhalf4(*(__global const ushort4 *)((P) + (i)), fdt)
-static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }
 /* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up
  value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */
 #define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))

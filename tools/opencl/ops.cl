@@ -71,6 +71,9 @@ float tr_unhalf1(ushort h, int fdt) {
     if (a >= 0x400u) return as_float(s | ((a << 13) + 0x38000000u));
     return as_float(s | as_uint((float)a * 5.9604644775390625e-8f)); /* subnormal: a steps of 2^-24 */
 }
+static inline float4 tr_unhalf4(ushort4 h, int fdt) { return (float4)(tr_unhalf1(h.s0, fdt), tr_unhalf1(h.s1, fdt), tr_unhalf1(h.s2, fdt), tr_unhalf1(h.s3, fdt)); }
+static inline ushort4 tr_half4(float4 v, int fdt) { return (ushort4)(tr_half1(v.s0, fdt), tr_half1(v.s1, fdt), tr_half1(v.s2, fdt), tr_half1(v.s3, fdt)); }
+static inline float4 tr_round4(float4 v, int fdt) { return (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt)); }
 /* unpack 0 stores x[i] as its 16 bits in h, unpack 1 loads them back; h_off counts floats (two values each) */
 __kernel void tr_k_half(ulong n, __global float *x, ulong x_off, __global ushort *h, ulong h_off, int fdt, int unpack) {
     size_t i = 4 * get_global_id(0), e;
@@ -211,17 +214,14 @@ static inline void tr_rope4(long rows, int S, int H, int hd, __global float *qkv
   if (q16) {
     __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;
     const ushort4 a = *(__global const ushort4 *)p, b = *(__global const ushort4 *)(p + hf);
-    x1 = (float4)(tr_unhalf1(a.s0, fdt), tr_unhalf1(a.s1, fdt), tr_unhalf1(a.s2, fdt), tr_unhalf1(a.s3, fdt));
-    x2 = (float4)(tr_unhalf1(b.s0, fdt), tr_unhalf1(b.s1, fdt), tr_unhalf1(b.s2, fdt), tr_unhalf1(b.s3, fdt));
+    x1 = tr_unhalf4(a, fdt), x2 = tr_unhalf4(b, fdt);
   } else x1 = *(__global const float4 *)(qkv + qkv_off + v), x2 = *(__global const float4 *)(qkv + qkv_off + v + hf);
   y1 = x1 * c1 - sgn * x2 * s1, y2 = x2 * c2 + sgn * x1 * s2;
   if (q16) {
     __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;
-    *(__global ushort4 *)p = (ushort4)(tr_half1(y1.s0, fdt), tr_half1(y1.s1, fdt), tr_half1(y1.s2, fdt), tr_half1(y1.s3, fdt));
-    *(__global ushort4 *)(p + hf) = (ushort4)(tr_half1(y2.s0, fdt), tr_half1(y2.s1, fdt), tr_half1(y2.s2, fdt), tr_half1(y2.s3, fdt));
+    *(__global ushort4 *)p = tr_half4(y1, fdt), *(__global ushort4 *)(p + hf) = tr_half4(y2, fdt);
   } else {
-    *(__global float4 *)(qkv + qkv_off + v) = (float4)(tr_round1(y1.s0, fdt), tr_round1(y1.s1, fdt), tr_round1(y1.s2, fdt), tr_round1(y1.s3, fdt));
-    *(__global float4 *)(qkv + qkv_off + v + hf) = (float4)(tr_round1(y2.s0, fdt), tr_round1(y2.s1, fdt), tr_round1(y2.s2, fdt), tr_round1(y2.s3, fdt));
+    *(__global float4 *)(qkv + qkv_off + v) = tr_round4(y1, fdt), *(__global float4 *)(qkv + qkv_off + v + hf) = tr_round4(y2, fdt);
   }
 }
 __kernel void tr_k_rope_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
@@ -323,6 +323,73 @@ static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_o
         tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));
     }
 }
+/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each
+   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum
+   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) ~120 -> _ us a call. */
+#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */
+static inline float4 tr_rmsw_ld(__global const float *p, ulong off, size_t e, const int is16, int fdt) {
+  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);
+}
+static inline void tr_rmsw_st(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {
+  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);
+  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);
+}
+/* the sum over a row's 32 work-items (sh: 8 x 32), on each of them */
+static inline tr_k1_acc tr_rmsw_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
+  const int l = get_local_id(0), base = 32 * get_local_id(1);
+  int s;
+  sh[base + l] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (s = 16; s > 0; s >>= 1) {
+    if (l < s) sh[base + l] += sh[base + l + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  v = sh[base];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return v;
+}
+static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,
+                                  ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt,
+                                  __local tr_k1_acc *sh, const int x16) {
+  const long r = get_global_id(1);
+  const int l = get_local_id(0), nv = D / 128, in = r < rows;
+  const size_t base = (size_t)(in ? r : 0) * D + 4 * l;
+  float4 v[TR_RMSW_NV], w[TR_RMSW_NV];
+  tr_k1_acc ss = 0;
+  float inv = 0.0f, mean = 0.0f;
+  int k;
+  for (k = 0; k < nv; k++) {
+    v[k] = tr_rmsw_ld(a, a_off, base + 128 * k, x16 & 1, fdt);
+    if (bwd) { /* dot(dy, y) */
+      w[k] = tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt);
+      ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;
+    } else {
+      if (has_add) v[k] = tr_round4(v[k] + tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);
+      ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;
+    }
+  }
+  ss = tr_rmsw_sum(sh, in ? ss : 0);
+  if (!in) return; /* (past the barriers) */
+  if (bwd) mean = (float)(ss / D), inv = rstd[rstd_off + r];
+  else {
+    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
+    if (l == 0) rstd[rstd_off + r] = inv;
+  }
+  for (k = 0; k < nv; k++) tr_rmsw_st(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);
+}
+#define TR_RMS16W_K(X)                                                                                                                     \
+    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \
+        __global const float *x, ulong x_off, __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd, \
+        ulong rstd_off, int fdt) {                                                                                                         \
+        __local tr_k1_acc sh[256];                                                                                                         \
+        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \
+    }                                                                                                                                      \
+    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \
+        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \
+        int fdt) {                                                                                                                         \
+        __local tr_k1_acc sh[256];                                                                                                         \
+        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \
+    }
 /* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's
    instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */
 #define TR_X16_EACH(K) K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7)
@@ -338,6 +405,7 @@ static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_o
         tr_rms_rows_bwd16(D, dy, dy_off, y, y_off, rstd, rstd_off, dx, dx_off, fdt, sh, X);                                                 \
     }
 TR_X16_EACH(TR_RMS16_K)
+TR_X16_EACH(TR_RMS16W_K)
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                 __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
     int j = get_global_id(0), b = get_global_id(1), s;
