@@ -9721,10 +9721,24 @@ static const char tr__cl_src_ops_2[] =
 "    if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);\n"
 "    else p[off + e] = v;\n"
 "}\n"
+"/* Elements e .. e + 3 (e a multiple of 4, the run aligned for a vector: tr_k_al4) as tr_k_ld16 / tr_k_st16 take one\n"
+"   (tr_k_st4 rounds v to fdt, as tr_k_st16's callers do) */\n"
+"static inline float4 tr_k_ld4(__global const float *p, ulong off, size_t e, const int is16, int fdt) {\n"
+"  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);\n"
+"}\n"
+"static inline void tr_k_st4(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {\n"
+"  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);\n"
+"  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);\n"
+"}\n"
+"static inline int tr_k_al4(ulong off, int is16) { return ((is16 ? 2 * off : off) & 3) == 0; }\n"
 "/* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */\n"
 "__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,\n"
 "                         int x16) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
+"    if (i + 3 < n && tr_k_al4(a_off, x16 & 1) && tr_k_al4(b_off, x16 & 2) && tr_k_al4(y_off, x16 & 4)) {\n"
+"        tr_k_st4(y, y_off, i, x16 & 4, fdt, tr_k_ld4(a, a_off, i, x16 & 1, fdt) + tr_k_ld4(b, b_off, i, x16 & 2, fdt));\n"
+"        return;\n"
+"    }\n"
 "    for (e = i; e < i + 4 && e < n; e++) {\n"
 "        float v = tr_k_ld16(a, a_off, e, x16 & 1, fdt) + tr_k_ld16(b, b_off, e, x16 & 2, fdt);\n"
 "        if (x16 & 4) ((__global ushort *)y)[2 * y_off + e] = tr_half1(v, fdt);\n"
@@ -9739,7 +9753,8 @@ static const char tr__cl_src_ops_2[] =
 "    size_t i = 4 * get_global_id(0), e;\n"
 "    if (i >= n) return;\n"
 "    x += x_off;\n"
-"    if (TR_V4(x_off)) {\n"
+"    if (TR_V4(x_off)) {\n";
+static const char tr__cl_src_ops_3[] =
 "        float4 v = *(__global float4 *)(x + i);\n"
 "        *(__global float4 *)(x + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));\n"
 "    } else\n"
@@ -9757,8 +9772,7 @@ static const char tr__cl_src_ops_2[] =
 "float tr_swiglu1(float x, float up, int fdt) {\n"
 "    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;\n"
 "}\n"
-"/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n";
-static const char tr__cl_src_ops_3[] =
+"/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n"
 "__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
 "    long j = 4 * get_global_id(0), r = get_global_id(1), e;\n"
 "    const ulong go = g_off + (size_t)r * gs, oo = o_off + (size_t)r * os;\n"
@@ -9800,7 +9814,8 @@ static const char tr__cl_src_ops_3[] =
 "                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
-"    size_t v;\n"
+"    size_t v;\n";
+static const char tr__cl_src_ops_4[] =
 "    float x1, x2;\n"
 "    if (i >= 2 * H * hf || r >= rows) return;\n"
 "    j = i % hf; h = (i / hf) % H; qk = i / (hf * H);\n"
@@ -9814,8 +9829,7 @@ static const char tr__cl_src_ops_3[] =
 "__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
-"}\n";
-static const char tr__cl_src_ops_4[] =
+"}\n"
 "__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                          __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
 "    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
@@ -9856,7 +9870,8 @@ static const char tr__cl_src_ops_4[] =
 "/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
 "__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
-"    int i = get_global_id(0), b = get_global_id(1);\n"
+"    int i = get_global_id(0), b = get_global_id(1);\n";
+static const char tr__cl_src_ops_5[] =
 "    size_t o;\n"
 "    if (i >= S * D || b >= B) return;\n"
 "    halted += halted_off;\n"
@@ -9873,8 +9888,7 @@ static const char tr__cl_src_ops_4[] =
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
-static const char tr__cl_src_ops_5[] =
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -9931,7 +9945,8 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
 "    }\n"
 "}\n"
-"static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
+"static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n";
+static const char tr__cl_src_ops_6[] =
 "                                     ulong rstd_off, __global float *dx, ulong dx_off, int fdt, __local tr_k1_acc *sh, const int x16) {\n"
 "    size_t r = get_group_id(0), e;\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
@@ -9945,18 +9960,10 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n";
-static const char tr__cl_src_ops_6[] =
+"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n"
 "   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
 "   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) ~120 -> _ us a call. */\n"
 "#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */\n"
-"static inline float4 tr_rmsw_ld(__global const float *p, ulong off, size_t e, const int is16, int fdt) {\n"
-"  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);\n"
-"}\n"
-"static inline void tr_rmsw_st(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {\n"
-"  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);\n"
-"  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);\n"
-"}\n"
 "/* the sum over a row's 32 work-items (sh: 8 x 32), on each of them */\n"
 "static inline tr_k1_acc tr_rmsw_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
 "  const int l = get_local_id(0), base = 32 * get_local_id(1);\n"
@@ -9982,12 +9989,12 @@ static const char tr__cl_src_ops_6[] =
 "  float inv = 0.0f, mean = 0.0f;\n"
 "  int k;\n"
 "  for (k = 0; k < nv; k++) {\n"
-"    v[k] = tr_rmsw_ld(a, a_off, base + 128 * k, x16 & 1, fdt);\n"
+"    v[k] = tr_k_ld4(a, a_off, base + 128 * k, x16 & 1, fdt);\n"
 "    if (bwd) { /* dot(dy, y) */\n"
-"      w[k] = tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt);\n"
+"      w[k] = tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt);\n"
 "      ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;\n"
 "    } else {\n"
-"      if (has_add) v[k] = tr_round4(v[k] + tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);\n"
+"      if (has_add) v[k] = tr_round4(v[k] + tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);\n"
 "      ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;\n"
 "    }\n"
 "  }\n"
@@ -9998,17 +10005,17 @@ static const char tr__cl_src_ops_6[] =
 "    inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));\n"
 "    if (l == 0) rstd[rstd_off + r] = inv;\n"
 "  }\n"
-"  for (k = 0; k < nv; k++) tr_rmsw_st(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);\n"
+"  for (k = 0; k < nv; k++) tr_k_st4(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);\n"
 "}\n"
 "#define TR_RMS16W_K(X)                                                                                                                     \\\n"
 "    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \\\n"
 "        __global const float *x, ulong x_off, __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd, \\\n"
 "        ulong rstd_off, int fdt) {                                                                                                         \\\n"
 "        __local tr_k1_acc sh[256];                                                                                                         \\\n"
-"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n"
-"    }                                                                                                                                      \\\n"
-"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n";
+"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n";
 static const char tr__cl_src_ops_7[] =
+"    }                                                                                                                                      \\\n"
+"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n"
 "        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \\\n"
 "        int fdt) {                                                                                                                         \\\n"
 "        __local tr_k1_acc sh[256];                                                                                                         \\\n"
@@ -10053,12 +10060,12 @@ static const char tr__cl_src_ops_7[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    if (j >= D || b >= B) return;\n";
+static const char tr__cl_src_ops_8[] =
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
-"    mean = (float)(dot / S);\n";
-static const char tr__cl_src_ops_8[] =
+"    mean = (float)(dot / S);\n"
 "    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
 "}\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
@@ -10140,12 +10147,12 @@ static const char tr__cl_src_ops_8[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
+static const char tr__cl_src_ops_9[] =
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
-"            dl[k] = (float)(gk * gs);\n";
-static const char tr__cl_src_ops_9[] =
+"            dl[k] = (float)(gk * gs);\n"
 "        }\n"
 "    if (lane == 0) {\n"
 "        float hi = (float)(-lp);\n"
@@ -10230,14 +10237,14 @@ static const char tr__cl_src_ops_9[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n"
+"    float acc;\n";
+static const char tr__cl_src_ops_10[] =
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
 "        acc = gb[gb_off + jj];\n"
 "        for (b = 0; b < B; b++)\n"
-"            if (dq[2 * b] != 0.0f) acc += dq[2 * b];\n";
-static const char tr__cl_src_ops_10[] =
+"            if (dq[2 * b] != 0.0f) acc += dq[2 * b];\n"
 "        gb[gb_off + jj] = acc;\n"
 "        return;\n"
 "    }\n"
@@ -11783,11 +11790,37 @@ static const char tr__cl_src_attention_2[] =
 "             __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {\n"
 "  tr_att_dot(TR_ATT_AT(o, o_off, 1), dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 2);\n"
 "}\n"
+"/* The same for a 16-bit o, 8 work-items a row (hd a multiple of 32; do 16-byte and o 8-byte aligned): hd / 8\n"
+"   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree. */\n"
+"__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_att_dot8_h(__global const float *o, ulong o_off, __global const float *dO,\n"
+"             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {\n"
+"  __local float sh[256];\n"
+"  const long r = get_global_id(0) >> 3;\n"
+"  const int l = get_local_id(0), p = l & 7, n = hd / 8, in = r < (long)B * H * S;\n"
+"  float s = 0.0f;\n"
+"  int d, k;\n"
+"  if (in) {\n"
+"    const long bh = r / S, i = r - bh * S, base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd + (long)p * n;\n"
+"    for (d = 0; d < n; d += 4) {\n"
+"      const float4 g = *(__global const float4 *)(dO + dO_off + base + d);\n"
+"      const float4 h = tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)o + 2 * o_off + base + d), fdt);\n"
+"      s = fma(g.s0, h.s0, s), s = fma(g.s1, h.s1, s), s = fma(g.s2, h.s2, s), s = fma(g.s3, h.s3, s);\n"
+"    }\n"
+"  }\n"
+"  sh[l] = s;\n"
+"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  for (k = 4; k > 0; k >>= 1) {\n"
+"    if (p < k) sh[l] += sh[l + k];\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"  }\n"
+"  if (in && p == 0) Dv[Dv_off + r] = sh[l];\n"
+"}\n"
 "/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
-"            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
+"            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n";
+static const char tr__cl_src_attention_3[] =
 "            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
 "  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
@@ -11812,8 +11845,7 @@ static const char tr__cl_src_attention_2[] =
 "    }\n"
 "    for (e = tid; e < qn; e += NTH) Ls[e] = lse[lrow + i0 + e], Ls[BQb + e] = Dv[lrow + i0 + e];\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n";
-static const char tr__cl_src_attention_3[] =
+"    { /* queries dj + TD*n (n < 4: BQb <= 64); k[d], v[d] read once for the four */\n"
 "      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, kd, vd;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        kd = Ks[kj * sk + d], vd = Vs[kj * sk + d];\n"
@@ -11867,7 +11899,8 @@ static const char tr__cl_src_attention_3[] =
 "TR_ATT_DKDV(tr_k_att_dkdv256_h, 16, 1)\n"
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
-"           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
+"           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n";
+static const char tr__cl_src_attention_4[] =
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
 "           const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
@@ -11894,8 +11927,7 @@ static const char tr__cl_src_attention_3[] =
 "      Vs[j * sk + d] = TR_QLD(k0 + j, 2 * D + d);\n"
 "    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n";
-static const char tr__cl_src_attention_4[] =
+"    { /* keys dj + TD*n (n < 4: BKc <= 64); q[d], do[d] read once for the four */\n"
 "      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, qd, od, p;\n"
 "      for (d = 0; d < hd; d++) {\n"
 "        qd = Qs[qi * sk + d], od = Os[qi * sk + d];\n"
@@ -11947,7 +11979,8 @@ static const char tr__cl_src_attention_4[] =
 "/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32\n"
 " accumulation; 2 = the same tiles, fragments and order of operations in plain OpenCL C, any device) for a 16-bit\n"
 " record's qkv and o (values of fdt: F16 0 bfloat16, 1 float16) and head sizes HD = 32, 64, 128. Work-group: 4 warps;\n"
-" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n"
+" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n";
+static const char tr__cl_src_attention_5[] =
 " staged in local memory (rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks). Scores\n"
 " s = (q.k) scale and the online softmax in fp32 (p = exp(s - m); each lane sums its own p, the 4 lanes of a row added\n"
 " at the end), p rounded to fdt as the product's operand (flash attention's and cuDNN's rounding point: the one\n"
@@ -11979,8 +12012,7 @@ static const char tr__cl_src_attention_4[] =
 "}\n"
 "/* rows r0 .. r0 + rows - 1 of an HD-wide slice of qkv (rows ld values apart) into T, zeros past row S */\n"
 "static inline void tr_fa_stage(__local uint *T, __global const ushort *P, long ld, int r0, int rows, int S, const int HD) {\n"
-"  const int CH = HD / 8, SW = (HD + 8) / 2;\n";
-static const char tr__cl_src_attention_5[] =
+"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
 "  int e;\n"
 "  for (e = get_local_id(0); e < rows * CH; e += 128) {\n"
 "    const int r = e / CH, c = e - r * CH, in = r0 + r < S;\n"
@@ -12036,7 +12068,8 @@ static const char tr__cl_src_attention_5[] =
 "#if TR_GEMM_MMA == 1\n"
 "#pragma unroll\n"
 "      for (j = 0; j < NJ; j += 2) {\n"
-"        uint b0[2], b1[2];\n"
+"        uint b0[2], b1[2];\n";
+static const char tr__cl_src_attention_6[] =
 "        TR_LDM4(b0[0], b0[1], b1[0], b1[1], Ks + ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4);\n"
 "        if (F16) {\n"
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
@@ -12067,8 +12100,7 @@ static const char tr__cl_src_attention_5[] =
 "      }\n"
 "#pragma unroll\n"
 "    for (i = 0; i < 2; i++) {\n"
-"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 1, X));\n";
-static const char tr__cl_src_attention_6[] =
+"      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 1, X));\n"
 "      mx[i] = fmax(mx[i], tr_fa_xor(mx[i], 2, X));\n"
 "      al[i] = exp(m[i] - mx[i]);\n"
 "      m[i] = mx[i];\n"
@@ -12130,7 +12162,8 @@ static const char tr__cl_src_attention_6[] =
 "      if (q == 0) lse[((long)b * H + h) * S + row] = m[i] + log(l[i]);\n"
 "    }\n"
 "  }\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_attention_7[] =
 "/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a\n"
 " work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values\n"
 " (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange\n"
@@ -12149,8 +12182,7 @@ static const char tr__cl_src_attention_6[] =
 "              (__local uint *)L, X, HD, F16);                                                                          \\\n"
 "  }\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd32_bf16, 32, 0)\n"
-"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n";
-static const char tr__cl_src_attention_7[] =
+"TR_FA_FWD_K(tr_k_hmma_att_fwd64_bf16, 64, 0)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd128_bf16, 128, 0)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
@@ -12187,7 +12219,8 @@ static const char tr__cl_src_attention_7[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  for (i = 0; i < 4; i++)\n"
 "    if (!tr) r[i] = T[X[wb + 8 * i + c] + (l & 3)];\n"
-"    else {\n"
+"    else {\n";
+static const char tr__cl_src_attention_8[] =
 "      const uint lo = T[X[wb + 8 * i + 2 * (l & 3)] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
 "      const uint hi = T[X[wb + 8 * i + 2 * (l & 3) + 1] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
 "      r[i] = lo | hi << 16;\n"
@@ -12213,8 +12246,7 @@ static const char tr__cl_src_attention_7[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "}\n"
 "#endif\n"
-"/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */\n";
-static const char tr__cl_src_attention_8[] =
+"/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */\n"
 "static inline void tr_fb_stage32(__local uint *T, __global const float *P, long ld, int r0, int rows, int S, const int HD, const int F16) {\n"
 "  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
 "  int e;\n"
@@ -12259,7 +12291,8 @@ static const char tr__cl_src_attention_8[] =
 "#define TR_FB_AFRAG(a, s, kk)                                                                                 \\\n"
 "  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \\\n"
 "  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)\n"
-"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
+"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n";
+static const char tr__cl_src_attention_9[] =
 "                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,\n"
 "                            const int F16) {\n"
 "  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;\n"
@@ -12288,8 +12321,7 @@ static const char tr__cl_src_attention_8[] =
 "    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
 "    tr_fa_stage(Ks, base + D, ld, k0, BK, S, HD);\n"
 "    tr_fa_stage(Vs, base + 2 * D, ld, k0, BK, S, HD);\n"
-"    TR_HCOMMIT();\n";
-static const char tr__cl_src_attention_9[] =
+"    TR_HCOMMIT();\n"
 "    TR_FA_WAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "#pragma unroll\n"
@@ -12343,7 +12375,8 @@ static const char tr__cl_src_attention_9[] =
 "  (void)X;\n"
 "  tr_fa_stage(Ks, base + D, ld, j0, TR_FA_BK, S, HD);\n"
 "  tr_fa_stage(Vs, base + 2 * D, ld, j0, TR_FA_BK, S, HD);\n"
-"  TR_HCOMMIT();\n"
+"  TR_HCOMMIT();\n";
+static const char tr__cl_src_attention_10[] =
 "#pragma unroll\n"
 "  for (i = 0; i < ND; i++)\n"
 "#pragma unroll\n"
@@ -12383,8 +12416,7 @@ static const char tr__cl_src_attention_9[] =
 "        const int ot = (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4;\n"
 "        TR_FB_LDMT(fo, Os, ot);\n"
 "        TR_FB_LDMT(fq, Qs, ot);\n"
-"        TR_FB_MMA(dv[i], pa, fo, F16);\n";
-static const char tr__cl_src_attention_10[] =
+"        TR_FB_MMA(dv[i], pa, fo, F16);\n"
 "        TR_FB_MMA(dv[i + 1], pa, fo + 2, F16);\n"
 "        TR_FB_MMA(dk[i], da, fq, F16);\n"
 "        TR_FB_MMA(dk[i + 1], da, fq + 2, F16);\n"
@@ -12417,7 +12449,8 @@ static const char tr__cl_src_attention_10[] =
 "             nb, (__local uint *)L, X, HD, NB, F16);                                                                   \\\n"
 "  }                                                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \\\n"
-"    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n"
+"    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n";
+static const char tr__cl_src_attention_11[] =
 "    __local float Lf[2 * (NB)];                                                                                        \\\n"
 "    __local uint X[TR_FB_XN];                                                                                          \\\n"
 "    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \\\n"
@@ -12433,7 +12466,7 @@ static const char tr__cl_src_attention_10[] =
 #define TR__CL_SRC_ATTENTION_LIST \
     tr__cl_src_attention_1, tr__cl_src_attention_2, tr__cl_src_attention_3, tr__cl_src_attention_4, \
     tr__cl_src_attention_5, tr__cl_src_attention_6, tr__cl_src_attention_7, tr__cl_src_attention_8, \
-    tr__cl_src_attention_9, tr__cl_src_attention_10
+    tr__cl_src_attention_9, tr__cl_src_attention_10, tr__cl_src_attention_11
 /* >>cl-embed-end */
 
 /* --- host side -------------------------------------------------------------------------------------------------- */
@@ -13256,7 +13289,9 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
     tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
-    if ((st = tr__cl_launch(cl, x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
+    if (x16 && hd % 32 == 0 && info->max_wg >= 256 && !((uintptr_t)do_ & 15) && !((uintptr_t)o & 7)) /* (tr_k_att_dot8_h: 8 work-items a row) */
+        gs[0] = (8 * rows + 255) / 256 * 256, ls[0] = 256;
+    if ((st = tr__cl_launch(cl, ls[0] == 256 ? "tr_k_att_dot8_h" : x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
     if (tr__cl_att_mma(cl, d, x16)) return tr__cl_attention_bwd_mma(cl, d, Dv);
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
     /* dk, dv: R keys per group, query blocks of BQ */
@@ -13753,7 +13788,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */
     {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd*", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
-    {"attention", "tr__attention_fwd_ref / _bwd_ref", "tr_k_att_fwd*, tr_k_att_dot, tr_k_att_dkdv*, tr_k_att_dq* (_h: 16-bit qkv and o)",
+    {"attention", "tr__attention_fwd_ref / _bwd_ref", "tr_k_att_fwd*, tr_k_att_dot*, tr_k_att_dkdv*, tr_k_att_dq* (_h: 16-bit qkv and o), tr_k_hmma_att_*",
      {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"rope", "tr__rope_ref, then tr__round_ref", "tr_k_rope, tr_k_rope16 (_x4: four pairs a work-item)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"half", "tr__half_ref", "tr_k_half", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},

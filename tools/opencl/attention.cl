@@ -114,6 +114,31 @@ __kernel void tr_k_att_dot_h(__global const float *o, ulong o_off, __global cons
              __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {
   tr_att_dot(TR_ATT_AT(o, o_off, 1), dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 2);
 }
+/* The same for a 16-bit o, 8 work-items a row (hd a multiple of 32; do 16-byte and o 8-byte aligned): hd / 8
+   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree. */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_att_dot8_h(__global const float *o, ulong o_off, __global const float *dO,
+             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {
+  __local float sh[256];
+  const long r = get_global_id(0) >> 3;
+  const int l = get_local_id(0), p = l & 7, n = hd / 8, in = r < (long)B * H * S;
+  float s = 0.0f;
+  int d, k;
+  if (in) {
+    const long bh = r / S, i = r - bh * S, base = ((bh / H) * S + i) * (long)H * hd + (bh % H) * (long)hd + (long)p * n;
+    for (d = 0; d < n; d += 4) {
+      const float4 g = *(__global const float4 *)(dO + dO_off + base + d);
+      const float4 h = tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)o + 2 * o_off + base + d), fdt);
+      s = fma(g.s0, h.s0, s), s = fma(g.s1, h.s1, s), s = fma(g.s2, h.s2, s), s = fma(g.s3, h.s3, s);
+    }
+  }
+  sh[l] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (k = 4; k > 0; k >>= 1) {
+    if (p < k) sh[l] += sh[l + k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (in && p == 0) Dv[Dv_off + r] = sh[l];
+}
 /* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query
  blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */
 static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,

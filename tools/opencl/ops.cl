@@ -102,10 +102,24 @@ static inline void tr_k_st16(__global float *p, ulong off, size_t e, int is16, i
     if (is16) ((__global ushort *)p)[2 * off + e] = tr_half1(v, fdt);
     else p[off + e] = v;
 }
+/* Elements e .. e + 3 (e a multiple of 4, the run aligned for a vector: tr_k_al4) as tr_k_ld16 / tr_k_st16 take one
+   (tr_k_st4 rounds v to fdt, as tr_k_st16's callers do) */
+static inline float4 tr_k_ld4(__global const float *p, ulong off, size_t e, const int is16, int fdt) {
+  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);
+}
+static inline void tr_k_st4(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {
+  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);
+  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);
+}
+static inline int tr_k_al4(ulong off, int is16) { return ((is16 ? 2 * off : off) & 3) == 0; }
 /* tr_k_add with any of a, b and y (x16 bits 1, 2, 4) holding 16-bit values of fdt (a 16-bit carry's; offsets in floats) */
 __kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,
                          int x16) {
     size_t i = 4 * get_global_id(0), e;
+    if (i + 3 < n && tr_k_al4(a_off, x16 & 1) && tr_k_al4(b_off, x16 & 2) && tr_k_al4(y_off, x16 & 4)) {
+        tr_k_st4(y, y_off, i, x16 & 4, fdt, tr_k_ld4(a, a_off, i, x16 & 1, fdt) + tr_k_ld4(b, b_off, i, x16 & 2, fdt));
+        return;
+    }
     for (e = i; e < i + 4 && e < n; e++) {
         float v = tr_k_ld16(a, a_off, e, x16 & 1, fdt) + tr_k_ld16(b, b_off, e, x16 & 2, fdt);
         if (x16 & 4) ((__global ushort *)y)[2 * y_off + e] = tr_half1(v, fdt);
@@ -327,13 +341,6 @@ static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_o
    row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum
    them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) ~120 -> _ us a call. */
 #define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */
-static inline float4 tr_rmsw_ld(__global const float *p, ulong off, size_t e, const int is16, int fdt) {
-  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);
-}
-static inline void tr_rmsw_st(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {
-  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);
-  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);
-}
 /* the sum over a row's 32 work-items (sh: 8 x 32), on each of them */
 static inline tr_k1_acc tr_rmsw_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
   const int l = get_local_id(0), base = 32 * get_local_id(1);
@@ -359,12 +366,12 @@ static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_
   float inv = 0.0f, mean = 0.0f;
   int k;
   for (k = 0; k < nv; k++) {
-    v[k] = tr_rmsw_ld(a, a_off, base + 128 * k, x16 & 1, fdt);
+    v[k] = tr_k_ld4(a, a_off, base + 128 * k, x16 & 1, fdt);
     if (bwd) { /* dot(dy, y) */
-      w[k] = tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt);
+      w[k] = tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt);
       ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;
     } else {
-      if (has_add) v[k] = tr_round4(v[k] + tr_rmsw_ld(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);
+      if (has_add) v[k] = tr_round4(v[k] + tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);
       ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;
     }
   }
@@ -375,7 +382,7 @@ static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_
     inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
     if (l == 0) rstd[rstd_off + r] = inv;
   }
-  for (k = 0; k < nv; k++) tr_rmsw_st(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);
+  for (k = 0; k < nv; k++) tr_k_st4(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);
 }
 #define TR_RMS16W_K(X)                                                                                                                     \
     __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \
