@@ -100,7 +100,7 @@
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
-                               ATT=0: the attention's forward not on them, ATT=1 on: the default)
+                               ATT=0: the attention not on them, ATT=1 on: the default)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -8209,7 +8209,7 @@ typedef struct tr__cl_gemm_cfg {
     int mma;        /* tensor-core kernels for bfloat16 / float16 models (inline-PTX mma.sync, NVIDIA sm_80+): 0 = never
                        (or where unavailable), 1 = on, 2 = emulated with fma (tests, any device); -1 in TINYREC_CL_SGEMM
                        parsing = not given (automatic) */
-    int att;        /* the attention's forward on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
+    int att;        /* the attention (forward and backward) on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
                        its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
 } tr__cl_gemm_cfg;
 
@@ -9962,7 +9962,7 @@ static const char tr__cl_src_ops_6[] =
 "}\n"
 "/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n"
 "   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
-"   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) ~120 -> _ us a call. */\n"
+"   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) 119-124 -> 90 us a call. */\n"
 "#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */\n"
 "/* the sum over a row's 32 work-items (sh: 8 x 32), on each of them */\n"
 "static inline tr_k1_acc tr_rmsw_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
@@ -10406,7 +10406,7 @@ TR__FN tr_status tr__cl_swiglu_bwd(tr__cl *cl, int fdt, long rows, long width, c
 }
 
 /* One work-item per rotated pair (q or k, head, j < hd / 2) of a row, or per four of them (_x4: hd / 2 a multiple of
-   4, aligned for its vector loads; on an H200 at trm-sudoku-att's shapes 209 -> _ us a call). q16: qkv
+   4, aligned for its vector loads; on an H200 at trm-sudoku-att's shapes 209 -> 80 us a call). q16: qkv
    holds 16-bit values of fdt. */
 TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int hd, tr__buf qkv, const float *cosv, const float *sinv, int inverse) {
     tr__clargs A;
