@@ -11990,9 +11990,14 @@ static const char tr__cl_src_attention_5[] =
 "#define TR_FA_BK 64\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_FA_WAIT() __asm__ volatile(\"cp.async.wait_all;\" ::: \"memory\")\n"
+"#define TR_FA_WAIT1() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* all but the newest group */\n"
 "#else\n"
 "#define TR_FA_WAIT()\n"
+"#define TR_FA_WAIT1()\n"
 "#endif\n"
+"/* k and v tiles in flight at once in the forward: two (the next block's copies overlap this block's products) where\n"
+" both pairs fit in 48 KiB of local memory, HD <= 64 */\n"
+"#define TR_FA_NS(HD) ((HD) <= 64 ? 2 : 1)\n"
 "/* v of lane (lane ^ m) of this warp (m < 4: the lanes of one row of a fragment); X: 128 floats of exchange (2) */\n"
 "static inline float tr_fa_xor(float v, int m, __local float *X) {\n"
 "#if TR_GEMM_MMA == 1\n"
@@ -12032,10 +12037,11 @@ static const char tr__cl_src_attention_5[] =
 "  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;\n"
 "  const long ld = 3L * D;\n"
 "  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
+"  const int NS = TR_FA_NS(HD);\n"
 "  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW;\n"
 "  const float scale = 1.0f / sqrt((float)HD);\n"
 "  float acc[16][4], s[TR_FA_BK / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mx[2], al[2];\n"
-"  int i, j, r, kk, k0;\n"
+"  int i, j, r, kk, k0, t;\n"
 "#if TR_GEMM_MMA == 1\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  uint qa[8][4];\n"
@@ -12052,12 +12058,30 @@ static const char tr__cl_src_attention_5[] =
 "  for (i = 0; i < ND; i++)\n"
 "#pragma unroll\n"
 "    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
-"  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {\n"
-"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
-"    tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);\n"
-"    tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);\n"
+"  if (NS == 2) {\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* (the q fragments are out of stage 0) */\n"
+"    tr_fa_stage(Ks, base + D, ld, 0, TR_FA_BK, S, HD);\n";
+static const char tr__cl_src_attention_6[] =
+"    tr_fa_stage(Vs, base + 2 * D, ld, 0, TR_FA_BK, S, HD);\n"
 "    TR_HCOMMIT();\n"
-"    TR_FA_WAIT();\n"
+"  }\n"
+"  for (k0 = 0, t = 0; k0 < S; k0 += TR_FA_BK, t++) {\n"
+"    Ks = L + (t % NS) * 2 * TR_FA_BK * SW, Vs = Ks + TR_FA_BK * SW;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles (the other stage's, with two) */\n"
+"    if (NS == 2) { /* the next block's copies into the other stage, in flight while this one's are used */\n"
+"      __local uint *Kn = L + ((t + 1) % 2) * 2 * TR_FA_BK * SW;\n"
+"      if (k0 + TR_FA_BK < S) {\n"
+"        tr_fa_stage(Kn, base + D, ld, k0 + TR_FA_BK, TR_FA_BK, S, HD);\n"
+"        tr_fa_stage(Kn + TR_FA_BK * SW, base + 2 * D, ld, k0 + TR_FA_BK, TR_FA_BK, S, HD);\n"
+"      }\n"
+"      TR_HCOMMIT(); /* (an empty group at the end keeps the count) */\n"
+"      TR_FA_WAIT1();\n"
+"    } else {\n"
+"      tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);\n"
+"      tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);\n"
+"      TR_HCOMMIT();\n"
+"      TR_FA_WAIT();\n"
+"    }\n"
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "#pragma unroll\n"
 "    for (j = 0; j < NJ; j++)\n"
@@ -12068,8 +12092,7 @@ static const char tr__cl_src_attention_5[] =
 "#if TR_GEMM_MMA == 1\n"
 "#pragma unroll\n"
 "      for (j = 0; j < NJ; j += 2) {\n"
-"        uint b0[2], b1[2];\n";
-static const char tr__cl_src_attention_6[] =
+"        uint b0[2], b1[2];\n"
 "        TR_LDM4(b0[0], b0[1], b1[0], b1[1], Ks + ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4);\n"
 "        if (F16) {\n"
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(s[j], qa[kk], b0));\n"
@@ -12132,7 +12155,8 @@ static const char tr__cl_src_attention_6[] =
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
 "        } else {\n"
-"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n";
+static const char tr__cl_src_attention_7[] =
 "          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
 "        }\n"
 "      }\n"
@@ -12162,8 +12186,7 @@ static const char tr__cl_src_attention_6[] =
 "      if (q == 0) lse[((long)b * H + h) * S + row] = m[i] + log(l[i]);\n"
 "    }\n"
 "  }\n"
-"}\n";
-static const char tr__cl_src_attention_7[] =
+"}\n"
 "/* tr_k_hmma_att_fwd<HD>_<bf16|f16>: qkv and o of 16-bit values (offsets in floats, as the _h kernels'), lse fp32; a\n"
 " work-group of 128 for each 64 queries of each (b, h), nqb blocks a head. L: 2 x 64 staged rows of HD + 8 values\n"
 " (16-byte aligned, as cp.async and ldmatrix need: a kernel's own array, not an argument's); X: the emulation's exchange\n"
@@ -12176,7 +12199,7 @@ static const char tr__cl_src_attention_7[] =
 "#define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \\\n"
 "           __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \\\n"
-"    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \\\n"
+"    __local uint4 L[TR_FA_NS(HD) * 2 * TR_FA_BK * ((HD) + 8) / 8];                                                     \\\n"
 "    __local float X[TR_FA_XN];                                                                                         \\\n"
 "    tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \\\n"
 "              (__local uint *)L, X, HD, F16);                                                                          \\\n"
@@ -12198,7 +12221,8 @@ static const char tr__cl_src_attention_7[] =
 " work-item), so the emulation runs these very fragments, indices and addresses, on any device. */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_FB_XN 1\n"
-"#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))\n"
+"#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))\n";
+static const char tr__cl_src_attention_8[] =
 "#define TR_FB_LDMT(r, T, off) TR_LDM4T(r[0], r[1], r[2], r[3], (T) + (off))\n"
 "#define TR_FB_MMA(c, a, b, F16)                                           \\\n"
 "  do {                                                                    \\\n"
@@ -12219,8 +12243,7 @@ static const char tr__cl_src_attention_7[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "  for (i = 0; i < 4; i++)\n"
 "    if (!tr) r[i] = T[X[wb + 8 * i + c] + (l & 3)];\n"
-"    else {\n";
-static const char tr__cl_src_attention_8[] =
+"    else {\n"
 "      const uint lo = T[X[wb + 8 * i + 2 * (l & 3)] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
 "      const uint hi = T[X[wb + 8 * i + 2 * (l & 3) + 1] + (c >> 1)] >> (16 * (c & 1)) & 0xffffu;\n"
 "      r[i] = lo | hi << 16;\n"
@@ -12270,7 +12293,8 @@ static const char tr__cl_src_attention_8[] =
 "  (void)X;\n"
 "#pragma unroll\n"
 "  for (kk = 0; kk < HD / 16; kk++) {\n"
-"    uint fa[4], fa2[4];\n"
+"    uint fa[4], fa2[4];\n";
+static const char tr__cl_src_attention_9[] =
 "    const int oa = (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4;\n"
 "    TR_FB_LDM(fa, A, oa);\n"
 "    TR_FB_LDM(fa2, A2, oa);\n"
@@ -12291,8 +12315,7 @@ static const char tr__cl_src_attention_8[] =
 "#define TR_FB_AFRAG(a, s, kk)                                                                                 \\\n"
 "  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \\\n"
 "  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)\n"
-"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n";
-static const char tr__cl_src_attention_9[] =
+"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
 "                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,\n"
 "                            const int F16) {\n"
 "  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;\n"
@@ -12357,7 +12380,8 @@ static const char tr__cl_src_attention_9[] =
 "      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);\n"
 "    }\n"
 "  }\n"
-"}\n"
+"}\n";
+static const char tr__cl_src_attention_10[] =
 "static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
 "                              __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,\n"
 "                              const int HD, const int BQ, const int F16) {\n"
@@ -12375,8 +12399,7 @@ static const char tr__cl_src_attention_9[] =
 "  (void)X;\n"
 "  tr_fa_stage(Ks, base + D, ld, j0, TR_FA_BK, S, HD);\n"
 "  tr_fa_stage(Vs, base + 2 * D, ld, j0, TR_FA_BK, S, HD);\n"
-"  TR_HCOMMIT();\n";
-static const char tr__cl_src_attention_10[] =
+"  TR_HCOMMIT();\n"
 "#pragma unroll\n"
 "  for (i = 0; i < ND; i++)\n"
 "#pragma unroll\n"
@@ -12439,7 +12462,8 @@ static const char tr__cl_src_attention_10[] =
 " a work-group of 128 for each 64 queries (dq) or keys (dkdv) of each (b, h), nb blocks a head. The blocks they loop over\n"
 " (dq's keys, dkdv's queries): NB = 64 rows, 16 at HD = 128 (the four tiles within 48 KiB of local memory). */\n"
 "#define TR_FB_ARGS                                                                                                     \\\n"
-"  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n"
+"  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n";
+static const char tr__cl_src_attention_11[] =
 "      ulong lse_off, __global const float *Dv, ulong Dv_off, __global float *dqkv, ulong dqkv_off, int S, int H, int nb\n"
 "#define TR_FB_K(HD, T, F16, NB)                                                                                        \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n"
@@ -12449,8 +12473,7 @@ static const char tr__cl_src_attention_10[] =
 "             nb, (__local uint *)L, X, HD, NB, F16);                                                                   \\\n"
 "  }                                                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \\\n"
-"    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n";
-static const char tr__cl_src_attention_11[] =
+"    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n"
 "    __local float Lf[2 * (NB)];                                                                                        \\\n"
 "    __local uint X[TR_FB_XN];                                                                                          \\\n"
 "    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \\\n"

@@ -311,9 +311,14 @@ TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)
 #define TR_FA_BK 64
 #if TR_GEMM_MMA == 1
 #define TR_FA_WAIT() __asm__ volatile("cp.async.wait_all;" ::: "memory")
+#define TR_FA_WAIT1() __asm__ volatile("cp.async.wait_group 1;" ::: "memory") /* all but the newest group */
 #else
 #define TR_FA_WAIT()
+#define TR_FA_WAIT1()
 #endif
+/* k and v tiles in flight at once in the forward: two (the next block's copies overlap this block's products) where
+ both pairs fit in 48 KiB of local memory, HD <= 64 */
+#define TR_FA_NS(HD) ((HD) <= 64 ? 2 : 1)
 /* v of lane (lane ^ m) of this warp (m < 4: the lanes of one row of a fragment); X: 128 floats of exchange (2) */
 static inline float tr_fa_xor(float v, int m, __local float *X) {
 #if TR_GEMM_MMA == 1
@@ -353,10 +358,11 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
   const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;
   const long ld = 3L * D;
   __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
+  const int NS = TR_FA_NS(HD);
   __local uint *Ks = L, *Vs = L + TR_FA_BK * SW;
   const float scale = 1.0f / sqrt((float)HD);
   float acc[16][4], s[TR_FA_BK / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mx[2], al[2];
-  int i, j, r, kk, k0;
+  int i, j, r, kk, k0, t;
 #if TR_GEMM_MMA == 1
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   uint qa[8][4];
@@ -373,12 +379,29 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
   for (i = 0; i < ND; i++)
 #pragma unroll
     for (r = 0; r < 4; r++) acc[i][r] = 0.0f;
-  for (k0 = 0; k0 < S; k0 += TR_FA_BK) {
-    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
-    tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);
-    tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);
+  if (NS == 2) {
+    barrier(CLK_LOCAL_MEM_FENCE); /* (the q fragments are out of stage 0) */
+    tr_fa_stage(Ks, base + D, ld, 0, TR_FA_BK, S, HD);
+    tr_fa_stage(Vs, base + 2 * D, ld, 0, TR_FA_BK, S, HD);
     TR_HCOMMIT();
-    TR_FA_WAIT();
+  }
+  for (k0 = 0, t = 0; k0 < S; k0 += TR_FA_BK, t++) {
+    Ks = L + (t % NS) * 2 * TR_FA_BK * SW, Vs = Ks + TR_FA_BK * SW;
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles (the other stage's, with two) */
+    if (NS == 2) { /* the next block's copies into the other stage, in flight while this one's are used */
+      __local uint *Kn = L + ((t + 1) % 2) * 2 * TR_FA_BK * SW;
+      if (k0 + TR_FA_BK < S) {
+        tr_fa_stage(Kn, base + D, ld, k0 + TR_FA_BK, TR_FA_BK, S, HD);
+        tr_fa_stage(Kn + TR_FA_BK * SW, base + 2 * D, ld, k0 + TR_FA_BK, TR_FA_BK, S, HD);
+      }
+      TR_HCOMMIT(); /* (an empty group at the end keeps the count) */
+      TR_FA_WAIT1();
+    } else {
+      tr_fa_stage(Ks, base + D, ld, k0, TR_FA_BK, S, HD);
+      tr_fa_stage(Vs, base + 2 * D, ld, k0, TR_FA_BK, S, HD);
+      TR_HCOMMIT();
+      TR_FA_WAIT();
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (j = 0; j < NJ; j++)
@@ -495,7 +518,7 @@ static inline void tr_fa_fwd(__global const ushort *qkv, __global ushort *o, __g
 #define TR_FA_FWD_K(NAME, HD, F16)                                                                                     \
   __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void NAME(__global const float *qkv, ulong qkv_off,      \
            __global float *o, ulong o_off, __global float *lse, ulong lse_off, int S, int H, int nqb) {               \
-    __local uint4 L[2 * TR_FA_BK * ((HD) + 8) / 8];                                                                    \
+    __local uint4 L[TR_FA_NS(HD) * 2 * TR_FA_BK * ((HD) + 8) / 8];                                                     \
     __local float X[TR_FA_XN];                                                                                         \
     tr_fa_fwd((__global const ushort *)qkv + 2 * qkv_off, (__global ushort *)o + 2 * o_off, lse + lse_off, S, H, nqb, \
               (__local uint *)L, X, HD, F16);                                                                          \
