@@ -11791,9 +11791,12 @@ static const char tr__cl_src_attention_2[] =
 "  tr_att_dot(TR_ATT_AT(o, o_off, 1), dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 2);\n"
 "}\n"
 "/* The same for a 16-bit o, 8 work-items a row (hd a multiple of 32; do 16-byte and o 8-byte aligned): hd / 8\n"
-"   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree. */\n"
+"   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree.\n"
+"   w16: do is also written rounded to fdt as 16-bit values into do16 (do's layout, 8-byte aligned; the offset in\n"
+"   floats), the operand the tensor-core backward stages. */\n"
 "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_att_dot8_h(__global const float *o, ulong o_off, __global const float *dO,\n"
-"             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {\n"
+"             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt, __global float *do16, ulong do16_off,\n"
+"             int w16) {\n"
 "  __local float sh[256];\n"
 "  const long r = get_global_id(0) >> 3;\n"
 "  const int l = get_local_id(0), p = l & 7, n = hd / 8, in = r < (long)B * H * S;\n"
@@ -11804,6 +11807,7 @@ static const char tr__cl_src_attention_2[] =
 "    for (d = 0; d < n; d += 4) {\n"
 "      const float4 g = *(__global const float4 *)(dO + dO_off + base + d);\n"
 "      const float4 h = tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)o + 2 * o_off + base + d), fdt);\n"
+"      if (w16) *(__global ushort4 *)((__global ushort *)do16 + 2 * do16_off + base + d) = tr_half4(g, fdt);\n"
 "      s = fma(g.s0, h.s0, s), s = fma(g.s1, h.s1, s), s = fma(g.s2, h.s2, s), s = fma(g.s3, h.s3, s);\n"
 "    }\n"
 "  }\n"
@@ -11815,12 +11819,12 @@ static const char tr__cl_src_attention_2[] =
 "  }\n"
 "  if (in && p == 0) Dv[Dv_off + r] = sh[l];\n"
 "}\n"
-"/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n"
+"/* Backward, dk and dv: work-group (TD, BKb) owns a block of keys (row kj, slice dj) and loops over query\n";
+static const char tr__cl_src_attention_3[] =
 " blocks of BQb rows, recomputing p = exp(q.k*scale - lse) and ds = p*(do.v - Dv). */\n"
 "static inline void tr_att_dkdv(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
 "            __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nkb, int BQb,\n"
-"            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n";
-static const char tr__cl_src_attention_3[] =
+"            __local float *Ks, __local float *Vs, __local float *Qs, __local float *Os,\n"
 "            __local float *Ls, __local float *Ps, __local float *Ss, const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), kj = get_local_id(1), BKb = get_local_size(1), NTH = TR_ATT_TD * BKb;\n"
 "  const int tid = kj * TR_ATT_TD + dj, g = get_group_id(0), bh = g / nkb, j0 = (g - bh * nkb) * BKb;\n"
@@ -11895,12 +11899,12 @@ static const char tr__cl_src_attention_3[] =
 "  }\n"
 "TR_ATT_DKDV(tr_k_att_dkdv64, 4, 0)\n"
 "TR_ATT_DKDV(tr_k_att_dkdv256, 16, 0)\n"
-"TR_ATT_DKDV(tr_k_att_dkdv64_h, 4, 1)\n"
+"TR_ATT_DKDV(tr_k_att_dkdv64_h, 4, 1)\n";
+static const char tr__cl_src_attention_4[] =
 "TR_ATT_DKDV(tr_k_att_dkdv256_h, 16, 1)\n"
 "/* Backward, dq: work-group (TD, BQc) owns a block of queries and loops over key blocks of BKc. */\n"
 "static inline void tr_att_dq(__global const float *qkv, __global const float *dO, __global const float *lse,\n"
-"           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n";
-static const char tr__cl_src_attention_4[] =
+"           __global const float *Dv, __global float *dqkv, int S, int H, int hd, int nqb, int BKc,\n"
 "           __local float *Qs, __local float *Os, __local float *Ks, __local float *Vs, __local float *Ss,\n"
 "           const int NC, int fdt, const int x16) {\n"
 "  const int dj = get_local_id(0), qi = get_local_id(1), BQ = get_local_size(1), NTH = TR_ATT_TD * BQ;\n"
@@ -11976,11 +11980,11 @@ static const char tr__cl_src_attention_4[] =
 "TR_ATT_DQ(tr_k_att_dq64_h, 4, 1)\n"
 "TR_ATT_DQ(tr_k_att_dq256_h, 16, 1)\n"
 "#endif /* TR_MMA_ONLY */\n"
-"/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32\n"
+"/* Flash attention's forward on the tensor cores (TR_GEMM_MMA, gemm.cl: 1 = ldmatrix and mma.sync m16n8k16 with fp32\n";
+static const char tr__cl_src_attention_5[] =
 " accumulation; 2 = the same tiles, fragments and order of operations in plain OpenCL C, any device) for a 16-bit\n"
 " record's qkv and o (values of fdt: F16 0 bfloat16, 1 float16) and head sizes HD = 32, 64, 128. Work-group: 4 warps;\n"
-" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n";
-static const char tr__cl_src_attention_5[] =
+" warp w owns queries q0 + 16 w .. + 15 of one (b, h), its q fragments held in registers; blocks of 64 keys, k and v\n"
 " staged in local memory (rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks). Scores\n"
 " s = (q.k) scale and the online softmax in fp32 (p = exp(s - m); each lane sums its own p, the 4 lanes of a row added\n"
 " at the end), p rounded to fdt as the product's operand (flash attention's and cuDNN's rounding point: the one\n"
@@ -12051,7 +12055,8 @@ static const char tr__cl_src_attention_5[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "#pragma unroll\n"
 "  for (kk = 0; kk < NK; kk++) TR_LDM4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], Ks + (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4);\n"
-"#else\n"
+"#else\n";
+static const char tr__cl_src_attention_6[] =
 "  __local float *Pw = X + 128 + w * 16 * TR_FA_BK; /* this warp's rounded p, 16 x 64 */\n"
 "#endif\n"
 "#pragma unroll\n"
@@ -12060,8 +12065,7 @@ static const char tr__cl_src_attention_5[] =
 "    for (r = 0; r < 4; r++) acc[i][r] = 0.0f;\n"
 "  if (NS == 2) {\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* (the q fragments are out of stage 0) */\n"
-"    tr_fa_stage(Ks, base + D, ld, 0, TR_FA_BK, S, HD);\n";
-static const char tr__cl_src_attention_6[] =
+"    tr_fa_stage(Ks, base + D, ld, 0, TR_FA_BK, S, HD);\n"
 "    tr_fa_stage(Vs, base + 2 * D, ld, 0, TR_FA_BK, S, HD);\n"
 "    TR_HCOMMIT();\n"
 "  }\n"
@@ -12149,14 +12153,14 @@ static const char tr__cl_src_attention_6[] =
 "      pa[2] = tr_mma_pack(s[2 * kk + 1][0], s[2 * kk + 1][1], F16), pa[3] = tr_mma_pack(s[2 * kk + 1][2], s[2 * kk + 1][3], F16);\n"
 "#pragma unroll\n"
 "      for (i = 0; i < ND; i += 2) {\n"
-"        uint b0[2], b1[2];\n"
+"        uint b0[2], b1[2];\n";
+static const char tr__cl_src_attention_7[] =
 "        TR_LDM4T(b0[0], b0[1], b1[0], b1[1], Vs + (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
 "        if (F16) {\n"
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
 "          __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
 "        } else {\n"
-"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n";
-static const char tr__cl_src_attention_7[] =
+"          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i], pa, b0));\n"
 "          __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(acc[i + 1], pa, b1));\n"
 "        }\n"
 "      }\n"
@@ -12214,15 +12218,16 @@ static const char tr__cl_src_attention_7[] =
 " tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)\n"
 " and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,\n"
 " p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with\n"
-" fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt where it is staged;\n"
-" p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of\n"
+" fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt (do16, written by\n"
+" tr_k_att_dot8_h beside Dv);\n"
+" p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of\n";
+static const char tr__cl_src_attention_8[] =
 " the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With\n"
 " TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a\n"
 " work-item), so the emulation runs these very fragments, indices and addresses, on any device. */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_FB_XN 1\n"
-"#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))\n";
-static const char tr__cl_src_attention_8[] =
+"#define TR_FB_LDM(r, T, off) TR_LDM4(r[0], r[1], r[2], r[3], (T) + (off))\n"
 "#define TR_FB_LDMT(r, T, off) TR_LDM4T(r[0], r[1], r[2], r[3], (T) + (off))\n"
 "#define TR_FB_MMA(c, a, b, F16)                                           \\\n"
 "  do {                                                                    \\\n"
@@ -12269,21 +12274,6 @@ static const char tr__cl_src_attention_8[] =
 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
 "}\n"
 "#endif\n"
-"/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */\n"
-"static inline void tr_fb_stage32(__local uint *T, __global const float *P, long ld, int r0, int rows, int S, const int HD, const int F16) {\n"
-"  const int CH = HD / 8, SW = (HD + 8) / 2;\n"
-"  int e;\n"
-"  for (e = get_local_id(0); e < rows * CH; e += 128) {\n"
-"    const int r = e / CH, c = e - r * CH;\n"
-"    uint4 v = (uint4)(0);\n"
-"    if (r0 + r < S) {\n"
-"      __global const float *p = P + (long)(r0 + r) * ld + 8 * c;\n"
-"      const float4 x = vload4(0, p), y = vload4(1, p);\n"
-"      v = (uint4)(tr_mma_pack(x.s0, x.s1, F16), tr_mma_pack(x.s2, x.s3, F16), tr_mma_pack(y.s0, y.s1, F16), tr_mma_pack(y.s2, y.s3, F16));\n"
-"    }\n"
-"    *(__local uint4 *)(T + r * SW + 4 * c) = v;\n"
-"  }\n"
-"}\n"
 "/* s[j] (+)= a b over the head dimension: a a warp's 16 rows of tile A (its fragments loaded here), b rows 8 j .. + 7 of\n"
 " tile B (the product's columns), j < NJ; c[j] the same from tiles A2, B2 (a backward pass's two products) */\n"
 "static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint *A, __local const uint *B, __local const uint *A2,\n"
@@ -12293,8 +12283,7 @@ static const char tr__cl_src_attention_8[] =
 "  (void)X;\n"
 "#pragma unroll\n"
 "  for (kk = 0; kk < HD / 16; kk++) {\n"
-"    uint fa[4], fa2[4];\n";
-static const char tr__cl_src_attention_9[] =
+"    uint fa[4], fa2[4];\n"
 "    const int oa = (16 * w + (lm & 1) * 8 + lr) * SW + (2 * kk + (lm >> 1)) * 4;\n"
 "    TR_FB_LDM(fa, A, oa);\n"
 "    TR_FB_LDM(fa2, A2, oa);\n"
@@ -12304,7 +12293,8 @@ static const char tr__cl_src_attention_9[] =
 "      const int ob = ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4;\n"
 "      TR_FB_LDM(fb, B, ob);\n"
 "      TR_FB_LDM(fb2, B2, ob);\n"
-"      TR_FB_MMA(s[j], fa, fb, F16);\n"
+"      TR_FB_MMA(s[j], fa, fb, F16);\n";
+static const char tr__cl_src_attention_9[] =
 "      TR_FB_MMA(s[j + 1], fa, fb + 2, F16);\n"
 "      TR_FB_MMA(c[j], fa2, fb2, F16);\n"
 "      TR_FB_MMA(c[j + 1], fa2, fb2 + 2, F16);\n"
@@ -12315,7 +12305,7 @@ static const char tr__cl_src_attention_9[] =
 "#define TR_FB_AFRAG(a, s, kk)                                                                                 \\\n"
 "  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \\\n"
 "  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)\n"
-"static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
+"static inline void tr_fb_dq(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,\n"
 "                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,\n"
 "                            const int F16) {\n"
 "  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;\n"
@@ -12329,8 +12319,8 @@ static const char tr__cl_src_attention_9[] =
 "  int i, j, r, kk, k0;\n"
 "  (void)X;\n"
 "  tr_fa_stage(Qs, base, ld, q0, TR_FA_BQ, S, HD);\n"
+"  tr_fa_stage(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD);\n"
 "  TR_HCOMMIT();\n"
-"  tr_fb_stage32(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD, F16);\n"
 "  for (i = 0; i < 2; i++) { /* (a row past S: p = 0) */\n"
 "    const int row = q0 + 16 * w + g + 8 * i;\n"
 "    li[i] = row < S ? lse[(long)bh * S + row] : INFINITY;\n"
@@ -12380,17 +12370,17 @@ static const char tr__cl_src_attention_9[] =
 "      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);\n"
 "    }\n"
 "  }\n"
-"}\n";
-static const char tr__cl_src_attention_10[] =
-"static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,\n"
+"}\n"
+"static inline void tr_fb_dkdv(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,\n"
 "                              __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,\n"
 "                              const int HD, const int BQ, const int F16) {\n"
-"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;\n";
+static const char tr__cl_src_attention_10[] =
 "  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;\n"
 "  const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;\n"
 "  const long ld = 3L * D;\n"
 "  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
-"  __global const float *obase = dO + (long)b * S * D + (long)h * HD;\n"
+"  __global const ushort *obase = dO + (long)b * S * D + (long)h * HD;\n"
 "  __local uint *Ks = L, *Vs = L + TR_FA_BK * SW, *Qs = L + 2 * TR_FA_BK * SW, *Os = Qs + BQ * SW;\n"
 "  __local float *Ls = Lf, *Ds = Lf + BQ;\n"
 "  const float scale = 1.0f / sqrt((float)HD);\n"
@@ -12407,8 +12397,8 @@ static const char tr__cl_src_attention_10[] =
 "  for (i0 = 0; i0 < S; i0 += BQ) {\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */\n"
 "    tr_fa_stage(Qs, base, ld, i0, BQ, S, HD);\n"
+"    tr_fa_stage(Os, obase, D, i0, BQ, S, HD);\n"
 "    TR_HCOMMIT();\n"
-"    tr_fb_stage32(Os, obase, D, i0, BQ, S, HD, F16);\n"
 "    for (e = tid; e < BQ; e += 128) { /* (a query past S: p = 0) */\n"
 "      Ls[e] = i0 + e < S ? lse[(long)bh * S + i0 + e] : INFINITY;\n"
 "      Ds[e] = i0 + e < S ? Dv[(long)bh * S + i0 + e] : 0.0f;\n"
@@ -12458,25 +12448,25 @@ static const char tr__cl_src_attention_10[] =
 "    }\n"
 "  }\n"
 "}\n"
-"/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv 16-bit (offset in floats, as the forward's), do, lse, Dv and dqkv fp32;\n"
+"/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv and do16 16-bit (offsets in floats, as the forward's), lse, Dv and dqkv fp32;\n"
 " a work-group of 128 for each 64 queries (dq) or keys (dkdv) of each (b, h), nb blocks a head. The blocks they loop over\n"
 " (dq's keys, dkdv's queries): NB = 64 rows, 16 at HD = 128 (the four tiles within 48 KiB of local memory). */\n"
 "#define TR_FB_ARGS                                                                                                     \\\n"
-"  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n";
-static const char tr__cl_src_attention_11[] =
+"  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n"
 "      ulong lse_off, __global const float *Dv, ulong Dv_off, __global float *dqkv, ulong dqkv_off, int S, int H, int nb\n"
 "#define TR_FB_K(HD, T, F16, NB)                                                                                        \\\n"
-"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n"
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n";
+static const char tr__cl_src_attention_11[] =
 "    __local uint4 L[(2 * TR_FA_BQ + 2 * (NB)) * ((HD) + 8) / 8];                                                      \\\n"
 "    __local uint X[TR_FB_XN];                                                                                          \\\n"
-"    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \\\n"
+"    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, (__global const ushort *)dO + 2 * dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \\\n"
 "             nb, (__local uint *)L, X, HD, NB, F16);                                                                   \\\n"
 "  }                                                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \\\n"
 "    __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \\\n"
 "    __local float Lf[2 * (NB)];                                                                                        \\\n"
 "    __local uint X[TR_FB_XN];                                                                                          \\\n"
-"    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \\\n"
+"    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, (__global const ushort *)dO + 2 * dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \\\n"
 "               H, nb, (__local uint *)L, Lf, X, HD, NB, F16);                                                          \\\n"
 "  }\n"
 "TR_FB_K(32, bf16, 0, 64)\n"
@@ -13270,8 +13260,8 @@ TR__FN tr_status tr__cl_attention_fwd(tr__cl *cl, const tr__att_desc *d) {
 }
 
 /* tr_k_hmma_att_dkdv<hd>_<bf16|f16>, then tr_k_hmma_att_dq<hd>_..: 128 work-items for each 64 keys (queries) of each
-   (b, h); Dv = do.o already in scratch. */
-TR__FN tr_status tr__cl_attention_bwd_mma(tr__cl *cl, const tr__att_desc *d, const float *Dv) {
+   (b, h); Dv = do.o and do16 (do rounded to 16 bits) already in scratch. */
+TR__FN tr_status tr__cl_attention_bwd_mma(tr__cl *cl, const tr__att_desc *d, const float *Dv, const float *do16) {
     static const char *const pass[2] = {"dkdv", "dq"};
     size_t nb = ((size_t)d->S + 63) / 64, gs[1], ls[1] = {128};
     char name[40];
@@ -13282,7 +13272,7 @@ TR__FN tr_status tr__cl_attention_bwd_mma(tr__cl *cl, const tr__att_desc *d, con
     for (k = 0; k < 2; k++) {
         snprintf(name, sizeof name, "tr_k_hmma_att_%s%d_%s", pass[k], d->hd, d->fdt == TR__F16 ? "f16" : "bf16");
         tr__cla_init(&a);
-        tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, d->do_.p), tr__cla_buf(&a, d->lse), tr__cla_buf(&a, Dv), tr__cla_buf(&a, d->dqkv);
+        tr__cla_buf(&a, d->qkv.p), tr__cla_buf(&a, do16), tr__cla_buf(&a, d->lse), tr__cla_buf(&a, Dv), tr__cla_buf(&a, d->dqkv);
         tr__cla_i32(&a, d->S), tr__cla_i32(&a, d->H), tr__cla_i32(&a, (int32_t)nb);
         if ((st = tr__cl_launch(cl, name, 1, gs, ls, &a)) != TR_OK) return st;
     }
@@ -13298,8 +13288,8 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     const float *lse = d->lse;
     float *dqkv = d->dqkv;
     const tr__cl_info *info = tr__cl_get_info(cl);
-    size_t budget, ls[2], gs[2], nblk, rows;
-    int R, BQ = 64, BK = 64; /* <= 64, as in the forward */
+    size_t budget, ls[2], gs[2], nblk, rows, n16;
+    int R, BQ = 64, BK = 64, dot8, mma; /* <= 64, as in the forward */
     float *Dv;
     tr__clargs a;
     tr_status st;
@@ -13307,15 +13297,22 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     if ((st = tr__cl_att_check(cl, B, S, H, hd)) != TR_OK || (st = tr__cl_att_x16(cl, x16)) != TR_OK) return st;
     if (!B || !S || !H || !hd) return TR_OK;
     rows = (size_t)B * (size_t)H * (size_t)S;
-    if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, rows))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    /* Dv = do.o: tr_k_att_dot8_h (8 work-items a row) where it can, which for the tensor cores' kernels (only with
+       it) also writes do rounded to 16 bits, do16, after Dv in the same scratch (16-byte aligned) */
+    dot8 = x16 && hd % 32 == 0 && info->max_wg >= 256 && !((uintptr_t)do_ & 15) && !((uintptr_t)o & 7);
+    mma = dot8 && tr__cl_att_mma(cl, d, x16);
+    n16 = mma ? ((size_t)B * S * H * hd + 1) / 2 : 0;
+    if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, (rows + 3) / 4 * 4 + n16))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&a);
     tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
     tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
-    if (x16 && hd % 32 == 0 && info->max_wg >= 256 && !((uintptr_t)do_ & 15) && !((uintptr_t)o & 7)) /* (tr_k_att_dot8_h: 8 work-items a row) */
+    if (dot8) {
         gs[0] = (8 * rows + 255) / 256 * 256, ls[0] = 256;
-    if ((st = tr__cl_launch(cl, ls[0] == 256 ? "tr_k_att_dot8_h" : x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
-    if (tr__cl_att_mma(cl, d, x16)) return tr__cl_attention_bwd_mma(cl, d, Dv);
+        tr__cla_buf(&a, mma ? Dv + (rows + 3) / 4 * 4 : NULL), tr__cla_i32(&a, mma);
+    }
+    if ((st = tr__cl_launch(cl, dot8 ? "tr_k_att_dot8_h" : x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
+    if (mma) return tr__cl_attention_bwd_mma(cl, d, Dv, Dv + (rows + 3) / 4 * 4);
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
     /* dk, dv: R keys per group, query blocks of BQ */
 #define TR__ATT_DKDV_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BQ * (hd + 1) + (size_t)2 * BQ + (size_t)2 * BQ * (R + 1)))

@@ -115,9 +115,12 @@ __kernel void tr_k_att_dot_h(__global const float *o, ulong o_off, __global cons
   tr_att_dot(TR_ATT_AT(o, o_off, 1), dO + dO_off, Dv + Dv_off, B, S, H, hd, fdt, 2);
 }
 /* The same for a 16-bit o, 8 work-items a row (hd a multiple of 32; do 16-byte and o 8-byte aligned): hd / 8
-   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree. */
+   contiguous values each, four a load (adjacent work-items read adjacent runs), the 8 partial sums added in a tree.
+   w16: do is also written rounded to fdt as 16-bit values into do16 (do's layout, 8-byte aligned; the offset in
+   floats), the operand the tensor-core backward stages. */
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_att_dot8_h(__global const float *o, ulong o_off, __global const float *dO,
-             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt) {
+             ulong dO_off, __global float *Dv, ulong Dv_off, int B, int S, int H, int hd, int fdt, __global float *do16, ulong do16_off,
+             int w16) {
   __local float sh[256];
   const long r = get_global_id(0) >> 3;
   const int l = get_local_id(0), p = l & 7, n = hd / 8, in = r < (long)B * H * S;
@@ -128,6 +131,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void tr_k_att_dot8_h(_
     for (d = 0; d < n; d += 4) {
       const float4 g = *(__global const float4 *)(dO + dO_off + base + d);
       const float4 h = tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)o + 2 * o_off + base + d), fdt);
+      if (w16) *(__global ushort4 *)((__global ushort *)do16 + 2 * do16_off + base + d) = tr_half4(g, fdt);
       s = fma(g.s0, h.s0, s), s = fma(g.s1, h.s1, s), s = fma(g.s2, h.s2, s), s = fma(g.s3, h.s3, s);
     }
   }
@@ -533,7 +537,8 @@ TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)
  tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)
  and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,
  p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with
- fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt where it is staged;
+ fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt (do16, written by
+ tr_k_att_dot8_h beside Dv);
  p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of
  the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With
  TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a
@@ -587,21 +592,6 @@ static inline void tr_em_mma(float c[4], const uint a[4], const uint b[2], const
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 #endif
-/* rows r0 .. r0 + rows - 1 of an HD-wide slice of fp32 values (rows ld apart) into T as values of fdt, zeros past S */
-static inline void tr_fb_stage32(__local uint *T, __global const float *P, long ld, int r0, int rows, int S, const int HD, const int F16) {
-  const int CH = HD / 8, SW = (HD + 8) / 2;
-  int e;
-  for (e = get_local_id(0); e < rows * CH; e += 128) {
-    const int r = e / CH, c = e - r * CH;
-    uint4 v = (uint4)(0);
-    if (r0 + r < S) {
-      __global const float *p = P + (long)(r0 + r) * ld + 8 * c;
-      const float4 x = vload4(0, p), y = vload4(1, p);
-      v = (uint4)(tr_mma_pack(x.s0, x.s1, F16), tr_mma_pack(x.s2, x.s3, F16), tr_mma_pack(y.s0, y.s1, F16), tr_mma_pack(y.s2, y.s3, F16));
-    }
-    *(__local uint4 *)(T + r * SW + 4 * c) = v;
-  }
-}
 /* s[j] (+)= a b over the head dimension: a a warp's 16 rows of tile A (its fragments loaded here), b rows 8 j .. + 7 of
  tile B (the product's columns), j < NJ; c[j] the same from tiles A2, B2 (a backward pass's two products) */
 static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint *A, __local const uint *B, __local const uint *A2,
@@ -632,7 +622,7 @@ static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint
 #define TR_FB_AFRAG(a, s, kk)                                                                                 \
   a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \
   a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)
-static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,
+static inline void tr_fb_dq(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,
                             __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,
                             const int F16) {
   const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;
@@ -646,8 +636,8 @@ static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO
   int i, j, r, kk, k0;
   (void)X;
   tr_fa_stage(Qs, base, ld, q0, TR_FA_BQ, S, HD);
+  tr_fa_stage(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD);
   TR_HCOMMIT();
-  tr_fb_stage32(Os, dO + (long)b * S * D + (long)h * HD, D, q0, TR_FA_BQ, S, HD, F16);
   for (i = 0; i < 2; i++) { /* (a row past S: p = 0) */
     const int row = q0 + 16 * w + g + 8 * i;
     li[i] = row < S ? lse[(long)bh * S + row] : INFINITY;
@@ -698,7 +688,7 @@ static inline void tr_fb_dq(__global const ushort *qkv, __global const float *dO
     }
   }
 }
-static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *dO, __global const float *lse, __global const float *Dv,
+static inline void tr_fb_dkdv(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,
                               __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,
                               const int HD, const int BQ, const int F16) {
   const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;
@@ -706,7 +696,7 @@ static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *
   const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;
   const long ld = 3L * D;
   __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
-  __global const float *obase = dO + (long)b * S * D + (long)h * HD;
+  __global const ushort *obase = dO + (long)b * S * D + (long)h * HD;
   __local uint *Ks = L, *Vs = L + TR_FA_BK * SW, *Qs = L + 2 * TR_FA_BK * SW, *Os = Qs + BQ * SW;
   __local float *Ls = Lf, *Ds = Lf + BQ;
   const float scale = 1.0f / sqrt((float)HD);
@@ -723,8 +713,8 @@ static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *
   for (i0 = 0; i0 < S; i0 += BQ) {
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the last tiles */
     tr_fa_stage(Qs, base, ld, i0, BQ, S, HD);
+    tr_fa_stage(Os, obase, D, i0, BQ, S, HD);
     TR_HCOMMIT();
-    tr_fb_stage32(Os, obase, D, i0, BQ, S, HD, F16);
     for (e = tid; e < BQ; e += 128) { /* (a query past S: p = 0) */
       Ls[e] = i0 + e < S ? lse[(long)bh * S + i0 + e] : INFINITY;
       Ds[e] = i0 + e < S ? Dv[(long)bh * S + i0 + e] : 0.0f;
@@ -774,7 +764,7 @@ static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *
     }
   }
 }
-/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv 16-bit (offset in floats, as the forward's), do, lse, Dv and dqkv fp32;
+/* tr_k_hmma_att_dq<HD>_<bf16|f16> and _dkdv: qkv and do16 16-bit (offsets in floats, as the forward's), lse, Dv and dqkv fp32;
  a work-group of 128 for each 64 queries (dq) or keys (dkdv) of each (b, h), nb blocks a head. The blocks they loop over
  (dq's keys, dkdv's queries): NB = 64 rows, 16 at HD = 128 (the four tiles within 48 KiB of local memory). */
 #define TR_FB_ARGS                                                                                                     \
@@ -784,14 +774,14 @@ static inline void tr_fb_dkdv(__global const ushort *qkv, __global const float *
   __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \
     __local uint4 L[(2 * TR_FA_BQ + 2 * (NB)) * ((HD) + 8) / 8];                                                      \
     __local uint X[TR_FB_XN];                                                                                          \
-    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \
+    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, (__global const ushort *)dO + 2 * dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \
              nb, (__local uint *)L, X, HD, NB, F16);                                                                   \
   }                                                                                                                    \
   __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dkdv##HD##_##T(TR_FB_ARGS) {           \
     __local uint4 L[(2 * TR_FA_BK + 2 * (NB)) * ((HD) + 8) / 8];                                                       \
     __local float Lf[2 * (NB)];                                                                                        \
     __local uint X[TR_FB_XN];                                                                                          \
-    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, dO + dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \
+    tr_fb_dkdv((__global const ushort *)qkv + 2 * qkv_off, (__global const ushort *)dO + 2 * dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, \
                H, nb, (__local uint *)L, Lf, X, HD, NB, F16);                                                          \
   }
 TR_FB_K(32, bf16, 0, 64)
