@@ -546,6 +546,9 @@ typedef struct tr_comm {
    adaptation); or the puzzle embedding, the token embedding and the output heads (lm_head, q_head). The frozen tensors
    keep their bits: no AdamATan2 step, no weight decay and no EMA drift touches them. */
 typedef enum tr_trainable { TR_TRAIN_ALL = 0, TR_TRAIN_PUZZLE_EMB = 1, TR_TRAIN_EMB_HEADS = 2 } tr_trainable;
+/* "all" | "puzzle_emb" | "emb_heads" (any case) -> the value; -1 for another name. And back (NULL for no value). */
+TRDEF int tr_trainable_parse(const char *name);
+TRDEF const char *tr_trainable_name(int trainable);
 
 typedef struct tr_train_config {
     double lr;                 /* 1e-4 */
@@ -14429,6 +14432,8 @@ TR__FN const char *tr__enum_name(tr_key_type t, int v) {
         if (i == v) return names[i];
     return NULL;
 }
+TRDEF int tr_trainable_parse(const char *name) { return name ? tr__enum_parse(TR_KEY_TRAINABLE, name, 1) : -1; }
+TRDEF const char *tr_trainable_name(int trainable) { return tr__enum_name(TR_KEY_TRAINABLE, trainable); }
 
 TR__FN const char *tr__key_expected(tr_key_type t) {
     switch (t) {

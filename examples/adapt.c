@@ -59,7 +59,7 @@ static int set_key(options *o, const char *kv, char *err, size_t cap) {
     if (!strcmp(key, "device")) return snprintf(o->device, sizeof o->device, "%s", v), 1;
     if (!strcmp(key, "output")) return snprintf(o->output, sizeof o->output, "%s", v), 1;
     if (!strcmp(key, "trainable")) {
-        o->ac.trainable = !strcmp(v, "all") ? TR_TRAIN_ALL : !strcmp(v, "puzzle_emb") ? TR_TRAIN_PUZZLE_EMB : !strcmp(v, "emb_heads") ? TR_TRAIN_EMB_HEADS : -1;
+        o->ac.trainable = tr_trainable_parse(v);
         return o->ac.trainable < 0 ? snprintf(err, cap, "trainable: all, puzzle_emb or emb_heads, not '%s'", v), 0 : 1;
     }
     if (!strcmp(key, "task_id")) {
@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
     if (!o.quiet) {
         tr_prog_print_run(stderr, "device ", tr_adapter_model(ad), NULL);
         fprintf(stderr, "adapting to %d task%s of %s: %d versions, %ld steps of %d rows%s, trainable %s, seed %llu\n", ntasks, ntasks == 1 ? "" : "s", pos[1], o.ac.versions, o.ac.steps,
-                o.ac.batch_size, o.ac.seconds > 0 ? " (or the seconds= budget)" : "", o.ac.trainable == TR_TRAIN_ALL ? "all" : o.ac.trainable == TR_TRAIN_PUZZLE_EMB ? "puzzle_emb" : "emb_heads",
+                o.ac.batch_size, o.ac.seconds > 0 ? " (or the seconds= budget)" : "", tr_trainable_name(o.ac.trainable),
                 (unsigned long long)o.ac.seed);
     }
     t0 = tr_time_seconds();

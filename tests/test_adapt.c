@@ -338,6 +338,9 @@ static void test_task_id_map(void **state) {
     assert_int_equal(tr_task_id_mode_parse("blank"), TR_TASK_ID_BLANK);
     assert_int_equal(tr_task_id_mode_parse("keep"), TR_TASK_ID_KEEP);
     assert_int_equal(tr_task_id_mode_parse("random"), -1);
+    assert_int_equal(tr_trainable_parse("Emb_Heads"), TR_TRAIN_EMB_HEADS), assert_int_equal(tr_trainable_parse("puzzle_emb"), TR_TRAIN_PUZZLE_EMB);
+    assert_int_equal(tr_trainable_parse("all"), TR_TRAIN_ALL), assert_int_equal(tr_trainable_parse("rows"), -1), assert_int_equal(tr_trainable_parse(NULL), -1);
+    assert_string_equal(tr_trainable_name(TR_TRAIN_PUZZLE_EMB), "puzzle_emb"), assert_null(tr_trainable_name(3));
     assert_int_equal(tr_task_id_map(ctx, TR_TASK_ID_KEEP, 50, 0, 1, map), TR_OK);
     for (i = 0; i < 50; i++) assert_int_equal(map[i], i);
     assert_int_equal(tr_task_id_map(ctx, TR_TASK_ID_BLANK, 50, 0, 1, map), TR_OK);
