@@ -12218,14 +12218,13 @@ static const char tr__cl_src_attention_7[] =
 "TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)\n"
 "TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)\n"
 "/* Flash attention's backward on the tensor cores, FlashAttention-2's two passes (no atomics; each output written once):\n"
-" tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)\n"
-" and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,\n"
-" p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with\n"
+" tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of NB queries)\n"
+" and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of NB keys). Each recomputes s = q.k scale,\n"
+" p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot8_h) from fp32 sums, and multiplies on m16n8k16 with\n"
 " fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt (do16, written by\n"
-" tr_k_att_dot8_h beside Dv);\n"
-" p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of\n";
+" tr_k_att_dot8_h beside Dv); p and ds rounded to fdt as the products' operands (flash attention's rounding points; the\n";
 static const char tr__cl_src_attention_8[] =
-" the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With\n"
+" portable kernels make none of the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With\n"
 " TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a\n"
 " work-item), so the emulation runs these very fragments, indices and addresses, on any device. */\n"
 "#if TR_GEMM_MMA == 1\n"
@@ -12295,9 +12294,9 @@ static const char tr__cl_src_attention_8[] =
 "      uint fb[4], fb2[4];\n"
 "      const int ob = ((j + (lm >> 1)) * 8 + lr) * SW + (2 * kk + (lm & 1)) * 4;\n"
 "      TR_FB_LDM(fb, B, ob);\n"
-"      TR_FB_LDM(fb2, B2, ob);\n"
-"      TR_FB_MMA(s[j], fa, fb, F16);\n";
+"      TR_FB_LDM(fb2, B2, ob);\n";
 static const char tr__cl_src_attention_9[] =
+"      TR_FB_MMA(s[j], fa, fb, F16);\n"
 "      TR_FB_MMA(s[j + 1], fa, fb + 2, F16);\n"
 "      TR_FB_MMA(c[j], fa2, fb2, F16);\n"
 "      TR_FB_MMA(c[j + 1], fa2, fb2 + 2, F16);\n"

@@ -534,13 +534,12 @@ TR_FA_FWD_K(tr_k_hmma_att_fwd32_f16, 32, 1)
 TR_FA_FWD_K(tr_k_hmma_att_fwd64_f16, 64, 1)
 TR_FA_FWD_K(tr_k_hmma_att_fwd128_f16, 128, 1)
 /* Flash attention's backward on the tensor cores, FlashAttention-2's two passes (no atomics; each output written once):
- tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of BQ queries)
- and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of 64 keys). Each recomputes s = q.k scale,
- p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot_h) from fp32 sums, and multiplies on m16n8k16 with
+ tr_k_hmma_att_dkdv* (4 warps own 64 keys of one (b, h), warp w keys 16 w .. + 15, and loop over blocks of NB queries)
+ and tr_k_hmma_att_dq* (4 warps own 64 queries, loop over blocks of NB keys). Each recomputes s = q.k scale,
+ p = exp(s - lse) and ds = p (do.v - Dv) (Dv = do.o: tr_k_att_dot8_h) from fp32 sums, and multiplies on m16n8k16 with
  fp32 sums. The operands are values of fdt: qkv as stored; do (fp32 on the tape) rounded once to fdt (do16, written by
- tr_k_att_dot8_h beside Dv);
- p and ds rounded to fdt as the products' operands (flash attention's rounding points; the portable kernels make none of
- the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With
+ tr_k_att_dot8_h beside Dv); p and ds rounded to fdt as the products' operands (flash attention's rounding points; the
+ portable kernels make none of the three). dq = R(scale sum ds k), dk = R(scale sum ds q), dv = R(sum p do), fp32 values of fdt in dqkv. With
  TR_GEMM_MMA == 2, ldmatrix and mma.sync themselves are emulated a warp at a time through local memory (X: 6 words a
  work-item), so the emulation runs these very fragments, indices and addresses, on any device. */
 #if TR_GEMM_MMA == 1
