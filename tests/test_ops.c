@@ -321,7 +321,7 @@ static void run_attention_mma(op_env *e, int dt, int B, int S, int H, int hd, in
         }
         if (excess >= 0)
             fail_msg("%s, attention, %s, tensor-core backward S %d hd %d: dqkv[%zu] (%s) got %.9g, want %.9g, bound %.3g", e->where, tr__dtypes[dt].name, S, hd,
-                     worst, "q\0k\0v" + 2 * ((worst / D) % 3), (double)got[worst], (double)dq[worst], (double)bound[worst]);
+                     worst, &"q\0k\0v"[2 * ((worst / D) % 3)], (double)got[worst], (double)dq[worst], (double)bound[worst]);
         free(got), free(dout), free(dq), free(bound);
         tr__dfree(e->ctx, dDO.p), tr__dfree(e->ctx, dDQ.p);
     }
