@@ -9829,52 +9829,36 @@ static const char tr__cl_src_ops_4[] =
 "    tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));\n"
 "    tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));\n"
 "}\n"
-"__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                        __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
-"    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
-"}\n"
-"__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                          __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
-"    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
-"}\n"
 "/* The same, four pairs j .. j + 3 a work-item (hd / 2 a multiple of 4; qkv 8-byte aligned when 16-bit, else as cos\n"
 "   and sin, 16-byte): one vector load of each run, the same arithmetic on each element */\n"
 "static inline void tr_rope4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
 "                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
 "  const int hf = hd / 2, i = 4 * get_global_id(0), j = i % hf, h = (i / hf) % H, qk = i / (hf * H);\n"
 "  const long r = get_global_id(1);\n"
-"  float4 x1, x2, c1, c2, s1, s2, y1, y2;\n"
+"  float4 x1, x2, c1, c2, s1, s2;\n"
 "  size_t v;\n"
 "  if (i >= 2 * H * hf || r >= rows) return;\n"
 "  cs += cs_off + (size_t)(r % S) * hd + j, sn += sn_off + (size_t)(r % S) * hd + j;\n"
 "  c1 = *(__global const float4 *)cs, c2 = *(__global const float4 *)(cs + hf), s1 = *(__global const float4 *)sn, s2 = *(__global const float4 *)(sn + hf);\n"
 "  v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd + j;\n"
-"  if (q16) {\n"
-"    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
-"    const ushort4 a = *(__global const ushort4 *)p, b = *(__global const ushort4 *)(p + hf);\n"
-"    x1 = tr_unhalf4(a, fdt), x2 = tr_unhalf4(b, fdt);\n"
-"  } else x1 = *(__global const float4 *)(qkv + qkv_off + v), x2 = *(__global const float4 *)(qkv + qkv_off + v + hf);\n"
-"  y1 = x1 * c1 - sgn * x2 * s1, y2 = x2 * c2 + sgn * x1 * s2;\n"
-"  if (q16) {\n"
-"    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;\n"
-"    *(__global ushort4 *)p = tr_half4(y1, fdt), *(__global ushort4 *)(p + hf) = tr_half4(y2, fdt);\n"
-"  } else {\n"
-"    *(__global float4 *)(qkv + qkv_off + v) = tr_round4(y1, fdt), *(__global float4 *)(qkv + qkv_off + v + hf) = tr_round4(y2, fdt);\n"
-"  }\n"
+"  x1 = tr_k_ld4(qkv, qkv_off, v, q16, fdt), x2 = tr_k_ld4(qkv, qkv_off, v + hf, q16, fdt);\n"
+"  tr_k_st4(qkv, qkv_off, v, q16, fdt, x1 * c1 - sgn * x2 * s1);\n"
+"  tr_k_st4(qkv, qkv_off, v + hf, q16, fdt, x2 * c2 + sgn * x1 * s2);\n"
 "}\n"
-"__kernel void tr_k_rope_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                           __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
-"  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);\n"
-"}\n"
-"__kernel void tr_k_rope16_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                             __global const float *sn, ulong sn_off, float sgn, int fdt) {\n"
-"  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);\n"
-"}\n"
+"/* tr_k_rope[16][_x4]: the one-pair and four-pair kernels, for an fp32 and a 16-bit qkv */\n"
+"#define TR_ROPE_K(NAME, FN, Q16)                                                                                                       \\\n"
+"    __kernel void NAME(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,     \\\n"
+"                       __global const float *sn, ulong sn_off, float sgn, int fdt) {                                                  \\\n"
+"        FN(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, Q16);                                                       \\\n"
+"    }\n"
+"TR_ROPE_K(tr_k_rope, tr_rope1, 0)\n"
+"TR_ROPE_K(tr_k_rope16, tr_rope1, 1)\n"
+"TR_ROPE_K(tr_k_rope_x4, tr_rope4, 0)\n"
+"TR_ROPE_K(tr_k_rope16_x4, tr_rope4, 1)\n"
 "/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
 "__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
-"    int i = get_global_id(0), b = get_global_id(1);\n";
-static const char tr__cl_src_ops_5[] =
+"    int i = get_global_id(0), b = get_global_id(1);\n"
 "    size_t o;\n"
 "    if (i >= S * D || b >= B) return;\n"
 "    halted += halted_off;\n"
@@ -9891,7 +9875,8 @@ static const char tr__cl_src_ops_5[] =
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
 "__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
+static const char tr__cl_src_ops_5[] =
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -9948,8 +9933,7 @@ static const char tr__cl_src_ops_5[] =
 "        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
 "    }\n"
 "}\n"
-"static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n";
-static const char tr__cl_src_ops_6[] =
+"static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
 "                                     ulong rstd_off, __global float *dx, ulong dx_off, int fdt, __local tr_k1_acc *sh, const int x16) {\n"
 "    size_t r = get_group_id(0), e;\n"
 "    int j, lid = get_local_id(0), n = get_local_size(0);\n"
@@ -9963,7 +9947,8 @@ static const char tr__cl_src_ops_6[] =
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
 "}\n"
-"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n"
+"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n";
+static const char tr__cl_src_ops_6[] =
 "   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
 "   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) 119-124 -> 90 us a call. */\n"
 "#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */\n"
@@ -10015,14 +10000,14 @@ static const char tr__cl_src_ops_6[] =
 "        __global const float *x, ulong x_off, __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd, \\\n"
 "        ulong rstd_off, int fdt) {                                                                                                         \\\n"
 "        __local tr_k1_acc sh[256];                                                                                                         \\\n"
-"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n";
-static const char tr__cl_src_ops_7[] =
+"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n"
 "    }                                                                                                                                      \\\n"
 "    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n"
 "        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \\\n"
 "        int fdt) {                                                                                                                         \\\n"
 "        __local tr_k1_acc sh[256];                                                                                                         \\\n"
-"        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \\\n"
+"        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \\\n";
+static const char tr__cl_src_ops_7[] =
 "    }\n"
 "/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
 "   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
@@ -10063,8 +10048,7 @@ static const char tr__cl_src_ops_7[] =
 "    size_t base = (size_t)b * S * D + j;\n"
 "    tr_k1_acc dot = 0;\n"
 "    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n";
-static const char tr__cl_src_ops_8[] =
+"    if (j >= D || b >= B) return;\n"
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
 "    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
@@ -10078,7 +10062,8 @@ static const char tr__cl_src_ops_8[] =
 "    tr_k1_acc acc = 0;\n"
 "    zh += zh_off + (size_t)b * S * D; wq += wq_off + (size_t)jj * D;\n"
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
-"    acc = tr_k1_wg_sum(sh, acc);\n"
+"    acc = tr_k1_wg_sum(sh, acc);\n";
+static const char tr__cl_src_ops_8[] =
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
 "}\n"
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
@@ -10150,8 +10135,7 @@ static const char tr__cl_src_ops_8[] =
 "        for (k = lane; k < V; k += tpr) {\n"
 "            tr_k1_acc xv = x[k], gk;\n"
 "            if (type == 0) {\n"
-"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n";
-static const char tr__cl_src_ops_9[] =
+"                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
 "            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
@@ -10173,7 +10157,8 @@ static const char tr__cl_src_ops_9[] =
 "    for (t = 0; t < L; t++) {\n"
 "        loss += (tr_k1_acc)ts[3 * t] + (tr_k1_acc)ts[3 * t + 1];\n"
 "        c += ts[3 * t + 2];\n"
-"    }\n"
+"    }\n";
+static const char tr__cl_src_ops_9[] =
 "    div = max(rs[1], 1.0f);\n"
 "    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
@@ -10240,8 +10225,7 @@ static const char tr__cl_src_ops_9[] =
 "__kernel void tr_k_qhead_bwd_w(int B, int S, int D, __global const float *dq, ulong dq_off, __global const float *zh, ulong zh_off,\n"
 "                               __global float *gw, ulong gw_off, __global float *gb, ulong gb_off) {\n"
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
-"    float acc;\n";
-static const char tr__cl_src_ops_10[] =
+"    float acc;\n"
 "    if (k > D || jj >= 2) return;\n"
 "    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
@@ -10264,7 +10248,8 @@ static const char tr__cl_src_ops_10[] =
 "    int k = get_global_id(0), g = get_global_id(1), j, j1;\n"
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
-"    if (k >= Dp || g >= ng) return;\n"
+"    if (k >= Dp || g >= ng) return;\n";
+static const char tr__cl_src_ops_10[] =
 "    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
@@ -10351,12 +10336,13 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 /* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
    instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
    over channels so each step of the walk reads a contiguous run of the row. */
-TR__FN int tr__cl_norm_w_aligned(tr__buf b) { return !b.p || !((uintptr_t)b.p & (b.dt ? 7 : 15)); }
+/* Whether b (none, or NULL) is aligned for four-value loads of its type (tr_k_ld4 / tr_k_st4: 8 bytes 16-bit, 16 fp32). */
+TR__FN int tr__cl_vec4_aligned(tr__buf b) { return !b.p || !((uintptr_t)b.p & (b.dt ? 7 : 15)); }
 TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
     int fwd = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_COLS_FWD, rows = d->kind == TR__NORM_ROWS_FWD || d->kind == TR__NORM_ROWS_BWD;
     const tr__cl_info *info = tr__cl_get_info(cl);
     int w = rows && d->D % 128 == 0 && d->D <= 1024 && info && info->max_wg >= 256 && (!info->max_item[1] || info->max_item[1] >= 8) &&
-            tr__cl_norm_w_aligned(d->in1) && tr__cl_norm_w_aligned(d->in2) && tr__cl_norm_w_aligned(d->out); /* (tr_k_rms_rows_*16w) */
+            tr__cl_vec4_aligned(d->in1) && tr__cl_vec4_aligned(d->in2) && tr__cl_vec4_aligned(d->out); /* (tr_k_rms_rows_*16w) */
     tr__clargs A;
     char name[40];
     if (d->rows <= 0 || d->D <= 0 || (!rows && d->S <= 0)) return TR_OK;
@@ -10424,7 +10410,7 @@ TR__FN tr_status tr__cl_rope(tr__cl *cl, int fdt, long rows, int S, int H, int h
     tr__cla_buf(&A, sinv);
     tr__cla_f32(&A, inverse ? -1.0f : 1.0f);
     tr__cla_i32(&A, fdt);
-    if ((hd / 2) % 4 == 0 && !((uintptr_t)qkv.p & (qkv.dt ? 7 : 15)) && !((uintptr_t)cosv & 15) && !((uintptr_t)sinv & 15))
+    if ((hd / 2) % 4 == 0 && tr__cl_vec4_aligned(qkv) && tr__cl_vec4_aligned(tr__f32(cosv)) && tr__cl_vec4_aligned(tr__f32(sinv)))
         return tr__cl_k1_launch2(cl, qkv.dt ? "tr_k_rope16_x4" : "tr_k_rope_x4", (size_t)2 * H * (hd / 2) / 4, (size_t)rows, &A);
     return tr__cl_k1_launch2(cl, qkv.dt ? "tr_k_rope16" : "tr_k_rope", (size_t)2 * H * (hd / 2), (size_t)rows, &A);
 }
@@ -12307,11 +12293,31 @@ static const char tr__cl_src_attention_9[] =
 "#define TR_FB_AFRAG(a, s, kk)                                                                                 \\\n"
 "  a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \\\n"
 "  a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)\n"
+"/* acc[i] (+)= a (16 columns of a warp's accumulator as a product's a fragment, TR_FB_AFRAG) times rows 16 kk .. + 15\n"
+" of tile T, whose columns are the head dimension, i < HD / 8 */\n"
+"static inline void tr_fb_acc(float acc[16][4], const uint a[4], __local const uint *T, int kk, const int HD, const int F16, __local uint *X) {\n"
+"  const int SW = (HD + 8) / 2, tid = get_local_id(0), lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  int i;\n"
+"  (void)X;\n"
+"#pragma unroll\n"
+"  for (i = 0; i < HD / 8; i += 2) {\n"
+"    uint fb[4];\n"
+"    TR_FB_LDMT(fb, T, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
+"    TR_FB_MMA(acc[i], a, fb, F16);\n"
+"    TR_FB_MMA(acc[i + 1], a, fb + 2, F16);\n"
+"  }\n"
+"}\n"
+"/* this lane's values of row g + 8 r8 of a warp's accumulator, times mul and rounded to fdt, from dst (its column 2 q) */\n"
+"static inline void tr_fb_put(__global float *dst, float acc[16][4], int r8, float mul, const int HD, int fdt) {\n"
+"  int j;\n"
+"#pragma unroll\n"
+"  for (j = 0; j < HD / 8; j++) dst[8 * j] = tr_round1(acc[j][2 * r8] * mul, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * r8 + 1] * mul, fdt);\n"
+"}\n"
 "static inline void tr_fb_dq(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,\n"
 "                            __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,\n"
 "                            const int F16) {\n"
 "  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;\n"
-"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;\n"
 "  const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;\n"
 "  const long ld = 3L * D;\n"
 "  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
@@ -12354,31 +12360,21 @@ static const char tr__cl_src_attention_9[] =
 "#pragma unroll\n"
 "    for (kk = 0; kk < BK / 16; kk++) { /* acc += ds k */\n"
 "      uint da[4];\n"
-"      TR_FB_AFRAG(da, s, kk);\n"
-"#pragma unroll\n"
-"      for (i = 0; i < ND; i += 2) {\n"
-"        uint fb[4];\n"
-"        TR_FB_LDMT(fb, Ks, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);\n"
-"        TR_FB_MMA(acc[i], da, fb, F16);\n"
-"        TR_FB_MMA(acc[i + 1], da, fb + 2, F16);\n"
-"      }\n"
+"      TR_FB_AFRAG(da, s, kk);\n";
+static const char tr__cl_src_attention_10[] =
+"      tr_fb_acc(acc, da, Ks, kk, HD, F16, X);\n"
 "    }\n"
 "  }\n"
 "  for (i = 0; i < 2; i++) {\n"
 "    const int row = q0 + 16 * w + g + 8 * i;\n"
-"    if (row < S) {\n"
-"      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;\n"
-"#pragma unroll\n"
-"      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);\n"
-"    }\n"
+"    if (row < S) tr_fb_put(dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q, acc, i, scale, HD, fdt);\n"
 "  }\n"
 "}\n"
 "static inline void tr_fb_dkdv(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,\n"
 "                              __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,\n"
 "                              const int HD, const int BQ, const int F16) {\n"
-"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;\n";
-static const char tr__cl_src_attention_10[] =
-"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;\n"
+"  const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;\n"
+"  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;\n"
 "  const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;\n"
 "  const long ld = 3L * D;\n"
 "  __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;\n"
@@ -12425,28 +12421,16 @@ static const char tr__cl_src_attention_10[] =
 "      uint pa[4], da[4];\n"
 "      TR_FB_AFRAG(pa, s, kk);\n"
 "      TR_FB_AFRAG(da, dp, kk);\n"
-"#pragma unroll\n"
-"      for (i = 0; i < ND; i += 2) {\n"
-"        uint fo[4], fq[4];\n"
-"        const int ot = (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4;\n"
-"        TR_FB_LDMT(fo, Os, ot);\n"
-"        TR_FB_LDMT(fq, Qs, ot);\n"
-"        TR_FB_MMA(dv[i], pa, fo, F16);\n"
-"        TR_FB_MMA(dv[i + 1], pa, fo + 2, F16);\n"
-"        TR_FB_MMA(dk[i], da, fq, F16);\n"
-"        TR_FB_MMA(dk[i + 1], da, fq + 2, F16);\n"
-"      }\n"
+"      tr_fb_acc(dv, pa, Os, kk, HD, F16, X);\n"
+"      tr_fb_acc(dk, da, Qs, kk, HD, F16, X);\n"
 "    }\n"
 "  }\n"
 "  for (i = 0; i < 2; i++) {\n"
 "    const int row = j0 + 16 * w + g + 8 * i;\n"
 "    if (row < S) {\n"
 "      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;\n"
-"#pragma unroll\n"
-"      for (j = 0; j < ND; j++) {\n"
-"        dst[D + 8 * j] = tr_round1(dk[j][2 * i] * scale, fdt), dst[D + 8 * j + 1] = tr_round1(dk[j][2 * i + 1] * scale, fdt);\n"
-"        dst[2 * D + 8 * j] = tr_round1(dv[j][2 * i], fdt), dst[2 * D + 8 * j + 1] = tr_round1(dv[j][2 * i + 1], fdt);\n"
-"      }\n"
+"      tr_fb_put(dst + D, dk, i, scale, HD, fdt);\n"
+"      tr_fb_put(dst + 2 * D, dv, i, 1.0f, HD, fdt); /* (x 1: exact) */\n"
 "    }\n"
 "  }\n"
 "}\n"
@@ -12456,9 +12440,9 @@ static const char tr__cl_src_attention_10[] =
 "#define TR_FB_ARGS                                                                                                     \\\n"
 "  __global const float *qkv, ulong qkv_off, __global const float *dO, ulong dO_off, __global const float *lse,        \\\n"
 "      ulong lse_off, __global const float *Dv, ulong Dv_off, __global float *dqkv, ulong dqkv_off, int S, int H, int nb\n"
-"#define TR_FB_K(HD, T, F16, NB)                                                                                        \\\n"
-"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n";
+"#define TR_FB_K(HD, T, F16, NB)                                                                                        \\\n";
 static const char tr__cl_src_attention_11[] =
+"  __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void tr_k_hmma_att_dq##HD##_##T(TR_FB_ARGS) {             \\\n"
 "    __local uint4 L[(2 * TR_FA_BQ + 2 * (NB)) * ((HD) + 8) / 8];                                                      \\\n"
 "    __local uint X[TR_FB_XN];                                                                                          \\\n"
 "    tr_fb_dq((__global const ushort *)qkv + 2 * qkv_off, (__global const ushort *)dO + 2 * dO_off, lse + lse_off, Dv + Dv_off, dqkv + dqkv_off, S, H, \\\n"
@@ -13290,7 +13274,7 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     const float *lse = d->lse;
     float *dqkv = d->dqkv;
     const tr__cl_info *info = tr__cl_get_info(cl);
-    size_t budget, ls[2], gs[2], nblk, rows, n16;
+    size_t budget, ls[2], gs[2], nblk, rows, n16, nDv;
     int R, BQ = 64, BK = 64, dot8, mma; /* <= 64, as in the forward */
     float *Dv;
     tr__clargs a;
@@ -13301,20 +13285,21 @@ TR__FN tr_status tr__cl_attention_bwd(tr__cl *cl, const tr__att_desc *d) {
     rows = (size_t)B * (size_t)H * (size_t)S;
     /* Dv = do.o: tr_k_att_dot8_h (8 work-items a row) where it can, which for the tensor cores' kernels (only with
        it) also writes do rounded to 16 bits, do16, after Dv in the same scratch (16-byte aligned) */
-    dot8 = x16 && hd % 32 == 0 && info->max_wg >= 256 && !((uintptr_t)do_ & 15) && !((uintptr_t)o & 7);
+    dot8 = x16 && hd % 32 == 0 && info->max_wg >= 256 && tr__cl_vec4_aligned(d->do_) && tr__cl_vec4_aligned(d->o);
     mma = dot8 && tr__cl_att_mma(cl, d, x16);
     n16 = mma ? ((size_t)B * S * H * hd + 1) / 2 : 0;
-    if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, (rows + 3) / 4 * 4 + n16))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
+    nDv = (rows + 3) / 4 * 4; /* (do16 after it, 16-byte aligned) */
+    if (!(Dv = tr__cl_scratch(cl, TR__CL_SLOT_ATT, nDv + n16))) return tr__cl_last_oom(cl) ? TR_ERR_OUT_OF_MEMORY : TR_ERR_DEVICE;
     tr__cla_init(&a);
     tr__cla_buf(&a, o), tr__cla_buf(&a, do_), tr__cla_buf(&a, Dv);
     tr__cla_i32(&a, B), tr__cla_i32(&a, S), tr__cla_i32(&a, H), tr__cla_i32(&a, hd), tr__cla_i32(&a, fdt);
     gs[0] = rows, ls[0] = info->max_wg >= 64 ? 64 : 1;
     if (dot8) {
         gs[0] = (8 * rows + 255) / 256 * 256, ls[0] = 256;
-        tr__cla_buf(&a, mma ? Dv + (rows + 3) / 4 * 4 : NULL), tr__cla_i32(&a, mma);
+        tr__cla_buf(&a, mma ? Dv + nDv : NULL), tr__cla_i32(&a, mma);
     }
     if ((st = tr__cl_launch(cl, dot8 ? "tr_k_att_dot8_h" : x16 ? "tr_k_att_dot_h" : "tr_k_att_dot", 1, gs, ls, &a)) != TR_OK) return st;
-    if (mma) return tr__cl_attention_bwd_mma(cl, d, Dv, Dv + (rows + 3) / 4 * 4);
+    if (mma) return tr__cl_attention_bwd_mma(cl, d, Dv, Dv + nDv);
     budget = tr__cl_att_budget(info), R = tr__cl_att_rows(info);
     /* dk, dv: R keys per group, query blocks of BQ */
 #define TR__ATT_DKDV_BYTES (4 * ((size_t)2 * R * (hd + 1) + (size_t)2 * BQ * (hd + 1) + (size_t)2 * BQ + (size_t)2 * BQ * (R + 1)))

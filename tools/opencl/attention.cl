@@ -621,11 +621,31 @@ static inline void tr_fb_scores(float s[8][4], float c[8][4], __local const uint
 #define TR_FB_AFRAG(a, s, kk)                                                                                 \
   a[0] = tr_mma_pack(s[2 * (kk)][0], s[2 * (kk)][1], F16), a[1] = tr_mma_pack(s[2 * (kk)][2], s[2 * (kk)][3], F16), \
   a[2] = tr_mma_pack(s[2 * (kk) + 1][0], s[2 * (kk) + 1][1], F16), a[3] = tr_mma_pack(s[2 * (kk) + 1][2], s[2 * (kk) + 1][3], F16)
+/* acc[i] (+)= a (16 columns of a warp's accumulator as a product's a fragment, TR_FB_AFRAG) times rows 16 kk .. + 15
+ of tile T, whose columns are the head dimension, i < HD / 8 */
+static inline void tr_fb_acc(float acc[16][4], const uint a[4], __local const uint *T, int kk, const int HD, const int F16, __local uint *X) {
+  const int SW = (HD + 8) / 2, tid = get_local_id(0), lr = tid & 7, lm = (tid >> 3) & 3;
+  int i;
+  (void)X;
+#pragma unroll
+  for (i = 0; i < HD / 8; i += 2) {
+    uint fb[4];
+    TR_FB_LDMT(fb, T, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);
+    TR_FB_MMA(acc[i], a, fb, F16);
+    TR_FB_MMA(acc[i + 1], a, fb + 2, F16);
+  }
+}
+/* this lane's values of row g + 8 r8 of a warp's accumulator, times mul and rounded to fdt, from dst (its column 2 q) */
+static inline void tr_fb_put(__global float *dst, float acc[16][4], int r8, float mul, const int HD, int fdt) {
+  int j;
+#pragma unroll
+  for (j = 0; j < HD / 8; j++) dst[8 * j] = tr_round1(acc[j][2 * r8] * mul, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * r8 + 1] * mul, fdt);
+}
 static inline void tr_fb_dq(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,
                             __global float *dqkv, int S, int H, int nqb, __local uint *L, __local uint *X, const int HD, const int BK,
                             const int F16) {
   const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BK / 8;
-  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;
+  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
   const int gi = get_group_id(0), bh = gi / nqb, q0 = (gi - bh * nqb) * TR_FA_BQ, b = bh / H, h = bh - b * H, D = H * HD;
   const long ld = 3L * D;
   __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
@@ -669,29 +689,19 @@ static inline void tr_fb_dq(__global const ushort *qkv, __global const ushort *d
     for (kk = 0; kk < BK / 16; kk++) { /* acc += ds k */
       uint da[4];
       TR_FB_AFRAG(da, s, kk);
-#pragma unroll
-      for (i = 0; i < ND; i += 2) {
-        uint fb[4];
-        TR_FB_LDMT(fb, Ks, (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4);
-        TR_FB_MMA(acc[i], da, fb, F16);
-        TR_FB_MMA(acc[i + 1], da, fb + 2, F16);
-      }
+      tr_fb_acc(acc, da, Ks, kk, HD, F16, X);
     }
   }
   for (i = 0; i < 2; i++) {
     const int row = q0 + 16 * w + g + 8 * i;
-    if (row < S) {
-      __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;
-#pragma unroll
-      for (j = 0; j < ND; j++) dst[8 * j] = tr_round1(acc[j][2 * i] * scale, fdt), dst[8 * j + 1] = tr_round1(acc[j][2 * i + 1] * scale, fdt);
-    }
+    if (row < S) tr_fb_put(dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q, acc, i, scale, HD, fdt);
   }
 }
 static inline void tr_fb_dkdv(__global const ushort *qkv, __global const ushort *dO, __global const float *lse, __global const float *Dv,
                               __global float *dqkv, int S, int H, int nkb, __local uint *L, __local float *Lf, __local uint *X,
                               const int HD, const int BQ, const int F16) {
   const int fdt = F16 ? 2 : 1, SW = (HD + 8) / 2, ND = HD / 8, NJ = BQ / 8;
-  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3, lr = tid & 7, lm = (tid >> 3) & 3;
+  const int tid = get_local_id(0), w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
   const int gi = get_group_id(0), bh = gi / nkb, j0 = (gi - bh * nkb) * TR_FA_BK, b = bh / H, h = bh - b * H, D = H * HD;
   const long ld = 3L * D;
   __global const ushort *base = qkv + (long)b * S * ld + (long)h * HD;
@@ -738,28 +748,16 @@ static inline void tr_fb_dkdv(__global const ushort *qkv, __global const ushort 
       uint pa[4], da[4];
       TR_FB_AFRAG(pa, s, kk);
       TR_FB_AFRAG(da, dp, kk);
-#pragma unroll
-      for (i = 0; i < ND; i += 2) {
-        uint fo[4], fq[4];
-        const int ot = (16 * kk + (lm & 1) * 8 + lr) * SW + (i + (lm >> 1)) * 4;
-        TR_FB_LDMT(fo, Os, ot);
-        TR_FB_LDMT(fq, Qs, ot);
-        TR_FB_MMA(dv[i], pa, fo, F16);
-        TR_FB_MMA(dv[i + 1], pa, fo + 2, F16);
-        TR_FB_MMA(dk[i], da, fq, F16);
-        TR_FB_MMA(dk[i + 1], da, fq + 2, F16);
-      }
+      tr_fb_acc(dv, pa, Os, kk, HD, F16, X);
+      tr_fb_acc(dk, da, Qs, kk, HD, F16, X);
     }
   }
   for (i = 0; i < 2; i++) {
     const int row = j0 + 16 * w + g + 8 * i;
     if (row < S) {
       __global float *dst = dqkv + ((long)b * S + row) * ld + (long)h * HD + 2 * q;
-#pragma unroll
-      for (j = 0; j < ND; j++) {
-        dst[D + 8 * j] = tr_round1(dk[j][2 * i] * scale, fdt), dst[D + 8 * j + 1] = tr_round1(dk[j][2 * i + 1] * scale, fdt);
-        dst[2 * D + 8 * j] = tr_round1(dv[j][2 * i], fdt), dst[2 * D + 8 * j + 1] = tr_round1(dv[j][2 * i + 1], fdt);
-      }
+      tr_fb_put(dst + D, dk, i, scale, HD, fdt);
+      tr_fb_put(dst + 2 * D, dv, i, 1.0f, HD, fdt); /* (x 1: exact) */
     }
   }
 }

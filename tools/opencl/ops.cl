@@ -205,47 +205,32 @@ static inline void tr_rope1(long rows, int S, int H, int hd, __global float *qkv
     tr_k_st16(qkv, qkv_off, v + j, q16, fdt, tr_round1(x1 * cs[j] - sgn * x2 * sn[j], fdt));
     tr_k_st16(qkv, qkv_off, v + j + hf, q16, fdt, tr_round1(x2 * cs[j + hf] + sgn * x1 * sn[j + hf], fdt));
 }
-__kernel void tr_k_rope(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                        __global const float *sn, ulong sn_off, float sgn, int fdt) {
-    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);
-}
-__kernel void tr_k_rope16(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                          __global const float *sn, ulong sn_off, float sgn, int fdt) {
-    tr_rope1(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);
-}
 /* The same, four pairs j .. j + 3 a work-item (hd / 2 a multiple of 4; qkv 8-byte aligned when 16-bit, else as cos
    and sin, 16-byte): one vector load of each run, the same arithmetic on each element */
 static inline void tr_rope4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
                             __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {
   const int hf = hd / 2, i = 4 * get_global_id(0), j = i % hf, h = (i / hf) % H, qk = i / (hf * H);
   const long r = get_global_id(1);
-  float4 x1, x2, c1, c2, s1, s2, y1, y2;
+  float4 x1, x2, c1, c2, s1, s2;
   size_t v;
   if (i >= 2 * H * hf || r >= rows) return;
   cs += cs_off + (size_t)(r % S) * hd + j, sn += sn_off + (size_t)(r % S) * hd + j;
   c1 = *(__global const float4 *)cs, c2 = *(__global const float4 *)(cs + hf), s1 = *(__global const float4 *)sn, s2 = *(__global const float4 *)(sn + hf);
   v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd + j;
-  if (q16) {
-    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;
-    const ushort4 a = *(__global const ushort4 *)p, b = *(__global const ushort4 *)(p + hf);
-    x1 = tr_unhalf4(a, fdt), x2 = tr_unhalf4(b, fdt);
-  } else x1 = *(__global const float4 *)(qkv + qkv_off + v), x2 = *(__global const float4 *)(qkv + qkv_off + v + hf);
-  y1 = x1 * c1 - sgn * x2 * s1, y2 = x2 * c2 + sgn * x1 * s2;
-  if (q16) {
-    __global ushort *p = (__global ushort *)qkv + 2 * qkv_off + v;
-    *(__global ushort4 *)p = tr_half4(y1, fdt), *(__global ushort4 *)(p + hf) = tr_half4(y2, fdt);
-  } else {
-    *(__global float4 *)(qkv + qkv_off + v) = tr_round4(y1, fdt), *(__global float4 *)(qkv + qkv_off + v + hf) = tr_round4(y2, fdt);
-  }
+  x1 = tr_k_ld4(qkv, qkv_off, v, q16, fdt), x2 = tr_k_ld4(qkv, qkv_off, v + hf, q16, fdt);
+  tr_k_st4(qkv, qkv_off, v, q16, fdt, x1 * c1 - sgn * x2 * s1);
+  tr_k_st4(qkv, qkv_off, v + hf, q16, fdt, x2 * c2 + sgn * x1 * s2);
 }
-__kernel void tr_k_rope_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                           __global const float *sn, ulong sn_off, float sgn, int fdt) {
-  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 0);
-}
-__kernel void tr_k_rope16_x4(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,
-                             __global const float *sn, ulong sn_off, float sgn, int fdt) {
-  tr_rope4(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, 1);
-}
+/* tr_k_rope[16][_x4]: the one-pair and four-pair kernels, for an fp32 and a 16-bit qkv */
+#define TR_ROPE_K(NAME, FN, Q16)                                                                                                       \
+    __kernel void NAME(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,     \
+                       __global const float *sn, ulong sn_off, float sgn, int fdt) {                                                  \
+        FN(rows, S, H, hd, qkv, qkv_off, cs, cs_off, sn, sn_off, sgn, fdt, Q16);                                                       \
+    }
+TR_ROPE_K(tr_k_rope, tr_rope1, 0)
+TR_ROPE_K(tr_k_rope16, tr_rope1, 1)
+TR_ROPE_K(tr_k_rope_x4, tr_rope4, 0)
+TR_ROPE_K(tr_k_rope16_x4, tr_rope4, 1)
 /* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */
 __kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,
                           __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {
