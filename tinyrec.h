@@ -13191,7 +13191,7 @@ TR__FN tr_status tr__cl_att_x16(tr__cl *cl, int x16) {
 /* The forward and the backward on the tensor cores (tr_k_hmma_att_*, attention.cl) where they apply: qkv and o in 16 bits (x16) of a
    bfloat16 / float16 computation, head size 32, 64 or 128, qkv 16-byte aligned (its staging copies 16 bytes), and the
    tensor-core program built, unless TINYREC_CL_SGEMM says ATT=0 (cfg.att). On an H200 at trm-sudoku-att's shapes it
-   runs 7.6-18x the portable kernel, 13.5x at S = 916. They round p (and the backward do and ds) to fdt as the products' operands
+   runs the forward 9.7-18x the portable kernel (15.9x at S = 916), the backward 9.0-20x (20.5x). They round p (and the backward do and ds) to fdt as the products' operands
    (flash attention's rounding points); the portable kernels run everywhere else. */
 TR__FN int tr__cl_att_mma(tr__cl *cl, const tr__att_desc *d, int x16) {
     int on = cl->gemm.att != 1;
