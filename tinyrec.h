@@ -8214,6 +8214,8 @@ typedef struct tr__cl_gemm_cfg {
                        parsing = not given (automatic) */
     int att;        /* the attention (forward and backward) on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
                        its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
+    int hm, hn, hw, hs, hdb; /* tr_k_hmma's tile (TR_HM x TR_HN, warps of 64 x TR_HW, TR_HS stages, TR_HDB; 0: the default,
+                                tr__cl_hmma_tile; HM=, HN=, HW=, HS=, HDB= in TINYREC_CL_SGEMM) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -11263,8 +11265,29 @@ static const char tr__cl_src_gemm_8[] =
 " nearest even, exact for such values) to rows of 16-bit values along the depth, then tr_k_hmma multiplies them. Built\n"
 " in a program of their own (TR_MMA_ONLY), at the first such product. */\n"
 "#ifdef TR_GEMM_MMA\n"
-"#define TR_MT 128                       /* tile rows and columns */\n"
-"#define TR_MK 32                        /* tile depth */\n"
+"#define TR_MT 128 /* the packing's unit of rows (tr__cl_packed_of pads to it) */\n"
+"#define TR_MK 32  /* tile depth, and the packing's unit of columns */\n"
+"/* tr_k_hmma's tile (the host's tr__cl_gemm_cfg hm, hn, hw, hs): TR_HM x TR_HN of C, warps of 64 x TR_HW, TR_HS stages */\n"
+"#ifndef TR_HM\n"
+"#define TR_HM 128\n"
+"#endif\n"
+"#ifndef TR_HN\n"
+"#define TR_HN 128\n"
+"#endif\n"
+"#ifndef TR_HW\n"
+"#define TR_HW 32\n"
+"#endif\n"
+"#ifndef TR_HS\n"
+"#define TR_HS 3\n"
+"#endif\n"
+"#define TR_HWN (TR_HN / TR_HW)        /* warps along a tile's columns */\n"
+"#define TR_HNT (32 * (TR_HM / 64) * TR_HWN) /* work-items */\n"
+"#define TR_HNF (TR_HW / 8)            /* a warp's n8 fragments */\n"
+"#ifndef TR_HDB\n";
+static const char tr__cl_src_gemm_9[] =
+"#define TR_HDB 0 /* 1: a tile's fragments loaded before its products */\n"
+"#endif\n"
+"#define TR_HFS (TR_HDB ? TR_MK / 16 : 1)\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
 "#if TR_GEMM_MMA == 1\n"
@@ -11275,8 +11298,7 @@ static const char tr__cl_src_gemm_8[] =
 "#else /* the tape's conversion (ops.cl): x rounded by tr_round1, the one rounding rule, repacked exactly */\n"
 "  return (uint)tr_half1(lo, F16 ? 2 : 1) | (uint)tr_half1(hi, F16 ? 2 : 1) << 16;\n"
 "#endif\n"
-"}\n";
-static const char tr__cl_src_gemm_9[] =
+"}\n"
 "/* c (+)= a b for one m16n8k16 fragment: a = rows g, g + 8 at depth pairs q, q + 4 (4 words), b = column g at q, q + 4 */\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_MMA_BF16 \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
@@ -11301,7 +11323,7 @@ static const char tr__cl_src_gemm_9[] =
 " start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's\n"
 " payload; pairs of columns as words; ldc and N even, no acc). */\n"
 "static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
-"                                int c16, float c[4][4][4]) {\n"
+"                                int c16, float c[4][TR_HNF][4]) {\n"
 "  int i, j, r;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
@@ -11311,7 +11333,7 @@ static const char tr__cl_src_gemm_9[] =
 "      __global float *cr = C + (long)m * ldc;\n"
 "      if (m >= M) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n"
+"      for (j = 0; j < TR_HNF; j++) {\n"
 "        const int n = nw + j * 8 + 2 * q;\n"
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
 "        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
@@ -11329,17 +11351,17 @@ static const char tr__cl_src_gemm_9[] =
 " and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
 " 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
 " halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
-" swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
+" swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n";
+static const char tr__cl_src_gemm_10[] =
 " the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next\n"
 " product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
 " operand, rows past M / 2 are not written: the next product reads no depth past them).\n"
 " swr 0 (the channel SwiGLU: halves of N / 2 columns, B's rows interleaved): fragments j and j + 1 (j even) hold those\n"
 " of the same 8 columns; act is written only packed for the next product (tr_k_hmma's A), as a16's rows of kpa 16-bit\n"
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
-" is 0 there, as a packed operand's padding must be. */\n";
-static const char tr__cl_src_gemm_10[] =
+" is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
-"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {\n"
+"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][TR_HNF][4]) {\n"
 "  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n"
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
@@ -11350,7 +11372,7 @@ static const char tr__cl_src_gemm_10[] =
 "      const long hx = (mw + i * 16) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j++) {\n"
+"      for (j = 0; j < TR_HNF; j++) {\n"
 "        const int n = nw + j * 8 + 2 * q;\n"
 "        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);\n"
 "        if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);\n"
@@ -11366,11 +11388,11 @@ static const char tr__cl_src_gemm_10[] =
 "      for (r = 0; r < 2; r++) {\n"
 "        const long m = mw + i * 16 + g + r * 8;\n"
 "#pragma unroll\n"
-"        for (j = 0; j < 4; j += 2) {\n"
+"        for (j = 0; j < TR_HNF; j += 2) {\n"
 "          const int col = (nw + j * 8) / 2 + 2 * q;\n"
 "          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);\n"
 "          const float2 v = TR_SWIGLU2(gate, up);\n"
-"          if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
+"          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
 "          if (keep == 2 && m < M && col < N / 2)\n"
 "            c16[(m * ldc + col) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[(m * ldc + N / 2 + col) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);\n"
 "          else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"
@@ -11386,18 +11408,24 @@ static const char tr__cl_src_gemm_10[] =
 " a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
 " one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
-" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n"
+" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n";
+static const char tr__cl_src_gemm_11[] =
 " the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.\n"
 " Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
-"#define TR_HS 3\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
-"#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */\n"
+"/* of depth k, chunk c of a depth-major tile of XT columns */\n"
+"#define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src, n) \\\n"
 "  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
 "#define TR_HCOMMIT() __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\")\n"
-"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\") /* TR_HS - 2 groups may stay in flight */\n";
-static const char tr__cl_src_gemm_11[] =
+"#if TR_HS == 2 /* TR_HS - 2 groups may stay in flight */\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\")\n"
+"#elif TR_HS == 3\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 1;\" ::: \"memory\")\n"
+"#else\n"
+"#define TR_HWAIT() __asm__ volatile(\"cp.async.wait_group 2;\" ::: \"memory\")\n"
+"#endif\n"
 "#define TR_LDM4(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
@@ -11407,27 +11435,28 @@ static const char tr__cl_src_gemm_11[] =
 "#define TR_HCOMMIT()\n"
 "#define TR_HWAIT()\n"
 "#endif\n"
-"/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past\n"
-" the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its\n"
-" producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */\n"
-"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {\n"
+"/* the copies of tile (depths ik..) of a packed operand's rows x0.. (XT of them; zeros past its xp packed rows) or\n"
+" (depth-major T) of its columns x0.. (zeros past the 2 ld packed ones, so that no copy reads past the last row, and\n"
+" past depth K, where a packing written by its producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S:\n"
+" 4 XT chunks of 16 bytes, e = tid, tid + TR_HNT, .. */\n"
+"static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int xp, int ik, int K, int tid, const int T, const int XT) {\n"
 "  int l;\n"
 "#pragma unroll\n"
-"  for (l = 0; l < 2; l++) {\n"
-"    const int e = tid + l * 256;\n"
+"  for (l = 0; l < 4 * XT / TR_HNT; l++) {\n"
+"    const int e = tid + l * TR_HNT;\n"
 "    if (T) {\n"
-"      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;\n"
-"      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
+"      const int k = e / (XT / 8), c = e % (XT / 8), in = x0 + 8 * c < 2 * ld && ik + k < K;\n"
+"      TR_HCP(S + TR_HTW(k, c, XT), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
 "    } else {\n"
-"      const int r = e >> 2, c = e & 3;\n"
-"      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);\n"
+"      const int r = e >> 2, c = e & 3, in = XT <= TR_MT || x0 + r < xp;\n"
+"      TR_HCP(S + TR_HSW(r, c), in ? P + (long)(x0 + r) * ld + ik / 2 + 4 * c : P, in ? 16 : 0);\n"
 "    }\n"
 "  }\n"
 "}\n"
 "#if TR_GEMM_MMA != 1\n"
 "/* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */\n"
-"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {\n"
-"  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));\n"
+"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T, const int XT) {\n"
+"  const uint w = T ? S[TR_HTW(k, r >> 3, XT) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));\n"
 "  return tr_unhalf1((ushort)w, F16 ? 2 : 1);\n"
 "}\n"
 "#endif\n"
@@ -11435,77 +11464,91 @@ static const char tr__cl_src_gemm_11[] =
 "                           long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,\n"
 "                           __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,\n"
 "                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {\n"
-"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;\n"
+"  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
-"  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;\n"
+"  const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;\n"
+"  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */\n";
+static const char tr__cl_src_gemm_12[] =
 "  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
-"  float c[4][4][4];\n"
+"  float c[4][TR_HNF][4];\n"
 "  int i, j, r, s, t;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"    for (j = 0; j < 4; j++)\n"
+"    for (j = 0; j < TR_HNF; j++)\n"
 "#pragma unroll\n"
 "      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
 "  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
 "    if (t < nt) {\n"
 "      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n"
-"      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
+"      tr_hmma_copy(As0 + t * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);\n"
+"      tr_hmma_copy(Bs0 + t * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);\n"
 "    }\n"
 "    TR_HCOMMIT();\n"
 "  }\n"
 "  for (t = 0; t < nt; t++) {\n"
-"    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);\n"
+"    __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);\n";
-static const char tr__cl_src_gemm_12[] =
-"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);\n"
+"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);\n"
+"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);\n"
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
-"#pragma unroll\n"
-"    for (s = 0; s < TR_MK / 16; s++) {\n"
 "#if TR_GEMM_MMA == 1\n"
-"      uint a[4][4], b[4][2];\n"
-"      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
-"         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
-"         depth-major tile, depth l % 8 of the matrix, transposed as it loads) */\n"
+"    {\n"
+"      /* fragments of depth step s (TR_HDB: of both steps, loaded before the first's products) */\n"
+"      uint a[TR_HFS][4][4], b[TR_HFS][TR_HNF][2];\n"
 "#pragma unroll\n"
-"      for (i = 0; i < 4; i++) {\n"
-"        const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;\n"
-"        if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));\n"
-"        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
-"      }\n"
+"      for (s = 0; s < TR_MK / 16; s++) {\n"
+"        if (!TR_HDB || s == 0) {\n"
+"          int s1;\n"
 "#pragma unroll\n"
-"      for (j = 0; j < 4; j += 2) {\n"
-"        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
-"        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
-"        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
-"      }\n"
+"          for (s1 = s; s1 < (TR_HDB ? TR_MK / 16 : s + 1); s1++) {\n"
+"            const int f = s1 % TR_HFS;\n"
+"            /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 |\n"
+"               8-15 of columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout\n"
+"               (from a depth-major tile, depth l % 8 of the matrix, transposed as it loads) */\n"
 "#pragma unroll\n"
-"      for (i = 0; i < 4; i++)\n"
+"            for (i = 0; i < 4; i++) {\n"
+"              const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s1 + (lm >> 1) * 8;\n"
+"              if (TA) TR_LDM4T(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));\n"
+"              else TR_LDM4(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HSW(am + lr, ak >> 3));\n"
+"            }\n"
 "#pragma unroll\n"
-"        for (j = 0; j < 4; j++) {\n"
-"          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
-"          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"            for (j = 0; j < TR_HNF; j += 2) {\n"
+"              const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s1 + (lm & 1) * 8;\n"
+"              if (TB) TR_LDM4T(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));\n"
+"              else TR_LDM4(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
+"            }\n"
+"          }\n"
 "        }\n"
+"#pragma unroll\n"
+"        for (i = 0; i < 4; i++)\n"
+"#pragma unroll\n"
+"          for (j = 0; j < TR_HNF; j++) {\n"
+"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
+"            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
+"          }\n"
+"      }\n"
+"    }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
+"    for (s = 0; s < TR_MK / 16; s++)\n"
 "      for (i = 0; i < 4; i++)\n"
-"        for (j = 0; j < 4; j++)\n"
+"        for (j = 0; j < TR_HNF; j++)\n"
 "          for (r = 0; r < 4; r++) {\n"
 "            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
-"            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);\n"
+"            for (kk = 0; kk < 16; kk++)\n"
+"              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
-"    }\n"
-"  }\n"
+"  }\n";
+static const char tr__cl_src_gemm_13[] =
 "  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
 "}\n"
@@ -11514,28 +11557,27 @@ static const char tr__cl_src_gemm_12[] =
 " to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as\n"
 " those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */\n"
 "#define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
+"  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
-"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
+"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \\\n"
 "    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, Cz, ldc, M, N, K, Kp, acc, nb, bpg, ks, kc, z,                      \\\n"
 "            ((co | (ulong)ldc) & 1) == 0, (__local uint *)As, (__local uint *)Bs, F16, wc, 0, 0, 0, 0, 0, 0, 0, TA, TB);  \\\n"
-"  }\n";
-static const char tr__cl_src_gemm_13[] =
+"  }\n"
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
-"  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \\\n"
+"  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
 "    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
-"    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \\\n"
+"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
@@ -11545,7 +11587,8 @@ static const char tr__cl_src_gemm_13[] =
 "  }\n"
 "TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)\n"
-"TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n"
+"TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n";
+static const char tr__cl_src_gemm_14[] =
 "TR_HMMA_K(tr_k_hmma_bf16_tab, 0, 1, 1)\n"
 "TR_HMMA_K(tr_k_hmma_f16, 1, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_f16_ta, 1, 1, 0)\n"
@@ -11570,8 +11613,7 @@ static const char tr__cl_src_gemm_13[] =
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
 " (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half\n"
 " alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */\n"
-"#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n";
-static const char tr__cl_src_gemm_14[] =
+"#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
 "                   int rp, int fdt, long so, int il) {                                                                        \\\n"
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
@@ -11587,7 +11629,8 @@ static const char tr__cl_src_gemm_14[] =
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
 "      }                                                                                                                       \\\n"
 "    } else                                                                                                                    \\\n"
-"      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n"
+"      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n";
+static const char tr__cl_src_gemm_15[] =
 "                   k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \\\n"
 "  }                                                                                                                           \\\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2)); \\\n"
@@ -11605,8 +11648,7 @@ static const char tr__cl_src_gemm_14[] =
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
 "  float4 x, u, d, dgate, dup;                                                                                                 \\\n"
-"  float2 v;                                                                                                                   \\\n";
-static const char tr__cl_src_gemm_15[] =
+"  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
 "  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
 "  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
@@ -11628,7 +11670,8 @@ static const char tr__cl_src_gemm_15[] =
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
-"               __global float *C, ulong C_off, long ldc, int acc) {\n"
+"               __global float *C, ulong C_off, long ldc, int acc) {\n";
+static const char tr__cl_src_gemm_16[] =
 "  const int n = get_global_id(0), m = get_global_id(1);\n"
 "  const long mn = (long)M * N, idx = (long)m * N + n;\n"
 "  float s;\n"
@@ -11657,7 +11700,8 @@ static const char tr__cl_src_gemm_15[] =
 #define TR__CL_SRC_GEMM_LIST \
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
-    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14, tr__cl_src_gemm_15
+    tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14, tr__cl_src_gemm_15, \
+    tr__cl_src_gemm_16
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -12531,18 +12575,29 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
     return info->nv_sm >= 80 ? 1 : 0;
 }
 
+/* tr_k_hmma's tile in g (hm x hn of C, warps of 64 x hw, hs stages of 32 depths, hdb): as given where valid (a whole
+   number of warps, each work-item copying whole 16-byte chunks of both tiles, the stages within the device's local
+   memory), else the default, 128 x 128 in warps of 64 x 32, 3 stages (48 KiB). */
+TR__FN void tr__cl_hmma_tile(const tr__cl_info *info, tr__cl_gemm_cfg *g) {
+    int nt = g->hm > 0 && g->hw > 0 ? 32 * (g->hm / 64) * (g->hn / g->hw) : 0;
+    if (!(g->hm == 64 || g->hm == 128 || g->hm == 256) || !(g->hw == 16 || g->hw == 32 || g->hw == 64) || g->hn < g->hw || g->hn % g->hw ||
+        g->hn % 64 || g->hn > 256 || nt < 64 || nt > 512 || (4 * g->hm) % nt || (4 * g->hn) % nt || g->hs < 2 || g->hs > 4 ||
+        g->hdb < 0 || g->hdb > 1 || (info && info->max_wg && (size_t)nt > info->max_wg) ||
+        (info && info->local_mem && (size_t)g->hs * (size_t)(g->hm + g->hn) * 64 > info->local_mem))
+        g->hm = g->hn = 128, g->hw = 32, g->hs = 3, g->hdb = 0;
+}
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
    WN=8,VW=4"; keys that are not given keep the automatic value; here `env`: tr_ctx_config.cl_sgemm, else the variable)
    if the result is valid (otherwise it is ignored).
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12577,12 +12632,18 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "ST")) g.st = (int)v;
             else if (!strcmp(key, "MMA")) g.mma = (int)v;
             else if (!strcmp(key, "ATT")) g.att = v ? 2 : 1;
+            else if (!strcmp(key, "HM")) g.hm = (int)v;
+            else if (!strcmp(key, "HN")) g.hn = (int)v;
+            else if (!strcmp(key, "HW")) g.hw = (int)v;
+            else if (!strcmp(key, "HS")) g.hs = (int)v;
+            else if (!strcmp(key, "HDB")) g.hdb = (int)v;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
     }
     out->cp = out->cp != 0 && tr__cl_gemm_cp_ok(out, info) ? (out->cp == 2 ? 2 : 1) : 0;
     out->mma = tr__cl_gemm_mma_mode(info, out->mma);
+    tr__cl_hmma_tile(info, out);
 }
 /* The same with TINYREC_CL_SGEMM as it is (tests, benches). */
 TR__FN void tr__cl_gemm_config(const tr__cl_info *info, tr__cl_gemm_cfg *out) { tr__cl_gemm_config_spec(info, getenv("TINYREC_CL_SGEMM"), out); }
@@ -12673,8 +12734,9 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
-    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d %.380s", tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "",
-             cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, extra ? extra : "");
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d -DTR_HDB=%d %.300s",
+             tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, cl->gemm.hm,
+             cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, cl->gemm.hdb, extra ? extra : "");
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
     if (cl->mma_program && err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
@@ -12940,7 +13002,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
         tr__cl_mma_ready(cl)) { /* (the packing's grid has a dimension per batch: at most 65535) */
         mma = mc.prec == TR_FWD_BFLOAT16 ? 1 : 2;
         cl->mma_products++;
-        g.tm = g.tn = 128, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_MT, TR_MK) */
+        g.tm = g.hm, g.tn = g.hn, g.tk = 32, g.cp = 0; /* tr_k_hmma's tile (TR_HM x TR_HN, TR_MK deep) */
     }
     if (fz->sw && !mma && !tr__cl_gemm_sw_ok(ta, tb, fz->sw)) return tr__err(cl->ctx, TR_ERR_UNSUPPORTED, "opencl: no fused SwiGLU sgemm for this case");
     if (fz->rnd && (!mma || ldc != N || (fz->rnd == 2 && (acc || N % 2 || sum || sC % 2))))
@@ -12994,7 +13056,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
     if (mma) {
         /* both operands rounded and packed as 16-bit rows as they are stored (tr__cl_packed_of; a16 / b16 given so
            already: P NULL), then the cp.async tensor-core kernel, reading a transposed one depth-major */
-        size_t Kp = (K + 31) / 32 * 32, Mp = (M + 127) / 128 * 128, Np = (N + 127) / 128 * 128;
+        size_t Kp = (K + 31) / 32 * 32, Mp = (M + (size_t)g.hm - 1) / (size_t)g.hm, Np = (N + (size_t)g.hn - 1) / (size_t)g.hn; /* (tiles) */
         int nbA = nb > 1 && sA ? nb : 1, nbB = nb > 1 && sB ? nb : 1;
         uint32_t *pk[2] = {NULL, NULL}, *A16, *B16;
         tr__cl_packed want[2], act; /* act: act16's packing, the next product's operand (rows x cols of act) */
@@ -13020,8 +13082,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
             tr__cl_pack_wrote(cl, C, fz->rnd == 2 ? (span + 1) / 2 : span);
         }
         if (ks == 1) kc = (int)Kp; /* (K pieces are whole tiles already: g.tk) */
-        ls[0] = 256, ls[1] = 1, ls[2] = 1;
-        gs[0] = Np / 128 * 256, gs[1] = Mp / 128;
+        ls[0] = (size_t)(32 * (g.hm / 64) * (g.hn / g.hw)), ls[1] = 1, ls[2] = 1;
+        gs[0] = Np * ls[0], gs[1] = Mp;
         if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
             gs[2] = (size_t)nb;
             tr__cla_init(&a);

@@ -888,20 +888,27 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
 }
 
 static void test_sgemm_mma(void **state) {
+    /* tr_k_hmma's tiles: rows past the packing's 128 (HM=256), warps of 64 x 64, two stages */
+    static const char *const tiles[] = {"MMA=2", "MMA=2,HM=256,HN=128,HW=64,HS=2", "MMA=2,HM=64,HN=256,HW=64,HS=2"};
+    static const int tile_mn[] = {0, 256128, 64256};
     const char *old = getenv("TINYREC_CL_SGEMM");
     tr__cl *cl = dev();
     tr_ctx *ctx2;
+    size_t i;
     (void)state;
     assert_int_equal(cl->gemm.mma, tr__cl_get_info(cl)->nv_sm >= 80 ? 1 : 0); /* automatic: where mma.sync exists */
     if (cl->gemm.mma) mma_products(g_ctx, cl);                                 /* the inline-PTX kernels */
-    setenv("TINYREC_CL_SGEMM", "MMA=2", 1);                                    /* the emulation, any device */
-    ctx2 = tu_ctx(2, 1);
-    cl = tu_cl_open(ctx2);
-    assert_int_equal(cl->gemm.mma, 2);
-    assert_null(cl->mma_program); /* built at the first low-precision product */
-    mma_products(ctx2, cl);
-    assert_non_null(cl->mma_program);
-    tr_ctx_destroy(ctx2);
+    for (i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        setenv("TINYREC_CL_SGEMM", tiles[i], 1); /* the emulation, any device: the default tile, then the others */
+        ctx2 = tu_ctx(2, 1);
+        cl = tu_cl_open(ctx2);
+        assert_int_equal(cl->gemm.mma, 2);
+        if (i) assert_int_equal(cl->gemm.hm * 1000 + cl->gemm.hn, tile_mn[i]); /* (taken, not refused) */
+        assert_null(cl->mma_program); /* built at the first low-precision product */
+        mma_products(ctx2, cl);
+        assert_non_null(cl->mma_program);
+        tr_ctx_destroy(ctx2);
+    }
     setenv("TINYREC_CL_SGEMM", "MMA=0", 1);
     ctx2 = tu_ctx(2, 1);
     assert_int_equal(tu_cl_open(ctx2)->gemm.mma, 0);

@@ -463,8 +463,28 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
  nearest even, exact for such values) to rows of 16-bit values along the depth, then tr_k_hmma multiplies them. Built
  in a program of their own (TR_MMA_ONLY), at the first such product. */
 #ifdef TR_GEMM_MMA
-#define TR_MT 128                       /* tile rows and columns */
-#define TR_MK 32                        /* tile depth */
+#define TR_MT 128 /* the packing's unit of rows (tr__cl_packed_of pads to it) */
+#define TR_MK 32  /* tile depth, and the packing's unit of columns */
+/* tr_k_hmma's tile (the host's tr__cl_gemm_cfg hm, hn, hw, hs): TR_HM x TR_HN of C, warps of 64 x TR_HW, TR_HS stages */
+#ifndef TR_HM
+#define TR_HM 128
+#endif
+#ifndef TR_HN
+#define TR_HN 128
+#endif
+#ifndef TR_HW
+#define TR_HW 32
+#endif
+#ifndef TR_HS
+#define TR_HS 3
+#endif
+#define TR_HWN (TR_HN / TR_HW)        /* warps along a tile's columns */
+#define TR_HNT (32 * (TR_HM / 64) * TR_HWN) /* work-items */
+#define TR_HNF (TR_HW / 8)            /* a warp's n8 fragments */
+#ifndef TR_HDB
+#define TR_HDB 0 /* 1: a tile's fragments loaded before its products */
+#endif
+#define TR_HFS (TR_HDB ? TR_MK / 16 : 1)
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
 #if TR_GEMM_MMA == 1
@@ -500,7 +520,7 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
  start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's
  payload; pairs of columns as words; ldc and N even, no acc). */
 static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
-                                int c16, float c[4][4][4]) {
+                                int c16, float c[4][TR_HNF][4]) {
   int i, j, r;
 #pragma unroll
   for (i = 0; i < 4; i++)
@@ -510,7 +530,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       __global float *cr = C + (long)m * ldc;
       if (m >= M) continue;
 #pragma unroll
-      for (j = 0; j < 4; j++) {
+      for (j = 0; j < TR_HNF; j++) {
         const int n = nw + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
@@ -537,7 +557,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
  values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
  is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
-                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][4][4]) {
+                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][TR_HNF][4]) {
   __global uint *c16 = (__global uint *)C; /* (keep 2) */
   int i, j, r;
 #define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)
@@ -548,7 +568,7 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
       const long hx = (mw + i * 16) / 2 + g;
       if (hx >= M / 2) continue;
 #pragma unroll
-      for (j = 0; j < 4; j++) {
+      for (j = 0; j < TR_HNF; j++) {
         const int n = nw + j * 8 + 2 * q;
         const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);
         if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);
@@ -564,11 +584,11 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
       for (r = 0; r < 2; r++) {
         const long m = mw + i * 16 + g + r * 8;
 #pragma unroll
-        for (j = 0; j < 4; j += 2) {
+        for (j = 0; j < TR_HNF; j += 2) {
           const int col = (nw + j * 8) / 2 + 2 * q;
           const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);
           const float2 v = TR_SWIGLU2(gate, up);
-          if (col < kpa) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
+          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
           if (keep == 2 && m < M && col < N / 2)
             c16[(m * ldc + col) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[(m * ldc + N / 2 + col) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);
           else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);
@@ -587,14 +607,20 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns
  the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.
  Same grid (batches, K pieces) and outputs as tr_sgemm. */
-#define TR_HS 3
 #define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
-#define TR_HTW(k, c) ((k) * (TR_MT / 2) + ((((c) ^ (k)) & 7) | ((c) & 8)) * 4) /* of depth k, chunk c of a depth-major one */
+/* of depth k, chunk c of a depth-major tile of XT columns */
+#define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)
 #if TR_GEMM_MMA == 1
 #define TR_HCP(dst, src, n) \
   __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((uint)(ulong)(dst)), "l"(src), "r"(n) : "memory")
 #define TR_HCOMMIT() __asm__ volatile("cp.async.commit_group;" ::: "memory")
-#define TR_HWAIT() __asm__ volatile("cp.async.wait_group 1;" ::: "memory") /* TR_HS - 2 groups may stay in flight */
+#if TR_HS == 2 /* TR_HS - 2 groups may stay in flight */
+#define TR_HWAIT() __asm__ volatile("cp.async.wait_group 0;" ::: "memory")
+#elif TR_HS == 3
+#define TR_HWAIT() __asm__ volatile("cp.async.wait_group 1;" ::: "memory")
+#else
+#define TR_HWAIT() __asm__ volatile("cp.async.wait_group 2;" ::: "memory")
+#endif
 #define TR_LDM4(r0, r1, r2, r3, p) \
   __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
 #define TR_LDM4T(r0, r1, r2, r3, p) \
@@ -604,27 +630,28 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #define TR_HCOMMIT()
 #define TR_HWAIT()
 #endif
-/* the copies of tile (depths ik..) of a packed operand's rows x0.. (depth-major T: of its columns x0.., zeros past
- the 2 ld packed ones, so that no copy reads past the last row, and past depth K, where a packing written by its
- producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S: chunks e = tid, tid + 256 */
-static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int ik, int K, int tid, const int T) {
+/* the copies of tile (depths ik..) of a packed operand's rows x0.. (XT of them; zeros past its xp packed rows) or
+ (depth-major T) of its columns x0.. (zeros past the 2 ld packed ones, so that no copy reads past the last row, and
+ past depth K, where a packing written by its producer, tr_k_pack16_swiglu_bwd, has not zeroed its padding) into S:
+ 4 XT chunks of 16 bytes, e = tid, tid + TR_HNT, .. */
+static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld, int x0, int xp, int ik, int K, int tid, const int T, const int XT) {
   int l;
 #pragma unroll
-  for (l = 0; l < 2; l++) {
-    const int e = tid + l * 256;
+  for (l = 0; l < 4 * XT / TR_HNT; l++) {
+    const int e = tid + l * TR_HNT;
     if (T) {
-      const int k = e >> 4, c = e & 15, in = x0 + 8 * c < 2 * ld && ik + k < K;
-      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
+      const int k = e / (XT / 8), c = e % (XT / 8), in = x0 + 8 * c < 2 * ld && ik + k < K;
+      TR_HCP(S + TR_HTW(k, c, XT), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
     } else {
-      const int r = e >> 2, c = e & 3;
-      TR_HCP(S + TR_HSW(r, c), P + (long)(x0 + r) * ld + ik / 2 + 4 * c, 16);
+      const int r = e >> 2, c = e & 3, in = XT <= TR_MT || x0 + r < xp;
+      TR_HCP(S + TR_HSW(r, c), in ? P + (long)(x0 + r) * ld + ik / 2 + 4 * c : P, in ? 16 : 0);
     }
   }
 }
 #if TR_GEMM_MMA != 1
 /* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */
-static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {
-  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));
+static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T, const int XT) {
+  const uint w = T ? S[TR_HTW(k, r >> 3, XT) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));
   return tr_unhalf1((ushort)w, F16 ? 2 : 1);
 }
 #endif
@@ -632,75 +659,88 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
                            long ldc, int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z, int c8, __local uint *As0,
                            __local uint *Bs0, const int F16, int rnd, __global float *act, long ld_act, int swr, int keep,
                            __global uint *a16, long ld16, int kpa, const int TA, const int TB) {
-  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 7) * 64, wn = ((tid >> 5) & 3) * 32;
+  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
-  const int n0 = get_group_id(0) * TR_MT, m0 = get_group_id(1) * TR_MT;
+  const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;
+  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */
   const int bz = z / ks, kz = z - bz * ks;
   const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);
   const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;
-  float c[4][4][4];
+  float c[4][TR_HNF][4];
   int i, j, r, s, t;
 #pragma unroll
   for (i = 0; i < 4; i++)
 #pragma unroll
-    for (j = 0; j < 4; j++)
+    for (j = 0; j < TR_HNF; j++)
 #pragma unroll
       for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
   for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
     if (t < nt) {
       const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
-      tr_hmma_copy(As0 + t * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);
-      tr_hmma_copy(Bs0 + t * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);
+      tr_hmma_copy(As0 + t * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);
+      tr_hmma_copy(Bs0 + t * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);
     }
     TR_HCOMMIT();
   }
   for (t = 0; t < nt; t++) {
-    __local const uint *As = As0 + (t % TR_HS) * (TR_MT * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_MT * TR_MK / 2);
+    __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);
     const int u = t + TR_HS - 1;
     TR_HWAIT();
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
       const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
-      tr_hmma_copy(As0 + (u % TR_HS) * (TR_MT * TR_MK / 2), A + (long)ib * sA, lda, m0, ik, K, tid, TA);
-      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_MT * TR_MK / 2), B + (long)ib * sB, ldb, n0, ik, K, tid, TB);
+      tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);
+      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
-#pragma unroll
-    for (s = 0; s < TR_MK / 16; s++) {
 #if TR_GEMM_MMA == 1
-      uint a[4][4], b[4][2];
-      /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of
-         columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a
-         depth-major tile, depth l % 8 of the matrix, transposed as it loads) */
+    {
+      /* fragments of depth step s (TR_HDB: of both steps, loaded before the first's products) */
+      uint a[TR_HFS][4][4], b[TR_HFS][TR_HNF][2];
 #pragma unroll
-      for (i = 0; i < 4; i++) {
-        const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;
-        if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));
-        else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));
-      }
+      for (s = 0; s < TR_MK / 16; s++) {
+        if (!TR_HDB || s == 0) {
+          int s1;
 #pragma unroll
-      for (j = 0; j < 4; j += 2) {
-        const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;
-        if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));
-        else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));
-      }
+          for (s1 = s; s1 < (TR_HDB ? TR_MK / 16 : s + 1); s1++) {
+            const int f = s1 % TR_HFS;
+            /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 |
+               8-15 of columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout
+               (from a depth-major tile, depth l % 8 of the matrix, transposed as it loads) */
 #pragma unroll
-      for (i = 0; i < 4; i++)
+            for (i = 0; i < 4; i++) {
+              const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s1 + (lm >> 1) * 8;
+              if (TA) TR_LDM4T(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));
+              else TR_LDM4(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HSW(am + lr, ak >> 3));
+            }
 #pragma unroll
-        for (j = 0; j < 4; j++) {
-          if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
-          else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));
+            for (j = 0; j < TR_HNF; j += 2) {
+              const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s1 + (lm & 1) * 8;
+              if (TB) TR_LDM4T(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));
+              else TR_LDM4(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));
+            }
+          }
         }
+#pragma unroll
+        for (i = 0; i < 4; i++)
+#pragma unroll
+          for (j = 0; j < TR_HNF; j++) {
+            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));
+            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));
+          }
+      }
+    }
 #else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */
+    for (s = 0; s < TR_MK / 16; s++)
       for (i = 0; i < 4; i++)
-        for (j = 0; j < 4; j++)
+        for (j = 0; j < TR_HNF; j++)
           for (r = 0; r < 4; r++) {
             const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);
             int kk;
-            for (kk = 0; kk < 16; kk++) c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);
+            for (kk = 0; kk < 16; kk++)
+              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);
           }
 #endif
-    }
   }
   if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);
@@ -710,10 +750,10 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
  to bfloat16 (1) / float16 (2) after the product (and the accumulation), as tr_k_round would; plus 4: C stored as
  those 16-bit values (tr_mma_store's c16; ldc and sC count them, the offset two a float) */
 #define TR_HMMA_K(NAME, F16, TA, TB)                                                                                       \
-  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
+  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \
-    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
+    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \
     __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \
@@ -725,12 +765,12 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
  values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B
  depth-major */
 #define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
-  __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,       \
+  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
     int keep,                                                                                                            \
     __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \
-    __local uint4 As[TR_HS * TR_MT * TR_MK / 8], Bs[TR_HS * TR_MT * TR_MK / 8];                                         \
+    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
