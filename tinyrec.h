@@ -7808,6 +7808,8 @@ typedef struct _cl_event *tr__cl_event;
 #define TR__CL_DEVICE_OPENCL_C_VERSION 0x103Du
 #define TR__CL_CONTEXT_PLATFORM 0x1084
 #define TR__CL_PROGRAM_BUILD_LOG 0x1183u
+#define TR__CL_PROGRAM_BINARY_SIZES 0x1165u
+#define TR__CL_PROGRAM_BINARIES 0x1166u
 #define TR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
 #define TR__CL_PROGRAM_KERNEL_NAMES 0x1168u
 #define TR__CL_KERNEL_NUM_ARGS 0x1191u
@@ -7869,6 +7871,8 @@ typedef struct _cl_event *tr__cl_event;
    the launch check reads (tr__cl_kernel_learn); without it the kernels run unchecked. */
 #define TR__CL_FUNCS_OPT(X)                                                                                               \
     X(tr__cl_int, GetProgramInfo, (tr__cl_program, tr__cl_uint, size_t, void *, size_t *))                                 \
+    X(tr__cl_program, CreateProgramWithBinary,                                                                             \
+      (tr__cl_context, tr__cl_uint, const tr__cl_device *, const size_t *, const unsigned char **, tr__cl_int *, tr__cl_int *)) \
     X(tr__cl_int, GetKernelInfo, (tr__cl_kernel, tr__cl_uint, size_t, void *, size_t *))                                   \
     X(tr__cl_int, GetKernelArgInfo, (tr__cl_kernel, tr__cl_uint, tr__cl_uint, size_t, void *, size_t *))
 
@@ -8214,6 +8218,8 @@ typedef struct tr__cl_gemm_cfg {
                        parsing = not given (automatic) */
     int att;        /* the attention (forward and backward) on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
                        its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
+    int wg;                  /* tr_k_hmma's k-contiguous products on Hopper's wgmma (tr__cl_wg_patch; sm_90, the default tile): 0 =
+                                automatic (on), 1 = off, 2 = on (WG=0 / WG=1 in TINYREC_CL_SGEMM) */
     int hm, hn, hw, hs, hdb; /* tr_k_hmma's tile (TR_HM x TR_HN, warps of 64 x TR_HW, TR_HS stages, TR_HDB; 0: the default,
                                 tr__cl_hmma_tile; HM=, HN=, HW=, HS=, HDB= in TINYREC_CL_SGEMM) */
 } tr__cl_gemm_cfg;
@@ -8302,6 +8308,7 @@ struct tr__cl {
     int pack_window;
     long packs_reused;
     long packs_in_place; /* operands read as stored, not packed (tr__cl_packed_in_place; the tests check it) */
+    int wg_built;        /* the tensor-core program runs wgmma (tr__cl_wg_patch) */
     /* Weights held still (tr__cl_weights_still): the packings of operands inside [still_lo, still_hi), kept in scratch
        slot TR__CL_SLOT_WPACK (wkey[j]'s at word woff[j]) until the region is let go; and how often one was reused */
     const float *still_lo, *still_hi;
@@ -11288,6 +11295,11 @@ static const char tr__cl_src_gemm_9[] =
 "#define TR_HDB 0 /* 1: a tile's fragments loaded before its products */\n"
 "#endif\n"
 "#define TR_HFS (TR_HDB ? TR_MK / 16 : 1)\n"
+"#ifndef TR_WG\n"
+"#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */\n"
+"#endif\n"
+"#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)\n"
+"#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
 "#if TR_GEMM_MMA == 1\n"
@@ -11322,19 +11334,19 @@ static const char tr__cl_src_gemm_9[] =
 " rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows\n"
 " start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's\n"
 " payload; pairs of columns as words; ldc and N even, no acc). */\n"
-"static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,\n"
+"static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int rs, int cs, int g, int q, int acc, int c8, int rnd,\n"
 "                                int c16, float c[4][TR_HNF][4]) {\n"
 "  int i, j, r;\n"
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "    for (r = 0; r < 2; r++) {\n"
-"      const int m = mw + i * 16 + g + r * 8;\n"
+"      const int m = mw + i * rs + g + r * 8;\n"
 "      __global float *cr = C + (long)m * ldc;\n"
 "      if (m >= M) continue;\n"
 "#pragma unroll\n"
 "      for (j = 0; j < TR_HNF; j++) {\n"
-"        const int n = nw + j * 8 + 2 * q;\n"
+"        const int n = nw + i * cs + j * 8 + 2 * q;\n"
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
 "        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
 "        if (rnd) v = tr_round2(v, rnd);\n"
@@ -11348,11 +11360,11 @@ static const char tr__cl_src_gemm_9[] =
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
 " value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
-" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
+" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n";
+static const char tr__cl_src_gemm_10[] =
 " 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
 " halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
-" swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n";
-static const char tr__cl_src_gemm_10[] =
+" swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
 " the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next\n"
 " product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
 " operand, rows past M / 2 are not written: the next product reads no depth past them).\n"
@@ -11361,7 +11373,8 @@ static const char tr__cl_src_gemm_10[] =
 " values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act\n"
 " is 0 there, as a packed operand's padding must be. */\n"
 "static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,\n"
-"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][TR_HNF][4]) {\n"
+"                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int rs, int cs, int g, int q, int rnd,\n"
+"                                       float c[4][TR_HNF][4]) {\n"
 "  __global uint *c16 = (__global uint *)C; /* (keep 2) */\n"
 "  int i, j, r;\n"
 "#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)\n"
@@ -11369,11 +11382,11 @@ static const char tr__cl_src_gemm_10[] =
 "  if (swr) {\n"
 "#pragma unroll\n"
 "    for (i = 0; i < 4; i++) {\n"
-"      const long hx = (mw + i * 16) / 2 + g;\n"
+"      const long hx = (mw + i * rs) / 2 + g;\n"
 "      if (hx >= M / 2) continue;\n"
 "#pragma unroll\n"
 "      for (j = 0; j < TR_HNF; j++) {\n"
-"        const int n = nw + j * 8 + 2 * q;\n"
+"        const int n = nw + i * cs + j * 8 + 2 * q;\n"
 "        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);\n"
 "        if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);\n"
 "        else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
@@ -11386,10 +11399,10 @@ static const char tr__cl_src_gemm_10[] =
 "    for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "      for (r = 0; r < 2; r++) {\n"
-"        const long m = mw + i * 16 + g + r * 8;\n"
+"        const long m = mw + i * rs + g + r * 8;\n"
 "#pragma unroll\n"
 "        for (j = 0; j < TR_HNF; j += 2) {\n"
-"          const int col = (nw + j * 8) / 2 + 2 * q;\n"
+"          const int col = (nw + i * cs + j * 8) / 2 + 2 * q;\n"
 "          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);\n"
 "          const float2 v = TR_SWIGLU2(gate, up);\n"
 "          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);\n"
@@ -11405,11 +11418,11 @@ static const char tr__cl_src_gemm_10[] =
 " stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous\n"
 " (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a\n"
 " transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n"
-" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
+" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n";
+static const char tr__cl_src_gemm_11[] =
 " one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
-" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n";
-static const char tr__cl_src_gemm_11[] =
+" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n"
 " the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.\n"
 " Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
@@ -11430,6 +11443,25 @@ static const char tr__cl_src_gemm_11[] =
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
 "#define TR_LDM4T(r0, r1, r2, r3, p) \\\n"
 "  __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"((uint)(ulong)(p)))\n"
+"/* Hopper's wgmma (TR_WG, sm_90a; the default tile only): NVIDIA's OpenCL C compiler targets sm_90, where ptxas refuses\n"
+" it, so its instructions are written as PTX comments (\"//@ \"), which the compiler passes through; the host uncomments\n"
+" them in the program's PTX and rebuilds it for sm_90a (tr__cl_wg_patch). A tile's operands are read from local memory\n"
+" as they are staged: TR_HSW's rows of 64 bytes, chunk c at c ^ ((row / 2) % 4), is the 64-byte swizzle of a K-major\n"
+" operand (atoms of 8 rows, 512 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16 depths\n"
+" an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as mma.sync's\n"
+" fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */\n"
+"static inline ulong tr_wg_desc(uint addr) { /* start, leading offset 1 (unused when swizzled), stride 512, 64-byte swizzle */\n"
+"  return (ulong)((addr & 0x3FFFF) >> 4) | (1ul << 16) | ((ulong)(512 >> 4) << 32) | (2ul << 62);\n"
+"}\n"
+"#define TR_WG_FENCE() __asm__ volatile(\"//@ wgmma.fence.sync.aligned;\" ::: \"memory\")\n"
+"#define TR_WG_COMMIT() __asm__ volatile(\"//@ wgmma.commit_group.sync.aligned;\" ::: \"memory\")\n"
+"#define TR_WG_WAIT0() __asm__ volatile(\"//@ wgmma.wait_group.sync.aligned 0;\" ::: \"memory\")\n"
+"#define TR_WG_MMA(TY, c, da, db)                                                                                        \\\n"
+"  __asm__ volatile(\"//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.\" TY \".\" TY \\\n"
+"                   \" {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\"                                                                \\\n";
+static const char tr__cl_src_gemm_12[] =
+"                   : \"+f\"(c[0][0][0]), \"+f\"(c[0][0][1]), \"+f\"(c[0][0][2]), \"+f\"(c[0][0][3]), \"+f\"(c[0][1][0]), \"+f\"(c[0][1][1]), \"+f\"(c[0][1][2]), \"+f\"(c[0][1][3]), \"+f\"(c[0][2][0]), \"+f\"(c[0][2][1]), \"+f\"(c[0][2][2]), \"+f\"(c[0][2][3]), \"+f\"(c[0][3][0]), \"+f\"(c[0][3][1]), \"+f\"(c[0][3][2]), \"+f\"(c[0][3][3]), \"+f\"(c[1][0][0]), \"+f\"(c[1][0][1]), \"+f\"(c[1][0][2]), \"+f\"(c[1][0][3]), \"+f\"(c[1][1][0]), \"+f\"(c[1][1][1]), \"+f\"(c[1][1][2]), \"+f\"(c[1][1][3]), \"+f\"(c[1][2][0]), \"+f\"(c[1][2][1]), \"+f\"(c[1][2][2]), \"+f\"(c[1][2][3]), \"+f\"(c[1][3][0]), \"+f\"(c[1][3][1]), \"+f\"(c[1][3][2]), \"+f\"(c[1][3][3]), \"+f\"(c[2][0][0]), \"+f\"(c[2][0][1]), \"+f\"(c[2][0][2]), \"+f\"(c[2][0][3]), \"+f\"(c[2][1][0]), \"+f\"(c[2][1][1]), \"+f\"(c[2][1][2]), \"+f\"(c[2][1][3]), \"+f\"(c[2][2][0]), \"+f\"(c[2][2][1]), \"+f\"(c[2][2][2]), \"+f\"(c[2][2][3]), \"+f\"(c[2][3][0]), \"+f\"(c[2][3][1]), \"+f\"(c[2][3][2]), \"+f\"(c[2][3][3]), \"+f\"(c[3][0][0]), \"+f\"(c[3][0][1]), \"+f\"(c[3][0][2]), \"+f\"(c[3][0][3]), \"+f\"(c[3][1][0]), \"+f\"(c[3][1][1]), \"+f\"(c[3][1][2]), \"+f\"(c[3][1][3]), \"+f\"(c[3][2][0]), \"+f\"(c[3][2][1]), \"+f\"(c[3][2][2]), \"+f\"(c[3][2][3]), \"+f\"(c[3][3][0]), \"+f\"(c[3][3][1]), \"+f\"(c[3][3][2]), \"+f\"(c[3][3][3])                                                                                               \\\n"
+"                   : \"l\"(da), \"l\"(db), \"r\"(1) : \"memory\")\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
 "#define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))\n"
 "#define TR_HCOMMIT()\n"
@@ -11467,9 +11499,9 @@ static const char tr__cl_src_gemm_11[] =
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;\n"
-"  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */\n";
-static const char tr__cl_src_gemm_12[] =
-"  const int bz = z / ks, kz = z - bz * ks;\n"
+"  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */\n"
+"  const int bz = z / ks, kz = z - bz * ks;\n";
+static const char tr__cl_src_gemm_13[] =
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  float c[4][TR_HNF][4];\n"
@@ -11492,6 +11524,9 @@ static const char tr__cl_src_gemm_12[] =
 "    __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
+"#if TR_GEMM_MMA == 1\n"
+"    if (TR_WG_OK && !TA && !TB) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
+"#endif\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
 "      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
@@ -11500,7 +11535,16 @@ static const char tr__cl_src_gemm_12[] =
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#if TR_GEMM_MMA == 1\n"
-"    {\n"
+"    if (TR_WG_OK && !TA && !TB) {\n"
+"      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;\n"
+"      TR_WG_FENCE();\n"
+"      if (F16) TR_WG_MMA(\"f16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
+"      else TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
+"      if (F16) TR_WG_MMA(\"f16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */\n"
+"      else TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32));\n"
+"      TR_WG_COMMIT();\n"
+"      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */\n"
+"    } else {\n"
 "      /* fragments of depth step s (TR_HDB: of both steps, loaded before the first's products) */\n"
 "      uint a[TR_HFS][4][4], b[TR_HFS][TR_HNF][2];\n"
 "#pragma unroll\n"
@@ -11531,7 +11575,8 @@ static const char tr__cl_src_gemm_12[] =
 "        for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "          for (j = 0; j < TR_HNF; j++) {\n"
-"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
+"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n";
+static const char tr__cl_src_gemm_14[] =
 "            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
 "          }\n"
 "      }\n"
@@ -11547,10 +11592,15 @@ static const char tr__cl_src_gemm_12[] =
 "              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
-"  }\n";
-static const char tr__cl_src_gemm_13[] =
-"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);\n"
-"  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
+"  }\n"
+"  {\n"
+"    /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows\n"
+"       of its warpgroup's 64, all the columns) */\n"
+"    const int wg = TR_GEMM_MMA == 1 && TR_WG_OK && !TA && !TB;\n"
+"    const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
+"    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);\n"
+"    else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
+"  }\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
 " _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
@@ -11560,7 +11610,7 @@ static const char tr__cl_src_gemm_13[] =
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
-"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \\\n"
+"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \\\n"
 "    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \\\n"
@@ -11575,9 +11625,10 @@ static const char tr__cl_src_gemm_13[] =
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
-"    int keep,                                                                                                            \\\n"
+"    int keep,                                                                                                            \\\n";
+static const char tr__cl_src_gemm_15[] =
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
-"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \\\n"
+"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
@@ -11587,8 +11638,7 @@ static const char tr__cl_src_gemm_13[] =
 "  }\n"
 "TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)\n"
-"TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n";
-static const char tr__cl_src_gemm_14[] =
+"TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_tab, 0, 1, 1)\n"
 "TR_HMMA_K(tr_k_hmma_f16, 1, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_f16_ta, 1, 1, 0)\n"
@@ -11620,7 +11670,8 @@ static const char tr__cl_src_gemm_14[] =
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
 "  float4 v = (float4)(0.0f);                                                                                                  \\\n"
-"  if (x >= rp || k >= kp) return;                                                                                             \\\n"
+"  if (x >= rp || k >= kp) return;                                                                                             \\\n";
+static const char tr__cl_src_gemm_16[] =
 "  if (il ? hx < il : x < rows) {                                                                                              \\\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
 "      v = LD4(P, o + k);                                                                                                      \\\n"
@@ -11629,8 +11680,7 @@ static const char tr__cl_src_gemm_14[] =
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
 "      }                                                                                                                       \\\n"
 "    } else                                                                                                                    \\\n"
-"      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n";
-static const char tr__cl_src_gemm_15[] =
+"      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n"
 "                   k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \\\n"
 "  }                                                                                                                           \\\n"
 "  *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2)); \\\n"
@@ -11655,7 +11705,8 @@ static const char tr__cl_src_gemm_15[] =
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
-"  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n"
+"  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n";
+static const char tr__cl_src_gemm_17[] =
 "  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
 "  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \\\n"
@@ -11670,8 +11721,7 @@ static const char tr__cl_src_gemm_15[] =
 "#ifndef TR_MMA_ONLY\n"
 "/* C (=|+=) sum_z P[z] in z order (P: nz partials of M x N, packed). Deterministic split-K / batch sum. */\n"
 "__kernel void tr_k_gemm_reduce(__global const float *P, ulong P_off, int nz, int M, int N,\n"
-"               __global float *C, ulong C_off, long ldc, int acc) {\n";
-static const char tr__cl_src_gemm_16[] =
+"               __global float *C, ulong C_off, long ldc, int acc) {\n"
 "  const int n = get_global_id(0), m = get_global_id(1);\n"
 "  const long mn = (long)M * N, idx = (long)m * N + n;\n"
 "  float s;\n"
@@ -11701,7 +11751,7 @@ static const char tr__cl_src_gemm_16[] =
     tr__cl_src_gemm_1, tr__cl_src_gemm_2, tr__cl_src_gemm_3, tr__cl_src_gemm_4, tr__cl_src_gemm_5, \
     tr__cl_src_gemm_6, tr__cl_src_gemm_7, tr__cl_src_gemm_8, tr__cl_src_gemm_9, tr__cl_src_gemm_10, \
     tr__cl_src_gemm_11, tr__cl_src_gemm_12, tr__cl_src_gemm_13, tr__cl_src_gemm_14, tr__cl_src_gemm_15, \
-    tr__cl_src_gemm_16
+    tr__cl_src_gemm_16, tr__cl_src_gemm_17
 /* >>cl-embed-end */
 /* >>cl-embed tools/opencl/attention.cl */
 static const char tr__cl_src_attention_1[] =
@@ -12592,12 +12642,12 @@ TR__FN void tr__cl_hmma_tile(const tr__cl_info *info, tr__cl_gemm_cfg *g) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12637,6 +12687,7 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "HW")) g.hw = (int)v;
             else if (!strcmp(key, "HS")) g.hs = (int)v;
             else if (!strcmp(key, "HDB")) g.hdb = (int)v;
+            else if (!strcmp(key, "WG")) g.wg = v ? 2 : 1;
             else break;
         }
         if (!*s && tr__cl_gemm_cfg_ok(&g, info)) *out = g;
@@ -12723,6 +12774,47 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
+/* Whether tr_k_hmma's k-contiguous products are to run on wgmma: an sm_90 device (wgmma is sm_90a's alone), mma.sync on,
+   the default tile, WG not 0 in TINYREC_CL_SGEMM. */
+TR__FN int tr__cl_wg_wanted(const tr__cl *cl) {
+    const tr__cl_gemm_cfg *g = &cl->gemm;
+    return cl->info.nv_sm == 90 && g->mma == 1 && g->wg != 1 && g->hm == 128 && g->hn == 128 && g->hw == 32 && cl->lib.f.GetProgramInfo &&
+           cl->lib.f.CreateProgramWithBinary;
+}
+/* cl->mma_program, built with -DTR_WG=1 (its wgmma instructions PTX comments, "//@ ", which NVIDIA's OpenCL C compiler
+   passes through: it targets sm_90, where ptxas refuses them), rebuilt from its binary (NVIDIA's: the PTX text) with
+   them uncommented and the target sm_90a. On success cl->mma_program is the rebuilt program. */
+TR__FN tr_status tr__cl_wg_patch(tr__cl *cl) {
+    const tr__clfn *f = &cl->lib.f;
+    size_t n = 0, len = 0;
+    char *ptx = NULL, *out = NULL, *p;
+    const unsigned char *bins[1];
+    tr__cl_int err = 0, bst = 0;
+    tr__cl_program prog = NULL;
+    tr_status st = TR_ERR_DEVICE;
+    if (f->GetProgramInfo(cl->mma_program, TR__CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL) != TR__CL_SUCCESS || !n) return TR_ERR_DEVICE;
+    if (!(ptx = (char *)tr__alloc(cl->ctx, n + 1)) || !(out = (char *)tr__alloc(cl->ctx, n + 16))) goto done;
+    if (f->GetProgramInfo(cl->mma_program, TR__CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL) != TR__CL_SUCCESS) goto done;
+    ptx[n] = 0;
+    if (!strstr(ptx, "//@ ") || !strstr(ptx, ".target sm_90")) goto done; /* (not the PTX expected) */
+    for (p = ptx; *p;) {
+        if (!strncmp(p, "//@ ", 4)) p += 4;
+        else if (!strncmp(p, ".target sm_90", 13) && p[13] != 'a' && !isdigit((unsigned char)p[13])) memcpy(out + len, ".target sm_90a", 14), len += 14, p += 13;
+        else out[len++] = *p++;
+    }
+    out[len] = 0;
+    bins[0] = (const unsigned char *)out;
+    prog = f->CreateProgramWithBinary(cl->context, 1, &cl->device, &len, bins, &bst, &err);
+    if (!prog || err != TR__CL_SUCCESS || bst != TR__CL_SUCCESS) goto done;
+    if (f->BuildProgram(prog, 1, &cl->device, "", NULL, NULL) != TR__CL_SUCCESS) goto done;
+    f->ReleaseProgram(cl->mma_program);
+    cl->mma_program = prog, prog = NULL, st = TR_OK;
+done:
+    if (prog) f->ReleaseProgram(prog);
+    tr__free(cl->ctx, ptx), tr__free(cl->ctx, out);
+    return st;
+}
+
 /* Whether the tensor-core kernels can run: their program (the ops, tr_k_hmma_* and tr_k_pack16, TR_MMA_ONLY) is built at the first
    bfloat16 / float16 product, so that float32 users never compile it. A build failure (a driver without the inline
    PTX) turns them off with a logged warning, and the products run on the SGEMM kernels. */
@@ -12737,6 +12829,20 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d -DTR_HDB=%d %.300s",
              tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, cl->gemm.hm,
              cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, cl->gemm.hdb, extra ? extra : "");
+    if (tr__cl_wg_wanted(cl)) { /* (its own build: on any failure, the program without wgmma) */
+        size_t n = strlen(opts);
+        snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
+        cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
+        if (cl->mma_program && err == TR__CL_SUCCESS && f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL) == TR__CL_SUCCESS &&
+            tr__cl_wg_patch(cl) == TR_OK) {
+            cl->wg_built = 1;
+            if (cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
+            return 1;
+        }
+        if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
+        tr__log(cl->ctx, TR_LOG_WARN, "opencl: the wgmma kernels did not build; the products run on mma.sync");
+        opts[n] = 0;
+    }
     cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
     if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
     if (cl->mma_program && err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);

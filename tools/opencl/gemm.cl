@@ -485,6 +485,11 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_HDB 0 /* 1: a tile's fragments loaded before its products */
 #endif
 #define TR_HFS (TR_HDB ? TR_MK / 16 : 1)
+#ifndef TR_WG
+#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */
+#endif
+#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)
+#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
 #if TR_GEMM_MMA == 1
@@ -519,19 +524,19 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
  rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
  start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's
  payload; pairs of columns as words; ldc and N even, no acc). */
-static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int g, int q, int acc, int c8, int rnd,
+static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int rs, int cs, int g, int q, int acc, int c8, int rnd,
                                 int c16, float c[4][TR_HNF][4]) {
   int i, j, r;
 #pragma unroll
   for (i = 0; i < 4; i++)
 #pragma unroll
     for (r = 0; r < 2; r++) {
-      const int m = mw + i * 16 + g + r * 8;
+      const int m = mw + i * rs + g + r * 8;
       __global float *cr = C + (long)m * ldc;
       if (m >= M) continue;
 #pragma unroll
       for (j = 0; j < TR_HNF; j++) {
-        const int n = nw + j * 8 + 2 * q;
+        const int n = nw + i * cs + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
         if (rnd) v = tr_round2(v, rnd);
@@ -557,7 +562,8 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
  values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
  is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
-                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int g, int q, int rnd, float c[4][TR_HNF][4]) {
+                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int rs, int cs, int g, int q, int rnd,
+                                       float c[4][TR_HNF][4]) {
   __global uint *c16 = (__global uint *)C; /* (keep 2) */
   int i, j, r;
 #define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)
@@ -565,11 +571,11 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
   if (swr) {
 #pragma unroll
     for (i = 0; i < 4; i++) {
-      const long hx = (mw + i * 16) / 2 + g;
+      const long hx = (mw + i * rs) / 2 + g;
       if (hx >= M / 2) continue;
 #pragma unroll
       for (j = 0; j < TR_HNF; j++) {
-        const int n = nw + j * 8 + 2 * q;
+        const int n = nw + i * cs + j * 8 + 2 * q;
         const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);
         if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);
         else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
@@ -582,10 +588,10 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
     for (i = 0; i < 4; i++)
 #pragma unroll
       for (r = 0; r < 2; r++) {
-        const long m = mw + i * 16 + g + r * 8;
+        const long m = mw + i * rs + g + r * 8;
 #pragma unroll
         for (j = 0; j < TR_HNF; j += 2) {
-          const int col = (nw + j * 8) / 2 + 2 * q;
+          const int col = (nw + i * cs + j * 8) / 2 + 2 * q;
           const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);
           const float2 v = TR_SWIGLU2(gate, up);
           if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
@@ -625,6 +631,24 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
   __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
 #define TR_LDM4T(r0, r1, r2, r3, p) \
   __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((uint)(ulong)(p)))
+/* Hopper's wgmma (TR_WG, sm_90a; the default tile only): NVIDIA's OpenCL C compiler targets sm_90, where ptxas refuses
+ it, so its instructions are written as PTX comments ("//@ "), which the compiler passes through; the host uncomments
+ them in the program's PTX and rebuilds it for sm_90a (tr__cl_wg_patch). A tile's operands are read from local memory
+ as they are staged: TR_HSW's rows of 64 bytes, chunk c at c ^ ((row / 2) % 4), is the 64-byte swizzle of a K-major
+ operand (atoms of 8 rows, 512 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16 depths
+ an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as mma.sync's
+ fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */
+static inline ulong tr_wg_desc(uint addr) { /* start, leading offset 1 (unused when swizzled), stride 512, 64-byte swizzle */
+  return (ulong)((addr & 0x3FFFF) >> 4) | (1ul << 16) | ((ulong)(512 >> 4) << 32) | (2ul << 62);
+}
+#define TR_WG_FENCE() __asm__ volatile("//@ wgmma.fence.sync.aligned;" ::: "memory")
+#define TR_WG_COMMIT() __asm__ volatile("//@ wgmma.commit_group.sync.aligned;" ::: "memory")
+#define TR_WG_WAIT0() __asm__ volatile("//@ wgmma.wait_group.sync.aligned 0;" ::: "memory")
+#define TR_WG_MMA(TY, c, da, db)                                                                                        \
+  __asm__ volatile("//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY \
+                   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }"                                                                \
+                   : "+f"(c[0][0][0]), "+f"(c[0][0][1]), "+f"(c[0][0][2]), "+f"(c[0][0][3]), "+f"(c[0][1][0]), "+f"(c[0][1][1]), "+f"(c[0][1][2]), "+f"(c[0][1][3]), "+f"(c[0][2][0]), "+f"(c[0][2][1]), "+f"(c[0][2][2]), "+f"(c[0][2][3]), "+f"(c[0][3][0]), "+f"(c[0][3][1]), "+f"(c[0][3][2]), "+f"(c[0][3][3]), "+f"(c[1][0][0]), "+f"(c[1][0][1]), "+f"(c[1][0][2]), "+f"(c[1][0][3]), "+f"(c[1][1][0]), "+f"(c[1][1][1]), "+f"(c[1][1][2]), "+f"(c[1][1][3]), "+f"(c[1][2][0]), "+f"(c[1][2][1]), "+f"(c[1][2][2]), "+f"(c[1][2][3]), "+f"(c[1][3][0]), "+f"(c[1][3][1]), "+f"(c[1][3][2]), "+f"(c[1][3][3]), "+f"(c[2][0][0]), "+f"(c[2][0][1]), "+f"(c[2][0][2]), "+f"(c[2][0][3]), "+f"(c[2][1][0]), "+f"(c[2][1][1]), "+f"(c[2][1][2]), "+f"(c[2][1][3]), "+f"(c[2][2][0]), "+f"(c[2][2][1]), "+f"(c[2][2][2]), "+f"(c[2][2][3]), "+f"(c[2][3][0]), "+f"(c[2][3][1]), "+f"(c[2][3][2]), "+f"(c[2][3][3]), "+f"(c[3][0][0]), "+f"(c[3][0][1]), "+f"(c[3][0][2]), "+f"(c[3][0][3]), "+f"(c[3][1][0]), "+f"(c[3][1][1]), "+f"(c[3][1][2]), "+f"(c[3][1][3]), "+f"(c[3][2][0]), "+f"(c[3][2][1]), "+f"(c[3][2][2]), "+f"(c[3][2][3]), "+f"(c[3][3][0]), "+f"(c[3][3][1]), "+f"(c[3][3][2]), "+f"(c[3][3][3])                                                                                               \
+                   : "l"(da), "l"(db), "r"(1) : "memory")
 #else /* 2: plain copies, and the fragments' values read one by one */
 #define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))
 #define TR_HCOMMIT()
@@ -686,6 +710,9 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);
     const int u = t + TR_HS - 1;
     TR_HWAIT();
+#if TR_GEMM_MMA == 1
+    if (TR_WG_OK && !TA && !TB) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
+#endif
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
       const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
@@ -694,7 +721,16 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
 #if TR_GEMM_MMA == 1
-    {
+    if (TR_WG_OK && !TA && !TB) {
+      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;
+      TR_WG_FENCE();
+      if (F16) TR_WG_MMA("f16", c, tr_wg_desc(sa), tr_wg_desc(sb));
+      else TR_WG_MMA("bf16", c, tr_wg_desc(sa), tr_wg_desc(sb));
+      if (F16) TR_WG_MMA("f16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */
+      else TR_WG_MMA("bf16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32));
+      TR_WG_COMMIT();
+      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */
+    } else {
       /* fragments of depth step s (TR_HDB: of both steps, loaded before the first's products) */
       uint a[TR_HFS][4][4], b[TR_HFS][TR_HNF][2];
 #pragma unroll
@@ -742,8 +778,14 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
           }
 #endif
   }
-  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + wm, n0 + wn, g, q, rnd, c);
-  else tr_mma_store(C, ldc, M, N, m0 + wm, n0 + wn, g, q, acc, c8, rnd & 3, rnd >> 2, c);
+  {
+    /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows
+       of its warpgroup's 64, all the columns) */
+    const int wg = TR_GEMM_MMA == 1 && TR_WG_OK && !TA && !TB;
+    const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;
+    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);
+    else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
+  }
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
@@ -753,7 +795,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
     int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \
-    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \
+    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \
     const int z = z0 + get_group_id(2);                                                                                  \
     const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \
     __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \
@@ -770,7 +812,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
     int keep,                                                                                                            \
     __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \
-    __local uint4 As[TR_HS * TR_HM * TR_MK / 8], Bs[TR_HS * TR_HN * TR_MK / 8];                                         \
+    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \
     const int z = get_group_id(2);                                                                                       \
     const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
