@@ -60,7 +60,7 @@ REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
 .PHONY: all test test-mpi test-pool bench demo deps fuzz fuzz-ci clean compile-tests sanitize qemu-test test-aarch64 bench-adapt
-all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(TEST_BINS) $(REPLAY_BINS) compile-tests
+all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(BUILD)/tinyrec-gemm16 $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -92,6 +92,9 @@ endif
 
 $(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+# The tensor-core products alone, checked and timed (bench/gemm16.c; bench/gemm16_torch.py is cuBLAS's side).
+$(BUILD)/tinyrec-gemm16: bench/gemm16.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # Issue 43's measurement (minutes, not part of make test): test-time adaptation on unseen hidden-rule tasks.
 bench-adapt: $(BUILD)/tinyrec-data $(BUILD)/tinyrec-train $(BUILD)/tinyrec-adapt $(BUILD)/tinyrec-arc-eval
@@ -113,13 +116,16 @@ $(BUILD)/compile_two_tu: tests/compile/main.c tests/compile/user.c tinyrec.c $(H
 
 # The OpenCL C as an NVIDIA driver compiles it (clang's nvptx target): the inline PTX of the cp.async and tensor-core
 # kernels (TR_GEMM_CP=1, TR_GEMM_MMA=1) is compiled nowhere else before a GPU run, where an error would turn them off.
-# Both programs, in tr__cl_sources' order, with an H200's options.
+# Both programs, in tr__cl_sources' order, with an H200's options; the wgmma build (TR_WG=1) keeps its marked instructions
+# (tr__cl_wg_ptx uncomments them).
 NVPTX := clang -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -finclude-default-header -Wno-pass-failed -Werror -S
 $(BUILD)/cl_nvptx.ok: $(CL_SRCS) | $(BUILD)
 	cat tools/opencl/ops.cl tools/opencl/gemm.cl tools/opencl/attention.cl > $(BUILD)/cl_all.cl
 	$(NVPTX) -DTR_FP64=1 -DTR_GEMM_TM=128 -DTR_GEMM_TN=128 -DTR_GEMM_TK=16 -DTR_GEMM_WM=8 -DTR_GEMM_WN=8 -DTR_GEMM_VW=4 \
 	  -DTR_GEMM_CP=1 -DTR_GEMM_ST=3 -o $(BUILD)/cl_main.ptx $(BUILD)/cl_all.cl
 	$(NVPTX) -DTR_FP64=1 -DTR_MMA_ONLY=1 -DTR_GEMM_MMA=1 -o $(BUILD)/cl_mma.ptx $(BUILD)/cl_all.cl
+	$(NVPTX) -DTR_FP64=1 -DTR_MMA_ONLY=1 -DTR_GEMM_MMA=1 -DTR_WG=1 -o $(BUILD)/cl_wg.ptx $(BUILD)/cl_all.cl
+	grep -q '//@ { .reg .pred p; setp.ne.b32 p, %r[0-9]*, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f' $(BUILD)/cl_wg.ptx
 	touch $@
 
 # The README's quick start is a program: extracted verbatim (its first ```c block), built as the README

@@ -100,7 +100,9 @@
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
-                               ATT=0: the attention not on them, ATT=1 on: the default)
+                               ATT=0: the attention not on them, ATT=1 on: the default; WG=0: the k-contiguous bfloat16
+                               products on mma.sync, not Hopper's wgmma; HM=, HN=, HW=, HS=: the tensor-core products'
+                               tile rows, columns, warp columns and stages, for experiments)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
@@ -8308,7 +8310,7 @@ struct tr__cl {
     int pack_window;
     long packs_reused;
     long packs_in_place; /* operands read as stored, not packed (tr__cl_packed_in_place; the tests check it) */
-    int wg_built;        /* the tensor-core program runs wgmma (tr__cl_wg_patch) */
+    int wg_built;        /* the tensor-core program runs wgmma (tr__cl_wg_patch): 1, or its emulated accumulator layout (MMA=2, WG=1): 2 */
     /* Weights held still (tr__cl_weights_still): the packings of operands inside [still_lo, still_hi), kept in scratch
        slot TR__CL_SLOT_WPACK (wkey[j]'s at word woff[j]) until the region is let go; and how often one was reused */
     const float *still_lo, *still_hi;
@@ -11299,6 +11301,8 @@ static const char tr__cl_src_gemm_9[] =
 "#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */\n"
 "#endif\n"
 "#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)\n"
+"/* the products on wgmma: k-contiguous operands, bfloat16 (float16's instruction has not yet run on a device) */\n"
+"#define TR_WG_ON(F16, TA, TB) (TR_WG_OK && !(F16) && !(TA) && !(TB))\n"
 "#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
@@ -11359,9 +11363,9 @@ static const char tr__cl_src_gemm_9[] =
 "}\n"
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
-" value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
-" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n";
+" value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n";
 static const char tr__cl_src_gemm_10[] =
+" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
 " 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
 " halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
 " swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
@@ -11417,9 +11421,9 @@ static const char tr__cl_src_gemm_10[] =
 "/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]): A and B packed by tr_k_pack16 as they are\n"
 " stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous\n"
 " (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a\n"
-" transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n"
-" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n";
+" transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n";
 static const char tr__cl_src_gemm_11[] =
+" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
 " one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
 " % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n"
@@ -11525,7 +11529,7 @@ static const char tr__cl_src_gemm_13[] =
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
 "#if TR_GEMM_MMA == 1\n"
-"    if (TR_WG_OK && !TA && !TB) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
+"    if (TR_WG_ON(F16, TA, TB)) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
 "#endif\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
@@ -11535,13 +11539,11 @@ static const char tr__cl_src_gemm_13[] =
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#if TR_GEMM_MMA == 1\n"
-"    if (TR_WG_OK && !TA && !TB) {\n"
+"    if (TR_WG_ON(F16, TA, TB)) {\n"
 "      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;\n"
 "      TR_WG_FENCE();\n"
-"      if (F16) TR_WG_MMA(\"f16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
-"      else TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
-"      if (F16) TR_WG_MMA(\"f16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */\n"
-"      else TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32));\n"
+"      TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
+"      TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */\n"
 "      TR_WG_COMMIT();\n"
 "      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */\n"
 "    } else {\n"
@@ -11575,13 +11577,23 @@ static const char tr__cl_src_gemm_13[] =
 "        for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "          for (j = 0; j < TR_HNF; j++) {\n"
-"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n";
-static const char tr__cl_src_gemm_14[] =
+"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
 "            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
 "          }\n"
 "      }\n"
-"    }\n"
+"    }\n";
+static const char tr__cl_src_gemm_14[] =
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
+"    if (TR_WG_ON(F16, TA, TB)) /* (TR_WG: wgmma's accumulator, the warp's 16 rows of its warpgroup's 64, every column) */\n"
+"      for (s = 0; s < TR_MK / 16; s++)\n"
+"        for (j = 0; j < 16; j++)\n"
+"          for (r = 0; r < 4; r++) {\n"
+"            const int am = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g + (r >> 1) * 8, bn = j * 8 + 2 * q + (r & 1);\n"
+"            int kk;\n"
+"            for (kk = 0; kk < 16; kk++)\n"
+"              c[j / 4][j % 4][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, 0, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, 0, TR_HN), c[j / 4][j % 4][r]);\n"
+"          }\n"
+"    else\n"
 "    for (s = 0; s < TR_MK / 16; s++)\n"
 "      for (i = 0; i < 4; i++)\n"
 "        for (j = 0; j < TR_HNF; j++)\n"
@@ -11596,7 +11608,7 @@ static const char tr__cl_src_gemm_14[] =
 "  {\n"
 "    /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows\n"
 "       of its warpgroup's 64, all the columns) */\n"
-"    const int wg = TR_GEMM_MMA == 1 && TR_WG_OK && !TA && !TB;\n"
+"    const int wg = TR_WG_ON(F16, TA, TB);\n"
 "    const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
 "    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);\n"
 "    else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
@@ -11621,12 +11633,12 @@ static const char tr__cl_src_gemm_14[] =
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
-"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n";
+static const char tr__cl_src_gemm_15[] =
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
-"    int keep,                                                                                                            \\\n";
-static const char tr__cl_src_gemm_15[] =
+"    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
 "    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
@@ -11666,12 +11678,12 @@ static const char tr__cl_src_gemm_15[] =
 "#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
 "                   int rp, int fdt, long so, int il) {                                                                        \\\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n";
+static const char tr__cl_src_gemm_16[] =
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
 "  float4 v = (float4)(0.0f);                                                                                                  \\\n"
-"  if (x >= rp || k >= kp) return;                                                                                             \\\n";
-static const char tr__cl_src_gemm_16[] =
+"  if (x >= rp || k >= kp) return;                                                                                             \\\n"
 "  if (il ? hx < il : x < rows) {                                                                                              \\\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
 "      v = LD4(P, o + k);                                                                                                      \\\n"
@@ -11701,12 +11713,12 @@ static const char tr__cl_src_gemm_16[] =
 "  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
 "  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
-"  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
+"  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n";
+static const char tr__cl_src_gemm_17[] =
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
-"  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n";
-static const char tr__cl_src_gemm_17[] =
+"  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n"
 "  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
 "  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \\\n"
@@ -12781,13 +12793,27 @@ TR__FN int tr__cl_wg_wanted(const tr__cl *cl) {
     return cl->info.nv_sm == 90 && g->mma == 1 && g->wg != 1 && g->hm == 128 && g->hn == 128 && g->hw == 32 && cl->lib.f.GetProgramInfo &&
            cl->lib.f.CreateProgramWithBinary;
 }
+/* ptx with its "//@ " comment marks removed and its target sm_90 made sm_90a, into out (room for strlen(ptx) + 2): the
+   length, or 0 for a text that is not such PTX (no marks, another target). */
+TR__FN size_t tr__cl_wg_ptx(const char *ptx, char *out) {
+    const char *p, *t = strstr(ptx, ".target sm_90");
+    size_t len = 0;
+    if (!strstr(ptx, "//@ ") || !t || t[13] == 'a' || isdigit((unsigned char)t[13])) return 0;
+    for (p = ptx; *p;) {
+        if (!strncmp(p, "//@ ", 4)) p += 4;
+        else if (p == t) memcpy(out + len, ".target sm_90a", 14), len += 14, p += 13;
+        else out[len++] = *p++;
+    }
+    out[len] = 0;
+    return len;
+}
 /* cl->mma_program, built with -DTR_WG=1 (its wgmma instructions PTX comments, "//@ ", which NVIDIA's OpenCL C compiler
    passes through: it targets sm_90, where ptxas refuses them), rebuilt from its binary (NVIDIA's: the PTX text) with
    them uncommented and the target sm_90a. On success cl->mma_program is the rebuilt program. */
 TR__FN tr_status tr__cl_wg_patch(tr__cl *cl) {
     const tr__clfn *f = &cl->lib.f;
     size_t n = 0, len = 0;
-    char *ptx = NULL, *out = NULL, *p;
+    char *ptx = NULL, *out = NULL;
     const unsigned char *bins[1];
     tr__cl_int err = 0, bst = 0;
     tr__cl_program prog = NULL;
@@ -12796,13 +12822,7 @@ TR__FN tr_status tr__cl_wg_patch(tr__cl *cl) {
     if (!(ptx = (char *)tr__alloc(cl->ctx, n + 1)) || !(out = (char *)tr__alloc(cl->ctx, n + 16))) goto done;
     if (f->GetProgramInfo(cl->mma_program, TR__CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL) != TR__CL_SUCCESS) goto done;
     ptx[n] = 0;
-    if (!strstr(ptx, "//@ ") || !strstr(ptx, ".target sm_90")) goto done; /* (not the PTX expected) */
-    for (p = ptx; *p;) {
-        if (!strncmp(p, "//@ ", 4)) p += 4;
-        else if (!strncmp(p, ".target sm_90", 13) && p[13] != 'a' && !isdigit((unsigned char)p[13])) memcpy(out + len, ".target sm_90a", 14), len += 14, p += 13;
-        else out[len++] = *p++;
-    }
-    out[len] = 0;
+    if (!(len = tr__cl_wg_ptx(ptx, out))) goto done;
     bins[0] = (const unsigned char *)out;
     prog = f->CreateProgramWithBinary(cl->context, 1, &cl->device, &len, bins, &bst, &err);
     if (!prog || err != TR__CL_SUCCESS || bst != TR__CL_SUCCESS) goto done;
@@ -12829,7 +12849,10 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d -DTR_HDB=%d %.300s",
              tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, cl->gemm.hm,
              cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, cl->gemm.hdb, extra ? extra : "");
-    if (tr__cl_wg_wanted(cl)) { /* (its own build: on any failure, the program without wgmma) */
+    if (cl->gemm.mma == 2 && cl->gemm.wg == 2) { /* (the emulation of wgmma's accumulator layout: WG=1 with MMA=2) */
+        size_t n = strlen(opts);
+        snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
+    } else if (tr__cl_wg_wanted(cl)) { /* (its own build: on any failure, the program without wgmma) */
         size_t n = strlen(opts);
         snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
         cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
@@ -12853,6 +12876,7 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
                 tr__cl_errname(err), (int)err);
         return 0;
     }
+    if (cl->gemm.mma == 2 && cl->gemm.wg == 2) cl->wg_built = 2;
     return 1;
 }
 

@@ -889,8 +889,8 @@ static void mma_products(tr_ctx *ctx, tr__cl *cl) {
 
 static void test_sgemm_mma(void **state) {
     /* tr_k_hmma's tiles: rows past the packing's 128 (HM=256), warps of 64 x 64, two stages */
-    static const char *const tiles[] = {"MMA=2", "MMA=2,HM=256,HN=128,HW=64,HS=2", "MMA=2,HM=64,HN=256,HW=64,HS=2"};
-    static const int tile_mn[] = {0, 256128, 64256};
+    static const char *const tiles[] = {"MMA=2", "MMA=2,HM=256,HN=128,HW=64,HS=2", "MMA=2,HM=64,HN=256,HW=64,HS=2", "MMA=2,WG=1"};
+    static const int tile_mn[] = {0, 256128, 64256, 128128};
     const char *old = getenv("TINYREC_CL_SGEMM");
     tr__cl *cl = dev();
     tr_ctx *ctx2;
@@ -907,6 +907,7 @@ static void test_sgemm_mma(void **state) {
         assert_null(cl->mma_program); /* built at the first low-precision product */
         mma_products(ctx2, cl);
         assert_non_null(cl->mma_program);
+        assert_int_equal(cl->wg_built, i == 3 ? 2 : 0); /* (WG=1: wgmma's accumulator layout and epilogue, emulated) */
         tr_ctx_destroy(ctx2);
     }
     setenv("TINYREC_CL_SGEMM", "MMA=0", 1);
@@ -959,6 +960,21 @@ static void test_attention(void **state) {
     print_message("worst NMSE: sgemm %.3g, attention %.3g\n", g_worst_gemm, g_worst_att);
 }
 
+/* The PTX rewrite behind the wgmma kernels (tr__cl_wg_ptx): the marked comments become instructions and the target
+   sm_90a; other text is left alone, and PTX without marks or for another target is refused. */
+static void test_wg_ptx(void **state) {
+    static const char in[] = ".version 9.0\n.target sm_90, texmode_independent\n// a comment\n\t//@ wgmma.fence.sync.aligned;\n\tmov.u32 %r1, 0;\n";
+    static const char want[] = ".version 9.0\n.target sm_90a, texmode_independent\n// a comment\n\twgmma.fence.sync.aligned;\n\tmov.u32 %r1, 0;\n";
+    char out[sizeof in + 2];
+    (void)state;
+    assert_int_equal(tr__cl_wg_ptx(in, out), strlen(want));
+    assert_string_equal(out, want);
+    assert_int_equal(tr__cl_wg_ptx(".target sm_90a\n//@ x;\n", out), 0); /* already sm_90a */
+    assert_int_equal(tr__cl_wg_ptx(".target sm_80\n//@ x;\n", out), 0);
+    assert_int_equal(tr__cl_wg_ptx(".target sm_100\n//@ x;\n", out), 0);
+    assert_int_equal(tr__cl_wg_ptx(".target sm_90\nmov.u32 %r1, 0;\n", out), 0); /* no marks */
+}
+
 /* The defines string and the automatic configurations for a few device shapes. */
 static void test_sgemm_defines(void **state) {
     tr__cl_info in;
@@ -994,7 +1010,8 @@ static void test_sgemm_defines(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgemm_defines),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
+        cmocka_unit_test(test_sgemm_defines),
+        cmocka_unit_test(test_wg_ptx),  cmocka_unit_test(test_sgemm_shapes),       cmocka_unit_test(test_sgemm_split),
         cmocka_unit_test(test_sgemm_batched), cmocka_unit_test(test_sgemm_swiglu), cmocka_unit_test(test_sgemm_gate_up), cmocka_unit_test(test_sgemm_env_override), cmocka_unit_test(test_sgemm_cp_staging), cmocka_unit_test(test_sgemm_mma),
         cmocka_unit_test(test_attention),
     };

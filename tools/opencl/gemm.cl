@@ -489,6 +489,8 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */
 #endif
 #define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)
+/* the products on wgmma: k-contiguous operands, bfloat16 (float16's instruction has not yet run on a device) */
+#define TR_WG_ON(F16, TA, TB) (TR_WG_OK && !(F16) && !(TA) && !(TB))
 #define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
@@ -711,7 +713,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int u = t + TR_HS - 1;
     TR_HWAIT();
 #if TR_GEMM_MMA == 1
-    if (TR_WG_OK && !TA && !TB) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
+    if (TR_WG_ON(F16, TA, TB)) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
 #endif
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
@@ -721,13 +723,11 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
 #if TR_GEMM_MMA == 1
-    if (TR_WG_OK && !TA && !TB) {
+    if (TR_WG_ON(F16, TA, TB)) {
       const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;
       TR_WG_FENCE();
-      if (F16) TR_WG_MMA("f16", c, tr_wg_desc(sa), tr_wg_desc(sb));
-      else TR_WG_MMA("bf16", c, tr_wg_desc(sa), tr_wg_desc(sb));
-      if (F16) TR_WG_MMA("f16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */
-      else TR_WG_MMA("bf16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32));
+      TR_WG_MMA("bf16", c, tr_wg_desc(sa), tr_wg_desc(sb));
+      TR_WG_MMA("bf16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */
       TR_WG_COMMIT();
       TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */
     } else {
@@ -767,6 +767,16 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
       }
     }
 #else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */
+    if (TR_WG_ON(F16, TA, TB)) /* (TR_WG: wgmma's accumulator, the warp's 16 rows of its warpgroup's 64, every column) */
+      for (s = 0; s < TR_MK / 16; s++)
+        for (j = 0; j < 16; j++)
+          for (r = 0; r < 4; r++) {
+            const int am = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g + (r >> 1) * 8, bn = j * 8 + 2 * q + (r & 1);
+            int kk;
+            for (kk = 0; kk < 16; kk++)
+              c[j / 4][j % 4][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, 0, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, 0, TR_HN), c[j / 4][j % 4][r]);
+          }
+    else
     for (s = 0; s < TR_MK / 16; s++)
       for (i = 0; i < 4; i++)
         for (j = 0; j < TR_HNF; j++)
@@ -781,7 +791,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   {
     /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows
        of its warpgroup's 64, all the columns) */
-    const int wg = TR_GEMM_MMA == 1 && TR_WG_OK && !TA && !TB;
+    const int wg = TR_WG_ON(F16, TA, TB);
     const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;
     if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);
     else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
