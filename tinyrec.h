@@ -10790,8 +10790,13 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      (tr__cl_swiglu_bwd_kept), -> 391; the token mix's activation written only as the down product's packed operand
      (tr__cl_token_mlp), -> 376; a 16-bit tape's gate_up fields written in 16 bits by the epilogue (write_gu 2), -> 365
      (PyTorch bf16 eager: 372 in the same call); trm-sudoku-att 581 -> 541. The same bits throughout.
+     On Hopper the bfloat16 products with both operands k-contiguous (x W^T and the gate_up's) run on wgmma instead
+     (TR_WG, tr__cl_wg_patch: m64n128k16 per warpgroup of 4 warps, from the same staged tiles, whose XOR layout is
+     wgmma's 64-byte swizzle): on an H200 with 16-bit operands and C (bench/gemm16.c) x W^T's kernel 132.0 -> 102.0
+     us at (6208,512,3072), 72.8 -> 56.4 at (6208,1536,512); the trm-sudoku-att bf16 step 280.1 -> 241.0 ms.
      Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
-     of these 64 x 32 ones; the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
+     of these 64 x 32 ones (again 0.72-1.06x with tiles as parameters, TINYREC_CL_SGEMM's HM/HN/HW/HS: 256 x 128 or
+     128 x 256 in two stages 0.62-0.80x, both depth steps' fragments loaded first 0.97-0.99x); the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
      two floats per work-item and half) took the mlp step from 465 to 508 ms.
    Attention (flash style, fp32): forward per (b, h, block of 16 queries) x 16-wide slices of the head dimension,
      looping over key blocks with an online softmax; backward recomputes p = exp(s - lse): Dv = do.o per row, then
@@ -11426,9 +11431,10 @@ static const char tr__cl_src_gemm_11[] =
 " a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
 " one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
-" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns\n"
-" the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.\n"
-" Same grid (batches, K pieces) and outputs as tr_sgemm. */\n"
+" % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile TR_HM x TR_HN (default 128 x 128, 256\n"
+" work-items); warp w owns the 64 x TR_HW block of C at rows (w / (TR_HN / TR_HW)) * 64, columns (w % (TR_HN / TR_HW))\n"
+" * TR_HW, as 4 x TR_HW / 8 m16n8k16 fragments accumulated in fp32 (TR_WG: per warpgroup on wgmma, above). Same grid\n"
+" (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
 "/* of depth k, chunk c of a depth-major tile of XT columns */\n"
 "#define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)\n"

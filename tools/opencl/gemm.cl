@@ -612,9 +612,10 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while
  one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks
  of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth
- % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile 128 x 128, 256 work-items; warp w owns
- the 64 x 32 block of C at rows (w / 4) * 64, columns (w % 4) * 32, as 4 x 4 m16n8k16 fragments accumulated in fp32.
- Same grid (batches, K pieces) and outputs as tr_sgemm. */
+ % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile TR_HM x TR_HN (default 128 x 128, 256
+ work-items); warp w owns the 64 x TR_HW block of C at rows (w / (TR_HN / TR_HW)) * 64, columns (w % (TR_HN / TR_HW))
+ * TR_HW, as 4 x TR_HW / 8 m16n8k16 fragments accumulated in fp32 (TR_WG: per warpgroup on wgmma, above). Same grid
+ (batches, K pieces) and outputs as tr_sgemm. */
 #define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
 /* of depth k, chunk c of a depth-major tile of XT columns */
 #define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)
