@@ -7924,7 +7924,11 @@ TR__FN int tr__cl_has_device(const tr__clfn *f, int gpu_only) {
 /* Each entry point's slot in the dispatch table that every object of an installable driver (ICD) begins
    with (Khronos cl_icd.h's order), in TR__CL_FUNCS' order, then TR__CL_FUNCS_OPT's. */
 static const unsigned char tr__cl_dispatch_slot[] = {0,  1,  2,  3,  4,   7,  9,  11, 26, 30, 33, 29, 34, 37, 38, 40,
-                                                     59, 14, 18, 49, 48, 50, 102, 56, 58, 47, 41, 44, 32, 39, 101};
+                                                     59, 14, 18, 49, 48, 50, 102, 56, 58, 47, 41, 44, 32, 27, 39, 101};
+#define TR__CL_ONE(ret, name, params) +1
+/* (a slot for every entry point: the build fails here when one is added to the lists without its slot) */
+typedef char tr__cl_dispatch_slots_match[sizeof tr__cl_dispatch_slot == (0 TR__CL_FUNCS(TR__CL_ONE) TR__CL_FUNCS_OPT(TR__CL_ONE)) ? 1 : -1];
+#undef TR__CL_ONE
 
 /* A vendor's driver opened without the ICD loader, as the loader itself uses it: its platforms from
    clIcdGetPlatformIDsKHR, every other call through the dispatch table its objects begin with. For the
