@@ -8226,8 +8226,8 @@ typedef struct tr__cl_gemm_cfg {
                        its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
     int wg;                  /* tr_k_hmma's k-contiguous products on Hopper's wgmma (tr__cl_wg_patch; sm_90, the default tile): 0 =
                                 automatic (on), 1 = off, 2 = on (WG=0 / WG=1 in TINYREC_CL_SGEMM) */
-    int hm, hn, hw, hs, hdb; /* tr_k_hmma's tile (TR_HM x TR_HN, warps of 64 x TR_HW, TR_HS stages, TR_HDB; 0: the default,
-                                tr__cl_hmma_tile; HM=, HN=, HW=, HS=, HDB= in TINYREC_CL_SGEMM) */
+    int hm, hn, hw, hs;      /* tr_k_hmma's tile (TR_HM x TR_HN, warps of 64 x TR_HW, TR_HS stages; 0: the default,
+                                tr__cl_hmma_tile; HM=, HN=, HW=, HS= in TINYREC_CL_SGEMM) */
 } tr__cl_gemm_cfg;
 
 enum { TR__CLA_BUF = 1, TR__CLA_I32, TR__CLA_I64, TR__CLA_F32, TR__CLA_LOCAL };
@@ -11301,12 +11301,8 @@ static const char tr__cl_src_gemm_8[] =
 "#define TR_HWN (TR_HN / TR_HW)        /* warps along a tile's columns */\n"
 "#define TR_HNT (32 * (TR_HM / 64) * TR_HWN) /* work-items */\n"
 "#define TR_HNF (TR_HW / 8)            /* a warp's n8 fragments */\n"
-"#ifndef TR_HDB\n";
+"#ifndef TR_WG\n";
 static const char tr__cl_src_gemm_9[] =
-"#define TR_HDB 0 /* 1: a tile's fragments loaded before its products */\n"
-"#endif\n"
-"#define TR_HFS (TR_HDB ? TR_MK / 16 : 1)\n"
-"#ifndef TR_WG\n"
 "#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */\n"
 "#endif\n"
 "#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)\n"
@@ -11372,9 +11368,9 @@ static const char tr__cl_src_gemm_9[] =
 "}\n"
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
-" value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n";
+" value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
+" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n";
 static const char tr__cl_src_gemm_10[] =
-" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
 " 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
 " halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
 " swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
@@ -11430,9 +11426,9 @@ static const char tr__cl_src_gemm_10[] =
 "/* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]): A and B packed by tr_k_pack16 as they are\n"
 " stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous\n"
 " (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a\n"
-" transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n";
+" transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n"
+" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n";
 static const char tr__cl_src_gemm_11[] =
-" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
 " one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
 " % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile TR_HM x TR_HN (default 128 x 128, 256\n"
@@ -11557,47 +11553,40 @@ static const char tr__cl_src_gemm_13[] =
 "      TR_WG_COMMIT();\n"
 "      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */\n"
 "    } else {\n"
-"      /* fragments of depth step s (TR_HDB: of both steps, loaded before the first's products) */\n"
-"      uint a[TR_HFS][4][4], b[TR_HFS][TR_HNF][2];\n"
 "#pragma unroll\n"
 "      for (s = 0; s < TR_MK / 16; s++) {\n"
-"        if (!TR_HDB || s == 0) {\n"
-"          int s1;\n"
+"        uint a[4][4], b[TR_HNF][2];\n"
+"        /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 | 8-15 of\n"
+"           columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout (from a\n"
+"           depth-major tile, depth l % 8 of the matrix, transposed as it loads). (Loading both depth steps' fragments\n"
+"           before the products measured 1-3% slower on an H200.) */\n"
 "#pragma unroll\n"
-"          for (s1 = s; s1 < (TR_HDB ? TR_MK / 16 : s + 1); s1++) {\n"
-"            const int f = s1 % TR_HFS;\n"
-"            /* lane l gives row l % 8 of matrix l / 8; a: (rows 0-7 | 8-15) x (depths 0-7 | 8-15), b: depths 0-7 |\n"
-"               8-15 of columns j, then j + 1: thread t receives row t / 4, word t % 4 of each, the fragments' layout\n"
-"               (from a depth-major tile, depth l % 8 of the matrix, transposed as it loads) */\n"
+"        for (i = 0; i < 4; i++) {\n"
+"          const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;\n"
+"          if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));\n"
+"          else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
+"        }\n"
 "#pragma unroll\n"
-"            for (i = 0; i < 4; i++) {\n"
-"              const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s1 + (lm >> 1) * 8;\n"
-"              if (TA) TR_LDM4T(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));\n"
-"              else TR_LDM4(a[f][i][0], a[f][i][1], a[f][i][2], a[f][i][3], As + TR_HSW(am + lr, ak >> 3));\n"
-"            }\n"
-"#pragma unroll\n"
-"            for (j = 0; j < TR_HNF; j += 2) {\n"
-"              const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s1 + (lm & 1) * 8;\n"
-"              if (TB) TR_LDM4T(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));\n"
-"              else TR_LDM4(b[f][j][0], b[f][j][1], b[f][j + 1][0], b[f][j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
-"            }\n"
-"          }\n"
+"        for (j = 0; j < TR_HNF; j += 2) {\n"
+"          const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
+"          if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));\n"
+"          else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
 "        }\n"
 "#pragma unroll\n"
 "        for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
 "          for (j = 0; j < TR_HNF; j++) {\n"
-"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
-"            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[s % TR_HFS][i], b[s % TR_HFS][j]));\n"
+"            if (F16) __asm__ volatile(TR_MMA_F16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
+"            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          }\n"
 "      }\n"
-"    }\n";
-static const char tr__cl_src_gemm_14[] =
+"    }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
 "    if (TR_WG_ON(F16, TA, TB)) /* (TR_WG: wgmma's accumulator, the warp's 16 rows of its warpgroup's 64, every column) */\n"
 "      for (s = 0; s < TR_MK / 16; s++)\n"
 "        for (j = 0; j < 16; j++)\n"
-"          for (r = 0; r < 4; r++) {\n"
+"          for (r = 0; r < 4; r++) {\n";
+static const char tr__cl_src_gemm_14[] =
 "            const int am = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g + (r >> 1) * 8, bn = j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
 "            for (kk = 0; kk < 16; kk++)\n"
@@ -11643,11 +11632,11 @@ static const char tr__cl_src_gemm_14[] =
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
 " depth-major */\n"
-"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n";
-static const char tr__cl_src_gemm_15[] =
+"#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
-"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
+"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n";
+static const char tr__cl_src_gemm_15[] =
 "    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
 "    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
@@ -11688,11 +11677,11 @@ static const char tr__cl_src_gemm_15[] =
 "#define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \\\n"
 "__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \\\n"
 "                   int rp, int fdt, long so, int il) {                                                                        \\\n"
-"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n";
-static const char tr__cl_src_gemm_16[] =
+"  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
-"  float4 v = (float4)(0.0f);                                                                                                  \\\n"
+"  float4 v = (float4)(0.0f);                                                                                                  \\\n";
+static const char tr__cl_src_gemm_16[] =
 "  if (x >= rp || k >= kp) return;                                                                                             \\\n"
 "  if (il ? hx < il : x < rows) {                                                                                              \\\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
@@ -11723,11 +11712,11 @@ static const char tr__cl_src_gemm_16[] =
 "  float2 v;                                                                                                                   \\\n"
 "  if (j >= width || r >= rows) return;                                                                                        \\\n"
 "  g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \\\n"
-"  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n";
-static const char tr__cl_src_gemm_17[] =
+"  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
-"  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
+"  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n";
+static const char tr__cl_src_gemm_17[] =
 "  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n"
 "  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
@@ -12647,16 +12636,16 @@ TR__FN int tr__cl_gemm_mma_mode(const tr__cl_info *info, int want) {
     return info->nv_sm >= 80 ? 1 : 0;
 }
 
-/* tr_k_hmma's tile in g (hm x hn of C, warps of 64 x hw, hs stages of 32 depths, hdb): as given where valid (a whole
+/* tr_k_hmma's tile in g (hm x hn of C, warps of 64 x hw, hs stages of 32 depths): as given where valid (a whole
    number of warps, each work-item copying whole 16-byte chunks of both tiles, the stages within the device's local
    memory), else the default, 128 x 128 in warps of 64 x 32, 3 stages (48 KiB). */
 TR__FN void tr__cl_hmma_tile(const tr__cl_info *info, tr__cl_gemm_cfg *g) {
     int nt = g->hm > 0 && g->hw > 0 ? 32 * (g->hm / 64) * (g->hn / g->hw) : 0;
     if (!(g->hm == 64 || g->hm == 128 || g->hm == 256) || !(g->hw == 16 || g->hw == 32 || g->hw == 64) || g->hn < g->hw || g->hn % g->hw ||
         g->hn % 64 || g->hn > 256 || nt < 64 || nt > 512 || (4 * g->hm) % nt || (4 * g->hn) % nt || g->hs < 2 || g->hs > 4 ||
-        g->hdb < 0 || g->hdb > 1 || (info && info->max_wg && (size_t)nt > info->max_wg) ||
+        (info && info->max_wg && (size_t)nt > info->max_wg) ||
         (info && info->local_mem && (size_t)g->hs * (size_t)(g->hm + g->hn) * 64 > info->local_mem))
-        g->hm = g->hn = 128, g->hw = 32, g->hs = 3, g->hdb = 0;
+        g->hm = g->hn = 128, g->hw = 32, g->hs = 3;
 }
 /* The configuration for this device: the first candidate that fits, then TINYREC_CL_SGEMM ("TM=128,TN=64,TK=16,WM=8,
    WN=8,VW=4"; keys that are not given keep the automatic value; here `env`: tr_ctx_config.cl_sgemm, else the variable)
@@ -12664,12 +12653,12 @@ TR__FN void tr__cl_hmma_tile(const tr__cl_info *info, tr__cl_gemm_cfg *g) {
    Candidates for GPUs: 128x128 tiles of 8x8 per work-item (256 items, 16.5 KiB local), 128x64 (128 items), 64x64 4x4
    (256 items), then smaller; for other devices (PoCL) 64x64 of 8x8 (64 items) first. */
 TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr__cl_gemm_cfg *out) {
-    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
-                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
-                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
-                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}};
-    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},
-                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0, 0}};
+    static const tr__cl_gemm_cfg gpu[] = {{128, 128, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {128, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {64, 64, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},   {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},  {32, 32, 8, 4, 4, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},     {4, 4, 4, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
+    static const tr__cl_gemm_cfg cpu[] = {{64, 64, 16, 8, 8, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {32, 32, 16, 4, 4, 4, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}, {16, 16, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},
+                                          {8, 8, 8, 2, 2, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0},    {1, 1, 1, 1, 1, 1, -1, -1, -1, 2, -1, 0, 0, 0, 0, 0, 0}};
     const tr__cl_gemm_cfg *list = info && !info->is_gpu ? cpu : gpu;
     size_t n = info && !info->is_gpu ? sizeof cpu / sizeof cpu[0] : sizeof gpu / sizeof gpu[0], i;
     *out = list[n - 1];
@@ -12708,7 +12697,6 @@ TR__FN void tr__cl_gemm_config_spec(const tr__cl_info *info, const char *env, tr
             else if (!strcmp(key, "HN")) g.hn = (int)v;
             else if (!strcmp(key, "HW")) g.hw = (int)v;
             else if (!strcmp(key, "HS")) g.hs = (int)v;
-            else if (!strcmp(key, "HDB")) g.hdb = (int)v;
             else if (!strcmp(key, "WG")) g.wg = v ? 2 : 1;
             else break;
         }
@@ -12856,9 +12844,9 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     tr__cl_int err = 0;
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
-    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d -DTR_HDB=%d %.300s",
+    snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d %.300s",
              tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, cl->gemm.hm,
-             cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, cl->gemm.hdb, extra ? extra : "");
+             cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, extra ? extra : "");
     if (cl->gemm.mma == 2 && cl->gemm.wg == 2) { /* (the emulation of wgmma's accumulator layout: WG=1 with MMA=2) */
         size_t n = strlen(opts);
         snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
