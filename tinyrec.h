@@ -11508,10 +11508,13 @@ static const char tr__cl_src_gemm_12[] =
 "                           __global uint *a16, long ld16, int kpa, const int TA, const int TB) {\n"
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
+"  /* the warp's accumulator: fragment (i, j) at the tile's rows mw + i rs.., columns nw + i cs + 8 j.. (mma.sync: its\n"
+"     64 x TR_HW block; wgmma: its 16 rows of its warpgroup's 64, every column) */\n";
+static const char tr__cl_src_gemm_13[] =
+"  const int wg = TR_WG_ON(F16, TA, TB), mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
 "  const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;\n"
 "  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */\n"
-"  const int bz = z / ks, kz = z - bz * ks;\n";
-static const char tr__cl_src_gemm_13[] =
+"  const int bz = z / ks, kz = z - bz * ks;\n"
 "  const int b0 = bz * bpg, b1 = min(nb, b0 + bpg), kb = kz * kc, ke = min(Kp, kb + kc);\n"
 "  const int ntk = ke > kb ? (ke - kb) / TR_MK : 0, nt = (b1 > b0 ? b1 - b0 : 0) * ntk;\n"
 "  float c[4][TR_HNF][4];\n"
@@ -11535,7 +11538,7 @@ static const char tr__cl_src_gemm_13[] =
 "    const int u = t + TR_HS - 1;\n"
 "    TR_HWAIT();\n"
 "#if TR_GEMM_MMA == 1\n"
-"    if (TR_WG_ON(F16, TA, TB)) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
+"    if (wg) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
 "#endif\n"
 "    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
 "    if (u < nt) {\n"
@@ -11545,7 +11548,7 @@ static const char tr__cl_src_gemm_13[] =
 "    }\n"
 "    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
 "#if TR_GEMM_MMA == 1\n"
-"    if (TR_WG_ON(F16, TA, TB)) {\n"
+"    if (wg) {\n"
 "      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;\n"
 "      TR_WG_FENCE();\n"
 "      TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
@@ -11580,38 +11583,22 @@ static const char tr__cl_src_gemm_13[] =
 "            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          }\n"
 "      }\n"
-"    }\n"
-"#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */\n"
-"    if (TR_WG_ON(F16, TA, TB)) /* (TR_WG: wgmma's accumulator, the warp's 16 rows of its warpgroup's 64, every column) */\n"
-"      for (s = 0; s < TR_MK / 16; s++)\n"
-"        for (j = 0; j < 16; j++)\n"
-"          for (r = 0; r < 4; r++) {\n";
+"    }\n";
 static const char tr__cl_src_gemm_14[] =
-"            const int am = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g + (r >> 1) * 8, bn = j * 8 + 2 * q + (r & 1);\n"
-"            int kk;\n"
-"            for (kk = 0; kk < 16; kk++)\n"
-"              c[j / 4][j % 4][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, 0, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, 0, TR_HN), c[j / 4][j % 4][r]);\n"
-"          }\n"
-"    else\n"
+"#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) (wgmma's accumulator too, with wg) */\n"
 "    for (s = 0; s < TR_MK / 16; s++)\n"
 "      for (i = 0; i < 4; i++)\n"
 "        for (j = 0; j < TR_HNF; j++)\n"
 "          for (r = 0; r < 4; r++) {\n"
-"            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);\n"
+"            const int am = mw + i * rs + g + (r >> 1) * 8, bn = nw + i * cs + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
 "            for (kk = 0; kk < 16; kk++)\n"
 "              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
 "  }\n"
-"  {\n"
-"    /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows\n"
-"       of its warpgroup's 64, all the columns) */\n"
-"    const int wg = TR_WG_ON(F16, TA, TB);\n"
-"    const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
-"    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);\n"
-"    else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
-"  }\n"
+"  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, rnd, c);\n"
+"  else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
 "}\n"
 "/* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;\n"
 " _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded\n"
@@ -11635,13 +11622,13 @@ static const char tr__cl_src_gemm_14[] =
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
-"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n";
-static const char tr__cl_src_gemm_15[] =
+"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
 "    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
 "    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
-"    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
+"    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n";
+static const char tr__cl_src_gemm_15[] =
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \\\n"
 "            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
@@ -11680,13 +11667,13 @@ static const char tr__cl_src_gemm_15[] =
 "  const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \\\n"
 "  const long b = get_global_id(2);                                                                                            \\\n"
 "  const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \\\n"
-"  float4 v = (float4)(0.0f);                                                                                                  \\\n";
-static const char tr__cl_src_gemm_16[] =
+"  float4 v = (float4)(0.0f);                                                                                                  \\\n"
 "  if (x >= rp || k >= kp) return;                                                                                             \\\n"
 "  if (il ? hx < il : x < rows) {                                                                                              \\\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
 "      v = LD4(P, o + k);                                                                                                      \\\n"
-"      if (so) {                                                                                                               \\\n"
+"      if (so) {                                                                                                               \\\n";
+static const char tr__cl_src_gemm_16[] =
 "        const float4 u = LD4(P, o + k + so);                                                                                  \\\n"
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
 "      }                                                                                                                       \\\n"
@@ -11715,14 +11702,14 @@ static const char tr__cl_src_gemm_16[] =
 "  x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \\\n"
 "  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \\\n"
-"  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n";
-static const char tr__cl_src_gemm_17[] =
+"  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \\\n"
 "  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \\\n"
 "  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
 "  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \\\n"
 "}\n"
-"#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n"
+"#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n";
+static const char tr__cl_src_gemm_17[] =
 "#define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)\n"
 "TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U, float, 1, TR_LDF4U)\n"
 "TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U, float, 1, TR_LDF4U)\n"
@@ -12842,39 +12829,34 @@ TR__FN int tr__cl_mma_ready(tr__cl *cl) {
     const char *extra = tr__ctx_knob(cl->ctx, TR__KNOB_CL_OPTIONS); /* as for the main program */
     char opts[512];
     tr__cl_int err = 0;
+    size_t n;
+    int wg; /* the program's wgmma: 1 (tr__cl_wg_patch), 2 its accumulator layout emulated (MMA=2 with WG=1), 0 none */
     if (cl->mma_program) return 1;
     if (!cl->gemm.mma) return 0;
     snprintf(opts, sizeof opts, "%s%s-DTR_MMA_ONLY=1 -DTR_GEMM_MMA=%d -DTR_HM=%d -DTR_HN=%d -DTR_HW=%d -DTR_HS=%d %.300s",
              tr__cl_c_version(cl) >= 12 ? "-cl-std=CL1.2 -cl-kernel-arg-info " : "", cl->info.has_fp64 ? "-DTR_FP64=1 " : "", cl->gemm.mma, cl->gemm.hm,
              cl->gemm.hn, cl->gemm.hw, cl->gemm.hs, extra ? extra : "");
-    if (cl->gemm.mma == 2 && cl->gemm.wg == 2) { /* (the emulation of wgmma's accumulator layout: WG=1 with MMA=2) */
-        size_t n = strlen(opts);
-        snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
-    } else if (tr__cl_wg_wanted(cl)) { /* (its own build: on any failure, the program without wgmma) */
-        size_t n = strlen(opts);
-        snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
+    wg = cl->gemm.mma == 2 && cl->gemm.wg == 2 ? 2 : tr__cl_wg_wanted(cl);
+    n = strlen(opts);
+    if (wg) snprintf(opts + n, sizeof opts - n, " -DTR_WG=1");
+    for (;;) { /* (with wgmma, then on any failure of its build or rewrite without) */
+        err = 0;
         cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
-        if (cl->mma_program && err == TR__CL_SUCCESS && f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL) == TR__CL_SUCCESS &&
-            tr__cl_wg_patch(cl) == TR_OK) {
-            cl->wg_built = 1;
-            if (cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
-            return 1;
+        if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
+        if (cl->mma_program && err == TR__CL_SUCCESS && (wg != 1 || tr__cl_wg_patch(cl) == TR_OK)) break;
+        if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
+        cl->mma_program = NULL;
+        if (wg != 1) {
+            cl->gemm.mma = 0;
+            tr__log(cl->ctx, TR_LOG_WARN, "opencl: the tensor-core kernels did not build (%s, %d); bfloat16 / float16 products run on the fp32 kernels",
+                    tr__cl_errname(err), (int)err);
+            return 0;
         }
-        if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
         tr__log(cl->ctx, TR_LOG_WARN, "opencl: the wgmma kernels did not build; the products run on mma.sync");
-        opts[n] = 0;
+        wg = 0, opts[n] = 0;
     }
-    cl->mma_program = f->CreateProgramWithSource(cl->context, (tr__cl_uint)(sizeof src / sizeof src[0]), (const char **)src, NULL, &err);
-    if (cl->mma_program && err == TR__CL_SUCCESS) err = f->BuildProgram(cl->mma_program, 1, &cl->device, opts, NULL, NULL);
-    if (cl->mma_program && err == TR__CL_SUCCESS && cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
-    if (!cl->mma_program || err != TR__CL_SUCCESS) {
-        if (cl->mma_program) f->ReleaseProgram(cl->mma_program);
-        cl->mma_program = NULL, cl->gemm.mma = 0;
-        tr__log(cl->ctx, TR_LOG_WARN, "opencl: the tensor-core kernels did not build (%s, %d); bfloat16 / float16 products run on the fp32 kernels",
-                tr__cl_errname(err), (int)err);
-        return 0;
-    }
-    if (cl->gemm.mma == 2 && cl->gemm.wg == 2) cl->wg_built = 2;
+    if (cl->profile) tr__cl_build_notes(cl, cl->mma_program, opts);
+    cl->wg_built = wg;
     return 1;
 }
 

@@ -684,6 +684,9 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
                            __global uint *a16, long ld16, int kpa, const int TA, const int TB) {
   const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
+  /* the warp's accumulator: fragment (i, j) at the tile's rows mw + i rs.., columns nw + i cs + 8 j.. (mma.sync: its
+     64 x TR_HW block; wgmma: its 16 rows of its warpgroup's 64, every column) */
+  const int wg = TR_WG_ON(F16, TA, TB), mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;
   const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;
   const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */
   const int bz = z / ks, kz = z - bz * ks;
@@ -710,7 +713,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const int u = t + TR_HS - 1;
     TR_HWAIT();
 #if TR_GEMM_MMA == 1
-    if (TR_WG_ON(F16, TA, TB)) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
+    if (wg) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
 #endif
     barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
     if (u < nt) {
@@ -720,7 +723,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     }
     TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
 #if TR_GEMM_MMA == 1
-    if (TR_WG_ON(F16, TA, TB)) {
+    if (wg) {
       const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;
       TR_WG_FENCE();
       TR_WG_MMA("bf16", c, tr_wg_desc(sa), tr_wg_desc(sb));
@@ -756,36 +759,20 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
           }
       }
     }
-#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) */
-    if (TR_WG_ON(F16, TA, TB)) /* (TR_WG: wgmma's accumulator, the warp's 16 rows of its warpgroup's 64, every column) */
-      for (s = 0; s < TR_MK / 16; s++)
-        for (j = 0; j < 16; j++)
-          for (r = 0; r < 4; r++) {
-            const int am = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g + (r >> 1) * 8, bn = j * 8 + 2 * q + (r & 1);
-            int kk;
-            for (kk = 0; kk < 16; kk++)
-              c[j / 4][j % 4][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, 0, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, 0, TR_HN), c[j / 4][j % 4][r]);
-          }
-    else
+#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) (wgmma's accumulator too, with wg) */
     for (s = 0; s < TR_MK / 16; s++)
       for (i = 0; i < 4; i++)
         for (j = 0; j < TR_HNF; j++)
           for (r = 0; r < 4; r++) {
-            const int am = wm + i * 16 + g + (r >> 1) * 8, bn = wn + j * 8 + 2 * q + (r & 1);
+            const int am = mw + i * rs + g + (r >> 1) * 8, bn = nw + i * cs + j * 8 + 2 * q + (r & 1);
             int kk;
             for (kk = 0; kk < 16; kk++)
               c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);
           }
 #endif
   }
-  {
-    /* the epilogue's blocks: fragment (i, j) at rows mw + i rs.., columns nw + i cs + 8 j.. (wgmma: the warp's 16 rows
-       of its warpgroup's 64, all the columns) */
-    const int wg = TR_WG_ON(F16, TA, TB);
-    const int mw = m0 + (wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm), nw = n0 + (wg ? 0 : wn), rs = wg ? 0 : 16, cs = wg ? 32 : 0;
-    if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, mw, nw, rs, cs, g, q, rnd, c);
-    else tr_mma_store(C, ldc, M, N, mw, nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
-  }
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, rnd, c);
+  else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
