@@ -126,6 +126,7 @@ $(BUILD)/cl_nvptx.ok: $(CL_SRCS) | $(BUILD)
 	$(NVPTX) -DTR_FP64=1 -DTR_MMA_ONLY=1 -DTR_GEMM_MMA=1 -o $(BUILD)/cl_mma.ptx $(BUILD)/cl_all.cl
 	$(NVPTX) -DTR_FP64=1 -DTR_MMA_ONLY=1 -DTR_GEMM_MMA=1 -DTR_WG=1 -o $(BUILD)/cl_wg.ptx $(BUILD)/cl_all.cl
 	grep -q '//@ { .reg .pred p; setp.ne.b32 p, %r[0-9]*, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f' $(BUILD)/cl_wg.ptx
+	grep -q 'wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f[^}]*}, %rd[0-9]*, %rd[0-9]*, p, 1, 1, 1, 1; }' $(BUILD)/cl_wg.ptx
 	touch $@
 
 # The README's quick start is a program: extracted verbatim (its first ```c block), built as the README

@@ -100,8 +100,8 @@
                                the backward reads) as 16-bit values, half the memory of fp32 for the same bits; 0: as fp32
        TINYREC_CL_SGEMM        OpenCL SGEMM tiles, e.g. "TM=128,TN=128,TK=16,WM=8,WN=8,VW=4" (CP=0: no cp.async, ST=2..4: its stages;
                                MMA=0: no tensor cores for bfloat16 / float16 models, MMA=2: their emulation, for tests;
-                               ATT=0: the attention not on them, ATT=1 on: the default; WG=0: the k-contiguous bfloat16
-                               products on mma.sync, not Hopper's wgmma; HM=, HN=, HW=, HS=: the tensor-core products'
+                               ATT=0: the attention not on them, ATT=1 on: the default; WG=0: the products on
+                               mma.sync, not Hopper's wgmma; HM=, HN=, HW=, HS=: the tensor-core products'
                                tile rows, columns, warp columns and stages, for experiments)
        TINYREC_CL_OPTIONS      extra OpenCL build options
        TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
@@ -8224,7 +8224,7 @@ typedef struct tr__cl_gemm_cfg {
                        parsing = not given (automatic) */
     int att;        /* the attention (forward and backward) on the tensor cores (tr__cl_att_mma): 0 = automatic (on, with mma.sync or
                        its emulation), 1 = off, 2 = on (TINYREC_CL_SGEMM's ATT=0 / ATT=1) */
-    int wg;                  /* tr_k_hmma's k-contiguous products on Hopper's wgmma (tr__cl_wg_patch; sm_90, the default tile): 0 =
+    int wg;                  /* tr_k_hmma's products on Hopper's wgmma (tr__cl_wg_patch; sm_90, the default tile): 0 =
                                 automatic (on), 1 = off, 2 = on (WG=0 / WG=1 in TINYREC_CL_SGEMM) */
     int hm, hn, hw, hs;      /* tr_k_hmma's tile (TR_HM x TR_HN, warps of 64 x TR_HW, TR_HS stages; 0: the default,
                                 tr__cl_hmma_tile; HM=, HN=, HW=, HS= in TINYREC_CL_SGEMM) */
@@ -11303,11 +11303,9 @@ static const char tr__cl_src_gemm_8[] =
 "#define TR_HNF (TR_HW / 8)            /* a warp's n8 fragments */\n"
 "#ifndef TR_WG\n";
 static const char tr__cl_src_gemm_9[] =
-"#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */\n"
+"#define TR_WG 0 /* 1: the products on wgmma (below) */\n"
 "#endif\n"
 "#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)\n"
-"/* the products on wgmma: k-contiguous operands, bfloat16 (float16's instruction has not yet run on a device) */\n"
-"#define TR_WG_ON(F16, TA, TB) (TR_WG_OK && !(F16) && !(TA) && !(TB))\n"
 "#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
@@ -11369,10 +11367,10 @@ static const char tr__cl_src_gemm_9[] =
 "/* The SwiGLU's epilogue (tr_k_hmma_swiglu_*): C's gate and up halves were packed in alternating blocks of 8 rows of\n"
 " the weight operand (tr_k_pack16's il), so that a work-item holds a gate and its up for two adjacent columns. Each\n"
 " value is rounded as tr_mma_store would, act = silu(gate) * up as tr_k_swiglu_fwd computes it, and C gets the gates\n"
-" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n";
-static const char tr__cl_src_gemm_10[] =
+" and the ups at their places only with keep (a pass without the tape never reads them): keep 1 as floats, keep 2 as\n"
 " 16-bit values (C then holds them, ldc of them a row, as the 16-bit tape does: pairs of columns as words, ldc and the\n"
-" halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n"
+" halves even). c8: C's rows and halves start 8-byte aligned (float2 stores).\n";
+static const char tr__cl_src_gemm_10[] =
 " swr 1 (the token mix: halves of M / 2 rows, A's rows interleaved): a fragment's rows g and g + 8 hold the gates and\n"
 " the ups of the same row; act is rows x N (ld_act, a8 as c8), or with kpa > 0 written only packed for the next\n"
 " product (its depth-major B: rows of kpa 16-bit values, ld16 words; the columns past N come out 0 from the zero-padded\n"
@@ -11427,17 +11425,17 @@ static const char tr__cl_src_gemm_10[] =
 " stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous\n"
 " (its packed rows are its rows, along the depth) or, with TA / TB, depth-major (its packed rows are depths: a\n"
 " transposed operand, packed once and read either way). Each 128 x 32 tile is 8 KiB, copied with cp.async 16 bytes at\n"
-" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n";
+" a time into one of TR_HS stages (48 KiB in all), so that the copies of the next TR_HS - 1 tiles are in flight while\n"
+" one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n";
 static const char tr__cl_src_gemm_11[] =
-" one is multiplied; ldmatrix loads the fragments (.trans from a depth-major tile). A k-contiguous tile row is 4 chunks\n"
 " of 16 bytes, chunk c stored at c ^ ((row / 2) % 4); a depth-major one, 32 depths of 16 chunks, chunk c at c ^ (depth\n"
 " % 8): either way the 8 rows one ldmatrix reads hit 32 distinct banks. Tile TR_HM x TR_HN (default 128 x 128, 256\n"
 " work-items); warp w owns the 64 x TR_HW block of C at rows (w / (TR_HN / TR_HW)) * 64, columns (w % (TR_HN / TR_HW))\n"
 " * TR_HW, as 4 x TR_HW / 8 m16n8k16 fragments accumulated in fp32 (TR_WG: per warpgroup on wgmma, above). Same grid\n"
 " (batches, K pieces) and outputs as tr_sgemm. */\n"
 "#define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */\n"
-"/* of depth k, chunk c of a depth-major tile of XT columns */\n"
-"#define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)\n"
+"/* of depth k, chunk c of a depth-major tile: planes of 64 columns (chunks 8 p..), each TR_MK depths of 128 bytes */\n"
+"#define TR_HTW(k, c) (((c) >> 3) * (TR_MK * 32) + (k) * 32 + ((((c) ^ (k)) & 7) << 2))\n"
 "#if TR_GEMM_MMA == 1\n"
 "#define TR_HCP(dst, src, n) \\\n"
 "  __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((uint)(ulong)(dst)), \"l\"(src), \"r\"(n) : \"memory\")\n"
@@ -11457,19 +11455,22 @@ static const char tr__cl_src_gemm_11[] =
 " it, so its instructions are written as PTX comments (\"//@ \"), which the compiler passes through; the host uncomments\n"
 " them in the program's PTX and rebuilds it for sm_90a (tr__cl_wg_patch). A tile's operands are read from local memory\n"
 " as they are staged: TR_HSW's rows of 64 bytes, chunk c at c ^ ((row / 2) % 4), is the 64-byte swizzle of a K-major\n"
-" operand (atoms of 8 rows, 512 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16 depths\n"
-" an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as mma.sync's\n"
-" fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */\n"
-"static inline ulong tr_wg_desc(uint addr) { /* start, leading offset 1 (unused when swizzled), stride 512, 64-byte swizzle */\n"
-"  return (ulong)((addr & 0x3FFFF) >> 4) | (1ul << 16) | ((ulong)(512 >> 4) << 32) | (2ul << 62);\n"
+" operand (atoms of 8 rows, 512 bytes apart); TR_HTW's planes of 64 columns, depth rows of 128 bytes with chunk c at\n"
+" c ^ (depth % 8), the 128-byte swizzle of an MN-major one (the instruction's transpose flag; atoms of 8 depths, 1024\n"
+" bytes apart, planes 64 depths x 128 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16\n"
+" depths an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as\n"
+" mma.sync's fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */\n"
+"static inline ulong tr_wg_desc(uint addr, const int T) { /* start, leading offset, stride, swizzle: 64 bytes (K-major), 128 (T) */\n"
+"  return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(T ? 4096 >> 4 : 1) << 16) | ((ulong)((T ? 1024 : 512) >> 4) << 32) | ((T ? 1ul : 2ul) << 62);\n"
 "}\n"
 "#define TR_WG_FENCE() __asm__ volatile(\"//@ wgmma.fence.sync.aligned;\" ::: \"memory\")\n"
 "#define TR_WG_COMMIT() __asm__ volatile(\"//@ wgmma.commit_group.sync.aligned;\" ::: \"memory\")\n"
-"#define TR_WG_WAIT0() __asm__ volatile(\"//@ wgmma.wait_group.sync.aligned 0;\" ::: \"memory\")\n"
-"#define TR_WG_MMA(TY, c, da, db)                                                                                        \\\n"
-"  __asm__ volatile(\"//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.\" TY \".\" TY \\\n"
-"                   \" {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\"                                                                \\\n";
+"#define TR_WG_WAIT(n) __asm__ volatile(\"//@ wgmma.wait_group.sync.aligned \" #n \";\" ::: \"memory\")\n"
+"/* TY: the operands' type, TRA / TRB: \"1\" for an MN-major (depth-major) operand */\n"
+"#define TR_WG_MMA(TY, TRA, TRB, c, da, db)                                                                              \\\n"
+"  __asm__ volatile(\"//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.\" TY \".\" TY \\\n";
 static const char tr__cl_src_gemm_12[] =
+"                   \" {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, \" TRA \", \" TRB \"; }\"                                                                \\\n"
 "                   : \"+f\"(c[0][0][0]), \"+f\"(c[0][0][1]), \"+f\"(c[0][0][2]), \"+f\"(c[0][0][3]), \"+f\"(c[0][1][0]), \"+f\"(c[0][1][1]), \"+f\"(c[0][1][2]), \"+f\"(c[0][1][3]), \"+f\"(c[0][2][0]), \"+f\"(c[0][2][1]), \"+f\"(c[0][2][2]), \"+f\"(c[0][2][3]), \"+f\"(c[0][3][0]), \"+f\"(c[0][3][1]), \"+f\"(c[0][3][2]), \"+f\"(c[0][3][3]), \"+f\"(c[1][0][0]), \"+f\"(c[1][0][1]), \"+f\"(c[1][0][2]), \"+f\"(c[1][0][3]), \"+f\"(c[1][1][0]), \"+f\"(c[1][1][1]), \"+f\"(c[1][1][2]), \"+f\"(c[1][1][3]), \"+f\"(c[1][2][0]), \"+f\"(c[1][2][1]), \"+f\"(c[1][2][2]), \"+f\"(c[1][2][3]), \"+f\"(c[1][3][0]), \"+f\"(c[1][3][1]), \"+f\"(c[1][3][2]), \"+f\"(c[1][3][3]), \"+f\"(c[2][0][0]), \"+f\"(c[2][0][1]), \"+f\"(c[2][0][2]), \"+f\"(c[2][0][3]), \"+f\"(c[2][1][0]), \"+f\"(c[2][1][1]), \"+f\"(c[2][1][2]), \"+f\"(c[2][1][3]), \"+f\"(c[2][2][0]), \"+f\"(c[2][2][1]), \"+f\"(c[2][2][2]), \"+f\"(c[2][2][3]), \"+f\"(c[2][3][0]), \"+f\"(c[2][3][1]), \"+f\"(c[2][3][2]), \"+f\"(c[2][3][3]), \"+f\"(c[3][0][0]), \"+f\"(c[3][0][1]), \"+f\"(c[3][0][2]), \"+f\"(c[3][0][3]), \"+f\"(c[3][1][0]), \"+f\"(c[3][1][1]), \"+f\"(c[3][1][2]), \"+f\"(c[3][1][3]), \"+f\"(c[3][2][0]), \"+f\"(c[3][2][1]), \"+f\"(c[3][2][2]), \"+f\"(c[3][2][3]), \"+f\"(c[3][3][0]), \"+f\"(c[3][3][1]), \"+f\"(c[3][3][2]), \"+f\"(c[3][3][3])                                                                                               \\\n"
 "                   : \"l\"(da), \"l\"(db), \"r\"(1) : \"memory\")\n"
 "#else /* 2: plain copies, and the fragments' values read one by one */\n"
@@ -11488,17 +11489,29 @@ static const char tr__cl_src_gemm_12[] =
 "    const int e = tid + l * TR_HNT;\n"
 "    if (T) {\n"
 "      const int k = e / (XT / 8), c = e % (XT / 8), in = x0 + 8 * c < 2 * ld && ik + k < K;\n"
-"      TR_HCP(S + TR_HTW(k, c, XT), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
+"      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);\n"
 "    } else {\n"
 "      const int r = e >> 2, c = e & 3, in = XT <= TR_MT || x0 + r < xp;\n"
 "      TR_HCP(S + TR_HSW(r, c), in ? P + (long)(x0 + r) * ld + ik / 2 + 4 * c : P, in ? 16 : 0);\n"
 "    }\n"
 "  }\n"
 "}\n"
-"#if TR_GEMM_MMA != 1\n"
+"/* tile u of nt (batch b0 + u / ntk, depths kb + (u % ntk) TR_MK..) of both operands into its stage, as one cp.async group */\n"
+"static inline void tr_hmma_fetch(__local uint *As0, __local uint *Bs0, __global const uint *A, long lda, long sA, __global const uint *B, long ldb,\n"
+"                                 long sB, int u, int nt, int ntk, int b0, int kb, int m0, int mp, int n0, int np, int K, int tid, const int TA,\n"
+"                                 const int TB) {\n"
+"  if (u < nt) {\n"
+"    const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
+"    tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);\n"
+"    tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);\n"
+"  }\n"
+"  TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
+"}\n"
+"#if TR_GEMM_MMA != 1\n";
+static const char tr__cl_src_gemm_13[] =
 "/* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */\n"
-"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T, const int XT) {\n"
-"  const uint w = T ? S[TR_HTW(k, r >> 3, XT) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));\n"
+"static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {\n"
+"  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));\n"
 "  return tr_unhalf1((ushort)w, F16 ? 2 : 1);\n"
 "}\n"
 "#endif\n"
@@ -11509,9 +11522,8 @@ static const char tr__cl_src_gemm_12[] =
 "  const int tid = get_local_id(0), g = (tid & 31) >> 2, q = tid & 3, wm = (tid >> 5) / TR_HWN * 64, wn = (tid >> 5) % TR_HWN * TR_HW;\n"
 "  const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */\n"
 "  /* the warp's accumulator: fragment (i, j) at the tile's rows mw + i rs.., columns nw + i cs + 8 j.. (mma.sync: its\n"
-"     64 x TR_HW block; wgmma: its 16 rows of its warpgroup's 64, every column) */\n";
-static const char tr__cl_src_gemm_13[] =
-"  const int wg = TR_WG_ON(F16, TA, TB), mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
+"     64 x TR_HW block; wgmma: its 16 rows of its warpgroup's 64, every column) */\n"
+"  const int wg = TR_WG_OK, mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;\n"
 "  const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;\n"
 "  const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */\n"
 "  const int bz = z / ks, kz = z - bz * ks;\n"
@@ -11525,14 +11537,7 @@ static const char tr__cl_src_gemm_13[] =
 "    for (j = 0; j < TR_HNF; j++)\n"
 "#pragma unroll\n"
 "      for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;\n"
-"  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */\n"
-"    if (t < nt) {\n"
-"      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + t * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);\n"
-"      tr_hmma_copy(Bs0 + t * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);\n"
-"    }\n"
-"    TR_HCOMMIT();\n"
-"  }\n"
+"  for (t = 0; t < TR_HS - 1; t++) tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, t, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB); /* the first tiles in flight */\n"
 "  for (t = 0; t < nt; t++) {\n"
 "    __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);\n"
 "    const int u = t + TR_HS - 1;\n"
@@ -11540,21 +11545,33 @@ static const char tr__cl_src_gemm_13[] =
 "#if TR_GEMM_MMA == 1\n"
 "    if (wg) __asm__ volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); /* (wgmma reads through the async proxy) */\n"
 "#endif\n"
-"    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */\n"
-"    if (u < nt) {\n"
-"      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;\n"
-"      tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);\n"
-"      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);\n"
-"    }\n"
-"    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */\n"
+"    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1 (wg: but for its wgmma), whose stage u reuses */\n"
+"    if (!wg) tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, u, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB);\n"
 "#if TR_GEMM_MMA == 1\n"
 "    if (wg) {\n"
-"      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;\n"
+"      /* the warpgroup's 64 rows of A (64 of a K-major tile's 64-byte rows, or a depth-major tile's plane, 4 KiB either\n"
+"         way), all of B; depths 16.. of a tile are 32 bytes on in the K-major atom, 16 rows of 128 bytes on MN-major */\n"
+"      const uint sa = (uint)(ulong)As + (tid >> 7) * 4096, sb = (uint)(ulong)Bs, ksa = TA ? 2048 : 32, ksb = TB ? 2048 : 32;\n"
 "      TR_WG_FENCE();\n"
-"      TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa), tr_wg_desc(sb));\n"
-"      TR_WG_MMA(\"bf16\", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */\n"
+"#define TR_WG_TILE(TY, TRA, TRB)                                                              \\\n"
+"  do {                                                                                        \\\n"
+"    TR_WG_MMA(TY, TRA, TRB, c, tr_wg_desc(sa, TA), tr_wg_desc(sb, TB));                       \\\n"
+"    TR_WG_MMA(TY, TRA, TRB, c, tr_wg_desc(sa + ksa, TA), tr_wg_desc(sb + ksb, TB));             \\\n"
+"  } while (0)\n"
+"#define TR_WG_TILES(TY)                                \\\n"
+"  do {                                                 \\\n"
+"    if (TA && TB) TR_WG_TILE(TY, \"1\", \"1\");            \\\n"
+"    else if (TA) TR_WG_TILE(TY, \"1\", \"0\");             \\\n"
+"    else if (TB) TR_WG_TILE(TY, \"0\", \"1\");             \\\n"
+"    else TR_WG_TILE(TY, \"0\", \"0\");                     \\\n"
+"  } while (0)\n";
+static const char tr__cl_src_gemm_14[] =
+"      if (F16) TR_WG_TILES(\"f16\");\n"
+"      else TR_WG_TILES(\"bf16\");\n"
+"#undef TR_WG_TILES\n"
+"#undef TR_WG_TILE\n"
 "      TR_WG_COMMIT();\n"
-"      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */\n"
+"      TR_WG_WAIT(1); /* tile t - 1's are done (tile t's runs on): after the barrier below its stage is copied over */\n"
 "    } else {\n"
 "#pragma unroll\n"
 "      for (s = 0; s < TR_MK / 16; s++) {\n"
@@ -11566,13 +11583,13 @@ static const char tr__cl_src_gemm_13[] =
 "#pragma unroll\n"
 "        for (i = 0; i < 4; i++) {\n"
 "          const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;\n"
-"          if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));\n"
+"          if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));\n"
 "          else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));\n"
 "        }\n"
 "#pragma unroll\n"
 "        for (j = 0; j < TR_HNF; j += 2) {\n"
 "          const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;\n"
-"          if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));\n"
+"          if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));\n"
 "          else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));\n"
 "        }\n"
 "#pragma unroll\n"
@@ -11583,8 +11600,7 @@ static const char tr__cl_src_gemm_13[] =
 "            else __asm__ volatile(TR_MMA_BF16 TR_MMA_OPS TR_MMA_ARGS(c[i][j], a[i], b[j]));\n"
 "          }\n"
 "      }\n"
-"    }\n";
-static const char tr__cl_src_gemm_14[] =
+"    }\n"
 "#else /* the fragment's outputs: rows g (r < 2) or g + 8, columns 2q + (r & 1) (wgmma's accumulator too, with wg) */\n"
 "    for (s = 0; s < TR_MK / 16; s++)\n"
 "      for (i = 0; i < 4; i++)\n"
@@ -11593,10 +11609,17 @@ static const char tr__cl_src_gemm_14[] =
 "            const int am = mw + i * rs + g + (r >> 1) * 8, bn = nw + i * cs + j * 8 + 2 * q + (r & 1);\n"
 "            int kk;\n"
 "            for (kk = 0; kk < 16; kk++)\n"
-"              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);\n"
+"              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);\n"
 "          }\n"
 "#endif\n"
+"    if (wg) {\n"
+"      barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with tile t - 1 */\n"
+"      tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, u, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB);\n"
+"    }\n"
 "  }\n"
+"#if TR_GEMM_MMA == 1\n"
+"  if (wg) TR_WG_WAIT(0);\n"
+"#endif\n"
 "  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, rnd, c);\n"
 "  else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);\n"
 "}\n"
@@ -11608,7 +11631,8 @@ static const char tr__cl_src_gemm_14[] =
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
 "    int M, int N, int K, int Kp, int acc, int nb, int bpg, int ks, int kc, int z0, int wc) {                             \\\n"
-"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
+"    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n";
+static const char tr__cl_src_gemm_15[] =
 "    const int z = z0 + get_group_id(2);                                                                                  \\\n"
 "    const ulong co = ((wc & 4) ? 2 * C_off : C_off) + (ulong)z * (ulong)sC;                                              \\\n"
 "    __global float *Cz = (wc & 4) ? (__global float *)((__global ushort *)C + co) : C + co;                             \\\n"
@@ -11627,8 +11651,7 @@ static const char tr__cl_src_gemm_14[] =
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
 "    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
 "    const int z = get_group_id(2);                                                                                       \\\n"
-"    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n";
-static const char tr__cl_src_gemm_15[] =
+"    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \\\n"
 "            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
@@ -11655,7 +11678,8 @@ static const char tr__cl_src_gemm_15[] =
 "/* Element at P[o] of an operand packed by tr_k_pack16: itself, or with so (a SwiGLU's gate_up operand, the up\n"
 " value so further) silu(gate) * up as tr_k_swiglu_fwd computes it, in the precision fdt. */\n"
 "#define TR_PACK_AT(LD, P, o) (so ? tr_swiglu1(LD(P, o), LD(P, (o) + so), fdt) : LD(P, o))\n"
-"/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n"
+"/* D = op(P) rounded to bfloat16 (fdt 1) / float16 (2), packed for tr_k_hmma (either way: a depth-major operand is\n";
+static const char tr__cl_src_gemm_16[] =
 " packed as stored too): batch b's rows x < rp of kp / 2 words (pairs of columns), zeros past rows x K; op(P)[x][k] =\n"
 " P[x ld + k] (TR_PACK_AT: with so, the SwiGLU of P's gate_up).\n"
 " Four depths per work-item (a float4 where the rows are 16-byte aligned). Offsets and strides in floats (P) and words\n"
@@ -11672,8 +11696,7 @@ static const char tr__cl_src_gemm_15[] =
 "  if (il ? hx < il : x < rows) {                                                                                              \\\n"
 "    if (((o | (ulong)so) & 3) == 0 && k + 3 < K) {                                                                            \\\n"
 "      v = LD4(P, o + k);                                                                                                      \\\n"
-"      if (so) {                                                                                                               \\\n";
-static const char tr__cl_src_gemm_16[] =
+"      if (so) {                                                                                                               \\\n"
 "        const float4 u = LD4(P, o + k + so);                                                                                  \\\n"
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
 "      }                                                                                                                       \\\n"
@@ -11691,7 +11714,8 @@ static const char tr__cl_src_gemm_16[] =
 " (tr_k_hmma reads no depth past K, and an operand's rows past its own give outputs it does not store). Four values\n"
 " of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da\n"
 " likewise (_d: 16 bits). */\n"
-"#define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \\\n"
+"#define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \\\n";
+static const char tr__cl_src_gemm_17[] =
 "__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \\\n"
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \\\n"
@@ -11708,8 +11732,7 @@ static const char tr__cl_src_gemm_16[] =
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \\\n"
 "  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \\\n"
 "}\n"
-"#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n";
-static const char tr__cl_src_gemm_17[] =
+"#define TR_LDF4U(P, i) vload4(0, (P) + (i))\n"
 "#define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)\n"
 "TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd, float, 1, TR_LDF4U, float, 1, TR_LDF4U)\n"
 "TR_PACK16_SWB_K(tr_k_pack16_swiglu_bwd_h, ushort, 2, TR_LDH4U, float, 1, TR_LDF4U)\n"
@@ -12771,7 +12794,7 @@ TR__FN int tr__cl_gemm_gu_cp_ok(const tr__cl_gemm_cfg *g) {
     return g->cp && g->vw == 4 && g->wm % 8 == 0 && (g->tm / 2) % (nt / tr__cl_gemm_cq(g)) == 0;
 }
 
-/* Whether tr_k_hmma's k-contiguous products are to run on wgmma: an sm_90 device (wgmma is sm_90a's alone), mma.sync on,
+/* Whether tr_k_hmma's products are to run on wgmma: an sm_90 device (wgmma is sm_90a's alone), mma.sync on,
    the default tile, WG not 0 in TINYREC_CL_SGEMM. */
 TR__FN int tr__cl_wg_wanted(const tr__cl *cl) {
     const tr__cl_gemm_cfg *g = &cl->gemm;

@@ -1,12 +1,13 @@
-/* tinyrec-gemm16: the products of a bfloat16 model on a 16-bit tape, alone: 16-bit operands and a 16-bit C rounded in
+/* tinyrec-gemm16: the products of a bfloat16 (or float16) model on a 16-bit tape, alone: 16-bit operands and a 16-bit C rounded in
    the product's epilogue (tr__op_sgemm_rnd), as the training step runs them on a device. For (M,K,N) =
    (6208,512,3072) and (6208,1536,512), the forward x W^T and the backward's dX = dY W and dW = dY^T X:
-   - first a check of each kind against double sums of the same values (in bfloat16 spacings of the result: a sum's
-     order may move one rounding, so at most 1), exit status 1 if one is off;
+   - first a check of each kind against double sums of the same values: off by at most one spacing of the precision at
+     the result (a sum's order may move one rounding) plus the error bound of an fp32 sum of D terms, D u sum |terms|
+     (u = 2^-24: it shows in float16 where terms cancel), as a fraction of that, exit status 1 if one is over;
    - then each kernel's time per call (TINYREC_CL_PROFILE's: the kernel alone), and the wall time per call with the
      operands' packing (a weight is packed at every call here; the training step keeps it packed).
    bench/gemm16_torch.py times cuBLAS (PyTorch bf16) at the same products.
-   usage: tinyrec-gemm16 [device (opencl:NVIDIA)] [rows divisor (1)] [repetitions (20)] */
+   usage: tinyrec-gemm16 [device (opencl:NVIDIA)] [rows divisor (1)] [repetitions (20)] [bf16 (default) | fp16] */
 #define TINYREC_IMPLEMENTATION
 #include "tinyrec.h"
 #include <math.h>
@@ -17,29 +18,21 @@
 
 static const char *const kind_name[3] = {"x W^T", "dX = dY W", "dW = dY^T X"};
 
-static uint16_t to_bf16(float x) {
-    uint32_t u;
-    tr__round_ref(TR_FWD_BFLOAT16, &x, 1);
-    memcpy(&u, &x, 4);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-/* n values of a fixed pattern (seed), as bfloat16 on the host (h) and on the device (returned) */
+static int fdt = TR_FWD_BFLOAT16; /* the precision of the operands and of C */
+
+static uint16_t to16(float x) { return fdt == TR_FWD_FLOAT16 ? tr__f32_to_f16(x) : tr__f32_to_bf16(x); }
+static float from16(uint16_t h) { return fdt == TR_FWD_FLOAT16 ? tr__f16_to_f32(h) : tr__bf16_to_f32(h); }
+/* n values of a fixed pattern (seed), as 16-bit values on the host (h) and on the device (returned) */
 static void *operand(tr_ctx *ctx, size_t n, size_t seed, uint16_t *h) {
     void *d = tr__dalloc(ctx, n * 2 + 64, 0);
     size_t i;
-    for (i = 0; i < n; i++) h[i] = to_bf16((float)((i * seed) % 101) * 0.01f - 0.5f);
+    for (i = 0; i < n; i++) h[i] = to16((float)((i * seed) % 101) * 0.01f - 0.5f);
     if (d && tr__dput(ctx, d, h, n * 2) != TR_OK) return NULL;
     return d;
 }
 /* product kind k of x (M x K), w (N x K), g (M x N) into the 16-bit C */
 static tr_status product(tr_ctx *ctx, int k, size_t M, size_t K, size_t N, void *X, void *W, void *G, void *C) {
-    const int f = TR_FWD_BFLOAT16;
+    const int f = fdt;
     if (k == 0) return tr__op_sgemm_rnd(ctx, f, 1, M, N, K, tr__mat16_of(X, K, 0, 0, f), tr__mat16_of(W, K, 0, 1, f), tr__out16_of(C, N, 0, 0, f));
     if (k == 1) return tr__op_sgemm_rnd(ctx, f, 1, M, K, N, tr__mat16_of(G, N, 0, 0, f), tr__mat16_of(W, K, 0, 0, f), tr__out16_of(C, K, 0, 0, f));
     return tr__op_sgemm_rnd(ctx, f, 1, N, K, M, tr__mat16_of(G, N, 0, 1, f), tr__mat16_of(X, K, 0, 0, f), tr__out16_of(C, K, 0, 0, f));
@@ -55,6 +48,11 @@ int main(int argc, char **argv) {
     int div = argc > 2 ? atoi(argv[2]) : 1, reps = argc > 3 ? atoi(argv[3]) : 20, pass, bad = 0;
     if (div < 1) div = 1;
     if (reps < 1 || reps > 63) reps = 20;
+    if (argc > 4 && !strcmp(argv[4], "fp16")) fdt = TR_FWD_FLOAT16;
+    else if (argc > 4 && strcmp(argv[4], "bf16")) {
+        fprintf(stderr, "tinyrec-gemm16: precision %s: bf16 or fp16\n", argv[4]);
+        return 2;
+    }
     for (pass = 0; pass < 2; pass++) { /* 0: checks and kernel times (profiled), 1: wall times */
         tr_ctx_config cc = tr_ctx_config_default();
         tr_ctx *ctx;
@@ -87,17 +85,19 @@ int main(int argc, char **argv) {
                     }
                     for (a = 0; a < R; a++)
                         for (b = 0; b < Q; b++) {
-                            double sum = 0, spacing;
+                            double sum = 0, abs_sum = 0, bound;
                             float ref;
-                            for (d = 0; d < D; d++)
-                                sum += k == 0   ? (double)from_bf16(hx[a * K + d]) * from_bf16(hw[b * K + d])
-                                       : k == 1 ? (double)from_bf16(hg[a * N + d]) * from_bf16(hw[d * K + b])
-                                                : (double)from_bf16(hg[d * N + a]) * from_bf16(hx[d * K + b]);
-                            ref = from_bf16(to_bf16((float)sum));
-                            spacing = ldexp(1.0, (int)floor(log2(fabs(ref) + 1e-30)) - 7);
-                            if (fabs(from_bf16(hc[a * Q + b]) - ref) / spacing > worst) worst = fabs(from_bf16(hc[a * Q + b]) - ref) / spacing;
+                            for (d = 0; d < D; d++) {
+                                const double term = k == 0   ? (double)from16(hx[a * K + d]) * from16(hw[b * K + d])
+                                                    : k == 1 ? (double)from16(hg[a * N + d]) * from16(hw[d * K + b])
+                                                             : (double)from16(hg[d * N + a]) * from16(hx[d * K + b]);
+                                sum += term, abs_sum += fabs(term);
+                            }
+                            ref = from16(to16((float)sum));
+                            bound = ldexp(1.0, (int)floor(log2(fabs(ref) + 1e-30)) - (fdt == TR_FWD_FLOAT16 ? 10 : 7)) + ldexp((double)D * abs_sum, -24);
+                            if (fabs(from16(hc[a * Q + b]) - ref) / bound > worst) worst = fabs(from16(hc[a * Q + b]) - ref) / bound;
                         }
-                    printf("check (%zu,%zu,%zu) %-12s worst %.2f bfloat16 spacings%s\n", M, K, N, kind_name[k], worst, worst > 1.0 ? "  FAILED" : "");
+                    printf("check %s (%zu,%zu,%zu) %-12s worst %.2f of the bound%s\n", fdt == TR_FWD_FLOAT16 ? "fp16" : "bf16", M, K, N, kind_name[k], worst, worst > 1.0 ? "  FAILED" : "");
                     bad |= worst > 1.0;
                     continue;
                 }

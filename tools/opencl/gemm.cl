@@ -482,11 +482,9 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_HNT (32 * (TR_HM / 64) * TR_HWN) /* work-items */
 #define TR_HNF (TR_HW / 8)            /* a warp's n8 fragments */
 #ifndef TR_WG
-#define TR_WG 0 /* 1: the k-contiguous products on wgmma (below) */
+#define TR_WG 0 /* 1: the products on wgmma (below) */
 #endif
 #define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)
-/* the products on wgmma: k-contiguous operands, bfloat16 (float16's instruction has not yet run on a device) */
-#define TR_WG_ON(F16, TA, TB) (TR_WG_OK && !(F16) && !(TA) && !(TB))
 #define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
@@ -613,8 +611,8 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  * TR_HW, as 4 x TR_HW / 8 m16n8k16 fragments accumulated in fp32 (TR_WG: per warpgroup on wgmma, above). Same grid
  (batches, K pieces) and outputs as tr_sgemm. */
 #define TR_HSW(r, c) ((r) * (TR_MK / 2) + ((((c) ^ ((r) >> 1)) & 3) << 2)) /* word of row r, chunk c of a tile */
-/* of depth k, chunk c of a depth-major tile of XT columns */
-#define TR_HTW(k, c, XT) ((k) * ((XT) / 2) + ((((c) ^ (k)) & 7) | ((c) & ~7)) * 4)
+/* of depth k, chunk c of a depth-major tile: planes of 64 columns (chunks 8 p..), each TR_MK depths of 128 bytes */
+#define TR_HTW(k, c) (((c) >> 3) * (TR_MK * 32) + (k) * 32 + ((((c) ^ (k)) & 7) << 2))
 #if TR_GEMM_MMA == 1
 #define TR_HCP(dst, src, n) \
   __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((uint)(ulong)(dst)), "l"(src), "r"(n) : "memory")
@@ -634,18 +632,21 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  it, so its instructions are written as PTX comments ("//@ "), which the compiler passes through; the host uncomments
  them in the program's PTX and rebuilds it for sm_90a (tr__cl_wg_patch). A tile's operands are read from local memory
  as they are staged: TR_HSW's rows of 64 bytes, chunk c at c ^ ((row / 2) % 4), is the 64-byte swizzle of a K-major
- operand (atoms of 8 rows, 512 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16 depths
- an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as mma.sync's
- fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */
-static inline ulong tr_wg_desc(uint addr) { /* start, leading offset 1 (unused when swizzled), stride 512, 64-byte swizzle */
-  return (ulong)((addr & 0x3FFFF) >> 4) | (1ul << 16) | ((ulong)(512 >> 4) << 32) | (2ul << 62);
+ operand (atoms of 8 rows, 512 bytes apart); TR_HTW's planes of 64 columns, depth rows of 128 bytes with chunk c at
+ c ^ (depth % 8), the 128-byte swizzle of an MN-major one (the instruction's transpose flag; atoms of 8 depths, 1024
+ bytes apart, planes 64 depths x 128 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16
+ depths an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as
+ mma.sync's fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */
+static inline ulong tr_wg_desc(uint addr, const int T) { /* start, leading offset, stride, swizzle: 64 bytes (K-major), 128 (T) */
+  return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(T ? 4096 >> 4 : 1) << 16) | ((ulong)((T ? 1024 : 512) >> 4) << 32) | ((T ? 1ul : 2ul) << 62);
 }
 #define TR_WG_FENCE() __asm__ volatile("//@ wgmma.fence.sync.aligned;" ::: "memory")
 #define TR_WG_COMMIT() __asm__ volatile("//@ wgmma.commit_group.sync.aligned;" ::: "memory")
-#define TR_WG_WAIT0() __asm__ volatile("//@ wgmma.wait_group.sync.aligned 0;" ::: "memory")
-#define TR_WG_MMA(TY, c, da, db)                                                                                        \
+#define TR_WG_WAIT(n) __asm__ volatile("//@ wgmma.wait_group.sync.aligned " #n ";" ::: "memory")
+/* TY: the operands' type, TRA / TRB: "1" for an MN-major (depth-major) operand */
+#define TR_WG_MMA(TY, TRA, TRB, c, da, db)                                                                              \
   __asm__ volatile("//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY \
-                   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }"                                                                \
+                   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, " TRA ", " TRB "; }"                                                                \
                    : "+f"(c[0][0][0]), "+f"(c[0][0][1]), "+f"(c[0][0][2]), "+f"(c[0][0][3]), "+f"(c[0][1][0]), "+f"(c[0][1][1]), "+f"(c[0][1][2]), "+f"(c[0][1][3]), "+f"(c[0][2][0]), "+f"(c[0][2][1]), "+f"(c[0][2][2]), "+f"(c[0][2][3]), "+f"(c[0][3][0]), "+f"(c[0][3][1]), "+f"(c[0][3][2]), "+f"(c[0][3][3]), "+f"(c[1][0][0]), "+f"(c[1][0][1]), "+f"(c[1][0][2]), "+f"(c[1][0][3]), "+f"(c[1][1][0]), "+f"(c[1][1][1]), "+f"(c[1][1][2]), "+f"(c[1][1][3]), "+f"(c[1][2][0]), "+f"(c[1][2][1]), "+f"(c[1][2][2]), "+f"(c[1][2][3]), "+f"(c[1][3][0]), "+f"(c[1][3][1]), "+f"(c[1][3][2]), "+f"(c[1][3][3]), "+f"(c[2][0][0]), "+f"(c[2][0][1]), "+f"(c[2][0][2]), "+f"(c[2][0][3]), "+f"(c[2][1][0]), "+f"(c[2][1][1]), "+f"(c[2][1][2]), "+f"(c[2][1][3]), "+f"(c[2][2][0]), "+f"(c[2][2][1]), "+f"(c[2][2][2]), "+f"(c[2][2][3]), "+f"(c[2][3][0]), "+f"(c[2][3][1]), "+f"(c[2][3][2]), "+f"(c[2][3][3]), "+f"(c[3][0][0]), "+f"(c[3][0][1]), "+f"(c[3][0][2]), "+f"(c[3][0][3]), "+f"(c[3][1][0]), "+f"(c[3][1][1]), "+f"(c[3][1][2]), "+f"(c[3][1][3]), "+f"(c[3][2][0]), "+f"(c[3][2][1]), "+f"(c[3][2][2]), "+f"(c[3][2][3]), "+f"(c[3][3][0]), "+f"(c[3][3][1]), "+f"(c[3][3][2]), "+f"(c[3][3][3])                                                                                               \
                    : "l"(da), "l"(db), "r"(1) : "memory")
 #else /* 2: plain copies, and the fragments' values read one by one */
@@ -664,17 +665,28 @@ static inline void tr_hmma_copy(__local uint *S, __global const uint *P, long ld
     const int e = tid + l * TR_HNT;
     if (T) {
       const int k = e / (XT / 8), c = e % (XT / 8), in = x0 + 8 * c < 2 * ld && ik + k < K;
-      TR_HCP(S + TR_HTW(k, c, XT), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
+      TR_HCP(S + TR_HTW(k, c), in ? P + (long)(ik + k) * ld + x0 / 2 + 4 * c : P, in ? 16 : 0);
     } else {
       const int r = e >> 2, c = e & 3, in = XT <= TR_MT || x0 + r < xp;
       TR_HCP(S + TR_HSW(r, c), in ? P + (long)(x0 + r) * ld + ik / 2 + 4 * c : P, in ? 16 : 0);
     }
   }
 }
+/* tile u of nt (batch b0 + u / ntk, depths kb + (u % ntk) TR_MK..) of both operands into its stage, as one cp.async group */
+static inline void tr_hmma_fetch(__local uint *As0, __local uint *Bs0, __global const uint *A, long lda, long sA, __global const uint *B, long ldb,
+                                 long sB, int u, int nt, int ntk, int b0, int kb, int m0, int mp, int n0, int np, int K, int tid, const int TA,
+                                 const int TB) {
+  if (u < nt) {
+    const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
+    tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);
+    tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);
+  }
+  TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
+}
 #if TR_GEMM_MMA != 1
 /* the 16-bit value at row r, depth k of a staged tile (T: a depth-major one), as a float */
-static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T, const int XT) {
-  const uint w = T ? S[TR_HTW(k, r >> 3, XT) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));
+static inline float tr_hmma_at(__local const uint *S, int r, int k, const int F16, const int T) {
+  const uint w = T ? S[TR_HTW(k, r >> 3) + ((r & 7) >> 1)] >> (16 * (r & 1)) : S[TR_HSW(r, k >> 3) + ((k & 7) >> 1)] >> (16 * (k & 1));
   return tr_unhalf1((ushort)w, F16 ? 2 : 1);
 }
 #endif
@@ -686,7 +698,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
   const int lr = tid & 7, lm = (tid >> 3) & 3; /* ldmatrix: the row and the matrix whose address this lane gives */
   /* the warp's accumulator: fragment (i, j) at the tile's rows mw + i rs.., columns nw + i cs + 8 j.. (mma.sync: its
      64 x TR_HW block; wgmma: its 16 rows of its warpgroup's 64, every column) */
-  const int wg = TR_WG_ON(F16, TA, TB), mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;
+  const int wg = TR_WG_OK, mw = wg ? (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 : wm, nw = wg ? 0 : wn, rs = wg ? 0 : 16, cs = wg ? 32 : 0;
   const int n0 = get_group_id(0) * TR_HN, m0 = get_group_id(1) * TR_HM;
   const int mp = (M + TR_MT - 1) & -TR_MT, np = (N + TR_MT - 1) & -TR_MT; /* the packed rows */
   const int bz = z / ks, kz = z - bz * ks;
@@ -700,14 +712,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     for (j = 0; j < TR_HNF; j++)
 #pragma unroll
       for (r = 0; r < 4; r++) c[i][j][r] = 0.0f;
-  for (t = 0; t < TR_HS - 1; t++) { /* the first tiles in flight */
-    if (t < nt) {
-      const int ib = b0 + t / ntk, ik = kb + (t % ntk) * TR_MK;
-      tr_hmma_copy(As0 + t * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);
-      tr_hmma_copy(Bs0 + t * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);
-    }
-    TR_HCOMMIT();
-  }
+  for (t = 0; t < TR_HS - 1; t++) tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, t, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB); /* the first tiles in flight */
   for (t = 0; t < nt; t++) {
     __local const uint *As = As0 + (t % TR_HS) * (TR_HM * TR_MK / 2), *Bs = Bs0 + (t % TR_HS) * (TR_HN * TR_MK / 2);
     const int u = t + TR_HS - 1;
@@ -715,21 +720,32 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #if TR_GEMM_MMA == 1
     if (wg) __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* (wgmma reads through the async proxy) */
 #endif
-    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1, whose stage u reuses */
-    if (u < nt) {
-      const int ib = b0 + u / ntk, ik = kb + (u % ntk) * TR_MK;
-      tr_hmma_copy(As0 + (u % TR_HS) * (TR_HM * TR_MK / 2), A + (long)ib * sA, lda, m0, mp, ik, K, tid, TA, TR_HM);
-      tr_hmma_copy(Bs0 + (u % TR_HS) * (TR_HN * TR_MK / 2), B + (long)ib * sB, ldb, n0, np, ik, K, tid, TB, TR_HN);
-    }
-    TR_HCOMMIT(); /* an empty group past the end keeps the count TR_HWAIT relies on */
+    barrier(CLK_LOCAL_MEM_FENCE); /* tile t is in; every warp is done with tile t - 1 (wg: but for its wgmma), whose stage u reuses */
+    if (!wg) tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, u, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB);
 #if TR_GEMM_MMA == 1
     if (wg) {
-      const uint sa = (uint)(ulong)As + (tid >> 7) * (64 * TR_MK * 2), sb = (uint)(ulong)Bs;
+      /* the warpgroup's 64 rows of A (64 of a K-major tile's 64-byte rows, or a depth-major tile's plane, 4 KiB either
+         way), all of B; depths 16.. of a tile are 32 bytes on in the K-major atom, 16 rows of 128 bytes on MN-major */
+      const uint sa = (uint)(ulong)As + (tid >> 7) * 4096, sb = (uint)(ulong)Bs, ksa = TA ? 2048 : 32, ksb = TB ? 2048 : 32;
       TR_WG_FENCE();
-      TR_WG_MMA("bf16", c, tr_wg_desc(sa), tr_wg_desc(sb));
-      TR_WG_MMA("bf16", c, tr_wg_desc(sa + 32), tr_wg_desc(sb + 32)); /* (depths 16..: 32 bytes on, in the atom) */
+#define TR_WG_TILE(TY, TRA, TRB)                                                              \
+  do {                                                                                        \
+    TR_WG_MMA(TY, TRA, TRB, c, tr_wg_desc(sa, TA), tr_wg_desc(sb, TB));                       \
+    TR_WG_MMA(TY, TRA, TRB, c, tr_wg_desc(sa + ksa, TA), tr_wg_desc(sb + ksb, TB));             \
+  } while (0)
+#define TR_WG_TILES(TY)                                \
+  do {                                                 \
+    if (TA && TB) TR_WG_TILE(TY, "1", "1");            \
+    else if (TA) TR_WG_TILE(TY, "1", "0");             \
+    else if (TB) TR_WG_TILE(TY, "0", "1");             \
+    else TR_WG_TILE(TY, "0", "0");                     \
+  } while (0)
+      if (F16) TR_WG_TILES("f16");
+      else TR_WG_TILES("bf16");
+#undef TR_WG_TILES
+#undef TR_WG_TILE
       TR_WG_COMMIT();
-      TR_WG_WAIT0(); /* (before the barrier after which this stage is copied over) */
+      TR_WG_WAIT(1); /* tile t - 1's are done (tile t's runs on): after the barrier below its stage is copied over */
     } else {
 #pragma unroll
       for (s = 0; s < TR_MK / 16; s++) {
@@ -741,13 +757,13 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 #pragma unroll
         for (i = 0; i < 4; i++) {
           const int am = wm + i * 16 + (lm & 1) * 8, ak = 16 * s + (lm >> 1) * 8;
-          if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3, TR_HM));
+          if (TA) TR_LDM4T(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HTW(ak + lr, am >> 3));
           else TR_LDM4(a[i][0], a[i][1], a[i][2], a[i][3], As + TR_HSW(am + lr, ak >> 3));
         }
 #pragma unroll
         for (j = 0; j < TR_HNF; j += 2) {
           const int bn = wn + (j + (lm >> 1)) * 8, bk = 16 * s + (lm & 1) * 8;
-          if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3, TR_HN));
+          if (TB) TR_LDM4T(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HTW(bk + lr, bn >> 3));
           else TR_LDM4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], Bs + TR_HSW(bn + lr, bk >> 3));
         }
 #pragma unroll
@@ -767,10 +783,17 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
             const int am = mw + i * rs + g + (r >> 1) * 8, bn = nw + i * cs + j * 8 + 2 * q + (r & 1);
             int kk;
             for (kk = 0; kk < 16; kk++)
-              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA, TR_HM), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB, TR_HN), c[i][j][r]);
+              c[i][j][r] = fma(tr_hmma_at(As, am, 16 * s + kk, F16, TA), tr_hmma_at(Bs, bn, 16 * s + kk, F16, TB), c[i][j][r]);
           }
 #endif
+    if (wg) {
+      barrier(CLK_LOCAL_MEM_FENCE); /* every warpgroup is done with tile t - 1 */
+      tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, u, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB);
+    }
   }
+#if TR_GEMM_MMA == 1
+  if (wg) TR_WG_WAIT(0);
+#endif
   if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, rnd, c);
   else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
 }
