@@ -10794,10 +10794,15 @@ TR__FN tr_status tr__cl_signsgd(tr__cl *cl, float *table, int Dp, int ngroups, c
      (tr__cl_swiglu_bwd_kept), -> 391; the token mix's activation written only as the down product's packed operand
      (tr__cl_token_mlp), -> 376; a 16-bit tape's gate_up fields written in 16 bits by the epilogue (write_gu 2), -> 365
      (PyTorch bf16 eager: 372 in the same call); trm-sudoku-att 581 -> 541. The same bits throughout.
-     On Hopper the bfloat16 products with both operands k-contiguous (x W^T and the gate_up's) run on wgmma instead
-     (TR_WG, tr__cl_wg_patch: m64n128k16 per warpgroup of 4 warps, from the same staged tiles, whose XOR layout is
-     wgmma's 64-byte swizzle): on an H200 with 16-bit operands and C (bench/gemm16.c) x W^T's kernel 132.0 -> 102.0
-     us at (6208,512,3072), 72.8 -> 56.4 at (6208,1536,512); the trm-sudoku-att bf16 step 280.1 -> 241.0 ms.
+     On Hopper the products run on wgmma instead (TR_WG, tr__cl_wg_patch: m64n128k16 per warpgroup of 4 warps, from
+     the same staged tiles: a k-contiguous tile's XOR layout is wgmma's 64-byte swizzle, a depth-major tile's planes of
+     64 columns its 128-byte swizzle of an MN-major operand), one tile's instructions running on while the next is
+     copied: on an H200 with 16-bit operands and C (bench/gemm16.c), first x W^T alone, 132.0 -> 102.0 us at
+     (6208,512,3072), 72.8 -> 56.4 at (6208,1536,512), the trm-sudoku-att bf16 step 280.1 -> 241.0 ms; then every
+     product (against mma.sync in one call: x W^T 112.2 -> 96.6 us, dX 106.7 -> 81.6, dW 130.6 -> 113.5 at the first
+     shape), trm-sudoku-att 241.0 -> 232.3 ms, trm-sudoku-mlp 320.3 -> 282.2. Persistent work-groups (several tiles
+     each, the copies running on from one into the next) measured 0.71-1.0x: two work-groups already share each
+     multiprocessor (98-114 registers, 48 KiB local memory) and hide each other's prologue.
      Measured slower and left out: warps of 64 x 64 outputs (4 per tile, 213 registers) ran the products at 0.55x
      of these 64 x 32 ones (again 0.72-1.06x with tiles as parameters, TINYREC_CL_SGEMM's HM/HN/HW/HS: 256 x 128 or
      128 x 256 in two stages 0.62-0.80x, both depth steps' fragments loaded first 0.97-0.99x); the SwiGLU backward in the epilogue of the product giving d act (reading gate_up there,
@@ -11306,7 +11311,7 @@ static const char tr__cl_src_gemm_9[] =
 "#define TR_WG 0 /* 1: the products on wgmma (below) */\n"
 "#endif\n"
 "#define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)\n"
-"#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */\n"
+"#define TR_WG_AL __attribute__((aligned(1024))) /* (the 128-byte swizzle's atoms start on 1024 bytes) */\n"
 "/* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */\n"
 "static inline uint tr_mma_pack(float lo, float hi, const int F16) {\n"
 "#if TR_GEMM_MMA == 1\n"

@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
                     printf("\n");
                 }
             }
-            if (pass == 0 && s == 1) printf("products on %s\n", !ctx->cl ? "the CPU" : ctx->cl->wg_built == 1 ? "wgmma and mma.sync" : ctx->cl->gemm.mma == 1 ? "mma.sync" : ctx->cl->gemm.mma == 2 ? "emulated tensor cores" : "the fp32 kernels");
+            if (pass == 0 && s == 1) printf("products on %s\n", !ctx->cl ? "the CPU" : ctx->cl->wg_built == 1 ? "wgmma" : ctx->cl->gemm.mma == 1 ? "mma.sync" : ctx->cl->gemm.mma == 2 ? "emulated tensor cores" : "the fp32 kernels");
             tr__dfree(ctx, X), tr__dfree(ctx, W), tr__dfree(ctx, G), tr__dfree(ctx, C);
             free(hx), free(hw), free(hg), free(hc);
         }

@@ -485,7 +485,7 @@ TR_SGEMM_K(nn_gu_cp, 0, 0, 1, 1, 1, 0, 0, 1, 1)
 #define TR_WG 0 /* 1: the products on wgmma (below) */
 #endif
 #define TR_WG_OK (TR_WG && TR_HM == 128 && TR_HN == 128 && TR_HW == 32)
-#define TR_WG_AL __attribute__((aligned(1024))) /* (the swizzle's atoms start on 512 bytes) */
+#define TR_WG_AL __attribute__((aligned(1024))) /* (the 128-byte swizzle's atoms start on 1024 bytes) */
 /* lo, hi as one word (lo in the low half: the lower depth, as the fragments hold them) */
 static inline uint tr_mma_pack(float lo, float hi, const int F16) {
 #if TR_GEMM_MMA == 1
