@@ -634,11 +634,13 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
  as they are staged: TR_HSW's rows of 64 bytes, chunk c at c ^ ((row / 2) % 4), is the 64-byte swizzle of a K-major
  operand (atoms of 8 rows, 512 bytes apart); TR_HTW's planes of 64 columns, depth rows of 128 bytes with chunk c at
  c ^ (depth % 8), the 128-byte swizzle of an MN-major one (the instruction's transpose flag; atoms of 8 depths, 1024
- bytes apart, planes 64 depths x 128 bytes apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16
+ bytes apart, planes TR_WG_PLANE apart). Warpgroup w multiplies rows 64 w.. of A by all 128 rows of B, 16
  depths an instruction (m64n128k16), into c[J / 4][J % 4][r]: the accumulator's n8 block J (columns 8 J..) as
  mma.sync's fragments hold theirs (rows g, g + 8 of the warp's 16, columns 2 q, 2 q + 1). */
+/* bytes of a warpgroup's 64 rows of a K-major tile, and of a depth-major tile's plane (TR_MK depths of 128 bytes) */
+#define TR_WG_PLANE (64 * TR_MK * 2)
 static inline ulong tr_wg_desc(uint addr, const int T) { /* start, leading offset, stride, swizzle: 64 bytes (K-major), 128 (T) */
-  return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(T ? 4096 >> 4 : 1) << 16) | ((ulong)((T ? 1024 : 512) >> 4) << 32) | ((T ? 1ul : 2ul) << 62);
+  return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(T ? TR_WG_PLANE >> 4 : 1) << 16) | ((ulong)((T ? 1024 : 512) >> 4) << 32) | ((T ? 1ul : 2ul) << 62);
 }
 #define TR_WG_FENCE() __asm__ volatile("//@ wgmma.fence.sync.aligned;" ::: "memory")
 #define TR_WG_COMMIT() __asm__ volatile("//@ wgmma.commit_group.sync.aligned;" ::: "memory")
@@ -724,9 +726,9 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     if (!wg) tr_hmma_fetch(As0, Bs0, A, lda, sA, B, ldb, sB, u, nt, ntk, b0, kb, m0, mp, n0, np, K, tid, TA, TB);
 #if TR_GEMM_MMA == 1
     if (wg) {
-      /* the warpgroup's 64 rows of A (64 of a K-major tile's 64-byte rows, or a depth-major tile's plane, 4 KiB either
-         way), all of B; depths 16.. of a tile are 32 bytes on in the K-major atom, 16 rows of 128 bytes on MN-major */
-      const uint sa = (uint)(ulong)As + (tid >> 7) * 4096, sb = (uint)(ulong)Bs, ksa = TA ? 2048 : 32, ksb = TB ? 2048 : 32;
+      /* the warpgroup's 64 rows of A (64 of a K-major tile's 64-byte rows, or a depth-major tile's plane), all of B;
+         depths 16.. of a tile are 32 bytes on in the K-major atom, 16 rows of 128 bytes on MN-major */
+      const uint sa = (uint)(ulong)As + (tid >> 7) * TR_WG_PLANE, sb = (uint)(ulong)Bs, ksa = TA ? 2048 : 32, ksb = TB ? 2048 : 32;
       TR_WG_FENCE();
 #define TR_WG_TILE(TY, TRA, TRB)                                                              \
   do {                                                                                        \
