@@ -508,6 +508,31 @@ static inline uint tr_mma_pack(float lo, float hi, const int F16) {
 #endif
 /* both values rounded to bfloat16 (rnd 1) / float16 (2), as tr_k_round would */
 static inline float2 tr_round2(float2 v, int rnd) { return (float2)(tr_round1(v.s0, rnd), tr_round1(v.s1, rnd)); }
+/* v rounded to float16 (F16) or bfloat16, as tr_round2 would, and *w those two values as tr_mma_pack's word: the
+ pack rounds both (on NVIDIA one cvt, to nearest even as tr_round1, a NaN's payload aside), and the values are read
+ back from its word. The precision is a constant and there are no branches: the epilogues measured slower with
+ tr_round1 of a precision passed at run time. */
+static inline float2 tr_mma_round2w(float2 v, const int F16, uint *w) {
+  const uint r = tr_mma_pack(v.s0, v.s1, F16);
+  *w = r;
+#if TR_GEMM_MMA == 1
+  if (F16) {
+    float lo, hi;
+    __asm__("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(r));
+    return (float2)(lo, hi);
+  }
+  return (float2)(as_float(r << 16), as_float(r & 0xffff0000u));
+#else
+  return (float2)(tr_unhalf1((ushort)r, F16 ? 2 : 1), tr_unhalf1((ushort)(r >> 16), F16 ? 2 : 1));
+#endif
+}
+/* silu(gate) * up of two values in the precision (F16: float16, else bfloat16) as tr_swiglu1 computes it, and *w
+ the result's word */
+static inline float2 tr_mma_swiglu2w(float2 gate, float2 up, const int F16, uint *w) {
+  uint ws;
+  const float2 s = tr_mma_round2w((float2)(gate.s0 / (1.0f + exp(-gate.s0)), gate.s1 / (1.0f + exp(-gate.s1))), F16, &ws);
+  return tr_mma_round2w(s * up, F16, w);
+}
 /* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */
 static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int v8) {
   if (col + 1 < n && v8) *(__global float2 *)p = v;
@@ -517,11 +542,12 @@ static inline void tr_mma_put2(__global float *p, int col, int n, float2 v, int 
   }
 }
 /* The tensor-core kernels' epilogue: a warp's 64 x 32 block of C at rows mw.., columns nw.. (+)= its fragments c,
- rounded to the precision (rnd: bfloat16 1, float16 2) after the accumulation, as tr_k_round would; c8: C's rows
- start 8-byte aligned. c16: C = the rounded values as 16 bits (tr_mma_pack's: exact, as the tape's for all but a NaN's
- payload; pairs of columns as words; ldc and N even, no acc). */
+ with rnd rounded to the precision of the operands (F16: float16, else bfloat16) after the accumulation, as
+ tr_k_round would; c8: C's rows start 8-byte aligned. c16 (with rnd): C = the rounded values as 16 bits
+ (tr_mma_pack's: exact, as the tape's for all but a NaN's payload; pairs of columns as words; ldc and N even, no
+ acc). */
 static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int mw, int nw, int rs, int cs, int g, int q, int acc, int c8, int rnd,
-                                int c16, float c[4][TR_HNF][4]) {
+                                int c16, const int F16, float c[4][TR_HNF][4]) {
   int i, j, r;
 #pragma unroll
   for (i = 0; i < 4; i++)
@@ -534,10 +560,11 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
       for (j = 0; j < TR_HNF; j++) {
         const int n = nw + i * cs + j * 8 + 2 * q;
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
+        uint w;
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
-        if (rnd) v = tr_round2(v, rnd);
+        if (rnd) v = tr_mma_round2w(v, F16, &w);
         if (c16) {
-          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
+          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = w;
         } else
           tr_mma_put2(cr + n, n, N, v, c8);
       }
@@ -558,12 +585,12 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
  values (ld16 words), every row of the tile: past the operands' rows and columns their packing holds zeros, so act
  is 0 there, as a packed operand's padding must be. */
 static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global float *act, long ld_act, int M, int N, int swr, int keep, int a8,
-                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int rs, int cs, int g, int q, int rnd,
+                                       int c8, __global uint *a16, long ld16, int kpa, int mw, int nw, int rs, int cs, int g, int q, const int F16,
                                        float c[4][TR_HNF][4]) {
   __global uint *c16 = (__global uint *)C; /* (keep 2) */
   int i, j, r;
-#define TR_RND2(x, y) tr_round2((float2)(x, y), rnd)
-#define TR_SWIGLU2(ga, u) (float2)(tr_swiglu1(ga.s0, u.s0, rnd), tr_swiglu1(ga.s1, u.s1, rnd))
+  uint wgate, wup, wact; /* the words of gate, up and act */
+#define TR_RND2(x, y, w) tr_mma_round2w((float2)(x, y), F16, &w)
   if (swr) {
 #pragma unroll
     for (i = 0; i < 4; i++) {
@@ -572,10 +599,10 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #pragma unroll
       for (j = 0; j < TR_HNF; j++) {
         const int n = nw + i * cs + j * 8 + 2 * q;
-        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1]), up = TR_RND2(c[i][j][2], c[i][j][3]), v = TR_SWIGLU2(gate, up);
+        const float2 gate = TR_RND2(c[i][j][0], c[i][j][1], wgate), up = TR_RND2(c[i][j][2], c[i][j][3], wup), v = tr_mma_swiglu2w(gate, up, F16, &wact);
         if (!kpa) tr_mma_put2(act + hx * ld_act + n, n, N, v, a8);
-        else if (n < kpa) a16[hx * ld16 + n / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
-        if (keep == 2 && n < N) c16[(hx * ldc + n) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[((hx + M / 2) * ldc + n) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);
+        else if (n < kpa) a16[hx * ld16 + n / 2] = wact;
+        if (keep == 2 && n < N) c16[(hx * ldc + n) / 2] = wgate, c16[((hx + M / 2) * ldc + n) / 2] = wup;
         else if (keep == 1) tr_mma_put2(C + hx * ldc + n, n, N, gate, c8), tr_mma_put2(C + (hx + M / 2) * ldc + n, n, N, up, c8);
       }
     }
@@ -588,16 +615,14 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 #pragma unroll
         for (j = 0; j < TR_HNF; j += 2) {
           const int col = (nw + i * cs + j * 8) / 2 + 2 * q;
-          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1]), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1]);
-          const float2 v = TR_SWIGLU2(gate, up);
-          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = tr_mma_pack(v.s0, v.s1, rnd == 2);
-          if (keep == 2 && m < M && col < N / 2)
-            c16[(m * ldc + col) / 2] = tr_mma_pack(gate.s0, gate.s1, rnd == 2), c16[(m * ldc + N / 2 + col) / 2] = tr_mma_pack(up.s0, up.s1, rnd == 2);
+          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1], wgate), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1], wup);
+          const float2 v = tr_mma_swiglu2w(gate, up, F16, &wact);
+          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = wact;
+          if (keep == 2 && m < M && col < N / 2) c16[(m * ldc + col) / 2] = wgate, c16[(m * ldc + N / 2 + col) / 2] = wup;
           else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);
         }
       }
 #undef TR_RND2
-#undef TR_SWIGLU2
 }
 /* Tensor cores on 16-bit operands (tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]): A and B packed by tr_k_pack16 as they are
  stored (rows padded to 128, columns to 32, zeros past the operand): C = op(A) op(B)^T. An operand is k-contiguous
@@ -642,14 +667,23 @@ static inline void tr_mma_store_swiglu(__global float *C, long ldc, __global flo
 static inline ulong tr_wg_desc(uint addr, const int T) { /* start, leading offset, stride, swizzle: 64 bytes (K-major), 128 (T) */
   return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(T ? TR_WG_PLANE >> 4 : 1) << 16) | ((ulong)((T ? 1024 : 512) >> 4) << 32) | ((T ? 1ul : 2ul) << 62);
 }
+/* wgmma's accumulator as asm operands: an asm that names them is ordered with the instructions that write them */
+#define TR_WG_ACC(c) \
+  "+f"(c[0][0][0]), "+f"(c[0][0][1]), "+f"(c[0][0][2]), "+f"(c[0][0][3]), "+f"(c[0][1][0]), "+f"(c[0][1][1]), "+f"(c[0][1][2]), "+f"(c[0][1][3]), "+f"(c[0][2][0]), "+f"(c[0][2][1]), "+f"(c[0][2][2]), "+f"(c[0][2][3]), "+f"(c[0][3][0]), "+f"(c[0][3][1]), "+f"(c[0][3][2]), "+f"(c[0][3][3]), \
+  "+f"(c[1][0][0]), "+f"(c[1][0][1]), "+f"(c[1][0][2]), "+f"(c[1][0][3]), "+f"(c[1][1][0]), "+f"(c[1][1][1]), "+f"(c[1][1][2]), "+f"(c[1][1][3]), "+f"(c[1][2][0]), "+f"(c[1][2][1]), "+f"(c[1][2][2]), "+f"(c[1][2][3]), "+f"(c[1][3][0]), "+f"(c[1][3][1]), "+f"(c[1][3][2]), "+f"(c[1][3][3]), \
+  "+f"(c[2][0][0]), "+f"(c[2][0][1]), "+f"(c[2][0][2]), "+f"(c[2][0][3]), "+f"(c[2][1][0]), "+f"(c[2][1][1]), "+f"(c[2][1][2]), "+f"(c[2][1][3]), "+f"(c[2][2][0]), "+f"(c[2][2][1]), "+f"(c[2][2][2]), "+f"(c[2][2][3]), "+f"(c[2][3][0]), "+f"(c[2][3][1]), "+f"(c[2][3][2]), "+f"(c[2][3][3]), \
+  "+f"(c[3][0][0]), "+f"(c[3][0][1]), "+f"(c[3][0][2]), "+f"(c[3][0][3]), "+f"(c[3][1][0]), "+f"(c[3][1][1]), "+f"(c[3][1][2]), "+f"(c[3][1][3]), "+f"(c[3][2][0]), "+f"(c[3][2][1]), "+f"(c[3][2][2]), "+f"(c[3][2][3]), "+f"(c[3][3][0]), "+f"(c[3][3][1]), "+f"(c[3][3][2]), "+f"(c[3][3][3])
 #define TR_WG_FENCE() __asm__ volatile("//@ wgmma.fence.sync.aligned;" ::: "memory")
 #define TR_WG_COMMIT() __asm__ volatile("//@ wgmma.commit_group.sync.aligned;" ::: "memory")
 #define TR_WG_WAIT(n) __asm__ volatile("//@ wgmma.wait_group.sync.aligned " #n ";" ::: "memory")
+/* the last wait names the accumulator, so that no read of it is moved above the wait (ptxas would serialize the
+ wgmma then: its note C7514) */
+#define TR_WG_WAIT0_ACC(c) __asm__ volatile("//@ wgmma.wait_group.sync.aligned 0;" : TR_WG_ACC(c) :: "memory")
 /* TY: the operands' type, TRA / TRB: "1" for an MN-major (depth-major) operand */
 #define TR_WG_MMA(TY, TRA, TRB, c, da, db)                                                                              \
   __asm__ volatile("//@ { .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY \
                    " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, " TRA ", " TRB "; }"                                                                \
-                   : "+f"(c[0][0][0]), "+f"(c[0][0][1]), "+f"(c[0][0][2]), "+f"(c[0][0][3]), "+f"(c[0][1][0]), "+f"(c[0][1][1]), "+f"(c[0][1][2]), "+f"(c[0][1][3]), "+f"(c[0][2][0]), "+f"(c[0][2][1]), "+f"(c[0][2][2]), "+f"(c[0][2][3]), "+f"(c[0][3][0]), "+f"(c[0][3][1]), "+f"(c[0][3][2]), "+f"(c[0][3][3]), "+f"(c[1][0][0]), "+f"(c[1][0][1]), "+f"(c[1][0][2]), "+f"(c[1][0][3]), "+f"(c[1][1][0]), "+f"(c[1][1][1]), "+f"(c[1][1][2]), "+f"(c[1][1][3]), "+f"(c[1][2][0]), "+f"(c[1][2][1]), "+f"(c[1][2][2]), "+f"(c[1][2][3]), "+f"(c[1][3][0]), "+f"(c[1][3][1]), "+f"(c[1][3][2]), "+f"(c[1][3][3]), "+f"(c[2][0][0]), "+f"(c[2][0][1]), "+f"(c[2][0][2]), "+f"(c[2][0][3]), "+f"(c[2][1][0]), "+f"(c[2][1][1]), "+f"(c[2][1][2]), "+f"(c[2][1][3]), "+f"(c[2][2][0]), "+f"(c[2][2][1]), "+f"(c[2][2][2]), "+f"(c[2][2][3]), "+f"(c[2][3][0]), "+f"(c[2][3][1]), "+f"(c[2][3][2]), "+f"(c[2][3][3]), "+f"(c[3][0][0]), "+f"(c[3][0][1]), "+f"(c[3][0][2]), "+f"(c[3][0][3]), "+f"(c[3][1][0]), "+f"(c[3][1][1]), "+f"(c[3][1][2]), "+f"(c[3][1][3]), "+f"(c[3][2][0]), "+f"(c[3][2][1]), "+f"(c[3][2][2]), "+f"(c[3][2][3]), "+f"(c[3][3][0]), "+f"(c[3][3][1]), "+f"(c[3][3][2]), "+f"(c[3][3][3])                                                                                               \
+                   : TR_WG_ACC(c)                                                                                  \
                    : "l"(da), "l"(db), "r"(1) : "memory")
 #else /* 2: plain copies, and the fragments' values read one by one */
 #define TR_HCP(dst, src, n) (*(__local uint4 *)(dst) = (n) ? *(__global const uint4 *)(src) : (uint4)(0))
@@ -794,10 +828,10 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     }
   }
 #if TR_GEMM_MMA == 1
-  if (wg) TR_WG_WAIT(0);
+  if (wg) TR_WG_WAIT0_ACC(c);
 #endif
-  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, rnd, c);
-  else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, c);
+  if (act) tr_mma_store_swiglu(C, ldc, act, ld_act, M, N, swr, keep, c8 & 1, c8 >> 1, a16, ld16, kpa, m0 + mw, n0 + nw, rs, cs, g, q, F16, c);
+  else tr_mma_store(C, ldc, M, N, m0 + mw, n0 + nw, rs, cs, g, q, acc, c8, rnd & 3, rnd >> 2, F16, c);
 }
 /* tr_k_hmma_<bf16|f16>[_ta|_tb|_tab]: C (+)= op(A) op(B)^T of packed operands (tr_k_pack16; lda, ldb, sA, sB in words;
  _ta / _tb: that operand depth-major); the grid and the rest of the arguments as the SGEMM kernels'; wc: C rounded
@@ -860,8 +894,8 @@ TR_HMMA_SWIGLU_K(tr_k_hmma_swiglu_f16_tb, 1, 1)
  (D). il > 0 (rows = 2 il: the SwiGLU's gate and up halves, tr_mma_store_swiglu): blocks of 8 rows of each half
  alternate, row x taken from gate (or up) row (x / 16) * 8 + x % 8; rows past a half's il are zeros. */
 #define TR_PACK16_K(name, T, VALS, LD, LD4)                                                                                   \
-__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \
-                   int rp, int fdt, long so, int il) {                                                                        \
+static inline void name##_of(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, \
+                             int kp, int rp, const int fdt, long so, int il) {                                                \
   const int k = 4 * get_global_id(0), x = get_global_id(1), hx = (x >> 4) * 8 + (x & 7), src = il ? ((x >> 3) & 1) * il + hx : x; \
   const long b = get_global_id(2);                                                                                            \
   const ulong o = VALS * P_off + b * sP + (long)src * ld;                                                                     \
@@ -879,6 +913,11 @@ __kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows,
                    k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \
   }                                                                                                                           \
   *(__global uint2 *)(D + D_off + (b * rp + x) * (long)(kp / 2) + k / 2) = (uint2)(tr_mma_pack(v.s0, v.s1, fdt == 2), tr_mma_pack(v.s2, v.s3, fdt == 2)); \
+}                                                                                                                             \
+__kernel void name(__global const T *P, ulong P_off, long ld, long sP, int rows, int K, __global uint *D, ulong D_off, int kp, \
+                   int rp, int fdt, long so, int il) {                                                                        \
+  if (fdt == 2) name##_of(P, P_off, ld, sP, rows, K, D, D_off, kp, rp, 2, so, il);                                            \
+  else name##_of(P, P_off, ld, sP, rows, K, D, D_off, kp, rp, 1, so, il);                                                     \
 }
 TR_PACK16_K(tr_k_pack16, float, 1, TR_LDF, TR_LDF4)
 TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)
@@ -889,21 +928,25 @@ TR_PACK16_K(tr_k_pack16_h, ushort, 2, TR_LDH, TR_LDH4)
  of each half per work-item (width, cols and kp multiples of 4). g as floats, or (_h) as 16-bit values (as above); da
  likewise (_d: 16 bits). */
 #define TR_PACK16_SWB_K(name, T, VALS, LD4, TD, DVALS, LDD4)                                                                  \
-__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,     \
-                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \
+static inline void name##_of(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off, \
+                             ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, const int fdt) {     \
   const long j = 4 * get_global_id(0), r = get_global_id(1), rpr = 2 * width / cols, up = width + j;                          \
-  float4 x, u, d, dgate, dup;                                                                                                 \
-  float2 v;                                                                                                                   \
+  float4 x, u, d;                                                                                                             \
+  float2 v0, v1, v2, v3;                                                                                                      \
   if (j >= width || r >= rows) return;                                                                                        \
   g += VALS * g_off + r * gs, da += DVALS * da_off + r * das;                                                                 \
   x = LD4(g, j), u = LD4(g, j + width), d = LDD4(da, j);                                                                      \
-  v = tr_swiglu_bwd1(x.s0, u.s0, d.s0), dgate.s0 = tr_round1(v.s0, fdt), dup.s0 = tr_round1(v.s1, fdt);                       \
-  v = tr_swiglu_bwd1(x.s1, u.s1, d.s1), dgate.s1 = tr_round1(v.s0, fdt), dup.s1 = tr_round1(v.s1, fdt);                       \
-  v = tr_swiglu_bwd1(x.s2, u.s2, d.s2), dgate.s2 = tr_round1(v.s0, fdt), dup.s2 = tr_round1(v.s1, fdt);                       \
-  v = tr_swiglu_bwd1(x.s3, u.s3, d.s3), dgate.s3 = tr_round1(v.s0, fdt), dup.s3 = tr_round1(v.s1, fdt);                       \
+  v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1);                                              \
+  v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2), v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);                                              \
   D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \
-  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(dgate.s0, dgate.s1, fdt == 2), tr_mma_pack(dgate.s2, dgate.s3, fdt == 2)); \
-  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(dup.s0, dup.s1, fdt == 2), tr_mma_pack(dup.s2, dup.s3, fdt == 2)); \
+  /* (tr_mma_pack rounds, as tr_round1 would) */                                                                              \
+  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(v0.s0, v1.s0, fdt == 2), tr_mma_pack(v2.s0, v3.s0, fdt == 2)); \
+  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(v0.s1, v1.s1, fdt == 2), tr_mma_pack(v2.s1, v3.s1, fdt == 2)); \
+}                                                                                                                             \
+__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,    \
+                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \
+  if (fdt == 2) name##_of(rows, width, g, g_off, gs, da, da_off, das, D, D_off, cols, rb, rp, kp, 2);                         \
+  else name##_of(rows, width, g, g_off, gs, da, da_off, das, D, D_off, cols, rb, rp, kp, 1);                                  \
 }
 #define TR_LDF4U(P, i) vload4(0, (P) + (i))
 #define TR_LDH4U(P, i) tr_unhalf4(vload4(0, (P) + (i)), fdt)
