@@ -60,7 +60,7 @@ REPLAY_BINS  := $(patsubst %,$(BUILD)/fuzz_replay_%,$(FUZZ_TARGETS))
 HDR          := tinyrec.h
 
 .PHONY: all test test-mpi test-pool bench demo deps fuzz fuzz-ci clean compile-tests sanitize qemu-test test-aarch64 bench-adapt
-all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(BUILD)/tinyrec-gemm16 $(TEST_BINS) $(REPLAY_BINS) compile-tests
+all: $(EXAMPLE_BINS) $(BUILD)/tinyrec-bench $(BUILD)/tinyrec-gemm16 $(BUILD)/tinyrec-mlp16 $(TEST_BINS) $(REPLAY_BINS) compile-tests
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -94,6 +94,9 @@ $(BUILD)/tinyrec-bench: bench/bench.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 # The tensor-core products alone, checked and timed (bench/gemm16.c; bench/gemm16_torch.py is cuBLAS's side).
 $(BUILD)/tinyrec-gemm16: bench/gemm16.c $(HDR) | $(BUILD)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+# The SwiGLU MLPs' tensor-core products (their epilogues) alone, timed, with a hash of their outputs (bench/mlp16.c).
+$(BUILD)/tinyrec-mlp16: bench/mlp16.c $(HDR) | $(BUILD)
 	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # Issue 43's measurement (minutes, not part of make test): test-time adaptation on unseen hidden-rule tasks.
