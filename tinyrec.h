@@ -11389,7 +11389,7 @@ static const char tr__cl_src_gemm_10[] =
 "        float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);\n"
 "        uint w;\n"
 "        if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */\n"
-"        if (rnd) v = tr_mma_round2w(v, F16, &w);\n"
+"        if (rnd || c16) v = tr_mma_round2w(v, F16, &w); /* (c16: the word, rounded as the pack rounds) */\n"
 "        if (c16) {\n"
 "          if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = w;\n"
 "        } else\n"
@@ -11442,9 +11442,9 @@ static const char tr__cl_src_gemm_10[] =
 "#pragma unroll\n"
 "        for (j = 0; j < TR_HNF; j += 2) {\n"
 "          const int col = (nw + i * cs + j * 8) / 2 + 2 * q;\n"
-"          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1], wgate), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1], wup);\n"
-"          const float2 v = tr_mma_swiglu2w(gate, up, F16, &wact);\n";
+"          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1], wgate), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1], wup);\n";
 static const char tr__cl_src_gemm_11[] =
+"          const float2 v = tr_mma_swiglu2w(gate, up, F16, &wact);\n"
 "          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = wact;\n"
 "          if (keep == 2 && m < M && col < N / 2) c16[(m * ldc + col) / 2] = wgate, c16[(m * ldc + N / 2 + col) / 2] = wup;\n"
 "          else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"

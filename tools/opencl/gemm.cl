@@ -562,7 +562,7 @@ static inline void tr_mma_store(__global float *C, long ldc, int M, int N, int m
         float2 v = (float2)(c[i][j][2 * r], c[i][j][2 * r + 1]);
         uint w;
         if (acc) v += c8 && n + 1 < N ? *(__global float2 *)(cr + n) : (float2)(n < N ? cr[n] : 0.0f, n + 1 < N ? cr[n + 1] : 0.0f); /* n is even */
-        if (rnd) v = tr_mma_round2w(v, F16, &w);
+        if (rnd || c16) v = tr_mma_round2w(v, F16, &w); /* (c16: the word, rounded as the pack rounds) */
         if (c16) {
           if (n < N) ((__global uint *)C)[(m * ldc + n) / 2] = w;
         } else
