@@ -9786,9 +9786,11 @@ static const char tr__cl_src_ops_3[] =
 "    for (; i < n; i += step) bad |= !isfinite(x[i]);\n"
 "    if (bad) flag[f_off] = 1;\n"
 "}\n"
+"/* silu(x) in fp32, as the host's tr__silu */\n"
+"static inline float tr_silu1(float x) { return x / (1.0f + exp(-x)); }\n"
 "/* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */\n"
 "float tr_swiglu1(float x, float up, int fdt) {\n"
-"    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;\n"
+"    return fdt ? tr_round1(tr_round1(tr_silu1(x), fdt) * up, fdt) : tr_silu1(x) * up;\n"
 "}\n"
 "/* 4 columns per work-item (tr__cl_swiglu_fwd) */\n"
 "__kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {\n"
@@ -9829,11 +9831,11 @@ static const char tr__cl_src_ops_3[] =
 "/* q16: qkv holds 16-bit values of fdt (tr_k_rope16: a tensor-core device's 16-bit record; qkv_off in floats, two\n"
 "   values each); a constant in each kernel, so that the loads are plain */\n"
 "static inline void tr_rope1(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
+"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n";
+static const char tr__cl_src_ops_4[] =
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
-"    size_t v;\n";
-static const char tr__cl_src_ops_4[] =
+"    size_t v;\n"
 "    float x1, x2;\n"
 "    if (i >= 2 * H * hf || r >= rows) return;\n"
 "    j = i % hf; h = (i / hf) % H; qk = i / (hf * H);\n"
@@ -9889,9 +9891,9 @@ static const char tr__cl_src_ops_4[] =
 "}\n"
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
-"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
-"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n";
+"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n";
 static const char tr__cl_src_ops_5[] =
+"                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
 "    float v;\n"
@@ -9961,9 +9963,9 @@ static const char tr__cl_src_ops_5[] =
 "        e = r * D + j;\n"
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
-"}\n"
-"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n";
+"}\n";
 static const char tr__cl_src_ops_6[] =
+"/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n"
 "   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
 "   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) 119-124 -> 90 us a call. */\n"
 "#define TR_RMSW_NV 8 /* (four-value runs a work-item, D / 128, at most) */\n"
@@ -10020,9 +10022,9 @@ static const char tr__cl_src_ops_6[] =
 "    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n"
 "        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \\\n"
 "        int fdt) {                                                                                                                         \\\n"
-"        __local tr_k1_acc sh[256];                                                                                                         \\\n"
-"        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \\\n";
+"        __local tr_k1_acc sh[256];                                                                                                         \\\n";
 static const char tr__cl_src_ops_7[] =
+"        tr_rms_rows16w(1, rows, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);               \\\n"
 "    }\n"
 "/* (a kernel per combination: PoCL miscompiles barriers inside a switch over the combinations). TR_X16_EACH(K): K's\n"
 "   instance for each combination of 16-bit operands, as the host names them from the operands' types (tr__cl_x16). */\n"
@@ -10074,11 +10076,11 @@ static const char tr__cl_src_ops_7[] =
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    int g = get_group_id(0), b = g / 2, jj = g % 2, k, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc acc = 0;\n"
+"    tr_k1_acc acc = 0;\n";
+static const char tr__cl_src_ops_8[] =
 "    zh += zh_off + (size_t)b * S * D; wq += wq_off + (size_t)jj * D;\n"
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
-"    acc = tr_k1_wg_sum(sh, acc);\n";
-static const char tr__cl_src_ops_8[] =
+"    acc = tr_k1_wg_sum(sh, acc);\n"
 "    if (lid == 0) q[q_off + g] = bq[bq_off + jj] + (float)acc;\n"
 "}\n"
 "#define TR_K1_SS(xv) ((xv) >= 0 ? (xv) + (tr_k1_acc)1 : (tr_k1_acc)1 / ((tr_k1_acc)1 - (xv) + TR_K1_TINY))\n"
@@ -10167,13 +10169,13 @@ static const char tr__cl_src_ops_8[] =
 "    int b = get_global_id(0), t;\n"
 "    tr_k1_acc loss = 0, div;\n"
 "    float c = 0;\n"
-"    if (b >= B) return;\n"
+"    if (b >= B) return;\n";
+static const char tr__cl_src_ops_9[] =
 "    ts += ts_off + 3 * (size_t)b * L; rs += rs_off + 4 * (size_t)b;\n"
 "    for (t = 0; t < L; t++) {\n"
 "        loss += (tr_k1_acc)ts[3 * t] + (tr_k1_acc)ts[3 * t + 1];\n"
 "        c += ts[3 * t + 2];\n"
-"    }\n";
-static const char tr__cl_src_ops_9[] =
+"    }\n"
 "    div = max(rs[1], 1.0f);\n"
 "    rs[0] = (float)(loss / div);\n"
 "    rs[2] = c;\n"
@@ -10258,13 +10260,13 @@ static const char tr__cl_src_ops_9[] =
 "    }\n"
 "    *gw = acc;\n"
 "}\n"
-"__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n"
+"__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n";
+static const char tr__cl_src_ops_10[] =
 "                           __global const int *gst, ulong gst_off, __global const int *ord, ulong ord_off, __global const float *pr, ulong pr_off) {\n"
 "    int k = get_global_id(0), g = get_global_id(1), j, j1;\n"
 "    float sum = 0, sg;\n"
 "    __global float *row;\n"
-"    if (k >= Dp || g >= ng) return;\n";
-static const char tr__cl_src_ops_10[] =
+"    if (k >= Dp || g >= ng) return;\n"
 "    gst += gst_off; ord += ord_off; pr += pr_off + k;\n"
 "    j1 = gst[g + 1];\n"
 "    for (j = gst[g]; j < j1; j++) sum += pr[(size_t)ord[j] * Dp];\n"
@@ -11356,7 +11358,7 @@ static const char tr__cl_src_gemm_9[] =
 " the result's word */\n"
 "static inline float2 tr_mma_swiglu2w(float2 gate, float2 up, const int F16, uint *w) {\n"
 "  uint ws;\n"
-"  const float2 s = tr_mma_round2w((float2)(gate.s0 / (1.0f + exp(-gate.s0)), gate.s1 / (1.0f + exp(-gate.s1))), F16, &ws);\n"
+"  const float2 s = tr_mma_round2w((float2)(tr_silu1(gate.s0), tr_silu1(gate.s1)), F16, &ws);\n"
 "  return tr_mma_round2w(s * up, F16, w);\n"
 "}\n"
 "/* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */\n"
@@ -11378,9 +11380,9 @@ static const char tr__cl_src_gemm_9[] =
 "#pragma unroll\n"
 "  for (i = 0; i < 4; i++)\n"
 "#pragma unroll\n"
-"    for (r = 0; r < 2; r++) {\n";
+"    for (r = 0; r < 2; r++) {\n"
+"      const int m = mw + i * rs + g + r * 8;\n";
 static const char tr__cl_src_gemm_10[] =
-"      const int m = mw + i * rs + g + r * 8;\n"
 "      __global float *cr = C + (long)m * ldc;\n"
 "      if (m >= M) continue;\n"
 "#pragma unroll\n"
@@ -11442,9 +11444,9 @@ static const char tr__cl_src_gemm_10[] =
 "#pragma unroll\n"
 "        for (j = 0; j < TR_HNF; j += 2) {\n"
 "          const int col = (nw + i * cs + j * 8) / 2 + 2 * q;\n"
-"          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1], wgate), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1], wup);\n";
+"          const float2 gate = TR_RND2(c[i][j][2 * r], c[i][j][2 * r + 1], wgate), up = TR_RND2(c[i][j + 1][2 * r], c[i][j + 1][2 * r + 1], wup);\n"
+"          const float2 v = tr_mma_swiglu2w(gate, up, F16, &wact);\n";
 static const char tr__cl_src_gemm_11[] =
-"          const float2 v = tr_mma_swiglu2w(gate, up, F16, &wact);\n"
 "          if (col < kpa && m < ((M + TR_MT - 1) & -TR_MT)) a16[m * ld16 + col / 2] = wact;\n"
 "          if (keep == 2 && m < M && col < N / 2) c16[(m * ldc + col) / 2] = wgate, c16[(m * ldc + N / 2 + col) / 2] = wup;\n"
 "          else if (keep == 1 && m < M) tr_mma_put2(C + m * ldc + col, col, N / 2, gate, c8), tr_mma_put2(C + m * ldc + N / 2 + col, col, N / 2, up, c8);\n"

@@ -530,7 +530,7 @@ static inline float2 tr_mma_round2w(float2 v, const int F16, uint *w) {
  the result's word */
 static inline float2 tr_mma_swiglu2w(float2 gate, float2 up, const int F16, uint *w) {
   uint ws;
-  const float2 s = tr_mma_round2w((float2)(gate.s0 / (1.0f + exp(-gate.s0)), gate.s1 / (1.0f + exp(-gate.s1))), F16, &ws);
+  const float2 s = tr_mma_round2w((float2)(tr_silu1(gate.s0), tr_silu1(gate.s1)), F16, &ws);
   return tr_mma_round2w(s * up, F16, w);
 }
 /* v at p = row + col, col < n of a row: a float2 where v8 (8-byte aligned rows) and both are in */

@@ -148,9 +148,11 @@ __kernel void tr_k_nonfinite(ulong n, __global const float *x, ulong x_off, __gl
     for (; i < n; i += step) bad |= !isfinite(x[i]);
     if (bad) flag[f_off] = 1;
 }
+/* silu(x) in fp32, as the host's tr__silu */
+static inline float tr_silu1(float x) { return x / (1.0f + exp(-x)); }
 /* fdt (bfloat16 1, float16 2): silu and the product each rounded, as the host's tr__swiglu_fwd_range */
 float tr_swiglu1(float x, float up, int fdt) {
-    return fdt ? tr_round1(tr_round1(x / (1.0f + exp(-x)), fdt) * up, fdt) : x / (1.0f + exp(-x)) * up;
+    return fdt ? tr_round1(tr_round1(tr_silu1(x), fdt) * up, fdt) : tr_silu1(x) * up;
 }
 /* 4 columns per work-item (tr__cl_swiglu_fwd) */
 __kernel void tr_k_swiglu_fwd(long rows, long width, __global const float *g, ulong g_off, ulong gs, __global float *o, ulong o_off, ulong os, int fdt) {
