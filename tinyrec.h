@@ -11685,11 +11685,11 @@ static const char tr__cl_src_gemm_15[] =
 "/* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's\n"
 " gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit\n"
 " values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B\n"
-" depth-major */\n"
+" depth-major. Every output is rounded to the kernel's precision. */\n"
 "#define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \\\n"
 "  __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \\\n"
 "    long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \\\n"
-"    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \\\n"
+"    int M, int N, int K, int Kp, int nb, __global float *act, ulong act_off, long ld_act, long s_act, int swr,             \\\n"
 "    int keep,                                                                                                            \\\n"
 "    __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \\\n"
 "    __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \\\n"
@@ -11697,11 +11697,11 @@ static const char tr__cl_src_gemm_15[] =
 "    const ulong co = C_off + (ulong)z * (ulong)sC, ao = act_off + (ulong)z * (ulong)s_act;                               \\\n"
 "    const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \\\n"
 "    tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \\\n"
-"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n"
-"            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB);        \\\n"
-"  }\n"
-"TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n";
+"            (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \\\n";
 static const char tr__cl_src_gemm_16[] =
+"            (__local uint *)Bs, F16, F16 ? 2 : 1, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB); \\\n"
+"  }\n"
+"TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_tb, 0, 0, 1)\n"
 "TR_HMMA_K(tr_k_hmma_bf16_tab, 0, 1, 1)\n"
@@ -11742,9 +11742,9 @@ static const char tr__cl_src_gemm_16[] =
 "      if (so) {                                                                                                               \\\n"
 "        const float4 u = LD4(P, o + k + so);                                                                                  \\\n"
 "        v = (float4)(tr_swiglu1(v.s0, u.s0, fdt), tr_swiglu1(v.s1, u.s1, fdt), tr_swiglu1(v.s2, u.s2, fdt), tr_swiglu1(v.s3, u.s3, fdt)); \\\n"
-"      }                                                                                                                       \\\n"
-"    } else                                                                                                                    \\\n";
+"      }                                                                                                                       \\\n";
 static const char tr__cl_src_gemm_17[] =
+"    } else                                                                                                                    \\\n"
 "      v = (float4)(k < K ? TR_PACK_AT(LD, P, o + k) : 0.0f, k + 1 < K ? TR_PACK_AT(LD, P, o + k + 1) : 0.0f,                  \\\n"
 "                   k + 2 < K ? TR_PACK_AT(LD, P, o + k + 2) : 0.0f, k + 3 < K ? TR_PACK_AT(LD, P, o + k + 3) : 0.0f);          \\\n"
 "  }                                                                                                                           \\\n"
@@ -11777,9 +11777,9 @@ static const char tr__cl_src_gemm_17[] =
 "  D += D_off + ((r / rb) * (long)rp + (r % rb) * rpr) * (kp / 2);                                                             \\\n"
 "  /* (tr_mma_pack rounds, as tr_round1 would) */                                                                              \\\n"
 "  *(__global uint2 *)(D + (j / cols) * (kp / 2) + (j % cols) / 2) = (uint2)(tr_mma_pack(v0.s0, v1.s0, fdt == 2), tr_mma_pack(v2.s0, v3.s0, fdt == 2)); \\\n"
-"  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(v0.s1, v1.s1, fdt == 2), tr_mma_pack(v2.s1, v3.s1, fdt == 2)); \\\n"
-"}                                                                                                                             \\\n";
+"  *(__global uint2 *)(D + (up / cols) * (kp / 2) + (up % cols) / 2) = (uint2)(tr_mma_pack(v0.s1, v1.s1, fdt == 2), tr_mma_pack(v2.s1, v3.s1, fdt == 2)); \\\n";
 static const char tr__cl_src_gemm_18[] =
+"}                                                                                                                             \\\n"
 "__kernel void name(long rows, long width, __global const T *g, ulong g_off, ulong gs, __global const TD *da, ulong da_off,    \\\n"
 "                   ulong das, __global uint *D, ulong D_off, int cols, int rb, int rp, int kp, int fdt) {                     \\\n"
 "  if (fdt == 2) name##_of(rows, width, g, g_off, gs, da, da_off, das, D, D_off, cols, rb, rp, kp, 2);                         \\\n"
@@ -13277,7 +13277,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
             tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(want[1].rp * want[1].kp / 2) : 0);
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
-            tr__cla_i32(&a, nb), tr__cla_i32(&a, mma);
+            tr__cla_i32(&a, nb);
             tr__cla_buf(&a, fz->act), tr__cla_i64(&a, (int64_t)fz->ld_act), tr__cla_i64(&a, (int64_t)fz->s_act);
             tr__cla_i32(&a, fz->swc == 2), tr__cla_i32(&a, fz->write_gu);
             tr__cla_buf(&a, fz->act16), tr__cla_i64(&a, (int64_t)(kpa / 2)), tr__cla_i64(&a, (int64_t)s16), tr__cla_i32(&a, (int32_t)kpa);

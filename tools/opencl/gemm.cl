@@ -851,11 +851,11 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
 /* the same with the SwiGLU's epilogue (tr_mma_store_swiglu): batch z = the third group index (no K pieces, no sum), C's
  gate and up halves in columns (swr 0: N / 2 each, B's rows interleaved, act written packed into a16, kpa 16-bit
  values a row) or rows (swr 1, A's; with kpa > 0 act packed into a16, batch z's s16 words further); _tb: B
- depth-major */
+ depth-major. Every output is rounded to the kernel's precision. */
 #define TR_HMMA_SWIGLU_K(NAME, F16, TB)                                                                                    \
   __kernel __attribute__((reqd_work_group_size(TR_HNT, 1, 1))) void NAME(__global const uint *A, ulong A_off, long lda,   \
     long sA, __global const uint *B, ulong B_off, long ldb, long sB, __global float *C, ulong C_off, long ldc, long sC,    \
-    int M, int N, int K, int Kp, int nb, int wc, __global float *act, ulong act_off, long ld_act, long s_act, int swr,     \
+    int M, int N, int K, int Kp, int nb, __global float *act, ulong act_off, long ld_act, long s_act, int swr,             \
     int keep,                                                                                                            \
     __global uint *a16, ulong a16_off, long ld16, long s16, int kpa) {                                                   \
     __local uint4 As[TR_HS * TR_HM * TR_MK / 8] TR_WG_AL, Bs[TR_HS * TR_HN * TR_MK / 8] TR_WG_AL;                                 \
@@ -864,7 +864,7 @@ static inline void tr_hmma(__global const uint *A, long lda, long sA, __global c
     const long up = swr ? (long)(M / 2) * ldc : N / 2;                                                                   \
     tr_hmma(A + A_off, lda, sA, B + B_off, ldb, sB, C + co, ldc, M, N, K, Kp, 0, nb, 1, 1, Kp, z,                        \
             (((ao | (ulong)ld_act) & 1) == 0) | ((((co | (ulong)ldc | (ulong)up) & 1) == 0) << 1), (__local uint *)As,      \
-            (__local uint *)Bs, F16, wc, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB);        \
+            (__local uint *)Bs, F16, F16 ? 2 : 1, act + ao, ld_act, swr, keep, a16 + a16_off + z * s16, ld16, kpa, 0, TB); \
   }
 TR_HMMA_K(tr_k_hmma_bf16, 0, 0, 0)
 TR_HMMA_K(tr_k_hmma_bf16_ta, 0, 1, 0)
