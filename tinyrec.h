@@ -104,7 +104,8 @@
                                mma.sync, not Hopper's wgmma; HM=, HN=, HW=, HS=: the tensor-core products'
                                tile rows, columns, warp columns and stages, for experiments)
        TINYREC_CL_OPTIONS      extra OpenCL build options
-       TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed)
+       TINYREC_CL_PROFILE      1: time every OpenCL kernel and transfer (logged when the context is destroyed);
+                               2: also log each launch (kernel, global and local sizes, microseconds)
        TINYREC_CL_ZEROCOPY     0: staged transfers also on host-unified OpenCL devices (default: zero-copy maps)
 
    Error handling: every fallible call returns a tr_status (0 = ok, negative = error) and leaves
@@ -199,7 +200,7 @@ typedef struct tr_ctx_config {
     const char *tape16;      /* TINYREC_TAPE16: "1" (default) a 16-bit model's tape in 16 bits, "0" in fp32 */
     const char *cl_sgemm;    /* TINYREC_CL_SGEMM: OpenCL SGEMM tiles, e.g. "TM=64,TN=64" or "MMA=0" */
     const char *cl_options;  /* TINYREC_CL_OPTIONS: extra OpenCL build options */
-    const char *cl_profile;  /* TINYREC_CL_PROFILE: "1" times every OpenCL kernel and transfer */
+    const char *cl_profile;  /* TINYREC_CL_PROFILE: "1" times every OpenCL kernel and transfer, "2" logs each launch too */
     const char *cl_zerocopy; /* TINYREC_CL_ZEROCOPY: "0" staged transfers also on host-unified devices */
     const char *opencl_drivers; /* TINYREC_OPENCL_DRIVERS: ':'-separated OpenCL drivers to open directly when the
                                    ICD loader lists no GPU (tr_ctx_open_device) */
@@ -8302,7 +8303,7 @@ struct tr__cl {
     int stage_next, stage_state; /* 0 untried, 1 ready, -1 unavailable (plain writes) */
     long fail_enqueue;           /* countdown to an injected enqueue failure; 0 = off */
     int fail_alloc, last_oom, migrated;
-    int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed */
+    int profile; /* TINYREC_CL_PROFILE=1: each launch waits for the device and is timed; 2: and logged */
     long mma_products; /* products run on the tensor-core kernels (the tests check that a model's went there) */
     long mma_attention; /* attention forwards run on the tensor-core kernel (tr__cl_att_mma; the tests check it) */
     long mma_attention_bwd; /* and backwards */
@@ -8777,7 +8778,10 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     if (!cl) return TR_ERR_OUT_OF_MEMORY;
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
-    cl->profile = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE) && strcmp(tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE), "1") == 0;
+    if (tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE)) {
+        const char *p = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE);
+        cl->profile = !strcmp(p, "1") ? 1 : !strcmp(p, "2") ? 2 : 0;
+    }
     if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, tr__ctx_knob(ctx, TR__KNOB_CL_DRIVERS), why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
         st = tr__err(ctx, TR_ERR_UNSUPPORTED, "opencl: no OpenCL library (%s)", why);
@@ -9536,8 +9540,12 @@ TR__FN tr_status tr__cl_launch(tr__cl *cl, const char *name, int dims, const siz
         err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
         if (err == TR__CL_SUCCESS && (err = f->Finish(cl->queue)) != TR__CL_SUCCESS) /* names the kernel that failed */
             return tr__cl_fail(cl, "clFinish after the kernel", name, err);
-        K->seconds += tr__now() - t0;
+        t0 = tr__now() - t0;
+        K->seconds += t0;
         K->calls++;
+        if (cl->profile == 2) /* (which call of a kernel is slow: its sizes say which product or tensor it was) */
+            tr__log(cl->ctx, TR_LOG_INFO, "opencl launch: %s %zu x %zu x %zu (local %zu x %zu x %zu) %.1f us", name, g[0], dims > 1 ? g[1] : 1,
+                    dims > 2 ? g[2] : 1, l[0], dims > 1 ? l[1] : 1, dims > 2 ? l[2] : 1, 1e6 * t0);
     } else
         err = f->EnqueueNDRangeKernel(cl->queue, K->k, (tr__cl_uint)dims, NULL, g, l, 0, NULL, NULL);
     return err == TR__CL_SUCCESS ? TR_OK : tr__cl_fail(cl, "clEnqueueNDRangeKernel", name, err);
@@ -10042,42 +10050,81 @@ static const char tr__cl_src_ops_7[] =
 "    }\n"
 "TR_X16_EACH(TR_RMS16_K)\n"
 "TR_X16_EACH(TR_RMS16W_K)\n"
+"/* The norm over the sequence axis (per batch b and channel j, over S rows D apart): a work-group of W channels x P\n"
+" parts (get_local_size; W x P <= 256), part p taking rows p, p + P, ..; each work-item keeps its first TR_COLS_R rows\n"
+" in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are written and\n"
+" read back). The parts' sums are added in part order, so the result does not depend on the schedule. */\n"
+"#define TR_COLS_R 16\n"
+"#define TR_COLS_MAXWG 256\n"
+"static inline tr_k1_acc tr_cols_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
+"    const int lx = get_local_id(0), W = get_local_size(0), P = get_local_size(1);\n"
+"    tr_k1_acc s = 0;\n"
+"    int q;\n"
+"    sh[get_local_id(1) * W + lx] = v;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (q = 0; q < P; q++) s += sh[q * W + lx];\n"
+"    return s;\n"
+"}\n"
 "__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
 "                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
-"    int j = get_global_id(0), b = get_global_id(1), s;\n"
-"    size_t base = (size_t)b * S * D + j;\n"
+"    __local tr_k1_acc sh[TR_COLS_MAXWG];\n"
+"    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);\n"
+"    const int in = j < D && b < B;\n"
+"    const size_t base = (size_t)b * S * D + j;\n"
+"    float v[TR_COLS_R], inv;\n"
 "    tr_k1_acc ss = 0;\n"
-"    float inv;\n"
-"    if (j >= D || b >= B) return;\n"
+"    int i, s;\n"
 "    x += x_off + base; ad += ad_off + base; o += o_off + base;\n"
-"    for (s = 0; s < S; s++) {\n"
-"        float v = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];\n"
-"        o[(size_t)s * D] = v;\n"
-"        ss += (tr_k1_acc)v * v;\n"
+"#pragma unroll\n"
+"    for (i = 0; i < TR_COLS_R; i++) {\n"
+"        s = p + i * P;\n"
+"        v[i] = in && s < S ? (has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D]) : 0.0f;\n"
+"        ss += (tr_k1_acc)v[i] * v[i];\n"
 "    }\n"
-"    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));\n"
-"    rstd[rstd_off + (size_t)b * D + j] = inv;\n"
-"    for (s = 0; s < S; s++) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);\n"
+"    for (s = p + TR_COLS_R * P; in && s < S; s += P) {\n"
+"        const float t = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];\n"
+"        o[(size_t)s * D] = t;\n"
+"        ss += (tr_k1_acc)t * t;\n"
+"    }\n"
+"    inv = (float)((tr_k1_acc)1 / sqrt(tr_cols_sum(sh, ss) / S + eps));\n"
+"    if (!in) return;\n";
+static const char tr__cl_src_ops_8[] =
+"    if (p == 0) rstd[rstd_off + (size_t)b * D + j] = inv;\n"
+"#pragma unroll\n"
+"    for (i = 0; i < TR_COLS_R; i++)\n"
+"        if (p + i * P < S) o[(size_t)(p + i * P) * D] = tr_round1(v[i] * inv, fdt);\n"
+"    for (s = p + TR_COLS_R * P; s < S; s += P) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);\n"
 "}\n"
 "__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,\n"
 "                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
-"    int j = get_global_id(0), b = get_global_id(1), s;\n"
-"    size_t base = (size_t)b * S * D + j;\n"
+"    __local tr_k1_acc sh[TR_COLS_MAXWG];\n"
+"    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);\n"
+"    const int in = j < D && b < B;\n"
+"    const size_t base = (size_t)b * S * D + j;\n"
+"    float g[TR_COLS_R], yv[TR_COLS_R], mean, rs;\n"
 "    tr_k1_acc dot = 0;\n"
-"    float mean, rs;\n"
-"    if (j >= D || b >= B) return;\n"
+"    int i, s;\n"
 "    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
+"#pragma unroll\n"
+"    for (i = 0; i < TR_COLS_R; i++) {\n"
+"        s = p + i * P;\n"
+"        g[i] = in && s < S ? dy[(size_t)s * D] : 0.0f, yv[i] = in && s < S ? y[(size_t)s * D] : 0.0f;\n"
+"        dot += (tr_k1_acc)g[i] * yv[i];\n"
+"    }\n"
+"    for (s = p + TR_COLS_R * P; in && s < S; s += P) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
+"    mean = (float)(tr_cols_sum(sh, dot) / S);\n"
+"    if (!in) return;\n"
 "    rs = rstd[rstd_off + (size_t)b * D + j];\n"
-"    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
-"    mean = (float)(dot / S);\n"
-"    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
+"#pragma unroll\n"
+"    for (i = 0; i < TR_COLS_R; i++)\n"
+"        if (p + i * P < S) dx[(size_t)(p + i * P) * D] = tr_round1(rs * (g[i] - yv[i] * mean), fdt);\n"
+"    for (s = p + TR_COLS_R * P; s < S; s += P) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
 "}\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
 "    int g = get_group_id(0), b = g / 2, jj = g % 2, k, lid = get_local_id(0), n = get_local_size(0);\n"
-"    tr_k1_acc acc = 0;\n";
-static const char tr__cl_src_ops_8[] =
+"    tr_k1_acc acc = 0;\n"
 "    zh += zh_off + (size_t)b * S * D; wq += wq_off + (size_t)jj * D;\n"
 "    for (k = lid; k < D; k += n) acc += (tr_k1_acc)zh[k] * wq[k];\n"
 "    acc = tr_k1_wg_sum(sh, acc);\n"
@@ -10117,7 +10164,8 @@ static const char tr__cl_src_ops_8[] =
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
 "        if (lane < s) {\n"
-"            float v2 = shv[lid + s];\n"
+"            float v2 = shv[lid + s];\n";
+static const char tr__cl_src_ops_9[] =
 "            int i2 = shi[lid + s];\n"
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
 "        }\n"
@@ -10169,8 +10217,7 @@ static const char tr__cl_src_ops_8[] =
 "    int b = get_global_id(0), t;\n"
 "    tr_k1_acc loss = 0, div;\n"
 "    float c = 0;\n"
-"    if (b >= B) return;\n";
-static const char tr__cl_src_ops_9[] =
+"    if (b >= B) return;\n"
 "    ts += ts_off + 3 * (size_t)b * L; rs += rs_off + 4 * (size_t)b;\n"
 "    for (t = 0; t < L; t++) {\n"
 "        loss += (tr_k1_acc)ts[3 * t] + (tr_k1_acc)ts[3 * t + 1];\n"
@@ -10211,7 +10258,8 @@ static const char tr__cl_src_ops_9[] =
 "        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (j < D)\n"
-"            for (u = 0; u < m; u++)\n"
+"            for (u = 0; u < m; u++)\n";
+static const char tr__cl_src_ops_10[] =
 "                if (tile[u] == v) {\n"
 "                    long tt = t + u;\n"
 "                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];\n"
@@ -10260,8 +10308,7 @@ static const char tr__cl_src_ops_9[] =
 "    }\n"
 "    *gw = acc;\n"
 "}\n"
-"__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n";
-static const char tr__cl_src_ops_10[] =
+"__kernel void tr_k_signsgd(int Dp, int ng, float decay, float lr, __global float *tab, ulong tab_off, __global const int *gid, ulong gid_off,\n"
 "                           __global const int *gst, ulong gst_off, __global const int *ord, ulong ord_off, __global const float *pr, ulong pr_off) {\n"
 "    int k = get_global_id(0), g = get_global_id(1), j, j1;\n"
 "    float sum = 0, sg;\n"
@@ -10351,8 +10398,9 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
 /* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
-   instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): one work-item per (b, channel) walks S; dimension 0 runs
-   over channels so each step of the walk reads a contiguous run of the row. */
+   instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): a work-group per batch and 32 channels
+   (dimension 0: each row's step reads a contiguous run), its 8 parts splitting S and holding their values in registers
+   (tr_k_rms_cols_*: each value read and written once for S <= 128). */
 /* Whether b (none, or NULL) is aligned for four-value loads of its type (tr_k_ld4 / tr_k_st4: 8 bytes 16-bit, 16 fp32). */
 TR__FN int tr__cl_vec4_aligned(tr__buf b) { return !b.p || !((uintptr_t)b.p & (b.dt ? 7 : 15)); }
 TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
@@ -10373,7 +10421,14 @@ TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
     if (fwd) tr__cla_buf(&A, d->out.p), tr__cla_buf(&A, d->rstd);
     else tr__cla_buf(&A, d->rstd), tr__cla_buf(&A, d->out.p);
     tr__cla_i32(&A, d->fdt);
-    if (!rows) return tr__cl_k1_launch2(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", (size_t)d->D, (size_t)d->rows, &A);
+    if (!rows) {
+        size_t ls[2] = {32, 8}, gs[2];
+        size_t wg = tr__cl_k1_wg(cl, 256);
+        while (ls[1] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[1] && ls[1] > info->max_item[1]))) ls[1] /= 2;
+        while (ls[0] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[0] && ls[0] > info->max_item[0]))) ls[0] /= 2;
+        gs[0] = ((size_t)d->D + ls[0] - 1) / ls[0] * ls[0], gs[1] = (size_t)d->rows * ls[1];
+        return tr__cl_launch(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", 2, gs, ls, &A);
+    }
     snprintf(name, sizeof name, "tr_k_rms_rows_%s16%s_%d", fwd ? "fwd" : "bwd", w ? "w" : "", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
     if (w) {
         size_t gs[2] = {32, ((size_t)d->rows + 7) / 8 * 8}, ls[2] = {32, 8};

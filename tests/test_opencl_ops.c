@@ -239,7 +239,8 @@ static void test_rms_rows(void **state) {
 
 /* --- RMSNorm over the sequence axis --------------------------------------------------------------------------------- */
 static void test_rms_cols(void **state) {
-    static const int cases[][3] = {{1, 1, 1}, {2, 7, 70}, {3, 97, 130}, {1, 3, 257}};
+    /* (S = 97: trm's Sudoku; S > 128: rows past the work-items' registers, written and read back) */
+    static const int cases[][3] = {{1, 1, 1}, {2, 7, 70}, {3, 97, 130}, {1, 3, 257}, {2, 129, 33}, {1, 300, 40}};
     size_t t;
     int with_add, alias;
     (void)state;

@@ -400,35 +400,74 @@ static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_
     }
 TR_X16_EACH(TR_RMS16_K)
 TR_X16_EACH(TR_RMS16W_K)
+/* The norm over the sequence axis (per batch b and channel j, over S rows D apart): a work-group of W channels x P
+ parts (get_local_size; W x P <= 256), part p taking rows p, p + P, ..; each work-item keeps its first TR_COLS_R rows
+ in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are written and
+ read back). The parts' sums are added in part order, so the result does not depend on the schedule. */
+#define TR_COLS_R 16
+#define TR_COLS_MAXWG 256
+static inline tr_k1_acc tr_cols_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
+    const int lx = get_local_id(0), W = get_local_size(0), P = get_local_size(1);
+    tr_k1_acc s = 0;
+    int q;
+    sh[get_local_id(1) * W + lx] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (q = 0; q < P; q++) s += sh[q * W + lx];
+    return s;
+}
 __kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
                                 __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
-    int j = get_global_id(0), b = get_global_id(1), s;
-    size_t base = (size_t)b * S * D + j;
+    __local tr_k1_acc sh[TR_COLS_MAXWG];
+    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);
+    const int in = j < D && b < B;
+    const size_t base = (size_t)b * S * D + j;
+    float v[TR_COLS_R], inv;
     tr_k1_acc ss = 0;
-    float inv;
-    if (j >= D || b >= B) return;
+    int i, s;
     x += x_off + base; ad += ad_off + base; o += o_off + base;
-    for (s = 0; s < S; s++) {
-        float v = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];
-        o[(size_t)s * D] = v;
-        ss += (tr_k1_acc)v * v;
+#pragma unroll
+    for (i = 0; i < TR_COLS_R; i++) {
+        s = p + i * P;
+        v[i] = in && s < S ? (has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D]) : 0.0f;
+        ss += (tr_k1_acc)v[i] * v[i];
     }
-    inv = (float)((tr_k1_acc)1 / sqrt(ss / S + eps));
-    rstd[rstd_off + (size_t)b * D + j] = inv;
-    for (s = 0; s < S; s++) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);
+    for (s = p + TR_COLS_R * P; in && s < S; s += P) {
+        const float t = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];
+        o[(size_t)s * D] = t;
+        ss += (tr_k1_acc)t * t;
+    }
+    inv = (float)((tr_k1_acc)1 / sqrt(tr_cols_sum(sh, ss) / S + eps));
+    if (!in) return;
+    if (p == 0) rstd[rstd_off + (size_t)b * D + j] = inv;
+#pragma unroll
+    for (i = 0; i < TR_COLS_R; i++)
+        if (p + i * P < S) o[(size_t)(p + i * P) * D] = tr_round1(v[i] * inv, fdt);
+    for (s = p + TR_COLS_R * P; s < S; s += P) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);
 }
 __kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,
                                 __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
-    int j = get_global_id(0), b = get_global_id(1), s;
-    size_t base = (size_t)b * S * D + j;
+    __local tr_k1_acc sh[TR_COLS_MAXWG];
+    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);
+    const int in = j < D && b < B;
+    const size_t base = (size_t)b * S * D + j;
+    float g[TR_COLS_R], yv[TR_COLS_R], mean, rs;
     tr_k1_acc dot = 0;
-    float mean, rs;
-    if (j >= D || b >= B) return;
+    int i, s;
     dy += dy_off + base; y += y_off + base; dx += dx_off + base;
+#pragma unroll
+    for (i = 0; i < TR_COLS_R; i++) {
+        s = p + i * P;
+        g[i] = in && s < S ? dy[(size_t)s * D] : 0.0f, yv[i] = in && s < S ? y[(size_t)s * D] : 0.0f;
+        dot += (tr_k1_acc)g[i] * yv[i];
+    }
+    for (s = p + TR_COLS_R * P; in && s < S; s += P) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];
+    mean = (float)(tr_cols_sum(sh, dot) / S);
+    if (!in) return;
     rs = rstd[rstd_off + (size_t)b * D + j];
-    for (s = 0; s < S; s++) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];
-    mean = (float)(dot / S);
-    for (s = 0; s < S; s++) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);
+#pragma unroll
+    for (i = 0; i < TR_COLS_R; i++)
+        if (p + i * P < S) dx[(size_t)(p + i * P) * D] = tr_round1(rs * (g[i] - yv[i] * mean), fdt);
+    for (s = p + TR_COLS_R * P; s < S; s += P) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);
 }
 __kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,
                              __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {
