@@ -10052,74 +10052,74 @@ static const char tr__cl_src_ops_7[] =
 "TR_X16_EACH(TR_RMS16W_K)\n"
 "/* The norm over the sequence axis (per batch b and channel j, over S rows D apart): a work-group of W channels x P\n"
 " parts (get_local_size; W x P <= 256), part p taking rows p, p + P, ..; each work-item keeps its first TR_COLS_R rows\n"
-" in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are written and\n"
-" read back). The parts' sums are added in part order, so the result does not depend on the schedule. */\n"
+" in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are read\n"
+" again). The parts' sums are added in part order, so the result does not depend on the schedule. Operands of either\n"
+" type (x16, as the row norms': a = x or dy, b = add or y, o = out or dx; tr_k_rms_cols_<fwd|bwd>_<x16>). */\n"
 "#define TR_COLS_R 16\n"
 "#define TR_COLS_MAXWG 256\n"
-"static inline tr_k1_acc tr_cols_sum(__local tr_k1_acc *sh, tr_k1_acc v) {\n"
-"    const int lx = get_local_id(0), W = get_local_size(0), P = get_local_size(1);\n"
-"    tr_k1_acc s = 0;\n"
-"    int q;\n"
-"    sh[get_local_id(1) * W + lx] = v;\n"
-"    barrier(CLK_LOCAL_MEM_FENCE);\n"
-"    for (q = 0; q < P; q++) s += sh[q * W + lx];\n"
-"    return s;\n"
-"}\n"
-"__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,\n"
-"                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_COLS_MAXWG];\n"
-"    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);\n"
-"    const int in = j < D && b < B;\n"
-"    const size_t base = (size_t)b * S * D + j;\n"
-"    float v[TR_COLS_R], inv;\n"
-"    tr_k1_acc ss = 0;\n"
-"    int i, s;\n"
-"    x += x_off + base; ad += ad_off + base; o += o_off + base;\n"
+"static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,\n"
+"                               ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,\n"
+"                               const int x16) {\n"
+"    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), lx = get_local_id(0), j = get_group_id(0) * W + lx;\n"
+"    const int bt = get_group_id(1), in = j < D && bt < B;\n"
+"    const size_t base = (size_t)bt * S * D + j;\n"
+"    float u[TR_COLS_R], w[TR_COLS_R], inv = 0.0f, mean = 0.0f;\n"
+"    tr_k1_acc acc = 0;\n"
+"    int i, s, q;\n"
+"#define TR_COLS_X(s) (has_add ? tr_round1(tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt) + tr_k_ld16(b, b_off, base + (size_t)(s) * D, x16 & 2, fdt), fdt) \\\n"
+"                              : tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt))\n"
 "#pragma unroll\n"
 "    for (i = 0; i < TR_COLS_R; i++) {\n"
+"        const int ok = in && p + i * P < S;\n"
 "        s = p + i * P;\n"
-"        v[i] = in && s < S ? (has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D]) : 0.0f;\n"
-"        ss += (tr_k1_acc)v[i] * v[i];\n"
-"    }\n"
-"    for (s = p + TR_COLS_R * P; in && s < S; s += P) {\n"
-"        const float t = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];\n"
-"        o[(size_t)s * D] = t;\n"
-"        ss += (tr_k1_acc)t * t;\n"
-"    }\n"
-"    inv = (float)((tr_k1_acc)1 / sqrt(tr_cols_sum(sh, ss) / S + eps));\n"
-"    if (!in) return;\n";
+"        if (bwd) { /* dot(dy, y) */\n"
+"            u[i] = ok ? tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) : 0.0f, w[i] = ok ? tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt) : 0.0f;\n"
+"            acc += (tr_k1_acc)u[i] * w[i];\n"
+"        } else {\n"
+"            u[i] = ok ? TR_COLS_X(s) : 0.0f;\n"
+"            acc += (tr_k1_acc)u[i] * u[i];\n"
+"        }\n"
+"    }\n";
 static const char tr__cl_src_ops_8[] =
-"    if (p == 0) rstd[rstd_off + (size_t)b * D + j] = inv;\n"
-"#pragma unroll\n"
-"    for (i = 0; i < TR_COLS_R; i++)\n"
-"        if (p + i * P < S) o[(size_t)(p + i * P) * D] = tr_round1(v[i] * inv, fdt);\n"
-"    for (s = p + TR_COLS_R * P; s < S; s += P) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);\n"
-"}\n"
-"__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,\n"
-"                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {\n"
-"    __local tr_k1_acc sh[TR_COLS_MAXWG];\n"
-"    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);\n"
-"    const int in = j < D && b < B;\n"
-"    const size_t base = (size_t)b * S * D + j;\n"
-"    float g[TR_COLS_R], yv[TR_COLS_R], mean, rs;\n"
-"    tr_k1_acc dot = 0;\n"
-"    int i, s;\n"
-"    dy += dy_off + base; y += y_off + base; dx += dx_off + base;\n"
-"#pragma unroll\n"
-"    for (i = 0; i < TR_COLS_R; i++) {\n"
-"        s = p + i * P;\n"
-"        g[i] = in && s < S ? dy[(size_t)s * D] : 0.0f, yv[i] = in && s < S ? y[(size_t)s * D] : 0.0f;\n"
-"        dot += (tr_k1_acc)g[i] * yv[i];\n"
+"    for (s = p + TR_COLS_R * P; in && s < S; s += P) {\n"
+"        if (bwd) acc += (tr_k1_acc)tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) * tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt);\n"
+"        else {\n"
+"            const float t = TR_COLS_X(s);\n"
+"            acc += (tr_k1_acc)t * t;\n"
+"        }\n"
 "    }\n"
-"    for (s = p + TR_COLS_R * P; in && s < S; s += P) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];\n"
-"    mean = (float)(tr_cols_sum(sh, dot) / S);\n"
-"    if (!in) return;\n"
-"    rs = rstd[rstd_off + (size_t)b * D + j];\n"
+"    sh[p * W + lx] = acc;\n"
+"    barrier(CLK_LOCAL_MEM_FENCE);\n"
+"    for (acc = 0, q = 0; q < P; q++) acc += sh[q * W + lx];\n"
+"    if (!in) return; /* (past the barrier) */\n"
+"    if (bwd) mean = (float)(acc / S), inv = rstd[rstd_off + (size_t)bt * D + j];\n"
+"    else {\n"
+"        inv = (float)((tr_k1_acc)1 / sqrt(acc / S + eps));\n"
+"        if (p == 0) rstd[rstd_off + (size_t)bt * D + j] = inv;\n"
+"    }\n"
 "#pragma unroll\n"
 "    for (i = 0; i < TR_COLS_R; i++)\n"
-"        if (p + i * P < S) dx[(size_t)(p + i * P) * D] = tr_round1(rs * (g[i] - yv[i] * mean), fdt);\n"
-"    for (s = p + TR_COLS_R * P; s < S; s += P) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);\n"
+"        if (p + i * P < S) tr_k_st16(o, o_off, base + (size_t)(p + i * P) * D, x16 & 4, fdt, tr_round1(bwd ? inv * (u[i] - w[i] * mean) : u[i] * inv, fdt));\n"
+"    for (s = p + TR_COLS_R * P; s < S; s += P) {\n"
+"        const size_t e = base + (size_t)s * D;\n"
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt,\n"
+"                  tr_round1(bwd ? inv * (tr_k_ld16(a, a_off, e, x16 & 1, fdt) - tr_k_ld16(b, b_off, e, x16 & 2, fdt) * mean) : TR_COLS_X(s) * inv, fdt));\n"
+"    }\n"
+"#undef TR_COLS_X\n"
 "}\n"
+"#define TR_COLS16_K(X)                                                                                                                      \\\n"
+"    __kernel void tr_k_rms_cols_fwd_##X(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off,                \\\n"
+"                                        __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd,     \\\n"
+"                                        ulong rstd_off, int fdt) {                                                                        \\\n"
+"        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \\\n"
+"        tr_rms_cols(0, B, S, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                               \\\n"
+"    }                                                                                                                                     \\\n"
+"    __kernel void tr_k_rms_cols_bwd_##X(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, \\\n"
+"                                        __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \\\n"
+"        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \\\n"
+"        tr_rms_cols(1, B, S, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);                \\\n"
+"    }\n"
+"TR_X16_EACH(TR_COLS16_K)\n"
 "__kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,\n"
 "                             __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {\n"
 "    __local tr_k1_acc sh[TR_K1_WG];\n"
@@ -10138,7 +10138,8 @@ static const char tr__cl_src_ops_8[] =
 "    for (t = 0; t < L; t++) c += lab[t] != -100;\n"
 "    rs[rs_off + 4 * (size_t)b + 1] = (float)c;\n"
 "}\n"
-"__kernel void tr_k_xent_rows(long rows, int L, int V, int type, int tpr, float grad_div, int want_grad, __global const float *x, ulong x_off,\n"
+"__kernel void tr_k_xent_rows(long rows, int L, int V, int type, int tpr, float grad_div, int want_grad, __global const float *x, ulong x_off,\n";
+static const char tr__cl_src_ops_9[] =
 "                             __global const int *lab, ulong lab_off, __global const float *rs, ulong rs_off, __global float *dl, ulong dl_off,\n"
 "                             __global float *ts, ulong ts_off) {\n"
 "    __local float shv[TR_K1_WG];\n"
@@ -10164,8 +10165,7 @@ static const char tr__cl_src_ops_8[] =
 "    barrier(CLK_LOCAL_MEM_FENCE);\n"
 "    for (s = tpr / 2; s > 0; s >>= 1) {\n"
 "        if (lane < s) {\n"
-"            float v2 = shv[lid + s];\n";
-static const char tr__cl_src_ops_9[] =
+"            float v2 = shv[lid + s];\n"
 "            int i2 = shi[lid + s];\n"
 "            if (i2 < V && (shi[lid] >= V || v2 > shv[lid] || (v2 == shv[lid] && i2 < shi[lid]))) shv[lid] = v2, shi[lid] = i2;\n"
 "        }\n"
@@ -10238,7 +10238,8 @@ static const char tr__cl_src_ops_9[] =
 "    for (b = 0; b < B; b++) acc += f * dx[(size_t)b * n];\n"
 "    *gp = acc;\n"
 "}\n"
-"__kernel void tr_k_embed_bwd_prow(int B, int S, int D, int Dp, int Lp, float f, __global const float *dx, ulong dx_off, __global float *pr, ulong pr_off) {\n"
+"__kernel void tr_k_embed_bwd_prow(int B, int S, int D, int Dp, int Lp, float f, __global const float *dx, ulong dx_off, __global float *pr, ulong pr_off) {\n";
+static const char tr__cl_src_ops_10[] =
 "    int k = get_global_id(0), b = get_global_id(1), s = k / D;\n"
 "    if (k >= Dp || b >= B || s >= Lp || s >= S) return;\n"
 "    pr[pr_off + (size_t)b * Dp + k] = f * dx[dx_off + ((size_t)b * S + s) * D + k % D];\n"
@@ -10258,8 +10259,7 @@ static const char tr__cl_src_ops_9[] =
 "        if (lid < m) tile[lid] = in[t + lid];\n"
 "        barrier(CLK_LOCAL_MEM_FENCE);\n"
 "        if (j < D)\n"
-"            for (u = 0; u < m; u++)\n";
-static const char tr__cl_src_ops_10[] =
+"            for (u = 0; u < m; u++)\n"
 "                if (tile[u] == v) {\n"
 "                    long tt = t + u;\n"
 "                    acc += f * dx[((size_t)(tt / L) * S + Lp + tt % L) * D];\n"
@@ -10400,7 +10400,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 /* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
    instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): a work-group per batch and 32 channels
    (dimension 0: each row's step reads a contiguous run), its 8 parts splitting S and holding their values in registers
-   (tr_k_rms_cols_*: each value read and written once for S <= 128). */
+   (tr_k_rms_cols_*: each value read and written once for S <= 128); operands of any type, as the row norms'. */
 /* Whether b (none, or NULL) is aligned for four-value loads of its type (tr_k_ld4 / tr_k_st4: 8 bytes 16-bit, 16 fp32). */
 TR__FN int tr__cl_vec4_aligned(tr__buf b) { return !b.p || !((uintptr_t)b.p & (b.dt ? 7 : 15)); }
 TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
@@ -10427,7 +10427,8 @@ TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
         while (ls[1] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[1] && ls[1] > info->max_item[1]))) ls[1] /= 2;
         while (ls[0] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[0] && ls[0] > info->max_item[0]))) ls[0] /= 2;
         gs[0] = ((size_t)d->D + ls[0] - 1) / ls[0] * ls[0], gs[1] = (size_t)d->rows * ls[1];
-        return tr__cl_launch(cl, fwd ? "tr_k_rms_cols_fwd" : "tr_k_rms_cols_bwd", 2, gs, ls, &A);
+        snprintf(name, sizeof name, "tr_k_rms_cols_%s_%d", fwd ? "fwd" : "bwd", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
+        return tr__cl_launch(cl, name, 2, gs, ls, &A);
     }
     snprintf(name, sizeof name, "tr_k_rms_rows_%s16%s_%d", fwd ? "fwd" : "bwd", w ? "w" : "", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
     if (w) {
@@ -14094,7 +14095,7 @@ static const tr__op_row tr__ops[TR__NOPS] = {
     {"sgemm_rnd", "tr__sgemm_ref, then tr__round_ref", "tr_k_gemm* + tr_k_round, tr_k_hmma_* (rounding epilogue)", {TR__DT_ANY, TR__DTB(TR__F32), TR__DT_ANY}},
     {"add", "a + b, then tr__round_ref", "tr_k_add, tr_k_add16", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"norm_rows", "tr__rms_rows_fwd_ref / _bwd_ref", "tr_k_rms_rows_fwd16[w]_<x16> / bwd16[w]_<x16> (x16 0: fp32; w: 8 rows a work-group)", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
-    {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd/bwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
+    {"norm_cols", "tr__rms_cols_fwd_ref / _bwd_ref", "tr_k_rms_cols_fwd_<x16> / bwd_<x16>", {TR__DT_ANY, TR__DT_ANY, TR__DT_ANY}},
     {"swiglu_fwd", "tr__swiglu_fwd_ref", "tr_k_swiglu_fwd", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
     /* (on tensor cores a 16-bit g and d act are read too, by a packing window's products only: tr__cl_swiglu_bwd_kept) */
     {"swiglu_bwd", "tr__swiglu_bwd_ref, then tr__round_ref", "tr_k_swiglu_bwd, tr_k_pack16_swiglu_bwd*", {TR__DT_ANY, TR__DTB(TR__F32), TR__DTB(TR__F32)}},
@@ -15635,9 +15636,8 @@ TR__FN int tr__ws_layout_for(const tr_model *m, int B, int kind) {
      block output), the SwiGLU activation and its gradient, the projection, the gradients g1, g2, gcur and gnext, and
      dbig's channel gate_up and d gate_up. dbig's fp32 uses fit in the same room: attention's d qkv, and the token
      mix's gate_up in passes of half as many rows.
-   - r16: d16's record, and with a 16-bit tape a tensor-core device's attention (its norms by rows, RoPE, attention and
-     products read and write such operands; mlp_t's column norms have no 16-bit twin on a device). The rest of a
-     device's workspace stays fp32.
+   - r16: d16's record, and with a 16-bit tape a tensor-core device's (its norms, RoPE, attention and products read
+     and write such operands). The rest of a device's workspace stays fp32.
    - rec_shared: a tensor-core device's 16-bit record, which only a forward without the tape writes and reads (a taped
      one writes the tape's, the backward reads the tape's), and whose backward never reads the projection: the record
      and the projection lie in the backward's gradient buffers and dbig, which a forward leaves alone.
@@ -15662,7 +15662,7 @@ TR__FN void tr__ws_plan_make(const tr_model *m, int B, int layout, tr__ws_plan *
     p->tape16 = m->ctx->tape16 && (m->fdt == TR_FWD_BFLOAT16 || m->fdt == TR_FWD_FLOAT16);
     p->carry16 = p->tape16 && S * D % 2 == 0;
     p->d16 = !layout && p->tape16;
-    p->r16 = p->d16 || (layout == TR__WS_DEV && !m->cfg.mlp_t && p->tape16);
+    p->r16 = p->d16 || (layout == TR__WS_DEV && p->tape16);
     p->rec_shared = layout == TR__WS_DEV && p->r16;
     p->act16 = p->d16 || layout == TR__WS_DEV;
     p->mix_rows = B;

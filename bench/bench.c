@@ -22,7 +22,8 @@ typedef struct {
     double ms, per_s, gflops;
 } row;
 
-/* --verbose: the library's log (device choice, fallbacks, TINYREC_CL_PROFILE's kernel times). */
+/* --verbose: the library's log (device choice, fallbacks, TINYREC_CL_PROFILE's kernel times), and each training
+   step's loss (the same batch each step, the carry reset: two builds that compute the same print the same losses). */
 static void log_stderr(void *user, tr_log_level level, const char *msg) {
     (void)user;
     fprintf(stderr, "[%s] %s\n", level >= TR_LOG_WARN ? "warn" : "info", msg);
@@ -216,6 +217,7 @@ int main(int argc, char **argv) {
             tr_train_config tc = tr_train_config_default();
             tr_preset pr;
             tr_trainer *tr;
+            tr_metrics mt;
             if (tr_preset_find(preset, &pr) == TR_OK) tc = pr.train; /* the preset's recipe: HRM has no EMA */
             tc.global_batch_size = B;
             if (tr_trainer_create(m, &tc, &tr) != TR_OK) {
@@ -226,11 +228,12 @@ int main(int argc, char **argv) {
                 double t0 = tr_time_seconds();
                 /* every row restarts each step, so every step does the full work */
                 tr_trainer_reset_carry(tr);
-                if (tr_trainer_step(tr, &bt, NULL) != TR_OK) {
+                if (tr_trainer_step(tr, &bt, &mt) != TR_OK) {
                     fprintf(stderr, "tinyrec-bench: %s\n", tr_ctx_last_error(ctx));
                     return 1;
                 }
                 if (r) t[r - 1] = tr_time_seconds() - t0; /* the first is a warm-up */
+                if (cc.log) fprintf(stderr, "train step %d: loss %.9g (lm %.9g)\n", r, mt.loss, mt.lm_loss);
             }
             {
                 double s = median(t, reps < 64 ? reps : 63);

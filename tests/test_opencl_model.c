@@ -570,7 +570,8 @@ static void test_trajectory_tensor_cores(void **state) {
         if (g_wpacks_reused <= 0) fail_msg("fdt %d variant %d: no product reused a weight's packing", runs[i][0], runs[i][1]);
         /* attention's SwiGLU ops all take the tensor-core paths at any width: gate_up and dg have no memory */
         if (runs[i][1] != 1) assert_int_equal(g_ws_layout, TR__WS_DEV);
-        /* attention's record in 16 bits (the norms by rows, RoPE, attention and products read them so); not mlp_t's */
+        /* the record in 16 bits on the tensor-core layout (the norms, RoPE, attention and products read them so); mlp_t's
+           at this width takes TR__WS_DEV_GU, whose fallbacks unpack it, and keeps an fp32 one */
         assert_int_equal(g_ws_r16, runs[i][1] != 1);
     }
     g_fdt = TR_FWD_BFLOAT16; /* (the fallbacks free the workspace's names with it, and the CPU's layout has none) */
@@ -580,6 +581,7 @@ static void test_trajectory_tensor_cores(void **state) {
     g_fdt = TR_FWD_BFLOAT16, g_hidden = 32;
     check_trajectory(1);
     assert_int_equal(g_ws_layout, TR__WS_DEV);
+    assert_int_equal(g_ws_r16, 1); /* (its record in 16 bits: the column norms read and write them so) */
     g_hidden = 0;
     g_fdt = TR_FWD_FLOAT32;
     check_trajectory(1); /* float32: none */

@@ -402,73 +402,73 @@ TR_X16_EACH(TR_RMS16_K)
 TR_X16_EACH(TR_RMS16W_K)
 /* The norm over the sequence axis (per batch b and channel j, over S rows D apart): a work-group of W channels x P
  parts (get_local_size; W x P <= 256), part p taking rows p, p + P, ..; each work-item keeps its first TR_COLS_R rows
- in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are written and
- read back). The parts' sums are added in part order, so the result does not depend on the schedule. */
+ in registers, so that for S <= TR_COLS_R P every value is read once and written once (rows past those are read
+ again). The parts' sums are added in part order, so the result does not depend on the schedule. Operands of either
+ type (x16, as the row norms': a = x or dy, b = add or y, o = out or dx; tr_k_rms_cols_<fwd|bwd>_<x16>). */
 #define TR_COLS_R 16
 #define TR_COLS_MAXWG 256
-static inline tr_k1_acc tr_cols_sum(__local tr_k1_acc *sh, tr_k1_acc v) {
-    const int lx = get_local_id(0), W = get_local_size(0), P = get_local_size(1);
-    tr_k1_acc s = 0;
-    int q;
-    sh[get_local_id(1) * W + lx] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (q = 0; q < P; q++) s += sh[q * W + lx];
-    return s;
-}
-__kernel void tr_k_rms_cols_fwd(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off, __global const float *ad, ulong ad_off,
-                                __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt) {
-    __local tr_k1_acc sh[TR_COLS_MAXWG];
-    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);
-    const int in = j < D && b < B;
-    const size_t base = (size_t)b * S * D + j;
-    float v[TR_COLS_R], inv;
-    tr_k1_acc ss = 0;
-    int i, s;
-    x += x_off + base; ad += ad_off + base; o += o_off + base;
+static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,
+                               ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,
+                               const int x16) {
+    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), lx = get_local_id(0), j = get_group_id(0) * W + lx;
+    const int bt = get_group_id(1), in = j < D && bt < B;
+    const size_t base = (size_t)bt * S * D + j;
+    float u[TR_COLS_R], w[TR_COLS_R], inv = 0.0f, mean = 0.0f;
+    tr_k1_acc acc = 0;
+    int i, s, q;
+#define TR_COLS_X(s) (has_add ? tr_round1(tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt) + tr_k_ld16(b, b_off, base + (size_t)(s) * D, x16 & 2, fdt), fdt) \
+                              : tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt))
 #pragma unroll
     for (i = 0; i < TR_COLS_R; i++) {
+        const int ok = in && p + i * P < S;
         s = p + i * P;
-        v[i] = in && s < S ? (has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D]) : 0.0f;
-        ss += (tr_k1_acc)v[i] * v[i];
+        if (bwd) { /* dot(dy, y) */
+            u[i] = ok ? tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) : 0.0f, w[i] = ok ? tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt) : 0.0f;
+            acc += (tr_k1_acc)u[i] * w[i];
+        } else {
+            u[i] = ok ? TR_COLS_X(s) : 0.0f;
+            acc += (tr_k1_acc)u[i] * u[i];
+        }
     }
     for (s = p + TR_COLS_R * P; in && s < S; s += P) {
-        const float t = has_add ? tr_round1(x[(size_t)s * D] + ad[(size_t)s * D], fdt) : x[(size_t)s * D];
-        o[(size_t)s * D] = t;
-        ss += (tr_k1_acc)t * t;
+        if (bwd) acc += (tr_k1_acc)tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) * tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt);
+        else {
+            const float t = TR_COLS_X(s);
+            acc += (tr_k1_acc)t * t;
+        }
     }
-    inv = (float)((tr_k1_acc)1 / sqrt(tr_cols_sum(sh, ss) / S + eps));
-    if (!in) return;
-    if (p == 0) rstd[rstd_off + (size_t)b * D + j] = inv;
+    sh[p * W + lx] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (acc = 0, q = 0; q < P; q++) acc += sh[q * W + lx];
+    if (!in) return; /* (past the barrier) */
+    if (bwd) mean = (float)(acc / S), inv = rstd[rstd_off + (size_t)bt * D + j];
+    else {
+        inv = (float)((tr_k1_acc)1 / sqrt(acc / S + eps));
+        if (p == 0) rstd[rstd_off + (size_t)bt * D + j] = inv;
+    }
 #pragma unroll
     for (i = 0; i < TR_COLS_R; i++)
-        if (p + i * P < S) o[(size_t)(p + i * P) * D] = tr_round1(v[i] * inv, fdt);
-    for (s = p + TR_COLS_R * P; s < S; s += P) o[(size_t)s * D] = tr_round1(o[(size_t)s * D] * inv, fdt);
-}
-__kernel void tr_k_rms_cols_bwd(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off,
-                                __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {
-    __local tr_k1_acc sh[TR_COLS_MAXWG];
-    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), j = get_group_id(0) * W + get_local_id(0), b = get_group_id(1);
-    const int in = j < D && b < B;
-    const size_t base = (size_t)b * S * D + j;
-    float g[TR_COLS_R], yv[TR_COLS_R], mean, rs;
-    tr_k1_acc dot = 0;
-    int i, s;
-    dy += dy_off + base; y += y_off + base; dx += dx_off + base;
-#pragma unroll
-    for (i = 0; i < TR_COLS_R; i++) {
-        s = p + i * P;
-        g[i] = in && s < S ? dy[(size_t)s * D] : 0.0f, yv[i] = in && s < S ? y[(size_t)s * D] : 0.0f;
-        dot += (tr_k1_acc)g[i] * yv[i];
+        if (p + i * P < S) tr_k_st16(o, o_off, base + (size_t)(p + i * P) * D, x16 & 4, fdt, tr_round1(bwd ? inv * (u[i] - w[i] * mean) : u[i] * inv, fdt));
+    for (s = p + TR_COLS_R * P; s < S; s += P) {
+        const size_t e = base + (size_t)s * D;
+        tr_k_st16(o, o_off, e, x16 & 4, fdt,
+                  tr_round1(bwd ? inv * (tr_k_ld16(a, a_off, e, x16 & 1, fdt) - tr_k_ld16(b, b_off, e, x16 & 2, fdt) * mean) : TR_COLS_X(s) * inv, fdt));
     }
-    for (s = p + TR_COLS_R * P; in && s < S; s += P) dot += (tr_k1_acc)dy[(size_t)s * D] * y[(size_t)s * D];
-    mean = (float)(tr_cols_sum(sh, dot) / S);
-    if (!in) return;
-    rs = rstd[rstd_off + (size_t)b * D + j];
-#pragma unroll
-    for (i = 0; i < TR_COLS_R; i++)
-        if (p + i * P < S) dx[(size_t)(p + i * P) * D] = tr_round1(rs * (g[i] - yv[i] * mean), fdt);
-    for (s = p + TR_COLS_R * P; s < S; s += P) dx[(size_t)s * D] = tr_round1(rs * (dy[(size_t)s * D] - y[(size_t)s * D] * mean), fdt);
+#undef TR_COLS_X
 }
+#define TR_COLS16_K(X)                                                                                                                      \
+    __kernel void tr_k_rms_cols_fwd_##X(int B, int S, int D, float eps, int has_add, __global const float *x, ulong x_off,                \
+                                        __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd,     \
+                                        ulong rstd_off, int fdt) {                                                                        \
+        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \
+        tr_rms_cols(0, B, S, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                               \
+    }                                                                                                                                     \
+    __kernel void tr_k_rms_cols_bwd_##X(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, \
+                                        __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \
+        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \
+        tr_rms_cols(1, B, S, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);                \
+    }
+TR_X16_EACH(TR_COLS16_K)
 __kernel void tr_k_qhead_fwd(int S, int D, __global const float *zh, ulong zh_off, __global const float *wq, ulong wq_off,
                              __global const float *bq, ulong bq_off, __global float *q, ulong q_off) {
     __local tr_k1_acc sh[TR_K1_WG];
