@@ -597,36 +597,40 @@ static void test_carry16(void **state) {
    floats: the 16-bit images start 6 values in). */
 static float *dev_maybe16(int fdt, int is16, const float *x, size_t n) { return is16 ? dev_h16(fdt, x, n) : dev_f(x, n); }
 static float *down_maybe16(int fdt, int is16, const float *d, size_t n) { return is16 ? down_h16(fdt, d, n) : down(d, n); }
-/* The norm over the sequence axis with 16-bit operands (mlp_t's record on a tensor-core device): the same bits as with
-   fp32 ones, for every combination, at S = 97 (every row in the work-items' registers) and S = 150 (rows past them). */
-static void test_cols16(void **state) {
-    static const int cases[][3] = {{2, 97, 40}, {1, 150, 33}};
+/* The norms with 16-bit operands (a tensor-core device's 16-bit record): the same bits as with fp32 ones, for every
+   combination. Over the sequence axis at S = 97 (every row in the work-items' registers) and S = 150 (rows past
+   them); by rows at D = 256 and 1024 (8 rows a work-group, tr_k_rms_rows_*16w; test_record16 has the other kernel). */
+static void test_norms16(void **state) {
+    static const int cases[][3] = {{2, 97, 40}, {1, 150, 33}, {9, 0, 256}, {3, 0, 1024}};
     size_t t;
     int fdt, x16;
     (void)state;
     cl_get();
     for (t = 0; t < sizeof cases / sizeof *cases; t++)
         for (fdt = TR_FWD_BFLOAT16; fdt <= TR_FWD_FLOAT16; fdt++) {
-            const int B = cases[t][0], S = cases[t][1], D = cases[t][2];
-            const size_t n = (size_t)B * S * D, nr = (size_t)B * D;
+            const int rows = cases[t][1] == 0, B = cases[t][0], S = rows ? 1 : cases[t][1], D = cases[t][2];
+            const int fwd = rows ? TR__NORM_ROWS_FWD : TR__NORM_COLS_FWD, bwd = rows ? TR__NORM_ROWS_BWD : TR__NORM_COLS_BWD;
+            g_skew = rows ? 0 : 3; /* (the 8-row kernel takes aligned operands only) */
+            const size_t n = (size_t)B * S * D, nr = rows ? (size_t)B : (size_t)B * D;
             float *x = hrand(n, 301 + t, 1.5f), *ad = hrand(n, 303 + t, 1.0f), *dy = hrand(n, 307 + t, 1.0f), *y0, *r0, *dx0;
             float *dY = dev_f(NULL, n), *dR = dev_f(NULL, nr), *dDX = dev_f(NULL, n);
             tr__round_ref(fdt, x, n), tr__round_ref(fdt, ad, n), tr__round_ref(fdt, dy, n);
-            assert_int_equal(cl_norm(TR__NORM_COLS_FWD, fdt, B, S, D, dev_f(x, n), dev_f(ad, n), dY, dR, 1e-5f, 0), TR_OK);
+            assert_int_equal(cl_norm(fwd, fdt, B, S, D, dev_f(x, n), dev_f(ad, n), dY, dR, 1e-5f, 0), TR_OK);
             y0 = down(dY, n), r0 = down(dR, nr);
-            assert_int_equal(cl_norm(TR__NORM_COLS_BWD, fdt, B, S, D, dev_f(dy, n), dY, dDX, dR, 0, 0), TR_OK);
+            assert_int_equal(cl_norm(bwd, fdt, B, S, D, dev_f(dy, n), dY, dDX, dR, 0, 0), TR_OK);
             dx0 = down(dDX, n);
             for (x16 = 1; x16 < 8; x16++) {
                 const int A = x16 & TR__X16_A, Bb = x16 & TR__X16_B, C = x16 & TR__X16_C;
                 float *dY16 = dev_maybe16(fdt, C, x, n), *dR16 = dev_f(NULL, nr), *dDX16 = C ? dev_h16(fdt, x, n) : dev_f(NULL, n);
-                assert_int_equal(cl_norm(TR__NORM_COLS_FWD, fdt, B, S, D, dev_maybe16(fdt, A, x, n), dev_maybe16(fdt, Bb, ad, n), dY16, dR16, 1e-5f, x16), TR_OK);
-                same_bits("rms_cols fwd y, 16-bit operands", fdt, down_maybe16(fdt, C, dY16, n), y0, n);
-                same_bits("rms_cols fwd rstd, 16-bit operands", fdt, down(dR16, nr), r0, nr);
-                assert_int_equal(cl_norm(TR__NORM_COLS_BWD, fdt, B, S, D, dev_maybe16(fdt, A, dy, n), dev_maybe16(fdt, Bb, y0, n), dDX16, dR16, 0, x16), TR_OK);
-                same_bits("rms_cols bwd, 16-bit operands", fdt, down_maybe16(fdt, C, dDX16, n), dx0, n);
+                assert_int_equal(cl_norm(fwd, fdt, B, S, D, dev_maybe16(fdt, A, x, n), dev_maybe16(fdt, Bb, ad, n), dY16, dR16, 1e-5f, x16), TR_OK);
+                same_bits(rows ? "rms_rows fwd y, 16-bit operands" : "rms_cols fwd y, 16-bit operands", fdt, down_maybe16(fdt, C, dY16, n), y0, n);
+                same_bits(rows ? "rms_rows fwd rstd, 16-bit operands" : "rms_cols fwd rstd, 16-bit operands", fdt, down(dR16, nr), r0, nr);
+                assert_int_equal(cl_norm(bwd, fdt, B, S, D, dev_maybe16(fdt, A, dy, n), dev_maybe16(fdt, Bb, y0, n), dDX16, dR16, 0, x16), TR_OK);
+                same_bits(rows ? "rms_rows bwd, 16-bit operands" : "rms_cols bwd, 16-bit operands", fdt, down_maybe16(fdt, C, dDX16, n), dx0, n);
             }
             dev_free_all();
         }
+    g_skew = 3;
 }
 static void test_record16(void **state) {
     enum { R = 7, D = 130, AB = 2, AS = 11, AH = 2, HD = 7 };
@@ -860,7 +864,7 @@ static void test_small_workgroups(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add),    cmocka_unit_test(test_rms_rows), cmocka_unit_test(test_rms_cols), cmocka_unit_test(test_swiglu), cmocka_unit_test(test_rounded_outputs),
-        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill), cmocka_unit_test(test_carry16), cmocka_unit_test(test_record16), cmocka_unit_test(test_cols16),
+        cmocka_unit_test(test_rope),   cmocka_unit_test(test_adam_ema), cmocka_unit_test(test_embed),    cmocka_unit_test(test_refill), cmocka_unit_test(test_carry16), cmocka_unit_test(test_record16), cmocka_unit_test(test_norms16),
         cmocka_unit_test(test_xent),   cmocka_unit_test(test_qhead),    cmocka_unit_test(test_signsgd),  cmocka_unit_test(test_small_workgroups), cmocka_unit_test(test_all_finite),
     };
     return cmocka_run_group_tests_name("opencl_ops", tests, NULL, group_teardown);

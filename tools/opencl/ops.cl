@@ -349,19 +349,35 @@ static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_
   const int l = get_local_id(0), nv = D / 128, in = r < rows;
   const size_t base = (size_t)(in ? r : 0) * D + 4 * l;
   float4 v[TR_RMSW_NV], w[TR_RMSW_NV];
+  ushort4 hv[TR_RMSW_NV], hw[TR_RMSW_NV];
   tr_k1_acc ss = 0;
   float inv = 0.0f, mean = 0.0f;
   int k;
-  for (k = 0; k < nv; k++) {
-    v[k] = tr_k_ld4(a, a_off, base + 128 * k, x16 & 1, fdt);
-    if (bwd) { /* dot(dy, y) */
-      w[k] = tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt);
-      ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;
-    } else {
-      if (has_add) v[k] = tr_round4(v[k] + tr_k_ld4(b, b_off, base + 128 * k, x16 & 2, fdt), fdt);
-      ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;
+  /* the loads first, then the conversions and rounding (as tr_rms_cols: loads behind their branches on fdt are
+     issued one at a time) */
+#pragma unroll
+  for (k = 0; k < TR_RMSW_NV; k++)
+    if (k < nv) {
+      const size_t e = base + 128 * k;
+      if (x16 & 1) hv[k] = *(__global const ushort4 *)((__global const ushort *)a + 2 * a_off + e);
+      else v[k] = *(__global const float4 *)(a + a_off + e);
+      if (bwd || has_add) {
+        if (x16 & 2) hw[k] = *(__global const ushort4 *)((__global const ushort *)b + 2 * b_off + e);
+        else w[k] = *(__global const float4 *)(b + b_off + e);
+      }
     }
-  }
+#pragma unroll
+  for (k = 0; k < TR_RMSW_NV; k++)
+    if (k < nv) {
+      if (x16 & 1) v[k] = tr_unhalf4(hv[k], fdt);
+      if ((x16 & 2) && (bwd || has_add)) w[k] = tr_unhalf4(hw[k], fdt);
+      if (bwd) /* dot(dy, y) */
+        ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;
+      else {
+        if (has_add) v[k] = tr_round4(v[k] + w[k], fdt);
+        ss += (tr_k1_acc)v[k].s0 * v[k].s0 + (tr_k1_acc)v[k].s1 * v[k].s1 + (tr_k1_acc)v[k].s2 * v[k].s2 + (tr_k1_acc)v[k].s3 * v[k].s3;
+      }
+    }
   ss = tr_rmsw_sum(sh, in ? ss : 0);
   if (!in) return; /* (past the barriers) */
   if (bwd) mean = (float)(ss / D), inv = rstd[rstd_off + r];
@@ -369,7 +385,9 @@ static inline void tr_rms_rows16w(int bwd, long rows, int D, float eps, int has_
     inv = (float)((tr_k1_acc)1 / sqrt(ss / D + eps));
     if (l == 0) rstd[rstd_off + r] = inv;
   }
-  for (k = 0; k < nv; k++) tr_k_st4(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);
+#pragma unroll
+  for (k = 0; k < TR_RMSW_NV; k++)
+    if (k < nv) tr_k_st4(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);
 }
 #define TR_RMS16W_K(X)                                                                                                                     \
     __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \
@@ -411,29 +429,38 @@ static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_
                                ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,
                                const int x16) {
     const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), lx = get_local_id(0), j = get_group_id(0) * W + lx;
-    const int bt = get_group_id(1), in = j < D && bt < B;
+    const int bt = get_group_id(1), in = j < D && bt < B, rb = bwd || has_add; /* rb: b is read */
     const size_t base = (size_t)bt * S * D + j;
     float u[TR_COLS_R], w[TR_COLS_R], inv = 0.0f, mean = 0.0f;
+    ushort ha[TR_COLS_R], hb[TR_COLS_R];
     tr_k1_acc acc = 0;
     int i, s, q;
-#define TR_COLS_X(s) (has_add ? tr_round1(tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt) + tr_k_ld16(b, b_off, base + (size_t)(s) * D, x16 & 2, fdt), fdt) \
-                              : tr_k_ld16(a, a_off, base + (size_t)(s) * D, x16 & 1, fdt))
+    /* every load first, unconverted and without a branch (element 0 where there is none), then the conversions and
+       rounding, which branch on fdt: loads behind those branches were issued one at a time (on an H200 a 16-bit
+       operand's kernel took 126 us against 86 us for fp32 ones) */
+#pragma unroll
+    for (i = 0; i < TR_COLS_R; i++) {
+        const size_t e = in && p + i * P < S ? base + (size_t)(p + i * P) * D : 0;
+        if (x16 & 1) ha[i] = ((__global const ushort *)a)[2 * a_off + e];
+        else u[i] = a[a_off + e];
+        if (x16 & 2) hb[i] = ((__global const ushort *)b)[2 * b_off + (rb ? e : 0)];
+        else w[i] = b[b_off + (rb ? e : 0)];
+    }
 #pragma unroll
     for (i = 0; i < TR_COLS_R; i++) {
         const int ok = in && p + i * P < S;
-        s = p + i * P;
-        if (bwd) { /* dot(dy, y) */
-            u[i] = ok ? tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) : 0.0f, w[i] = ok ? tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt) : 0.0f;
-            acc += (tr_k1_acc)u[i] * w[i];
-        } else {
-            u[i] = ok ? TR_COLS_X(s) : 0.0f;
-            acc += (tr_k1_acc)u[i] * u[i];
-        }
+        if (x16 & 1) u[i] = tr_unhalf1(ha[i], fdt);
+        if (x16 & 2) w[i] = tr_unhalf1(hb[i], fdt);
+        if (!bwd) u[i] = has_add ? tr_round1(u[i] + w[i], fdt) : u[i];
+        u[i] = ok ? u[i] : 0.0f, w[i] = ok ? w[i] : 0.0f;
+        acc += bwd ? (tr_k1_acc)u[i] * w[i] : (tr_k1_acc)u[i] * u[i];
     }
-    for (s = p + TR_COLS_R * P; in && s < S; s += P) {
-        if (bwd) acc += (tr_k1_acc)tr_k_ld16(a, a_off, base + (size_t)s * D, x16 & 1, fdt) * tr_k_ld16(b, b_off, base + (size_t)s * D, x16 & 2, fdt);
+#define TR_COLS_X(e) (has_add ? tr_round1(tr_k_ld16(a, a_off, e, x16 & 1, fdt) + tr_k_ld16(b, b_off, e, x16 & 2, fdt), fdt) : tr_k_ld16(a, a_off, e, x16 & 1, fdt))
+    for (s = p + TR_COLS_R * P; in && s < S; s += P) { /* rows past the registers: read now and again below */
+        const size_t e = base + (size_t)s * D;
+        if (bwd) acc += (tr_k1_acc)tr_k_ld16(a, a_off, e, x16 & 1, fdt) * tr_k_ld16(b, b_off, e, x16 & 2, fdt);
         else {
-            const float t = TR_COLS_X(s);
+            const float t = TR_COLS_X(e);
             acc += (tr_k1_acc)t * t;
         }
     }
@@ -451,8 +478,7 @@ static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_
         if (p + i * P < S) tr_k_st16(o, o_off, base + (size_t)(p + i * P) * D, x16 & 4, fdt, tr_round1(bwd ? inv * (u[i] - w[i] * mean) : u[i] * inv, fdt));
     for (s = p + TR_COLS_R * P; s < S; s += P) {
         const size_t e = base + (size_t)s * D;
-        tr_k_st16(o, o_off, e, x16 & 4, fdt,
-                  tr_round1(bwd ? inv * (tr_k_ld16(a, a_off, e, x16 & 1, fdt) - tr_k_ld16(b, b_off, e, x16 & 2, fdt) * mean) : TR_COLS_X(s) * inv, fdt));
+        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(bwd ? inv * (tr_k_ld16(a, a_off, e, x16 & 1, fdt) - tr_k_ld16(b, b_off, e, x16 & 2, fdt) * mean) : TR_COLS_X(e) * inv, fdt));
     }
 #undef TR_COLS_X
 }
