@@ -9749,9 +9749,21 @@ static const char tr__cl_src_ops_2[] =
 "}\n"
 "/* Elements e .. e + 3 (e a multiple of 4, the run aligned for a vector: tr_k_al4) as tr_k_ld16 / tr_k_st16 take one\n"
 "   (tr_k_st4 rounds v to fdt, as tr_k_st16's callers do) */\n"
-"static inline float4 tr_k_ld4(__global const float *p, ulong off, size_t e, const int is16, int fdt) {\n"
-"  return is16 ? tr_unhalf4(*(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), fdt) : *(__global const float4 *)(p + off + e);\n"
+"/* tr_k_ld4 in two steps (tr_k_load4, then tr_k_widen4), for a kernel to issue all its loads before the conversions:\n"
+"   those branch on fdt, and a load behind such a branch waits for the values before it (on an H200 the norms with\n"
+"   16-bit operands ran 20-40% faster with their loads first) */\n"
+"typedef struct tr_k_raw4 {\n"
+"  float4 f;\n"
+"  ushort4 h;\n"
+"} tr_k_raw4;\n"
+"static inline tr_k_raw4 tr_k_load4(__global const float *p, ulong off, size_t e, const int is16) {\n"
+"  tr_k_raw4 r;\n"
+"  if (is16) r.h = *(__global const ushort4 *)((__global const ushort *)p + 2 * off + e), r.f = (float4)(0.0f);\n"
+"  else r.f = *(__global const float4 *)(p + off + e), r.h = (ushort4)(0);\n"
+"  return r;\n"
 "}\n"
+"static inline float4 tr_k_widen4(tr_k_raw4 r, const int is16, int fdt) { return is16 ? tr_unhalf4(r.h, fdt) : r.f; }\n"
+"static inline float4 tr_k_ld4(__global const float *p, ulong off, size_t e, const int is16, int fdt) { return tr_k_widen4(tr_k_load4(p, off, e, is16), is16, fdt); }\n"
 "static inline void tr_k_st4(__global float *p, ulong off, size_t e, const int is16, int fdt, float4 v) {\n"
 "  if (is16) *(__global ushort4 *)((__global ushort *)p + 2 * off + e) = tr_half4(v, fdt);\n"
 "  else *(__global float4 *)(p + off + e) = tr_round4(v, fdt);\n"
@@ -9761,7 +9773,8 @@ static const char tr__cl_src_ops_2[] =
 "__kernel void tr_k_add16(ulong n, __global const float *a, ulong a_off, __global const float *b, ulong b_off, __global float *y, ulong y_off, int fdt,\n"
 "                         int x16) {\n"
 "    size_t i = 4 * get_global_id(0), e;\n"
-"    if (i + 3 < n && tr_k_al4(a_off, x16 & 1) && tr_k_al4(b_off, x16 & 2) && tr_k_al4(y_off, x16 & 4)) {\n"
+"    if (i + 3 < n && tr_k_al4(a_off, x16 & 1) && tr_k_al4(b_off, x16 & 2) && tr_k_al4(y_off, x16 & 4)) {\n";
+static const char tr__cl_src_ops_3[] =
 "        tr_k_st4(y, y_off, i, x16 & 4, fdt, tr_k_ld4(a, a_off, i, x16 & 1, fdt) + tr_k_ld4(b, b_off, i, x16 & 2, fdt));\n"
 "        return;\n"
 "    }\n"
@@ -9779,8 +9792,7 @@ static const char tr__cl_src_ops_2[] =
 "    size_t i = 4 * get_global_id(0), e;\n"
 "    if (i >= n) return;\n"
 "    x += x_off;\n"
-"    if (TR_V4(x_off)) {\n";
-static const char tr__cl_src_ops_3[] =
+"    if (TR_V4(x_off)) {\n"
 "        float4 v = *(__global float4 *)(x + i);\n"
 "        *(__global float4 *)(x + i) = (float4)(tr_round1(v.s0, fdt), tr_round1(v.s1, fdt), tr_round1(v.s2, fdt), tr_round1(v.s3, fdt));\n"
 "    } else\n"
@@ -9828,7 +9840,8 @@ static const char tr__cl_src_ops_3[] =
 "        const float4 x = *(__global const float4 *)(g + j), u = *(__global const float4 *)(g + j + width), d = *(__global const float4 *)(da + j);\n"
 "        const float2 v0 = tr_swiglu_bwd1(x.s0, u.s0, d.s0), v1 = tr_swiglu_bwd1(x.s1, u.s1, d.s1), v2 = tr_swiglu_bwd1(x.s2, u.s2, d.s2),\n"
 "                     v3 = tr_swiglu_bwd1(x.s3, u.s3, d.s3);\n"
-"        *(__global float4 *)(dg + j) = (float4)(tr_round1(v0.s0, fdt), tr_round1(v1.s0, fdt), tr_round1(v2.s0, fdt), tr_round1(v3.s0, fdt));\n"
+"        *(__global float4 *)(dg + j) = (float4)(tr_round1(v0.s0, fdt), tr_round1(v1.s0, fdt), tr_round1(v2.s0, fdt), tr_round1(v3.s0, fdt));\n";
+static const char tr__cl_src_ops_4[] =
 "        *(__global float4 *)(dg + j + width) = (float4)(tr_round1(v0.s1, fdt), tr_round1(v1.s1, fdt), tr_round1(v2.s1, fdt), tr_round1(v3.s1, fdt));\n"
 "    } else\n"
 "        for (e = j; e < j + 4 && e < width; e++) {\n"
@@ -9839,8 +9852,7 @@ static const char tr__cl_src_ops_3[] =
 "/* q16: qkv holds 16-bit values of fdt (tr_k_rope16: a tensor-core device's 16-bit record; qkv_off in floats, two\n"
 "   values each); a constant in each kernel, so that the loads are plain */\n"
 "static inline void tr_rope1(long rows, int S, int H, int hd, __global float *qkv, ulong qkv_off, __global const float *cs, ulong cs_off,\n"
-"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n";
-static const char tr__cl_src_ops_4[] =
+"                            __global const float *sn, ulong sn_off, float sgn, int fdt, const int q16) {\n"
 "    int hf = hd / 2, i = get_global_id(0), j, h, qk, pos;\n"
 "    long r = get_global_id(1);\n"
 "    size_t v;\n"
@@ -9866,7 +9878,10 @@ static const char tr__cl_src_ops_4[] =
 "  cs += cs_off + (size_t)(r % S) * hd + j, sn += sn_off + (size_t)(r % S) * hd + j;\n"
 "  c1 = *(__global const float4 *)cs, c2 = *(__global const float4 *)(cs + hf), s1 = *(__global const float4 *)sn, s2 = *(__global const float4 *)(sn + hf);\n"
 "  v = (size_t)r * 3 * H * hd + (size_t)qk * H * hd + (size_t)h * hd + j;\n"
-"  x1 = tr_k_ld4(qkv, qkv_off, v, q16, fdt), x2 = tr_k_ld4(qkv, qkv_off, v + hf, q16, fdt);\n"
+"  {\n"
+"    const tr_k_raw4 r1 = tr_k_load4(qkv, qkv_off, v, q16), r2 = tr_k_load4(qkv, qkv_off, v + hf, q16); /* (both loads first) */\n"
+"    x1 = tr_k_widen4(r1, q16, fdt), x2 = tr_k_widen4(r2, q16, fdt);\n"
+"  }\n"
 "  tr_k_st4(qkv, qkv_off, v, q16, fdt, x1 * c1 - sgn * x2 * s1);\n"
 "  tr_k_st4(qkv, qkv_off, v + hf, q16, fdt, x2 * c2 + sgn * x1 * s2);\n"
 "}\n"
@@ -9881,7 +9896,8 @@ static const char tr__cl_src_ops_4[] =
 "TR_ROPE_K(tr_k_rope_x4, tr_rope4, 0)\n"
 "TR_ROPE_K(tr_k_rope16_x4, tr_rope4, 1)\n"
 "/* h16 (bfloat16 1, float16 2; 0: fp32 as is): zh and zl hold 16-bit values (a 16-bit carry), hi and li rounded to them */\n"
-"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n"
+"__kernel void tr_k_refill(int B, int S, int D, __global const int *halted, ulong halted_off, __global const float *hi, ulong hi_off,\n";
+static const char tr__cl_src_ops_5[] =
 "                          __global const float *li, ulong li_off, __global float *zh, ulong zh_off, __global float *zl, ulong zl_off, int h16) {\n"
 "    int i = get_global_id(0), b = get_global_id(1);\n"
 "    size_t o;\n"
@@ -9899,8 +9915,7 @@ static const char tr__cl_src_ops_4[] =
 "}\n"
 "/* fdt (bfloat16 1, float16 2): wt and wp come rounded; the puzzle row and each step are rounded, as the host's; x16: x\n"
 "   holds 16-bit values of fdt (a 16-bit carry) */\n"
-"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n";
-static const char tr__cl_src_ops_5[] =
+"__kernel void tr_k_embed_fwd(int B, int S, int L, int Lp, int D, int Dp, float scale, int has_pos, int fdt, __global const float *wt, ulong wt_off,\n"
 "                             __global const float *wp, ulong wp_off, __global const float *pe, ulong pe_off, __global const int *in, ulong in_off,\n"
 "                             __global const int *pid, ulong pid_off, __global float *x, ulong x_off, int x16) {\n"
 "    int j = get_global_id(0), bs = get_global_id(1), b = bs / S, s = bs % S, k;\n"
@@ -9955,7 +9970,8 @@ static const char tr__cl_src_ops_5[] =
 "        e = r * D + j;\n"
 "        v = tr_k_ld16(x, x_off, e, x16 & 1, fdt);\n"
 "        if (has_add) v = tr_round1(v + tr_k_ld16(ad, ad_off, e, x16 & 2, fdt), fdt);\n"
-"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n"
+"        tr_k_st16(o, o_off, e, x16 & 4, fdt, tr_round1(v * inv, fdt));\n";
+static const char tr__cl_src_ops_6[] =
 "    }\n"
 "}\n"
 "static inline void tr_rms_rows_bwd16(int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd,\n"
@@ -9971,8 +9987,7 @@ static const char tr__cl_src_ops_5[] =
 "        e = r * D + j;\n"
 "        tr_k_st16(dx, dx_off, e, x16 & 4, fdt, tr_round1(rs * (tr_k_ld16(dy, dy_off, e, x16 & 1, fdt) - tr_k_ld16(y, y_off, e, x16 & 2, fdt) * mean), fdt));\n"
 "    }\n"
-"}\n";
-static const char tr__cl_src_ops_6[] =
+"}\n"
 "/* The same, 8 rows a work-group of 32 x 8 (D a multiple of 128, at most 1024; operands aligned for 4-value loads): each\n"
 "   row's 32 work-items hold its D / 32 values in registers from a single read, four contiguous values a load, and sum\n"
 "   them in a 32-way tree. On an H200 at trm-sudoku-att's shapes (37248 x 512) 119-124 -> 90 us a call. */\n"
@@ -9998,28 +10013,17 @@ static const char tr__cl_src_ops_6[] =
 "  const int l = get_local_id(0), nv = D / 128, in = r < rows;\n"
 "  const size_t base = (size_t)(in ? r : 0) * D + 4 * l;\n"
 "  float4 v[TR_RMSW_NV], w[TR_RMSW_NV];\n"
-"  ushort4 hv[TR_RMSW_NV], hw[TR_RMSW_NV];\n"
+"  tr_k_raw4 rv[TR_RMSW_NV], rw[TR_RMSW_NV];\n"
 "  tr_k1_acc ss = 0;\n"
 "  float inv = 0.0f, mean = 0.0f;\n"
 "  int k;\n"
-"  /* the loads first, then the conversions and rounding (as tr_rms_cols: loads behind their branches on fdt are\n"
-"     issued one at a time) */\n"
+"#pragma unroll\n"
+"  for (k = 0; k < TR_RMSW_NV; k++) /* the loads first (tr_k_load4) */\n"
+"    if (k < nv) rv[k] = tr_k_load4(a, a_off, base + 128 * k, x16 & 1), rw[k] = tr_k_load4(b, b_off, bwd || has_add ? base + 128 * k : 0, x16 & 2);\n"
 "#pragma unroll\n"
 "  for (k = 0; k < TR_RMSW_NV; k++)\n"
 "    if (k < nv) {\n"
-"      const size_t e = base + 128 * k;\n"
-"      if (x16 & 1) hv[k] = *(__global const ushort4 *)((__global const ushort *)a + 2 * a_off + e);\n"
-"      else v[k] = *(__global const float4 *)(a + a_off + e);\n"
-"      if (bwd || has_add) {\n"
-"        if (x16 & 2) hw[k] = *(__global const ushort4 *)((__global const ushort *)b + 2 * b_off + e);\n"
-"        else w[k] = *(__global const float4 *)(b + b_off + e);\n"
-"      }\n"
-"    }\n"
-"#pragma unroll\n"
-"  for (k = 0; k < TR_RMSW_NV; k++)\n"
-"    if (k < nv) {\n"
-"      if (x16 & 1) v[k] = tr_unhalf4(hv[k], fdt);\n"
-"      if ((x16 & 2) && (bwd || has_add)) w[k] = tr_unhalf4(hw[k], fdt);\n"
+"      v[k] = tr_k_widen4(rv[k], x16 & 1, fdt), w[k] = tr_k_widen4(rw[k], x16 & 2, fdt);\n"
 "      if (bwd) /* dot(dy, y) */\n"
 "        ss += (tr_k1_acc)v[k].s0 * w[k].s0 + (tr_k1_acc)v[k].s1 * w[k].s1 + (tr_k1_acc)v[k].s2 * w[k].s2 + (tr_k1_acc)v[k].s3 * w[k].s3;\n"
 "      else {\n"
@@ -10039,12 +10043,12 @@ static const char tr__cl_src_ops_6[] =
 "    if (k < nv) tr_k_st4(o, o_off, base + 128 * k, x16 & 4, fdt, bwd ? inv * (v[k] - w[k] * mean) : v[k] * inv);\n"
 "}\n"
 "#define TR_RMS16W_K(X)                                                                                                                     \\\n"
-"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \\\n"
+"    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_fwd16w_##X(long rows, int D, float eps, int has_add,     \\\n";
+static const char tr__cl_src_ops_7[] =
 "        __global const float *x, ulong x_off, __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd, \\\n"
 "        ulong rstd_off, int fdt) {                                                                                                         \\\n"
 "        __local tr_k1_acc sh[256];                                                                                                         \\\n"
-"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n";
-static const char tr__cl_src_ops_7[] =
+"        tr_rms_rows16w(0, rows, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                              \\\n"
 "    }                                                                                                                                      \\\n"
 "    __kernel __attribute__((reqd_work_group_size(32, 8, 1))) void tr_k_rms_rows_bwd16w_##X(long rows, int D, __global const float *dy,    \\\n"
 "        ulong dy_off, __global const float *y, ulong y_off, __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off,  \\\n"
@@ -10075,7 +10079,8 @@ static const char tr__cl_src_ops_7[] =
 " type (x16, as the row norms': a = x or dy, b = add or y, o = out or dx; tr_k_rms_cols_<fwd|bwd>_<x16>). */\n"
 "#define TR_COLS_R 16\n"
 "#define TR_COLS_MAXWG 256\n"
-"static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,\n"
+"static inline void tr_rms_cols(int bwd, int B, int S, int D, float eps, int has_add, __global const float *a, ulong a_off, __global const float *b,\n";
+static const char tr__cl_src_ops_8[] =
 "                               ulong b_off, __global float *o, ulong o_off, __global float *rstd, ulong rstd_off, int fdt, __local tr_k1_acc *sh,\n"
 "                               const int x16) {\n"
 "    const int W = get_local_size(0), P = get_local_size(1), p = get_local_id(1), lx = get_local_id(0), j = get_group_id(0) * W + lx;\n"
@@ -10083,8 +10088,7 @@ static const char tr__cl_src_ops_7[] =
 "    const size_t base = (size_t)bt * S * D + j;\n"
 "    float u[TR_COLS_R], w[TR_COLS_R], inv = 0.0f, mean = 0.0f;\n"
 "    ushort ha[TR_COLS_R], hb[TR_COLS_R];\n"
-"    tr_k1_acc acc = 0;\n";
-static const char tr__cl_src_ops_8[] =
+"    tr_k1_acc acc = 0;\n"
 "    int i, s, q;\n"
 "    /* every load first, unconverted and without a branch (element 0 where there is none), then the conversions and\n"
 "       rounding, which branch on fdt: loads behind those branches were issued one at a time (on an H200 a 16-bit\n"
@@ -10138,12 +10142,12 @@ static const char tr__cl_src_ops_8[] =
 "                                        __global const float *ad, ulong ad_off, __global float *o, ulong o_off, __global float *rstd,     \\\n"
 "                                        ulong rstd_off, int fdt) {                                                                        \\\n"
 "        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \\\n"
-"        tr_rms_cols(0, B, S, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                               \\\n"
+"        tr_rms_cols(0, B, S, D, eps, has_add, x, x_off, ad, ad_off, o, o_off, rstd, rstd_off, fdt, sh, X);                               \\\n";
+static const char tr__cl_src_ops_9[] =
 "    }                                                                                                                                     \\\n"
 "    __kernel void tr_k_rms_cols_bwd_##X(int B, int S, int D, __global const float *dy, ulong dy_off, __global const float *y, ulong y_off, \\\n"
 "                                        __global const float *rstd, ulong rstd_off, __global float *dx, ulong dx_off, int fdt) {          \\\n"
-"        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \\\n";
-static const char tr__cl_src_ops_9[] =
+"        __local tr_k1_acc sh[TR_COLS_MAXWG];                                                                                              \\\n"
 "        tr_rms_cols(1, B, S, D, 0.0f, 0, dy, dy_off, y, y_off, dx, dx_off, (__global float *)rstd, rstd_off, fdt, sh, X);                \\\n"
 "    }\n"
 "TR_X16_EACH(TR_COLS16_K)\n"
@@ -10216,7 +10220,8 @@ static const char tr__cl_src_ops_9[] =
 "    if (label == -100) {\n"
 "        if (want_grad)\n"
 "            for (k = lane; k < V; k += tpr) dl[k] = 0.0f;\n"
-"        if (lane == 0) ts[ts_off + 3 * (size_t)row] = ts[ts_off + 3 * (size_t)row + 1] = ts[ts_off + 3 * (size_t)row + 2] = 0.0f;\n"
+"        if (lane == 0) ts[ts_off + 3 * (size_t)row] = ts[ts_off + 3 * (size_t)row + 1] = ts[ts_off + 3 * (size_t)row + 2] = 0.0f;\n";
+static const char tr__cl_src_ops_10[] =
 "        return;\n"
 "    }\n"
 "    if (type == 0) lp = log(TR_K1_SS((tr_k1_acc)xl) / sum);\n"
@@ -10228,8 +10233,7 @@ static const char tr__cl_src_ops_9[] =
 "            if (type == 0) {\n"
 "                tr_k1_acc sv = TR_K1_SS(xv), ds = xv >= 0 ? (tr_k1_acc)1 : sv * sv;\n"
 "                gk = ds / sum - (k == label ? ds / sv : (tr_k1_acc)0);\n"
-"            } else\n";
-static const char tr__cl_src_ops_10[] =
+"            } else\n"
 "                gk = exp(xv - (tr_k1_acc)mx) / sum - (k == label ? (tr_k1_acc)1 : (tr_k1_acc)0);\n"
 "            dl[k] = (float)(gk * gs);\n"
 "        }\n"
@@ -10308,7 +10312,8 @@ static const char tr__cl_src_ops_10[] =
 "    float g0, g1, v;\n"
 "    if (k >= D || b >= B) return;\n"
 "    dq += dq_off + 2 * (size_t)b; wq += wq_off; dz += dz_off + (size_t)b * S * D + k;\n"
-"    g0 = dq[0]; g1 = dq[1]; v = *dz;\n"
+"    g0 = dq[0]; g1 = dq[1]; v = *dz;\n";
+static const char tr__cl_src_ops_11[] =
 "    if (g0 != 0.0f) v += g0 * wq[k];\n"
 "    if (g1 != 0.0f) v += g1 * wq[D + k];\n"
 "    *dz = v;\n"
@@ -10318,8 +10323,7 @@ static const char tr__cl_src_ops_10[] =
 "    int k = get_global_id(0), jj = get_global_id(1), b;\n"
 "    float acc;\n"
 "    if (k > D || jj >= 2) return;\n"
-"    dq += dq_off + jj; zh += zh_off + k;\n";
-static const char tr__cl_src_ops_11[] =
+"    dq += dq_off + jj; zh += zh_off + k;\n"
 "    if (k == D) {\n"
 "        acc = gb[gb_off + jj];\n"
 "        for (b = 0; b < B; b++)\n"
