@@ -8778,9 +8778,9 @@ TR__FN tr_status tr__cl_open(tr_ctx *ctx, const char *selector, const char *cons
     if (!cl) return TR_ERR_OUT_OF_MEMORY;
     memset(cl, 0, sizeof *cl);
     cl->ctx = ctx;
-    if (tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE)) {
+    {
         const char *p = tr__ctx_knob(ctx, TR__KNOB_CL_PROFILE);
-        cl->profile = !strcmp(p, "1") ? 1 : !strcmp(p, "2") ? 2 : 0;
+        cl->profile = !p ? 0 : !strcmp(p, "1") ? 1 : !strcmp(p, "2") ? 2 : 0;
     }
     if (fault == TR__CLF_NO_LIBRARY || !tr__cl_load(&cl->lib, tr__ctx_knob(ctx, TR__KNOB_CL_DRIVERS), why, sizeof why)) {
         if (fault == TR__CLF_NO_LIBRARY) snprintf(why, sizeof why, "injected fault");
@@ -10430,7 +10430,7 @@ TR__FN tr_status tr__cl_add(tr__cl *cl, int fdt, int x16, size_t n, const void *
 
 /* x16 (TR__X16_A, _B, _C): x, add, out hold 16-bit values of fdt (a tensor-core device's 16-bit record, wsp.r16). */
 /* The norms (tr__norm_desc, as tr__op_norm's). Row norms: a work-group per row, its operands of any type (the kernel
-   instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms (fp32): a work-group per batch and 32 channels
+   instance named from them, tr__cl_x16); 8 rows a work-group where D allows (tr_k_rms_rows_*16w). Column norms: a work-group per batch and 32 channels
    (dimension 0: each row's step reads a contiguous run), its 8 parts splitting S and holding their values in registers
    (tr_k_rms_cols_*: each value read and written once for S <= 128); operands of any type, as the row norms'. */
 /* Whether b (none, or NULL) is aligned for four-value loads of its type (tr_k_ld4 / tr_k_st4: 8 bytes 16-bit, 16 fp32). */

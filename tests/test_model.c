@@ -230,7 +230,7 @@ static void test_ws_plan_per_preset(void **state) {
                 assert_int_equal(p.tape16, half && ctx->tape16);
                 assert_int_equal(p.carry16, p.tape16 && S * D % 2 == 0);
                 assert_int_equal(p.d16, kind == TR__DEV_CPU && p.tape16);
-                assert_int_equal(p.r16, p.d16 || (p.layout == TR__WS_DEV && !m->cfg.mlp_t && p.tape16));
+                assert_int_equal(p.r16, p.d16 || (p.layout == TR__WS_DEV && p.tape16)); /* (mlp_t's too: its column norms read 16 bits) */
                 assert_int_equal(p.rec_shared, p.layout == TR__WS_DEV && p.r16);
                 assert_int_equal(p.act16, p.d16 || p.layout == TR__WS_DEV);
                 assert_true(p.mix_rows >= 1 && p.mix_rows <= B);
