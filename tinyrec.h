@@ -13477,7 +13477,7 @@ TR__FN tr_status tr__cl_swiglu_mlp(tr__cl *cl, const tr__mlp_desc *d, float *gu,
 /* The token mix's SwiGLU and its down product on the tensor cores, per batch b: mix_b = R(W_tgu in_b) (2 It x D, gate |
    up rows, written with keep_gu: 1 as floats, 2 as 16-bit values), act_b = R(silu(gate) * up) written only packed by the first product's epilogue
    (in room, or NULL: scratch slot TR__CL_SLOT_PACK_ACT, as the second one's depth-major B), and proj_b = R(W_tdown act_b) (S x D);
-   d as tr__op_token_mlp's (in_b and proj_b fp32). */
+   d as tr__op_token_mlp's (in_b fp32 or 16-bit values, proj_b fp32). */
 TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, const tr__mlp_desc *d, float *mix, int keep_gu, float *room) {
     int nb = d->nb;
     size_t It = d->half, S = d->K, D = d->D;
@@ -13489,7 +13489,7 @@ TR__FN tr_status tr__cl_token_mlp(tr__cl *cl, const tr__mlp_desc *d, float *mix,
     if (!keep_gu) mix = NULL; /* (nothing is written there, which may be a name: tr__ws_gate_up) */
     fz.rnd = 1, fz.swc = 2, down.rnd = 1;
     fz.act = mix, fz.ld_act = D, fz.write_gu = keep_gu, fz.act16 = act16; /* (act: not written, the packed copy is) */
-    if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(d->w_gu, S, 0, 0), tr__mat_of(d->in.p, D, S * D, 0),
+    if ((st = tr__cl_gemm_run(cl, nb, 2 * It, D, S, tr__mat_of(d->w_gu, S, 0, 0), tr__mat16_of(d->in.p, D, S * D, 0, d->in.dt),
                               tr__out_in(tr__out_of(mix, D, (keep_gu == 2 ? 1 : 2) * It * D, 0), d->fdt), 1, &fz)) != TR_OK)
         return st;
     down.b16 = act16;
@@ -15660,7 +15660,8 @@ TR__FN int tr__ws_layout_for(const tr_model *m, int B, int kind) {
    - tape16: a bfloat16 / float16 model's recorded activations are rounded to it already, so 16 bits keep them exactly.
    - carry16: where the tape is 16-bit, on any device, with an even S * D (a row starts on a whole float). The CPU's ops
      read and write the carry so (tr__op_add on its types, tr__net_fwd's io16, the heads); a device's blocks run in fp32 on the
-     input buffer `in`, and its heads read z_H widened there or into the trainer's scratch. A trainer's activation
+     input buffer `in` (a tensor-core device's with r16 in 16 bits on the carry and the tape, as the CPU's), and its
+     heads read z_H widened there or into the trainer's scratch. A trainer's activation
      gradients (dz, dx, the backward's two buffers) are 16-bit with it (tr_trainer.g16).
    - d16: the CPU's workspace with a 16-bit tape, which rounds each activation and gradient to 16 bits once complete
      anyway. Then every buffer but the statistics and two of dbig's uses is 16-bit: the record (a taped block's forward
@@ -15849,7 +15850,7 @@ TR__FN tr_status tr__reserve_tape(tr_model *m, int B, int nets) {
 /* Forward of one block: r->in -> r->out, filling the record; its scratch is the workspace's, as the slice's plan wp lays it out. */
 /* t16: the 16-bit tape's record of this block (else NULL), whose gate_up fields (gu; mix with mlp_t) the SwiGLU ops
    write themselves (tr__rec_half then packs the rest). io16: r->in and r->out hold 16-bit values (a 16-bit carry's
-   blocks, tr__net_fwd_rows; the workspace is 16-bit too). */
+   blocks, tr__net_fwd_rows: the CPU's, whose workspace is 16-bit too, or a tensor-core device's with a 16-bit record). */
 TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_plan *wp, tr__block_rec *r, int taped, const tr__block_rec *t16, int io16) {
     tr_ctx *ctx = m->ctx;
     const int B = wp->B, fdt = m->fdt;
@@ -15864,7 +15865,8 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
     tr__mlp_desc md;
     tr__norm_desc nd;
     tr_status st;
-    if (io16 && !wp->d16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace");
+    if (io16 && !wp->d16 && !(wp->layout == TR__WS_DEV && wp->r16))
+        return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace or record");
     memset(&md, 0, sizeof md);
     memset(&nd, 0, sizeof nd);
     md.fdt = nd.fdt = fdt, md.keep_gu = taped, md.D = D, md.act = tr__buf_of(act, a_dt);
@@ -16110,14 +16112,16 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
     /* (a device's 16-bit carry: its blocks run in fp32 on the workspace's input buffer, wsp.in, from z + inj widened
-       there; the output is stored back into out as 16 bits) */
+       there; the output is stored back into out as 16 bits. A tensor-core device's with a 16-bit record runs them in
+       16 bits as the CPU does: its ops read and write such operands, and the first products read them in place) */
     tr__ws_plan wp = tr__ws_slice(m, B);
     float *f = io16 ? m->ws + wp.in : (float *)out, *h0 = in_tape ? rec->h0 : f;
     tr__block_rec scratch;
     if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
-    if (io16 && !wp.layout) {
-        /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace): each block reads and
-           writes the tape's record where there is one (and the output is copied to out), else out in place */
+    if (io16 && (!wp.layout || (wp.layout == TR__WS_DEV && wp.r16))) {
+        /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace), and a tensor-core device's
+           blocks: each block reads and writes the tape's record where there is one (and the output is copied to
+           out), else out in place */
         void *cur = rec ? (void *)rec->h0 : out;
         if ((st = tr__op_add(m->ctx, m->fdt, n, tr__buf_of(z, m->fdt), tr__buf_of(inj, m->fdt), tr__buf_of(cur, m->fdt)))) return st;
         for (l = 0; l < md->n_layers; l++) {
