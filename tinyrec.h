@@ -8277,6 +8277,8 @@ typedef struct tr__cl_packed {
     size_t ld, sP, rows, K, rp, kp, il, so;
     int nbp, mma;
     int src16; /* P holds 16-bit values of the precision mma (a 16-bit tape's): ld, sP, K and so count them */
+    int dm;    /* the operand is depth-major (its rows are the product's depths, which the kernels read no further
+                  than K): read in place, its rows need not fill whole tiles (tr__cl_packed_in_place) */
 } tr__cl_packed;
 
 struct tr__cl {
@@ -13134,12 +13136,18 @@ TR__FN tr_status tr__cl_only_packed(tr__cl *cl, const float *P, size_t span) {
     return TR_OK;
 }
 
-/* Whether a packing would be its operand as stored: 16-bit values (src16) in whole tiles (rows a multiple of 128,
-   columns of 32), rows and batches contiguous, 16-byte aligned. The tensor-core kernels then read it in place (a
-   16-bit tape's activations at D = 512 and B S a multiple of 128: trm-sudoku-att's 384 x 97 rows). */
+/* Whether a packing would be its operand as stored: 16-bit values (src16) in whole tiles (rows a multiple of 128, or
+   any number for a depth-major operand; columns of 32), rows and batches contiguous, 16-byte aligned. The tensor-core
+   kernels then read it in place (a 16-bit tape's activations at D = 512 and B S a multiple of 128: trm-sudoku-att's
+   384 x 97 rows; the token mix's input, batches of 97 depths), batch b at b sP (tr__cl_packed_batch). */
 TR__FN int tr__cl_packed_in_place(const tr__cl_packed *k) {
-    return k->P && k->src16 && !k->il && !k->so && k->rows == k->rp && k->K == k->kp && k->ld == k->kp && (k->nbp == 1 || k->sP == k->rp * k->kp) &&
-           !((uintptr_t)k->P & 15);
+    return k->P && k->src16 && !k->il && !k->so && (k->rows == k->rp || k->dm) && k->K == k->kp && k->ld == k->kp &&
+           (k->nbp == 1 || k->sP == k->rows * k->kp) && !((uintptr_t)k->P & 15);
+}
+/* The words from one batch of packed operand k to the next, where out (the operand the kernel reads) holds it:
+   packed (rp rows), or in place (its own batches, sP values apart) */
+TR__FN int64_t tr__cl_packed_batch(const tr__cl_packed *k, const uint32_t *out) {
+    return k->P && out == (const uint32_t *)(const void *)k->P ? (int64_t)(k->sP / 2) : (int64_t)(k->rp * k->kp / 2);
 }
 /* Both operands of a tensor-core product packed (want[i]: the packing of operand i; P NULL for one given packed):
    still weights' from their kept packings (tr__cl_pack_still); a slot that holds one already (in a window) serves it,
@@ -13340,6 +13348,7 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
         want[0] = tr__cl_packed_of(fz->a16 ? NULL : A, lda, sA, ta ? K : M, ta ? M : K, nbA, mma);
         want[0].il = fz->swc == 2 ? M / 2 : 0, want[0].so = fz->sw == 1 ? fz->so : 0;
         want[1] = tr__cl_packed_of(fz->b16 ? NULL : B, ldb, sB, tb ? N : K, tb ? K : N, nbB, mma);
+        want[0].dm = ta != 0, want[1].dm = !tb;
         want[1].il = fz->swc == 1 ? N / 2 : 0, want[1].so = fz->sw == 2 ? fz->so : 0;
         if (fz->g16) want[fz->sw - 1].src16 = 1;
         if (ma.dt) want[0].src16 = 1; /* (a 16-bit operand: a tensor-core device's 16-bit record, wsp.r16) */
@@ -13361,8 +13370,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
         if (fz->swc) { /* (one group per batch: nb <= 65535 here) */
             gs[2] = (size_t)nb;
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(want[0].rp * want[0].kp / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(want[1].rp * want[1].kp / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? tr__cl_packed_batch(&want[0], A16) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? tr__cl_packed_batch(&want[1], B16) : 0);
             tr__cla_buf(&a, C), tr__cla_i64(&a, (int64_t)ldc), tr__cla_i64(&a, (int64_t)sC);
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, nb);
@@ -13375,8 +13384,8 @@ TR__FN tr_status tr__cl_gemm_run(tr__cl *cl, int nb, size_t M, size_t N, size_t 
         for (z0 = 0; z0 < nz; z0 += 65535) {
             gs[2] = (size_t)TR__MIN(nz - z0, 65535);
             tr__cla_init(&a);
-            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? (int64_t)(want[0].rp * want[0].kp / 2) : 0);
-            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? (int64_t)(want[1].rp * want[1].kp / 2) : 0);
+            tr__cla_buf(&a, A16), tr__cla_i64(&a, (int64_t)(want[0].kp / 2)), tr__cla_i64(&a, nbA > 1 ? tr__cl_packed_batch(&want[0], A16) : 0);
+            tr__cla_buf(&a, B16), tr__cla_i64(&a, (int64_t)(want[1].kp / 2)), tr__cla_i64(&a, nbB > 1 ? tr__cl_packed_batch(&want[1], B16) : 0);
             tr__cla_buf(&a, out), tr__cla_i64(&a, (int64_t)(P ? N : ldc)), tr__cla_i64(&a, (int64_t)(P ? mn : sum ? 0 : sC));
             tr__cla_i32(&a, (int32_t)M), tr__cla_i32(&a, (int32_t)N), tr__cla_i32(&a, (int32_t)K), tr__cla_i32(&a, (int32_t)Kp);
             tr__cla_i32(&a, P ? 0 : acc != 0);

@@ -114,6 +114,23 @@ static void run_sgemm_in_place(op_env *e, int dt) {
     check(e, "sgemm", dt, "C, A read in place", got = get(e, dC, nb * M * N), ref, nb * M * N, 0);
     tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(B), free(Br), free(ref), free(got);
 }
+/* A 16-bit depth-major B (K x N a batch, K = 97: the token mix's input) is read in place at any K: the kernels read no
+   depth past K, and batch b starts right after batch b - 1's K rows */
+static void run_sgemm_in_place_dm(op_env *e, int dt) {
+    const size_t M = 48, N = 64, K = 97, nb = 3;
+    float *A = vals(M * K, 10, 1.0f, TR__F32), *Ar = vals(M * K, 10, 1.0f, dt), *B = vals(nb * K * N, 11, 1.0f, dt), *ref = (float *)malloc(nb * M * N * 4), *got;
+    tr__buf dA = put(e, A, M * K, TR__F32), dB = put(e, B, nb * K * N, dt), dC = put(e, NULL, nb * M * N, TR__F32);
+    const long before = e->ctx->cl->packs_in_place;
+    size_t b;
+    for (b = 0; b < nb; b++)
+        tr__sgemm_ref(M, N, K, tr__mat_of(Ar, K, 0, 0), tr__mat_of(B + b * K * N, N, 0, 0), tr__out_of(ref + b * M * N, N, 0, 0));
+    assert_int_equal(tr__op_sgemm_batched(e->ctx, (int)nb, M, N, K, tr__mat_of(dA.p, K, 0, 0), tr__mat16_of(dB.p, N, K * N, 0, dt),
+                                          tr__out_in(tr__out_of(dC.p, N, M * N, 0), dt)),
+                     TR_OK);
+    assert_int_equal(e->ctx->cl->packs_in_place, before + 1);
+    check(e, "sgemm", dt, "C, depth-major B read in place", got = get(e, dC, nb * M * N), ref, nb * M * N, 0);
+    tr__dfree(e->ctx, dA.p), tr__dfree(e->ctx, dB.p), tr__dfree(e->ctx, dC.p), free(A), free(Ar), free(B), free(ref), free(got);
+}
 static void case_sgemm_rnd(op_env *e, int dt) { run_sgemm(e, dt, 1); }
 
 /* The norms, forward (x + add) and backward, all operands of type dt; rows: the row norms, else the column norms. D 256:
@@ -522,7 +539,7 @@ static void test_ops_tensor_cores(void **state) {
     assert_int_equal(ran, 4); /* (sgemm and sgemm_rnd, each in bfloat16 and float16) */
 #if TINYREC_OPENCL
     assert_true(e.ctx->cl->mma_products >= 4); /* (they ran on the tensor-core kernels) */
-    for (dt = TR__BF16; dt <= TR__F16; dt++) run_sgemm_in_place(&e, dt);
+    for (dt = TR__BF16; dt <= TR__F16; dt++) run_sgemm_in_place(&e, dt), run_sgemm_in_place_dm(&e, dt);
     for (dt = TR__BF16; dt <= TR__F16; dt++) { /* the attention's forward: Sudoku's S = 97 (2 query blocks, 2 key blocks), a small odd S */
         static const int hds[3] = {32, 64, 128};
         int k;
