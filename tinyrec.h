@@ -10459,7 +10459,7 @@ TR__FN tr_status tr__cl_norm(tr__cl *cl, const tr__norm_desc *d) {
         size_t ls[2] = {32, 8}, gs[2];
         size_t wg = tr__cl_k1_wg(cl, 256);
         while (ls[1] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[1] && ls[1] > info->max_item[1]))) ls[1] /= 2;
-        while (ls[0] > 1 && (ls[0] * ls[1] > wg || (info && info->max_item[0] && ls[0] > info->max_item[0]))) ls[0] /= 2;
+        while (ls[0] > 1 && ls[0] * ls[1] > wg) ls[0] /= 2; /* (wg is within max_item[0]) */
         gs[0] = ((size_t)d->D + ls[0] - 1) / ls[0] * ls[0], gs[1] = (size_t)d->rows * ls[1];
         snprintf(name, sizeof name, "tr_k_rms_cols_%s_%d", fwd ? "fwd" : "bwd", tr__cl_x16(d->in1.dt, d->in2.dt, d->out.dt) & 7);
         return tr__cl_launch(cl, name, 2, gs, ls, &A);
@@ -15679,7 +15679,9 @@ TR__FN int tr__ws_layout_for(const tr_model *m, int B, int kind) {
      dbig's channel gate_up and d gate_up. dbig's fp32 uses fit in the same room: attention's d qkv, and the token
      mix's gate_up in passes of half as many rows.
    - r16: d16's record, and with a 16-bit tape a tensor-core device's (its norms, RoPE, attention and products read
-     and write such operands). The rest of a device's workspace stays fp32.
+     and write such operands). The rest of a device's workspace stays fp32. With it a 16-bit carry's blocks run in
+     16 bits on the carry and the tape (tr__net_fwd_rows, tr__block_fwd's io16); without it (a device without
+     tensor cores) on the fp32 input buffer `in`.
    - rec_shared: a tensor-core device's 16-bit record, which only a forward without the tape writes and reads (a taped
      one writes the tape's, the backward reads the tape's), and whose backward never reads the projection: the record
      and the projection lie in the backward's gradient buffers and dbig, which a forward leaves alone.
@@ -15874,8 +15876,7 @@ TR__FN tr_status tr__block_fwd(tr_model *m, const tr__layer *ly, const tr__ws_pl
     tr__mlp_desc md;
     tr__norm_desc nd;
     tr_status st;
-    if (io16 && !wp->d16 && !(wp->layout == TR__WS_DEV && wp->r16))
-        return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit workspace or record");
+    if (io16 && !wp->r16) return tr__err(ctx, TR_ERR_GENERIC, "block: a 16-bit input without a 16-bit record (wsp.r16)");
     memset(&md, 0, sizeof md);
     memset(&nd, 0, sizeof nd);
     md.fdt = nd.fdt = fdt, md.keep_gu = taped, md.D = D, md.act = tr__buf_of(act, a_dt);
@@ -16120,17 +16121,16 @@ TR__FN tr_status tr__net_fwd_rows(tr_model *m, const tr__module *md, int B, cons
     size_t n = (size_t)B * m->S * m->D;
     int l, half = rec && m->tape_half, in_tape = rec && !half;
     tr_status st;
-    /* (a device's 16-bit carry: its blocks run in fp32 on the workspace's input buffer, wsp.in, from z + inj widened
-       there; the output is stored back into out as 16 bits. A tensor-core device's with a 16-bit record runs them in
-       16 bits as the CPU does: its ops read and write such operands, and the first products read them in place) */
+    /* (a 16-bit carry's blocks run in 16 bits where the record is 16-bit, wsp.r16: the CPU's, a tensor-core
+       device's; on a device without tensor cores in fp32 on the workspace's input buffer, wsp.in, from z + inj
+       widened there, the output stored back into out as 16 bits) */
     tr__ws_plan wp = tr__ws_slice(m, B);
     float *f = io16 ? m->ws + wp.in : (float *)out, *h0 = in_tape ? rec->h0 : f;
     tr__block_rec scratch;
     if (io16 && in_tape) return tr__err(m->ctx, TR_ERR_GENERIC, "net: a 16-bit carry with an fp32 tape");
-    if (io16 && (!wp.layout || (wp.layout == TR__WS_DEV && wp.r16))) {
-        /* the CPU's: 16-bit values throughout (its model has a 16-bit tape and workspace), and a tensor-core device's
-           blocks: each block reads and writes the tape's record where there is one (and the output is copied to
-           out), else out in place */
+    if (io16 && wp.r16) {
+        /* each block reads and writes the tape's record where there is one (and the output is copied to out), else
+           out in place */
         void *cur = rec ? (void *)rec->h0 : out;
         if ((st = tr__op_add(m->ctx, m->fdt, n, tr__buf_of(z, m->fdt), tr__buf_of(inj, m->fdt), tr__buf_of(cur, m->fdt)))) return st;
         for (l = 0; l < md->n_layers; l++) {
